@@ -1,0 +1,89 @@
+/*
+ * core/device.h — one opened device: its plugin, the plugin's device handle, and the buddy
+ * pool that sub-allocates the arenas the plugin hands out.
+ *
+ * Ownership: plugin > device > pool > blocks. A device holds one reference on its plugin;
+ * closing the device frees the pool (and with it every arena) before releasing the plugin.
+ * A device is used by one thread at a time.
+ */
+#ifndef MMRT_CORE_DEVICE_H
+#define MMRT_CORE_DEVICE_H
+
+#include "error.h"
+#include "mmrt/plugin.h"
+#include "plugin_loader.h"
+#include "pool.h"
+#include "tensor.h"
+
+struct mmrt_dev {
+    char name[32];                      /* configured name, e.g. "cpu0" */
+    int index;                          /* index within the plugin */
+    struct mmrt_loaded_plugin *plugin;  /* one reference held */
+    const struct mmrt_plugin *api;      /* == &plugin->api */
+    struct mmrt_device *handle;         /* the plugin's device */
+    struct mmrt_device_info info;
+    struct mmrt_pool *pool;
+};
+
+/* Loads `plugin_name`, opens device `index` with the plugin-specific options and reserves a
+ * pool of pool_bytes. Statuses: those of mmrt_plugin_load, MMRT_ERR_NO_DEVICE (the plugin
+ * has no device, or fewer than index+1; the message gives the plugin's reason), the
+ * plugin's device_open status, MMRT_ERR_OUT_OF_POOL when the pool cannot be reserved. */
+mmrt_status mmrt_dev_open(const char *name, const char *plugin_name, int index,
+                          uint64_t pool_bytes, const struct mmrt_option *options, int n_options,
+                          struct mmrt_dev **out, struct mmrt_error *err);
+
+/* Same with an already loaded plugin (takes its own reference). */
+mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *plugin, int index,
+                                 uint64_t pool_bytes, const struct mmrt_option *options,
+                                 int n_options, struct mmrt_dev **out, struct mmrt_error *err);
+
+/* Frees the pool and closes the device; NULL is a no-op. Every block must be freed or
+ * simply abandoned (the arenas go away with the pool). */
+void mmrt_dev_close(struct mmrt_dev *dev);
+
+/* A tensor that owns a pool block. t describes the whole block contiguously. */
+struct mmrt_dev_tensor {
+    struct mmrt_tensor t;
+    struct mmrt_pool_block block;
+};
+
+/* Allocates a contiguous tensor of dtype and shape (outermost first, 1…MMRT_MAX_DIMS dims,
+ * every extent ≥ 0) from the device pool. MMRT_ERR_OUT_OF_POOL names the device. */
+mmrt_status mmrt_dev_tensor_alloc(struct mmrt_dev *dev, enum mmrt_dtype dtype, int n_dims,
+                                  const int64_t *ne, struct mmrt_dev_tensor *out,
+                                  struct mmrt_error *err);
+/* Returns the block to the pool; a zeroed struct is a no-op. */
+void mmrt_dev_tensor_free(struct mmrt_dev *dev, struct mmrt_dev_tensor *t);
+
+/* Short-lived tensors of one computation (a forward pass), freed together. */
+#define MMRT_SCRATCH_MAX 48
+struct mmrt_scratch {
+    struct mmrt_dev *dev;
+    int n;
+    struct mmrt_dev_tensor t[MMRT_SCRATCH_MAX];
+};
+
+/* Starts an empty scratch set on dev. */
+void mmrt_scratch_init(struct mmrt_scratch *s, struct mmrt_dev *dev);
+/* Allocates a contiguous tensor that lives until mmrt_scratch_release(). */
+mmrt_status mmrt_scratch_tensor(struct mmrt_scratch *s, enum mmrt_dtype dtype, int n_dims,
+                                const int64_t *ne, struct mmrt_tensor *out,
+                                struct mmrt_error *err);
+/* Frees every tensor of the set (in reverse order, which keeps the buddy pool tidy). */
+void mmrt_scratch_release(struct mmrt_scratch *s);
+
+/* Host ↔ device for a contiguous tensor (nbytes = whole tensor). */
+mmrt_status mmrt_dev_upload(struct mmrt_dev *dev, const struct mmrt_tensor *t, const void *src,
+                            uint64_t nbytes, struct mmrt_error *err);
+mmrt_status mmrt_dev_download(struct mmrt_dev *dev, const struct mmrt_tensor *t, void *dst,
+                              uint64_t nbytes, struct mmrt_error *err);
+mmrt_status mmrt_dev_synchronize(struct mmrt_dev *dev, struct mmrt_error *err);
+
+/* Succeeds when the device's plugin has every op in `ops`; otherwise MMRT_ERR_UNSUPPORTED
+ * with a message listing all the missing ones, e.g.
+ * "device ocl0 (plugin opencl) lacks operators needed by stage language: ROPE, ATTENTION". */
+mmrt_status mmrt_dev_require_ops(const struct mmrt_dev *dev, const char *purpose,
+                                 const enum mmrt_op *ops, int n_ops, struct mmrt_error *err);
+
+#endif

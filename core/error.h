@@ -1,0 +1,38 @@
+/*
+ * core/error.h — the error detail every fallible core function fills.
+ *
+ * Functions return an mmrt_status and take a `struct mmrt_error *err` as their last
+ * parameter; on failure they write one line naming what was wrong (file, line, key, tensor,
+ * byte offset) and return the status. `err` may be NULL when the caller does not want the
+ * detail. The runtime copies the detail into its last-error string (mmrt_last_error()).
+ */
+#ifndef MMRT_CORE_ERROR_H
+#define MMRT_CORE_ERROR_H
+
+#include "mmrt/common.h"
+
+#define MMRT_ERROR_MAX 1024
+
+struct mmrt_error {
+    mmrt_status status;
+    char msg[MMRT_ERROR_MAX];
+};
+
+/* Sets err (if not NULL) to status and the printf-formatted message; returns status, so
+ * callers can write `return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: …", path);`. */
+mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepends "prefix: " to an existing message (adds context on the way up). Returns the
+ * status already stored in err (or `status` when err is NULL). */
+mmrt_status mmrt_error_prefix(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Clears err (status OK, empty message). */
+void mmrt_error_clear(struct mmrt_error *err);
+
+/* Name ("MMRT_ERR_FORMAT") and default message ("malformed input") of a status; never NULL. */
+const char *mmrt_status_name(mmrt_status status);
+const char *mmrt_status_message(mmrt_status status);
+
+#endif /* MMRT_CORE_ERROR_H */

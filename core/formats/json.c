@@ -1,0 +1,181 @@
+/*
+ * core/formats/json.c — jansson behind a depth pre-scan and typed getters (see json.h).
+ *
+ * The pre-scan walks the bytes once, tracking only whether it is inside a string (and after
+ * a backslash), and counts '[' / '{' nesting; it never allocates, so even a 100 MB hostile
+ * header costs one linear pass before jansson sees it.
+ */
+#include "json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static mmrt_status check_depth(const char *text, size_t len, const char *what, int max_depth,
+                               struct mmrt_error *err)
+{
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth)
+                return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                      "%s: JSON nested deeper than %d levels at byte %zu",
+                                      what, max_depth, i);
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
+                            json_t **out, struct mmrt_error *err)
+{
+    if (max_depth <= 0)
+        max_depth = MMRT_JSON_DEFAULT_MAX_DEPTH;
+    mmrt_status st = check_depth(text, len, what, max_depth, err);
+    if (st != MMRT_OK)
+        return st;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        /* jansson quotes the offending input ("near '…'"): keep control bytes and invalid
+         * UTF-8 from a hostile document out of our one-line messages and terminals. */
+        for (char *c = jerr.text; *c; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+                *c = '?';
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: invalid JSON at line %d column %d "
+                              "(byte %d): %s", what, jerr.line, jerr.column, jerr.position,
+                              jerr.text);
+    }
+    *out = root;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_depth,
+                                json_t **out, struct mmrt_error *err)
+{
+    mmrt_status st = MMRT_OK;
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: not a regular file", path);
+        goto out;
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        st = mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %lld bytes, more than the %zu allowed",
+                            path, (long long)sb.st_size, max_bytes);
+        goto out;
+    }
+    size_t n = (size_t)sb.st_size;
+    buf = malloc(n ? n : 1);
+    if (!buf) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", path, n);
+        goto out;
+    }
+    if (fread(buf, 1, n, f) != n) {
+        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: short read", path);
+        goto out;
+    }
+    st = mmrt_json_parse(buf, n, path, max_depth, out, err);
+out:
+    free(buf);
+    fclose(f);
+    return st;
+}
+
+mmrt_status mmrt_json_opt_int(const json_t *obj, const char *key, const char *what,
+                              long long min, long long max, long long def, long long *out,
+                              struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return MMRT_OK;
+    }
+    if (!json_is_integer(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" must be an integer", what, key);
+    long long x = json_integer_value(v);
+    if (x < min || x > max)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" = %lld is outside [%lld, %lld]",
+                              what, key, x, min, max);
+    *out = x;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_get_int(const json_t *obj, const char *key, const char *what,
+                              long long min, long long max, long long *out,
+                              struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: missing \"%s\"", what, key);
+    return mmrt_json_opt_int(obj, key, what, min, max, 0, out, err);
+}
+
+mmrt_status mmrt_json_opt_number(const json_t *obj, const char *key, const char *what,
+                                 double min, double max, double def, double *out,
+                                 struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return MMRT_OK;
+    }
+    if (!json_is_number(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" must be a number", what, key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < min || x > max)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" = %g is outside [%g, %g]",
+                              what, key, x, min, max);
+    *out = x;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_opt_bool(const json_t *obj, const char *key, const char *what, bool def,
+                               bool *out, struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return MMRT_OK;
+    }
+    if (!json_is_boolean(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" must be true or false", what,
+                              key);
+    *out = json_is_true(v);
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_opt_string(const json_t *obj, const char *key, const char *what,
+                                 const char *def, const char **out, struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return MMRT_OK;
+    }
+    if (!json_is_string(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" must be a string", what, key);
+    *out = json_string_value(v);
+    return MMRT_OK;
+}

@@ -1,0 +1,56 @@
+/*
+ * core/formats/json.h — the one way mmrt parses JSON from outside (config.json,
+ * tokenizer.json, safetensors headers, shard indexes, API request bodies).
+ *
+ * Library: jansson (Debian libjansson-dev). Chosen because it is small, long maintained,
+ * validates UTF-8, rejects NUL in strings by default, refuses duplicate object keys itself
+ * (JSON_REJECT_DUPLICATES) and reports line/column/byte of every error. Its built-in nesting
+ * limit is 2048; this wrapper bounds depth much lower with a pre-scan, so a hostile document
+ * cannot drive deep recursion in jansson or in our own walkers.
+ *
+ * Values are jansson's json_t; callers walk them with the jansson API and release the root
+ * with json_decref(). The typed getters below turn a missing or ill-typed member into an
+ * error that names the source and the key.
+ */
+#ifndef MMRT_FORMATS_JSON_H
+#define MMRT_FORMATS_JSON_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "../error.h"
+
+#define MMRT_JSON_DEFAULT_MAX_DEPTH 64
+
+/* Parses `len` bytes of `text` (need not be NUL-terminated). `what` names the source in
+ * messages (a file path, "request body"). Refuses nesting deeper than max_depth, duplicate
+ * keys, invalid UTF-8 and trailing non-space bytes. On success *out is a new reference. */
+mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
+                            json_t **out, struct mmrt_error *err);
+
+/* Reads and parses a whole file, refusing files larger than max_bytes. */
+mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_depth,
+                                json_t **out, struct mmrt_error *err);
+
+/* Typed members of an object. `what` names the object in messages ("config.json",
+ * "config.json: text_config"). A missing key is an error for the get_ functions and leaves
+ * *out at `def` for the opt_ functions; a present key of the wrong type or out of
+ * [min, max] is always an error. Integers must be JSON integers (no 1.0, no 1e3). */
+mmrt_status mmrt_json_get_int(const json_t *obj, const char *key, const char *what,
+                              long long min, long long max, long long *out,
+                              struct mmrt_error *err);
+mmrt_status mmrt_json_opt_int(const json_t *obj, const char *key, const char *what,
+                              long long min, long long max, long long def, long long *out,
+                              struct mmrt_error *err);
+/* Finite numbers only (integers accepted); NaN/Inf cannot appear in JSON text anyway, but
+ * values outside [min, max] are refused. */
+mmrt_status mmrt_json_opt_number(const json_t *obj, const char *key, const char *what,
+                                 double min, double max, double def, double *out,
+                                 struct mmrt_error *err);
+mmrt_status mmrt_json_opt_bool(const json_t *obj, const char *key, const char *what, bool def,
+                               bool *out, struct mmrt_error *err);
+/* Borrowed string owned by obj; *out = def (may be NULL) when missing. */
+mmrt_status mmrt_json_opt_string(const json_t *obj, const char *key, const char *what,
+                                 const char *def, const char **out, struct mmrt_error *err);
+
+#endif /* MMRT_FORMATS_JSON_H */

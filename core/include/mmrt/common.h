@@ -1,0 +1,89 @@
+/*
+ * mmrt/common.h — the few types shared by the embedding API (mmrt.h) and the plugin ABI
+ * (plugin.h): status codes, element types, log levels.
+ *
+ * Everything here crosses the plugin boundary, so values are frozen: new statuses and dtypes
+ * are appended, never renumbered.
+ */
+#ifndef MMRT_COMMON_H
+#define MMRT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Status codes. 0 is success, every failure is negative. The X-macro keeps the enum, the
+ * names and the default messages in one list so they cannot drift (the libuv way).
+ * The human detail of a failure (file, key, tensor, offset) lives in the owning context's
+ * last-error string; the status only says which class of failure it was.
+ */
+#define MMRT_STATUS_LIST(X)                                                     \
+    X(OK, 0, "success")                                                         \
+    X(ERR_INVALID_ARG, -1, "invalid argument")                                  \
+    X(ERR_NO_MEMORY, -2, "out of host memory")                                  \
+    X(ERR_OUT_OF_POOL, -3, "out of device pool memory")                         \
+    X(ERR_IO, -4, "input/output error")                                         \
+    X(ERR_FORMAT, -5, "malformed input")                                        \
+    X(ERR_UNSUPPORTED, -6, "unsupported")                                       \
+    X(ERR_NOT_FOUND, -7, "not found")                                           \
+    X(ERR_PLUGIN, -8, "plugin refused or failed to load")                       \
+    X(ERR_NO_DEVICE, -9, "no device")                                           \
+    X(ERR_DEVICE, -10, "device error")                                          \
+    X(ERR_CONFIG, -11, "configuration error")                                   \
+    X(ERR_LIMIT, -12, "limit exceeded")                                         \
+    X(ERR_INTERNAL, -13, "internal error")
+
+typedef enum mmrt_status {
+#define MMRT_STATUS_ENUM_(name, value, msg) MMRT_##name = value,
+    MMRT_STATUS_LIST(MMRT_STATUS_ENUM_)
+#undef MMRT_STATUS_ENUM_
+} mmrt_status;
+
+/*
+ * Element types of tensors. The byte size of one element is mmrt_dtype_size(); all of them
+ * are little-endian. Weights may be F32, F16 or BF16; activations are F32; ids and positions
+ * are I32.
+ */
+enum mmrt_dtype {
+    MMRT_DTYPE_F32 = 0,
+    MMRT_DTYPE_F16 = 1,
+    MMRT_DTYPE_BF16 = 2,
+    MMRT_DTYPE_I32 = 3,
+    MMRT_DTYPE_COUNT
+};
+
+/* Severity of a log line sent through the host's log sink. */
+enum mmrt_log_level {
+    MMRT_LOG_DEBUG = 0,
+    MMRT_LOG_INFO = 1,
+    MMRT_LOG_WARN = 2,
+    MMRT_LOG_ERROR = 3,
+};
+
+/* A plugin-specific key of a [device.NAME] section, passed through to the plugin unchanged. */
+struct mmrt_option {
+    const char *key;
+    const char *value;
+};
+
+/* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+static inline size_t mmrt_dtype_size(enum mmrt_dtype dtype)
+{
+    switch (dtype) {
+    case MMRT_DTYPE_F32: return 4;
+    case MMRT_DTYPE_F16: return 2;
+    case MMRT_DTYPE_BF16: return 2;
+    case MMRT_DTYPE_I32: return 4;
+    default: return 0;
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MMRT_COMMON_H */

@@ -1,0 +1,223 @@
+/*
+ * mmrt/mmrt.h — the embedding API: what a program links against to run vision-language
+ * models with mmrt. The `mmrt` command-line tool is a thin layer over exactly this.
+ *
+ * Lifecycle
+ *   mmrt_create_from_file() (or mmrt_create() with a config struct) loads the plugins the
+ *   configuration names, opens their devices, reserves each device's memory pool and, when a
+ *   model is configured, loads its weights onto the devices of its stages. mmrt_run() answers
+ *   one request, streaming tokens through a callback. mmrt_destroy() releases everything.
+ *
+ * Errors
+ *   Every fallible function returns an mmrt_status (0 = MMRT_OK, negative = failure class).
+ *   The human detail (file:line, key, tensor, plugin path) is in the runtime's last-error
+ *   string (mmrt_last_error), or, for functions that have no runtime yet, in the caller's
+ *   buffer. The library never prints and never exits; it logs through mmrt_set_log_sink().
+ *
+ * Threads
+ *   A runtime is used by one thread at a time. Different runtimes are independent, except
+ *   that they share loaded plugins (the process-wide plugin registry) and the log sink.
+ */
+#ifndef MMRT_MMRT_H
+#define MMRT_MMRT_H
+
+#include <stdbool.h>
+
+#include "mmrt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MMRT_API __attribute__((visibility("default")))
+#else
+#define MMRT_API
+#endif
+
+/* "0.1.0" */
+MMRT_API const char *mmrt_version(void);
+
+/* Short default message of a status ("malformed input"); never NULL. */
+MMRT_API const char *mmrt_status_string(mmrt_status status);
+
+/* Log sink: receives every line at min_level or above from the core and the plugins.
+ * fn == NULL restores the default sink (stderr, WARN and above). Process-wide. */
+typedef void (*mmrt_log_fn)(void *user, enum mmrt_log_level level, const char *who,
+                            const char *message);
+MMRT_API void mmrt_set_log_sink(mmrt_log_fn fn, void *user, enum mmrt_log_level min_level);
+
+/* ----------------------------------------------------------------------------------------
+ * Configuration as a struct, for programs that do not use an INI file. All strings are
+ * borrowed for the duration of mmrt_create() only.
+ */
+struct mmrt_device_config {
+    const char *name;                  /* e.g. "cpu0"; referenced by the stages */
+    const char *plugin;                /* e.g. "cpu" → libmmrt_cpu.so */
+    int index;                         /* device index within the plugin */
+    uint64_t pool_mb;                  /* memory pool reserved on the device */
+    const struct mmrt_option *options; /* plugin-specific keys, may be NULL */
+    int n_options;
+};
+
+struct mmrt_config {
+    const char *model_path;            /* checkpoint directory; NULL = devices only */
+    const struct mmrt_device_config *devices;
+    int n_devices;                     /* at least 1 */
+    const char *vision_device;         /* device name; NULL = the first device */
+    const char *language_device;       /* device name; NULL = the first device */
+};
+
+struct mmrt_runtime;
+
+/* Creates a runtime. On failure returns the status, writes the detail into err (which may
+ * be NULL) and leaves *out untouched. Statuses the CLI treats as configuration errors
+ * (exit status 2): MMRT_ERR_CONFIG, MMRT_ERR_PLUGIN, MMRT_ERR_NO_DEVICE, MMRT_ERR_NOT_FOUND,
+ * MMRT_ERR_UNSUPPORTED (a model type, or an operator a stage needs, that is not available). */
+MMRT_API mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **out,
+                                 char *err, size_t err_size);
+
+/* Same from a deploy.ini file (format: docs/CONFIG.md). Errors in the file are reported as
+ * "FILE:LINE: message". */
+MMRT_API mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out,
+                                           char *err, size_t err_size);
+
+/* Releases devices, pools, weights and plugin references. NULL is a no-op. */
+MMRT_API void mmrt_destroy(struct mmrt_runtime *rt);
+
+/* Detail of the last failure on rt ("" when none). Valid until the next call on rt. */
+MMRT_API const char *mmrt_last_error(const struct mmrt_runtime *rt);
+
+/* ----------------------------------------------------------------------------------------
+ * Devices and their memory.
+ */
+struct mmrt_device_desc {
+    char name[32];         /* configured name ("cpu0"); "" when listing without a config */
+    char plugin[33];       /* plugin name */
+    int index;             /* index within the plugin */
+    char device_name[128]; /* what the driver calls it */
+    char kind[16];         /* "cpu", "gpu", "accelerator" */
+    uint64_t total_bytes;  /* device memory */
+    uint64_t free_bytes;   /* as the driver reports it now */
+    uint64_t pool_bytes;   /* pool reserved by this runtime (0 when listing) */
+};
+
+MMRT_API int mmrt_device_count(const struct mmrt_runtime *rt);
+MMRT_API mmrt_status mmrt_device_describe(struct mmrt_runtime *rt, int i,
+                                          struct mmrt_device_desc *out);
+
+#define MMRT_POOL_REPORT_ORDERS 48
+
+/* Pool statistics of one device (DESIGN.md "Memory"). */
+struct mmrt_pool_report {
+    uint64_t capacity_bytes;     /* reserved on the device */
+    uint64_t bytes_in_use;       /* sum of allocated block sizes */
+    uint64_t peak_bytes_in_use;  /* high-water mark since creation */
+    uint64_t total_free_bytes;
+    uint64_t largest_free_block;
+    double fragmentation;        /* 1 − largest_free_block / total_free_bytes (0 if none free) */
+    uint64_t min_block_bytes;    /* block size of order 0 */
+    uint32_t n_orders;           /* entries used in free_blocks_per_order */
+    uint64_t free_blocks_per_order[MMRT_POOL_REPORT_ORDERS]; /* order k: min_block << k */
+};
+
+MMRT_API mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i,
+                                            struct mmrt_pool_report *out);
+
+/* What mmrt_list_devices() reports for each plugin file found in the search path. */
+struct mmrt_plugin_report {
+    const char *name;        /* "cuda" */
+    const char *path;        /* file it was loaded from */
+    const char *version;     /* plugin's version string; NULL if it was refused */
+    int n_devices;           /* 0 when skipped or refused */
+    const char *skip_reason; /* why it has no device ("no CUDA device"); NULL otherwise */
+    const char *error;       /* why it was refused (ABI, symbol, member); NULL otherwise */
+};
+
+/* Called once per plugin with device == NULL, then once per device of that plugin. */
+typedef void (*mmrt_device_list_fn)(void *user, const struct mmrt_plugin_report *plugin,
+                                    const struct mmrt_device_desc *device);
+
+/* Loads every plugin in the search path (MMRT_PLUGIN_PATH, the executable's directory, the
+ * install directory) and reports it and its devices. Refused or device-less plugins are
+ * reported, not errors. */
+MMRT_API mmrt_status mmrt_list_devices(mmrt_device_list_fn fn, void *user, char *err,
+                                       size_t err_size);
+
+/* ----------------------------------------------------------------------------------------
+ * Requests.
+ */
+struct mmrt_request {
+    const char *image_path;   /* image file (PNG/JPEG), or NULL */
+    const char *prompt;       /* user text, UTF-8 */
+    int max_tokens;           /* ≥ 1 */
+    uint64_t seed;            /* sampling seed */
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+};
+
+/* Receives each generated token as soon as it is produced: its id and the text it completes
+ * (only whole UTF-8 characters; may be ""). At the end, text held back for an incomplete
+ * character is flushed with token_id −1. Return false to stop generation early. */
+typedef bool (*mmrt_token_fn)(void *user, int32_t token_id, const char *text);
+
+struct mmrt_result {
+    mmrt_status status;       /* of this request (mmrt_run_batch reports each one here) */
+    char error[512];          /* detail when status != MMRT_OK */
+    int n_prompt_tokens;
+    int n_tokens;             /* generated */
+    double preprocess_ms, vision_ms, prefill_ms, decode_ms;
+    double decode_tokens_per_s;
+    /* When each stage ran, in ms since the start of the mmrt_run / mmrt_run_batch call. */
+    double vision_start_ms, vision_end_ms, language_start_ms, language_end_ms;
+};
+
+/* The request the configuration's [run] section describes (defaults for missing keys:
+ * no image, empty prompt, max_tokens 64, seed 0, greedy). Strings are borrowed from rt. */
+MMRT_API void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out);
+
+/* Name of the configured model type ("llava"), or NULL when the runtime has no model. */
+MMRT_API const char *mmrt_model_type(const struct mmrt_runtime *rt);
+
+/* Runs one request on the configured model. Statuses: MMRT_ERR_CONFIG when no model is
+ * configured, MMRT_ERR_INVALID_ARG for a bad request (message names the field), others from
+ * loading the image or running the model. */
+MMRT_API mmrt_status mmrt_run(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                              mmrt_token_fn on_token, void *user, struct mmrt_result *result);
+
+/* Like mmrt_token_fn, for mmrt_run_batch: `request` is the index of the request. */
+typedef bool (*mmrt_batch_token_fn)(void *user, int request, int32_t token_id, const char *text);
+
+/* Runs n requests in order. When the vision and language stages are on different devices
+ * the two stages overlap: the vision stage of request i+1 runs on its device while request
+ * i decodes on the other (results[i] records when each stage ran). A request that fails is
+ * reported in results[i].status / .error and does not stop the others. Returns MMRT_OK when
+ * every request succeeded, else the first failure's status. */
+MMRT_API mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs,
+                                    int n, mmrt_batch_token_fn on_token, void *user,
+                                    struct mmrt_result *results);
+
+/* How the configured placement compares with the CPU reference (mmrt_check). */
+struct mmrt_check_report {
+    double features_max_abs, features_max_rel; /* vision stage: image embeddings */
+    double logits_max_abs, logits_max_rel;     /* language stage: every compared step */
+    int n_steps;                               /* steps compared */
+    int first_divergence;                      /* first step whose token differs; −1: none */
+    int n_tokens, n_tokens_reference;
+    double tolerance;                          /* relative, applied to both stages */
+    bool pass;                                 /* within tolerance and no divergence */
+};
+
+/* Runs `req` on the configured placement and again with both stages on a fresh CPU
+ * reference device, and compares the image embeddings and the logits of every step (up to
+ * and including the first step whose chosen token differs). Relative error is
+ * max|x − ref| / max|ref|. */
+MMRT_API mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                struct mmrt_check_report *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MMRT_MMRT_H */

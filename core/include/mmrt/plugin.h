@@ -1,0 +1,304 @@
+/*
+ * mmrt/plugin.h — the device plugin ABI. This is the only header a vendor plugin includes
+ * (it pulls in mmrt/common.h for statuses and dtypes).
+ *
+ * A plugin is a shared object that exports exactly one symbol, MMRT_PLUGIN_ENTRY_NAME:
+ *
+ *     const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_host *host);
+ *
+ * Build it with -fvisibility=hidden and mark the entry with MMRT_PLUGIN_EXPORT. The entry
+ * returns a pointer to a static, immutable struct mmrt_plugin (or NULL after logging why
+ * through host->log). The core never calls into a plugin before the entry returns, and the
+ * plugin never links against core symbols: everything it needs from the host arrives in
+ * struct mmrt_host.
+ *
+ * Versioning (the SQLite VFS / ONNX Runtime way)
+ *   Every struct that crosses the boundary starts with struct mmrt_abi_header. A plugin whose
+ *   abi_major differs from the host's is refused. Minor versions only append members at the
+ *   end of a struct; the reader copies min(struct_size, its own sizeof) into a zeroed copy, so
+ *   a member the writer did not know reads as NULL / 0 and gets its documented default.
+ *   Op parameter structs are versioned the same way through mmrt_op_args.params_size.
+ *   Operators are added by appending to enum mmrt_op; an op whose semantics change gets a new
+ *   enum value, so a plugin built against an older header can never silently compute the old
+ *   meaning of an op.
+ *
+ * Memory addressing
+ *   Device memory is a set of arenas that the plugin hands out (arena_alloc). The core
+ *   sub-allocates them with its buddy pool, so every device address is a pair
+ *   (arena handle, byte offset) — a host pointer for the CPU plugin, a cl_mem for OpenCL, a
+ *   device pointer for CUDA. The core never dereferences an arena handle.
+ *
+ * Ordering and threads
+ *   Each device is an in-order queue: uploads, copies and kernels are executed in the order
+ *   they are issued, and each sees the results of everything issued before it. They may run
+ *   asynchronously; download() and synchronize() return only when everything issued before
+ *   them is complete. upload() may return before the copy is done but must not read `src`
+ *   after returning (stage it if needed). A device is used by one host thread at a time (the
+ *   core serialises); different devices may be driven from different threads concurrently.
+ *
+ * Errors
+ *   Every fallible member returns mmrt_status and, on failure, leaves a human-readable detail
+ *   retrievable with last_error(dev) until the next call on that device. An error raised
+ *   asynchronously by a kernel is reported by the next synchronize() or download().
+ */
+#ifndef MMRT_PLUGIN_H
+#define MMRT_PLUGIN_H
+
+#include "mmrt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MMRT_ABI_MAJOR 1
+#define MMRT_ABI_MINOR 0
+
+#define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
+
+#if defined(__GNUC__)
+#define MMRT_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define MMRT_PLUGIN_EXPORT
+#endif
+
+/* First member of every struct that crosses the plugin boundary. */
+struct mmrt_abi_header {
+    uint16_t abi_major;   /* MMRT_ABI_MAJOR the writer was built against */
+    uint16_t abi_minor;   /* MMRT_ABI_MINOR the writer was built against */
+    uint32_t struct_size; /* sizeof the struct as the writer knew it, in bytes */
+};
+
+#define MMRT_ABI_HEADER_INIT(type) \
+    { MMRT_ABI_MAJOR, MMRT_ABI_MINOR, (uint32_t)sizeof(type) }
+
+/* ----------------------------------------------------------------------------------------
+ * Host services, passed to the entry point. Valid until the plugin is unloaded.
+ */
+struct mmrt_host {
+    struct mmrt_abi_header hdr;
+    /* Opaque host pointer, passed back as the first argument of every host callback. */
+    void *user;
+    /* Log sink (required, never NULL). `plugin` is the plugin's name, `message` one line
+     * without a trailing newline. Thread-safe. Plugins never print on their own. */
+    void (*log)(void *user, enum mmrt_log_level level, const char *plugin, const char *message);
+};
+
+/* ----------------------------------------------------------------------------------------
+ * Tensors as kernels see them: a strided view of device memory.
+ */
+#define MMRT_MAX_DIMS 4
+#define MMRT_MAX_SRC 6
+
+struct mmrt_tensor {
+    struct mmrt_abi_header hdr;
+    void *buffer;           /* arena handle returned by arena_alloc */
+    uint64_t offset;        /* byte offset of the first element inside the arena */
+    int32_t dtype;          /* enum mmrt_dtype */
+    int32_t n_dims;         /* 1 … MMRT_MAX_DIMS */
+    int64_t ne[MMRT_MAX_DIMS]; /* extents, outermost first (PyTorch order); unused dims are 1 */
+    int64_t nb[MMRT_MAX_DIMS]; /* byte stride of each dim, same order; contiguous when
+                                  nb[n_dims-1] == dtype size and nb[i] == nb[i+1]*ne[i+1] */
+};
+
+/* ----------------------------------------------------------------------------------------
+ * Operators. Shapes are written outermost first. "rows" means the product of all dims but
+ * the last. Unless stated otherwise: activations and outputs are F32 and contiguous;
+ * "weight" inputs may be F32, F16 or BF16 (converted to f32 on load into registers);
+ * arithmetic accumulates in f32 at least; dst may be exactly src[0] (same arena, offset and
+ * shape) for elementwise ops, and never partially overlaps any source otherwise. The core
+ * validates shapes and dtypes before calling a kernel; a kernel may still refuse with
+ * MMRT_ERR_UNSUPPORTED (e.g. a dtype it does not implement) and a message naming it.
+ */
+enum mmrt_op {
+    /* y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N]). src: x (F32, rows × K), W (weight), b (weight,
+     * optional). dst F32 [rows, N]. No params. */
+    MMRT_OP_MATMUL = 0,
+    /* dst = src0 + src1. src1 (F32 or weight dtype) has the shape of src0, or is one row
+     * [N] broadcast over every row of src0. */
+    MMRT_OP_ADD = 1,
+    /* dst = src0 * src1, broadcast as for ADD. */
+    MMRT_OP_MUL = 2,
+    /* dst = src0 * p.scale. Params: struct mmrt_scale_params. */
+    MMRT_OP_SCALE = 3,
+    /* Per row of src0 [rows, N]: (x − mean) / sqrt(var + eps) · w + b, var biased.
+     * src1 = w [N], src2 = b [N], both optional (weight dtype). Params: mmrt_norm_params. */
+    MMRT_OP_LAYERNORM = 4,
+    /* Per row: x · 1/sqrt(mean(x²) + eps) · w. src1 = w [N] optional. Params: norm. */
+    MMRT_OP_RMSNORM = 5,
+    /* Unary activations, dst same shape as src0:
+     * GELU = 0.5·x·(1+erf(x/√2)); GELU_TANH = 0.5x(1+tanh(√(2/π)(x+0.044715x³)));
+     * QUICK_GELU = x·sigmoid(1.702x); SILU = x·sigmoid(x); RELU2 = max(x,0)². */
+    MMRT_OP_GELU = 6,
+    MMRT_OP_GELU_TANH = 7,
+    MMRT_OP_QUICK_GELU = 8,
+    MMRT_OP_SILU = 9,
+    /* dst = silu(src0) · src1 (SwiGLU gate · up), same shapes. */
+    MMRT_OP_SWIGLU = 10,
+    MMRT_OP_RELU2 = 11,
+    /* Per row of src0 [rows, N]: softmax(x · p.scale), computed in f32 with the row max
+     * subtracted. -INFINITY inputs give exactly 0. Params: mmrt_scale_params. */
+    MMRT_OP_SOFTMAX = 12,
+    /* Rotary embedding. src0 = x [T, H, D] (innermost dim contiguous), src1 = positions
+     * I32 [T]; dst [T, H, D] (may be src0). Params: mmrt_rope_params. Only the first n_rot
+     * dims of each head rotate; the rest are copied. inv_freq[i] = 1 / theta^(2i / n_rot)
+     * and angle = pos · inv_freq[i], both in f32 as Hugging Face computes them.
+     * NEOX layout pairs dim i with i + n_rot/2 (rotate_half); INTERLEAVED pairs 2i, 2i+1. */
+    MMRT_OP_ROPE = 13,
+    /* Scaled dot-product attention over one or more sequences packed along the token dim.
+     * src0 = q [T, Hq, D], src1 = k [S, Hkv, D], src2 = v [S, Hkv, D] (k and v F32 or F16,
+     * any token stride, innermost dim contiguous), src3 = cu_seqlens_q I32 [n_seq+1] and
+     * src4 = cu_seqlens_k I32 [n_seq+1] (both optional: absent means one sequence holding
+     * all T queries and all S keys). dst = [T, Hq, D] F32.
+     * Query head h reads kv head h / (Hq/Hkv) (contiguous groups, Hq % Hkv == 0). D ≤ 256.
+     * Causal: query i of a sequence with Lq queries and Lk keys sees keys j ≤ i + (Lk − Lq)
+     * (the queries are the last Lq positions). A query that sees no key gets zeros.
+     * Params: mmrt_attention_params. */
+    MMRT_OP_ATTENTION = 14,
+    /* dst[t, :] = table[ids[t], :]. src0 = table [V, N] (weight dtype), src1 = ids I32 [T];
+     * dst F32 [T, N]. An id outside [0, V) is MMRT_ERR_INVALID_ARG. */
+    MMRT_OP_GET_ROWS = 15,
+    /* Conv2d with stride = kernel = P and no padding, emitted token-major.
+     * src0 = image F32 [B, C, H, W] (H, W multiples of P), src1 = weight [O, C, P, P],
+     * src2 = bias [O] (optional). dst F32 [B, (H/P)·(W/P), O], patches in row-major
+     * (patch row, patch column) order. Params: mmrt_patch_params. */
+    MMRT_OP_PATCH_EMBED = 16,
+    /* dst = concat(src0, src1) along p.axis; all three share dtype, ranks and every other
+     * extent. Sources may be strided. Params: mmrt_concat_params. */
+    MMRT_OP_CONCAT = 17,
+    /* Strided copy with dtype conversion: dst[i…] = (dst dtype) src0[i…]. src0 and dst have
+     * equal extents and any strides (this is how transpose/permute and KV-cache writes are
+     * expressed: the core passes a permuted or offset view). F32 ↔ F16 ↔ BF16 round to
+     * nearest even; I32 copies only to I32. No params. */
+    MMRT_OP_COPY = 18,
+    /* dst[r] = index of the largest element of row r of src0 [rows, N] (F32), the first one
+     * on ties; NaN is never chosen unless the whole row is NaN. dst I32 [rows]. */
+    MMRT_OP_ARGMAX = 19,
+    MMRT_OP_COUNT /* number of ops this header knows; never stored in a plugin struct */
+};
+
+/* Op parameter structs. Append-only; readers handle a shorter params_size (zero default). */
+struct mmrt_scale_params { float scale; };
+struct mmrt_norm_params { float eps; };
+
+enum mmrt_rope_mode { MMRT_ROPE_NEOX = 0, MMRT_ROPE_INTERLEAVED = 1 };
+struct mmrt_rope_params {
+    float theta;    /* base, e.g. 10000 */
+    int32_t n_rot;  /* rotated dims per head, even, 2 … D */
+    int32_t mode;   /* enum mmrt_rope_mode */
+};
+
+struct mmrt_attention_params {
+    float scale;    /* multiplies q·k, usually 1/sqrt(D) */
+    int32_t causal; /* 0 = bidirectional, 1 = causal as described at MMRT_OP_ATTENTION */
+    int32_t n_seq;  /* number of packed sequences; 1 when cu_seqlens are absent */
+};
+
+struct mmrt_patch_params { int32_t patch; };
+struct mmrt_concat_params { int32_t axis; };
+
+/* Everything one kernel launch needs. Built by the core, valid only during the call. */
+struct mmrt_op_args {
+    struct mmrt_abi_header hdr;
+    int32_t op;                                /* enum mmrt_op */
+    int32_t n_src;                             /* number of src slots used */
+    const struct mmrt_tensor *src[MMRT_MAX_SRC]; /* NULL for an absent optional input */
+    const struct mmrt_tensor *dst;
+    const void *params;                        /* op's params struct, or NULL */
+    uint32_t params_size;                      /* sizeof params as the core knew it */
+};
+
+struct mmrt_device; /* opaque, owned by the plugin */
+
+/* The one kernel signature. Adding an op never changes it. */
+typedef mmrt_status (*mmrt_kernel_fn)(struct mmrt_device *dev, const struct mmrt_op_args *args);
+
+/* ----------------------------------------------------------------------------------------
+ * Devices.
+ */
+struct mmrt_device_info {
+    struct mmrt_abi_header hdr;
+    char name[128];           /* e.g. "AMD EPYC 9B14 (2 threads)" or "NVIDIA H200" */
+    char kind[16];            /* "cpu", "gpu" or "accelerator" */
+    uint64_t total_bytes;     /* device memory */
+    uint64_t free_bytes;      /* device memory free now, as the driver reports it */
+    uint64_t max_arena_bytes; /* largest single arena_alloc that may succeed */
+    uint32_t alignment;       /* byte alignment the plugin needs for tensor offsets */
+};
+
+struct mmrt_plugin {
+    struct mmrt_abi_header hdr;
+    const char *name;    /* short name, e.g. "cpu"; the file is libmmrt_<name>.so */
+    const char *version; /* the plugin's own version string */
+
+    /* Counts the devices this plugin can drive (required). Finding none is not an error:
+     * return MMRT_OK with *n_devices = 0 and a reason in `why` ("no CUDA device"); the core
+     * then skips the plugin with an info line. */
+    mmrt_status (*probe)(int *n_devices, char *why, size_t why_size);
+
+    /* Opens device `index` (required). `options` are the plugin-specific keys of the
+     * device's INI section (n_options may be 0). On failure returns a status and writes a
+     * message naming the key or driver error into err. */
+    mmrt_status (*device_open)(int index, const struct mmrt_option *options, int n_options,
+                               struct mmrt_device **out, char *err, size_t err_size);
+    /* Releases the device and everything still allocated on it (required). NULL is a no-op. */
+    void (*device_close)(struct mmrt_device *dev);
+    /* Fills *info (required); info->hdr is set by the caller, the plugin honours its size. */
+    mmrt_status (*device_info)(struct mmrt_device *dev, struct mmrt_device_info *info);
+
+    /* Allocates one arena of nbytes (required). Running out is MMRT_ERR_OUT_OF_POOL, never an
+     * abort. The handle is opaque to the core. */
+    mmrt_status (*arena_alloc)(struct mmrt_device *dev, uint64_t nbytes, void **arena);
+    /* Frees an arena (required); waits for work that uses it. NULL arena is a no-op. */
+    void (*arena_free)(struct mmrt_device *dev, void *arena);
+
+    /* Host → device, device → host, device → device on one device (all required).
+     * Ranges are bounds-checked against the arena (MMRT_ERR_INVALID_ARG otherwise); copy()
+     * allows the two ranges to overlap in the same arena, with memmove semantics. */
+    mmrt_status (*upload)(struct mmrt_device *dev, void *arena, uint64_t offset,
+                          const void *src, uint64_t nbytes);
+    mmrt_status (*download)(struct mmrt_device *dev, void *dst, void *arena, uint64_t offset,
+                            uint64_t nbytes);
+    mmrt_status (*copy)(struct mmrt_device *dev, void *dst_arena, uint64_t dst_offset,
+                        void *src_arena, uint64_t src_offset, uint64_t nbytes);
+    /* Waits until all issued work is complete (required). */
+    mmrt_status (*synchronize)(struct mmrt_device *dev);
+    /* Detail of the last failure on dev (required; never NULL, "" when none). */
+    const char *(*last_error)(struct mmrt_device *dev);
+
+    /* Op table (optional): ops[op] for op < n_ops; a NULL entry or op ≥ n_ops means the
+     * plugin does not support that op, and the scheduler refuses a placement that needs it. */
+    const mmrt_kernel_fn *ops;
+    uint32_t n_ops;
+
+    /* NULL-terminated list of the [device.NAME] keys device_open understands (optional;
+     * NULL means none). The config reader refuses any other key with its FILE:LINE. */
+    const char *const *option_keys;
+
+    /* Called once before the plugin is unloaded (optional). */
+    void (*shutdown)(void);
+
+    /* Graph capture (optional; all four or none). Between capture_begin and capture_end the
+     * device records the uploads, copies and kernels issued instead of running them;
+     * capture_end returns an opaque graph that graph_launch replays with the same arguments
+     * (same arenas, offsets, shapes and params). Values a step changes — positions, KV
+     * lengths — must therefore live in device memory (ROPE positions, ATTENTION
+     * cu_seqlens_k), written by an upload issued before the launch. If capture fails the
+     * plugin returns an error, leaves nothing recorded and the core runs eagerly (the CUDA
+     * plugin implements this with CUDA Graphs for the decode step). */
+    mmrt_status (*capture_begin)(struct mmrt_device *dev);
+    mmrt_status (*capture_end)(struct mmrt_device *dev, void **graph);
+    mmrt_status (*graph_launch)(struct mmrt_device *dev, void *graph);
+    void (*graph_destroy)(struct mmrt_device *dev, void *graph);
+};
+
+/* The oldest mmrt_plugin layout the loader accepts: everything up to last_error. */
+#define MMRT_PLUGIN_MIN_SIZE \
+    (offsetof(struct mmrt_plugin, last_error) + sizeof(((struct mmrt_plugin *)0)->last_error))
+
+typedef const struct mmrt_plugin *(*mmrt_plugin_entry_fn)(const struct mmrt_host *host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MMRT_PLUGIN_H */

@@ -1,0 +1,86 @@
+/*
+ * core/ops.h — the operator front: every kernel launch in mmrt goes through here.
+ *
+ * Each call checks the arguments against the operator's contract in plugin.h (ranks, shapes,
+ * dtypes, contiguity, parameter ranges) before the plugin sees them, so every plugin —
+ * ours or a vendor's — gets only well-formed launches, and a model bug surfaces as an error
+ * naming the op and the tensor instead of a wrong answer or a crash on a GPU. Then it
+ * dispatches to the device's op table; a NULL entry is MMRT_ERR_UNSUPPORTED naming the
+ * device, its plugin and the op.
+ *
+ * Values that live in device memory (token ids, positions, cu_seqlens) cannot be checked
+ * here without a copy; plugins check them (GET_ROWS refuses an id out of range).
+ *
+ * All tensors must live on `dev`. Statuses: MMRT_ERR_INVALID_ARG (contract violated; the
+ * message names op, operand and extents), MMRT_ERR_UNSUPPORTED, or the plugin's status with
+ * its last_error text.
+ */
+#ifndef MMRT_CORE_OPS_H
+#define MMRT_CORE_OPS_H
+
+#include "device.h"
+
+/* Generic entry: validates `op` with its sources (NULL for absent optional ones) and
+ * parameter struct, then launches it. The typed wrappers below are the usual way in. */
+mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
+                           const struct mmrt_tensor *const *src, int n_src,
+                           const struct mmrt_tensor *dst, const void *params,
+                           uint32_t params_size, struct mmrt_error *err);
+
+/* Validation alone (what mmrt_op_launch checks), for tools and tests. */
+mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *src, int n_src,
+                             const struct mmrt_tensor *dst, const void *params,
+                             uint32_t params_size, struct mmrt_error *err);
+
+/* y[rows, N] = x[rows, K] · w[N, K]ᵀ (+ b[N]); b may be NULL. */
+mmrt_status mmrt_op_matmul(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                           const struct mmrt_tensor *w, const struct mmrt_tensor *b,
+                           const struct mmrt_tensor *y, struct mmrt_error *err);
+/* y = a + b / y = a * b, b the same shape as a or one row broadcast. */
+mmrt_status mmrt_op_add(struct mmrt_dev *dev, const struct mmrt_tensor *a,
+                        const struct mmrt_tensor *b, const struct mmrt_tensor *y,
+                        struct mmrt_error *err);
+mmrt_status mmrt_op_mul(struct mmrt_dev *dev, const struct mmrt_tensor *a,
+                        const struct mmrt_tensor *b, const struct mmrt_tensor *y,
+                        struct mmrt_error *err);
+mmrt_status mmrt_op_scale(struct mmrt_dev *dev, const struct mmrt_tensor *x, float scale,
+                          const struct mmrt_tensor *y, struct mmrt_error *err);
+/* w and b may be NULL. */
+mmrt_status mmrt_op_layernorm(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                              const struct mmrt_tensor *w, const struct mmrt_tensor *b,
+                              float eps, const struct mmrt_tensor *y, struct mmrt_error *err);
+mmrt_status mmrt_op_rmsnorm(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                            const struct mmrt_tensor *w, float eps, const struct mmrt_tensor *y,
+                            struct mmrt_error *err);
+/* op is one of GELU, GELU_TANH, QUICK_GELU, SILU, RELU2. */
+mmrt_status mmrt_op_unary(struct mmrt_dev *dev, enum mmrt_op op, const struct mmrt_tensor *x,
+                          const struct mmrt_tensor *y, struct mmrt_error *err);
+mmrt_status mmrt_op_swiglu(struct mmrt_dev *dev, const struct mmrt_tensor *gate,
+                           const struct mmrt_tensor *up, const struct mmrt_tensor *y,
+                           struct mmrt_error *err);
+mmrt_status mmrt_op_softmax(struct mmrt_dev *dev, const struct mmrt_tensor *x, float scale,
+                            const struct mmrt_tensor *y, struct mmrt_error *err);
+mmrt_status mmrt_op_rope(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                         const struct mmrt_tensor *pos, const struct mmrt_rope_params *p,
+                         const struct mmrt_tensor *y, struct mmrt_error *err);
+/* cu_q and cu_k are both NULL (one sequence) or both given with n_seq + 1 entries. */
+mmrt_status mmrt_op_attention(struct mmrt_dev *dev, const struct mmrt_tensor *q,
+                              const struct mmrt_tensor *k, const struct mmrt_tensor *v,
+                              const struct mmrt_tensor *cu_q, const struct mmrt_tensor *cu_k,
+                              const struct mmrt_attention_params *p,
+                              const struct mmrt_tensor *y, struct mmrt_error *err);
+mmrt_status mmrt_op_get_rows(struct mmrt_dev *dev, const struct mmrt_tensor *table,
+                             const struct mmrt_tensor *ids, const struct mmrt_tensor *y,
+                             struct mmrt_error *err);
+mmrt_status mmrt_op_patch_embed(struct mmrt_dev *dev, const struct mmrt_tensor *image,
+                                const struct mmrt_tensor *w, const struct mmrt_tensor *b,
+                                int patch, const struct mmrt_tensor *y, struct mmrt_error *err);
+mmrt_status mmrt_op_concat(struct mmrt_dev *dev, const struct mmrt_tensor *a,
+                           const struct mmrt_tensor *b, int axis, const struct mmrt_tensor *y,
+                           struct mmrt_error *err);
+mmrt_status mmrt_op_copy(struct mmrt_dev *dev, const struct mmrt_tensor *src,
+                         const struct mmrt_tensor *dst, struct mmrt_error *err);
+mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                           const struct mmrt_tensor *y, struct mmrt_error *err);
+
+#endif

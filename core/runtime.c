@@ -1,0 +1,781 @@
+/*
+ * core/runtime.c — the runtime behind mmrt.h: turns a configuration (INI file or struct)
+ * into opened devices with pools and stage placements, and answers requests.
+ *
+ * Creation validates everything it can before touching a device: device names unique,
+ * stages naming defined devices, plugin-specific keys known to their plugin (so a typo in
+ * deploy.ini is a FILE:LINE error, not a silently ignored key). Errors from an INI file carry
+ * FILE:LINE; the same checks on a config struct name the field instead.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device.h"
+#include "error.h"
+#include "formats/conf.h"
+#include "formats/json.h"
+#include "log.h"
+#include "mmrt/mmrt.h"
+#include "model.h"
+#include "plugin_loader.h"
+
+#define MAX_DEVICES 64
+
+struct mmrt_runtime {
+    struct mmrt_dev *devices[MAX_DEVICES];
+    int n_devices;
+    struct mmrt_dev *vision;   /* stage placements, never NULL once created */
+    struct mmrt_dev *language;
+    char *model_path;          /* NULL when the config has no model */
+    const struct mmrt_model_type *model_type;
+    struct mmrt_model *model;  /* loaded when model_path is set */
+    char *source;              /* INI path or "config" for messages */
+    struct mmrt_request run;   /* [run] defaults; strings owned below */
+    char *run_image, *run_prompt;
+    struct mmrt_error last;
+};
+
+/* Where each piece of the configuration came from, for FILE:LINE messages. */
+struct config_lines {
+    const char *file;              /* NULL for a config struct */
+    const struct mmrt_conf *conf;  /* NULL for a config struct */
+};
+
+static mmrt_status at(const struct config_lines *src, int line, struct mmrt_error *err,
+                      mmrt_status st, const char *what)
+{
+    if (src->file)
+        return mmrt_error_set(err, st, "%s:%d: %s", src->file, line, what);
+    return mmrt_error_set(err, st, "config: %s", what);
+}
+
+const char *mmrt_version(void)
+{
+    return MMRT_VERSION;
+}
+
+const char *mmrt_status_string(mmrt_status status)
+{
+    return mmrt_status_message(status);
+}
+
+static void copy_error(char *buf, size_t size, const struct mmrt_error *err)
+{
+    if (buf && size)
+        snprintf(buf, size, "%s", err->msg);
+}
+
+void mmrt_destroy(struct mmrt_runtime *rt)
+{
+    if (!rt)
+        return;
+    if (rt->model)
+        rt->model_type->destroy(rt->model);
+    for (int i = rt->n_devices - 1; i >= 0; i--)
+        mmrt_dev_close(rt->devices[i]);
+    free(rt->run_image);
+    free(rt->run_prompt);
+    free(rt->model_path);
+    free(rt->source);
+    free(rt);
+}
+
+const char *mmrt_last_error(const struct mmrt_runtime *rt)
+{
+    return rt ? rt->last.msg : "";
+}
+
+/* Checks the plugin-specific keys of device i against the plugin's declared list. */
+static mmrt_status check_options(const struct config_lines *src, int dev_i,
+                                 const struct mmrt_device_config *dc,
+                                 const struct mmrt_loaded_plugin *plugin,
+                                 struct mmrt_error *err)
+{
+    for (int k = 0; k < dc->n_options; k++) {
+        const char *key = dc->options[k].key;
+        int known = 0;
+        for (const char *const *p = plugin->api.option_keys; p && *p && !known; p++)
+            known = strcmp(*p, key) == 0;
+        if (known)
+            continue;
+        char what[512], keys[256] = "";
+        size_t used = 0;
+        for (const char *const *p = plugin->api.option_keys; p && *p; p++) {
+            int w = snprintf(keys + used, sizeof keys - used, "%s%s", used ? ", " : "", *p);
+            if (w > 0 && used + (size_t)w < sizeof keys)
+                used += (size_t)w;
+        }
+        snprintf(what, sizeof what,
+                 "[device.%s]: unknown key '%s' (plugin %s knows: plugin, index, pool_mb%s%s)",
+                 dc->name, key, plugin->api.name, used ? ", " : "", keys);
+        int line = src->conf ? src->conf->devices[dev_i].options[k].line : 0;
+        return at(src, line, err, MMRT_ERR_CONFIG, what);
+    }
+    return MMRT_OK;
+}
+
+static struct mmrt_dev *find_dev(struct mmrt_runtime *rt, const char *name)
+{
+    for (int i = 0; i < rt->n_devices; i++)
+        if (strcmp(rt->devices[i]->name, name) == 0)
+            return rt->devices[i];
+    return NULL;
+}
+
+static mmrt_status create(const struct mmrt_config *cfg, const struct config_lines *src,
+                          struct mmrt_runtime **out, struct mmrt_error *err)
+{
+    mmrt_status st = MMRT_OK;
+    char what[MMRT_ERROR_MAX + 128];
+    if (cfg->n_devices < 1 || cfg->n_devices > MAX_DEVICES || !cfg->devices) {
+        snprintf(what, sizeof what, "between 1 and %d devices are needed, got %d", MAX_DEVICES,
+                 cfg->n_devices);
+        return at(src, 0, err, MMRT_ERR_CONFIG, what);
+    }
+    struct mmrt_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
+    rt->run = (struct mmrt_request){ .max_tokens = 64, .top_p = 1.0f };
+    rt->source = strdup(src->file ? src->file : "config");
+    if (!rt->source || (cfg->model_path && !(rt->model_path = strdup(cfg->model_path)))) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
+        goto fail;
+    }
+
+    for (int i = 0; i < cfg->n_devices; i++) {
+        const struct mmrt_device_config *dc = &cfg->devices[i];
+        int line = src->conf ? src->conf->devices[i].line : 0;
+        if (!dc->name || !dc->name[0] || strlen(dc->name) >= sizeof rt->devices[0]->name ||
+            !dc->plugin) {
+            snprintf(what, sizeof what, "device %d: name and plugin are required", i);
+            st = at(src, line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        for (int j = 0; j < i; j++) {
+            if (strcmp(cfg->devices[j].name, dc->name) == 0) {
+                snprintf(what, sizeof what, "device '%s' is defined twice", dc->name);
+                st = at(src, line, err, MMRT_ERR_CONFIG, what);
+                goto fail;
+            }
+        }
+        if (dc->pool_mb == 0 || dc->pool_mb > (UINT64_MAX >> 20)) {
+            snprintf(what, sizeof what, "[device.%s]: pool_mb must be at least 1", dc->name);
+            st = at(src, line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        struct mmrt_loaded_plugin *plugin = NULL;
+        struct mmrt_error perr = { 0 };
+        st = mmrt_plugin_load(dc->plugin, &plugin, &perr);
+        if (st != MMRT_OK) {
+            snprintf(what, sizeof what, "[device.%s]: %s", dc->name, perr.msg);
+            st = at(src, src->conf ? src->conf->devices[i].plugin_line : 0, err, st, what);
+            goto fail;
+        }
+        st = check_options(src, i, dc, plugin, err);
+        if (st == MMRT_OK)
+            st = mmrt_dev_open_plugin(dc->name, plugin, dc->index, dc->pool_mb << 20,
+                                      dc->options, dc->n_options, &rt->devices[i], &perr);
+        mmrt_plugin_release(plugin);
+        if (st != MMRT_OK) {
+            if (perr.msg[0])
+                at(src, line, err, st, perr.msg);
+            goto fail;
+        }
+        rt->n_devices++;
+    }
+
+    const char *stage_dev[2] = { cfg->vision_device, cfg->language_device };
+    const char *stage_name[2] = { "vision", "language" };
+    struct mmrt_dev **stage_slot[2] = { &rt->vision, &rt->language };
+    for (int s = 0; s < 2; s++) {
+        *stage_slot[s] = stage_dev[s] ? find_dev(rt, stage_dev[s]) : rt->devices[0];
+        if (!*stage_slot[s]) {
+            const struct mmrt_conf_stage *cs =
+                src->conf ? (s == 0 ? &src->conf->vision : &src->conf->language) : NULL;
+            snprintf(what, sizeof what, "[stage.%s]: device '%s' is not defined", stage_name[s],
+                     stage_dev[s]);
+            st = at(src, cs ? cs->line : 0, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+    }
+
+    if (rt->model_path) {
+        char cfg_path[4096];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", rt->model_path);
+        json_t *root = NULL;
+        st = mmrt_json_load_file(cfg_path, 16u << 20, 0, &root, err);
+        if (st != MMRT_OK)
+            goto fail;
+        const char *type = NULL;
+        st = mmrt_json_opt_string(root, "model_type", cfg_path, NULL, &type, err);
+        if (st == MMRT_OK && !(rt->model_type = type ? mmrt_model_type_find(type) : NULL))
+            st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                "%s: model_type '%s' is not supported by this build (%s)",
+                                cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
+        if (st == MMRT_OK)
+            st = rt->model_type->load(rt->model_path, root, rt->vision, rt->language, &rt->model,
+                                      err);
+        json_decref(root);
+        if (st != MMRT_OK)
+            goto fail;
+    }
+
+    *out = rt;
+    return MMRT_OK;
+
+fail:
+    mmrt_destroy(rt);
+    return st;
+}
+
+mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **out, char *err,
+                        size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    struct config_lines src = { 0 };
+    if (!config || !out) {
+        mmrt_error_set(&e, MMRT_ERR_INVALID_ARG, "mmrt_create: config and out are required");
+        copy_error(err, err_size, &e);
+        return MMRT_ERR_INVALID_ARG;
+    }
+    mmrt_status st = create(config, &src, out, &e);
+    if (st != MMRT_OK)
+        copy_error(err, err_size, &e);
+    return st;
+}
+
+mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out, char *err,
+                                  size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    struct mmrt_conf *conf = NULL;
+    struct mmrt_device_config *devs = NULL;
+    struct mmrt_option **opts = NULL;
+    mmrt_status st = mmrt_conf_load(ini_path, &conf, &e);
+    if (st != MMRT_OK)
+        goto out;
+    devs = calloc((size_t)conf->n_devices + 1, sizeof *devs);
+    opts = calloc((size_t)conf->n_devices + 1, sizeof *opts);
+    if (!devs || !opts) {
+        st = mmrt_error_set(&e, MMRT_ERR_NO_MEMORY, "%s: out of memory", ini_path);
+        goto out;
+    }
+    for (int i = 0; i < conf->n_devices; i++) {
+        const struct mmrt_conf_device *cd = &conf->devices[i];
+        opts[i] = calloc((size_t)cd->n_options + 1, sizeof *opts[i]);
+        if (!opts[i]) {
+            st = mmrt_error_set(&e, MMRT_ERR_NO_MEMORY, "%s: out of memory", ini_path);
+            goto out;
+        }
+        for (int k = 0; k < cd->n_options; k++)
+            opts[i][k] = (struct mmrt_option){ cd->options[k].key, cd->options[k].value };
+        devs[i] = (struct mmrt_device_config){
+            .name = cd->name, .plugin = cd->plugin, .index = cd->index,
+            .pool_mb = cd->pool_mb, .options = opts[i], .n_options = cd->n_options,
+        };
+    }
+    struct mmrt_config cfg = {
+        .model_path = conf->model_path,
+        .devices = devs,
+        .n_devices = conf->n_devices,
+        .vision_device = conf->vision.present ? conf->vision.device : NULL,
+        .language_device = conf->language.present ? conf->language.device : NULL,
+    };
+    struct config_lines src = { .file = ini_path, .conf = conf };
+    st = create(&cfg, &src, out, &e);
+    if (st == MMRT_OK) {
+        struct mmrt_runtime *rt = *out;
+        const struct mmrt_conf_run *r = &conf->run;
+        if ((r->image && !(rt->run_image = strdup(r->image))) ||
+            (r->prompt && !(rt->run_prompt = strdup(r->prompt)))) {
+            mmrt_destroy(rt);
+            *out = NULL;
+            st = mmrt_error_set(&e, MMRT_ERR_NO_MEMORY, "%s: out of memory", ini_path);
+            goto out;
+        }
+        rt->run.image_path = rt->run_image;
+        rt->run.prompt = rt->run_prompt;
+        rt->run.max_tokens = (int)r->max_tokens;
+        rt->run.seed = r->seed;
+        rt->run.temperature = (float)r->temperature;
+        rt->run.top_k = (int)r->top_k;
+        rt->run.top_p = (float)r->top_p;
+    }
+out:
+    if (st != MMRT_OK)
+        copy_error(err, err_size, &e);
+    for (int i = 0; conf && opts && i < conf->n_devices; i++)
+        free(opts[i]);
+    free(opts);
+    free(devs);
+    mmrt_conf_destroy(conf);
+    return st;
+}
+
+int mmrt_device_count(const struct mmrt_runtime *rt)
+{
+    return rt ? rt->n_devices : 0;
+}
+
+static void describe(const struct mmrt_dev *dev, struct mmrt_device_desc *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", dev->name);
+    snprintf(out->plugin, sizeof out->plugin, "%s", dev->api->name);
+    out->index = dev->index;
+    snprintf(out->device_name, sizeof out->device_name, "%s", dev->info.name);
+    snprintf(out->kind, sizeof out->kind, "%s", dev->info.kind);
+    out->total_bytes = dev->info.total_bytes;
+    out->free_bytes = dev->info.free_bytes;
+}
+
+mmrt_status mmrt_device_describe(struct mmrt_runtime *rt, int i, struct mmrt_device_desc *out)
+{
+    if (!rt || !out || i < 0 || i >= rt->n_devices)
+        return mmrt_error_set(rt ? &rt->last : NULL, MMRT_ERR_INVALID_ARG,
+                              "device index %d out of range", i);
+    describe(rt->devices[i], out);
+    struct mmrt_pool_stats ps;
+    mmrt_pool_stats(rt->devices[i]->pool, &ps);
+    out->pool_bytes = ps.capacity_bytes;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i, struct mmrt_pool_report *out)
+{
+    if (!rt || !out || i < 0 || i >= rt->n_devices)
+        return mmrt_error_set(rt ? &rt->last : NULL, MMRT_ERR_INVALID_ARG,
+                              "device index %d out of range", i);
+    struct mmrt_pool_stats ps;
+    mmrt_pool_stats(rt->devices[i]->pool, &ps);
+    memset(out, 0, sizeof *out);
+    out->capacity_bytes = ps.capacity_bytes;
+    out->bytes_in_use = ps.bytes_in_use;
+    out->peak_bytes_in_use = ps.peak_bytes_in_use;
+    out->total_free_bytes = ps.total_free_bytes;
+    out->largest_free_block = ps.largest_free_block;
+    out->fragmentation = ps.fragmentation;
+    out->min_block_bytes = ps.min_block_bytes;
+    out->n_orders = ps.n_orders < MMRT_POOL_REPORT_ORDERS ? ps.n_orders : MMRT_POOL_REPORT_ORDERS;
+    for (uint32_t k = 0; k < out->n_orders; k++)
+        out->free_blocks_per_order[k] = ps.free_blocks_per_order[k];
+    return MMRT_OK;
+}
+
+struct list_ctx {
+    mmrt_device_list_fn fn;
+    void *user;
+};
+
+static int list_one(void *user, const char *name, const char *path)
+{
+    struct list_ctx *ctx = user;
+    struct mmrt_plugin_report rep = { .name = name, .path = path };
+    struct mmrt_loaded_plugin *plugin = NULL;
+    struct mmrt_error e = { 0 };
+    if (mmrt_plugin_load_file(path, &plugin, &e) != MMRT_OK) {
+        rep.error = e.msg;
+        ctx->fn(ctx->user, &rep, NULL);
+        return 0;
+    }
+    rep.version = plugin->api.version ? plugin->api.version : "";
+    rep.n_devices = plugin->n_devices;
+    rep.skip_reason = plugin->n_devices == 0 ? plugin->skip_reason : NULL;
+    ctx->fn(ctx->user, &rep, NULL);
+    for (int i = 0; i < plugin->n_devices; i++) {
+        struct mmrt_device *h = NULL;
+        char msg[256] = "";
+        struct mmrt_device_desc d = { 0 };
+        snprintf(d.plugin, sizeof d.plugin, "%s", plugin->api.name);
+        d.index = i;
+        if (plugin->api.device_open(i, NULL, 0, &h, msg, sizeof msg) == MMRT_OK) {
+            struct mmrt_device_info info = { .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_device_info) };
+            if (plugin->api.device_info(h, &info) == MMRT_OK) {
+                info.name[sizeof info.name - 1] = '\0';
+                info.kind[sizeof info.kind - 1] = '\0';
+                snprintf(d.device_name, sizeof d.device_name, "%s", info.name);
+                snprintf(d.kind, sizeof d.kind, "%s", info.kind);
+                d.total_bytes = info.total_bytes;
+                d.free_bytes = info.free_bytes;
+            }
+            plugin->api.device_close(h);
+        } else {
+            msg[sizeof msg - 1] = '\0';
+            snprintf(d.device_name, sizeof d.device_name, "(cannot open: %s)", msg);
+        }
+        ctx->fn(ctx->user, &rep, &d);
+    }
+    mmrt_plugin_release(plugin);
+    return 0;
+}
+
+mmrt_status mmrt_list_devices(mmrt_device_list_fn fn, void *user, char *err, size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    struct list_ctx ctx = { fn, user };
+    mmrt_status st = mmrt_plugin_foreach_file(list_one, &ctx, &e);
+    if (st != MMRT_OK)
+        copy_error(err, err_size, &e);
+    return st;
+}
+
+void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out)
+{
+    *out = rt->run;
+}
+
+const char *mmrt_model_type(const struct mmrt_runtime *rt)
+{
+    return rt && rt->model_type ? rt->model_type->model_type : NULL;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Copies a message into a fixed buffer, cutting it if needed. */
+static void copy_msg(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void result_error(struct mmrt_result *r, mmrt_status st, const char *msg)
+{
+    r->status = st;
+    copy_msg(r->error, sizeof r->error, msg);
+}
+
+/* One request, stages one after the other (the caller has cleared rt->last). */
+static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                           const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                           void *user, struct mmrt_result *result)
+{
+    if (!req || !result)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_run: request and result are required");
+    if (!rt->model)
+        return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
+                              "%s: no [model] configured; nothing to run", rt->source);
+    memset(result, 0, sizeof *result);
+    double t0 = now_ms();
+    struct mmrt_vision_output vis;
+    mmrt_status st = rt->model_type->encode(rt->model, req, trace, &vis, &rt->last);
+    double t1 = now_ms();
+    if (st == MMRT_OK)
+        st = rt->model_type->generate(rt->model, req, &vis, trace, on_token, user, result,
+                                      &rt->last);
+    mmrt_vision_output_free(&vis);
+    if (st == MMRT_OK) {
+        result->vision_start_ms = 0;
+        result->vision_end_ms = t1 - t0;
+        result->language_start_ms = t1 - t0;
+        result->language_end_ms = now_ms() - t0;
+    }
+    result->status = st;
+    copy_msg(result->error, sizeof result->error, st == MMRT_OK ? "" : rt->last.msg);
+    return st;
+}
+
+mmrt_status mmrt_run(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                     mmrt_token_fn on_token, void *user, struct mmrt_result *result)
+{
+    if (!rt)
+        return MMRT_ERR_INVALID_ARG;
+    mmrt_error_clear(&rt->last);
+    return run_one(rt, req, NULL, on_token, user, result);
+}
+
+mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                            const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                            void *user, struct mmrt_result *result)
+{
+    if (!rt)
+        return MMRT_ERR_INVALID_ARG;
+    mmrt_error_clear(&rt->last);
+    return run_one(rt, req, trace, on_token, user, result);
+}
+
+/* ---- batches: the vision stage of request i+1 overlaps the language stage of request i ---- */
+
+struct batch {
+    struct mmrt_runtime *rt;
+    const struct mmrt_request *reqs;
+    int n;
+    struct mmrt_vision_output *vis;
+    struct mmrt_result *results;
+    double t0;
+    pthread_mutex_t lock;
+    pthread_cond_t ready;
+    int n_encoded; /* requests whose vision stage is finished (successfully or not) */
+    mmrt_batch_token_fn on_token;
+    void *user;
+    int current; /* request whose tokens are streaming */
+};
+
+static void encode_one(struct batch *b, int i)
+{
+    struct mmrt_error err = { 0 };
+    struct mmrt_result *r = &b->results[i];
+    r->vision_start_ms = now_ms() - b->t0;
+    mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i], NULL, &b->vis[i], &err);
+    r->vision_end_ms = now_ms() - b->t0;
+    if (st != MMRT_OK)
+        result_error(r, st, err.msg);
+}
+
+static void *vision_worker(void *arg)
+{
+    struct batch *b = arg;
+    for (int i = 0; i < b->n; i++) {
+        encode_one(b, i);
+        pthread_mutex_lock(&b->lock);
+        b->n_encoded = i + 1;
+        pthread_cond_signal(&b->ready);
+        pthread_mutex_unlock(&b->lock);
+    }
+    return NULL;
+}
+
+static bool batch_token(void *user, int32_t id, const char *text)
+{
+    struct batch *b = user;
+    return b->on_token ? b->on_token(b->user, b->current, id, text) : true;
+}
+
+mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
+                           mmrt_batch_token_fn on_token, void *user,
+                           struct mmrt_result *results)
+{
+    if (!rt)
+        return MMRT_ERR_INVALID_ARG;
+    mmrt_error_clear(&rt->last);
+    if (!reqs || !results || n < 1)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_run_batch: requests, results and n ≥ 1 are required");
+    if (!rt->model)
+        return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
+                              "%s: no [model] configured; nothing to run", rt->source);
+    struct batch b = { .rt = rt, .reqs = reqs, .n = n, .results = results, .t0 = now_ms(),
+                       .on_token = on_token, .user = user };
+    b.vis = calloc((size_t)n, sizeof *b.vis);
+    if (!b.vis)
+        return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "batch: out of memory");
+    memset(results, 0, (size_t)n * sizeof *results);
+    pthread_mutex_init(&b.lock, NULL);
+    pthread_cond_init(&b.ready, NULL);
+    /* Two stages on one device would have two threads driving it: run them in turn. */
+    pthread_t worker;
+    bool overlap = rt->vision != rt->language &&
+                   pthread_create(&worker, NULL, vision_worker, &b) == 0;
+    mmrt_status first = MMRT_OK;
+    for (int i = 0; i < n; i++) {
+        struct mmrt_result *r = &results[i];
+        if (overlap) {
+            pthread_mutex_lock(&b.lock);
+            while (b.n_encoded <= i)
+                pthread_cond_wait(&b.ready, &b.lock);
+            pthread_mutex_unlock(&b.lock);
+        } else {
+            encode_one(&b, i);
+        }
+        if (r->status == MMRT_OK) {
+            struct mmrt_error err = { 0 };
+            double vs = r->vision_start_ms, ve = r->vision_end_ms;
+            double ls = now_ms() - b.t0;
+            b.current = i;
+            mmrt_status st = rt->model_type->generate(rt->model, &reqs[i], &b.vis[i], NULL,
+                                                      batch_token, &b, r, &err);
+            r->vision_start_ms = vs;
+            r->vision_end_ms = ve;
+            r->language_start_ms = ls;
+            r->language_end_ms = now_ms() - b.t0;
+            r->status = st;
+            copy_msg(r->error, sizeof r->error, st == MMRT_OK ? "" : err.msg);
+        }
+        mmrt_vision_output_free(&b.vis[i]);
+        if (r->status != MMRT_OK && first == MMRT_OK) {
+            first = r->status;
+            mmrt_error_set(&rt->last, r->status, "request %d: %s", i, r->error);
+        }
+    }
+    if (overlap)
+        pthread_join(worker, NULL);
+    pthread_cond_destroy(&b.ready);
+    pthread_mutex_destroy(&b.lock);
+    free(b.vis);
+    return first;
+}
+
+/* ---- --check: the configured placement against the CPU reference ---- */
+
+struct check_capture {
+    float *features;
+    int64_t n_features;
+    float **logits; /* [max_steps] */
+    int max_steps, n_steps;
+    int64_t vocab;
+    int32_t *tokens;
+    int n_tokens;
+    bool failed;
+};
+
+static void cc_features(void *user, int image, const float *data, int64_t n_tokens, int64_t dim)
+{
+    struct check_capture *c = user;
+    (void)image;
+    free(c->features);
+    c->features = malloc((size_t)(n_tokens * dim) * sizeof *c->features);
+    if (!c->features) {
+        c->failed = true;
+        return;
+    }
+    memcpy(c->features, data, (size_t)(n_tokens * dim) * sizeof *c->features);
+    c->n_features = n_tokens * dim;
+}
+
+static void cc_logits(void *user, int step, const float *logits, int64_t vocab)
+{
+    struct check_capture *c = user;
+    if (step >= c->max_steps || c->failed)
+        return;
+    c->logits[step] = malloc((size_t)vocab * sizeof(float));
+    if (!c->logits[step]) {
+        c->failed = true;
+        return;
+    }
+    memcpy(c->logits[step], logits, (size_t)vocab * sizeof(float));
+    c->n_steps = step + 1;
+    c->vocab = vocab;
+}
+
+static bool cc_token(void *user, int32_t id, const char *text)
+{
+    struct check_capture *c = user;
+    (void)text;
+    if (id >= 0 && c->n_tokens < c->max_steps)
+        c->tokens[c->n_tokens++] = id;
+    return true;
+}
+
+static void cc_free(struct check_capture *c)
+{
+    free(c->features);
+    for (int i = 0; c->logits && i < c->max_steps; i++)
+        free(c->logits[i]);
+    free(c->logits);
+    free(c->tokens);
+}
+
+static void compare(const float *x, const float *ref, int64_t n, double *max_abs,
+                    double *max_rel)
+{
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - (double)ref[i]);
+        diff = d > diff || d != d ? d : diff;
+        scale = fabs((double)ref[i]) > scale ? fabs((double)ref[i]) : scale;
+    }
+    double rel = scale > 0 ? diff / scale : diff;
+    if (diff > *max_abs || diff != diff)
+        *max_abs = diff;
+    if (rel > *max_rel || rel != rel)
+        *max_rel = rel;
+}
+
+mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                       struct mmrt_check_report *out)
+{
+    if (!rt)
+        return MMRT_ERR_INVALID_ARG;
+    mmrt_error_clear(&rt->last);
+    if (!req || !out)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_check: request and report are required");
+    if (!rt->model)
+        return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
+                              "%s: no [model] configured; nothing to check", rt->source);
+    int steps = req->max_tokens > 0 ? req->max_tokens : 1;
+    struct check_capture cap[2] = { { 0 } };
+    struct mmrt_runtime *ref = NULL;
+    mmrt_status st = MMRT_OK;
+    for (int k = 0; k < 2; k++) {
+        cap[k].max_steps = steps;
+        cap[k].logits = calloc((size_t)steps, sizeof *cap[k].logits);
+        cap[k].tokens = calloc((size_t)steps, sizeof *cap[k].tokens);
+        if (!cap[k].logits || !cap[k].tokens) {
+            st = mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "check: out of memory");
+            goto out;
+        }
+    }
+    /* The reference: both stages on one CPU device with room for everything the
+     * configured devices hold. */
+    uint64_t pool_mb = 0;
+    for (int i = 0; i < rt->n_devices; i++) {
+        struct mmrt_pool_stats ps;
+        mmrt_pool_stats(rt->devices[i]->pool, &ps);
+        pool_mb += (ps.capacity_bytes >> 20) + 1;
+    }
+    struct mmrt_device_config dc = { .name = "reference", .plugin = "cpu", .pool_mb = pool_mb };
+    struct mmrt_config cfg = { .model_path = rt->model_path, .devices = &dc, .n_devices = 1 };
+    char msg[MMRT_ERROR_MAX];
+    st = mmrt_create(&cfg, &ref, msg, sizeof msg);
+    if (st != MMRT_OK) {
+        mmrt_error_set(&rt->last, st, "check: the CPU reference: %s", msg);
+        goto out;
+    }
+    struct mmrt_runtime *run[2] = { rt, ref };
+    for (int k = 0; k < 2; k++) {
+        struct mmrt_model_trace trace = { .user = &cap[k], .image_features = cc_features,
+                                          .logits = cc_logits };
+        struct mmrt_result res;
+        mmrt_error_clear(&run[k]->last);
+        st = run_one(run[k], req, &trace, cc_token, &cap[k], &res);
+        if (st == MMRT_OK && cap[k].failed)
+            st = mmrt_error_set(&run[k]->last, MMRT_ERR_NO_MEMORY, "check: out of memory");
+        if (st != MMRT_OK) {
+            if (k == 1)
+                mmrt_error_set(&rt->last, st, "check: the CPU reference: %s", ref->last.msg);
+            goto out;
+        }
+    }
+    memset(out, 0, sizeof *out);
+    out->tolerance = 1e-4;
+    out->first_divergence = -1;
+    out->n_tokens = cap[0].n_tokens;
+    out->n_tokens_reference = cap[1].n_tokens;
+    if (cap[0].n_features != cap[1].n_features) {
+        st = mmrt_error_set(&rt->last, MMRT_ERR_INTERNAL, "check: feature counts differ");
+        goto out;
+    }
+    if (cap[0].n_features)
+        compare(cap[0].features, cap[1].features, cap[0].n_features, &out->features_max_abs,
+                &out->features_max_rel);
+    int n = cap[0].n_steps < cap[1].n_steps ? cap[0].n_steps : cap[1].n_steps;
+    for (int i = 0; i < n; i++) {
+        compare(cap[0].logits[i], cap[1].logits[i], cap[0].vocab, &out->logits_max_abs,
+                &out->logits_max_rel);
+        out->n_steps = i + 1;
+        if (i < cap[0].n_tokens && i < cap[1].n_tokens && cap[0].tokens[i] != cap[1].tokens[i]) {
+            out->first_divergence = i;
+            break;
+        }
+    }
+    if (out->first_divergence < 0 && cap[0].n_tokens != cap[1].n_tokens)
+        out->first_divergence = n;
+    out->pass = out->first_divergence < 0 && out->features_max_rel <= out->tolerance &&
+                out->logits_max_rel <= out->tolerance;
+out:
+    mmrt_destroy(ref);
+    cc_free(&cap[0]);
+    cc_free(&cap[1]);
+    return st;
+}

@@ -1,0 +1,345 @@
+/*
+ * models/llama.c — LLaMA-family decoder on core ops (see llama.h).
+ *
+ * Every forward allocates its activations from the device pool as one scratch set and
+ * frees them at the end, so the pool statistics show exactly what a step needs.
+ */
+#include "llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/json.h"
+#include "ops.h"
+
+const enum mmrt_op mmrt_llama_ops[] = {
+    MMRT_OP_GET_ROWS, MMRT_OP_RMSNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE, MMRT_OP_COPY,
+    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_SWIGLU,
+};
+const int mmrt_llama_n_ops = (int)(sizeof mmrt_llama_ops / sizeof mmrt_llama_ops[0]);
+
+/* rope: rope_parameters.rope_theta, then rope_theta, then the default; scaling type must be
+ * default (models.md §1.4, §1.6). */
+static mmrt_status parse_rope(const json_t *cfg, const char *what, double def_theta,
+                              double *theta, struct mmrt_error *err)
+{
+    const json_t *params = json_object_get(cfg, "rope_parameters");
+    const json_t *scaling = json_object_get(cfg, "rope_scaling");
+    mmrt_status st = mmrt_json_opt_number(cfg, "rope_theta", what, 1e-3, 1e12, def_theta, theta,
+                                          err);
+    if (st != MMRT_OK)
+        return st;
+    const char *type = "default";
+    if (json_is_object(params)) {
+        st = mmrt_json_opt_number(params, "rope_theta", what, 1e-3, 1e12, *theta, theta, err);
+        if (st == MMRT_OK)
+            st = mmrt_json_opt_string(params, "rope_type", what, type, &type, err);
+    } else if (json_is_object(scaling)) {
+        st = mmrt_json_opt_string(scaling, "rope_type", what, NULL, &type, err);
+        if (st == MMRT_OK && !type)
+            st = mmrt_json_opt_string(scaling, "type", what, "default", &type, err);
+    } else if (scaling && !json_is_null(scaling)) {
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"rope_scaling\" must be an object",
+                              what);
+    }
+    if (st != MMRT_OK)
+        return st;
+    if (strcmp(type, "default") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: rope type '%s' is not supported (only default)", what, type);
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const char *what,
+                                    struct mmrt_llama_config *out, struct mmrt_error *err)
+{
+    struct mmrt_llama_config c = { 0 };
+    const char *type = NULL;
+    long long v;
+    mmrt_status st = mmrt_json_opt_string(cfg, "model_type", what, "llama", &type, err);
+    if (st != MMRT_OK)
+        return st;
+    int mistral = strcmp(type, "mistral") == 0;
+    if (!mistral && strcmp(type, "llama") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: text model_type '%s' is not supported (llama, mistral)", what,
+                              type);
+#define INT(key, lo, hi, def, field)                                                           \
+    do {                                                                                       \
+        st = mmrt_json_opt_int(cfg, key, what, lo, hi, def, &v, err);                          \
+        if (st != MMRT_OK)                                                                     \
+            return st;                                                                         \
+        c.field = v;                                                                           \
+    } while (0)
+    INT("vocab_size", 1, 1 << 24, 32000, vocab);
+    INT("hidden_size", 1, 1 << 17, 4096, hidden);
+    INT("intermediate_size", 1, 1 << 20, mistral ? 14336 : 11008, intermediate);
+    INT("num_hidden_layers", 1, 1024, 32, n_layers);
+    INT("num_attention_heads", 1, 1024, 32, n_heads);
+    INT("num_key_value_heads", 1, 1024, mistral ? 8 : c.n_heads, n_kv_heads);
+    INT("max_position_embeddings", 1, 1 << 24, mistral ? 32768 : 2048, max_positions);
+    INT("bos_token_id", -1, 1 << 24, 1, bos_id);
+    INT("eos_token_id", -1, 1 << 24, 2, eos_id);
+    INT("pad_token_id", -1, 1 << 24, -1, pad_id);
+    if (c.hidden % c.n_heads != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: hidden_size %lld is not divisible by num_attention_heads %lld",
+                              what, (long long)c.hidden, (long long)c.n_heads);
+    INT("head_dim", 1, 256, c.hidden / c.n_heads, head_dim);
+#undef INT
+    if (c.n_heads % c.n_kv_heads != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: num_attention_heads %lld is not a multiple of "
+                              "num_key_value_heads %lld",
+                              what, (long long)c.n_heads, (long long)c.n_kv_heads);
+    if (c.head_dim % 2 != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: head_dim %lld must be even for RoPE",
+                              what, (long long)c.head_dim);
+    st = mmrt_json_opt_number(cfg, "rms_norm_eps", what, 0, 1, 1e-6, &c.rms_eps, err);
+    if (st == MMRT_OK)
+        st = parse_rope(cfg, what, mistral ? 1e6 : 1e4, &c.rope_theta, err);
+    if (st == MMRT_OK && !(c.rope_theta > 0))
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: rope theta must be positive", what);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(cfg, "attention_bias", what, false, &c.attention_bias, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(cfg, "mlp_bias", what, false, &c.mlp_bias, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(cfg, "tie_word_embeddings", what, false,
+                                &c.tie_word_embeddings, err);
+    if (st == MMRT_OK && top && json_object_get(top, "tie_word_embeddings"))
+        st = mmrt_json_opt_bool(top, "tie_word_embeddings", what, c.tie_word_embeddings,
+                                &c.tie_word_embeddings, err);
+    if (st != MMRT_OK)
+        return st;
+    if (c.bos_id >= c.vocab || c.eos_id >= c.vocab || c.pad_id >= c.vocab)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: a special token id (bos %lld, eos %lld, pad %lld) is not "
+                              "below vocab_size %lld",
+                              what, (long long)c.bos_id, (long long)c.eos_id,
+                              (long long)c.pad_id, (long long)c.vocab);
+    *out = c;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct mmrt_dev *dev,
+                            const struct mmrt_llama_config *cfg, struct mmrt_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->dev = dev;
+    const int64_t D = cfg->hidden, V = cfg->vocab, I = cfg->intermediate;
+    const int64_t QD = cfg->n_heads * cfg->head_dim, KD = cfg->n_kv_heads * cfg->head_dim;
+    m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_status st;
+#define LOAD(dst, nd, name, ...)                                                               \
+    do {                                                                                       \
+        st = mmrt_weights_load(w, dev, nd, (const int64_t[]){ __VA_ARGS__ }, &(dst), err,      \
+                               "%s", name);                                                    \
+        if (st != MMRT_OK)                                                                     \
+            goto fail;                                                                         \
+    } while (0)
+    char name[256];
+    LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
+    LOAD(m->norm, 1, "language_model.norm.weight", D);
+    if (mmrt_weights_find(w, "lm_head.weight") || !cfg->tie_word_embeddings)
+        LOAD(m->lm_head, 2, "lm_head.weight", V, D);
+    else
+        m->lm_head = m->embed;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        struct mmrt_llama_layer *L = &m->layers[i];
+#define LAYER(dst, nd, suffix, ...)                                                            \
+        do {                                                                                   \
+            snprintf(name, sizeof name, "language_model.layers.%lld.%s", (long long)i, suffix); \
+            LOAD(dst, nd, name, __VA_ARGS__);                                                  \
+        } while (0)
+        LAYER(L->attn_norm, 1, "input_layernorm.weight", D);
+        LAYER(L->wq, 2, "self_attn.q_proj.weight", QD, D);
+        LAYER(L->wk, 2, "self_attn.k_proj.weight", KD, D);
+        LAYER(L->wv, 2, "self_attn.v_proj.weight", KD, D);
+        LAYER(L->wo, 2, "self_attn.o_proj.weight", D, QD);
+        if (cfg->attention_bias) {
+            LAYER(L->bq, 1, "self_attn.q_proj.bias", QD);
+            LAYER(L->bk, 1, "self_attn.k_proj.bias", KD);
+            LAYER(L->bv, 1, "self_attn.v_proj.bias", KD);
+            LAYER(L->bo, 1, "self_attn.o_proj.bias", D);
+        }
+        LAYER(L->mlp_norm, 1, "post_attention_layernorm.weight", D);
+        LAYER(L->wg, 2, "mlp.gate_proj.weight", I, D);
+        LAYER(L->wu, 2, "mlp.up_proj.weight", I, D);
+        LAYER(L->wd, 2, "mlp.down_proj.weight", D, I);
+        if (cfg->mlp_bias)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "decoder: mlp_bias is not supported");
+#undef LAYER
+    }
+#undef LOAD
+    return MMRT_OK;
+fail:
+    mmrt_llama_unload(m);
+    return st;
+}
+
+void mmrt_llama_unload(struct mmrt_llama *m)
+{
+    free(m->layers);
+    m->layers = NULL;
+}
+
+void mmrt_kv_cache_destroy(const struct mmrt_llama *m, struct mmrt_kv_cache *c)
+{
+    for (int64_t i = 0; c->k && i < c->n_layers; i++) {
+        mmrt_dev_tensor_free(m->dev, &c->v[i]);
+        mmrt_dev_tensor_free(m->dev, &c->k[i]);
+    }
+    free(c->k);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+mmrt_status mmrt_kv_cache_create(const struct mmrt_llama *m, int64_t n_ctx,
+                                 struct mmrt_kv_cache *out, struct mmrt_error *err)
+{
+    struct mmrt_kv_cache c = { .n_ctx = n_ctx, .n_layers = m->cfg.n_layers };
+    c.k = calloc((size_t)c.n_layers, sizeof *c.k);
+    c.v = calloc((size_t)c.n_layers, sizeof *c.v);
+    if (!c.k || !c.v) {
+        free(c.k);
+        free(c.v);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
+    }
+    const int64_t ne[3] = { n_ctx, m->cfg.n_kv_heads, m->cfg.head_dim };
+    for (int64_t i = 0; i < c.n_layers; i++) {
+        mmrt_status st = mmrt_dev_tensor_alloc(m->dev, MMRT_DTYPE_F32, 3, ne, &c.k[i], err);
+        if (st == MMRT_OK)
+            st = mmrt_dev_tensor_alloc(m->dev, MMRT_DTYPE_F32, 3, ne, &c.v[i], err);
+        if (st != MMRT_OK) {
+            mmrt_kv_cache_destroy(m, &c);
+            return mmrt_error_prefix(err, st, "KV cache for %lld positions × %lld layers",
+                                     (long long)n_ctx, (long long)m->cfg.n_layers);
+        }
+    }
+    *out = c;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_llama_embed(struct mmrt_llama *m, const int32_t *ids, int64_t n,
+                             const struct mmrt_tensor *out, struct mmrt_error *err)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "token id %d at position %lld is outside the vocabulary (%lld)",
+                                  ids[i], (long long)i, (long long)m->cfg.vocab);
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, m->dev);
+    struct mmrt_tensor t_ids;
+    mmrt_status st = mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, (const int64_t[]){ n }, &t_ids,
+                                         err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_upload(m->dev, &t_ids, ids, (uint64_t)n * sizeof(int32_t), err);
+    if (st == MMRT_OK)
+        st = mmrt_op_get_rows(m->dev, &m->embed, &t_ids, out, err);
+    mmrt_scratch_release(&s);
+    return st;
+}
+
+static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
+{
+    return t->buffer ? t : NULL;
+}
+
+mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
+                               const struct mmrt_tensor *embeds, float *logits,
+                               struct mmrt_error *err)
+{
+    const struct mmrt_llama_config *c = &m->cfg;
+    struct mmrt_dev *dev = m->dev;
+    const int64_t S = embeds->ne[0], D = c->hidden, H = c->n_heads, KH = c->n_kv_heads;
+    const int64_t hd = c->head_dim, n_past = cache->n_past;
+    if (S < 1 || n_past + S > cache->n_ctx)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT,
+                              "decoder: %lld positions after %lld do not fit the KV cache of %lld",
+                              (long long)S, (long long)n_past, (long long)cache->n_ctx);
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, dev);
+    struct mmrt_tensor h, x, q, k, v, att, o, g, u, pos, last, lg;
+    mmrt_status st = MMRT_OK;
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        st = (call);                                                                           \
+        if (st != MMRT_OK)                                                                     \
+            goto out;                                                                          \
+    } while (0)
+#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &h, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &x, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &q, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, KH, hd), &k, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, KH, hd), &v, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &att, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &o, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &g, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &u, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(1, c->vocab), &lg, err));
+    {
+        int32_t *p = malloc((size_t)S * sizeof *p);
+        if (!p) {
+            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+            goto out;
+        }
+        for (int64_t i = 0; i < S; i++)
+            p[i] = (int32_t)(n_past + i);
+        st = mmrt_dev_upload(dev, &pos, p, (uint64_t)S * sizeof *p, err);
+        free(p);
+        if (st != MMRT_OK)
+            goto out;
+    }
+    TRY(mmrt_op_copy(dev, embeds, &h, err));
+    const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)hd, MMRT_ROPE_NEOX };
+    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
+    /* 2-D views of the [S, heads, hd] projections, for the matmuls */
+    struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(S, H * hd));
+    struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(S, KH * hd));
+    struct mmrt_tensor v2 = mmrt_tensor_reshape(&v, 2, NE(S, KH * hd));
+    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(S, H * hd));
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const struct mmrt_llama_layer *L = &m->layers[l];
+        TRY(mmrt_op_rmsnorm(dev, &h, &L->attn_norm, (float)c->rms_eps, &x, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->wq, opt(&L->bq), &q2, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->wk, opt(&L->bk), &k2, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->wv, opt(&L->bv), &v2, err));
+        TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
+        TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
+        struct mmrt_tensor kc = mmrt_tensor_rows(&cache->k[l].t, n_past, S);
+        struct mmrt_tensor vc = mmrt_tensor_rows(&cache->v[l].t, n_past, S);
+        TRY(mmrt_op_copy(dev, &k, &kc, err));
+        TRY(mmrt_op_copy(dev, &v, &vc, err));
+        struct mmrt_tensor ka = mmrt_tensor_rows(&cache->k[l].t, 0, n_past + S);
+        struct mmrt_tensor va = mmrt_tensor_rows(&cache->v[l].t, 0, n_past + S);
+        TRY(mmrt_op_attention(dev, &q, &ka, &va, NULL, NULL, &ap, &att, err));
+        TRY(mmrt_op_matmul(dev, &att2, &L->wo, opt(&L->bo), &o, err));
+        TRY(mmrt_op_add(dev, &h, &o, &h, err));
+        TRY(mmrt_op_rmsnorm(dev, &h, &L->mlp_norm, (float)c->rms_eps, &x, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->wg, NULL, &g, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->wu, NULL, &u, err));
+        TRY(mmrt_op_swiglu(dev, &g, &u, &g, err));
+        TRY(mmrt_op_matmul(dev, &g, &L->wd, NULL, &o, err));
+        TRY(mmrt_op_add(dev, &h, &o, &h, err));
+    }
+    last = mmrt_tensor_rows(&h, S - 1, 1);
+    struct mmrt_tensor xl = mmrt_tensor_rows(&x, 0, 1);
+    TRY(mmrt_op_rmsnorm(dev, &last, &m->norm, (float)c->rms_eps, &xl, err));
+    TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &lg, err));
+    TRY(mmrt_dev_download(dev, &lg, logits, (uint64_t)c->vocab * sizeof(float), err));
+    cache->n_past = n_past + S;
+#undef TRY
+#undef NE
+out:
+    mmrt_scratch_release(&s);
+    return st;
+}

@@ -1,0 +1,61 @@
+/*
+ * models/weights.h — moves a checkpoint's tensors onto devices, by canonical name.
+ *
+ * Published checkpoints spell the same weight several ways (legacy hub names such as
+ * `language_model.model.layers.0…`, newer `model.language_model.layers.0…`; models.md §1.7).
+ * The set maps every tensor name to one canonical spelling when it opens the checkpoint, so
+ * model code asks for exactly one name:
+ *     language_model.X       (the LM body: embed_tokens, layers.N…, norm)
+ *     lm_head.weight
+ *     vision_tower.X         (CLIP without its `vision_model.` level)
+ *     multi_modal_projector.X, image_newline, visual.X, vision_embed_tokens.X
+ * Two source names that canonicalise to the same name are refused (a checkpoint holding both
+ * layouts is ambiguous).
+ *
+ * Each load checks the tensor's shape against what config.json implies before any device
+ * memory is used, and keeps the checkpoint dtype (F32, F16, BF16) on the device. The set
+ * remembers every block it allocated, so a model frees all its weights with one call.
+ */
+#ifndef MMRT_MODELS_WEIGHTS_H
+#define MMRT_MODELS_WEIGHTS_H
+
+#include <stdbool.h>
+
+#include "device.h"
+#include "error.h"
+#include "formats/safetensors.h"
+
+struct mmrt_weights;
+
+/* Opens the checkpoint directory `dir` (model.safetensors or a sharded index).
+ * `bare_model_is_lm`: map a bare `model.X` to `language_model.X` (Qwen2-VL). */
+mmrt_status mmrt_weights_open(const char *dir, bool bare_model_is_lm,
+                              struct mmrt_weights **out, struct mmrt_error *err);
+/* Frees every device tensor loaded through w, then closes the checkpoint. NULL ok. */
+void mmrt_weights_close(struct mmrt_weights *w);
+
+/* The checkpoint tensor with this canonical name, or NULL. */
+const struct mmrt_st_tensor *mmrt_weights_find(const struct mmrt_weights *w, const char *name);
+
+/* Loads tensor `name` onto dev in its checkpoint dtype after checking that its shape is
+ * exactly shape[n_dims] (a checkpoint with a missing tensor or another shape is refused with
+ * the file, the tensor name and both shapes). `name` is printf-formatted. */
+mmrt_status mmrt_weights_load(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,
+                              const int64_t *shape, struct mmrt_tensor *out,
+                              struct mmrt_error *err, const char *name, ...)
+    __attribute__((format(printf, 7, 8)));
+
+/* Same, converting to F32 on the way (for small vectors some ops need in F32). */
+mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,
+                                  const int64_t *shape, struct mmrt_tensor *out,
+                                  struct mmrt_error *err, const char *name, ...)
+    __attribute__((format(printf, 7, 8)));
+
+/* Canonical spelling of a checkpoint key (models.md §1.7), written into buf. */
+void mmrt_weights_canonical_name(const char *name, bool bare_model_is_lm, char *buf,
+                                 size_t size);
+
+/* Path of the checkpoint, for messages. */
+const char *mmrt_weights_path(const struct mmrt_weights *w);
+
+#endif

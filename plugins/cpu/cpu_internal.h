@@ -1,0 +1,467 @@
+/*
+ * plugins/cpu/cpu_internal.h — what the files of the CPU reference plugin share: the device
+ * with its arenas and worker pool, resolved tensor views, argument checks, f16/bf16
+ * conversions, the f32 dot product and the kernels.
+ *
+ * Nothing here crosses the plugin boundary; the only exported symbol is mmrt_plugin_init in
+ * cpu_plugin.c. Files:
+ *   cpu_plugin.c           entry point, probe, device open/info/close, arenas, transfers
+ *   cpu_threads.c          the per-device worker pool (fork/join)
+ *   cpu_args.c             argument resolution and checks shared by every kernel
+ *   cpu_ops_matmul.c       MATMUL, PATCH_EMBED (one blocked GEMM)
+ *   cpu_ops_elementwise.c  ADD, MUL, SCALE, the activations, SWIGLU
+ *   cpu_ops_rows.c         LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, GET_ROWS
+ *   cpu_ops_attention.c    ROPE, ATTENTION
+ *   cpu_ops_copy.c         COPY, CONCAT
+ *   cpu_isa.c              run-time CPU feature detection and the choice of kernel table
+ *   cpu_kern_avx2.c        GEMM / GEMV / attention kernels for AVX2 + FMA + F16C
+ *   cpu_kern_avx512.c      the same for AVX-512 (F, BW, VL, DQ)
+ *   cpu_kern_avx512bf16.c  the optional bf16 dot-product GEMM (AVX512_BF16, `bf16_dot = 1`)
+ *
+ * ISA-specific code lives only in the cpu_kern_*.c files, each compiled with its own -m flags
+ * (plugins/cpu/CMakeLists.txt); everything else is built for baseline x86-64 (or any other
+ * architecture) and reaches those kernels through the function pointers of struct
+ * cpu_kernels, chosen once at device_open from what the CPU reports. So one build runs on
+ * any x86-64, and a kernel is only ever entered on a CPU that has its instructions.
+ *
+ * Numerics: the plugin is the in-tree reference, so every kernel accumulates in f32 (double
+ * where it is cheap and only makes the statistic more exact: norm moments, softmax sums) and
+ * keeps weights in their own dtype, converting them per element or per small block while it
+ * computes. No -ffast-math: results do not depend on the thread count.
+ *
+ * Summation order: a result may depend on the shape of an op and on the kernel table (the
+ * ISA), never on the thread count or on how work is split. The blocked GEMM accumulates each
+ * output as one fused multiply-add chain in k order (storing and reloading an f32 partial sum
+ * between K panels is exact), the GEMV and the dot products use a fixed set of lanes along k
+ * and a fixed reduction tree. The portable table keeps the 8-lane order of cpu_dot_f32.
+ */
+#ifndef MMRT_CPU_INTERNAL_H
+#define MMRT_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mmrt/plugin.h"
+
+#define CPU_PLUGIN_NAME "cpu"
+#define CPU_ALIGN 64          /* arena alignment and the alignment device_info reports */
+#define CPU_MAX_THREADS 1024  /* refuse absurd `threads` values instead of failing later */
+#define CPU_ERR_MAX 1024
+#define CPU_MAX_HEAD_DIM 256  /* ATTENTION's D limit from plugin.h */
+
+/* Portable GEMM tiling (cpu_ops_matmul.c, used when the kernel table has no micro-kernel): a
+ * tile is MM_NB rows of W times MM_MB rows of x, walked in panels of MM_KB along K. A converted
+ * W panel (MM_NB × MM_KB floats) is per-thread scratch. */
+#define CPU_MM_NB 16
+#define CPU_MM_MB 32
+#define CPU_MM_KB 256
+
+/* Blocked GEMM (cpu_ops_matmul.c with a micro-kernel from cpu_kern_*.c), BLIS-style:
+ *   x is packed once per call into panels of MR rows, k-major ([kc][MR]), per K block;
+ *   one parallel item is GEMM_NC columns (W rows) × up to GEMM_MC rows of x; for each K block
+ *   of GEMM_KC it converts and transposes its W rows into [NC/NR][kc][NR] (per-thread scratch,
+ *   ~L2), then runs the MR × NR micro-kernel over every (W micro-panel, x panel) pair, W
+ *   micro-panel outermost so it stays in L1 while the x panels stream from L2.
+ * KC counts k elements; in bf16-dot mode a K block holds 2·GEMM_KC elements (same bytes). */
+#define CPU_GEMM_KC 256
+#define CPU_GEMM_NC 128     /* a multiple of every kernel's NR */
+#define CPU_GEMM_MC 768     /* rows of x per item when M is larger */
+#define CPU_GEMM_MAX_MR 16
+#define CPU_GEMM_MAX_NR 32
+/* M ≤ this runs the bandwidth-bound GEMV instead (decode, and the last-row lm_head). */
+#define CPU_GEMV_MAX_M 4
+/* ATTENTION (cpu_ops_attention.c): sequences of at most this many queries (decode) stream
+ * K and V once per (sequence, kv head); longer ones run blocked on the GEMM micro-kernel
+ * with about this many micro-panels of (query, head) rows per item. */
+#define CPU_ATTN_DOT_MAX_Q 4
+#define CPU_ATTN_BLOCK_PANELS 8
+
+/* ---- arenas --------------------------------------------------------------------------- */
+
+/* One arena is a single CPU_ALIGN-aligned allocation: this header padded to CPU_ARENA_HDR
+ * bytes, then nbytes of data. The handle given to the core is the header's address. The
+ * device keeps its arenas in a doubly linked list so that (1) device_close frees whatever the
+ * core left behind and (2) every handle the core passes in is looked up before anything
+ * dereferences it, so a stale or foreign handle is an error, not a crash. */
+struct cpu_arena {
+    struct cpu_arena *prev, *next;
+    uint64_t nbytes;
+};
+#define CPU_ARENA_HDR 64
+
+static inline char *cpu_arena_data(struct cpu_arena *a)
+{
+    return (char *)a + CPU_ARENA_HDR;
+}
+
+/* ---- worker pool (cpu_threads.c) ------------------------------------------------------ */
+
+/* A parallel loop body: processes items [begin, end). `tid` is in [0, n_threads) and is
+ * unique among the threads running one loop, so it indexes per-thread scratch. */
+typedef void (*cpu_task_fn)(void *ctx, int tid, int64_t begin, int64_t end);
+
+struct cpu_worker;
+
+/* Fork/join pool: n_threads - 1 persistent workers plus the calling thread. One loop runs at
+ * a time (a device is driven by one host thread at a time). A loop is published by bumping
+ * the atomic `generation` (release) after its fields are written; workers claim chunks of it
+ * through the atomic `next` counter (dynamic scheduling, so a causal attention's uneven rows
+ * balance); the caller works too and then waits until `n_running` drops to 0. Both waits spin
+ * briefly before they sleep on `wake` / `done`: a decode step issues dozens of short loops
+ * back to back, and a futex wake-up per loop would cost more than the loops' gaps. */
+struct cpu_pool {
+    int n_threads;
+    struct cpu_worker *workers; /* [n_threads - 1] */
+    int n_started;              /* workers whose thread was created */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    _Atomic uint64_t generation; /* bumped once per parallel loop */
+    _Atomic int n_running;       /* workers still inside the current loop */
+    _Atomic bool stop;
+    /* The current loop; written before generation is bumped, read after it is seen. */
+    cpu_task_fn fn;
+    void *ctx;
+    int64_t n_items, chunk;
+    _Atomic int64_t next;
+};
+
+/* Starts n_threads - 1 workers. On failure writes a message into err and stops any started. */
+mmrt_status cpu_pool_init(struct cpu_pool *pool, int n_threads, char *err, size_t err_size);
+/* Stops and joins the workers. Safe on a zeroed or partially initialised pool. */
+void cpu_pool_deinit(struct cpu_pool *pool);
+/* Runs fn over [0, n_items) and returns when every item is done. `cost` is the rough work of
+ * one item (in multiply-adds); loops too small to repay a wake-up run on the caller alone. */
+void cpu_parallel_for(struct cpu_pool *pool, int64_t n_items, double cost, cpu_task_fn fn,
+                      void *ctx);
+
+/* ---- the device ----------------------------------------------------------------------- */
+
+/* ---- ISA kernels (cpu_isa.c, cpu_kern_*.c) -------------------------------------------- */
+
+/* GEMM micro-kernel: one full MR × NR tile,
+ *     c[i·ldc + j] = (accumulate ? c[i·ldc + j] : 0) + Σ_{k < kc} xp[k·MR + i] · wp[k·ldw + j]
+ * as one fused multiply-add chain per output in k order. xp is a packed x panel
+ * (cpu_kernels.pack_x layout), wp a packed W micro-panel (ldw = NR) or any k-major f32 block
+ * with NR readable columns per row (attention passes V rows directly). */
+typedef void (*cpu_micro_fn)(const float *xp, const float *wp, int64_t ldw, int64_t kc,
+                             float *c, int64_t ldc, int accumulate);
+
+/* The bf16 dot-product micro-kernel (AVX512_BF16 vdpbf16ps): xp holds pairs of bf16 x values
+ * [kc/2][MR] (u32: element k in the low half, k+1 in the high half), wp pairs of bf16 W values
+ * [kc/2][NR][2]; kp = number of pairs. Each step adds x_k·w_k + x_k+1·w_k+1 (products exact in
+ * f32, sum rounded once) to the f32 accumulator. */
+typedef void (*cpu_micro_bf16_fn)(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c,
+                                  int64_t ldc, int accumulate);
+
+struct cpu_kernels {
+    const char *name;   /* "avx512", "avx2", "portable": the `isa` option's values */
+    int mr, nr;         /* micro-tile (0 when there is no micro-kernel: portable GEMM) */
+    /* dst[k·NR + j] = (f32) w[j·ldw + k] for j < cols, 0 for cols ≤ j < NR, k < kc. w is a
+     * weight-dtype array (F32/F16/BF16) positioned at its first row and column; ldw counts
+     * elements. */
+    void (*pack_w)(const void *w, int dtype, int64_t ldw, int64_t cols, int64_t kc,
+                   float *dst);
+    /* dst[k·MR + i] = x[i·ldx + k] for i < rows, 0 for rows ≤ i < MR, k < kc: an x panel. */
+    void (*pack_x)(const float *x, int64_t ldx, int64_t rows, int64_t kc, float *dst);
+    cpu_micro_fn micro;
+    /* y[m·ldy + n] = Σ_k x[m·ldx + k] · w[n·ldw + k] for m < M ≤ CPU_GEMV_MAX_M and
+     * n0 ≤ n < n1 (no bias). Lanes along k, fixed reduction: see the ISA file. */
+    void (*gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
+                 int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
+    /* x[i] *= s for i < n; returns the largest result (NaN never chosen; −inf when n = 0
+     * or every value is NaN). */
+    float (*scale_max)(float *x, float s, int64_t n);
+    /* x[i] = (float)((double)x[i] · a), i < n: softmax normalisation as the reference does
+     * it (e · (1/Σ) with Σ in double). */
+    void (*scale_d)(float *x, double a, int64_t n);
+    /* Σ a[k]·b[k] over n f32 values, in this table's lane order. */
+    float (*dot)(const float *a, const float *b, int64_t n);
+    /* y[i] += a · x[i], i < n. */
+    void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* y[i] = exp(x[i] − m) for i < n and returns their sum in double (softmax). */
+    double (*exp_sum)(const float *x, float m, float *y, int64_t n);
+    /* dst[i] = x[i]·sigmoid(a·x[i]) (· mul[i] when mul is not NULL), i < n. */
+    void (*x_sigmoid)(const float *x, float a, const float *mul, float *dst, int64_t n);
+    /* bf16 dot products (NULL when the CPU lacks AVX512_BF16). */
+    void (*pack_w_bf16)(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
+                        uint32_t *dst);
+    cpu_micro_bf16_fn micro_bf16;
+};
+
+extern const struct cpu_kernels cpu_kernels_portable;
+extern const struct cpu_kernels cpu_kernels_avx2;   /* defined only on x86-64 */
+extern const struct cpu_kernels cpu_kernels_avx512; /* defined only on x86-64 */
+void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
+                            uint32_t *dst);
+void cpu_micro_bf16_avx512(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c,
+                           int64_t ldc, int accumulate);
+
+/* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs)
+ * and, with want_bf16_dot, the bf16 dot-product GEMM. Refuses an ISA or bf16_dot the CPU lacks
+ * with a message naming the missing feature. */
+mmrt_status cpu_kernels_select(const char *isa, bool want_bf16_dot, struct cpu_kernels *out,
+                               char *err, size_t err_size);
+/* "avx512 avx512_bf16 avx2 fma f16c" — what this CPU offers, for the device name and logs. */
+void cpu_isa_describe(char *out, size_t size);
+
+/* ---- the device ----------------------------------------------------------------------- */
+
+struct mmrt_device {
+    struct cpu_pool pool;
+    struct cpu_arena *arenas;   /* list head, NULL when none */
+    struct cpu_kernels kern;    /* chosen at device_open (cpu_kernels_select) */
+    bool bf16_dot;              /* BF16 weights use the bf16 dot-product GEMM (option) */
+    float *gemm_scratch;        /* [n_threads][gemm_scratch_floats]: converted W panels, tiles */
+    size_t gemm_scratch_floats; /* per thread */
+    void *xpack;                /* grow-only packed x (GEMM) / K,V panels (attention) */
+    size_t xpack_bytes;
+    uint64_t total_bytes;       /* physical memory; also the largest arena we try */
+    char name[128];             /* "<model name> (<n> threads)" */
+    char err[CPU_ERR_MAX];      /* last failure on this device, "" when none */
+};
+
+/* Writes the printf-formatted message into dev->err and returns st. */
+mmrt_status cpu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The arena `handle` names on dev, or NULL when it is none of dev's arenas. */
+struct cpu_arena *cpu_arena_find(struct mmrt_device *dev, const void *handle);
+
+/* ---- tensor views and argument checks (cpu_args.c) ------------------------------------ */
+
+/* A tensor descriptor after validation: its first element's host address, extents and byte
+ * strides (only the first n_dims entries are meaningful). Every byte the view can address
+ * lies inside its arena; strides and the offset are multiples of the element size, so typed
+ * loads are aligned. */
+struct cpu_view {
+    char *data;       /* NULL for an absent optional input */
+    int dtype;
+    int n_dims;
+    int64_t ne[MMRT_MAX_DIMS];
+    int64_t nb[MMRT_MAX_DIMS];
+    int64_t numel;
+    uint64_t span;    /* bytes from data to one past the last addressable byte; 0 if empty */
+};
+
+/* One kernel launch after cpu_op_begin: its views, name and raw params. */
+struct cpu_op {
+    struct mmrt_device *dev;
+    const char *name; /* "MATMUL" … */
+    int n_src;
+    struct cpu_view src[MMRT_MAX_SRC];
+    struct cpu_view dst;
+    const void *params;
+    uint32_t params_size;
+};
+
+/* Dtype bit masks for cpu_need_dtype. */
+#define CPU_DT_F32 (1u << MMRT_DTYPE_F32)
+#define CPU_DT_F16 (1u << MMRT_DTYPE_F16)
+#define CPU_DT_BF16 (1u << MMRT_DTYPE_BF16)
+#define CPU_DT_I32 (1u << MMRT_DTYPE_I32)
+#define CPU_DT_WEIGHT (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_BF16)
+
+const char *cpu_op_name(int op);
+const char *cpu_dtype_name(int dtype);
+
+/* Copies args (honouring its struct_size), checks that it is a launch of `op` with
+ * n_required ≤ n_src ≤ n_max, that sources below n_required and dst are present, and
+ * resolves every present tensor into o. A source slot at or beyond n_src is absent. */
+mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
+                         int n_required, int n_max, struct cpu_op *o);
+/* Copies the op's params into *out (size bytes, zero-filled first). Every field of today's
+ * params structs belongs to ABI 1.0, so a launch must supply at least `size` bytes; fields
+ * appended by later minors would be read only as far as params_size reaches (zero default). */
+mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size);
+/* Refusals with a message "OP: what …". `what` names the operand, e.g. "src1 (W)". */
+mmrt_status cpu_need_dtype(struct cpu_op *o, const char *what, const struct cpu_view *v,
+                           unsigned mask);
+mmrt_status cpu_need_contig(struct cpu_op *o, const char *what, const struct cpu_view *v);
+mmrt_status cpu_need_inner_contig(struct cpu_op *o, const char *what, const struct cpu_view *v);
+mmrt_status cpu_need_rank(struct cpu_op *o, const char *what, const struct cpu_view *v,
+                          int n_dims);
+/* Refuses a source whose bytes intersect dst's, unless identical_ok and src is exactly the
+ * same view as dst (the in-place case plugin.h allows for elementwise ops). */
+mmrt_status cpu_need_disjoint(struct cpu_op *o, const char *what, const struct cpu_view *src,
+                              bool identical_ok);
+mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+bool cpu_view_contig(const struct cpu_view *v);
+bool cpu_same_shape(const struct cpu_view *a, const struct cpu_view *b);
+/* Extent of the innermost dim, and the number of rows (all other dims together). */
+static inline int64_t cpu_inner(const struct cpu_view *v)
+{
+    return v->ne[v->n_dims - 1];
+}
+static inline int64_t cpu_rows(const struct cpu_view *v)
+{
+    int64_t n = 1; /* cannot overflow: cpu_op_begin checked every partial product */
+    for (int i = 0; i < v->n_dims - 1; i++)
+        n *= v->ne[i];
+    return n;
+}
+
+/* ---- f16 / bf16 ----------------------------------------------------------------------- */
+
+static inline uint32_t cpu_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float cpu_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Exact f16 → f32 without branches (so loops over it vectorise): move exponent and mantissa
+ * into f32 position and rescale by 2^-112 to re-bias the exponent; subnormal halves are
+ * rebuilt as (0.5 + m·2^-24) − 0.5 with a fixed exponent. Inf and NaN survive the rescale.
+ * (The rescale-by-multiplication idea is the one Marat Dukhan's FP16 library uses.) */
+static inline float cpu_f16_to_f32(uint16_t h)
+{
+    uint32_t w = (uint32_t)h << 16;
+    uint32_t sign = w & 0x80000000u;
+    uint32_t two_w = w + w; /* exponent and mantissa, sign shifted out */
+    float normal = cpu_bits_f32((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    float subnormal = cpu_bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+    uint32_t mag = two_w < (1u << 27) ? cpu_f32_bits(subnormal) : cpu_f32_bits(normal);
+    return cpu_bits_f32(sign | mag);
+}
+
+static inline float cpu_bf16_to_f32(uint16_t h)
+{
+    return cpu_bits_f32((uint32_t)h << 16);
+}
+
+/* f32 → f16, round to nearest even; overflow gives ±inf, NaN a quiet NaN with its sign. */
+static inline uint16_t cpu_f32_to_f16(float f)
+{
+    uint32_t x = cpu_f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return sign | 0x7e00u;
+    if (ax >= 0x477ff000u) /* ≥ 65520 (halfway above 65504) rounds to infinity */
+        return sign | 0x7c00u;
+    if (ax < 0x38800000u) {
+        /* Below 2^-14 the result is subnormal: adding 0.5 leaves an ulp of 2^-24, so the FPU's
+         * own round-to-nearest-even produces the subnormal mantissa (0x400 when it rounds
+         * up to the smallest normal, which is the right encoding too). */
+        float t = cpu_bits_f32(ax) + 0.5f;
+        return sign | (uint16_t)(cpu_f32_bits(t) - cpu_f32_bits(0.5f));
+    }
+    /* Re-bias the exponent (127 → 15) and round the 13 dropped bits to nearest even; a carry
+     * out of the mantissa correctly bumps the exponent. */
+    uint32_t odd = (ax >> 13) & 1u;
+    ax += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+    return sign | (uint16_t)(ax >> 13);
+}
+
+/* f32 → bf16, round to nearest even; NaN stays a quiet NaN with its sign. */
+static inline uint16_t cpu_f32_to_bf16(float f)
+{
+    uint32_t x = cpu_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* Element i of a weight-dtype array (F32, F16 or BF16; the caller checked the dtype). */
+static inline float cpu_load_weight(const void *p, int dtype, int64_t i)
+{
+    switch (dtype) {
+    case MMRT_DTYPE_F16: return cpu_f16_to_f32(((const uint16_t *)p)[i]);
+    case MMRT_DTYPE_BF16: return cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* dst[0..n) = (float)src[0..n) for a weight-dtype source. */
+void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n);
+
+/* ---- f32 dot product ------------------------------------------------------------------ */
+
+/* GCC/Clang generic vectors (no intrinsics, no -march): 4 lanes map onto SSE2 on any x86-64
+ * and onto NEON on arm64; wider units are a later tuning step. */
+typedef float cpu_v4f __attribute__((vector_size(16)));
+typedef uint32_t cpu_v4u __attribute__((vector_size(16)));
+typedef uint16_t cpu_v4h __attribute__((vector_size(8)));
+
+static inline cpu_v4f cpu_v4f_load(const float *p)
+{
+    cpu_v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Sum of eight partial sums in a fixed order, so results do not depend on anything but n. */
+static inline float cpu_hsum8(const float a[8])
+{
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+/* Σ a[k]·b[k] in f32 over eight lanes (lane l takes the k ≡ l mod 8 terms, the tail goes to
+ * lanes 0…), then cpu_hsum8. Independent lanes vectorise without reassociating (no
+ * -ffast-math); every f32 dot in the plugin uses exactly this order. */
+static inline float cpu_dot_f32(const float *restrict a, const float *restrict b, int64_t n)
+{
+    cpu_v4f lo = { 0 }, hi = { 0 };
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        lo += cpu_v4f_load(a + k) * cpu_v4f_load(b + k);
+        hi += cpu_v4f_load(a + k + 4) * cpu_v4f_load(b + k + 4);
+    }
+    float acc[8];
+    memcpy(acc, &lo, sizeof lo);
+    memcpy(acc + 4, &hi, sizeof hi);
+    for (int l = 0; l < 8 && k + l < n; l++)
+        acc[l] += a[k + l] * b[k + l];
+    return cpu_hsum8(acc);
+}
+
+/* ---- the GEMM shared by MATMUL and PATCH_EMBED (cpu_ops_matmul.c) -------------------- */
+
+/* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]); x and y contiguous f32, w and b (may be NULL) of
+ * their own weight dtype, all contiguous. Runs on dev's pool. Fails only when the packing
+ * scratch cannot be allocated (MMRT_ERR_NO_MEMORY, message in dev->err). */
+mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
+                     const void *w, int w_dtype, int64_t N, const void *b, int b_dtype,
+                     float *y);
+
+/* dev->xpack with at least nbytes (64-byte aligned), grown if needed; NULL after writing a
+ * message into dev->err when it cannot be allocated. Valid until the next call. */
+void *cpu_xpack(struct mmrt_device *dev, size_t nbytes, const char *what);
+
+/* ---- kernels (one per enum mmrt_op) --------------------------------------------------- */
+
+mmrt_status cpu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_add(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_mul(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_scale(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_layernorm(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_rmsnorm(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_gelu(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_gelu_tanh(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_quick_gelu(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_silu(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_swiglu(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_relu2(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_softmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
+
+#endif /* MMRT_CPU_INTERNAL_H */

@@ -1,0 +1,148 @@
+/*
+ * plugins/cpu/cpu_isa.c — which kernels this CPU can run, decided at run time.
+ *
+ * The plugin is built once for baseline x86-64 (or any other target); the ISA-specific kernels
+ * sit in cpu_kern_*.c, each compiled with its own -m flags. Here, at device_open, the CPU's
+ * features (cpuid through __builtin_cpu_supports, which also checks that the OS saves the
+ * wider registers) choose the table: AVX-512 (F+BW+VL+DQ, plus AVX2/FMA/F16C) > AVX2 (+FMA
+ * +F16C) > portable. The `isa` device option may ask for a lower table (to compare kernels or
+ * test every path on one machine), never for one the CPU lacks. The bf16 dot-product GEMM
+ * (`bf16_dot = 1`) additionally needs AVX512_BF16 and the AVX-512 table.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* ---- the portable table: plain C, the reference summation orders ---------------------- */
+
+static void axpy_portable(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static double exp_sum_portable(const float *x, float m, float *y, int64_t n)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = expf(x[i] - m);
+        sum += y[i];
+    }
+    return sum;
+}
+
+/* x / (1 + e^(−a·x)): for very negative x the exponential overflows to inf and the result is
+ * −0, the limit, rather than NaN. */
+static void x_sigmoid_portable(const float *x, float a, const float *mul, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] / (1.0f + expf(-a * x[i]));
+        dst[i] = mul ? v * mul[i] : v;
+    }
+}
+
+static float scale_max_portable(float *x, float s, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] *= s;
+        m = x[i] > m ? x[i] : m;
+    }
+    return m;
+}
+
+static void scale_d_portable(float *x, double a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(x[i] * a);
+}
+
+const struct cpu_kernels cpu_kernels_portable = {
+    .name = "portable",
+    .scale_max = scale_max_portable,
+    .scale_d = scale_d_portable,
+    .dot = cpu_dot_f32,
+    .axpy = axpy_portable,
+    .exp_sum = exp_sum_portable,
+    .x_sigmoid = x_sigmoid_portable,
+};
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define CPU_X86 1
+#else
+#define CPU_X86 0
+#endif
+
+struct isa_caps {
+    bool avx2, avx512, avx512_bf16;
+};
+
+static struct isa_caps isa_caps(void)
+{
+    struct isa_caps c = { false, false, false };
+#if CPU_X86 && defined(__GNUC__)
+    __builtin_cpu_init();
+    c.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    c.avx512 = c.avx2 && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq");
+    c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+    return c;
+}
+
+void cpu_isa_describe(char *out, size_t size)
+{
+    struct isa_caps c = isa_caps();
+    snprintf(out, size, "%s%s%s", c.avx512 ? "avx512 " : "", c.avx512_bf16 ? "avx512_bf16 " : "",
+             c.avx2 ? "avx2 fma f16c" : "no avx2");
+}
+
+mmrt_status cpu_kernels_select(const char *isa, bool want_bf16_dot, struct cpu_kernels *out,
+                               char *err, size_t err_size)
+{
+    struct isa_caps c = isa_caps();
+    const struct cpu_kernels *k = &cpu_kernels_portable;
+    if (!isa || strcmp(isa, "auto") == 0) {
+#if CPU_X86
+        k = c.avx512 ? &cpu_kernels_avx512 : c.avx2 ? &cpu_kernels_avx2 : &cpu_kernels_portable;
+#endif
+    } else if (strcmp(isa, "portable") == 0) {
+        k = &cpu_kernels_portable;
+    } else if (strcmp(isa, "avx2") == 0 || strcmp(isa, "avx512") == 0) {
+        bool is512 = strcmp(isa, "avx512") == 0;
+        if (!(is512 ? c.avx512 : c.avx2)) {
+            snprintf(err, err_size, "cpu: device option isa=\"%s\": this CPU lacks %s", isa,
+                     is512 ? "AVX-512 (F, BW, VL, DQ)" : "AVX2 with FMA and F16C");
+            return MMRT_ERR_CONFIG;
+        }
+#if CPU_X86
+        k = is512 ? &cpu_kernels_avx512 : &cpu_kernels_avx2;
+#endif
+    } else {
+        snprintf(err, err_size, "cpu: device option isa=\"%s\": expected auto, avx512, avx2 or "
+                 "portable", isa);
+        return MMRT_ERR_CONFIG;
+    }
+    struct cpu_kernels t = *k;
+    t.pack_w_bf16 = NULL;
+    t.micro_bf16 = NULL;
+    if (want_bf16_dot) {
+        bool on_avx512 = strcmp(k->name, "avx512") == 0;
+        if (!c.avx512_bf16 || !on_avx512) {
+            snprintf(err, err_size, "cpu: device option bf16_dot=1 needs AVX512_BF16 and the "
+                     "avx512 kernels (this CPU: %s; isa: %s)",
+                     c.avx512_bf16 ? "has AVX512_BF16" : "no AVX512_BF16", k->name);
+            return MMRT_ERR_CONFIG;
+        }
+#if CPU_X86
+        t.pack_w_bf16 = cpu_pack_w_bf16_avx512;
+        t.micro_bf16 = cpu_micro_bf16_avx512;
+#endif
+    }
+    *out = t;
+    return MMRT_OK;
+}

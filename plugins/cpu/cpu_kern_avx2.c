@@ -1,0 +1,345 @@
+/*
+ * plugins/cpu/cpu_kern_avx2.c — the AVX2 kernel table (AVX2 + FMA + F16C; compiled with those
+ * -m flags, see CMakeLists.txt; entered only when cpu_isa.c found them on this CPU).
+ *
+ * Same structure as cpu_kern_avx512.c at half the width and with 16 ymm registers:
+ * micro-kernel MR = 6 rows × NR = 16 columns (two ymm), 12 accumulators, one FMA chain per
+ * output in k order; W packing converts (vcvtph2ps for F16, a shift for BF16) and transposes
+ * 8 × 8 blocks in registers; GEMV reads four W rows at a time with 8 lanes along k and a fixed
+ * reduction. AVX2 has no 16-bit masked load, so K tails go through a small zeroed stack buffer
+ * (never a read past the end of a row).
+ *
+ * exp: the same Cephes scheme as the AVX-512 file, but 2^n is built in the exponent field,
+ * which covers n ∈ [−126, 128]: below x = −87.33 the result is 0 (expf would give a subnormal
+ * below 1.2e-38), above 88.72 it is +inf, NaN stays NaN.
+ */
+#include <immintrin.h>
+
+#include "cpu_internal.h"
+
+#define MR 6
+#define NR 16
+
+/* 8 elements of a weight-dtype array at p as f32; n < 8 reads only n of them. */
+static inline __m256 load8(const void *p, int dt, int64_t n)
+{
+    if (n < 8) {
+        uint32_t buf[8] = { 0 };
+        memcpy(buf, p, (size_t)n * (dt == MMRT_DTYPE_F32 ? 4 : 2));
+        return load8(buf, dt, 8);
+    }
+    switch (dt) {
+    case MMRT_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case MMRT_DTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    default:
+        return _mm256_loadu_ps(p);
+    }
+}
+
+static inline __m256 loadf8(const float *p, int64_t n)
+{
+    return load8(p, MMRT_DTYPE_F32, n);
+}
+
+static inline void storef8(float *p, __m256 v, int64_t n)
+{
+    if (n >= 8) {
+        _mm256_storeu_ps(p, v);
+    } else {
+        float buf[8];
+        _mm256_storeu_ps(buf, v);
+        memcpy(p, buf, (size_t)n * sizeof(float));
+    }
+}
+
+/* Fixed-order sum of the 8 lanes. */
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- W packing ------------------------------------------------------------------------- */
+
+static inline void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+static void pack_w(const void *w, int dtype, int64_t ldw, int64_t cols, int64_t kc, float *dst)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
+    for (int jb = 0; jb < NR; jb += 8) {
+        int64_t rows = cols - jb < 0 ? 0 : cols - jb > 8 ? 8 : cols - jb;
+        for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+            int64_t kl = kc - k0 < 8 ? kc - k0 : 8;
+            __m256 r[8];
+            for (int t = 0; t < 8; t++)
+                r[t] = t < rows ? load8((const char *)w + ((jb + t) * ldw + k0) * es, dtype, kl)
+                                : _mm256_setzero_ps();
+            transpose8(r);
+            for (int t = 0; t < kl; t++)
+                _mm256_storeu_ps(dst + (k0 + t) * NR + jb, r[t]);
+        }
+    }
+}
+
+static void pack_x(const float *x, int64_t ldx, int64_t rows, int64_t kc, float *dst)
+{
+    const __m256i out = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0); /* MR = 6 lanes */
+    for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+        int64_t kl = kc - k0 < 8 ? kc - k0 : 8;
+        __m256 r[8];
+        for (int t = 0; t < 8; t++)
+            r[t] = t < rows && t < MR ? loadf8(x + t * ldx + k0, kl) : _mm256_setzero_ps();
+        transpose8(r);
+        for (int t = 0; t < kl; t++)
+            _mm256_maskstore_ps(dst + (k0 + t) * MR, out, r[t]);
+    }
+}
+
+/* ---- the micro-kernel ------------------------------------------------------------------- */
+
+#define REP6(M) M(0) M(1) M(2) M(3) M(4) M(5)
+#define DECL(i) __m256 a##i##0, a##i##1;
+#define ZERO(i) a##i##0 = _mm256_setzero_ps(); a##i##1 = _mm256_setzero_ps();
+#define LOADC(i)                                                                               \
+    a##i##0 = _mm256_loadu_ps(c + (i) * ldc);                                                  \
+    a##i##1 = _mm256_loadu_ps(c + (i) * ldc + 8);
+#define STEP(i)                                                                                \
+    {                                                                                          \
+        __m256 xb = _mm256_broadcast_ss(xp + (i));                                             \
+        a##i##0 = _mm256_fmadd_ps(xb, w0, a##i##0);                                            \
+        a##i##1 = _mm256_fmadd_ps(xb, w1, a##i##1);                                            \
+    }
+#define STOREC(i)                                                                              \
+    _mm256_storeu_ps(c + (i) * ldc, a##i##0);                                                  \
+    _mm256_storeu_ps(c + (i) * ldc + 8, a##i##1);
+
+static void micro(const float *xp, const float *wp, int64_t ldw, int64_t kc, float *c,
+                  int64_t ldc, int accumulate)
+{
+    REP6(DECL)
+    if (accumulate) {
+        REP6(LOADC)
+    } else {
+        REP6(ZERO)
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 w0 = _mm256_loadu_ps(wp), w1 = _mm256_loadu_ps(wp + 8);
+        REP6(STEP)
+        xp += MR;
+        wp += ldw;
+    }
+    REP6(STOREC)
+}
+
+/* ---- GEMV ------------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) void
+gemv_block(const float *x, int64_t ldx, int M, int64_t K, const char *w, int dt, int64_t rowb,
+           int R, float *y, int64_t ldy)
+{
+    __m256 acc[CPU_GEMV_MAX_M][4];
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++)
+            acc[m][r] = _mm256_setzero_ps();
+    const int64_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+    for (int64_t k = 0; k < K; k += 8) {
+        int64_t n = K - k < 8 ? K - k : 8;
+        __m256 wv[4];
+        for (int r = 0; r < R; r++)
+            wv[r] = load8(w + r * rowb + k * es, dt, n);
+        for (int m = 0; m < M; m++) {
+            __m256 xv = loadf8(x + m * ldx + k, n);
+            for (int r = 0; r < R; r++)
+                acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
+        }
+    }
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++)
+            y[m * ldy + r] = hsum8(acc[m][r]);
+}
+
+#define GEMV_M(MM)                                                                             \
+    static void gemv_m##MM(const float *x, int64_t ldx, int64_t K, const char *w, int dt,     \
+                           int64_t rowb, int64_t n, float *y, int64_t ldy)                     \
+    {                                                                                          \
+        int64_t j = 0;                                                                         \
+        for (; j + 4 <= n; j += 4)                                                             \
+            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 4, y + j, ldy);                  \
+        for (; j < n; j++)                                                                     \
+            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 1, y + j, ldy);                  \
+    }
+GEMV_M(1)
+GEMV_M(2)
+GEMV_M(3)
+GEMV_M(4)
+
+static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
+                 int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    const int64_t rowb = ldw * (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
+    const char *wr = (const char *)w + n0 * rowb;
+    float *yr = y + n0;
+    switch (M) {
+    case 1: gemv_m1(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
+    case 2: gemv_m2(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
+    case 3: gemv_m3(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
+    default: gemv_m4(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
+    }
+}
+
+/* ---- dot, axpy -------------------------------------------------------------------------- */
+
+static float dot(const float *a, const float *b, int64_t n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
+    }
+    for (; k < n; k += 8) {
+        int64_t m = n - k < 8 ? n - k : 8;
+        s0 = _mm256_fmadd_ps(loadf8(a + k, m), loadf8(b + k, m), s0);
+    }
+    return hsum8(_mm256_add_ps(s0, s1));
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    for (int64_t k = 0; k < n; k += 8) {
+        int64_t m = n - k < 8 ? n - k : 8;
+        storef8(y + k, _mm256_fmadd_ps(av, loadf8(x + k, m), loadf8(y + k, m)), m);
+    }
+}
+
+static float scale_max(float *x, float s, int64_t n)
+{
+    __m256 sv = _mm256_set1_ps(s), m = _mm256_set1_ps(-__builtin_inff());
+    for (int64_t k = 0; k < n; k += 8) {
+        int64_t c = n - k < 8 ? n - k : 8;
+        __m256 v = _mm256_mul_ps(loadf8(x + k, c), sv);
+        storef8(x + k, v, c);
+        if (c < 8) { /* lanes past the end must not win */
+            float buf[8];
+            _mm256_storeu_ps(buf, v);
+            for (int64_t l = c; l < 8; l++)
+                buf[l] = -__builtin_inff();
+            v = _mm256_loadu_ps(buf);
+        }
+        m = _mm256_max_ps(v, m); /* NaN in v: m is kept */
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+static void scale_d(float *x, double a, int64_t n)
+{
+    __m256d av = _mm256_set1_pd(a);
+    int64_t k = 0;
+    for (; k + 4 <= n; k += 4)
+        _mm_storeu_ps(x + k, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + k)), av)));
+    for (; k < n; k++)
+        x[k] = (float)(x[k] * a);
+}
+
+/* ---- exp and friends -------------------------------------------------------------------- */
+
+static inline __m256 exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+                                  23);
+    __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    v = _mm256_blendv_ps(v, _mm256_setzero_ps(), under);
+    v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_inff()), over);
+    return _mm256_blendv_ps(v, x, nan);
+}
+
+static double exp_sum(const float *x, float m, float *y, int64_t n)
+{
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    __m256 mv = _mm256_set1_ps(m);
+    for (int64_t k = 0; k < n; k += 8) {
+        int64_t c = n - k < 8 ? n - k : 8;
+        __m256 e = exp8(_mm256_sub_ps(loadf8(x + k, c), mv));
+        if (c < 8) { /* lanes past the end must add nothing */
+            float buf[8] = { 0 };
+            storef8(buf, e, c);
+            e = _mm256_loadu_ps(buf);
+        }
+        storef8(y + k, e, c);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    __m256d s = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+static void x_sigmoid(const float *x, float a, const float *mul, float *dst, int64_t n)
+{
+    __m256 na = _mm256_set1_ps(-a), one = _mm256_set1_ps(1.0f);
+    for (int64_t k = 0; k < n; k += 8) {
+        int64_t c = n - k < 8 ? n - k : 8;
+        __m256 xv = loadf8(x + k, c);
+        __m256 v = _mm256_div_ps(xv, _mm256_add_ps(one, exp8(_mm256_mul_ps(na, xv))));
+        if (mul)
+            v = _mm256_mul_ps(v, loadf8(mul + k, c));
+        storef8(dst + k, v, c);
+    }
+}
+
+const struct cpu_kernels cpu_kernels_avx2 = {
+    .name = "avx2",
+    .mr = MR,
+    .nr = NR,
+    .pack_w = pack_w,
+    .pack_x = pack_x,
+    .micro = micro,
+    .gemv = gemv,
+    .scale_max = scale_max,
+    .scale_d = scale_d,
+    .dot = dot,
+    .axpy = axpy,
+    .exp_sum = exp_sum,
+    .x_sigmoid = x_sigmoid,
+};

@@ -1,0 +1,594 @@
+/*
+ * plugins/cpu/cpu_ops_attention.c — ROPE and ATTENTION.
+ *
+ * ROPE follows Hugging Face's float32 arithmetic step by step (specs/models.md §1.4):
+ * inv_freq[i] = 1 / theta^((2i)/n_rot) with the exponent divided in f32, angle = (f32)pos ·
+ * inv_freq[i] in f32, then cosf/sinf, and x' = x·cos − x_pair·sin / x_pair·cos + x·sin with
+ * each product rounded to f32 — the same values torch gets from q·cos + rotate_half(q)·sin.
+ * The angle must stay f32: computed in double it differs by up to pos·2⁻²⁴ rad, which at
+ * position 10⁴ is already visible in the output. One item per token: its cos/sin table
+ * (per-thread scratch) is shared by all heads.
+ *
+ * ATTENTION follows the order of HF's eager attention in every path: scores = (q·k) · scale
+ * in f32, softmax with the row max subtracted (sum of the exponentials in double),
+ * probabilities normalised before the weighted sum of v rows, accumulated in f32. Query t of
+ * sequence s sees keys j < (t − cu_q[s]) + (Lk − Lq) + 1 when causal. Three paths, chosen by
+ * the kernel table and the shape (never by the thread count):
+ *
+ *   blocked (a table with a GEMM micro-kernel, and some sequence with more than
+ *     CPU_ATTN_DOT_MAX_Q queries): one item is a block of query tokens × the query heads of
+ *     one kv head (GQA groups share their K and V), so the K and V of a kv head are read once
+ *     per block and every FLOP runs on the GEMM micro-kernel: K is converted and transposed
+ *     into micro-panels (pack_w), QKᵀ and P·V are micro-kernel products, the softmax runs on
+ *     the vectorised exp (exp_sum). Vision and prefill attention are this path.
+ *   streaming (a table with a micro-kernel, every sequence at most CPU_ATTN_DOT_MAX_Q
+ *     queries: decode): one item is a (sequence, kv head); each K row is read once and dotted
+ *     with the few query rows of its group, then each V row once for the weighted sums — the
+ *     KV cache is streamed from memory exactly once per step.
+ *   portable (the portable table): per (query token, head) item with the plain dot product
+ *     and one score row of per-thread scratch; the reference the others are tested against.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu_internal.h"
+
+/* ---- ROPE ----------------------------------------------------------------------------- */
+
+struct rope_ctx {
+    const char *x;
+    char *y;
+    const int32_t *pos;
+    const float *inv_freq; /* [n_rot / 2] */
+    float *scratch;        /* [n_threads][n_rot]: cos then sin */
+    int64_t H, D, n_rot;
+    int64_t x_nb0, x_nb1, y_nb0, y_nb1;
+    int mode;
+};
+
+static void rope_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct rope_ctx *c = vctx;
+    int64_t half = c->n_rot / 2;
+    float *cs = c->scratch + (size_t)tid * (size_t)c->n_rot, *sn = cs + half;
+    for (int64_t t = begin; t < end; t++) {
+        float p = (float)c->pos[t];
+        for (int64_t i = 0; i < half; i++) {
+            float angle = p * c->inv_freq[i];
+            cs[i] = cosf(angle);
+            sn[i] = sinf(angle);
+        }
+        for (int64_t h = 0; h < c->H; h++) {
+            const float *x = (const float *)(c->x + t * c->x_nb0 + h * c->x_nb1);
+            float *y = (float *)(c->y + t * c->y_nb0 + h * c->y_nb1);
+            /* Pairs are read before they are written, so y == x is fine. */
+            if (c->mode == MMRT_ROPE_NEOX) {
+                for (int64_t i = 0; i < half; i++) {
+                    float a = x[i], b = x[i + half];
+                    y[i] = a * cs[i] - b * sn[i];
+                    y[i + half] = b * cs[i] + a * sn[i];
+                }
+            } else {
+                for (int64_t i = 0; i < half; i++) {
+                    float a = x[2 * i], b = x[2 * i + 1];
+                    y[2 * i] = a * cs[i] - b * sn[i];
+                    y[2 * i + 1] = b * cs[i] + a * sn[i];
+                }
+            }
+            if (y != x)
+                memcpy(y + c->n_rot, x + c->n_rot, (size_t)(c->D - c->n_rot) * sizeof(float));
+        }
+    }
+}
+
+mmrt_status cpu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    struct mmrt_rope_params p;
+    float *buf = NULL;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *x = &o.src[0], *pos = &o.src[1], *y = &o.dst;
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = cpu_need_rank(&o, "src0 (x)", x, 3)) ||
+        (st = cpu_need_dtype(&o, "src0 (x)", x, CPU_DT_F32)) ||
+        (st = cpu_need_inner_contig(&o, "src0 (x)", x)) ||
+        (st = cpu_need_dtype(&o, "src1 (positions)", pos, CPU_DT_I32)) ||
+        (st = cpu_need_contig(&o, "src1 (positions)", pos)) ||
+        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) ||
+        (st = cpu_need_inner_contig(&o, "dst", y)) ||
+        (st = cpu_need_disjoint(&o, "src0 (x)", x, true)) ||
+        (st = cpu_need_disjoint(&o, "src1 (positions)", pos, false)))
+        return st;
+    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
+    if (!cpu_same_shape(x, y))
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
+                       ", %" PRId64 "]", T, H, D);
+    if (pos->numel != T)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
+                       PRId64 " tokens", pos->numel, T);
+    if (p.n_rot < 2 || p.n_rot % 2 != 0 || p.n_rot > D)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
+                       "(D = %" PRId64 ")", p.n_rot, D);
+    if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
+                       "INTERLEAVED (1)", p.mode);
+    if (!(p.theta > 0.0f) || isinf(p.theta))
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
+                       (double)p.theta);
+    if (T == 0 || H == 0)
+        return MMRT_OK;
+
+    int64_t half = p.n_rot / 2;
+    size_t n_floats = (size_t)half + (size_t)dev->pool.n_threads * (size_t)p.n_rot;
+    buf = malloc(n_floats * sizeof(float));
+    if (!buf)
+        return cpu_bad(&o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+                       n_floats * sizeof(float));
+    for (int64_t i = 0; i < half; i++)
+        buf[i] = 1.0f / powf(p.theta, (float)(2 * i) / (float)p.n_rot);
+    struct rope_ctx c = {
+        .x = x->data, .y = y->data, .pos = (const int32_t *)pos->data, .inv_freq = buf,
+        .scratch = buf + half, .H = H, .D = D, .n_rot = p.n_rot,
+        .x_nb0 = x->nb[0], .x_nb1 = x->nb[1], .y_nb0 = y->nb[0], .y_nb1 = y->nb[1],
+        .mode = p.mode,
+    };
+    cpu_parallel_for(&dev->pool, T, (double)(H * D + 20 * half), rope_task, &c);
+    free(buf);
+    return MMRT_OK;
+}
+
+/* ---- ATTENTION ------------------------------------------------------------------------ */
+
+struct attn_ctx {
+    const float *q;
+    const char *k, *v;
+    float *y;
+    const int32_t *cu_q, *cu_k; /* [n_seq + 1] */
+    float *scores;              /* [n_threads][max_lk] */
+    int64_t n_seq, max_lk;
+    int64_t Hq, D, n_rep;
+    int64_t k_nb0, k_nb1, v_nb0, v_nb1;
+    int k_dtype, v_dtype;
+    float scale;
+    bool causal;
+};
+
+/* The first d elements of a K or V row as f32: the row itself, or its conversion in tmp. */
+static const float *kv_row(const char *p, int dtype, int64_t d, float *tmp)
+{
+    if (dtype == MMRT_DTYPE_F32)
+        return (const float *)p;
+    for (int64_t i = 0; i < d; i++)
+        tmp[i] = cpu_f16_to_f32(((const uint16_t *)p)[i]);
+    return tmp;
+}
+
+static void attn_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct attn_ctx *c = vctx;
+    int64_t D = c->D;
+    float *sc = c->scores + (size_t)tid * (size_t)c->max_lk;
+    float acc[CPU_MAX_HEAD_DIM], tmp[CPU_MAX_HEAD_DIM];
+
+    for (int64_t u = begin; u < end; u++) {
+        int64_t t = u / c->Hq, h = u % c->Hq;
+        /* Last s with cu_q[s] ≤ t; empty sequences share a bound and are skipped over. */
+        int64_t lo = 0, hi = c->n_seq;
+        while (hi - lo > 1) {
+            int64_t mid = (lo + hi) / 2;
+            if (c->cu_q[mid] <= t)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        int64_t q0 = c->cu_q[lo], lq = c->cu_q[lo + 1] - q0;
+        int64_t k0 = c->cu_k[lo], lk = c->cu_k[lo + 1] - k0;
+        int64_t n_keys = lk;
+        if (c->causal) {
+            int64_t limit = (t - q0) + (lk - lq) + 1; /* keys j < limit are visible */
+            n_keys = limit < 0 ? 0 : limit < lk ? limit : lk;
+        }
+        float *out = c->y + u * D;
+        if (n_keys == 0) {
+            memset(out, 0, (size_t)D * sizeof(float));
+            continue;
+        }
+        const float *qr = c->q + u * D;
+        int64_t kvh = h / c->n_rep;
+        const char *kbase = c->k + k0 * c->k_nb0 + kvh * c->k_nb1;
+        const char *vbase = c->v + k0 * c->v_nb0 + kvh * c->v_nb1;
+
+        float m = -INFINITY;
+        for (int64_t j = 0; j < n_keys; j++) {
+            const float *kr = kv_row(kbase + j * c->k_nb0, c->k_dtype, D, tmp);
+            float s = cpu_dot_f32(qr, kr, D) * c->scale;
+            sc[j] = s;
+            m = s > m ? s : m;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n_keys; j++) {
+            sc[j] = expf(sc[j] - m);
+            sum += sc[j];
+        }
+        double inv = 1.0 / sum;
+        for (int64_t i = 0; i < D; i++)
+            acc[i] = 0.0f;
+        for (int64_t j = 0; j < n_keys; j++) {
+            float pj = (float)(sc[j] * inv);
+            const float *vr = kv_row(vbase + j * c->v_nb0, c->v_dtype, D, tmp);
+            for (int64_t i = 0; i < D; i++)
+                acc[i] += pj * vr[i];
+        }
+        memcpy(out, acc, (size_t)D * sizeof(float));
+    }
+}
+
+/* ---- kernel-table paths (blocked and streaming) --------------------------------------- */
+
+/* A block of query tokens [q0, q0 + nq) of sequence seq, with the query heads of kv head g. */
+struct attn_item {
+    int64_t seq, g, q0, nq;
+};
+
+struct attn2_ctx {
+    const struct cpu_kernels *kt;
+    const float *q;
+    const char *k, *v;
+    float *y;
+    const int32_t *cu_q, *cu_k;
+    const struct attn_item *items;
+    float *scratch;             /* [n_threads][per_thread] */
+    size_t per_thread;          /* floats */
+    int64_t Hq, D, n_rep, max_lk;
+    int64_t k_nb0, k_nb1, v_nb0, v_nb1; /* bytes */
+    int k_dtype, v_dtype;
+    float scale;
+    bool causal;
+};
+
+/* Keys visible to query token t of sequence s. */
+static int64_t visible(const struct attn2_ctx *c, int64_t s, int64_t t)
+{
+    int64_t lq = c->cu_q[s + 1] - c->cu_q[s], lk = c->cu_k[s + 1] - c->cu_k[s];
+    if (!c->causal)
+        return lk;
+    int64_t lim = (t - c->cu_q[s]) + (lk - lq) + 1;
+    return lim < 0 ? 0 : lim < lk ? lim : lk;
+}
+
+static int64_t round_up(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+/* Row r of an item: token q0 + r / n_rep, head g·n_rep + r % n_rep; its q and y rows. */
+static int64_t row_offset(const struct attn2_ctx *c, const struct attn_item *it, int64_t r)
+{
+    int64_t t = it->q0 + r / c->n_rep, h = it->g * c->n_rep + r % c->n_rep;
+    return (t * c->Hq + h) * c->D;
+}
+
+static void attn_blocked_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct attn2_ctx *c = vctx;
+    const struct cpu_kernels *kt = c->kt;
+    const int64_t MR = kt->mr, NR = kt->nr, D = c->D;
+    const size_t kes = mmrt_dtype_size((enum mmrt_dtype)c->k_dtype);
+    float *base = c->scratch + (size_t)tid * c->per_thread;
+
+    for (int64_t u = begin; u < end; u++) {
+        const struct attn_item *it = &c->items[u];
+        const int64_t R = it->nq * c->n_rep, Rp = round_up(R, MR), Dp = round_up(D, NR);
+        const int64_t n_keys = visible(c, it->seq, it->q0 + it->nq - 1);
+        if (n_keys == 0) {
+            for (int64_t r = 0; r < R; r++)
+                memset(c->y + row_offset(c, it, r), 0, (size_t)D * sizeof(float));
+            continue;
+        }
+        const int64_t Kn = round_up(n_keys, NR);
+        float *xq = base, *kp = xq + Rp * D, *sc = kp + Kn * D, *pp = sc + Rp * Kn;
+        float *vp = pp + Rp * Kn, *o = vp + Dp * Kn;
+        const int64_t k0 = c->cu_k[it->seq];
+        const char *kbase = c->k + k0 * c->k_nb0 + it->g * c->k_nb1;
+        const char *vbase = c->v + k0 * c->v_nb0 + it->g * c->v_nb1;
+
+        /* Q rows into micro-kernel x panels (a GQA group's rows are gathered into o first,
+         * which is free until the end), K rows transposed into W micro-panels. */
+        const float *qsrc = c->q + row_offset(c, it, 0);
+        int64_t ldq = c->Hq * D;
+        if (c->n_rep > 1) {
+            for (int64_t r = 0; r < R; r++)
+                memcpy(o + r * D, c->q + row_offset(c, it, r), (size_t)D * sizeof(float));
+            qsrc = o;
+            ldq = D;
+        }
+        for (int64_t p = 0; p < Rp; p += MR)
+            kt->pack_x(qsrc + p * ldq, ldq, R - p < MR ? R - p : MR, D, xq + p * D);
+        for (int64_t j = 0; j < Kn; j += NR) {
+            int64_t cols = n_keys - j < NR ? n_keys - j : NR;
+            kt->pack_w(kbase + j * c->k_nb0, c->k_dtype, c->k_nb0 / (int64_t)kes, cols, D,
+                       kp + j * D);
+        }
+        /* S = Q·Kᵀ, tile by tile. */
+        for (int64_t p = 0; p < Rp; p += MR)
+            for (int64_t j = 0; j < Kn; j += NR)
+                kt->micro(xq + p * D, kp + j * D, NR, D, sc + p * Kn + j, Kn, 0);
+        /* Softmax per row in place (zero beyond the visible keys), then the rows become the
+         * x panels of P·V. */
+        for (int64_t r = 0; r < R; r++) {
+            int64_t nv = visible(c, it->seq, it->q0 + r / c->n_rep);
+            float *row = sc + r * Kn;
+            if (nv > 0) {
+                float m = kt->scale_max(row, c->scale, nv);
+                kt->scale_d(row, 1.0 / kt->exp_sum(row, m, row, nv), nv);
+            }
+            memset(row + nv, 0, (size_t)(Kn - nv) * sizeof(float));
+        }
+        for (int64_t p = 0; p < Rp; p += MR)
+            kt->pack_x(sc + p * Kn, Kn, R - p < MR ? R - p : MR, n_keys, pp + p * Kn);
+        /* V rows, converted, into NR-wide micro-panels [Dp/NR][Kn][NR]. (Feeding f32 V rows to
+         * the micro-kernel in place was measured slower: their stride is a multiple of 4 KiB,
+         * so every row lands in the same L1 set and no prefetcher follows it.) */
+        float vrow[CPU_MAX_HEAD_DIM];
+        for (int64_t j = 0; j < n_keys; j++) {
+            const char *src = vbase + j * c->v_nb0;
+            const float *vr = (const float *)src;
+            if (c->v_dtype != MMRT_DTYPE_F32) {
+                cpu_weight_to_f32(src, c->v_dtype, vrow, D);
+                vr = vrow;
+            }
+            for (int64_t d = 0; d < Dp; d += NR) {
+                float *dst = vp + d * Kn + j * NR;
+                int64_t w = D - d < NR ? D - d : NR;
+                memcpy(dst, vr + d, (size_t)w * sizeof(float));
+                memset(dst + w, 0, (size_t)(NR - w) * sizeof(float));
+            }
+        }
+        for (int64_t p = 0; p < Rp; p += MR)
+            for (int64_t d = 0; d < Dp; d += NR)
+                kt->micro(pp + p * Kn, vp + d * Kn, NR, n_keys, o + p * Dp + d, Dp, 0);
+        for (int64_t r = 0; r < R; r++)
+            memcpy(c->y + row_offset(c, it, r), o + r * Dp, (size_t)D * sizeof(float));
+    }
+}
+
+/* Streaming path: item u is (sequence u / Hkv, kv head u % Hkv); rows as in row_offset. */
+static void attn_stream_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct attn2_ctx *c = vctx;
+    const struct cpu_kernels *kt = c->kt;
+    const int64_t D = c->D, Hkv = c->Hq / c->n_rep;
+    float *base = c->scratch + (size_t)tid * c->per_thread;
+    float tmp[CPU_MAX_HEAD_DIM];
+
+    for (int64_t u = begin; u < end; u++) {
+        struct attn_item it = { .seq = u / Hkv, .g = u % Hkv };
+        it.q0 = c->cu_q[it.seq];
+        it.nq = c->cu_q[it.seq + 1] - it.q0;
+        const int64_t R = it.nq * c->n_rep;
+        if (R == 0)
+            continue;
+        float *acc = base, *sc = acc + R * D;
+        int64_t nv[CPU_ATTN_DOT_MAX_Q], n_keys = 0;
+        for (int64_t tl = 0; tl < it.nq; tl++) {
+            nv[tl] = visible(c, it.seq, it.q0 + tl);
+            n_keys = nv[tl] > n_keys ? nv[tl] : n_keys;
+        }
+        const int64_t k0 = c->cu_k[it.seq];
+        const char *kbase = c->k + k0 * c->k_nb0 + it.g * c->k_nb1;
+        const char *vbase = c->v + k0 * c->v_nb0 + it.g * c->v_nb1;
+        for (int64_t j = 0; j < n_keys; j++) {
+            const char *src = kbase + j * c->k_nb0;
+            const float *kr = (const float *)src;
+            if (c->k_dtype != MMRT_DTYPE_F32) {
+                cpu_weight_to_f32(src, c->k_dtype, tmp, D);
+                kr = tmp;
+            }
+            for (int64_t r = 0; r < R; r++)
+                if (j < nv[r / c->n_rep])
+                    sc[r * c->max_lk + j] = kt->dot(c->q + row_offset(c, &it, r), kr, D) * c->scale;
+        }
+        double inv[CPU_ATTN_DOT_MAX_Q * 64];
+        for (int64_t r = 0; r < R; r++) {
+            int64_t n = nv[r / c->n_rep];
+            float *row = sc + r * c->max_lk, m = kt->scale_max(row, 1.0f, n);
+            inv[r] = n ? 1.0 / kt->exp_sum(row, m, row, n) : 0.0;
+        }
+        memset(acc, 0, (size_t)(R * D) * sizeof(float));
+        for (int64_t j = 0; j < n_keys; j++) {
+            const char *src = vbase + j * c->v_nb0;
+            const float *vr = (const float *)src;
+            if (c->v_dtype != MMRT_DTYPE_F32) {
+                cpu_weight_to_f32(src, c->v_dtype, tmp, D);
+                vr = tmp;
+            }
+            for (int64_t r = 0; r < R; r++)
+                if (j < nv[r / c->n_rep])
+                    kt->axpy(acc + r * D, (float)(sc[r * c->max_lk + j] * inv[r]), vr, D);
+        }
+        for (int64_t r = 0; r < R; r++)
+            memcpy(c->y + row_offset(c, &it, r), acc + r * D, (size_t)D * sizeof(float));
+    }
+}
+
+/* Runs the blocked or streaming path; fails only when scratch cannot be allocated. */
+static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
+                                     struct attn2_ctx *c, int64_t n_seq, int64_t Hkv)
+{
+    const struct cpu_kernels *kt = c->kt;
+    const int64_t D = c->D;
+    int64_t max_lq = 0;
+    for (int64_t s = 0; s < n_seq; s++)
+        if (c->cu_q[s + 1] - c->cu_q[s] > max_lq)
+            max_lq = c->cu_q[s + 1] - c->cu_q[s];
+    size_t n_threads = (size_t)dev->pool.n_threads;
+    mmrt_status st = MMRT_OK;
+
+    if (max_lq <= CPU_ATTN_DOT_MAX_Q && c->n_rep <= 64) {
+        int64_t R = max_lq * c->n_rep;
+        c->per_thread = (size_t)(R * D + R * c->max_lk + 16);
+        c->scratch = malloc(n_threads * c->per_thread * sizeof(float));
+        if (!c->scratch)
+            return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of attention "
+                           "scratch", n_threads * c->per_thread * sizeof(float));
+        cpu_parallel_for(&dev->pool, n_seq * Hkv,
+                         4.0 * (double)D * (double)(c->max_lk + 1) * (double)R, attn_stream_task, c);
+        free(c->scratch);
+        return MMRT_OK;
+    }
+
+    /* Blocked: about CPU_ATTN_BLOCK_PANELS micro-panels of rows per item. */
+    int64_t qb = kt->mr * CPU_ATTN_BLOCK_PANELS / c->n_rep;
+    if (qb < 1)
+        qb = 1;
+    int64_t n_items = 0;
+    for (int64_t s = 0; s < n_seq; s++)
+        n_items += Hkv * ((c->cu_q[s + 1] - c->cu_q[s] + qb - 1) / qb);
+    struct attn_item *items = malloc((size_t)(n_items ? n_items : 1) * sizeof *items);
+    int64_t Rp = round_up(qb * c->n_rep, kt->mr), Kn = round_up(c->max_lk ? c->max_lk : 1, kt->nr);
+    int64_t Dp = round_up(D, kt->nr);
+    c->per_thread = (size_t)(Rp * D + Kn * D + 2 * Rp * Kn + Dp * Kn + Rp * Dp + 16);
+    c->scratch = malloc(n_threads * c->per_thread * sizeof(float));
+    if (!items || !c->scratch) {
+        st = cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of attention scratch",
+                     n_threads * c->per_thread * sizeof(float));
+        goto out;
+    }
+    int64_t n = 0;
+    for (int64_t s = 0; s < n_seq; s++)
+        for (int64_t g = 0; g < Hkv; g++)
+            for (int64_t q0 = c->cu_q[s]; q0 < c->cu_q[s + 1]; q0 += qb) {
+                int64_t nq = c->cu_q[s + 1] - q0 < qb ? c->cu_q[s + 1] - q0 : qb;
+                items[n++] = (struct attn_item){ s, g, q0, nq };
+            }
+    c->items = items;
+    cpu_parallel_for(&dev->pool, n_items,
+                     4.0 * (double)D * (double)(c->max_lk + 1) * (double)(qb * c->n_rep),
+                     attn_blocked_task, c);
+out:
+    free(items);
+    free(c->scratch);
+    return st;
+}
+
+/* cu_seqlens: I32 [n_seq + 1], starting at 0, non-decreasing, ending at `total`. */
+static mmrt_status check_cu(struct cpu_op *o, const char *what, const struct cpu_view *cu,
+                            int64_t n_seq, int64_t total)
+{
+    mmrt_status st;
+    if ((st = cpu_need_dtype(o, what, cu, CPU_DT_I32)) || (st = cpu_need_contig(o, what, cu)) ||
+        (st = cpu_need_disjoint(o, what, cu, false)))
+        return st;
+    if (cu->numel != n_seq + 1)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " entries, n_seq + 1 = %" PRId64,
+                       what, cu->numel, n_seq + 1);
+    const int32_t *v = (const int32_t *)cu->data;
+    if (v[0] != 0 || v[n_seq] != total)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s must run from 0 to %" PRId64 ", got %" PRId32
+                       " … %" PRId32, what, total, v[0], v[n_seq]);
+    for (int64_t s = 0; s < n_seq; s++)
+        if (v[s + 1] < v[s])
+            return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s decreases at entry %" PRId64 " (%" PRId32
+                           " after %" PRId32 ")", what, s + 1, v[s + 1], v[s]);
+    return MMRT_OK;
+}
+
+mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    struct mmrt_attention_params p;
+    float *scores = NULL;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ATTENTION, 3, 5, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
+    const struct cpu_view *cq = &o.src[3], *ck = &o.src[4];
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
+        (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "src0 (q)", q)) || (st = cpu_need_rank(&o, "src1 (k)", k, 3)) ||
+        (st = cpu_need_dtype(&o, "src1 (k)", k, CPU_DT_F32 | CPU_DT_F16)) ||
+        (st = cpu_need_inner_contig(&o, "src1 (k)", k)) ||
+        (st = cpu_need_rank(&o, "src2 (v)", v, 3)) ||
+        (st = cpu_need_dtype(&o, "src2 (v)", v, CPU_DT_F32 | CPU_DT_F16)) ||
+        (st = cpu_need_inner_contig(&o, "src2 (v)", v)) ||
+        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||
+        (st = cpu_need_disjoint(&o, "src0 (q)", q, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (k)", k, false)) ||
+        (st = cpu_need_disjoint(&o, "src2 (v)", v, false)))
+        return st;
+    int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2], S = k->ne[0], Hkv = k->ne[1];
+    if (D < 1 || D > CPU_MAX_HEAD_DIM)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…%d", D,
+                       CPU_MAX_HEAD_DIM);
+    if (!cpu_same_shape(k, v) || k->ne[2] != D)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and v "
+                       "[%" PRId64 ", %" PRId64 ", %" PRId64 "] must both be [S, Hkv, %" PRId64 "]",
+                       k->ne[0], k->ne[1], k->ne[2], v->ne[0], v->ne[1], v->ne[2], D);
+    if (Hkv < 1 || Hq % Hkv != 0)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
+                       PRId64 " kv heads", Hq, Hkv);
+    if (!cpu_same_shape(q, y))
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
+    if (p.causal != 0 && p.causal != 1)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
+                       p.causal);
+    if (!isfinite(p.scale))
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p.scale);
+    if ((cq->data == NULL) != (ck->data == NULL))
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "give both cu_seqlens_q and cu_seqlens_k, or "
+                       "neither");
+    int32_t whole_q[2] = { 0, (int32_t)T }, whole_k[2] = { 0, (int32_t)S };
+    const int32_t *cu_q = whole_q, *cu_k = whole_k;
+    if (cq->data) {
+        if (p.n_seq < 1)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
+        if ((st = check_cu(&o, "src3 (cu_seqlens_q)", cq, p.n_seq, T)) ||
+            (st = check_cu(&o, "src4 (cu_seqlens_k)", ck, p.n_seq, S)))
+            return st;
+        cu_q = (const int32_t *)cq->data;
+        cu_k = (const int32_t *)ck->data;
+    } else {
+        if (p.n_seq != 1)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be 1 without "
+                           "cu_seqlens", p.n_seq);
+        if (T > INT32_MAX || S > INT32_MAX)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " keys "
+                           "exceed I32 sequence offsets", T, S);
+    }
+    int64_t n_seq = cq->data ? p.n_seq : 1, max_lk = 0;
+    for (int64_t s = 0; s < n_seq; s++)
+        if (cu_k[s + 1] - cu_k[s] > max_lk)
+            max_lk = cu_k[s + 1] - cu_k[s];
+    if (T == 0 || Hq == 0)
+        return MMRT_OK;
+
+    if (dev->kern.micro) {
+        struct attn2_ctx c2 = {
+            .kt = &dev->kern, .q = (const float *)q->data, .k = k->data, .v = v->data,
+            .y = (float *)y->data, .cu_q = cu_q, .cu_k = cu_k, .Hq = Hq, .D = D,
+            .n_rep = Hq / Hkv, .max_lk = max_lk ? max_lk : 1,
+            .k_nb0 = k->nb[0], .k_nb1 = k->nb[1], .v_nb0 = v->nb[0], .v_nb1 = v->nb[1],
+            .k_dtype = k->dtype, .v_dtype = v->dtype, .scale = p.scale, .causal = p.causal == 1,
+        };
+        return attention_kernels(dev, &o, &c2, n_seq, Hkv);
+    }
+    size_t n_scores = (size_t)dev->pool.n_threads * (size_t)(max_lk ? max_lk : 1);
+    scores = malloc(n_scores * sizeof(float));
+    if (!scores)
+        return cpu_bad(&o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of score rows",
+                       n_scores * sizeof(float));
+    struct attn_ctx c = {
+        .q = (const float *)q->data, .k = k->data, .v = v->data, .y = (float *)y->data,
+        .cu_q = cu_q, .cu_k = cu_k, .scores = scores, .n_seq = n_seq, .max_lk = max_lk ? max_lk : 1,
+        .Hq = Hq, .D = D, .n_rep = Hq / Hkv,
+        .k_nb0 = k->nb[0], .k_nb1 = k->nb[1], .v_nb0 = v->nb[0], .v_nb1 = v->nb[1],
+        .k_dtype = k->dtype, .v_dtype = v->dtype, .scale = p.scale, .causal = p.causal == 1,
+    };
+    /* Per item: a full score row and weighted sum; causal rows average half of that. */
+    double cost = 2.0 * (double)D * (double)(S / n_seq + 1) * (p.causal ? 0.5 : 1.0);
+    cpu_parallel_for(&dev->pool, T * Hq, cost, attn_task, &c);
+    free(scores);
+    return MMRT_OK;
+}

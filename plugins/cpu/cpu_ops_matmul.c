@@ -1,0 +1,470 @@
+/*
+ * plugins/cpu/cpu_ops_matmul.c — MATMUL and PATCH_EMBED, both on one GEMM front (cpu_gemm).
+ *
+ * y[M, N] = x[M, K] · w[N, K]ᵀ: both operands are row-major along K. cpu_gemm picks one of
+ * three paths by shape and kernel table (cpu_isa.c), never by thread count:
+ *
+ *   GEMV (M ≤ CPU_GEMV_MAX_M, a table with a gemv kernel): decode is bound by reading the
+ *     weights, so each W row is streamed once, converted in registers and dotted with the few
+ *     x rows; threads take disjoint ranges of W rows.
+ *   Blocked GEMM (a table with a micro-kernel): BLIS-style, see CPU_GEMM_* in cpu_internal.h.
+ *     x is packed once ([K block][MR panel][kc][MR]); each parallel item owns GEMM_NC columns
+ *     and up to GEMM_MC rows, converts and transposes its W rows per K block into per-thread
+ *     scratch and runs the MR × NR micro-kernel over it. Each output is one FMA chain in k
+ *     order, continued across K blocks through y itself, so the result does not depend on
+ *     the blocking or the thread count. Edge tiles run the same kernel on a scratch tile.
+ *     With bf16_dot and BF16 weights the same loops drive the vdpbf16ps kernel on bf16 pairs.
+ *   Portable (no micro-kernel): tiles of CPU_MM_MB x rows × CPU_MM_NB W rows, K in panels of
+ *     CPU_MM_KB; an F16/BF16 W panel is converted once into per-thread scratch and reused by
+ *     all x rows of the tile; every output is cpu_dot_f32's 8-lane dot, summed panel by panel.
+ *
+ * Weights stay in their checkpoint dtype in memory in every path: conversion happens in
+ * registers (GEMV) or into a per-thread panel of at most GEMM_NC × GEMM_KC floats.
+ * PATCH_EMBED gathers the non-overlapping patches into rows (im2col, which for stride =
+ * kernel is a permutation of the image) and runs the same GEMM against the weight seen as
+ * [O, C·P·P].
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu_internal.h"
+
+void *cpu_xpack(struct mmrt_device *dev, size_t nbytes, const char *what)
+{
+    if (nbytes <= dev->xpack_bytes)
+        return dev->xpack;
+    free(dev->xpack);
+    dev->xpack = NULL;
+    dev->xpack_bytes = 0;
+    /* Grow geometrically so a slowly growing context does not reallocate every step. */
+    size_t want = nbytes + nbytes / 4;
+    void *p = NULL;
+    if (posix_memalign(&p, CPU_ALIGN, want) != 0) {
+        cpu_fail(dev, MMRT_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of packing scratch",
+                 what, want);
+        return NULL;
+    }
+    dev->xpack = p;
+    dev->xpack_bytes = want;
+    return p;
+}
+
+/* bf16-dot layout: dst[p·mr + i] = bf16(x[i][2p]) | bf16(x[i][2p+1]) << 16, zero-padded. */
+static void pack_x_bf16(const float *x, int64_t ldx, int64_t rows, int64_t kc, int mr,
+                        uint32_t *dst)
+{
+    int64_t np = (kc + 1) / 2;
+    for (int64_t i = 0; i < mr; i++) {
+        for (int64_t q = 0; q < np; q++) {
+            uint32_t lo = 0, hi = 0;
+            if (i < rows) {
+                const float *xr = x + i * ldx;
+                lo = cpu_f32_to_bf16(xr[2 * q]);
+                hi = 2 * q + 1 < kc ? cpu_f32_to_bf16(xr[2 * q + 1]) : 0;
+            }
+            dst[q * mr + i] = lo | hi << 16;
+        }
+    }
+}
+
+/* ---- portable path ------------------------------------------------------------------------ */
+
+struct gemm_ctx {
+    struct mmrt_device *dev;
+    const float *x;
+    const char *w;
+    const char *b;
+    float *y;
+    int64_t M, K, N, n_mtiles;
+    int w_dtype, b_dtype;
+    size_t w_es;
+};
+
+/* Four dot products of x against four w rows ldw apart, in cpu_dot_f32's exact lane order;
+ * sharing the x loads is what makes this faster than four separate dots. */
+static void dot_1x4(const float *restrict x, const float *restrict w, int64_t ldw, int64_t n,
+                    float out[4])
+{
+    const float *wr[4] = { w, w + ldw, w + 2 * ldw, w + 3 * ldw };
+    cpu_v4f lo[4] = { { 0 } }, hi[4] = { { 0 } };
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        cpu_v4f xl = cpu_v4f_load(x + k), xh = cpu_v4f_load(x + k + 4);
+        for (int r = 0; r < 4; r++) {
+            lo[r] += xl * cpu_v4f_load(wr[r] + k);
+            hi[r] += xh * cpu_v4f_load(wr[r] + k + 4);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float acc[8];
+        memcpy(acc, &lo[r], sizeof lo[r]);
+        memcpy(acc + 4, &hi[r], sizeof hi[r]);
+        for (int l = 0; l < 8 && k + l < n; l++)
+            acc[l] += x[k + l] * wr[r][k + l];
+        out[r] = cpu_hsum8(acc);
+    }
+}
+
+static void gemm_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct gemm_ctx *c = vctx;
+    float *panel = c->dev->gemm_scratch + (size_t)tid * c->dev->gemm_scratch_floats;
+    int64_t K = c->K, N = c->N;
+
+    for (int64_t t = begin; t < end; t++) {
+        int64_t n0 = (t / c->n_mtiles) * CPU_MM_NB, m0 = (t % c->n_mtiles) * CPU_MM_MB;
+        int64_t nn = N - n0 < CPU_MM_NB ? N - n0 : CPU_MM_NB;
+        int64_t m1 = c->M - m0 < CPU_MM_MB ? c->M : m0 + CPU_MM_MB;
+
+        for (int64_t m = m0; m < m1; m++)
+            memset(c->y + m * N + n0, 0, (size_t)nn * sizeof(float));
+        for (int64_t k0 = 0; k0 < K; k0 += CPU_MM_KB) {
+            int64_t kl = K - k0 < CPU_MM_KB ? K - k0 : CPU_MM_KB;
+            const float *wp;
+            int64_t ldw;
+            if (c->w_dtype == MMRT_DTYPE_F32) {
+                wp = (const float *)c->w + n0 * K + k0;
+                ldw = K;
+            } else {
+                for (int64_t j = 0; j < nn; j++)
+                    cpu_weight_to_f32(c->w + (size_t)((n0 + j) * K + k0) * c->w_es, c->w_dtype,
+                                      panel + j * CPU_MM_KB, kl);
+                wp = panel;
+                ldw = CPU_MM_KB;
+            }
+            for (int64_t m = m0; m < m1; m++) {
+                const float *xr = c->x + m * K + k0;
+                float *yr = c->y + m * N + n0;
+                int64_t j = 0;
+                for (; j + 4 <= nn; j += 4) {
+                    float o[4];
+                    dot_1x4(xr, wp + j * ldw, ldw, kl, o);
+                    for (int l = 0; l < 4; l++)
+                        yr[j + l] += o[l];
+                }
+                for (; j < nn; j++)
+                    yr[j] += cpu_dot_f32(xr, wp + j * ldw, kl);
+            }
+        }
+        if (c->b) {
+            for (int64_t m = m0; m < m1; m++)
+                for (int64_t j = 0; j < nn; j++)
+                    c->y[m * N + n0 + j] += cpu_load_weight(c->b, c->b_dtype, n0 + j);
+        }
+    }
+}
+
+/* ---- GEMV path ------------------------------------------------------------------------------ */
+
+#define GEMV_ROWS 4 /* W rows per parallel item */
+
+struct gemv_ctx {
+    const struct cpu_kernels *kt;
+    const float *x;
+    const void *w, *b;
+    float *y;
+    int64_t M, K, N;
+    int w_dtype, b_dtype;
+};
+
+static void gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct gemv_ctx *c = vctx;
+    (void)tid;
+    int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
+    c->kt->gemv(c->x, c->K, c->M, c->K, c->w, c->w_dtype, c->K, n0, n1, c->y, c->N);
+    if (c->b)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                c->y[m * c->N + n] += cpu_load_weight(c->b, c->b_dtype, n);
+}
+
+/* ---- blocked path --------------------------------------------------------------------------- */
+
+struct blk_ctx {
+    struct mmrt_device *dev;
+    const struct cpu_kernels *kt;
+    const float *x;
+    const char *w, *b;
+    float *y;
+    void *xp;               /* packed x: [n_kb][n_panels][panel_elems] (f32 or u32 pairs) */
+    int64_t M, K, N;
+    int64_t kcb;            /* k elements per K block */
+    int64_t n_kb, n_panels, panel_elems;
+    int64_t n_mb, mb_panels; /* row blocks per column block, panels per row block */
+    int w_dtype, b_dtype, mr, nr;
+    size_t w_es;
+    bool bf;
+};
+
+static void xpack_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct blk_ctx *c = vctx;
+    (void)tid;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t kb = it / c->n_panels, p = it % c->n_panels;
+        int64_t k0 = kb * c->kcb, kc = c->K - k0 < c->kcb ? c->K - k0 : c->kcb;
+        int64_t rows = c->M - p * c->mr < c->mr ? c->M - p * c->mr : c->mr;
+        const float *src = c->x + p * c->mr * c->K + k0;
+        uint32_t *dst = (uint32_t *)c->xp + (size_t)it * (size_t)c->panel_elems;
+        if (c->bf)
+            pack_x_bf16(src, c->K, rows, kc, c->mr, dst);
+        else
+            c->kt->pack_x(src, c->K, rows, kc, (float *)dst);
+    }
+}
+
+static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct blk_ctx *c = vctx;
+    const struct cpu_kernels *kt = c->kt;
+    const int mr = c->mr, nr = c->nr;
+    /* Per-thread scratch: the converted W block [NC/NR][kc][NR], then the item's C block
+     * [mb_panels·MR][NC]. C accumulates in this block rather than in y: y's rows are N floats
+     * apart, often a multiple of 4 KiB, so the rows of a tile would all fall into one L1 set
+     * every time a K block reloads them; here they are NC floats apart. The block is always
+     * whole tiles, so no edge case reaches the micro-kernel. */
+    float *wpack = c->dev->gemm_scratch + (size_t)tid * c->dev->gemm_scratch_floats;
+    float *cblk = wpack + (size_t)CPU_GEMM_NC * CPU_GEMM_KC;
+    const int64_t N = c->N;
+
+    for (int64_t it = begin; it < end; it++) {
+        int64_t nb = it / c->n_mb, mb = it % c->n_mb;
+        int64_t n0 = nb * CPU_GEMM_NC, ncols = N - n0 < CPU_GEMM_NC ? N - n0 : CPU_GEMM_NC;
+        int64_t p0 = mb * c->mb_panels;
+        int64_t p1 = p0 + c->mb_panels < c->n_panels ? p0 + c->mb_panels : c->n_panels;
+        int64_t n_jr = (ncols + nr - 1) / nr;
+
+        for (int64_t kb = 0; kb < c->n_kb; kb++) {
+            int64_t k0 = kb * c->kcb, kc = c->K - k0 < c->kcb ? c->K - k0 : c->kcb;
+            int64_t kunits = c->bf ? (kc + 1) / 2 : kc; /* rows of a packed micro-panel */
+            for (int64_t jr = 0; jr < n_jr; jr++) {
+                int64_t cols = ncols - jr * nr < nr ? ncols - jr * nr : nr;
+                const char *wsrc = c->w + (size_t)((n0 + jr * nr) * c->K + k0) * c->w_es;
+                float *dst = wpack + jr * nr * kunits;
+                if (c->bf)
+                    kt->pack_w_bf16((const uint16_t *)wsrc, c->K, cols, kc, (uint32_t *)dst);
+                else
+                    kt->pack_w(wsrc, c->w_dtype, c->K, cols, kc, dst);
+            }
+            for (int64_t jr = 0; jr < n_jr; jr++) {
+                const float *wp = wpack + jr * nr * kunits;
+                for (int64_t p = p0; p < p1; p++) {
+                    const uint32_t *xpp =
+                        (const uint32_t *)c->xp + (size_t)(kb * c->n_panels + p) * c->panel_elems;
+                    float *ct = cblk + (p - p0) * mr * CPU_GEMM_NC + jr * nr;
+                    if (c->bf)
+                        kt->micro_bf16(xpp, (const uint32_t *)wp, kunits, ct, CPU_GEMM_NC, kb > 0);
+                    else
+                        kt->micro((const float *)xpp, wp, nr, kc, ct, CPU_GEMM_NC, kb > 0);
+                }
+            }
+        }
+        /* The valid part of the block into y, with the bias. */
+        int64_t m0 = p0 * mr, m1 = p1 * mr < c->M ? p1 * mr : c->M;
+        for (int64_t m = m0; m < m1; m++) {
+            float *yr = c->y + m * N + n0;
+            const float *cr = cblk + (m - m0) * CPU_GEMM_NC;
+            if (c->b)
+                for (int64_t j = 0; j < ncols; j++)
+                    yr[j] = cr[j] + cpu_load_weight(c->b, c->b_dtype, n0 + j);
+            else
+                memcpy(yr, cr, (size_t)ncols * sizeof(float));
+        }
+    }
+}
+
+mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
+                     const void *w, int w_dtype, int64_t N, const void *b, int b_dtype,
+                     float *y)
+{
+    const struct cpu_kernels *kt = &dev->kern;
+    if (M == 0 || N == 0)
+        return MMRT_OK;
+    if (K == 0 || (M <= CPU_GEMV_MAX_M && kt->gemv)) {
+        if (K == 0) {
+            /* An empty sum: y is the bias (or zero) on every path. */
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++)
+                    y[m * N + n] = b ? cpu_load_weight(b, b_dtype, n) : 0.0f;
+            return MMRT_OK;
+        }
+        struct gemv_ctx c = {
+            .kt = kt, .x = x, .w = w, .b = b, .y = y, .M = M, .K = K, .N = N,
+            .w_dtype = w_dtype, .b_dtype = b_dtype,
+        };
+        cpu_parallel_for(&dev->pool, (N + GEMV_ROWS - 1) / GEMV_ROWS,
+                         (double)GEMV_ROWS * (double)K * (double)M, gemv_task, &c);
+        return MMRT_OK;
+    }
+    if (!kt->micro) {
+        struct gemm_ctx c = {
+            .dev = dev, .x = x, .w = w, .b = b, .y = y, .M = M, .K = K, .N = N,
+            .n_mtiles = (M + CPU_MM_MB - 1) / CPU_MM_MB,
+            .w_dtype = w_dtype, .b_dtype = b_dtype,
+            .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype),
+        };
+        int64_t n_tiles = c.n_mtiles * ((N + CPU_MM_NB - 1) / CPU_MM_NB);
+        double cost = (double)(M < CPU_MM_MB ? M : CPU_MM_MB) * CPU_MM_NB * (double)(K + 1);
+        cpu_parallel_for(&dev->pool, n_tiles, cost, gemm_task, &c);
+        return MMRT_OK;
+    }
+
+    bool bf = dev->bf16_dot && w_dtype == MMRT_DTYPE_BF16 && kt->micro_bf16;
+    struct blk_ctx c = {
+        .dev = dev, .kt = kt, .x = x, .w = w, .b = b, .y = y, .M = M, .K = K, .N = N,
+        .kcb = bf ? 2 * CPU_GEMM_KC : CPU_GEMM_KC,
+        .w_dtype = w_dtype, .b_dtype = b_dtype, .mr = kt->mr, .nr = kt->nr,
+        .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype), .bf = bf,
+    };
+    c.n_kb = (K + c.kcb - 1) / c.kcb;
+    c.n_panels = (M + c.mr - 1) / c.mr;
+    c.panel_elems = (bf ? c.kcb / 2 : c.kcb) * c.mr;
+    c.mb_panels = CPU_GEMM_MC / c.mr;
+    c.n_mb = (c.n_panels + c.mb_panels - 1) / c.mb_panels;
+    size_t xbytes = (size_t)(c.n_kb * c.n_panels * c.panel_elems) * sizeof(float);
+    if (!(c.xp = cpu_xpack(dev, xbytes, "MATMUL")))
+        return MMRT_ERR_NO_MEMORY;
+    cpu_parallel_for(&dev->pool, c.n_kb * c.n_panels, (double)(c.kcb * c.mr), xpack_task, &c);
+    int64_t n_items = ((N + CPU_GEMM_NC - 1) / CPU_GEMM_NC) * c.n_mb;
+    double cost = (double)CPU_GEMM_NC * (double)(M < CPU_GEMM_MC ? M : CPU_GEMM_MC) * (double)K;
+    cpu_parallel_for(&dev->pool, n_items, cost, blk_task, &c);
+    return MMRT_OK;
+}
+
+/* ---- MATMUL --------------------------------------------------------------------------- */
+
+mmrt_status cpu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+
+    if ((st = cpu_need_dtype(&o, "src0 (x)", x, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "src0 (x)", x)) ||
+        (st = cpu_need_rank(&o, "src1 (W)", w, 2)) ||
+        (st = cpu_need_dtype(&o, "src1 (W)", w, CPU_DT_WEIGHT)) ||
+        (st = cpu_need_contig(&o, "src1 (W)", w)))
+        return st;
+    int64_t K = cpu_inner(x), M = cpu_rows(x), N = w->ne[0];
+    if (w->ne[1] != K)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
+                       "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
+    if (b->data) {
+        if ((st = cpu_need_dtype(&o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
+            (st = cpu_need_contig(&o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != N)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W has "
+                           "%" PRId64 " rows", b->numel, N);
+    }
+    if ((st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)))
+        return st;
+    if (cpu_rows(y) != M || cpu_inner(y) != N)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
+                       "%" PRId64 " rows of %" PRId64, M, N, cpu_rows(y), cpu_inner(y));
+    if ((st = cpu_need_disjoint(&o, "src0 (x)", x, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (W)", w, false)) ||
+        (st = cpu_need_disjoint(&o, "src2 (bias)", b, false)))
+        return st;
+
+    return cpu_gemm(dev, (const float *)x->data, M, K, w->data, w->dtype, N, b->data, b->dtype,
+                    (float *)y->data);
+}
+
+/* ---- PATCH_EMBED ---------------------------------------------------------------------- */
+
+struct im2col_ctx {
+    const float *img; /* [B, C, H, W] */
+    float *cols;      /* [B · nP, C · P · P] */
+    int64_t C, H, W, P, n_px, n_patches;
+};
+
+/* One item per patch (b, py, px): row b·nP + py·n_px + px, in (c, kh, kw) order like the
+ * flattened conv weight. */
+static void im2col_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct im2col_ctx *c = vctx;
+    (void)tid;
+    int64_t P = c->P, patch_len = c->C * P * P;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t bi = r / c->n_patches, p = r % c->n_patches;
+        int64_t py = p / c->n_px, px = p % c->n_px;
+        float *out = c->cols + r * patch_len;
+        for (int64_t ch = 0; ch < c->C; ch++) {
+            const float *plane = c->img + (bi * c->C + ch) * c->H * c->W;
+            for (int64_t kh = 0; kh < P; kh++) {
+                memcpy(out, plane + (py * P + kh) * c->W + px * P, (size_t)P * sizeof(float));
+                out += P;
+            }
+        }
+    }
+}
+
+mmrt_status cpu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    struct mmrt_patch_params p;
+    float *cols = NULL;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_PATCH_EMBED, 2, 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *img = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+
+    if ((st = cpu_op_params(&o, &p, sizeof p)) ||
+        (st = cpu_need_rank(&o, "src0 (image)", img, 4)) ||
+        (st = cpu_need_dtype(&o, "src0 (image)", img, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "src0 (image)", img)) ||
+        (st = cpu_need_rank(&o, "src1 (weight)", w, 4)) ||
+        (st = cpu_need_dtype(&o, "src1 (weight)", w, CPU_DT_WEIGHT)) ||
+        (st = cpu_need_contig(&o, "src1 (weight)", w)))
+        return st;
+    int64_t B = img->ne[0], C = img->ne[1], H = img->ne[2], W = img->ne[3], P = p.patch;
+    int64_t O = w->ne[0];
+    if (P < 1 || H % P != 0 || W % P != 0)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " must be ≥ 1 and divide the "
+                       "image's H %" PRId64 " and W %" PRId64, P, H, W);
+    if (w->ne[1] != C || w->ne[2] != P || w->ne[3] != P)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (weight) is [%" PRId64 ", %" PRId64 ", %"
+                       PRId64 ", %" PRId64 "], expected [O, %" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                       w->ne[0], w->ne[1], w->ne[2], w->ne[3], C, P, P);
+    if (b->data) {
+        if ((st = cpu_need_dtype(&o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
+            (st = cpu_need_contig(&o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != O)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, "
+                           "expected %" PRId64, b->numel, O);
+    }
+    int64_t n_patches = (H / P) * (W / P);
+    if ((st = cpu_need_rank(&o, "dst", y, 3)) || (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "dst", y)))
+        return st;
+    if (y->ne[0] != B || y->ne[1] != n_patches || y->ne[2] != O)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 ", %" PRId64 ", %" PRId64
+                       "]", B, n_patches, O);
+    if ((st = cpu_need_disjoint(&o, "src0 (image)", img, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (weight)", w, false)) ||
+        (st = cpu_need_disjoint(&o, "src2 (bias)", b, false)))
+        return st;
+    if (y->numel == 0)
+        return MMRT_OK;
+
+    /* The gathered patches are exactly as many floats as the image. */
+    cols = malloc((size_t)img->numel * sizeof(float) + 1);
+    if (!cols)
+        return cpu_bad(&o, MMRT_ERR_NO_MEMORY, "cannot allocate %" PRId64 " bytes for the "
+                       "gathered patches", img->numel * (int64_t)sizeof(float));
+    struct im2col_ctx ic = {
+        .img = (const float *)img->data, .cols = cols, .C = C, .H = H, .W = W, .P = P,
+        .n_px = W / P, .n_patches = n_patches,
+    };
+    cpu_parallel_for(&dev->pool, B * n_patches, (double)(C * P * P), im2col_task, &ic);
+    st = cpu_gemm(dev, cols, B * n_patches, C * P * P, w->data, w->dtype, O, b->data, b->dtype,
+                  (float *)y->data);
+    free(cols);
+    return st;
+}

@@ -1,0 +1,296 @@
+/*
+ * plugins/cpu/cpu_ops_rows.c — the row-wise ops: LAYERNORM, RMSNORM, SOFTMAX, ARGMAX and
+ * GET_ROWS, each parallel over rows.
+ *
+ * Norm moments and softmax sums are accumulated in double: cheap here, and it makes the
+ * statistic itself exact to f32 precision, so the result stays within an ulp or two of what
+ * PyTorch's float32 kernels produce. Each normalised value is formed in f32 the way Hugging
+ * Face writes it (RMSNorm: (x · rsqrt) · w; softmax: e · (1/Σ)). Row-wise ops may run in
+ * place: a row's statistics are complete before any element of it is written.
+ */
+#include <inttypes.h>
+#include <math.h>
+
+#include "cpu_internal.h"
+
+/* ---- LAYERNORM, RMSNORM --------------------------------------------------------------- */
+
+struct norm_ctx {
+    const float *x;
+    float *y;
+    const void *w, *b; /* optional, weight dtype */
+    int w_dtype, b_dtype;
+    int64_t n;
+    double eps;
+    bool rms;
+};
+
+static void norm_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct norm_ctx *c = vctx;
+    int64_t n = c->n;
+    (void)tid;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * n;
+        float *y = c->y + r * n;
+        if (c->rms) {
+            double ss = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                ss += (double)x[i] * x[i];
+            float rstd = (float)(1.0 / sqrt(ss / (double)n + c->eps));
+            for (int64_t i = 0; i < n; i++) {
+                float v = x[i] * rstd;
+                y[i] = c->w ? v * cpu_load_weight(c->w, c->w_dtype, i) : v;
+            }
+        } else {
+            double sum = 0.0, ss = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                sum += x[i];
+            double mean = sum / (double)n;
+            for (int64_t i = 0; i < n; i++) {
+                double d = x[i] - mean; /* two passes: no cancellation for offset data */
+                ss += d * d;
+            }
+            double rstd = 1.0 / sqrt(ss / (double)n + c->eps);
+            for (int64_t i = 0; i < n; i++) {
+                float v = (float)((x[i] - mean) * rstd);
+                if (c->w)
+                    v *= cpu_load_weight(c->w, c->w_dtype, i);
+                if (c->b)
+                    v += cpu_load_weight(c->b, c->b_dtype, i);
+                y[i] = v;
+            }
+        }
+    }
+}
+
+static mmrt_status check_row_weight(struct cpu_op *o, const char *what, const struct cpu_view *w,
+                                    int64_t n)
+{
+    mmrt_status st;
+    if (!w->data)
+        return MMRT_OK;
+    if ((st = cpu_need_dtype(o, what, w, CPU_DT_WEIGHT)) || (st = cpu_need_contig(o, what, w)))
+        return st;
+    if (w->numel != n)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " elements, rows have %" PRId64,
+                       what, w->numel, n);
+    return cpu_need_disjoint(o, what, w, false);
+}
+
+/* src0 and dst: contiguous F32 of one shape, dst possibly == src0. */
+static mmrt_status check_rows_f32(struct cpu_op *o)
+{
+    mmrt_status st;
+    const struct cpu_view *x = &o->src[0];
+    if ((st = cpu_need_dtype(o, "src0", x, CPU_DT_F32)) || (st = cpu_need_contig(o, "src0", x)) ||
+        (st = cpu_need_dtype(o, "dst", &o->dst, CPU_DT_F32)) ||
+        (st = cpu_need_contig(o, "dst", &o->dst)))
+        return st;
+    if (!cpu_same_shape(x, &o->dst))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst and src0 must have the same shape");
+    return cpu_need_disjoint(o, "src0", x, true);
+}
+
+static mmrt_status norm(struct mmrt_device *dev, const struct mmrt_op_args *args, int op)
+{
+    struct cpu_op o;
+    struct mmrt_norm_params p;
+    bool rms = op == MMRT_OP_RMSNORM;
+    mmrt_status st = cpu_op_begin(dev, args, op, 1, rms ? 2 : 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    int64_t n = cpu_inner(&o.src[0]);
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = check_rows_f32(&o)) ||
+        (st = check_row_weight(&o, "src1 (weight)", &o.src[1], n)) ||
+        (st = check_row_weight(&o, "src2 (bias)", &o.src[2], n)))
+        return st;
+    if (!(p.eps >= 0.0f) || isinf(p.eps))
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "eps %g must be finite and ≥ 0", (double)p.eps);
+    if (n == 0)
+        return MMRT_OK;
+    struct norm_ctx c = {
+        .x = (const float *)o.src[0].data, .y = (float *)o.dst.data,
+        .w = o.src[1].data, .b = o.src[2].data, .w_dtype = o.src[1].dtype,
+        .b_dtype = o.src[2].dtype, .n = n, .eps = p.eps, .rms = rms,
+    };
+    cpu_parallel_for(&dev->pool, cpu_rows(&o.src[0]), 4.0 * (double)n, norm_task, &c);
+    return MMRT_OK;
+}
+
+mmrt_status cpu_op_layernorm(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    return norm(dev, args, MMRT_OP_LAYERNORM);
+}
+
+mmrt_status cpu_op_rmsnorm(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    return norm(dev, args, MMRT_OP_RMSNORM);
+}
+
+/* ---- SOFTMAX -------------------------------------------------------------------------- */
+
+struct softmax_ctx {
+    const float *x;
+    float *y;
+    int64_t n;
+    float scale;
+};
+
+static void softmax_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct softmax_ctx *c = vctx;
+    int64_t n = c->n;
+    (void)tid;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * n;
+        float *y = c->y + r * n;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] * c->scale;
+            m = v > m ? v : m;
+        }
+        if (m == -INFINITY) {
+            /* Every entry masked: no distribution exists; give zeros, like a fully masked
+             * attention row, instead of the NaNs of 0/0. */
+            memset(y, 0, (size_t)n * sizeof(float));
+            continue;
+        }
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            float e = expf(x[i] * c->scale - m); /* −inf − m gives exactly 0 */
+            y[i] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < n; i++)
+            y[i] *= inv;
+    }
+}
+
+mmrt_status cpu_op_softmax(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    struct mmrt_scale_params p;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_SOFTMAX, 1, 1, &o);
+    if (st != MMRT_OK)
+        return st;
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = check_rows_f32(&o)))
+        return st;
+    int64_t n = cpu_inner(&o.src[0]);
+    if (n == 0)
+        return MMRT_OK;
+    struct softmax_ctx c = {
+        .x = (const float *)o.src[0].data, .y = (float *)o.dst.data, .n = n, .scale = p.scale,
+    };
+    cpu_parallel_for(&dev->pool, cpu_rows(&o.src[0]), 20.0 * (double)n, softmax_task, &c);
+    return MMRT_OK;
+}
+
+/* ---- ARGMAX --------------------------------------------------------------------------- */
+
+struct argmax_ctx {
+    const float *x;
+    int32_t *y;
+    int64_t n;
+};
+
+static void argmax_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct argmax_ctx *c = vctx;
+    (void)tid;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = c->x + r * c->n;
+        int64_t best = -1;
+        float bv = 0.0f;
+        for (int64_t i = 0; i < c->n; i++) {
+            if (isnan(x[i]))
+                continue;
+            if (best < 0 || x[i] > bv) { /* strict: the first maximum wins ties */
+                best = i;
+                bv = x[i];
+            }
+        }
+        c->y[r] = best < 0 ? 0 : (int32_t)best; /* an all-NaN row answers 0 */
+    }
+}
+
+mmrt_status cpu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ARGMAX, 1, 1, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *x = &o.src[0], *y = &o.dst;
+    if ((st = cpu_need_dtype(&o, "src0", x, CPU_DT_F32)) || (st = cpu_need_contig(&o, "src0", x)) ||
+        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_I32)) || (st = cpu_need_contig(&o, "dst", y)) ||
+        (st = cpu_need_disjoint(&o, "src0", x, false)))
+        return st;
+    int64_t rows = cpu_rows(x), n = cpu_inner(x);
+    if (y->numel != rows)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %" PRId64 " elements, src0 has %" PRId64
+                       " rows", y->numel, rows);
+    if (n == 0 && rows > 0)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src0 rows are empty: no maximum to find");
+    if (n > INT32_MAX)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "rows of %" PRId64 " elements do not fit I32 "
+                       "indices", n);
+    struct argmax_ctx c = { .x = (const float *)x->data, .y = (int32_t *)y->data, .n = n };
+    cpu_parallel_for(&dev->pool, rows, (double)n, argmax_task, &c);
+    return MMRT_OK;
+}
+
+/* ---- GET_ROWS ------------------------------------------------------------------------- */
+
+struct get_rows_ctx {
+    const char *table;
+    const int32_t *ids;
+    float *y;
+    int64_t n;
+    size_t row_bytes;
+    int dtype;
+};
+
+static void get_rows_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct get_rows_ctx *c = vctx;
+    (void)tid;
+    for (int64_t t = begin; t < end; t++)
+        cpu_weight_to_f32(c->table + (size_t)c->ids[t] * c->row_bytes, c->dtype, c->y + t * c->n,
+                          c->n);
+}
+
+mmrt_status cpu_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_GET_ROWS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *tab = &o.src[0], *ids = &o.src[1], *y = &o.dst;
+    if ((st = cpu_need_rank(&o, "src0 (table)", tab, 2)) ||
+        (st = cpu_need_dtype(&o, "src0 (table)", tab, CPU_DT_WEIGHT)) ||
+        (st = cpu_need_contig(&o, "src0 (table)", tab)) ||
+        (st = cpu_need_dtype(&o, "src1 (ids)", ids, CPU_DT_I32)) ||
+        (st = cpu_need_contig(&o, "src1 (ids)", ids)) ||
+        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||
+        (st = cpu_need_disjoint(&o, "src0 (table)", tab, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (ids)", ids, false)))
+        return st;
+    int64_t V = tab->ne[0], n = tab->ne[1], T = ids->numel;
+    if (cpu_rows(y) != T || cpu_inner(y) != n)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
+                       "%" PRId64 " rows of %" PRId64, T, n, cpu_rows(y), cpu_inner(y));
+    /* Check every id before writing anything, so a refused call leaves dst untouched. */
+    const int32_t *id = (const int32_t *)ids->data;
+    for (int64_t t = 0; t < T; t++)
+        if (id[t] < 0 || id[t] >= V)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "id %" PRId32 " at row %" PRId64 " is outside "
+                           "the table's rows [0, %" PRId64 ")", id[t], t, V);
+    struct get_rows_ctx c = {
+        .table = tab->data, .ids = id, .y = (float *)y->data, .n = n,
+        .row_bytes = (size_t)n * mmrt_dtype_size((enum mmrt_dtype)tab->dtype),
+        .dtype = tab->dtype,
+    };
+    cpu_parallel_for(&dev->pool, T, (double)n, get_rows_task, &c);
+    return MMRT_OK;
+}

@@ -1,0 +1,511 @@
+/*
+ * plugins/cpu/cpu_plugin.c — libmmrt_cpu.so: the entry point, the one device, its arenas
+ * and transfers, and the op table.
+ *
+ * The device is this machine: arenas are host allocations (see struct cpu_arena), transfers
+ * are memcpy, and kernels run synchronously on the calling thread plus the device's worker
+ * pool, so everything issued is complete when a call returns and synchronize() has nothing to
+ * wait for. State: the host table copied at init (for logging) and, per device, its pool,
+ * arena list and last-error string. Nothing here is shared between devices.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cpu_internal.h"
+
+/* The host table as this plugin knows it, zero-extended (see mmrt_plugin_init). */
+static struct mmrt_host g_host;
+
+static void cpu_log(enum mmrt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void cpu_log(enum mmrt_log_level level, const char *fmt, ...)
+{
+    if (!g_host.log)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    g_host.log(g_host.user, level, CPU_PLUGIN_NAME, msg);
+}
+
+mmrt_status cpu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dev->err, sizeof dev->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void set_err(char *err, size_t err_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (!err || err_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- machine facts -------------------------------------------------------------------- */
+
+static uint64_t phys_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+/* MemAvailable from /proc/meminfo (what the kernel could hand out without swapping), or the
+ * free page count where that file is missing. */
+static uint64_t avail_bytes(void)
+{
+    uint64_t kb = 0;
+    int found = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        while (!found && fgets(line, sizeof line, f))
+            found = sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1;
+        fclose(f);
+    }
+    if (found)
+        return kb * 1024u;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+/* The processor's "model name" from /proc/cpuinfo, or "CPU" where there is none (some ARM
+ * kernels do not print one). */
+static void cpu_model_name(char *out, size_t size)
+{
+    snprintf(out, size, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        char *v = strchr(line, ':');
+        if (!v)
+            continue;
+        v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        v[strcspn(v, "\r\n")] = '\0';
+        if (*v)
+            snprintf(out, size, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
+/* ---- probe and devices ---------------------------------------------------------------- */
+
+/* threads: worker count (default: every online CPU). isa: auto (default), avx512, avx2 or
+ * portable — the kernel table (cpu_isa.c); a lower one than auto compares kernels or tests a
+ * path. bf16_dot: 0 (default) or 1 — BF16 weights use the AVX512_BF16 dot-product GEMM, which
+ * rounds activations to bf16 (faster prefill and vision, measured loss in BENCHMARKS.md). */
+static const char *const cpu_option_keys[] = { "threads", "isa", "bf16_dot", NULL };
+
+static mmrt_status cpu_probe(int *n_devices, char *why, size_t why_size)
+{
+    if (!n_devices)
+        return MMRT_ERR_INVALID_ARG;
+    *n_devices = 1;
+    set_err(why, why_size, "%s", "");
+    return MMRT_OK;
+}
+
+/* `threads`: a decimal integer in [1, CPU_MAX_THREADS], nothing else (no sign, no spaces). */
+static mmrt_status parse_threads(const char *value, int *out, char *err, size_t err_size)
+{
+    int64_t v = 0;
+    const char *c = value;
+    if (!*c)
+        goto bad;
+    for (; *c; c++) {
+        if (*c < '0' || *c > '9')
+            goto bad;
+        v = v * 10 + (*c - '0');
+        if (v > CPU_MAX_THREADS)
+            goto bad;
+    }
+    if (v < 1)
+        goto bad;
+    *out = (int)v;
+    return MMRT_OK;
+
+bad:
+    set_err(err, err_size, "cpu: device option threads=\"%s\": expected an integer from 1 to %d",
+            value, CPU_MAX_THREADS);
+    return MMRT_ERR_CONFIG;
+}
+
+static void cpu_device_close(struct mmrt_device *dev);
+
+static mmrt_status cpu_device_open(int index, const struct mmrt_option *options, int n_options,
+                                   struct mmrt_device **out, char *err, size_t err_size)
+{
+    struct mmrt_device *dev = NULL;
+    mmrt_status st = MMRT_OK;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
+    bool have_threads = false, bf16_dot = false;
+    const char *isa = NULL, *bf16_value = NULL;
+    struct cpu_kernels kern;
+
+    if (!out || n_options < 0 || (n_options > 0 && !options)) {
+        set_err(err, err_size, "cpu: device_open: invalid arguments");
+        return MMRT_ERR_INVALID_ARG;
+    }
+    if (index != 0) {
+        set_err(err, err_size, "cpu: no device %d (the cpu plugin has only device 0)", index);
+        return MMRT_ERR_NOT_FOUND;
+    }
+    for (int i = 0; i < n_options; i++) {
+        const char *key = options[i].key, *value = options[i].value;
+        if (!key || !value) {
+            set_err(err, err_size, "cpu: device option %d has no key or no value", i);
+            return MMRT_ERR_CONFIG;
+        }
+        if (strcmp(key, "isa") == 0 || strcmp(key, "bf16_dot") == 0) {
+            const char **slot = key[0] == 'i' ? &isa : &bf16_value;
+            if (*slot) {
+                set_err(err, err_size, "cpu: device option %s given twice (second: \"%s\")",
+                        key, value);
+                return MMRT_ERR_CONFIG;
+            }
+            *slot = value;
+            continue;
+        }
+        if (strcmp(key, "threads") != 0) {
+            set_err(err, err_size,
+                    "cpu: unknown device option %s=\"%s\" (the cpu plugin knows: threads, isa, "
+                    "bf16_dot)", key, value);
+            return MMRT_ERR_CONFIG;
+        }
+        if (have_threads) {
+            set_err(err, err_size, "cpu: device option threads given twice (second: \"%s\")",
+                    value);
+            return MMRT_ERR_CONFIG;
+        }
+        have_threads = true;
+        st = parse_threads(value, &n_threads, err, err_size);
+        if (st != MMRT_OK)
+            return st;
+    }
+
+    if (bf16_value) {
+        if (strcmp(bf16_value, "0") != 0 && strcmp(bf16_value, "1") != 0) {
+            set_err(err, err_size, "cpu: device option bf16_dot=\"%s\": expected 0 or 1",
+                    bf16_value);
+            return MMRT_ERR_CONFIG;
+        }
+        bf16_dot = bf16_value[0] == '1';
+    }
+    st = cpu_kernels_select(isa, bf16_dot, &kern, err, err_size);
+    if (st != MMRT_OK)
+        return st;
+
+    dev = calloc(1, sizeof *dev);
+    if (!dev) {
+        set_err(err, err_size, "cpu: cannot allocate the device");
+        return MMRT_ERR_NO_MEMORY;
+    }
+    char why[256] = "";
+    st = cpu_pool_init(&dev->pool, n_threads, why, sizeof why);
+    if (st != MMRT_OK) {
+        set_err(err, err_size, "cpu: %s", why);
+        goto fail;
+    }
+    dev->kern = kern;
+    dev->bf16_dot = bf16_dot;
+    /* Per thread: a converted W block (blocked: NC × KC; portable: MM_NB × MM_KB) and a C
+     * block of up to GEMM_MC (+ one panel) rows × NC (cpu_ops_matmul.c); both sizes are
+     * multiples of 16 floats, so threads never share a cache line. */
+    dev->gemm_scratch_floats = (size_t)CPU_GEMM_NC * CPU_GEMM_KC +
+                               (size_t)(CPU_GEMM_MC + CPU_GEMM_MAX_MR) * CPU_GEMM_NC;
+    size_t scratch = (size_t)n_threads * dev->gemm_scratch_floats * sizeof(float);
+    if (posix_memalign((void **)&dev->gemm_scratch, CPU_ALIGN, scratch) != 0) {
+        dev->gemm_scratch = NULL;
+        set_err(err, err_size, "cpu: cannot allocate %zu bytes of GEMM scratch", scratch);
+        st = MMRT_ERR_NO_MEMORY;
+        goto fail;
+    }
+    char model[80], caps[64];
+    cpu_model_name(model, sizeof model);
+    snprintf(dev->name, sizeof dev->name, "%s (%d thread%s) [%s%s]", model, n_threads,
+             n_threads == 1 ? "" : "s", kern.name, bf16_dot ? "+bf16_dot" : "");
+    dev->total_bytes = phys_bytes();
+    cpu_isa_describe(caps, sizeof caps);
+    cpu_log(MMRT_LOG_DEBUG, "device 0: %s; CPU features: %s", dev->name, caps);
+    *out = dev;
+    return MMRT_OK;
+
+fail:
+    cpu_device_close(dev);
+    return st;
+}
+
+static void cpu_device_close(struct mmrt_device *dev)
+{
+    if (!dev)
+        return;
+    cpu_pool_deinit(&dev->pool);
+    int n_left = 0;
+    while (dev->arenas) {
+        struct cpu_arena *a = dev->arenas;
+        dev->arenas = a->next;
+        free(a);
+        n_left++;
+    }
+    if (n_left)
+        cpu_log(MMRT_LOG_DEBUG, "device_close freed %d arena%s still allocated", n_left,
+                n_left == 1 ? "" : "s");
+    free(dev->gemm_scratch);
+    free(dev->xpack);
+    free(dev);
+}
+
+static mmrt_status cpu_device_info(struct mmrt_device *dev, struct mmrt_device_info *info)
+{
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    if (!info || info->hdr.struct_size < sizeof info->hdr)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "device_info: no info struct or a struct_size "
+                        "smaller than its header");
+    struct mmrt_device_info full;
+    memset(&full, 0, sizeof full);
+    full.hdr = info->hdr;
+    snprintf(full.name, sizeof full.name, "%s", dev->name);
+    snprintf(full.kind, sizeof full.kind, "cpu");
+    full.total_bytes = dev->total_bytes;
+    full.free_bytes = avail_bytes();
+    if (full.free_bytes > full.total_bytes)
+        full.free_bytes = full.total_bytes;
+    full.max_arena_bytes = dev->total_bytes;
+    full.alignment = CPU_ALIGN;
+    size_t n = info->hdr.struct_size < sizeof full ? info->hdr.struct_size : sizeof full;
+    memcpy(info, &full, n);
+    return MMRT_OK;
+}
+
+/* ---- arenas and transfers ------------------------------------------------------------- */
+
+struct cpu_arena *cpu_arena_find(struct mmrt_device *dev, const void *handle)
+{
+    for (struct cpu_arena *a = dev->arenas; a; a = a->next)
+        if ((const void *)a == handle)
+            return a;
+    return NULL;
+}
+
+static mmrt_status cpu_arena_alloc(struct mmrt_device *dev, uint64_t nbytes, void **arena)
+{
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    if (!arena)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "arena_alloc: no output pointer");
+    /* Refuse what cannot fit before asking the allocator: a request far beyond memory would
+     * otherwise reach malloc (where sanitizer runtimes abort instead of returning NULL). */
+    if (nbytes > dev->total_bytes || nbytes > SIZE_MAX - CPU_ARENA_HDR)
+        return cpu_fail(dev, MMRT_ERR_OUT_OF_POOL,
+                        "arena_alloc: %" PRIu64 " bytes is more than this machine's %" PRIu64
+                        " bytes of memory", nbytes, dev->total_bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, CPU_ALIGN, CPU_ARENA_HDR + (size_t)nbytes) != 0)
+        return cpu_fail(dev, MMRT_ERR_OUT_OF_POOL,
+                        "arena_alloc: cannot allocate %" PRIu64 " bytes of host memory", nbytes);
+    struct cpu_arena *a = p;
+    a->nbytes = nbytes;
+#ifdef MADV_HUGEPAGE
+    /* Large arenas hold weights that decode streams every step: ask for transparent huge
+     * pages (where the system has them in "madvise" mode) so the stream is not slowed by a
+     * TLB miss every 4 KiB. Only the 2 MiB-aligned interior can be backed by huge pages; a
+     * refusal changes nothing but speed, so the result is ignored. */
+    if (nbytes >= (8u << 20)) {
+        uintptr_t lo = ((uintptr_t)cpu_arena_data(a) + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
+        uintptr_t hi = ((uintptr_t)cpu_arena_data(a) + nbytes) & ~(uintptr_t)((2u << 20) - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
+    a->prev = NULL;
+    a->next = dev->arenas;
+    if (dev->arenas)
+        dev->arenas->prev = a;
+    dev->arenas = a;
+    *arena = a;
+    return MMRT_OK;
+}
+
+static void cpu_arena_free(struct mmrt_device *dev, void *arena)
+{
+    if (!dev || !arena)
+        return;
+    struct cpu_arena *a = cpu_arena_find(dev, arena);
+    if (!a) {
+        cpu_log(MMRT_LOG_WARN, "arena_free: %p is not an arena of this device; ignored", arena);
+        return;
+    }
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        dev->arenas = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    free(a);
+}
+
+/* The host address of bytes [offset, offset + nbytes) of `arena`, after checking both. */
+static mmrt_status arena_range(struct mmrt_device *dev, const char *fn, void *arena,
+                               uint64_t offset, uint64_t nbytes, char **out)
+{
+    struct cpu_arena *a = arena ? cpu_arena_find(dev, arena) : NULL;
+    if (!a)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "%s: %p is not an arena of this device", fn,
+                        arena);
+    if (offset > a->nbytes || nbytes > a->nbytes - offset)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG,
+                        "%s: bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64 ") lie outside the arena "
+                        "of %" PRIu64 " bytes", fn, offset, offset, nbytes, a->nbytes);
+    *out = cpu_arena_data(a) + offset;
+    return MMRT_OK;
+}
+
+static mmrt_status cpu_upload(struct mmrt_device *dev, void *arena, uint64_t offset,
+                              const void *src, uint64_t nbytes)
+{
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    char *p = NULL; /* set by arena_range; initialised for -O3's flow analysis */
+    mmrt_status st = arena_range(dev, "upload", arena, offset, nbytes, &p);
+    if (st != MMRT_OK)
+        return st;
+    if (nbytes && !src)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "upload: no source buffer");
+    if (nbytes)
+        memcpy(p, src, nbytes);
+    return MMRT_OK;
+}
+
+static mmrt_status cpu_download(struct mmrt_device *dev, void *dst, void *arena, uint64_t offset,
+                                uint64_t nbytes)
+{
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    char *p = NULL;
+    mmrt_status st = arena_range(dev, "download", arena, offset, nbytes, &p);
+    if (st != MMRT_OK)
+        return st;
+    if (nbytes && !dst)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "download: no destination buffer");
+    if (nbytes)
+        memcpy(dst, p, nbytes);
+    return MMRT_OK;
+}
+
+static mmrt_status cpu_copy(struct mmrt_device *dev, void *dst_arena, uint64_t dst_offset,
+                            void *src_arena, uint64_t src_offset, uint64_t nbytes)
+{
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    char *d = NULL, *s = NULL;
+    mmrt_status st = arena_range(dev, "copy (dst)", dst_arena, dst_offset, nbytes, &d);
+    if (st == MMRT_OK)
+        st = arena_range(dev, "copy (src)", src_arena, src_offset, nbytes, &s);
+    if (st != MMRT_OK)
+        return st;
+    if (nbytes)
+        memmove(d, s, nbytes); /* the ranges may overlap within one arena */
+    return MMRT_OK;
+}
+
+static mmrt_status cpu_synchronize(struct mmrt_device *dev)
+{
+    return dev ? MMRT_OK : MMRT_ERR_INVALID_ARG;
+}
+
+static const char *cpu_last_error(struct mmrt_device *dev)
+{
+    return dev ? dev->err : "no device";
+}
+
+/* ---- op table and entry point --------------------------------------------------------- */
+
+static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
+    [MMRT_OP_MATMUL] = cpu_op_matmul,
+    [MMRT_OP_ADD] = cpu_op_add,
+    [MMRT_OP_MUL] = cpu_op_mul,
+    [MMRT_OP_SCALE] = cpu_op_scale,
+    [MMRT_OP_LAYERNORM] = cpu_op_layernorm,
+    [MMRT_OP_RMSNORM] = cpu_op_rmsnorm,
+    [MMRT_OP_GELU] = cpu_op_gelu,
+    [MMRT_OP_GELU_TANH] = cpu_op_gelu_tanh,
+    [MMRT_OP_QUICK_GELU] = cpu_op_quick_gelu,
+    [MMRT_OP_SILU] = cpu_op_silu,
+    [MMRT_OP_SWIGLU] = cpu_op_swiglu,
+    [MMRT_OP_RELU2] = cpu_op_relu2,
+    [MMRT_OP_SOFTMAX] = cpu_op_softmax,
+    [MMRT_OP_ROPE] = cpu_op_rope,
+    [MMRT_OP_ATTENTION] = cpu_op_attention,
+    [MMRT_OP_GET_ROWS] = cpu_op_get_rows,
+    [MMRT_OP_PATCH_EMBED] = cpu_op_patch_embed,
+    [MMRT_OP_CONCAT] = cpu_op_concat,
+    [MMRT_OP_COPY] = cpu_op_copy,
+    [MMRT_OP_ARGMAX] = cpu_op_argmax,
+};
+
+static const struct mmrt_plugin cpu_plugin = {
+    .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_plugin),
+    .name = CPU_PLUGIN_NAME,
+    .version = "0.1.0",
+    .probe = cpu_probe,
+    .device_open = cpu_device_open,
+    .device_close = cpu_device_close,
+    .device_info = cpu_device_info,
+    .arena_alloc = cpu_arena_alloc,
+    .arena_free = cpu_arena_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .last_error = cpu_last_error,
+    .ops = cpu_ops,
+    .n_ops = MMRT_OP_COUNT,
+    .option_keys = cpu_option_keys,
+    .shutdown = NULL,
+};
+
+MMRT_PLUGIN_EXPORT const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_host *host)
+{
+    /* Without a log member there is nowhere to say why we refuse. */
+    size_t need = offsetof(struct mmrt_host, log) + sizeof host->log;
+    if (!host || host->hdr.struct_size < need || !host->log)
+        return NULL;
+    if (host->hdr.abi_major != MMRT_ABI_MAJOR) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "host ABI %u.%u, but this plugin was built for ABI %d.%d; "
+                 "refusing to load", host->hdr.abi_major, host->hdr.abi_minor, MMRT_ABI_MAJOR,
+                 MMRT_ABI_MINOR);
+        host->log(host->user, MMRT_LOG_ERROR, CPU_PLUGIN_NAME, msg);
+        return NULL;
+    }
+    struct mmrt_host copy;
+    memset(&copy, 0, sizeof copy);
+    memcpy(&copy, host, host->hdr.struct_size < sizeof copy ? host->hdr.struct_size : sizeof copy);
+    g_host = copy;
+    return &cpu_plugin;
+}

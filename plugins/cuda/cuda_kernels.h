@@ -1,0 +1,167 @@
+/*
+ * plugins/cuda/cuda_kernels.h — the plugin's own device code, callable from the C host code.
+ *
+ * Each launcher enqueues on `stream` and returns the launch status (cudaGetLastError after the
+ * launch); a fault inside a kernel surfaces at the next synchronisation of that stream, as the
+ * ABI says asynchronous errors do. Launchers trust their arguments: the host side
+ * (cuda_ops*.c) has already checked shapes, dtypes, strides and bounds against the arena, so
+ * what is left for the device to check is only what lives in device memory (token ids,
+ * cu_seqlens), reported through struct cu_err_word.
+ *
+ * Files: cuda_kernels.cu (copies, elementwise, rows, rope), cuda_gemm.cu (GEMV, operand
+ * preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
+ * addresses (arena base + offset); strides and extents are in elements unless named nb.
+ */
+#ifndef MMRT_CUDA_KERNELS_H
+#define MMRT_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef MMRT_CU_EMU
+#include "emu/cu_emu.h"
+#else
+#include <cuda_runtime_api.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device error word ------------------------------------------------------------------
+ * One per device, in device memory, zero when nothing went wrong. A kernel that finds a bad
+ * value in device memory claims the word with atomicCAS(code: 0 → its code) and, if it won,
+ * fills in the details; later errors are dropped (the first one is what a user needs). The
+ * host copies it back with every synchronize() and download() and turns a non-zero code into
+ * MMRT_ERR_INVALID_ARG, then clears it. */
+enum cu_err_code {
+    CU_ERRC_NONE = 0,
+    CU_ERRC_ROW_ID = 1,  /* GET_ROWS: v[0] = id, v[1] = row of ids, v[2] = table rows */
+    CU_ERRC_SEQLENS = 2, /* ATTENTION: v[0] = 0 for cu_seqlens_q, 1 for _k; v[1] = entry;
+                            v[2] = its value (bad start, decrease, or wrong total) */
+};
+struct cu_err_word {
+    uint32_t code; /* enum cu_err_code */
+    int32_t op;    /* enum mmrt_op of the kernel that set it */
+    int64_t v[3];
+};
+
+/* memmove of nbytes on the device: dst and src may overlap in any way and need no
+ * alignment. cudaMemcpyAsync leaves overlapping device-to-device copies undefined, and the
+ * core moves data inside one arena (e.g. shifting a KV window), so copy() needs this. */
+cudaError_t cu_move_bytes(void *dst, const void *src, size_t nbytes, cudaStream_t stream);
+
+/* ---- elementwise (F32 contiguous; d may equal a, and b for SWIGLU) ---------------------- */
+
+/* d[i] = a[i] (+ or ·) b[i % b_period]; b of weight dtype b_dtype. */
+cudaError_t cu_launch_binary(float *d, const float *a, const void *b, int b_dtype, int64_t n,
+                             int64_t b_period, int mul, cudaStream_t stream);
+/* op: MMRT_OP_SCALE (uses scale), GELU, GELU_TANH, QUICK_GELU, SILU, RELU2, or SWIGLU
+ * (d = silu(a) · b). */
+cudaError_t cu_launch_unary(int op, float *d, const float *a, const float *b, int64_t n,
+                            float scale, cudaStream_t stream);
+
+/* ---- row ops (F32 contiguous rows of n; y may equal x) --------------------------------- */
+
+/* LAYERNORM (rms = 0; w, b optional) or RMSNORM (rms = 1; w optional), weights of their own
+ * dtype. */
+cudaError_t cu_launch_norm(float *y, const float *x, const void *w, int w_dtype, const void *b,
+                           int b_dtype, int64_t rows, int64_t n, float eps, int rms,
+                           cudaStream_t stream);
+cudaError_t cu_launch_softmax(float *y, const float *x, int64_t rows, int64_t n, float scale,
+                              cudaStream_t stream);
+cudaError_t cu_launch_argmax(int32_t *y, const float *x, int64_t rows, int64_t n,
+                             cudaStream_t stream);
+/* y[t, :] = table[ids[t], :] as f32; a bad id leaves row t untouched and sets *err. */
+cudaError_t cu_launch_get_rows(float *y, const void *table, int dtype, int64_t V, int64_t n,
+                               const int32_t *ids, int64_t T, struct cu_err_word *err,
+                               cudaStream_t stream);
+
+/* ---- COPY / CONCAT --------------------------------------------------------------------- */
+
+/* dst[i…] = convert(src[i…]) over a 4-D index space (leading extents 1), any strides.
+ * Same dtype copies raw bits (F32/I32 as 4 bytes, F16/BF16 as 2); the six float conversions
+ * round to nearest even exactly like the CPU plugin. */
+struct cu_copy_desc {
+    const void *src;
+    void *dst;
+    int64_t ne[4];  /* extents, outermost first */
+    int64_t snb[4]; /* source strides in elements */
+    int64_t dnb[4]; /* destination strides in elements */
+    int32_t sdt, ddt;
+};
+cudaError_t cu_launch_copy(const struct cu_copy_desc *d, cudaStream_t stream);
+
+/* ---- ROPE ------------------------------------------------------------------------------ */
+
+#define CU_ROPE_MAX_HALF 128 /* n_rot ≤ D ≤ 256 */
+struct cu_rope_desc {
+    const float *x;
+    float *y;
+    const int32_t *pos; /* [T] */
+    int64_t T, H, D;
+    int64_t xs0, xs1, ys0, ys1; /* token and head strides in elements (inner stride 1) */
+    int32_t n_rot, mode;
+    /* 1/theta^(2i/n_rot), computed on the host with the C library's powf: the angle
+     * pos · inv_freq must equal the CPU plugin's bit for bit, and at positions near 10^5 one
+     * ulp of inv_freq is already visible, so the device's own powf is not good enough. */
+    float inv_freq[CU_ROPE_MAX_HALF];
+};
+cudaError_t cu_launch_rope(const struct cu_rope_desc *d, cudaStream_t stream);
+
+/* ---- GEMM support (cuda_gemm.cu) ------------------------------------------------------- */
+
+/* Largest M the GEMV kernel takes; larger M goes to cuBLAS. */
+#define CU_GEMV_MAX_M 8
+/* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) for M ≤ CU_GEMV_MAX_M: weights read once, in their
+ * own dtype, products accumulated in f32 (decode: bandwidth-bound and as exact as the CPU). */
+cudaError_t cu_launch_gemv(float *y, const float *x, const void *w, int w_dtype, const void *b,
+                           int b_dtype, int64_t M, int64_t K, int64_t N, cudaStream_t stream);
+
+/* Writes rows [r0, r0 + rows) of the GEMM's left operand A [M, K] into hi (and lo), as
+ * out_dtype: A is x [M, K] (x != NULL) or the im2col rows of a PATCH_EMBED image (img).
+ *   out F32:        hi = a                                   (patches for F32 weights)
+ *   out F16 / BF16: hi = round(a · hi_scale)                  (one rounding)
+ *          split:   lo = round((a − hi / hi_scale) · lo_scale) (what hi missed)
+ * so that a ≈ hi / hi_scale + lo / lo_scale, which the caller undoes with cuBLAS alphas. */
+struct cu_prep_desc {
+    const float *x;   /* [M, K], or NULL for patches */
+    const float *img; /* [B, C, H, W] when x == NULL */
+    int64_t C, H, W, P, n_px, n_patches;
+    int64_t r0, rows, K;
+    int32_t out_dtype, split;
+    float hi_scale, lo_scale;
+    void *hi, *lo; /* [rows, K] each, contiguous */
+};
+cudaError_t cu_launch_prep(const struct cu_prep_desc *d, cudaStream_t stream);
+/* y[r, :] = b (or 0 when b == NULL) for r < M: the bias the GEMMs then add onto (beta = 1). */
+cudaError_t cu_launch_fill_rows(float *y, const void *b, int b_dtype, int64_t M, int64_t N,
+                                cudaStream_t stream);
+
+/* ---- ATTENTION (cuda_attention.cu) ------------------------------------------------------ */
+
+struct cu_attn_desc {
+    const float *q;           /* [T, Hq, D] contiguous */
+    const void *k, *v;        /* [S, Hkv, D] F32 or F16, inner dim contiguous */
+    float *y;                 /* [T, Hq, D] contiguous */
+    const int32_t *cu_q, *cu_k; /* [n_seq + 1] in device memory, or both NULL */
+    int64_t T, S;
+    int64_t k_s0, k_s1, v_s0, v_s1; /* token and head strides in elements */
+    int32_t Hq, Hkv, D, n_seq;
+    int32_t k_dtype, v_dtype, causal;
+    float scale;
+    float *ws;          /* split-KV workspace, ws_floats floats (may be NULL / 0) */
+    int64_t ws_floats;
+    int32_t n_sm;       /* multiprocessors, to size the split */
+    struct cu_err_word *err;
+};
+/* Kernel shared-memory limits are raised once per device (cudaFuncSetAttribute) before the
+ * first launch; call after cudaSetDevice. */
+cudaError_t cu_attention_init(void);
+cudaError_t cu_launch_attention(const struct cu_attn_desc *d, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,234 @@
+/*
+ * plugins/cuda/cuda_ops_gemm.c — MATMUL and PATCH_EMBED: y[M, N] = A[M, K] · W[N, K]ᵀ (+ b),
+ * A being x (MATMUL) or the image's patches in im2col order (PATCH_EMBED).
+ *
+ * How f32 activations meet F16/BF16 weights (the weights never leave their dtype):
+ *
+ *   M ≤ CU_GEMV_MAX_M (decode)   GEMV kernel: W read once in its dtype, x in f32, products
+ *                                and sums in f32. Bandwidth-bound; error vs the CPU f32
+ *                                reference ~1e-7 relative (summation order only).
+ *   W F32                        cublasGemmEx F32 × F32 → F32, CUBLAS_COMPUTE_32F (no TF32:
+ *                                the default math mode never uses it for F32). Same accuracy.
+ *   W F16 / BF16, larger M       the activations are converted to the weight dtype by the
+ *                                prep kernel and cublasGemmEx runs the tensor cores with f32
+ *                                accumulation (CUBLAS_COMPUTE_32F). Two precisions, chosen by
+ *                                the device option gemm_precision:
+ *     high (default)   A is split into hi + lo, both in the weight dtype, and two GEMMs add
+ *                      W·hiᵀ and W·loᵀ into y. BF16: hi = bf16(a), lo = bf16(a − hi), so a is
+ *                      carried to 2^-17 relative. F16: hi = f16(a · 2^-8), lo = f16((a −
+ *                      256·hi) · 8), alphas 256 and 1/8: a carried to 2^-22 relative, or 2^-28
+ *                      absolute below |a| = 2^-6, and no overflow below |a| ≈ 1.6e7 (f16 alone
+ *                      overflows at 65504). Costs two GEMMs; the result is within ~3e-5 of
+ *                      the f32 reference — the tensor cores' own f32 accumulation (not
+ *                      round-to-nearest at every step) is what is left.
+ *     fast             one rounding of A to the weight dtype, one GEMM — what fp16/bf16
+ *                      inference engines do. Relative error ~2^-11·√(1/3) per product
+ *                      term: expect ~1e-3 (f16) and ~8e-3 (bf16) of the largest output.
+ *   The converted A needs scratch; rows are processed in chunks that fit
+ *   CU_GEMM_SCRATCH_BYTES, so any M works with fixed memory (and inside a captured graph).
+ *   Bias: y is first filled with b (or zeros) and every GEMM adds with beta = 1.
+ */
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static cudaDataType cu_blas_type(int dtype)
+{
+    switch (dtype) {
+    case MMRT_DTYPE_F16: return CUDA_R_16F;
+    case MMRT_DTYPE_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+    }
+}
+
+static mmrt_status blas_failed(struct cu_op *o, cublasStatus_t s)
+{
+    return cu_fail(o->dev, s == CUBLAS_STATUS_ALLOC_FAILED ? MMRT_ERR_NO_MEMORY : MMRT_ERR_DEVICE,
+                   "%s: cublasGemmEx failed: %s", o->name, cublasGetStatusString(s));
+}
+
+/* y[M, N] (+)= alpha · A[rows, K] · W[N, K]ᵀ with beta = 1 (y already holds the bias). */
+static mmrt_status gemm_blas(struct cu_op *o, const void *A, int a_dtype, int64_t rows,
+                             int64_t K, const void *w, int w_dtype, int64_t N, float alpha,
+                             float *y)
+{
+    const float one = 1.0f;
+    /* Row-major y = A · Wᵀ is column-major yᵀ[N, rows] = W[K, N]ᵀ · Aᵀ[K, rows]. */
+    cublasStatus_t s = cublasGemmEx(o->dev->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)rows,
+                                    (int)K, &alpha, w, cu_blas_type(w_dtype), (int)K, A,
+                                    cu_blas_type(a_dtype), (int)K, &one, y, CUDA_R_32F, (int)N,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? MMRT_OK : blas_failed(o, s);
+}
+
+/* The GEMM shared by both ops. x: MATMUL's activations, or NULL with `patches` describing
+ * PATCH_EMBED's image (its x, r0, rows, out fields are filled in here). */
+static mmrt_status gemm(struct cu_op *o, const float *x, const struct cu_prep_desc *patches,
+                        int64_t M, int64_t K, const void *w, int w_dtype, int64_t N,
+                        const void *b, int b_dtype, float *y)
+{
+    struct mmrt_device *dev = o->dev;
+    cudaError_t e;
+    if (M == 0 || N == 0)
+        return MMRT_OK;
+    if (N > INT_MAX || K > INT_MAX)
+        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "N %" PRId64 " or K %" PRId64 " exceeds cuBLAS's "
+                      "int dimensions", N, K);
+    if (x && K > 0 && M <= CU_GEMV_MAX_M) {
+        e = cu_launch_gemv(y, x, w, w_dtype, b, b_dtype, M, K, N, dev->stream);
+        return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "gemv");
+    }
+    if ((e = cu_launch_fill_rows(y, b, b_dtype, M, N, dev->stream)) != cudaSuccess)
+        return cu_launch_failed(o, e, "fill_rows");
+    if (K == 0)
+        return MMRT_OK; /* y = b (or 0): an empty sum */
+
+    if (x && w_dtype == MMRT_DTYPE_F32) {
+        /* F32 × F32: no conversion, x is the operand; chunk only for cuBLAS's int rows. */
+        for (int64_t r0 = 0; r0 < M; r0 += INT_MAX) {
+            int64_t rows = M - r0 < INT_MAX ? M - r0 : INT_MAX;
+            mmrt_status st = gemm_blas(o, x + r0 * K, MMRT_DTYPE_F32, rows, K, w, w_dtype, N, 1.0f,
+                                       y + r0 * N);
+            if (st != MMRT_OK)
+                return st;
+        }
+        return MMRT_OK;
+    }
+
+    bool f32 = w_dtype == MMRT_DTYPE_F32, split = !f32 && dev->gemm_split;
+    size_t row_bytes = (size_t)K * (f32 ? 4 : 2) * (split ? 2 : 1);
+    /* lo starts on a 256-byte boundary after hi (cuBLAS's fast kernels want aligned
+     * operands), which costs at most 256 bytes of the scratch. */
+    int64_t chunk = (int64_t)((CU_GEMM_SCRATCH_BYTES - 256) / row_bytes);
+    if (chunk < 1)
+        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "K %" PRId64 " needs %zu bytes of scratch per row, "
+                      "more than the plugin's %zu", K, row_bytes, CU_GEMM_SCRATCH_BYTES);
+    if (chunk > INT_MAX)
+        chunk = INT_MAX;
+    /* F16 with the split keeps hi away from f16's overflow (see the file comment). */
+    float hi_scale = 1.0f, lo_scale = 1.0f;
+    if (split && w_dtype == MMRT_DTYPE_F16) {
+        hi_scale = 1.0f / 256.0f;
+        lo_scale = 8.0f;
+    }
+    char *hi = dev->gemm_scratch;
+    for (int64_t r0 = 0; r0 < M; r0 += chunk) {
+        int64_t rows = M - r0 < chunk ? M - r0 : chunk;
+        struct cu_prep_desc d;
+        if (patches)
+            d = *patches;
+        else
+            memset(&d, 0, sizeof d);
+        d.x = x;
+        d.r0 = r0;
+        d.rows = rows;
+        d.K = K;
+        d.out_dtype = w_dtype;
+        d.split = split;
+        d.hi_scale = hi_scale;
+        d.lo_scale = lo_scale;
+        d.hi = hi;
+        d.lo = hi + (((size_t)rows * K * 2 + 255) & ~(size_t)255);
+        if ((e = cu_launch_prep(&d, dev->stream)) != cudaSuccess)
+            return cu_launch_failed(o, e, "prep");
+        mmrt_status st = gemm_blas(o, d.hi, w_dtype, rows, K, w, w_dtype, N, 1.0f / hi_scale,
+                                   y + r0 * N);
+        if (st == MMRT_OK && split)
+            st = gemm_blas(o, d.lo, w_dtype, rows, K, w, w_dtype, N, 1.0f / lo_scale,
+                           y + r0 * N);
+        if (st != MMRT_OK)
+            return st;
+    }
+    return MMRT_OK;
+}
+
+mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    if ((st = cu_need_dtype(&o, "src0 (x)", x, CU_DT_F32)) ||
+        (st = cu_need_contig(&o, "src0 (x)", x)) || (st = cu_need_rank(&o, "src1 (W)", w, 2)) ||
+        (st = cu_need_dtype(&o, "src1 (W)", w, CU_DT_WEIGHT)) ||
+        (st = cu_need_contig(&o, "src1 (W)", w)))
+        return st;
+    int64_t K = cu_inner(x), M = cu_rows(x), N = w->ne[0];
+    if (w->ne[1] != K)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
+                      "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
+    if (b->data) {
+        if ((st = cu_need_dtype(&o, "src2 (bias)", b, CU_DT_WEIGHT)) ||
+            (st = cu_need_contig(&o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != N)
+            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W has "
+                          "%" PRId64 " rows", b->numel, N);
+    }
+    if ((st = cu_need_dtype(&o, "dst", y, CU_DT_F32)) || (st = cu_need_contig(&o, "dst", y)))
+        return st;
+    if (cu_rows(y) != M || cu_inner(y) != N)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
+                      "%" PRId64 " rows of %" PRId64, M, N, cu_rows(y), cu_inner(y));
+    if ((st = cu_need_disjoint(&o, "src0 (x)", x, false)) ||
+        (st = cu_need_disjoint(&o, "src1 (W)", w, false)) ||
+        (st = cu_need_disjoint(&o, "src2 (bias)", b, false)))
+        return st;
+    return gemm(&o, (const float *)x->data, NULL, M, K, w->data, w->dtype, N, b->data, b->dtype,
+                (float *)y->data);
+}
+
+mmrt_status cu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    struct mmrt_patch_params p;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_PATCH_EMBED, 2, 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cu_view *img = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    if ((st = cu_op_params(&o, &p, sizeof p)) ||
+        (st = cu_need_rank(&o, "src0 (image)", img, 4)) ||
+        (st = cu_need_dtype(&o, "src0 (image)", img, CU_DT_F32)) ||
+        (st = cu_need_contig(&o, "src0 (image)", img)) ||
+        (st = cu_need_rank(&o, "src1 (weight)", w, 4)) ||
+        (st = cu_need_dtype(&o, "src1 (weight)", w, CU_DT_WEIGHT)) ||
+        (st = cu_need_contig(&o, "src1 (weight)", w)))
+        return st;
+    int64_t B = img->ne[0], C = img->ne[1], H = img->ne[2], W = img->ne[3], P = p.patch;
+    int64_t O = w->ne[0];
+    if (P < 1 || H % P != 0 || W % P != 0)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " must be ≥ 1 and divide the "
+                      "image's H %" PRId64 " and W %" PRId64, P, H, W);
+    if (w->ne[1] != C || w->ne[2] != P || w->ne[3] != P)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (weight) is [%" PRId64 ", %" PRId64 ", %"
+                      PRId64 ", %" PRId64 "], expected [O, %" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                      w->ne[0], w->ne[1], w->ne[2], w->ne[3], C, P, P);
+    if (b->data) {
+        if ((st = cu_need_dtype(&o, "src2 (bias)", b, CU_DT_WEIGHT)) ||
+            (st = cu_need_contig(&o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != O)
+            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, "
+                          "expected %" PRId64, b->numel, O);
+    }
+    int64_t n_patches = (H / P) * (W / P);
+    if ((st = cu_need_rank(&o, "dst", y, 3)) || (st = cu_need_dtype(&o, "dst", y, CU_DT_F32)) ||
+        (st = cu_need_contig(&o, "dst", y)))
+        return st;
+    if (y->ne[0] != B || y->ne[1] != n_patches || y->ne[2] != O)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 ", %" PRId64 ", %" PRId64
+                      "]", B, n_patches, O);
+    if ((st = cu_need_disjoint(&o, "src0 (image)", img, false)) ||
+        (st = cu_need_disjoint(&o, "src1 (weight)", w, false)) ||
+        (st = cu_need_disjoint(&o, "src2 (bias)", b, false)))
+        return st;
+    struct cu_prep_desc pd = {
+        .img = (const float *)img->data, .C = C, .H = H, .W = W, .P = P, .n_px = W / P,
+        .n_patches = n_patches,
+    };
+    return gemm(&o, NULL, &pd, B * n_patches, C * P * P, w->data, w->dtype, O, b->data, b->dtype,
+                (float *)y->data);
+}

@@ -1,0 +1,675 @@
+/*
+ * plugins/cuda/emu/emu_kernels_test.cpp — runs the CUDA plugin's kernels in the host emulator
+ * (cu_emu.h) against the double-precision reference of tests/ref_ops.c, so that indexing,
+ * masking, tiling, split-KV and reductions are checked on machines without a GPU.
+ *
+ * It calls the launchers of cuda_kernels.h directly with host memory ("device" pointers are
+ * host pointers under the emulator). Shapes are small — every CUDA thread is a host thread —
+ * but chosen to cross the tile boundaries of each kernel. cuBLAS is not emulated: the GEMM
+ * path is checked here only through its operand preparation (hi + lo must reproduce x).
+ *
+ * Output: one line per check, then "N passed, N failed"; exit status 1 on any failure.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "../cuda_kernels.h"
+#include "mmrt/plugin.h"
+
+extern "C" {
+#include "ref_ops.h"
+}
+
+static int g_pass, g_fail;
+static uint64_t g_rng = 1;
+
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_f(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
+}
+static std::vector<float> rand_vec(size_t n, float lo, float hi)
+{
+    std::vector<float> v(n);
+    for (auto &x : v)
+        x = rng_f(lo, hi);
+    return v;
+}
+
+/* Host-side f16 / bf16 (round to nearest even), for inputs and expected values. */
+static uint16_t h_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        float t;
+        memcpy(&t, &ax, 4);
+        t += 0.5f;
+        uint32_t tb;
+        memcpy(&tb, &t, 4);
+        return (uint16_t)(sign | (tb - 0x3f000000u));
+    }
+    uint32_t odd = (ax >> 13) & 1u;
+    ax = ax - (112u << 23) + 0xfffu + odd;
+    return (uint16_t)(sign | (ax >> 13));
+}
+static float f16_f(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1f) x = sign | 0x7f800000u | (m << 13);
+    else if (e) x = sign | ((e + 112u) << 23) | (m << 13);
+    else {
+        float f = (float)m * 5.9604644775390625e-8f;
+        memcpy(&x, &f, 4);
+        x |= sign;
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static uint16_t h_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+static float bf16_f(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* max |got − ref| / max |ref| ≤ tol (NaN must match NaN). */
+static void check(const char *what, const float *got, const double *ref, size_t n, double tol,
+                  double floor = 0.0)
+{
+    double mr = 0, me = 0;
+    size_t worst = 0;
+    bool nan_bad = false;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isnan(got[i])) {
+            if (isnan(ref[i]) != isnan(got[i]) && !nan_bad) {
+                nan_bad = true;
+                worst = i;
+            }
+            continue;
+        }
+        mr = fmax(mr, fabs(ref[i]));
+        double e = fabs((double)got[i] - ref[i]);
+        if (e > me) {
+            me = e;
+            worst = i;
+        }
+    }
+    mr = fmax(mr, floor); /* tiny outputs: near-cancellation is judged against a unit scale */
+    double rel = me / (mr > 0 ? mr : 1);
+    bool ok = !nan_bad && rel <= tol;
+    printf("%s %s: rel err %.3g (tol %.1g)%s", ok ? "PASS" : "FAIL", what, rel, tol,
+           nan_bad ? " NaN mismatch" : "");
+    if (!ok && n)
+        printf(" worst [%zu] got %.9g want %.9g", worst, (double)got[worst], ref[worst]);
+    printf("\n");
+    (ok ? g_pass : g_fail)++;
+}
+
+static void expect(const char *what, bool ok)
+{
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    (ok ? g_pass : g_fail)++;
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+struct AttnCase {
+    int Hq, Hkv, D, n_seq; /* n_seq 0: no cu_seqlens */
+    std::vector<int> lq, lk;
+    int causal, f16, n_sm; /* n_sm small forces split-KV when rows are few */
+    int layout;            /* 0 dense; 1 head-major cache with padding; 2 fused k|v */
+};
+
+static void run_attention(const AttnCase &c, int idx)
+{
+    int n_seq = c.n_seq ? c.n_seq : 1;
+    std::vector<int32_t> cq(n_seq + 1, 0), ck(n_seq + 1, 0);
+    for (int s = 0; s < n_seq; s++) {
+        cq[s + 1] = cq[s] + c.lq[s];
+        ck[s + 1] = ck[s] + c.lk[s];
+    }
+    int64_t T = cq[n_seq], S = ck[n_seq], Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    auto q = rand_vec(T * Hq * D, -1.5f, 1.5f);
+    auto k = rand_vec(S * Hkv * D, -1, 1), v = rand_vec(S * Hkv * D, -1, 1);
+    if (c.f16)
+        for (auto *a : {&k, &v})
+            for (auto &x : *a)
+                x = f16_f(h_f16(x));
+    /* Device copies in the requested layout; cells outside the view hold NaN. */
+    int64_t cap = S + 3, es = c.f16 ? 2 : 4;
+    std::vector<uint8_t> kbuf, vbuf;
+    int64_t ks0, ks1, vs0, vs1, koff = 0, voff = 0;
+    auto put = [&](std::vector<uint8_t> &buf, int64_t idx_el, float val) {
+        if (c.f16) {
+            uint16_t h = h_f16(val);
+            memcpy(&buf[idx_el * 2], &h, 2);
+        } else {
+            memcpy(&buf[idx_el * 4], &val, 4);
+        }
+    };
+    auto fill_nan = [&](std::vector<uint8_t> &buf, int64_t n_el) {
+        buf.assign(n_el * es, 0);
+        for (int64_t i = 0; i < n_el; i++)
+            put(buf, i, NAN);
+    };
+    if (c.layout == 1) { /* [Hkv, cap, D], tokens from 1 */
+        fill_nan(kbuf, Hkv * cap * D);
+        fill_nan(vbuf, Hkv * cap * D);
+        ks0 = vs0 = D;
+        ks1 = vs1 = cap * D;
+        koff = voff = D;
+    } else if (c.layout == 2) { /* one [S, 2, Hkv, D] buffer */
+        fill_nan(kbuf, S * 2 * Hkv * D + 1);
+        ks0 = vs0 = 2 * Hkv * D;
+        ks1 = vs1 = D;
+        koff = 0;
+        voff = Hkv * D;
+    } else {
+        fill_nan(kbuf, S * Hkv * D + 1);
+        fill_nan(vbuf, S * Hkv * D + 1);
+        ks0 = vs0 = Hkv * D;
+        ks1 = vs1 = D;
+    }
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t g = 0; g < Hkv; g++)
+            for (int64_t d = 0; d < D; d++) {
+                put(kbuf, koff + s * ks0 + g * ks1 + d, k[(s * Hkv + g) * D + d]);
+                put(c.layout == 2 ? kbuf : vbuf, voff + s * vs0 + g * vs1 + d,
+                    v[(s * Hkv + g) * D + d]);
+            }
+    std::vector<float> y(T * Hq * D + 1, NAN);
+    std::vector<float> ws(1 << 20);
+    cu_err_word err = {};
+    cu_attn_desc d = {};
+    d.q = q.data();
+    d.k = kbuf.data() + koff * es;
+    d.v = (c.layout == 2 ? kbuf.data() : vbuf.data()) + voff * es;
+    d.y = y.data();
+    d.cu_q = c.n_seq ? cq.data() : nullptr;
+    d.cu_k = c.n_seq ? ck.data() : nullptr;
+    d.T = T;
+    d.S = S;
+    d.k_s0 = ks0;
+    d.k_s1 = ks1;
+    d.v_s0 = vs0;
+    d.v_s1 = vs1;
+    d.Hq = (int)Hq;
+    d.Hkv = (int)Hkv;
+    d.D = (int)D;
+    d.n_seq = n_seq;
+    d.k_dtype = d.v_dtype = c.f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
+    d.causal = c.causal;
+    d.scale = 1.0f / sqrtf((float)D);
+    d.ws = ws.data();
+    d.ws_floats = (int64_t)ws.size();
+    d.n_sm = c.n_sm;
+    d.err = &err;
+    cu_launch_attention(&d, nullptr);
+    std::vector<double> ref(T * Hq * D + 1, 0.0);
+    ref_attention(q.data(), k.data(), v.data(), T, S, Hq, Hkv, D, c.n_seq ? cq.data() : nullptr,
+                  c.n_seq ? ck.data() : nullptr, n_seq, d.scale, c.causal, ref.data());
+    char what[200];
+    snprintf(what, sizeof what,
+             "ATTENTION #%d T %lld S %lld Hq %lld Hkv %lld D %lld n_seq %d causal %d %s sm %d "
+             "layout %d",
+             idx, (long long)T, (long long)S, (long long)Hq, (long long)Hkv, (long long)D,
+             c.n_seq, c.causal, c.f16 ? "f16" : "f32", c.n_sm, c.layout);
+    check(what, y.data(), ref.data(), T * Hq * D, 2e-5);
+    expect("ATTENTION error word clear", err.code == 0);
+}
+
+static void test_attention(void)
+{
+    std::vector<AttnCase> cases = {
+        {4, 4, 64, 0, {7}, {7}, 0, 0, 132, 0},
+        {8, 2, 80, 0, {33}, {33}, 1, 1, 132, 0},
+        {4, 2, 128, 0, {1}, {37}, 1, 1, 132, 1},                   /* decode */
+        {4, 1, 64, 0, {5}, {20}, 1, 0, 132, 1},                    /* chunked prefill */
+        {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, 0, 132, 2},      /* vision blocks */
+        {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, 1, 132, 1},
+        {2, 1, 64, 0, {130}, {130}, 1, 0, 132, 0},                 /* > 2 row tiles */
+        {1, 1, 3, 0, {4}, {9}, 0, 0, 132, 0},                      /* odd D */
+        {2, 1, 16, 0, {2}, {0}, 0, 0, 132, 0},                     /* no keys */
+        {8, 2, 128, 0, {16}, {16}, 1, 1, 132, 1},                  /* GQA 4 */
+        {4, 4, 256, 2, {3, 2}, {40, 7}, 1, 1, 132, 2},
+        {2, 2, 96, 0, {65}, {129}, 1, 0, 132, 0},                  /* tile edges, Lq < Lk */
+        {2, 1, 100, 4, {1, 63, 64, 65}, {1, 63, 64, 65}, 1, 0, 132, 0},
+        {3, 1, 200, 2, {17, 33}, {17, 33}, 0, 1, 132, 0},
+        {4, 4, 128, 0, {1}, {300}, 1, 0, 4, 1},                    /* split-KV decode */
+        {8, 2, 64, 3, {1, 1, 1}, {200, 97, 300}, 1, 1, 4, 1},      /* split, var-len */
+        {2, 2, 80, 2, {2, 1}, {260, 130}, 0, 0, 2, 0},             /* split, bidirectional */
+        {4, 1, 256, 0, {1}, {150}, 1, 0, 2, 0},                    /* split, D 256 */
+        {2, 1, 64, 2, {7, 3}, {2, 300}, 1, 0, 2, 0},               /* split with empty rows */
+        {4, 4, 128, 0, {1}, {2000}, 1, 0, 64, 1},                  /* 15 splits */
+        {8, 2, 64, 3, {1, 1, 1}, {700, 97, 900}, 1, 1, 64, 1},     /* 4 splits, var-len */
+        {2, 1, 64, 0, {40}, {1500}, 1, 0, 64, 0},                  /* prefill tiles, split */
+    };
+    for (size_t i = 0; i < cases.size(); i++)
+        run_attention(cases[i], (int)i);
+
+    /* Bad cu_seqlens: reported through the error word, no stray access. */
+    std::vector<float> q(4 * 64, 1.0f), k(4 * 64, 1.0f), y(4 * 64, 0.0f);
+    int32_t cq[3] = {0, 3, 4}, ck[3] = {0, 5, 4}; /* ck decreases at entry 2 */
+    cu_err_word err = {};
+    cu_attn_desc d = {};
+    d.q = q.data();
+    d.k = k.data();
+    d.v = k.data();
+    d.y = y.data();
+    d.cu_q = cq;
+    d.cu_k = ck;
+    d.T = 4;
+    d.S = 4;
+    d.k_s0 = d.v_s0 = 64;
+    d.k_s1 = d.v_s1 = 64;
+    d.Hq = d.Hkv = 1;
+    d.D = 64;
+    d.n_seq = 2;
+    d.k_dtype = d.v_dtype = MMRT_DTYPE_F32;
+    d.scale = 0.125f;
+    d.n_sm = 132;
+    d.err = &err;
+    cu_launch_attention(&d, nullptr);
+    expect("ATTENTION bad cu_seqlens_k reported",
+           err.code == CU_ERRC_SEQLENS && err.v[0] == 1 && err.v[1] == 2 && err.v[2] == 4);
+}
+
+/* ---- GEMV and GEMM operand preparation ------------------------------------------------- */
+
+static void encode_w(int dt, const std::vector<float> &v, std::vector<uint8_t> &out,
+                     std::vector<float> &rounded, size_t pad_front)
+{
+    size_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+    out.assign((v.size() + pad_front) * es + 16, 0);
+    rounded = v;
+    for (size_t i = 0; i < v.size(); i++) {
+        if (dt == MMRT_DTYPE_F32) {
+            memcpy(&out[(i + pad_front) * 4], &v[i], 4);
+        } else {
+            uint16_t h = dt == MMRT_DTYPE_F16 ? h_f16(v[i]) : h_bf16(v[i]);
+            rounded[i] = dt == MMRT_DTYPE_F16 ? f16_f(h) : bf16_f(h);
+            memcpy(&out[(i + pad_front) * 2], &h, 2);
+        }
+    }
+}
+
+static void test_gemv(void)
+{
+    const int64_t cases[][3] = {{1, 1, 1},   {1, 64, 63},  {2, 65, 64},  {8, 128, 65},
+                                {3, 129, 9}, {1, 256, 33}, {8, 1000, 7}, {5, 4, 130}};
+    const int dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+    for (auto &cs : cases)
+        for (int di = 0; di < 3; di++)
+            for (int misalign = 0; misalign < 2; misalign++) {
+                int64_t M = cs[0], K = cs[1], N = cs[2];
+                int dt = dts[di];
+                auto x = rand_vec(M * K + 4, -1, 1);
+                auto w = rand_vec(N * K, -1, 1);
+                auto b = rand_vec(N, -1, 1);
+                std::vector<uint8_t> wb;
+                std::vector<float> wr;
+                encode_w(dt, w, wb, wr, misalign ? 1 : 0);
+                size_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+                /* An aligned base (vector path when K allows) or one element off (scalar). */
+                std::vector<uint8_t> walign(wb.size() + 64);
+                uint8_t *wp = walign.data() + (64 - (uintptr_t)walign.data() % 64) % 64;
+                memcpy(wp, wb.data(), wb.size() - 16);
+                const void *wdev = wp + (misalign ? es : 0);
+                std::vector<float> y(M * N, NAN);
+                bool bias = (K + di) % 2 == 0;
+                cu_launch_gemv(y.data(), x.data(), wdev, dt, bias ? b.data() : nullptr,
+                               MMRT_DTYPE_F32, M, K, N, nullptr);
+                std::vector<double> ref(M * N);
+                ref_matmul(x.data(), wr.data(), bias ? b.data() : nullptr, M, K, N, ref.data());
+                char what[128];
+                snprintf(what, sizeof what, "GEMV M %lld K %lld N %lld dt %d %s bias %d",
+                         (long long)M, (long long)K, (long long)N, dt,
+                         misalign ? "scalar" : "vec", bias);
+                check(what, y.data(), ref.data(), M * N, 1e-5);
+            }
+}
+
+static void test_prep(void)
+{
+    /* x must be reproduced by hi / hi_scale + lo / lo_scale to the promised precision. */
+    int64_t M = 5, K = 77;
+    auto x = rand_vec(M * K, -3, 3);
+    x[0] = 1e-6f;
+    x[1] = -2e-3f;
+    x[2] = 60000.0f;
+    x[3] = 1e6f;
+    struct {
+        int dt;
+        float hs, ls;
+        double tol; /* relative to |x|, plus 2^-28 absolute */
+    } modes[] = {{MMRT_DTYPE_BF16, 1.0f, 1.0f, 1.0 / 65536}, {MMRT_DTYPE_F16, 1.0f / 256, 8.0f, 1.0 / 2097152}};
+    for (auto &md : modes) {
+        std::vector<uint16_t> hi(M * K), lo(M * K);
+        cu_prep_desc d = {};
+        d.x = x.data();
+        d.r0 = 1;
+        d.rows = M - 1;
+        d.K = K;
+        d.out_dtype = md.dt;
+        d.split = 1;
+        d.hi_scale = md.hs;
+        d.lo_scale = md.ls;
+        d.hi = hi.data();
+        d.lo = lo.data();
+        cu_launch_prep(&d, nullptr);
+        double worst = 0;
+        for (int64_t r = 1; r < M; r++)
+            for (int64_t k = 0; k < K; k++) {
+                int64_t o = (r - 1) * K + k;
+                double a = x[r * K + k];
+                double hv = md.dt == MMRT_DTYPE_F16 ? f16_f(hi[o]) : bf16_f(hi[o]);
+                double lv = md.dt == MMRT_DTYPE_F16 ? f16_f(lo[o]) : bf16_f(lo[o]);
+                double back = hv / md.hs + lv / md.ls;
+                double e = fabs(back - a) / (fabs(a) * md.tol + 3.8e-9);
+                worst = fmax(worst, e);
+            }
+        char what[96];
+        snprintf(what, sizeof what, "PREP split dt %d reproduces x (worst %.3g of bound)", md.dt,
+                 worst);
+        expect(what, worst <= 1.0);
+    }
+    /* Patches: im2col order (c, kh, kw), rows (b, py, px). */
+    int64_t B = 2, C = 3, H = 6, W = 9, P = 3, npx = W / P, np = (H / P) * npx;
+    auto img = rand_vec(B * C * H * W, -1, 1);
+    std::vector<float> cols(B * np * C * P * P, NAN);
+    cu_prep_desc d = {};
+    d.img = img.data();
+    d.C = C;
+    d.H = H;
+    d.W = W;
+    d.P = P;
+    d.n_px = npx;
+    d.n_patches = np;
+    d.r0 = 0;
+    d.rows = B * np;
+    d.K = C * P * P;
+    d.out_dtype = MMRT_DTYPE_F32;
+    d.hi_scale = d.lo_scale = 1.0f;
+    d.hi = cols.data();
+    cu_launch_prep(&d, nullptr);
+    bool ok = true;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t py = 0; py < H / P; py++)
+            for (int64_t px = 0; px < npx; px++)
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t kh = 0; kh < P; kh++)
+                        for (int64_t kw = 0; kw < P; kw++) {
+                            float want = img[((b * C + c) * H + py * P + kh) * W + px * P + kw];
+                            float got = cols[((b * np + py * npx + px) * C + c) * P * P + kh * P + kw];
+                            ok &= got == want;
+                        }
+    expect("PREP im2col", ok);
+    std::vector<float> yb(3 * 5, NAN);
+    std::vector<uint16_t> bb(5);
+    for (int i = 0; i < 5; i++)
+        bb[i] = h_bf16(0.5f * (float)i);
+    cu_launch_fill_rows(yb.data(), bb.data(), MMRT_DTYPE_BF16, 3, 5, nullptr);
+    ok = true;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 5; i++)
+            ok &= yb[r * 5 + i] == 0.5f * (float)i;
+    expect("FILL_ROWS bias", ok);
+}
+
+/* ---- row ops, elementwise, copy, rope -------------------------------------------------- */
+
+static void test_rows(void)
+{
+    const int64_t cases[][2] = {{1, 1}, {3, 63}, {2, 64}, {2, 65}, {3, 257}, {2, 1000}};
+    for (auto &cs : cases) {
+        int64_t R = cs[0], N = cs[1];
+        for (int rms = 0; rms < 2; rms++) {
+            auto x = rand_vec(R * N, 1, 5), w = rand_vec(N, -2, 2), b = rand_vec(N, -1, 1);
+            std::vector<float> y(R * N);
+            cu_launch_norm(y.data(), x.data(), w.data(), MMRT_DTYPE_F32, rms ? nullptr : b.data(),
+                           MMRT_DTYPE_F32, R, N, 1e-5f, rms, nullptr);
+            std::vector<double> ref(R * N);
+            if (rms)
+                ref_rmsnorm(x.data(), w.data(), R, N, 1e-5f, ref.data());
+            else
+                ref_layernorm(x.data(), w.data(), b.data(), R, N, 1e-5f, ref.data());
+            char what[64];
+            snprintf(what, sizeof what, "%s [%lld, %lld]", rms ? "RMSNORM" : "LAYERNORM",
+                     (long long)R, (long long)N);
+            check(what, y.data(), ref.data(), R * N, 1e-5);
+        }
+        auto x = rand_vec(R * N, -10, 10);
+        for (int64_t i = 0; i < R * N; i++)
+            if (i % N && rng_u64() % 4 == 0)
+                x[i] = -INFINITY;
+        std::vector<float> y(x);
+        cu_launch_softmax(y.data(), y.data(), R, N, 0.5f, nullptr); /* in place */
+        std::vector<double> ref(R * N);
+        ref_softmax(x.data(), R, N, 0.5f, ref.data());
+        char what[64];
+        snprintf(what, sizeof what, "SOFTMAX in place [%lld, %lld]", (long long)R, (long long)N);
+        check(what, y.data(), ref.data(), R * N, 1e-6 + 1.2e-7 * 5);
+        /* ARGMAX with ties and NaN. */
+        auto a = rand_vec(R * N, -3, 3);
+        for (int64_t i = 0; i < R * N; i += 7)
+            a[i] = NAN;
+        if (N > 10) {
+            a[N - 1] = 100.0f;
+            a[3] = 100.0f; /* the first maximum must win */
+        }
+        std::vector<int32_t> am(R, -7);
+        cu_launch_argmax(am.data(), a.data(), R, N, nullptr);
+        bool ok = true;
+        for (int64_t r = 0; r < R; r++)
+            ok &= am[r] == ref_argmax(a.data() + r * N, N);
+        snprintf(what, sizeof what, "ARGMAX [%lld, %lld]", (long long)R, (long long)N);
+        expect(what, ok);
+    }
+    std::vector<float> allnan(300, NAN), mixed(300, -INFINITY);
+    int32_t r1 = -1, r2 = -1;
+    mixed[299] = -1e30f;
+    cu_launch_argmax(&r1, allnan.data(), 1, 300, nullptr);
+    cu_launch_argmax(&r2, mixed.data(), 1, 300, nullptr);
+    expect("ARGMAX all NaN → 0, −inf row", r1 == 0 && r2 == 299);
+    std::vector<float> masked(70, -INFINITY), out(70, 1.0f);
+    cu_launch_softmax(out.data(), masked.data(), 1, 70, 1.0f, nullptr);
+    bool zero = true;
+    for (float v : out)
+        zero &= v == 0.0f;
+    expect("SOFTMAX fully masked row → zeros", zero);
+
+    /* GET_ROWS, bad id reported. */
+    int64_t V = 50, N = 70, T = 4;
+    auto tab = rand_vec(V * N, -3, 3);
+    std::vector<uint16_t> tab16(V * N);
+    for (int64_t i = 0; i < V * N; i++)
+        tab16[i] = h_f16(tab[i]);
+    int32_t ids[4] = {49, 0, 17, 49};
+    std::vector<float> y(T * N, NAN);
+    cu_err_word err = {};
+    cu_launch_get_rows(y.data(), tab16.data(), MMRT_DTYPE_F16, V, N, ids, T, &err, nullptr);
+    bool ok = err.code == 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < N; i++)
+            ok &= y[t * N + i] == f16_f(tab16[ids[t] * N + i]);
+    expect("GET_ROWS f16", ok);
+    int32_t bad[3] = {1, 50, -1};
+    std::vector<float> y2(3 * N, 7.0f);
+    cu_launch_get_rows(y2.data(), tab.data(), MMRT_DTYPE_F32, V, N, bad, 3, &err, nullptr);
+    expect("GET_ROWS bad id reported (first one wins), rows untouched",
+           err.code == CU_ERRC_ROW_ID && (err.v[0] == 50 || err.v[0] == -1) && y2[N] == 7.0f &&
+               y2[2 * N] == 7.0f && y2[0] == tab[N]);
+}
+
+static void test_elementwise(void)
+{
+    for (int64_t n : {1, 63, 64, 65, 5000}) {
+        auto a = rand_vec(n, -8, 8), b = rand_vec(n, -4, 4);
+        for (int op : {MMRT_OP_GELU, MMRT_OP_GELU_TANH, MMRT_OP_QUICK_GELU, MMRT_OP_SILU,
+                       MMRT_OP_RELU2}) {
+            std::vector<float> y(n);
+            cu_launch_unary(op, y.data(), a.data(), nullptr, n, 0.0f, nullptr);
+            std::vector<double> ref(n);
+            ref_unary(op, a.data(), n, ref.data());
+            char what[64];
+            snprintf(what, sizeof what, "UNARY op %d n %lld", op, (long long)n);
+            check(what, y.data(), ref.data(), n, 1e-6, 1.0);
+        }
+        std::vector<float> y(n);
+        cu_launch_unary(MMRT_OP_SWIGLU, y.data(), a.data(), b.data(), n, 0.0f, nullptr);
+        std::vector<double> ref(n);
+        ref_swiglu(a.data(), b.data(), n, ref.data());
+        check("SWIGLU", y.data(), ref.data(), n, 1e-6);
+        /* Broadcast ADD with a bf16 row, MUL same shape. */
+        int64_t row = n % 7 + 1;
+        if (n % row == 0) {
+            std::vector<uint16_t> r16(row);
+            std::vector<float> rf(row);
+            for (int64_t i = 0; i < row; i++) {
+                r16[i] = h_bf16(b[i]);
+                rf[i] = bf16_f(r16[i]);
+            }
+            std::vector<float> yy(a);
+            cu_launch_binary(yy.data(), yy.data(), r16.data(), MMRT_DTYPE_BF16, n, row, 0, nullptr);
+            ref_binary(a.data(), rf.data(), n, row, 0, ref.data());
+            check("ADD bf16 row, in place", yy.data(), ref.data(), n, 1e-6);
+        }
+        cu_launch_binary(y.data(), a.data(), b.data(), MMRT_DTYPE_F32, n, n, 1, nullptr);
+        ref_binary(a.data(), b.data(), n, n, 1, ref.data());
+        check("MUL", y.data(), ref.data(), n, 1e-6);
+    }
+}
+
+static void test_copy(void)
+{
+    /* A permuted 4-D view, every dtype pair; exact bits against the host conversions. */
+    const int64_t ne[4] = {2, 3, 5, 7};
+    const int dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16, MMRT_DTYPE_I32};
+    int64_t n = 2 * 3 * 5 * 7;
+    auto vals = rand_vec(n, -70000, 70000);
+    vals[0] = NAN;
+    vals[1] = 1e-7f;
+    vals[2] = -65519.0f;
+    vals[3] = 65520.0f;
+    vals[4] = 3e-39f;
+    for (int si = 0; si < 4; si++)
+        for (int di = 0; di < 4; di++) {
+            int sdt = dts[si], ddt = dts[di];
+            if ((sdt == MMRT_DTYPE_I32) != (ddt == MMRT_DTYPE_I32))
+                continue;
+            size_t ses = sdt == MMRT_DTYPE_F16 || sdt == MMRT_DTYPE_BF16 ? 2 : 4;
+            size_t des = ddt == MMRT_DTYPE_F16 || ddt == MMRT_DTYPE_BF16 ? 2 : 4;
+            /* Source contiguous [2,3,5,7]; destination the transpose of dims 1 and 3. */
+            std::vector<uint8_t> src(n * ses), dst(n * des, 0xee);
+            for (int64_t i = 0; i < n; i++) {
+                if (sdt == MMRT_DTYPE_F16) { uint16_t h = h_f16(vals[i]); memcpy(&src[i * 2], &h, 2); }
+                else if (sdt == MMRT_DTYPE_BF16) { uint16_t h = h_bf16(vals[i]); memcpy(&src[i * 2], &h, 2); }
+                else memcpy(&src[i * 4], &vals[i], 4);
+            }
+            cu_copy_desc d = {};
+            d.src = src.data();
+            d.dst = dst.data();
+            memcpy(d.ne, ne, sizeof ne);
+            int64_t sn[4] = {105, 35, 7, 1}, dn[4] = {105, 1, 3, 15}; /* dst is [2, 7, 5, 3] */
+            memcpy(d.snb, sn, sizeof sn);
+            memcpy(d.dnb, dn, sizeof dn);
+            d.sdt = sdt;
+            d.ddt = ddt;
+            cu_launch_copy(&d, nullptr);
+            bool ok = true;
+            for (int64_t i0 = 0; i0 < 2; i0++)
+                for (int64_t i1 = 0; i1 < 3; i1++)
+                    for (int64_t i2 = 0; i2 < 5; i2++)
+                        for (int64_t i3 = 0; i3 < 7; i3++) {
+                            int64_t s = i0 * 105 + i1 * 35 + i2 * 7 + i3;
+                            int64_t o = i0 * 105 + i1 * 1 + i2 * 3 + i3 * 15;
+                            float f;
+                            if (sdt == MMRT_DTYPE_F16) { uint16_t h; memcpy(&h, &src[s * 2], 2); f = f16_f(h); }
+                            else if (sdt == MMRT_DTYPE_BF16) { uint16_t h; memcpy(&h, &src[s * 2], 2); f = bf16_f(h); }
+                            else memcpy(&f, &src[s * 4], 4);
+                            uint8_t want[4];
+                            if (ddt == sdt) memcpy(want, &src[s * ses], ses);
+                            else if (ddt == MMRT_DTYPE_F16) { uint16_t h = h_f16(f); memcpy(want, &h, 2); }
+                            else if (ddt == MMRT_DTYPE_BF16) { uint16_t h = h_bf16(f); memcpy(want, &h, 2); }
+                            else memcpy(want, &f, 4);
+                            ok &= memcmp(&dst[o * des], want, des) == 0;
+                        }
+            char what[64];
+            snprintf(what, sizeof what, "COPY dt %d → %d, permuted", sdt, ddt);
+            expect(what, ok);
+        }
+}
+
+static void test_rope(void)
+{
+    struct { int64_t T, H, D; int n_rot, mode; float theta; int max_pos; } cases[] = {
+        {5, 4, 64, 64, 0, 10000.0f, 16},   {3, 2, 8, 4, 0, 25000.0f, 100},
+        {7, 3, 128, 128, 1, 1e6f, 5000},   {9, 5, 80, 40, 1, 10000.0f, 70000},
+        {4, 3, 256, 256, 0, 10000.0f, 32768},
+    };
+    for (auto &c : cases) {
+        auto x = rand_vec(c.T * c.H * c.D, -2, 2);
+        std::vector<int32_t> pos(c.T);
+        for (auto &p : pos)
+            p = (int32_t)(rng_u64() % (uint64_t)(c.max_pos + 1));
+        cu_rope_desc d = {};
+        std::vector<float> y(x);
+        d.x = y.data(); /* in place */
+        d.y = y.data();
+        d.pos = pos.data();
+        d.T = c.T;
+        d.H = c.H;
+        d.D = c.D;
+        d.xs0 = d.ys0 = c.H * c.D;
+        d.xs1 = d.ys1 = c.D;
+        d.n_rot = c.n_rot;
+        d.mode = c.mode;
+        for (int i = 0; i < c.n_rot / 2; i++)
+            d.inv_freq[i] = 1.0f / powf(c.theta, (float)(2 * i) / (float)c.n_rot);
+        cu_launch_rope(&d, nullptr);
+        std::vector<double> ref(x.size());
+        ref_rope(x.data(), pos.data(), c.T, c.H, c.D, c.n_rot, c.mode, c.theta, ref.data());
+        char what[64];
+        snprintf(what, sizeof what, "ROPE T %lld D %lld n_rot %d mode %d", (long long)c.T,
+                 (long long)c.D, c.n_rot, c.mode);
+        check(what, y.data(), ref.data(), x.size(), 1e-6);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : "";
+    if (!*only || strstr(only, "attention")) test_attention();
+    if (!*only || strstr(only, "gemv")) test_gemv();
+    if (!*only || strstr(only, "prep")) test_prep();
+    if (!*only || strstr(only, "rows")) test_rows();
+    if (!*only || strstr(only, "elementwise")) test_elementwise();
+    if (!*only || strstr(only, "copy")) test_copy();
+    if (!*only || strstr(only, "rope")) test_rope();
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

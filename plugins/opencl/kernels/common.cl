@@ -1,0 +1,161 @@
+/*
+ * common.cl — what every kernel of libmmrt_opencl shares. The plugin builds all .cl files as
+ * one program, this one first.
+ *
+ * Addressing: every tensor reaches a kernel as (__global uchar *buffer, long byte offset),
+ * never as a sub-buffer — sub-buffer origins must be aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN
+ * and tensor offsets need not be. The host has checked that offsets and strides are multiples
+ * of the element size, so the typed casts below are aligned.
+ *
+ * Weights: F16 and BF16 are read as raw ushort and widened here, so no kernel needs
+ * cl_khr_fp16. Both widenings are exact.
+ *
+ * Build options set by the host (ocl_program.c):
+ *   OCL_FP64        1 when the device has cl_khr_fp64: ROPE's cos/sin and the statistics of
+ *                   the norms and softmax then use double, which makes them agree with the
+ *                   CPU reference (glibc's f32 functions, double statistics) to the last bit
+ *                   or two instead of to OpenCL's few-ulp bounds.
+ *   OCL_KV_FLOATS   floats of local memory ATTENTION may use for one K/V tile.
+ *   WG_*, ATT_*, MM_*  work-group shapes, see below.
+ */
+#if OCL_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double acc_t; /* statistics of row reductions (norm moments, softmax sums) */
+#else
+typedef float acc_t;
+#endif
+
+/* enum mmrt_dtype (frozen ABI values) */
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#define DT_I32 3
+
+/* OCL_ERR_GET_ROWS and OCL_ERR_CU_SEQLENS, the codes a checking kernel writes into err[0]
+ * of the device error buffer, also come from the host, which turns them into messages. */
+
+/* Work-group shapes come from the host as build options (ocl_internal.h), so grids and
+ * kernel loops cannot drift apart. They are fixed per kernel (reqd_work_group_size): PoCL
+ * specialises a kernel's work-group function on its local size, so one size means one
+ * compile. */
+#if !defined(WG_1D) || !defined(WG_ROW) || !defined(WG_ROPE) || !defined(ATT_BQ) ||             \
+    !defined(ATT_BK) || !defined(MM_T) || !defined(MM_SMALL_M) || !defined(MM_SMALL_N) ||      \
+    !defined(MM_SMALL_WG) || !defined(OCL_KV_FLOATS) || !defined(OCL_FP64) ||                     \
+    !defined(OCL_ERR_GET_ROWS) || !defined(OCL_ERR_CU_SEQLENS)
+#error "build options from ocl_program.c missing"
+#endif
+
+/* Exact f16 → f32 without branches: exponent and mantissa moved into f32 position and
+ * rescaled by 2^-112; subnormal halves rebuilt as (0.5 + m·2^-24) − 0.5. Inf and NaN survive
+ * the rescale. Every intermediate is an f32 normal, so flush-to-zero devices agree. */
+float f16_to_f32(ushort h)
+{
+    uint w = (uint)h << 16;
+    uint sign = w & 0x80000000u;
+    uint two_w = w + w;
+    float normal = as_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    float sub = as_float((two_w >> 17) | (126u << 23)) - 0.5f;
+    uint mag = two_w < (1u << 27) ? as_uint(sub) : as_uint(normal);
+    return as_float(sign | mag);
+}
+
+/* f16_to_f32 on four halves at once, for the MATMUL kernels' vector loads. */
+float4 f16x4_to_f32(ushort4 h)
+{
+    uint4 w = convert_uint4(h) << 16;
+    uint4 sign = w & 0x80000000u;
+    uint4 two_w = w + w;
+    float4 normal = as_float4((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    float4 sub = as_float4((two_w >> 17) | (126u << 23)) - 0.5f;
+    uint4 mag = select(as_uint4(normal), as_uint4(sub), two_w < (uint4)(1u << 27));
+    return as_float4(sign | mag);
+}
+
+float bf16_to_f32(ushort h)
+{
+    return as_float((uint)h << 16);
+}
+
+/* f32 → f16 bits, round to nearest even, in integer arithmetic only (no dependence on the
+ * device's denormal mode): overflow gives ±inf, NaN a quiet NaN with its sign. */
+ushort f32_to_f16(float f)
+{
+    uint x = as_uint(f);
+    uint sign = (x >> 16) & 0x8000u;
+    uint ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return (ushort)(sign | 0x7e00u);
+    if (ax >= 0x477ff000u) /* ≥ 65520, halfway above 65504 */
+        return (ushort)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        /* Subnormal half (or zero): the value is m·2^(e−150); in units of 2^-24 that is
+         * m >> (126 − e), rounded to nearest even. ≤ 2^-25 rounds to zero. Rounding up to
+         * 0x400 gives the smallest normal, which is the right encoding too. */
+        if (ax <= 0x33000000u)
+            return (ushort)sign;
+        uint e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+        uint shift = 126u - e; /* 14 … 24 */
+        uint r = m >> shift, rem = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
+        if (rem > tie || (rem == tie && (r & 1u)))
+            r++;
+        return (ushort)(sign | r);
+    }
+    /* Re-bias the exponent (127 → 15) and round the 13 dropped bits to nearest even; a carry
+     * out of the mantissa correctly bumps the exponent. */
+    uint odd = (ax >> 13) & 1u;
+    ax += ((uint)(15 - 127) << 23) + 0xfffu + odd;
+    return (ushort)(sign | (ax >> 13));
+}
+
+/* f32 → bf16 bits, round to nearest even; NaN stays a quiet NaN with its sign. */
+ushort f32_to_bf16(float f)
+{
+    uint x = as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (ushort)(x >> 16);
+}
+
+/* Element i of a weight-dtype array (F32, F16 or BF16) starting at byte address p. The
+ * branch is uniform across a launch; hot loops use the typed variants instead. */
+float load_w(__global const uchar *p, int dt, long i)
+{
+    if (dt == DT_F16)
+        return f16_to_f32(((__global const ushort *)p)[i]);
+    if (dt == DT_BF16)
+        return bf16_to_f32(((__global const ushort *)p)[i]);
+    return ((__global const float *)p)[i];
+}
+
+/* Sum of v over the work-group (WG_ROW items), returned to every item. Ends with a barrier,
+ * so the scratch may be reused right away. */
+acc_t wg_sum(__local acc_t *s, acc_t v)
+{
+    int lid = get_local_id(0);
+    s[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int stride = WG_ROW / 2; stride > 0; stride >>= 1) {
+        if (lid < stride)
+            s[lid] += s[lid + stride];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    acc_t r = s[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+float wg_max(__local float *s, float v)
+{
+    int lid = get_local_id(0);
+    s[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int stride = WG_ROW / 2; stride > 0; stride >>= 1) {
+        if (lid < stride)
+            s[lid] = fmax(s[lid], s[lid + stride]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float r = s[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}

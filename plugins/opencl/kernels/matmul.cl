@@ -1,0 +1,150 @@
+/*
+ * matmul.cl — y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) with x and y contiguous F32, W F32, F16 or
+ * BF16 (one kernel per W dtype, so the inner loops carry no dtype branch), b any weight dtype.
+ * PATCH_EMBED runs the same kernels on the gathered patches (k_im2col).
+ *
+ * k_mm_tiled_*: a work-group of MM_L × MM_L (16 × 16) items computes an MM_T × MM_T (64 × 64)
+ * tile of y. Item (tx, ty) owns rows ty + 16·i (i < 4) and the 4 consecutive columns 4·tx …
+ * 4·tx + 3, held as one float4 per row, so its inner step is 4 vector multiply-adds — what
+ * turns into SIMD on a CPU device (PoCL) and into 16-byte accesses on a GPU. K is walked in
+ * panels of MM_KP (16): the group stages the x panel [64 rows × 16] and the W panel
+ * [64 rows × 16] in local memory, k-major and converted to f32 once, then every item reads
+ * one float4 of W and 4 floats of x per k. Out-of-range rows, columns and k are staged as 0.
+ *
+ * k_mm_small_*: for M ≤ MM_SMALL_M (decode: a tile would be mostly padding). A work-group of
+ * MM_SMALL_WG items computes MM_SMALL_N consecutive outputs for all M rows: item l takes the
+ * float4 chunks k = 4l, 4l + 4·WG, … of the W rows (contiguous vector loads on a CPU,
+ * coalesced on a GPU), the K % 4 tail goes one element per item, and a local tree sums the
+ * partials.
+ *
+ * Accumulation is f32 with contraction allowed (fma where the device has it); the summation
+ * order differs from the CPU plugin's, so results agree to f32 rounding over K, not bit for bit.
+ */
+#pragma OPENCL FP_CONTRACT ON
+
+/* MM_T (tile edge), MM_SMALL_M/N/WG come from the host. The staging loop has every item load
+ * 4 elements of each panel, which ties the panel depth to the work-group edge. */
+#define MM_L (MM_T / 4) /* work-group edge: MM_L × MM_L items */
+#define MM_KP MM_L      /* K panel: MM_T × MM_KP = 4 · MM_L² elements per panel */
+#define MM_PAD 4        /* keeps each local line 16-byte aligned */
+
+#define LOAD_F32(w, i) ((w)[i])
+#define LOAD_F16(w, i) f16_to_f32((w)[i])
+#define LOAD_BF16(w, i) bf16_to_f32((w)[i])
+#define LOAD4_F32(w, i) vload4(0, (w) + (i))
+#define LOAD4_F16(w, i) f16x4_to_f32(vload4(0, (w) + (i)))
+#define LOAD4_BF16(w, i) as_float4(convert_uint4(vload4(0, (w) + (i))) << 16)
+
+#define DEFINE_MATMUL(SUFFIX, WT, LOADW, LOADW4)                                                \
+__kernel __attribute__((reqd_work_group_size(MM_L, MM_L, 1)))                                  \
+void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uchar *wb,      \
+                         long w_off, __global const uchar *bb, long b_off, int b_dt,          \
+                         int has_b, __global uchar *yb, long y_off, long M, long K, long N)   \
+{                                                                                              \
+    __local float xs[MM_KP][MM_T + MM_PAD], ws[MM_KP][MM_T + MM_PAD];                          \
+    __global const float *x = (__global const float *)(xb + x_off);                           \
+    __global const WT *w = (__global const WT *)(wb + w_off);                                 \
+    int tx = get_local_id(0), ty = get_local_id(1), lid = ty * MM_L + tx;                      \
+    long n0 = get_group_id(0) * MM_T, m0 = get_group_id(1) * MM_T;                             \
+    float4 acc[4] = { (float4)0.0f, (float4)0.0f, (float4)0.0f, (float4)0.0f };               \
+    for (long k0 = 0; k0 < K; k0 += MM_KP) {                                                   \
+        for (int r = 0; r < 4; r++) {                                                          \
+            int e = lid + r * MM_L * MM_L, row = e / MM_KP, kk = e % MM_KP;                    \
+            long gk = k0 + kk, gm = m0 + row, gn = n0 + row;                                   \
+            xs[kk][row] = gm < M && gk < K ? x[gm * K + gk] : 0.0f;                            \
+            ws[kk][row] = gn < N && gk < K ? LOADW(w, gn * K + gk) : 0.0f;                     \
+        }                                                                                      \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+        for (int kk = 0; kk < MM_KP; kk++) {                                                   \
+            float4 b = vload4(0, &ws[kk][4 * tx]);                                             \
+            for (int i = 0; i < 4; i++)                                                        \
+                acc[i] += xs[kk][ty + MM_L * i] * b;                                           \
+        }                                                                                      \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+    }                                                                                          \
+    __global float *y = (__global float *)(yb + y_off);                                       \
+    long n = n0 + 4 * tx;                                                                      \
+    float bias[4], out[4];                                                                     \
+    for (int j = 0; j < 4; j++)                                                                \
+        bias[j] = has_b && n + j < N ? load_w(bb + b_off, b_dt, n + j) : 0.0f;                 \
+    for (int i = 0; i < 4; i++) {                                                              \
+        long m = m0 + ty + MM_L * i;                                                           \
+        if (m >= M)                                                                            \
+            continue;                                                                          \
+        vstore4(acc[i], 0, out);                                                               \
+        for (int j = 0; j < 4 && n + j < N; j++)                                               \
+            y[m * N + n + j] = out[j] + bias[j];                                               \
+    }                                                                                          \
+}                                                                                              \
+                                                                                               \
+__kernel __attribute__((reqd_work_group_size(MM_SMALL_WG, 1, 1)))                              \
+void k_mm_small_##SUFFIX(__global const uchar *xb, long x_off, __global const uchar *wb,      \
+                         long w_off, __global const uchar *bb, long b_off, int b_dt,          \
+                         int has_b, __global uchar *yb, long y_off, long M, long K, long N)   \
+{                                                                                              \
+    __local float red[MM_SMALL_M * MM_SMALL_N][MM_SMALL_WG];                                   \
+    __global const float *x = (__global const float *)(xb + x_off);                           \
+    __global const WT *w = (__global const WT *)(wb + w_off);                                 \
+    int lid = get_local_id(0);                                                                 \
+    long n0 = get_group_id(0) * MM_SMALL_N;                                                    \
+    float4 acc[MM_SMALL_M][MM_SMALL_N];                                                        \
+    for (int m = 0; m < MM_SMALL_M; m++)                                                       \
+        for (int j = 0; j < MM_SMALL_N; j++)                                                   \
+            acc[m][j] = (float4)0.0f;                                                          \
+    long k4 = K & ~3L;                                                                         \
+    for (long k = 4 * lid; k < k4; k += 4 * MM_SMALL_WG) {                                     \
+        float4 wv[MM_SMALL_N];                                                                 \
+        for (int j = 0; j < MM_SMALL_N; j++)                                                   \
+            wv[j] = n0 + j < N ? LOADW4(w, (n0 + j) * K + k) : (float4)0.0f;                   \
+        for (int m = 0; m < MM_SMALL_M && m < M; m++) {                                        \
+            float4 xv = vload4(0, x + m * K + k);                                              \
+            for (int j = 0; j < MM_SMALL_N; j++)                                               \
+                acc[m][j] += xv * wv[j];                                                       \
+        }                                                                                      \
+    }                                                                                          \
+    long kt = k4 + lid; /* the K % 4 tail, one element per item */                             \
+    for (int m = 0; m < MM_SMALL_M; m++)                                                       \
+        for (int j = 0; j < MM_SMALL_N; j++) {                                                 \
+            float4 a = acc[m][j];                                                              \
+            float s = (a.s0 + a.s1) + (a.s2 + a.s3);                                           \
+            if (kt < K && m < M && n0 + j < N)                                                 \
+                s += x[m * K + kt] * LOADW(w, (n0 + j) * K + kt);                              \
+            red[m * MM_SMALL_N + j][lid] = s;                                                  \
+        }                                                                                      \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                              \
+    for (int stride = MM_SMALL_WG / 2; stride > 0; stride >>= 1) {                             \
+        if (lid < stride)                                                                      \
+            for (int q = 0; q < MM_SMALL_M * MM_SMALL_N; q++)                                  \
+                red[q][lid] += red[q][lid + stride];                                           \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+    }                                                                                          \
+    if (lid < MM_SMALL_M * MM_SMALL_N) {                                                       \
+        int m = lid / MM_SMALL_N, j = lid % MM_SMALL_N;                                        \
+        long n = n0 + j;                                                                       \
+        if (m < M && n < N)                                                                    \
+            ((__global float *)(yb + y_off))[m * N + n] =                                      \
+                red[lid][0] + (has_b ? load_w(bb + b_off, b_dt, n) : 0.0f);                    \
+    }                                                                                          \
+}
+
+DEFINE_MATMUL(f32, float, LOAD_F32, LOAD4_F32)
+DEFINE_MATMUL(f16, ushort, LOAD_F16, LOAD4_F16)
+DEFINE_MATMUL(bf16, ushort, LOAD_BF16, LOAD4_BF16)
+
+/* PATCH_EMBED's gather: row r = (b, py, px) of cols [B·nP, C·P·P] holds that patch in
+ * (c, kh, kw) order, the order of the flattened conv weight [O, C·P·P]. Item (k, r). */
+__kernel __attribute__((reqd_work_group_size(WG_1D, 1, 1)))
+void k_im2col(__global const uchar *ib, long i_off, __global uchar *cb, long c_off, long C,
+              long H, long W, int P)
+{
+    long k = get_global_id(0), r = get_global_id(1);
+    long plen = C * P * P;
+    if (k >= plen)
+        return;
+    long npx = W / P, n_patches = (H / P) * npx;
+    long bi = r / n_patches, p = r % n_patches, py = p / npx, px = p % npx;
+    long ch = k / (P * P), kh = (k / P) % P, kw = k % P;
+    __global const float *img = (__global const float *)(ib + i_off);
+    ((__global float *)(cb + c_off))[r * plen + k] =
+        img[((bi * C + ch) * H + py * P + kh) * W + px * P + kw];
+}

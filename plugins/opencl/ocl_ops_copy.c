@@ -1,0 +1,170 @@
+/*
+ * plugins/opencl/ocl_ops_copy.c — host side of COPY, CONCAT and GET_ROWS (kernels/copy.cl).
+ *
+ * COPY and CONCAT are one strided element copy (k_copy): the views are padded to 4-D with
+ * leading extents of 1 and passed with byte strides. CONCAT copies each source into its slice
+ * of dst: src1 starts src0's extent along the axis further in.
+ *
+ * GET_ROWS reads its ids from device memory, so the range check runs on the device
+ * (k_get_rows_check) and an id outside [0, V) is reported by the next synchronize() or
+ * download(); dst is then left untouched (see ocl_internal.h).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "ocl_internal.h"
+
+static bool pair_allowed(int sdt, int ddt)
+{
+    if (sdt == MMRT_DTYPE_I32 || ddt == MMRT_DTYPE_I32)
+        return sdt == ddt;
+    return true; /* any of F32, F16, BF16 to any */
+}
+
+/* Copies the view `src` into the view `dst` of the same extents (any strides, dtypes as
+ * pair_allowed says); dst gets its own byte offset so CONCAT can aim at a slice. */
+static mmrt_status strided_copy(struct ocl_op *o, const struct ocl_view *src,
+                                const struct ocl_view *dst, uint64_t dst_offset)
+{
+    if (src->numel == 0)
+        return MMRT_OK;
+    if (src->mem == dst->mem && src->offset == dst_offset && src->dtype == dst->dtype &&
+        memcmp(src->nb, dst->nb, sizeof(int64_t) * (size_t)src->n_dims) == 0)
+        return MMRT_OK; /* a copy of a view onto itself */
+    int64_t ne[4], snb[4], dnb[4];
+    int pad = MMRT_MAX_DIMS - src->n_dims;
+    for (int i = 0; i < 4; i++) {
+        bool real = i >= pad;
+        ne[i] = real ? src->ne[i - pad] : 1;
+        snb[i] = real ? src->nb[i - pad] : 0;
+        dnb[i] = real ? dst->nb[i - pad] : 0;
+    }
+    struct ocl_call c;
+    mmrt_status st = ocl_call_begin(&c, o->dev, o->name, OCL_K_COPY);
+    if (st != MMRT_OK)
+        return st;
+    ocl_arg_view(&c, src);
+    for (int i = 0; i < 4; i++)
+        ocl_arg_long(&c, snb[i]);
+    ocl_arg_mem(&c, dst->mem);
+    ocl_arg_long(&c, (int64_t)dst_offset);
+    for (int i = 0; i < 4; i++)
+        ocl_arg_long(&c, dnb[i]);
+    ocl_arg_long(&c, ne[1]);
+    ocl_arg_long(&c, ne[2]);
+    ocl_arg_long(&c, ne[3]);
+    ocl_arg_long(&c, src->numel);
+    ocl_arg_int(&c, src->dtype);
+    ocl_arg_int(&c, dst->dtype);
+    size_t global = (size_t)src->numel, local = OCL_WG_1D;
+    return ocl_call_run(&c, 1, &global, &local, false);
+}
+
+mmrt_status ocl_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_COPY, 1, 1, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *s = &o.src[0], *d = &o.dst;
+    if (!ocl_same_shape(s, d))
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have src0's extents");
+    if (!pair_allowed(s->dtype, d->dtype))
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "cannot convert %s to %s (I32 copies only to "
+                       "I32)", ocl_dtype_name(s->dtype), ocl_dtype_name(d->dtype));
+    /* Same-size dtypes may convert in place (F16 ↔ BF16): each work-item reads its element,
+     * then writes it. Anything else must not overlap. */
+    bool in_place_ok = mmrt_dtype_size((enum mmrt_dtype)s->dtype) ==
+                       mmrt_dtype_size((enum mmrt_dtype)d->dtype);
+    struct ocl_view s_as_d = *s;
+    s_as_d.dtype = d->dtype;
+    if ((st = ocl_need_disjoint(&o, "src0", in_place_ok ? &s_as_d : s, in_place_ok)))
+        return st;
+    return strided_copy(&o, s, d, d->offset);
+}
+
+mmrt_status ocl_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    struct mmrt_concat_params p;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_CONCAT, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *a = &o.src[0], *b = &o.src[1], *d = &o.dst;
+    if ((st = ocl_op_params(&o, &p, sizeof p)))
+        return st;
+    if (a->dtype != d->dtype || b->dtype != d->dtype)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0 (%s), src1 (%s) and dst (%s) must share "
+                       "one dtype", ocl_dtype_name(a->dtype), ocl_dtype_name(b->dtype),
+                       ocl_dtype_name(d->dtype));
+    if (a->n_dims != d->n_dims || b->n_dims != d->n_dims)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0, src1 and dst must share one rank");
+    if (p.axis < 0 || p.axis >= d->n_dims)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "axis %" PRId32 " is outside 0…%d", p.axis,
+                       d->n_dims - 1);
+    for (int i = 0; i < d->n_dims; i++) {
+        bool ok = i == p.axis ? d->ne[i] == a->ne[i] + b->ne[i]
+                              : a->ne[i] == d->ne[i] && b->ne[i] == d->ne[i];
+        if (!ok)
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dim %d: src0 %" PRId64 " + src1 %" PRId64
+                           " vs dst %" PRId64 " (axis %" PRId32 ")", i, a->ne[i], b->ne[i],
+                           d->ne[i], p.axis);
+    }
+    if ((st = ocl_need_disjoint(&o, "src0", a, false)) ||
+        (st = ocl_need_disjoint(&o, "src1", b, false)))
+        return st;
+    struct ocl_view part = *d;
+    part.ne[p.axis] = a->ne[p.axis];
+    if ((st = strided_copy(&o, a, &part, d->offset)))
+        return st;
+    part.ne[p.axis] = b->ne[p.axis];
+    return strided_copy(&o, b, &part, d->offset + (uint64_t)(a->ne[p.axis] * d->nb[p.axis]));
+}
+
+mmrt_status ocl_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_GET_ROWS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *tab = &o.src[0], *ids = &o.src[1], *y = &o.dst;
+    if ((st = ocl_need_rank(&o, "src0 (table)", tab, 2)) ||
+        (st = ocl_need_dtype(&o, "src0 (table)", tab, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_contig(&o, "src0 (table)", tab)) ||
+        (st = ocl_need_dtype(&o, "src1 (ids)", ids, OCL_DT_I32)) ||
+        (st = ocl_need_contig(&o, "src1 (ids)", ids)) ||
+        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
+        (st = ocl_need_disjoint(&o, "src0 (table)", tab, false)) ||
+        (st = ocl_need_disjoint(&o, "src1 (ids)", ids, false)))
+        return st;
+    int64_t V = tab->ne[0], n = tab->ne[1], T = ids->numel;
+    if (ocl_rows(y) != T || ocl_inner(y) != n)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], "
+                       "got %" PRId64 " rows of %" PRId64, T, n, ocl_rows(y), ocl_inner(y));
+    if (T > INT32_MAX)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " ids exceed I32 rows", T);
+    if (T == 0)
+        return MMRT_OK;
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_GET_ROWS_CHECK)))
+        return st;
+    ocl_arg_view(&c, ids);
+    ocl_arg_int(&c, (int32_t)T);
+    ocl_arg_long(&c, V);
+    ocl_arg_mem(&c, dev->err_mem);
+    size_t one_group = OCL_WG_1D;
+    if ((st = ocl_call_run(&c, 1, &one_group, &one_group, true)))
+        return st;
+    if (n == 0)
+        return MMRT_OK;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_GET_ROWS)))
+        return st;
+    ocl_arg_view(&c, tab);
+    ocl_arg_int(&c, tab->dtype);
+    ocl_arg_view(&c, ids);
+    ocl_arg_view(&c, y);
+    ocl_arg_long(&c, n);
+    ocl_arg_mem(&c, dev->err_mem);
+    size_t local[2] = {OCL_WG_1D, 1}, global[2] = {(size_t)n, (size_t)T};
+    return ocl_call_run(&c, 2, global, local, false);
+}

@@ -1,0 +1,161 @@
+/*
+ * plugins/opencl/ocl_ops_matmul.c — host side of MATMUL and PATCH_EMBED (kernels/matmul.cl).
+ *
+ * MATMUL picks the kernel by M: up to OCL_MM_SMALL_M rows (decode, a few tokens) the small-M
+ * kernel streams W once with coalesced reads; beyond that the 64 × 64 local-memory tile. Both
+ * exist once per W dtype. PATCH_EMBED gathers the non-overlapping patches into rows
+ * (k_im2col; for stride = kernel that is a permutation of the image, so the scratch is exactly
+ * the image's size) and runs the same GEMM against the weight seen as [O, C·P·P].
+ */
+#include <inttypes.h>
+
+#include "ocl_internal.h"
+
+/* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) with x, y contiguous F32 given as (buffer, byte
+ * offset), w and b contiguous weights (b->mem NULL when absent). */
+static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint64_t x_off,
+                        int64_t M, int64_t K, const struct ocl_view *w, int64_t N,
+                        const struct ocl_view *b, const struct ocl_view *y)
+{
+    if (M == 0 || N == 0)
+        return MMRT_OK;
+    bool small = M <= OCL_MM_SMALL_M;
+    int which = w->dtype == MMRT_DTYPE_F16 ? 1 : w->dtype == MMRT_DTYPE_BF16 ? 2 : 0;
+    enum ocl_kernel id = (enum ocl_kernel)((small ? OCL_K_MM_SMALL_F32 : OCL_K_MM_TILED_F32) +
+                                           which);
+    struct ocl_call c;
+    mmrt_status st = ocl_call_begin(&c, dev, op, id);
+    if (st != MMRT_OK)
+        return st;
+    ocl_arg_mem(&c, x);
+    ocl_arg_long(&c, (int64_t)x_off);
+    ocl_arg_view(&c, w);
+    ocl_arg_view(&c, b);
+    ocl_arg_int(&c, b->dtype);
+    ocl_arg_int(&c, b->mem != NULL);
+    ocl_arg_view(&c, y);
+    ocl_arg_long(&c, M);
+    ocl_arg_long(&c, K);
+    ocl_arg_long(&c, N);
+    if (small) {
+        size_t local = OCL_MM_SMALL_WG;
+        size_t global = (size_t)((N + OCL_MM_SMALL_N - 1) / OCL_MM_SMALL_N) * local;
+        return ocl_call_run(&c, 1, &global, &local, false);
+    }
+    size_t edge = OCL_MM_T / 4;
+    size_t local[2] = {edge, edge};
+    size_t global[2] = {(size_t)((N + OCL_MM_T - 1) / OCL_MM_T) * edge,
+                        (size_t)((M + OCL_MM_T - 1) / OCL_MM_T) * edge};
+    return ocl_call_run(&c, 2, global, local, false);
+}
+
+mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_MATMUL, 2, 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    if ((st = ocl_need_dtype(&o, "src0 (x)", x, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "src0 (x)", x)) ||
+        (st = ocl_need_rank(&o, "src1 (W)", w, 2)) ||
+        (st = ocl_need_dtype(&o, "src1 (W)", w, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_contig(&o, "src1 (W)", w)))
+        return st;
+    int64_t K = ocl_inner(x), M = ocl_rows(x), N = w->ne[0];
+    if (w->ne[1] != K)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
+                       "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
+    if (b->mem) {
+        if ((st = ocl_need_dtype(&o, "src2 (bias)", b, OCL_DT_WEIGHT)) ||
+            (st = ocl_need_contig(&o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != N)
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W "
+                           "has %" PRId64 " rows", b->numel, N);
+    }
+    if ((st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)))
+        return st;
+    if (ocl_rows(y) != M || ocl_inner(y) != N)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], "
+                       "got %" PRId64 " rows of %" PRId64, M, N, ocl_rows(y), ocl_inner(y));
+    if ((st = ocl_need_disjoint(&o, "src0 (x)", x, false)) ||
+        (st = ocl_need_disjoint(&o, "src1 (W)", w, false)) ||
+        (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)))
+        return st;
+    return gemm(dev, o.name, x->mem, x->offset, M, K, w, N, b, y);
+}
+
+mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    struct mmrt_patch_params p;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_PATCH_EMBED, 2, 3, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *img = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    if ((st = ocl_op_params(&o, &p, sizeof p)) ||
+        (st = ocl_need_rank(&o, "src0 (image)", img, 4)) ||
+        (st = ocl_need_dtype(&o, "src0 (image)", img, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "src0 (image)", img)) ||
+        (st = ocl_need_rank(&o, "src1 (weight)", w, 4)) ||
+        (st = ocl_need_dtype(&o, "src1 (weight)", w, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_contig(&o, "src1 (weight)", w)))
+        return st;
+    int64_t B = img->ne[0], C = img->ne[1], H = img->ne[2], W = img->ne[3], P = p.patch;
+    int64_t O = w->ne[0];
+    if (P < 1 || H % P != 0 || W % P != 0)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " must be ≥ 1 and divide the "
+                       "image's H %" PRId64 " and W %" PRId64, P, H, W);
+    if (w->ne[1] != C || w->ne[2] != P || w->ne[3] != P)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (weight) is [%" PRId64 ", %" PRId64 ", %"
+                       PRId64 ", %" PRId64 "], expected [O, %" PRId64 ", %" PRId64 ", %" PRId64
+                       "]", w->ne[0], w->ne[1], w->ne[2], w->ne[3], C, P, P);
+    if (b->mem) {
+        if ((st = ocl_need_dtype(&o, "src2 (bias)", b, OCL_DT_WEIGHT)) ||
+            (st = ocl_need_contig(&o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != O)
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, "
+                           "expected %" PRId64, b->numel, O);
+    }
+    int64_t n_patches = (H / P) * (W / P);
+    if ((st = ocl_need_rank(&o, "dst", y, 3)) || (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "dst", y)))
+        return st;
+    if (y->ne[0] != B || y->ne[1] != n_patches || y->ne[2] != O)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 ", %" PRId64 ", %"
+                       PRId64 "]", B, n_patches, O);
+    if ((st = ocl_need_disjoint(&o, "src0 (image)", img, false)) ||
+        (st = ocl_need_disjoint(&o, "src1 (weight)", w, false)) ||
+        (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)))
+        return st;
+    if (P > INT32_MAX)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " is too large", P);
+    if (y->numel == 0)
+        return MMRT_OK;
+
+    cl_mem cols = NULL;
+    if ((st = ocl_scratch(dev, o.name, (uint64_t)img->numel * sizeof(float), &cols)))
+        return st;
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_IM2COL)))
+        return st;
+    ocl_arg_view(&c, img);
+    ocl_arg_mem(&c, cols);
+    ocl_arg_long(&c, 0);
+    ocl_arg_long(&c, C);
+    ocl_arg_long(&c, H);
+    ocl_arg_long(&c, W);
+    ocl_arg_int(&c, (int32_t)P);
+    int64_t plen = C * P * P;
+    size_t local[2] = {OCL_WG_1D, 1}, global[2] = {(size_t)plen, (size_t)(B * n_patches)};
+    if ((st = ocl_call_run(&c, 2, global, local, false)))
+        return st;
+    struct ocl_view w2 = *w; /* the weight as [O, C·P·P] */
+    w2.n_dims = 2;
+    w2.ne[1] = plen;
+    w2.nb[0] = plen * (int64_t)mmrt_dtype_size((enum mmrt_dtype)w->dtype);
+    w2.nb[1] = (int64_t)mmrt_dtype_size((enum mmrt_dtype)w->dtype);
+    return gemm(dev, o.name, cols, 0, B * n_patches, plen, &w2, O, b, y);
+}

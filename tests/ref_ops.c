@@ -1,0 +1,201 @@
+/* tests/ref_ops.c — see ref_ops.h. Written for clarity, not speed: straight loops in double. */
+#include "ref_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "mmrt/plugin.h"
+
+void ref_matmul(const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
+                double *y)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = b ? b[n] : 0.0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)x[m * K + k] * w[n * K + k];
+            y[m * N + n] = s;
+        }
+}
+
+void ref_binary(const float *a, const float *b, int64_t n, int64_t b_period, int mul, double *y)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double bv = b[i % b_period];
+        y[i] = mul ? a[i] * bv : a[i] + bv;
+    }
+}
+
+static double sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+void ref_unary(int op, const float *x, int64_t n, double *y)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i];
+        switch (op) {
+        case MMRT_OP_GELU: y[i] = 0.5 * v * (1.0 + erf(v / sqrt(2.0))); break;
+        case MMRT_OP_GELU_TANH:
+            y[i] = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+            break;
+        case MMRT_OP_QUICK_GELU: y[i] = v * sigmoid(1.702 * v); break;
+        case MMRT_OP_SILU: y[i] = v * sigmoid(v); break;
+        case MMRT_OP_RELU2: y[i] = v > 0 ? v * v : 0.0; break;
+        default: y[i] = NAN; break;
+        }
+    }
+}
+
+void ref_swiglu(const float *g, const float *u, int64_t n, double *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+void ref_layernorm(const float *x, const float *w, const float *b, int64_t rows, int64_t n,
+                   double eps, double *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; i++)
+            mean += xr[i];
+        mean /= (double)n;
+        for (int64_t i = 0; i < n; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)n;
+        for (int64_t i = 0; i < n; i++) {
+            double v = (xr[i] - mean) / sqrt(var + eps);
+            y[r * n + i] = v * (w ? w[i] : 1.0) + (b ? b[i] : 0.0);
+        }
+    }
+}
+
+void ref_rmsnorm(const float *x, const float *w, int64_t rows, int64_t n, double eps, double *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        double ms = 0;
+        for (int64_t i = 0; i < n; i++)
+            ms += (double)xr[i] * xr[i];
+        ms /= (double)n;
+        for (int64_t i = 0; i < n; i++)
+            y[r * n + i] = xr[i] / sqrt(ms + eps) * (w ? w[i] : 1.0);
+    }
+}
+
+void ref_softmax(const float *x, int64_t rows, int64_t n, double scale, double *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        double m = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (xr[i] * scale > m)
+                m = xr[i] * scale;
+        for (int64_t i = 0; i < n; i++) {
+            y[r * n + i] = m == -INFINITY ? 0.0 : exp(xr[i] * scale - m);
+            sum += y[r * n + i];
+        }
+        for (int64_t i = 0; i < n && sum > 0; i++)
+            y[r * n + i] /= sum;
+    }
+}
+
+void ref_rope(const float *x, const int32_t *pos, int64_t T, int64_t H, int64_t D, int n_rot,
+              int mode, float theta, double *y)
+{
+    int half = n_rot / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *xr = x + (t * H + h) * D;
+            double *yr = y + (t * H + h) * D;
+            for (int64_t i = n_rot; i < D; i++)
+                yr[i] = xr[i];
+            for (int i = 0; i < half; i++) {
+                /* The op defines these two in f32, exactly as Hugging Face computes them. */
+                float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+                float angle = (float)pos[t] * inv_freq;
+                double c = cos((double)angle), s = sin((double)angle);
+                int i0 = mode == 0 ? i : 2 * i, i1 = mode == 0 ? i + half : 2 * i + 1;
+                yr[i0] = xr[i0] * c - xr[i1] * s;
+                yr[i1] = xr[i1] * c + xr[i0] * s;
+            }
+        }
+}
+
+void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
+                   int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
+                   int n_seq, double scale, int causal, double *y)
+{
+    int32_t whole_q[2] = { 0, (int32_t)T }, whole_k[2] = { 0, (int32_t)S };
+    if (!cu_q) {
+        cu_q = whole_q;
+        cu_k = whole_k;
+        n_seq = 1;
+    }
+    double *p = malloc(sizeof(double) * (size_t)(S + 1));
+    for (int s = 0; s < n_seq; s++) {
+        int64_t lq = cu_q[s + 1] - cu_q[s], lk = cu_k[s + 1] - cu_k[s];
+        for (int64_t i = 0; i < lq; i++)
+            for (int64_t h = 0; h < Hq; h++) {
+                int64_t t = cu_q[s] + i, g = h / (Hq / Hkv);
+                const float *qr = q + (t * Hq + h) * D;
+                double *yr = y + (t * Hq + h) * D;
+                double m = -INFINITY, sum = 0;
+                int64_t n = 0;
+                for (int64_t j = 0; j < lk; j++) {
+                    if (causal && j > i + (lk - lq))
+                        break;
+                    const float *kr = k + ((cu_k[s] + j) * Hkv + g) * D;
+                    double d = 0;
+                    for (int64_t c = 0; c < D; c++)
+                        d += (double)qr[c] * kr[c];
+                    p[j] = d * scale;
+                    if (p[j] > m)
+                        m = p[j];
+                    n++;
+                }
+                for (int64_t c = 0; c < D; c++)
+                    yr[c] = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    p[j] = exp(p[j] - m);
+                    sum += p[j];
+                }
+                for (int64_t j = 0; j < n; j++) {
+                    const float *vr = v + ((cu_k[s] + j) * Hkv + g) * D;
+                    for (int64_t c = 0; c < D; c++)
+                        yr[c] += p[j] / sum * vr[c];
+                }
+            }
+    }
+    free(p);
+}
+
+void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B, int64_t C,
+                     int64_t H, int64_t W, int64_t P, int64_t O, double *y)
+{
+    int64_t nph = H / P, npw = W / P;
+    for (int64_t bi = 0; bi < B; bi++)
+        for (int64_t py = 0; py < nph; py++)
+            for (int64_t px = 0; px < npw; px++)
+                for (int64_t o = 0; o < O; o++) {
+                    double s = b ? b[o] : 0.0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t kh = 0; kh < P; kh++)
+                            for (int64_t kw = 0; kw < P; kw++)
+                                s += (double)img[((bi * C + c) * H + py * P + kh) * W + px * P + kw] *
+                                     w[((o * C + c) * P + kh) * P + kw];
+                    y[((bi * nph + py) * npw + px) * O + o] = s;
+                }
+}
+
+int32_t ref_argmax(const float *row, int64_t n)
+{
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isnan(row[i]) && (best < 0 || row[i] > row[best]))
+            best = i;
+    return best < 0 ? 0 : (int32_t)best;
+}

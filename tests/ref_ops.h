@@ -1,0 +1,57 @@
+/*
+ * tests/ref_ops.h — plain double-precision reference implementations of the plugin operators
+ * (semantics as documented at enum mmrt_op in plugin.h), used to check plugins.
+ *
+ * Inputs are host f32 arrays that already hold the exact values the device sees (weights
+ * rounded to their dtype by the caller); every tensor is dense and contiguous in the shape
+ * written next to it. Arithmetic is in double, so the reference is closer to the exact result
+ * than any f32 kernel and a test measures only the kernel's own error. The exceptions are the
+ * quantities the op defines in f32 (RoPE's inv_freq and angle, per Hugging Face), which the
+ * reference computes in f32 too.
+ */
+#ifndef MMRT_TEST_REF_OPS_H
+#define MMRT_TEST_REF_OPS_H
+
+#include <stdint.h>
+
+/* y[M, N] = x[M, K] · w[N, K]ᵀ + b[N] (b may be NULL). */
+void ref_matmul(const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
+                double *y);
+
+/* y[i] = a[i] (+ or ·) b[i % b_period]; mul selects ·. */
+void ref_binary(const float *a, const float *b, int64_t n, int64_t b_period, int mul, double *y);
+
+/* y = act(x) for op ∈ {GELU, GELU_TANH, QUICK_GELU, SILU, RELU2} (enum mmrt_op values). */
+void ref_unary(int op, const float *x, int64_t n, double *y);
+
+/* y = silu(g) · u. */
+void ref_swiglu(const float *g, const float *u, int64_t n, double *y);
+
+/* Per row of x [rows, n]: layer norm with biased variance; w, b may be NULL. */
+void ref_layernorm(const float *x, const float *w, const float *b, int64_t rows, int64_t n,
+                   double eps, double *y);
+
+/* Per row: x / sqrt(mean(x²) + eps) · w; w may be NULL. */
+void ref_rmsnorm(const float *x, const float *w, int64_t rows, int64_t n, double eps, double *y);
+
+/* Per row: softmax(x · scale); −inf entries give 0; a row of only −inf gives zeros. */
+void ref_softmax(const float *x, int64_t rows, int64_t n, double scale, double *y);
+
+/* RoPE on x [T, H, D] with positions pos [T]; mode 0 = NEOX, 1 = INTERLEAVED. */
+void ref_rope(const float *x, const int32_t *pos, int64_t T, int64_t H, int64_t D, int n_rot,
+              int mode, float theta, double *y);
+
+/* Attention: q [T, Hq, D], k and v [S, Hkv, D], cu_q / cu_k [n_seq + 1] (NULL: one
+ * sequence), y [T, Hq, D]. */
+void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
+                   int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
+                   int n_seq, double scale, int causal, double *y);
+
+/* Patch embedding: img [B, C, H, W], w [O, C, P, P], b [O] or NULL, y [B, (H/P)(W/P), O]. */
+void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B, int64_t C,
+                     int64_t H, int64_t W, int64_t P, int64_t O, double *y);
+
+/* Index of the first maximum of row [n], NaN skipped, 0 when all are NaN. */
+int32_t ref_argmax(const float *row, int64_t n);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * tests/test_cli.c — the mmrt command line as a user runs it: exit statuses (0 ok, 2 usage
+ * or configuration error) and the FILE:LINE messages, from the real binary in the build.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char out[1 << 16];
+
+/* Runs bin/mmrt with args (NULL-terminated), stdout and stderr merged into `out`. Optional
+ * plugin_path replaces MMRT_PLUGIN_PATH. Returns the exit status. */
+static int run_mmrt(const char *plugin_path, const char *const *args)
+{
+    char exe[4096];
+    snprintf(exe, sizeof exe, "%s/bin/mmrt", getenv("MMRT_BUILD_DIR"));
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        if (plugin_path)
+            setenv("MMRT_PLUGIN_PATH", plugin_path, 1);
+        const char *argv[16] = { exe };
+        for (int i = 0; args[i] && i < 14; i++)
+            argv[i + 1] = args[i];
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_version_help_usage(void **state)
+{
+    (void)state;
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--version", NULL }), 0);
+    assert_non_null(strstr(out, "mmrt 0."));
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--help", NULL }), 0);
+    assert_non_null(strstr(out, "--list-devices"));
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--frobnicate", NULL }), 2);
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ NULL }), 2);
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--conf", "a.ini", "extra", NULL }), 2);
+    assert_non_null(strstr(out, "unexpected argument 'extra'"));
+}
+
+static void test_list_devices(void **state)
+{
+    (void)state;
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--list-devices", NULL }), 0);
+    if (!strstr(out, "plugin cpu ") || !strstr(out, "cpu:0 "))
+        fail_msg("no cpu device listed:\n%s", out);
+    char cuda[4096];
+    snprintf(cuda, sizeof cuda, "%s/bin/libmmrt_cuda.so", getenv("MMRT_BUILD_DIR"));
+    if (access(cuda, F_OK) == 0 && !strstr(out, "plugin cuda "))
+        fail_msg("the cuda plugin is built but not listed:\n%s", out);
+    print_message("%s", out);
+}
+
+static void test_refused_plugin_is_listed_with_versions(void **state)
+{
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-plugins", getenv("MMRT_BUILD_DIR"));
+    assert_int_equal(run_mmrt(dir, (const char *[]){ "--list-devices", NULL }), 0);
+    if (!strstr(out, "plugin badmajor refused: ") ||
+        !strstr(out, "plugin ABI 2.0, this mmrt speaks ABI 1.0"))
+        fail_msg("badmajor not refused with both versions:\n%s", out);
+    assert_non_null(strstr(out, "plugin nodevice skipped: no stub device (test variant)"));
+}
+
+static void test_config_errors_exit_2(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/mmrt_cli_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "[device.cpu0]\nplugin = cpu\nthreads = 1\n\n[stage.vision]\n"
+                       "device = gpu7\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--conf", path, NULL }), 2);
+    char want[256];
+    snprintf(want, sizeof want, "%s:6: ", path);
+    if (strncmp(out, want, strlen(want)) != 0)
+        fail_msg("expected '%s…', got:\n%s", want, out);
+
+    FILE *f = fopen(path, "w");
+    fputs("[device.cpu0]\nplugin = cpu\nthreads = 1\nwarp_speed = 9\n", f);
+    fclose(f);
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--conf", path, NULL }), 2);
+    snprintf(want, sizeof want, "%s:4: [device.cpu0]: unknown key 'warp_speed'", path);
+    if (strncmp(out, want, strlen(want)) != 0)
+        fail_msg("expected '%s…', got:\n%s", want, out);
+
+    f = fopen(path, "w");
+    fputs("[device.x]\nplugin = nosuch\n", f);
+    fclose(f);
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--conf", path, NULL }), 2);
+    snprintf(want, sizeof want, "%s:2: [device.x]: plugin 'nosuch'", path);
+    if (strncmp(out, want, strlen(want)) != 0)
+        fail_msg("expected '%s…', got:\n%s", want, out);
+    unlink(path);
+
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--conf", "/nonexistent.ini", NULL }), 2);
+    assert_non_null(strstr(out, "/nonexistent.ini"));
+}
+
+static void test_demo_conf(void **state)
+{
+    (void)state;
+    char conf[4096];
+    snprintf(conf, sizeof conf, "%s/conf/demo.ini", getenv("MMRT_SOURCE_DIR"));
+    int rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, NULL });
+    if (rc != 0)
+        fail_msg("demo.ini exited %d:\n%s", rc, out);
+    print_message("%s", out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_help_usage),
+        cmocka_unit_test(test_list_devices),
+        cmocka_unit_test(test_refused_plugin_is_listed_with_versions),
+        cmocka_unit_test(test_config_errors_exit_2),
+        cmocka_unit_test(test_demo_conf),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,445 @@
+/*
+ * tests/test_cpu_isa.c — every kernel table of the CPU plugin (device option `isa`: portable,
+ * avx2, avx512, each only where this CPU has it) and the bf16 dot-product GEMM
+ * (`bf16_dot = 1`), held to the double-precision reference of ref_ops.c.
+ *
+ * test_cpu_ops runs the whole operator suite on the table the CPU picks by itself; this file
+ * makes sure the others stay correct too (a CI machine without AVX-512 runs avx2, a developer
+ * machine with it still checks avx2 and portable), over the shapes where the tables differ:
+ * MATMUL on both sides of the GEMV / blocked-GEMM switch with edge tiles in every direction,
+ * ATTENTION on its streaming (≤ 4 queries) and blocked paths with GQA, F16 K/V, causal
+ * offsets, several sequences and empty ones, and the sigmoid-family activations (vectorised
+ * exp) over ordinary and extreme inputs. Tolerances are those of test_cpu_ops: MATMUL and
+ * ATTENTION 1e-5, activations 1e-6, as max |got − ref| / max |ref|.
+ *
+ * Per table it also checks that 1 and 3 threads give bit-identical results on every path.
+ * bf16_dot rounds the activations to bf16, so its MATMUL is held to a measured bound instead
+ * (BF16_DOT_TOL, about 8 times the worst error seen on these shapes, 1.8e-3); the error it reaches is
+ * printed so docs/BENCHMARKS.md can quote it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin_harness.h"
+#include "ref_ops.h"
+
+#define BF16_DOT_TOL 1.5e-2
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static uint64_t g_rng;
+
+static float rnd(float lo, float hi)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return lo + (hi - lo) * (float)((double)(z >> 11) / 9007199254740992.0);
+}
+
+static float *rand_vec(int64_t n, float lo, float hi, enum mmrt_dtype dt)
+{
+    float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = rnd(lo, hi);
+        if (dt == MMRT_DTYPE_F16)
+            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
+        else if (dt == MMRT_DTYPE_BF16)
+            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+    }
+    return v;
+}
+
+/* A device tensor of dtype dt holding the (already rounded) f32 values v. */
+static struct harness_tensor put(struct harness *h, enum mmrt_dtype dt, int n_dims,
+                                 const int64_t *ne, const float *v)
+{
+    struct harness_tensor t;
+    assert_int_equal(harness_tensor_new(h, dt, n_dims, ne, &t), MMRT_OK);
+    int64_t n = 1;
+    for (int i = 0; i < n_dims; i++)
+        n *= ne[i];
+    if (dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_I32) {
+        assert_int_equal(harness_upload(h, &t, v), MMRT_OK);
+    } else {
+        uint16_t *b = malloc((size_t)(n ? n : 1) * 2);
+        assert_non_null(b);
+        for (int64_t i = 0; i < n; i++)
+            b[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
+        assert_int_equal(harness_upload(h, &t, b), MMRT_OK);
+        free(b);
+    }
+    return t;
+}
+
+static float *get(struct harness *h, struct harness_tensor *t)
+{
+    float *v = malloc((size_t)t->nbytes + 4);
+    assert_non_null(v);
+    assert_int_equal(harness_download(h, t, v), MMRT_OK);
+    return v;
+}
+
+/* max |got − ref| / max |ref| (NaN must match NaN). */
+static double rel_err(const float *got, const double *ref, int64_t n)
+{
+    double max_ref = 0, max_err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isnan(got[i])) {
+            if (isnan(ref[i]) != isnan(got[i]))
+                return INFINITY;
+            continue;
+        }
+        max_ref = fabs(ref[i]) > max_ref ? fabs(ref[i]) : max_ref;
+        double e = fabs((double)got[i] - ref[i]);
+        max_err = e > max_err ? e : max_err;
+    }
+    return max_err / (max_ref > 0 ? max_ref : 1.0);
+}
+
+/* Opens the plugin with isa (and bf16_dot); false when this CPU lacks it (the harness prints
+ * the plugin's refusal). The portable table must always open. */
+static bool open_isa(struct harness *h, const char *isa, const char *threads, bool bf16_dot)
+{
+    struct mmrt_option opts[3] = { { "isa", isa }, { "threads", threads }, { "bf16_dot", "1" } };
+    mmrt_status st = harness_open(h, harness_plugin_path("cpu"), opts, bf16_dot ? 3 : 2);
+    if (strcmp(isa, "portable") == 0 && !bf16_dot)
+        assert_int_equal(st, MMRT_OK);
+    return st == MMRT_OK;
+}
+
+static const char *const isas[] = { "portable", "avx2", "avx512" };
+static const enum mmrt_dtype wdts[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
+
+/* ---- MATMUL ------------------------------------------------------------------------------ */
+
+static const int64_t mm_cases[][3] = { /* M, K, N */
+    { 1, 1, 1 },    { 1, 4099, 3 }, { 2, 300, 513 },  { 3, 17, 33 },   { 4, 1000, 45 },
+    { 5, 1000, 130 }, { 17, 65, 33 }, { 64, 257, 96 }, { 37, 31, 19 }, { 15, 512, 64 },
+    { 29, 769, 100 }, { 2, 0, 5 },   { 9, 0, 3 },
+};
+
+/* Runs MATMUL on h; returns the output and (when ref is not NULL) the reference. */
+static float *matmul_case(struct harness *h, int64_t M, int64_t K, int64_t N, enum mmrt_dtype wdt,
+                          bool bias, uint64_t seed, double **ref)
+{
+    g_rng = seed;
+    float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32), *w = rand_vec(N * K, -1, 1, wdt);
+    float *b = bias ? rand_vec(N, -1, 1, wdt) : NULL;
+    struct harness_tensor tx = put(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
+    struct harness_tensor tw = put(h, wdt, 2, (const int64_t[]){ N, K }, w);
+    struct harness_tensor tb, ty;
+    if (bias)
+        tb = put(h, wdt, 1, (const int64_t[]){ N }, b);
+    assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N }, &ty),
+                     MMRT_OK);
+    struct harness_tensor *src[3] = { &tx, &tw, bias ? &tb : NULL };
+    assert_int_equal(harness_run(h, MMRT_OP_MATMUL, src, bias ? 3 : 2, &ty, NULL, 0), MMRT_OK);
+    float *y = get(h, &ty);
+    if (ref) {
+        *ref = malloc((size_t)(M * N + 1) * sizeof(double));
+        assert_non_null(*ref);
+        ref_matmul(x, w, b, M, K, N, *ref);
+    }
+    harness_tensor_free(h, &tx);
+    harness_tensor_free(h, &tw);
+    if (bias)
+        harness_tensor_free(h, &tb);
+    harness_tensor_free(h, &ty);
+    free(x);
+    free(w);
+    free(b);
+    return y;
+}
+
+static void test_matmul_all_isas(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++)
+            for (int d = 0; d < 3; d++) {
+                double *ref;
+                int64_t M = mm_cases[c][0], K = mm_cases[c][1], N = mm_cases[c][2];
+                float *y = matmul_case(&h, M, K, N, wdts[d], (c + (size_t)d) % 2, 7 + c, &ref);
+                double e = rel_err(y, ref, M * N);
+                if (!(e <= 1e-5))
+                    fail_msg("isa %s MATMUL M=%lld K=%lld N=%lld dtype %d: error %.3g > 1e-5",
+                             isas[i], (long long)M, (long long)K, (long long)N, (int)wdts[d], e);
+                free(y);
+                free(ref);
+            }
+        harness_close(&h);
+    }
+}
+
+/* ---- ATTENTION --------------------------------------------------------------------------- */
+
+struct acase {
+    int64_t Hq, Hkv, D;
+    int n_seq;
+    int32_t lq[4], lk[4];
+    int causal;
+    enum mmrt_dtype kv;
+};
+
+static const struct acase attn_cases[] = {
+    { 4, 2, 128, 1, { 1 }, { 37 }, 1, MMRT_DTYPE_F16 },          /* decode, GQA 2 */
+    { 8, 1, 64, 1, { 3 }, { 50 }, 1, MMRT_DTYPE_F32 },           /* 3 queries, GQA 8 */
+    { 4, 4, 64, 1, { 40 }, { 40 }, 0, MMRT_DTYPE_F32 },          /* vision-like */
+    { 8, 2, 80, 1, { 33 }, { 33 }, 1, MMRT_DTYPE_F16 },          /* blocked, D not ÷ NR */
+    { 4, 1, 64, 1, { 5 }, { 20 }, 1, MMRT_DTYPE_F32 },           /* chunked prefill */
+    { 2, 2, 256, 3, { 5, 1, 12 }, { 5, 1, 12 }, 0, MMRT_DTYPE_F32 },
+    { 6, 3, 8, 4, { 3, 1, 0, 5 }, { 10, 1, 0, 2 }, 1, MMRT_DTYPE_F16 }, /* empty rows */
+    { 1, 1, 3, 1, { 4 }, { 9 }, 0, MMRT_DTYPE_F32 },             /* odd D */
+    { 2, 1, 16, 1, { 2 }, { 0 }, 0, MMRT_DTYPE_F32 },            /* no keys */
+    { 2, 1, 64, 1, { 130 }, { 130 }, 1, MMRT_DTYPE_F32 },        /* several blocks */
+};
+
+static float *attention_case(struct harness *h, const struct acase *ac, uint64_t seed,
+                             double **ref)
+{
+    int32_t cu_q[5] = { 0 }, cu_k[5] = { 0 };
+    for (int s = 0; s < ac->n_seq; s++) {
+        cu_q[s + 1] = cu_q[s] + ac->lq[s];
+        cu_k[s + 1] = cu_k[s] + ac->lk[s];
+    }
+    int64_t T = cu_q[ac->n_seq], S = cu_k[ac->n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
+    g_rng = seed;
+    float *q = rand_vec(T * Hq * D, -1, 1, MMRT_DTYPE_F32);
+    float *k = rand_vec(S * Hkv * D, -1, 1, ac->kv), *v = rand_vec(S * Hkv * D, -1, 1, ac->kv);
+    struct harness_tensor tq = put(h, MMRT_DTYPE_F32, 3, (const int64_t[]){ T, Hq, D }, q);
+    struct harness_tensor tk = put(h, ac->kv, 3, (const int64_t[]){ S, Hkv, D }, k);
+    struct harness_tensor tv = put(h, ac->kv, 3, (const int64_t[]){ S, Hkv, D }, v);
+    struct harness_tensor tcq = put(h, MMRT_DTYPE_I32, 1, (const int64_t[]){ ac->n_seq + 1 },
+                                    (const float *)cu_q);
+    struct harness_tensor tck = put(h, MMRT_DTYPE_I32, 1, (const int64_t[]){ ac->n_seq + 1 },
+                                    (const float *)cu_k);
+    struct harness_tensor ty;
+    assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_F32, 3, (const int64_t[]){ T, Hq, D }, &ty),
+                     MMRT_OK);
+    struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), ac->causal, ac->n_seq };
+    struct harness_tensor *src[5] = { &tq, &tk, &tv, &tcq, &tck };
+    assert_int_equal(harness_run(h, MMRT_OP_ATTENTION, src, 5, &ty, &p, sizeof p), MMRT_OK);
+    float *y = get(h, &ty);
+    if (ref) {
+        *ref = malloc((size_t)(T * Hq * D + 1) * sizeof(double));
+        assert_non_null(*ref);
+        ref_attention(q, k, v, T, S, Hq, Hkv, D, cu_q, cu_k, ac->n_seq, p.scale, ac->causal,
+                      *ref);
+    }
+    struct harness_tensor *all[6] = { &tq, &tk, &tv, &tcq, &tck, &ty };
+    for (int i = 0; i < 6; i++)
+        harness_tensor_free(h, all[i]);
+    free(q);
+    free(k);
+    free(v);
+    return y;
+}
+
+static int64_t attn_numel(const struct acase *ac)
+{
+    int64_t T = 0;
+    for (int s = 0; s < ac->n_seq; s++)
+        T += ac->lq[s];
+    return T * ac->Hq * ac->D;
+}
+
+static void test_attention_all_isas(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
+            double *ref;
+            float *y = attention_case(&h, &attn_cases[c], 50 + c, &ref);
+            double e = rel_err(y, ref, attn_numel(&attn_cases[c]));
+            if (!(e <= 1e-5))
+                fail_msg("isa %s ATTENTION case %zu: error %.3g > 1e-5", isas[i], c, e);
+            free(y);
+            free(ref);
+        }
+        harness_close(&h);
+    }
+}
+
+/* ---- activations ------------------------------------------------------------------------- */
+
+static void test_sigmoid_family_all_isas(void **state)
+{
+    (void)state;
+    static const float specials[] = { 0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 50.0f, -50.0f,
+                                      88.0f, -88.0f, 100.0f, -100.0f, 1e30f, -1e30f };
+    const int64_t n = 1037;
+    g_rng = 3;
+    float *x = rand_vec(n, -12, 12, MMRT_DTYPE_F32), *u = rand_vec(n, -2, 2, MMRT_DTYPE_F32);
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        x[3 + 61 * i] = specials[i];
+    double *ref = malloc((size_t)n * sizeof(double));
+    assert_non_null(ref);
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        static const int ops[3] = { MMRT_OP_QUICK_GELU, MMRT_OP_SILU, MMRT_OP_SWIGLU };
+        for (int o = 0; o < 3; o++) {
+            struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 1, &n, x);
+            struct harness_tensor tu = put(&h, MMRT_DTYPE_F32, 1, &n, u), ty;
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 1, &n, &ty), MMRT_OK);
+            struct harness_tensor *src[2] = { &tx, &tu };
+            assert_int_equal(harness_run(&h, ops[o], src, o == 2 ? 2 : 1, &ty, NULL, 0), MMRT_OK);
+            float *y = get(&h, &ty);
+            if (o == 2)
+                ref_swiglu(x, u, n, ref);
+            else
+                ref_unary(ops[o], x, n, ref);
+            double e = rel_err(y, ref, n);
+            if (!(e <= 1e-6))
+                fail_msg("isa %s op %d: error %.3g > 1e-6", isas[i], ops[o], e);
+            for (int64_t k = 0; k < n; k++)
+                if (!isfinite(y[k]))
+                    fail_msg("isa %s op %d: element %lld (x = %g) is %g", isas[i], ops[o],
+                             (long long)k, (double)x[k], (double)y[k]);
+            free(y);
+            harness_tensor_free(&h, &tx);
+            harness_tensor_free(&h, &tu);
+            harness_tensor_free(&h, &ty);
+        }
+        harness_close(&h);
+    }
+    free(ref);
+    free(x);
+    free(u);
+}
+
+/* ---- thread-count invariance per table ---------------------------------------------------- */
+
+static void test_thread_invariance_all_isas(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness one, three;
+        if (!open_isa(&one, isas[i], "1", false))
+            continue;
+        assert_true(open_isa(&three, isas[i], "3", false));
+        static const int64_t shapes[][3] = { { 3, 700, 45 }, { 70, 300, 97 } };
+        for (int s = 0; s < 2; s++) {
+            int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+            float *a = matmul_case(&one, M, K, N, MMRT_DTYPE_F16, true, 11, NULL);
+            float *b = matmul_case(&three, M, K, N, MMRT_DTYPE_F16, true, 11, NULL);
+            assert_memory_equal(a, b, (size_t)(M * N) * sizeof(float));
+            free(a);
+            free(b);
+        }
+        for (int c = 0; c < 4; c++) {
+            float *a = attention_case(&one, &attn_cases[c], 90, NULL);
+            float *b = attention_case(&three, &attn_cases[c], 90, NULL);
+            assert_memory_equal(a, b, (size_t)attn_numel(&attn_cases[c]) * sizeof(float));
+            free(a);
+            free(b);
+        }
+        harness_close(&one);
+        harness_close(&three);
+    }
+}
+
+/* ---- bf16 dot products -------------------------------------------------------------------- */
+
+static void test_bf16_dot(void **state)
+{
+    (void)state;
+    struct harness h;
+    if (!open_isa(&h, "avx512", "3", true)) {
+        print_message("bf16_dot: this CPU lacks AVX512_BF16; skipped\n");
+        return;
+    }
+    double worst = 0;
+    for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            double *ref;
+            int64_t M = mm_cases[c][0], K = mm_cases[c][1], N = mm_cases[c][2];
+            float *y = matmul_case(&h, M, K, N, wdts[d], c % 2, 21 + c, &ref);
+            double e = rel_err(y, ref, M * N);
+            /* Only BF16 weights in the blocked GEMM take the bf16 path; the rest keep the
+             * accurate tolerance. */
+            bool bf = wdts[d] == MMRT_DTYPE_BF16 && M > 4 && K > 0;
+            if (!(e <= (bf ? BF16_DOT_TOL : 1e-5)))
+                fail_msg("bf16_dot MATMUL M=%lld K=%lld N=%lld dtype %d: error %.3g", (long long)M,
+                         (long long)K, (long long)N, (int)wdts[d], e);
+            if (bf && e > worst)
+                worst = e;
+            free(y);
+            free(ref);
+        }
+    print_message("bf16_dot: worst MATMUL error %.3g of max |ref| (f32 path: ≤ 1e-5)\n", worst);
+    /* Thread-count invariance holds for the bf16 path too. */
+    struct harness one;
+    assert_true(open_isa(&one, "avx512", "1", true));
+    float *a = matmul_case(&one, 70, 300, 97, MMRT_DTYPE_BF16, true, 5, NULL);
+    float *b = matmul_case(&h, 70, 300, 97, MMRT_DTYPE_BF16, true, 5, NULL);
+    assert_memory_equal(a, b, 70 * 97 * sizeof(float));
+    free(a);
+    free(b);
+    harness_close(&one);
+    harness_close(&h);
+}
+
+static void test_option_refusals(void **state)
+{
+    (void)state;
+    struct harness h;
+    assert_int_equal(harness_open(&h, harness_plugin_path("cpu"), NULL, 0), MMRT_OK);
+    static const struct { const char *key, *value, *needle; } bad[] = {
+        { "isa", "sse9", "isa=\"sse9\"" },
+        { "isa", "", "isa=\"\"" },
+        { "bf16_dot", "2", "bf16_dot=\"2\"" },
+        { "bf16_dot", "yes", "expected 0 or 1" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct mmrt_option o = { bad[i].key, bad[i].value };
+        struct mmrt_device *d = NULL;
+        char err[256] = "";
+        assert_int_equal(h.plugin->device_open(0, &o, 1, &d, err, sizeof err), MMRT_ERR_CONFIG);
+        assert_null(d);
+        if (!strstr(err, bad[i].needle))
+            fail_msg("%s=%s: message \"%s\" lacks \"%s\"", bad[i].key, bad[i].value, err,
+                     bad[i].needle);
+    }
+    struct mmrt_option twice[2] = { { "isa", "portable" }, { "isa", "portable" } };
+    struct mmrt_device *d = NULL;
+    char err[256] = "";
+    assert_int_equal(h.plugin->device_open(0, twice, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "twice"));
+    /* bf16_dot with the portable table is refused, naming what it needs. */
+    struct mmrt_option pb[2] = { { "isa", "portable" }, { "bf16_dot", "1" } };
+    assert_int_equal(h.plugin->device_open(0, pb, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "bf16_dot=1 needs"));
+    harness_close(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_all_isas),
+        cmocka_unit_test(test_attention_all_isas),
+        cmocka_unit_test(test_sigmoid_family_all_isas),
+        cmocka_unit_test(test_thread_invariance_all_isas),
+        cmocka_unit_test(test_bf16_dot),
+        cmocka_unit_test(test_option_refusals),
+    };
+    return cmocka_run_group_tests_name("cpu_isa", tests, NULL, NULL);
+}

@@ -1,0 +1,1668 @@
+/*
+ * tests/test_cpu_ops.c — the CPU reference plugin (libmmrt_cpu.so) driven directly through
+ * plugin.h: every operator against the double-precision reference in ref_ops.c, its error
+ * paths, and the device functions (options, info, arenas, transfers, ABI refusal).
+ *
+ * Inputs are random with fixed seeds, over shapes chosen to hit odd and prime sizes, size 1,
+ * K off every block size, strided views, in-place runs and every weight dtype. Values the
+ * device stores in F16/BF16 are rounded on the host first, so the reference sees the same
+ * numbers. Closeness is measured as max |got − ref| / max |ref| over a case and held to a
+ * per-op tolerance stated at each test. Cells a view must not read are filled with NaN, so an
+ * out-of-view read poisons the result instead of passing unnoticed.
+ *
+ * The device under test runs 3 worker threads (odd on purpose, so splits are uneven);
+ * test_thread_count_invariance checks that 1 thread gives bit-identical results.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin_harness.h"
+#include "ref_ops.h"
+
+static struct harness H;
+
+/* ---- bookkeeping: every host buffer and device tensor of a test is released together --- */
+
+#define MAX_TRACKED 512
+
+static void *g_host[MAX_TRACKED];
+static int g_n_host;
+static struct harness_tensor *g_dev[MAX_TRACKED];
+static int g_n_dev;
+
+static void *talloc(size_t nbytes)
+{
+    assert_true(g_n_host < MAX_TRACKED);
+    void *p = calloc(1, nbytes ? nbytes : 1);
+    assert_non_null(p);
+    g_host[g_n_host++] = p;
+    return p;
+}
+
+static void release_all(void)
+{
+    for (int i = 0; i < g_n_host; i++)
+        free(g_host[i]);
+    for (int i = 0; i < g_n_dev; i++) {
+        harness_tensor_free(&H, g_dev[i]);
+        free(g_dev[i]);
+    }
+    g_n_host = g_n_dev = 0;
+}
+
+/* SHAPE(2, 3, 4) expands to "n_dims, ne" for the helpers below. */
+#define SHAPE(...)                                                                             \
+    (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+/* A contiguous device tensor that owns its arena. */
+static struct harness_tensor *tnew(enum mmrt_dtype dt, int n_dims, const int64_t *ne)
+{
+    assert_true(g_n_dev < MAX_TRACKED);
+    struct harness_tensor *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    assert_int_equal(harness_tensor_new(&H, dt, n_dims, ne, t), MMRT_OK);
+    g_dev[g_n_dev++] = t;
+    return t;
+}
+
+/* A view into base's arena (freed with base, never on its own): extents ne, byte strides nb,
+ * byte offset. Returned by value; the harness only reads the descriptor. */
+static struct harness_tensor tview(const struct harness_tensor *base, enum mmrt_dtype dt,
+                                   int n_dims, const int64_t *ne, const int64_t *nb,
+                                   uint64_t offset)
+{
+    struct harness_tensor v = *base;
+    v.t.dtype = dt;
+    v.t.n_dims = n_dims;
+    v.t.offset = base->t.offset + offset;
+    for (int i = 0; i < MMRT_MAX_DIMS; i++) {
+        v.t.ne[i] = i < n_dims ? ne[i] : 1;
+        v.t.nb[i] = i < n_dims ? nb[i] : v.t.nb[i];
+    }
+    return v;
+}
+
+static int64_t numel(const struct harness_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->t.n_dims; i++)
+        n *= t->t.ne[i];
+    return n;
+}
+
+/* ---- random values (splitmix64, fixed seeds) ------------------------------------------ */
+
+static uint64_t g_rng;
+
+static void rng_seed(uint64_t seed)
+{
+    g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
+}
+
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_f(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
+}
+
+static int rng_int(int lo, int hi) /* [lo, hi] */
+{
+    return lo + (int)(rng_u64() % (uint64_t)(hi - lo + 1));
+}
+
+static float *rand_f(int64_t n, float lo, float hi)
+{
+    float *v = talloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        v[i] = rng_f(lo, hi);
+    return v;
+}
+
+/* ---- transfers ------------------------------------------------------------------------ */
+
+/* Rounds v to what a tensor of dtype dt stores (in place). */
+static void round_to(enum mmrt_dtype dt, float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == MMRT_DTYPE_F16)
+            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
+        else if (dt == MMRT_DTYPE_BF16)
+            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+    }
+}
+
+/* Host bytes of v[0..n) in dtype dt (F32/F16/BF16). */
+static void *encode(enum mmrt_dtype dt, const float *v, int64_t n)
+{
+    if (dt == MMRT_DTYPE_F32) {
+        void *p = talloc((size_t)n * 4);
+        memcpy(p, v, (size_t)n * 4);
+        return p;
+    }
+    uint16_t *h = talloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
+    return h;
+}
+
+/* Rounds v to t's dtype (so the caller's reference sees the device's values) and uploads. */
+static void upload(struct harness_tensor *t, float *v)
+{
+    int64_t n = numel(t);
+    round_to((enum mmrt_dtype)t->t.dtype, v, n);
+    assert_int_equal(harness_upload(&H, t, encode((enum mmrt_dtype)t->t.dtype, v, n)), MMRT_OK);
+}
+
+/* A new contiguous tensor holding random values in [lo, hi), rounded; *host gets them. */
+static struct harness_tensor *trand(enum mmrt_dtype dt, float lo, float hi, float **host,
+                                    int n_dims, const int64_t *ne)
+{
+    struct harness_tensor *t = tnew(dt, n_dims, ne);
+    float *v = rand_f(numel(t), lo, hi);
+    upload(t, v);
+    *host = v;
+    return t;
+}
+
+static void upload_i32(struct harness_tensor *t, const int32_t *v)
+{
+    assert_int_equal(harness_upload(&H, t, v), MMRT_OK);
+}
+
+static struct harness_tensor *tnew_i32(const int32_t *v, int64_t n)
+{
+    struct harness_tensor *t = tnew(MMRT_DTYPE_I32, SHAPE(n));
+    upload_i32(t, v);
+    return t;
+}
+
+static float *download_f32(struct harness_tensor *t)
+{
+    float *v = talloc((size_t)t->nbytes);
+    assert_int_equal(harness_download(&H, t, v), MMRT_OK);
+    return v;
+}
+
+static mmrt_status run(enum mmrt_op op, struct harness_tensor *const *src, int n_src,
+                       struct harness_tensor *dst, const void *params, uint32_t params_size)
+{
+    return harness_run(&H, op, src, n_src, dst, params, params_size);
+}
+
+/* ---- comparison ----------------------------------------------------------------------- */
+
+/* Fails unless max |got − ref| ≤ tol · max |ref| (NaN must match NaN). `what` names the case. */
+static void check_close(const char *what, const float *got, const double *ref, int64_t n,
+                        double tol)
+{
+    double max_ref = 0, max_err = 0;
+    int64_t worst = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isnan(got[i])) {
+            if (isnan(ref[i]) != isnan(got[i]))
+                fail_msg("%s: element %lld is %g, reference %g", what, (long long)i,
+                         (double)got[i], ref[i]);
+            continue;
+        }
+        if (fabs(ref[i]) > max_ref)
+            max_ref = fabs(ref[i]);
+        double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= max_err)) {
+            max_err = err;
+            worst = i;
+        }
+    }
+    if (max_err > tol * (max_ref > 0 ? max_ref : 1.0))
+        fail_msg("%s: max error %.3g at element %lld (got %.9g, want %.9g) is %.3g of max |ref| "
+                 "%.4g; tolerance %.1g", what, max_err, (long long)worst, (double)got[worst],
+                 ref[worst], max_err / (max_ref > 0 ? max_ref : 1.0), max_ref, tol);
+}
+
+static double *ref_buf(int64_t n)
+{
+    return talloc((size_t)(n ? n : 1) * sizeof(double));
+}
+
+static const char *dt_name(int dt)
+{
+    static const char *const names[] = { "F32", "F16", "BF16", "I32" };
+    return names[dt];
+}
+
+static bool same_value(enum mmrt_dtype dt, const void *a, const void *b);
+
+static const enum mmrt_dtype weight_dtypes[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16,
+                                                   MMRT_DTYPE_BF16 };
+
+/* ---- MATMUL: tolerance 1e-5 (f32 accumulation over K ≤ 4099) -------------------------- */
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    static const int64_t cases[][3] = { /* M, K, N */
+        { 1, 1, 1 },   { 1, 13, 7 },   { 3, 8, 5 },     { 17, 65, 33 },  { 64, 257, 96 },
+        { 5, 1000, 130 }, { 2, 4099, 3 }, { 33, 256, 16 }, { 1, 300, 513 }, { 2, 0, 3 },
+        { 37, 31, 19 },
+    };
+    rng_seed(1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2];
+            enum mmrt_dtype wdt = weight_dtypes[d];
+            int bias_mode = (int)((c + (size_t)d) % 3); /* none, W's dtype, F32 */
+            float *x, *w, *b = NULL;
+            struct harness_tensor *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+            struct harness_tensor *tw = trand(wdt, -1, 1, &w, SHAPE(N, K));
+            struct harness_tensor *tb = NULL;
+            if (bias_mode)
+                tb = trand(bias_mode == 1 ? wdt : MMRT_DTYPE_F32, -1, 1, &b, SHAPE(N));
+            struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(M, N));
+            struct harness_tensor *src[3] = { tx, tw, tb };
+            assert_int_equal(run(MMRT_OP_MATMUL, src, tb ? 3 : 2, ty, NULL, 0), MMRT_OK);
+            double *ref = ref_buf(M * N);
+            ref_matmul(x, w, b, M, K, N, ref);
+            char what[128];
+            snprintf(what, sizeof what, "MATMUL M=%lld K=%lld N=%lld W %s bias %d", (long long)M,
+                     (long long)K, (long long)N, dt_name(wdt), bias_mode);
+            check_close(what, download_f32(ty), ref, M * N, 1e-5);
+            release_all();
+        }
+
+    /* x with more than two dims: rows are everything but the last dim. */
+    float *x, *w;
+    struct harness_tensor *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(2, 3, 40));
+    struct harness_tensor *tw = trand(MMRT_DTYPE_BF16, -1, 1, &w, SHAPE(9, 40));
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(2, 3, 9));
+    struct harness_tensor *src[2] = { tx, tw };
+    assert_int_equal(run(MMRT_OP_MATMUL, src, 2, ty, NULL, 0), MMRT_OK);
+    double *ref = ref_buf(6 * 9);
+    ref_matmul(x, w, NULL, 6, 40, 9, ref);
+    check_close("MATMUL x [2, 3, 40]", download_f32(ty), ref, 6 * 9, 1e-5);
+    release_all();
+}
+
+/* ---- ADD, MUL: tolerance 1e-6 (one rounding per element) ------------------------------ */
+
+static void test_add_mul(void **state)
+{
+    (void)state;
+    static const int64_t cases[][2] = { { 1, 1 }, { 7, 13 }, { 64, 257 }, { 3, 1000 }, { 1, 4099 } };
+    rng_seed(2);
+    for (int op = MMRT_OP_ADD; op <= MMRT_OP_MUL; op++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int mode = 0; mode < 6; mode++) {
+                /* 0: same shape F32; 1: same shape F16; 2-4: broadcast row F32/F16/BF16;
+                 * 5: same shape, in place (dst == src0). */
+                int64_t R = cases[c][0], N = cases[c][1];
+                bool bcast = mode >= 2 && mode <= 4;
+                enum mmrt_dtype bdt = mode == 1 ? MMRT_DTYPE_F16
+                                      : bcast   ? weight_dtypes[mode - 2]
+                                                : MMRT_DTYPE_F32;
+                float *a, *b;
+                struct harness_tensor *ta = trand(MMRT_DTYPE_F32, -4, 4, &a, SHAPE(R, N));
+                struct harness_tensor *tb = bcast ? trand(bdt, -4, 4, &b, SHAPE(N))
+                                                  : trand(bdt, -4, 4, &b, SHAPE(R, N));
+                struct harness_tensor *ty = mode == 5 ? ta : tnew(MMRT_DTYPE_F32, SHAPE(R, N));
+                struct harness_tensor *src[2] = { ta, tb };
+                assert_int_equal(run(op, src, 2, ty, NULL, 0), MMRT_OK);
+                double *ref = ref_buf(R * N);
+                ref_binary(a, b, R * N, bcast ? N : R * N, op == MMRT_OP_MUL, ref);
+                char what[96];
+                snprintf(what, sizeof what, "%s [%lld, %lld] mode %d",
+                         op == MMRT_OP_ADD ? "ADD" : "MUL", (long long)R, (long long)N, mode);
+                check_close(what, download_f32(ty), ref, R * N, 1e-6);
+                release_all();
+            }
+
+    /* A 3-D src0 with a one-row [1, N] src1 of its own rank. */
+    float *a, *b;
+    struct harness_tensor *ta = trand(MMRT_DTYPE_F32, -1, 1, &a, SHAPE(2, 5, 11));
+    struct harness_tensor *tb = trand(MMRT_DTYPE_F32, -1, 1, &b, SHAPE(1, 1, 11));
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(2, 5, 11));
+    struct harness_tensor *src[2] = { ta, tb };
+    assert_int_equal(run(MMRT_OP_ADD, src, 2, ty, NULL, 0), MMRT_OK);
+    double *ref = ref_buf(110);
+    ref_binary(a, b, 110, 11, 0, ref);
+    check_close("ADD [2, 5, 11] + [1, 1, 11]", download_f32(ty), ref, 110, 1e-6);
+    release_all();
+}
+
+/* ---- SCALE: tolerance 1e-6 ------------------------------------------------------------ */
+
+static void test_scale(void **state)
+{
+    (void)state;
+    static const int64_t sizes[] = { 1, 7, 1024, 100003 };
+    static const float scales[] = { 0.125f, -3.5f, 0.0f };
+    rng_seed(3);
+    for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
+        for (size_t s = 0; s < 3; s++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                int64_t n = sizes[c];
+                float *a;
+                struct harness_tensor *ta = trand(MMRT_DTYPE_F32, -10, 10, &a, SHAPE(n));
+                struct harness_tensor *ty = in_place ? ta : tnew(MMRT_DTYPE_F32, SHAPE(n));
+                struct mmrt_scale_params p = { scales[s] };
+                struct harness_tensor *src[1] = { ta };
+                assert_int_equal(run(MMRT_OP_SCALE, src, 1, ty, &p, sizeof p), MMRT_OK);
+                double *ref = ref_buf(n);
+                for (int64_t i = 0; i < n; i++)
+                    ref[i] = (double)a[i] * scales[s];
+                check_close("SCALE", download_f32(ty), ref, n, 1e-6);
+                release_all();
+            }
+}
+
+/* ---- activations: tolerance 1e-6 (f32 libm is within a few ulp) ----------------------- */
+
+static void test_unary(void **state)
+{
+    (void)state;
+    static const int ops[] = { MMRT_OP_GELU, MMRT_OP_GELU_TANH, MMRT_OP_QUICK_GELU,
+                               MMRT_OP_SILU, MMRT_OP_RELU2 };
+    static const char *const names[] = { "GELU", "GELU_TANH", "QUICK_GELU", "SILU", "RELU2" };
+    static const float specials[] = { 0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 50.0f,
+                                      -50.0f, -100.0f, 3.0f, -3.0f };
+    const int64_t n_special = sizeof specials / sizeof specials[0];
+    rng_seed(4);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            int64_t n = 4099;
+            float *a = rand_f(n, -8, 8);
+            memcpy(a, specials, sizeof specials);
+            struct harness_tensor *ta = tnew(MMRT_DTYPE_F32, SHAPE(1, n));
+            upload(ta, a);
+            struct harness_tensor *ty = in_place ? ta : tnew(MMRT_DTYPE_F32, SHAPE(1, n));
+            struct harness_tensor *src[1] = { ta };
+            assert_int_equal(run(ops[o], src, 1, ty, NULL, 0), MMRT_OK);
+            double *ref = ref_buf(n);
+            ref_unary(ops[o], a, n, ref);
+            float *got = download_f32(ty);
+            check_close(names[o], got, ref, n, 1e-6);
+            /* Far tails reach their limits without overflow to NaN: below 1e-15 at −50 and
+             * under (−0 once e^(−x) overflows), exactly x from 20 up. */
+            for (int64_t i = 0; i < n_special; i++) {
+                if (ops[o] != MMRT_OP_RELU2 && specials[i] <= -50.0f)
+                    assert_true(fabsf(got[i]) < 1e-15f);
+                if (specials[i] >= 20.0f && ops[o] != MMRT_OP_RELU2)
+                    assert_true(got[i] == specials[i]);
+            }
+            release_all();
+        }
+}
+
+/* ---- SWIGLU: tolerance 1e-6 ----------------------------------------------------------- */
+
+static void test_swiglu(void **state)
+{
+    (void)state;
+    static const int64_t cases[][2] = { { 1, 1 }, { 3, 37 }, { 16, 688 } };
+    rng_seed(5);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            int64_t R = cases[c][0], N = cases[c][1];
+            float *g, *u;
+            struct harness_tensor *tg = trand(MMRT_DTYPE_F32, -6, 6, &g, SHAPE(R, N));
+            struct harness_tensor *tu = trand(MMRT_DTYPE_F32, -3, 3, &u, SHAPE(R, N));
+            struct harness_tensor *ty = in_place ? tg : tnew(MMRT_DTYPE_F32, SHAPE(R, N));
+            struct harness_tensor *src[2] = { tg, tu };
+            assert_int_equal(run(MMRT_OP_SWIGLU, src, 2, ty, NULL, 0), MMRT_OK);
+            double *ref = ref_buf(R * N);
+            ref_swiglu(g, u, R * N, ref);
+            check_close("SWIGLU", download_f32(ty), ref, R * N, 1e-6);
+            release_all();
+        }
+}
+
+/* ---- LAYERNORM, RMSNORM: tolerance 1e-5 ----------------------------------------------- */
+
+static void test_norms(void **state)
+{
+    (void)state;
+    static const int64_t cases[][2] = { { 1, 1 },  { 3, 7 },    { 17, 64 },
+                                        { 2, 257 }, { 5, 1000 }, { 2, 4096 } };
+    rng_seed(6);
+    for (int op = MMRT_OP_LAYERNORM; op <= MMRT_OP_RMSNORM; op++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int mode = 0; mode < 6; mode++) {
+                /* mode: 0 no weights; 1-3 weight (and LN bias) in F32/F16/BF16; 4 in place,
+                 * weight only; 5 tiny values, where eps dominates the variance. Other data
+                 * sit at an offset, so the mean matters. */
+                int64_t R = cases[c][0], N = cases[c][1];
+                enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? weight_dtypes[mode - 1]
+                                                             : MMRT_DTYPE_F32;
+                bool ln = op == MMRT_OP_LAYERNORM;
+                float *x, *w = NULL, *b = NULL;
+                struct harness_tensor *tx = mode == 5
+                                                ? trand(MMRT_DTYPE_F32, -2e-3f, 2e-3f, &x, SHAPE(R, N))
+                                                : trand(MMRT_DTYPE_F32, 1, 5, &x, SHAPE(R, N));
+                struct harness_tensor *tw = NULL, *tb = NULL;
+                if (mode >= 1 && mode <= 4)
+                    tw = trand(wdt, -2, 2, &w, SHAPE(N));
+                if (ln && mode >= 1 && mode <= 3)
+                    tb = trand(wdt, -1, 1, &b, SHAPE(N));
+                struct harness_tensor *ty = mode == 4 ? tx : tnew(MMRT_DTYPE_F32, SHAPE(R, N));
+                struct mmrt_norm_params p = { mode % 2 ? 1e-5f : 1e-6f };
+                if (mode == 5)
+                    p.eps = 1e-5f;
+                struct harness_tensor *src[3] = { tx, tw, tb };
+                int n_src = ln ? 3 : 2;
+                double *ref = ref_buf(R * N);
+                if (ln)
+                    ref_layernorm(x, w, b, R, N, p.eps, ref);
+                else
+                    ref_rmsnorm(x, w, R, N, p.eps, ref);
+                assert_int_equal(run(op, src, n_src, ty, &p, sizeof p), MMRT_OK);
+                char what[96];
+                snprintf(what, sizeof what, "%s [%lld, %lld] mode %d", ln ? "LAYERNORM" : "RMSNORM",
+                         (long long)R, (long long)N, mode);
+                check_close(what, download_f32(ty), ref, R * N, 1e-5);
+                release_all();
+            }
+}
+
+/* ---- SOFTMAX: tolerance 1e-6 of the largest output, plus the f32 rounding of x·scale ---- */
+
+static void test_softmax(void **state)
+{
+    (void)state;
+    static const int64_t cases[][2] = { { 1, 1 }, { 3, 7 }, { 5, 64 }, { 2, 1000 }, { 1, 4099 } };
+    static const float scales[] = { 1.0f, 0.125f, 2.5f };
+    rng_seed(7);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int mode = 0; mode < 4; mode++) {
+            /* 0 plain; 1 about 30% masked with −inf (never a whole row); 2 large values near
+             * 100 (exp would overflow without the max); 3 like 1, in place. */
+            int64_t R = cases[c][0], N = cases[c][1];
+            float lo = mode == 2 ? 95.0f : -10.0f, hi = mode == 2 ? 105.0f : 10.0f;
+            float *x = rand_f(R * N, lo, hi);
+            if (mode == 1 || mode == 3)
+                for (int64_t i = 0; i < R * N; i++)
+                    if (i % N != 0 && rng_int(0, 9) < 3)
+                        x[i] = -INFINITY;
+            struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(R, N));
+            upload(tx, x);
+            struct harness_tensor *ty = mode == 3 ? tx : tnew(MMRT_DTYPE_F32, SHAPE(R, N));
+            struct mmrt_scale_params p = { scales[(c + (size_t)mode) % 3] };
+            struct harness_tensor *src[1] = { tx };
+            assert_int_equal(run(MMRT_OP_SOFTMAX, src, 1, ty, &p, sizeof p), MMRT_OK);
+            double *ref = ref_buf(R * N);
+            ref_softmax(x, R, N, p.scale, ref);
+            float *got = download_f32(ty);
+            char what[64];
+            snprintf(what, sizeof what, "SOFTMAX [%lld, %lld] mode %d", (long long)R,
+                     (long long)N, mode);
+            /* Rounding x·scale to f32 (as every f32 softmax does) alone moves an output by
+             * up to |x·scale|·2⁻²⁴ of itself: 1.6e-5 for the logits near 260 of mode 2. */
+            double max_logit = 0;
+            for (int64_t i = 0; i < R * N; i++)
+                if (isfinite(x[i]) && fabs(x[i] * p.scale) > max_logit)
+                    max_logit = fabs(x[i] * p.scale);
+            check_close(what, got, ref, R * N, 1e-6 + 1.2e-7 * max_logit);
+            for (int64_t i = 0; i < R * N; i++)
+                if (x[i] == -INFINITY)
+                    assert_true(got[i] == 0.0f); /* exactly 0, not tiny */
+            release_all();
+        }
+
+    /* A row masked entirely has no distribution: zeros (never NaN). */
+    float x[6] = { -INFINITY, -INFINITY, -INFINITY, 1, 2, 3 };
+    struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(2, 3));
+    upload(tx, x);
+    struct harness_tensor *src[1] = { tx };
+    struct mmrt_scale_params p = { 1.0f };
+    assert_int_equal(run(MMRT_OP_SOFTMAX, src, 1, tx, &p, sizeof p), MMRT_OK);
+    float *got = download_f32(tx);
+    for (int i = 0; i < 3; i++)
+        assert_true(got[i] == 0.0f);
+    assert_true(fabsf(got[3] + got[4] + got[5] - 1.0f) < 1e-6f);
+    release_all();
+}
+
+/* ---- ROPE: tolerance 1e-6 (the reference uses the same f32 angles) -------------------- */
+
+static void test_rope(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, mode, layout; /* layout 0 contiguous, 1 in place, 2 a view in a fused buffer */
+        float theta;
+        int max_pos;
+    } cases[] = {
+        { 5, 4, 64, 64, MMRT_ROPE_NEOX, 0, 10000.0f, 16 },
+        { 3, 2, 8, 4, MMRT_ROPE_NEOX, 0, 25000.0f, 100 },          /* partial, Persimmon-like */
+        { 7, 3, 128, 128, MMRT_ROPE_INTERLEAVED, 1, 1e6f, 5000 },
+        { 1, 1, 2, 2, MMRT_ROPE_NEOX, 0, 10000.0f, 3 },
+        { 9, 5, 80, 40, MMRT_ROPE_INTERLEAVED, 2, 10000.0f, 70000 }, /* large positions */
+        { 33, 2, 96, 64, MMRT_ROPE_NEOX, 2, 500000.0f, 40000 },
+        { 4, 3, 256, 256, MMRT_ROPE_NEOX, 1, 10000.0f, 32768 },
+    };
+    rng_seed(8);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
+        int32_t *pos = talloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++)
+            pos[t] = rng_int(0, cases[c].max_pos); /* not monotonic, like packed sequences */
+        pos[0] = cases[c].max_pos;
+        float *x = rand_f(T * H * D, -2, 2);
+        struct harness_tensor *tx, xv, *ty;
+        if (cases[c].layout == 2) {
+            /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer whose other heads are NaN. */
+            int64_t Hb = H + 2;
+            float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
+            for (int64_t i = 0; i < T * Hb * D; i++)
+                buf[i] = NAN;
+            for (int64_t t = 0; t < T; t++)
+                memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
+            tx = tnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
+            upload(tx, buf);
+            xv = tview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D),
+                       (const int64_t[]){ Hb * D * 4, D * 4, 4 }, (uint64_t)D * 4);
+            ty = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        } else {
+            tx = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+            upload(tx, x);
+            xv = *tx;
+            ty = cases[c].layout == 1 ? tx : tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        }
+        struct harness_tensor *tp = tnew_i32(pos, T);
+        struct mmrt_rope_params p = { cases[c].theta, cases[c].n_rot, cases[c].mode };
+        struct harness_tensor *src[2] = { &xv, tp };
+        assert_int_equal(run(MMRT_OP_ROPE, src, 2, ty, &p, sizeof p), MMRT_OK);
+        double *ref = ref_buf(T * H * D);
+        ref_rope(x, pos, T, H, D, cases[c].n_rot, cases[c].mode, cases[c].theta, ref);
+        char what[96];
+        snprintf(what, sizeof what, "ROPE case %zu (T %lld H %lld D %lld n_rot %d mode %d)", c,
+                 (long long)T, (long long)H, (long long)D, cases[c].n_rot, cases[c].mode);
+        check_close(what, download_f32(ty), ref, T * H * D, 1e-6);
+        release_all();
+    }
+}
+
+/* ---- ATTENTION: tolerance 1e-5 -------------------------------------------------------- */
+
+enum kv_layout {
+    KV_DENSE,      /* [S, Hkv, D] */
+    KV_CACHE,      /* tokens [off, off + S) of a [cap, Hkv, D] cache */
+    KV_HEAD_MAJOR, /* a [Hkv, cap, D] cache seen as [S, Hkv, D] (token stride D) */
+    KV_FUSED,      /* k and v interleaved per token in one [S, 2, Hkv, D] buffer */
+};
+
+struct attn_case {
+    int64_t Hq, Hkv, D;
+    int n_seq;             /* 0: no cu_seqlens */
+    int32_t lq[5], lk[5];  /* per-sequence lengths (lq[0], lk[0] when n_seq == 0) */
+    int causal;
+    enum mmrt_dtype kv_dtype;
+    enum kv_layout layout;
+    float q_amp;           /* |q| range: larger makes softmax peakier */
+    float scale;           /* 0: 1/sqrt(D) */
+};
+
+/* Places dense kv values [S, Hkv, D] into a base tensor with the given layout and returns the
+ * view; cells outside the view hold NaN. which = 0 for k, 1 for v (KV_FUSED shares one base). */
+static struct harness_tensor kv_place(const struct attn_case *ac, int64_t S, const float *dense,
+                                      int which, float *fused_host,
+                                      struct harness_tensor **fused_base)
+{
+    int64_t Hkv = ac->Hkv, D = ac->D, es = ac->kv_dtype == MMRT_DTYPE_F32 ? 4 : 2;
+    int64_t cap = S + 5, off = 3;
+    const int64_t *ne = (const int64_t[]){ S, Hkv, D };
+    switch (ac->layout) {
+    case KV_DENSE: {
+        struct harness_tensor *t = tnew(ac->kv_dtype, SHAPE(S, Hkv, D));
+        assert_int_equal(harness_upload(&H, t, encode(ac->kv_dtype, dense, S * Hkv * D)), MMRT_OK);
+        return *t;
+    }
+    case KV_CACHE: {
+        float *buf = talloc((size_t)(cap * Hkv * D) * sizeof(float));
+        for (int64_t i = 0; i < cap * Hkv * D; i++)
+            buf[i] = NAN;
+        memcpy(buf + off * Hkv * D, dense, (size_t)(S * Hkv * D) * sizeof(float));
+        struct harness_tensor *t = tnew(ac->kv_dtype, SHAPE(cap, Hkv, D));
+        assert_int_equal(harness_upload(&H, t, encode(ac->kv_dtype, buf, cap * Hkv * D)), MMRT_OK);
+        return tview(t, ac->kv_dtype, 3, ne, (const int64_t[]){ Hkv * D * es, D * es, es },
+                     (uint64_t)(off * Hkv * D * es));
+    }
+    case KV_HEAD_MAJOR: {
+        float *buf = talloc((size_t)(cap * Hkv * D) * sizeof(float));
+        for (int64_t i = 0; i < cap * Hkv * D; i++)
+            buf[i] = NAN;
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t g = 0; g < Hkv; g++)
+                memcpy(buf + (g * cap + s) * D, dense + (s * Hkv + g) * D,
+                       (size_t)D * sizeof(float));
+        struct harness_tensor *t = tnew(ac->kv_dtype, SHAPE(Hkv, cap, D));
+        assert_int_equal(harness_upload(&H, t, encode(ac->kv_dtype, buf, cap * Hkv * D)), MMRT_OK);
+        return tview(t, ac->kv_dtype, 3, ne, (const int64_t[]){ D * es, cap * D * es, es }, 0);
+    }
+    case KV_FUSED:
+    default: {
+        for (int64_t s = 0; s < S; s++)
+            memcpy(fused_host + ((s * 2 + which) * Hkv) * D, dense + s * Hkv * D,
+                   (size_t)(Hkv * D) * sizeof(float));
+        if (which == 1) {
+            *fused_base = tnew(ac->kv_dtype, SHAPE(S, 2, Hkv, D));
+            assert_int_equal(harness_upload(&H, *fused_base,
+                                            encode(ac->kv_dtype, fused_host, S * 2 * Hkv * D)),
+                             MMRT_OK);
+        }
+        return (struct harness_tensor){ 0 }; /* the caller builds both views afterwards */
+    }
+    }
+}
+
+/* Runs one attention case on device `h` and returns the output (T · Hq · D floats), after
+ * checking it against the reference when check is set. */
+static float *attention_case(const struct attn_case *ac, uint64_t seed, bool check)
+{
+    int n_seq = ac->n_seq ? ac->n_seq : 1;
+    int32_t cu_q[6] = { 0 }, cu_k[6] = { 0 };
+    for (int s = 0; s < n_seq; s++) {
+        cu_q[s + 1] = cu_q[s] + ac->lq[s];
+        cu_k[s + 1] = cu_k[s] + ac->lk[s];
+    }
+    int64_t T = cu_q[n_seq], S = cu_k[n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
+    rng_seed(seed);
+    float *q, *k = rand_f(S * Hkv * D, -1, 1), *v = rand_f(S * Hkv * D, -1, 1);
+    round_to(ac->kv_dtype, k, S * Hkv * D);
+    round_to(ac->kv_dtype, v, S * Hkv * D);
+    struct harness_tensor *tq = trand(MMRT_DTYPE_F32, -ac->q_amp, ac->q_amp, &q, SHAPE(T, Hq, D));
+    struct harness_tensor kv_k, kv_v, *fused = NULL;
+    float *fused_host = NULL;
+    if (ac->layout == KV_FUSED) {
+        fused_host = talloc((size_t)(S * 2 * Hkv * D) * sizeof(float));
+        kv_place(ac, S, k, 0, fused_host, &fused);
+        kv_place(ac, S, v, 1, fused_host, &fused);
+        int64_t es = ac->kv_dtype == MMRT_DTYPE_F32 ? 4 : 2;
+        const int64_t nb[3] = { 2 * Hkv * D * es, D * es, es };
+        kv_k = tview(fused, ac->kv_dtype, SHAPE(S, Hkv, D), nb, 0);
+        kv_v = tview(fused, ac->kv_dtype, SHAPE(S, Hkv, D), nb, (uint64_t)(Hkv * D * es));
+    } else {
+        kv_k = kv_place(ac, S, k, 0, NULL, NULL);
+        kv_v = kv_place(ac, S, v, 1, NULL, NULL);
+    }
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(T, Hq, D));
+    struct harness_tensor *tcq = NULL, *tck = NULL;
+    if (ac->n_seq) {
+        tcq = tnew_i32(cu_q, n_seq + 1);
+        tck = tnew_i32(cu_k, n_seq + 1);
+    }
+    float scale = ac->scale != 0 ? ac->scale : 1.0f / sqrtf((float)D);
+    struct mmrt_attention_params p = { scale, ac->causal, n_seq };
+    struct harness_tensor *src[5] = { tq, &kv_k, &kv_v, tcq, tck };
+    assert_int_equal(run(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p), MMRT_OK);
+    float *got = download_f32(ty);
+    if (check) {
+        double *ref = ref_buf(T * Hq * D);
+        ref_attention(q, k, v, T, S, Hq, Hkv, D, ac->n_seq ? cu_q : NULL,
+                      ac->n_seq ? cu_k : NULL, n_seq, scale, ac->causal, ref);
+        char what[160];
+        snprintf(what, sizeof what, "ATTENTION seed %llu (T %lld S %lld Hq %lld Hkv %lld D %lld "
+                 "n_seq %d causal %d kv %s layout %d)", (unsigned long long)seed, (long long)T,
+                 (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq, ac->causal,
+                 dt_name(ac->kv_dtype), (int)ac->layout);
+        check_close(what, got, ref, T * Hq * D, 1e-5);
+    }
+    return got;
+}
+
+static const struct attn_case attn_cases[] = {
+    /* Hq Hkv D  n_seq lq            lk             causal kv                layout      q_amp scale */
+    { 4, 4, 64,  0, { 7 },          { 7 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0 },
+    { 8, 2, 80,  0, { 33 },         { 33 },         1, MMRT_DTYPE_F16, KV_DENSE,      1, 0 },
+    { 4, 2, 128, 0, { 1 },          { 37 },         1, MMRT_DTYPE_F16, KV_CACHE,      1, 0 }, /* decode */
+    { 4, 1, 64,  0, { 5 },          { 20 },         1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 1, 0 }, /* chunked prefill */
+    { 2, 2, 256, 3, { 5, 1, 12 },   { 5, 1, 12 },   0, MMRT_DTYPE_F32, KV_FUSED,      1, 0 }, /* vision blocks */
+    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 }, { 10, 1, 0, 4, 2 }, 1, MMRT_DTYPE_F16, KV_CACHE, 1, 0 },
+    { 2, 1, 64,  0, { 300 },        { 300 },        1, MMRT_DTYPE_F32, KV_DENSE,      1, 0 }, /* long */
+    { 1, 1, 3,   0, { 4 },          { 9 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0 }, /* odd D */
+    { 4, 2, 64,  0, { 9 },          { 9 },          1, MMRT_DTYPE_F32, KV_FUSED,      4, 0.3f }, /* peaky */
+    { 2, 1, 16,  0, { 2 },          { 0 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0 }, /* no keys */
+    { 8, 2, 128, 0, { 16 },         { 16 },         1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0 }, /* GQA 4 */
+    { 4, 4, 256, 2, { 3, 2 },       { 40, 7 },      1, MMRT_DTYPE_F16, KV_FUSED,      1, 0 },
+};
+
+static void test_attention(void **state)
+{
+    (void)state;
+    for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
+        attention_case(&attn_cases[c], 100 + c, true);
+        release_all();
+    }
+}
+
+/* A query that sees no key (causal with Lq > Lk) must be exactly zero. */
+static void test_attention_empty_rows(void **state)
+{
+    (void)state;
+    const struct attn_case *ac = &attn_cases[5]; /* sequence 4 has Lq 5, Lk 2 */
+    float *got = attention_case(ac, 7, false);
+    int64_t t0 = 3 + 1 + 0 + 4; /* first query of sequence 4 */
+    for (int64_t t = t0; t < t0 + 3; t++) /* i + (2 − 5) < 0 for i = 0, 1, 2 */
+        for (int64_t i = 0; i < ac->Hq * ac->D; i++)
+            assert_true(got[t * ac->Hq * ac->D + i] == 0.0f);
+    bool nonzero = false;
+    for (int64_t i = 0; i < ac->Hq * ac->D; i++)
+        nonzero |= got[(t0 + 3) * ac->Hq * ac->D + i] != 0.0f;
+    assert_true(nonzero);
+    release_all();
+}
+
+/* ---- GET_ROWS: exact ------------------------------------------------------------------ */
+
+static void test_get_rows(void **state)
+{
+    (void)state;
+    static const int64_t cases[][3] = { { 1, 1, 1 }, { 10, 7, 5 }, { 1000, 64, 33 }, { 32, 4096, 3 } };
+    rng_seed(9);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            int64_t V = cases[c][0], N = cases[c][1], T = cases[c][2];
+            float *tab;
+            struct harness_tensor *tt = trand(weight_dtypes[d], -3, 3, &tab, SHAPE(V, N));
+            int32_t *ids = talloc((size_t)T * 4);
+            for (int64_t t = 0; t < T; t++)
+                ids[t] = rng_int(0, (int)V - 1);
+            ids[0] = (int32_t)V - 1;
+            if (T > 2)
+                ids[1] = 0, ids[2] = ids[0];
+            struct harness_tensor *ti = tnew_i32(ids, T);
+            struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(T, N));
+            struct harness_tensor *src[2] = { tt, ti };
+            assert_int_equal(run(MMRT_OP_GET_ROWS, src, 2, ty, NULL, 0), MMRT_OK);
+            float *got = download_f32(ty);
+            for (int64_t t = 0; t < T; t++)
+                assert_memory_equal(got + t * N, tab + ids[t] * N, (size_t)N * sizeof(float));
+            release_all();
+        }
+}
+
+/* Every f16 and bf16 bit pattern through GET_ROWS, i.e. through the block conversion that
+ * MATMUL and GET_ROWS use (COPY converts element by element). Exact, NaN matching NaN. */
+static void test_get_rows_all_halves(void **state)
+{
+    (void)state;
+    for (int d = 1; d < 3; d++) {
+        enum mmrt_dtype dt = weight_dtypes[d];
+        uint16_t *all = talloc(65536 * 2);
+        for (int i = 0; i < 65536; i++)
+            all[i] = (uint16_t)i;
+        struct harness_tensor *tt = tnew(dt, SHAPE(1024, 64));
+        assert_int_equal(harness_upload(&H, tt, all), MMRT_OK);
+        int32_t ids[1024];
+        for (int t = 0; t < 1024; t++)
+            ids[t] = 1023 - t;
+        struct harness_tensor *ti = tnew_i32(ids, 1024);
+        struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(1024, 64)), *src[2] = { tt, ti };
+        assert_int_equal(run(MMRT_OP_GET_ROWS, src, 2, ty, NULL, 0), MMRT_OK);
+        float *got = download_f32(ty);
+        for (int t = 0; t < 1024; t++)
+            for (int i = 0; i < 64; i++) {
+                uint16_t h = all[ids[t] * 64 + i];
+                float want = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+                if (!same_value(MMRT_DTYPE_F32, &got[t * 64 + i], &want))
+                    fail_msg("GET_ROWS %s 0x%04x gave %.9g, want %.9g", dt_name(dt), h,
+                             (double)got[t * 64 + i], (double)want);
+            }
+        release_all();
+    }
+}
+
+/* ---- PATCH_EMBED: tolerance 1e-5 ------------------------------------------------------ */
+
+static void test_patch_embed(void **state)
+{
+    (void)state;
+    static const int64_t cases[][6] = { /* B, C, H, W, P, O */
+        { 1, 3, 28, 28, 7, 32 }, { 2, 3, 14, 21, 7, 5 }, { 1, 3, 30, 60, 30, 8 },
+        { 1, 1, 4, 4, 1, 3 },    { 2, 2, 6, 6, 3, 1 },
+    };
+    rng_seed(10);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            int64_t B = cases[c][0], C = cases[c][1], Hh = cases[c][2], W = cases[c][3];
+            int64_t P = cases[c][4], O = cases[c][5], nP = (Hh / P) * (W / P);
+            bool bias = (c + (size_t)d) % 2 == 0;
+            float *img, *w, *b = NULL;
+            struct harness_tensor *ti = trand(MMRT_DTYPE_F32, -1, 1, &img, SHAPE(B, C, Hh, W));
+            struct harness_tensor *tw = trand(weight_dtypes[d], -1, 1, &w, SHAPE(O, C, P, P));
+            struct harness_tensor *tb = bias ? trand(weight_dtypes[d], -1, 1, &b, SHAPE(O)) : NULL;
+            struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(B, nP, O));
+            struct harness_tensor *src[3] = { ti, tw, tb };
+            struct mmrt_patch_params p = { (int32_t)P };
+            assert_int_equal(run(MMRT_OP_PATCH_EMBED, src, 3, ty, &p, sizeof p), MMRT_OK);
+            double *ref = ref_buf(B * nP * O);
+            ref_patch_embed(img, w, b, B, C, Hh, W, P, O, ref);
+            char what[96];
+            snprintf(what, sizeof what, "PATCH_EMBED case %zu W %s bias %d", c,
+                     dt_name(weight_dtypes[d]), bias);
+            check_close(what, download_f32(ty), ref, B * nP * O, 1e-5);
+            release_all();
+        }
+}
+
+/* ---- CONCAT: exact -------------------------------------------------------------------- */
+
+/* Element (i0..i3) of a dense 4-D index space, for building expected layouts. */
+static int64_t idx4(const int64_t *ne, const int64_t *i)
+{
+    return ((i[0] * ne[1] + i[1]) * ne[2] + i[2]) * ne[3] + i[3];
+}
+
+static void test_concat(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][4] = { { 5, 1, 1, 1 }, { 3, 4, 1, 1 }, { 2, 3, 5, 1 },
+                                         { 2, 3, 2, 7 } };
+    static const int ranks[] = { 1, 2, 3, 4 };
+    static const enum mmrt_dtype dts[] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
+                                           MMRT_DTYPE_I32 };
+    rng_seed(11);
+    for (int r = 0; r < 4; r++)
+        for (int axis = 0; axis < ranks[r]; axis++)
+            for (int d = 0; d < 4; d++) {
+                int nd = ranks[r];
+                enum mmrt_dtype dt = dts[d];
+                int64_t es = (int64_t)mmrt_dtype_size(dt);
+                int64_t na[4], nb_[4], ny[4];
+                for (int i = 0; i < 4; i++)
+                    na[i] = nb_[i] = ny[i] = shapes[r][i];
+                nb_[axis] = shapes[r][axis] + 2; /* src1 is longer on the axis */
+                ny[axis] = na[axis] + nb_[axis];
+                int64_t n_a = na[0] * na[1] * na[2] * na[3], n_b = nb_[0] * nb_[1] * nb_[2] * nb_[3];
+                /* src0 contiguous; src1 a view with its innermost rows padded by 3 elements. */
+                uint8_t *ha = talloc((size_t)(n_a * es)), *hb = talloc((size_t)(n_b * es));
+                for (int64_t i = 0; i < n_a * es; i++)
+                    ha[i] = (uint8_t)rng_u64();
+                for (int64_t i = 0; i < n_b * es; i++)
+                    hb[i] = (uint8_t)rng_u64();
+                struct harness_tensor *ta = tnew(dt, nd, na);
+                assert_int_equal(harness_upload(&H, ta, ha), MMRT_OK);
+                int64_t inner = nb_[nd - 1], padded = inner + 3, outer = n_b / inner;
+                struct harness_tensor *tbb = tnew(dt, SHAPE(outer, padded));
+                uint8_t *hbp = talloc((size_t)(outer * padded * es));
+                for (int64_t o = 0; o < outer; o++)
+                    memcpy(hbp + o * padded * es, hb + o * inner * es, (size_t)(inner * es));
+                assert_int_equal(harness_upload(&H, tbb, hbp), MMRT_OK);
+                int64_t vnb[4];
+                vnb[nd - 1] = es;
+                if (nd >= 2)
+                    vnb[nd - 2] = padded * es;
+                for (int i = nd - 3; i >= 0; i--)
+                    vnb[i] = vnb[i + 1] * nb_[i + 1];
+                struct harness_tensor tb = tview(tbb, dt, nd, nb_, vnb, 0);
+                struct harness_tensor *ty = tnew(dt, nd, ny);
+                struct mmrt_concat_params p = { axis };
+                struct harness_tensor *src[2] = { ta, &tb };
+                assert_int_equal(run(MMRT_OP_CONCAT, src, 2, ty, &p, sizeof p), MMRT_OK);
+                uint8_t *got = talloc((size_t)ty->nbytes);
+                assert_int_equal(harness_download(&H, ty, got), MMRT_OK);
+                /* Expected: walk dst's index space in 4-D with leading 1s. */
+                int64_t e4[4], a4[4], b4[4], pad = 4 - nd;
+                for (int i = 0; i < 4; i++) {
+                    e4[i] = i < pad ? 1 : ny[i - pad];
+                    a4[i] = i < pad ? 1 : na[i - pad];
+                    b4[i] = i < pad ? 1 : nb_[i - pad];
+                }
+                int ax4 = axis + (int)pad;
+                int64_t i[4];
+                for (i[0] = 0; i[0] < e4[0]; i[0]++)
+                    for (i[1] = 0; i[1] < e4[1]; i[1]++)
+                        for (i[2] = 0; i[2] < e4[2]; i[2]++)
+                            for (i[3] = 0; i[3] < e4[3]; i[3]++) {
+                                int64_t j[4] = { i[0], i[1], i[2], i[3] };
+                                const uint8_t *want;
+                                if (i[ax4] < a4[ax4]) {
+                                    want = ha + idx4(a4, j) * es;
+                                } else {
+                                    j[ax4] -= a4[ax4];
+                                    want = hb + idx4(b4, j) * es;
+                                }
+                                if (memcmp(got + idx4(e4, i) * es, want, (size_t)es) != 0)
+                                    fail_msg("CONCAT rank %d axis %d %s: element %lld differs", nd,
+                                             axis, dt_name(dt), (long long)idx4(e4, i));
+                            }
+                release_all();
+            }
+}
+
+/* ---- COPY: exact ---------------------------------------------------------------------- */
+
+/* What COPY must store for one element converted from sdt to ddt (harness conversions). */
+static void convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d)
+{
+    float f;
+    if (sdt == MMRT_DTYPE_I32) {
+        memcpy(d, s, 4);
+        return;
+    }
+    if (sdt == MMRT_DTYPE_F32)
+        memcpy(&f, s, 4);
+    else {
+        uint16_t h;
+        memcpy(&h, s, 2);
+        f = sdt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+    }
+    if (ddt == MMRT_DTYPE_F32)
+        memcpy(d, &f, 4);
+    else {
+        uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
+        memcpy(d, &h, 2);
+    }
+}
+
+/* Equal bits, or both NaN (NaN payloads are not specified). */
+static bool same_value(enum mmrt_dtype dt, const void *a, const void *b)
+{
+    if (memcmp(a, b, mmrt_dtype_size(dt)) == 0)
+        return true;
+    float fa, fb;
+    if (dt == MMRT_DTYPE_I32)
+        return false;
+    if (dt == MMRT_DTYPE_F32) {
+        memcpy(&fa, a, 4);
+        memcpy(&fb, b, 4);
+    } else {
+        uint16_t ha, hb;
+        memcpy(&ha, a, 2);
+        memcpy(&hb, b, 2);
+        fa = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(ha) : harness_bf16_to_f32(ha);
+        fb = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(hb) : harness_bf16_to_f32(hb);
+    }
+    return isnan(fa) && isnan(fb);
+}
+
+/* Copies n values (host bytes in sdt) through the device into ddt and compares each. */
+static void check_conversion(enum mmrt_dtype sdt, enum mmrt_dtype ddt, const void *src, int64_t n)
+{
+    struct harness_tensor *ts = tnew(sdt, SHAPE(n)), *td = tnew(ddt, SHAPE(n));
+    assert_int_equal(harness_upload(&H, ts, src), MMRT_OK);
+    struct harness_tensor *srcs[1] = { ts };
+    assert_int_equal(run(MMRT_OP_COPY, srcs, 1, td, NULL, 0), MMRT_OK);
+    size_t ses = mmrt_dtype_size(sdt), des = mmrt_dtype_size(ddt);
+    uint8_t *got = talloc((size_t)n * des);
+    assert_int_equal(harness_download(&H, td, got), MMRT_OK);
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t want[4];
+        convert_one(sdt, (const uint8_t *)src + i * (int64_t)ses, ddt, want);
+        if (!same_value(ddt, got + i * (int64_t)des, want)) {
+            uint32_t s = 0, g = 0, w = 0;
+            memcpy(&s, (const uint8_t *)src + i * (int64_t)ses, ses);
+            memcpy(&g, got + i * (int64_t)des, des);
+            memcpy(&w, want, des);
+            fail_msg("COPY %s→%s: source bits 0x%x gave 0x%x, want 0x%x", dt_name(sdt),
+                     dt_name(ddt), s, g, w);
+        }
+    }
+}
+
+static void test_copy_conversions(void **state)
+{
+    (void)state;
+    /* Every f16 and every bf16 bit pattern, to F32 and to the other 16-bit type. */
+    uint16_t *all = talloc(65536 * 2);
+    for (int i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
+    check_conversion(MMRT_DTYPE_F16, MMRT_DTYPE_F32, all, 65536);
+    check_conversion(MMRT_DTYPE_BF16, MMRT_DTYPE_F32, all, 65536);
+    check_conversion(MMRT_DTYPE_F16, MMRT_DTYPE_BF16, all, 65536);
+    check_conversion(MMRT_DTYPE_BF16, MMRT_DTYPE_F16, all, 65536);
+    check_conversion(MMRT_DTYPE_F16, MMRT_DTYPE_F16, all, 65536);
+
+    /* f32 → f16/bf16: rounding boundaries, specials, then random bit patterns. */
+    static const uint32_t edge[] = {
+        0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+        0x3f801000, /* 1 + 2^-11: halfway, rounds to even (1) */
+        0x3f803000, /* 1 + 3·2^-11: halfway, rounds up */
+        0x477fe000, /* 65504, the largest half */
+        0x477fefff, 0x477ff000, /* just below / at 65520: last finite / infinity */
+        0x38800000, 0x387fffff, 0x387fe000, /* 2^-14 and just below: normal/subnormal edge */
+        0x33800000, /* 2^-24, smallest subnormal */
+        0x33000000, /* 2^-25: halfway to it, rounds to 0 */
+        0x33000001, 0x33c00000, /* just above half; 1.5·2^-24 rounds to 2·2^-24 */
+        0x3f808000, 0x3f818000, /* bf16 halfway cases */
+        0x7f7fffff, 0xff7fffff, /* FLT_MAX: infinity in both */
+        0x00000001, 0x007fffff, /* f32 subnormals */
+    };
+    int64_t n = 200000;
+    uint32_t *bits = talloc((size_t)n * 4);
+    memcpy(bits, edge, sizeof edge);
+    rng_seed(12);
+    for (int64_t i = (int64_t)(sizeof edge / 4); i < n; i++) {
+        bits[i] = (uint32_t)rng_u64();
+        if (i % 2) /* half of them in the f16 range, where rounding is interesting */
+            bits[i] = (bits[i] & 0x807fffffu) | ((uint32_t)rng_int(100, 143) << 23);
+    }
+    check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_F16, bits, n);
+    check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_BF16, bits, n);
+    check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_F32, bits, n);
+    check_conversion(MMRT_DTYPE_I32, MMRT_DTYPE_I32, bits, n);
+    release_all();
+}
+
+static void test_copy_strided(void **state)
+{
+    (void)state;
+    static const enum mmrt_dtype dts[] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
+    static const int perms[][4] = { { 0, 2, 1, 3 }, { 3, 1, 0, 2 }, { 0, 1, 2, 3 }, { 2, 3, 0, 1 } };
+    const int64_t base_ne[4] = { 2, 3, 5, 7 };
+    rng_seed(13);
+    for (int pi = 0; pi < 4; pi++)
+        for (int s = 0; s < 3; s++)
+            for (int d = 0; d < 3; d++) {
+                enum mmrt_dtype sdt = dts[s], ddt = dts[d];
+                int64_t ses = (int64_t)mmrt_dtype_size(sdt), des = (int64_t)mmrt_dtype_size(ddt);
+                float *vals = rand_f(210, -100, 100);
+                struct harness_tensor *tb = tnew(sdt, 4, base_ne);
+                upload(tb, vals);
+                /* The source is base permuted: dim i of the view is dim perms[pi][i] of base. */
+                int64_t bnb[4], ne[4], nb[4];
+                bnb[3] = ses;
+                for (int i = 2; i >= 0; i--)
+                    bnb[i] = bnb[i + 1] * base_ne[i + 1];
+                for (int i = 0; i < 4; i++) {
+                    ne[i] = base_ne[perms[pi][i]];
+                    nb[i] = bnb[perms[pi][i]];
+                }
+                struct harness_tensor sv = tview(tb, sdt, 4, ne, nb, 0);
+                struct harness_tensor *td = tnew(ddt, 4, ne);
+                struct harness_tensor *src[1] = { &sv };
+                assert_int_equal(run(MMRT_OP_COPY, src, 1, td, NULL, 0), MMRT_OK);
+                uint8_t *got = talloc((size_t)td->nbytes);
+                assert_int_equal(harness_download(&H, td, got), MMRT_OK);
+                int64_t i[4];
+                for (i[0] = 0; i[0] < ne[0]; i[0]++)
+                    for (i[1] = 0; i[1] < ne[1]; i[1]++)
+                        for (i[2] = 0; i[2] < ne[2]; i[2]++)
+                            for (i[3] = 0; i[3] < ne[3]; i[3]++) {
+                                int64_t bi[4];
+                                for (int k = 0; k < 4; k++)
+                                    bi[perms[pi][k]] = i[k];
+                                uint8_t sbytes[4], want[4];
+                                float f = vals[idx4(base_ne, bi)]; /* already rounded to sdt */
+                                convert_one(MMRT_DTYPE_F32, &f, sdt, sbytes);
+                                convert_one(sdt, sbytes, ddt, want);
+                                if (memcmp(got + idx4(ne, i) * des, want, (size_t)des) != 0)
+                                    fail_msg("COPY perm %d %s→%s differs at %lld", pi,
+                                             dt_name(sdt), dt_name(ddt), (long long)idx4(ne, i));
+                            }
+                release_all();
+            }
+
+    /* A KV-cache write: [T, Hkv, D] F32 into tokens [off, off + T) of an F16 cache; the rest
+     * of the cache must keep its old contents. */
+    int64_t T = 3, Hkv = 2, D = 8, cap = 10, off = 4;
+    float *kv = rand_f(T * Hkv * D, -2, 2);
+    struct harness_tensor *tkv = tnew(MMRT_DTYPE_F32, SHAPE(T, Hkv, D));
+    upload(tkv, kv);
+    struct harness_tensor *cache = tnew(MMRT_DTYPE_F16, SHAPE(cap, Hkv, D));
+    uint16_t *old = talloc((size_t)cache->nbytes);
+    for (int64_t i = 0; i < cap * Hkv * D; i++)
+        old[i] = (uint16_t)(0x3c00 + i); /* distinct finite halves */
+    assert_int_equal(harness_upload(&H, cache, old), MMRT_OK);
+    struct harness_tensor slot = tview(cache, MMRT_DTYPE_F16, SHAPE(T, Hkv, D),
+                                       (const int64_t[]){ Hkv * D * 2, D * 2, 2 },
+                                       (uint64_t)(off * Hkv * D * 2));
+    struct harness_tensor *src[1] = { tkv };
+    assert_int_equal(run(MMRT_OP_COPY, src, 1, &slot, NULL, 0), MMRT_OK);
+    uint16_t *now = talloc((size_t)cache->nbytes);
+    assert_int_equal(harness_download(&H, cache, now), MMRT_OK);
+    for (int64_t i = 0; i < cap * Hkv * D; i++) {
+        int64_t t = i / (Hkv * D);
+        uint16_t want = t >= off && t < off + T ? harness_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
+        assert_int_equal(now[i], want);
+    }
+    release_all();
+}
+
+/* ---- ARGMAX: exact -------------------------------------------------------------------- */
+
+static void test_argmax(void **state)
+{
+    (void)state;
+    static const int64_t cases[][2] = { { 1, 1 }, { 4, 7 }, { 3, 1000 }, { 2, 32000 }, { 9, 2 } };
+    rng_seed(14);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t R = cases[c][0], N = cases[c][1];
+        float *x = rand_f(R * N, -5, 5);
+        for (int64_t r = 0; r < R; r++) {
+            float *row = x + r * N;
+            int kind = (int)(r % 5);
+            if (kind == 1 && N > 2) { /* a tie: the first of two maxima wins */
+                int64_t a = rng_int(0, (int)N - 2), b = rng_int((int)a + 1, (int)N - 1);
+                row[a] = row[b] = 10.0f;
+            } else if (kind == 2) { /* NaNs, one in front; never chosen */
+                row[0] = NAN;
+                row[N - 1] = NAN;
+            } else if (kind == 3) { /* all NaN: answer 0 */
+                for (int64_t i = 0; i < N; i++)
+                    row[i] = NAN;
+            } else if (kind == 4) { /* all −inf: the first */
+                for (int64_t i = 0; i < N; i++)
+                    row[i] = -INFINITY;
+            }
+        }
+        struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(R, N));
+        upload(tx, x);
+        struct harness_tensor *ty = tnew(MMRT_DTYPE_I32, SHAPE(R));
+        struct harness_tensor *src[1] = { tx };
+        assert_int_equal(run(MMRT_OP_ARGMAX, src, 1, ty, NULL, 0), MMRT_OK);
+        int32_t *got = talloc((size_t)R * 4);
+        assert_int_equal(harness_download(&H, ty, got), MMRT_OK);
+        for (int64_t r = 0; r < R; r++)
+            assert_int_equal(got[r], ref_argmax(x + r * N, N));
+        release_all();
+    }
+}
+
+/* ---- refusals ------------------------------------------------------------------------- */
+
+/* After every refusal: the error names the op, and the device still computes correctly. */
+static void expect_refusal(mmrt_status got, mmrt_status want, const char *op, const char *needle)
+{
+    const char *msg = H.plugin->last_error(H.dev);
+    if (got != want)
+        fail_msg("%s: status %d, want %d (%s)", op, (int)got, (int)want, msg);
+    if (!strstr(msg, op) || (needle && !strstr(msg, needle)))
+        fail_msg("%s: message \"%s\" should name the op%s%s", op, msg, needle ? " and " : "",
+                 needle ? needle : "");
+
+    float x[5] = { 1, -2, 3, -4, 5 };
+    struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(5));
+    upload(tx, x);
+    struct harness_tensor *src[1] = { tx };
+    struct mmrt_scale_params p = { 2.0f };
+    assert_int_equal(run(MMRT_OP_SCALE, src, 1, tx, &p, sizeof p), MMRT_OK);
+    float *y = download_f32(tx);
+    for (int i = 0; i < 5; i++)
+        assert_true(y[i] == 2 * x[i]);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    rng_seed(15);
+    float *h;
+    struct harness_tensor *x = trand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(4, 8));
+    struct harness_tensor *w = trand(MMRT_DTYPE_F16, -1, 1, &h, SHAPE(6, 8));
+    struct harness_tensor *y = tnew(MMRT_DTYPE_F32, SHAPE(4, 6));
+    struct harness_tensor *xi = tnew(MMRT_DTYPE_I32, SHAPE(4, 8));
+
+    /* GET_ROWS: an id out of range names the id and the row, and writes nothing. */
+    float *sentinel = rand_f(2 * 8, 7, 8);
+    struct harness_tensor *rows = tnew(MMRT_DTYPE_F32, SHAPE(2, 8));
+    upload(rows, sentinel);
+    for (int k = 0; k < 2; k++) {
+        int32_t ids[2] = { 1, k ? -1 : 6 };
+        struct harness_tensor *ti = tnew_i32(ids, 2), *src[2] = { w, ti };
+        expect_refusal(run(MMRT_OP_GET_ROWS, src, 2, rows, NULL, 0), MMRT_ERR_INVALID_ARG,
+                       "GET_ROWS", k ? "id -1 at row 1" : "id 6 at row 1");
+        assert_memory_equal(download_f32(rows), sentinel, 16 * sizeof(float));
+    }
+
+    /* Wrong dtypes. */
+    struct harness_tensor *mm_bad_x[2] = { xi, w };
+    expect_refusal(run(MMRT_OP_MATMUL, mm_bad_x, 2, y, NULL, 0), MMRT_ERR_INVALID_ARG, "MATMUL",
+                   "I32");
+    struct harness_tensor *ydt = tnew(MMRT_DTYPE_F16, SHAPE(4, 6)), *mm[2] = { x, w };
+    expect_refusal(run(MMRT_OP_MATMUL, mm, 2, ydt, NULL, 0), MMRT_ERR_INVALID_ARG, "MATMUL", "dst");
+
+    /* Mismatched shapes. */
+    struct harness_tensor *w9 = tnew(MMRT_DTYPE_F32, SHAPE(6, 9)), *mm9[2] = { x, w9 };
+    expect_refusal(run(MMRT_OP_MATMUL, mm9, 2, y, NULL, 0), MMRT_ERR_INVALID_ARG, "MATMUL", NULL);
+    struct harness_tensor *b3 = tnew(MMRT_DTYPE_F32, SHAPE(3)), *add[2] = { x, b3 };
+    struct harness_tensor *y48 = tnew(MMRT_DTYPE_F32, SHAPE(4, 8));
+    expect_refusal(run(MMRT_OP_ADD, add, 2, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "ADD", NULL);
+    struct harness_tensor *col = tnew(MMRT_DTYPE_F32, SHAPE(8, 1)), *add_col[2] = { x, col };
+    expect_refusal(run(MMRT_OP_ADD, add_col, 2, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "ADD",
+                   "one row");
+    struct harness_tensor *y47 = tnew(MMRT_DTYPE_F32, SHAPE(4, 7)), *sm[1] = { x };
+    struct mmrt_scale_params sp = { 1.0f };
+    expect_refusal(run(MMRT_OP_SOFTMAX, sm, 1, y47, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SOFTMAX", NULL);
+    expect_refusal(run(MMRT_OP_MATMUL, mm, 1, y, NULL, 0), MMRT_ERR_INVALID_ARG, "MATMUL", "n_src");
+
+    /* Params too short or missing. */
+    struct harness_tensor *q = trand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(3, 4, 8));
+    struct harness_tensor *kv = trand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(5, 2, 8));
+    struct harness_tensor *yq = tnew(MMRT_DTYPE_F32, SHAPE(3, 4, 8));
+    int32_t pos[3] = { 0, 1, 2 };
+    struct harness_tensor *tp = tnew_i32(pos, 3), *rope[2] = { q, tp };
+    struct mmrt_rope_params rp = { 10000.0f, 8, MMRT_ROPE_NEOX };
+    expect_refusal(run(MMRT_OP_ROPE, rope, 2, yq, &rp, sizeof(float)), MMRT_ERR_INVALID_ARG,
+                   "ROPE", "params");
+    expect_refusal(run(MMRT_OP_SOFTMAX, sm, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "SOFTMAX",
+                   "params");
+    struct harness_tensor *att[3] = { q, kv, kv };
+    struct mmrt_attention_params ap = { 0.35f, 1, 1 };
+    expect_refusal(run(MMRT_OP_ATTENTION, att, 3, yq, &ap, 8), MMRT_ERR_INVALID_ARG, "ATTENTION",
+                   "params");
+    rp.n_rot = 7;
+    expect_refusal(run(MMRT_OP_ROPE, rope, 2, yq, &rp, sizeof rp), MMRT_ERR_INVALID_ARG, "ROPE",
+                   "n_rot 7");
+    rp.n_rot = 10;
+    expect_refusal(run(MMRT_OP_ROPE, rope, 2, yq, &rp, sizeof rp), MMRT_ERR_INVALID_ARG, "ROPE",
+                   "n_rot 10");
+
+    /* Attention limits: head_dim 300; Hq not a multiple of Hkv; bad cu_seqlens; BF16 K. */
+    struct harness_tensor *q300 = tnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
+    struct harness_tensor *k300 = tnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
+    struct harness_tensor *y300 = tnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
+    struct harness_tensor *att300[3] = { q300, k300, k300 };
+    expect_refusal(run(MMRT_OP_ATTENTION, att300, 3, y300, &ap, sizeof ap), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "300");
+    struct harness_tensor *q6 = tnew(MMRT_DTYPE_F32, SHAPE(3, 6, 8));
+    struct harness_tensor *k4 = tnew(MMRT_DTYPE_F32, SHAPE(5, 4, 8));
+    struct harness_tensor *y6 = tnew(MMRT_DTYPE_F32, SHAPE(3, 6, 8)), *att64[3] = { q6, k4, k4 };
+    expect_refusal(run(MMRT_OP_ATTENTION, att64, 3, y6, &ap, sizeof ap), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "multiple");
+    struct harness_tensor *kbf = tnew(MMRT_DTYPE_BF16, SHAPE(5, 2, 8)), *attbf[3] = { q, kbf, kbf };
+    expect_refusal(run(MMRT_OP_ATTENTION, attbf, 3, yq, &ap, sizeof ap), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "BF16");
+    int32_t cuq[3] = { 0, 2, 3 }, cuk_bad[3] = { 0, 3, 4 }, cuk_dec[3] = { 0, 6, 5 };
+    struct harness_tensor *tcq = tnew_i32(cuq, 3), *tck = tnew_i32(cuk_bad, 3);
+    struct harness_tensor *tcd = tnew_i32(cuk_dec, 3);
+    struct mmrt_attention_params ap2 = { 0.35f, 1, 2 };
+    struct harness_tensor *attcu[5] = { q, kv, kv, tcq, tck };
+    expect_refusal(run(MMRT_OP_ATTENTION, attcu, 5, yq, &ap2, sizeof ap2), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "cu_seqlens_k");
+    attcu[4] = tcd;
+    expect_refusal(run(MMRT_OP_ATTENTION, attcu, 5, yq, &ap2, sizeof ap2), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "cu_seqlens_k");
+    attcu[4] = NULL;
+    expect_refusal(run(MMRT_OP_ATTENTION, attcu, 5, yq, &ap2, sizeof ap2), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "both");
+
+    /* Descriptors that do not fit their arena, misaligned, foreign or self-overlapping. */
+    struct harness_tensor big = tview(x, MMRT_DTYPE_F32, SHAPE(5, 8), (const int64_t[]){ 32, 4 }, 0);
+    struct harness_tensor *sc_big[1] = { &big };
+    expect_refusal(run(MMRT_OP_SCALE, sc_big, 1, y48, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SCALE", "outside");
+    struct harness_tensor odd = tview(x, MMRT_DTYPE_F32, SHAPE(7), (const int64_t[]){ 4 }, 2);
+    struct harness_tensor *sc_odd[1] = { &odd };
+    struct harness_tensor *y7 = tnew(MMRT_DTYPE_F32, SHAPE(7));
+    expect_refusal(run(MMRT_OP_SCALE, sc_odd, 1, y7, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SCALE", "offset 2");
+    float not_an_arena[8];
+    struct harness_tensor foreign = *y7;
+    foreign.t.buffer = not_an_arena;
+    struct harness_tensor *sc_for[1] = { &foreign };
+    expect_refusal(run(MMRT_OP_SCALE, sc_for, 1, y7, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SCALE", "not an arena");
+    struct harness_tensor x31 = tview(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 0);
+    struct harness_tensor y31 = tview(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 4);
+    struct harness_tensor *sc_ov[1] = { &x31 };
+    expect_refusal(run(MMRT_OP_SCALE, sc_ov, 1, &y31, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SCALE", "overlaps");
+    struct harness_tensor bcast_dst = tview(y48, MMRT_DTYPE_F32, SHAPE(4, 8),
+                                            (const int64_t[]){ 0, 4 }, 0);
+    struct harness_tensor *cp[1] = { x };
+    expect_refusal(run(MMRT_OP_COPY, cp, 1, &bcast_dst, NULL, 0), MMRT_ERR_INVALID_ARG, "COPY",
+                   "overlap");
+    struct harness_tensor bad_rank = *x;
+    bad_rank.t.n_dims = 5;
+    struct harness_tensor *sc_rank[1] = { &bad_rank };
+    expect_refusal(run(MMRT_OP_SCALE, sc_rank, 1, y48, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SCALE", "n_dims");
+    struct harness_tensor bad_dt = *x;
+    bad_dt.t.dtype = 9;
+    struct harness_tensor *sc_dt[1] = { &bad_dt };
+    expect_refusal(run(MMRT_OP_SCALE, sc_dt, 1, y48, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
+                   "SCALE", "dtype 9");
+
+    /* Other contracts: COPY I32 → F32, CONCAT axis, PATCH_EMBED size, args for another op. */
+    struct harness_tensor *cpi[1] = { xi };
+    expect_refusal(run(MMRT_OP_COPY, cpi, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "COPY", "I32");
+    struct mmrt_concat_params cc = { 2 };
+    struct harness_tensor *y88 = tnew(MMRT_DTYPE_F32, SHAPE(8, 8)), *cat[2] = { x, x };
+    expect_refusal(run(MMRT_OP_CONCAT, cat, 2, y88, &cc, sizeof cc), MMRT_ERR_INVALID_ARG,
+                   "CONCAT", "axis 2");
+    struct harness_tensor *img = tnew(MMRT_DTYPE_F32, SHAPE(1, 1, 6, 7));
+    struct harness_tensor *pw = tnew(MMRT_DTYPE_F32, SHAPE(2, 1, 3, 3));
+    struct harness_tensor *py = tnew(MMRT_DTYPE_F32, SHAPE(1, 4, 2)), *pe[2] = { img, pw };
+    struct mmrt_patch_params pp = { 3 };
+    expect_refusal(run(MMRT_OP_PATCH_EMBED, pe, 2, py, &pp, sizeof pp), MMRT_ERR_INVALID_ARG,
+                   "PATCH_EMBED", "divide");
+    struct mmrt_op_args args = {
+        .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args), .op = MMRT_OP_MUL, .n_src = 2,
+        .src = { &x->t, &x->t }, .dst = &y48->t,
+    };
+    expect_refusal(H.plugin->ops[MMRT_OP_ADD](H.dev, &args), MMRT_ERR_INVALID_ARG, "ADD", "MUL");
+    args.op = MMRT_OP_ADD;
+    args.hdr.struct_size = 8;
+    expect_refusal(H.plugin->ops[MMRT_OP_ADD](H.dev, &args), MMRT_ERR_INVALID_ARG, "ADD", "ABI");
+    release_all();
+}
+
+/* ---- determinism across thread counts ------------------------------------------------- */
+
+static void test_thread_count_invariance(void **state)
+{
+    (void)state;
+    /* The same launches on a 1-thread device must give the same bits as on the 3-thread one. */
+    struct harness one;
+    struct mmrt_option opt = { "threads", "1" };
+    assert_int_equal(harness_open(&one, harness_plugin_path("cpu"), &opt, 1), MMRT_OK);
+    struct harness three = H;
+    float *out[2][3];
+    for (int pass = 0; pass < 2; pass++) {
+        H = pass ? one : three;
+        rng_seed(16);
+        float *x, *w;
+        struct harness_tensor *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(70, 300));
+        struct harness_tensor *tw = trand(MMRT_DTYPE_F16, -1, 1, &w, SHAPE(45, 300));
+        struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(70, 45)), *src[2] = { tx, tw };
+        assert_int_equal(run(MMRT_OP_MATMUL, src, 2, ty, NULL, 0), MMRT_OK);
+        float *y = download_f32(ty);
+        out[pass][0] = malloc((size_t)ty->nbytes);
+        memcpy(out[pass][0], y, (size_t)ty->nbytes);
+        float *a = attention_case(&attn_cases[1], 1, false);
+        out[pass][1] = malloc(33 * 8 * 80 * sizeof(float));
+        memcpy(out[pass][1], a, 33 * 8 * 80 * sizeof(float));
+        float *a2 = attention_case(&attn_cases[5], 2, false);
+        out[pass][2] = malloc(13 * 6 * 8 * sizeof(float));
+        memcpy(out[pass][2], a2, 13 * 6 * 8 * sizeof(float));
+        release_all();
+    }
+    H = three;
+    harness_close(&one);
+    assert_memory_equal(out[0][0], out[1][0], 70 * 45 * sizeof(float));
+    assert_memory_equal(out[0][1], out[1][1], 33 * 8 * 80 * sizeof(float));
+    assert_memory_equal(out[0][2], out[1][2], 13 * 6 * 8 * sizeof(float));
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            free(out[i][j]);
+}
+
+/* A loop issued right after device_open, before the workers have first run, must still be
+ * joined by all of them (a worker that read the pool's generation late once skipped it and
+ * the caller waited forever). Many fresh devices make that window likely to be hit. */
+static void test_fresh_device_first_loop(void **state)
+{
+    (void)state;
+    struct harness fresh;
+    struct mmrt_option opt = { "threads", "4" };
+    struct harness saved = H;
+    rng_seed(17);
+    float *x = rand_f(64 * 64, -1, 1), *w = rand_f(64 * 64, -1, 1);
+    double *ref = ref_buf(64 * 64);
+    ref_matmul(x, w, NULL, 64, 64, 64, ref);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(harness_open(&fresh, harness_plugin_path("cpu"), &opt, 1), MMRT_OK);
+        H = fresh;
+        struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(64, 64));
+        struct harness_tensor *tw = tnew(MMRT_DTYPE_F32, SHAPE(64, 64));
+        struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(64, 64)), *src[2] = { tx, tw };
+        upload(tx, x);
+        upload(tw, w);
+        assert_int_equal(run(MMRT_OP_MATMUL, src, 2, ty, NULL, 0), MMRT_OK);
+        check_close("MATMUL on a fresh device", download_f32(ty), ref, 64 * 64, 1e-5);
+        for (int j = g_n_dev - 3; j < g_n_dev; j++) { /* this device's tensors only */
+            harness_tensor_free(&H, g_dev[j]);
+            free(g_dev[j]);
+        }
+        g_n_dev -= 3;
+        harness_close(&fresh);
+        H = saved;
+    }
+    release_all();
+}
+
+/* ---- the device functions ------------------------------------------------------------- */
+
+static void test_plugin_table(void **state)
+{
+    (void)state;
+    const struct mmrt_plugin *p = H.plugin;
+    assert_int_equal(p->hdr.abi_major, MMRT_ABI_MAJOR);
+    assert_int_equal(p->hdr.struct_size, sizeof *p);
+    assert_string_equal(p->name, "cpu");
+    assert_int_equal(p->n_ops, MMRT_OP_COUNT);
+    for (int op = 0; op < MMRT_OP_COUNT; op++)
+        if (!p->ops[op])
+            fail_msg("op %d has no kernel", op);
+    assert_non_null(p->option_keys);
+    assert_string_equal(p->option_keys[0], "threads");
+    assert_string_equal(p->option_keys[1], "isa");
+    assert_string_equal(p->option_keys[2], "bf16_dot");
+    assert_null(p->option_keys[3]);
+    int n = -1;
+    char why[64] = "x";
+    assert_int_equal(p->probe(&n, why, sizeof why), MMRT_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(why, "");
+}
+
+static void test_device_info(void **state)
+{
+    (void)state;
+    struct mmrt_device_info info;
+    memset(&info, 0xAB, sizeof info);
+    info.hdr = (struct mmrt_abi_header)MMRT_ABI_HEADER_INIT(struct mmrt_device_info);
+    assert_int_equal(H.plugin->device_info(H.dev, &info), MMRT_OK);
+    assert_string_equal(info.kind, "cpu");
+    assert_non_null(strstr(info.name, "(3 threads)"));
+    assert_true(info.total_bytes > 0);
+    assert_true(info.free_bytes > 0 && info.free_bytes <= info.total_bytes);
+    assert_true(info.max_arena_bytes > 0 && info.max_arena_bytes <= info.total_bytes);
+    assert_int_equal(info.alignment, 64);
+
+    /* An older, shorter struct: only what it holds is written. */
+    memset(&info, 0xAB, sizeof info);
+    info.hdr = (struct mmrt_abi_header)MMRT_ABI_HEADER_INIT(struct mmrt_device_info);
+    info.hdr.struct_size = (uint32_t)offsetof(struct mmrt_device_info, kind);
+    assert_int_equal(H.plugin->device_info(H.dev, &info), MMRT_OK);
+    assert_non_null(strstr(info.name, "threads"));
+    assert_int_equal((unsigned char)info.kind[0], 0xAB);
+    assert_int_equal(info.hdr.struct_size, offsetof(struct mmrt_device_info, kind));
+}
+
+static void test_device_options(void **state)
+{
+    (void)state;
+    const struct mmrt_plugin *p = H.plugin;
+    static const struct {
+        const char *key, *value, *needle;
+    } bad[] = {
+        { "thread", "2", "thread=\"2\"" },   { "threads", "0", "threads=\"0\"" },
+        { "threads", "abc", "\"abc\"" },     { "threads", "-1", "\"-1\"" },
+        { "threads", "", "threads=\"\"" },   { "threads", "2x", "\"2x\"" },
+        { "threads", "99999999999999999999", "99999999999999999999" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct mmrt_option opt = { bad[i].key, bad[i].value };
+        struct mmrt_device *dev = NULL;
+        char err[256] = "";
+        assert_int_equal(p->device_open(0, &opt, 1, &dev, err, sizeof err), MMRT_ERR_CONFIG);
+        assert_null(dev);
+        if (!strstr(err, bad[i].needle))
+            fail_msg("option %s=%s: message \"%s\" lacks %s", bad[i].key, bad[i].value, err,
+                     bad[i].needle);
+    }
+    struct mmrt_option twice[2] = { { "threads", "2" }, { "threads", "3" } };
+    struct mmrt_device *dev = NULL;
+    char err[256] = "";
+    assert_int_equal(p->device_open(0, twice, 2, &dev, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_int_not_equal(p->device_open(1, NULL, 0, &dev, err, sizeof err), MMRT_OK);
+    assert_non_null(strstr(err, "device 1"));
+
+    /* Defaults, and a device closed with arenas still allocated (the sanitizer build checks
+     * that they are freed). */
+    assert_int_equal(p->device_open(0, NULL, 0, &dev, err, sizeof err), MMRT_OK);
+    void *a = NULL, *b = NULL;
+    assert_int_equal(p->arena_alloc(dev, 4096, &a), MMRT_OK);
+    assert_int_equal(p->arena_alloc(dev, 10, &b), MMRT_OK);
+    p->device_close(dev);
+    p->device_close(NULL);
+}
+
+static void test_device_memory(void **state)
+{
+    (void)state;
+    const struct mmrt_plugin *p = H.plugin;
+    struct mmrt_device *dev = H.dev;
+    void *a = NULL, *b = NULL, *z = NULL;
+    assert_int_equal(p->arena_alloc(dev, 1000, &a), MMRT_OK);
+    assert_int_equal(p->arena_alloc(dev, 333, &b), MMRT_OK);
+    assert_int_equal(p->arena_alloc(dev, 0, &z), MMRT_OK);
+    assert_true(a != b && z != NULL);
+
+    uint8_t src[1000], got[1000];
+    for (int i = 0; i < 1000; i++)
+        src[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(p->upload(dev, a, 0, src, 1000), MMRT_OK);
+    /* Odd offsets and lengths. */
+    uint8_t patch[13];
+    for (int i = 0; i < 13; i++)
+        patch[i] = (uint8_t)(200 + i);
+    assert_int_equal(p->upload(dev, a, 7, patch, 13), MMRT_OK);
+    memcpy(src + 7, patch, 13);
+    assert_int_equal(p->download(dev, got, a, 3, 21), MMRT_OK);
+    assert_memory_equal(got, src + 3, 21);
+    assert_int_equal(p->download(dev, got, a, 999, 1), MMRT_OK);
+    assert_int_equal(got[0], src[999]);
+    assert_int_equal(p->upload(dev, a, 1000, src, 0), MMRT_OK); /* empty at the very end */
+
+    /* Copies between arenas and overlapping within one. */
+    assert_int_equal(p->copy(dev, b, 11, a, 5, 17), MMRT_OK);
+    assert_int_equal(p->download(dev, got, b, 11, 17), MMRT_OK);
+    assert_memory_equal(got, src + 5, 17);
+    assert_int_equal(p->copy(dev, a, 1, a, 0, 100), MMRT_OK);
+    memmove(src + 1, src, 100);
+    assert_int_equal(p->download(dev, got, a, 0, 1000), MMRT_OK);
+    assert_memory_equal(got, src, 1000);
+    assert_int_equal(p->synchronize(dev), MMRT_OK);
+
+    /* Out of range, foreign handles, huge requests: errors, never crashes. */
+    assert_int_equal(p->upload(dev, a, 995, src, 10), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(p->last_error(dev), "outside"));
+    assert_int_equal(p->download(dev, got, b, 334, 0), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(p->copy(dev, b, 330, a, 0, 4), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(p->upload(dev, a, UINT64_MAX, src, 2), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(p->upload(dev, src, 0, src, 1), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(p->last_error(dev), "not an arena"));
+    void *huge = NULL;
+    assert_int_equal(p->arena_alloc(dev, (uint64_t)1 << 60, &huge), MMRT_ERR_OUT_OF_POOL);
+    assert_null(huge);
+    assert_non_null(strstr(p->last_error(dev), "1152921504606846976"));
+    assert_int_equal(p->arena_alloc(dev, UINT64_MAX, &huge), MMRT_ERR_OUT_OF_POOL);
+    p->arena_free(dev, NULL);
+
+    /* Still fine afterwards. */
+    assert_int_equal(p->download(dev, got, a, 0, 1000), MMRT_OK);
+    assert_memory_equal(got, src, 1000);
+    p->arena_free(dev, a);
+    p->arena_free(dev, b);
+    p->arena_free(dev, z);
+}
+
+/* ---- the entry point's ABI check (runs last: it replaces the plugin's host table) ------ */
+
+static char g_logged[512];
+
+static void capture_log(void *user, enum mmrt_log_level level, const char *plugin,
+                        const char *message)
+{
+    (void)user;
+    (void)level;
+    snprintf(g_logged, sizeof g_logged, "[%s] %s", plugin, message);
+}
+
+static void test_entry_abi(void **state)
+{
+    (void)state;
+    void *dl = dlopen(harness_plugin_path("cpu"), RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(dl);
+    mmrt_plugin_entry_fn entry;
+    *(void **)&entry = dlsym(dl, MMRT_PLUGIN_ENTRY_NAME);
+    assert_non_null(entry);
+    /* Only the entry point is exported. */
+    assert_null(dlsym(dl, "cpu_gemm"));
+    assert_null(dlsym(dl, "cpu_op_matmul"));
+    assert_null(dlsym(dl, "cpu_parallel_for"));
+
+    struct mmrt_host host = {
+        .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_host), .user = NULL, .log = capture_log,
+    };
+    host.hdr.abi_major = MMRT_ABI_MAJOR + 1;
+    g_logged[0] = '\0';
+    assert_null(entry(&host));
+    char want[64];
+    snprintf(want, sizeof want, "host ABI %d.%d", MMRT_ABI_MAJOR + 1, MMRT_ABI_MINOR);
+    if (!strstr(g_logged, want) || !strstr(g_logged, "[cpu]"))
+        fail_msg("refusal logged \"%s\", expected it to contain \"%s\"", g_logged, want);
+    assert_null(entry(NULL));
+    host.hdr.abi_major = MMRT_ABI_MAJOR;
+    host.hdr.struct_size = 4; /* too short to hold the log member */
+    assert_null(entry(&host));
+    host.hdr.struct_size = sizeof host;
+    assert_ptr_equal(entry(&host), H.plugin);
+    dlclose(dl);
+}
+
+/* ---- runner --------------------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    struct mmrt_option opt = { "threads", "3" };
+    return harness_open(&H, harness_plugin_path("cpu"), &opt, 1) == MMRT_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    release_all();
+    harness_close(&H);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plugin_table),
+        cmocka_unit_test(test_device_info),
+        cmocka_unit_test(test_device_options),
+        cmocka_unit_test(test_device_memory),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_add_mul),
+        cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_unary),
+        cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_empty_rows),
+        cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_get_rows_all_halves),
+        cmocka_unit_test(test_patch_embed),
+        cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_copy_conversions),
+        cmocka_unit_test(test_copy_strided),
+        cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_thread_count_invariance),
+        cmocka_unit_test(test_fresh_device_first_loop),
+        cmocka_unit_test(test_entry_abi),
+    };
+    return cmocka_run_group_tests_name("cpu_ops", tests, group_setup, group_teardown);
+}

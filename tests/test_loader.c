@@ -1,0 +1,374 @@
+/*
+ * tests/test_loader.c — the plugin loader, devices, pools and op dispatch, driven through
+ * the recording stub plugin and its deliberately broken variants (tests/plugins/).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "alloc_fail.h"
+#include "device.h"
+#include "mmrt/mmrt.h"
+#include "ops.h"
+#include "plugin_loader.h"
+
+/* ---- a log sink that keeps every line, so tests can read the stub's call record ---- */
+static char logbuf[1 << 16];
+static size_t loglen;
+
+static void capture(void *user, enum mmrt_log_level level, const char *who, const char *msg)
+{
+    (void)user;
+    (void)level;
+    int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "%s: %s\n", who, msg);
+    if (n > 0 && loglen + (size_t)n < sizeof logbuf)
+        loglen += (size_t)n;
+}
+
+static void log_reset(void)
+{
+    loglen = 0;
+    logbuf[0] = '\0';
+}
+
+static int log_has(const char *s)
+{
+    return strstr(logbuf, s) != NULL;
+}
+
+static const char *plugin_file(const char *variant)
+{
+    static char path[4096];
+    const char *dir = getenv("MMRT_BUILD_DIR");
+    snprintf(path, sizeof path, "%s/test-plugins/libmmrt_%s.so", dir ? dir : "build", variant);
+    return path;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    mmrt_set_log_sink(capture, NULL, MMRT_LOG_DEBUG);
+    log_reset();
+    return 0;
+}
+
+static void expect_refused(const char *variant, const char *tail)
+{
+    struct mmrt_loaded_plugin *p = NULL;
+    struct mmrt_error err = { 0 };
+    const char *path = plugin_file(variant);
+    assert_int_equal(mmrt_plugin_load_file(path, &p, &err), MMRT_ERR_PLUGIN);
+    assert_null(p);
+    char want[4608];
+    snprintf(want, sizeof want, "%s: %s", path, tail);
+    assert_string_equal(err.msg, want);
+}
+
+static void test_wrong_major(void **state)
+{
+    (void)state;
+    char tail[128];
+    snprintf(tail, sizeof tail,
+             "plugin ABI %d.0, this mmrt speaks ABI %d.%d (the major versions must match)",
+             MMRT_ABI_MAJOR + 1, MMRT_ABI_MAJOR, MMRT_ABI_MINOR);
+    expect_refused("badmajor", tail);
+}
+
+static void test_short_struct(void **state)
+{
+    (void)state;
+    char tail[160];
+    snprintf(tail, sizeof tail,
+             "struct mmrt_plugin is 16 bytes, shorter than the oldest supported layout "
+             "(%zu bytes)", (size_t)MMRT_PLUGIN_MIN_SIZE);
+    expect_refused("short", tail);
+}
+
+static void test_missing_entry(void **state)
+{
+    (void)state;
+    expect_refused("noentry", "missing entry symbol mmrt_plugin_init (not an mmrt plugin?)");
+}
+
+static void test_null_member(void **state)
+{
+    (void)state;
+    expect_refused("nullmember", "required member 'download' is NULL");
+}
+
+static void test_entry_returns_null(void **state)
+{
+    (void)state;
+    expect_refused("nullentry", "mmrt_plugin_init returned NULL (the plugin logged why)");
+}
+
+static void test_not_a_shared_object(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/mmrt_notelf_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "hello", 5), 5);
+    close(fd);
+    struct mmrt_loaded_plugin *p = NULL;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_plugin_load_file(path, &p, &err), MMRT_ERR_PLUGIN);
+    assert_non_null(strstr(err.msg, "cannot load"));
+    assert_non_null(strstr(err.msg, path));
+    unlink(path);
+    assert_int_equal(mmrt_plugin_load_file("/nonexistent/libmmrt_x.so", &p, &err),
+                     MMRT_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "/nonexistent/libmmrt_x.so"));
+}
+
+static void test_no_device_is_a_skip(void **state)
+{
+    (void)state;
+    struct mmrt_loaded_plugin *p = NULL;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("nodevice"), &p, &err), MMRT_OK);
+    assert_int_equal(p->n_devices, 0);
+    assert_string_equal(p->skip_reason, "no stub device (test variant)");
+    assert_true(log_has("skipped: no stub device (test variant)"));
+    struct mmrt_dev *dev = NULL;
+    assert_int_equal(mmrt_dev_open_plugin("s0", p, 0, 1 << 20, NULL, 0, &dev, &err),
+                     MMRT_ERR_NO_DEVICE);
+    assert_string_equal(err.msg, "device s0: plugin stub has no device: no stub device "
+                                 "(test variant)");
+    mmrt_plugin_release(p);
+}
+
+static void test_oldest_layout_reads_as_current(void **state)
+{
+    (void)state;
+    struct mmrt_loaded_plugin *p = NULL;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("oldlayout"), &p, &err), MMRT_OK);
+    /* The members past struct_size exist in the file but must read as absent. */
+    for (int op = 0; op < MMRT_OP_COUNT; op++)
+        assert_null(p->api.ops[op]);
+    assert_null(p->api.option_keys);
+    assert_null(p->api.shutdown);
+    log_reset();
+    mmrt_plugin_release(p);
+    assert_false(log_has("call shutdown"));
+}
+
+static void test_load_by_name_and_share(void **state)
+{
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-plugins", getenv("MMRT_BUILD_DIR"));
+    setenv("MMRT_PLUGIN_PATH", dir, 1);
+    struct mmrt_loaded_plugin *a = NULL, *b = NULL;
+    struct mmrt_error err = { 0 };
+    log_reset();
+    assert_int_equal(mmrt_plugin_load("stub", &a, &err), MMRT_OK);
+    assert_int_equal(mmrt_plugin_load("stub", &b, &err), MMRT_OK);
+    assert_ptr_equal(a, b);
+    assert_int_equal(a->n_devices, 2);
+    /* The entry point and probe run once per file, however often it is loaded. */
+    const char *first = strstr(logbuf, "stub: call init");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "stub: call init"));
+    mmrt_plugin_release(a);
+    assert_false(log_has("call shutdown"));
+    mmrt_plugin_release(b);
+    assert_true(log_has("call shutdown"));
+
+    assert_int_equal(mmrt_plugin_load("doesnotexist", &a, &err), MMRT_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "libmmrt_doesnotexist.so not found (searched "));
+    assert_non_null(strstr(err.msg, dir));
+    assert_int_equal(mmrt_plugin_load("../evil", &a, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "'../evil'"));
+}
+
+/* Opens stub device 1 with a small pool; the caller closes it. */
+static struct mmrt_dev *open_stub(uint64_t pool_bytes)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-plugins", getenv("MMRT_BUILD_DIR"));
+    setenv("MMRT_PLUGIN_PATH", dir, 1);
+    struct mmrt_dev *dev = NULL;
+    struct mmrt_error err = { 0 };
+    struct mmrt_option opt = { "mode", "fast" };
+    mmrt_status st = mmrt_dev_open("s1", "stub", 1, pool_bytes, &opt, 1, &dev, &err);
+    if (st != MMRT_OK)
+        fail_msg("open_stub: %s", err.msg);
+    return dev;
+}
+
+static void test_device_and_dispatch(void **state)
+{
+    (void)state;
+    log_reset();
+    struct mmrt_dev *dev = open_stub(4 << 20);
+    assert_true(log_has("call device_open 1 n_options=1"));
+    assert_true(log_has("option mode=fast"));
+    assert_string_equal(dev->info.name, "Stub device 1");
+
+    struct mmrt_error err = { 0 };
+    struct mmrt_dev_tensor x, y, bias;
+    int64_t ne[2] = { 3, 5 }, nb[1] = { 5 };
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, ne, &x, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, ne, &y, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, nb, &bias, &err), MMRT_OK);
+    float in[15], b5[5], out[15];
+    for (int i = 0; i < 15; i++)
+        in[i] = (float)i - 7.0f;
+    for (int i = 0; i < 5; i++)
+        b5[i] = 100.0f * (float)i;
+    assert_int_equal(mmrt_dev_upload(dev, &x.t, in, sizeof in, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_upload(dev, &bias.t, b5, sizeof b5, &err), MMRT_OK);
+
+    log_reset();
+    assert_int_equal(mmrt_op_scale(dev, &x.t, 0.5f, &y.t, &err), MMRT_OK);
+    assert_true(log_has("call op SCALE n=15"));
+    assert_int_equal(mmrt_dev_download(dev, &y.t, out, sizeof out, &err), MMRT_OK);
+    for (int i = 0; i < 15; i++)
+        assert_true(out[i] == in[i] * 0.5f);
+    /* one-row broadcast add, in place */
+    assert_int_equal(mmrt_op_add(dev, &y.t, &bias.t, &y.t, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_download(dev, &y.t, out, sizeof out, &err), MMRT_OK);
+    for (int i = 0; i < 15; i++)
+        assert_true(out[i] == in[i] * 0.5f + b5[i % 5]);
+
+    /* A launch that breaks the contract never reaches the plugin. */
+    log_reset();
+    assert_int_equal(mmrt_op_scale(dev, &x.t, 1.0f, &bias.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_false(log_has("call op"));
+    assert_non_null(strstr(err.msg, "device s1: SCALE: dst must be contiguous F32 with src0's "
+                                    "shape (got F32 [5])"));
+    /* An op the plugin lacks is refused by name. */
+    int64_t wne[2] = { 4, 5 };
+    struct mmrt_dev_tensor w, y4;
+    int64_t yne[2] = { 3, 4 };
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, wne, &w, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, yne, &y4, &err), MMRT_OK);
+    assert_int_equal(mmrt_op_matmul(dev, &x.t, &w.t, NULL, &y4.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device s1 (plugin stub) has no operator MATMUL");
+    enum mmrt_op need[] = { MMRT_OP_MATMUL, MMRT_OP_ADD, MMRT_OP_ROPE, MMRT_OP_MATMUL };
+    assert_int_equal(mmrt_dev_require_ops(dev, "stage language", need, 4, &err),
+                     MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device s1 (plugin stub) lacks operators needed by stage "
+                                 "language: MATMUL, ROPE");
+    enum mmrt_op have[] = { MMRT_OP_ADD, MMRT_OP_SCALE };
+    assert_int_equal(mmrt_dev_require_ops(dev, "stage vision", have, 2, &err), MMRT_OK);
+
+    struct mmrt_dev_tensor *all[] = { &x, &y, &bias, &w, &y4 };
+    for (int i = 0; i < 5; i++)
+        mmrt_dev_tensor_free(dev, all[i]);
+    struct mmrt_pool_stats ps;
+    mmrt_pool_stats(dev->pool, &ps);
+    assert_int_equal(ps.bytes_in_use, 0);
+    assert_int_equal(mmrt_pool_check(dev->pool, &err), MMRT_OK);
+    log_reset();
+    mmrt_dev_close(dev);
+    assert_true(log_has("call device_close 1 live_arenas=0"));
+}
+
+static void test_device_errors(void **state)
+{
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-plugins", getenv("MMRT_BUILD_DIR"));
+    setenv("MMRT_PLUGIN_PATH", dir, 1);
+    struct mmrt_dev *dev = NULL;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_dev_open("s9", "stub", 2, 1 << 20, NULL, 0, &dev, &err),
+                     MMRT_ERR_NO_DEVICE);
+    assert_string_equal(err.msg, "device s9: index 2 out of range, plugin stub has 2 devices");
+    struct mmrt_option bad = { "fail", "yes" };
+    assert_int_equal(mmrt_dev_open("s0", "stub", 0, 1 << 20, &bad, 1, &dev, &err),
+                     MMRT_ERR_CONFIG);
+    assert_string_equal(err.msg, "device s0 (plugin stub, index 0): option fail = yes: refused "
+                                 "as asked");
+    /* The stub "device" has 64 MiB: a 1 GiB pool cannot be reserved. */
+    assert_int_equal(mmrt_dev_open("s0", "stub", 0, 1ull << 30, NULL, 0, &dev, &err),
+                     MMRT_ERR_OUT_OF_POOL);
+    assert_non_null(strstr(err.msg, "reserving a pool of"));
+    /* Running out of pool memory is an ordinary error. */
+    dev = open_stub(1 << 20);
+    struct mmrt_dev_tensor t;
+    int64_t ne[1] = { 1 << 20 };
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, ne, &t, &err),
+                     MMRT_ERR_OUT_OF_POOL);
+    assert_non_null(strstr(err.msg, "device s1"));
+    assert_non_null(strstr(err.msg, "4194304"));
+    int64_t neg[1] = { -1 };
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, neg, &t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    mmrt_dev_close(dev);
+}
+
+/* One run of everything the loader and pool do, for the allocation-failure sweep. */
+static mmrt_status scenario(void)
+{
+    struct mmrt_dev *dev = NULL;
+    struct mmrt_error err = { 0 };
+    struct mmrt_option opt = { "mode", "x" };
+    mmrt_status st = mmrt_dev_open("s0", "stub", 0, 2 << 20, &opt, 1, &dev, &err);
+    if (st != MMRT_OK)
+        return st;
+    struct mmrt_dev_tensor a = { 0 }, b = { 0 };
+    int64_t ne[1] = { 1000 };
+    st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, ne, &a, &err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, ne, &b, &err);
+    if (st == MMRT_OK)
+        st = mmrt_op_scale(dev, &a.t, 2.0f, &b.t, &err);
+    mmrt_dev_tensor_free(dev, &a);
+    mmrt_dev_tensor_free(dev, &b);
+    mmrt_dev_close(dev);
+    return st;
+}
+
+static void test_allocation_failure_sweep(void **state)
+{
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/test-plugins", getenv("MMRT_BUILD_DIR"));
+    setenv("MMRT_PLUGIN_PATH", dir, 1);
+    long base = alloc_live();
+    long n;
+    for (n = 1; n < 10000; n++) {
+        alloc_fail_at(n);
+        mmrt_status st = scenario();
+        int fired = alloc_fail_fired();
+        alloc_fail_at(0);
+        assert_int_equal(alloc_live(), base);
+        if (!fired) {
+            assert_int_equal(st, MMRT_OK);
+            break;
+        }
+        assert_true(st == MMRT_ERR_NO_MEMORY || st == MMRT_ERR_OUT_OF_POOL);
+    }
+    assert_true(n > 3); /* the scenario allocates; a sweep of one step proves nothing */
+    print_message("allocation-failure sweep: %ld failure points, no leak\n", n - 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_wrong_major, setup),
+        cmocka_unit_test_setup(test_short_struct, setup),
+        cmocka_unit_test_setup(test_missing_entry, setup),
+        cmocka_unit_test_setup(test_null_member, setup),
+        cmocka_unit_test_setup(test_entry_returns_null, setup),
+        cmocka_unit_test_setup(test_not_a_shared_object, setup),
+        cmocka_unit_test_setup(test_no_device_is_a_skip, setup),
+        cmocka_unit_test_setup(test_oldest_layout_reads_as_current, setup),
+        cmocka_unit_test_setup(test_load_by_name_and_share, setup),
+        cmocka_unit_test_setup(test_device_and_dispatch, setup),
+        cmocka_unit_test_setup(test_device_errors, setup),
+        cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

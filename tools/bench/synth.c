@@ -1,0 +1,649 @@
+/*
+ * tools/bench/synth.c — the synthetic checkpoint mmrt-bench runs, written once per shape,
+ * depth and dtype and reused after (the cache key is the folder name).
+ *
+ * What it writes, in the layout Hugging Face transformers reads (LlavaForConditionalGeneration
+ * and AutoProcessor.from_pretrained load the folder as is, which tools/bench_transformers.py
+ * relies on):
+ *   config.json            the shape's exact dimensions, num_hidden_layers cut to --layers for
+ *                          both towers; text eos_token_id −1, so generation never stops early
+ *                          and every run decodes exactly the tokens asked for
+ *   model.safetensors      every tensor LLaVA has, in the hub's key spelling, random values of
+ *                          the scale of a trained model (linear and embedding weights uniform
+ *                          with std 0.02, HF's initializer_range; norm weights 1 ± 0.02,
+ *                          biases ± 0.02), each tensor from its own seeded generator
+ *   tokenizer.json         a LLaMA-style BPE (▁ prefix, byte fallback) whose vocabulary is
+ *                          padded to the real size (32000 for LLaVA-1.5) so the embedding and
+ *                          LM head keep their real shapes; one merge "▁" + "a", so the prompt
+ *                          "a a … a" of n words is exactly n tokens (bench_synth_prompt)
+ *   tokenizer_config.json, processor_config.json   what transformers needs for the processor
+ *   image-<size>-<seed>.png  synthetic pictures (bench_synth_image)
+ *
+ * Everything goes into "<dir>.tmp-<pid>" first and is renamed into place at the end, so a
+ * killed run leaves no half-written checkpoint behind for the next one to trust.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "bench.h"
+
+int bench_mkdirs(const char *path)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+/* dir + "/" + name into out; −1 (and an empty string) when it does not fit. */
+static int path_join(char *out, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= size) {
+        out[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- random values ------------------------------------------------------------------------ */
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* xorshift64*: fast, and good enough for weights nobody reads. */
+static inline uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 2685821657736338717ull;
+}
+
+/* Uniform in [−1, 1). */
+static inline float rng_unit(uint64_t *s)
+{
+    return (float)(int32_t)(rng_next(s) >> 32) * (1.0f / 2147483648.0f);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x477ff000u)
+        return sign | 0x7c00u;
+    if (ax < 0x38800000u) { /* subnormal or zero: round through the FPU */
+        float t;
+        memcpy(&t, &ax, 4);
+        t += 0.5f;
+        uint32_t u;
+        memcpy(&u, &t, 4);
+        return sign | (uint16_t)(u - 0x3f000000u);
+    }
+    uint32_t odd = (ax >> 13) & 1u;
+    ax += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+    return sign | (uint16_t)(ax >> 13);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- the tensor list --------------------------------------------------------------------- */
+
+enum init { INIT_LINEAR, INIT_ONES, INIT_BIAS };
+
+struct tensor {
+    char name[128];
+    int n_dims;
+    int64_t shape[4];
+    enum init init;
+};
+
+struct tlist {
+    struct tensor *t;
+    int n, cap;
+};
+
+static int tl_add(struct tlist *l, enum init init, int n_dims, const int64_t *shape,
+                  const char *fmt, long long layer)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        struct tensor *t = realloc(l->t, (size_t)cap * sizeof *t);
+        if (!t)
+            return -1;
+        l->t = t;
+        l->cap = cap;
+    }
+    struct tensor *t = &l->t[l->n++];
+    snprintf(t->name, sizeof t->name, fmt, layer);
+    t->n_dims = n_dims;
+    for (int i = 0; i < n_dims; i++)
+        t->shape[i] = shape[i];
+    t->init = init;
+    return 0;
+}
+
+#define SH(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+static int llava_tensors(const struct bench_shape *s, int64_t vl, int64_t tl, struct tlist *l)
+{
+    const int64_t D = s->t_hidden, I = s->t_inter, V = s->t_vocab;
+    const int64_t QD = s->t_heads * s->t_head_dim, KD = s->t_kv_heads * s->t_head_dim;
+    const int64_t Dv = s->v_hidden, Iv = s->v_inter, P = s->v_patch;
+    const int64_t grid = s->v_image / P;
+    int r = 0;
+    r |= tl_add(l, INIT_LINEAR, SH(V, D), "language_model.lm_head.weight", 0);
+    r |= tl_add(l, INIT_LINEAR, SH(V, D), "language_model.model.embed_tokens.weight", 0);
+    for (long long i = 0; i < tl; i++) {
+#define LM(init, name, ...) r |= tl_add(l, init, SH(__VA_ARGS__), "language_model.model.layers.%lld." name, i)
+        LM(INIT_ONES, "input_layernorm.weight", D);
+        LM(INIT_LINEAR, "mlp.down_proj.weight", D, I);
+        LM(INIT_LINEAR, "mlp.gate_proj.weight", I, D);
+        LM(INIT_LINEAR, "mlp.up_proj.weight", I, D);
+        LM(INIT_ONES, "post_attention_layernorm.weight", D);
+        LM(INIT_LINEAR, "self_attn.k_proj.weight", KD, D);
+        LM(INIT_LINEAR, "self_attn.o_proj.weight", D, QD);
+        LM(INIT_LINEAR, "self_attn.q_proj.weight", QD, D);
+        LM(INIT_LINEAR, "self_attn.v_proj.weight", KD, D);
+#undef LM
+    }
+    r |= tl_add(l, INIT_ONES, SH(D), "language_model.model.norm.weight", 0);
+    r |= tl_add(l, INIT_BIAS, SH(D), "multi_modal_projector.linear_1.bias", 0);
+    r |= tl_add(l, INIT_LINEAR, SH(D, Dv), "multi_modal_projector.linear_1.weight", 0);
+    r |= tl_add(l, INIT_BIAS, SH(D), "multi_modal_projector.linear_2.bias", 0);
+    r |= tl_add(l, INIT_LINEAR, SH(D, D), "multi_modal_projector.linear_2.weight", 0);
+    r |= tl_add(l, INIT_LINEAR, SH(Dv), "vision_tower.embeddings.class_embedding", 0);
+    r |= tl_add(l, INIT_LINEAR, SH(Dv, s->v_channels, P, P),
+                "vision_tower.embeddings.patch_embedding.weight", 0);
+    r |= tl_add(l, INIT_LINEAR, SH(grid * grid + 1, Dv),
+                "vision_tower.embeddings.position_embedding.weight", 0);
+    for (long long i = 0; i < vl; i++) {
+#define VT(init, name, ...) r |= tl_add(l, init, SH(__VA_ARGS__), "vision_tower.encoder.layers.%lld." name, i)
+        VT(INIT_BIAS, "layer_norm1.bias", Dv);
+        VT(INIT_ONES, "layer_norm1.weight", Dv);
+        VT(INIT_BIAS, "layer_norm2.bias", Dv);
+        VT(INIT_ONES, "layer_norm2.weight", Dv);
+        VT(INIT_BIAS, "mlp.fc1.bias", Iv);
+        VT(INIT_LINEAR, "mlp.fc1.weight", Iv, Dv);
+        VT(INIT_BIAS, "mlp.fc2.bias", Dv);
+        VT(INIT_LINEAR, "mlp.fc2.weight", Dv, Iv);
+        VT(INIT_BIAS, "self_attn.k_proj.bias", Dv);
+        VT(INIT_LINEAR, "self_attn.k_proj.weight", Dv, Dv);
+        VT(INIT_BIAS, "self_attn.out_proj.bias", Dv);
+        VT(INIT_LINEAR, "self_attn.out_proj.weight", Dv, Dv);
+        VT(INIT_BIAS, "self_attn.q_proj.bias", Dv);
+        VT(INIT_LINEAR, "self_attn.q_proj.weight", Dv, Dv);
+        VT(INIT_BIAS, "self_attn.v_proj.bias", Dv);
+        VT(INIT_LINEAR, "self_attn.v_proj.weight", Dv, Dv);
+#undef VT
+    }
+    r |= tl_add(l, INIT_BIAS, SH(Dv), "vision_tower.post_layernorm.bias", 0);
+    r |= tl_add(l, INIT_ONES, SH(Dv), "vision_tower.post_layernorm.weight", 0);
+    r |= tl_add(l, INIT_BIAS, SH(Dv), "vision_tower.pre_layrnorm.bias", 0);
+    r |= tl_add(l, INIT_ONES, SH(Dv), "vision_tower.pre_layrnorm.weight", 0);
+    return r ? -1 : 0;
+}
+
+static int64_t numel(const struct tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->n_dims; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+static int write_json(const char *dir, const char *name, json_t *obj, char *err, size_t err_size)
+{
+    char path[4200];
+    int rc = obj && path_join(path, sizeof path, dir, name) == 0
+                 ? json_dump_file(obj, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER)
+                 : -1;
+    json_decref(obj);
+    if (rc != 0)
+        snprintf(err, err_size, "%s: cannot write", path);
+    return rc == 0 ? 0 : -1;
+}
+
+static const char *dtype_st(enum bench_dtype dt)
+{
+    return dt == BENCH_F32 ? "F32" : dt == BENCH_F16 ? "F16" : "BF16";
+}
+
+static const char *dtype_torch(enum bench_dtype dt)
+{
+    return dt == BENCH_F32 ? "float32" : dt == BENCH_F16 ? "float16" : "bfloat16";
+}
+
+static int write_safetensors(const char *dir, const struct tlist *l, enum bench_dtype dt,
+                             void (*progress)(const char *), char *err, size_t err_size)
+{
+    const size_t es = dt == BENCH_F32 ? 4 : 2;
+    char path[4200];
+    if (path_join(path, sizeof path, dir, "model.safetensors") != 0) {
+        snprintf(err, err_size, "%s: path too long", dir);
+        return -1;
+    }
+    json_t *hdr = json_object();
+    json_t *meta = json_pack("{s:s}", "format", "pt");
+    if (!hdr || !meta || json_object_set_new(hdr, "__metadata__", meta) != 0) {
+        json_decref(hdr);
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < l->n; i++) {
+        const struct tensor *t = &l->t[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < t->n_dims; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        uint64_t nb = (uint64_t)numel(t) * es;
+        json_t *e = json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype_st(dt), "shape", shape,
+                              "data_offsets", (json_int_t)off, (json_int_t)(off + nb));
+        if (!e || json_object_set_new(hdr, t->name, e) != 0) {
+            json_decref(hdr);
+            snprintf(err, err_size, "out of memory");
+            return -1;
+        }
+        off += nb;
+    }
+    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(hdr);
+    if (!text) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    size_t len = strlen(text), padded = (len + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(text);
+        snprintf(err, err_size, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    uint8_t n8[8];
+    for (int i = 0; i < 8; i++)
+        n8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(n8, 1, 8, f) == 8 && fwrite(text, 1, len, f) == len;
+    for (size_t i = len; ok && i < padded; i++)
+        ok = fputc(' ', f) != EOF;
+    free(text);
+
+    enum { CHUNK = 1 << 20 };
+    char *buf = malloc(CHUNK * 4);
+    if (!buf)
+        ok = 0;
+    uint64_t done = 0, next_report = 1ull << 30;
+    for (int i = 0; ok && i < l->n; i++) {
+        const struct tensor *t = &l->t[i];
+        uint64_t seed = fnv1a(t->name) | 1u;
+        const float scale = 0.0346410162f; /* uniform on ±0.02·√3 has std 0.02 */
+        int64_t n = numel(t);
+        for (int64_t k0 = 0; ok && k0 < n; k0 += CHUNK) {
+            int64_t kn = n - k0 < CHUNK ? n - k0 : CHUNK;
+            for (int64_t k = 0; k < kn; k++) {
+                float v = rng_unit(&seed) * scale;
+                if (t->init == INIT_ONES)
+                    v += 1.0f;
+                else if (t->init == INIT_BIAS)
+                    v *= 0.5773503f; /* ± 0.02 */
+                if (dt == BENCH_F32)
+                    memcpy(buf + k * 4, &v, 4);
+                else {
+                    uint16_t h = dt == BENCH_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+                    memcpy(buf + k * 2, &h, 2);
+                }
+            }
+            ok = fwrite(buf, es, (size_t)kn, f) == (size_t)kn;
+            done += (uint64_t)kn * es;
+            if (progress && done >= next_report) {
+                char line[128];
+                snprintf(line, sizeof line, "  %.1f of %.1f GB written", (double)done / 1e9,
+                         (double)off / 1e9);
+                progress(line);
+                next_report += 1ull << 30;
+            }
+        }
+    }
+    free(buf);
+    if (fclose(f) != 0)
+        ok = 0;
+    if (!ok) {
+        snprintf(err, err_size, "%s: write failed (%s)", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static json_t *llava_config(const struct bench_shape *s, int64_t vl, int64_t tl,
+                            enum bench_dtype dt)
+{
+    const int64_t grid = s->v_image / s->v_patch;
+    json_t *text = json_pack(
+        "{s:b,s:f,s:I,s:s,s:I,s:s,s:I,s:f,s:I,s:I,s:b,s:s,s:I,s:I,s:I,s:I,s:I,s:f,"
+        "s:{s:f,s:s},s:b,s:b,s:I}",
+        "attention_bias", 0, "attention_dropout", 0.0, "bos_token_id", (json_int_t)1,
+        "dtype", dtype_torch(dt), "eos_token_id", (json_int_t)-1, "hidden_act", "silu",
+        "hidden_size", (json_int_t)s->t_hidden, "initializer_range", 0.02,
+        "intermediate_size", (json_int_t)s->t_inter,
+        "max_position_embeddings", (json_int_t)s->t_max_pos, "mlp_bias", 0,
+        "model_type", "llama", "num_attention_heads", (json_int_t)s->t_heads,
+        "num_hidden_layers", (json_int_t)tl, "num_key_value_heads", (json_int_t)s->t_kv_heads,
+        "pad_token_id", (json_int_t)(s->image_token_id + 1),
+        "pretraining_tp", (json_int_t)1, "rms_norm_eps", s->t_rms_eps,
+        "rope_parameters", "rope_theta", s->t_rope_theta, "rope_type", "default",
+        "tie_word_embeddings", 0, "use_cache", 1, "vocab_size", (json_int_t)s->t_vocab);
+    if (text && s->t_head_dim * s->t_heads != s->t_hidden)
+        json_object_set_new(text, "head_dim", json_integer(s->t_head_dim));
+    json_t *vision = json_pack(
+        "{s:f,s:s,s:s,s:I,s:I,s:f,s:f,s:I,s:f,s:s,s:I,s:I,s:I,s:I,s:I}",
+        "attention_dropout", 0.0, "dtype", dtype_torch(dt), "hidden_act", s->v_act,
+        "hidden_size", (json_int_t)s->v_hidden, "image_size", (json_int_t)s->v_image,
+        "initializer_factor", 1.0, "initializer_range", 0.02,
+        "intermediate_size", (json_int_t)s->v_inter, "layer_norm_eps", s->v_ln_eps,
+        "model_type", "clip_vision_model", "num_attention_heads", (json_int_t)s->v_heads,
+        "num_channels", (json_int_t)s->v_channels, "num_hidden_layers", (json_int_t)vl,
+        "patch_size", (json_int_t)s->v_patch, "projection_dim", (json_int_t)768);
+    json_t *cfg = json_pack(
+        "{s:[s],s:s,s:I,s:I,s:s,s:b,s:I,s:s,s:o,s:b,s:o,s:I,s:s,s:s}",
+        "architectures", "LlavaForConditionalGeneration", "dtype", dtype_torch(dt),
+        "image_seq_length", (json_int_t)(grid * grid),
+        "image_token_index", (json_int_t)s->image_token_id, "model_type", "llava",
+        "multimodal_projector_bias", 1, "pad_token_id", (json_int_t)(s->image_token_id + 1),
+        "projector_hidden_act", s->proj_act, "text_config", text, "tie_word_embeddings", 0,
+        "vision_config", vision, "vision_feature_layer", (json_int_t)-2,
+        "vision_feature_select_strategy", "default",
+        "transformers_version", "5.24.0");
+    if (cfg)
+        json_object_set_new(cfg, "torch_dtype", json_string(dtype_torch(dt)));
+    return cfg;
+}
+
+static json_t *special_token(int64_t id, const char *content)
+{
+    return json_pack("{s:I,s:s,s:b,s:b,s:b,s:b,s:b}", "id", (json_int_t)id, "content", content,
+                     "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
+}
+
+static json_t *llama_tokenizer(const struct bench_shape *s)
+{
+    json_t *vocab = json_object();
+    if (!vocab)
+        return NULL;
+    int64_t id = 0;
+    json_object_set_new(vocab, "<unk>", json_integer(id++));
+    json_object_set_new(vocab, "<s>", json_integer(id++));
+    json_object_set_new(vocab, "</s>", json_integer(id++));
+    char piece[32];
+    for (int b = 0; b < 256; b++) {
+        snprintf(piece, sizeof piece, "<0x%02X>", b);
+        json_object_set_new(vocab, piece, json_integer(id++));
+    }
+    json_object_set_new(vocab, "\xe2\x96\x81", json_integer(id++)); /* ▁ */
+    for (int c = 0x21; c < 0x7f; c++) {
+        piece[0] = (char)c;
+        piece[1] = '\0';
+        json_object_set_new(vocab, piece, json_integer(id++));
+    }
+    json_object_set_new(vocab, "\xe2\x96\x81" "a", json_integer(id++));
+    /* Filler pieces nothing merges into: they only give the vocabulary its real size. */
+    while (id < s->tok_vocab) {
+        snprintf(piece, sizeof piece, "\xe2\x96\x81w%lld", (long long)id);
+        json_object_set_new(vocab, piece, json_integer(id++));
+    }
+    json_t *tok = json_pack(
+        "{s:s,s:n,s:n,s:[o,o,o,o,o],"
+        "s:{s:s,s:[{s:s,s:s},{s:s,s:{s:s},s:s}]},s:n,"
+        "s:{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:[{s:{s:s,s:i}},{s:{s:s,s:i}},"
+        "{s:{s:s,s:i}},{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}},"
+        "s:{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]},"
+        "s:{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:[[s,s]]}}",
+        "version", "1.0", "truncation", "padding",
+        "added_tokens", special_token(0, "<unk>"), special_token(1, "<s>"),
+        special_token(2, "</s>"), special_token(s->image_token_id, "<image>"),
+        special_token(s->image_token_id + 1, "<pad>"),
+        "normalizer", "type", "Sequence", "normalizers", "type", "Prepend", "prepend",
+        "\xe2\x96\x81", "type", "Replace", "pattern", "String", " ", "content", "\xe2\x96\x81",
+        "pre_tokenizer",
+        "post_processor", "type", "TemplateProcessing",
+        "single", "SpecialToken", "id", "<s>", "type_id", 0, "Sequence", "id", "A", "type_id", 0,
+        "pair", "SpecialToken", "id", "<s>", "type_id", 0, "Sequence", "id", "A", "type_id", 0,
+        "SpecialToken", "id", "<s>", "type_id", 1, "Sequence", "id", "B", "type_id", 1,
+        "special_tokens", "<s>", "id", "<s>", "ids", 1, "tokens", "<s>",
+        "decoder", "type", "Sequence", "decoders", "type", "Replace", "pattern", "String",
+        "\xe2\x96\x81", "content", " ", "type", "ByteFallback", "type", "Fuse", "type", "Strip",
+        "content", " ", "start", 1, "stop", 0,
+        "model", "type", "BPE", "dropout", "unk_token", "<unk>", "continuing_subword_prefix",
+        "end_of_word_suffix", "fuse_unk", 1, "byte_fallback", 1, "ignore_merges", 0, "vocab",
+        vocab, "merges", "\xe2\x96\x81", "a");
+    return tok;
+}
+
+static json_t *processor_config(const struct bench_shape *s)
+{
+    return json_pack(
+        "{s:{s:{s:I,s:I},s:b,s:b,s:b,s:b,s:b,s:[f,f,f],s:s,s:[f,f,f],s:i,s:f,s:{s:I}},"
+        "s:s,s:i,s:I,s:s,s:s}",
+        "image_processor", "crop_size", "height", (json_int_t)s->v_image, "width",
+        (json_int_t)s->v_image, "do_center_crop", 1, "do_convert_rgb", 1, "do_normalize", 1,
+        "do_rescale", 1, "do_resize", 1, "image_mean", 0.48145466, 0.4578275, 0.40821073,
+        "image_processor_type", "CLIPImageProcessor", "image_std", 0.26862954, 0.26130258,
+        0.27577711, "resample", 3, "rescale_factor", 0.00392156862745098, "size",
+        "shortest_edge", (json_int_t)s->v_image,
+        "image_token", "<image>", "num_additional_image_tokens", 1,
+        "patch_size", (json_int_t)s->v_patch, "processor_class", "LlavaProcessor",
+        "vision_feature_select_strategy", "default");
+}
+
+static json_t *tokenizer_config(void)
+{
+    return json_pack("{s:s,s:s,s:s,s:[],s:s,s:I,s:s,s:s,s:s,s:s}", "backend", "tokenizers",
+                     "bos_token", "<s>", "eos_token", "</s>", "extra_special_tokens",
+                     "image_token", "<image>", "model_max_length", (json_int_t)1000000,
+                     "pad_token", "<pad>", "processor_class", "LlavaProcessor",
+                     "tokenizer_class", "TokenizersBackend", "unk_token", "<unk>");
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    return path_join(path, sizeof path, dir, name) == 0 && stat(path, &st) == 0 &&
+           S_ISREG(st.st_mode);
+}
+
+static void remove_tree(const char *dir)
+{
+    static const char *const names[] = { "config.json", "model.safetensors", "tokenizer.json",
+                                         "tokenizer_config.json", "processor_config.json" };
+    char path[4200];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (path_join(path, sizeof path, dir, names[i]) == 0)
+            unlink(path);
+    rmdir(dir);
+}
+
+int bench_synth_checkpoint(const char *dir, const struct bench_shape *s, int64_t layers,
+                           enum bench_dtype dt, void (*progress)(const char *line),
+                           char *err, size_t err_size)
+{
+    if (file_exists(dir, "config.json") && file_exists(dir, "model.safetensors") &&
+        file_exists(dir, "tokenizer.json") && file_exists(dir, "processor_config.json"))
+        return 0;
+    if (s->family != BENCH_LLAVA) {
+        snprintf(err, err_size, "no synthetic checkpoint writer for model type %s",
+                 s->model_type);
+        return -1;
+    }
+    int64_t vl = layers > 0 && layers < s->v_layers ? layers : s->v_layers;
+    int64_t tl = layers > 0 && layers < s->t_layers ? layers : s->t_layers;
+    char tmp[4200];
+    int tn = snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
+    if (tn < 0 || (size_t)tn >= sizeof tmp) {
+        snprintf(err, err_size, "%s: path too long", dir);
+        return -1;
+    }
+    if (bench_mkdirs(tmp) != 0) {
+        snprintf(err, err_size, "%s: cannot create (%s)", tmp, strerror(errno));
+        return -1;
+    }
+    if (progress) {
+        char line[4400];
+        snprintf(line, sizeof line, "writing synthetic checkpoint %s (once; reused after)", dir);
+        progress(line);
+    }
+    struct tlist l = { 0 };
+    int rc = llava_tensors(s, vl, tl, &l);
+    if (rc != 0)
+        snprintf(err, err_size, "out of memory");
+    if (rc == 0)
+        rc = write_json(tmp, "config.json", llava_config(s, vl, tl, dt), err, err_size);
+    if (rc == 0)
+        rc = write_json(tmp, "tokenizer.json", llama_tokenizer(s), err, err_size);
+    if (rc == 0)
+        rc = write_json(tmp, "tokenizer_config.json", tokenizer_config(), err, err_size);
+    if (rc == 0)
+        rc = write_json(tmp, "processor_config.json", processor_config(s), err, err_size);
+    if (rc == 0)
+        rc = write_safetensors(tmp, &l, dt, progress, err, err_size);
+    free(l.t);
+    if (rc == 0 && rename(tmp, dir) != 0) {
+        /* Another run may have finished the same checkpoint first: use that one. */
+        if (file_exists(dir, "model.safetensors")) {
+            remove_tree(tmp);
+            return 0;
+        }
+        snprintf(err, err_size, "rename %s → %s: %s", tmp, dir, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0)
+        remove_tree(tmp);
+    return rc;
+}
+
+/* ---- images and prompts ------------------------------------------------------------------ */
+
+static int png_chunk(FILE *f, const char *type, const unsigned char *data, uint32_t len)
+{
+    unsigned char hdr[8] = { (unsigned char)(len >> 24), (unsigned char)(len >> 16),
+                             (unsigned char)(len >> 8), (unsigned char)len,
+                             (unsigned char)type[0], (unsigned char)type[1],
+                             (unsigned char)type[2], (unsigned char)type[3] };
+    uLong crc = crc32(0L, hdr + 4, 4);
+    if (len)
+        crc = crc32(crc, data, len);
+    unsigned char c[4] = { (unsigned char)(crc >> 24), (unsigned char)(crc >> 16),
+                           (unsigned char)(crc >> 8), (unsigned char)crc };
+    return fwrite(hdr, 1, 8, f) == 8 && (len == 0 || fwrite(data, 1, len, f) == len) &&
+                   fwrite(c, 1, 4, f) == 4
+               ? 0
+               : -1;
+}
+
+int bench_synth_image(const char *path, int size, uint32_t seed, char *err, size_t err_size)
+{
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return 0;
+    size_t row = (size_t)size * 3 + 1, raw_len = row * (size_t)size;
+    unsigned char *raw = malloc(raw_len);
+    uLongf z_len = compressBound((uLong)raw_len);
+    unsigned char *z = malloc(z_len);
+    if (!raw || !z) {
+        free(raw);
+        free(z);
+        snprintf(err, err_size, "image %dx%d: out of memory", size, size);
+        return -1;
+    }
+    uint64_t rs = 0x9E3779B97F4A7C15ull * (seed + 1);
+    for (int y = 0; y < size; y++) {
+        unsigned char *r = raw + (size_t)y * row;
+        r[0] = 0; /* filter: none */
+        for (int x = 0; x < size; x++) {
+            int noise = (int)(rng_next(&rs) >> 59); /* 0 … 31 */
+            r[1 + 3 * x] = (unsigned char)(x * 223 / (size > 1 ? size - 1 : 1) + noise);
+            r[2 + 3 * x] = (unsigned char)(y * 223 / (size > 1 ? size - 1 : 1) + noise);
+            r[3 + 3 * x] = (unsigned char)(((x + y) * 111 / (size > 1 ? size - 1 : 1)) + noise);
+        }
+    }
+    int rc = compress2(z, &z_len, raw, (uLong)raw_len, 6) == Z_OK ? 0 : -1;
+    char tmp[4200];
+    int tn = snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    FILE *f = rc == 0 && tn > 0 && (size_t)tn < sizeof tmp ? fopen(tmp, "wb") : NULL;
+    if (f) {
+        static const unsigned char sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+        unsigned char ihdr[13] = { (unsigned char)(size >> 24), (unsigned char)(size >> 16),
+                                   (unsigned char)(size >> 8), (unsigned char)size,
+                                   (unsigned char)(size >> 24), (unsigned char)(size >> 16),
+                                   (unsigned char)(size >> 8), (unsigned char)size,
+                                   8, 2, 0, 0, 0 };
+        rc = fwrite(sig, 1, 8, f) == 8 ? 0 : -1;
+        if (rc == 0)
+            rc = png_chunk(f, "IHDR", ihdr, 13);
+        if (rc == 0)
+            rc = png_chunk(f, "IDAT", z, (uint32_t)z_len);
+        if (rc == 0)
+            rc = png_chunk(f, "IEND", NULL, 0);
+        if (fclose(f) != 0)
+            rc = -1;
+        if (rc == 0 && rename(tmp, path) != 0)
+            rc = -1;
+        if (rc != 0)
+            unlink(tmp);
+    } else {
+        rc = -1;
+    }
+    free(raw);
+    free(z);
+    if (rc != 0)
+        snprintf(err, err_size, "%s: cannot write the synthetic image", path);
+    return rc;
+}
+
+char *bench_synth_prompt(int n)
+{
+    size_t len = n > 0 ? (size_t)n * 2 : 1;
+    char *p = malloc(len);
+    if (!p)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        p[2 * i] = 'a';
+        p[2 * i + 1] = i + 1 < n ? ' ' : '\0';
+    }
+    if (n <= 0)
+        p[0] = '\0';
+    return p;
+}

@@ -1,0 +1,1008 @@
+/*
+ * tools/plugin_check/grid.c — the cases tried for every operator.
+ *
+ * The grid aims at the places kernels go wrong: sizes of 1, odd and prime sizes that are not
+ * a multiple of any tile, inner dims off every vector width, long and short sequences, every
+ * weight dtype, every strided layout plugin.h allows (K/V caches read with a token stride,
+ * fused QKV buffers, permuted COPY sources and destinations, strided CONCAT sources), in-place
+ * runs where the op allows dst == src0, and the exact rounding cases of the dtype conversions.
+ * Shapes stay moderate so the full grid runs in well under 30 s on PoCL on two cores; the
+ * cases marked Q form --quick (a few seconds).
+ *
+ * Each op function walks its table; `serial` numbers every case of the op, run or not, so a
+ * case keeps its inputs whatever --quick selects (kase_begin seeds from it).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kase.h"
+
+#define Q 1 /* in --quick */
+
+static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+
+static const char *dt_name(enum mmrt_dtype dt)
+{
+    static const char *const names[] = {"F32", "F16", "BF16", "I32"};
+    return (unsigned)dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
+}
+
+static bool want(const struct chk *c, int quick)
+{
+    return !c->quick || quick;
+}
+
+#define END_CASE()                                                                             \
+    do {                                                                                       \
+        mmrt_status st_ = kase_end(&k, err);                                                   \
+        if (st_ != MMRT_OK)                                                                    \
+            return st_;                                                                        \
+    } while (0)
+
+/* A view of shape ne inside an allocation padded by `pad` elements at the end of every dim
+ * (and one element of offset), so every stride but the innermost differs from contiguous. */
+static struct kt *kt_padded(struct kase *k, enum mmrt_dtype dt, int n, const int64_t *ne,
+                            int pad)
+{
+    int64_t be[MMRT_MAX_DIMS], nb[MMRT_MAX_DIMS], stride = 1;
+    for (int i = 0; i < n; i++)
+        be[i] = ne[i] + pad;
+    for (int i = n - 1; i >= 0; i--) {
+        nb[i] = stride;
+        stride *= be[i];
+    }
+    struct kt *base = kt_new(k, dt, n, be);
+    return base ? kt_view(k, base, n, ne, nb, pad ? 1 : 0) : NULL;
+}
+
+/* A view of shape ne whose memory is laid out in the order `perm` (dim perm[j] of the view
+ * is dim j of the contiguous allocation): a transposed / permuted source or destination. */
+static struct kt *kt_permuted(struct kase *k, enum mmrt_dtype dt, int n, const int64_t *ne,
+                              const int *perm)
+{
+    int64_t be[MMRT_MAX_DIMS], bs[MMRT_MAX_DIMS], nb[MMRT_MAX_DIMS], stride = 1;
+    for (int j = 0; j < n; j++)
+        be[j] = ne[perm[j]];
+    for (int j = n - 1; j >= 0; j--) {
+        bs[j] = stride;
+        stride *= be[j];
+    }
+    for (int j = 0; j < n; j++)
+        nb[perm[j]] = bs[j];
+    struct kt *base = kt_new(k, dt, n, be);
+    return base ? kt_view(k, base, n, ne, nb, 0) : NULL;
+}
+
+/* ---- MATMUL ------------------------------------------------------------------------------ */
+
+static mmrt_status grid_matmul(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t M, K, N;
+        int quick;
+    } cases[] = {
+        {1, 1, 1, Q},      {1, 13, 7, Q},      {3, 64, 5, 0},       {7, 257, 33, Q},
+        {17, 1000, 130, 0}, {2, 1, 3, 0},      {5, 4099, 3, 0},     {64, 1031, 257, 0},
+        {1, 4096, 1031, 0}, {129, 768, 131, 0}, {577, 1024, 97, 0}, {33, 2048, 2053, 0},
+        {1, 11008, 127, 0}, {37, 31, 19, Q},     {128, 4096, 1031, 0},
+    };
+    static const char *const bias_names[] = {"none", "W dtype", "F32"};
+    uint64_t serial = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+            if (!want(c, cases[i].quick))
+                continue;
+            int64_t M = cases[i].M, K = cases[i].K, N = cases[i].N;
+            enum mmrt_dtype wdt = weight_dts[d];
+            int bias = (int)((i + (size_t)d) % 3); /* none, W's dtype, F32 */
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_MATMUL, dt_name(wdt), serial,
+                       "M=%lld K=%lld N=%lld bias=%s", (long long)M, (long long)K, (long long)N,
+                       bias_names[bias]);
+            struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, K));
+            struct kt *w = kt_new(&k, wdt, SHAPE(N, K));
+            struct kt *b = bias ? kt_new(&k, bias == 1 ? wdt : MMRT_DTYPE_F32, SHAPE(N)) : NULL;
+            struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, N));
+            kt_rand(&k, x, -1, 1);
+            kt_rand(&k, w, -1, 1);
+            if (b)
+                kt_rand(&k, b, -1, 1);
+            kase_run(&k, (const struct kt *[]){x, w, b}, b ? 3 : 2, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    /* x with more than two dims: rows are everything but the last dim. */
+    for (int d = 0; d < 3; d++, serial++) {
+        if (!want(c, d == 2))
+            continue;
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_MATMUL, dt_name(weight_dts[d]), serial,
+                   "x [2, 3, 40] W [9, 40] bias=none");
+        struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 3, 40));
+        struct kt *w = kt_new(&k, weight_dts[d], SHAPE(9, 40));
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 3, 9));
+        kt_rand(&k, x, -1, 1);
+        kt_rand(&k, w, -1, 1);
+        kase_run(&k, (const struct kt *[]){x, w}, 2, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* ---- ADD, MUL ---------------------------------------------------------------------------- */
+
+static mmrt_status grid_binary(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, N;
+        int quick;
+    } cases[] = {{1, 1, Q}, {7, 13, Q}, {64, 257, 0}, {3, 4099, 0}, {577, 1031, 0}};
+    static const char *const mode_names[] = {"same shape", "one row broadcast", "in place",
+                                             "in place, one row broadcast"};
+    uint64_t serial = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            for (int mode = 0; mode < 4; mode++, serial++) {
+                if (!want(c, cases[i].quick && mode < 2))
+                    continue;
+                int64_t R = cases[i].R, N = cases[i].N;
+                bool bcast = mode % 2 == 1;
+                struct kase k;
+                kase_begin(&k, c, op, dt_name(weight_dts[d]), serial, "[%lld, %lld] %s",
+                           (long long)R, (long long)N, mode_names[mode]);
+                struct kt *a = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+                struct kt *b = bcast ? kt_new(&k, weight_dts[d], SHAPE(N))
+                                     : kt_new(&k, weight_dts[d], SHAPE(R, N));
+                struct kt *y = mode >= 2 ? a : kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+                kt_rand(&k, a, -4, 4);
+                kt_rand(&k, b, -4, 4);
+                kase_run(&k, (const struct kt *[]){a, b}, 2, y, NULL, 0);
+                kase_check(&k, y);
+                END_CASE();
+            }
+    /* A 3-D src0 with a one-row [1, 1, N] src1 of its own rank. */
+    for (int d = 0; d < 3; d++, serial++) {
+        if (!want(c, d == 0))
+            continue;
+        struct kase k;
+        kase_begin(&k, c, op, dt_name(weight_dts[d]), serial, "[2, 5, 11] with [1, 1, 11]");
+        struct kt *a = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 5, 11));
+        struct kt *b = kt_new(&k, weight_dts[d], SHAPE(1, 1, 11));
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 5, 11));
+        kt_rand(&k, a, -1, 1);
+        kt_rand(&k, b, -1, 1);
+        kase_run(&k, (const struct kt *[]){a, b}, 2, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* ---- SCALE ------------------------------------------------------------------------------- */
+
+static mmrt_status grid_scale(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t n;
+        int quick;
+    } sizes[] = {{1, Q}, {7, Q}, {4099, 0}, {100003, 0}};
+    static const float scales[] = {0.125f, -3.5f, 0.0f};
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (size_t s = 0; s < 3; s++)
+            for (int in_place = 0; in_place < 2; in_place++, serial++) {
+                if (!want(c, sizes[i].quick && s != 2))
+                    continue;
+                int64_t n = sizes[i].n;
+                struct kase k;
+                kase_begin(&k, c, MMRT_OP_SCALE, "F32", serial, "[%lld] scale %g%s",
+                           (long long)n, (double)scales[s], in_place ? " in place" : "");
+                struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(n));
+                struct kt *y = in_place ? x : kt_new(&k, MMRT_DTYPE_F32, SHAPE(n));
+                kt_rand(&k, x, -10, 10);
+                struct mmrt_scale_params p = {scales[s]};
+                kase_run(&k, (const struct kt *[]){x}, 1, y, &p, sizeof p);
+                kase_check(&k, y);
+                END_CASE();
+            }
+    return MMRT_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------------- */
+
+static mmrt_status grid_unary(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, N;
+        int quick;
+    } cases[] = {{1, 1, Q}, {3, 4099, Q}, {64, 1031, 0}, {7, 11008, 0}};
+    /* Tails where naive formulas overflow or lose the limit, and signed zeros. */
+    static const float specials[] = {0.0f,  -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f,
+                                     50.0f, -50.0f, -100.0f, 3.0f, -3.0f, 88.0f, -88.0f};
+    const int64_t n_special = sizeof specials / sizeof specials[0];
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int in_place = 0; in_place < 2; in_place++, serial++) {
+            if (!want(c, cases[i].quick && !in_place))
+                continue;
+            int64_t R = cases[i].R, N = cases[i].N;
+            struct kase k;
+            kase_begin(&k, c, op, "F32", serial, "[%lld, %lld]%s", (long long)R, (long long)N,
+                       in_place ? " in place" : "");
+            struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            struct kt *y = in_place ? x : kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            float *v = kase_floats(&k, R * N);
+            if (v) {
+                for (int64_t j = 0; j < R * N; j++)
+                    v[j] = j < n_special ? specials[j] : kase_float(&k, -8, 8);
+                kt_set(&k, x, v);
+            }
+            kase_run(&k, (const struct kt *[]){x}, 1, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+static mmrt_status grid_swiglu(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, N;
+        int quick;
+    } cases[] = {{1, 1, Q}, {3, 37, Q}, {16, 688, 0}, {7, 11008, 0}};
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int in_place = 0; in_place < 2; in_place++, serial++) {
+            if (!want(c, cases[i].quick && !in_place))
+                continue;
+            int64_t R = cases[i].R, N = cases[i].N;
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_SWIGLU, "F32", serial, "[%lld, %lld]%s", (long long)R,
+                       (long long)N, in_place ? " in place" : "");
+            struct kt *g = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            struct kt *u = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            struct kt *y = in_place ? g : kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            kt_rand(&k, g, -6, 6);
+            kt_rand(&k, u, -3, 3);
+            kase_run(&k, (const struct kt *[]){g, u}, 2, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+/* ---- LAYERNORM, RMSNORM ------------------------------------------------------------------ */
+
+static mmrt_status grid_norm(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, N;
+        int quick;
+    } cases[] = {{1, 1, Q},   {3, 7, Q},    {17, 64, 0},  {2, 257, 0},
+                 {5, 1000, 0}, {2, 4096, Q}, {577, 1024, 0}, {7, 5120, 0}};
+    bool ln = op == MMRT_OP_LAYERNORM;
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int mode = 0; mode < 5; mode++, serial++) {
+            /* 0 no weights; 1-3 weight (and LN bias) in F32/F16/BF16; 4 in place with an
+             * F32 weight only. The data sit at an offset from 0, so the mean matters. */
+            if (!want(c, cases[i].quick && (mode == 0 || mode == 2)))
+                continue;
+            int64_t R = cases[i].R, N = cases[i].N;
+            enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? weight_dts[mode - 1] : MMRT_DTYPE_F32;
+            struct mmrt_norm_params p = {mode % 2 ? 1e-5f : 1e-6f};
+            struct kase k;
+            kase_begin(&k, c, op, dt_name(wdt), serial, "[%lld, %lld] %s eps %g", (long long)R,
+                       (long long)N,
+                       mode == 0 ? "no weight" : mode == 4 ? "in place, weight only"
+                       : ln ? "weight and bias" : "weight", (double)p.eps);
+            struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            struct kt *w = mode >= 1 ? kt_new(&k, wdt, SHAPE(N)) : NULL;
+            struct kt *b = ln && mode >= 1 && mode <= 3 ? kt_new(&k, wdt, SHAPE(N)) : NULL;
+            struct kt *y = mode == 4 ? x : kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            kt_rand(&k, x, 1, 5);
+            if (w)
+                kt_rand(&k, w, -2, 2);
+            if (b)
+                kt_rand(&k, b, -1, 1);
+            kase_run(&k, (const struct kt *[]){x, w, b}, ln ? 3 : 2, y, &p, sizeof p);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+/* ---- SOFTMAX ----------------------------------------------------------------------------- */
+
+static mmrt_status grid_softmax(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, N;
+        int quick;
+    } cases[] = {{1, 1, Q}, {3, 7, Q}, {5, 64, 0}, {2, 1000, 0}, {1, 4099, Q},
+                 {64, 577, 0}, {2, 32000, 0}};
+    static const char *const mode_names[] = {"plain", "30% masked with -inf",
+                                             "logits near 100", "masked, in place"};
+    static const float scales[] = {1.0f, 0.125f, 2.5f};
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int mode = 0; mode < 4; mode++, serial++) {
+            if (!want(c, cases[i].quick && mode < 2))
+                continue;
+            int64_t R = cases[i].R, N = cases[i].N;
+            /* Large logits run with scale 1: plugin.h leaves open whether x·scale is rounded
+             * before the max is subtracted, which moves outputs by |x·scale|·2⁻²⁴ relative. */
+            float scale = mode == 2 ? 1.0f : scales[(i + (size_t)mode) % 3];
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_SOFTMAX, "F32", serial, "[%lld, %lld] %s, scale %g",
+                       (long long)R, (long long)N, mode_names[mode], (double)scale);
+            k.zeros_exact = true; /* -inf inputs give exactly 0 */
+            struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            struct kt *y = mode == 3 ? x : kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+            float *v = kase_floats(&k, R * N);
+            if (v) {
+                float lo = mode == 2 ? 95.0f : -10.0f, hi = mode == 2 ? 105.0f : 10.0f;
+                for (int64_t j = 0; j < R * N; j++) {
+                    v[j] = kase_float(&k, lo, hi);
+                    /* Never a whole row: column 0 stays. */
+                    if ((mode == 1 || mode == 3) && j % N != 0 && kase_int(&k, 0, 9) < 3)
+                        v[j] = -INFINITY;
+                }
+                kt_set(&k, x, v);
+            }
+            struct mmrt_scale_params p = {scale};
+            kase_run(&k, (const struct kt *[]){x}, 1, y, &p, sizeof p);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    /* A row masked entirely has no distribution: zeros, never NaN. */
+    if (want(c, Q)) {
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_SOFTMAX, "F32", serial++, "[3, 5] one row all -inf");
+        k.zeros_exact = true;
+        struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(3, 5));
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(3, 5));
+        float v[15] = {1, 2, 3, 4, 5, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                       -1, -INFINITY, 0.5f, -INFINITY, 2};
+        kt_set(&k, x, v);
+        struct mmrt_scale_params p = {1.0f};
+        kase_run(&k, (const struct kt *[]){x}, 1, y, &p, sizeof p);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* ---- ROPE -------------------------------------------------------------------------------- */
+
+static mmrt_status grid_rope(struct chk *c, struct mmrt_error *err)
+{
+    enum { CONTIG, IN_PLACE, X_VIEW, VIEW_IN_PLACE };
+    static const char *const layout_names[] = {"contiguous", "in place",
+                                               "x a view of a fused QKV buffer",
+                                               "in place on a view of a fused QKV buffer"};
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, mode, layout;
+        float theta;
+        int max_pos, quick;
+    } cases[] = {
+        {5, 4, 64, 64, MMRT_ROPE_NEOX, CONTIG, 10000.0f, 16, Q},
+        {3, 2, 8, 4, MMRT_ROPE_NEOX, CONTIG, 25000.0f, 100, Q}, /* partial, Persimmon-like */
+        {7, 3, 128, 128, MMRT_ROPE_INTERLEAVED, IN_PLACE, 1e6f, 5000, 0},
+        {1, 1, 2, 2, MMRT_ROPE_NEOX, CONTIG, 10000.0f, 3, Q},
+        {9, 5, 80, 40, MMRT_ROPE_INTERLEAVED, X_VIEW, 10000.0f, 40000, 0},
+        {33, 2, 96, 64, MMRT_ROPE_NEOX, X_VIEW, 500000.0f, 32768, Q},
+        {4, 3, 256, 256, MMRT_ROPE_NEOX, IN_PLACE, 10000.0f, 32768, 0},
+        {129, 8, 128, 128, MMRT_ROPE_NEOX, VIEW_IN_PLACE, 1e6f, 4096, 0},
+        {577, 4, 64, 32, MMRT_ROPE_INTERLEAVED, CONTIG, 10000.0f, 600, 0},
+        {17, 7, 96, 96, MMRT_ROPE_INTERLEAVED, VIEW_IN_PLACE, 10000.0f, 1000, 0},
+    };
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+        if (!want(c, cases[i].quick))
+            continue;
+        int64_t T = cases[i].T, H = cases[i].H, D = cases[i].D;
+        int layout = cases[i].layout;
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_ROPE, "F32", serial,
+                   "T=%lld H=%lld D=%lld n_rot=%d %s theta %g pos <= %d, %s", (long long)T,
+                   (long long)H, (long long)D, cases[i].n_rot,
+                   cases[i].mode == MMRT_ROPE_NEOX ? "NEOX" : "INTERLEAVED",
+                   (double)cases[i].theta, cases[i].max_pos, layout_names[layout]);
+        struct kt *x, *y;
+        if (layout == X_VIEW || layout == VIEW_IN_PLACE) {
+            /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer. */
+            struct kt *buf = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, H + 2, D));
+            x = buf ? kt_view(&k, buf, SHAPE(T, H, D), (const int64_t[]){(H + 2) * D, D, 1}, D)
+                    : NULL;
+        } else {
+            x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, H, D));
+        }
+        if (layout == IN_PLACE || layout == VIEW_IN_PLACE) {
+            y = x;
+        } else {
+            y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, H, D));
+        }
+        struct kt *pos = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
+        int32_t *pv = kase_ints(&k, T);
+        if (pv) {
+            for (int64_t t = 0; t < T; t++)
+                pv[t] = kase_int(&k, 0, cases[i].max_pos); /* not monotonic, like packing */
+            pv[0] = cases[i].max_pos;
+            kt_set_raw(&k, pos, pv);
+        }
+        if (x)
+            kt_rand(&k, x, -2, 2);
+        struct mmrt_rope_params p = {cases[i].theta, cases[i].n_rot, cases[i].mode};
+        kase_run(&k, (const struct kt *[]){x, pos}, 2, y, &p, sizeof p);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* ---- ATTENTION --------------------------------------------------------------------------- */
+
+enum kv_layout {
+    KV_DENSE,      /* [S, Hkv, D] */
+    KV_CACHE,      /* tokens [3, 3 + S) of a [S + 8, Hkv, D] cache */
+    KV_HEAD_MAJOR, /* a [Hkv, S + 5, D] cache seen as [S, Hkv, D] (token stride D) */
+    KV_FUSED,      /* k and v interleaved per token in one [S, 2, Hkv, D] buffer */
+    KV_QKV,        /* k, v views of one F32 [T, Hq + 2·Hkv, D] QKV buffer (S == T); q, which
+                      plugin.h wants contiguous, is a copy of its own */
+};
+
+static const char *const kv_layout_names[] = {"dense", "cache view", "head-major cache",
+                                              "fused kv", "fused qkv"};
+
+struct attn_case {
+    int64_t Hq, Hkv, D;
+    int n_seq;            /* 0: no cu_seqlens */
+    int32_t lq[5], lk[5]; /* per-sequence lengths (lq[0], lk[0] when n_seq == 0) */
+    int causal;
+    enum mmrt_dtype kv;
+    enum kv_layout layout;
+    float q_amp; /* |q| range: larger makes softmax peakier */
+    float scale; /* 0: 1/sqrt(D) */
+    int quick;
+};
+
+#define F32 MMRT_DTYPE_F32
+#define F16 MMRT_DTYPE_F16
+static const struct attn_case attn_cases[] = {
+    /* Hq Hkv D  n_seq lq                lk                 causal kv  layout        amp sc  */
+    {4, 4, 64, 0, {7}, {7}, 0, F32, KV_DENSE, 1, 0, Q},
+    {8, 2, 80, 0, {33}, {33}, 1, F16, KV_DENSE, 1, 0, 0},
+    {4, 2, 128, 0, {1}, {37}, 1, F16, KV_CACHE, 1, 0, Q},              /* decode */
+    {32, 8, 128, 0, {1}, {1000}, 1, F16, KV_CACHE, 1, 0, 0},           /* decode, long */
+    {28, 4, 128, 0, {1}, {999}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0},       /* GQA 7 */
+    {8, 1, 64, 0, {1}, {513}, 1, F32, KV_FUSED, 1, 0, 0},              /* GQA 8 */
+    {4, 1, 64, 0, {5}, {20}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0},          /* chunked prefill */
+    {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, F32, KV_FUSED, 1, 0, 0}, /* vision blocks */
+    {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F16, KV_CACHE, 1, 0, Q}, /* empty */
+    {2, 1, 64, 0, {300}, {300}, 1, F32, KV_DENSE, 1, 0, 0},            /* long */
+    {1, 1, 3, 0, {4}, {9}, 0, F32, KV_DENSE, 1, 0, 0},                 /* odd D */
+    {4, 2, 64, 0, {9}, {9}, 1, F32, KV_FUSED, 4, 0.3f, Q},             /* peaky */
+    {2, 1, 16, 0, {2}, {0}, 0, F32, KV_DENSE, 1, 0, Q},                /* no keys */
+    {8, 2, 128, 0, {16}, {16}, 1, F16, KV_HEAD_MAJOR, 1, 0, 0},        /* GQA 4 */
+    {4, 4, 256, 2, {3, 2}, {40, 7}, 1, F16, KV_FUSED, 1, 0, 0},
+    {4, 4, 64, 0, {577}, {577}, 0, F32, KV_QKV, 1, 0, 0},              /* CLIP-L/14 @336 */
+    {8, 8, 96, 0, {129}, {129}, 1, F16, KV_DENSE, 1, 0, 0},
+    {12, 2, 80, 0, {129}, {193}, 1, F32, KV_CACHE, 1, 0, 0},           /* GQA 6, with past */
+    {4, 1, 128, 4, {1, 1, 1, 1}, {17, 256, 1, 700}, 1, F16, KV_CACHE, 1, 0, 0}, /* batch */
+    {16, 2, 64, 3, {100, 129, 7}, {100, 129, 7}, 1, F32, KV_QKV, 1, 0, 0}, /* packed */
+    {8, 8, 256, 0, {7}, {7}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0},
+    {2, 2, 96, 2, {7, 7}, {7, 7}, 0, F16, KV_DENSE, 2, 0, Q},
+    {16, 16, 64, 0, {577}, {577}, 0, F16, KV_FUSED, 1, 0, 0},          /* all CLIP-L heads */
+};
+#undef F32
+#undef F16
+
+/* k or v as the layout places it; `fused` holds the shared allocation between the calls. */
+static struct kt *kv_view(struct kase *k, const struct attn_case *ac, int64_t S, int which,
+                          struct kt **fused)
+{
+    int64_t Hkv = ac->Hkv, D = ac->D;
+    switch (ac->layout) {
+    case KV_DENSE:
+        return kt_new(k, ac->kv, SHAPE(S, Hkv, D));
+    case KV_CACHE: {
+        struct kt *t = kt_new(k, ac->kv, SHAPE(S + 8, Hkv, D));
+        return t ? kt_view(k, t, SHAPE(S, Hkv, D), (const int64_t[]){Hkv * D, D, 1}, 3 * Hkv * D)
+                 : NULL;
+    }
+    case KV_HEAD_MAJOR: {
+        struct kt *t = kt_new(k, ac->kv, SHAPE(Hkv, S + 5, D));
+        return t ? kt_view(k, t, SHAPE(S, Hkv, D), (const int64_t[]){D, (S + 5) * D, 1}, 0)
+                 : NULL;
+    }
+    case KV_FUSED:
+        if (!*fused)
+            *fused = kt_new(k, ac->kv, SHAPE(S, 2, Hkv, D));
+        return *fused ? kt_view(k, *fused, SHAPE(S, Hkv, D),
+                                (const int64_t[]){2 * Hkv * D, D, 1}, which * Hkv * D)
+                      : NULL;
+    case KV_QKV:
+    default: {
+        int64_t W = ac->Hq + 2 * Hkv;
+        return *fused ? kt_view(k, *fused, SHAPE(S, Hkv, D), (const int64_t[]){W * D, D, 1},
+                                (ac->Hq + which * Hkv) * D)
+                      : NULL;
+    }
+    }
+}
+
+static mmrt_status grid_attention(struct chk *c, struct mmrt_error *err)
+{
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++, serial++) {
+        const struct attn_case *ac = &attn_cases[i];
+        if (!want(c, ac->quick))
+            continue;
+        int n_seq = ac->n_seq ? ac->n_seq : 1;
+        int32_t cu_q[6] = {0}, cu_k[6] = {0};
+        char lens[96] = "";
+        size_t used = 0;
+        for (int s = 0; s < n_seq; s++) {
+            cu_q[s + 1] = cu_q[s] + ac->lq[s];
+            cu_k[s + 1] = cu_k[s] + ac->lk[s];
+            used += (size_t)snprintf(lens + used, sizeof lens - used, "%s%d/%d", s ? "," : "",
+                                     ac->lq[s], ac->lk[s]);
+        }
+        int64_t T = cu_q[n_seq], S = cu_k[n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
+        float scale = ac->scale != 0 ? ac->scale : 1.0f / sqrtf((float)D);
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_ATTENTION, dt_name(ac->kv), serial,
+                   "Hq=%lld Hkv=%lld D=%lld Lq/Lk=%s%s %s, %s%s", (long long)Hq, (long long)Hkv,
+                   (long long)D, lens, ac->n_seq ? " (cu_seqlens)" : "",
+                   ac->causal ? "causal" : "bidirectional", kv_layout_names[ac->layout],
+                   ac->q_amp > 1 ? ", peaky" : "");
+        k.zeros_exact = true; /* a query that sees no key gets exactly 0 */
+        struct kt *q, *kk, *vv, *fused = NULL;
+        if (ac->layout == KV_QKV)
+            fused = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, Hq + 2 * Hkv, D));
+        q = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, Hq, D));
+        kk = kv_view(&k, ac, S, 0, &fused);
+        vv = kv_view(&k, ac, S, 1, &fused);
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, Hq, D));
+        struct kt *cq = NULL, *ck = NULL;
+        if (ac->n_seq) {
+            cq = kt_new(&k, MMRT_DTYPE_I32, SHAPE(n_seq + 1));
+            ck = kt_new(&k, MMRT_DTYPE_I32, SHAPE(n_seq + 1));
+            if (cq && ck) {
+                kt_set_raw(&k, cq, cu_q);
+                kt_set_raw(&k, ck, cu_k);
+            }
+        }
+        if (q && kk && vv) {
+            kt_rand(&k, q, -ac->q_amp, ac->q_amp);
+            kt_rand(&k, kk, -1, 1);
+            kt_rand(&k, vv, -1, 1);
+        }
+        struct mmrt_attention_params p = {scale, ac->causal, n_seq};
+        kase_run(&k, (const struct kt *[]){q, kk, vv, cq, ck}, ac->n_seq ? 5 : 3, y, &p,
+                 sizeof p);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* ---- GET_ROWS ---------------------------------------------------------------------------- */
+
+static mmrt_status grid_get_rows(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t V, N, T;
+        int quick;
+    } cases[] = {{1, 1, 1, Q},     {10, 7, 5, Q},     {1000, 64, 33, 0},
+                 {32, 4096, 3, 0}, {32000, 64, 17, 0}, {5003, 96, 129, 0}};
+    uint64_t serial = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+            if (!want(c, cases[i].quick))
+                continue;
+            int64_t V = cases[i].V, N = cases[i].N, T = cases[i].T;
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_GET_ROWS, dt_name(weight_dts[d]), serial,
+                       "table [%lld, %lld], %lld ids", (long long)V, (long long)N, (long long)T);
+            struct kt *tab = kt_new(&k, weight_dts[d], SHAPE(V, N));
+            struct kt *ids = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
+            struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, N));
+            int32_t *iv = kase_ints(&k, T);
+            if (iv) {
+                for (int64_t t = 0; t < T; t++)
+                    iv[t] = kase_int(&k, 0, (int)V - 1);
+                iv[0] = (int32_t)V - 1; /* both ends, and a repeat */
+                if (T > 2)
+                    iv[1] = 0, iv[2] = iv[0];
+                kt_set_raw(&k, ids, iv);
+            }
+            kt_rand(&k, tab, -3, 3);
+            kase_run(&k, (const struct kt *[]){tab, ids}, 2, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    /* Every F16 / BF16 bit pattern (NaNs, infinities, subnormals) widened to F32. */
+    for (int d = 1; d < 3; d++, serial++) {
+        if (!want(c, 0))
+            continue;
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_GET_ROWS, dt_name(weight_dts[d]), serial,
+                   "every 16-bit pattern: table [1024, 64], 1024 ids reversed");
+        struct kt *tab = kt_new(&k, weight_dts[d], SHAPE(1024, 64));
+        struct kt *ids = kt_new(&k, MMRT_DTYPE_I32, SHAPE(1024));
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(1024, 64));
+        uint16_t *all = (uint16_t *)kase_ints(&k, 65536 / 2);
+        int32_t *iv = kase_ints(&k, 1024);
+        if (all && iv) {
+            for (int j = 0; j < 65536; j++)
+                all[j] = (uint16_t)j;
+            for (int t = 0; t < 1024; t++)
+                iv[t] = 1023 - t;
+            kt_set_raw(&k, tab, all);
+            kt_set_raw(&k, ids, iv);
+        }
+        kase_run(&k, (const struct kt *[]){tab, ids}, 2, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* ---- PATCH_EMBED ------------------------------------------------------------------------- */
+
+static mmrt_status grid_patch_embed(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t B, C, H, W, P, O;
+        int quick;
+    } cases[] = {
+        {1, 3, 28, 28, 14, 32, Q}, {2, 3, 14, 21, 7, 5, 0},   {1, 3, 30, 60, 30, 8, 0},
+        {1, 1, 4, 4, 1, 3, Q},     {2, 2, 6, 6, 3, 1, 0},     {1, 3, 224, 224, 14, 64, 0},
+        {1, 3, 336, 336, 14, 48, 0},
+    };
+    static const char *const bias_names[] = {"none", "W dtype", "F32"};
+    uint64_t serial = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+            if (!want(c, cases[i].quick))
+                continue;
+            int64_t B = cases[i].B, C = cases[i].C, H = cases[i].H, W = cases[i].W;
+            int64_t P = cases[i].P, O = cases[i].O, nP = (H / P) * (W / P);
+            int bias = (int)((i + (size_t)d) % 3);
+            enum mmrt_dtype wdt = weight_dts[d];
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_PATCH_EMBED, dt_name(wdt), serial,
+                       "image [%lld, %lld, %lld, %lld] P=%lld O=%lld bias=%s", (long long)B,
+                       (long long)C, (long long)H, (long long)W, (long long)P, (long long)O,
+                       bias_names[bias]);
+            struct kt *img = kt_new(&k, MMRT_DTYPE_F32, SHAPE(B, C, H, W));
+            struct kt *w = kt_new(&k, wdt, SHAPE(O, C, P, P));
+            struct kt *b = bias ? kt_new(&k, bias == 1 ? wdt : MMRT_DTYPE_F32, SHAPE(O)) : NULL;
+            struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(B, nP, O));
+            kt_rand(&k, img, -1, 1);
+            kt_rand(&k, w, -1, 1);
+            if (b)
+                kt_rand(&k, b, -1, 1);
+            struct mmrt_patch_params p = {(int32_t)P};
+            kase_run(&k, (const struct kt *[]){img, w, b}, 3, y, &p, sizeof p);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+/* ---- CONCAT ------------------------------------------------------------------------------ */
+
+static void fill_any(struct kase *k, struct kt *t, enum mmrt_dtype dt)
+{
+    if (dt == MMRT_DTYPE_I32)
+        kt_rand(k, t, -100000.0f, 100000.0f); /* put_elem truncates to int */
+    else
+        kt_rand(k, t, -4, 4);
+}
+
+static mmrt_status grid_concat(struct chk *c, struct mmrt_error *err)
+{
+    enum { CONTIG, PADDED, TRANSPOSED };
+    static const char *const lay[] = {"contiguous", "padded view", "transposed view"};
+    static const struct {
+        int n;
+        int64_t a[4];
+        int64_t b_len; /* src1's extent on the axis */
+        int axis, la, lb, quick;
+    } cases[] = {
+        {2, {3, 7}, 5, 0, CONTIG, CONTIG, Q},
+        {2, {4, 3}, 9, 1, CONTIG, PADDED, Q},
+        {1, {5}, 3, 0, PADDED, CONTIG, 0},
+        {3, {2, 3, 5}, 1, 1, PADDED, TRANSPOSED, 0},
+        {3, {2, 3, 5}, 4, 2, TRANSPOSED, PADDED, 0},
+        {4, {2, 3, 2, 7}, 2, 3, PADDED, PADDED, 0},
+        {4, {2, 3, 2, 7}, 5, 0, CONTIG, TRANSPOSED, 0},
+        {2, {100, 1024}, 37, 0, CONTIG, PADDED, 0}, /* image embeddings spliced into text */
+        {2, {0, 7}, 5, 0, CONTIG, CONTIG, 0},        /* an empty source */
+    };
+    static const enum mmrt_dtype dts[] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
+                                          MMRT_DTYPE_I32};
+    uint64_t serial = 0;
+    for (int d = 0; d < 4; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+            if (!want(c, cases[i].quick))
+                continue;
+            int n = cases[i].n, axis = cases[i].axis;
+            int64_t na[4], nb[4], ny[4];
+            for (int j = 0; j < n; j++)
+                na[j] = nb[j] = ny[j] = cases[i].a[j];
+            nb[axis] = cases[i].b_len;
+            ny[axis] = na[axis] + nb[axis];
+            enum mmrt_dtype dt = dts[d];
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_CONCAT, dt_name(dt), serial,
+                       "rank %d axis %d, %lld + %lld on the axis, src0 %s, src1 %s", n, axis,
+                       (long long)na[axis], (long long)nb[axis], lay[cases[i].la],
+                       lay[cases[i].lb]);
+            struct kt *src[2];
+            for (int s = 0; s < 2; s++) {
+                const int64_t *ne = s ? nb : na;
+                int l = s ? cases[i].lb : cases[i].la;
+                int perm[4] = {0, 1, 2, 3};
+                if (n >= 2) { /* swap the last two dims */
+                    perm[n - 1] = n - 2;
+                    perm[n - 2] = n - 1;
+                }
+                src[s] = l == CONTIG ? kt_new(&k, dt, n, ne)
+                         : l == PADDED ? kt_padded(&k, dt, n, ne, 2)
+                                       : kt_permuted(&k, dt, n, ne, perm);
+                if (src[s])
+                    fill_any(&k, src[s], dt);
+            }
+            struct kt *y = kt_new(&k, dt, n, ny);
+            struct mmrt_concat_params p = {axis};
+            kase_run(&k, (const struct kt *[]){src[0], src[1]}, 2, y, &p, sizeof p);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+/* ---- COPY -------------------------------------------------------------------------------- */
+
+/* F32 values whose conversions are easy to get wrong: signed zero, F16 subnormals and
+ * overflow, round-to-nearest-even ties for F16 (1 + 2⁻¹¹, 1 + 3·2⁻¹¹) and BF16 (1 + 2⁻⁸,
+ * 1 + 3·2⁻⁸), values that vanish in F16 but not in BF16, BF16 overflow. */
+static const float copy_specials[] = {
+    0.0f, -0.0f, 1e-6f, -3e-7f, 6.1e-5f, 65504.0f, 65519.0f, 65520.0f, -70000.0f,
+    1.00048828125f, 1.00146484375f, 1.00390625f, 1.01171875f, -1.00048828125f,
+    1e-30f, 3.4e38f, -3.39e38f, 0.1f, 1.0f / 3.0f, 2048.5f,
+};
+
+enum copy_layout {
+    CP_CONTIG,      /* [37, 129] → [37, 129] */
+    CP_TRANSPOSE,   /* src [37, 129] read transposed from a [129, 37] allocation */
+    CP_PERMUTE3,    /* [T, H, D] seen as [H, T, D] → contiguous [H, T, D] */
+    CP_PERMUTE4,    /* [2, 5, 3, 7] read from [2, 3, 5, 7] */
+    CP_REVERSE4,    /* all four dims reversed: the innermost source stride is not 1 */
+    CP_KV_WRITE,    /* contiguous [S, Hkv, D] into tokens [11, 11 + S) of a cache */
+    CP_KV_HEADMAJ,  /* contiguous [S, Hkv, D] into a head-major [Hkv, cap, D] cache */
+    CP_DST_STRIDED, /* contiguous [33, 65] into a transposed dst */
+    CP_PADDED,      /* padded source and padded destination */
+    CP_ONE,         /* a single element */
+    CP_EMPTY,       /* zero elements */
+    CP_N
+};
+static const char *const copy_layout_names[] = {
+    "contiguous [37, 129]", "transposed source [37, 129]", "[T, H, D] -> [H, T, D] (17, 6, 80)",
+    "4-D permute (0, 2, 1, 3)", "4-D reversed dims", "KV-cache write [9, 4, 64] at token 11",
+    "head-major KV-cache write [9, 4, 64]", "transposed destination [33, 65]",
+    "padded source and destination [3, 5, 7, 11]", "one element", "empty [0, 5]",
+};
+
+static mmrt_status grid_copy(struct chk *c, struct mmrt_error *err)
+{
+    static const enum mmrt_dtype dts[] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+    uint64_t serial = 0;
+    for (int sd = 0; sd < 4; sd++)
+        for (int dd = 0; dd < 4; dd++)
+            for (int l = 0; l < CP_N; l++, serial++) {
+                /* I32 copies only to I32. */
+                if ((sd == 3) != (dd == 3))
+                    continue;
+                enum mmrt_dtype sdt = sd == 3 ? MMRT_DTYPE_I32 : dts[sd];
+                enum mmrt_dtype ddt = dd == 3 ? MMRT_DTYPE_I32 : dts[dd];
+                if (!want(c, (l == CP_CONTIG || (l == CP_KV_WRITE && sd == 0 && dd == 1))))
+                    continue;
+                char label[24];
+                snprintf(label, sizeof label, "%s->%s", dt_name(sdt), dt_name(ddt));
+                struct kase k;
+                kase_begin(&k, c, MMRT_OP_COPY, label, serial, "%s", copy_layout_names[l]);
+                struct kt *s = NULL, *y = NULL;
+                switch ((enum copy_layout)l) {
+                case CP_CONTIG:
+                    s = kt_new(&k, sdt, SHAPE(37, 129));
+                    y = kt_new(&k, ddt, SHAPE(37, 129));
+                    break;
+                case CP_TRANSPOSE:
+                    s = kt_permuted(&k, sdt, SHAPE(37, 129), (const int[]){1, 0});
+                    y = kt_new(&k, ddt, SHAPE(37, 129));
+                    break;
+                case CP_PERMUTE3:
+                    s = kt_permuted(&k, sdt, SHAPE(6, 17, 80), (const int[]){1, 0, 2});
+                    y = kt_new(&k, ddt, SHAPE(6, 17, 80));
+                    break;
+                case CP_PERMUTE4:
+                    s = kt_permuted(&k, sdt, SHAPE(2, 5, 3, 7), (const int[]){0, 2, 1, 3});
+                    y = kt_new(&k, ddt, SHAPE(2, 5, 3, 7));
+                    break;
+                case CP_REVERSE4:
+                    s = kt_permuted(&k, sdt, SHAPE(3, 4, 5, 6), (const int[]){3, 2, 1, 0});
+                    y = kt_new(&k, ddt, SHAPE(3, 4, 5, 6));
+                    break;
+                case CP_KV_WRITE: {
+                    s = kt_new(&k, sdt, SHAPE(9, 4, 64));
+                    struct kt *cache = kt_new(&k, ddt, SHAPE(32, 4, 64));
+                    y = cache ? kt_view(&k, cache, SHAPE(9, 4, 64),
+                                        (const int64_t[]){4 * 64, 64, 1}, 11 * 4 * 64)
+                              : NULL;
+                    break;
+                }
+                case CP_KV_HEADMAJ: {
+                    s = kt_new(&k, sdt, SHAPE(9, 4, 64));
+                    struct kt *cache = kt_new(&k, ddt, SHAPE(4, 20, 64));
+                    y = cache ? kt_view(&k, cache, SHAPE(9, 4, 64),
+                                        (const int64_t[]){64, 20 * 64, 1}, 5 * 64)
+                              : NULL;
+                    break;
+                }
+                case CP_DST_STRIDED:
+                    s = kt_new(&k, sdt, SHAPE(33, 65));
+                    y = kt_permuted(&k, ddt, SHAPE(33, 65), (const int[]){1, 0});
+                    break;
+                case CP_PADDED:
+                    s = kt_padded(&k, sdt, SHAPE(3, 5, 7, 11), 1);
+                    y = kt_padded(&k, ddt, SHAPE(3, 5, 7, 11), 2);
+                    break;
+                case CP_ONE:
+                    s = kt_new(&k, sdt, SHAPE(1));
+                    y = kt_new(&k, ddt, SHAPE(1));
+                    break;
+                case CP_EMPTY:
+                case CP_N:
+                    s = kt_new(&k, sdt, SHAPE(0, 5));
+                    y = kt_new(&k, ddt, SHAPE(0, 5));
+                    break;
+                }
+                if (s && sdt == MMRT_DTYPE_I32) {
+                    int32_t *iv = kase_ints(&k, kt_numel(s));
+                    if (iv) {
+                        for (int64_t j = 0; j < kt_numel(s); j++) {
+                            uint32_t u = (uint32_t)kase_bits(&k);
+                            memcpy(&iv[j], &u, 4);
+                        }
+                        if (kt_numel(s) >= 2)
+                            iv[0] = INT32_MIN, iv[1] = INT32_MAX;
+                        kt_set_raw(&k, s, iv);
+                    }
+                } else if (s) {
+                    int64_t n = kt_numel(s), ns = sizeof copy_specials / sizeof copy_specials[0];
+                    float *v = kase_floats(&k, n);
+                    if (v) {
+                        for (int64_t j = 0; j < n; j++)
+                            v[j] = j < ns ? copy_specials[j] : kase_float(&k, -4, 4);
+                        kt_set(&k, s, v);
+                    }
+                }
+                kase_run(&k, (const struct kt *[]){s}, 1, y, NULL, 0);
+                kase_check(&k, y);
+                END_CASE();
+            }
+    /* Every F16 / BF16 bit pattern converted to the other two float dtypes. */
+    for (int sd = 1; sd < 3; sd++)
+        for (int dd = 0; dd < 3; dd++, serial++) {
+            if (sd == dd || !want(c, 0))
+                continue;
+            char label[24];
+            snprintf(label, sizeof label, "%s->%s", dt_name(dts[sd]), dt_name(dts[dd]));
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_COPY, label, serial, "every 16-bit pattern [256, 256]");
+            struct kt *s = kt_new(&k, dts[sd], SHAPE(256, 256));
+            struct kt *y = kt_new(&k, dts[dd], SHAPE(256, 256));
+            uint16_t *all = (uint16_t *)kase_ints(&k, 65536 / 2);
+            if (all) {
+                for (int j = 0; j < 65536; j++)
+                    all[j] = (uint16_t)j;
+                kt_set_raw(&k, s, all);
+            }
+            kase_run(&k, (const struct kt *[]){s}, 1, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+/* ---- ARGMAX ------------------------------------------------------------------------------ */
+
+static mmrt_status grid_argmax(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, N;
+        int quick;
+    } cases[] = {{1, 1, Q},     {3, 7, Q},      {9, 1000, Q},
+                 {2, 32000, 0}, {3, 151936, 0}, {64, 4099, 0}};
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+        if (!want(c, cases[i].quick))
+            continue;
+        int64_t R = cases[i].R, N = cases[i].N;
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_ARGMAX, "F32", serial,
+                   "[%lld, %lld]: distinct values, exact ties, NaN, -inf, max at either end",
+                   (long long)R, (long long)N);
+        struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+        struct kt *y = kt_new(&k, MMRT_DTYPE_I32, SHAPE(R));
+        float *v = kase_floats(&k, R * N);
+        if (v) {
+            for (int64_t r = 0; r < R; r++) {
+                float *row = v + r * N;
+                for (int64_t j = 0; j < N; j++)
+                    row[j] = kase_float(&k, -10, 10);
+                int64_t at = kase_int(&k, 0, (int)N - 1);
+                switch (r % 6) {
+                case 1: at = 0; break;
+                case 2: at = N - 1; break;
+                default: break;
+                }
+                row[at] = 11.0f + (float)r; /* a clear maximum … */
+                if (r % 6 == 3 && N > 2) {  /* … or an exact tie: the first one wins */
+                    int64_t second = kase_int(&k, 0, (int)N - 1);
+                    if (second != at)
+                        row[second] = row[at];
+                }
+                if (r % 6 == 4) /* NaN is never chosen, wherever it sits */
+                    for (int64_t j = 0; j < N; j += 3)
+                        if (j != at)
+                            row[j] = NAN;
+                if (r % 6 == 5)
+                    for (int64_t j = 1; j < N; j += 2)
+                        if (j != at)
+                            row[j] = -INFINITY;
+            }
+            kt_set(&k, x, v);
+        }
+        kase_run(&k, (const struct kt *[]){x}, 1, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
+{
+    switch (op) {
+    case MMRT_OP_MATMUL: return grid_matmul(c, err);
+    case MMRT_OP_ADD:
+    case MMRT_OP_MUL: return grid_binary(c, op, err);
+    case MMRT_OP_SCALE: return grid_scale(c, err);
+    case MMRT_OP_LAYERNORM:
+    case MMRT_OP_RMSNORM: return grid_norm(c, op, err);
+    case MMRT_OP_GELU:
+    case MMRT_OP_GELU_TANH:
+    case MMRT_OP_QUICK_GELU:
+    case MMRT_OP_SILU:
+    case MMRT_OP_RELU2: return grid_unary(c, op, err);
+    case MMRT_OP_SWIGLU: return grid_swiglu(c, err);
+    case MMRT_OP_SOFTMAX: return grid_softmax(c, err);
+    case MMRT_OP_ROPE: return grid_rope(c, err);
+    case MMRT_OP_ATTENTION: return grid_attention(c, err);
+    case MMRT_OP_GET_ROWS: return grid_get_rows(c, err);
+    case MMRT_OP_PATCH_EMBED: return grid_patch_embed(c, err);
+    case MMRT_OP_CONCAT: return grid_concat(c, err);
+    case MMRT_OP_COPY: return grid_copy(c, err);
+    case MMRT_OP_ARGMAX: return grid_argmax(c, err);
+    case MMRT_OP_COUNT: break;
+    }
+    return mmrt_error_set(err, MMRT_ERR_INTERNAL, "no cases for operator %d", (int)op);
+}

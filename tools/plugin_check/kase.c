@@ -1,0 +1,585 @@
+/*
+ * tools/plugin_check/kase.c — see kase.h.
+ *
+ * Layout bookkeeping: a view is (base allocation, byte offset inside it, extents, byte
+ * strides); the same relative layout is built on both devices, so one walk over the view's
+ * elements (struct walk) gives the byte offsets into both downloads and into the host
+ * staging buffer.
+ */
+#include "kase.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops.h"
+#include "tensor.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- f16 / bf16 ------------------------------------------------------------------------- */
+
+uint16_t chk_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t half = 1u << (shift - 1);
+        uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1);
+        if (rem > half || (rem == half && (r & 1)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
+        r++; /* may carry into the exponent, which is the correct rounding */
+    return (uint16_t)(sign | r);
+}
+
+float chk_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, x;
+    if (exp == 0) {
+        if (mant == 0) {
+            x = sign;
+        } else {
+            int e = -1;
+            do {
+                mant <<= 1;
+                e++;
+            } while (!(mant & 0x400u));
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+uint16_t chk_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu))
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+float chk_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* Element access in host bytes. put_elem rounds to the dtype and returns the stored value. */
+static double get_elem(const unsigned char *p, enum mmrt_dtype dt)
+{
+    uint16_t h;
+    float f;
+    int32_t i;
+    switch (dt) {
+    case MMRT_DTYPE_F32: memcpy(&f, p, 4); return f;
+    case MMRT_DTYPE_F16: memcpy(&h, p, 2); return chk_f16_to_f32(h);
+    case MMRT_DTYPE_BF16: memcpy(&h, p, 2); return chk_bf16_to_f32(h);
+    case MMRT_DTYPE_I32: memcpy(&i, p, 4); return i;
+    default: return NAN;
+    }
+}
+
+static float put_elem(unsigned char *p, enum mmrt_dtype dt, float v)
+{
+    uint16_t h;
+    int32_t i;
+    switch (dt) {
+    case MMRT_DTYPE_F32: memcpy(p, &v, 4); return v;
+    case MMRT_DTYPE_F16: h = chk_f32_to_f16(v); memcpy(p, &h, 2); return chk_f16_to_f32(h);
+    case MMRT_DTYPE_BF16: h = chk_f32_to_bf16(v); memcpy(p, &h, 2); return chk_bf16_to_f32(h);
+    case MMRT_DTYPE_I32: i = (int32_t)v; memcpy(p, &i, 4); return (float)i;
+    default: return v;
+    }
+}
+
+static void poison(unsigned char *p, uint64_t nbytes, enum mmrt_dtype dt)
+{
+    size_t es = mmrt_dtype_size(dt);
+    uint32_t nan32 = 0x7fc00000u, i32 = 0x7fffffffu;
+    uint16_t nan16 = dt == MMRT_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
+    for (uint64_t i = 0; i + es <= nbytes; i += es) {
+        if (dt == MMRT_DTYPE_F32)
+            memcpy(p + i, &nan32, 4);
+        else if (dt == MMRT_DTYPE_I32)
+            memcpy(p + i, &i32, 4);
+        else
+            memcpy(p + i, &nan16, 2);
+    }
+}
+
+/* ---- walking a view ------------------------------------------------------------------------- */
+
+struct walk {
+    int n;
+    int64_t ne[MMRT_MAX_DIMS], nb[MMRT_MAX_DIMS], idx[MMRT_MAX_DIMS];
+    uint64_t base_off;
+    int64_t left;
+};
+
+int64_t kt_numel(const struct kt *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->v[0].n_dims; i++)
+        n *= t->v[0].ne[i];
+    return n;
+}
+
+static void walk_init(struct walk *w, const struct kt *t)
+{
+    memset(w, 0, sizeof *w);
+    w->n = t->v[0].n_dims;
+    for (int i = 0; i < w->n; i++) {
+        w->ne[i] = t->v[0].ne[i];
+        w->nb[i] = t->v[0].nb[i];
+    }
+    w->base_off = t->rel_offset;
+    w->left = kt_numel(t);
+}
+
+/* The byte offset (inside the base) of the next element in row-major order; false at the end. */
+static bool walk_next(struct walk *w, uint64_t *off)
+{
+    if (w->left <= 0)
+        return false;
+    int64_t o = 0;
+    for (int i = 0; i < w->n; i++)
+        o += w->idx[i] * w->nb[i];
+    *off = w->base_off + (uint64_t)o;
+    w->left--;
+    for (int i = w->n - 1; i >= 0; i--) {
+        if (++w->idx[i] < w->ne[i])
+            break;
+        w->idx[i] = 0;
+    }
+    return true;
+}
+
+/* ---- the sticky state ------------------------------------------------------------------------ */
+
+static void kase_fail(struct kase *k, mmrt_status st, enum chk_verdict v, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void kase_fail(struct kase *k, mmrt_status st, enum chk_verdict v, const char *fmt, ...)
+{
+    if (k->st != MMRT_OK)
+        return;
+    k->st = st;
+    k->verdict_on_error = v;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->res.detail, sizeof k->res.detail, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float kase_float(struct kase *k, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(splitmix(&k->rng) >> 11) / 9007199254740992.0);
+}
+
+int kase_int(struct kase *k, int lo, int hi)
+{
+    return lo + (int)(splitmix(&k->rng) % ((uint64_t)((int64_t)hi - lo) + 1));
+}
+
+uint64_t kase_bits(struct kase *k)
+{
+    return splitmix(&k->rng);
+}
+
+void kase_begin(struct kase *k, struct chk *c, enum mmrt_op op, const char *dtype,
+                uint64_t serial, const char *fmt, ...)
+{
+    memset(k, 0, sizeof *k);
+    k->c = c;
+    k->op = op;
+    k->t0 = now_s();
+    k->res.rel_err = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->res.desc, sizeof k->res.desc, fmt, ap);
+    va_end(ap);
+    /* Seed from (run seed, op, serial) only, so selections do not shift inputs. */
+    k->rng = c->seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)op << 40) ^ (serial * 0x2545F4914F6CDD1Dull);
+    splitmix(&k->rng);
+    struct mmrt_error err;
+    k->row = chk_row_get(c, op, dtype, &err);
+    if (k->row < 0)
+        kase_fail(k, MMRT_ERR_NO_MEMORY, CHK_ERROR, "%s", err.msg);
+    k->res.row = k->row;
+}
+
+static void *temp_alloc(struct kase *k, size_t nbytes)
+{
+    if (k->st != MMRT_OK)
+        return NULL;
+    void *p = k->n_temps < KASE_MAX_TEMPS ? calloc(1, nbytes ? nbytes : 1) : NULL;
+    if (!p) {
+        kase_fail(k, MMRT_ERR_NO_MEMORY, CHK_ERROR, "out of host memory (%zu bytes)", nbytes);
+        return NULL;
+    }
+    k->temps[k->n_temps++] = p;
+    return p;
+}
+
+float *kase_floats(struct kase *k, int64_t n)
+{
+    return temp_alloc(k, (size_t)n * sizeof(float));
+}
+
+int32_t *kase_ints(struct kase *k, int64_t n)
+{
+    return temp_alloc(k, (size_t)n * sizeof(int32_t));
+}
+
+/* ---- tensors ---------------------------------------------------------------------------------- */
+
+struct kt *kt_new(struct kase *k, enum mmrt_dtype dtype, int n_dims, const int64_t *ne)
+{
+    if (k->st != MMRT_OK)
+        return NULL;
+    if (k->n_bases == KASE_MAX_BASES || k->n_tensors == KASE_MAX_TENSORS) {
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "checker: too many tensors in one case");
+        return NULL;
+    }
+    struct mmrt_error err;
+    uint64_t nbytes;
+    if (mmrt_tensor_nbytes(dtype, n_dims, ne, &nbytes, &err) != MMRT_OK) {
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "checker: %s", err.msg);
+        return NULL;
+    }
+    struct kase_base *b = &k->bases[k->n_bases];
+    memset(b, 0, sizeof *b);
+    b->host = malloc(nbytes ? (size_t)nbytes : 1);
+    if (!b->host) {
+        kase_fail(k, MMRT_ERR_NO_MEMORY, CHK_ERROR, "out of host memory (%llu bytes)",
+                  (unsigned long long)nbytes);
+        return NULL;
+    }
+    b->nbytes = nbytes;
+    b->dtype = dtype;
+    b->dirty = true;
+    poison(b->host, nbytes, dtype);
+    k->n_bases++; /* from here on kase_end frees it */
+    for (int d = 0; d < 2; d++) {
+        mmrt_status st = mmrt_dev_tensor_alloc(k->c->dev[d], dtype, n_dims, ne, &b->dt[d], &err);
+        if (st == MMRT_ERR_OUT_OF_POOL) {
+            kase_fail(k, st, CHK_SKIPPED, "does not fit the %s pool (%s)",
+                      d ? "plugin's" : "reference's", err.msg);
+            return NULL;
+        }
+        if (st != MMRT_OK) {
+            kase_fail(k, st, d ? CHK_FAIL : CHK_ERROR, "%s", err.msg);
+            return NULL;
+        }
+    }
+    struct kt *t = &k->tensors[k->n_tensors++];
+    memset(t, 0, sizeof *t);
+    t->base = k->n_bases - 1;
+    t->v[0] = b->dt[0].t;
+    t->v[1] = b->dt[1].t;
+    return t;
+}
+
+struct kt *kt_view(struct kase *k, const struct kt *parent, int n_dims, const int64_t *ne,
+                   const int64_t *nb_elems, int64_t offset_elems)
+{
+    if (k->st != MMRT_OK)
+        return NULL;
+    if (k->n_tensors == KASE_MAX_TENSORS) {
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "checker: too many tensors in one case");
+        return NULL;
+    }
+    const struct kase_base *b = &k->bases[parent->base];
+    int64_t es = (int64_t)mmrt_dtype_size(b->dtype);
+    struct kt *t = &k->tensors[k->n_tensors];
+    memset(t, 0, sizeof *t);
+    t->base = parent->base;
+    t->rel_offset = parent->rel_offset + (uint64_t)(offset_elems * es);
+    int64_t last = 0; /* byte offset of the view's last element, relative to its first */
+    bool empty = false;
+    for (int d = 0; d < 2; d++) {
+        struct mmrt_tensor *v = &t->v[d];
+        *v = b->dt[d].t;
+        v->offset = b->dt[d].t.offset + t->rel_offset;
+        v->n_dims = n_dims;
+        for (int i = 0; i < MMRT_MAX_DIMS; i++) {
+            v->ne[i] = i < n_dims ? ne[i] : 1;
+            v->nb[i] = i < n_dims ? nb_elems[i] * es : es;
+        }
+    }
+    for (int i = 0; i < n_dims; i++) {
+        last += (ne[i] - 1) * nb_elems[i] * es;
+        empty |= ne[i] == 0;
+    }
+    if (!empty && t->rel_offset + (uint64_t)last + (uint64_t)es > b->nbytes) {
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "checker: view outside its allocation");
+        return NULL;
+    }
+    k->n_tensors++;
+    return t;
+}
+
+void kt_rand(struct kase *k, struct kt *t, float lo, float hi)
+{
+    if (k->st != MMRT_OK)
+        return;
+    struct kase_base *b = &k->bases[t->base];
+    struct walk w;
+    uint64_t off;
+    walk_init(&w, t);
+    while (walk_next(&w, &off))
+        put_elem(b->host + off, b->dtype, kase_float(k, lo, hi));
+    b->dirty = true;
+}
+
+void kt_set(struct kase *k, struct kt *t, float *v)
+{
+    if (k->st != MMRT_OK)
+        return;
+    struct kase_base *b = &k->bases[t->base];
+    struct walk w;
+    uint64_t off;
+    int64_t i = 0;
+    walk_init(&w, t);
+    while (walk_next(&w, &off)) {
+        v[i] = put_elem(b->host + off, b->dtype, v[i]);
+        i++;
+    }
+    b->dirty = true;
+}
+
+void kt_set_raw(struct kase *k, struct kt *t, const void *elems)
+{
+    if (k->st != MMRT_OK)
+        return;
+    struct kase_base *b = &k->bases[t->base];
+    struct walk w;
+    uint64_t off;
+    int64_t i = 0;
+    size_t es = mmrt_dtype_size(b->dtype);
+    walk_init(&w, t);
+    while (walk_next(&w, &off))
+        memcpy(b->host + off, (const unsigned char *)elems + es * (size_t)i++, es);
+    b->dirty = true;
+}
+
+/* ---- running and comparing ------------------------------------------------------------------ */
+
+void kase_run(struct kase *k, const struct kt *const *src, int n_src, const struct kt *dst,
+              const void *params, uint32_t params_size)
+{
+    if (k->st != MMRT_OK)
+        return;
+    struct mmrt_error err;
+    for (int i = 0; i < k->n_bases; i++) {
+        struct kase_base *b = &k->bases[i];
+        if (!b->dirty)
+            continue;
+        for (int d = 0; d < 2; d++) {
+            mmrt_status st = mmrt_dev_upload(k->c->dev[d], &b->dt[d].t, b->host, b->nbytes, &err);
+            if (st != MMRT_OK) {
+                kase_fail(k, st, d ? CHK_FAIL : CHK_ERROR, "%s", err.msg);
+                return;
+            }
+        }
+        b->dirty = false;
+    }
+    for (int d = 0; d < 2; d++) {
+        const struct mmrt_tensor *s[MMRT_MAX_SRC] = {0};
+        for (int i = 0; i < n_src && i < MMRT_MAX_SRC; i++)
+            s[i] = src[i] ? &src[i]->v[d] : NULL;
+        mmrt_status st = mmrt_op_launch(k->c->dev[d], k->op, s, n_src, &dst->v[d], params,
+                                        params_size, &err);
+        if (st == MMRT_OK)
+            continue;
+        if (d == 0)
+            kase_fail(k, st, CHK_ERROR, "reference failed: %s", err.msg);
+        else if (st == MMRT_ERR_UNSUPPORTED)
+            kase_fail(k, st, CHK_REFUSED, "%s", err.msg);
+        else
+            kase_fail(k, st, CHK_FAIL, "%s: %s", mmrt_status_name(st), err.msg);
+        return;
+    }
+}
+
+static void describe_index(const struct kt *t, int64_t flat, char *buf, size_t size)
+{
+    int64_t idx[MMRT_MAX_DIMS] = {0};
+    int n = t->v[0].n_dims;
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t e = t->v[0].ne[i] ? t->v[0].ne[i] : 1;
+        idx[i] = flat % e;
+        flat /= e;
+    }
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
+                                 (long long)idx[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+void kase_check(struct kase *k, const struct kt *dst)
+{
+    if (k->st != MMRT_OK)
+        return;
+    const struct kase_base *b = &k->bases[dst->base];
+    double tol = k->c->rows[k->row].tol->tol;
+    size_t n = b->nbytes ? (size_t)b->nbytes : 1;
+    unsigned char *ref = malloc(n), *got = malloc(n), *mask = calloc(1, n);
+    struct mmrt_error err;
+    if (!ref || !got || !mask) {
+        kase_fail(k, MMRT_ERR_NO_MEMORY, CHK_ERROR, "out of host memory (%zu bytes)", n);
+        goto out;
+    }
+    for (int d = 0; d < 2; d++) {
+        mmrt_status st = mmrt_dev_download(k->c->dev[d], &b->dt[d].t, d ? got : ref, b->nbytes,
+                                           &err);
+        if (st != MMRT_OK) {
+            kase_fail(k, st, d ? CHK_FAIL : CHK_ERROR, "%s", err.msg);
+            goto out;
+        }
+    }
+
+    enum mmrt_dtype dt = b->dtype;
+    size_t es = mmrt_dtype_size(dt);
+    double max_ref = 0, max_err = 0;
+    int64_t worst = -1, i = 0, n_mismatch = 0, first_mismatch = -1;
+    char bad[256] = "";
+    struct walk w;
+    uint64_t off;
+    walk_init(&w, dst);
+    for (; walk_next(&w, &off); i++) {
+        memset(mask + off, 1, es);
+        double r = get_elem(ref + off, dt), g = get_elem(got + off, dt);
+        /* Bit-exact, except that NaN payloads are not specified anywhere. */
+        bool same = memcmp(ref + off, got + off, es) == 0 || (isnan(r) && isnan(g));
+        if (!same && ++n_mismatch == 1)
+            first_mismatch = i;
+        if (bad[0])
+            continue;
+        char where[64];
+        if (isnan(r) || isnan(g) || isinf(r) || isinf(g)) {
+            if (!(isnan(r) && isnan(g)) && r != g) {
+                describe_index(dst, i, where, sizeof where);
+                snprintf(bad, sizeof bad, "element %s is %.9g, reference %.9g", where, g, r);
+            }
+            continue;
+        }
+        if (k->zeros_exact && r == 0 && g != 0) {
+            describe_index(dst, i, where, sizeof where);
+            snprintf(bad, sizeof bad, "element %s is %.9g, must be exactly 0 as the reference",
+                     where, g);
+            continue;
+        }
+        if (fabs(r) > max_ref)
+            max_ref = fabs(r);
+        double e = fabs(g - r);
+        if (e > max_err) {
+            max_err = e;
+            worst = i;
+        }
+    }
+    k->res.n_mismatch = n_mismatch;
+    double rel = max_err / (max_ref > 0 ? max_ref : 1.0);
+    if (rel > k->res.rel_err)
+        k->res.rel_err = rel;
+
+    /* Bytes outside the view must be untouched: both devices started from the same bytes. */
+    for (size_t j = 0; j < (size_t)b->nbytes; j++) {
+        if (!mask[j] && ref[j] != got[j]) {
+            kase_fail(k, MMRT_ERR_PLUGIN, CHK_FAIL, "wrote outside the dst view: byte %zu of "
+                      "its %llu-byte allocation changed", j, (unsigned long long)b->nbytes);
+            goto out;
+        }
+    }
+    char where[64];
+    if (bad[0]) {
+        kase_fail(k, MMRT_ERR_PLUGIN, CHK_FAIL, "%s", bad);
+    } else if (tol == 0 && n_mismatch > 0) {
+        describe_index(dst, first_mismatch, where, sizeof where);
+        walk_init(&w, dst);
+        for (int64_t j = 0; j <= first_mismatch; j++)
+            walk_next(&w, &off);
+        kase_fail(k, MMRT_ERR_PLUGIN, CHK_FAIL, "%lld of %lld elements differ, first %s: got "
+                  "%.9g, want %.9g (must be bit-exact)", (long long)n_mismatch,
+                  (long long)kt_numel(dst), where, get_elem(got + off, dt),
+                  get_elem(ref + off, dt));
+    } else if (rel > tol) {
+        describe_index(dst, worst, where, sizeof where);
+        walk_init(&w, dst);
+        for (int64_t j = 0; j <= worst; j++)
+            walk_next(&w, &off);
+        kase_fail(k, MMRT_ERR_PLUGIN, CHK_FAIL, "rel err %.3g > %.3g: worst element %s got "
+                  "%.9g, want %.9g (max |ref| %.4g)", rel, tol, where, get_elem(got + off, dt),
+                  get_elem(ref + off, dt), max_ref);
+    }
+out:
+    free(ref);
+    free(got);
+    free(mask);
+}
+
+mmrt_status kase_end(struct kase *k, struct mmrt_error *err)
+{
+    if (k->st == MMRT_OK) {
+        k->res.verdict = CHK_PASS;
+    } else {
+        k->res.verdict = k->verdict_on_error;
+        if (k->verdict_on_error != CHK_FAIL)
+            k->res.rel_err = -1; /* nothing compared, or nothing trustworthy */
+    }
+    for (int i = k->n_bases - 1; i >= 0; i--) {
+        for (int d = 1; d >= 0; d--)
+            mmrt_dev_tensor_free(k->c->dev[d], &k->bases[i].dt[d]);
+        free(k->bases[i].host);
+    }
+    for (int i = 0; i < k->n_temps; i++)
+        free(k->temps[i]);
+    k->n_bases = k->n_temps = k->n_tensors = 0;
+    k->res.seconds = now_s() - k->t0;
+    if (k->row < 0)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s", k->res.detail);
+    return chk_add_case(k->c, &k->res, err);
+}

@@ -1,0 +1,127 @@
+/*
+ * tools/plugin_check/kase.h — one operator case run on both devices ("case" is a C keyword).
+ *
+ * A case allocates its tensors twice (reference device, device under test) from the device
+ * pools, fills one host staging buffer per allocation and uploads the same bytes to both,
+ * launches the operator through core/ops.h on each (exactly as models launch it, so the
+ * operator front validates every launch), downloads the output from both and compares.
+ *
+ *     struct kase k;
+ *     kase_begin(&k, c, MMRT_OP_ADD, "F16", serial, "[%d, %d] + row", R, N);
+ *     struct kt *a = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
+ *     kt_rand(&k, a, -4, 4);
+ *     …
+ *     kase_run(&k, (const struct kt *[]){ a, b }, 2, y, NULL, 0);
+ *     kase_check(&k, y);
+ *     return kase_end(&k, err);
+ *
+ * Errors are sticky: after the first failure (pool too small, a kernel error, host memory)
+ * every later call is a no-op and may be handed the NULL that a failed kt_new returned, so
+ * case code stays a straight line; kase_end turns the state into the case's verdict.
+ *
+ * Poison: every allocation starts as NaN (F32/F16/BF16) or 0x7fffffff (I32) on both devices.
+ * A kernel that reads a cell outside its view gets NaN into its result; one that writes
+ * outside its dst view changes bytes that must stay equal between the devices.
+ */
+#ifndef MMRT_PLUGIN_CHECK_KASE_H
+#define MMRT_PLUGIN_CHECK_KASE_H
+
+#include "check.h"
+
+/* SHAPE(2, 3, 4) expands to "n_dims, ne" for kt_new / kt_view. */
+#define SHAPE(...)                                                                             \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+#define KASE_MAX_BASES 12
+#define KASE_MAX_TENSORS 16
+#define KASE_MAX_TEMPS 16
+
+/* One allocation, on both devices, and the bytes both get. */
+struct kase_base {
+    struct mmrt_dev_tensor dt[2];
+    unsigned char *host;
+    uint64_t nbytes;
+    enum mmrt_dtype dtype;
+    bool dirty; /* host bytes not uploaded yet */
+};
+
+/* A tensor as the op sees it: a view (possibly the whole) of one base, on each device. */
+struct kt {
+    struct mmrt_tensor v[2];
+    int base;
+    uint64_t rel_offset; /* byte offset of the view inside its base */
+};
+
+struct kase {
+    struct chk *c;
+    enum mmrt_op op;
+    int row;
+    struct chk_case res;
+    mmrt_status st;      /* sticky state; MMRT_OK while the case is healthy */
+    enum chk_verdict verdict_on_error;
+    uint64_t rng;
+    double t0;
+    bool zeros_exact;    /* where the reference is exactly ±0, the plugin must be too */
+    struct kase_base bases[KASE_MAX_BASES];
+    int n_bases;
+    struct kt tensors[KASE_MAX_TENSORS];
+    int n_tensors;
+    void *temps[KASE_MAX_TEMPS];
+    int n_temps;
+};
+
+/* Starts a case of `op` in the row (op, dtype). `serial` numbers the case within its op and
+ * seeds its random inputs together with the run's --seed, so a case has the same inputs
+ * whatever --ops or --quick select. The description is printf-formatted. */
+void kase_begin(struct kase *k, struct chk *c, enum mmrt_op op, const char *dtype,
+                uint64_t serial, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* A contiguous tensor of dtype and shape on both devices, poisoned. NULL after an error. */
+struct kt *kt_new(struct kase *k, enum mmrt_dtype dtype, int n_dims, const int64_t *ne);
+
+/* A strided view of parent's allocation: extents ne, strides and offset in elements of
+ * parent's dtype, relative to parent's first element. The caller keeps it inside the
+ * allocation. NULL after an error. */
+struct kt *kt_view(struct kase *k, const struct kt *parent, int n_dims, const int64_t *ne,
+                   const int64_t *nb_elems, int64_t offset_elems);
+
+/* Writes values into the elements the view covers (row-major over its extents), rounded to
+ * its dtype with round-to-nearest-even: random in [lo, hi), or from v (numel(t) floats,
+ * rounded in place so the caller sees the device's values), or raw elements of the view's
+ * dtype (numel(t) of them: I32 ids, F16 bit patterns). */
+void kt_rand(struct kase *k, struct kt *t, float lo, float hi);
+void kt_set(struct kase *k, struct kt *t, float *v);
+void kt_set_raw(struct kase *k, struct kt *t, const void *elems);
+
+/* Random numbers from the case's stream: uniform float in [lo, hi), int in [lo, hi]
+ * (hi − lo < 2³¹). */
+float kase_float(struct kase *k, float lo, float hi);
+int kase_int(struct kase *k, int lo, int hi);
+uint64_t kase_bits(struct kase *k); /* 64 random bits */
+
+/* n zeroed host floats / int32s that live until kase_end; NULL after an error. */
+float *kase_floats(struct kase *k, int64_t n);
+int32_t *kase_ints(struct kase *k, int64_t n);
+
+/* Uploads what changed, then launches op on the reference and on the plugin. src entries may
+ * be NULL (absent optional inputs). */
+void kase_run(struct kase *k, const struct kt *const *src, int n_src, const struct kt *dst,
+              const void *params, uint32_t params_size);
+
+/* Downloads dst's allocation from both devices and compares (see check.h). */
+void kase_check(struct kase *k, const struct kt *dst);
+
+/* Records the case, frees everything it allocated. MMRT_OK unless the result could not be
+ * recorded (host memory). */
+mmrt_status kase_end(struct kase *k, struct mmrt_error *err);
+
+/* Number of elements of a view. */
+int64_t kt_numel(const struct kt *t);
+
+/* Round-to-nearest-even conversions the host uses to build inputs. */
+uint16_t chk_f32_to_f16(float f);
+float chk_f16_to_f32(uint16_t h);
+uint16_t chk_f32_to_bf16(float f);
+float chk_bf16_to_f32(uint16_t h);
+
+#endif
