@@ -69,6 +69,11 @@ mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *pl
     }
     dev->info.name[sizeof dev->info.name - 1] = '\0';
     dev->info.kind[sizeof dev->info.kind - 1] = '\0';
+    if (dev->api->prepare && (st = dev->api->prepare(dev->handle)) != MMRT_OK) {
+        mmrt_error_set(err, st, "device %s (plugin %s): %s", name, dev->api->name,
+                       dev->api->last_error(dev->handle));
+        goto fail;
+    }
 
     struct mmrt_pool_config pcfg = {
         .capacity_bytes = pool_bytes,

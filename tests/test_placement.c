@@ -196,6 +196,24 @@ static void test_missing_operators_refused(void **state)
     free(old);
 }
 
+static void test_kernel_build_failure_at_startup(void **state)
+{
+    (void)state;
+    /* A kernel that does not compile is reported when the runtime starts, with the
+     * compiler's log, before the model's weights are read. */
+    setenv("MMRT_OPENCL_BUILD_OPTIONS", "-Dk_copy=+", 1);
+    struct mmrt_device_config dev = { .name = "o", .plugin = "opencl", .pool_mb = 8 };
+    struct mmrt_config cfg = { .model_path = model, .devices = &dev, .n_devices = 1 };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
+    unsetenv("MMRT_OPENCL_BUILD_OPTIONS");
+    assert_int_equal(st, MMRT_ERR_DEVICE);
+    assert_null(rt);
+    if (!strstr(err, "device o (plugin opencl): ") || !strstr(err, "build log"))
+        fail_msg("unexpected: %s", err);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
@@ -220,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_language_on_opencl),
         cmocka_unit_test(test_batch_overlaps_stages),
         cmocka_unit_test(test_missing_operators_refused),
+        cmocka_unit_test(test_kernel_build_failure_at_startup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

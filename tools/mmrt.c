@@ -83,7 +83,7 @@ static int list_devices(void)
 static int is_config_error(mmrt_status st)
 {
     return st == MMRT_ERR_CONFIG || st == MMRT_ERR_PLUGIN || st == MMRT_ERR_NO_DEVICE ||
-           st == MMRT_ERR_NOT_FOUND || st == MMRT_ERR_UNSUPPORTED;
+           st == MMRT_ERR_NOT_FOUND || st == MMRT_ERR_UNSUPPORTED || st == MMRT_ERR_DEVICE;
 }
 
 #define MAX_REQUESTS 64

@@ -148,6 +148,8 @@ struct ocl_arena *ocl_find(struct mmrt_device *dev, const void *handle);
 mmrt_status ocl_kernel_get(struct mmrt_device *dev, enum ocl_kernel id, cl_kernel *out);
 /* Releases the program, kernels, error buffer, scratch and ROPE tables. */
 void ocl_program_release(struct mmrt_device *dev);
+/* Builds the program now (the plugin's `prepare`): a build failure is reported at start-up. */
+mmrt_status ocl_program_prepare(struct mmrt_device *dev);
 /* Reads and clears the device error buffer if a checking kernel ran since the last read;
  * MMRT_ERR_INVALID_ARG with the op's message when it held an error. Waits for the queue. */
 mmrt_status ocl_check_async(struct mmrt_device *dev);

@@ -178,6 +178,13 @@ mmrt_status ocl_kernel_get(struct mmrt_device *dev, enum ocl_kernel id, cl_kerne
     return MMRT_OK;
 }
 
+mmrt_status ocl_program_prepare(struct mmrt_device *dev)
+{
+    if (dev->build_error)
+        return ocl_fail(dev, dev->build_status, "%s", dev->build_error);
+    return dev->program ? MMRT_OK : build(dev);
+}
+
 void ocl_program_release(struct mmrt_device *dev)
 {
     for (int i = 0; i < OCL_K_COUNT; i++)

@@ -762,6 +762,7 @@ static const struct mmrt_plugin ocl_plugin = {
     .n_ops = MMRT_OP_COUNT,
     .option_keys = ocl_option_keys,
     .shutdown = NULL,
+    .prepare = ocl_program_prepare,
 };
 
 MMRT_PLUGIN_EXPORT const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_host *host)

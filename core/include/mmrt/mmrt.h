@@ -73,7 +73,8 @@ struct mmrt_runtime;
 /* Creates a runtime. On failure returns the status, writes the detail into err (which may
  * be NULL) and leaves *out untouched. Statuses the CLI treats as configuration errors
  * (exit status 2): MMRT_ERR_CONFIG, MMRT_ERR_PLUGIN, MMRT_ERR_NO_DEVICE, MMRT_ERR_NOT_FOUND,
- * MMRT_ERR_UNSUPPORTED (a model type, or an operator a stage needs, that is not available). */
+ * MMRT_ERR_UNSUPPORTED (a model type, or an operator a stage needs, that is not available),
+ * MMRT_ERR_DEVICE (a device that cannot be brought up, e.g. kernels that do not build). */
 MMRT_API mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **out,
                                  char *err, size_t err_size);
 

@@ -289,6 +289,12 @@ struct mmrt_plugin {
     mmrt_status (*capture_end)(struct mmrt_device *dev, void **graph);
     mmrt_status (*graph_launch)(struct mmrt_device *dev, void *graph);
     void (*graph_destroy)(struct mmrt_device *dev, void *graph);
+
+    /* Compiles or loads whatever the device's kernels need (optional; NULL means nothing to
+     * do). The runtime calls it once after opening a device and before any weights are
+     * loaded, so a kernel that cannot be built is reported at start-up with the compiler's
+     * log, not in the middle of the first request. Listing devices does not call it. */
+    mmrt_status (*prepare)(struct mmrt_device *dev);
 };
 
 /* The oldest mmrt_plugin layout the loader accepts: everything up to last_error. */
