@@ -137,6 +137,30 @@ static void test_demo_conf(void **state)
     print_message("%s", out);
 }
 
+/* Issue 4's promise: the split deployment gives the fixture's greedy tokens, and --check
+ * on it exits 0 with its per-stage table. Skipped without an OpenCL device. */
+static void test_split_placement_check(void **state)
+{
+    (void)state;
+    char ocl[4096], conf[4096];
+    snprintf(ocl, sizeof ocl, "%s/bin/libmmrt_opencl.so", getenv("MMRT_BUILD_DIR"));
+    if (access(ocl, F_OK) != 0 ||
+        run_mmrt(NULL, (const char *[]){ "--list-devices", NULL }) != 0 ||
+        !strstr(out, "opencl:0 ")) {
+        print_message("no OpenCL device: split placement not checked\n");
+        return;
+    }
+    snprintf(conf, sizeof conf, "%s/conf/llava-tiny-split.ini", getenv("MMRT_SOURCE_DIR"));
+    int rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--check", NULL });
+    if (rc != 0 || !strstr(out, "vision    image features") || !strstr(out, "PASS"))
+        fail_msg("--check exited %d:\n%s", rc, out);
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--json", NULL });
+    /* case 3 of tests/fixtures/llava-tiny/expected.json: grad_45x90.png, the same prompt */
+    if (rc != 0 || !strstr(out, "\"token_ids\": [\n    75,\n    235,\n    297,"))
+        fail_msg("--json exited %d:\n%s", rc, out);
+    print_message("%s", out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +169,7 @@ int main(void)
         cmocka_unit_test(test_refused_plugin_is_listed_with_versions),
         cmocka_unit_test(test_config_errors_exit_2),
         cmocka_unit_test(test_demo_conf),
+        cmocka_unit_test(test_split_placement_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
