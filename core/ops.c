@@ -26,10 +26,13 @@ static int64_t inner(const struct mmrt_tensor *t)
     return t->ne[t->n_dims - 1];
 }
 
+/* Product of every extent but the innermost (so an [M, 0] tensor still has M rows). */
 static int64_t rows(const struct mmrt_tensor *t)
 {
-    int64_t in = inner(t);
-    return in ? numel(t) / in : 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->n_dims - 1; i++)
+        n *= t->ne[i];
+    return n;
 }
 
 static int contiguous(const struct mmrt_tensor *t)
@@ -254,8 +257,10 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "x must be F32 [T, H, D] with a contiguous inner dim", a);
         REQUIRE(b->dtype == MMRT_DTYPE_I32 && contiguous(b) && numel(b) == a->ne[0],
                 "positions must be contiguous I32 [T]", b);
-        REQUIRE(y->dtype == MMRT_DTYPE_F32 && same_shape(a, y) && y->nb[2] == 4,
-                "dst must be F32 with x's shape", y);
+        REQUIRE(y->dtype == MMRT_DTYPE_F32 && same_shape(a, y) &&
+                    (contiguous(y) || (y->buffer == a->buffer && y->offset == a->offset &&
+                                       memcmp(y->nb, a->nb, sizeof y->nb) == 0)),
+                "dst must be contiguous F32 with x's shape, or x itself", y);
         REQUIRE(p->n_rot >= 2 && p->n_rot % 2 == 0 && p->n_rot <= a->ne[2],
                 "n_rot must be even and within 2…D", a);
         REQUIRE(p->mode == MMRT_ROPE_NEOX || p->mode == MMRT_ROPE_INTERLEAVED,
@@ -269,8 +274,8 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
             return st;
         const struct mmrt_attention_params *p = params;
         const struct mmrt_tensor *cq = n_src > 3 ? src[3] : NULL, *ck = n_src > 4 ? src[4] : NULL;
-        REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && a->nb[2] == 4,
-                "q must be F32 [T, Hq, D] with a contiguous inner dim", a);
+        REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && contiguous(a),
+                "q must be contiguous F32 [T, Hq, D]", a);
         for (int i = 1; i <= 2; i++) {
             const struct mmrt_tensor *t = src[i];
             REQUIRE(t->n_dims == 3 && (t->dtype == MMRT_DTYPE_F32 || t->dtype == MMRT_DTYPE_F16) &&
@@ -333,6 +338,7 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
             return st;
         int axis = ((const struct mmrt_concat_params *)params)->axis;
         REQUIRE(a->dtype == b->dtype && a->dtype == y->dtype, "all operands share one dtype", y);
+        REQUIRE(contiguous(y), "dst must be contiguous", y);
         REQUIRE(a->n_dims == b->n_dims && a->n_dims == y->n_dims, "all operands share a rank", y);
         REQUIRE(axis >= 0 && axis < a->n_dims, "axis out of range", a);
         for (int i = 0; i < a->n_dims; i++) {

@@ -1,9 +1,11 @@
 /*
  * tests/test_cuda_device.c — libmmrt_cuda.so through the plugin harness: the shared device
- * contract (device_contract.h) on CUDA device 0, plus probe and option handling (the one
- * option, gemm_precision). The operators are tested in test_cuda_ops.c. Without a
- * GPU or driver the plugin must still load and say why; the device tests then skip and the
- * run exits 77, which ctest shows as "Skipped" (the reason is printed as "SKIPPED: …").
+ * contract (tools/plugin_check/contract.h, the checks mmrt-plugin-check runs, here at the
+ * strictest level through device_contract.h) on CUDA device 0, plus probe and option
+ * handling (the one option, gemm_precision). The operators are tested in test_cuda_ops.c.
+ * Without a GPU or driver the plugin must still load and say why; the device tests then
+ * skip and the run exits 77, which ctest shows as "Skipped" (the reason is printed as
+ * "SKIPPED: …").
  */
 #include "device_contract.h"
 

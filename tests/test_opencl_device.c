@@ -1,8 +1,10 @@
 /*
  * tests/test_opencl_device.c — libmmrt_opencl.so through the plugin harness: the shared
- * device contract (device_contract.h) on OpenCL device 0 (PoCL on the CPU here), plus what
- * only this plugin has: the `platform` option, device numbering and their error messages.
- * A machine with no OpenCL platform at all skips (exit 77); one with a platform must work.
+ * device contract (tools/plugin_check/contract.h, the checks mmrt-plugin-check runs, here at
+ * the strictest level through device_contract.h) on OpenCL device 0 (PoCL on the CPU here),
+ * plus what only this plugin has: the `platform` option, device numbering and their error
+ * messages. A machine with no OpenCL platform at all skips (exit 77); one with a platform
+ * must work.
  */
 #include "device_contract.h"
 

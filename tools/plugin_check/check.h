@@ -102,6 +102,7 @@ struct chk {
     const char *plugin_path;
     uint64_t seed;
     bool quick, verbose, strict;
+    unsigned case_timeout_s;      /* per case, 0 = none (see kase.h, "Watchdog") */
     bool op_selected[MMRT_OP_COUNT];
     /* results */
     struct chk_row *rows;
@@ -133,6 +134,14 @@ void chk_print_text(const struct chk *c);
 mmrt_status chk_print_json(const struct chk *c, struct mmrt_error *err);
 
 void chk_free(struct chk *c);
+
+/* ---- the watchdog (kase.c) ------------------------------------------------------------------ */
+
+/* With c->case_timeout_s set: if chk_watchdog_disarm does not follow within that many
+ * seconds, prints "FAIL: <what>: did not finish …" to stderr and exits with CHK_EXIT_FAIL
+ * (a kernel or transfer that never returns cannot be cancelled). One at a time. */
+void chk_watchdog_arm(const struct chk *c, const char *what);
+void chk_watchdog_disarm(const struct chk *c);
 
 /* ---- the grid (grid.c) --------------------------------------------------------------------- */
 

@@ -9,14 +9,50 @@
 #include "kase.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ops.h"
 #include "tensor.h"
+
+/* ---- the watchdog ------------------------------------------------------------------------ */
+
+/* What the SIGALRM handler writes: prepared by kase_begin, because a handler may only call
+ * async-signal-safe functions (write, _exit). */
+static char watchdog_msg[512];
+static size_t watchdog_len;
+
+static void watchdog_fire(int sig)
+{
+    (void)sig;
+    ssize_t rc = write(STDERR_FILENO, watchdog_msg, watchdog_len);
+    (void)rc;
+    _exit(CHK_EXIT_FAIL);
+}
+
+void chk_watchdog_arm(const struct chk *c, const char *what)
+{
+    if (c->case_timeout_s == 0)
+        return;
+    int n = snprintf(watchdog_msg, sizeof watchdog_msg, "mmrt-plugin-check: FAIL: %s: did not "
+                     "finish within %u s (the plugin hangs, or --case-timeout is too short "
+                     "for this device)\n", what, c->case_timeout_s);
+    watchdog_len = n < 0 ? 0 : (size_t)n < sizeof watchdog_msg ? (size_t)n
+                                                             : sizeof watchdog_msg - 1;
+    signal(SIGALRM, watchdog_fire);
+    alarm(c->case_timeout_s);
+}
+
+void chk_watchdog_disarm(const struct chk *c)
+{
+    if (c->case_timeout_s)
+        alarm(0);
+}
 
 static double now_s(void)
 {
@@ -247,6 +283,9 @@ void kase_begin(struct kase *k, struct chk *c, enum mmrt_op op, const char *dtyp
     if (k->row < 0)
         kase_fail(k, MMRT_ERR_NO_MEMORY, CHK_ERROR, "%s", err.msg);
     k->res.row = k->row;
+    char what[sizeof k->res.desc + 64];
+    snprintf(what, sizeof what, "%s %s: %s", mmrt_op_name(op), dtype, k->res.desc);
+    chk_watchdog_arm(c, what);
 }
 
 static void *temp_alloc(struct kase *k, size_t nbytes)
@@ -563,6 +602,7 @@ out:
 
 mmrt_status kase_end(struct kase *k, struct mmrt_error *err)
 {
+    chk_watchdog_disarm(k->c);
     if (k->st == MMRT_OK) {
         k->res.verdict = CHK_PASS;
     } else {

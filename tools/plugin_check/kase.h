@@ -19,6 +19,9 @@
  * every later call is a no-op and may be handed the NULL that a failed kt_new returned, so
  * case code stays a straight line; kase_end turns the state into the case's verdict.
  *
+ * Watchdog: with chk.case_timeout_s set, a case that does not finish in time (a kernel that
+ * never returns cannot be cancelled) prints which case hung and exits with CHK_EXIT_FAIL.
+ *
  * Poison: every allocation starts as NaN (F32/F16/BF16) or 0x7fffffff (I32) on both devices.
  * A kernel that reads a cell outside its view gets NaN into its result; one that writes
  * outside its dst view changes bytes that must stay equal between the devices.

@@ -30,6 +30,8 @@
 #define MAX_OPTIONS 16
 #define DEFAULT_POOL_MB 256
 #define MIN_POOL_MB 16
+/* The slowest case takes a few seconds on PoCL under AddressSanitizer. */
+#define DEFAULT_CASE_TIMEOUT 300
 
 static void usage(FILE *f)
 {
@@ -53,13 +55,16 @@ static void usage(FILE *f)
             "  --pool-mb N          device pool per device in MiB (default %d; halved until it\n"
             "                       fits a smaller device)\n"
             "  --verbose            list every case\n"
+            "  --case-timeout S     give up (FAIL, naming the case) when one case takes longer\n"
+            "                       than S seconds, e.g. a kernel that never returns (default\n"
+            "                       %d; 0 = wait forever)\n"
             "  --tolerances         print the tolerance table with its reasons and exit\n"
             "  --help, --version\n"
             "\n"
             "Exit status: 0 all passed, 1 a check FAILed, 2 usage or load error, 77 the plugin\n"
             "has no device here (skipped). Plugins are searched in $MMRT_PLUGIN_PATH, next to\n"
             "this executable, then in the install directory. MMRT_LOG=debug|info shows more.\n",
-            DEFAULT_POOL_MB);
+            DEFAULT_POOL_MB, DEFAULT_CASE_TIMEOUT);
 }
 
 struct args {
@@ -67,7 +72,7 @@ struct args {
     bool json, quick, strict, verbose;
     uint64_t seed;
     int device;
-    uint64_t pool_mb;
+    uint64_t pool_mb, case_timeout;
     const char *ops;
     struct mmrt_option options[MAX_OPTIONS];
     int n_options;
@@ -123,7 +128,7 @@ static mmrt_status select_ops(const char *list, bool *sel, struct mmrt_error *er
 static int parse_args(int argc, char **argv, struct args *a)
 {
     enum { O_JSON = 1, O_OPS, O_SEED, O_QUICK, O_DEVICE, O_OPTION, O_STRICT, O_POOL, O_VERBOSE,
-           O_TOL, O_HELP, O_VERSION };
+           O_TOL, O_HELP, O_VERSION, O_TIMEOUT };
     static const struct option longopts[] = {
         {"json", no_argument, NULL, O_JSON},       {"ops", required_argument, NULL, O_OPS},
         {"seed", required_argument, NULL, O_SEED}, {"quick", no_argument, NULL, O_QUICK},
@@ -132,11 +137,13 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"strict", no_argument, NULL, O_STRICT},   {"pool-mb", required_argument, NULL, O_POOL},
         {"verbose", no_argument, NULL, O_VERBOSE}, {"tolerances", no_argument, NULL, O_TOL},
         {"help", no_argument, NULL, O_HELP},       {"version", no_argument, NULL, O_VERSION},
+        {"case-timeout", required_argument, NULL, O_TIMEOUT},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof *a);
     a->seed = 1;
     a->pool_mb = DEFAULT_POOL_MB;
+    a->case_timeout = DEFAULT_CASE_TIMEOUT;
     int o;
     uint64_t v;
     opterr = 0;
@@ -164,6 +171,13 @@ static int parse_args(int argc, char **argv, struct args *a)
             if (!parse_u64(optarg, 1u << 30, &a->pool_mb) || a->pool_mb < MIN_POOL_MB) {
                 fprintf(stderr, "mmrt-plugin-check: --pool-mb: '%s' is not a size of at least "
                         "%d MiB\n", optarg, MIN_POOL_MB);
+                return CHK_EXIT_USAGE;
+            }
+            break;
+        case O_TIMEOUT:
+            if (!parse_u64(optarg, 86400, &a->case_timeout)) {
+                fprintf(stderr, "mmrt-plugin-check: --case-timeout: '%s' is not a number of "
+                        "seconds\n", optarg);
                 return CHK_EXIT_USAGE;
             }
             break;
@@ -309,7 +323,11 @@ static mmrt_status run_contract(struct chk *c, const struct mmrt_loaded_plugin *
         mmrt_error_clear(&cerr);
         r->name = mmrt_contract_checks[i].name;
         r->summary = mmrt_contract_checks[i].summary;
+        char what[96];
+        snprintf(what, sizeof what, "device contract check %s", r->name);
+        chk_watchdog_arm(c, what);
         st = mmrt_contract_checks[i].run(&t, &cerr);
+        chk_watchdog_disarm(c);
         r->verdict = st == MMRT_OK                ? CHK_PASS
                      : st == MMRT_ERR_UNSUPPORTED ? CHK_SKIPPED
                      : st == MMRT_ERR_PLUGIN      ? CHK_FAIL
@@ -387,6 +405,7 @@ int main(int argc, char **argv)
     c.quick = a.quick;
     c.strict = a.strict;
     c.verbose = a.verbose;
+    c.case_timeout_s = (unsigned)a.case_timeout;
     struct mmrt_error err;
     mmrt_error_clear(&err);
     if (select_ops(a.ops, c.op_selected, &err) != MMRT_OK)

@@ -135,18 +135,23 @@ enum mmrt_op {
     /* dst = silu(src0) · src1 (SwiGLU gate · up), same shapes. */
     MMRT_OP_SWIGLU = 10,
     MMRT_OP_RELU2 = 11,
-    /* Per row of src0 [rows, N]: softmax(x · p.scale), computed in f32 with the row max
-     * subtracted. -INFINITY inputs give exactly 0. Params: mmrt_scale_params. */
+    /* Per row of src0 [rows, N]: softmax(x · p.scale): each x · scale is rounded to f32
+     * first, then the row max is subtracted and the exponentials summed in f32 or better.
+     * -INFINITY inputs give exactly 0; a row that is all -INFINITY gives zeros.
+     * Params: mmrt_scale_params. */
     MMRT_OP_SOFTMAX = 12,
     /* Rotary embedding. src0 = x [T, H, D] (innermost dim contiguous), src1 = positions
      * I32 [T]; dst [T, H, D] (may be src0). Params: mmrt_rope_params. Only the first n_rot
-     * dims of each head rotate; the rest are copied. inv_freq[i] = 1 / theta^(2i / n_rot)
-     * and angle = pos · inv_freq[i], both in f32 as Hugging Face computes them.
+     * dims of each head rotate; the rest are copied. inv_freq[i] = 1 / powf(theta,
+     * (float)(2i) / n_rot) with a correctly rounded f32 pow (as PyTorch's CPU computes it;
+     * a device whose pow is less exact computes the table on the host), and
+     * angle = (float)pos · inv_freq[i] rounded to f32, as Hugging Face computes them. dst is
+     * contiguous or exactly src0.
      * NEOX layout pairs dim i with i + n_rot/2 (rotate_half); INTERLEAVED pairs 2i, 2i+1. */
     MMRT_OP_ROPE = 13,
     /* Scaled dot-product attention over one or more sequences packed along the token dim.
-     * src0 = q [T, Hq, D], src1 = k [S, Hkv, D], src2 = v [S, Hkv, D] (k and v F32 or F16,
-     * any token stride, innermost dim contiguous), src3 = cu_seqlens_q I32 [n_seq+1] and
+     * src0 = q [T, Hq, D] (contiguous), src1 = k [S, Hkv, D], src2 = v [S, Hkv, D] (k and
+     * v F32 or F16, any token and head stride, innermost dim contiguous), src3 = cu_seqlens_q I32 [n_seq+1] and
      * src4 = cu_seqlens_k I32 [n_seq+1] (both optional: absent means one sequence holding
      * all T queries and all S keys). dst = [T, Hq, D] F32.
      * Query head h reads kv head h / (Hq/Hkv) (contiguous groups, Hq % Hkv == 0). D ≤ 256.
@@ -163,7 +168,7 @@ enum mmrt_op {
      * (patch row, patch column) order. Params: mmrt_patch_params. */
     MMRT_OP_PATCH_EMBED = 16,
     /* dst = concat(src0, src1) along p.axis; all three share dtype, ranks and every other
-     * extent. Sources may be strided. Params: mmrt_concat_params. */
+     * extent. Sources may be strided; dst is contiguous. Params: mmrt_concat_params. */
     MMRT_OP_CONCAT = 17,
     /* Strided copy with dtype conversion: dst[i…] = (dst dtype) src0[i…]. src0 and dst have
      * equal extents and any strides (this is how transpose/permute and KV-cache writes are
@@ -171,7 +176,7 @@ enum mmrt_op {
      * nearest even; I32 copies only to I32. No params. */
     MMRT_OP_COPY = 18,
     /* dst[r] = index of the largest element of row r of src0 [rows, N] (F32), the first one
-     * on ties; NaN is never chosen unless the whole row is NaN. dst I32 [rows]. */
+     * on ties; NaN is never chosen; a row that is all NaN gives 0. dst I32 [rows]. */
     MMRT_OP_ARGMAX = 19,
     MMRT_OP_COUNT /* number of ops this header knows; never stored in a plugin struct */
 };
