@@ -4,10 +4,14 @@
 
 #include "model.h"
 
+extern const struct mmrt_model_type mmrt_fuyu_model_type;
 extern const struct mmrt_model_type mmrt_llava_model_type;
+extern const struct mmrt_model_type mmrt_llava_next_model_type;
 
 static const struct mmrt_model_type *const model_types[] = {
+    &mmrt_fuyu_model_type,
     &mmrt_llava_model_type,
+    &mmrt_llava_next_model_type,
 };
 
 #define N_TYPES (sizeof model_types / sizeof model_types[0])
@@ -22,7 +26,7 @@ const struct mmrt_model_type *mmrt_model_type_find(const char *model_type)
 
 const char *mmrt_model_types_supported(void)
 {
-    return "llava";
+    return "fuyu, llava, llava_next";
 }
 
 void mmrt_vision_output_free(struct mmrt_vision_output *v)

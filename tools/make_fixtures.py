@@ -872,7 +872,7 @@ def make_llava(out_dir: Path, variant: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("family", choices=["llava"], help="model family to build")
+    ap.add_argument("family", choices=["llava", "llava_next", "fuyu"], help="model family to build")
     ap.add_argument("--out", default="tests/fixtures", help="fixtures root (default tests/fixtures)")
     ap.add_argument("--variant", action="append", help="only these variants (default: all)")
     args = ap.parse_args(argv)
@@ -887,6 +887,22 @@ def main(argv=None) -> int:
             print(f"{s['fixture']}: {dir_size(out / s['fixture'])} bytes")
             for c in s["cases"]:
                 print(f"  {c['name']} {Path(c['image']).name} {c['prompt']!r}: {c['greedy_tokens']} "
+                      f"margin {c['min_top1_margin_rel']:.3g} eos@{c['natural_eos_index']}")
+    if args.family == "llava_next":
+        from fixtures_llava_next import NEXT_VARIANTS, make_llava_next
+        for v in args.variant or list(NEXT_VARIANTS):
+            s = make_llava_next(out, v)
+            print(f"{s['fixture']}: {dir_size(out / s['fixture'])} bytes")
+            for c in s["cases"]:
+                print(f"  {c['name']} {Path(c['image']).name} {c['num_image_tokens']} img tokens: "
+                      f"{c['greedy_tokens']} margin {c['min_top1_margin_rel']:.3g}")
+    if args.family == "fuyu":
+        from fixtures_fuyu import FUYU_VARIANTS, make_fuyu
+        for v in args.variant or list(FUYU_VARIANTS):
+            s = make_fuyu(out, v)
+            print(f"{s['fixture']}: {dir_size(out / s['fixture'])} bytes")
+            for c in s["cases"]:
+                print(f"  {c['name']} {c['num_image_tokens']} img tokens: {c['greedy_tokens']} "
                       f"margin {c['min_top1_margin_rel']:.3g} eos@{c['natural_eos_index']}")
     return 0
 

@@ -1,0 +1,731 @@
+/*
+ * models/fuyu.c — Fuyu-8B (FuyuForCausalLM, model_type "fuyu"): no vision tower; each 30×30
+ * patch is projected by one Linear (vision stage), and the Persimmon decoder reads the patch
+ * embeddings in place of the |SPEAKER| tokens (language stage). models.md §5, tokenizer §7.4.
+ *
+ * Request path: decode image → resize to fit the processor's target size (PIL filter, only
+ * when larger) → pad right/bottom with the uint8 padding value up to whole patches → rescale,
+ * normalize → patches (ph, pw, c) in row order → vision_embed_tokens → host → language device
+ * → [per patch row: ncols × |SPEAKER|, |NEWLINE|] <s> prompt <0x04> → embed, overwrite the
+ * |SPEAKER| rows with the patch embeddings in order → prefill → sample → streaming decode.
+ *
+ * Padding to the full target and cropping back to ceil(size/patch)·patch (what the processor
+ * does) equals padding only up to whole patches, so the full target is never materialized.
+ *
+ * Hand-off layout: struct mmrt_vision_output has no field for a patch grid, and generate()
+ * needs the number of columns to place the |NEWLINE| tokens. Fuyu therefore hands over one
+ * "image" per patch row: n_images = rows, n_tokens = cols + 1, where the last token of each
+ * row is the |NEWLINE| slot (zeros; generate() keeps the text embedding there). The features
+ * are thus exactly the image span of the input sequence, row by row.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "formats/image.h"
+#include "formats/json.h"
+#include "formats/tokenizer.h"
+#include "model.h"
+#include "ops.h"
+#include "persimmon.h"
+#include "preprocess.h"
+#include "sampler.h"
+#include "weights.h"
+
+#define MAX_EOS 8
+
+struct fuyu_pp {
+    bool do_resize;
+    uint32_t target_h, target_w;   /* size {height, width} */
+    uint32_t patch;                /* patch_size {height, width}; both equal config patch */
+    enum mmrt_resample filter;
+    uint8_t pad_value;             /* applied to the uint8 image, before rescaling */
+    struct mmrt_preprocess_normalize norm;
+};
+
+struct mmrt_model {
+    struct mmrt_dev *vision, *language;
+    struct mmrt_weights *w;
+    struct mmrt_persimmon lm;
+    struct mmrt_tensor proj_w, proj_b;  /* vision_embed_tokens [D, P·P·C], [D] */
+    int64_t patch, channels;
+    int32_t image_token_id, newline_id, bos_image_id, boa_id;
+    int32_t eos[MAX_EOS];
+    int n_eos;
+    struct mmrt_tokenizer *tok;
+    struct fuyu_pp pp;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void fuyu_destroy(struct mmrt_model *m)
+{
+    if (!m)
+        return;
+    mmrt_persimmon_unload(&m->lm);
+    mmrt_weights_close(m->w);
+    mmrt_tokenizer_destroy(m->tok);
+    free(m);
+}
+
+/* eos ids: generation_config.json when present (int or list), else the text config's. */
+static mmrt_status read_eos(struct mmrt_model *m, const char *dir, int64_t vocab,
+                            struct mmrt_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    m->eos[0] = (int32_t)m->lm.cfg.eos_id;
+    m->n_eos = m->lm.cfg.eos_id >= 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return MMRT_OK;
+    fclose(f);
+    json_t *root = NULL;
+    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *e = json_object_get(root, "eos_token_id");
+    if (json_is_integer(e)) {
+        m->n_eos = 0;
+        m->eos[m->n_eos++] = (int32_t)json_integer_value(e);
+    } else if (json_is_array(e)) {
+        m->n_eos = 0;
+        for (size_t i = 0; i < json_array_size(e) && m->n_eos < MAX_EOS; i++)
+            if (json_is_integer(json_array_get(e, i)))
+                m->eos[m->n_eos++] = (int32_t)json_integer_value(json_array_get(e, i));
+    } else if (e && !json_is_null(e)) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id must be an integer or a list",
+                            path);
+    }
+    for (int i = 0; st == MMRT_OK && i < m->n_eos; i++)
+        if (m->eos[i] < 0 || m->eos[i] >= vocab)
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id %d is outside the "
+                                "vocabulary of %lld", path, m->eos[i], (long long)vocab);
+    json_decref(root);
+    return st;
+}
+
+/* {"height": h, "width": w} with both in [1, max]; *h, *w keep their defaults when absent. */
+static mmrt_status read_hw(const json_t *obj, const char *key, const char *what, long long max,
+                           uint32_t *h, uint32_t *w, struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return MMRT_OK;
+    if (!json_is_object(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" must be an object with height "
+                              "and width", what, key);
+    long long hh, ww;
+    mmrt_status st = mmrt_json_opt_int(v, "height", what, 1, max, *h, &hh, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_int(v, "width", what, 1, max, *w, &ww, err);
+    if (st != MMRT_OK)
+        return st;
+    *h = (uint32_t)hh;
+    *w = (uint32_t)ww;
+    return MMRT_OK;
+}
+
+/* image_mean / image_std: one number for every channel, or a list of 3 (§5.4). */
+static mmrt_status read_per_channel(const json_t *obj, const char *key, const char *what,
+                                    double def, double out[3], struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        out[0] = out[1] = out[2] = def;
+        return MMRT_OK;
+    }
+    if (json_is_number(v)) {
+        out[0] = out[1] = out[2] = json_number_value(v);
+        return MMRT_OK;
+    }
+    if (json_is_array(v) && json_array_size(v) == 3) {
+        for (size_t i = 0; i < 3; i++) {
+            if (!json_is_number(json_array_get(v, i)))
+                return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: %s[%zu] is not a number", what,
+                                      key, i);
+            out[i] = json_number_value(json_array_get(v, i));
+        }
+        return MMRT_OK;
+    }
+    return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: %s must be a number or a list of 3", what,
+                          key);
+}
+
+/* FuyuImageProcessor settings with its class defaults (§5.4). */
+static mmrt_status parse_pp(const json_t *obj, const char *what, int64_t patch,
+                            struct fuyu_pp *pp, struct mmrt_error *err)
+{
+    struct fuyu_pp p = { .do_resize = true, .target_h = 1080, .target_w = 1920 };
+    uint32_t ph = (uint32_t)patch, pw = (uint32_t)patch;
+    long long resample;
+    double pad, rescale;
+    bool do_pad, do_rescale, do_normalize;
+    mmrt_status st = read_hw(obj, "size", what, 1 << 15, &p.target_h, &p.target_w, err);
+    if (st == MMRT_OK)
+        st = read_hw(obj, "patch_size", what, 1 << 10, &ph, &pw, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(obj, "do_resize", what, true, &p.do_resize, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_int(obj, "resample", what, 0, 5, MMRT_RESAMPLE_BILINEAR, &resample,
+                               err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(obj, "do_pad", what, true, &do_pad, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_number(obj, "padding_value", what, 0, 255, 1.0, &pad, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(obj, "do_rescale", what, true, &do_rescale, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_number(obj, "rescale_factor", what, 1e-12, 1e6, 1.0 / 255.0, &rescale,
+                                  err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(obj, "do_normalize", what, true, &do_normalize, err);
+    if (st == MMRT_OK)
+        st = read_per_channel(obj, "image_mean", what, 0.5, p.norm.mean, err);
+    if (st == MMRT_OK)
+        st = read_per_channel(obj, "image_std", what, 0.5, p.norm.std, err);
+    if (st != MMRT_OK)
+        return st;
+    if (ph != patch || pw != patch)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: patch_size %u×%u differs from the model's patch_size %lld",
+                              what, ph, pw, (long long)patch);
+    if (p.target_h % patch != 0 || p.target_w % patch != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: size %u×%u is not a multiple of the patch size %lld", what,
+                              p.target_h, p.target_w, (long long)patch);
+    /* Without padding the processor cannot cut partial edge patches; the model never runs
+     * that way, so it is refused rather than guessed. */
+    if (!do_pad)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: do_pad false is not supported",
+                              what);
+    if (pad != floor(pad))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: padding_value %g is not a whole uint8 value", what, pad);
+    for (int c = 0; c < 3; c++)
+        if (!(p.norm.std[c] > 0) || !isfinite(p.norm.mean[c]))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: image_std must be positive and image_mean finite", what);
+    p.filter = (enum mmrt_resample)resample;
+    p.pad_value = (uint8_t)pad;
+    p.patch = (uint32_t)patch;
+    p.norm.do_rescale = do_rescale;
+    p.norm.rescale_factor = rescale;
+    p.norm.do_normalize = do_normalize;
+    *pp = p;
+    return MMRT_OK;
+}
+
+/* preprocessor_config.json (hub layout), else processor_config.json's "image_processor". */
+static mmrt_status load_pp(const char *dir, int64_t patch, struct fuyu_pp *pp,
+                           struct mmrt_error *err)
+{
+    char path[4200];
+    json_t *root = NULL;
+    const json_t *obj;
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    const bool hub_layout = f != NULL;
+    if (f)
+        fclose(f);
+    else
+        snprintf(path, sizeof path, "%s/processor_config.json", dir);
+    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
+    if (st == MMRT_ERR_IO)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: neither preprocessor_config.json nor "
+                              "processor_config.json is present", dir);
+    if (st != MMRT_OK)
+        return st;
+    obj = hub_layout ? root : json_object_get(root, "image_processor");
+    if (!json_is_object(obj))
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: no \"image_processor\" object", path);
+    else
+        st = parse_pp(obj, path, patch, pp, err);
+    json_decref(root);
+    return st;
+}
+
+static mmrt_status find_token(const struct mmrt_tokenizer *tok, const char *piece,
+                              const char *path, int32_t *out, struct mmrt_error *err)
+{
+    int32_t id = mmrt_tokenizer_token_to_id(tok, piece, strlen(piece));
+    if (id < 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: the Fuyu token '%s' is not in the vocabulary", path, piece);
+    *out = id;
+    return MMRT_OK;
+}
+
+static mmrt_status fuyu_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+                             struct mmrt_dev *language, struct mmrt_model **out,
+                             struct mmrt_error *err)
+{
+    char what[4200], twhat[4300], path[4200];
+    snprintf(what, sizeof what, "%s/config.json", dir);
+    struct mmrt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
+    m->vision = vision;
+    m->language = language;
+    mmrt_status st;
+    /* Hub configs are flat; configs saved by newer transformers nest text_config (§1.6.2). */
+    const json_t *tcfg = json_object_get(config, "text_config");
+    if (tcfg && !json_is_null(tcfg) && !json_is_object(tcfg)) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: text_config must be an object", what);
+        goto fail;
+    }
+    if (!json_is_object(tcfg))
+        tcfg = config;
+    snprintf(twhat, sizeof twhat, "%s%s", what, tcfg == config ? "" : ": text_config");
+    struct mmrt_persimmon_config lcfg;
+    st = mmrt_persimmon_config_parse(tcfg, config, twhat, &lcfg, err);
+    if (st != MMRT_OK)
+        goto fail;
+    long long patch, channels, image_token;
+    st = mmrt_json_opt_int(config, "patch_size", what, 1, 1024, 30, &patch, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_int(config, "num_channels", what, 1, 16, 3, &channels, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_int(config, "image_token_id", what, 0, INT32_MAX, 71011, &image_token,
+                               err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (channels != 3) {
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                            "%s: num_channels %lld is not supported (RGB images, 3)", what,
+                            channels);
+        goto fail;
+    }
+    if (image_token >= lcfg.vocab) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                            "%s: image_token_id %lld is not below the vocab_size %lld", what,
+                            image_token, (long long)lcfg.vocab);
+        goto fail;
+    }
+    m->patch = patch;
+    m->channels = channels;
+    m->image_token_id = (int32_t)image_token;
+
+    /* Preprocessing and tokenizer, before any device memory is touched. */
+    st = load_pp(dir, patch, &m->pp, err);
+    if (st != MMRT_OK)
+        goto fail;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    st = mmrt_tokenizer_load(path, NULL, &m->tok, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (mmrt_tokenizer_vocab_size(m->tok) > (uint32_t)lcfg.vocab) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                            "%s: the tokenizer has %u ids, more than the model's vocab_size %lld",
+                            path, mmrt_tokenizer_vocab_size(m->tok), (long long)lcfg.vocab);
+        goto fail;
+    }
+    /* The processor looks these up by piece, not by config (§5.5). */
+    st = find_token(m->tok, "|NEWLINE|", path, &m->newline_id, err);
+    if (st == MMRT_OK)
+        st = find_token(m->tok, "<s>", path, &m->bos_image_id, err);
+    if (st == MMRT_OK)
+        st = find_token(m->tok, "<0x04>", path, &m->boa_id, err);
+    if (st != MMRT_OK)
+        goto fail;
+
+    /* Placement checks, then weights. */
+    static const enum mmrt_op vis_ops[] = { MMRT_OP_MATMUL };
+    st = mmrt_dev_require_ops(vision, "the vision stage", vis_ops, 1, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_require_ops(language, "the language stage", mmrt_persimmon_ops,
+                                  mmrt_persimmon_n_ops, err);
+    if (st == MMRT_OK)
+        st = mmrt_weights_open(dir, false, &m->w, err);
+    if (st != MMRT_OK)
+        goto fail;
+    const int64_t D = lcfg.hidden, K = patch * patch * channels;
+    st = mmrt_weights_load(m->w, vision, 2, (const int64_t[]){ D, K }, &m->proj_w, err,
+                           "vision_embed_tokens.weight");
+    if (st == MMRT_OK)
+        st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ D }, &m->proj_b, err,
+                               "vision_embed_tokens.bias");
+    if (st == MMRT_OK)
+        st = mmrt_persimmon_load(&m->lm, m->w, language, &lcfg, err);
+    if (st == MMRT_OK)
+        st = read_eos(m, dir, lcfg.vocab, err);
+    if (st != MMRT_OK)
+        goto fail;
+    *out = m;
+    return MMRT_OK;
+fail:
+    fuyu_destroy(m);
+    return st;
+}
+
+/* Resized size of a W×H image and its patch grid (§5.4 steps 1 and 4). */
+static mmrt_status plan_image(const struct fuyu_pp *pp, uint32_t W, uint32_t H, uint32_t *rw,
+                              uint32_t *rh, int64_t *rows, int64_t *cols, struct mmrt_error *err)
+{
+    uint32_t nw = W, nh = H;
+    if (W > pp->target_w || H > pp->target_h) {
+        if (!pp->do_resize)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "image %u×%u is larger than the processor's %u×%u and "
+                                  "do_resize is off", W, H, pp->target_w, pp->target_h);
+        /* The Python expressions in double: scale = min(th/H, tw/W), int(H·s), int(W·s). */
+        double sh = (double)pp->target_h / (double)H, sw = (double)pp->target_w / (double)W;
+        double s = sh < sw ? sh : sw;
+        nh = (uint32_t)((double)H * s);
+        nw = (uint32_t)((double)W * s);
+        if (nh < 1 || nw < 1)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "image %u×%u would be resized to %u×%u (aspect ratio too "
+                                  "extreme)", W, H, nw, nh);
+    }
+    const uint32_t P = pp->patch;
+    uint32_t ch = (nh + P - 1) / P * P, cw = (nw + P - 1) / P * P;
+    if (ch > pp->target_h)
+        ch = pp->target_h;
+    if (cw > pp->target_w)
+        cw = pp->target_w;
+    *rw = nw;
+    *rh = nh;
+    *rows = ch / P;
+    *cols = cw / P;
+    return MMRT_OK;
+}
+
+/* Decoded image → patches [rows·cols][P·P·3] (host, malloc'ed). */
+static mmrt_status make_patches(const struct mmrt_model *m, const struct mmrt_image *img,
+                                uint32_t rw, uint32_t rh, int64_t rows, int64_t cols,
+                                float **out, struct mmrt_error *err)
+{
+    const uint32_t P = m->pp.patch, cw = (uint32_t)cols * P, ch = (uint32_t)rows * P;
+    struct mmrt_image *resized = NULL, *padded = NULL;
+    const struct mmrt_image *cur = img;
+    float *chw = NULL, *patches = NULL;
+    mmrt_status st = MMRT_OK;
+    if (rw != img->width || rh != img->height) {
+        st = mmrt_preprocess_resize(img, rw, rh, m->pp.filter, &resized, err);
+        if (st != MMRT_OK)
+            goto out;
+        cur = resized;
+    }
+    if (cw > cur->width || ch > cur->height) {
+        const uint8_t fill[3] = { m->pp.pad_value, m->pp.pad_value, m->pp.pad_value };
+        st = mmrt_preprocess_pad(cur, 0, 0, cw - cur->width, ch - cur->height, fill, &padded,
+                                 err);
+        if (st != MMRT_OK)
+            goto out;
+        cur = padded;
+    }
+    const size_t n = (size_t)3 * cw * ch;
+    chw = malloc(n * sizeof *chw);
+    patches = malloc(n * sizeof *patches);
+    if (!chw || !patches) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
+        goto out;
+    }
+    st = mmrt_preprocess_to_chw(cur, &m->pp.norm, chw, n, err);
+    if (st == MMRT_OK)
+        st = mmrt_preprocess_patchify(chw, 3, ch, cw, P, P, MMRT_PATCH_HWC, patches, n, err);
+    if (st == MMRT_OK) {
+        *out = patches;
+        patches = NULL;
+    }
+out:
+    mmrt_image_destroy(resized);
+    mmrt_image_destroy(padded);
+    free(chw);
+    free(patches);
+    return st;
+}
+
+/* patches [N, K] on the host → embeddings [N, D] on the host, on the vision device. */
+static mmrt_status project(struct mmrt_model *m, const float *patches, int64_t N, float *emb,
+                           struct mmrt_error *err)
+{
+    const int64_t K = m->patch * m->patch * m->channels, D = m->lm.cfg.hidden;
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, m->vision);
+    struct mmrt_tensor x, y;
+    mmrt_status st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, K }, &x,
+                                         err);
+    if (st == MMRT_OK)
+        st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, D }, &y, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_upload(m->vision, &x, patches, (uint64_t)(N * K) * sizeof(float), err);
+    if (st == MMRT_OK)
+        st = mmrt_op_matmul(m->vision, &x, &m->proj_w, &m->proj_b, &y, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_download(m->vision, &y, emb, (uint64_t)(N * D) * sizeof(float), err);
+    mmrt_scratch_release(&s);
+    return st;
+}
+
+/* Vision stage: the image → its patch embeddings, laid out as the image span (see top). */
+static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *req,
+                               const struct mmrt_model_trace *trace,
+                               struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    const int64_t D = m->lm.cfg.hidden, K = m->patch * m->patch * m->channels;
+    memset(out, 0, sizeof *out);
+    if (!req->image_path)
+        return MMRT_OK;
+    double t0 = now_ms();
+    struct mmrt_image *img = NULL;
+    float *patches = NULL, *emb = NULL, *span = NULL;
+    struct mmrt_image_limits lim;
+    mmrt_image_limits_default(&lim);
+    mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
+    if (st != MMRT_OK)
+        return st;
+    uint32_t rw = 0, rh = 0;
+    int64_t rows = 0, cols = 0;
+    st = plan_image(&m->pp, img->width, img->height, &rw, &rh, &rows, &cols, err);
+    if (st != MMRT_OK)
+        goto out;
+    /* Token budget before any resampling: the image span, <s>, <0x04> and one new token
+     * must fit the context. */
+    const int64_t n_span = rows * (cols + 1);
+    if (n_span + 3 > m->lm.cfg.max_positions) {
+        st = mmrt_error_set(err, MMRT_ERR_LIMIT,
+                            "image %u×%u needs %lld image tokens (%lld×%lld patches of %lld px "
+                            "plus row ends), more than the model's context of %lld positions "
+                            "allows", img->width, img->height, (long long)n_span, (long long)rows,
+                            (long long)cols, (long long)m->patch,
+                            (long long)m->lm.cfg.max_positions);
+        goto out;
+    }
+    st = make_patches(m, img, rw, rh, rows, cols, &patches, err);
+    if (st != MMRT_OK)
+        goto out;
+    const int64_t N = rows * cols;
+    if (trace && trace->pixel_values)
+        trace->pixel_values(trace->user, 0, patches, 2, (const int64_t[]){ N, K });
+    double t1 = now_ms();
+    emb = malloc((size_t)(N * D) * sizeof *emb);
+    span = calloc((size_t)(n_span * D), sizeof *span);
+    if (!emb || !span) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
+        goto out;
+    }
+    st = project(m, patches, N, emb, err);
+    if (st != MMRT_OK)
+        goto out;
+    if (trace && trace->image_features)
+        trace->image_features(trace->user, 0, emb, N, D);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(span + r * (cols + 1) * D, emb + r * cols * D, (size_t)(cols * D) * sizeof *span);
+    out->features = span;
+    span = NULL;
+    out->n_images = (int)rows;
+    out->n_tokens = cols + 1;
+    out->dim = D;
+    out->preprocess_ms = t1 - t0;
+    out->vision_ms = now_ms() - t1;
+out:
+    mmrt_image_destroy(img);
+    free(patches);
+    free(emb);
+    free(span);
+    return st;
+}
+
+/* [image span] <s> prompt <0x04> with an image (§5.5); the tokenizer's own template
+ * (|ENDOFTEXT| first) without one. */
+static mmrt_status build_prompt(struct mmrt_model *m, const char *prompt, int64_t rows,
+                                int64_t cols, int32_t **ids_out, int64_t *n_out,
+                                struct mmrt_error *err)
+{
+    int32_t *ids = NULL, *full = NULL;
+    size_t n = 0;
+    const bool image = rows > 0;
+    mmrt_status st = mmrt_tokenizer_encode(m->tok, prompt, strlen(prompt),
+                                           image ? 0 : MMRT_TOKENIZE_ADD_SPECIAL, &ids, &n, err);
+    if (st != MMRT_OK)
+        return mmrt_error_prefix(err, st, "prompt");
+    /* The model scatters patches into every |SPEAKER| position; one in the text would take a
+     * patch (transformers refuses the count mismatch). */
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == m->image_token_id) {
+            free(ids);
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "prompt contains the image placeholder token %d at position "
+                                  "%zu; Fuyu places image tokens itself", m->image_token_id, i);
+        }
+    const int64_t n_span = rows * (cols + 1);
+    const int64_t total = n_span + (int64_t)n + (image ? 2 : 0);
+    full = malloc((size_t)(total ? total : 1) * sizeof *full);
+    if (!full) {
+        free(ids);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    }
+    int64_t k = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++)
+            full[k++] = m->image_token_id;
+        full[k++] = m->newline_id;
+    }
+    if (image)
+        full[k++] = m->bos_image_id;
+    for (size_t i = 0; i < n; i++)
+        full[k++] = ids[i];
+    if (image)
+        full[k++] = m->boa_id;
+    free(ids);
+    *ids_out = full;
+    *n_out = total;
+    return MMRT_OK;
+}
+
+static bool is_eos(const struct mmrt_model *m, int32_t id)
+{
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id)
+            return true;
+    return false;
+}
+
+/* Language stage: sequence layout, splice the patch embeddings, prefill, decode. */
+static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request *req,
+                                 const struct mmrt_vision_output *vis,
+                                 const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                                 void *user, struct mmrt_result *res, struct mmrt_error *err)
+{
+    const int64_t D = m->lm.cfg.hidden, V = m->lm.cfg.vocab;
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    struct mmrt_persimmon_cache cache = { 0 };
+    struct mmrt_sampler sampler = { 0 };
+    struct mmrt_tokenizer_stream *stream = NULL;
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, m->language);
+    mmrt_status st;
+    memset(res, 0, sizeof *res);
+    res->preprocess_ms = vis->preprocess_ms;
+    res->vision_ms = vis->vision_ms;
+    if (req->max_tokens < 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
+                              req->max_tokens);
+    const int64_t rows = vis->features ? vis->n_images : 0;
+    const int64_t cols = vis->features ? vis->n_tokens - 1 : 0;
+    if (vis->features && (cols < 1 || vis->dim != D))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "image features of %lld×%lld do not fit the Fuyu layout "
+                              "(rows of cols+1 tokens of %lld)",
+                              (long long)vis->n_tokens, (long long)vis->dim, (long long)D);
+    st = mmrt_sampler_init(&sampler, V, req->temperature, req->top_k, req->top_p, req->seed,
+                           err);
+    if (st != MMRT_OK)
+        return st;
+    st = build_prompt(m, req->prompt ? req->prompt : "", rows, cols, &ids, &n_ids, err);
+    if (st != MMRT_OK)
+        goto out;
+    if (n_ids < 1) {
+        st = mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "empty prompt and no image");
+        goto out;
+    }
+    if (n_ids + req->max_tokens > m->lm.cfg.max_positions) {
+        st = mmrt_error_set(err, MMRT_ERR_LIMIT,
+                            "prompt of %lld tokens plus %d new tokens exceeds the model's "
+                            "context of %lld positions",
+                            (long long)n_ids, req->max_tokens,
+                            (long long)m->lm.cfg.max_positions);
+        goto out;
+    }
+    if (trace && trace->prompt_ids)
+        trace->prompt_ids(trace->user, ids, (int)n_ids);
+    res->n_prompt_tokens = (int)n_ids;
+
+    double t2 = now_ms();
+    struct mmrt_tensor emb;
+    logits = malloc((size_t)V * sizeof *logits);
+    if (!logits) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "logits: out of memory");
+        goto out;
+    }
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ n_ids, D }, &emb, err);
+    if (st == MMRT_OK)
+        st = mmrt_persimmon_embed(&m->lm, ids, n_ids, &emb, err);
+    /* The span starts at position 0; each row's patches replace its |SPEAKER| embeddings and
+     * the |NEWLINE| slot keeps its text embedding. */
+    for (int64_t r = 0; st == MMRT_OK && r < rows; r++) {
+        struct mmrt_tensor dst = mmrt_tensor_rows(&emb, r * (cols + 1), cols);
+        st = mmrt_dev_upload(m->language, &dst, vis->features + r * (cols + 1) * D,
+                             (uint64_t)(cols * D) * sizeof(float), err);
+    }
+    if (st == MMRT_OK)
+        st = mmrt_persimmon_cache_create(&m->lm, n_ids + req->max_tokens, &cache, err);
+    if (st == MMRT_OK)
+        st = mmrt_persimmon_forward(&m->lm, &cache, &emb, logits, err);
+    if (st == MMRT_OK)
+        st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
+    if (st != MMRT_OK)
+        goto out;
+    mmrt_scratch_release(&s);
+    double t3 = now_ms();
+    res->prefill_ms = t3 - t2;
+
+    struct mmrt_tensor one;
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, D }, &one, err);
+    for (int step = 0; st == MMRT_OK && step < req->max_tokens; step++) {
+        if (trace && trace->logits)
+            trace->logits(trace->user, step, logits, V);
+        int32_t tok;
+        st = mmrt_sampler_next(&sampler, logits, &tok, err);
+        if (st != MMRT_OK)
+            break;
+        res->n_tokens++;
+        const char *piece = "";
+        size_t plen = 0;
+        st = mmrt_tokenizer_decode_stream(stream, tok, &piece, &plen, err);
+        if (st != MMRT_OK)
+            break;
+        char buf[1024];
+        size_t n = plen < sizeof buf - 1 ? plen : sizeof buf - 1;
+        memcpy(buf, piece, n);
+        buf[n] = '\0';
+        bool go_on = on_token ? on_token(user, tok, buf) : true;
+        if (!go_on || is_eos(m, tok) || step + 1 == req->max_tokens)
+            break;
+        st = mmrt_persimmon_embed(&m->lm, &tok, 1, &one, err);
+        if (st == MMRT_OK)
+            st = mmrt_persimmon_forward(&m->lm, &cache, &one, logits, err);
+    }
+    if (st == MMRT_OK) {
+        const char *tail = "";
+        size_t tlen = 0;
+        st = mmrt_tokenizer_stream_finish(stream, &tail, &tlen, err);
+        if (st == MMRT_OK && tlen && on_token) {
+            char buf[64];
+            size_t n = tlen < sizeof buf - 1 ? tlen : sizeof buf - 1;
+            memcpy(buf, tail, n);
+            buf[n] = '\0';
+            on_token(user, -1, buf);
+        }
+    }
+    res->decode_ms = now_ms() - t3;
+    if (res->n_tokens > 1 && res->decode_ms > 0)
+        res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
+out:
+    mmrt_scratch_release(&s);
+    mmrt_tokenizer_stream_destroy(stream);
+    mmrt_persimmon_cache_destroy(&m->lm, &cache);
+    mmrt_sampler_deinit(&sampler);
+    free(ids);
+    free(logits);
+    return st;
+}
+
+const struct mmrt_model_type mmrt_fuyu_model_type = {
+    .model_type = "fuyu",
+    .load = fuyu_load,
+    .destroy = fuyu_destroy,
+    .encode = fuyu_encode,
+    .generate = fuyu_generate,
+};

@@ -1,0 +1,325 @@
+/*
+ * models/llava_common.c — helpers shared by llava.c and llava_next.c; see llava_common.h.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "formats/json.h"
+#include "llava_common.h"
+#include "ops.h"
+#include "sampler.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+mmrt_status mmrt_llava_act_from_name(const char *name, const char *what, enum mmrt_op *out,
+                                     struct mmrt_error *err)
+{
+    if (strcmp(name, "gelu") == 0)
+        *out = MMRT_OP_GELU;
+    else if (strcmp(name, "quick_gelu") == 0)
+        *out = MMRT_OP_QUICK_GELU;
+    else if (strcmp(name, "gelu_pytorch_tanh") == 0 || strcmp(name, "gelu_new") == 0)
+        *out = MMRT_OP_GELU_TANH;
+    else if (strcmp(name, "silu") == 0)
+        *out = MMRT_OP_SILU;
+    else
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: projector_hidden_act '%s' is not supported", what, name);
+    return MMRT_OK;
+}
+
+/* vision_feature_layer: an int or a list of ints, Python-indexed into L+1 hidden states. */
+mmrt_status mmrt_llava_parse_feature_layers(const json_t *cfg, const char *what,
+                                            int64_t n_layers, int64_t *layers, int *n_out,
+                                            struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(cfg, "vision_feature_layer");
+    long long idx[MMRT_LLAVA_MAX_FEATURE_LAYERS];
+    int n = 0;
+    if (!v || json_is_null(v)) {
+        idx[n++] = -2;
+    } else if (json_is_integer(v)) {
+        idx[n++] = json_integer_value(v);
+    } else if (json_is_array(v) && json_array_size(v) >= 1 &&
+               json_array_size(v) <= MMRT_LLAVA_MAX_FEATURE_LAYERS) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            const json_t *e = json_array_get(v, i);
+            if (!json_is_integer(e))
+                return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                      "%s: vision_feature_layer[%zu] is not an integer", what, i);
+            idx[n++] = json_integer_value(e);
+        }
+    } else {
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: vision_feature_layer must be an integer or a list of 1…%d "
+                              "integers", what, MMRT_LLAVA_MAX_FEATURE_LAYERS);
+    }
+    for (int i = 0; i < n; i++) {
+        long long k = idx[i] < 0 ? idx[i] + n_layers + 1 : idx[i];
+        if (k < 0 || k > n_layers)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: vision_feature_layer %lld is outside the %lld hidden "
+                                  "states of a %lld-layer tower",
+                                  what, idx[i], (long long)n_layers + 1, (long long)n_layers);
+        layers[i] = k;
+    }
+    *n_out = n;
+    return MMRT_OK;
+}
+
+/* A missing generation_config.json means the text config's eos (`fallback`). */
+mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab, int32_t *eos,
+                                int *n_eos, struct mmrt_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        eos[0] = (int32_t)fallback;
+        *n_eos = fallback >= 0;
+        return MMRT_OK;
+    }
+    fclose(f);
+    json_t *root = NULL;
+    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *e = json_object_get(root, "eos_token_id");
+    *n_eos = 0;
+    if (json_is_integer(e)) {
+        eos[(*n_eos)++] = (int32_t)json_integer_value(e);
+    } else if (json_is_array(e)) {
+        for (size_t i = 0; i < json_array_size(e) && *n_eos < MMRT_LLAVA_MAX_EOS; i++)
+            if (json_is_integer(json_array_get(e, i)))
+                eos[(*n_eos)++] = (int32_t)json_integer_value(json_array_get(e, i));
+    } else if (!e || json_is_null(e)) {
+        eos[0] = (int32_t)fallback;
+        *n_eos = fallback >= 0;
+    } else {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id must be an integer or a list",
+                            path);
+    }
+    for (int i = 0; st == MMRT_OK && i < *n_eos; i++)
+        if (eos[i] < 0 || eos[i] >= vocab)
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id %d is outside the "
+                                "vocabulary of %lld", path, eos[i], (long long)vocab);
+    json_decref(root);
+    return st;
+}
+
+mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, size_t size,
+                                                json_t **root, const json_t **obj,
+                                                struct mmrt_clip_preprocess_config *pp,
+                                                struct mmrt_error *err)
+{
+    snprintf(path, size, "%s/preprocessor_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, root, err);
+        if (obj)
+            *obj = *root;
+        return st == MMRT_OK ? mmrt_clip_preprocess_config_from_json(*root, path, pp, err) : st;
+    }
+    snprintf(path, size, "%s/processor_config.json", dir);
+    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, root, err);
+    if (st == MMRT_ERR_IO)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: neither preprocessor_config.json nor "
+                              "processor_config.json is present", dir);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *ip = json_object_get(*root, "image_processor");
+    if (obj)
+        *obj = ip;
+    if (!json_is_object(ip))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: no \"image_processor\" object", path);
+    return mmrt_clip_preprocess_config_from_json(ip, path, pp, err);
+}
+
+/* Renders the LLaVA template, tokenizes, and expands each <image> id into n_image ids. */
+static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const char *prompt, int n_images,
+                                int64_t n_image, int32_t **ids_out, int64_t *n_out,
+                                int64_t *image_pos, struct mmrt_error *err)
+{
+    size_t len = strlen(prompt) + 64;
+    char *text = malloc(len);
+    if (!text)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    snprintf(text, len, "USER: %s%s ASSISTANT:", n_images ? "<image>\n" : "", prompt);
+    int32_t *ids = NULL, *full = NULL;
+    size_t n = 0;
+    mmrt_status st = mmrt_tokenizer_encode(m->tok, text, strlen(text), MMRT_TOKENIZE_ADD_SPECIAL,
+                                           &ids, &n, err);
+    free(text);
+    if (st != MMRT_OK)
+        return mmrt_error_prefix(err, st, "prompt");
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found += ids[i] == m->image_token_id;
+    if (found != n_images) {
+        free(ids);
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "prompt has %d image placeholder%s but %d image%s given", found,
+                              found == 1 ? "" : "s", n_images, n_images == 1 ? " was" : "s were");
+    }
+    int64_t total = (int64_t)n + (int64_t)found * (n_image - 1);
+    full = malloc((size_t)(total ? total : 1) * sizeof *full);
+    if (!full) {
+        free(ids);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    }
+    int64_t k = 0;
+    *image_pos = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == m->image_token_id) {
+            *image_pos = k;
+            for (int64_t j = 0; j < n_image; j++)
+                full[k++] = m->image_token_id;
+        } else {
+            full[k++] = ids[i];
+        }
+    }
+    free(ids);
+    *ids_out = full;
+    *n_out = total;
+    return MMRT_OK;
+}
+
+static bool is_eos(const struct mmrt_llava_lm *m, int32_t id)
+{
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id)
+            return true;
+    return false;
+}
+
+mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
+                                const struct mmrt_vision_output *vis,
+                                const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                                void *user, struct mmrt_result *res, struct mmrt_error *err)
+{
+    const int64_t Dt = m->lm->cfg.hidden, V = m->lm->cfg.vocab;
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0, image_pos = -1;
+    struct mmrt_kv_cache cache = { 0 };
+    struct mmrt_sampler sampler = { 0 };
+    struct mmrt_tokenizer_stream *stream = NULL;
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, m->lm->dev);
+    mmrt_status st;
+    memset(res, 0, sizeof *res);
+    res->preprocess_ms = vis->preprocess_ms;
+    res->vision_ms = vis->vision_ms;
+    if (req->max_tokens < 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
+                              req->max_tokens);
+    if (vis->n_images && vis->dim != Dt)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "image features have width %lld, the decoder needs %lld",
+                              (long long)vis->dim, (long long)Dt);
+    st = mmrt_sampler_init(&sampler, V, req->temperature, req->top_k, req->top_p, req->seed,
+                           err);
+    if (st != MMRT_OK)
+        return st;
+    st = build_prompt(m, req->prompt ? req->prompt : "", vis->n_images, vis->n_tokens, &ids,
+                      &n_ids, &image_pos, err);
+    if (st != MMRT_OK)
+        goto out;
+    if (n_ids + req->max_tokens > m->lm->cfg.max_positions) {
+        st = mmrt_error_set(err, MMRT_ERR_LIMIT,
+                            "prompt of %lld tokens plus %d new tokens exceeds the model's "
+                            "context of %lld positions",
+                            (long long)n_ids, req->max_tokens,
+                            (long long)m->lm->cfg.max_positions);
+        goto out;
+    }
+    if (trace && trace->prompt_ids)
+        trace->prompt_ids(trace->user, ids, (int)n_ids);
+    res->n_prompt_tokens = (int)n_ids;
+
+    double t2 = now_ms();
+    struct mmrt_tensor emb;
+    logits = malloc((size_t)V * sizeof *logits);
+    if (!logits) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "logits: out of memory");
+        goto out;
+    }
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ n_ids, Dt }, &emb, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_embed(m->lm, ids, n_ids, &emb, err);
+    if (st == MMRT_OK && image_pos >= 0) {
+        struct mmrt_tensor rows = mmrt_tensor_rows(&emb, image_pos, vis->n_tokens);
+        st = mmrt_dev_upload(m->lm->dev, &rows, vis->features,
+                             (uint64_t)(vis->n_tokens * Dt) * sizeof(float), err);
+    }
+    if (st == MMRT_OK)
+        st = mmrt_kv_cache_create(m->lm, n_ids + req->max_tokens, &cache, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_forward(m->lm, &cache, &emb, logits, err);
+    if (st == MMRT_OK)
+        st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
+    if (st != MMRT_OK)
+        goto out;
+    mmrt_scratch_release(&s);
+    double t3 = now_ms();
+    res->prefill_ms = t3 - t2;
+
+    struct mmrt_tensor one;
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, Dt }, &one, err);
+    for (int step = 0; st == MMRT_OK && step < req->max_tokens; step++) {
+        if (trace && trace->logits)
+            trace->logits(trace->user, step, logits, V);
+        int32_t tok;
+        st = mmrt_sampler_next(&sampler, logits, &tok, err);
+        if (st != MMRT_OK)
+            break;
+        res->n_tokens++;
+        const char *piece = "";
+        size_t plen = 0;
+        st = mmrt_tokenizer_decode_stream(stream, tok, &piece, &plen, err);
+        if (st != MMRT_OK)
+            break;
+        char buf[1024];
+        size_t n = plen < sizeof buf - 1 ? plen : sizeof buf - 1;
+        memcpy(buf, piece, n);
+        buf[n] = '\0';
+        bool go_on = on_token ? on_token(user, tok, buf) : true;
+        if (!go_on || is_eos(m, tok) || step + 1 == req->max_tokens)
+            break;
+        st = mmrt_llama_embed(m->lm, &tok, 1, &one, err);
+        if (st == MMRT_OK)
+            st = mmrt_llama_forward(m->lm, &cache, &one, logits, err);
+    }
+    if (st == MMRT_OK) {
+        const char *tail = "";
+        size_t tlen = 0;
+        st = mmrt_tokenizer_stream_finish(stream, &tail, &tlen, err);
+        if (st == MMRT_OK && tlen && on_token) {
+            char buf[64];
+            size_t n = tlen < sizeof buf - 1 ? tlen : sizeof buf - 1;
+            memcpy(buf, tail, n);
+            buf[n] = '\0';
+            on_token(user, -1, buf);
+        }
+    }
+    res->decode_ms = now_ms() - t3;
+    if (res->n_tokens > 1 && res->decode_ms > 0)
+        res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
+out:
+    mmrt_scratch_release(&s);
+    mmrt_tokenizer_stream_destroy(stream);
+    mmrt_kv_cache_destroy(m->lm, &cache);
+    mmrt_sampler_deinit(&sampler);
+    free(ids);
+    free(logits);
+    return st;
+}

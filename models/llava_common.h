@@ -1,0 +1,64 @@
+/*
+ * models/llava_common.h — the parts LLaVA-1.5 (llava.c) and LLaVA-NeXT (llava_next.c) share:
+ * config readers and the whole language stage (chat template, <image> expansion, feature
+ * splice, prefill, decode loop). models.md §2.3, §2.6, §3.4, §7.5.
+ */
+#ifndef MMRT_MODELS_LLAVA_COMMON_H
+#define MMRT_MODELS_LLAVA_COMMON_H
+
+#include <jansson.h>
+
+#include "formats/tokenizer.h"
+#include "llama.h"
+#include "model.h"
+#include "preprocess.h"
+
+#define MMRT_LLAVA_MAX_FEATURE_LAYERS 8
+#define MMRT_LLAVA_MAX_EOS 8
+
+/* projector_hidden_act → operator (gelu, quick_gelu, gelu_pytorch_tanh/gelu_new, silu);
+ * MMRT_ERR_UNSUPPORTED naming `what` otherwise. */
+mmrt_status mmrt_llava_act_from_name(const char *name, const char *what, enum mmrt_op *out,
+                                     struct mmrt_error *err);
+
+/* vision_feature_layer of `cfg` (an int or a list of 1…MMRT_LLAVA_MAX_FEATURE_LAYERS ints;
+ * default −2), Python-indexed into the n_layers + 1 hidden states of the tower, into
+ * layers[*n] as indices 0 … n_layers. MMRT_ERR_FORMAT naming `what` otherwise. */
+mmrt_status mmrt_llava_parse_feature_layers(const json_t *cfg, const char *what,
+                                            int64_t n_layers, int64_t *layers, int *n,
+                                            struct mmrt_error *err);
+
+/* EOS ids: generation_config.json in `dir` when present (int or list, at most
+ * MMRT_LLAVA_MAX_EOS kept), else `fallback` (none when < 0). Each must be below vocab. */
+mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab, int32_t *eos,
+                                int *n_eos, struct mmrt_error *err);
+
+/* Image settings: preprocessor_config.json (hub layout), else the "image_processor" object
+ * of processor_config.json (what transformers 5 writes). `path` receives the file used,
+ * *root the parsed file (the caller json_decref()s it, also on failure), *obj (may be NULL)
+ * the object the settings came from. */
+mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, size_t size,
+                                                json_t **root, const json_t **obj,
+                                                struct mmrt_clip_preprocess_config *pp,
+                                                struct mmrt_error *err);
+
+/* What the language stage needs; all borrowed from the model. */
+struct mmrt_llava_lm {
+    struct mmrt_llama *lm;
+    struct mmrt_tokenizer *tok;
+    int32_t image_token_id;
+    const int32_t *eos;
+    int n_eos;
+};
+
+/* The language stage of one request (model.h generate()): renders "USER: <image>\n{prompt}
+ * ASSISTANT:", tokenizes, expands the <image> id into vis->n_tokens ids (the prompt must hold
+ * exactly vis->n_images placeholders: MMRT_ERR_INVALID_ARG otherwise), overwrites those rows
+ * of the embeddings with vis->features, prefills, then samples up to req->max_tokens tokens,
+ * stopping at an EOS id or when on_token returns false. */
+mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *l, const struct mmrt_request *req,
+                                const struct mmrt_vision_output *vis,
+                                const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                                void *user, struct mmrt_result *res, struct mmrt_error *err);
+
+#endif

@@ -1,0 +1,582 @@
+/*
+ * models/llava_next.c — LLaVA-NeXT / 1.6 (LlavaNextForConditionalGeneration, model_type
+ * "llava_next"): "anyres" tiling in front of the LLaVA-1.5 pipeline. models.md §3, chat
+ * template §7.5.
+ *
+ * Vision stage, per image (W0 × H0):
+ *   best (h, w) = select_best_resolution among image_grid_pinpoints (§3.2 step 1)
+ *   resize to fit best keeping the aspect ratio (ceil rule), zero-pad centred to best,
+ *   cut into S × S tiles row-major (S = vision image_size); base = the image resized to S × S
+ *   patches = [base, tile_0 …]; each → CLIP preprocessing (a no-op resize/crop on S × S, then
+ *   rescale + normalize) → CLIP tower → feature layer(s), CLS dropped → projector
+ *   → packing (pack_image_features, §3.3): base rows (g² with g = S / patch), then the tiles
+ *     laid out as one (g·nph) × (g·npw) map, unpadded by the integer rule of §3.3 step 6, each
+ *     remaining map row followed by the image_newline vector.
+ * The packed rows go to the host; their count is the number of <image> ids the prompt gets
+ * (§3.4 gives the same number without running the tower).
+ * Language stage: the LLaVA-1.5 one (llava_common.c), with that per-image count.
+ *
+ * Only vision_feature_select_strategy "default" is accepted: transformers' pack_image_features
+ * views each tile's features as g × g and fails with the CLS row kept ("full").
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clip.h"
+#include "formats/image.h"
+#include "formats/json.h"
+#include "formats/tokenizer.h"
+#include "llama.h"
+#include "llava_common.h"
+#include "model.h"
+#include "ops.h"
+#include "preprocess.h"
+#include "weights.h"
+
+#define MAX_PINPOINTS 64
+/* Tiles per image: the largest hub grid is 3×3 (llava-v1.6 pinpoints up to 1008²); this bounds
+ * a hostile config's memory, not a real checkpoint. */
+#define MAX_TILES 64
+
+struct mmrt_model {
+    char *dir;
+    struct mmrt_dev *vision, *language;
+    struct mmrt_weights *w;
+    struct mmrt_clip clip;
+    struct mmrt_llama lm;
+    struct mmrt_tensor proj1_w, proj1_b, proj2_w, proj2_b; /* biases absent when disabled */
+    enum mmrt_op proj_act;
+    int64_t feature_layers[MMRT_LLAVA_MAX_FEATURE_LAYERS]; /* hidden_states indices, 0 … L */
+    int n_feature_layers;
+    int64_t pinpoints[MAX_PINPOINTS][2];        /* [height, width], multiples of tile */
+    int n_pinpoints;
+    int64_t tile;                               /* S: vision image_size */
+    int64_t grid;                               /* g: patches per tile side */
+    float *newline;                             /* image_newline [Dt], host copy */
+    int32_t image_token_id;
+    int32_t eos[MMRT_LLAVA_MAX_EOS];
+    int n_eos;
+    struct mmrt_tokenizer *tok;
+    struct mmrt_clip_preprocess_config pp;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void next_destroy(struct mmrt_model *m)
+{
+    if (!m)
+        return;
+    mmrt_clip_unload(&m->clip);
+    mmrt_llama_unload(&m->lm);
+    mmrt_weights_close(m->w);
+    mmrt_tokenizer_destroy(m->tok);
+    free(m->newline);
+    free(m->dir);
+    free(m);
+}
+
+/* image_grid_pinpoints: a list of [height, width] pairs (default: the llava-v1.6 list for
+ * 336-px tiles). Every side must be a positive multiple of the tile size: transformers views
+ * the tile features as (h / S) × (w / S) and would fail (or read past the tiles) otherwise. */
+static mmrt_status parse_pinpoints(struct mmrt_model *m, const json_t *cfg, const char *what,
+                                   struct mmrt_error *err)
+{
+    static const int64_t def[5][2] = { { 336, 672 }, { 672, 336 }, { 672, 672 },
+                                       { 1008, 336 }, { 336, 1008 } };
+    const json_t *v = json_object_get(cfg, "image_grid_pinpoints");
+    const int64_t S = m->tile;
+    if (!v || json_is_null(v)) {
+        memcpy(m->pinpoints, def, sizeof def);
+        m->n_pinpoints = 5;
+    } else {
+        if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > MAX_PINPOINTS)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: image_grid_pinpoints must be a list of 1…%d [height, "
+                                  "width] pairs", what, MAX_PINPOINTS);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            const json_t *p = json_array_get(v, i);
+            if (!json_is_array(p) || json_array_size(p) != 2 ||
+                !json_is_integer(json_array_get(p, 0)) || !json_is_integer(json_array_get(p, 1)))
+                return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                      "%s: image_grid_pinpoints[%zu] is not a [height, width] "
+                                      "pair of integers", what, i);
+            m->pinpoints[i][0] = json_integer_value(json_array_get(p, 0));
+            m->pinpoints[i][1] = json_integer_value(json_array_get(p, 1));
+        }
+        m->n_pinpoints = (int)json_array_size(v);
+    }
+    for (int i = 0; i < m->n_pinpoints; i++) {
+        int64_t h = m->pinpoints[i][0], w = m->pinpoints[i][1];
+        if (h < S || w < S || h % S || w % S || (h / S) * (w / S) > MAX_TILES)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: image_grid_pinpoints[%d] = [%lld, %lld] must be positive "
+                                  "multiples of the vision image_size %lld with at most %d tiles",
+                                  what, i, (long long)h, (long long)w, (long long)S, MAX_TILES);
+    }
+    return MMRT_OK;
+}
+
+/* The processor tiles S × S and resizes the base image to S × S; the tower needs exactly S.
+ * Anything else would make transformers' processor and model disagree, so refuse it. */
+static mmrt_status check_preprocessing(const struct mmrt_model *m, const json_t *ip,
+                                       const json_t *config, const char *path,
+                                       struct mmrt_error *err)
+{
+    const struct mmrt_clip_preprocess_config *pp = &m->pp;
+    const uint32_t S = (uint32_t)m->tile;
+    uint32_t base = pp->resize_mode == MMRT_RESIZE_SHORTEST_EDGE ? pp->shortest_edge
+                                                                  : pp->resize_height;
+    uint32_t tile = pp->do_center_crop ? pp->crop_height : base;
+    bool exact_ok = pp->resize_mode == MMRT_RESIZE_SHORTEST_EDGE ||
+                    pp->resize_width == pp->resize_height;
+    uint32_t ow, oh;
+    mmrt_status st = mmrt_preprocess_clip_output_size(S, S, pp, &ow, &oh, err);
+    if (st != MMRT_OK)
+        return st;
+    if (base != S || tile != S || !exact_ok || ow != S || oh != S)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: the image processor must produce %u×%u tiles and base image "
+                              "(the vision tower's image_size); it gives tiles of %u, a base of "
+                              "%u and %u×%u patches", path, S, S, tile, base, ow, oh);
+    const json_t *pin = json_object_get(ip, "image_grid_pinpoints");
+    const json_t *mpin = json_object_get(config, "image_grid_pinpoints");
+    if (pin && mpin && !json_equal((json_t *)pin, (json_t *)mpin))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: image_grid_pinpoints differ from config.json's (the "
+                              "processor and the model would count image tokens differently)",
+                              path);
+    return MMRT_OK;
+}
+
+static mmrt_status next_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+                             struct mmrt_dev *language, struct mmrt_model **out,
+                             struct mmrt_error *err)
+{
+    char what[4200], path[4200];
+    snprintf(what, sizeof what, "%s/config.json", dir);
+    struct mmrt_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->dir = strdup(dir))) {
+        free(m);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
+    }
+    m->vision = vision;
+    m->language = language;
+    mmrt_status st;
+    json_t *empty = json_object();
+    json_t *pp_json = NULL;
+    const json_t *ip = NULL;
+    if (!empty) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
+        goto fail;
+    }
+    const json_t *vcfg = json_object_get(config, "vision_config");
+    const json_t *tcfg = json_object_get(config, "text_config");
+    if ((vcfg && !json_is_object(vcfg)) || (tcfg && !json_is_object(tcfg))) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                            "%s: vision_config and text_config must be objects", what);
+        goto fail;
+    }
+    char vwhat[4300], twhat[4300];
+    snprintf(vwhat, sizeof vwhat, "%s: vision_config", what);
+    snprintf(twhat, sizeof twhat, "%s: text_config", what);
+    struct mmrt_clip_config ccfg;
+    struct mmrt_llama_config lcfg;
+    st = mmrt_clip_config_parse(vcfg ? vcfg : empty, vwhat, &ccfg, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_config_parse(tcfg ? tcfg : empty, config, twhat, &lcfg, err);
+    if (st != MMRT_OK)
+        goto fail;
+    m->tile = ccfg.image_size;
+    m->grid = ccfg.image_size / ccfg.patch;
+
+    long long image_token;
+    st = mmrt_json_opt_int(config, "image_token_index", what, 0, INT32_MAX, 32000, &image_token,
+                           err);
+    if (st == MMRT_OK && json_object_get(config, "image_token_id"))
+        st = mmrt_json_opt_int(config, "image_token_id", what, 0, INT32_MAX, image_token,
+                               &image_token, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (image_token >= lcfg.vocab) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                            "%s: image_token_index %lld is not below the vocab_size %lld", what,
+                            image_token, (long long)lcfg.vocab);
+        goto fail;
+    }
+    m->image_token_id = (int32_t)image_token;
+    const char *act = NULL, *strategy = NULL;
+    bool proj_bias;
+    st = mmrt_json_opt_string(config, "projector_hidden_act", what, "gelu", &act, err);
+    if (st == MMRT_OK)
+        st = mmrt_llava_act_from_name(act, what, &m->proj_act, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_string(config, "vision_feature_select_strategy", what, "default",
+                                  &strategy, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(config, "multimodal_projector_bias", what, true, &proj_bias, err);
+    if (st == MMRT_OK)
+        st = mmrt_llava_parse_feature_layers(config, what, ccfg.n_layers, m->feature_layers,
+                                             &m->n_feature_layers, err);
+    if (st == MMRT_OK)
+        st = parse_pinpoints(m, config, what, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (strcmp(strategy, "default") != 0) {
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                            "%s: vision_feature_select_strategy '%s': LLaVA-NeXT packs tiles "
+                            "without the CLS token, only 'default' is supported", what, strategy);
+        goto fail;
+    }
+
+    /* Preprocessing and tokenizer, before any device memory is touched. */
+    st = mmrt_llava_load_preprocessor_config(dir, path, sizeof path, &pp_json, &ip, &m->pp,
+                                                 err);
+    if (st == MMRT_OK)
+        st = check_preprocessing(m, ip, config, path, err);
+    if (st != MMRT_OK)
+        goto fail;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    st = mmrt_tokenizer_load(path, NULL, &m->tok, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (mmrt_tokenizer_vocab_size(m->tok) > (uint32_t)lcfg.vocab) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                            "%s: the tokenizer has %u ids, more than the model's vocab_size %lld",
+                            path, mmrt_tokenizer_vocab_size(m->tok), (long long)lcfg.vocab);
+        goto fail;
+    }
+
+    /* Placement checks, then weights. */
+    enum mmrt_op vis_ops[32];
+    int n_vis = 0;
+    for (int i = 0; i < mmrt_clip_n_ops; i++)
+        vis_ops[n_vis++] = mmrt_clip_ops[i];
+    vis_ops[n_vis++] = m->proj_act;
+    vis_ops[n_vis++] = ccfg.act;
+    st = mmrt_dev_require_ops(vision, "the vision stage", vis_ops, n_vis, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_require_ops(language, "the language stage", mmrt_llama_ops,
+                                  mmrt_llama_n_ops, err);
+    if (st != MMRT_OK)
+        goto fail;
+    st = mmrt_weights_open(dir, false, &m->w, err);
+    if (st != MMRT_OK)
+        goto fail;
+    int64_t max_layer = 0;
+    for (int i = 0; i < m->n_feature_layers; i++)
+        if (m->feature_layers[i] > max_layer)
+            max_layer = m->feature_layers[i];
+    st = mmrt_clip_load(&m->clip, m->w, vision, &ccfg, max_layer, err);
+    if (st != MMRT_OK)
+        goto fail;
+    const int64_t Dv = ccfg.hidden * m->n_feature_layers, Dt = lcfg.hidden;
+    st = mmrt_weights_load(m->w, vision, 2, (const int64_t[]){ Dt, Dv }, &m->proj1_w, err,
+                           "multi_modal_projector.linear_1.weight");
+    if (st == MMRT_OK)
+        st = mmrt_weights_load(m->w, vision, 2, (const int64_t[]){ Dt, Dt }, &m->proj2_w, err,
+                               "multi_modal_projector.linear_2.weight");
+    if (st == MMRT_OK && proj_bias)
+        st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ Dt }, &m->proj1_b, err,
+                               "multi_modal_projector.linear_1.bias");
+    if (st == MMRT_OK && proj_bias)
+        st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ Dt }, &m->proj2_b, err,
+                               "multi_modal_projector.linear_2.bias");
+    /* image_newline is only ever copied between feature rows, which happens on the host
+     * after the download, so keep an F32 host copy. */
+    struct mmrt_tensor nl;
+    if (st == MMRT_OK)
+        st = mmrt_weights_load_f32(m->w, vision, 1, (const int64_t[]){ Dt }, &nl, err,
+                                   "image_newline");
+    if (st == MMRT_OK && !(m->newline = malloc((size_t)Dt * sizeof *m->newline)))
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image_newline: out of memory");
+    if (st == MMRT_OK)
+        st = mmrt_dev_download(vision, &nl, m->newline, (uint64_t)Dt * sizeof(float), err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_load(&m->lm, m->w, language, &lcfg, err);
+    if (st == MMRT_OK)
+        st = mmrt_llava_read_eos(dir, lcfg.eos_id, lcfg.vocab, m->eos, &m->n_eos, err);
+    if (st != MMRT_OK)
+        goto fail;
+    json_decref(pp_json);
+    json_decref(empty);
+    *out = m;
+    return MMRT_OK;
+fail:
+    json_decref(pp_json);
+    json_decref(empty);
+    next_destroy(m);
+    return st;
+}
+
+/* ---- anyres geometry (transformers' integer and float64 rules, models.md §3.2–3.4) ---- */
+
+/* select_best_resolution: the largest effective resolution, then the least waste, then the
+ * first in list order (strict comparisons). */
+static void select_best(const struct mmrt_model *m, int64_t H0, int64_t W0, int64_t *bh,
+                        int64_t *bw)
+{
+    int64_t best_eff = 0;
+    double best_waste = INFINITY;
+    *bh = m->pinpoints[0][0];
+    *bw = m->pinpoints[0][1];
+    for (int i = 0; i < m->n_pinpoints; i++) {
+        int64_t h = m->pinpoints[i][0], w = m->pinpoints[i][1];
+        double sw = (double)w / (double)W0, sh = (double)h / (double)H0;
+        double s = sw < sh ? sw : sh;
+        int64_t dw = (int64_t)((double)W0 * s), dh = (int64_t)((double)H0 * s);
+        int64_t eff = dw * dh < W0 * H0 ? dw * dh : W0 * H0;
+        double waste = (double)(w * h - eff);
+        if (eff > best_eff || (eff == best_eff && waste < best_waste)) {
+            best_eff = eff;
+            best_waste = waste;
+            *bh = h;
+            *bw = w;
+        }
+    }
+}
+
+/* int(round(x, 7)) for x ≥ 0. Python rounds the exact decimal value; scaling by 1e7 in
+ * double can differ only when x sits within an ulp of a half at the 8th decimal, which the
+ * sizes here (ratios of small integers) do not reach. */
+static int64_t int_round7(double x)
+{
+    return (int64_t)nearbyint(x * 1e7) / 10000000;
+}
+
+static int64_t floordiv2(int64_t a)
+{
+    return a >= 0 ? a / 2 : -((-a + 1) / 2);
+}
+
+/* unpad_image on a cur_h × cur_w map of an H0 × W0 image: the kept rows [*r0, *r1) and
+ * columns [*c0, *c1). */
+static void unpad(int64_t H0, int64_t W0, int64_t cur_h, int64_t cur_w, int64_t *r0,
+                  int64_t *r1, int64_t *c0, int64_t *c1)
+{
+    *r0 = 0, *r1 = cur_h, *c0 = 0, *c1 = cur_w;
+    if ((double)W0 / (double)H0 > (double)cur_w / (double)cur_h) {
+        int64_t new_h = int_round7((double)H0 * ((double)cur_w / (double)W0));
+        int64_t pad = floordiv2(cur_h - new_h);
+        *r0 = pad, *r1 = cur_h - pad;
+    } else {
+        int64_t new_w = int_round7((double)W0 * ((double)cur_h / (double)H0));
+        int64_t pad = floordiv2(cur_w - new_w);
+        *c0 = pad, *c1 = cur_w - pad;
+    }
+}
+
+/* Preprocesses one image into [n_patches][3][S][S] (base first, then tiles row-major). */
+static mmrt_status make_patches(const struct mmrt_model *m, const struct mmrt_image *img,
+                                int64_t bh, int64_t bw, float *pixels, struct mmrt_error *err)
+{
+    const int64_t S = m->tile, W0 = img->width, H0 = img->height;
+    const size_t per = (size_t)(3 * S * S);
+    const uint8_t zero[3] = { 0, 0, 0 };
+    struct mmrt_image *resized = NULL, *padded = NULL, *patch = NULL;
+    /* get_patch_output_size: fit inside best, ceil on the scaled side. */
+    double sw = (double)bw / (double)W0, sh = (double)bh / (double)H0;
+    int64_t nw, nh;
+    if (sw < sh) {
+        nw = bw;
+        nh = (int64_t)ceil((double)H0 * sw);
+        nh = nh < bh ? nh : bh;
+    } else {
+        nh = bh;
+        nw = (int64_t)ceil((double)W0 * sh);
+        nw = nw < bw ? nw : bw;
+    }
+    mmrt_status st = mmrt_preprocess_resize(img, (uint32_t)nw, (uint32_t)nh, m->pp.resample,
+                                            &resized, err);
+    /* _pad_for_patching: uint8 zeros, the odd pixel right/bottom. */
+    if (st == MMRT_OK)
+        st = mmrt_preprocess_crop(resized, -((bw - nw) / 2), -((bh - nh) / 2), (uint32_t)bw,
+                                  (uint32_t)bh, zero, &padded, err);
+    /* The base image: the whole original squeezed to S × S. */
+    if (st == MMRT_OK)
+        st = mmrt_preprocess_resize(img, (uint32_t)S, (uint32_t)S, m->pp.resample, &patch, err);
+    if (st == MMRT_OK)
+        st = mmrt_preprocess_clip(patch, &m->pp, pixels, per, err);
+    mmrt_image_destroy(patch);
+    patch = NULL;
+    const int64_t nph = bh / S, npw = bw / S;
+    for (int64_t k = 0; st == MMRT_OK && k < nph * npw; k++) {
+        st = mmrt_preprocess_crop(padded, (k % npw) * S, (k / npw) * S, (uint32_t)S,
+                                  (uint32_t)S, zero, &patch, err);
+        if (st == MMRT_OK)
+            st = mmrt_preprocess_clip(patch, &m->pp, pixels + (size_t)(k + 1) * per, per, err);
+        mmrt_image_destroy(patch);
+        patch = NULL;
+    }
+    mmrt_image_destroy(resized);
+    mmrt_image_destroy(padded);
+    return st;
+}
+
+static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
+{
+    return t->buffer ? t : NULL;
+}
+
+/* Vision tower + projector for n patches [n][3][S][S] on the host → proj [n·g², Dt] host. */
+static mmrt_status encode_patches(struct mmrt_model *m, const float *pixels, int64_t n,
+                                  float *proj, struct mmrt_error *err)
+{
+    const struct mmrt_clip_config *c = &m->clip.cfg;
+    const int64_t S = c->image_size, P = m->grid * m->grid, T = P + 1;
+    const int64_t Dv = c->hidden, Dt = m->lm.cfg.hidden, K = m->n_feature_layers;
+    struct mmrt_dev *dev = m->vision;
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, dev);
+    struct mmrt_tensor px, hid, feat, y1, y2;
+    mmrt_status st;
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        st = (call);                                                                           \
+        if (st != MMRT_OK)                                                                     \
+            goto out;                                                                          \
+    } while (0)
+#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(1, c->channels, S, S), &px, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(T, Dv), &hid, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(n * P, Dv * K), &feat, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(n * P, Dt), &y1, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(n * P, Dt), &y2, err));
+    const uint64_t per = (uint64_t)(c->channels * S * S);
+    for (int64_t t = 0; t < n; t++) {
+        TRY(mmrt_dev_upload(dev, &px, pixels + t * (int64_t)per, per * sizeof(float), err));
+        for (int64_t i = 0; i < K; i++) {
+            /* Each selected hidden state (CLS dropped) lands in its channel slice of this
+             * patch's rows of feat; the projector then runs once over all patches. */
+            TRY(mmrt_clip_forward(&m->clip, &px, m->feature_layers[i], &hid, err));
+            struct mmrt_tensor sel = mmrt_tensor_rows(&hid, 1, P);
+            struct mmrt_tensor dst = mmrt_tensor_rows(&feat, t * P, P);
+            dst.ne[1] = Dv;
+            dst.offset += (uint64_t)(i * Dv) * sizeof(float);
+            TRY(mmrt_op_copy(dev, &sel, &dst, err));
+        }
+    }
+    TRY(mmrt_op_matmul(dev, &feat, &m->proj1_w, opt(&m->proj1_b), &y1, err));
+    TRY(mmrt_op_unary(dev, m->proj_act, &y1, &y1, err));
+    TRY(mmrt_op_matmul(dev, &y1, &m->proj2_w, opt(&m->proj2_b), &y2, err));
+    TRY(mmrt_dev_download(dev, &y2, proj, (uint64_t)(n * P * Dt) * sizeof(float), err));
+#undef TRY
+#undef NE
+out:
+    mmrt_scratch_release(&s);
+    return st;
+}
+
+/* pack_image_features for one image: base rows, then the unpadded tile map row by row with
+ * image_newline after each row. Writes *n_tokens rows of Dt to *out (malloc'ed). */
+static mmrt_status pack(const struct mmrt_model *m, const float *proj, int64_t H0, int64_t W0,
+                        int64_t nph, int64_t npw, float **out, int64_t *n_tokens,
+                        struct mmrt_error *err)
+{
+    const int64_t g = m->grid, P = g * g, Dt = m->lm.cfg.hidden;
+    int64_t r0, r1, c0, c1;
+    unpad(H0, W0, g * nph, g * npw, &r0, &r1, &c0, &c1);
+    const int64_t n = P + (r1 - r0) * (c1 - c0 + 1);
+    float *f = malloc((size_t)(n * Dt) * sizeof *f);
+    if (!f)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image features: out of memory");
+    const size_t row = (size_t)Dt * sizeof(float);
+    memcpy(f, proj, (size_t)P * row);
+    float *dst = f + P * Dt;
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t c = c0; c < c1; c++) {
+            /* Map (r, c) is tile (r / g, c / g), tile-local patch (r % g, c % g). */
+            int64_t tile = 1 + (r / g) * npw + c / g;
+            int64_t idx = tile * P + (r % g) * g + c % g;
+            memcpy(dst, proj + idx * Dt, row);
+            dst += Dt;
+        }
+        memcpy(dst, m->newline, row);
+        dst += Dt;
+    }
+    *out = f;
+    *n_tokens = n;
+    return MMRT_OK;
+}
+
+/* Vision stage: the request's image → packed features on the host. */
+static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *req,
+                               const struct mmrt_model_trace *trace,
+                               struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    const int64_t S = m->tile, Dt = m->lm.cfg.hidden, P = m->grid * m->grid;
+    memset(out, 0, sizeof *out);
+    if (!req->image_path)
+        return MMRT_OK;
+    double t0 = now_ms();
+    struct mmrt_image *img = NULL;
+    float *pixels = NULL, *proj = NULL, *features = NULL;
+    struct mmrt_image_limits lim;
+    mmrt_image_limits_default(&lim);
+    mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
+    if (st != MMRT_OK)
+        return st;
+    int64_t bh, bw;
+    select_best(m, img->height, img->width, &bh, &bw);
+    const int64_t nph = bh / S, npw = bw / S, n = 1 + nph * npw;
+    pixels = malloc((size_t)(n * 3 * S * S) * sizeof *pixels);
+    proj = malloc((size_t)(n * P * Dt) * sizeof *proj);
+    if (!pixels || !proj) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
+        goto out;
+    }
+    st = make_patches(m, img, bh, bw, pixels, err);
+    if (st != MMRT_OK)
+        goto out;
+    if (trace && trace->pixel_values)
+        trace->pixel_values(trace->user, 0, pixels, 4, (const int64_t[]){ n, 3, S, S });
+    double t1 = now_ms();
+    int64_t n_tokens = 0;
+    st = encode_patches(m, pixels, n, proj, err);
+    if (st == MMRT_OK)
+        st = pack(m, proj, img->height, img->width, nph, npw, &features, &n_tokens, err);
+    if (st != MMRT_OK)
+        goto out;
+    if (trace && trace->image_features)
+        trace->image_features(trace->user, 0, features, n_tokens, Dt);
+    out->features = features;
+    features = NULL;
+    out->n_images = 1;
+    out->n_tokens = n_tokens;
+    out->dim = Dt;
+    out->preprocess_ms = t1 - t0;
+    out->vision_ms = now_ms() - t1;
+out:
+    mmrt_image_destroy(img);
+    free(pixels);
+    free(proj);
+    free(features);
+    return st;
+}
+
+/* Language stage: as LLaVA-1.5, with this image's packed row count (llava_common.c). */
+static mmrt_status next_generate(struct mmrt_model *m, const struct mmrt_request *req,
+                                 const struct mmrt_vision_output *vis,
+                                 const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                                 void *user, struct mmrt_result *res, struct mmrt_error *err)
+{
+    const struct mmrt_llava_lm l = { .lm = &m->lm, .tok = m->tok,
+                                     .image_token_id = m->image_token_id, .eos = m->eos,
+                                     .n_eos = m->n_eos };
+    return mmrt_llava_generate(&l, req, vis, trace, on_token, user, res, err);
+}
+
+const struct mmrt_model_type mmrt_llava_next_model_type = {
+    .model_type = "llava_next",
+    .load = next_load,
+    .destroy = next_destroy,
+    .encode = next_encode,
+    .generate = next_generate,
+};

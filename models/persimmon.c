@@ -1,0 +1,387 @@
+/*
+ * models/persimmon.c — Persimmon decoder on core ops (see persimmon.h).
+ *
+ * query_key_value produces [S, heads, 3, head_dim] (q, k, v interleaved per head, §5.2); the
+ * q, k and v slices are strided views of that one output, made contiguous with COPY, so the
+ * checkpoint's fused weight is used as it is. Every forward allocates its activations from
+ * the device pool as one scratch set and frees them at the end.
+ */
+#include "persimmon.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/json.h"
+#include "ops.h"
+
+const enum mmrt_op mmrt_persimmon_ops[] = {
+    MMRT_OP_GET_ROWS, MMRT_OP_LAYERNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE, MMRT_OP_COPY,
+    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_RELU2,
+};
+const int mmrt_persimmon_n_ops = (int)(sizeof mmrt_persimmon_ops / sizeof mmrt_persimmon_ops[0]);
+
+/* theta and partial_rotary_factor: rope_parameters first, then the top-level keys, then the
+ * class defaults (25000, 0.5); only the default rope type (models.md §1.6.3). */
+static mmrt_status parse_rope(const json_t *cfg, const char *what,
+                              struct mmrt_persimmon_config *c, struct mmrt_error *err)
+{
+    const json_t *params = json_object_get(cfg, "rope_parameters");
+    const json_t *scaling = json_object_get(cfg, "rope_scaling");
+    const char *type = "default";
+    mmrt_status st = mmrt_json_opt_number(cfg, "rope_theta", what, 1e-3, 1e12, 25000.0,
+                                          &c->rope_theta, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_number(cfg, "partial_rotary_factor", what, 0, 1, 0.5,
+                                  &c->partial_rotary_factor, err);
+    if (st != MMRT_OK)
+        return st;
+    if (params && !json_is_null(params)) {
+        if (!json_is_object(params))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: \"rope_parameters\" must be an object", what);
+        st = mmrt_json_opt_number(params, "rope_theta", what, 1e-3, 1e12, c->rope_theta,
+                                  &c->rope_theta, err);
+        if (st == MMRT_OK)
+            st = mmrt_json_opt_number(params, "partial_rotary_factor", what, 0, 1,
+                                      c->partial_rotary_factor, &c->partial_rotary_factor, err);
+        if (st == MMRT_OK)
+            st = mmrt_json_opt_string(params, "rope_type", what, type, &type, err);
+    } else if (json_is_object(scaling)) {
+        st = mmrt_json_opt_string(scaling, "rope_type", what, NULL, &type, err);
+        if (st == MMRT_OK && !type)
+            st = mmrt_json_opt_string(scaling, "type", what, "default", &type, err);
+    } else if (scaling && !json_is_null(scaling)) {
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"rope_scaling\" must be an object",
+                              what);
+    }
+    if (st != MMRT_OK)
+        return st;
+    if (strcmp(type, "default") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: rope type '%s' is not supported (only default)", what, type);
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_persimmon_config_parse(const json_t *cfg, const json_t *top, const char *what,
+                                        struct mmrt_persimmon_config *out,
+                                        struct mmrt_error *err)
+{
+    struct mmrt_persimmon_config c = { 0 };
+    const char *type = NULL, *act = NULL;
+    long long v;
+    mmrt_status st = mmrt_json_opt_string(cfg, "model_type", what, "persimmon", &type, err);
+    if (st != MMRT_OK)
+        return st;
+    /* A flat hub config carries "fuyu" at the level the text fields live on. */
+    if (strcmp(type, "persimmon") != 0 && strcmp(type, "fuyu") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: text model_type '%s' is not supported (persimmon)", what, type);
+#define INT(key, lo, hi, def, field)                                                           \
+    do {                                                                                       \
+        st = mmrt_json_opt_int(cfg, key, what, lo, hi, def, &v, err);                          \
+        if (st != MMRT_OK)                                                                     \
+            return st;                                                                         \
+        c.field = v;                                                                           \
+    } while (0)
+    INT("vocab_size", 1, 1 << 24, 262144, vocab);
+    INT("hidden_size", 1, 1 << 17, 4096, hidden);
+    INT("intermediate_size", 1, 1 << 20, 16384, intermediate);
+    INT("num_hidden_layers", 1, 1024, 36, n_layers);
+    INT("num_attention_heads", 1, 1024, 64, n_heads);
+    INT("max_position_embeddings", 1, 1 << 24, 16384, max_positions);
+    INT("bos_token_id", -1, 1 << 24, 1, bos_id);
+    INT("eos_token_id", -1, 1 << 24, 2, eos_id);
+#undef INT
+    if (c.hidden % c.n_heads != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: hidden_size %lld is not divisible by num_attention_heads %lld",
+                              what, (long long)c.hidden, (long long)c.n_heads);
+    /* Persimmon has no head_dim key: the fused qkv projection is 3·hidden wide. */
+    c.head_dim = c.hidden / c.n_heads;
+    if (c.head_dim > 256)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: head dim %lld is above the attention limit of 256", what,
+                              (long long)c.head_dim);
+    st = mmrt_json_opt_string(cfg, "hidden_act", what, "relu2", &act, err);
+    if (st == MMRT_OK && strcmp(act, "relu2") != 0)
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                            "%s: hidden_act '%s' is not supported (relu2)", what, act);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_number(cfg, "layer_norm_eps", what, 0, 1, 1e-5, &c.ln_eps, err);
+    if (st == MMRT_OK)
+        st = parse_rope(cfg, what, &c, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(cfg, "qk_layernorm", what, true, &c.qk_layernorm, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(cfg, "tie_word_embeddings", what, false, &c.tie_word_embeddings,
+                                err);
+    if (st == MMRT_OK && top && json_object_get(top, "tie_word_embeddings"))
+        st = mmrt_json_opt_bool(top, "tie_word_embeddings", what, c.tie_word_embeddings,
+                                &c.tie_word_embeddings, err);
+    if (st != MMRT_OK)
+        return st;
+    if (!(c.rope_theta > 0) || !(c.ln_eps > 0))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: rope theta (%g) and layer_norm_eps (%g) must be positive", what,
+                              c.rope_theta, c.ln_eps);
+    /* int(head_dim · factor), as PersimmonAttention computes it (truncation). */
+    c.n_rot = (int64_t)((double)c.head_dim * c.partial_rotary_factor);
+    if (c.n_rot < 2 || c.n_rot % 2 != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: partial_rotary_factor %g gives %lld rotary dims of a head of "
+                              "%lld; it must be an even number ≥ 2",
+                              what, c.partial_rotary_factor, (long long)c.n_rot,
+                              (long long)c.head_dim);
+    if (c.bos_id >= c.vocab || c.eos_id >= c.vocab)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: a special token id (bos %lld, eos %lld) is not below "
+                              "vocab_size %lld",
+                              what, (long long)c.bos_id, (long long)c.eos_id, (long long)c.vocab);
+    *out = c;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w,
+                                struct mmrt_dev *dev, const struct mmrt_persimmon_config *cfg,
+                                struct mmrt_error *err)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->dev = dev;
+    const int64_t D = cfg->hidden, V = cfg->vocab, I = cfg->intermediate, hd = cfg->head_dim;
+    m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_status st;
+    char name[256];
+#define LOAD(dst, nd, nm, ...)                                                                 \
+    do {                                                                                       \
+        st = mmrt_weights_load(w, dev, nd, (const int64_t[]){ __VA_ARGS__ }, &(dst), err,      \
+                               "%s", nm);                                                      \
+        if (st != MMRT_OK)                                                                     \
+            goto fail;                                                                         \
+    } while (0)
+    LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
+    LOAD(m->final_w, 1, "language_model.final_layernorm.weight", D);
+    LOAD(m->final_b, 1, "language_model.final_layernorm.bias", D);
+    if (mmrt_weights_find(w, "lm_head.weight") || !cfg->tie_word_embeddings)
+        LOAD(m->lm_head, 2, "lm_head.weight", V, D);
+    else
+        m->lm_head = m->embed;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        struct mmrt_persimmon_layer *L = &m->layers[i];
+#define LAYER(dst, nd, suffix, ...)                                                            \
+        do {                                                                                   \
+            snprintf(name, sizeof name, "language_model.layers.%lld.%s", (long long)i, suffix); \
+            LOAD(dst, nd, name, __VA_ARGS__);                                                  \
+        } while (0)
+        LAYER(L->ln_in_w, 1, "input_layernorm.weight", D);
+        LAYER(L->ln_in_b, 1, "input_layernorm.bias", D);
+        LAYER(L->qkv_w, 2, "self_attn.query_key_value.weight", 3 * D, D);
+        LAYER(L->qkv_b, 1, "self_attn.query_key_value.bias", 3 * D);
+        if (cfg->qk_layernorm) {
+            LAYER(L->q_ln_w, 1, "self_attn.q_layernorm.weight", hd);
+            LAYER(L->q_ln_b, 1, "self_attn.q_layernorm.bias", hd);
+            LAYER(L->k_ln_w, 1, "self_attn.k_layernorm.weight", hd);
+            LAYER(L->k_ln_b, 1, "self_attn.k_layernorm.bias", hd);
+        }
+        LAYER(L->dense_w, 2, "self_attn.dense.weight", D, D);
+        LAYER(L->dense_b, 1, "self_attn.dense.bias", D);
+        LAYER(L->ln_post_w, 1, "post_attention_layernorm.weight", D);
+        LAYER(L->ln_post_b, 1, "post_attention_layernorm.bias", D);
+        LAYER(L->up_w, 2, "mlp.dense_h_to_4h.weight", I, D);
+        LAYER(L->up_b, 1, "mlp.dense_h_to_4h.bias", I);
+        LAYER(L->down_w, 2, "mlp.dense_4h_to_h.weight", D, I);
+        LAYER(L->down_b, 1, "mlp.dense_4h_to_h.bias", D);
+#undef LAYER
+    }
+#undef LOAD
+    return MMRT_OK;
+fail:
+    mmrt_persimmon_unload(m);
+    return st;
+}
+
+void mmrt_persimmon_unload(struct mmrt_persimmon *m)
+{
+    free(m->layers);
+    m->layers = NULL;
+}
+
+void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_persimmon_cache *c)
+{
+    for (int64_t i = 0; c->k && i < c->n_layers; i++) {
+        mmrt_dev_tensor_free(m->dev, &c->v[i]);
+        mmrt_dev_tensor_free(m->dev, &c->k[i]);
+    }
+    free(c->k);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+mmrt_status mmrt_persimmon_cache_create(const struct mmrt_persimmon *m, int64_t n_ctx,
+                                        struct mmrt_persimmon_cache *out,
+                                        struct mmrt_error *err)
+{
+    struct mmrt_persimmon_cache c = { .n_ctx = n_ctx, .n_layers = m->cfg.n_layers };
+    c.k = calloc((size_t)c.n_layers, sizeof *c.k);
+    c.v = calloc((size_t)c.n_layers, sizeof *c.v);
+    if (!c.k || !c.v) {
+        free(c.k);
+        free(c.v);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
+    }
+    const int64_t ne[3] = { n_ctx, m->cfg.n_heads, m->cfg.head_dim };
+    for (int64_t i = 0; i < c.n_layers; i++) {
+        mmrt_status st = mmrt_dev_tensor_alloc(m->dev, MMRT_DTYPE_F32, 3, ne, &c.k[i], err);
+        if (st == MMRT_OK)
+            st = mmrt_dev_tensor_alloc(m->dev, MMRT_DTYPE_F32, 3, ne, &c.v[i], err);
+        if (st != MMRT_OK) {
+            mmrt_persimmon_cache_destroy(m, &c);
+            return mmrt_error_prefix(err, st, "KV cache for %lld positions × %lld layers",
+                                     (long long)n_ctx, (long long)m->cfg.n_layers);
+        }
+    }
+    *out = c;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, int64_t n,
+                                 const struct mmrt_tensor *out, struct mmrt_error *err)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "token id %d at position %lld is outside the vocabulary (%lld)",
+                                  ids[i], (long long)i, (long long)m->cfg.vocab);
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, m->dev);
+    struct mmrt_tensor t_ids;
+    mmrt_status st = mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, (const int64_t[]){ n }, &t_ids,
+                                         err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_upload(m->dev, &t_ids, ids, (uint64_t)n * sizeof(int32_t), err);
+    if (st == MMRT_OK)
+        st = mmrt_op_get_rows(m->dev, &m->embed, &t_ids, out, err);
+    mmrt_scratch_release(&s);
+    return st;
+}
+
+/* Head slice `which` (0 q, 1 k, 2 v) of qkv [S, H, 3, hd], as a strided [S, H, hd] view. */
+static struct mmrt_tensor qkv_part(const struct mmrt_tensor *qkv, int which)
+{
+    struct mmrt_tensor t = *qkv;
+    t.n_dims = 3;
+    t.ne[0] = qkv->ne[0];
+    t.ne[1] = qkv->ne[1];
+    t.ne[2] = qkv->ne[3];
+    t.nb[0] = qkv->nb[0];
+    t.nb[1] = qkv->nb[1];
+    t.nb[2] = qkv->nb[3];
+    t.ne[3] = 1;
+    t.nb[3] = qkv->nb[3];
+    t.offset += (uint64_t)which * (uint64_t)qkv->nb[2];
+    return t;
+}
+
+mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_persimmon_cache *cache,
+                                   const struct mmrt_tensor *embeds, float *logits,
+                                   struct mmrt_error *err)
+{
+    const struct mmrt_persimmon_config *c = &m->cfg;
+    struct mmrt_dev *dev = m->dev;
+    const int64_t S = embeds->ne[0], D = c->hidden, H = c->n_heads, hd = c->head_dim;
+    const int64_t n_past = cache->n_past;
+    if (S < 1 || n_past + S > cache->n_ctx)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT,
+                              "decoder: %lld positions after %lld do not fit the KV cache of %lld",
+                              (long long)S, (long long)n_past, (long long)cache->n_ctx);
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, dev);
+    struct mmrt_tensor h, x, qkv, q, k, v, att, o, u, pos, lg;
+    mmrt_status st = MMRT_OK;
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        st = (call);                                                                           \
+        if (st != MMRT_OK)                                                                     \
+            goto out;                                                                          \
+    } while (0)
+#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &h, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &x, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(S, H, 3, hd), &qkv, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &q, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &k, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &v, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &att, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &o, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &u, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(1, c->vocab), &lg, err));
+    {
+        int32_t *p = malloc((size_t)S * sizeof *p);
+        if (!p) {
+            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+            goto out;
+        }
+        /* Plain positions over the whole sequence, image tokens included (§5.2). */
+        for (int64_t i = 0; i < S; i++)
+            p[i] = (int32_t)(n_past + i);
+        st = mmrt_dev_upload(dev, &pos, p, (uint64_t)S * sizeof *p, err);
+        free(p);
+        if (st != MMRT_OK)
+            goto out;
+    }
+    TRY(mmrt_op_copy(dev, embeds, &h, err));
+    const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)c->n_rot,
+                                           MMRT_ROPE_NEOX };
+    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
+    const float eps = (float)c->ln_eps;
+    struct mmrt_tensor qkv2 = mmrt_tensor_reshape(&qkv, 2, NE(S, 3 * D));
+    struct mmrt_tensor qv = qkv_part(&qkv, 0), kv = qkv_part(&qkv, 1), vv = qkv_part(&qkv, 2);
+    /* q/k LayerNorm is over head_dim: a LAYERNORM over [S·H, hd] rows. */
+    struct mmrt_tensor q_rows = mmrt_tensor_reshape(&q, 2, NE(S * H, hd));
+    struct mmrt_tensor k_rows = mmrt_tensor_reshape(&k, 2, NE(S * H, hd));
+    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(S, D));
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const struct mmrt_persimmon_layer *L = &m->layers[l];
+        TRY(mmrt_op_layernorm(dev, &h, &L->ln_in_w, &L->ln_in_b, eps, &x, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->qkv_w, &L->qkv_b, &qkv2, err));
+        TRY(mmrt_op_copy(dev, &qv, &q, err));
+        TRY(mmrt_op_copy(dev, &kv, &k, err));
+        TRY(mmrt_op_copy(dev, &vv, &v, err));
+        if (c->qk_layernorm) {
+            TRY(mmrt_op_layernorm(dev, &q_rows, &L->q_ln_w, &L->q_ln_b, eps, &q_rows, err));
+            TRY(mmrt_op_layernorm(dev, &k_rows, &L->k_ln_w, &L->k_ln_b, eps, &k_rows, err));
+        }
+        TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
+        TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
+        struct mmrt_tensor kc = mmrt_tensor_rows(&cache->k[l].t, n_past, S);
+        struct mmrt_tensor vc = mmrt_tensor_rows(&cache->v[l].t, n_past, S);
+        TRY(mmrt_op_copy(dev, &k, &kc, err));
+        TRY(mmrt_op_copy(dev, &v, &vc, err));
+        struct mmrt_tensor ka = mmrt_tensor_rows(&cache->k[l].t, 0, n_past + S);
+        struct mmrt_tensor va = mmrt_tensor_rows(&cache->v[l].t, 0, n_past + S);
+        TRY(mmrt_op_attention(dev, &q, &ka, &va, NULL, NULL, &ap, &att, err));
+        TRY(mmrt_op_matmul(dev, &att2, &L->dense_w, &L->dense_b, &o, err));
+        TRY(mmrt_op_add(dev, &h, &o, &h, err));
+        TRY(mmrt_op_layernorm(dev, &h, &L->ln_post_w, &L->ln_post_b, eps, &x, err));
+        TRY(mmrt_op_matmul(dev, &x, &L->up_w, &L->up_b, &u, err));
+        TRY(mmrt_op_unary(dev, MMRT_OP_RELU2, &u, &u, err));
+        TRY(mmrt_op_matmul(dev, &u, &L->down_w, &L->down_b, &o, err));
+        TRY(mmrt_op_add(dev, &h, &o, &h, err));
+    }
+    struct mmrt_tensor last = mmrt_tensor_rows(&h, S - 1, 1);
+    struct mmrt_tensor xl = mmrt_tensor_rows(&x, 0, 1);
+    TRY(mmrt_op_layernorm(dev, &last, &m->final_w, &m->final_b, eps, &xl, err));
+    TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &lg, err));
+    TRY(mmrt_dev_download(dev, &lg, logits, (uint64_t)c->vocab * sizeof(float), err));
+    cache->n_past = n_past + S;
+#undef TRY
+#undef NE
+out:
+    mmrt_scratch_release(&s);
+    return st;
+}

@@ -1,0 +1,93 @@
+/*
+ * models/persimmon.h — the Persimmon decoder: the language stage of Fuyu. models.md §5.2.
+ *
+ *   h = embeddings
+ *   per layer: x = LN_in(h); [q|k|v] per head = Wqkv·x + b     (rows interleaved per head)
+ *              q = LN_q(q), k = LN_k(k) over head_dim            (when qk_layernorm)
+ *              rope (NeoX) on the first n_rot = int(head_dim · partial_rotary_factor) dims
+ *              h += Wo·attn(q, k, v) + bo                        (causal, no GQA)
+ *              h += W2·relu(W1·LN_post(h) + b1)² + b2
+ *   logits = lm_head · LN_final(h)   (last position only, no bias)
+ *
+ * The KV cache holds, per layer, K and V as [n_ctx, n_heads, head_dim] F32 in the language
+ * device's pool; one cache serves one sequence.
+ */
+#ifndef MMRT_MODELS_PERSIMMON_H
+#define MMRT_MODELS_PERSIMMON_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "device.h"
+#include "weights.h"
+
+struct mmrt_persimmon_config {
+    int64_t vocab, hidden, intermediate, n_layers, n_heads, head_dim, n_rot;
+    int64_t max_positions;
+    double ln_eps, rope_theta, partial_rotary_factor;
+    bool qk_layernorm, tie_word_embeddings;
+    int64_t bos_id, eos_id; /* -1 when absent */
+};
+
+/* Reads a persimmon text config (`cfg`: config.json's text_config, or the top level of a flat
+ * Fuyu hub config) with the FuyuConfig/PersimmonConfig defaults of models.md §5.1 for missing
+ * keys; `top` (may be NULL) is consulted for tie_word_embeddings. Refuses zero or huge sizes,
+ * hidden % heads != 0, a rotary dim count that is odd or zero, activations other than relu2,
+ * rope types other than default, non-positive eps/theta. `what` names the source. */
+mmrt_status mmrt_persimmon_config_parse(const json_t *cfg, const json_t *top, const char *what,
+                                        struct mmrt_persimmon_config *out,
+                                        struct mmrt_error *err);
+
+struct mmrt_persimmon_layer {
+    struct mmrt_tensor ln_in_w, ln_in_b;
+    struct mmrt_tensor qkv_w, qkv_b;        /* [3·hidden, hidden], [3·hidden]; per-head q,k,v */
+    struct mmrt_tensor q_ln_w, q_ln_b, k_ln_w, k_ln_b; /* [head_dim]; absent without qk LN */
+    struct mmrt_tensor dense_w, dense_b;
+    struct mmrt_tensor ln_post_w, ln_post_b;
+    struct mmrt_tensor up_w, up_b, down_w, down_b;
+};
+
+struct mmrt_persimmon {
+    struct mmrt_persimmon_config cfg;
+    struct mmrt_dev *dev;
+    struct mmrt_tensor embed;                /* [vocab, hidden] */
+    struct mmrt_tensor final_w, final_b;     /* [hidden] */
+    struct mmrt_tensor lm_head;              /* [vocab, hidden]; the embedding when tied */
+    struct mmrt_persimmon_layer *layers;
+};
+
+/* Loads the decoder's weights (canonical names language_model.*, lm_head.weight) onto dev.
+ * The weight blocks belong to w; mmrt_persimmon_unload frees only the layer table. */
+mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w,
+                                struct mmrt_dev *dev, const struct mmrt_persimmon_config *cfg,
+                                struct mmrt_error *err);
+void mmrt_persimmon_unload(struct mmrt_persimmon *m);
+
+struct mmrt_persimmon_cache {
+    int64_t n_ctx, n_past, n_layers;
+    struct mmrt_dev_tensor *k, *v; /* [n_layers] each [n_ctx, n_heads, head_dim] F32 */
+};
+
+/* Reserves a cache for n_ctx positions (MMRT_ERR_OUT_OF_POOL names the bytes). */
+mmrt_status mmrt_persimmon_cache_create(const struct mmrt_persimmon *m, int64_t n_ctx,
+                                        struct mmrt_persimmon_cache *out,
+                                        struct mmrt_error *err);
+/* Frees what create reserved; a zeroed cache is fine. */
+void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_persimmon_cache *c);
+
+/* Token embeddings of ids[n] into out ([n, hidden] F32 on the decoder device); ids outside the
+ * vocabulary are refused. */
+mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, int64_t n,
+                                 const struct mmrt_tensor *out, struct mmrt_error *err);
+
+/* Runs embeddings [S, hidden] (on the decoder device) at positions n_past … n_past+S−1,
+ * appends them to the cache and writes the last position's logits to logits[vocab]. */
+mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_persimmon_cache *cache,
+                                   const struct mmrt_tensor *embeds, float *logits,
+                                   struct mmrt_error *err);
+
+/* The operators the decoder launches, for placement checks. */
+extern const enum mmrt_op mmrt_persimmon_ops[];
+extern const int mmrt_persimmon_n_ops;
+
+#endif
