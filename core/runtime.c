@@ -404,8 +404,12 @@ static int list_one(void *user, const char *name, const char *path)
             }
             plugin->api.device_close(h);
         } else {
-            msg[sizeof msg - 1] = '\0';
-            snprintf(d.device_name, sizeof d.device_name, "(cannot open: %s)", msg);
+            /* The driver's reason, cut to what the name field holds. */
+            static const char prefix[] = "(cannot open) ";
+            size_t n = strnlen(msg, sizeof d.device_name - sizeof prefix);
+            memcpy(d.device_name, prefix, sizeof prefix - 1);
+            memcpy(d.device_name + sizeof prefix - 1, msg, n);
+            d.device_name[sizeof prefix - 1 + n] = '\0';
         }
         ctx->fn(ctx->user, &rep, &d);
     }

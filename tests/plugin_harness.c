@@ -22,7 +22,7 @@ static const struct mmrt_host harness_host = {
 
 const char *harness_plugin_path(const char *name)
 {
-    static char path[4096];
+    static char path[4096 + 64];
     const char *dir = getenv("MMRT_PLUGIN_PATH");
     char first[4096] = ".";
     if (dir && *dir) {

@@ -140,6 +140,10 @@ static void test_batch_overlaps_stages(void **state)
     for (int i = 0; i < 4; i++)
         reqs[i] = (struct mmrt_request){ .image_path = images[i], .prompt = prompt,
                                          .max_tokens = 32, .top_p = 1.0f };
+    /* A long first decode, so that the scheduler of a loaded machine has plenty of time to
+     * run the vision worker meanwhile: the overlap asserted below is structural (the worker
+     * moves on to request 1 as soon as request 0's vision stage is done), not a race. */
+    reqs[0].max_tokens = 300;
     struct batch_tokens b;
     memset(&b, 0, sizeof b);
     struct mmrt_result res[4];

@@ -995,7 +995,7 @@ static mmrt_status sweep_scenario(struct fake_dev *d, struct mmrt_error *err)
         assert_ptr_equal(pool, sentinel);
         return st;
     }
-    struct mmrt_pool_block b[8];
+    struct mmrt_pool_block b[8] = { { 0 } };
     int n = 0;
     uint64_t sizes[] = {4096, 100000, 512 * KB, 1, 64 * KB, 9000, 300 * KB};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {

@@ -609,7 +609,7 @@ static mmrt_status ocl_upload(struct mmrt_device *dev, void *arena, uint64_t off
 {
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
-    cl_mem mem;
+    cl_mem mem = NULL;
     mmrt_status st = ocl_range(dev, "upload", arena, offset, nbytes, &mem);
     if (st != MMRT_OK || nbytes == 0)
         return st;
@@ -628,7 +628,7 @@ static mmrt_status ocl_download(struct mmrt_device *dev, void *dst, void *arena,
 {
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
-    cl_mem mem;
+    cl_mem mem = NULL;
     mmrt_status st = ocl_range(dev, "download", arena, offset, nbytes, &mem);
     if (st != MMRT_OK || nbytes == 0)
         return st;
@@ -684,7 +684,7 @@ static mmrt_status ocl_copy(struct mmrt_device *dev, void *dst_arena, uint64_t d
 {
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
-    cl_mem dst, src;
+    cl_mem dst = NULL, src = NULL;
     mmrt_status st = ocl_range(dev, "copy (destination)", dst_arena, dst_offset, nbytes, &dst);
     if (st == MMRT_OK)
         st = ocl_range(dev, "copy (source)", src_arena, src_offset, nbytes, &src);

@@ -405,7 +405,7 @@ void kt_rand(struct kase *k, struct kt *t, float lo, float hi)
         return;
     struct kase_base *b = &k->bases[t->base];
     struct walk w;
-    uint64_t off;
+    uint64_t off = 0;
     walk_init(&w, t);
     while (walk_next(&w, &off))
         put_elem(b->host + off, b->dtype, kase_float(k, lo, hi));
@@ -418,7 +418,7 @@ void kt_set(struct kase *k, struct kt *t, float *v)
         return;
     struct kase_base *b = &k->bases[t->base];
     struct walk w;
-    uint64_t off;
+    uint64_t off = 0;
     int64_t i = 0;
     walk_init(&w, t);
     while (walk_next(&w, &off)) {
@@ -434,7 +434,7 @@ void kt_set_raw(struct kase *k, struct kt *t, const void *elems)
         return;
     struct kase_base *b = &k->bases[t->base];
     struct walk w;
-    uint64_t off;
+    uint64_t off = 0;
     int64_t i = 0;
     size_t es = mmrt_dtype_size(b->dtype);
     walk_init(&w, t);
@@ -527,7 +527,7 @@ void kase_check(struct kase *k, const struct kt *dst)
     int64_t worst = -1, i = 0, n_mismatch = 0, first_mismatch = -1;
     char bad[256] = "";
     struct walk w;
-    uint64_t off;
+    uint64_t off = 0;
     walk_init(&w, dst);
     for (; walk_next(&w, &off); i++) {
         memset(mask + off, 1, es);
