@@ -214,6 +214,17 @@ else
   add llava_cuda "SKIP" 0 "no test_llava"
 fi
 
+# ---- 8b. the other models' golden tests on CUDA (both stages on the GPU) -----------------
+for model_test in test_llava_next test_fuyu; do
+  if [ $dry -eq 1 ] || [ -x "$build/bin/$model_test" ]; then
+    run_step "${model_test}_cuda" 120 "env $env_for_tests MMRT_TEST_PLUGIN=cuda '$build/bin/$model_test'"
+    [ $dry -eq 0 ] && add "${model_test}_cuda" "$(result $rc)" "$secs" \
+      "$(grep -m1 -o 'PASSED  \] [0-9]* test(s)' "$logdir/${model_test}_cuda.log")"
+  else
+    add "${model_test}_cuda" "SKIP" 0 "no $model_test"
+  fi
+done
+
 # ---- 9. compute-sanitizer: out-of-bounds / races in the kernels (quick case list) --------
 san=$(command -v compute-sanitizer || ls "$cuda_home"/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
 if [ $dry -eq 1 ] || [ -n "$san" ]; then
