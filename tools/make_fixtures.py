@@ -872,7 +872,7 @@ def make_llava(out_dir: Path, variant: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("family", choices=["llava", "llava_next", "fuyu"], help="model family to build")
+    ap.add_argument("family", choices=["llava", "llava_next", "fuyu", "qwen2_vl"], help="model family to build")
     ap.add_argument("--out", default="tests/fixtures", help="fixtures root (default tests/fixtures)")
     ap.add_argument("--variant", action="append", help="only these variants (default: all)")
     args = ap.parse_args(argv)
@@ -904,6 +904,14 @@ def main(argv=None) -> int:
             for c in s["cases"]:
                 print(f"  {c['name']} {c['num_image_tokens']} img tokens: {c['greedy_tokens']} "
                       f"margin {c['min_top1_margin_rel']:.3g} eos@{c['natural_eos_index']}")
+    if args.family == "qwen2_vl":
+        from fixtures_qwen2vl import QWEN_VARIANTS, make_qwen2vl
+        for v in args.variant or list(QWEN_VARIANTS):
+            s = make_qwen2vl(out, v)
+            print(f"{s['fixture']}: {dir_size(out / s['fixture'])} bytes")
+            for c in s["cases"]:
+                print(f"  {c['name']} {c['image_grid_thw']} {c['num_image_tokens']} img tokens: "
+                      f"{c['greedy_tokens']} margin {c['min_top1_margin_rel']:.3g} eos@{c['natural_eos_index']}")
     return 0
 
 
