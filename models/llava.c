@@ -160,52 +160,12 @@ static mmrt_status llava_load(const char *dir, const json_t *config, struct mmrt
                             (long long)ccfg.image_size, (long long)ccfg.image_size, ow, oh);
         goto fail;
     }
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    st = mmrt_tokenizer_load(path, NULL, &m->tok, err);
-    if (st != MMRT_OK)
-        goto fail;
-    if (mmrt_tokenizer_vocab_size(m->tok) > (uint32_t)lcfg.vocab) {
-        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
-                            "%s: the tokenizer has %u ids, more than the model's vocab_size %lld",
-                            path, mmrt_tokenizer_vocab_size(m->tok), (long long)lcfg.vocab);
-        goto fail;
-    }
-
-    /* Placement checks, then weights. */
-    enum mmrt_op vis_ops[32];
-    int n_vis = 0;
-    for (int i = 0; i < mmrt_clip_n_ops; i++)
-        vis_ops[n_vis++] = mmrt_clip_ops[i];
-    vis_ops[n_vis++] = m->proj_act;
-    vis_ops[n_vis++] = ccfg.act;
-    st = mmrt_dev_require_ops(vision, "the vision stage", vis_ops, n_vis, err);
-    if (st == MMRT_OK)
-        st = mmrt_dev_require_ops(language, "the language stage", mmrt_llama_ops,
-                                  mmrt_llama_n_ops, err);
-    if (st != MMRT_OK)
-        goto fail;
-    st = mmrt_weights_open(dir, false, &m->w, err);
-    if (st != MMRT_OK)
-        goto fail;
-    int64_t max_layer = 0;
-    for (int i = 0; i < m->n_feature_layers; i++)
-        if (m->feature_layers[i] > max_layer)
-            max_layer = m->feature_layers[i];
-    st = mmrt_clip_load(&m->clip, m->w, vision, &ccfg, max_layer, err);
-    if (st != MMRT_OK)
-        goto fail;
-    const int64_t Dv = ccfg.hidden * m->n_feature_layers, Dt = lcfg.hidden;
-    st = mmrt_weights_load(m->w, vision, 2, (const int64_t[]){ Dt, Dv }, &m->proj1_w, err,
-                           "multi_modal_projector.linear_1.weight");
-    if (st == MMRT_OK)
-        st = mmrt_weights_load(m->w, vision, 2, (const int64_t[]){ Dt, Dt }, &m->proj2_w, err,
-                               "multi_modal_projector.linear_2.weight");
-    if (st == MMRT_OK && proj_bias)
-        st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ Dt }, &m->proj1_b, err,
-                               "multi_modal_projector.linear_1.bias");
-    if (st == MMRT_OK && proj_bias)
-        st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ Dt }, &m->proj2_b, err,
-                               "multi_modal_projector.linear_2.bias");
+    struct mmrt_llava_towers towers = {
+        .tok = &m->tok, .w = &m->w, .clip = &m->clip, .proj1_w = &m->proj1_w,
+        .proj1_b = &m->proj1_b, .proj2_w = &m->proj2_w, .proj2_b = &m->proj2_b,
+    };
+    st = mmrt_llava_load_towers(dir, &ccfg, &lcfg, m->proj_act, proj_bias, m->feature_layers,
+                                m->n_feature_layers, vision, language, &towers, err);
     if (st == MMRT_OK)
         st = mmrt_llama_load(&m->lm, m->w, language, &lcfg, err);
     if (st == MMRT_OK)

@@ -323,3 +323,57 @@ out:
     free(logits);
     return st;
 }
+
+mmrt_status mmrt_llava_load_towers(const char *dir, const struct mmrt_clip_config *ccfg,
+                                   const struct mmrt_llama_config *lcfg, enum mmrt_op proj_act,
+                                   bool proj_bias, const int64_t *feature_layers,
+                                   int n_feature_layers, struct mmrt_dev *vision,
+                                   struct mmrt_dev *language, const struct mmrt_llava_towers *out,
+                                   struct mmrt_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mmrt_status st = mmrt_tokenizer_load(path, NULL, out->tok, err);
+    if (st != MMRT_OK)
+        return st;
+    if (mmrt_tokenizer_vocab_size(*out->tok) > (uint32_t)lcfg->vocab)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: the tokenizer has %u ids, more than the model's vocab_size "
+                              "%lld", path, mmrt_tokenizer_vocab_size(*out->tok),
+                              (long long)lcfg->vocab);
+    enum mmrt_op vis_ops[32];
+    int n_vis = 0;
+    for (int i = 0; i < mmrt_clip_n_ops; i++)
+        vis_ops[n_vis++] = mmrt_clip_ops[i];
+    vis_ops[n_vis++] = proj_act;
+    vis_ops[n_vis++] = ccfg->act;
+    st = mmrt_dev_require_ops(vision, "the vision stage", vis_ops, n_vis, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_require_ops(language, "the language stage", mmrt_llama_ops,
+                                  mmrt_llama_n_ops, err);
+    if (st == MMRT_OK)
+        st = mmrt_weights_open(dir, false, out->w, err);
+    if (st != MMRT_OK)
+        return st;
+    int64_t max_layer = 0;
+    for (int i = 0; i < n_feature_layers; i++)
+        if (feature_layers[i] > max_layer)
+            max_layer = feature_layers[i];
+    st = mmrt_clip_load(out->clip, *out->w, vision, ccfg, max_layer, err);
+    if (st != MMRT_OK)
+        return st;
+    const int64_t Dv = ccfg->hidden * n_feature_layers, Dt = lcfg->hidden;
+    struct mmrt_weights *w = *out->w;
+    st = mmrt_weights_load(w, vision, 2, (const int64_t[]){ Dt, Dv }, out->proj1_w, err,
+                           "multi_modal_projector.linear_1.weight");
+    if (st == MMRT_OK)
+        st = mmrt_weights_load(w, vision, 2, (const int64_t[]){ Dt, Dt }, out->proj2_w, err,
+                               "multi_modal_projector.linear_2.weight");
+    if (st == MMRT_OK && proj_bias)
+        st = mmrt_weights_load(w, vision, 1, (const int64_t[]){ Dt }, out->proj1_b, err,
+                               "multi_modal_projector.linear_1.bias");
+    if (st == MMRT_OK && proj_bias)
+        st = mmrt_weights_load(w, vision, 1, (const int64_t[]){ Dt }, out->proj2_b, err,
+                               "multi_modal_projector.linear_2.bias");
+    return st;
+}

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "clip.h"
 #include "formats/tokenizer.h"
 #include "llama.h"
 #include "model.h"
@@ -41,6 +42,27 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
                                                 json_t **root, const json_t **obj,
                                                 struct mmrt_clip_preprocess_config *pp,
                                                 struct mmrt_error *err);
+
+/* Where mmrt_llava_load_towers() puts what it loads (the model's own fields). */
+struct mmrt_llava_towers {
+    struct mmrt_tokenizer **tok;
+    struct mmrt_weights **w;
+    struct mmrt_clip *clip;
+    struct mmrt_tensor *proj1_w, *proj1_b, *proj2_w, *proj2_b; /* biases untouched if none */
+};
+
+/* What LLaVA-1.5 and NeXT load the same way, in this order so that nothing reaches a
+ * device before the cheap checks pass: tokenizer.json (no more ids than the model's vocab),
+ * the operators each stage's device must have, then the checkpoint, the CLIP tower up to
+ * the deepest feature layer on `vision` and the projector (linear_1 [Dt, Dv·n_layers],
+ * linear_2 [Dt, Dt], biases when proj_bias) on `vision`. On failure the caller's destroy
+ * releases whatever was filled in. */
+mmrt_status mmrt_llava_load_towers(const char *dir, const struct mmrt_clip_config *ccfg,
+                                   const struct mmrt_llama_config *lcfg, enum mmrt_op proj_act,
+                                   bool proj_bias, const int64_t *feature_layers,
+                                   int n_feature_layers, struct mmrt_dev *vision,
+                                   struct mmrt_dev *language, const struct mmrt_llava_towers *out,
+                                   struct mmrt_error *err);
 
 /* What the language stage needs; all borrowed from the model. */
 struct mmrt_llava_lm {
