@@ -82,7 +82,7 @@ static void test_tiny_json_has_every_field(void **state)
         "tool", "version", "date", "machine", "command", "shape", "hf_id", "model_type",
         "vision_layers", "text_layers", "dtype", "image_size", "prompt_tokens", "gen_tokens",
         "batch", "repeat", "warmup", "checkpoint", "image", "prompt", "n_prompt_tokens",
-        "n_tokens", "load_ms", "limits", "work", "stages", "devices", "runs",
+        "n_tokens", "load_ms", "cpu_share", "limits", "work", "stages", "devices", "runs",
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         need(rec, top[i], "record");
@@ -90,7 +90,9 @@ static void test_tiny_json_has_every_field(void **state)
     need(m, "cpu", "machine");
     need(m, "cores", "machine");
     need(m, "threads", "machine");
-    static const char *const lim[] = { "read_gbs", "f32_gflops", "bf16_gflops", "probe_isa" };
+    static const char *const lim[] = { "read_gbs", "f32_gflops", "bf16_gflops", "probe_isa",
+                                       "probe_samples", "read_gbs_low", "f32_gflops_low",
+                                       "bf16_gflops_low" };
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
         need(json_object_get(rec, "limits"), lim[i], "limits");
     static const char *const work[] = { "vision_gflop", "prefill_gflop",

@@ -8,9 +8,9 @@
  * machine with it still checks avx2 and portable), over the shapes where the tables differ:
  * MATMUL on both sides of the GEMV / blocked-GEMM switch with edge tiles in every direction,
  * ATTENTION on its streaming (≤ 4 queries) and blocked paths with GQA, F16 K/V, causal
- * offsets, several sequences and empty ones, and the sigmoid-family activations (vectorised
- * exp) over ordinary and extreme inputs. Tolerances are those of test_cpu_ops: MATMUL and
- * ATTENTION 1e-5, activations 1e-6, as max |got − ref| / max |ref|.
+ * offsets, several sequences and empty ones, and the sigmoid-family activations and GELU
+ * (vectorised exp and erfc) over ordinary and extreme inputs. Tolerances are those of
+ * test_cpu_ops: MATMUL and ATTENTION 1e-5, activations 1e-6, as max |got − ref| / max |ref|.
  *
  * Per table it also checks that 1 and 3 threads give bit-identical results on every path.
  * bf16_dot rounds the activations to bf16, so its MATMUL is held to a measured bound instead
@@ -279,7 +279,7 @@ static void test_attention_all_isas(void **state)
 
 /* ---- activations ------------------------------------------------------------------------- */
 
-static void test_sigmoid_family_all_isas(void **state)
+static void test_activations_all_isas(void **state)
 {
     (void)state;
     static const float specials[] = { 0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 50.0f, -50.0f,
@@ -295,15 +295,16 @@ static void test_sigmoid_family_all_isas(void **state)
         struct harness h;
         if (!open_isa(&h, isas[i], "3", false))
             continue;
-        static const int ops[3] = { MMRT_OP_QUICK_GELU, MMRT_OP_SILU, MMRT_OP_SWIGLU };
-        for (int o = 0; o < 3; o++) {
+        static const int ops[4] = { MMRT_OP_QUICK_GELU, MMRT_OP_SILU, MMRT_OP_GELU,
+                                    MMRT_OP_SWIGLU };
+        for (int o = 0; o < 4; o++) {
             struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 1, &n, x);
             struct harness_tensor tu = put(&h, MMRT_DTYPE_F32, 1, &n, u), ty;
             assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 1, &n, &ty), MMRT_OK);
             struct harness_tensor *src[2] = { &tx, &tu };
-            assert_int_equal(harness_run(&h, ops[o], src, o == 2 ? 2 : 1, &ty, NULL, 0), MMRT_OK);
+            assert_int_equal(harness_run(&h, ops[o], src, o == 3 ? 2 : 1, &ty, NULL, 0), MMRT_OK);
             float *y = get(&h, &ty);
-            if (o == 2)
+            if (o == 3)
                 ref_swiglu(x, u, n, ref);
             else
                 ref_unary(ops[o], x, n, ref);
@@ -436,7 +437,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_attention_all_isas),
-        cmocka_unit_test(test_sigmoid_family_all_isas),
+        cmocka_unit_test(test_activations_all_isas),
         cmocka_unit_test(test_thread_invariance_all_isas),
         cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_option_refusals),

@@ -103,6 +103,19 @@ static void pack_w(const void *w, int dtype, int64_t ldw, int64_t cols, int64_t 
     }
 }
 
+static void pack_rows(const void *w, int dtype, int64_t ldw, int64_t rows, int64_t cols,
+                      float *dst)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
+    int64_t c0 = cols < 8 ? cols : 8, c1 = cols > 8 ? cols - 8 : 0;
+    for (int64_t k = 0; k < rows; k++) {
+        const char *src = (const char *)w + k * ldw * es;
+        _mm256_storeu_ps(dst + k * NR, c0 ? load8(src, dtype, c0) : _mm256_setzero_ps());
+        _mm256_storeu_ps(dst + k * NR + 8,
+                         c1 ? load8(src + 8 * es, dtype, c1) : _mm256_setzero_ps());
+    }
+}
+
 static void pack_x(const float *x, int64_t ldx, int64_t rows, int64_t kc, float *dst)
 {
     const __m256i out = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0); /* MR = 6 lanes */
@@ -261,8 +274,10 @@ static void scale_d(float *x, double a, int64_t n)
 {
     __m256d av = _mm256_set1_pd(a);
     int64_t k = 0;
-    for (; k + 4 <= n; k += 4)
-        _mm_storeu_ps(x + k, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + k)), av)));
+    for (; k + 4 <= n; k += 4) {
+        __m256d v = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + k)), av);
+        _mm_storeu_ps(x + k, _mm256_cvtpd_ps(v));
+    }
     for (; k < n; k++)
         x[k] = (float)(x[k] * a);
 }
@@ -328,11 +343,45 @@ static void x_sigmoid(const float *x, float a, const float *mul, float *dst, int
     }
 }
 
+/* GELU through erfc, as in cpu_kern_avx512.c. */
+static inline __m256 erfc_pos8(__m256 z)
+{
+    __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                             _mm256_fmadd_ps(z, _mm256_set1_ps(0.5f), _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_set1_ps(0.17087277f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+    return _mm256_mul_ps(t, exp8(_mm256_fnmadd_ps(z, z, p)));
+}
+
+static void gelu(const float *x, float *dst, int64_t n)
+{
+    const __m256 half = _mm256_set1_ps(0.5f), two = _mm256_set1_ps(2.0f);
+    const __m256 rsqrt2 = _mm256_set1_ps(0.70710678118654752f);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t k = 0; k < n; k += 8) {
+        int64_t c = n - k < 8 ? n - k : 8;
+        __m256 xv = loadf8(x + k, c);
+        __m256 e = erfc_pos8(_mm256_mul_ps(_mm256_and_ps(xv, absmask), rsqrt2));
+        __m256 neg = _mm256_cmp_ps(xv, _mm256_setzero_ps(), _CMP_LT_OQ);
+        __m256 f = _mm256_blendv_ps(_mm256_sub_ps(two, e), e, neg);
+        storef8(dst + k, _mm256_mul_ps(_mm256_mul_ps(half, xv), f), c);
+    }
+}
+
 const struct cpu_kernels cpu_kernels_avx2 = {
     .name = "avx2",
     .mr = MR,
     .nr = NR,
     .pack_w = pack_w,
+    .pack_rows = pack_rows,
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
@@ -342,4 +391,5 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .axpy = axpy,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
+    .gelu = gelu,
 };

@@ -328,24 +328,13 @@ static void attn_blocked_task(void *vctx, int tid, int64_t begin, int64_t end)
         }
         for (int64_t p = 0; p < Rp; p += MR)
             kt->pack_x(sc + p * Kn, Kn, R - p < MR ? R - p : MR, n_keys, pp + p * Kn);
-        /* V rows, converted, into NR-wide micro-panels [Dp/NR][Kn][NR]. (Feeding f32 V rows to
-         * the micro-kernel in place was measured slower: their stride is a multiple of 4 KiB,
-         * so every row lands in the same L1 set and no prefetcher follows it.) */
-        float vrow[CPU_MAX_HEAD_DIM];
-        for (int64_t j = 0; j < n_keys; j++) {
-            const char *src = vbase + j * c->v_nb0;
-            const float *vr = (const float *)src;
-            if (c->v_dtype != MMRT_DTYPE_F32) {
-                cpu_weight_to_f32(src, c->v_dtype, vrow, D);
-                vr = vrow;
-            }
-            for (int64_t d = 0; d < Dp; d += NR) {
-                float *dst = vp + d * Kn + j * NR;
-                int64_t w = D - d < NR ? D - d : NR;
-                memcpy(dst, vr + d, (size_t)w * sizeof(float));
-                memset(dst + w, 0, (size_t)(NR - w) * sizeof(float));
-            }
-        }
+        /* V rows, converted, into NR-wide micro-panels [Dp/NR][n_keys][NR]. (Feeding f32 V rows
+         * to the micro-kernel in place was measured slower: their stride is often a multiple
+         * of 4 KiB, so the rows share one L1 set, and no prefetcher follows them.) */
+        const size_t ves = mmrt_dtype_size((enum mmrt_dtype)c->v_dtype);
+        for (int64_t d = 0; d < Dp; d += NR)
+            kt->pack_rows(vbase + d * (int64_t)ves, c->v_dtype, c->v_nb0 / (int64_t)ves, n_keys,
+                          D - d < NR ? D - d : NR, vp + d * Kn);
         for (int64_t p = 0; p < Rp; p += MR)
             for (int64_t d = 0; d < Dp; d += NR)
                 kt->micro(pp + p * Kn, vp + d * Kn, NR, n_keys, o + p * Dp + d, Dp, 0);
@@ -434,7 +423,8 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
             return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of attention "
                            "scratch", n_threads * c->per_thread * sizeof(float));
         cpu_parallel_for(&dev->pool, n_seq * Hkv,
-                         4.0 * (double)D * (double)(c->max_lk + 1) * (double)R, attn_stream_task, c);
+                         4.0 * (double)D * (double)(c->max_lk + 1) * (double)R,
+                         attn_stream_task, c);
         free(c->scratch);
         return MMRT_OK;
     }

@@ -161,6 +161,10 @@ static void unary_task(void *vctx, int tid, int64_t begin, int64_t end)
             d[i] = a[i] * c->scale;
         break;
     case MMRT_OP_GELU:
+        if (c->kt->gelu) {
+            c->kt->gelu(a + begin, d + begin, end - begin);
+            break;
+        }
         for (int64_t i = begin; i < end; i++)
             d[i] = gelu_erf(a[i]);
         break;

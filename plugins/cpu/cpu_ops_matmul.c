@@ -10,10 +10,12 @@
  *   Blocked GEMM (a table with a micro-kernel): BLIS-style, see CPU_GEMM_* in cpu_internal.h.
  *     x is packed once ([K block][MR panel][kc][MR]); each parallel item owns GEMM_NC columns
  *     and up to GEMM_MC rows, converts and transposes its W rows per K block into per-thread
- *     scratch and runs the MR × NR micro-kernel over it. Each output is one FMA chain in k
- *     order, continued across K blocks through y itself, so the result does not depend on
- *     the blocking or the thread count. Edge tiles run the same kernel on a scratch tile.
- *     With bf16_dot and BF16 weights the same loops drive the vdpbf16ps kernel on bf16 pairs.
+ *     scratch and runs the MR × NR micro-kernel over it, accumulating into a per-thread C
+ *     block of whole tiles (so edge tiles need no special case) that is written to y, with
+ *     the bias, at the end. Each output is one FMA chain in k order, continued across K
+ *     blocks through the C block, so the result does not depend on the blocking or the
+ *     thread count. With bf16_dot and BF16 weights the same loops drive the vdpbf16ps
+ *     kernel on bf16 pairs.
  *   Portable (no micro-kernel): tiles of CPU_MM_MB x rows × CPU_MM_NB W rows, K in panels of
  *     CPU_MM_KB; an F16/BF16 W panel is converted once into per-thread scratch and reused by
  *     all x rows of the tile; every output is cpu_dot_f32's 8-lane dot, summed panel by panel.

@@ -336,8 +336,9 @@ static mmrt_status cpu_arena_alloc(struct mmrt_device *dev, uint64_t nbytes, voi
      * TLB miss every 4 KiB. Only the 2 MiB-aligned interior can be backed by huge pages; a
      * refusal changes nothing but speed, so the result is ignored. */
     if (nbytes >= (8u << 20)) {
-        uintptr_t lo = ((uintptr_t)cpu_arena_data(a) + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
-        uintptr_t hi = ((uintptr_t)cpu_arena_data(a) + nbytes) & ~(uintptr_t)((2u << 20) - 1);
+        const uintptr_t huge = 2u << 20;
+        uintptr_t lo = ((uintptr_t)cpu_arena_data(a) + huge - 1) & ~(huge - 1);
+        uintptr_t hi = ((uintptr_t)cpu_arena_data(a) + nbytes) & ~(huge - 1);
         if (hi > lo)
             (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     }

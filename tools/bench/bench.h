@@ -103,14 +103,18 @@ struct bench_limits {
     double f32_gflops;     /* best f32 FMA rate over all threads, GFLOP/s (FMA = 2 flop) */
     double bf16_gflops;    /* best bf16 dot-product rate (vdpbf16ps), 0 when unsupported */
     const char *isa;       /* "avx512", "avx2" or "scalar": the loops the probes used */
+    /* The lowest of the per-call results (each call's own best), to show how much the
+     * machine's capacity moved during a run; 0 until the first call. */
+    double read_gbs_low, f32_gflops_low, bf16_gflops_low;
+    int n_calls;
 };
 
 /* Runs the probes on n_threads threads: the read probe over a buffer of buffer_mb MiB
  * (passes times, best pass), the FMA and bf16 loops for a few short rounds each (best round).
- * Folds the results into *best (max of each figure), so calling it several times in a run
- * keeps the best seen. Returns 0, or −1 with a message when the buffer or threads cannot be
- * had. */
-int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits *best,
+ * Folds the results into *lim: the maxima into read_gbs, f32_gflops, bf16_gflops (so calling
+ * it several times in a run keeps the best seen), the minima into the *_low fields. Returns 0,
+ * or −1 with a message when the buffer or threads cannot be had. */
+int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits *lim,
                 char *err, size_t err_size);
 
 /* ISA loops, called by probe.c only when the CPU has the instructions. Each returns its

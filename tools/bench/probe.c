@@ -147,8 +147,9 @@ static double round_rate(int n, enum probe_kind kind, struct isa isa, const char
     size_t slice = total / (size_t)n / 256 * 256;
     int started = 0;
     for (int i = 0; i < n; i++) {
-        jobs[i] = (struct job){ .kind = kind, .isa = isa, .buf = buf ? buf + (size_t)i * slice : NULL,
-                                .nbytes = slice, .iters = iters, .bar = &bar };
+        jobs[i] = (struct job){ .kind = kind, .isa = isa,
+                                .buf = buf ? buf + (size_t)i * slice : NULL, .nbytes = slice,
+                                .iters = iters, .bar = &bar };
         if (pthread_create(&th[i], NULL, job_main, &jobs[i]) != 0)
             break;
         started++;
@@ -192,11 +193,12 @@ static uint64_t calibrate(enum probe_kind kind, struct isa isa, double seconds)
     }
 }
 
-int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits *best,
+int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits *lim,
                 char *err, size_t err_size)
 {
     struct isa isa = isa_now();
-    best->isa = isa.avx512 ? "avx512" : isa.avx2 ? "avx2" : "scalar";
+    double read = 0, f32 = 0, bf16 = 0;
+    lim->isa = isa.avx512 ? "avx512" : isa.avx2 ? "avx2" : "scalar";
     if (n_threads < 1)
         n_threads = 1;
 
@@ -217,24 +219,31 @@ int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits
             snprintf(err, err_size, "read probe: cannot start %d threads", n_threads);
             return -1;
         }
-        if (r / 1e9 > best->read_gbs)
-            best->read_gbs = r / 1e9;
+        read = r / 1e9 > read ? r / 1e9 : read;
     }
     free(buf);
 
     uint64_t iters = calibrate(PROBE_FMA, isa, 0.04);
     for (int r = 0; r < 4; r++) {
         double rate = round_rate(n_threads, PROBE_FMA, isa, NULL, 0, iters);
-        if (rate / 1e9 > best->f32_gflops)
-            best->f32_gflops = rate / 1e9;
+        f32 = rate / 1e9 > f32 ? rate / 1e9 : f32;
     }
     if (isa.bf16) {
         iters = calibrate(PROBE_BF16, isa, 0.04);
         for (int r = 0; r < 4; r++) {
             double rate = round_rate(n_threads, PROBE_BF16, isa, NULL, 0, iters);
-            if (rate / 1e9 > best->bf16_gflops)
-                best->bf16_gflops = rate / 1e9;
+            bf16 = rate / 1e9 > bf16 ? rate / 1e9 : bf16;
         }
     }
+    bool first = lim->n_calls++ == 0;
+#define FOLD(hi, lo, v)                                                                        \
+    do {                                                                                       \
+        lim->hi = (v) > lim->hi ? (v) : lim->hi;                                               \
+        lim->lo = first || (v) < lim->lo ? (v) : lim->lo;                                      \
+    } while (0)
+    FOLD(read_gbs, read_gbs_low, read);
+    FOLD(f32_gflops, f32_gflops_low, f32);
+    FOLD(bf16_gflops, bf16_gflops_low, bf16);
+#undef FOLD
     return 0;
 }

@@ -156,7 +156,9 @@ static int tl_add(struct tlist *l, enum init init, int n_dims, const int64_t *sh
     return 0;
 }
 
-#define SH(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+/* SH(a, b) expands to "n_dims, shape" for tl_add. */
+#define SH(...)                                                                                \
+    (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
 
 static int llava_tensors(const struct bench_shape *s, int64_t vl, int64_t tl, struct tlist *l)
 {
@@ -168,7 +170,8 @@ static int llava_tensors(const struct bench_shape *s, int64_t vl, int64_t tl, st
     r |= tl_add(l, INIT_LINEAR, SH(V, D), "language_model.lm_head.weight", 0);
     r |= tl_add(l, INIT_LINEAR, SH(V, D), "language_model.model.embed_tokens.weight", 0);
     for (long long i = 0; i < tl; i++) {
-#define LM(init, name, ...) r |= tl_add(l, init, SH(__VA_ARGS__), "language_model.model.layers.%lld." name, i)
+#define LM(init, name, ...)                                                                    \
+    r |= tl_add(l, init, SH(__VA_ARGS__), "language_model.model.layers.%lld." name, i)
         LM(INIT_ONES, "input_layernorm.weight", D);
         LM(INIT_LINEAR, "mlp.down_proj.weight", D, I);
         LM(INIT_LINEAR, "mlp.gate_proj.weight", I, D);
@@ -191,7 +194,8 @@ static int llava_tensors(const struct bench_shape *s, int64_t vl, int64_t tl, st
     r |= tl_add(l, INIT_LINEAR, SH(grid * grid + 1, Dv),
                 "vision_tower.embeddings.position_embedding.weight", 0);
     for (long long i = 0; i < vl; i++) {
-#define VT(init, name, ...) r |= tl_add(l, init, SH(__VA_ARGS__), "vision_tower.encoder.layers.%lld." name, i)
+#define VT(init, name, ...)                                                                    \
+    r |= tl_add(l, init, SH(__VA_ARGS__), "vision_tower.encoder.layers.%lld." name, i)
         VT(INIT_BIAS, "layer_norm1.bias", Dv);
         VT(INIT_ONES, "layer_norm1.weight", Dv);
         VT(INIT_BIAS, "layer_norm2.bias", Dv);
