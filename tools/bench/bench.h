@@ -119,8 +119,8 @@ int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits
 
 /* ISA loops, called by probe.c only when the CPU has the instructions. Each returns its
  * count of work done: bytes read, or flops. */
-uint64_t bench_read_avx512(const void *p, size_t nbytes, uint64_t *sink);
-uint64_t bench_read_avx2(const void *p, size_t nbytes, uint64_t *sink);
+uint64_t bench_read_avx512(const void *p, size_t nbytes, int streams, uint64_t *sink);
+uint64_t bench_read_avx2(const void *p, size_t nbytes, int streams, uint64_t *sink);
 uint64_t bench_fma_avx512(uint64_t iters, float *sink);
 uint64_t bench_fma_avx2(uint64_t iters, float *sink);
 uint64_t bench_bf16_avx512(uint64_t iters, float *sink);

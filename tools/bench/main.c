@@ -285,7 +285,7 @@ int main(int argc, char **argv)
 {
     struct options o = {
         .shape = "llava-1.5-7b", .dtype = BENCH_F16, .prompt_tokens = 32, .gen_tokens = 32,
-        .batch = 1, .repeat = 3, .warmup = 1, .probe_mb = 1024, .probe_passes = 5,
+        .batch = 1, .repeat = 3, .warmup = 1, .probe_mb = 1024, .probe_passes = 6,
     };
     int layers = 0;
     static const struct option longopts[] = {

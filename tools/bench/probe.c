@@ -3,8 +3,10 @@
  * the same run (so a neighbour eating bandwidth lowers the limit too, not only the figure).
  *
  *   read bandwidth: every thread streams its own slice of one big buffer (allocated like the
- *     CPU plugin's arenas: 64-byte aligned, transparent huge pages requested), several passes,
- *     the best pass counts; bytes / wall time from the first thread's start to the last one's
+ *     CPU plugin's arenas: 64-byte aligned, transparent huge pages requested), several passes
+ *     alternating one sequential stream per thread and four (decode's GEMV reads four weight
+ *     rows at a time, and more streams in flight can draw more from memory); the best pass
+ *     counts; bytes / wall time from the first thread's start to the last one's
  *     end. The buffer is written once before timing so no page fault is measured.
  *   f32 peak: every thread runs independent FMA chains (enough to cover latency × ports);
  *     2 flop per lane per FMA; a few rounds of ~40 ms, best round.
@@ -55,8 +57,9 @@ static struct isa isa_now(void)
     return i;
 }
 
-static uint64_t read_scalar(const void *p, size_t nbytes, uint64_t *sink)
+static uint64_t read_scalar(const void *p, size_t nbytes, int streams, uint64_t *sink)
 {
+    (void)streams;
     const uint64_t *q = p;
     uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     size_t n = nbytes / 32 * 4;
@@ -89,6 +92,7 @@ struct job {
     const char *buf;
     size_t nbytes;     /* this thread's slice (read) */
     uint64_t iters;    /* FMA / bf16 */
+    int streams;       /* read: 1 or 4 sequential streams per thread */
     pthread_barrier_t *bar;
     double t0, t1;
     uint64_t work;
@@ -105,12 +109,12 @@ static void *job_main(void *arg)
     case PROBE_READ:
 #if BENCH_X86
         if (j->isa.avx512)
-            j->work = bench_read_avx512(j->buf, j->nbytes, &j->isink);
+            j->work = bench_read_avx512(j->buf, j->nbytes, j->streams, &j->isink);
         else if (j->isa.avx2)
-            j->work = bench_read_avx2(j->buf, j->nbytes, &j->isink);
+            j->work = bench_read_avx2(j->buf, j->nbytes, j->streams, &j->isink);
         else
 #endif
-            j->work = read_scalar(j->buf, j->nbytes, &j->isink);
+            j->work = read_scalar(j->buf, j->nbytes, j->streams, &j->isink);
         break;
     case PROBE_FMA:
 #if BENCH_X86
@@ -135,7 +139,7 @@ static void *job_main(void *arg)
 /* Runs one round on n threads; returns work per second over the union of their intervals,
  * or −1 when a thread cannot be started. */
 static double round_rate(int n, enum probe_kind kind, struct isa isa, const char *buf,
-                         size_t total, uint64_t iters)
+                         size_t total, uint64_t iters, int streams)
 {
     struct job *jobs = calloc((size_t)n, sizeof *jobs);
     pthread_t *th = calloc((size_t)n, sizeof *th);
@@ -149,7 +153,7 @@ static double round_rate(int n, enum probe_kind kind, struct isa isa, const char
     for (int i = 0; i < n; i++) {
         jobs[i] = (struct job){ .kind = kind, .isa = isa,
                                 .buf = buf ? buf + (size_t)i * slice : NULL, .nbytes = slice,
-                                .iters = iters, .bar = &bar };
+                                .iters = iters, .streams = streams, .bar = &bar };
         if (pthread_create(&th[i], NULL, job_main, &jobs[i]) != 0)
             break;
         started++;
@@ -181,7 +185,7 @@ static uint64_t calibrate(enum probe_kind kind, struct isa isa, double seconds)
 {
     uint64_t iters = 1u << 16;
     for (;;) {
-        double rate = round_rate(1, kind, isa, NULL, 0, iters);
+        double rate = round_rate(1, kind, isa, NULL, 0, iters, 1);
         if (rate <= 0)
             return iters;
         double per_iter_flop = kind == PROBE_BF16 ? 20.0 * 64 : isa.avx512 ? 20.0 * 32
@@ -213,7 +217,8 @@ int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits
 #endif
     memset(buf, 1, nbytes);
     for (int p = 0; p < passes; p++) {
-        double r = round_rate(n_threads, PROBE_READ, isa, buf, nbytes, 0);
+        /* Alternate one and four streams per thread; the best pass of either counts. */
+        double r = round_rate(n_threads, PROBE_READ, isa, buf, nbytes, 0, p % 2 ? 4 : 1);
         if (r < 0) {
             free(buf);
             snprintf(err, err_size, "read probe: cannot start %d threads", n_threads);
@@ -225,13 +230,13 @@ int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits
 
     uint64_t iters = calibrate(PROBE_FMA, isa, 0.04);
     for (int r = 0; r < 4; r++) {
-        double rate = round_rate(n_threads, PROBE_FMA, isa, NULL, 0, iters);
+        double rate = round_rate(n_threads, PROBE_FMA, isa, NULL, 0, iters, 1);
         f32 = rate / 1e9 > f32 ? rate / 1e9 : f32;
     }
     if (isa.bf16) {
         iters = calibrate(PROBE_BF16, isa, 0.04);
         for (int r = 0; r < 4; r++) {
-            double rate = round_rate(n_threads, PROBE_BF16, isa, NULL, 0, iters);
+            double rate = round_rate(n_threads, PROBE_BF16, isa, NULL, 0, iters, 1);
             bf16 = rate / 1e9 > bf16 ? rate / 1e9 : bf16;
         }
     }

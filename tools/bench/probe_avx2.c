@@ -1,17 +1,33 @@
 /*
  * tools/bench/probe_avx2.c — the AVX2/FMA loops of the limit probes (compiled with -mavx2
  * -mfma; probe.c calls them only on a CPU that has those instructions). Same shape as
- * probe_avx512.c: a four-accumulator read loop and 12 independent FMA chains.
+ * probe_avx512.c: a four-accumulator read loop (one stream or four) and 12 independent FMA
+ * chains.
  */
 #include <immintrin.h>
 
 #include "bench.h"
 
-uint64_t bench_read_avx2(const void *p, size_t nbytes, uint64_t *sink)
+uint64_t bench_read_avx2(const void *p, size_t nbytes, int streams, uint64_t *sink)
 {
     const char *c = p;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
+    if (streams == 4) {
+        size_t q = nbytes / 4 / 64 * 64;
+        for (; i + 64 <= q; i += 64) {
+            a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(c + i)));
+            a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(c + q + i)));
+            a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(c + 2 * q + i)));
+            a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(c + 3 * q + i)));
+            a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(c + i + 32)));
+            a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(c + q + i + 32)));
+            a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(c + 2 * q + i + 32)));
+            a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(c + 3 * q + i + 32)));
+        }
+        i *= 4;
+        nbytes = 0; /* skip the single-stream loop */
+    }
     for (; i + 128 <= nbytes; i += 128) {
         a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(c + i)));
         a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(c + i + 32)));

@@ -3,7 +3,8 @@
  * -mavx512f -mavx512bf16; probe.c calls them only on a CPU that has those instructions).
  *
  *   read: sums 64-byte aligned vectors, four independent accumulators, so the loop is bound by
- *         memory and not by the add latency;
+ *         memory and not by the add latency; as one sequential stream, or as four (one per
+ *         quarter of the slice, like a GEMV reading four weight rows at a time);
  *   fma:  20 independent chains acc = acc·m + c (vfmadd231ps zmm), more than the 2 FMA ports ×
  *         4-cycle latency need, with m < 1 so nothing overflows or turns subnormal;
  *   bf16: 20 independent vdpbf16ps chains (32 bf16 multiply-adds each).
@@ -12,16 +13,32 @@
 
 #include "bench.h"
 
-uint64_t bench_read_avx512(const void *p, size_t nbytes, uint64_t *sink)
+uint64_t bench_read_avx512(const void *p, size_t nbytes, int streams, uint64_t *sink)
 {
     const char *c = p;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
-    for (; i + 256 <= nbytes; i += 256) {
-        a0 = _mm512_add_epi64(a0, _mm512_load_si512(c + i));
-        a1 = _mm512_add_epi64(a1, _mm512_load_si512(c + i + 64));
-        a2 = _mm512_add_epi64(a2, _mm512_load_si512(c + i + 128));
-        a3 = _mm512_add_epi64(a3, _mm512_load_si512(c + i + 192));
+    if (streams == 4) {
+        /* Four sequential streams, one per quarter, 128 bytes of each per step. */
+        size_t q = nbytes / 4 / 128 * 128;
+        for (; i + 128 <= q; i += 128) {
+            a0 = _mm512_add_epi64(a0, _mm512_load_si512(c + i));
+            a1 = _mm512_add_epi64(a1, _mm512_load_si512(c + q + i));
+            a2 = _mm512_add_epi64(a2, _mm512_load_si512(c + 2 * q + i));
+            a3 = _mm512_add_epi64(a3, _mm512_load_si512(c + 3 * q + i));
+            a0 = _mm512_add_epi64(a0, _mm512_load_si512(c + i + 64));
+            a1 = _mm512_add_epi64(a1, _mm512_load_si512(c + q + i + 64));
+            a2 = _mm512_add_epi64(a2, _mm512_load_si512(c + 2 * q + i + 64));
+            a3 = _mm512_add_epi64(a3, _mm512_load_si512(c + 3 * q + i + 64));
+        }
+        i *= 4;
+    } else {
+        for (; i + 256 <= nbytes; i += 256) {
+            a0 = _mm512_add_epi64(a0, _mm512_load_si512(c + i));
+            a1 = _mm512_add_epi64(a1, _mm512_load_si512(c + i + 64));
+            a2 = _mm512_add_epi64(a2, _mm512_load_si512(c + i + 128));
+            a3 = _mm512_add_epi64(a3, _mm512_load_si512(c + i + 192));
+        }
     }
     a0 = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
     *sink += (uint64_t)_mm512_reduce_add_epi64(a0);
