@@ -343,6 +343,19 @@ static void attn_blocked_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
+/* Asks for the row `ahead` rows after `row` (row_bytes long, rows `stride` bytes apart). One
+ * kv head's rows of a KV cache are n_kv_heads · head_dim elements apart — 16 KiB for LLaMA-7B
+ * — so no hardware prefetcher follows them from one 4 KiB page to the next; without this the
+ * streaming path waits on memory latency rather than bandwidth. */
+#define CPU_ATTN_PREFETCH_ROWS 6
+
+static inline void prefetch_row(const char *row, int64_t stride, int64_t row_bytes)
+{
+    const char *p = row + CPU_ATTN_PREFETCH_ROWS * stride;
+    for (int64_t b = 0; b < row_bytes; b += 64)
+        __builtin_prefetch(p + b, 0, 3);
+}
+
 /* Streaming path: item u is (sequence u / Hkv, kv head u % Hkv); rows as in row_offset. */
 static void attn_stream_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
@@ -368,9 +381,13 @@ static void attn_stream_task(void *vctx, int tid, int64_t begin, int64_t end)
         const int64_t k0 = c->cu_k[it.seq];
         const char *kbase = c->k + k0 * c->k_nb0 + it.g * c->k_nb1;
         const char *vbase = c->v + k0 * c->v_nb0 + it.g * c->v_nb1;
+        const int64_t kbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)c->k_dtype);
+        const int64_t vbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)c->v_dtype);
         for (int64_t j = 0; j < n_keys; j++) {
             const char *src = kbase + j * c->k_nb0;
             const float *kr = (const float *)src;
+            if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
+                prefetch_row(src, c->k_nb0, kbytes);
             if (c->k_dtype != MMRT_DTYPE_F32) {
                 cpu_weight_to_f32(src, c->k_dtype, tmp, D);
                 kr = tmp;
@@ -389,6 +406,8 @@ static void attn_stream_task(void *vctx, int tid, int64_t begin, int64_t end)
         for (int64_t j = 0; j < n_keys; j++) {
             const char *src = vbase + j * c->v_nb0;
             const float *vr = (const float *)src;
+            if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
+                prefetch_row(src, c->v_nb0, vbytes);
             if (c->v_dtype != MMRT_DTYPE_F32) {
                 cpu_weight_to_f32(src, c->v_dtype, tmp, D);
                 vr = tmp;

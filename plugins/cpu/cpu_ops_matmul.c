@@ -263,14 +263,18 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
                 }
             }
         }
-        /* The valid part of the block into y, with the bias. */
+        /* The valid part of the block into y, with the bias (converted once per item). */
         int64_t m0 = p0 * mr, m1 = p1 * mr < c->M ? p1 * mr : c->M;
+        float bias[CPU_GEMM_NC];
+        if (c->b)
+            cpu_weight_to_f32(c->b + (size_t)n0 * mmrt_dtype_size((enum mmrt_dtype)c->b_dtype),
+                              c->b_dtype, bias, ncols);
         for (int64_t m = m0; m < m1; m++) {
             float *yr = c->y + m * N + n0;
             const float *cr = cblk + (m - m0) * CPU_GEMM_NC;
             if (c->b)
                 for (int64_t j = 0; j < ncols; j++)
-                    yr[j] = cr[j] + cpu_load_weight(c->b, c->b_dtype, n0 + j);
+                    yr[j] = cr[j] + bias[j];
             else
                 memcpy(yr, cr, (size_t)ncols * sizeof(float));
         }
