@@ -164,6 +164,7 @@ static int n_required_src(enum mmrt_op op)
     switch (op) {
     case MMRT_OP_MATMUL: case MMRT_OP_ADD: case MMRT_OP_MUL: case MMRT_OP_SWIGLU:
     case MMRT_OP_ROPE: case MMRT_OP_GET_ROWS: case MMRT_OP_PATCH_EMBED: case MMRT_OP_CONCAT:
+    case MMRT_OP_ROPE_MULTI: case MMRT_OP_SET_ROWS:
         return 2;
     case MMRT_OP_ATTENTION:
         return 3;
@@ -268,6 +269,44 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         REQUIRE(isfinite(p->theta) && p->theta > 0, "theta must be finite and > 0", NULL);
         return MMRT_OK;
     }
+    case MMRT_OP_ROPE_MULTI: {
+        st = need_params(op, params, params_size, sizeof(struct mmrt_rope_multi_params), err);
+        if (st != MMRT_OK)
+            return st;
+        const struct mmrt_rope_multi_params *p = params;
+        REQUIRE(p->n_axes >= 1 && p->n_axes <= MMRT_ROPE_MAX_AXES,
+                "n_axes must be within 1…MMRT_ROPE_MAX_AXES", NULL);
+        REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && a->nb[2] == 4,
+                "x must be F32 [T, H, D] with a contiguous inner dim", a);
+        REQUIRE(b->dtype == MMRT_DTYPE_I32 && contiguous(b) && b->n_dims == 2 &&
+                    b->ne[0] == a->ne[0] && b->ne[1] == p->n_axes,
+                "positions must be contiguous I32 [T, n_axes]", b);
+        REQUIRE(y->dtype == MMRT_DTYPE_F32 && same_shape(a, y) &&
+                    (contiguous(y) || (y->buffer == a->buffer && y->offset == a->offset &&
+                                       memcmp(y->nb, a->nb, sizeof y->nb) == 0)),
+                "dst must be contiguous F32 with x's shape, or x itself", y);
+        REQUIRE(p->n_rot >= 2 && p->n_rot % 2 == 0 && p->n_rot <= a->ne[2],
+                "n_rot must be even and within 2…D", a);
+        REQUIRE(p->freq_dim >= 1, "freq_dim must be ≥ 1", NULL);
+        REQUIRE(p->restart == 0 || p->restart == 1, "restart must be 0 or 1", NULL);
+        REQUIRE(isfinite(p->theta) && p->theta > 0, "theta must be finite and > 0", NULL);
+        int64_t pairs = 0;
+        for (int i = 0; i < p->n_axes; i++) {
+            REQUIRE(p->sections[i] >= 0, "sections must be ≥ 0", NULL);
+            pairs += p->sections[i];
+        }
+        REQUIRE(pairs == p->n_rot / 2, "sections must sum to n_rot/2", NULL);
+        return MMRT_OK;
+    }
+    case MMRT_OP_SET_ROWS:
+        REQUIRE(a->dtype == MMRT_DTYPE_F32 && contiguous(a) && a->n_dims >= 1,
+                "values must be contiguous F32 [T, …]", a);
+        REQUIRE(b->dtype == MMRT_DTYPE_I32 && contiguous(b) && numel(b) == a->ne[0],
+                "idx must be contiguous I32 [T]", b);
+        REQUIRE(is_weight_dtype(y->dtype) && contiguous(y) && y->n_dims == a->n_dims &&
+                    memcmp(y->ne + 1, a->ne + 1, sizeof(int64_t) * (size_t)(a->n_dims - 1)) == 0,
+                "dst must be contiguous F32/F16/BF16 [R, …] with the values' inner extents", y);
+        return MMRT_OK;
     case MMRT_OP_ATTENTION: {
         st = need_params(op, params, params_size, sizeof(struct mmrt_attention_params), err);
         if (st != MMRT_OK)
@@ -522,6 +561,21 @@ mmrt_status mmrt_op_copy(struct mmrt_dev *dev, const struct mmrt_tensor *src,
 {
     const struct mmrt_tensor *y = dst;
     LAUNCH(MMRT_OP_COPY, no_params, src);
+}
+
+mmrt_status mmrt_op_rope_multi(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                               const struct mmrt_tensor *pos,
+                               const struct mmrt_rope_multi_params *p,
+                               const struct mmrt_tensor *y, struct mmrt_error *err)
+{
+    LAUNCH(MMRT_OP_ROPE_MULTI, p, x, pos);
+}
+
+mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *values,
+                             const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
+                             struct mmrt_error *err)
+{
+    LAUNCH(MMRT_OP_SET_ROWS, no_params, values, idx);
 }
 
 mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,

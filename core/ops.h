@@ -80,6 +80,15 @@ mmrt_status mmrt_op_concat(struct mmrt_dev *dev, const struct mmrt_tensor *a,
                            struct mmrt_error *err);
 mmrt_status mmrt_op_copy(struct mmrt_dev *dev, const struct mmrt_tensor *src,
                          const struct mmrt_tensor *dst, struct mmrt_error *err);
+/* Multi-axis rotary (M-RoPE, 2-D vision rotary): pos is I32 [T, p->n_axes]. */
+mmrt_status mmrt_op_rope_multi(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                               const struct mmrt_tensor *pos,
+                               const struct mmrt_rope_multi_params *p,
+                               const struct mmrt_tensor *y, struct mmrt_error *err);
+/* y[idx[t]] = values[t]: the KV-cache write whose position lives in device memory. */
+mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *values,
+                             const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
+                             struct mmrt_error *err);
 mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,
                            const struct mmrt_tensor *y, struct mmrt_error *err);
 

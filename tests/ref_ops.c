@@ -125,6 +125,40 @@ void ref_rope(const float *x, const int32_t *pos, int64_t T, int64_t H, int64_t 
         }
 }
 
+void ref_rope_multi(const float *x, const int32_t *pos, int64_t T, int64_t H, int64_t D,
+                    int n_rot, int freq_dim, int restart, int n_axes, const int *sections,
+                    float theta, double *y)
+{
+    int half = n_rot / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *xr = x + (t * H + h) * D;
+            double *yr = y + (t * H + h) * D;
+            for (int64_t i = n_rot; i < D; i++)
+                yr[i] = xr[i];
+            int a = 0, first = 0; /* the section of pair i and its first pair */
+            for (int i = 0; i < half; i++) {
+                while (a < n_axes && i >= first + sections[a])
+                    first += sections[a++];
+                int j = restart ? i - first : i;
+                float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)freq_dim);
+                float angle = (float)pos[t * n_axes + a] * inv_freq;
+                double c = cos((double)angle), s = sin((double)angle);
+                yr[i] = xr[i] * c - xr[i + half] * s;
+                yr[i + half] = xr[i + half] * c + xr[i] * s;
+            }
+        }
+}
+
+void ref_set_rows(const float *values, const int32_t *idx, int64_t T, int64_t n, int64_t R,
+                  double *y)
+{
+    for (int64_t t = 0; t < T; t++)
+        if (idx[t] >= 0 && idx[t] < R)
+            for (int64_t k = 0; k < n; k++)
+                y[idx[t] * n + k] = values[t * n + k];
+}
+
 void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
                    int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
                    int n_seq, double scale, int causal, double *y)

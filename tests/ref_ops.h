@@ -41,6 +41,14 @@ void ref_softmax(const float *x, int64_t rows, int64_t n, double scale, double *
 void ref_rope(const float *x, const int32_t *pos, int64_t T, int64_t H, int64_t D, int n_rot,
               int mode, float theta, double *y);
 
+/* Multi-axis RoPE (ROPE_MULTI, NEOX pairing) on x [T, H, D] with positions pos [T, n_axes]:
+ * pair i < n_rot/2 of section a (sections[0…n_axes) pairs each, in order) turns by
+ * (f32)pos[t, a] · inv_freq[j], j = i, or i minus the section's first pair when restart, and
+ * inv_freq[j] = 1 / powf(theta, (f32)(2j) / freq_dim) — both in f32 as at ROPE. */
+void ref_rope_multi(const float *x, const int32_t *pos, int64_t T, int64_t H, int64_t D,
+                    int n_rot, int freq_dim, int restart, int n_axes, const int *sections,
+                    float theta, double *y);
+
 /* Attention: q [T, Hq, D], k and v [S, Hkv, D], cu_q / cu_k [n_seq + 1] (NULL: one
  * sequence), y [T, Hq, D]. */
 void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
@@ -50,6 +58,12 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
 /* Patch embedding: img [B, C, H, W], w [O, C, P, P], b [O] or NULL, y [B, (H/P)(W/P), O]. */
 void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B, int64_t C,
                      int64_t H, int64_t W, int64_t P, int64_t O, double *y);
+
+/* Row scatter (SET_ROWS): y [R, n] holds dst's old contents on entry; for t = 0, 1, … every
+ * in-range idx[t] gets row t of values [T, n] (so with equal indices the last one stays);
+ * out-of-range indices write nothing. Rounding to dst's dtype is the caller's. */
+void ref_set_rows(const float *values, const int32_t *idx, int64_t T, int64_t n, int64_t R,
+                  double *y);
 
 /* Index of the first maximum of row [n], NaN skipped, 0 when all are NaN. */
 int32_t ref_argmax(const float *row, int64_t n);

@@ -596,6 +596,239 @@ static void test_rope(void **state)
     }
 }
 
+/* ---- ROPE_MULTI: tolerance 1e-6, as ROPE ----------------------------------------------
+ * The reference computes inv_freq and the angle in the same f32 steps the op defines, so a
+ * kernel differs from it only by cosf/sinf (an ulp or two) and the rounding of two f32
+ * products and a sum: a few 1e-7 of max |x|. Anything the parameters select wrongly — a pair
+ * in the wrong section (the wrong axis's position), a frequency index that does or does not
+ * restart, the wrong freq_dim, positions read [n_axes, T] instead of [T, n_axes] — moves
+ * angles by whole radians at these positions; each Qwen2-VL case also proves that by
+ * requiring the output to be at least 1e-3 away from the reference run with each mistake. */
+
+enum { RM_CONTIG, RM_IN_PLACE, RM_VIEW };
+
+struct rope_multi_case {
+    int64_t T, H, D;
+    int n_rot, freq_dim, restart, n_axes, sections[MMRT_ROPE_MAX_AXES];
+    float theta;
+    int max_pos, layout;
+    bool mutants; /* also check that each parameter mistake is caught */
+};
+
+/* Fails unless the output is far (≥ 1e-3 of max |ref|) from a reference with a mistake. */
+static void check_far(const char *what, const float *got, const double *ref, int64_t n)
+{
+    double max_ref = 0, max_err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        max_ref = fmax(max_ref, fabs(ref[i]));
+        max_err = fmax(max_err, fabs((double)got[i] - ref[i]));
+    }
+    if (!(max_err >= 1e-3 * max_ref))
+        fail_msg("%s: output is within %.3g of max |ref| %.4g of the mistaken reference, so "
+                 "the test could not tell them apart", what, max_err / max_ref, max_ref);
+}
+
+/* Runs one case (x random in [-2, 2], positions random per axis, the first token at max_pos
+ * on axis 0) and returns the downloaded output; *x_out and *pos_out get the inputs. */
+static float *rope_multi_run(const struct rope_multi_case *rc, float **x_out, int32_t **pos_out)
+{
+    int64_t T = rc->T, H = rc->H, D = rc->D;
+    int32_t *pos = talloc((size_t)(T * rc->n_axes) * 4);
+    for (int64_t t = 0; t < T; t++)
+        for (int a = 0; a < rc->n_axes; a++)
+            pos[t * rc->n_axes + a] = rng_int(0, rc->max_pos);
+    for (int a = 0; a < rc->n_axes; a++)
+        pos[a] = rc->max_pos - 7 * a; /* the largest position, distinct per axis */
+    float *x = rand_f(T * H * D, -2, 2);
+    struct harness_tensor *tx, xv, *ty;
+    if (rc->layout == RM_VIEW) {
+        /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer whose other heads are NaN; the
+         * rotation runs in place on that view. */
+        int64_t Hb = H + 2;
+        float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
+        for (int64_t i = 0; i < T * Hb * D; i++)
+            buf[i] = NAN;
+        for (int64_t t = 0; t < T; t++)
+            memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
+        tx = tnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
+        upload(tx, buf);
+        xv = tview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D), (const int64_t[]){ Hb * D * 4, D * 4, 4 },
+                   (uint64_t)D * 4);
+        ty = &xv;
+    } else {
+        tx = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        upload(tx, x);
+        xv = *tx;
+        ty = rc->layout == RM_IN_PLACE ? tx : tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+    }
+    struct harness_tensor *tp = tnew(MMRT_DTYPE_I32, SHAPE(T, rc->n_axes));
+    upload_i32(tp, pos);
+    struct mmrt_rope_multi_params p = { rc->theta, rc->n_rot, rc->freq_dim, rc->restart,
+                                        rc->n_axes, { 0 } };
+    memcpy(p.sections, rc->sections, sizeof p.sections);
+    struct harness_tensor *src[2] = { &xv, tp };
+    assert_int_equal(run(MMRT_OP_ROPE_MULTI, src, 2, ty, &p, sizeof p), MMRT_OK);
+    float *got;
+    if (rc->layout == RM_VIEW) {
+        int64_t Hb = H + 2;
+        float *all = download_f32(tx);
+        got = talloc((size_t)(T * H * D) * sizeof(float));
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(got + t * H * D, all + (t * Hb + 1) * D, (size_t)(H * D) * sizeof(float));
+            for (int64_t i = 0; i < D; i++) /* the heads around the view stay NaN */
+                assert_true(isnan(all[t * Hb * D + i]) && isnan(all[(t * Hb + H + 1) * D + i]));
+        }
+    } else {
+        got = download_f32(ty);
+    }
+    *x_out = x;
+    *pos_out = pos;
+    return got;
+}
+
+static void test_rope_multi(void **state)
+{
+    (void)state;
+    static const struct rope_multi_case cases[] = {
+        /* Qwen2-VL decoder M-RoPE: sections (t, h, w) = (16, 24, 24), theta 1e6. */
+        { 7, 4, 128, 128, 128, 0, 3, { 16, 24, 24 }, 1e6f, 30000, RM_CONTIG, true },
+        { 33, 3, 128, 128, 128, 0, 3, { 16, 24, 24 }, 1e6f, 4000, RM_IN_PLACE, true },
+        { 5, 7, 128, 128, 128, 0, 3, { 16, 24, 24 }, 1e6f, 30000, RM_VIEW, false },
+        /* Qwen2-VL vision rotary, head_dim 80: (h, w) sections of 20, freq_dim 40, restart. */
+        { 19, 5, 80, 80, 40, 1, 2, { 20, 20 }, 1e4f, 30000, RM_CONTIG, true },
+        { 9, 3, 80, 80, 40, 1, 2, { 20, 20 }, 1e4f, 63, RM_IN_PLACE, true },
+        { 4, 16, 80, 80, 40, 1, 2, { 20, 20 }, 1e4f, 1000, RM_VIEW, false },
+        /* Tiny shapes. */
+        { 5, 3, 8, 8, 8, 0, 3, { 2, 1, 1 }, 1e4f, 100, RM_CONTIG, true },
+        { 3, 1, 12, 12, 12, 0, 3, { 2, 2, 2 }, 1e4f, 30000, RM_IN_PLACE, true },
+        { 4, 2, 12, 12, 6, 1, 2, { 3, 3 }, 1e4f, 50, RM_CONTIG, true },
+        { 1, 1, 2, 2, 2, 0, 1, { 1 }, 1e4f, 3, RM_CONTIG, false },
+        /* Partial rotation (dims ≥ n_rot copied), with and without restart. */
+        { 5, 2, 64, 32, 32, 0, 3, { 4, 6, 6 }, 1e4f, 1000, RM_CONTIG, true },
+        { 3, 3, 24, 16, 8, 1, 2, { 4, 4 }, 1e4f, 30000, RM_IN_PLACE, true },
+        { 6, 5, 96, 40, 40, 0, 4, { 5, 5, 5, 5 }, 5e5f, 30000, RM_VIEW, false },
+        /* One axis (plain NEOX with its own freq_dim) and four axes. */
+        { 6, 2, 32, 32, 32, 0, 1, { 16 }, 1e4f, 30000, RM_CONTIG, false },
+        { 11, 3, 40, 40, 7, 1, 4, { 3, 5, 7, 5 }, 1e4f, 2000, RM_CONTIG, true },
+        /* A section of 0 pairs: that axis is never read. */
+        { 4, 2, 16, 16, 16, 0, 3, { 0, 5, 3 }, 1e4f, 300, RM_CONTIG, true },
+        { 7, 1, 16, 16, 8, 1, 3, { 4, 0, 4 }, 1e4f, 300, RM_IN_PLACE, true },
+        { 2, 3, 16, 16, 16, 0, 4, { 3, 5, 0, 0 }, 1e4f, 30000, RM_CONTIG, true },
+    };
+    rng_seed(18);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const struct rope_multi_case *rc = &cases[c];
+        int64_t T = rc->T, H = rc->H, D = rc->D, n = T * H * D;
+        float *x;
+        int32_t *pos;
+        float *got = rope_multi_run(rc, &x, &pos);
+        double *ref = ref_buf(n);
+        ref_rope_multi(x, pos, T, H, D, rc->n_rot, rc->freq_dim, rc->restart, rc->n_axes,
+                       rc->sections, rc->theta, ref);
+        char what[160];
+        snprintf(what, sizeof what, "ROPE_MULTI case %zu (T %lld H %lld D %lld n_rot %d "
+                 "freq_dim %d restart %d sections %d,%d,%d,%d)", c, (long long)T, (long long)H,
+                 (long long)D, rc->n_rot, rc->freq_dim, rc->restart, rc->sections[0],
+                 rc->sections[1], rc->sections[2], rc->sections[3]);
+        check_close(what, got, ref, n, 1e-6);
+        /* Dims ≥ n_rot are copied bit for bit. */
+        for (int64_t r = 0; r < T * H; r++)
+            assert_memory_equal(got + r * D + rc->n_rot, x + r * D + rc->n_rot,
+                                (size_t)(D - rc->n_rot) * sizeof(float));
+        if (!rc->mutants) {
+            release_all();
+            continue;
+        }
+        /* The mistakes a kernel could make, each of which the tolerance must catch. */
+        char mwhat[200];
+        int first = -1, second = -1; /* the first two sections with pairs */
+        for (int a = 0; a < rc->n_axes; a++)
+            if (rc->sections[a] > 0) {
+                if (first < 0)
+                    first = a;
+                else if (second < 0)
+                    second = a;
+            }
+        if (second >= 0) {
+            /* The boundary between two sections off by one pair. */
+            int s[MMRT_ROPE_MAX_AXES];
+            memcpy(s, rc->sections, sizeof s);
+            s[first]--, s[second]++;
+            ref_rope_multi(x, pos, T, H, D, rc->n_rot, rc->freq_dim, rc->restart, rc->n_axes, s,
+                           rc->theta, ref);
+            snprintf(mwhat, sizeof mwhat, "%s vs a section boundary one pair early", what);
+            check_far(mwhat, got, ref, n);
+            /* restart flipped (changes every pair after the first section). */
+            ref_rope_multi(x, pos, T, H, D, rc->n_rot, rc->freq_dim, !rc->restart, rc->n_axes,
+                           rc->sections, rc->theta, ref);
+            snprintf(mwhat, sizeof mwhat, "%s vs restart %d", what, !rc->restart);
+            check_far(mwhat, got, ref, n);
+            /* Positions read axis-major ([n_axes, T]) instead of [T, n_axes]. */
+            int32_t *tp = talloc((size_t)(T * rc->n_axes) * 4);
+            for (int64_t t = 0; t < T; t++)
+                for (int a = 0; a < rc->n_axes; a++)
+                    tp[a * T + t] = pos[t * rc->n_axes + a];
+            ref_rope_multi(x, tp, T, H, D, rc->n_rot, rc->freq_dim, rc->restart, rc->n_axes,
+                           rc->sections, rc->theta, ref);
+            snprintf(mwhat, sizeof mwhat, "%s vs positions read [n_axes, T]", what);
+            if (T > 1)
+                check_far(mwhat, got, ref, n);
+        }
+        /* freq_dim: n_rot where it is n_rot/2 (the vision rotary's), else n_rot/2. */
+        int wrong_fd = rc->freq_dim == rc->n_rot ? rc->n_rot / 2 : rc->n_rot;
+        ref_rope_multi(x, pos, T, H, D, rc->n_rot, wrong_fd, rc->restart, rc->n_axes,
+                       rc->sections, rc->theta, ref);
+        snprintf(mwhat, sizeof mwhat, "%s vs freq_dim %d", what, wrong_fd);
+        check_far(mwhat, got, ref, n);
+        release_all();
+    }
+}
+
+/* With every axis at the same position, restart 0 and freq_dim = n_rot, ROPE_MULTI is ROPE
+ * NEOX, bit for bit: same inv_freq, same f32 angle, same products. */
+static void test_rope_multi_is_rope(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, n_axes, sections[MMRT_ROPE_MAX_AXES];
+        float theta;
+        int max_pos;
+    } cases[] = {
+        { 7, 4, 128, 128, 3, { 16, 24, 24 }, 1e6f, 30000 },
+        { 5, 3, 64, 32, 1, { 16 }, 1e4f, 100 },
+        { 9, 2, 80, 80, 2, { 20, 20 }, 1e4f, 32768 },
+        { 3, 5, 40, 24, 4, { 3, 0, 4, 5 }, 5e5f, 70000 },
+        { 1, 1, 2, 2, 1, { 1 }, 1e4f, 3 },
+    };
+    rng_seed(19);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
+        int n_axes = cases[c].n_axes;
+        int32_t *pos = talloc((size_t)T * 4), *pos_m = talloc((size_t)(T * n_axes) * 4);
+        for (int64_t t = 0; t < T; t++) {
+            pos[t] = t ? rng_int(0, cases[c].max_pos) : cases[c].max_pos;
+            for (int a = 0; a < n_axes; a++)
+                pos_m[t * n_axes + a] = pos[t];
+        }
+        float *x;
+        struct harness_tensor *tx = trand(MMRT_DTYPE_F32, -2, 2, &x, SHAPE(T, H, D));
+        struct harness_tensor *y1 = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        struct harness_tensor *y2 = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        struct harness_tensor *tp = tnew_i32(pos, T), *tpm = tnew(MMRT_DTYPE_I32, SHAPE(T, n_axes));
+        upload_i32(tpm, pos_m);
+        struct mmrt_rope_params p = { cases[c].theta, cases[c].n_rot, MMRT_ROPE_NEOX };
+        struct mmrt_rope_multi_params pm = { cases[c].theta, cases[c].n_rot, cases[c].n_rot, 0,
+                                             n_axes, { 0 } };
+        memcpy(pm.sections, cases[c].sections, sizeof pm.sections);
+        struct harness_tensor *s1[2] = { tx, tp }, *s2[2] = { tx, tpm };
+        assert_int_equal(run(MMRT_OP_ROPE, s1, 2, y1, &p, sizeof p), MMRT_OK);
+        assert_int_equal(run(MMRT_OP_ROPE_MULTI, s2, 2, y2, &pm, sizeof pm), MMRT_OK);
+        assert_memory_equal(download_f32(y1), download_f32(y2), (size_t)(T * H * D) * 4);
+        release_all();
+    }
+}
+
 /* ---- ATTENTION: tolerance 1e-5 -------------------------------------------------------- */
 
 enum kv_layout {
@@ -1133,6 +1366,140 @@ static void test_copy_strided(void **state)
     release_all();
 }
 
+/* ---- SET_ROWS: exact ------------------------------------------------------------------ */
+
+/* Values whose F16/BF16 rounding is delicate (halfway cases, overflow, subnormals, NaN). */
+static const uint32_t set_rows_edge[] = {
+    0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0x3f801000, 0x3f803000,
+    0x477fe000, 0x477fefff, 0x477ff000, 0x387fffff, 0x33000000, 0x33c00000, 0x3f808000,
+    0x3f818000, 0x7f7fffff,
+};
+
+static void test_set_rows(void **state)
+{
+    (void)state;
+    static const struct {
+        int n_dims;
+        int64_t ne[MMRT_MAX_DIMS]; /* dst [R, …] */
+        int64_t T;
+    } cases[] = {
+        { 3, { 16, 4, 8 }, 1 },      /* one decode token into a [R, H, D] KV cache */
+        { 3, { 37, 2, 64 }, 1 },
+        { 2, { 7, 33 }, 5 },
+        { 1, { 9 }, 6 },             /* scalar rows */
+        { 4, { 40, 2, 3, 5 }, 9 },
+        { 2, { 64, 128 }, 64 },      /* every row, permuted */
+        { 2, { 1, 1 }, 1 },
+        { 3, { 30, 8, 80 }, 30 },
+    };
+    rng_seed(20);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            enum mmrt_dtype dt = weight_dtypes[d];
+            int nd = cases[c].n_dims;
+            int64_t R = cases[c].ne[0], T = cases[c].T, n = 1, vne[MMRT_MAX_DIMS];
+            for (int i = 1; i < nd; i++)
+                n *= cases[c].ne[i];
+            memcpy(vne, cases[c].ne, sizeof vne);
+            vne[0] = T;
+            /* Distinct in-range indices (a permutation's prefix), then some out of range. */
+            int32_t *perm = talloc((size_t)R * 4), *idx = talloc((size_t)T * 4);
+            for (int64_t r = 0; r < R; r++)
+                perm[r] = (int32_t)r;
+            for (int64_t r = R - 1; r > 0; r--) {
+                int64_t j = rng_int(0, (int)r);
+                int32_t tmp = perm[r];
+                perm[r] = perm[j];
+                perm[j] = tmp;
+            }
+            static const int32_t outside[] = { -1, INT32_MIN, INT32_MAX };
+            for (int64_t t = 0; t < T; t++)
+                idx[t] = perm[t];
+            if (T > 2) {
+                idx[1] = (int32_t)R;            /* one past the end */
+                idx[2] = outside[c % 3];
+            } else if (T == 1 && c == 1) {
+                idx[0] = (int32_t)R - 1;        /* the last row */
+            }
+            float *v = rand_f(T * n, -5, 5);
+            memcpy(v, set_rows_edge, sizeof set_rows_edge < (size_t)(T * n) * 4
+                                         ? sizeof set_rows_edge : (size_t)(T * n) * 4);
+            float *old;
+            struct harness_tensor *tv = tnew(MMRT_DTYPE_F32, nd, vne);
+            upload(tv, v);
+            struct harness_tensor *ti = tnew(MMRT_DTYPE_I32, SHAPE(T));
+            upload_i32(ti, idx);
+            struct harness_tensor *ty = trand(dt, -100, 100, &old, nd, cases[c].ne);
+            struct harness_tensor *src[2] = { tv, ti };
+            assert_int_equal(run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0), MMRT_OK);
+            double *ref = ref_buf(R * n);
+            for (int64_t i = 0; i < R * n; i++)
+                ref[i] = old[i];
+            ref_set_rows(v, idx, T, n, R, ref);
+            size_t es = mmrt_dtype_size(dt);
+            uint8_t *got = talloc((size_t)ty->nbytes);
+            assert_int_equal(harness_download(&H, ty, got), MMRT_OK);
+            for (int64_t i = 0; i < R * n; i++) {
+                uint8_t want[4];
+                float f = (float)ref[i];
+                convert_one(MMRT_DTYPE_F32, (const uint8_t *)&f, dt, want);
+                if (!same_value(dt, got + i * (int64_t)es, want)) {
+                    uint32_t g = 0, w = 0;
+                    memcpy(&g, got + i * (int64_t)es, es);
+                    memcpy(&w, want, es);
+                    fail_msg("SET_ROWS case %zu %s: dst row %lld element %lld is 0x%x, want 0x%x "
+                             "(f32 %.9g)", c, dt_name(dt), (long long)(i / n),
+                             (long long)(i % n), g, w, (double)f);
+                }
+            }
+            release_all();
+        }
+}
+
+/* Equal indices leave one of the rows whole (plugin.h: "either row"), never a mix; the
+ * other rows are untouched. */
+static void test_set_rows_duplicates(void **state)
+{
+    (void)state;
+    rng_seed(21);
+    for (int d = 0; d < 3; d++) {
+        enum mmrt_dtype dt = weight_dtypes[d];
+        int64_t R = 6, T = 5, n = 3000; /* rows long enough to be split across the threads */
+        int32_t idx[5] = { 2, 4, 2, 2, 0 };
+        float *v, *old;
+        struct harness_tensor *tv = trand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(T, n));
+        round_to(dt, v, T * n); /* so each candidate row is exactly representable */
+        upload(tv, v);
+        struct harness_tensor *ti = tnew_i32(idx, T);
+        struct harness_tensor *ty = trand(dt, 10, 20, &old, SHAPE(R, n)), *src[2] = { tv, ti };
+        assert_int_equal(run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0), MMRT_OK);
+        float *got = talloc((size_t)(R * n) * 4);
+        uint8_t *raw = talloc((size_t)ty->nbytes);
+        assert_int_equal(harness_download(&H, ty, raw), MMRT_OK);
+        for (int64_t i = 0; i < R * n; i++) {
+            uint16_t h;
+            if (dt == MMRT_DTYPE_F32) {
+                memcpy(&got[i], raw + 4 * i, 4);
+                continue;
+            }
+            memcpy(&h, raw + 2 * i, 2);
+            got[i] = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+        }
+        bool some = false;
+        for (int t = 0; t < 5; t++)
+            if (idx[t] == 2)
+                some |= memcmp(got + 2 * n, v + t * n, (size_t)n * 4) == 0;
+        if (!some)
+            fail_msg("SET_ROWS %s: row 2 is not one of the three rows written to it", dt_name(dt));
+        assert_memory_equal(got + 4 * n, v + 1 * n, (size_t)n * 4);
+        assert_memory_equal(got + 0 * n, v + 4 * n, (size_t)n * 4);
+        for (int r = 0; r < R; r++)
+            if (r != 0 && r != 2 && r != 4)
+                assert_memory_equal(got + r * n, old + r * n, (size_t)n * 4);
+        release_all();
+    }
+}
+
 /* ---- ARGMAX: exact -------------------------------------------------------------------- */
 
 static void test_argmax(void **state)
@@ -1349,6 +1716,137 @@ static void test_refusals(void **state)
     args.op = MMRT_OP_ADD;
     args.hdr.struct_size = 8;
     expect_refusal(H.plugin->ops[MMRT_OP_ADD](H.dev, &args), MMRT_ERR_INVALID_ARG, "ADD", "ABI");
+    release_all();
+}
+
+/* ROPE_MULTI and SET_ROWS refuse what plugin.h rules out, naming the operand or parameter;
+ * SET_ROWS with an index outside [0, R) is no error and writes nothing. */
+static void test_rope_multi_set_rows_refusals(void **state)
+{
+    (void)state;
+    rng_seed(22);
+    float *h;
+    struct harness_tensor *q = trand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(3, 4, 8));
+    struct harness_tensor *yq = tnew(MMRT_DTYPE_F32, SHAPE(3, 4, 8));
+    int32_t pos3[9] = { 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+    struct harness_tensor *tp = tnew(MMRT_DTYPE_I32, SHAPE(3, 3));
+    upload_i32(tp, pos3);
+    struct harness_tensor *rm[2] = { q, tp };
+    const struct mmrt_rope_multi_params good = { 1e4f, 8, 8, 0, 3, { 2, 1, 1 } };
+    assert_int_equal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &good, sizeof good), MMRT_OK);
+    struct mmrt_rope_multi_params p = good;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof(struct mmrt_rope_params)),
+                   MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "params");
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "params");
+    p.n_axes = 0;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "n_axes 0");
+    p.n_axes = MMRT_ROPE_MAX_AXES + 1;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "n_axes 5");
+    p = good;
+    p.sections[2] = 0;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "sections sum to 3 pairs, n_rot/2 is 4");
+    p = good;
+    p.sections[3] = -7; /* not an axis when n_axes is 3: never read */
+    assert_int_equal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_OK);
+    p = good;
+    p.sections[0] = 4, p.sections[1] = -1, p.sections[2] = 1;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "section 1 has -1 pairs");
+    p = good;
+    p.freq_dim = 0;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "freq_dim 0");
+    p = good;
+    p.restart = 2;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "restart 2");
+    p = good;
+    p.n_rot = 9;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "n_rot 9");
+    p = good;
+    p.theta = 0.0f;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "theta");
+    p = good;
+    p.n_axes = 2, p.sections[0] = 2, p.sections[1] = 2, p.sections[2] = 0;
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yq, &p, sizeof p), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "[T, n_axes] = [3, 2]");
+    struct harness_tensor *tp1 = tnew_i32(pos3, 3), *rm1[2] = { q, tp1 };
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm1, 2, yq, &good, sizeof good), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "[T, n_axes] = [3, 3]");
+    struct harness_tensor *tpf = tnew(MMRT_DTYPE_F32, SHAPE(3, 3)), *rmf[2] = { q, tpf };
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rmf, 2, yq, &good, sizeof good), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "src1 (positions) has dtype F32");
+    struct harness_tensor *yh = tnew(MMRT_DTYPE_F16, SHAPE(3, 4, 8));
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, yh, &good, sizeof good), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "dst has dtype F16");
+    struct harness_tensor *y2 = tnew(MMRT_DTYPE_F32, SHAPE(3, 4, 6));
+    expect_refusal(run(MMRT_OP_ROPE_MULTI, rm, 2, y2, &good, sizeof good), MMRT_ERR_INVALID_ARG,
+                   "ROPE_MULTI", "x's shape");
+
+    /* SET_ROWS. */
+    float *v;
+    struct harness_tensor *tv = trand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(2, 4, 8));
+    int32_t idx[2] = { 3, 0 };
+    struct harness_tensor *ti = tnew_i32(idx, 2), *sr[2] = { tv, ti };
+    struct harness_tensor *cache = tnew(MMRT_DTYPE_F16, SHAPE(5, 4, 8));
+    assert_int_equal(run(MMRT_OP_SET_ROWS, sr, 2, cache, NULL, 0), MMRT_OK);
+    struct harness_tensor *ci = tnew(MMRT_DTYPE_I32, SHAPE(5, 4, 8));
+    expect_refusal(run(MMRT_OP_SET_ROWS, sr, 2, ci, NULL, 0), MMRT_ERR_INVALID_ARG, "SET_ROWS",
+                   "dst has dtype I32");
+    struct harness_tensor *vh = tnew(MMRT_DTYPE_F16, SHAPE(2, 4, 8)), *srh[2] = { vh, ti };
+    expect_refusal(run(MMRT_OP_SET_ROWS, srh, 2, cache, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "SET_ROWS", "src0 (values) has dtype F16");
+    struct harness_tensor *ti3 = tnew_i32(pos3, 3), *sr3[2] = { tv, ti3 };
+    expect_refusal(run(MMRT_OP_SET_ROWS, sr3, 2, cache, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "SET_ROWS", "src1 (idx) has 3 entries for 2 rows");
+    struct harness_tensor *tif = tnew(MMRT_DTYPE_F32, SHAPE(2)), *srf[2] = { tv, tif };
+    expect_refusal(run(MMRT_OP_SET_ROWS, srf, 2, cache, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "SET_ROWS", "src1 (idx) has dtype F32");
+    struct harness_tensor *c9 = tnew(MMRT_DTYPE_F32, SHAPE(5, 4, 9));
+    expect_refusal(run(MMRT_OP_SET_ROWS, sr, 2, c9, NULL, 0), MMRT_ERR_INVALID_ARG, "SET_ROWS",
+                   "dim 2");
+    struct harness_tensor *c2 = tnew(MMRT_DTYPE_F32, SHAPE(5, 32));
+    expect_refusal(run(MMRT_OP_SET_ROWS, sr, 2, c2, NULL, 0), MMRT_ERR_INVALID_ARG, "SET_ROWS",
+                   "dst must have 3 dims");
+    struct harness_tensor strided = tview(cache, MMRT_DTYPE_F16, SHAPE(2, 4, 8),
+                                          (const int64_t[]){ 2 * 32 * 2, 8 * 2, 2 }, 0);
+    expect_refusal(run(MMRT_OP_SET_ROWS, sr, 2, &strided, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "SET_ROWS", "dst must be contiguous");
+    struct harness_tensor *big = tnew(MMRT_DTYPE_F32, SHAPE(6, 4, 8));
+    struct harness_tensor vin = tview(big, MMRT_DTYPE_F32, SHAPE(2, 4, 8),
+                                      (const int64_t[]){ 32 * 4, 8 * 4, 4 }, 32 * 4);
+    struct harness_tensor *sro[2] = { &vin, ti };
+    expect_refusal(run(MMRT_OP_SET_ROWS, sro, 2, big, NULL, 0), MMRT_ERR_INVALID_ARG, "SET_ROWS",
+                   "overlaps");
+
+    /* Indices outside [0, R): OK, nothing written. */
+    float *before;
+    struct harness_tensor *tc = trand(MMRT_DTYPE_BF16, -1, 1, &before, SHAPE(5, 4, 8));
+    for (int k = 0; k < 4; k++) {
+        static const int32_t outside[4][2] = { { 5, -1 }, { INT32_MIN, INT32_MAX }, { 6, 5 },
+                                               { -5, 1000 } };
+        struct harness_tensor *to = tnew_i32(outside[k], 2), *sro2[2] = { tv, to };
+        assert_int_equal(run(MMRT_OP_SET_ROWS, sro2, 2, tc, NULL, 0), MMRT_OK);
+        uint16_t *raw = talloc(5 * 32 * 2);
+        assert_int_equal(harness_download(&H, tc, raw), MMRT_OK);
+        for (int i = 0; i < 5 * 32; i++)
+            assert_true(harness_bf16_to_f32(raw[i]) == before[i]);
+    }
+    /* T = 1, out of range: the decode step with a stale index writes nothing. */
+    struct harness_tensor *t1 = trand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(1, 4, 8));
+    int32_t one = 5;
+    struct harness_tensor *to1 = tnew_i32(&one, 1), *sr1[2] = { t1, to1 };
+    assert_int_equal(run(MMRT_OP_SET_ROWS, sr1, 2, tc, NULL, 0), MMRT_OK);
+    uint16_t *raw = talloc(5 * 32 * 2);
+    assert_int_equal(harness_download(&H, tc, raw), MMRT_OK);
+    for (int i = 0; i < 5 * 32; i++)
+        assert_true(harness_bf16_to_f32(raw[i]) == before[i]);
     release_all();
 }
 
@@ -1650,6 +2148,8 @@ int main(void)
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_multi),
+        cmocka_unit_test(test_rope_multi_is_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_empty_rows),
         cmocka_unit_test(test_get_rows),
@@ -1658,8 +2158,11 @@ int main(void)
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_copy_conversions),
         cmocka_unit_test(test_copy_strided),
+        cmocka_unit_test(test_set_rows),
+        cmocka_unit_test(test_set_rows_duplicates),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_rope_multi_set_rows_refusals),
         cmocka_unit_test(test_thread_count_invariance),
         cmocka_unit_test(test_fresh_device_first_loop),
         cmocka_unit_test(test_entry_abi),

@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,6 +275,107 @@ static void test_device_and_dispatch(void **state)
     assert_true(log_has("call device_close 1 live_arenas=0"));
 }
 
+/* The operator front's checks of ROPE_MULTI and SET_ROWS (ABI 1.1): every broken launch is
+ * refused with its reason before the plugin sees it; a well-formed one passes validation and
+ * is then refused only because the stub has no such kernel. */
+static void test_validate_rope_multi_set_rows(void **state)
+{
+    (void)state;
+    struct mmrt_dev *dev = open_stub(4 << 20);
+    struct mmrt_error err = { 0 };
+    struct mmrt_dev_tensor x, y, yh, pos, pos1, posf, v, vh, idx, idx3, idxf, cache, ci, c9, c2;
+    struct {
+        struct mmrt_dev_tensor *t;
+        enum mmrt_dtype dt;
+        int n_dims;
+        int64_t ne[3];
+    } all[] = {
+        { &x, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },     { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
+        { &yh, MMRT_DTYPE_F16, 3, { 3, 4, 8 } },    { &pos, MMRT_DTYPE_I32, 2, { 3, 3 } },
+        { &pos1, MMRT_DTYPE_I32, 1, { 3 } },        { &posf, MMRT_DTYPE_F32, 2, { 3, 3 } },
+        { &v, MMRT_DTYPE_F32, 3, { 2, 4, 8 } },     { &vh, MMRT_DTYPE_F16, 3, { 2, 4, 8 } },
+        { &idx, MMRT_DTYPE_I32, 1, { 2 } },         { &idx3, MMRT_DTYPE_I32, 1, { 3 } },
+        { &idxf, MMRT_DTYPE_F32, 1, { 2 } },        { &cache, MMRT_DTYPE_BF16, 3, { 5, 4, 8 } },
+        { &ci, MMRT_DTYPE_I32, 3, { 5, 4, 8 } },    { &c9, MMRT_DTYPE_F32, 3, { 5, 4, 9 } },
+        { &c2, MMRT_DTYPE_F16, 2, { 5, 32 } },
+    };
+    size_t n_all = sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n_all; i++)
+        assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
+                                               all[i].t, &err), MMRT_OK);
+    log_reset();
+
+    const struct mmrt_rope_multi_params good = { 1e4f, 8, 8, 0, 3, { 2, 1, 1, -5 } };
+    assert_int_equal(mmrt_op_rope_multi(dev, &x.t, &pos.t, &good, &y.t, &err),
+                     MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device s1 (plugin stub) has no operator ROPE_MULTI");
+    assert_int_equal(mmrt_op_rope_multi(dev, &x.t, &pos.t, &good, &x.t, &err),
+                     MMRT_ERR_UNSUPPORTED); /* in place */
+    static const struct {
+        struct mmrt_rope_multi_params p;
+        const char *why;
+    } bad[] = {
+        { { 1e4f, 8, 8, 0, 0, { 4 } }, "ROPE_MULTI: n_axes must be within 1…MMRT_ROPE_MAX_AXES" },
+        { { 1e4f, 8, 8, 0, 5, { 1, 1, 1, 1 } }, "n_axes must be within" },
+        { { 1e4f, 8, 8, 0, 3, { 2, 1, 0 } }, "ROPE_MULTI: sections must sum to n_rot/2" },
+        { { 1e4f, 8, 8, 0, 3, { 2, 1, 2 } }, "sections must sum to n_rot/2" },
+        { { 1e4f, 8, 8, 0, 3, { 4, -1, 1 } }, "ROPE_MULTI: sections must be ≥ 0" },
+        { { 1e4f, 9, 8, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: n_rot must be even and within 2…D" },
+        { { 1e4f, 10, 8, 0, 3, { 2, 2, 1 } }, "n_rot must be even and within 2…D" },
+        { { 1e4f, 0, 8, 0, 3, { 0, 0, 0 } }, "n_rot must be even and within 2…D" },
+        { { 1e4f, 8, 0, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: freq_dim must be ≥ 1" },
+        { { 1e4f, 8, 8, 2, 3, { 2, 1, 1 } }, "ROPE_MULTI: restart must be 0 or 1" },
+        { { 0.0f, 8, 8, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: theta must be finite and > 0" },
+        { { INFINITY, 8, 8, 0, 3, { 2, 1, 1 } }, "theta must be finite and > 0" },
+        { { 1e4f, 8, 8, 0, 2, { 2, 2 } }, "ROPE_MULTI: positions must be contiguous I32 [T, "
+                                          "n_axes] (got I32 [3, 3])" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(mmrt_op_rope_multi(dev, &x.t, &pos.t, &bad[i].p, &y.t, &err),
+                         MMRT_ERR_INVALID_ARG);
+        if (!strstr(err.msg, bad[i].why))
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].why);
+    }
+    assert_int_equal(mmrt_op_rope_multi(dev, &x.t, &pos1.t, &good, &y.t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "positions must be contiguous I32 [T, n_axes] (got I32 [3])"));
+    assert_int_equal(mmrt_op_rope_multi(dev, &x.t, &posf.t, &good, &y.t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "positions must be"));
+    assert_int_equal(mmrt_op_rope_multi(dev, &x.t, &pos.t, &good, &yh.t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "ROPE_MULTI: dst must be contiguous F32 with x's shape"));
+    assert_int_equal(mmrt_op_launch(dev, MMRT_OP_ROPE_MULTI,
+                                    (const struct mmrt_tensor *[]){ &x.t, &pos.t }, 2, &y.t,
+                                    &good, (uint32_t)sizeof(struct mmrt_rope_params), &err),
+                     MMRT_ERR_INVALID_ARG);
+    char want[96];
+    snprintf(want, sizeof want, "ROPE_MULTI: params missing or shorter than %zu bytes",
+             sizeof(struct mmrt_rope_multi_params));
+    assert_non_null(strstr(err.msg, want));
+
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &cache.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device s1 (plugin stub) has no operator SET_ROWS");
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &ci.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: dst must be contiguous F32/F16/BF16 [R, …] with "
+                                    "the values' inner extents (got I32 [5, 4, 8])"));
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c9.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: dst must be"));
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c2.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: dst must be"));
+    assert_int_equal(mmrt_op_set_rows(dev, &vh.t, &idx.t, &cache.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: values must be contiguous F32 [T, …]"));
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx3.t, &cache.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: idx must be contiguous I32 [T] (got I32 [3])"));
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idxf.t, &cache.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: idx must be"));
+    assert_false(log_has("call op")); /* nothing reached the plugin */
+
+    for (size_t i = 0; i < n_all; i++)
+        mmrt_dev_tensor_free(dev, all[i].t);
+    mmrt_dev_close(dev);
+}
+
 static void test_device_errors(void **state)
 {
     (void)state;
@@ -367,6 +469,7 @@ int main(void)
         cmocka_unit_test_setup(test_oldest_layout_reads_as_current, setup),
         cmocka_unit_test_setup(test_load_by_name_and_share, setup),
         cmocka_unit_test_setup(test_device_and_dispatch, setup),
+        cmocka_unit_test_setup(test_validate_rope_multi_set_rows, setup),
         cmocka_unit_test_setup(test_device_errors, setup),
         cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
     };

@@ -229,6 +229,11 @@ static void test_cpu_against_itself(void **state)
     if (rc != 0)
         fail_msg("exit %d, want 0:\n%s", rc, out);
     assert_non_null(strstr(row("ATTENTION", "F16"), " pass "));
+    /* The ABI 1.1 operators have cases too (their rows exist and pass). */
+    assert_non_null(strstr(row("ROPE_MULTI", "F32"), " pass "));
+    for (int d = 0; d < 3; d++)
+        assert_non_null(strstr(row("SET_ROWS", (const char *[]){ "F32", "F16", "BF16" }[d]),
+                               " pass "));
     assert_null(strstr(out, "not supported"));
 }
 

@@ -10,8 +10,8 @@
  *   cpu_args.c             argument resolution and checks shared by every kernel
  *   cpu_ops_matmul.c       MATMUL, PATCH_EMBED (one blocked GEMM)
  *   cpu_ops_elementwise.c  ADD, MUL, SCALE, the activations, SWIGLU
- *   cpu_ops_rows.c         LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, GET_ROWS
- *   cpu_ops_attention.c    ROPE, ATTENTION
+ *   cpu_ops_rows.c         LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, GET_ROWS, SET_ROWS
+ *   cpu_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION
  *   cpu_ops_copy.c         COPY, CONCAT
  *   cpu_isa.c              run-time CPU feature detection and the choice of kernel table
  *   cpu_kern_avx2.c        GEMM / GEMV / attention kernels for AVX2 + FMA + F16C
@@ -281,8 +281,9 @@ const char *cpu_dtype_name(int dtype);
 mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
                          int n_required, int n_max, struct cpu_op *o);
 /* Copies the op's params into *out (size bytes, zero-filled first). Every field of today's
- * params structs belongs to ABI 1.0, so a launch must supply at least `size` bytes; fields
- * appended by later minors would be read only as far as params_size reaches (zero default). */
+ * params structs belongs to the minor that introduced its op (mmrt_rope_multi_params: 1.1,
+ * the rest 1.0), so a launch must supply at least `size` bytes; fields appended by later
+ * minors would be read only as far as params_size reaches (zero default). */
 mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size);
 /* Refusals with a message "OP: what …". `what` names the operand, e.g. "src1 (W)". */
 mmrt_status cpu_need_dtype(struct cpu_op *o, const char *what, const struct cpu_view *v,
@@ -471,5 +472,7 @@ mmrt_status cpu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_arg
 mmrt_status cpu_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cpu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cpu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_CPU_INTERNAL_H */

@@ -1,5 +1,5 @@
 /*
- * plugins/cpu/cpu_ops_attention.c — ROPE and ATTENTION.
+ * plugins/cpu/cpu_ops_attention.c — ROPE, ROPE_MULTI and ATTENTION.
  *
  * ROPE follows Hugging Face's float32 arithmetic step by step (specs/models.md §1.4):
  * inv_freq[i] = 1 / theta^((2i)/n_rot) with the exponent divided in f32, angle = (f32)pos ·
@@ -8,6 +8,11 @@
  * The angle must stay f32: computed in double it differs by up to pos·2⁻²⁴ rad, which at
  * position 10⁴ is already visible in the output. One item per token: its cos/sin table
  * (per-thread scratch) is shared by all heads.
+ *
+ * ROPE_MULTI (Qwen2-VL's M-RoPE and vision rotary) is the same NEOX rotation with a per-pair
+ * table: pair i takes the position of its section's axis and inv_freq[j] = 1 / theta^((2j) /
+ * freq_dim), j = i or i minus its section's first pair (restart) — HF's cat(freqs, freqs)
+ * split by mrope_section, and its vision rotary's outer(pos_h | pos_w, inv_freq).
  *
  * ATTENTION follows the order of HF's eager attention in every path: scores = (q·k) · scale
  * in f32, softmax with the row max subtracted (sum of the exponentials in double),
@@ -34,15 +39,20 @@
 
 #include "cpu_internal.h"
 
-/* ---- ROPE ----------------------------------------------------------------------------- */
+/* ---- ROPE, ROPE_MULTI ------------------------------------------------------------------ */
 
+/* One rotation serves both ops: pair i turns by (float)pos[t][axis[i]] · inv_freq[i]. ROPE has
+ * one axis and inv_freq[i] of its own i; ROPE_MULTI gives each pair its section's axis and
+ * frequency (counted from its section's start with restart), so the two share every rounding
+ * step and ROPE_MULTI with equal axes is ROPE NEOX bit for bit. */
 struct rope_ctx {
     const char *x;
     char *y;
-    const int32_t *pos;
-    const float *inv_freq; /* [n_rot / 2] */
+    const int32_t *pos;    /* [T][n_axes] */
+    const float *inv_freq; /* [n_rot / 2]: the frequency of each pair */
+    const int32_t *axis;   /* [n_rot / 2]: the position axis of each pair; NULL: axis 0 */
     float *scratch;        /* [n_threads][n_rot]: cos then sin */
-    int64_t H, D, n_rot;
+    int64_t H, D, n_rot, n_axes;
     int64_t x_nb0, x_nb1, y_nb0, y_nb1;
     int mode;
 };
@@ -53,9 +63,9 @@ static void rope_task(void *vctx, int tid, int64_t begin, int64_t end)
     int64_t half = c->n_rot / 2;
     float *cs = c->scratch + (size_t)tid * (size_t)c->n_rot, *sn = cs + half;
     for (int64_t t = begin; t < end; t++) {
-        float p = (float)c->pos[t];
+        const int32_t *pt = c->pos + t * c->n_axes;
         for (int64_t i = 0; i < half; i++) {
-            float angle = p * c->inv_freq[i];
+            float angle = (float)pt[c->axis ? c->axis[i] : 0] * c->inv_freq[i];
             cs[i] = cosf(angle);
             sn[i] = sinf(angle);
         }
@@ -82,59 +92,154 @@ static void rope_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
+/* The tensor checks both ops share: x F32 [T, H, D] with a contiguous inner dim, positions
+ * contiguous I32 [T] (n_axes 0: ROPE) or [T, n_axes], dst of x's shape (or x itself), and
+ * n_rot even within 2…D. */
+static mmrt_status rope_check(struct cpu_op *o, int n_axes, int32_t n_rot)
+{
+    const struct cpu_view *x = &o->src[0], *pos = &o->src[1], *y = &o->dst;
+    mmrt_status st;
+    if ((st = cpu_need_rank(o, "src0 (x)", x, 3)) ||
+        (st = cpu_need_dtype(o, "src0 (x)", x, CPU_DT_F32)) ||
+        (st = cpu_need_inner_contig(o, "src0 (x)", x)) ||
+        (st = cpu_need_dtype(o, "src1 (positions)", pos, CPU_DT_I32)) ||
+        (st = cpu_need_contig(o, "src1 (positions)", pos)) ||
+        (st = cpu_need_dtype(o, "dst", y, CPU_DT_F32)) ||
+        (st = cpu_need_inner_contig(o, "dst", y)) ||
+        (st = cpu_need_disjoint(o, "src0 (x)", x, true)) ||
+        (st = cpu_need_disjoint(o, "src1 (positions)", pos, false)))
+        return st;
+    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
+    if (!cpu_same_shape(x, y))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
+                       ", %" PRId64 "]", T, H, D);
+    if (n_axes == 0 && pos->numel != T)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
+                       PRId64 " tokens", pos->numel, T);
+    if (n_axes > 0 && (pos->n_dims != 2 || pos->ne[0] != T || pos->ne[1] != n_axes))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) must be [T, n_axes] = [%" PRId64
+                       ", %d]", T, n_axes);
+    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
+                       "(D = %" PRId64 ")", n_rot, D);
+    return MMRT_OK;
+}
+
+static mmrt_status rope_check_theta(struct cpu_op *o, float theta)
+{
+    if (!(theta > 0.0f) || isinf(theta))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0", (double)theta);
+    return MMRT_OK;
+}
+
+/* One allocation for a rotation of n_rot/2 pairs: inv_freq [half], the threads' cos/sin
+ * scratch [n_threads][n_rot], then (with_axis) the pairs' axes [half] as int32. */
+static float *rope_alloc(struct cpu_op *o, int64_t n_rot, bool with_axis)
+{
+    size_t half = (size_t)n_rot / 2;
+    size_t n_floats = half + (size_t)o->dev->pool.n_threads * (size_t)n_rot;
+    size_t nbytes = n_floats * sizeof(float) + (with_axis ? half * sizeof(int32_t) : 0);
+    float *buf = malloc(nbytes);
+    if (!buf)
+        cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch", nbytes);
+    return buf;
+}
+
+static void rope_launch(struct cpu_op *o, struct rope_ctx *c)
+{
+    const struct cpu_view *x = &o->src[0], *y = &o->dst;
+    c->x = x->data;
+    c->y = y->data;
+    c->pos = (const int32_t *)o->src[1].data;
+    c->H = x->ne[1];
+    c->D = x->ne[2];
+    c->x_nb0 = x->nb[0];
+    c->x_nb1 = x->nb[1];
+    c->y_nb0 = y->nb[0];
+    c->y_nb1 = y->nb[1];
+    int64_t half = c->n_rot / 2;
+    cpu_parallel_for(&o->dev->pool, x->ne[0], (double)(c->H * c->D + 20 * half), rope_task, c);
+}
+
 mmrt_status cpu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cpu_op o;
     struct mmrt_rope_params p;
-    float *buf = NULL;
     mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    const struct cpu_view *x = &o.src[0], *pos = &o.src[1], *y = &o.dst;
-    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = cpu_need_rank(&o, "src0 (x)", x, 3)) ||
-        (st = cpu_need_dtype(&o, "src0 (x)", x, CPU_DT_F32)) ||
-        (st = cpu_need_inner_contig(&o, "src0 (x)", x)) ||
-        (st = cpu_need_dtype(&o, "src1 (positions)", pos, CPU_DT_I32)) ||
-        (st = cpu_need_contig(&o, "src1 (positions)", pos)) ||
-        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) ||
-        (st = cpu_need_inner_contig(&o, "dst", y)) ||
-        (st = cpu_need_disjoint(&o, "src0 (x)", x, true)) ||
-        (st = cpu_need_disjoint(&o, "src1 (positions)", pos, false)))
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = rope_check(&o, 0, p.n_rot)))
         return st;
-    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
-    if (!cpu_same_shape(x, y))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
-                       ", %" PRId64 "]", T, H, D);
-    if (pos->numel != T)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
-                       PRId64 " tokens", pos->numel, T);
-    if (p.n_rot < 2 || p.n_rot % 2 != 0 || p.n_rot > D)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
-                       "(D = %" PRId64 ")", p.n_rot, D);
     if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
                        "INTERLEAVED (1)", p.mode);
-    if (!(p.theta > 0.0f) || isinf(p.theta))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
-                       (double)p.theta);
-    if (T == 0 || H == 0)
+    if ((st = rope_check_theta(&o, p.theta)))
+        return st;
+    if (o.src[0].numel == 0)
         return MMRT_OK;
 
     int64_t half = p.n_rot / 2;
-    size_t n_floats = (size_t)half + (size_t)dev->pool.n_threads * (size_t)p.n_rot;
-    buf = malloc(n_floats * sizeof(float));
+    float *buf = rope_alloc(&o, p.n_rot, false);
     if (!buf)
-        return cpu_bad(&o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
-                       n_floats * sizeof(float));
+        return MMRT_ERR_NO_MEMORY;
     for (int64_t i = 0; i < half; i++)
         buf[i] = 1.0f / powf(p.theta, (float)(2 * i) / (float)p.n_rot);
     struct rope_ctx c = {
-        .x = x->data, .y = y->data, .pos = (const int32_t *)pos->data, .inv_freq = buf,
-        .scratch = buf + half, .H = H, .D = D, .n_rot = p.n_rot,
-        .x_nb0 = x->nb[0], .x_nb1 = x->nb[1], .y_nb0 = y->nb[0], .y_nb1 = y->nb[1],
+        .inv_freq = buf, .axis = NULL, .scratch = buf + half, .n_rot = p.n_rot, .n_axes = 1,
         .mode = p.mode,
     };
-    cpu_parallel_for(&dev->pool, T, (double)(H * D + 20 * half), rope_task, &c);
+    rope_launch(&o, &c);
+    free(buf);
+    return MMRT_OK;
+}
+
+mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    struct mmrt_rope_multi_params p;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ROPE_MULTI, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    if ((st = cpu_op_params(&o, &p, sizeof p)))
+        return st;
+    if (p.n_axes < 1 || p.n_axes > MMRT_ROPE_MAX_AXES)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_axes %" PRId32 " is outside 1…%d", p.n_axes,
+                       MMRT_ROPE_MAX_AXES);
+    if ((st = rope_check(&o, p.n_axes, p.n_rot)) || (st = rope_check_theta(&o, p.theta)))
+        return st;
+    if (p.freq_dim < 1)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "freq_dim %" PRId32 " must be ≥ 1", p.freq_dim);
+    if (p.restart != 0 && p.restart != 1)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "restart %" PRId32 " must be 0 or 1", p.restart);
+    int64_t pairs = 0;
+    for (int a = 0; a < p.n_axes; a++) {
+        if (p.sections[a] < 0)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "section %d has %" PRId32 " pairs (must be "
+                           "≥ 0)", a, p.sections[a]);
+        pairs += p.sections[a];
+    }
+    if (pairs != p.n_rot / 2)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "sections sum to %" PRId64 " pairs, n_rot/2 is "
+                       "%" PRId32, pairs, p.n_rot / 2);
+    if (o.src[0].numel == 0)
+        return MMRT_OK;
+
+    int64_t half = p.n_rot / 2;
+    float *buf = rope_alloc(&o, p.n_rot, true);
+    if (!buf)
+        return MMRT_ERR_NO_MEMORY;
+    int32_t *axis = (int32_t *)(buf + half + (size_t)dev->pool.n_threads * (size_t)p.n_rot);
+    for (int a = 0, i = 0; a < p.n_axes; a++)
+        for (int k = 0; k < p.sections[a]; k++, i++) {
+            int j = p.restart ? k : i;
+            axis[i] = a;
+            buf[i] = 1.0f / powf(p.theta, (float)(2 * j) / (float)p.freq_dim);
+        }
+    struct rope_ctx c = {
+        .inv_freq = buf, .axis = axis, .scratch = buf + half, .n_rot = p.n_rot,
+        .n_axes = p.n_axes, .mode = MMRT_ROPE_NEOX,
+    };
+    rope_launch(&o, &c);
     free(buf);
     return MMRT_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * plugins/cpu/cpu_ops_rows.c — the row-wise ops: LAYERNORM, RMSNORM, SOFTMAX, ARGMAX and
- * GET_ROWS, each parallel over rows.
+ * GET_ROWS, each parallel over rows, and SET_ROWS (the row scatter), parallel over columns.
  *
  * Norm moments and softmax sums are accumulated in double: cheap here, and it makes the
  * statistic itself exact to f32 precision, so the result stays within an ulp or two of what
@@ -292,5 +292,80 @@ mmrt_status cpu_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *
         .dtype = tab->dtype,
     };
     cpu_parallel_for(&dev->pool, T, (double)n, get_rows_task, &c);
+    return MMRT_OK;
+}
+
+/* ---- SET_ROWS ------------------------------------------------------------------------- */
+
+/* One item is one element column of a row: every item walks the rows t in order, so when
+ * two indices are equal the later row wins whole (never a mix of both), and no two threads
+ * write the same element. Rows with an index outside [0, R) are skipped (plugin.h). */
+struct set_rows_ctx {
+    const float *v;       /* [T][n] */
+    const int32_t *idx;   /* [T] */
+    char *d;              /* [R][n], dtype */
+    int64_t T, n, R;
+    int dtype;
+};
+
+static void set_rows_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct set_rows_ctx *c = vctx;
+    (void)tid;
+    for (int64_t t = 0; t < c->T; t++) {
+        int64_t r = c->idx[t];
+        if (r < 0 || r >= c->R)
+            continue;
+        const float *s = c->v + t * c->n;
+        int64_t o = r * c->n;
+        switch (c->dtype) {
+        case MMRT_DTYPE_F16:
+            for (int64_t k = begin; k < end; k++)
+                ((uint16_t *)c->d)[o + k] = cpu_f32_to_f16(s[k]);
+            break;
+        case MMRT_DTYPE_BF16:
+            for (int64_t k = begin; k < end; k++)
+                ((uint16_t *)c->d)[o + k] = cpu_f32_to_bf16(s[k]);
+            break;
+        default:
+            memcpy((float *)c->d + o + begin, s + begin, (size_t)(end - begin) * sizeof(float));
+            break;
+        }
+    }
+}
+
+mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *v = &o.src[0], *idx = &o.src[1], *d = &o.dst;
+    if ((st = cpu_need_dtype(&o, "src0 (values)", v, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "src0 (values)", v)) ||
+        (st = cpu_need_dtype(&o, "src1 (idx)", idx, CPU_DT_I32)) ||
+        (st = cpu_need_contig(&o, "src1 (idx)", idx)) ||
+        (st = cpu_need_dtype(&o, "dst", d, CPU_DT_WEIGHT)) || (st = cpu_need_contig(&o, "dst", d)) ||
+        (st = cpu_need_rank(&o, "dst", d, v->n_dims)) ||
+        (st = cpu_need_disjoint(&o, "src0 (values)", v, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (idx)", idx, false)))
+        return st;
+    int64_t T = v->ne[0], n = 1;
+    for (int i = 1; i < v->n_dims; i++) {
+        if (d->ne[i] != v->ne[i])
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dim %d: dst has %" PRId64 ", src0 (values) %"
+                           PRId64 " (the inner extents must match)", i, d->ne[i], v->ne[i]);
+        n *= v->ne[i];
+    }
+    if (idx->numel != T)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " entries for %" PRId64
+                       " rows of values", idx->numel, T);
+    if (T == 0 || n == 0)
+        return MMRT_OK;
+    struct set_rows_ctx c = {
+        .v = (const float *)v->data, .idx = (const int32_t *)idx->data, .d = d->data, .T = T,
+        .n = n, .R = d->ne[0], .dtype = d->dtype,
+    };
+    cpu_parallel_for(&dev->pool, n, (double)T, set_rows_task, &c);
     return MMRT_OK;
 }

@@ -467,6 +467,8 @@ static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_CONCAT] = cpu_op_concat,
     [MMRT_OP_COPY] = cpu_op_copy,
     [MMRT_OP_ARGMAX] = cpu_op_argmax,
+    [MMRT_OP_ROPE_MULTI] = cpu_op_rope_multi,
+    [MMRT_OP_SET_ROWS] = cpu_op_set_rows,
 };
 
 static const struct mmrt_plugin cpu_plugin = {

@@ -16,8 +16,8 @@
  *
  * Error metric (the project's): per case, max |got − ref| / max |ref| over the output
  * elements (NaN must meet NaN; when max |ref| is 0 the absolute error is used). Operators
- * that only move data (COPY, CONCAT, GET_ROWS) and ARGMAX must match bit for bit. Output
- * bytes a strided dst view does not cover must be left exactly as they were.
+ * that only move data (COPY, CONCAT, GET_ROWS, SET_ROWS) and ARGMAX must match bit for bit.
+ * Output bytes a strided dst view does not cover must be left exactly as they were.
  */
 #ifndef MMRT_PLUGIN_CHECK_CHECK_H
 #define MMRT_PLUGIN_CHECK_CHECK_H

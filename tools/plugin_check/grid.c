@@ -444,6 +444,88 @@ static mmrt_status grid_rope(struct chk *c, struct mmrt_error *err)
     return MMRT_OK;
 }
 
+/* ---- ROPE_MULTI -------------------------------------------------------------------------- */
+
+/* Qwen2-VL's M-RoPE (sections 16/24/24 of D = 128, freq_dim D, no restart) and its vision
+ * rotary (sections D/4, D/4, freq_dim D/2, restart), then the corners: partial rotation, one
+ * and four axes, sections of 0 pairs, odd freq_dim, tiny and odd shapes, large positions,
+ * in place and on a view of a fused QKV buffer. Each axis gets its own random positions, so
+ * a pair charged to the wrong section or turned at the wrong frequency index fails. */
+static mmrt_status grid_rope_multi(struct chk *c, struct mmrt_error *err)
+{
+    enum { CONTIG, IN_PLACE, X_VIEW, VIEW_IN_PLACE };
+    static const char *const layout_names[] = {"contiguous", "in place",
+                                               "x a view of a fused QKV buffer",
+                                               "in place on a view of a fused QKV buffer"};
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, freq_dim, restart, n_axes, sections[MMRT_ROPE_MAX_AXES];
+        float theta;
+        int max_pos, layout, quick;
+    } cases[] = {
+        {7, 4, 128, 128, 128, 0, 3, {16, 24, 24}, 1e6f, 30000, CONTIG, Q},   /* M-RoPE */
+        {129, 4, 128, 128, 128, 0, 3, {16, 24, 24}, 1e6f, 4096, VIEW_IN_PLACE, 0},
+        {1, 28, 128, 128, 128, 0, 3, {16, 24, 24}, 1e6f, 32768, IN_PLACE, Q}, /* decode */
+        {19, 5, 80, 80, 40, 1, 2, {20, 20}, 1e4f, 64, CONTIG, Q},             /* vision */
+        {577, 4, 80, 80, 40, 1, 2, {20, 20}, 1e4f, 24, X_VIEW, 0},
+        {33, 16, 64, 64, 32, 1, 2, {16, 16}, 1e4f, 30000, IN_PLACE, 0},
+        {5, 3, 8, 8, 8, 0, 3, {2, 1, 1}, 1e4f, 100, CONTIG, Q},
+        {3, 1, 12, 12, 12, 0, 3, {2, 2, 2}, 1e4f, 30000, IN_PLACE, 0},
+        {4, 2, 12, 12, 6, 1, 2, {3, 3}, 1e4f, 50, CONTIG, 0},
+        {1, 1, 2, 2, 2, 0, 1, {1}, 1e4f, 3, CONTIG, 0},
+        {5, 2, 64, 32, 32, 0, 3, {4, 6, 6}, 1e4f, 1000, CONTIG, Q},          /* partial */
+        {3, 3, 24, 16, 8, 1, 2, {4, 4}, 1e4f, 30000, X_VIEW, 0},
+        {6, 2, 32, 32, 32, 0, 1, {16}, 1e4f, 30000, CONTIG, 0},               /* one axis */
+        {11, 3, 40, 40, 7, 1, 4, {3, 5, 7, 5}, 1e4f, 2000, VIEW_IN_PLACE, Q}, /* four axes */
+        {4, 2, 16, 16, 16, 0, 3, {0, 5, 3}, 1e4f, 300, CONTIG, 0},            /* empty section */
+        {7, 1, 16, 16, 8, 1, 3, {4, 0, 4}, 1e4f, 300, IN_PLACE, 0},
+        {9, 5, 96, 40, 40, 0, 4, {5, 5, 5, 5}, 5e5f, 70000, X_VIEW, 0},
+    };
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+        if (!want(c, cases[i].quick))
+            continue;
+        int64_t T = cases[i].T, H = cases[i].H, D = cases[i].D;
+        int layout = cases[i].layout, n_axes = cases[i].n_axes;
+        const int *s = cases[i].sections;
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_ROPE_MULTI, "F32", serial,
+                   "T=%lld H=%lld D=%lld n_rot=%d freq_dim=%d restart=%d sections %d,%d,%d,%d "
+                   "theta %g pos <= %d, %s", (long long)T, (long long)H, (long long)D,
+                   cases[i].n_rot, cases[i].freq_dim, cases[i].restart, s[0], s[1], s[2], s[3],
+                   (double)cases[i].theta, cases[i].max_pos, layout_names[layout]);
+        struct kt *x, *y;
+        if (layout == X_VIEW || layout == VIEW_IN_PLACE) {
+            /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer. */
+            struct kt *buf = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, H + 2, D));
+            x = buf ? kt_view(&k, buf, SHAPE(T, H, D), (const int64_t[]){(H + 2) * D, D, 1}, D)
+                    : NULL;
+        } else {
+            x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, H, D));
+        }
+        if (layout == IN_PLACE || layout == VIEW_IN_PLACE)
+            y = x;
+        else
+            y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, H, D));
+        struct kt *pos = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T, n_axes));
+        int32_t *pv = kase_ints(&k, T * n_axes);
+        if (pv) {
+            for (int64_t j = 0; j < T * n_axes; j++)
+                pv[j] = kase_int(&k, 0, cases[i].max_pos);
+            pv[0] = cases[i].max_pos;
+            kt_set_raw(&k, pos, pv);
+        }
+        if (x)
+            kt_rand(&k, x, -2, 2);
+        struct mmrt_rope_multi_params p = {cases[i].theta, cases[i].n_rot, cases[i].freq_dim,
+                                           cases[i].restart, n_axes, {s[0], s[1], s[2], s[3]}};
+        kase_run(&k, (const struct kt *[]){x, pos}, 2, y, &p, sizeof p);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
 /* ---- ATTENTION --------------------------------------------------------------------------- */
 
 enum kv_layout {
@@ -979,6 +1061,81 @@ static mmrt_status grid_argmax(struct chk *c, struct mmrt_error *err)
     return MMRT_OK;
 }
 
+/* ---- SET_ROWS ---------------------------------------------------------------------------- */
+
+/* The KV-cache write: one decode token, a prefill's worth of rows, every row of a small dst
+ * in permuted order, scalar rows and a 4-D row; indices one past the end, negative and at
+ * the int32 limits must write nothing (dst starts with random values, so an untouched row
+ * is checked too). Values start with the F16/BF16 rounding edge cases. Indices are distinct:
+ * plugin.h leaves equal indices' winner open. */
+static const float set_rows_specials[] = {
+    0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.00048828125f /* 1 + 2^-11: to even */,
+    1.00146484375f /* 1 + 3·2^-11: up */, 65504.0f, 65519.99f, 65520.0f /* → inf in F16 */,
+    6.0975552e-05f /* just below 2^-14 */, 2.9802322e-08f /* 2^-25: to 0 */,
+    1.0039062f /* 1 + 2^-8: BF16 halfway */, 1.0117188f /* 1 + 3·2^-8 */, 3.4028235e38f,
+};
+
+static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int n_dims;
+        int64_t ne[4]; /* dst [R, …] */
+        int64_t T;
+        int quick;
+    } cases[] = {
+        {3, {16, 4, 8}, 1, Q},   {3, {4096, 8, 128}, 1, 0}, {2, {7, 33}, 5, Q},
+        {1, {9}, 6, 0},          {4, {40, 2, 3, 5}, 9, 0},  {2, {64, 128}, 64, Q},
+        {3, {300, 2, 64}, 129, 0}, {2, {1, 1}, 1, 0},
+    };
+    static const int32_t outside[] = {-1, INT32_MIN, INT32_MAX, -1000};
+    uint64_t serial = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+            if (!want(c, cases[i].quick))
+                continue;
+            int nd = cases[i].n_dims;
+            int64_t R = cases[i].ne[0], T = cases[i].T, n = 1, vne[4];
+            for (int j = 1; j < nd; j++)
+                n *= cases[i].ne[j];
+            memcpy(vne, cases[i].ne, sizeof vne);
+            vne[0] = T;
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_SET_ROWS, dt_name(weight_dts[d]), serial,
+                       "%lld rows of %lld into [%lld, …] (%d dims)%s", (long long)T,
+                       (long long)n, (long long)R, nd, T > 2 ? ", 2 out of range" : "");
+            struct kt *v = kt_new(&k, MMRT_DTYPE_F32, nd, vne);
+            struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
+            struct kt *y = kt_new(&k, weight_dts[d], nd, cases[i].ne);
+            int32_t *iv = kase_ints(&k, R > T ? R : T);
+            float *vv = kase_floats(&k, T * n);
+            if (iv && vv) {
+                for (int64_t r = 0; r < R; r++) /* distinct indices: a shuffled prefix */
+                    iv[r] = (int32_t)r;
+                for (int64_t r = R - 1; r > 0; r--) {
+                    int64_t j = kase_int(&k, 0, (int)r);
+                    int32_t t = iv[r];
+                    iv[r] = iv[j];
+                    iv[j] = t;
+                }
+                if (T > 2) {
+                    iv[1] = (int32_t)R;
+                    iv[2] = outside[i % 4];
+                }
+                kt_set_raw(&k, idx, iv);
+                int64_t ns = sizeof set_rows_specials / sizeof set_rows_specials[0];
+                for (int64_t j = 0; j < T * n; j++)
+                    vv[j] = j < ns ? set_rows_specials[j] : kase_float(&k, -5, 5);
+                kt_set(&k, v, vv);
+            }
+            if (y)
+                kt_rand(&k, y, -100, 100);
+            kase_run(&k, (const struct kt *[]){v, idx}, 2, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
 mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
 {
     switch (op) {
@@ -1002,6 +1159,8 @@ mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
     case MMRT_OP_CONCAT: return grid_concat(c, err);
     case MMRT_OP_COPY: return grid_copy(c, err);
     case MMRT_OP_ARGMAX: return grid_argmax(c, err);
+    case MMRT_OP_ROPE_MULTI: return grid_rope_multi(c, err);
+    case MMRT_OP_SET_ROWS: return grid_set_rows(c, err);
     case MMRT_OP_COUNT: break;
     }
     return mmrt_error_set(err, MMRT_ERR_INTERNAL, "no cases for operator %d", (int)op);

@@ -46,10 +46,17 @@ static const struct chk_tolerance table[] = {
      "device cos/sin (4 ulp) of the same f32 angle; inv_freq must be the correctly rounded "
      "f32 value as Hugging Face computes it — a 1-ulp error moves the angle at position "
      "40000 by ~3e-3"},
+    {MMRT_OP_ROPE_MULTI, NULL, 1e-5,
+     "as ROPE: device cos/sin (4 ulp) of the same f32 angle from the same correctly rounded "
+     "inv_freq; a pair in the wrong section, a wrong restart or freq_dim moves angles by "
+     "radians"},
     {MMRT_OP_ATTENTION, NULL, 5e-5,
      "q·k over D ≤ 256 and p·v over up to 1000 keys, summed in any order, online or two-pass "
      "softmax with device exp"},
     {MMRT_OP_GET_ROWS, NULL, 0, "a copy with exact F16/BF16 → F32 widening: bit-exact"},
+    {MMRT_OP_SET_ROWS, NULL, 0,
+     "moves rows, converting F32 to F16/BF16 with round-to-nearest-even as plugin.h "
+     "specifies; rows with an out-of-range index stay as they were: bit-exact"},
     {MMRT_OP_PATCH_EMBED, NULL, 5e-5,
      "a convolution is a dot product of C·P·P terms (up to 3·30·30) summed in any order"},
     {MMRT_OP_CONCAT, NULL, 0, "moves bytes: bit-exact"},

@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 0
+#define MMRT_ABI_MINOR 1
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -178,6 +178,26 @@ enum mmrt_op {
     /* dst[r] = index of the largest element of row r of src0 [rows, N] (F32), the first one
      * on ties; NaN is never chosen; a row that is all NaN gives 0. dst I32 [rows]. */
     MMRT_OP_ARGMAX = 19,
+    /* Rotary embedding whose pairs turn by positions along several axes (ABI 1.1): Qwen2-VL's
+     * M-RoPE in the decoder (axes t, h, w) and the 2-D rotary of its vision tower (h, w).
+     * src0 = x [T, H, D] (innermost dim contiguous), src1 = positions I32 [T, n_axes]
+     * (contiguous); dst as for ROPE. NEOX pairing: dim i with i + n_rot/2 for i < n_rot/2;
+     * dims ≥ n_rot are copied. The pairs are split into n_axes consecutive sections of
+     * p.sections[a] pairs (summing to n_rot/2); pair i of section a turns by
+     * angle = (float)pos[t, a] · inv_freq[j] rounded to f32, where j = i, or i minus the first
+     * pair of its section when p.restart, and inv_freq[j] = 1 / powf(theta,
+     * (float)(2j) / p.freq_dim), computed as at ROPE. So M-RoPE is {n_rot = D, freq_dim = D,
+     * restart 0, sections (16, 24, 24)} and the vision rotary {n_rot = D, freq_dim = D/2,
+     * restart 1, sections (D/4, D/4)}. Params: mmrt_rope_multi_params. */
+    MMRT_OP_ROPE_MULTI = 20,
+    /* Row scatter (ABI 1.1): dst[idx[t], …] = (dst dtype) src0[t, …] for every t < T.
+     * src0 = values F32 [T, …] (contiguous), src1 = idx I32 [T] (contiguous, in device
+     * memory, so a captured graph writes the rows a later upload names); dst [R, …]
+     * contiguous F32, F16 or BF16 with src0's inner extents. Conversion rounds to nearest
+     * even. An index outside [0, R) writes nothing: a device cannot report it without a
+     * synchronisation, so the caller owns the indices (the KV cache's write position). Two
+     * equal indices leave either row. No params. */
+    MMRT_OP_SET_ROWS = 21,
     MMRT_OP_COUNT /* number of ops this header knows; never stored in a plugin struct */
 };
 
@@ -190,6 +210,16 @@ struct mmrt_rope_params {
     float theta;    /* base, e.g. 10000 */
     int32_t n_rot;  /* rotated dims per head, even, 2 … D */
     int32_t mode;   /* enum mmrt_rope_mode */
+};
+
+#define MMRT_ROPE_MAX_AXES 4
+struct mmrt_rope_multi_params {
+    float theta;      /* base */
+    int32_t n_rot;    /* rotated dims per head, even, 2 … D */
+    int32_t freq_dim; /* denominator of the inv_freq exponent, ≥ 1 */
+    int32_t restart;  /* 1: the frequency index restarts at each section */
+    int32_t n_axes;   /* 1 … MMRT_ROPE_MAX_AXES; positions are [T, n_axes] */
+    int32_t sections[MMRT_ROPE_MAX_AXES]; /* pairs per axis, each ≥ 0, summing to n_rot/2 */
 };
 
 struct mmrt_attention_params {
