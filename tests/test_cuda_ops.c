@@ -819,6 +819,106 @@ static void test_rope(void **state)
     }
 }
 
+/* ---- ROPE_MULTI ----------------------------------------------------------------------- */
+
+/* Qwen2-VL's decoder M-RoPE and vision 2-D rotary at model sizes, then empty sections, four
+ * axes, a copied tail, in place and a head view of a fused buffer; tolerance as ROPE. One
+ * axis is also held to ROPE NEOX bit for bit (one kernel serves both). */
+static void test_rope_multi(void **state)
+{
+    (void)state;
+    need_dut();
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, freq_dim, restart, n_axes, sections[MMRT_ROPE_MAX_AXES];
+        int layout; /* 0 contiguous, 1 in place, 2 view in a fused buffer */
+        float theta;
+        int max_pos;
+        bool big;   /* dropped by MMRT_TEST_QUICK */
+    } cases[] = {
+        { 7, 4, 128, 128, 128, 0, 3, { 16, 24, 24 }, 0, 1e6f, 5000, false },
+        { 33, 2, 80, 80, 40, 1, 2, { 20, 20 }, 2, 10000.0f, 60, false },
+        { 5, 3, 64, 64, 64, 0, 3, { 8, 12, 12 }, 1, 10000.0f, 70000, false },
+        { 4, 3, 200, 130, 130, 1, 4, { 20, 0, 30, 15 }, 2, 10000.0f, 4096, false },
+        { 3, 5, 40, 32, 32, 0, 3, { 0, 12, 4 }, 0, 500000.0f, 32768, false },
+        { 2, 2, 256, 256, 128, 1, 2, { 64, 64 }, 1, 10000.0f, 100, false },
+        { 70, 1, 6, 2, 2, 1, 2, { 1, 0 }, 0, 10000.0f, 9, false },
+        { 600, 28, 128, 128, 128, 0, 3, { 16, 24, 24 }, 2, 1e6f, 32768, true },
+        { 1024, 16, 80, 80, 40, 1, 2, { 20, 20 }, 1, 10000.0f, 63, true },
+    };
+    rng_seed(21);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].big && g_quick)
+            continue;
+        int64_t T = cases[k].T, H = cases[k].H, D = cases[k].D;
+        int n_axes = cases[k].n_axes;
+        int32_t *pos = talloc((size_t)(T * n_axes) * 4);
+        for (int64_t i = 0; i < T * n_axes; i++)
+            pos[i] = rng_int(0, cases[k].max_pos);
+        pos[0] = cases[k].max_pos;
+        float *x = rand_f(T * H * D, -2, 2);
+        struct pt *tx, xv, *ty;
+        if (cases[k].layout == 2) {
+            int64_t Hb = H + 2;
+            float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
+            for (int64_t i = 0; i < T * Hb * D; i++)
+                buf[i] = NAN;
+            for (int64_t t = 0; t < T; t++)
+                memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
+            tx = pnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
+            pupload(tx, buf);
+            xv = pview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D),
+                       (const int64_t[]){ Hb * D * 4, D * 4, 4 }, (uint64_t)D * 4);
+            ty = pnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        } else {
+            tx = pnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+            pupload(tx, x);
+            xv = *tx;
+            ty = cases[k].layout == 1 ? tx : pnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        }
+        struct pt *tp = pnew(MMRT_DTYPE_I32, SHAPE(T, n_axes));
+        pupload(tp, pos);
+        struct mmrt_rope_multi_params p = { cases[k].theta, cases[k].n_rot, cases[k].freq_dim,
+                                            cases[k].restart, n_axes, { 0 } };
+        memcpy(p.sections, cases[k].sections, sizeof p.sections);
+        struct pt *src[2] = { &xv, tp };
+        prun(MMRT_OP_ROPE_MULTI, src, 2, ty, &p, sizeof p);
+        double *ref = ref_buf(T * H * D);
+        ref_rope_multi(x, pos, T, H, D, cases[k].n_rot, cases[k].freq_dim, cases[k].restart,
+                       n_axes, cases[k].sections, cases[k].theta, ref);
+        void *g, *c;
+        pdown(ty, &g, &c);
+        char what[128];
+        snprintf(what, sizeof what, "ROPE_MULTI case %zu (T %lld H %lld D %lld n_rot %d "
+                 "freq_dim %d restart %d axes %d)", k, (long long)T, (long long)H, (long long)D,
+                 cases[k].n_rot, cases[k].freq_dim, cases[k].restart, n_axes);
+        check3("ROPE_MULTI", what, g, c, ref, T * H * D, 1e-6, 1e-6, 0);
+        release_all();
+    }
+
+    /* One axis, sections {n_rot/2}, freq_dim n_rot: ROPE NEOX exactly. */
+    int64_t T = 9, Hh = 3, D = 48;
+    int32_t pos[9];
+    for (int t = 0; t < 9; t++)
+        pos[t] = rng_int(0, 40000);
+    float *x;
+    struct pt *tx = prand(MMRT_DTYPE_F32, -2, 2, &x, SHAPE(T, Hh, D)), *tp1 = pi32(pos, T);
+    struct pt *tp2 = pnew(MMRT_DTYPE_I32, SHAPE(T, 1));
+    pupload(tp2, pos);
+    struct pt *ya = pnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
+    struct pt *yb = pnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
+    struct mmrt_rope_params rp = { 10000.0f, 40, MMRT_ROPE_NEOX };
+    struct mmrt_rope_multi_params mp = { 10000.0f, 40, 40, 0, 1, { 20 } };
+    struct pt *sa[2] = { tx, tp1 }, *sb[2] = { tx, tp2 };
+    assert_int_equal(run_on(0, MMRT_OP_ROPE, sa, 2, ya, &rp, sizeof rp), MMRT_OK);
+    assert_int_equal(run_on(0, MMRT_OP_ROPE_MULTI, sb, 2, yb, &mp, sizeof mp), MMRT_OK);
+    void *ga, *ca, *gb, *cb;
+    pdown(ya, &ga, &ca);
+    pdown(yb, &gb, &cb);
+    assert_memory_equal(ga, gb, (size_t)(T * Hh * D) * sizeof(float));
+    release_all();
+}
+
 /* ---- ATTENTION ------------------------------------------------------------------------ */
 
 enum kv_layout { KV_DENSE, KV_CACHE, KV_HEAD_MAJOR, KV_FUSED };
@@ -1027,6 +1127,115 @@ static void test_get_rows(void **state)
             check_bytes("GET_ROWS", what, g, c, want, (size_t)(T * N) * 4);
             release_all();
         }
+}
+
+/* ---- SET_ROWS: exact ------------------------------------------------------------------- */
+
+/* ref_set_rows (dst's old contents in, rows written in order) rounded to dst's dtype. */
+static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
+{
+    if (dt == MMRT_DTYPE_F32) {
+        float *f = talloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)ref[i];
+        return f;
+    }
+    uint16_t *h = talloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16((float)ref[i])
+                                    : harness_f32_to_bf16((float)ref[i]);
+    return h;
+}
+
+/* Every dst dtype; KV-cache shapes, one decode token, rows longer than a block's slice, a
+ * 1-D dst, a prefill-sized scatter; indices out of range (nothing written) and repeated (the
+ * last row wins whole); a sentinel in every row nobody writes. Then the decode pattern: the
+ * same launch after a new index upload. */
+static void test_set_rows(void **state)
+{
+    (void)state;
+    need_dut();
+    static const struct {
+        int64_t T, R;
+        int n_inner;
+        int64_t inner[2];
+        bool big;
+    } cases[] = {
+        { 1, 40, 2, { 2, 64 }, false },   { 5, 9, 2, { 3, 7 }, false },
+        { 300, 512, 2, { 2, 40 }, false }, { 4, 4, 1, { 2500 }, false },
+        { 10, 6, 0, { 0 }, false },        { 70, 64, 1, { 5 }, false },
+        { 4096, 8192, 2, { 8, 128 }, true },
+    };
+    static const uint32_t edge[] = {
+        0x3f801000, 0x3f803000, 0x477fe000, 0x477ff000, 0x38800000, 0x387fe000, 0x33000001,
+        0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x80000000, 0x7f800000, 0x7fc00000,
+    };
+    rng_seed(22);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 3; d++) {
+            if (cases[k].big && g_quick)
+                continue;
+            enum mmrt_dtype dt = weight_dtypes[d];
+            int64_t T = cases[k].T, R = cases[k].R, n = 1;
+            int64_t vne[3] = { T }, dne[3] = { R };
+            for (int i = 0; i < cases[k].n_inner; i++) {
+                vne[i + 1] = dne[i + 1] = cases[k].inner[i];
+                n *= cases[k].inner[i];
+            }
+            int nd = 1 + cases[k].n_inner;
+            struct pt *tv = pnew(MMRT_DTYPE_F32, nd, vne), *ty = pnew(dt, nd, dne);
+            float *v = rand_f(T * n, -70000, 70000);
+            for (int64_t i = 0; i < T * n && i < (int64_t)(sizeof edge / 4); i++)
+                memcpy(&v[i], &edge[i], 4);
+            pupload(tv, v);
+            int32_t *idx = talloc((size_t)T * 4);
+            for (int64_t t = 0; t < T; t++)
+                idx[t] = rng_int(-1, (int)R);
+            if (T == 1)
+                idx[0] = (int32_t)(R / 2 + 3);
+            if (T >= 4) {
+                idx[0] = INT32_MIN;
+                idx[1] = (int32_t)R - 1;
+                idx[3] = idx[1];
+            }
+            struct pt *ti = pi32(idx, T);
+            double *ref = ref_buf(R * n);
+            float *old = talloc((size_t)(R * n) * 4);
+            for (int64_t i = 0; i < R * n; i++)
+                ref[i] = old[i] = -(float)(i % 1000 + 1) / 8.0f; /* exact in every dtype */
+            pupload(ty, encode(dt, old, R * n));
+            struct pt *src[2] = { tv, ti };
+            prun(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+            ref_set_rows(v, idx, T, n, R, ref);
+            void *g, *c;
+            pdown(ty, &g, &c);
+            char what[96];
+            snprintf(what, sizeof what, "SET_ROWS T %lld n %lld R %lld dst %s", (long long)T,
+                     (long long)n, (long long)R, dt_name(dt));
+            check_bytes("SET_ROWS", what, g, c, set_rows_expect(dt, ref, R * n),
+                        (size_t)(R * n) * mmrt_dtype_size(dt));
+            release_all();
+        }
+
+    struct pt *tv = pnew(MMRT_DTYPE_F32, SHAPE(1, 2, 8));
+    struct pt *ty = pnew(MMRT_DTYPE_F16, SHAPE(6, 2, 8));
+    float *v = rand_f(16, -1, 1), *zero = talloc(6 * 16 * 4);
+    pupload(tv, v);
+    pupload(ty, encode(MMRT_DTYPE_F16, zero, 6 * 16));
+    int32_t at = 2;
+    struct pt *ti = pi32(&at, 1), *src[2] = { tv, ti };
+    prun(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+    at = 5;
+    pupload(ti, &at);
+    prun(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+    void *g, *c;
+    pdown(ty, &g, &c);
+    const uint16_t *gh = g;
+    for (int r = 0; r < 6; r++)
+        for (int e = 0; e < 16; e++)
+            assert_int_equal(gh[r * 16 + e], r == 2 || r == 5 ? harness_f32_to_f16(v[e]) : 0);
+    assert_memory_equal(g, c, 6 * 16 * 2);
+    release_all();
 }
 
 /* A status the device reports either at the launch or at the next synchronize (the GPU
@@ -1443,6 +1652,121 @@ static void test_graph_capture(void **state)
     release_all();
 }
 
+/* A Qwen2-VL decode step captured once and replayed: M-RoPE on q and k with positions [1, 3]
+ * in device memory, SET_ROWS of k and v into F16 caches at a slot in device memory, then
+ * attention over the first L cache rows. Before every run (eager or replay) the caches are
+ * reset to the same contents and the step's positions, slot and cu_seqlens_k are uploaded;
+ * each replay must equal its eager run bit for bit, caches included. */
+enum { MS_H = 4, MS_HKV = 2, MS_D = 64, MS_CAP = 40, MS_STEPS = 4 };
+
+struct mstep {
+    struct harness_tensor *q, *kn, *vn, *qr, *kr, *pos, *slot, *kc, *vc, *cq, *ck, *att;
+    const void *k0, *v0; /* the caches' contents before every step */
+};
+
+static const int32_t ms_pos[MS_STEPS][3] = { { 7, 7, 7 }, { 30, 12, 19 }, { 1000, 3, 40 },
+                                             { 0, 0, 0 } };
+static const int32_t ms_len[MS_STEPS] = { 8, 21, 40, 1 };
+
+static void mstep_reset(struct mstep *m, int i)
+{
+    int32_t s = ms_len[i] - 1, ck[2] = { 0, ms_len[i] };
+    assert_int_equal(harness_upload(&G, m->kc, m->k0), MMRT_OK);
+    assert_int_equal(harness_upload(&G, m->vc, m->v0), MMRT_OK);
+    assert_int_equal(harness_upload(&G, m->pos, ms_pos[i]), MMRT_OK);
+    assert_int_equal(harness_upload(&G, m->slot, &s), MMRT_OK);
+    assert_int_equal(harness_upload(&G, m->ck, ck), MMRT_OK);
+}
+
+static void mstep_ops(struct mstep *m)
+{
+    struct mmrt_rope_multi_params rp = { 1e6f, MS_D, MS_D, 0, 3, { 8, 12, 12 } };
+    struct mmrt_attention_params ap = { 0.125f, 1, 1 };
+    struct harness_tensor *r1[2] = { m->q, m->pos }, *r2[2] = { m->kn, m->pos };
+    struct harness_tensor *s1[2] = { m->kr, m->slot }, *s2[2] = { m->vn, m->slot };
+    struct harness_tensor *a[5] = { m->qr, m->kc, m->vc, m->cq, m->ck };
+    assert_int_equal(harness_run(&G, MMRT_OP_ROPE_MULTI, r1, 2, m->qr, &rp, sizeof rp), MMRT_OK);
+    assert_int_equal(harness_run(&G, MMRT_OP_ROPE_MULTI, r2, 2, m->kr, &rp, sizeof rp), MMRT_OK);
+    assert_int_equal(harness_run(&G, MMRT_OP_SET_ROWS, s1, 2, m->kc, NULL, 0), MMRT_OK);
+    assert_int_equal(harness_run(&G, MMRT_OP_SET_ROWS, s2, 2, m->vc, NULL, 0), MMRT_OK);
+    assert_int_equal(harness_run(&G, MMRT_OP_ATTENTION, a, 5, m->att, &ap, sizeof ap), MMRT_OK);
+}
+
+static void test_graph_capture_mrope(void **state)
+{
+    (void)state;
+    need_dut();
+    const struct mmrt_plugin *pl = G.plugin;
+    if (pl->hdr.struct_size < offsetof(struct mmrt_plugin, graph_destroy) + sizeof(void *) ||
+        !pl->capture_begin)
+        skip();
+    enum { H = MS_H, HKV = MS_HKV, D = MS_D, CAP = MS_CAP, STEPS = MS_STEPS };
+    rng_seed(32);
+    struct mstep m = {
+        .q = gnew(MMRT_DTYPE_F32, SHAPE(1, H, D)), .kn = gnew(MMRT_DTYPE_F32, SHAPE(1, HKV, D)),
+        .vn = gnew(MMRT_DTYPE_F32, SHAPE(1, HKV, D)), .qr = gnew(MMRT_DTYPE_F32, SHAPE(1, H, D)),
+        .kr = gnew(MMRT_DTYPE_F32, SHAPE(1, HKV, D)), .pos = gnew(MMRT_DTYPE_I32, SHAPE(1, 3)),
+        .slot = gnew(MMRT_DTYPE_I32, SHAPE(1)), .kc = gnew(MMRT_DTYPE_F16, SHAPE(CAP, HKV, D)),
+        .vc = gnew(MMRT_DTYPE_F16, SHAPE(CAP, HKV, D)), .cq = gnew(MMRT_DTYPE_I32, SHAPE(2)),
+        .ck = gnew(MMRT_DTYPE_I32, SHAPE(2)), .att = gnew(MMRT_DTYPE_F32, SHAPE(1, H, D)),
+        .k0 = encode(MMRT_DTYPE_F16, rand_f(CAP * HKV * D, -1, 1), CAP * HKV * D),
+        .v0 = encode(MMRT_DTYPE_F16, rand_f(CAP * HKV * D, -1, 1), CAP * HKV * D),
+    };
+    assert_int_equal(harness_upload(&G, m.q, rand_f(H * D, -1, 1)), MMRT_OK);
+    assert_int_equal(harness_upload(&G, m.kn, rand_f(HKV * D, -1, 1)), MMRT_OK);
+    assert_int_equal(harness_upload(&G, m.vn, rand_f(HKV * D, -1, 1)), MMRT_OK);
+    int32_t cq[2] = { 0, 1 };
+    assert_int_equal(harness_upload(&G, m.cq, cq), MMRT_OK);
+    size_t cache_bytes = (size_t)CAP * HKV * D * 2;
+    float (*eager)[H * D] = talloc(sizeof(float[STEPS][H * D]));
+    char *eager_kc = talloc(cache_bytes * STEPS), *got_kc = talloc(cache_bytes);
+
+    for (int i = 0; i < STEPS; i++) {
+        mstep_reset(&m, i);
+        mstep_ops(&m);
+        assert_int_equal(harness_download(&G, m.att, eager[i]), MMRT_OK);
+        assert_int_equal(harness_download(&G, m.kc, eager_kc + cache_bytes * i), MMRT_OK);
+        /* The slot row, and only it, changed. */
+        for (int r = 0; r < CAP; r++) {
+            size_t row = (size_t)HKV * D * 2;
+            bool changed = memcmp(eager_kc + cache_bytes * i + r * row,
+                                  (const char *)m.k0 + r * row, row) != 0;
+            if (changed != (r == ms_len[i] - 1))
+                fail_msg("eager step %d: cache row %d %s", i, r,
+                         changed ? "changed" : "was not written");
+        }
+    }
+
+    mstep_reset(&m, 0);
+    void *graph = NULL;
+    assert_int_equal(pl->capture_begin(G.dev), MMRT_OK);
+    mstep_ops(&m);
+    mmrt_status st = pl->capture_end(G.dev, &graph);
+    if (st != MMRT_OK)
+        fail_msg("capture_end: %s", pl->last_error(G.dev));
+    for (int rep = 0; rep < 2; rep++)
+        for (int i = STEPS - 1; i >= 0; i--) {
+            float got[H * D];
+            mstep_reset(&m, i);
+            assert_int_equal(pl->graph_launch(G.dev, graph), MMRT_OK);
+            assert_int_equal(harness_download(&G, m.att, got), MMRT_OK);
+            assert_int_equal(harness_download(&G, m.kc, got_kc), MMRT_OK);
+            if (memcmp(got, eager[i], sizeof got) != 0 ||
+                memcmp(got_kc, eager_kc + cache_bytes * i, cache_bytes) != 0)
+                fail_msg("graph replay of M-RoPE step %d (slot %d, pos %d/%d/%d) differs from "
+                         "the eager run", i, ms_len[i] - 1, ms_pos[i][0], ms_pos[i][1],
+                         ms_pos[i][2]);
+        }
+    pl->graph_destroy(G.dev, graph);
+    stat_add("GRAPH_MROPE", 0, 0, 0);
+    assert_int_equal(pl->synchronize(G.dev), MMRT_OK);
+    struct harness_tensor *all[] = { m.q, m.kn, m.vn, m.qr, m.kr, m.pos, m.slot, m.kc, m.vc,
+                                     m.cq, m.ck, m.att };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        harness_tensor_free(&G, all[i]);
+    release_all();
+}
+
 /* ---- setup and main ------------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -1487,10 +1811,13 @@ int main(void)
         cmocka_unit_test(test_patch_embed),  cmocka_unit_test(test_add_mul),
         cmocka_unit_test(test_scale_unary),  cmocka_unit_test(test_norms),
         cmocka_unit_test(test_softmax),      cmocka_unit_test(test_argmax),
-        cmocka_unit_test(test_rope),         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rope),         cmocka_unit_test(test_rope_multi),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_empty_rows), cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_device_checks), cmocka_unit_test(test_copy),
         cmocka_unit_test(test_concat),       cmocka_unit_test(test_graph_capture),
+        cmocka_unit_test(test_graph_capture_mrope),
     };
     const char *filter = getenv("MMRT_TEST_FILTER"); /* e.g. "test_attention*" */
     if (filter && *filter)

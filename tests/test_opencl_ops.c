@@ -244,7 +244,7 @@ static void run_both(enum mmrt_op op, struct dual *const *src, int n_src, struct
 static const char *const op_names[MMRT_OP_COUNT] = {
     "MATMUL", "ADD", "MUL", "SCALE", "LAYERNORM", "RMSNORM", "GELU", "GELU_TANH", "QUICK_GELU",
     "SILU", "SWIGLU", "RELU2", "SOFTMAX", "ROPE", "ATTENTION", "GET_ROWS", "PATCH_EMBED",
-    "CONCAT", "COPY", "ARGMAX",
+    "CONCAT", "COPY", "ARGMAX", "ROPE_MULTI", "SET_ROWS",
 };
 
 /* Worst relative error seen per op, against the reference and against the CPU plugin, and
@@ -725,6 +725,106 @@ static void test_rope(void **state)
     }
 }
 
+/* ---- ROPE_MULTI -----------------------------------------------------------------------
+ * Tolerance 1e-6, as ROPE: the inv_freq table is the CPU plugin's expression over freq_dim,
+ * computed on the host; the angle is one exact f32 multiply. Qwen2-VL's two configurations
+ * (decoder M-RoPE, vision 2-D rotary), then empty sections, four axes, a copied tail wider
+ * than a work-group, in place and a head view of a fused buffer. One axis is also held to
+ * ROPE NEOX bit for bit. */
+
+static void test_rope_multi(void **state)
+{
+    (void)state;
+    need_device();
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, freq_dim, restart, n_axes, sections[MMRT_ROPE_MAX_AXES];
+        int layout; /* 0 contiguous, 1 in place, 2 a view in a fused buffer */
+        float theta;
+        int max_pos;
+    } cases[] = {
+        { 7, 4, 128, 128, 128, 0, 3, { 16, 24, 24 }, 0, 1e6f, 5000 },    /* M-RoPE */
+        { 33, 2, 80, 80, 40, 1, 2, { 20, 20 }, 2, 10000.0f, 60 },         /* vision rotary */
+        { 5, 3, 64, 64, 64, 0, 3, { 8, 12, 12 }, 1, 10000.0f, 70000 },
+        { 4, 3, 200, 130, 130, 1, 4, { 20, 0, 30, 15 }, 2, 10000.0f, 4096 },
+        { 3, 5, 40, 32, 32, 0, 3, { 0, 12, 4 }, 0, 500000.0f, 32768 },
+        { 2, 2, 256, 256, 128, 1, 2, { 64, 64 }, 1, 10000.0f, 100 },
+        { 70, 1, 6, 2, 2, 1, 2, { 1, 0 }, 0, 10000.0f, 9 },
+    };
+    rng_seed(21);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
+        int n_axes = cases[c].n_axes;
+        int32_t *pos = talloc((size_t)(T * n_axes) * 4);
+        for (int64_t i = 0; i < T * n_axes; i++)
+            pos[i] = rng_int(0, cases[c].max_pos);
+        pos[0] = cases[c].max_pos;
+        float *x = rand_f(T * H * D, -2, 2);
+        struct dual *tx, xv, *ty;
+        if (cases[c].layout == 2) {
+            int64_t Hb = H + 2;
+            float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
+            for (int64_t i = 0; i < T * Hb * D; i++)
+                buf[i] = NAN;
+            for (int64_t t = 0; t < T; t++)
+                memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
+            tx = dnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
+            upload(tx, buf);
+            xv = dview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D),
+                       (const int64_t[]){ Hb * D * 4, D * 4, 4 }, (uint64_t)D * 4);
+            ty = dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        } else {
+            tx = dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+            upload(tx, x);
+            xv = *tx;
+            ty = cases[c].layout == 1 ? tx : dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        }
+        struct dual *tp = dnew(MMRT_DTYPE_I32, SHAPE(T, n_axes));
+        upload_bytes(tp, pos);
+        struct mmrt_rope_multi_params p = { cases[c].theta, cases[c].n_rot, cases[c].freq_dim,
+                                            cases[c].restart, n_axes, { 0 } };
+        memcpy(p.sections, cases[c].sections, sizeof p.sections);
+        struct dual *src[2] = { &xv, tp };
+        run_both(MMRT_OP_ROPE_MULTI, src, 2, ty, &p, sizeof p);
+        double *ref = ref_buf(T * H * D);
+        ref_rope_multi(x, pos, T, H, D, cases[c].n_rot, cases[c].freq_dim, cases[c].restart,
+                       n_axes, cases[c].sections, cases[c].theta, ref);
+        char what[128];
+        snprintf(what, sizeof what, "ROPE_MULTI case %zu (T %lld H %lld D %lld n_rot %d freq_dim "
+                 "%d restart %d axes %d)", c, (long long)T, (long long)H, (long long)D,
+                 cases[c].n_rot, cases[c].freq_dim, cases[c].restart, n_axes);
+        check_both(MMRT_OP_ROPE_MULTI, what, download_f32(OCL, ty), download_f32(CPU, ty), ref,
+                   T * H * D, 1e-6);
+        if (cases[c].layout == 2) /* the fused buffer's other heads were not written */
+            for (int64_t t = 0; t < T; t++) {
+                const float *b = download_f32(OCL, tx) + t * (H + 2) * D;
+                assert_true(isnan(b[0]) && isnan(b[(H + 1) * D + D - 1]));
+            }
+        release_all();
+    }
+
+    /* One axis, sections {n_rot/2}, freq_dim n_rot: ROPE NEOX exactly. */
+    int64_t T = 9, Hh = 3, D = 48;
+    int32_t pos[9];
+    for (int t = 0; t < 9; t++)
+        pos[t] = rng_int(0, 40000);
+    float *x = rand_f(T * Hh * D, -2, 2);
+    struct dual *tx = dnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D)), *tp1 = dnew_i32(pos, T);
+    struct dual *tp2 = dnew(MMRT_DTYPE_I32, SHAPE(T, 1));
+    upload(tx, x);
+    upload_bytes(tp2, pos);
+    struct dual *ya = dnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
+    struct dual *yb = dnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
+    struct mmrt_rope_params rp = { 10000.0f, 40, MMRT_ROPE_NEOX };
+    struct mmrt_rope_multi_params mp = { 10000.0f, 40, 40, 0, 1, { 20 } };
+    struct dual *sa[2] = { tx, tp1 }, *sb[2] = { tx, tp2 };
+    assert_int_equal(run_on(OCL, MMRT_OP_ROPE, sa, 2, ya, &rp, sizeof rp), MMRT_OK);
+    assert_int_equal(run_on(OCL, MMRT_OP_ROPE_MULTI, sb, 2, yb, &mp, sizeof mp), MMRT_OK);
+    assert_memory_equal(download_f32(OCL, ya), download_f32(OCL, yb),
+                        (size_t)(T * Hh * D) * sizeof(float));
+    release_all();
+}
+
 /* ---- ATTENTION ------------------------------------------------------------------------
  * Tolerance 2e-5: q·k over D ≤ 256 and the weighted sum over up to 700 keys accumulate in f32
  * in a different order from the CPU plugin (online softmax: tile maxima, one rescale per
@@ -957,6 +1057,114 @@ static void test_get_rows(void **state)
             note_exact(MMRT_OP_GET_ROWS);
             release_all();
         }
+}
+
+/* ---- SET_ROWS: exact -------------------------------------------------------------------
+ * Every dst dtype; KV-cache shapes [R, Hkv, D], a single token (decode), rows longer than a
+ * work-group, a 1-D dst; indices out of range (which write nothing) and repeated (the last
+ * row wins whole). dst starts with a sentinel, so rows nobody writes are checked too. The
+ * expectation is ref_set_rows rounded to dst's dtype; the CPU plugin must match byte for
+ * byte. Then the decode-step pattern: the same launch again after a new index upload. */
+
+static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
+{
+    if (dt == MMRT_DTYPE_F32) {
+        float *f = talloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)ref[i];
+        return f;
+    }
+    uint16_t *h = talloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16((float)ref[i])
+                                    : harness_f32_to_bf16((float)ref[i]);
+    return h;
+}
+
+static void test_set_rows(void **state)
+{
+    (void)state;
+    need_device();
+    static const struct {
+        int64_t T, R;
+        int n_inner;
+        int64_t inner[2];
+    } cases[] = {
+        { 1, 40, 2, { 2, 64 } },  /* one decode token into a KV cache */
+        { 5, 9, 2, { 3, 7 } },
+        { 300, 512, 2, { 2, 40 } },
+        { 4, 4, 1, { 1100 } },    /* rows across several work-groups */
+        { 10, 6, 0, { 0 } },      /* 1-D: rows of one element */
+        { 70, 64, 1, { 5 } },
+    };
+    static const uint32_t edge[] = { /* rounding edges of F32 → F16 / BF16 */
+        0x3f801000, 0x3f803000, 0x477fe000, 0x477ff000, 0x38800000, 0x387fe000, 0x33000001,
+        0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x80000000, 0x7f800000, 0x7fc00000,
+    };
+    rng_seed(22);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            enum mmrt_dtype dt = weight_dtypes[d];
+            int64_t T = cases[c].T, R = cases[c].R, n = 1;
+            int64_t vne[3] = { T }, dne[3] = { R };
+            for (int i = 0; i < cases[c].n_inner; i++) {
+                vne[i + 1] = dne[i + 1] = cases[c].inner[i];
+                n *= cases[c].inner[i];
+            }
+            int nd = 1 + cases[c].n_inner;
+            struct dual *tv = dnew(MMRT_DTYPE_F32, nd, vne), *ty = dnew(dt, nd, dne);
+            float *v = rand_f(T * n, -70000, 70000);
+            for (int64_t i = 0; i < T * n && i < (int64_t)(sizeof edge / 4); i++)
+                memcpy(&v[i], &edge[i], 4);
+            upload(tv, v);
+            int32_t *idx = talloc((size_t)T * 4);
+            for (int64_t t = 0; t < T; t++)
+                idx[t] = rng_int(-1, (int)R); /* −1 and R write nothing */
+            if (T == 1)
+                idx[0] = (int32_t)(R / 2 + 3);
+            if (T >= 4) {
+                idx[0] = INT32_MIN;
+                idx[1] = (int32_t)R - 1;
+                idx[3] = idx[1]; /* row 3 wins */
+            }
+            struct dual *ti = dnew_i32(idx, T);
+            double *ref = ref_buf(R * n);
+            float *old = talloc((size_t)(R * n) * 4);
+            for (int64_t i = 0; i < R * n; i++)
+                ref[i] = old[i] = -(float)(i % 1000 + 1) / 8.0f; /* exact in every dtype */
+            upload(ty, old);
+            struct dual *src[2] = { tv, ti };
+            run_both(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+            ref_set_rows(v, idx, T, n, R, ref);
+            size_t nbytes = (size_t)(R * n) * mmrt_dtype_size(dt);
+            uint8_t *got = download_bytes(OCL, ty), *want = set_rows_expect(dt, ref, R * n);
+            for (size_t i = 0; i < nbytes; i++)
+                if (got[i] != want[i])
+                    fail_msg("SET_ROWS case %zu dst %s: byte %zu (row %lld) is 0x%02x, want 0x%02x",
+                             c, dt_name(dt), i,
+                             (long long)(i / mmrt_dtype_size(dt) / (size_t)n), got[i], want[i]);
+            assert_memory_equal(got, download_bytes(CPU, ty), nbytes);
+            note_exact(MMRT_OP_SET_ROWS);
+            release_all();
+        }
+
+    /* The decode step: descriptors fixed, the index re-uploaded between two launches. */
+    struct dual *tv = dnew(MMRT_DTYPE_F32, SHAPE(1, 2, 8));
+    struct dual *ty = dnew(MMRT_DTYPE_F16, SHAPE(6, 2, 8));
+    float *v = rand_f(16, -1, 1), *zero = talloc(6 * 16 * 4);
+    upload(tv, v);
+    upload(ty, zero);
+    int32_t at = 2;
+    struct dual *ti = dnew_i32(&at, 1), *src[2] = { tv, ti };
+    run_both(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+    at = 5;
+    upload_bytes(ti, &at);
+    run_both(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+    uint16_t *got = download_bytes(OCL, ty);
+    for (int r = 0; r < 6; r++)
+        for (int k = 0; k < 16; k++)
+            assert_int_equal(got[r * 16 + k], r == 2 || r == 5 ? harness_f32_to_f16(v[k]) : 0);
+    release_all();
 }
 
 /* ---- PATCH_EMBED: tolerance 1e-5 (the MATMUL kernels over K = C·P·P ≤ 2352) ----------- */
@@ -1488,6 +1696,25 @@ static void test_refusals(void **state)
     struct mmrt_rope_params rpp = { 10000.0f, 9, MMRT_ROPE_NEOX };
     expect_refusal(run_on(OCL, MMRT_OP_ROPE, rp, 2, xr, &rpp, sizeof rpp), MMRT_ERR_INVALID_ARG,
                    "ROPE", "n_rot 9");
+    struct dual *tp2 = dnew(MMRT_DTYPE_I32, SHAPE(2, 2)), *rm[2] = { xr, tp2 };
+    struct mmrt_rope_multi_params rmp = { 10000.0f, 8, 8, 0, 2, { 2, 1 } };
+    expect_refusal(run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
+                   MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "sections sum to 3");
+    rmp.sections[1] = 2;
+    rmp.n_axes = 3;
+    expect_refusal(run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
+                   MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "positions");
+    rmp.n_axes = 2;
+    rmp.freq_dim = 0;
+    expect_refusal(run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
+                   MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "freq_dim");
+    struct dual *sv = dnew(MMRT_DTYPE_F32, SHAPE(2, 8)), *sd = dnew(MMRT_DTYPE_F16, SHAPE(5, 7));
+    struct dual *si = dnew_i32(pos, 2), *sr[2] = { sv, si };
+    expect_refusal(run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, sd, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "SET_ROWS", "inner extents");
+    struct dual *sdi = dnew(MMRT_DTYPE_I32, SHAPE(5, 8));
+    expect_refusal(run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, sdi, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "SET_ROWS", "dst");
     struct dual *q300 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
     struct dual *k300 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
     struct dual *o300 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300)), *at[3] = { q300, k300, k300 };
@@ -1671,10 +1898,12 @@ int main(void)
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_multi),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_random),
         cmocka_unit_test(test_attention_empty_rows),
         cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_patch_embed),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_copy_conversions),

@@ -6,7 +6,8 @@
  *   cuda_plugin.c     entry point, probe, device open/info/close, arenas, transfers, the device
  *                     error word, graph capture, the op table
  *   cuda_args.c       argument resolution and checks shared by every op (cf. cpu_args.c)
- *   cuda_ops.c        elementwise, row ops, ROPE, ATTENTION, GET_ROWS, COPY, CONCAT
+ *   cuda_ops.c        elementwise, row ops, ROPE, ROPE_MULTI, ATTENTION, GET_ROWS, SET_ROWS,
+ *                     COPY, CONCAT
  *   cuda_ops_gemm.c   MATMUL and PATCH_EMBED: GEMV kernel or cuBLAS
  *   cuda_kernels.cu, cuda_gemm.cu, cuda_attention.cu   the device code (cuda_kernels.h)
  *
@@ -188,11 +189,13 @@ mmrt_status cu_op_swiglu(struct mmrt_device *dev, const struct mmrt_op_args *arg
 mmrt_status cu_op_relu2(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_softmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_CUDA_INTERNAL_H */

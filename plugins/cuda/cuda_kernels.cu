@@ -1,7 +1,8 @@
 /*
  * plugins/cuda/cuda_kernels.cu — the memory-bound kernels of the CUDA plugin: the overlapping
- * byte move, elementwise ops, row ops (norms, softmax, argmax, get_rows), strided COPY and
- * ROPE. GEMM support lives in cuda_gemm.cu, attention in cuda_attention.cu.
+ * byte move, elementwise ops, row ops (norms, softmax, argmax, get_rows), strided COPY,
+ * ROPE / ROPE_MULTI and SET_ROWS. GEMM support lives in cuda_gemm.cu, attention in
+ * cuda_attention.cu.
  *
  * Numerics follow the CPU reference plugin operation for operation wherever that is cheap, so
  * that the two plugins differ only by summation order: statistics (norm moments, softmax
@@ -380,20 +381,25 @@ cudaError_t launch_copy_t(const cu_copy_desc *d, cudaStream_t stream)
     return cudaGetLastError();
 }
 
-/* ---- ROPE ------------------------------------------------------------------------------ */
+/* ---- ROPE, ROPE_MULTI ------------------------------------------------------------------ */
 
 /* One block per token: its cos/sin table (shared by all heads) in shared memory, then one
  * thread per (head, pair). cos and sin are taken in double of the f32 angle and rounded
  * once, i.e. correctly rounded almost always, like glibc's cosf/sinf that the CPU uses.
- * In place is safe: a pair is read and written by the same thread. */
+ * In place is safe: a pair is read and written by the same thread. Pair i reads the position
+ * of its section's axis (one axis for ROPE); the host mapped restart into inv_freq. */
 __global__ void __launch_bounds__(kThreads) rope_kernel(cu_rope_desc d)
 {
     __shared__ float cs[CU_ROPE_MAX_HALF], sn[CU_ROPE_MAX_HALF];
     const int half = d.n_rot / 2;
+    const int n_axes = d.n_axes > 0 ? d.n_axes : 1;
     const int64_t rest = d.D - d.n_rot;
     for (int64_t t = blockIdx.x; t < d.T; t += gridDim.x) {
-        float p = (float)d.pos[t];
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            int a = 0;
+            while (a + 1 < n_axes && i >= d.sec_end[a])
+                a++;
+            float p = (float)d.pos[t * n_axes + a];
             double angle = (double)__fmul_rn(p, d.inv_freq[i]);
             cs[i] = (float)cos(angle);
             sn[i] = (float)sin(angle);
@@ -417,6 +423,50 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(cu_rope_desc d)
             }
         __syncthreads(); /* cs/sn are rewritten for the next token */
     }
+}
+
+/* ---- SET_ROWS -------------------------------------------------------------------------- */
+
+/* Rows t over blockIdx.x, each row's n elements over threads and blockIdx.y. Before writing
+ * row t the block looks for the same index later in idx (a block-wide OR, all threads take
+ * part whatever their t, k): if there is one, that later row owns the destination and t is
+ * skipped, so duplicates never mix elements of two rows. For the one-token decode step the
+ * scan is empty. Element types are raw bits: F32 → F32 keeps NaN payloads. */
+template <int DT>
+__global__ void __launch_bounds__(kThreads)
+set_rows_kernel(void *dst, int64_t R, const uint32_t *src, const int32_t *idx, int64_t T,
+                int64_t n)
+{
+    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+        const int32_t r = idx[t];
+        int later = 0;
+        for (int64_t u = t + 1 + threadIdx.x; u < T && !later; u += blockDim.x)
+            later = idx[u] == r;
+        if (block_sum<int>(later) != 0 || r < 0 || r >= R)
+            continue;
+        const uint32_t *s = src + t * n;
+        for (int64_t k = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; k < n;
+             k += (int64_t)gridDim.y * blockDim.x) {
+            const int64_t o = (int64_t)r * n + k;
+            if (DT == MMRT_DTYPE_F16)
+                static_cast<uint16_t *>(dst)[o] = f32_to_f16_exact(__uint_as_float(s[k]));
+            else if (DT == MMRT_DTYPE_BF16)
+                static_cast<uint16_t *>(dst)[o] = f32_to_bf16_exact(__uint_as_float(s[k]));
+            else
+                static_cast<uint32_t *>(dst)[o] = s[k];
+        }
+    }
+}
+
+template <int DT>
+cudaError_t launch_set_rows_t(void *dst, int64_t R, const float *src, const int32_t *idx,
+                              int64_t T, int64_t n, cudaStream_t stream)
+{
+    dim3 grid(grid_for(T, 1, 65536), grid_for(n, (int64_t)kThreads * 4, 64));
+    auto k = set_rows_kernel<DT>;
+    const uint32_t *s = reinterpret_cast<const uint32_t *>(src);
+    CU_LAUNCH(k, grid, kThreads, 0, stream, dst, R, s, idx, T, n);
+    return cudaGetLastError();
 }
 
 } // namespace
@@ -558,4 +608,17 @@ extern "C" cudaError_t cu_launch_rope(const struct cu_rope_desc *d, cudaStream_t
     cu_rope_desc v = *d;
     CU_LAUNCH(k, grid_for(d->T, 1, 65536), kThreads, 0, stream, v);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const float *src,
+                                          const int32_t *idx, int64_t T, int64_t n,
+                                          cudaStream_t stream)
+{
+    if (T <= 0 || n <= 0 || R <= 0)
+        return cudaSuccess;
+    switch (dtype) {
+    case MMRT_DTYPE_F16: return launch_set_rows_t<MMRT_DTYPE_F16>(dst, R, src, idx, T, n, stream);
+    case MMRT_DTYPE_BF16: return launch_set_rows_t<MMRT_DTYPE_BF16>(dst, R, src, idx, T, n, stream);
+    default: return launch_set_rows_t<MMRT_DTYPE_F32>(dst, R, src, idx, T, n, stream);
+    }
 }

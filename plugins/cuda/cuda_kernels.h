@@ -8,7 +8,7 @@
  * what is left for the device to check is only what lives in device memory (token ids,
  * cu_seqlens), reported through struct cu_err_word.
  *
- * Files: cuda_kernels.cu (copies, elementwise, rows, rope), cuda_gemm.cu (GEMV, operand
+ * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, operand
  * preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
  * addresses (arena base + offset); strides and extents are in elements unless named nb.
  */
@@ -23,6 +23,8 @@
 #else
 #include <cuda_runtime_api.h>
 #endif
+
+#include "mmrt/plugin.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,22 +94,38 @@ struct cu_copy_desc {
 };
 cudaError_t cu_launch_copy(const struct cu_copy_desc *d, cudaStream_t stream);
 
-/* ---- ROPE ------------------------------------------------------------------------------ */
+/* ---- ROPE, ROPE_MULTI ------------------------------------------------------------------ */
 
 #define CU_ROPE_MAX_HALF 128 /* n_rot ≤ D ≤ 256 */
+/* ROPE is the one-axis case of ROPE_MULTI, so both run one kernel: pair i belongs to the axis
+ * a whose section [sec_end[a−1], sec_end[a]) holds it (sec_end cumulative; ROPE: n_axes 1,
+ * sec_end[0] = n_rot / 2) and turns by pos[t · n_axes + a] · inv_freq[i]. */
 struct cu_rope_desc {
     const float *x;
     float *y;
-    const int32_t *pos; /* [T] */
+    const int32_t *pos; /* [T, n_axes] */
     int64_t T, H, D;
     int64_t xs0, xs1, ys0, ys1; /* token and head strides in elements (inner stride 1) */
-    int32_t n_rot, mode;
-    /* 1/theta^(2i/n_rot), computed on the host with the C library's powf: the angle
-     * pos · inv_freq must equal the CPU plugin's bit for bit, and at positions near 10^5 one
-     * ulp of inv_freq is already visible, so the device's own powf is not good enough. */
+    int32_t n_rot, mode;        /* ROPE_MULTI: mode NEOX */
+    int32_t n_axes;             /* 1 … MMRT_ROPE_MAX_AXES (0 reads as 1) */
+    int32_t sec_end[MMRT_ROPE_MAX_AXES];
+    /* Per pair: 1/theta^(2j/freq_dim), j = i or i minus its section's start (ROPE_MULTI's
+     * restart), computed on the host with the C library's powf: the angle pos · inv_freq
+     * must equal the CPU plugin's bit for bit, and at positions near 10^5 one ulp of inv_freq
+     * is already visible, so the device's own powf is not good enough. Passed by value, so a
+     * captured graph carries its own copy. */
     float inv_freq[CU_ROPE_MAX_HALF];
 };
 cudaError_t cu_launch_rope(const struct cu_rope_desc *d, cudaStream_t stream);
+
+/* ---- SET_ROWS -------------------------------------------------------------------------- */
+
+/* dst[idx[t], k] = (dtype) src[t, k] for t < T, k < n; dst [R, n] of F32 (raw bits), F16 or
+ * BF16 (round to nearest even, as COPY). An index outside [0, R) writes nothing; a row whose
+ * index appears again later is skipped, so with duplicates the last row wins whole. Reads
+ * idx only on the device: safe to capture. */
+cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const float *src,
+                               const int32_t *idx, int64_t T, int64_t n, cudaStream_t stream);
 
 /* ---- GEMM support (cuda_gemm.cu) ------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
  * would also break graph capture, so two checks move onto the GPU: GET_ROWS ids and ATTENTION
  * cu_seqlens. Their violations reach the caller as MMRT_ERR_INVALID_ARG from the next
  * synchronize() or download(), with the offending value in last_error (see cuda_plugin.c).
+ * SET_ROWS needs no such check: plugin.h makes an index outside [0, R) a no-op.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -243,56 +244,159 @@ mmrt_status cu_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *a
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "get_rows");
 }
 
-/* ---- ROPE ----------------------------------------------------------------------------- */
+/* ---- ROPE, ROPE_MULTI ----------------------------------------------------------------- */
+
+/* What ROPE and ROPE_MULTI share: x [T, H, D] F32 and dst of its shape (x itself or
+ * disjoint), both with a contiguous inner dim and any token and head strides, positions I32
+ * contiguous with `pos_per_token` entries per token, n_rot and theta as plugin.h says. Fills
+ * the geometry of *d; the caller adds mode, axes and inv_freq. */
+static mmrt_status check_rotary(struct cu_op *o, float theta, int32_t n_rot,
+                                int64_t pos_per_token, struct cu_rope_desc *d)
+{
+    const struct cu_view *x = &o->src[0], *pos = &o->src[1], *y = &o->dst;
+    mmrt_status st;
+    if ((st = cu_need_rank(o, "src0 (x)", x, 3)) ||
+        (st = cu_need_dtype(o, "src0 (x)", x, CU_DT_F32)) ||
+        (st = cu_need_inner_contig(o, "src0 (x)", x)) ||
+        (st = cu_need_dtype(o, "src1 (positions)", pos, CU_DT_I32)) ||
+        (st = cu_need_contig(o, "src1 (positions)", pos)) ||
+        (st = cu_need_dtype(o, "dst", y, CU_DT_F32)) ||
+        (st = cu_need_inner_contig(o, "dst", y)) ||
+        (st = cu_need_disjoint(o, "src0 (x)", x, true)) ||
+        (st = cu_need_disjoint(o, "src1 (positions)", pos, false)))
+        return st;
+    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
+    if (!cu_same_shape(x, y))
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
+                      ", %" PRId64 "]", T, H, D);
+    if (pos->numel != T * pos_per_token)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
+                      PRId64 " tokens × %" PRId64, pos->numel, T, pos_per_token);
+    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
+                      "(D = %" PRId64 ")", n_rot, D);
+    if (!(theta > 0.0f) || isinf(theta))
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
+                      (double)theta);
+    if (n_rot / 2 > CU_ROPE_MAX_HALF)
+        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "n_rot %" PRId32 " exceeds the CUDA plugin's %d",
+                      n_rot, 2 * CU_ROPE_MAX_HALF);
+    *d = (struct cu_rope_desc){
+        .x = (const float *)x->data, .y = (float *)y->data, .pos = (const int32_t *)pos->data,
+        .T = T, .H = H, .D = D,
+        .xs0 = x->nb[0] / 4, .xs1 = x->nb[1] / 4, .ys0 = y->nb[0] / 4, .ys1 = y->nb[1] / 4,
+        .n_rot = n_rot, .mode = MMRT_ROPE_NEOX, .n_axes = 1, .sec_end = { n_rot / 2 },
+    };
+    return MMRT_OK;
+}
 
 mmrt_status cu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
     struct mmrt_rope_params p;
+    struct cu_rope_desc d;
     mmrt_status st = cu_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    const struct cu_view *x = &o.src[0], *pos = &o.src[1], *y = &o.dst;
-    if ((st = cu_op_params(&o, &p, sizeof p)) || (st = cu_need_rank(&o, "src0 (x)", x, 3)) ||
-        (st = cu_need_dtype(&o, "src0 (x)", x, CU_DT_F32)) ||
-        (st = cu_need_inner_contig(&o, "src0 (x)", x)) ||
-        (st = cu_need_dtype(&o, "src1 (positions)", pos, CU_DT_I32)) ||
-        (st = cu_need_contig(&o, "src1 (positions)", pos)) ||
-        (st = cu_need_dtype(&o, "dst", y, CU_DT_F32)) ||
-        (st = cu_need_inner_contig(&o, "dst", y)) ||
-        (st = cu_need_disjoint(&o, "src0 (x)", x, true)) ||
-        (st = cu_need_disjoint(&o, "src1 (positions)", pos, false)))
+    if ((st = cu_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o, p.theta, p.n_rot, 1, &d)))
         return st;
-    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
-    if (!cu_same_shape(x, y))
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
-                      ", %" PRId64 "]", T, H, D);
-    if (pos->numel != T)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
-                      PRId64 " tokens", pos->numel, T);
-    if (p.n_rot < 2 || p.n_rot % 2 != 0 || p.n_rot > D)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
-                      "(D = %" PRId64 ")", p.n_rot, D);
     if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
                       "INTERLEAVED (1)", p.mode);
-    if (!(p.theta > 0.0f) || isinf(p.theta))
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
-                      (double)p.theta);
-    if (p.n_rot / 2 > CU_ROPE_MAX_HALF)
-        return cu_bad(&o, MMRT_ERR_UNSUPPORTED, "n_rot %" PRId32 " exceeds the CUDA plugin's %d",
-                      p.n_rot, 2 * CU_ROPE_MAX_HALF);
-    struct cu_rope_desc d = {
-        .x = (const float *)x->data, .y = (float *)y->data, .pos = (const int32_t *)pos->data,
-        .T = T, .H = H, .D = D,
-        .xs0 = x->nb[0] / 4, .xs1 = x->nb[1] / 4, .ys0 = y->nb[0] / 4, .ys1 = y->nb[1] / 4,
-        .n_rot = p.n_rot, .mode = p.mode,
-    };
+    d.mode = p.mode;
     /* Exactly the CPU plugin's expression, through the same C library (see cu_rope_desc). */
     for (int32_t i = 0; i < p.n_rot / 2; i++)
         d.inv_freq[i] = 1.0f / powf(p.theta, (float)(2 * i) / (float)p.n_rot);
     cudaError_t e = cu_launch_rope(&d, dev->stream);
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "rope");
+}
+
+mmrt_status cu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    struct mmrt_rope_multi_params p;
+    struct cu_rope_desc d;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_ROPE_MULTI, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    if ((st = cu_op_params(&o, &p, sizeof p)))
+        return st;
+    if (p.n_axes < 1 || p.n_axes > MMRT_ROPE_MAX_AXES)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "n_axes %" PRId32 " is outside 1…%d", p.n_axes,
+                      MMRT_ROPE_MAX_AXES);
+    if ((st = check_rotary(&o, p.theta, p.n_rot, p.n_axes, &d)) ||
+        (st = cu_need_rank(&o, "src1 (positions)", &o.src[1], 2)))
+        return st;
+    if (o.src[1].ne[1] != p.n_axes)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) must be [T, n_axes = %" PRId32
+                      "], got [%" PRId64 ", %" PRId64 "]", p.n_axes, o.src[1].ne[0],
+                      o.src[1].ne[1]);
+    if (p.freq_dim < 1)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "freq_dim %" PRId32 " must be ≥ 1", p.freq_dim);
+    if (p.restart != 0 && p.restart != 1)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "restart %" PRId32 " must be 0 or 1", p.restart);
+    int64_t sum = 0;
+    for (int a = 0; a < p.n_axes; a++) {
+        if (p.sections[a] < 0)
+            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "sections[%d] = %" PRId32 " is negative", a,
+                          p.sections[a]);
+        sum += p.sections[a];
+    }
+    if (sum != p.n_rot / 2)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "sections sum to %" PRId64 ", n_rot / 2 is %"
+                      PRId32, sum, p.n_rot / 2);
+    d.n_axes = p.n_axes;
+    /* Per pair, the CPU plugin's expression with the frequency index of plugin.h: i, or i
+     * minus its section's start when restart. */
+    int32_t start = 0, i = 0;
+    for (int a = 0; a < p.n_axes; a++) {
+        for (int32_t k = 0; k < p.sections[a]; k++, i++) {
+            int32_t j = p.restart ? i - start : i;
+            d.inv_freq[i] = 1.0f / powf(p.theta, (float)(2 * j) / (float)p.freq_dim);
+        }
+        start = i;
+        d.sec_end[a] = i;
+    }
+    cudaError_t e = cu_launch_rope(&d, dev->stream);
+    return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "rope");
+}
+
+/* ---- SET_ROWS ------------------------------------------------------------------------- */
+
+mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cu_view *val = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    if ((st = cu_need_dtype(&o, "src0 (values)", val, CU_DT_F32)) ||
+        (st = cu_need_contig(&o, "src0 (values)", val)) ||
+        (st = cu_need_dtype(&o, "src1 (idx)", idx, CU_DT_I32)) ||
+        (st = cu_need_contig(&o, "src1 (idx)", idx)) ||
+        (st = cu_need_dtype(&o, "dst", y, CU_DT_WEIGHT)) || (st = cu_need_contig(&o, "dst", y)) ||
+        (st = cu_need_disjoint(&o, "src0 (values)", val, false)) ||
+        (st = cu_need_disjoint(&o, "src1 (idx)", idx, false)))
+        return st;
+    int64_t T = val->ne[0], R = y->ne[0];
+    if (idx->numel != T)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " entries for %" PRId64
+                      " rows of values", idx->numel, T);
+    if (y->n_dims != val->n_dims)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %d dims, src0 (values) %d", y->n_dims,
+                      val->n_dims);
+    int64_t n = 1; /* elements per row; cannot overflow, numel did not */
+    for (int i = 1; i < val->n_dims; i++) {
+        if (y->ne[i] != val->ne[i])
+            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dim %d: dst has %" PRId64 ", src0 (values) %"
+                          PRId64 " (the inner extents must match)", i, y->ne[i], val->ne[i]);
+        n *= val->ne[i];
+    }
+    /* The indices stay on the device (a captured step writes where a later upload says); one
+     * outside [0, R) writes nothing, as plugin.h allows. */
+    cudaError_t e = cu_launch_set_rows(y->data, y->dtype, R, (const float *)val->data,
+                                       (const int32_t *)idx->data, T, n, dev->stream);
+    return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "set_rows");
 }
 
 /* ---- ATTENTION ------------------------------------------------------------------------ */

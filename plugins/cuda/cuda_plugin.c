@@ -847,6 +847,8 @@ CU_ENTRY(cu_op_patch_embed)
 CU_ENTRY(cu_op_concat)
 CU_ENTRY(cu_op_copy)
 CU_ENTRY(cu_op_argmax)
+CU_ENTRY(cu_op_rope_multi)
+CU_ENTRY(cu_op_set_rows)
 
 static const mmrt_kernel_fn cu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_MATMUL] = cu_op_matmul_entry,
@@ -869,6 +871,8 @@ static const mmrt_kernel_fn cu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_CONCAT] = cu_op_concat_entry,
     [MMRT_OP_COPY] = cu_op_copy_entry,
     [MMRT_OP_ARGMAX] = cu_op_argmax_entry,
+    [MMRT_OP_ROPE_MULTI] = cu_op_rope_multi_entry,
+    [MMRT_OP_SET_ROWS] = cu_op_set_rows_entry,
 };
 
 static const struct mmrt_plugin cu_plugin = {

@@ -27,6 +27,7 @@ static const char *const op_names[MMRT_OP_COUNT] = {
     [MMRT_OP_ATTENTION] = "ATTENTION",     [MMRT_OP_GET_ROWS] = "GET_ROWS",
     [MMRT_OP_PATCH_EMBED] = "PATCH_EMBED", [MMRT_OP_CONCAT] = "CONCAT",
     [MMRT_OP_COPY] = "COPY",               [MMRT_OP_ARGMAX] = "ARGMAX",
+    [MMRT_OP_ROPE_MULTI] = "ROPE_MULTI",   [MMRT_OP_SET_ROWS] = "SET_ROWS",
 };
 
 const char *ocl_op_name(int op)

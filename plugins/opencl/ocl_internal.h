@@ -10,8 +10,8 @@
  *   ocl_args.c             argument resolution and checks shared by every op
  *   ocl_ops_elementwise.c  ADD, MUL, SCALE, activations, SWIGLU, norms, SOFTMAX, ARGMAX
  *   ocl_ops_matmul.c       MATMUL, PATCH_EMBED
- *   ocl_ops_attention.c    ROPE, ATTENTION
- *   ocl_ops_copy.c         COPY, CONCAT, GET_ROWS
+ *   ocl_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION
+ *   ocl_ops_copy.c         COPY, CONCAT, GET_ROWS, SET_ROWS
  *   kernels/NAME.cl        the OpenCL C, embedded at build time by embed_cl.cmake
  *
  * Asynchronous errors: a kernel cannot return a status, so the two ops whose validity depends
@@ -38,9 +38,9 @@
 
 /* Work-group shapes, passed to the kernels as -D build options so host grids and kernel
  * loops cannot drift apart (see kernels/common.cl). */
-#define OCL_WG_1D 256       /* elementwise, COPY, GET_ROWS */
+#define OCL_WG_1D 256       /* elementwise, COPY, GET_ROWS, SET_ROWS */
 #define OCL_WG_ROW 256      /* one work-group per row: norms, SOFTMAX, ARGMAX */
-#define OCL_WG_ROPE 64
+#define OCL_WG_ROPE 64      /* ROPE, ROPE_MULTI */
 #define OCL_ATT_BQ 32       /* ATTENTION queries per work-group */
 #define OCL_ATT_BK 64       /* most keys per ATTENTION tile */
 #define OCL_MM_T 64         /* MATMUL tile edge; the work-group is (OCL_MM_T/4)² items */
@@ -58,7 +58,7 @@
 #define OCL_ERR_GET_ROWS 1   /* [1] row, [2] id, [3] table rows (clamped to INT32_MAX) */
 #define OCL_ERR_CU_SEQLENS 2 /* [1] 0 = cu_seqlens_q, 1 = cu_seqlens_k, [2] entry, [3] value */
 
-#define OCL_ROPE_TABLES 8 /* cached inv_freq tables, one per (theta, n_rot) */
+#define OCL_ROPE_TABLES 8 /* cached inv_freq tables, one per (theta, freq_dim, entries) */
 
 enum ocl_kernel {
     OCL_K_BINARY,
@@ -68,6 +68,7 @@ enum ocl_kernel {
     OCL_K_SOFTMAX,
     OCL_K_ARGMAX,
     OCL_K_ROPE,
+    OCL_K_ROPE_MULTI,
     OCL_K_CHECK_CU,
     OCL_K_ATTENTION,
     OCL_K_MM_TILED_F32,
@@ -80,6 +81,7 @@ enum ocl_kernel {
     OCL_K_COPY,
     OCL_K_GET_ROWS_CHECK,
     OCL_K_GET_ROWS,
+    OCL_K_SET_ROWS,
     OCL_K_COUNT
 };
 
@@ -88,11 +90,14 @@ struct ocl_arena {
     uint64_t nbytes;
 };
 
-/* ROPE's inv_freq for one (theta, n_rot), computed on the host (see ocl_ops_attention.c). */
+/* inv_freq[i] = 1 / theta^((2i) / freq_dim) for i < n, computed on the host (see
+ * ocl_ops_attention.c): ROPE's is (theta, n_rot, n_rot / 2), ROPE_MULTI's
+ * (theta, freq_dim, n_rot / 2). */
 struct ocl_rope_table {
     float theta;
-    int32_t n_rot;
-    cl_mem mem; /* float[n_rot / 2]; NULL when the slot is free */
+    int32_t freq_dim;
+    int32_t n;
+    cl_mem mem; /* float[n]; NULL when the slot is free */
 };
 
 struct mmrt_device {
@@ -274,11 +279,13 @@ mmrt_status ocl_op_swiglu(struct mmrt_device *dev, const struct mmrt_op_args *ar
 mmrt_status ocl_op_relu2(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_softmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status ocl_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_OCL_INTERNAL_H */

@@ -1,11 +1,12 @@
 /*
- * plugins/opencl/ocl_ops_attention.c — host side of ROPE (kernels/rope.cl) and ATTENTION
- * (kernels/attention.cl).
+ * plugins/opencl/ocl_ops_attention.c — host side of ROPE and ROPE_MULTI (kernels/rope.cl) and
+ * ATTENTION (kernels/attention.cl).
  *
- * ROPE's inv_freq[i] = 1 / theta^((2i)/n_rot) is computed here, on the host, with the
- * expression and libm powf the CPU reference uses, and kept on the device in a small cache
- * keyed by (theta, n_rot) — a model has one or two — so the device sees bit-identical
- * frequencies without depending on the accuracy of OpenCL's pow (16 ulp allowed).
+ * The rotary ops' inv_freq[i] = 1 / theta^((2i)/freq_dim) (freq_dim = n_rot for ROPE) is
+ * computed here, on the host, with the expression and libm powf the CPU reference uses, and
+ * kept on the device in a small cache keyed by (theta, freq_dim, entries) — a model has one or
+ * two — so the device sees bit-identical frequencies without depending on the accuracy of
+ * OpenCL's pow (16 ulp allowed).
  *
  * ATTENTION cannot see cu_seqlens on the host (they live in device memory and a decode step
  * rewrites them there), so their values are checked by k_check_cu on the device and a bad one
@@ -18,36 +19,103 @@
 
 #include "ocl_internal.h"
 
-/* ---- ROPE ----------------------------------------------------------------------------- */
+/* ---- ROPE, ROPE_MULTI ----------------------------------------------------------------- */
 
-static mmrt_status rope_table(struct mmrt_device *dev, float theta, int32_t n_rot, cl_mem *out)
+/* The n entries of inv_freq for (theta, freq_dim), from the cache or made now. */
+static mmrt_status rope_table(struct mmrt_device *dev, const char *op, float theta,
+                              int32_t freq_dim, int32_t n, cl_mem *out)
 {
     for (int i = 0; i < OCL_ROPE_TABLES; i++)
-        if (dev->rope[i].mem && dev->rope[i].theta == theta && dev->rope[i].n_rot == n_rot) {
+        if (dev->rope[i].mem && dev->rope[i].theta == theta &&
+            dev->rope[i].freq_dim == freq_dim && dev->rope[i].n == n) {
             *out = dev->rope[i].mem;
             return MMRT_OK;
         }
-    int64_t half = n_rot / 2;
-    float *inv = malloc((size_t)half * sizeof(float));
+    float *inv = malloc((size_t)n * sizeof(float));
     if (!inv)
-        return ocl_fail(dev, MMRT_ERR_NO_MEMORY, "ROPE: out of host memory for inv_freq");
-    for (int64_t i = 0; i < half; i++)
-        inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+        return ocl_fail(dev, MMRT_ERR_NO_MEMORY, "%s: out of host memory for inv_freq", op);
+    for (int32_t i = 0; i < n; i++)
+        inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)freq_dim);
     cl_int rc;
     cl_mem mem = clCreateBuffer(dev->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                (size_t)half * sizeof(float), inv, &rc);
+                                (size_t)n * sizeof(float), inv, &rc);
     free(inv);
-    if (rc != CL_SUCCESS)
-        return ocl_fail_cl(dev, rc, true, "ROPE (inv_freq table)", "clCreateBuffer");
+    if (rc != CL_SUCCESS) {
+        char where[64];
+        snprintf(where, sizeof where, "%s (inv_freq table)", op);
+        return ocl_fail_cl(dev, rc, true, where, "clCreateBuffer");
+    }
     /* Evict round-robin. Releasing a table queued kernels still use is safe: OpenCL frees it
      * after them. */
     struct ocl_rope_table *slot = &dev->rope[dev->rope_next];
     dev->rope_next = (dev->rope_next + 1) % OCL_ROPE_TABLES;
     if (slot->mem)
         clReleaseMemObject(slot->mem);
-    *slot = (struct ocl_rope_table){theta, n_rot, mem};
+    *slot = (struct ocl_rope_table){theta, freq_dim, n, mem};
     *out = mem;
     return MMRT_OK;
+}
+
+/* What ROPE and ROPE_MULTI share: x [T, H, D] F32 and dst of its shape (x itself or
+ * disjoint), both with a contiguous inner dim and any token and head strides, positions I32
+ * contiguous with `pos_per_token` entries per token, n_rot and theta as plugin.h says. */
+static mmrt_status check_rotary(struct ocl_op *o, float theta, int32_t n_rot,
+                                int64_t pos_per_token)
+{
+    const struct ocl_view *x = &o->src[0], *pos = &o->src[1], *y = &o->dst;
+    mmrt_status st;
+    if ((st = ocl_need_rank(o, "src0 (x)", x, 3)) ||
+        (st = ocl_need_dtype(o, "src0 (x)", x, OCL_DT_F32)) ||
+        (st = ocl_need_inner_contig(o, "src0 (x)", x)) ||
+        (st = ocl_need_dtype(o, "src1 (positions)", pos, OCL_DT_I32)) ||
+        (st = ocl_need_contig(o, "src1 (positions)", pos)) ||
+        (st = ocl_need_dtype(o, "dst", y, OCL_DT_F32)) ||
+        (st = ocl_need_inner_contig(o, "dst", y)) ||
+        (st = ocl_need_disjoint(o, "src0 (x)", x, true)) ||
+        (st = ocl_need_disjoint(o, "src1 (positions)", pos, false)))
+        return st;
+    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
+    if (!ocl_same_shape(x, y))
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
+                       ", %" PRId64 "]", T, H, D);
+    if (pos->numel != T * pos_per_token)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
+                       PRId64 " tokens × %" PRId64, pos->numel, T, pos_per_token);
+    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
+                       "(D = %" PRId64 ")", n_rot, D);
+    if (!(theta > 0.0f) || isinf(theta))
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
+                       (double)theta);
+    if (D > INT32_MAX)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " exceeds I32", D);
+    return MMRT_OK;
+}
+
+/* Launches k_rope or k_rope_multi: the arguments up to the table are the same. */
+static void rotary_args(struct ocl_call *c, const struct ocl_op *o, cl_mem inv)
+{
+    const struct ocl_view *x = &o->src[0], *y = &o->dst;
+    int64_t es = (int64_t)sizeof(float);
+    ocl_arg_view(c, x);
+    ocl_arg_long(c, x->nb[0] / es);
+    ocl_arg_long(c, x->nb[1] / es);
+    ocl_arg_view(c, y);
+    ocl_arg_long(c, y->nb[0] / es);
+    ocl_arg_long(c, y->nb[1] / es);
+    ocl_arg_view(c, &o->src[1]);
+    ocl_arg_mem(c, inv);
+    ocl_arg_long(c, x->ne[1]);
+    ocl_arg_int(c, (int32_t)x->ne[2]);
+}
+
+/* One work-item per pair (or per copied tail dim, whichever is more) and token. */
+static mmrt_status rotary_run(struct ocl_call *c, const struct ocl_op *o, int32_t n_rot)
+{
+    int64_t D = o->src[0].ne[2];
+    int64_t items = n_rot / 2 > D - n_rot ? n_rot / 2 : D - n_rot;
+    size_t local[2] = {OCL_WG_ROPE, 1}, global[2] = {(size_t)items, (size_t)o->src[0].ne[0]};
+    return ocl_call_run(c, 2, global, local, false);
 }
 
 mmrt_status ocl_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args)
@@ -57,60 +125,79 @@ mmrt_status ocl_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args
     mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    const struct ocl_view *x = &o.src[0], *pos = &o.src[1], *y = &o.dst;
-    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = ocl_need_rank(&o, "src0 (x)", x, 3)) ||
-        (st = ocl_need_dtype(&o, "src0 (x)", x, OCL_DT_F32)) ||
-        (st = ocl_need_inner_contig(&o, "src0 (x)", x)) ||
-        (st = ocl_need_dtype(&o, "src1 (positions)", pos, OCL_DT_I32)) ||
-        (st = ocl_need_contig(&o, "src1 (positions)", pos)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
-        (st = ocl_need_inner_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0 (x)", x, true)) ||
-        (st = ocl_need_disjoint(&o, "src1 (positions)", pos, false)))
+    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o, p.theta, p.n_rot, 1)))
         return st;
-    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
-    if (!ocl_same_shape(x, y))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
-                       ", %" PRId64 "]", T, H, D);
-    if (pos->numel != T)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
-                       PRId64 " tokens", pos->numel, T);
-    if (p.n_rot < 2 || p.n_rot % 2 != 0 || p.n_rot > D)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
-                       "(D = %" PRId64 ")", p.n_rot, D);
     if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
                        "INTERLEAVED (1)", p.mode);
-    if (!(p.theta > 0.0f) || isinf(p.theta))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
-                       (double)p.theta);
-    if (D > INT32_MAX)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " exceeds I32", D);
-    if (T == 0 || H == 0)
+    if (o.src[0].ne[0] == 0 || o.src[0].ne[1] == 0)
         return MMRT_OK;
     cl_mem inv = NULL;
-    if ((st = rope_table(dev, p.theta, p.n_rot, &inv)))
+    if ((st = rope_table(dev, o.name, p.theta, p.n_rot, p.n_rot / 2, &inv)))
         return st;
-    int64_t es = (int64_t)sizeof(float);
     struct ocl_call c;
     if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_ROPE)))
         return st;
-    ocl_arg_view(&c, x);
-    ocl_arg_long(&c, x->nb[0] / es);
-    ocl_arg_long(&c, x->nb[1] / es);
-    ocl_arg_view(&c, y);
-    ocl_arg_long(&c, y->nb[0] / es);
-    ocl_arg_long(&c, y->nb[1] / es);
-    ocl_arg_view(&c, pos);
-    ocl_arg_mem(&c, inv);
-    ocl_arg_long(&c, H);
-    ocl_arg_int(&c, (int32_t)D);
+    rotary_args(&c, &o, inv);
     ocl_arg_int(&c, p.n_rot);
     ocl_arg_int(&c, p.mode == MMRT_ROPE_INTERLEAVED);
-    ocl_arg_int(&c, ocl_same_view(x, y));
-    int64_t items = p.n_rot / 2 > D - p.n_rot ? p.n_rot / 2 : D - p.n_rot;
-    size_t local[2] = {OCL_WG_ROPE, 1}, global[2] = {(size_t)items, (size_t)T};
-    return ocl_call_run(&c, 2, global, local, false);
+    ocl_arg_int(&c, ocl_same_view(&o.src[0], &o.dst));
+    return rotary_run(&c, &o, p.n_rot);
+}
+
+mmrt_status ocl_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    struct mmrt_rope_multi_params p;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ROPE_MULTI, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    if ((st = ocl_op_params(&o, &p, sizeof p)))
+        return st;
+    if (p.n_axes < 1 || p.n_axes > MMRT_ROPE_MAX_AXES)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_axes %" PRId32 " is outside 1…%d", p.n_axes,
+                       MMRT_ROPE_MAX_AXES);
+    if ((st = check_rotary(&o, p.theta, p.n_rot, p.n_axes)))
+        return st;
+    if ((st = ocl_need_rank(&o, "src1 (positions)", &o.src[1], 2)))
+        return st;
+    if (o.src[1].ne[1] != p.n_axes)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) must be [T, n_axes = %" PRId32
+                       "], got [%" PRId64 ", %" PRId64 "]", p.n_axes, o.src[1].ne[0],
+                       o.src[1].ne[1]);
+    if (p.freq_dim < 1)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "freq_dim %" PRId32 " must be ≥ 1", p.freq_dim);
+    if (p.restart != 0 && p.restart != 1)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "restart %" PRId32 " must be 0 or 1", p.restart);
+    /* Cumulative section ends; the kernel needs the first three (the last is n_rot / 2). */
+    int32_t ends[MMRT_ROPE_MAX_AXES] = {0};
+    int64_t sum = 0;
+    for (int a = 0; a < p.n_axes; a++) {
+        if (p.sections[a] < 0)
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "sections[%d] = %" PRId32 " is negative", a,
+                           p.sections[a]);
+        sum += p.sections[a];
+        ends[a] = (int32_t)(sum < INT32_MAX ? sum : INT32_MAX);
+    }
+    if (sum != p.n_rot / 2)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "sections sum to %" PRId64 ", n_rot / 2 is %"
+                       PRId32, sum, p.n_rot / 2);
+    if (o.src[0].ne[0] == 0 || o.src[0].ne[1] == 0)
+        return MMRT_OK;
+    cl_mem inv = NULL;
+    if ((st = rope_table(dev, o.name, p.theta, p.freq_dim, p.n_rot / 2, &inv)))
+        return st;
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_ROPE_MULTI)))
+        return st;
+    rotary_args(&c, &o, inv);
+    ocl_arg_int(&c, p.n_rot);
+    ocl_arg_int(&c, p.n_axes);
+    ocl_arg_int(&c, p.restart);
+    for (int a = 0; a < MMRT_ROPE_MAX_AXES - 1; a++)
+        ocl_arg_int(&c, ends[a]);
+    ocl_arg_int(&c, ocl_same_view(&o.src[0], &o.dst));
+    return rotary_run(&c, &o, p.n_rot);
 }
 
 /* ---- ATTENTION ------------------------------------------------------------------------ */

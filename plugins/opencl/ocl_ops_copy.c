@@ -1,5 +1,6 @@
 /*
- * plugins/opencl/ocl_ops_copy.c — host side of COPY, CONCAT and GET_ROWS (kernels/copy.cl).
+ * plugins/opencl/ocl_ops_copy.c — host side of COPY, CONCAT, GET_ROWS and SET_ROWS
+ * (kernels/copy.cl).
  *
  * COPY and CONCAT are one strided element copy (k_copy): the views are padded to 4-D with
  * leading extents of 1 and passed with byte strides. CONCAT copies each source into its slice
@@ -8,6 +9,10 @@
  * GET_ROWS reads its ids from device memory, so the range check runs on the device
  * (k_get_rows_check) and an id outside [0, V) is reported by the next synchronize() or
  * download(); dst is then left untouched (see ocl_internal.h).
+ *
+ * SET_ROWS also reads its indices from device memory, but plugin.h makes an index outside
+ * [0, R) a no-op rather than an error (a captured decode step cannot report one), so it is
+ * one launch with nothing to check on the device.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -165,6 +170,54 @@ mmrt_status ocl_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *
     ocl_arg_view(&c, y);
     ocl_arg_long(&c, n);
     ocl_arg_mem(&c, dev->err_mem);
+    size_t local[2] = {OCL_WG_1D, 1}, global[2] = {(size_t)n, (size_t)T};
+    return ocl_call_run(&c, 2, global, local, false);
+}
+
+mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *val = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    if ((st = ocl_need_dtype(&o, "src0 (values)", val, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "src0 (values)", val)) ||
+        (st = ocl_need_dtype(&o, "src1 (idx)", idx, OCL_DT_I32)) ||
+        (st = ocl_need_contig(&o, "src1 (idx)", idx)) ||
+        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_contig(&o, "dst", y)) ||
+        (st = ocl_need_disjoint(&o, "src0 (values)", val, false)) ||
+        (st = ocl_need_disjoint(&o, "src1 (idx)", idx, false)))
+        return st;
+    int64_t T = val->ne[0], R = y->ne[0];
+    if (idx->numel != T)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " entries for %" PRId64
+                       " rows of values", idx->numel, T);
+    if (y->n_dims != val->n_dims)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %d dims, src0 (values) %d", y->n_dims,
+                       val->n_dims);
+    for (int i = 1; i < val->n_dims; i++)
+        if (y->ne[i] != val->ne[i])
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dim %d: dst has %" PRId64 ", src0 (values) %"
+                           PRId64 " (the inner extents must match)", i, y->ne[i], val->ne[i]);
+    if (T > INT32_MAX)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " rows exceed I32", T);
+    int64_t n = 1; /* elements per row; cannot overflow, numel did not */
+    for (int i = 1; i < val->n_dims; i++)
+        n *= val->ne[i];
+    if (T == 0 || n == 0 || R == 0)
+        return MMRT_OK;
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_SET_ROWS)))
+        return st;
+    ocl_arg_view(&c, val);
+    ocl_arg_view(&c, idx);
+    ocl_arg_view(&c, y);
+    ocl_arg_int(&c, y->dtype);
+    ocl_arg_long(&c, n);
+    ocl_arg_int(&c, (int32_t)T);
+    ocl_arg_long(&c, R);
     size_t local[2] = {OCL_WG_1D, 1}, global[2] = {(size_t)n, (size_t)T};
     return ocl_call_run(&c, 2, global, local, false);
 }

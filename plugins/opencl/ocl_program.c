@@ -31,6 +31,7 @@ static const char *const kernel_names[OCL_K_COUNT] = {
     [OCL_K_SOFTMAX] = "k_softmax",
     [OCL_K_ARGMAX] = "k_argmax",
     [OCL_K_ROPE] = "k_rope",
+    [OCL_K_ROPE_MULTI] = "k_rope_multi",
     [OCL_K_CHECK_CU] = "k_check_cu",
     [OCL_K_ATTENTION] = "k_attention",
     [OCL_K_MM_TILED_F32] = "k_mm_tiled_f32",
@@ -43,6 +44,7 @@ static const char *const kernel_names[OCL_K_COUNT] = {
     [OCL_K_COPY] = "k_copy",
     [OCL_K_GET_ROWS_CHECK] = "k_get_rows_check",
     [OCL_K_GET_ROWS] = "k_get_rows",
+    [OCL_K_SET_ROWS] = "k_set_rows",
 };
 
 /* Sends the build log to the host's log sink, one line per log line (a long log is cut). */

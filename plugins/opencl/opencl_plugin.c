@@ -741,6 +741,8 @@ static const mmrt_kernel_fn ocl_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_CONCAT] = ocl_op_concat,
     [MMRT_OP_COPY] = ocl_op_copy,
     [MMRT_OP_ARGMAX] = ocl_op_argmax,
+    [MMRT_OP_ROPE_MULTI] = ocl_op_rope_multi,
+    [MMRT_OP_SET_ROWS] = ocl_op_set_rows,
 };
 
 static const struct mmrt_plugin ocl_plugin = {

@@ -660,6 +660,143 @@ static void test_rope(void)
     }
 }
 
+static void test_rope_multi(void)
+{
+    /* M-RoPE (decoder), the vision tower's 2-D rotary, and odd section layouts: empty
+     * sections, four axes, a copied tail, a separate strided dst. */
+    struct {
+        int64_t T, H, D;
+        int n_rot, freq_dim, restart, n_axes, sections[4];
+        float theta;
+        int max_pos;
+        bool in_place;
+    } cases[] = {
+        {5, 3, 128, 128, 128, 0, 3, {16, 24, 24, 0}, 1e6f, 5000, true},
+        {7, 2, 80, 80, 40, 1, 2, {20, 20, 0, 0}, 10000.0f, 40, false},
+        {4, 3, 64, 48, 48, 1, 4, {8, 0, 10, 6}, 10000.0f, 70000, false},
+        {3, 5, 40, 32, 32, 0, 3, {0, 12, 4, 0}, 500000.0f, 32768, true},
+        {66, 1, 256, 256, 256, 1, 1, {128, 0, 0, 0}, 10000.0f, 100, false},
+    };
+    for (auto &c : cases) {
+        auto x = rand_vec(c.T * c.H * c.D, -2, 2);
+        std::vector<int32_t> pos(c.T * c.n_axes);
+        for (auto &p : pos)
+            p = (int32_t)(rng_u64() % (uint64_t)(c.max_pos + 1));
+        pos[0] = c.max_pos;
+        /* dst: token stride padded by 3 floats and filled with NaN unless in place. */
+        int64_t ys0 = c.in_place ? c.H * c.D : c.H * c.D + 3;
+        std::vector<float> xin(x), y(c.in_place ? 0 : c.T * ys0, NAN);
+        cu_rope_desc d = {};
+        d.x = xin.data();
+        d.y = c.in_place ? xin.data() : y.data();
+        d.pos = pos.data();
+        d.T = c.T;
+        d.H = c.H;
+        d.D = c.D;
+        d.xs0 = c.H * c.D;
+        d.xs1 = d.ys1 = c.D;
+        d.ys0 = ys0;
+        d.n_rot = c.n_rot;
+        d.mode = MMRT_ROPE_NEOX;
+        d.n_axes = c.n_axes;
+        /* What cu_op_rope_multi does on the host: per-pair inv_freq and section ends. */
+        for (int a = 0, i = 0, start = 0; a < c.n_axes; a++) {
+            for (int k = 0; k < c.sections[a]; k++, i++) {
+                int j = c.restart ? i - start : i;
+                d.inv_freq[i] = 1.0f / powf(c.theta, (float)(2 * j) / (float)c.freq_dim);
+            }
+            start = i;
+            d.sec_end[a] = i;
+        }
+        cu_launch_rope(&d, nullptr);
+        std::vector<float> got(x.size());
+        for (int64_t t = 0; t < c.T; t++)
+            memcpy(&got[t * c.H * c.D], d.y + t * ys0, sizeof(float) * c.H * c.D);
+        bool pad_ok = true;
+        for (int64_t t = 0; !c.in_place && t < c.T; t++)
+            for (int k = 0; k < 3; k++)
+                pad_ok &= isnan(y[t * ys0 + c.H * c.D + k]);
+        std::vector<double> ref(x.size());
+        ref_rope_multi(x.data(), pos.data(), c.T, c.H, c.D, c.n_rot, c.freq_dim, c.restart,
+                       c.n_axes, c.sections, c.theta, ref.data());
+        char what[96];
+        snprintf(what, sizeof what, "ROPE_MULTI T %lld D %lld n_rot %d freq_dim %d restart %d "
+                 "axes %d%s", (long long)c.T, (long long)c.D, c.n_rot, c.freq_dim, c.restart,
+                 c.n_axes, c.in_place ? " in place" : "");
+        check(what, got.data(), ref.data(), x.size(), 1e-6);
+        if (!c.in_place) {
+            snprintf(what, sizeof what, "ROPE_MULTI D %lld: dst padding untouched", (long long)c.D);
+            expect(what, pad_ok);
+        }
+    }
+}
+
+static void test_set_rows(void)
+{
+    /* Each dst dtype; in-range, out-of-range and repeated indices; rows shorter than a block,
+     * and longer than one blockIdx.y slice (1024 elements). Exact against the reference
+     * rounded to dst's dtype; rows nobody writes keep their sentinel. */
+    struct { int64_t T, n, R; } shapes[] = {{1, 256, 8}, {9, 37, 12}, {70, 5, 64}, {3, 2500, 4}};
+    const int dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+    for (auto &sh : shapes)
+        for (int dt : dts) {
+            int64_t T = sh.T, n = sh.n, R = sh.R;
+            auto val = rand_vec(T * n, -70000, 70000);
+            val[0] = NAN;
+            if (T * n > 4) {
+                val[1] = 1e-7f;     /* an f16 subnormal */
+                val[2] = 65520.0f;  /* rounds to f16 infinity */
+                val[3] = -3e-39f;   /* an f32 subnormal */
+            }
+            std::vector<int32_t> idx(T);
+            for (int64_t t = 0; t < T; t++)
+                idx[t] = (int32_t)(rng_u64() % (uint64_t)(R + 2)) - 1; /* −1 … R */
+            if (T > 3) {
+                idx[1] = (int32_t)R - 1;
+                idx[3] = idx[1]; /* duplicate: row 3 must win whole */
+                idx[2] = INT32_MIN;
+            }
+            if (T == 1)
+                idx[0] = (int32_t)R - 1;
+            size_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+            std::vector<uint8_t> dst(R * n * es);
+            std::vector<double> ref(R * n);
+            for (int64_t i = 0; i < R * n; i++) { /* sentinel: −(i + 1) / 8, exact in all */
+                float f = -(float)(i % 1000 + 1) / 8.0f;
+                ref[i] = f;
+                if (dt == MMRT_DTYPE_F32) memcpy(&dst[i * 4], &f, 4);
+                else {
+                    uint16_t h = dt == MMRT_DTYPE_F16 ? h_f16(f) : h_bf16(f);
+                    memcpy(&dst[i * 2], &h, 2);
+                }
+            }
+            cu_launch_set_rows(dst.data(), dt, R, val.data(), idx.data(), T, n, nullptr);
+            ref_set_rows(val.data(), idx.data(), T, n, R, ref.data());
+            bool ok = true;
+            int64_t bad = -1;
+            for (int64_t i = 0; i < R * n && ok; i++) {
+                float want = (float)ref[i];
+                if (dt == MMRT_DTYPE_F32) {
+                    float got;
+                    memcpy(&got, &dst[i * 4], 4);
+                    ok = isnan(want) ? isnan(got) : memcmp(&got, &want, 4) == 0;
+                } else {
+                    uint16_t got, w = dt == MMRT_DTYPE_F16 ? h_f16(want) : h_bf16(want);
+                    memcpy(&got, &dst[i * 2], 2);
+                    ok = got == w;
+                }
+                if (!ok)
+                    bad = i;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "SET_ROWS T %lld n %lld R %lld dst dt %d%s", (long long)T,
+                     (long long)n, (long long)R, dt, ok ? "" : " (first wrong element below)");
+            expect(what, ok);
+            if (!ok)
+                printf("  element %lld (row %lld)\n", (long long)bad, (long long)(bad / n));
+        }
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
@@ -670,6 +807,8 @@ int main(int argc, char **argv)
     if (!*only || strstr(only, "elementwise")) test_elementwise();
     if (!*only || strstr(only, "copy")) test_copy();
     if (!*only || strstr(only, "rope")) test_rope();
+    if (!*only || strstr(only, "rope_multi")) test_rope_multi();
+    if (!*only || strstr(only, "set_rows")) test_set_rows();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -87,3 +87,39 @@ void k_get_rows(__global const uchar *tb, long t_off, int t_dt, __global const u
     long id = ((__global const int *)(ib + i_off))[t];
     ((__global float *)(yb + y_off))[t * N + k] = load_w(tb + t_off, t_dt, id * N + k);
 }
+
+/* SET_ROWS: dst[idx[t], k] = (dst dtype) src[t, k] for k < n. Work-group (g, t) writes
+ * elements [g·WG_1D, (g+1)·WG_1D) of row t. An index outside [0, R) writes nothing, and a row
+ * whose index appears again later in idx is skipped — the group scans idx[t+1 …] first — so
+ * with duplicates the last row wins whole, as a sequential loop leaves it (never a mix of
+ * elements from two rows). The scan is empty for the one-token decode step. Conversion as
+ * k_copy: raw bits for F32, round to nearest even for F16 / BF16. */
+__kernel __attribute__((reqd_work_group_size(WG_1D, 1, 1)))
+void k_set_rows(__global const uchar *sb, long s_off, __global const uchar *ib, long i_off,
+                __global uchar *db, long d_off, int ddt, long n, int T, long R)
+{
+    __local int later;
+    int lid = get_local_id(0), t = get_global_id(1);
+    long k = get_global_id(0);
+    __global const int *idx = (__global const int *)(ib + i_off);
+    long r = idx[t];
+    if (lid == 0)
+        later = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int u = t + 1 + lid; u < T; u += WG_1D)
+        if (idx[u] == r) {
+            atomic_or(&later, 1);
+            break;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (later || r < 0 || r >= R || k >= n)
+        return;
+    __global const uint *s = (__global const uint *)(sb + s_off) + t * n + k;
+    long o = r * n + k;
+    if (ddt == DT_F16)
+        ((__global ushort *)(db + d_off))[o] = f32_to_f16(as_float(*s));
+    else if (ddt == DT_BF16)
+        ((__global ushort *)(db + d_off))[o] = f32_to_bf16(as_float(*s));
+    else
+        ((__global uint *)(db + d_off))[o] = *s;
+}

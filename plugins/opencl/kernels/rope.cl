@@ -46,3 +46,45 @@ void k_rope(__global const uchar *xb, long x_off, long x_nb0, long x_nb1,
         for (long h = 0; h < H; h++)
             y[h * y_nb1 + n_rot + i] = x[h * x_nb1 + n_rot + i];
 }
+
+/* ROPE_MULTI: the NEOX rotation of k_rope, with pair i turned by the position of its axis.
+ * Pairs [sec_end[a−1], sec_end[a]) belong to axis a (sec_end cumulative, sec_end[−1] = 0,
+ * empty sections allowed); the frequency index is i, or i − sec_end[a−1] when restart. The
+ * inv_freq table (host-computed as for ROPE, over freq_dim) has n_rot / 2 entries, which
+ * covers both. positions are I32 [T, n_axes]. Same work split and numerics as k_rope. */
+__kernel __attribute__((reqd_work_group_size(WG_ROPE, 1, 1)))
+void k_rope_multi(__global const uchar *xb, long x_off, long x_nb0, long x_nb1,
+                  __global uchar *yb, long y_off, long y_nb0, long y_nb1,
+                  __global const uchar *pb, long p_off, __global const float *inv_freq,
+                  long H, int D, int n_rot, int n_axes, int restart, int e0, int e1, int e2,
+                  int in_place)
+{
+    int i = get_global_id(0);
+    long t = get_global_id(1);
+    int n_pairs = n_rot / 2;
+    __global const float *x = (__global const float *)(xb + x_off) + t * x_nb0;
+    __global float *y = (__global float *)(yb + y_off) + t * y_nb0;
+    if (i < n_pairs) {
+        /* The last section ends at n_pairs, so only the first n_axes − 1 ends are needed. */
+        int a = 0, start = 0;
+        if (a + 1 < n_axes && i >= e0) { a = 1; start = e0; }
+        if (a == 1 && a + 1 < n_axes && i >= e1) { a = 2; start = e1; }
+        if (a == 2 && a + 1 < n_axes && i >= e2) { a = 3; start = e2; }
+        float pos = (float)((__global const int *)(pb + p_off))[t * n_axes + a];
+        float angle = pos * inv_freq[restart ? i - start : i];
+#if OCL_FP64
+        float c = (float)cos((double)angle), s = (float)sin((double)angle);
+#else
+        float c = cos(angle), s = sin(angle);
+#endif
+        int i1 = i + n_pairs;
+        for (long h = 0; h < H; h++) {
+            float u = x[h * x_nb1 + i], v = x[h * x_nb1 + i1];
+            y[h * y_nb1 + i] = u * c - v * s;
+            y[h * y_nb1 + i1] = v * c + u * s;
+        }
+    }
+    if (!in_place && i < D - n_rot)
+        for (long h = 0; h < H; h++)
+            y[h * y_nb1 + n_rot + i] = x[h * x_nb1 + n_rot + i];
+}
