@@ -20,10 +20,12 @@ struct mmrt_model; /* owned by the implementation */
  * --check mode. Every member may be NULL. Arrays are borrowed for the call only. */
 struct mmrt_model_trace {
     void *user;
-    /* The model's preprocessed pixels of image `image`, shape [n_dims] outermost first. */
+    /* The model's preprocessed pixels of image `image`, shape [n_dims] outermost first.
+     * Models that take several images per request call it once per image, in order. */
     void (*pixel_values)(void *user, int image, const float *data, int n_dims,
                          const int64_t *shape);
-    /* The image embeddings handed to the language stage: [n_tokens, dim]. */
+    /* The image embeddings handed to the language stage: [n_tokens, dim], once per image
+     * in order (n_tokens may differ between images). */
     void (*image_features)(void *user, int image, const float *data, int64_t n_tokens,
                            int64_t dim);
     /* The prompt after template and placeholder expansion. */
@@ -33,16 +35,32 @@ struct mmrt_model_trace {
 };
 
 /* What the vision stage hands to the language stage. Owned by the caller of encode();
- * release with mmrt_vision_output_free(). */
+ * release with mmrt_vision_output_free().
+ *
+ * Two layouts. Uniform (LLaVA, NeXT, Fuyu): every image has n_tokens embeddings and
+ * tokens_per_image is NULL. Per image (Qwen2-VL, whose dynamic resolution gives each image
+ * its own token count): tokens_per_image[i] embeddings for image i, n_tokens is their sum,
+ * and grid_thw carries each image's patch grid. features always holds the images' rows one
+ * after the other; mmrt_vision_output_rows() and _tokens() read either layout. */
 struct mmrt_vision_output {
     int n_images;
-    int64_t n_tokens;   /* embeddings per image */
+    int64_t n_tokens;   /* embeddings per image (uniform), or the sum over images */
     int64_t dim;        /* language hidden size */
-    float *features;    /* [n_images][n_tokens][dim], malloc'ed; NULL when no image */
+    float *features;    /* [Σ tokens][dim], malloc'ed; NULL when no image */
+    int64_t *tokens_per_image; /* [n_images], malloc'ed; NULL for the uniform layout */
+    int32_t *grid_thw;  /* [n_images][3] patch grid (t, h, w) as the processor's
+                           image_grid_thw, malloc'ed; NULL when the model has none */
     double preprocess_ms, vision_ms;
 };
 
+/* Frees features, tokens_per_image and grid_thw and clears them. NULL is a no-op. */
 void mmrt_vision_output_free(struct mmrt_vision_output *v);
+
+/* Rows of features: n_images · n_tokens (uniform) or n_tokens (per image). */
+int64_t mmrt_vision_output_rows(const struct mmrt_vision_output *v);
+
+/* Embeddings of image i (0 ≤ i < n_images). */
+int64_t mmrt_vision_output_tokens(const struct mmrt_vision_output *v, int i);
 
 struct mmrt_model_type {
     const char *model_type; /* config.json "model_type", e.g. "llava" */
@@ -66,6 +84,10 @@ struct mmrt_model_type {
                             const struct mmrt_vision_output *vision,
                             const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
                             void *user, struct mmrt_result *result, struct mmrt_error *err);
+    /* Images one request may carry (mmrt_request.image_paths); 0 means 1. The runtime
+     * refuses requests with more, and hands a one-image request to a model that takes one
+     * through image_path only, so such models never read image_paths. */
+    int max_images;
 };
 
 struct mmrt_runtime;

@@ -7,11 +7,13 @@
 extern const struct mmrt_model_type mmrt_fuyu_model_type;
 extern const struct mmrt_model_type mmrt_llava_model_type;
 extern const struct mmrt_model_type mmrt_llava_next_model_type;
+extern const struct mmrt_model_type mmrt_qwen2vl_model_type;
 
 static const struct mmrt_model_type *const model_types[] = {
     &mmrt_fuyu_model_type,
     &mmrt_llava_model_type,
     &mmrt_llava_next_model_type,
+    &mmrt_qwen2vl_model_type,
 };
 
 #define N_TYPES (sizeof model_types / sizeof model_types[0])
@@ -26,7 +28,7 @@ const struct mmrt_model_type *mmrt_model_type_find(const char *model_type)
 
 const char *mmrt_model_types_supported(void)
 {
-    return "fuyu, llava, llava_next";
+    return "fuyu, llava, llava_next, qwen2_vl";
 }
 
 void mmrt_vision_output_free(struct mmrt_vision_output *v)
@@ -34,5 +36,19 @@ void mmrt_vision_output_free(struct mmrt_vision_output *v)
     if (!v)
         return;
     free(v->features);
+    free(v->tokens_per_image);
+    free(v->grid_thw);
     v->features = NULL;
+    v->tokens_per_image = NULL;
+    v->grid_thw = NULL;
+}
+
+int64_t mmrt_vision_output_rows(const struct mmrt_vision_output *v)
+{
+    return v->tokens_per_image ? v->n_tokens : (int64_t)v->n_images * v->n_tokens;
+}
+
+int64_t mmrt_vision_output_tokens(const struct mmrt_vision_output *v, int i)
+{
+    return v->tokens_per_image ? v->tokens_per_image[i] : v->n_tokens;
 }

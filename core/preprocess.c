@@ -832,3 +832,262 @@ mmrt_status mmrt_clip_preprocess_config_from_json(const json_t *obj, const char 
     *cfg = c;
     return MMRT_OK;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Qwen2-VL                                                                                 */
+
+mmrt_status mmrt_preprocess_smart_resize(uint32_t height, uint32_t width, uint32_t factor,
+                                         uint64_t min_pixels, uint64_t max_pixels,
+                                         uint32_t *out_height, uint32_t *out_width,
+                                         enum mmrt_smart_resize_branch *branch,
+                                         struct mmrt_error *err)
+{
+    if (!out_height || !out_width || height == 0 || width == 0 || factor == 0 ||
+        min_pixels == 0 || max_pixels == 0)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "smart_resize: invalid arguments (%ux%u, factor %u, pixels %llu…"
+                              "%llu)", width, height, factor, (unsigned long long)min_pixels,
+                              (unsigned long long)max_pixels);
+    const double h = height, w = width, f = factor;
+    const double ratio = (h > w ? h : w) / (h < w ? h : w);
+    if (ratio > 200)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "image %ux%u: absolute aspect ratio must be smaller than 200, got "
+                              "%.17g", width, height, ratio);
+    /* Python: round(h / factor) * factor, banker's rounding of the float64 quotient */
+    int64_t hb = (int64_t)nearbyint(h / f) * factor, wb = (int64_t)nearbyint(w / f) * factor;
+    enum mmrt_smart_resize_branch b = MMRT_SMART_RESIZE_ROUND;
+    if ((uint64_t)hb * (uint64_t)wb > max_pixels) {
+        const double beta = sqrt((double)((uint64_t)height * width) / (double)max_pixels);
+        hb = (int64_t)floor(h / beta / f) * factor;
+        wb = (int64_t)floor(w / beta / f) * factor;
+        hb = hb > factor ? hb : factor;
+        wb = wb > factor ? wb : factor;
+        b = MMRT_SMART_RESIZE_MAX_PIXELS;
+    } else if ((uint64_t)hb * (uint64_t)wb < min_pixels) {
+        const double beta = sqrt((double)min_pixels / (double)((uint64_t)height * width));
+        hb = (int64_t)ceil(h * beta / f) * factor;
+        wb = (int64_t)ceil(w * beta / f) * factor;
+        b = MMRT_SMART_RESIZE_MIN_PIXELS;
+    }
+    if (hb < 1 || wb < 1 || hb > (int64_t)MMRT_PREPROCESS_MAX_SIDE ||
+        wb > (int64_t)MMRT_PREPROCESS_MAX_SIDE)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "smart_resize: image %ux%u would become %lldx%lld", width, height,
+                              (long long)wb, (long long)hb);
+    *out_height = (uint32_t)hb;
+    *out_width = (uint32_t)wb;
+    if (branch)
+        *branch = b;
+    return MMRT_OK;
+}
+
+void mmrt_qwen2vl_preprocess_config_default(struct mmrt_qwen2vl_preprocess_config *cfg)
+{
+    static const double mean[3] = MMRT_CLIP_MEAN, std[3] = MMRT_CLIP_STD;
+    *cfg = (struct mmrt_qwen2vl_preprocess_config){
+        .do_resize = true,
+        .min_pixels = 56 * 56,
+        .max_pixels = 28 * 28 * 1280,
+        .resample = MMRT_RESAMPLE_BICUBIC,
+        .patch_size = 14,
+        .temporal_patch_size = 2,
+        .merge_size = 2,
+        .norm = {.do_rescale = true, .rescale_factor = 1.0 / 255, .do_normalize = true},
+    };
+    memcpy(cfg->norm.mean, mean, sizeof mean);
+    memcpy(cfg->norm.std, std, sizeof std);
+}
+
+static mmrt_status check_qwen2vl(const struct mmrt_qwen2vl_preprocess_config *c,
+                                 struct mmrt_error *err)
+{
+    if (!c)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "qwen2vl preprocess: no config");
+    if (c->patch_size < 1 || c->patch_size > 1024 || c->merge_size < 1 || c->merge_size > 16 ||
+        c->temporal_patch_size < 1 || c->temporal_patch_size > 16 || c->min_pixels < 1 ||
+        c->min_pixels > MMRT_QWEN2VL_MAX_PIXELS || c->max_pixels < 1 ||
+        c->max_pixels > MMRT_QWEN2VL_MAX_PIXELS)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "qwen2vl preprocess: patch %u, temporal %u, merge %u or pixels "
+                              "%llu…%llu out of range", c->patch_size, c->temporal_patch_size,
+                              c->merge_size, (unsigned long long)c->min_pixels,
+                              (unsigned long long)c->max_pixels);
+    if (c->do_resize && !filter_of(c->resample))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "qwen2vl preprocess: resample %d is not supported",
+                              (int)c->resample);
+    return check_norm(&c->norm, "qwen2vl preprocess", err);
+}
+
+mmrt_status mmrt_preprocess_qwen2vl_plan(uint32_t width, uint32_t height,
+                                         const struct mmrt_qwen2vl_preprocess_config *cfg,
+                                         uint32_t *out_width, uint32_t *out_height,
+                                         int32_t grid_thw[3], struct mmrt_error *err)
+{
+    mmrt_status st = check_qwen2vl(cfg, err);
+    if (st != MMRT_OK)
+        return st;
+    if (!out_width || !out_height || !grid_thw || width == 0 || height == 0)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "qwen2vl preprocess: invalid arguments");
+    const uint32_t factor = cfg->patch_size * cfg->merge_size;
+    uint32_t rw = width, rh = height;
+    if (cfg->do_resize) {
+        st = mmrt_preprocess_smart_resize(height, width, factor, cfg->min_pixels,
+                                          cfg->max_pixels, &rh, &rw, NULL, err);
+        if (st != MMRT_OK)
+            return st;
+    } else if (width % factor || height % factor) {
+        /* transformers' reshape into merge windows fails on such an image */
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "image %ux%u: without do_resize both sides must be multiples of "
+                              "%u (patch_size × merge_size)", width, height, factor);
+    }
+    if (rh / cfg->patch_size > INT32_MAX || rw / cfg->patch_size > INT32_MAX)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "qwen2vl preprocess: grid too large");
+    *out_width = rw;
+    *out_height = rh;
+    grid_thw[0] = 1; /* one frame, repeated to temporal_patch_size frames */
+    grid_thw[1] = (int32_t)(rh / cfg->patch_size);
+    grid_thw[2] = (int32_t)(rw / cfg->patch_size);
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_preprocess_qwen2vl(const struct mmrt_image *img,
+                                    const struct mmrt_qwen2vl_preprocess_config *cfg, float *out,
+                                    size_t n_out, int32_t grid_thw[3], struct mmrt_error *err)
+{
+    uint32_t rw, rh;
+    int32_t grid[3];
+    mmrt_status st = check_image(img, "qwen2vl preprocess", err);
+    if (st == MMRT_OK)
+        st = mmrt_preprocess_qwen2vl_plan(img->width, img->height, cfg, &rw, &rh, grid, err);
+    if (st != MMRT_OK)
+        return st;
+    const uint32_t P = cfg->patch_size, T = cfg->temporal_patch_size, M = cfg->merge_size;
+    const size_t per = (size_t)3 * T * P * P, n_patches = (size_t)grid[1] * (size_t)grid[2];
+    if (!out || n_out / per < n_patches)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "qwen2vl preprocess: output holds %zu floats, [%zu][%zu] needed",
+                              n_out, n_patches, per);
+    struct mmrt_image *resized = NULL;
+    const struct mmrt_image *src = img;
+    if (rw != img->width || rh != img->height) {
+        st = mmrt_preprocess_resize(img, rw, rh, cfg->resample, &resized, err);
+        if (st != MMRT_OK)
+            return st;
+        src = resized;
+    }
+    const size_t plane = (size_t)rw * rh;
+    float *chw = malloc(3 * plane * sizeof *chw);
+    if (!chw) {
+        mmrt_image_destroy(resized);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "qwen2vl preprocess: out of memory");
+    }
+    st = mmrt_preprocess_to_chw(src, &cfg->norm, chw, 3 * plane, err);
+    mmrt_image_destroy(resized);
+    if (st != MMRT_OK) {
+        free(chw);
+        return st;
+    }
+    /* transformers views the frames as (t, C, gh/M, M, P, gw/M, M, P) and permutes to
+     * (gh/M, gw/M, M, M, C, t, P, P): merge blocks in raster order, then their patches. */
+    const uint32_t gh = (uint32_t)grid[1], gw = (uint32_t)grid[2];
+    float *dst = out;
+    for (uint32_t br = 0; br < gh / M; br++)
+        for (uint32_t bc = 0; bc < gw / M; bc++)
+            for (uint32_t mh = 0; mh < M; mh++)
+                for (uint32_t mw = 0; mw < M; mw++) {
+                    const size_t y0 = (size_t)(br * M + mh) * P, x0 = (size_t)(bc * M + mw) * P;
+                    for (uint32_t c = 0; c < 3; c++)
+                        for (uint32_t t = 0; t < T; t++) /* the same frame T times */
+                            for (uint32_t py = 0; py < P; py++) {
+                                memcpy(dst, chw + c * plane + (y0 + py) * rw + x0,
+                                       P * sizeof *dst);
+                                dst += P;
+                            }
+                }
+    free(chw);
+    memcpy(grid_thw, grid, sizeof grid);
+    return MMRT_OK;
+}
+
+/* "size": {"shortest_edge": min_pixels, "longest_edge": max_pixels} */
+static mmrt_status pixels_member(const json_t *obj, const char *key, const char *what,
+                                 uint64_t *out, struct mmrt_error *err)
+{
+    long long v;
+    mmrt_status st = mmrt_json_opt_int(obj, key, what, 1, (long long)MMRT_QWEN2VL_MAX_PIXELS,
+                                       (long long)*out, &v, err);
+    if (st == MMRT_OK)
+        *out = (uint64_t)v;
+    return st;
+}
+
+static mmrt_status small_member(const json_t *obj, const char *key, const char *what,
+                                long long max, uint32_t *out, struct mmrt_error *err)
+{
+    long long v;
+    mmrt_status st = mmrt_json_opt_int(obj, key, what, 1, max, *out, &v, err);
+    if (st == MMRT_OK)
+        *out = (uint32_t)v;
+    return st;
+}
+
+mmrt_status mmrt_qwen2vl_preprocess_config_from_json(const json_t *obj, const char *what,
+                                                     struct mmrt_qwen2vl_preprocess_config *cfg,
+                                                     struct mmrt_error *err)
+{
+    if (!what)
+        what = "preprocessor_config.json";
+    if (!obj || !json_is_object(obj) || !cfg)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: expected a JSON object", what);
+    struct mmrt_qwen2vl_preprocess_config c;
+    mmrt_qwen2vl_preprocess_config_default(&c);
+    long long resample;
+    bool rgb;
+    mmrt_status st = MMRT_OK;
+#define TRY(call)               \
+    do {                        \
+        st = (call);            \
+        if (st != MMRT_OK)      \
+            return st;          \
+    } while (0)
+    TRY(mmrt_json_opt_bool(obj, "do_convert_rgb", what, true, &rgb, err));
+    TRY(mmrt_json_opt_bool(obj, "do_resize", what, c.do_resize, &c.do_resize, err));
+    const json_t *size = json_object_get(obj, "size");
+    if (size && !json_is_null(size)) {
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s: size", what);
+        if (!json_is_object(size) || !present(size, "shortest_edge") ||
+            !present(size, "longest_edge"))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: \"size\" must be an object with shortest_edge and "
+                                  "longest_edge", what);
+        TRY(pixels_member(size, "shortest_edge", sub, &c.min_pixels, err));
+        TRY(pixels_member(size, "longest_edge", sub, &c.max_pixels, err));
+    }
+    TRY(pixels_member(obj, "min_pixels", what, &c.min_pixels, err));
+    TRY(pixels_member(obj, "max_pixels", what, &c.max_pixels, err));
+    TRY(mmrt_json_opt_int(obj, "resample", what, 0, 5, c.resample, &resample, err));
+    if (resample == MMRT_RESAMPLE_NEAREST)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: \"resample\" 0 (nearest) is not supported", what);
+    c.resample = (enum mmrt_resample)resample;
+    TRY(mmrt_json_opt_bool(obj, "do_rescale", what, c.norm.do_rescale, &c.norm.do_rescale,
+                           err));
+    TRY(mmrt_json_opt_number(obj, "rescale_factor", what, 0.0, 1.0, c.norm.rescale_factor,
+                             &c.norm.rescale_factor, err));
+    if (!(c.norm.rescale_factor > 0.0))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"rescale_factor\" must be > 0", what);
+    TRY(mmrt_json_opt_bool(obj, "do_normalize", what, c.norm.do_normalize,
+                           &c.norm.do_normalize, err));
+    TRY(parse_triple(obj, "image_mean", what, -1000.0, 1000.0, c.norm.mean, err));
+    TRY(parse_triple(obj, "image_std", what, 1e-6, 1000.0, c.norm.std, err));
+    TRY(small_member(obj, "patch_size", what, 1024, &c.patch_size, err));
+    TRY(small_member(obj, "temporal_patch_size", what, 16, &c.temporal_patch_size, err));
+    TRY(small_member(obj, "merge_size", what, 16, &c.merge_size, err));
+#undef TRY
+    *cfg = c;
+    return MMRT_OK;
+}

@@ -10,10 +10,12 @@
  *
  *   LLaVA-1.5 (CLIP):  shortest-edge resize → center crop → rescale+normalize   (§2.5)
  *   LLaVA-NeXT:        exact-size resize, pad, crop into tiles, then the CLIP steps (§3.2)
- *   Qwen2-VL:          exact-size resize (smart_resize) → rescale+normalize → patchify (§4.4)
+ *   Qwen2-VL:          smart_resize → rescale+normalize → temporal repeat, merge-window
+ *                      patches (§4.4): mmrt_preprocess_qwen2vl()
  *   Fuyu:              bilinear exact-size resize → pad bottom/right → … → HWC patches (§5.4)
  *
- * mmrt_preprocess_clip() is the first composition; the others belong to their models.
+ * mmrt_preprocess_clip() and mmrt_preprocess_qwen2vl() are composed here; the others belong
+ * to their models.
  *
  * Layouts. uint8 images are struct mmrt_image (pixels [height][width][3], RGB). Float outputs
  * are channel-first: [3][height][width] float32, channel order R, G, B — what pixel_values
@@ -233,5 +235,96 @@ mmrt_status mmrt_preprocess_clip_output_size(uint32_t width, uint32_t height,
 mmrt_status mmrt_preprocess_clip(const struct mmrt_image *img,
                                  const struct mmrt_clip_preprocess_config *cfg, float *out,
                                  size_t n_out, struct mmrt_error *err);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Qwen2VLImageProcessor (Qwen2-VL, models.md §4.4)                                          */
+
+/*
+ * smart_resize(height, width, factor, min_pixels, max_pixels) of transformers 5 (models.md
+ * §4.4 step 1, §1.8), in double precision with Python's operation order:
+ *   refuse when max(h, w) / min(h, w) > 200 (as a float64 division);
+ *   hb = round(h / factor) · factor, wb likewise — round half to even (70/28 = 2.5 → 2);
+ *   if hb · wb > max_pixels: β = sqrt(h · w / max_pixels),
+ *       hb = max(factor, floor(h / β / factor) · factor), wb likewise;
+ *   else if hb · wb < min_pixels: β = sqrt(min_pixels / (h · w)),
+ *       hb = ceil(h · β / factor) · factor, wb likewise (not re-checked against max_pixels,
+ *       as transformers does not).
+ * Examples with factor 28, min 3136, max 1003520: 300×500 → 308×504, 70×98 → 56×112,
+ * 1080×1920 → 728×1316. Every result side is a positive multiple of factor.
+ * *branch (may be NULL) tells which rule gave the size. Statuses: MMRT_ERR_INVALID_ARG for a
+ * zero side, factor or min_pixels, or the aspect ratio (the message says "absolute aspect
+ * ratio must be smaller than 200"), or a result side over MMRT_PREPROCESS_MAX_SIDE.
+ */
+enum mmrt_smart_resize_branch {
+    MMRT_SMART_RESIZE_ROUND = 0,      /* within [min_pixels, max_pixels] after rounding */
+    MMRT_SMART_RESIZE_MAX_PIXELS = 1, /* scaled down (floor) */
+    MMRT_SMART_RESIZE_MIN_PIXELS = 2, /* scaled up (ceil) */
+};
+mmrt_status mmrt_preprocess_smart_resize(uint32_t height, uint32_t width, uint32_t factor,
+                                         uint64_t min_pixels, uint64_t max_pixels,
+                                         uint32_t *out_height, uint32_t *out_width,
+                                         enum mmrt_smart_resize_branch *branch,
+                                         struct mmrt_error *err);
+
+/* Largest min_pixels / max_pixels a configuration may ask for: 64 Mpx, five times the hub's
+ * 12 845 056, and what the image decoder accepts by default. */
+#define MMRT_QWEN2VL_MAX_PIXELS MMRT_IMAGE_DEFAULT_MAX_PIXELS
+
+/*
+ * The keys of a Qwen2-VL image processor config that change pixels, with the defaults of
+ * transformers 5's Qwen2VLImageProcessorPil: resize on, min_pixels (size.shortest_edge)
+ * 3136 = 56², max_pixels (size.longest_edge) 1003520 = 28²·1280, bicubic, rescale 1/255,
+ * normalize with the OpenAI CLIP mean/std, patch_size 14, temporal_patch_size 2,
+ * merge_size 2. factor = patch_size · merge_size.
+ */
+struct mmrt_qwen2vl_preprocess_config {
+    bool do_resize;
+    uint64_t min_pixels, max_pixels;
+    enum mmrt_resample resample;
+    uint32_t patch_size, temporal_patch_size, merge_size;
+    struct mmrt_preprocess_normalize norm;
+};
+
+void mmrt_qwen2vl_preprocess_config_default(struct mmrt_qwen2vl_preprocess_config *cfg);
+
+/*
+ * Reads the image processor object: the hub preprocessor_config.json itself, or the
+ * "image_processor" object of a transformers-5 processor_config.json. Keys: do_resize,
+ * size {shortest_edge, longest_edge} (both required when size is given, as transformers
+ * requires), min_pixels / max_pixels (override size, as transformers' constructor does),
+ * resample, do_rescale, rescale_factor, do_normalize, image_mean, image_std, patch_size,
+ * temporal_patch_size, merge_size, do_convert_rgb; others are ignored. Refused with
+ * MMRT_ERR_FORMAT naming `what` and the key: wrong types; pixel counts outside
+ * 1..MMRT_QWEN2VL_MAX_PIXELS; patch_size outside 1..1024, temporal_patch_size outside 1..16,
+ * merge_size outside 1..16; resample outside 0..5; mean/std as for CLIP.
+ * MMRT_ERR_UNSUPPORTED: resample 0 (nearest). *cfg is written only on success.
+ */
+mmrt_status mmrt_qwen2vl_preprocess_config_from_json(const json_t *obj, const char *what,
+                                                     struct mmrt_qwen2vl_preprocess_config *cfg,
+                                                     struct mmrt_error *err);
+
+/*
+ * The size a width × height image is resized to (smart_resize with the config's factor and
+ * pixel bounds; the image's own size without do_resize, which must then be a multiple of
+ * the factor) and its patch grid grid_thw = [temporal frames / temporal_patch_size (1 for
+ * an image), height / patch_size, width / patch_size]. Nothing is allocated, so a model can
+ * refuse an image over its token budget (grid product / merge_size²) before any work.
+ */
+mmrt_status mmrt_preprocess_qwen2vl_plan(uint32_t width, uint32_t height,
+                                         const struct mmrt_qwen2vl_preprocess_config *cfg,
+                                         uint32_t *out_width, uint32_t *out_height,
+                                         int32_t grid_thw[3], struct mmrt_error *err);
+
+/*
+ * Qwen2VLImageProcessor._preprocess for one image (models.md §4.4): PIL resize to the
+ * planned size → rescale → normalize → the frame repeated to temporal_patch_size frames →
+ * patches in merge-window order: for each merge_size × merge_size block of the patch grid
+ * in raster order, its patches in raster order; each patch flattened as (channel, frame,
+ * row, column). out: [gh·gw][3·temporal_patch_size·patch_size²] float32 (n_out floats
+ * available), grid_thw as mmrt_preprocess_qwen2vl_plan gives it.
+ */
+mmrt_status mmrt_preprocess_qwen2vl(const struct mmrt_image *img,
+                                    const struct mmrt_qwen2vl_preprocess_config *cfg, float *out,
+                                    size_t n_out, int32_t grid_thw[3], struct mmrt_error *err);
 
 #endif /* MMRT_PREPROCESS_H */

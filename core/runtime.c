@@ -437,6 +437,42 @@ const char *mmrt_model_type(const struct mmrt_runtime *rt)
     return rt && rt->model_type ? rt->model_type->model_type : NULL;
 }
 
+int mmrt_model_max_images(const struct mmrt_runtime *rt)
+{
+    if (!rt || !rt->model_type)
+        return 0;
+    return rt->model_type->max_images > 1 ? rt->model_type->max_images : 1;
+}
+
+/* Checks the request's images against what the model takes and writes the request the
+ * model sees to *out: a model that takes one image gets it through image_path only. */
+static mmrt_status normalize_images(const struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                    struct mmrt_request *out, struct mmrt_error *err)
+{
+    *out = *req;
+    if (req->n_images < 0 || (req->n_images > 0 && !req->image_paths))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: n_images %d needs as many image_paths", req->n_images);
+    if (req->n_images > 0 && req->image_path)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: give image_path or image_paths, not both");
+    for (int i = 0; i < req->n_images; i++)
+        if (!req->image_paths[i])
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "request: image_paths[%d] is NULL",
+                                  i);
+    const int max = mmrt_model_max_images(rt);
+    if (req->n_images > max)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: %d images given; model type %s takes at most %d per "
+                              "request", req->n_images, rt->model_type->model_type, max);
+    if (max == 1 && req->n_images == 1) {
+        out->image_path = req->image_paths[0];
+        out->image_paths = NULL;
+        out->n_images = 0;
+    }
+    return MMRT_OK;
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -471,11 +507,14 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
                               "%s: no [model] configured; nothing to run", rt->source);
     memset(result, 0, sizeof *result);
     double t0 = now_ms();
-    struct mmrt_vision_output vis;
-    mmrt_status st = rt->model_type->encode(rt->model, req, trace, &vis, &rt->last);
+    struct mmrt_vision_output vis = { 0 };
+    struct mmrt_request r;
+    mmrt_status st = normalize_images(rt, req, &r, &rt->last);
+    if (st == MMRT_OK)
+        st = rt->model_type->encode(rt->model, &r, trace, &vis, &rt->last);
     double t1 = now_ms();
     if (st == MMRT_OK)
-        st = rt->model_type->generate(rt->model, req, &vis, trace, on_token, user, result,
+        st = rt->model_type->generate(rt->model, &r, &vis, trace, on_token, user, result,
                                       &rt->last);
     mmrt_vision_output_free(&vis);
     if (st == MMRT_OK) {
@@ -512,7 +551,7 @@ mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *
 
 struct batch {
     struct mmrt_runtime *rt;
-    const struct mmrt_request *reqs;
+    const struct mmrt_request *reqs; /* as the model sees them (normalize_images) */
     int n;
     struct mmrt_vision_output *vis;
     struct mmrt_result *results;
@@ -529,6 +568,8 @@ static void encode_one(struct batch *b, int i)
 {
     struct mmrt_error err = { 0 };
     struct mmrt_result *r = &b->results[i];
+    if (r->status != MMRT_OK) /* refused before its vision stage */
+        return;
     r->vision_start_ms = now_ms() - b->t0;
     mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i], NULL, &b->vis[i], &err);
     r->vision_end_ms = now_ms() - b->t0;
@@ -568,12 +609,22 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
     if (!rt->model)
         return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);
-    struct batch b = { .rt = rt, .reqs = reqs, .n = n, .results = results, .t0 = now_ms(),
+    struct mmrt_request *norm = calloc((size_t)n, sizeof *norm);
+    struct batch b = { .rt = rt, .reqs = norm, .n = n, .results = results, .t0 = now_ms(),
                        .on_token = on_token, .user = user };
     b.vis = calloc((size_t)n, sizeof *b.vis);
-    if (!b.vis)
+    if (!b.vis || !norm) {
+        free(b.vis);
+        free(norm);
         return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "batch: out of memory");
+    }
     memset(results, 0, (size_t)n * sizeof *results);
+    for (int i = 0; i < n; i++) {
+        struct mmrt_error err = { 0 };
+        mmrt_status st = normalize_images(rt, &reqs[i], &norm[i], &err);
+        if (st != MMRT_OK)
+            result_error(&results[i], st, err.msg);
+    }
     pthread_mutex_init(&b.lock, NULL);
     pthread_cond_init(&b.ready, NULL);
     /* Two stages on one device would have two threads driving it: run them in turn. */
@@ -596,7 +647,7 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
             double vs = r->vision_start_ms, ve = r->vision_end_ms;
             double ls = now_ms() - b.t0;
             b.current = i;
-            mmrt_status st = rt->model_type->generate(rt->model, &reqs[i], &b.vis[i], NULL,
+            mmrt_status st = rt->model_type->generate(rt->model, &norm[i], &b.vis[i], NULL,
                                                       batch_token, &b, r, &err);
             r->vision_start_ms = vs;
             r->vision_end_ms = ve;
@@ -616,6 +667,7 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
     pthread_cond_destroy(&b.ready);
     pthread_mutex_destroy(&b.lock);
     free(b.vis);
+    free(norm);
     return first;
 }
 
@@ -632,18 +684,23 @@ struct check_capture {
     bool failed;
 };
 
+/* Called once per image, in order; the images' rows are appended (they may differ in
+ * count from image to image). */
 static void cc_features(void *user, int image, const float *data, int64_t n_tokens, int64_t dim)
 {
     struct check_capture *c = user;
     (void)image;
-    free(c->features);
-    c->features = malloc((size_t)(n_tokens * dim) * sizeof *c->features);
-    if (!c->features) {
+    if (c->failed)
+        return;
+    const int64_t n = n_tokens * dim;
+    float *grown = realloc(c->features, (size_t)(c->n_features + n + 1) * sizeof *grown);
+    if (!grown) {
         c->failed = true;
         return;
     }
-    memcpy(c->features, data, (size_t)(n_tokens * dim) * sizeof *c->features);
-    c->n_features = n_tokens * dim;
+    c->features = grown;
+    memcpy(c->features + c->n_features, data, (size_t)n * sizeof *c->features);
+    c->n_features += n;
 }
 
 static void cc_logits(void *user, int step, const float *logits, int64_t vocab)

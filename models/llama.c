@@ -20,13 +20,28 @@ const enum mmrt_op mmrt_llama_ops[] = {
 };
 const int mmrt_llama_n_ops = (int)(sizeof mmrt_llama_ops / sizeof mmrt_llama_ops[0]);
 
-/* rope: rope_parameters.rope_theta, then rope_theta, then the default; scaling type must be
- * default (models.md §1.4, §1.6). */
+int mmrt_llama_required_ops(const struct mmrt_llama_config *c, enum mmrt_op *ops)
+{
+    for (int i = 0; i < mmrt_llama_n_ops; i++)
+        ops[i] = mmrt_llama_ops[i] == MMRT_OP_ROPE && c->n_mrope_axes > 0 ? MMRT_OP_ROPE_MULTI
+                                                                         : mmrt_llama_ops[i];
+    return mmrt_llama_n_ops;
+}
+
+/* rope: rope_parameters.rope_theta, then rope_theta, then the default; the type from
+ * rope_parameters.rope_type, then rope_scaling.rope_type / type, then "default" (models.md
+ * §1.4, §1.6). *type is borrowed from cfg; *section_dict is the dict that carries
+ * mrope_section, or NULL. */
 static mmrt_status parse_rope(const json_t *cfg, const char *what, double def_theta,
-                              double *theta, struct mmrt_error *err)
+                              double *theta, const char **type_out,
+                              const json_t **section_dict, struct mmrt_error *err)
 {
     const json_t *params = json_object_get(cfg, "rope_parameters");
     const json_t *scaling = json_object_get(cfg, "rope_scaling");
+    *section_dict = NULL;
+    if (params && !json_is_null(params) && !json_is_object(params))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"rope_parameters\" must be an object",
+                              what);
     mmrt_status st = mmrt_json_opt_number(cfg, "rope_theta", what, 1e-3, 1e12, def_theta, theta,
                                           err);
     if (st != MMRT_OK)
@@ -36,6 +51,8 @@ static mmrt_status parse_rope(const json_t *cfg, const char *what, double def_th
         st = mmrt_json_opt_number(params, "rope_theta", what, 1e-3, 1e12, *theta, theta, err);
         if (st == MMRT_OK)
             st = mmrt_json_opt_string(params, "rope_type", what, type, &type, err);
+        if (json_object_get(params, "mrope_section"))
+            *section_dict = params;
     } else if (json_is_object(scaling)) {
         st = mmrt_json_opt_string(scaling, "rope_type", what, NULL, &type, err);
         if (st == MMRT_OK && !type)
@@ -44,28 +61,86 @@ static mmrt_status parse_rope(const json_t *cfg, const char *what, double def_th
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"rope_scaling\" must be an object",
                               what);
     }
+    if (!*section_dict && json_is_object(scaling) && json_object_get(scaling, "mrope_section"))
+        *section_dict = scaling;
     if (st != MMRT_OK)
         return st;
-    if (strcmp(type, "default") != 0)
-        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                              "%s: rope type '%s' is not supported (only default)", what, type);
+    *type_out = type;
     return MMRT_OK;
 }
 
-mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const char *what,
-                                    struct mmrt_llama_config *out, struct mmrt_error *err)
+/* mrope_section: three non-negative integers summing to head_dim / 2 (HF splits the cos/sin
+ * table by 2 × the sections and fails otherwise). */
+static mmrt_status parse_mrope_section(const json_t *dict, const char *what, int64_t head_dim,
+                                       struct mmrt_llama_config *c, struct mmrt_error *err)
 {
-    struct mmrt_llama_config c = { 0 };
-    const char *type = NULL;
-    long long v;
-    mmrt_status st = mmrt_json_opt_string(cfg, "model_type", what, "llama", &type, err);
+    const json_t *v = dict ? json_object_get(dict, "mrope_section") : NULL;
+    if (!v || json_is_null(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: Qwen2-VL needs \"mrope_section\" in rope_parameters or "
+                              "rope_scaling", what);
+    if (!json_is_array(v) || json_array_size(v) != 3)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: \"mrope_section\" must be a list of 3 integers", what);
+    int64_t sum = 0;
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) > 1 << 16)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: mrope_section[%zu] must be a non-negative integer", what,
+                                  i);
+        c->mrope_section[i] = (int32_t)json_integer_value(e);
+        sum += c->mrope_section[i];
+    }
+    if (sum != head_dim / 2)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: mrope_section [%d, %d, %d] sums to %lld, head_dim / 2 is %lld",
+                              what, c->mrope_section[0], c->mrope_section[1],
+                              c->mrope_section[2], (long long)sum, (long long)head_dim / 2);
+    c->n_mrope_axes = 3;
+    return MMRT_OK;
+}
+
+/* Qwen2-VL's decoder has no sliding-window attention in any published checkpoint; a config
+ * that turns it on is refused rather than run with full attention. */
+static mmrt_status check_qwen2_attention(const json_t *cfg, const char *what,
+                                         struct mmrt_error *err)
+{
+    bool sliding;
+    const char *act;
+    mmrt_status st = mmrt_json_opt_bool(cfg, "use_sliding_window", what, false, &sliding, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_string(cfg, "hidden_act", what, "silu", &act, err);
     if (st != MMRT_OK)
         return st;
-    int mistral = strcmp(type, "mistral") == 0;
-    if (!mistral && strcmp(type, "llama") != 0)
+    if (sliding)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                              "%s: text model_type '%s' is not supported (llama, mistral)", what,
-                              type);
+                              "%s: use_sliding_window is not supported", what);
+    if (strcmp(act, "silu") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: hidden_act '%s' is not supported (silu)", what, act);
+    const json_t *lt = json_object_get(cfg, "layer_types");
+    if (lt && !json_is_null(lt) && !json_is_array(lt))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"layer_types\" must be a list", what);
+    for (size_t i = 0; json_is_array(lt) && i < json_array_size(lt); i++) {
+        const char *t = json_string_value(json_array_get(lt, i));
+        if (!t || strcmp(t, "full_attention") != 0)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                  "%s: layer_types[%zu] is not \"full_attention\" (sliding "
+                                  "windows are not supported)", what, i);
+    }
+    return MMRT_OK;
+}
+
+/* The fields of one text config; qwen2 selects the Qwen2VLTextConfig defaults and rules. */
+static mmrt_status parse_fields(const json_t *cfg, const json_t *top, const char *what,
+                                bool qwen2, bool mistral, struct mmrt_llama_config *out,
+                                struct mmrt_error *err)
+{
+    struct mmrt_llama_config c = { 0 };
+    long long v;
+    mmrt_status st;
 #define INT(key, lo, hi, def, field)                                                           \
     do {                                                                                       \
         st = mmrt_json_opt_int(cfg, key, what, lo, hi, def, &v, err);                          \
@@ -73,15 +148,18 @@ mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const 
             return st;                                                                         \
         c.field = v;                                                                           \
     } while (0)
-    INT("vocab_size", 1, 1 << 24, 32000, vocab);
-    INT("hidden_size", 1, 1 << 17, 4096, hidden);
-    INT("intermediate_size", 1, 1 << 20, mistral ? 14336 : 11008, intermediate);
-    INT("num_hidden_layers", 1, 1024, 32, n_layers);
-    INT("num_attention_heads", 1, 1024, 32, n_heads);
-    INT("num_key_value_heads", 1, 1024, mistral ? 8 : c.n_heads, n_kv_heads);
-    INT("max_position_embeddings", 1, 1 << 24, mistral ? 32768 : 2048, max_positions);
-    INT("bos_token_id", -1, 1 << 24, 1, bos_id);
-    INT("eos_token_id", -1, 1 << 24, 2, eos_id);
+    /* Defaults: LlamaConfig / MistralConfig (§2.1), Qwen2VLTextConfig (§4.1). */
+    INT("vocab_size", 1, 1 << 24, qwen2 ? 152064 : 32000, vocab);
+    INT("hidden_size", 1, 1 << 17, qwen2 ? 8192 : 4096, hidden);
+    INT("intermediate_size", 1, 1 << 20, qwen2 ? 29568 : mistral ? 14336 : 11008, intermediate);
+    INT("num_hidden_layers", 1, 1024, qwen2 ? 80 : 32, n_layers);
+    INT("num_attention_heads", 1, 1024, qwen2 ? 64 : 32, n_heads);
+    INT("num_key_value_heads", 1, 1024, qwen2 ? 8 : mistral ? 8 : c.n_heads, n_kv_heads);
+    INT("max_position_embeddings", 1, 1 << 24, qwen2 || mistral ? 32768 : 2048, max_positions);
+    /* Qwen2's tokenizer adds no BOS and its special ids come from generation_config.json;
+     * absent (or null) ids stay absent rather than default to ids of the full vocabulary. */
+    INT("bos_token_id", -1, 1 << 24, qwen2 ? -1 : 1, bos_id);
+    INT("eos_token_id", -1, 1 << 24, qwen2 ? -1 : 2, eos_id);
     INT("pad_token_id", -1, 1 << 24, -1, pad_id);
     if (c.hidden % c.n_heads != 0)
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
@@ -97,15 +175,32 @@ mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const 
     if (c.head_dim % 2 != 0)
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: head_dim %lld must be even for RoPE",
                               what, (long long)c.head_dim);
-    st = mmrt_json_opt_number(cfg, "rms_norm_eps", what, 0, 1, 1e-6, &c.rms_eps, err);
+    const char *rope_type = "default";
+    const json_t *section_dict = NULL;
+    st = mmrt_json_opt_number(cfg, "rms_norm_eps", what, 0, 1, qwen2 ? 1e-5 : 1e-6, &c.rms_eps,
+                              err);
     if (st == MMRT_OK)
-        st = parse_rope(cfg, what, mistral ? 1e6 : 1e4, &c.rope_theta, err);
-    if (st == MMRT_OK && !(c.rope_theta > 0))
-        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: rope theta must be positive", what);
-    if (st == MMRT_OK)
+        st = parse_rope(cfg, what, qwen2 || mistral ? 1e6 : 1e4, &c.rope_theta, &rope_type,
+                        &section_dict, err);
+    if (st != MMRT_OK)
+        return st;
+    if (strcmp(rope_type, "default") != 0 && !(qwen2 && strcmp(rope_type, "mrope") == 0))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: rope type '%s' is not supported (only default%s)", what,
+                              rope_type, qwen2 ? " and mrope" : "");
+    if (!(c.rope_theta > 0))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: rope theta must be positive", what);
+    if (qwen2) {
+        /* Qwen2VLAttention: q/k/v with bias, o_proj without; no attention_bias key. */
+        c.qkv_bias = true;
+        st = parse_mrope_section(section_dict, what, c.head_dim, &c, err);
+        if (st == MMRT_OK)
+            st = check_qwen2_attention(cfg, what, err);
+    } else {
         st = mmrt_json_opt_bool(cfg, "attention_bias", what, false, &c.attention_bias, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_bool(cfg, "mlp_bias", what, false, &c.mlp_bias, err);
+        if (st == MMRT_OK)
+            st = mmrt_json_opt_bool(cfg, "mlp_bias", what, false, &c.mlp_bias, err);
+    }
     if (st == MMRT_OK)
         st = mmrt_json_opt_bool(cfg, "tie_word_embeddings", what, false,
                                 &c.tie_word_embeddings, err);
@@ -122,6 +217,41 @@ mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const 
                               (long long)c.pad_id, (long long)c.vocab);
     *out = c;
     return MMRT_OK;
+}
+
+mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const char *what,
+                                    struct mmrt_llama_config *out, struct mmrt_error *err)
+{
+    const char *type = NULL;
+    mmrt_status st = mmrt_json_opt_string(cfg, "model_type", what, "llama", &type, err);
+    if (st != MMRT_OK)
+        return st;
+    if (strcmp(type, "qwen2_vl") == 0) {
+        /* A whole Qwen2-VL config: its text part is text_config when present (transformers
+         * builds the text config from it alone), else the top level (hub files). */
+        const json_t *t = json_object_get(cfg, "text_config");
+        if (t && !json_is_null(t) && !json_is_object(t))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: text_config must be an object",
+                                  what);
+        if (!json_is_object(t))
+            return parse_fields(cfg, top, what, true, false, out, err);
+        char twhat[1024];
+        snprintf(twhat, sizeof twhat, "%s: text_config", what);
+        st = mmrt_json_opt_string(t, "model_type", twhat, "qwen2_vl_text", &type, err);
+        if (st != MMRT_OK)
+            return st;
+        if (strcmp(type, "qwen2_vl_text") != 0 && strcmp(type, "qwen2_vl") != 0)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                  "%s: text model_type '%s' is not supported (qwen2_vl_text)",
+                                  twhat, type);
+        return parse_fields(t, top ? top : cfg, twhat, true, false, out, err);
+    }
+    const bool mistral = strcmp(type, "mistral") == 0, qwen2 = strcmp(type, "qwen2_vl_text") == 0;
+    if (!mistral && !qwen2 && strcmp(type, "llama") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: text model_type '%s' is not supported (llama, mistral, "
+                              "qwen2_vl_text)", what, type);
+    return parse_fields(cfg, top, what, qwen2, mistral, out, err);
 }
 
 mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct mmrt_dev *dev,
@@ -162,12 +292,13 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
         LAYER(L->wk, 2, "self_attn.k_proj.weight", KD, D);
         LAYER(L->wv, 2, "self_attn.v_proj.weight", KD, D);
         LAYER(L->wo, 2, "self_attn.o_proj.weight", D, QD);
-        if (cfg->attention_bias) {
+        if (cfg->attention_bias || cfg->qkv_bias) {
             LAYER(L->bq, 1, "self_attn.q_proj.bias", QD);
             LAYER(L->bk, 1, "self_attn.k_proj.bias", KD);
             LAYER(L->bv, 1, "self_attn.v_proj.bias", KD);
-            LAYER(L->bo, 1, "self_attn.o_proj.bias", D);
         }
+        if (cfg->attention_bias)
+            LAYER(L->bo, 1, "self_attn.o_proj.bias", D);
         LAYER(L->mlp_norm, 1, "post_attention_layernorm.weight", D);
         LAYER(L->wg, 2, "mlp.gate_proj.weight", I, D);
         LAYER(L->wu, 2, "mlp.up_proj.weight", I, D);
@@ -252,9 +383,38 @@ static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
     return t->buffer ? t : NULL;
 }
 
+/* Rotary positions of the S new tokens: the caller's [S][n_axes], or slot + rope_delta. */
+static mmrt_status upload_positions(struct mmrt_dev *dev, const struct mmrt_kv_cache *cache,
+                                    int64_t S, int n_axes, const int32_t *positions,
+                                    const struct mmrt_tensor *pos, struct mmrt_error *err)
+{
+    const int64_t n = S * n_axes;
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    if (!p)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_status st = MMRT_OK;
+    for (int64_t i = 0; i < S; i++) {
+        for (int a = 0; a < n_axes; a++) {
+            int64_t v = positions ? positions[i * n_axes + a]
+                                  : cache->n_past + i + cache->rope_delta;
+            if (v < 0 || v > (1 << 24)) {
+                st = mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                    "decoder: rotary position %lld of token %lld is outside "
+                                    "0…2^24", (long long)v, (long long)i);
+                break;
+            }
+            p[i * n_axes + a] = (int32_t)v;
+        }
+    }
+    if (st == MMRT_OK)
+        st = mmrt_dev_upload(dev, pos, p, (uint64_t)n * sizeof *p, err);
+    free(p);
+    return st;
+}
+
 mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
-                               const struct mmrt_tensor *embeds, float *logits,
-                               struct mmrt_error *err)
+                               const struct mmrt_tensor *embeds, const int32_t *positions,
+                               float *logits, struct mmrt_error *err)
 {
     const struct mmrt_llama_config *c = &m->cfg;
     struct mmrt_dev *dev = m->dev;
@@ -284,23 +444,21 @@ mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache
     TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &o, err));
     TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &g, err));
     TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &u, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
+    const int n_axes = c->n_mrope_axes > 0 ? c->n_mrope_axes : 1;
+    if (c->n_mrope_axes > 0)
+        TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 2, NE(S, n_axes), &pos, err));
+    else
+        TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
     TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(1, c->vocab), &lg, err));
-    {
-        int32_t *p = malloc((size_t)S * sizeof *p);
-        if (!p) {
-            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
-            goto out;
-        }
-        for (int64_t i = 0; i < S; i++)
-            p[i] = (int32_t)(n_past + i);
-        st = mmrt_dev_upload(dev, &pos, p, (uint64_t)S * sizeof *p, err);
-        free(p);
-        if (st != MMRT_OK)
-            goto out;
-    }
+    TRY(upload_positions(dev, cache, S, n_axes, positions, &pos, err));
     TRY(mmrt_op_copy(dev, embeds, &h, err));
     const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)hd, MMRT_ROPE_NEOX };
+    struct mmrt_rope_multi_params mrope = {
+        .theta = (float)c->rope_theta, .n_rot = (int32_t)hd, .freq_dim = (int32_t)hd,
+        .restart = 0, .n_axes = n_axes,
+    };
+    for (int a = 0; a < c->n_mrope_axes && a < MMRT_ROPE_MAX_AXES; a++)
+        mrope.sections[a] = c->mrope_section[a];
     const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
     /* 2-D views of the [S, heads, hd] projections, for the matmuls */
     struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(S, H * hd));
@@ -313,8 +471,13 @@ mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache
         TRY(mmrt_op_matmul(dev, &x, &L->wq, opt(&L->bq), &q2, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wk, opt(&L->bk), &k2, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wv, opt(&L->bv), &v2, err));
-        TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
-        TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
+        if (c->n_mrope_axes > 0) {
+            TRY(mmrt_op_rope_multi(dev, &q, &pos, &mrope, &q, err));
+            TRY(mmrt_op_rope_multi(dev, &k, &pos, &mrope, &k, err));
+        } else {
+            TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
+            TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
+        }
         struct mmrt_tensor kc = mmrt_tensor_rows(&cache->k[l].t, n_past, S);
         struct mmrt_tensor vc = mmrt_tensor_rows(&cache->v[l].t, n_past, S);
         TRY(mmrt_op_copy(dev, &k, &kc, err));

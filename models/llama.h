@@ -1,11 +1,21 @@
 /*
  * models/llama.h — the LLaMA-family decoder (LLaMA, Vicuna, Mistral math): the language
- * stage of LLaVA-1.5 and LLaVA-NeXT. models.md §2.4.
+ * stage of LLaVA-1.5 and LLaVA-NeXT (models.md §2.4), and with two switches the Qwen2
+ * decoder of Qwen2-VL (§4.3): biases on q/k/v only (qkv_bias) and multimodal rotary
+ * positions (M-RoPE, n_mrope_axes = 3).
  *
  *   h = embeddings
  *   per layer: h += Wo·attn(rope(Wq·rms(h)), rope(Wk·rms(h)), Wv·rms(h))   (causal, GQA)
  *              h += Wd·(silu(Wg·rms(h)) ⊙ Wu·rms(h))
  *   logits = lm_head · rms(h)   (last position only)
+ *
+ * Positions. Plain RoPE turns every head dim pair by one position per token. M-RoPE gives
+ * each token a (t, h, w) position triple and splits the head_dim/2 frequency pairs into
+ * mrope_section[0] pairs turned by t, then [1] by h, then [2] by w (ROPE_MULTI with
+ * restart 0). Text tokens have t = h = w, so text alone is plain RoPE; image tokens get
+ * their grid coordinates. After a prompt whose largest position is P, generation continues
+ * at P + 1 on every axis: the cache keeps rope_delta = P + 1 − prompt length, and a token
+ * at cache slot n gets position n + rope_delta.
  *
  * The KV cache holds, per layer, K and V as [n_ctx, n_kv_heads, head_dim] F32 in the
  * language device's pool; one cache serves one sequence.
@@ -23,15 +33,26 @@ struct mmrt_llama_config {
     int64_t vocab, hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
     int64_t max_positions;
     double rms_eps, rope_theta;
-    bool attention_bias, mlp_bias, tie_word_embeddings;
+    bool attention_bias;  /* q, k, v and o projections have biases (LLaMA attention_bias) */
+    bool qkv_bias;        /* q, k, v have biases, o does not (Qwen2) */
+    bool mlp_bias, tie_word_embeddings;
     int64_t bos_id, eos_id, pad_id; /* -1 when absent */
+    int n_mrope_axes;           /* 0: plain RoPE; 3: M-RoPE over (t, h, w) (Qwen2-VL) */
+    int32_t mrope_section[3];   /* frequency pairs per axis, summing to head_dim / 2 */
 };
 
-/* Reads a llama/mistral text config (`cfg`, e.g. config.json's text_config) with the
- * class defaults of models.md §2.1 for missing keys; `top` (may be NULL) is consulted for
- * tie_word_embeddings. Refuses zero or huge sizes, hidden % heads != 0, heads % kv_heads
- * != 0, non-finite or non-positive theta/eps, unsupported rope scaling. `what` names the
- * source in messages. */
+/* Reads a text config (`cfg`, e.g. config.json's text_config) with the class defaults of
+ * models.md for missing keys:
+ *   model_type llama / mistral (§2.1): plain RoPE, attention_bias as configured;
+ *   model_type qwen2_vl_text (§4.1): Qwen2VLTextConfig defaults, qkv_bias, M-RoPE with
+ *     mrope_section from rope_parameters or rope_scaling (rope type "mrope" or "default";
+ *     required, and must sum to head_dim / 2), hidden_act silu, no sliding window;
+ *   model_type qwen2_vl: a whole Qwen2-VL config.json; its text_config (read as
+ *     qwen2_vl_text, model_type optional) or, when absent, the top level as hub files have
+ *     it (models.md §1.6 rule 2).
+ * `top` (may be NULL) is consulted for tie_word_embeddings. Refuses zero or huge sizes,
+ * hidden % heads != 0, heads % kv_heads != 0, non-finite or non-positive theta/eps,
+ * unsupported rope scaling. `what` names the source in messages. */
 mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const char *what,
                                     struct mmrt_llama_config *out, struct mmrt_error *err);
 
@@ -58,6 +79,8 @@ void mmrt_llama_unload(struct mmrt_llama *m);
 struct mmrt_kv_cache {
     int64_t n_ctx;              /* capacity in positions */
     int64_t n_past;             /* positions filled */
+    int64_t rope_delta;         /* rotary position of slot n is n + rope_delta (0 unless
+                                   M-RoPE; set by the caller after the prefill) */
     int64_t n_layers;
     struct mmrt_dev_tensor *k;  /* [n_layers] each [n_ctx, n_kv_heads, head_dim] F32 */
     struct mmrt_dev_tensor *v;
@@ -73,14 +96,22 @@ void mmrt_kv_cache_destroy(const struct mmrt_llama *m, struct mmrt_kv_cache *c);
 mmrt_status mmrt_llama_embed(struct mmrt_llama *m, const int32_t *ids, int64_t n,
                              const struct mmrt_tensor *out, struct mmrt_error *err);
 
-/* Runs embeddings [S, hidden] (on the decoder device) at positions n_past … n_past+S−1,
- * appends them to the cache and writes the last position's logits to logits[vocab]. */
+/* Runs embeddings [S, hidden] (on the decoder device) into cache slots n_past … n_past+S−1,
+ * appends them to the cache and writes the last position's logits to logits[vocab].
+ * positions: NULL gives slot i the rotary position n_past + i + cache->rope_delta on every
+ * axis; otherwise a host array [S][max(1, n_mrope_axes)] of positions (M-RoPE: t, h, w
+ * per token), each in [0, 2^24] so that it is exact in f32 (MMRT_ERR_INVALID_ARG
+ * otherwise). */
 mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
-                               const struct mmrt_tensor *embeds, float *logits,
-                               struct mmrt_error *err);
+                               const struct mmrt_tensor *embeds, const int32_t *positions,
+                               float *logits, struct mmrt_error *err);
 
-/* The operators the decoder launches, for placement checks. */
+/* The operators the LLaMA decoder (plain RoPE) launches, for placement checks. */
 extern const enum mmrt_op mmrt_llama_ops[];
 extern const int mmrt_llama_n_ops;
+
+/* The operators the decoder with configuration c launches (ROPE_MULTI in place of ROPE for
+ * M-RoPE) into ops[], which holds at least mmrt_llama_n_ops; returns their count. */
+int mmrt_llama_required_ops(const struct mmrt_llama_config *c, enum mmrt_op *ops);
 
 #endif

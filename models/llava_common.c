@@ -264,7 +264,7 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
     if (st == MMRT_OK)
         st = mmrt_kv_cache_create(m->lm, n_ids + req->max_tokens, &cache, err);
     if (st == MMRT_OK)
-        st = mmrt_llama_forward(m->lm, &cache, &emb, logits, err);
+        st = mmrt_llama_forward(m->lm, &cache, &emb, NULL, logits, err);
     if (st == MMRT_OK)
         st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
     if (st != MMRT_OK)
@@ -297,7 +297,7 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
             break;
         st = mmrt_llama_embed(m->lm, &tok, 1, &one, err);
         if (st == MMRT_OK)
-            st = mmrt_llama_forward(m->lm, &cache, &one, logits, err);
+            st = mmrt_llama_forward(m->lm, &cache, &one, NULL, logits, err);
     }
     if (st == MMRT_OK) {
         const char *tail = "";

@@ -156,21 +156,24 @@ static void shape_str(int n_dims, const int64_t *shape, char *buf, size_t size)
         snprintf(buf + used, size - used, "]");
 }
 
-static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,
-                        const int64_t *shape, bool to_f32, struct mmrt_tensor *out,
-                        struct mmrt_error *err, const char *name)
+/* Checks the checkpoint tensor `name` against ckpt_shape[ckpt_dims], then allocates the
+ * device tensor as shape[n_dims] (the same element count) and uploads it. */
+static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
+                        const int64_t *ckpt_shape, int n_dims, const int64_t *shape,
+                        bool to_f32, struct mmrt_tensor *out, struct mmrt_error *err,
+                        const char *name)
 {
     const struct mmrt_st_tensor *t = mmrt_weights_find(w, name);
     char want[128], got[128];
-    shape_str(n_dims, shape, want, sizeof want);
+    shape_str(ckpt_dims, ckpt_shape, want, sizeof want);
     if (!t)
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: checkpoint has no tensor '%s' (expected shape %s)", w->path,
                               name, want);
     shape_str(t->n_dims, t->shape, got, sizeof got);
-    int same = t->n_dims == n_dims;
-    for (int i = 0; same && i < n_dims; i++)
-        same = t->shape[i] == shape[i];
+    int same = t->n_dims == ckpt_dims;
+    for (int i = 0; same && i < ckpt_dims; i++)
+        same = t->shape[i] == ckpt_shape[i];
     if (!same)
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: tensor '%s' has shape %s, config.json implies %s", t->file,
@@ -190,6 +193,15 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims
     if (n_dims > MMRT_MAX_DIMS)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: tensor '%s' has rank %d",
                               t->file, t->name, n_dims);
+    uint64_t n_view = 1;
+    for (int i = 0; i < n_dims; i++)
+        n_view *= (uint64_t)shape[i];
+    if (n_view != t->n_elements)
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL,
+                              "%s: tensor '%s' of %llu elements cannot be viewed as %d-D "
+                              "with %llu", t->file, t->name,
+                              (unsigned long long)t->n_elements, n_dims,
+                              (unsigned long long)n_view);
     for (int i = 0; i < n_dims; i++)
         ne[i] = shape[i];
     if (nd == 0) { /* a scalar becomes a one-element vector */
@@ -231,7 +243,7 @@ mmrt_status mmrt_weights_load(struct mmrt_weights *w, struct mmrt_dev *dev, int 
     va_start(ap, name);
     vsnprintf(buf, sizeof buf, name, ap);
     va_end(ap);
-    return load(w, dev, n_dims, shape, false, out, err, buf);
+    return load(w, dev, n_dims, shape, n_dims, shape, false, out, err, buf);
 }
 
 mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,
@@ -243,5 +255,18 @@ mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, 
     va_start(ap, name);
     vsnprintf(buf, sizeof buf, name, ap);
     va_end(ap);
-    return load(w, dev, n_dims, shape, true, out, err, buf);
+    return load(w, dev, n_dims, shape, n_dims, shape, true, out, err, buf);
+}
+
+mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
+                                 const int64_t *ckpt_shape, int n_dims, const int64_t *shape,
+                                 struct mmrt_tensor *out, struct mmrt_error *err,
+                                 const char *name, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, name);
+    vsnprintf(buf, sizeof buf, name, ap);
+    va_end(ap);
+    return load(w, dev, ckpt_dims, ckpt_shape, n_dims, shape, false, out, err, buf);
 }

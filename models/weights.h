@@ -51,6 +51,17 @@ mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, 
                                   struct mmrt_error *err, const char *name, ...)
     __attribute__((format(printf, 7, 8)));
 
+/* Same, for a checkpoint tensor whose stored shape is not the one the model computes with:
+ * the checkpoint must hold exactly ckpt_shape[ckpt_dims] (any rank the safetensors reader
+ * accepts, also above MMRT_MAX_DIMS), and the device tensor is shape[n_dims], the same
+ * elements in the same (row-major) order. The two element counts must be equal
+ * (MMRT_ERR_INTERNAL otherwise: a model bug, not a bad file). Qwen2-VL's Conv3d patch
+ * embedding [E, 3, 2, P, P] is used as the matmul weight [E, 3·2·P·P] this way. */
+mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
+                                 const int64_t *ckpt_shape, int n_dims, const int64_t *shape,
+                                 struct mmrt_tensor *out, struct mmrt_error *err,
+                                 const char *name, ...) __attribute__((format(printf, 9, 10)));
+
 /* Canonical spelling of a checkpoint key (models.md §1.7), written into buf. */
 void mmrt_weights_canonical_name(const char *name, bool bare_model_is_lm, char *buf,
                                  size_t size);

@@ -3,7 +3,9 @@
  * with every filter byte for byte, CLIPImageProcessorPil pixel_values within 1e-5 (from the
  * PIL-decoded pixels and, for lossless files, from our own decoder), windows of resizes equal
  * to crops of full resizes, transformers' size and crop arithmetic, degenerate sizes (1×1,
- * 1×5000), preprocessor_config.json parsing and refusals, and an allocation-failure sweep.
+ * 1×5000), preprocessor_config.json parsing and refusals, and an allocation-failure sweep;
+ * Qwen2-VL's smart_resize (every branch, banker's rounding, refusals), its patch order and
+ * temporal repeat, its processor config, and its allocation-failure sweep.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -507,6 +509,233 @@ static void test_config_json(void **state)
     }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Qwen2-VL                                                                                 */
+
+/* transformers' smart_resize (computed with Python for each row): models.md §4.4's examples,
+ * the fixtures' cases (qwen2vl-tiny: factor 28, 3920…9408 px; -alt: factor 14, 784…3136 px,
+ * 64×64 hitting floor(4.0) exactly), banker's rounding (70/28 = 2.5 → 2, 98/28 = 3.5 → 4),
+ * the ≥ factor clamp of the max branch and tiny inputs scaled up. */
+static void test_smart_resize(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t h, w, factor;
+        uint64_t min, max;
+        uint32_t oh, ow;
+        enum mmrt_smart_resize_branch branch;
+    } cases[] = {
+        {300, 500, 28, 3136, 1003520, 308, 504, MMRT_SMART_RESIZE_ROUND},
+        {70, 98, 28, 3136, 1003520, 56, 112, MMRT_SMART_RESIZE_ROUND},
+        {1080, 1920, 28, 3136, 1003520, 728, 1316, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {4000, 3000, 28, 3136, 12845056, 4004, 2996, MMRT_SMART_RESIZE_ROUND},
+        {60, 80, 28, 3920, 9408, 56, 84, MMRT_SMART_RESIZE_ROUND},
+        {90, 45, 28, 3920, 9408, 84, 56, MMRT_SMART_RESIZE_ROUND},
+        {64, 64, 28, 3920, 9408, 84, 84, MMRT_SMART_RESIZE_MIN_PIXELS},
+        {100, 36, 28, 3920, 9408, 112, 56, MMRT_SMART_RESIZE_MIN_PIXELS},
+        {70, 98, 28, 3920, 9408, 56, 112, MMRT_SMART_RESIZE_ROUND},
+        {60, 80, 14, 784, 3136, 42, 56, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {90, 45, 14, 784, 3136, 70, 28, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {64, 64, 14, 784, 3136, 56, 56, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {100, 36, 14, 784, 3136, 84, 28, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {70, 98, 14, 784, 3136, 42, 56, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {1, 199, 28, 3136, 1003520, 28, 812, MMRT_SMART_RESIZE_MIN_PIXELS},
+        {1, 200, 28, 3136, 1003520, 28, 812, MMRT_SMART_RESIZE_MIN_PIXELS},
+        {30, 5000, 28, 3136, 3136, 28, 700, MMRT_SMART_RESIZE_MAX_PIXELS},
+        {14, 14, 28, 3136, 1003520, 56, 56, MMRT_SMART_RESIZE_MIN_PIXELS},
+        {1, 1, 28, 3136, 1003520, 56, 56, MMRT_SMART_RESIZE_MIN_PIXELS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t oh = 0, ow = 0;
+        enum mmrt_smart_resize_branch b = MMRT_SMART_RESIZE_ROUND;
+        struct mmrt_error err = {0};
+        if (mmrt_preprocess_smart_resize(cases[i].h, cases[i].w, cases[i].factor, cases[i].min,
+                                         cases[i].max, &oh, &ow, &b, &err) != MMRT_OK)
+            fail_msg("case %zu: %s", i, err.msg);
+        if (oh != cases[i].oh || ow != cases[i].ow || b != cases[i].branch)
+            fail_msg("case %zu: %ux%u → %ux%u (branch %d), transformers %ux%u (branch %d)", i,
+                     cases[i].h, cases[i].w, oh, ow, (int)b, cases[i].oh, cases[i].ow,
+                     (int)cases[i].branch);
+    }
+    /* refusals: aspect ratio over 200 either way, zero sizes and parameters */
+    uint32_t oh = 7, ow = 7;
+    struct mmrt_error err = {0};
+    assert_int_equal(mmrt_preprocess_smart_resize(1, 201, 28, 3136, 1003520, &oh, &ow, NULL,
+                                                  &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "absolute aspect ratio must be smaller than 200, got 201"));
+    assert_int_equal(mmrt_preprocess_smart_resize(5000, 20, 28, 3136, 1003520, &oh, &ow, NULL,
+                                                  &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "got 250"));
+    assert_int_equal(mmrt_preprocess_smart_resize(0, 20, 28, 3136, 1003520, &oh, &ow, NULL,
+                                                  &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_preprocess_smart_resize(20, 20, 0, 3136, 1003520, &oh, &ow, NULL,
+                                                  &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_preprocess_smart_resize(20, 20, 28, 0, 1003520, &oh, &ow, NULL,
+                                                  &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(oh, 7); /* outputs untouched on failure */
+    assert_int_equal(ow, 7);
+}
+
+/* Patch order of models.md §4.4 on an image whose pixels name their own coordinates: no
+ * resize, no rescale or normalize, so each value is the source pixel's R (= x) or G (= y). */
+static void test_qwen2vl_patches(void **state)
+{
+    (void)state;
+    struct mmrt_qwen2vl_preprocess_config cfg;
+    mmrt_qwen2vl_preprocess_config_default(&cfg);
+    cfg.do_resize = false;
+    cfg.norm.do_rescale = false;
+    cfg.norm.do_normalize = false;
+    const uint32_t W = 112, H = 56, P = 14, T = 2, M = 2;
+    struct mmrt_image *img = NULL;
+    assert_int_equal(mmrt_image_create(W, H, &img, NULL), MMRT_OK);
+    for (uint32_t y = 0; y < H; y++)
+        for (uint32_t x = 0; x < W; x++) {
+            img->pixels[(y * W + x) * 3] = (uint8_t)x;
+            img->pixels[(y * W + x) * 3 + 1] = (uint8_t)y;
+            img->pixels[(y * W + x) * 3 + 2] = 7;
+        }
+    const uint32_t gh = H / P, gw = W / P, K = 3 * T * P * P;
+    float *out = malloc((size_t)gh * gw * K * sizeof *out);
+    assert_non_null(out);
+    int32_t grid[3] = {0, 0, 0};
+    struct mmrt_error err = {0};
+    assert_int_equal(mmrt_preprocess_qwen2vl(img, &cfg, out, (size_t)gh * gw * K, grid, &err),
+                     MMRT_OK);
+    assert_int_equal(grid[0], 1);
+    assert_int_equal(grid[1], 4);
+    assert_int_equal(grid[2], 8);
+    uint32_t k = 0;
+    for (uint32_t br = 0; br < gh / M; br++)
+        for (uint32_t bc = 0; bc < gw / M; bc++)
+            for (uint32_t mh = 0; mh < M; mh++)
+                for (uint32_t mw = 0; mw < M; mw++, k++) {
+                    const float *p = out + (size_t)k * K;
+                    const uint32_t x0 = (bc * M + mw) * P, y0 = (br * M + mh) * P;
+                    for (uint32_t t = 0; t < T; t++)
+                        for (uint32_t py = 0; py < P; py++)
+                            for (uint32_t px = 0; px < P; px++) {
+                                const size_t o = ((size_t)t * P + py) * P + px;
+                                assert_true(p[o] == (float)(x0 + px));                /* R */
+                                assert_true(p[T * P * P + o] == (float)(y0 + py));     /* G */
+                                assert_true(p[2 * T * P * P + o] == 7.0f);             /* B */
+                            }
+                }
+    /* Without a resize the sides must be multiples of patch × merge. */
+    struct mmrt_image *odd = NULL;
+    assert_int_equal(mmrt_image_create(42, 28, &odd, NULL), MMRT_OK);
+    assert_int_equal(mmrt_preprocess_qwen2vl(odd, &cfg, out, (size_t)gh * gw * K, grid, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "multiples of 28"));
+    /* An output too small is refused before anything is written. */
+    cfg.do_resize = true;
+    assert_int_equal(mmrt_preprocess_qwen2vl(img, &cfg, out, 10, grid, &err),
+                     MMRT_ERR_INVALID_ARG);
+    mmrt_image_destroy(odd);
+    mmrt_image_destroy(img);
+    free(out);
+}
+
+static void test_qwen2vl_config_json(void **state)
+{
+    (void)state;
+    struct mmrt_qwen2vl_preprocess_config cfg, def;
+    mmrt_qwen2vl_preprocess_config_default(&def);
+    assert_int_equal(def.min_pixels, 3136);
+    assert_int_equal(def.max_pixels, 1003520);
+    struct mmrt_error err = {0};
+    json_t *j = parse("{}");
+    assert_int_equal(mmrt_qwen2vl_preprocess_config_from_json(j, "p.json", &cfg, &err), MMRT_OK);
+    assert_memory_equal(&cfg, &def, sizeof cfg);
+    json_decref(j);
+    /* transformers 5's processor_config.json image_processor */
+    j = parse("{\"size\": {\"longest_edge\": 9408, \"shortest_edge\": 3920}, \"resample\": 3,"
+              " \"patch_size\": 7, \"merge_size\": 2, \"temporal_patch_size\": 2,"
+              " \"image_processor_type\": \"Qwen2VLImageProcessor\"}");
+    assert_int_equal(mmrt_qwen2vl_preprocess_config_from_json(j, "p.json", &cfg, &err), MMRT_OK);
+    assert_int_equal(cfg.min_pixels, 3920);
+    assert_int_equal(cfg.max_pixels, 9408);
+    assert_int_equal(cfg.patch_size, 7);
+    json_decref(j);
+    /* hub preprocessor_config.json: top-level min/max_pixels override size */
+    j = parse("{\"min_pixels\": 784, \"max_pixels\": 12845056, \"size\": {\"shortest_edge\": 1,"
+              " \"longest_edge\": 2}, \"do_normalize\": false}");
+    assert_int_equal(mmrt_qwen2vl_preprocess_config_from_json(j, "p.json", &cfg, &err), MMRT_OK);
+    assert_int_equal(cfg.min_pixels, 784);
+    assert_int_equal(cfg.max_pixels, 12845056);
+    assert_false(cfg.norm.do_normalize);
+    json_decref(j);
+
+    static const struct {
+        const char *json, *needle;
+        mmrt_status st;
+    } bad[] = {
+        {"{\"size\": {\"shortest_edge\": 10}}", "longest_edge", MMRT_ERR_FORMAT},
+        {"{\"size\": 300}", "\"size\"", MMRT_ERR_FORMAT},
+        {"{\"size\": {\"shortest_edge\": 0, \"longest_edge\": 9}}", "shortest_edge",
+         MMRT_ERR_FORMAT},
+        {"{\"max_pixels\": 1e9}", "max_pixels", MMRT_ERR_FORMAT},
+        {"{\"max_pixels\": 100000000}", "max_pixels", MMRT_ERR_FORMAT},
+        {"{\"min_pixels\": -5}", "min_pixels", MMRT_ERR_FORMAT},
+        {"{\"patch_size\": 0}", "patch_size", MMRT_ERR_FORMAT},
+        {"{\"merge_size\": 17}", "merge_size", MMRT_ERR_FORMAT},
+        {"{\"temporal_patch_size\": \"2\"}", "temporal_patch_size", MMRT_ERR_FORMAT},
+        {"{\"resample\": 0}", "nearest", MMRT_ERR_UNSUPPORTED},
+        {"{\"rescale_factor\": 0}", "rescale_factor", MMRT_ERR_FORMAT},
+        {"{\"image_std\": [0.1, 0, 0.3]}", "image_std", MMRT_ERR_FORMAT},
+        {"{\"do_resize\": 1}", "do_resize", MMRT_ERR_FORMAT},
+        {"[]", "object", MMRT_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = parse(bad[i].json);
+        memset(&cfg, 0xAB, sizeof cfg);
+        struct mmrt_qwen2vl_preprocess_config before = cfg;
+        mmrt_status st = mmrt_qwen2vl_preprocess_config_from_json(j, "p.json", &cfg, &err);
+        if (st != bad[i].st || !strstr(err.msg, bad[i].needle) || !strstr(err.msg, "p.json"))
+            fail_msg("%s: %s \"%s\"", bad[i].json, mmrt_status_name(st), err.msg);
+        assert_memory_equal(&cfg, &before, sizeof cfg); /* untouched */
+        json_decref(j);
+    }
+}
+
+/* Every allocation of a Qwen2-VL preprocess may fail: clean error, output untouched. */
+static void test_qwen2vl_allocation_failure_sweep(void **state)
+{
+    (void)state;
+    struct mmrt_image *img = load("rgb_80x60.png");
+    struct mmrt_qwen2vl_preprocess_config cfg;
+    mmrt_qwen2vl_preprocess_config_default(&cfg);
+    cfg.min_pixels = 3920;
+    cfg.max_pixels = 9408; /* 80×60 → 84×56 */
+    const size_t n = (size_t)24 * 3 * 2 * 14 * 14;
+    float *ref = malloc(n * sizeof *ref), *out = malloc(n * sizeof *out);
+    int32_t grid[3];
+    struct mmrt_error err = {0};
+    assert_int_equal(mmrt_preprocess_qwen2vl(img, &cfg, ref, n, grid, &err), MMRT_OK);
+    assert_int_equal(grid[1] * grid[2], 24);
+    long live0 = alloc_live(), k;
+    for (k = 1; k < 200; k++) {
+        memset(out, 0x7f, n * sizeof *out);
+        alloc_fail_at(k);
+        mmrt_status st = mmrt_preprocess_qwen2vl(img, &cfg, out, n, grid, &err);
+        int fired = alloc_fail_fired();
+        alloc_fail_at(0);
+        if (!fired) {
+            assert_int_equal(st, MMRT_OK);
+            assert_memory_equal(out, ref, n * sizeof *out);
+            break;
+        }
+        assert_int_equal(st, MMRT_ERR_NO_MEMORY);
+        assert_int_equal(alloc_live(), live0);
+        for (size_t i = 0; i < n; i++) /* written only on success */
+            assert_true(((const uint32_t *)(const void *)out)[i] == 0x7f7f7f7fu);
+    }
+    assert_true(k > 2 && k < 200);
+    free(ref);
+    free(out);
+    mmrt_image_destroy(img);
+}
+
 /* Every allocation of a CLIP preprocess may fail: clean error, output untouched, no leak. */
 static void test_allocation_failure_sweep(void **state)
 {
@@ -556,6 +785,10 @@ int main(void)
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_config_json),
         cmocka_unit_test(test_allocation_failure_sweep),
+        cmocka_unit_test(test_smart_resize),
+        cmocka_unit_test(test_qwen2vl_patches),
+        cmocka_unit_test(test_qwen2vl_config_json),
+        cmocka_unit_test(test_qwen2vl_allocation_failure_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

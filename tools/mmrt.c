@@ -31,7 +31,9 @@ static void usage(FILE *f)
             "         --check             also run entirely on the CPU reference and compare\n"
             "                             each stage (exit 3 when outside tolerance)\n"
             "         several --image/--prompt pairs run as one batch; with the stages on\n"
-            "         different devices the vision stage of request n+1 overlaps request n\n"
+            "         different devices the vision stage of request n+1 overlaps request n;\n"
+            "         for a model that takes several images per request (Qwen2-VL), several\n"
+            "         --image with one --prompt are one request about all of them\n"
             "         command-line values override the [run] section of the file\n"
             "       mmrt --list-devices     list every plugin found, its devices, and why a\n"
             "                               plugin was skipped\n"
@@ -221,10 +223,22 @@ static int show_devices(struct mmrt_runtime *rt, const char *path)
 }
 
 /* The requests of the command line: [run] defaults, overridden by flags; several
- * --image / --prompt pairs make several requests (a single one of either is shared). */
+ * --image / --prompt pairs make several requests (a single one of either is shared), except
+ * that several --image with at most one --prompt make one request about all the images
+ * when the model takes that many per request. */
 static int build_requests(struct mmrt_runtime *rt, const struct overrides *o,
                           struct mmrt_request *reqs, int *n_reqs)
 {
+    if (o->n_images > 1 && o->n_prompts <= 1 && o->n_images <= mmrt_model_max_images(rt)) {
+        struct overrides one = *o;
+        one.n_images = 0;
+        if (build_requests(rt, &one, reqs, n_reqs) != 0)
+            return -1;
+        reqs[0].image_path = NULL;
+        reqs[0].image_paths = o->images;
+        reqs[0].n_images = o->n_images;
+        return 0;
+    }
     int n = o->n_images > o->n_prompts ? o->n_images : o->n_prompts;
     if (o->n_images > 1 && o->n_prompts > 1 && o->n_images != o->n_prompts) {
         fprintf(stderr, "mmrt: %d --image and %d --prompt: give one of them once, or pair them\n",

@@ -156,6 +156,11 @@ struct mmrt_request {
     float temperature;        /* 0 = greedy */
     int top_k;                /* 0 = off */
     float top_p;              /* 1 = off */
+    /* Several images for one prompt, in prompt order, for models that take more than one
+     * (mmrt_model_max_images; Qwen2-VL). With n_images > 0 these are the request's images
+     * and image_path must be NULL; n_images = 0 (the default) means image_path alone. */
+    const char *const *image_paths;
+    int n_images;
 };
 
 /* Receives each generated token as soon as it is produced: its id and the text it completes
@@ -181,8 +186,13 @@ MMRT_API void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_reque
 /* Name of the configured model type ("llava"), or NULL when the runtime has no model. */
 MMRT_API const char *mmrt_model_type(const struct mmrt_runtime *rt);
 
+/* How many images one request may carry for the configured model (1 for LLaVA, NeXT and
+ * Fuyu; more for Qwen2-VL); 0 when the runtime has no model. */
+MMRT_API int mmrt_model_max_images(const struct mmrt_runtime *rt);
+
 /* Runs one request on the configured model. Statuses: MMRT_ERR_CONFIG when no model is
- * configured, MMRT_ERR_INVALID_ARG for a bad request (message names the field), others from
+ * configured, MMRT_ERR_INVALID_ARG for a bad request (message names the field; among them
+ * more images than the model takes, or both image_path and image_paths), others from
  * loading the image or running the model. */
 MMRT_API mmrt_status mmrt_run(struct mmrt_runtime *rt, const struct mmrt_request *req,
                               mmrt_token_fn on_token, void *user, struct mmrt_result *result);

@@ -1,0 +1,678 @@
+/*
+ * models/qwen2vl.c — Qwen2-VL (Qwen2VLForConditionalGeneration, model_type "qwen2_vl"):
+ * dynamic-resolution images through a ViT with 2-D rotary positions and a 2×2 patch merger
+ * (qwen2vl_vision.c), spliced into a Qwen2 decoder with multimodal rotary positions
+ * (llama.c with M-RoPE). models.md §4, chat template §7.5.
+ *
+ * Vision stage, per request (one or more images, each its own size):
+ *   decode → smart_resize plan (refused here, before any resampling, when the images'
+ *   tokens would not fit the context) → PIL bicubic resize → rescale, normalize → frame
+ *   repeated to temporal_patch_size → patches in merge-window order (core/preprocess.c)
+ *   → all images' patches through the tower at once (attention never crosses images)
+ *   → features [Σ tokens_i, hidden] with tokens_i = t·h·w / merge², handed over with each
+ *   image's count and grid (struct mmrt_vision_output, per-image layout).
+ *
+ * Language stage:
+ *   template (Qwen2-VL-Instruct's, below) → tokens → each <|image_pad|> expanded to its
+ *   image's token count → embeddings with the image rows overwritten by the features, in
+ *   order → M-RoPE positions (get_rope_index) → prefill → decode, each new token at
+ *   cache slot + rope_delta on all three axes.
+ *
+ * Template (what transformers renders for one user message whose content is the images
+ * followed by the text, add_generation_prompt, no add_vision_id):
+ *   <|im_start|>system\nYou are a helpful assistant.<|im_end|>\n
+ *   <|im_start|>user\n{<|vision_start|><|image_pad|><|vision_end|> per image}{prompt}
+ *   <|im_end|>\n<|im_start|>assistant\n
+ * A prompt that already holds <|image_pad|> placeholders places the images itself: the
+ * template then adds none, and the prompt must hold exactly one per image (the processor's
+ * rule; with no image, none). Either way a count mismatch is MMRT_ERR_INVALID_ARG naming
+ * both counts. <|video_pad|> is refused: videos are not supported.
+ *
+ * Rotary positions (get_rope_index, models.md §4.3): text tokens count up by one on all
+ * three axes; an image of merged grid (t, H, W) starting at position s takes
+ * (s + ti, s + hi, s + wi) in t-major order, and the text after it resumes at
+ * s + max(t, H, W). rope_delta = (largest position + 1) − prompt length.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "formats/image.h"
+#include "formats/json.h"
+#include "formats/tokenizer.h"
+#include "llama.h"
+#include "llava_common.h"
+#include "model.h"
+#include "ops.h"
+#include "preprocess.h"
+#include "qwen2vl_vision.h"
+#include "sampler.h"
+#include "weights.h"
+
+/* Images per request: a bound on work and memory a single request can ask for, well above
+ * what a chat turn carries (vLLM's default per-prompt limit for Qwen2-VL is lower). */
+#define MAX_IMAGES 32
+
+static const char system_turn[] = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
+
+struct mmrt_model {
+    struct mmrt_dev *vision, *language;
+    struct mmrt_weights *w;
+    struct mmrt_qwen2vl_vision vt;
+    struct mmrt_llama lm;
+    struct mmrt_tokenizer *tok;
+    struct mmrt_qwen2vl_preprocess_config pp;
+    int32_t image_token_id, video_token_id, vision_start_id, vision_end_id;
+    const char *image_pad, *video_pad, *vision_start, *vision_end; /* borrowed from tok */
+    int32_t eos[MMRT_LLAVA_MAX_EOS];
+    int n_eos;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void q_destroy(struct mmrt_model *m)
+{
+    if (!m)
+        return;
+    mmrt_qwen2vl_vision_unload(&m->vt);
+    mmrt_llama_unload(&m->lm);
+    mmrt_weights_close(m->w);
+    mmrt_tokenizer_destroy(m->tok);
+    free(m);
+}
+
+/* preprocessor_config.json (hub layout), else processor_config.json's "image_processor"
+ * (transformers 5). The processor's patch geometry must be the tower's: transformers would
+ * otherwise cut patches the model cannot read. */
+static mmrt_status load_pp(struct mmrt_model *m, const char *dir,
+                           const struct mmrt_qwen2vl_vision_config *vc, struct mmrt_error *err)
+{
+    char path[4200];
+    json_t *root = NULL;
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    const bool hub_layout = f != NULL;
+    if (f)
+        fclose(f);
+    else
+        snprintf(path, sizeof path, "%s/processor_config.json", dir);
+    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
+    if (st == MMRT_ERR_IO)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: neither preprocessor_config.json nor "
+                              "processor_config.json is present", dir);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *obj = hub_layout ? root : json_object_get(root, "image_processor");
+    if (!json_is_object(obj))
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: no \"image_processor\" object", path);
+    else
+        st = mmrt_qwen2vl_preprocess_config_from_json(obj, path, &m->pp, err);
+    json_decref(root);
+    if (st != MMRT_OK)
+        return st;
+    if (m->pp.patch_size != vc->patch || m->pp.merge_size != vc->merge ||
+        m->pp.temporal_patch_size != vc->temporal)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: patch_size %u, merge_size %u, temporal_patch_size %u differ "
+                              "from config.json's vision_config (%lld, %lld, %lld)", path,
+                              m->pp.patch_size, m->pp.merge_size, m->pp.temporal_patch_size,
+                              (long long)vc->patch, (long long)vc->merge,
+                              (long long)vc->temporal);
+    return MMRT_OK;
+}
+
+/* The token string of a configured special id; it must round-trip through the tokenizer,
+ * since the template is rendered as text. */
+static mmrt_status special_piece(const struct mmrt_tokenizer *tok, int32_t id, const char *key,
+                                 const char *path, const char **out, struct mmrt_error *err)
+{
+    const char *piece = mmrt_tokenizer_id_to_token(tok, id, NULL);
+    if (!piece || mmrt_tokenizer_token_to_id(tok, piece, strlen(piece)) != id ||
+        !mmrt_tokenizer_is_special(tok, id))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: %s %d is not a special token of the tokenizer", path, key,
+                              id);
+    *out = piece;
+    return MMRT_OK;
+}
+
+static mmrt_status load_tokenizer(struct mmrt_model *m, const char *dir, int64_t vocab,
+                                  struct mmrt_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mmrt_status st = mmrt_tokenizer_load(path, NULL, &m->tok, err);
+    if (st != MMRT_OK)
+        return st;
+    if (mmrt_tokenizer_vocab_size(m->tok) > (uint32_t)vocab)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: the tokenizer has %u ids, more than the model's vocab_size "
+                              "%lld", path, mmrt_tokenizer_vocab_size(m->tok), (long long)vocab);
+    static const char *const chat[] = { "<|im_start|>", "<|im_end|>" };
+    for (int i = 0; i < 2; i++)
+        if (mmrt_tokenizer_token_to_id(m->tok, chat[i], strlen(chat[i])) < 0)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: the chat template's token %s is not in the vocabulary",
+                                  path, chat[i]);
+    st = special_piece(m->tok, m->image_token_id, "image_token_id", path, &m->image_pad, err);
+    if (st == MMRT_OK)
+        st = special_piece(m->tok, m->video_token_id, "video_token_id", path, &m->video_pad,
+                           err);
+    if (st == MMRT_OK)
+        st = special_piece(m->tok, m->vision_start_id, "vision_start_token_id", path,
+                           &m->vision_start, err);
+    if (st == MMRT_OK)
+        st = special_piece(m->tok, m->vision_end_id, "vision_end_token_id", path,
+                           &m->vision_end, err);
+    return st;
+}
+
+static mmrt_status q_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+                          struct mmrt_dev *language, struct mmrt_model **out,
+                          struct mmrt_error *err)
+{
+    char what[4200], vwhat[4300];
+    snprintf(what, sizeof what, "%s/config.json", dir);
+    struct mmrt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
+    m->vision = vision;
+    m->language = language;
+    json_t *empty = json_object();
+    mmrt_status st = empty ? MMRT_OK : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
+    const json_t *vcfg = json_object_get(config, "vision_config");
+    if (st == MMRT_OK && vcfg && !json_is_null(vcfg) && !json_is_object(vcfg))
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: vision_config must be an object", what);
+    if (st != MMRT_OK)
+        goto fail;
+    snprintf(vwhat, sizeof vwhat, "%s: vision_config", what);
+    struct mmrt_qwen2vl_vision_config vc;
+    struct mmrt_llama_config lc;
+    st = mmrt_qwen2vl_vision_config_parse(json_is_object(vcfg) ? vcfg : empty, vwhat, &vc, err);
+    /* config.json's model_type is qwen2_vl: the reader finds text_config or the flat keys */
+    if (st == MMRT_OK)
+        st = mmrt_llama_config_parse(config, config, what, &lc, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (vc.hidden != lc.hidden) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                            "%s: vision_config.hidden_size %lld (the merger's output) differs "
+                            "from the decoder's hidden_size %lld", what, (long long)vc.hidden,
+                            (long long)lc.hidden);
+        goto fail;
+    }
+    /* Special ids: top level (both layouts), Qwen2VLConfig defaults (§4.1). */
+    static const struct { const char *key; long long def; size_t field; } ids[] = {
+        { "image_token_id", 151655, offsetof(struct mmrt_model, image_token_id) },
+        { "video_token_id", 151656, offsetof(struct mmrt_model, video_token_id) },
+        { "vision_start_token_id", 151652, offsetof(struct mmrt_model, vision_start_id) },
+        { "vision_end_token_id", 151653, offsetof(struct mmrt_model, vision_end_id) },
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        long long v;
+        st = mmrt_json_opt_int(config, ids[i].key, what, 0, lc.vocab - 1, ids[i].def, &v, err);
+        if (st != MMRT_OK)
+            goto fail;
+        *(int32_t *)((char *)m + ids[i].field) = (int32_t)v;
+    }
+
+    /* Processor, tokenizer and placement, before any device memory is touched. */
+    st = load_pp(m, dir, &vc, err);
+    if (st == MMRT_OK)
+        st = load_tokenizer(m, dir, lc.vocab, err);
+    if (st == MMRT_OK)
+        st = mmrt_llava_read_eos(dir, lc.eos_id, lc.vocab, m->eos, &m->n_eos, err);
+    if (st != MMRT_OK)
+        goto fail;
+    enum mmrt_op vis_ops[16], lm_ops[32];
+    int n_vis = 0;
+    for (int i = 0; i < mmrt_qwen2vl_vision_n_ops; i++)
+        vis_ops[n_vis++] = mmrt_qwen2vl_vision_ops[i];
+    vis_ops[n_vis++] = vc.act;
+    const int n_lm = mmrt_llama_required_ops(&lc, lm_ops);
+    st = mmrt_dev_require_ops(vision, "the vision stage", vis_ops, n_vis, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_require_ops(language, "the language stage", lm_ops, n_lm, err);
+    /* Weights: bare model.X is the decoder (§1.7 rule 4). */
+    if (st == MMRT_OK)
+        st = mmrt_weights_open(dir, true, &m->w, err);
+    if (st == MMRT_OK)
+        st = mmrt_qwen2vl_vision_load(&m->vt, m->w, vision, &vc, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_load(&m->lm, m->w, language, &lc, err);
+    if (st != MMRT_OK)
+        goto fail;
+    json_decref(empty);
+    *out = m;
+    return MMRT_OK;
+fail:
+    json_decref(empty);
+    q_destroy(m);
+    return st;
+}
+
+/* ---- vision stage ---- */
+
+static int request_images(const struct mmrt_request *req, const char *const **paths)
+{
+    if (req->n_images > 0) {
+        *paths = req->image_paths;
+        return req->n_images;
+    }
+    *paths = &req->image_path;
+    return req->image_path ? 1 : 0;
+}
+
+static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req,
+                            const struct mmrt_model_trace *trace,
+                            struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *const *paths;
+    const int n = request_images(req, &paths);
+    if (n == 0)
+        return MMRT_OK;
+    if (n > MAX_IMAGES)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request has %d images; Qwen2-VL takes at most %d", n, MAX_IMAGES);
+    const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
+    const int64_t D = m->lm.cfg.hidden, m2 = (int64_t)pp->merge_size * pp->merge_size;
+    const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
+    /* The prompt needs the template's tokens too; this only refuses what cannot fit at all. */
+    const int64_t budget = m->lm.cfg.max_positions - 1;
+    double t0 = now_ms();
+    struct mmrt_image **imgs = calloc((size_t)n, sizeof *imgs);
+    int32_t *grid = calloc((size_t)n * 3, sizeof *grid);
+    int64_t *tokens = calloc((size_t)n, sizeof *tokens);
+    float *pixels = NULL, *features = NULL;
+    mmrt_status st = MMRT_OK;
+    if (!imgs || !grid || !tokens) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "images: out of memory");
+        goto out;
+    }
+    struct mmrt_image_limits lim;
+    mmrt_image_limits_default(&lim);
+    int64_t n_patches = 0, n_tokens = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t rw, rh;
+        st = mmrt_image_load_file(paths[i], &lim, &imgs[i], err);
+        if (st == MMRT_OK)
+            st = mmrt_preprocess_qwen2vl_plan(imgs[i]->width, imgs[i]->height, pp, &rw, &rh,
+                                              grid + 3 * i, err);
+        if (st != MMRT_OK) {
+            if (n > 1)
+                mmrt_error_prefix(err, st, "image %d of %d", i + 1, n);
+            goto out;
+        }
+        const int64_t np = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+        tokens[i] = np / m2;
+        n_patches += np;
+        n_tokens += tokens[i];
+        /* The token budget, checked before any image is resampled. */
+        if (n_tokens > budget) {
+            st = mmrt_error_set(err, MMRT_ERR_LIMIT,
+                                "image %d (%u×%u, resized to %u×%u) brings the request to %lld "
+                                "image tokens, more than the model's context of %lld positions "
+                                "allows", i + 1, imgs[i]->width, imgs[i]->height, rw, rh,
+                                (long long)n_tokens, (long long)m->lm.cfg.max_positions);
+            goto out;
+        }
+    }
+    pixels = malloc((size_t)(n_patches * K) * sizeof *pixels);
+    features = malloc((size_t)(n_tokens * D) * sizeof *features);
+    if (!pixels || !features) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "images: out of memory");
+        goto out;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t np = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+        int32_t g[3];
+        st = mmrt_preprocess_qwen2vl(imgs[i], pp, pixels + at * K, (size_t)(np * K), g, err);
+        if (st != MMRT_OK)
+            goto out;
+        if (trace && trace->pixel_values)
+            trace->pixel_values(trace->user, i, pixels + at * K, 2, (const int64_t[]){ np, K });
+        mmrt_image_destroy(imgs[i]);
+        imgs[i] = NULL;
+        at += np;
+    }
+    double t1 = now_ms();
+    st = mmrt_qwen2vl_vision_forward(&m->vt, pixels, n, grid, features, err);
+    if (st != MMRT_OK)
+        goto out;
+    at = 0;
+    for (int i = 0; trace && trace->image_features && i < n; i++) {
+        trace->image_features(trace->user, i, features + at * D, tokens[i], D);
+        at += tokens[i];
+    }
+    out->n_images = n;
+    out->n_tokens = n_tokens;
+    out->dim = D;
+    out->features = features;
+    out->tokens_per_image = tokens;
+    out->grid_thw = grid;
+    out->preprocess_ms = t1 - t0;
+    out->vision_ms = now_ms() - t1;
+    features = NULL;
+    tokens = NULL;
+    grid = NULL;
+out:
+    for (int i = 0; imgs && i < n; i++)
+        mmrt_image_destroy(imgs[i]);
+    free(imgs);
+    free(grid);
+    free(tokens);
+    free(pixels);
+    free(features);
+    return st;
+}
+
+/* ---- language stage ---- */
+
+/* Appends s to the growing buffer *buf (length *len, capacity *cap). */
+static bool append(char **buf, size_t *len, size_t *cap, const char *s)
+{
+    size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *g = realloc(*buf, c);
+        if (!g)
+            return false;
+        *buf = g;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+    return true;
+}
+
+static int count_id(const int32_t *ids, size_t n, int32_t id)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ids[i] == id;
+    return k;
+}
+
+/* Renders the template, tokenizes, expands image i's placeholder into tokens[i] ids and
+ * records where each image's span starts. */
+static mmrt_status build_prompt(const struct mmrt_model *m, const char *prompt,
+                                const struct mmrt_vision_output *vis, int32_t **ids_out,
+                                int64_t *n_out, int64_t *span, struct mmrt_error *err)
+{
+    const int n_images = vis->n_images;
+    const bool placed = strstr(prompt, m->image_pad) != NULL;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = append(&text, &len, &cap, system_turn) &&
+              append(&text, &len, &cap, "<|im_start|>user\n");
+    for (int i = 0; ok && !placed && i < n_images; i++)
+        ok = append(&text, &len, &cap, m->vision_start) &&
+             append(&text, &len, &cap, m->image_pad) && append(&text, &len, &cap, m->vision_end);
+    ok = ok && append(&text, &len, &cap, prompt) &&
+         append(&text, &len, &cap, "<|im_end|>\n<|im_start|>assistant\n");
+    if (!ok) {
+        free(text);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    mmrt_status st = mmrt_tokenizer_encode(m->tok, text, len, 0, &ids, &n, err);
+    free(text);
+    if (st != MMRT_OK)
+        return mmrt_error_prefix(err, st, "prompt");
+    const int found = count_id(ids, n, m->image_token_id);
+    if (count_id(ids, n, m->video_token_id)) {
+        free(ids);
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "prompt contains the video placeholder %s; videos are not "
+                              "supported", m->video_pad);
+    }
+    if (found != n_images) {
+        free(ids);
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "prompt has %d image placeholder%s (%s) but %d image%s given",
+                              found, found == 1 ? "" : "s", m->image_pad, n_images,
+                              n_images == 1 ? " was" : "s were");
+    }
+    int64_t total = (int64_t)n;
+    for (int i = 0; i < n_images; i++)
+        total += mmrt_vision_output_tokens(vis, i) - 1;
+    int32_t *full = malloc((size_t)(total > 0 ? total : 1) * sizeof *full);
+    if (!full) {
+        free(ids);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    }
+    int64_t k = 0;
+    int img = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] != m->image_token_id) {
+            full[k++] = ids[i];
+            continue;
+        }
+        span[img] = k;
+        for (int64_t j = 0; j < mmrt_vision_output_tokens(vis, img); j++)
+            full[k++] = m->image_token_id;
+        img++;
+    }
+    free(ids);
+    *ids_out = full;
+    *n_out = total;
+    return MMRT_OK;
+}
+
+/* get_rope_index for one sequence: pos [S][3] (t, h, w) and the rope delta. */
+static void rope_index(const struct mmrt_model *m, const struct mmrt_vision_output *vis,
+                       int64_t S, const int64_t *span, int32_t *pos, int64_t *delta)
+{
+    const int64_t merge = m->pp.merge_size;
+    int64_t cur = 0, i = 0, max_pos = -1;
+    int img = 0;
+    while (i < S) {
+        if (img < vis->n_images && i == span[img]) {
+            const int64_t t = vis->grid_thw[3 * img], H = vis->grid_thw[3 * img + 1] / merge,
+                          W = vis->grid_thw[3 * img + 2] / merge;
+            for (int64_t a = 0; a < t; a++)
+                for (int64_t b = 0; b < H; b++)
+                    for (int64_t c = 0; c < W; c++, i++) {
+                        pos[3 * i] = (int32_t)(cur + a);
+                        pos[3 * i + 1] = (int32_t)(cur + b);
+                        pos[3 * i + 2] = (int32_t)(cur + c);
+                    }
+            int64_t ext = t > H ? t : H;
+            ext = ext > W ? ext : W;
+            max_pos = cur + ext - 1 > max_pos ? cur + ext - 1 : max_pos;
+            cur += ext;
+            img++;
+        } else {
+            pos[3 * i] = pos[3 * i + 1] = pos[3 * i + 2] = (int32_t)cur;
+            max_pos = cur > max_pos ? cur : max_pos;
+            cur++;
+            i++;
+        }
+    }
+    *delta = max_pos + 1 - S;
+}
+
+static bool is_eos(const struct mmrt_model *m, int32_t id)
+{
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id)
+            return true;
+    return false;
+}
+
+/* The hand-over must be this model's per-image layout, consistent with its grids. */
+static mmrt_status check_vision(const struct mmrt_model *m, const struct mmrt_vision_output *v,
+                                struct mmrt_error *err)
+{
+    if (v->n_images == 0)
+        return MMRT_OK;
+    if (v->n_images < 0 || v->n_images > MAX_IMAGES || !v->features || !v->tokens_per_image ||
+        !v->grid_thw || v->dim != m->lm.cfg.hidden)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "image features (%d images of width %lld) are not Qwen2-VL's "
+                              "hand-over for a decoder of width %lld", v->n_images,
+                              (long long)v->dim, (long long)m->lm.cfg.hidden);
+    const int64_t merge = m->pp.merge_size;
+    int64_t sum = 0;
+    for (int i = 0; i < v->n_images; i++) {
+        const int32_t *g = v->grid_thw + 3 * i;
+        if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % merge || g[2] % merge ||
+            v->tokens_per_image[i] != (int64_t)g[0] * (g[1] / merge) * (g[2] / merge))
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "image %d: %lld features do not match its grid %d×%d×%d", i,
+                                  (long long)v->tokens_per_image[i], g[0], g[1], g[2]);
+        sum += v->tokens_per_image[i];
+    }
+    if (sum != v->n_tokens)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "image features: %lld rows, the "
+                              "images need %lld", (long long)v->n_tokens, (long long)sum);
+    return MMRT_OK;
+}
+
+static mmrt_status q_generate(struct mmrt_model *m, const struct mmrt_request *req,
+                              const struct mmrt_vision_output *vis,
+                              const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
+                              void *user, struct mmrt_result *res, struct mmrt_error *err)
+{
+    const int64_t Dt = m->lm.cfg.hidden, V = m->lm.cfg.vocab;
+    float *logits = NULL;
+    int32_t *ids = NULL, *pos = NULL;
+    int64_t n_ids = 0, delta = 0, span[MAX_IMAGES];
+    struct mmrt_kv_cache cache = { 0 };
+    struct mmrt_sampler sampler = { 0 };
+    struct mmrt_tokenizer_stream *stream = NULL;
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, m->language);
+    mmrt_status st;
+    memset(res, 0, sizeof *res);
+    res->preprocess_ms = vis->preprocess_ms;
+    res->vision_ms = vis->vision_ms;
+    if (req->max_tokens < 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
+                              req->max_tokens);
+    st = check_vision(m, vis, err);
+    if (st != MMRT_OK)
+        return st;
+    st = mmrt_sampler_init(&sampler, V, req->temperature, req->top_k, req->top_p, req->seed,
+                           err);
+    if (st != MMRT_OK)
+        return st;
+    st = build_prompt(m, req->prompt ? req->prompt : "", vis, &ids, &n_ids, span, err);
+    if (st != MMRT_OK)
+        goto out;
+    if (n_ids + req->max_tokens > m->lm.cfg.max_positions) {
+        st = mmrt_error_set(err, MMRT_ERR_LIMIT,
+                            "prompt of %lld tokens plus %d new tokens exceeds the model's "
+                            "context of %lld positions",
+                            (long long)n_ids, req->max_tokens,
+                            (long long)m->lm.cfg.max_positions);
+        goto out;
+    }
+    if (trace && trace->prompt_ids)
+        trace->prompt_ids(trace->user, ids, (int)n_ids);
+    res->n_prompt_tokens = (int)n_ids;
+
+    double t2 = now_ms();
+    struct mmrt_tensor emb;
+    logits = malloc((size_t)V * sizeof *logits);
+    pos = malloc((size_t)n_ids * 3 * sizeof *pos);
+    if (!logits || !pos) {
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+        goto out;
+    }
+    rope_index(m, vis, n_ids, span, pos, &delta);
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ n_ids, Dt }, &emb, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_embed(&m->lm, ids, n_ids, &emb, err);
+    /* masked_scatter: the features fill the image rows in order, image by image. */
+    const float *f = vis->features;
+    for (int i = 0; st == MMRT_OK && i < vis->n_images; i++) {
+        const int64_t nt = mmrt_vision_output_tokens(vis, i);
+        struct mmrt_tensor rows = mmrt_tensor_rows(&emb, span[i], nt);
+        st = mmrt_dev_upload(m->language, &rows, f, (uint64_t)(nt * Dt) * sizeof(float), err);
+        f += nt * Dt;
+    }
+    if (st == MMRT_OK)
+        st = mmrt_kv_cache_create(&m->lm, n_ids + req->max_tokens, &cache, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_forward(&m->lm, &cache, &emb, pos, logits, err);
+    cache.rope_delta = delta;
+    if (st == MMRT_OK)
+        st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
+    if (st != MMRT_OK)
+        goto out;
+    mmrt_scratch_release(&s);
+    double t3 = now_ms();
+    res->prefill_ms = t3 - t2;
+
+    struct mmrt_tensor one;
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, Dt }, &one, err);
+    for (int step = 0; st == MMRT_OK && step < req->max_tokens; step++) {
+        if (trace && trace->logits)
+            trace->logits(trace->user, step, logits, V);
+        int32_t tok;
+        st = mmrt_sampler_next(&sampler, logits, &tok, err);
+        if (st != MMRT_OK)
+            break;
+        res->n_tokens++;
+        const char *piece = "";
+        size_t plen = 0;
+        st = mmrt_tokenizer_decode_stream(stream, tok, &piece, &plen, err);
+        if (st != MMRT_OK)
+            break;
+        char buf[1024];
+        size_t n = plen < sizeof buf - 1 ? plen : sizeof buf - 1;
+        memcpy(buf, piece, n);
+        buf[n] = '\0';
+        bool go_on = on_token ? on_token(user, tok, buf) : true;
+        if (!go_on || is_eos(m, tok) || step + 1 == req->max_tokens)
+            break;
+        st = mmrt_llama_embed(&m->lm, &tok, 1, &one, err);
+        if (st == MMRT_OK)
+            st = mmrt_llama_forward(&m->lm, &cache, &one, NULL, logits, err);
+    }
+    if (st == MMRT_OK) {
+        const char *tail = "";
+        size_t tlen = 0;
+        st = mmrt_tokenizer_stream_finish(stream, &tail, &tlen, err);
+        if (st == MMRT_OK && tlen && on_token) {
+            char buf[64];
+            size_t n = tlen < sizeof buf - 1 ? tlen : sizeof buf - 1;
+            memcpy(buf, tail, n);
+            buf[n] = '\0';
+            on_token(user, -1, buf);
+        }
+    }
+    res->decode_ms = now_ms() - t3;
+    if (res->n_tokens > 1 && res->decode_ms > 0)
+        res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
+out:
+    mmrt_scratch_release(&s);
+    mmrt_tokenizer_stream_destroy(stream);
+    mmrt_kv_cache_destroy(&m->lm, &cache);
+    mmrt_sampler_deinit(&sampler);
+    free(ids);
+    free(pos);
+    free(logits);
+    return st;
+}
+
+const struct mmrt_model_type mmrt_qwen2vl_model_type = {
+    .model_type = "qwen2_vl",
+    .load = q_load,
+    .destroy = q_destroy,
+    .encode = q_encode,
+    .generate = q_generate,
+    .max_images = MAX_IMAGES,
+};
