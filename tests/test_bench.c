@@ -1,11 +1,16 @@
 /*
- * tests/test_bench.c — mmrt-bench as CI runs it: the tiny shape end to end with --json into a
- * fresh cache folder, checking that the record has every field (and that a second run reuses
- * the cached checkpoint), plus the exit statuses of a shape this build cannot run and of bad
- * options. Timings are never asserted: they depend on the machine and its neighbours.
+ * tests/test_bench.c — mmrt-bench as CI runs it: the tiny LLaVA shape end to end with --json
+ * into a fresh cache folder, checking that the record has every field (and that a second run
+ * reuses the cached checkpoint); the tiny Fuyu and Qwen2-VL shapes end to end (Qwen2-VL only
+ * when this build's registry has the model type, else its clean refusal); the published
+ * Qwen2-VL-7B and Fuyu-8B shapes through --dry-run (config.json values, tensor shapes, image
+ * plan and work accounting, without writing gigabytes); and the refusals before any work.
+ * Timings are never asserted: they depend on the machine and its neighbours.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,7 +102,7 @@ static void test_tiny_json_has_every_field(void **state)
         need(json_object_get(rec, "limits"), lim[i], "limits");
     static const char *const work[] = { "vision_gflop", "prefill_gflop",
                                         "decode_bytes_per_token", "decode_weight_bytes",
-                                        "n_image_tokens" };
+                                        "n_image_tokens", "n_patches" };
     for (size_t i = 0; i < sizeof work / sizeof work[0]; i++)
         need(json_object_get(rec, "work"), work[i], "work");
     static const char *const stages[] = { "preprocess_ms", "vision_ms", "prefill_ms", "ttft_ms",
@@ -141,24 +146,399 @@ static void test_tiny_json_has_every_field(void **state)
                 before.st_mtim.tv_nsec == after.st_mtim.tv_nsec);
 }
 
-static void test_unrunnable_shape_and_bad_options(void **state)
+/* Runs the given args; requires exit 0 and JSON on stdout; returns the record. */
+static json_t *run_json(const char *const *args)
+{
+    int rc = run_bench(args);
+    if (rc != 0)
+        fail_msg("mmrt-bench exited %d: %s", rc, err_text);
+    json_error_t je;
+    json_t *rec = json_loads(out, 0, &je);
+    if (!rec)
+        fail_msg("not JSON (%s): %.200s", je.text, out);
+    return rec;
+}
+
+static int64_t int_at(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v))
+        fail_msg("\"%s\" is not an integer", key);
+    return (int64_t)json_integer_value(v);
+}
+
+static double num_at(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_number(v))
+        fail_msg("\"%s\" is not a number", key);
+    return json_number_value(v);
+}
+
+/* tensors[name] == shape (n dims). */
+static void check_tensor(const json_t *plan, const char *name, int n, const int64_t *shape)
+{
+    const json_t *t = json_object_get(json_object_get(plan, "tensors"), name);
+    if (!json_is_array(t))
+        fail_msg("no tensor %s", name);
+    if ((int)json_array_size(t) != n)
+        fail_msg("tensor %s has %zu dims, expected %d", name, json_array_size(t), n);
+    for (int i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(t, (size_t)i)) != shape[i])
+            fail_msg("tensor %s dim %d is %lld, expected %lld", name, i,
+                     (long long)json_integer_value(json_array_get(t, (size_t)i)),
+                     (long long)shape[i]);
+}
+#define TENSOR(plan, name, ...)                                                                \
+    check_tensor(plan, name, (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)),    \
+                 (const int64_t[]){ __VA_ARGS__ })
+
+static void near(double got, double want, const char *what)
+{
+    if (fabs(got - want) > 1e-9 * fabs(want) + 1e-9)
+        fail_msg("%s: %.17g, expected %.17g", what, got, want);
+}
+
+/* The work accounting agrees with the tensor list: each stage's weight bytes, and decode
+ * reading every language weight but the embedding table, of which one row. */
+static void check_bytes(const json_t *plan, double V, double D, double w_bytes)
+{
+    const json_t *w = json_object_get(plan, "work");
+    near(num_at(w, "vision_weight_bytes"), num_at(plan, "vision_weight_bytes"), "vision bytes");
+    near(num_at(w, "language_weight_bytes"), num_at(plan, "language_weight_bytes"),
+         "language bytes");
+    near(num_at(w, "decode_weight_bytes"),
+         num_at(plan, "language_weight_bytes") - (V * D - D) * w_bytes, "decode weight bytes");
+    near(num_at(plan, "checkpoint_bytes"),
+         num_at(plan, "vision_weight_bytes") + num_at(plan, "language_weight_bytes"),
+         "checkpoint bytes");
+}
+
+static void test_qwen2vl_7b_plan(void **state)
 {
     (void)state;
-    int rc = run_bench((const char *[]){ "--shape", "qwen2-vl-7b", "--cache", cache_dir, NULL });
-    assert_int_equal(rc, 2);
-    assert_non_null(strstr(err_text, "qwen2_vl"));
-    assert_non_null(strstr(err_text, "not implement"));
-    rc = run_bench((const char *[]){ "--shape", "fuyu-8b", "--cache", cache_dir, NULL });
-    assert_int_equal(rc, 2);
-    assert_non_null(strstr(err_text, "fuyu"));
-    rc = run_bench((const char *[]){ "--shape", "gpt-9", NULL });
+    json_t *p = run_json((const char *[]){ "--shape", "qwen2-vl-7b", "--layers", "1",
+                                           "--image-size", "336", "--prompt-tokens", "8",
+                                           "--gen-tokens", "4", "--dry-run", "--json",
+                                           "--cache", cache_dir, NULL });
+    assert_string_equal(json_string_value(json_object_get(p, "model_type")), "qwen2_vl");
+    assert_false(json_is_true(json_object_get(p, "cached")));
+    /* config.json: the published Qwen2-VL-7B-Instruct values (models.md §4.1, §7.3). */
+    const json_t *c = json_object_get(p, "config");
+    assert_string_equal(json_string_value(json_object_get(c, "model_type")), "qwen2_vl");
+    assert_int_equal(int_at(c, "image_token_id"), 151655);
+    assert_int_equal(int_at(c, "video_token_id"), 151656);
+    assert_int_equal(int_at(c, "vision_start_token_id"), 151652);
+    assert_int_equal(int_at(c, "vision_end_token_id"), 151653);
+    assert_true(json_is_false(json_object_get(c, "tie_word_embeddings")));
+    const json_t *t = json_object_get(c, "text_config");
+    assert_int_equal(int_at(t, "hidden_size"), 3584);
+    assert_int_equal(int_at(t, "intermediate_size"), 18944);
+    assert_int_equal(int_at(t, "num_attention_heads"), 28);
+    assert_int_equal(int_at(t, "num_key_value_heads"), 4);
+    assert_int_equal(int_at(t, "num_hidden_layers"), 1);
+    assert_int_equal(int_at(t, "vocab_size"), 152064);
+    assert_int_equal(int_at(t, "max_position_embeddings"), 32768);
+    near(num_at(t, "rms_norm_eps"), 1e-6, "rms_norm_eps");
+    const json_t *rope = json_object_get(t, "rope_parameters");
+    near(num_at(rope, "rope_theta"), 1e6, "rope_theta");
+    const json_t *ms = json_object_get(rope, "mrope_section");
+    assert_int_equal(json_array_size(ms), 3);
+    assert_int_equal(json_integer_value(json_array_get(ms, 0)), 16);
+    assert_int_equal(json_integer_value(json_array_get(ms, 1)), 24);
+    assert_int_equal(json_integer_value(json_array_get(ms, 2)), 24);
+    const json_t *v = json_object_get(c, "vision_config");
+    assert_int_equal(int_at(v, "depth"), 1);
+    assert_int_equal(int_at(v, "embed_dim"), 1280);
+    assert_int_equal(int_at(v, "num_heads"), 16);
+    assert_int_equal(int_at(v, "mlp_ratio"), 4);
+    assert_int_equal(int_at(v, "hidden_size"), 3584);
+    assert_int_equal(int_at(v, "patch_size"), 14);
+    assert_int_equal(int_at(v, "spatial_merge_size"), 2);
+    assert_int_equal(int_at(v, "temporal_patch_size"), 2);
+    assert_string_equal(json_string_value(json_object_get(v, "hidden_act")), "quick_gelu");
+    /* Tensors in the hub's names (models.md §4.6). */
+    assert_int_equal(int_at(p, "n_tensors"), 2 + 12 + 1 + 12 + 6 + 1);
+    TENSOR(p, "visual.patch_embed.proj.weight", 1280, 3, 2, 14, 14);
+    TENSOR(p, "visual.blocks.0.attn.qkv.weight", 3840, 1280);
+    TENSOR(p, "visual.blocks.0.attn.qkv.bias", 3840);
+    TENSOR(p, "visual.blocks.0.attn.proj.weight", 1280, 1280);
+    TENSOR(p, "visual.blocks.0.mlp.fc1.weight", 5120, 1280);
+    TENSOR(p, "visual.blocks.0.mlp.fc2.weight", 1280, 5120);
+    TENSOR(p, "visual.blocks.0.norm2.bias", 1280);
+    TENSOR(p, "visual.merger.ln_q.weight", 1280);
+    TENSOR(p, "visual.merger.mlp.0.weight", 5120, 5120);
+    TENSOR(p, "visual.merger.mlp.2.weight", 3584, 5120);
+    TENSOR(p, "visual.merger.mlp.2.bias", 3584);
+    TENSOR(p, "model.embed_tokens.weight", 152064, 3584);
+    TENSOR(p, "model.layers.0.self_attn.q_proj.weight", 3584, 3584);
+    TENSOR(p, "model.layers.0.self_attn.q_proj.bias", 3584);
+    TENSOR(p, "model.layers.0.self_attn.k_proj.weight", 512, 3584);
+    TENSOR(p, "model.layers.0.self_attn.v_proj.bias", 512);
+    TENSOR(p, "model.layers.0.self_attn.o_proj.weight", 3584, 3584);
+    TENSOR(p, "model.layers.0.mlp.gate_proj.weight", 18944, 3584);
+    TENSOR(p, "model.layers.0.mlp.down_proj.weight", 3584, 18944);
+    TENSOR(p, "model.norm.weight", 3584);
+    TENSOR(p, "lm_head.weight", 152064, 3584);
+    assert_null(json_object_get(json_object_get(p, "tensors"),
+                                "model.layers.1.mlp.up_proj.weight"));
+    /* 336² stays 336² (a multiple of 28 within the pixel bounds): 24×24 patches, 144 tokens. */
+    const json_t *img = json_object_get(p, "image");
+    assert_int_equal(int_at(img, "height"), 336);
+    assert_int_equal(int_at(img, "rows"), 24);
+    assert_int_equal(int_at(img, "cols"), 24);
+    assert_int_equal(int_at(img, "image_tokens"), 144);
+    const json_t *w = json_object_get(p, "work");
+    assert_int_equal(int_at(w, "n_patches"), 576);
+    assert_int_equal(int_at(w, "n_image_tokens"), 144);
+    /* Vision: Conv3d patch embed, one block (biased projections, bidirectional attention over
+     * the 576 patches), the merger over 144 rows of 4·1280. */
+    const double N = 576, E = 1280, Iv = 5120, D = 3584, E4 = 5120, Nm = 144;
+    near(num_at(w, "vision_gflop") * 1e9,
+         2 * N * 1176 * E + N * (2 * (4 * E * E + 2 * E * Iv) + 5 * E + Iv) + 4 * N * N * E +
+             Nm * (2 * E4 * E4 + E4 + 2 * E4 * D + D),
+         "vision flop");
+    /* Prefill: q/k/v with bias, GQA 28/4 (K, V 512 wide), causal attention, LM head. */
+    const double S = (double)int_at(w, "n_prompt_tokens_estimate"), I = 18944, V = 152064;
+    near(num_at(w, "prefill_gflop") * 1e9,
+         S * (2 * (D * D + 2 * D * 512 + D * D + 3 * D * I) + D + 2 * 512) +
+             2 * D * S * (S + 1) + 2 * D * V,
+         "prefill flop");
+    check_bytes(p, V, D, 2);
+    json_decref(p);
+
+    /* A larger image is smart-resized: 1000² → round(1000/28)·28 = 1008² → 72×72 patches,
+     * 1296 tokens; 10² → up to the 3136-pixel minimum, 56² → 16 patches, 4 tokens. */
+    p = run_json((const char *[]){ "--shape", "qwen2-vl-7b", "--image-size", "1000",
+                                   "--dry-run", "--json", "--cache", cache_dir, NULL });
+    assert_int_equal(int_at(json_object_get(p, "image"), "height"), 1008);
+    assert_int_equal(int_at(json_object_get(p, "image"), "image_tokens"), 1296);
+    assert_int_equal(int_at(json_object_get(json_object_get(p, "config"), "text_config"),
+                            "num_hidden_layers"), 28);
+    assert_int_equal(int_at(json_object_get(json_object_get(p, "config"), "vision_config"),
+                            "depth"), 32);
+    json_decref(p);
+    p = run_json((const char *[]){ "--shape", "qwen2-vl-7b", "--image-size", "10",
+                                   "--dry-run", "--json", "--cache", cache_dir, NULL });
+    assert_int_equal(int_at(json_object_get(p, "image"), "height"), 56);
+    assert_int_equal(int_at(json_object_get(p, "image"), "image_tokens"), 4);
+    json_decref(p);
+}
+
+static void test_fuyu_8b_plan(void **state)
+{
+    (void)state;
+    json_t *p = run_json((const char *[]){ "--shape", "fuyu-8b", "--layers", "1",
+                                           "--prompt-tokens", "8", "--gen-tokens", "4",
+                                           "--dry-run", "--json", "--cache", cache_dir, NULL });
+    assert_string_equal(json_string_value(json_object_get(p, "model_type")), "fuyu");
+    assert_true(json_is_true(json_object_get(p, "supported")));
+    /* config.json: adept/fuyu-8b (models.md §5.1). */
+    const json_t *c = json_object_get(p, "config");
+    assert_int_equal(int_at(c, "patch_size"), 30);
+    assert_int_equal(int_at(c, "image_size"), 300);
+    assert_int_equal(int_at(c, "image_token_id"), 71011);
+    assert_int_equal(int_at(c, "num_channels"), 3);
+    const json_t *t = json_object_get(c, "text_config");
+    assert_string_equal(json_string_value(json_object_get(t, "model_type")), "persimmon");
+    assert_int_equal(int_at(t, "hidden_size"), 4096);
+    assert_int_equal(int_at(t, "intermediate_size"), 16384);
+    assert_int_equal(int_at(t, "num_attention_heads"), 64);
+    assert_int_equal(int_at(t, "num_hidden_layers"), 1);
+    assert_int_equal(int_at(t, "vocab_size"), 262144);
+    assert_int_equal(int_at(t, "max_position_embeddings"), 16384);
+    assert_string_equal(json_string_value(json_object_get(t, "hidden_act")), "relu2");
+    assert_true(json_is_true(json_object_get(t, "qk_layernorm")));
+    near(num_at(t, "layer_norm_eps"), 1e-5, "layer_norm_eps");
+    const json_t *rope = json_object_get(t, "rope_parameters");
+    near(num_at(rope, "rope_theta"), 25000, "rope_theta");
+    near(num_at(rope, "partial_rotary_factor"), 0.5, "partial_rotary_factor");
+    /* Tensors (models.md §5.6). */
+    assert_int_equal(int_at(p, "n_tensors"), 4 + 16 + 2);
+    TENSOR(p, "vision_embed_tokens.weight", 4096, 2700);
+    TENSOR(p, "vision_embed_tokens.bias", 4096);
+    TENSOR(p, "language_model.model.embed_tokens.weight", 262144, 4096);
+    TENSOR(p, "language_model.model.layers.0.self_attn.query_key_value.weight", 12288, 4096);
+    TENSOR(p, "language_model.model.layers.0.self_attn.query_key_value.bias", 12288);
+    TENSOR(p, "language_model.model.layers.0.self_attn.q_layernorm.weight", 64);
+    TENSOR(p, "language_model.model.layers.0.self_attn.k_layernorm.bias", 64);
+    TENSOR(p, "language_model.model.layers.0.self_attn.dense.weight", 4096, 4096);
+    TENSOR(p, "language_model.model.layers.0.mlp.dense_h_to_4h.weight", 16384, 4096);
+    TENSOR(p, "language_model.model.layers.0.mlp.dense_h_to_4h.bias", 16384);
+    TENSOR(p, "language_model.model.layers.0.mlp.dense_4h_to_h.weight", 4096, 16384);
+    TENSOR(p, "language_model.model.layers.0.input_layernorm.bias", 4096);
+    TENSOR(p, "language_model.model.final_layernorm.weight", 4096);
+    TENSOR(p, "language_model.lm_head.weight", 262144, 4096);
+    /* 1080² fits the 1080×1920 target: 36×36 patches, a |NEWLINE| after each row. */
+    const json_t *w = json_object_get(p, "work");
+    assert_int_equal(int_at(w, "n_patches"), 1296);
+    assert_int_equal(int_at(w, "n_image_tokens"), 36 * 37);
+    const double N = 1296, D = 4096, I = 16384, V = 262144;
+    near(num_at(w, "vision_gflop") * 1e9, N * (2 * 2700 * D + D), "vision flop");
+    /* Prefill: fused qkv, dense, relu² MLP, all biased; no GQA. */
+    const double S = (double)int_at(w, "n_prompt_tokens_estimate");
+    near(num_at(w, "prefill_gflop") * 1e9,
+         S * (2 * (3 * D * D + D * D + 2 * D * I) + 5 * D + I) + 2 * D * S * (S + 1) +
+             2 * D * V,
+         "prefill flop");
+    check_bytes(p, V, D, 2);
+    json_decref(p);
+
+    /* Larger than the target: resized to fit (2000² → 1080²), padded to whole patches. */
+    p = run_json((const char *[]){ "--shape", "fuyu-8b", "--image-size", "2000", "--dry-run",
+                                   "--json", "--cache", cache_dir, NULL });
+    assert_int_equal(int_at(json_object_get(p, "image"), "height"), 1080);
+    assert_int_equal(int_at(json_object_get(p, "image"), "rows"), 36);
+    json_decref(p);
+    p = run_json((const char *[]){ "--shape", "fuyu-8b", "--image-size", "301", "--dry-run",
+                                   "--json", "--cache", cache_dir, NULL });
+    assert_int_equal(int_at(json_object_get(p, "image"), "rows"), 11);
+    assert_int_equal(int_at(json_object_get(p, "image"), "image_tokens"), 11 * 12);
+    json_decref(p);
+
+    /* The LLaVA shapes keep their accounting consistent too. */
+    p = run_json((const char *[]){ "--shape", "llava-1.5-7b", "--layers", "2", "--dry-run",
+                                   "--json", "--cache", cache_dir, NULL });
+    assert_int_equal(int_at(json_object_get(p, "work"), "n_image_tokens"), 576);
+    check_bytes(p, 32064, 4096, 2);
+    json_decref(p);
+}
+
+static const char *const fuyu_args[] = {
+    "--shape", "tiny-fuyu", "--repeat", "1", "--gen-tokens", "4", "--prompt-tokens", "5",
+    "--probe-mb", "16", "--json", "--quiet", "--cache", cache_dir, NULL,
+};
+
+static void test_tiny_fuyu_runs(void **state)
+{
+    (void)state;
+    json_t *rec = run_json(fuyu_args);
+    assert_string_equal(json_string_value(json_object_get(rec, "model_type")), "fuyu");
+    assert_int_equal(int_at(rec, "n_tokens"), 4);
+    /* 60² → 2×2 patches: 2 rows of 2 |SPEAKER| + |NEWLINE|, <s>, 5 prompt tokens, <0x04>:
+     * the synthetic Unigram tokenizer gives exactly one token per word. */
+    const json_t *w = json_object_get(rec, "work");
+    assert_int_equal(int_at(w, "n_patches"), 4);
+    assert_int_equal(int_at(w, "n_image_tokens"), 6);
+    assert_int_equal(int_at(rec, "n_prompt_tokens"), 6 + 1 + 5 + 1);
+    const json_t *st = json_object_get(rec, "stages");
+    static const char *const limited[] = { "vision_ms", "prefill_ms", "decode_ms_per_token" };
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *f = json_object_get(st, limited[i]);
+        assert_true(json_is_number(json_object_get(f, "limit")));
+        assert_true(json_is_number(json_object_get(f, "ratio")));
+    }
+    json_decref(rec);
+    char path[400];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/tiny-fuyu-Lall-f16/preprocessor_config.json", cache_dir);
+    assert_int_equal(stat(path, &sb), 0);
+}
+
+static void test_tiny_qwen2vl_runs_or_is_refused(void **state)
+{
+    (void)state;
+    json_t *p = run_json((const char *[]){ "--shape", "tiny-qwen2vl", "--dry-run", "--json",
+                                           "--cache", cache_dir, NULL });
+    bool supported = json_is_true(json_object_get(p, "supported"));
+    assert_int_equal(int_at(json_object_get(p, "work"), "n_image_tokens"), 4);
+    json_decref(p);
+    static const char *const args[] = {
+        "--shape", "tiny-qwen2vl", "--repeat", "1", "--gen-tokens", "4", "--prompt-tokens",
+        "5", "--probe-mb", "16", "--json", "--quiet", "--cache", cache_dir, NULL,
+    };
+    if (!supported) {
+        /* The model type is not in this build: a clear refusal before anything is written. */
+        int rc = run_bench(args);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err_text, "qwen2_vl"));
+        assert_non_null(strstr(err_text, "not supported by this build"));
+        char path[400];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/tiny-qwen2vl-Lall-f16", cache_dir);
+        assert_int_not_equal(stat(path, &sb), 0);
+        return;
+    }
+    json_t *rec = run_json(args);
+    assert_string_equal(json_string_value(json_object_get(rec, "model_type")), "qwen2_vl");
+    assert_int_equal(int_at(rec, "n_tokens"), 4);
+    /* At least the 4 image tokens, the 5 prompt tokens and the template around them. */
+    assert_true(int_at(rec, "n_prompt_tokens") > 4 + 5);
+    const json_t *st = json_object_get(rec, "stages");
+    assert_true(json_is_number(json_object_get(json_object_get(st, "vision_ms"), "ratio")));
+    assert_true(json_is_number(json_object_get(json_object_get(st, "prefill_ms"), "ratio")));
+    json_decref(rec);
+}
+
+/* MemAvailable in bytes (0 when unknown). */
+static double mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (double)kb * 1024;
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    int rc = run_bench((const char *[]){ "--shape", "gpt-9", NULL });
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err_text, "llava-1.5-7b"));
+    assert_non_null(strstr(err_text, "qwen2-vl-7b"));
+    assert_non_null(strstr(err_text, "fuyu-8b"));
     rc = run_bench((const char *[]){ "--dtype", "f8", NULL });
     assert_int_equal(rc, 2);
     rc = run_bench((const char *[]){ "--gen-tokens", "0", NULL });
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err_text, "--gen-tokens"));
+
+    /* A cache folder that cannot be made (its parent is a file), for each family. */
+    char bad[400];
+    snprintf(bad, sizeof bad, "%s/stdout/cache", cache_dir);
+    static const char *const shapes[] = { "tiny", "tiny-fuyu", "fuyu-8b" };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        rc = run_bench((const char *[]){ "--shape", shapes[i], "--layers", "1", "--cache", bad,
+                                         "--quiet", NULL });
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err_text, "cannot be written"));
+    }
+
+    /* A pool set by --conf that cannot hold the stage's weights. */
+    char ini[400];
+    snprintf(ini, sizeof ini, "%s/small-pool.ini", cache_dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fputs("[device.cpu0]\nplugin = cpu\npool_mb = 8\n\n[stage.vision]\ndevice = cpu0\n\n"
+          "[stage.language]\ndevice = cpu0\n", f);
+    assert_int_equal(fclose(f), 0);
+    rc = run_bench((const char *[]){ "--shape", "fuyu-8b", "--layers", "1", "--conf", ini,
+                                     "--cache", cache_dir, "--quiet", NULL });
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err_text, "pool_mb 8"));
+
+    /* Weights that cannot fit this machine: the full Fuyu-8B in f32 (about 37.6 GB), checked
+     * only where that is well over the memory available (by a quarter), so the run is refused
+     * before anything is written. */
+    json_t *p = run_json((const char *[]){ "--shape", "fuyu-8b", "--dtype", "f32", "--dry-run",
+                                           "--json", "--cache", cache_dir, NULL });
+    double need = num_at(p, "checkpoint_bytes"), avail = mem_available();
+    json_decref(p);
+    if (avail > 0 && need > 1.25 * avail) {
+        rc = run_bench((const char *[]){ "--shape", "fuyu-8b", "--dtype", "f32", "--cache",
+                                         cache_dir, "--quiet", NULL });
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err_text, "does not fit"));
+        char path[400];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/fuyu-8b-Lall-f32", cache_dir);
+        assert_int_not_equal(stat(path, &sb), 0);
+    }
 }
 
 static int setup(void **state)
@@ -180,7 +560,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_json_has_every_field),
-        cmocka_unit_test(test_unrunnable_shape_and_bad_options),
+        cmocka_unit_test(test_qwen2vl_7b_plan),
+        cmocka_unit_test(test_fuyu_8b_plan),
+        cmocka_unit_test(test_tiny_fuyu_runs),
+        cmocka_unit_test(test_tiny_qwen2vl_runs_or_is_refused),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests_name("bench", tests, setup, teardown);
 }

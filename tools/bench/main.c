@@ -12,8 +12,20 @@
  * Every request gets its own synthetic image, so no cache keyed on image bytes can skip
  * the vision stage of a later one.
  *
+ * Before any work (no checkpoint written, no probe run) the run is refused, exit status 2,
+ * when: the shape is unknown; the runtime's model registry has no implementation of the
+ * shape's model type; the cache folder cannot be written; the checkpoint would not fit the
+ * free disk space there; the weights would not fit the memory available to this process (the
+ * CPU plugin keeps them in host memory); or a pool set by --conf is smaller than the weights
+ * of the stage placed on it. A placement the runtime refuses when it loads the model (an
+ * op or weight dtype a plugin lacks) is exit status 2 as well; a kernel that refuses a dtype
+ * only while running fails the request (exit status 1, with its message).
+ *
+ * --dry-run stops before all of that and prints what the run would use: the checkpoint's
+ * config.json and tensor list, its size, the image plan, the work and the pool sizes.
+ *
  * Exit status: 0 success; 1 the run failed; 2 usage, configuration, or a shape this build
- * cannot run (its model type is not implemented yet).
+ * cannot run.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,23 +35,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "formats/conf.h"
 #include "mmrt/mmrt.h"
+#include "model.h"
 
 enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2 };
 
 #define MAX_DEVS 8
+
+/* Tokens the chat template and the special tokens add around the user prompt and the image
+ * (Qwen2-VL's default system prompt is the longest: about 60 byte-level tokens), for
+ * sizing pools only. */
+#define TEMPLATE_TOKENS 128
 
 struct options {
     const char *shape, *conf, *cache;
     int64_t layers;
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
-    bool json, quiet, limits_only;
+    bool json, quiet, limits_only, dry_run;
     int threads;
 };
 
@@ -52,7 +71,9 @@ static void usage(FILE *f)
             "  --dtype T           f32|f16|bf16 weights (default f16)\n"
             "  --conf FILE         deploy.ini for placement ([device.*], [stage.*]; its [model]\n"
             "                      and [run] are ignored); default: everything on the cpu plugin\n"
-            "  --image-size N      synthetic input image N×N pixels (default: the model's size)\n"
+            "  --image-size N      synthetic input image N×N pixels (default: LLaVA its config\n"
+            "                      size, 336; Qwen2-VL 448, 256 image tokens; Fuyu 1080, the\n"
+            "                      processor's largest unresized square, 1332 image tokens)\n"
             "  --prompt-tokens N   user prompt of exactly N tokens (default 32)\n"
             "  --gen-tokens N      tokens to generate (default 32; the synthetic model never\n"
             "                      stops early)\n"
@@ -63,6 +84,8 @@ static void usage(FILE *f)
             "  --probe-mb N        read-bandwidth probe buffer (default 1024 MiB)\n"
             "  --limits-only       only measure and print the limits (--threads N, default:\n"
             "                      all CPUs), no model\n"
+            "  --dry-run           print the checkpoint (config, tensors, size), the image\n"
+            "                      plan, the work and the pool sizes; write and run nothing\n"
             "  --json              one JSON record on stdout instead of the table\n"
             "  --quiet             no progress lines on stderr\n",
             bench_shape_names());
@@ -229,37 +252,83 @@ static void free_placement(struct placement *p)
     mmrt_conf_destroy(p->conf);
 }
 
-/* Pool a stage needs: its weights, each rounded up to the buddy pool's power-of-two blocks
- * (approximated by rounding the total per tensor class), plus activations and the KV cache
- * with the same rounding, plus headroom. Virtual memory only: the CPU plugin's arenas are
- * touched as they are used. */
-static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers, int w_bytes,
-                              int64_t ctx, bool vision, bool language)
+/* Pool a stage needs: each of its weights rounded up to the buddy pool's power-of-two blocks
+ * (vectors counted as F32: models may convert them for ops that take F32), plus one
+ * request's activations with the same rounding (attention scores counted as if materialized),
+ * plus headroom. Virtual memory only: the CPU plugin's arenas are touched as they are used. */
+static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers,
+                              const struct bench_tensor *ts, int n_ts, int w_bytes,
+                              int64_t image_size, int64_t ctx, bool vision, bool language)
 {
-    int64_t vl = layers > 0 && layers < s->v_layers ? layers : s->v_layers;
-    int64_t tl = layers > 0 && layers < s->t_layers ? layers : s->t_layers;
     uint64_t b = 64ull << 20;
-    const uint64_t D = (uint64_t)s->t_hidden, I = (uint64_t)s->t_inter, V = (uint64_t)s->t_vocab;
-    const uint64_t QD = (uint64_t)(s->t_heads * s->t_head_dim);
-    const uint64_t KD = (uint64_t)(s->t_kv_heads * s->t_head_dim);
+    for (int i = 0; i < n_ts; i++) {
+        if (ts[i].vision ? !vision : !language)
+            continue;
+        uint64_t eb = ts[i].n_dims == 1 ? 4 : (uint64_t)w_bytes;
+        b += pow2_ceil((uint64_t)bench_tensor_numel(&ts[i]) * eb);
+    }
     if (vision) {
-        const uint64_t Dv = (uint64_t)s->v_hidden, Iv = (uint64_t)s->v_inter;
-        uint64_t T = (uint64_t)((s->v_image / s->v_patch) * (s->v_image / s->v_patch) + 1);
-        b += (uint64_t)vl * (4 * pow2_ceil(Dv * Dv * w_bytes) + 2 * pow2_ceil(Dv * Iv * w_bytes) +
-                             16 * pow2_ceil(Iv * w_bytes));
-        b += pow2_ceil(Dv * D * w_bytes) + pow2_ceil(D * D * w_bytes) + 4 * pow2_ceil(T * Dv * 4);
-        b += 8 * pow2_ceil(T * Dv * 4) + 2 * pow2_ceil(T * Iv * 4) + 4 * pow2_ceil(T * D * 4);
+        struct bench_image_plan ip;
+        bench_image_plan(s, image_size, &ip);
+        const uint64_t T = (uint64_t)ip.n_patches + 1, Dv = (uint64_t)s->v_hidden;
+        const uint64_t Iv = (uint64_t)(s->v_inter > s->v_hidden ? s->v_inter : s->v_hidden);
+        const uint64_t D = (uint64_t)s->t_hidden;
+        const uint64_t K = (uint64_t)(s->v_channels * s->v_patch * s->v_patch *
+                                      (s->v_temporal_patch ? s->v_temporal_patch : 1));
+        const uint64_t H = (uint64_t)(s->v_heads ? s->v_heads : 1);
+        b += 4 * pow2_ceil(T * K * 4) + 8 * pow2_ceil(T * Dv * 4) + 2 * pow2_ceil(T * Iv * 4) +
+             4 * pow2_ceil(T * (D > 4 * Dv ? D : 4 * Dv) * 4) + pow2_ceil(H * T * T * 4);
     }
     if (language) {
-        uint64_t S = (uint64_t)ctx;
-        b += (uint64_t)tl * (pow2_ceil(D * QD * w_bytes) * 2 + pow2_ceil(D * KD * w_bytes) * 2 +
-                             pow2_ceil(D * I * w_bytes) * 3 + 4 * pow2_ceil(D * w_bytes));
-        b += 2 * pow2_ceil(V * D * w_bytes);
+        int64_t vl, tl;
+        bench_shape_depth(s, layers, &vl, &tl);
+        const uint64_t S = (uint64_t)ctx, D = (uint64_t)s->t_hidden, I = (uint64_t)s->t_inter;
+        const uint64_t V = (uint64_t)s->t_vocab, H = (uint64_t)s->t_heads;
+        const uint64_t QD = (uint64_t)(s->t_heads * s->t_head_dim);
+        const uint64_t KD = (uint64_t)(s->t_kv_heads * s->t_head_dim);
+        const uint64_t W = D > QD ? D : QD;
         b += (uint64_t)tl * 2 * pow2_ceil(S * KD * 4);
-        b += 8 * pow2_ceil(S * D * 4) + 2 * pow2_ceil(S * I * 4) + 2 * pow2_ceil(V * 4);
+        b += 8 * pow2_ceil(S * W * 4) + 2 * pow2_ceil(S * 3 * W * 4) + 3 * pow2_ceil(S * I * 4) +
+             pow2_ceil(H * S * S * 4) + 2 * pow2_ceil(V * 4);
     }
     b += b / 8;
     return (b + (1u << 20) - 1) >> 20;
+}
+
+/* Bytes of the tensors a stage loads, as stored (no rounding). */
+static uint64_t stage_weight_bytes(const struct bench_tensor *ts, int n_ts, int w_bytes,
+                                   bool vision, bool language)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < n_ts; i++)
+        if (ts[i].vision ? vision : language)
+            b += (uint64_t)bench_tensor_numel(&ts[i]) * (uint64_t)w_bytes;
+    return b;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, 0 when unknown. */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* What the vision stage of s is, for the report. */
+static void vision_desc(const struct bench_shape *s, int64_t v_layers, char *out, size_t size)
+{
+    if (s->family == BENCH_FUYU)
+        snprintf(out, size, "vision: the patch projection (no encoder)");
+    else
+        snprintf(out, size, "vision %lld/%lld layers", (long long)v_layers,
+                 (long long)s->v_layers);
 }
 
 /* ---- JSON helpers -------------------------------------------------------------------------- */
@@ -298,6 +367,7 @@ int main(int argc, char **argv)
         { "cache", required_argument, NULL, 'C' },     { "probe-mb", required_argument, NULL, 'm' },
         { "json", no_argument, NULL, 'j' },            { "quiet", no_argument, NULL, 'q' },
         { "limits-only", no_argument, NULL, 'O' },     { "threads", required_argument, NULL, 'T' },
+        { "dry-run", no_argument, NULL, 'D' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -330,6 +400,7 @@ int main(int argc, char **argv)
         case 'j': o.json = true; break;
         case 'q': o.quiet = true; break;
         case 'O': o.limits_only = true; break;
+        case 'D': o.dry_run = true; break;
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -369,14 +440,14 @@ int main(int argc, char **argv)
                 bench_shape_names());
         return EXIT_USAGE;
     }
-    if (!s->runnable) {
+    /* The runtime's own registry says whether this build can run the shape, so a model type
+     * that lands later needs no change here. */
+    const bool supported = mmrt_model_type_find(s->model_type) != NULL;
+    if (!supported && !o.dry_run) {
         fprintf(stderr,
-                "mmrt-bench: shape %s (%s, model_type \"%s\": vision %lld layers × %lld, text "
-                "%lld layers × %lld, vocab %lld) cannot run: this build does not implement "
-                "model type \"%s\" yet (it runs: llava)\n",
-                s->name, s->hf_id, s->model_type, (long long)s->v_layers,
-                (long long)s->v_hidden, (long long)s->t_layers, (long long)s->t_hidden,
-                (long long)s->t_vocab, s->model_type);
+                "mmrt-bench: shape %s (%s): model type %s is not supported by this build "
+                "(it runs: %s); nothing was written\n",
+                s->name, s->hf_id, s->model_type, mmrt_model_types_supported());
         return EXIT_USAGE;
     }
     if (o.image_size == 0)
@@ -388,16 +459,19 @@ int main(int argc, char **argv)
     char *prompt = NULL, **images = NULL;
     struct mmrt_result *res = NULL;
     struct mmrt_request *reqs = NULL;
+    struct bench_tensor *tensors = NULL;
+    int n_tensors = 0;
     json_t *runs = json_array();
     char err[2048] = "", ckpt[4096], cache[3800];
     int n_req = o.warmup + o.repeat * o.batch;
 
     if (load_placement(o.conf, &pl) != 0) {
         free_placement(&pl);
+        json_decref(runs);
         return EXIT_USAGE;
     }
 
-    /* The synthetic checkpoint and images. */
+    /* The synthetic checkpoint's place and contents. */
     if (o.cache) {
         snprintf(cache, sizeof cache, "%s", o.cache);
     } else {
@@ -405,17 +479,161 @@ int main(int argc, char **argv)
         snprintf(cache, sizeof cache, "%s/.cache/mmrt-bench", home && *home ? home : ".");
     }
     static const char *const dt_names[] = { "f32", "f16", "bf16" };
-    int64_t v_layers = o.layers > 0 && o.layers < s->v_layers ? o.layers : s->v_layers;
-    int64_t t_layers = o.layers > 0 && o.layers < s->t_layers ? o.layers : s->t_layers;
+    int64_t v_layers, t_layers;
+    bench_shape_depth(s, o.layers, &v_layers, &t_layers);
     snprintf(ckpt, sizeof ckpt, "%s/%s-L%lld-%s", cache, s->name,
              (long long)(o.layers ? o.layers : 0), dt_names[o.dtype]);
     if (o.layers == 0)
         snprintf(ckpt, sizeof ckpt, "%s/%s-Lall-%s", cache, s->name, dt_names[o.dtype]);
-    if (bench_mkdirs(cache) != 0) {
-        fprintf(stderr, "mmrt-bench: %s: cannot create (%s)\n", cache, strerror(errno));
+    if (bench_synth_tensors(s, o.layers, &tensors, &n_tensors) != 0) {
+        fprintf(stderr, "mmrt-bench: out of memory\n");
+        goto out;
+    }
+    const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2;
+    const uint64_t ckpt_bytes = stage_weight_bytes(tensors, n_tensors, w_bytes, true, true);
+    uint64_t dev_weights[MAX_DEVS] = { 0 };
+    for (int i = 0; i < pl.n_dev; i++)
+        dev_weights[i] = stage_weight_bytes(tensors, n_tensors, w_bytes, pl.vision == i,
+                                            pl.language == i);
+
+    /* Pools sized for this shape unless the INI set pool_mb. */
+    struct bench_work est;
+    bench_work_compute(s, o.layers, o.image_size, o.prompt_tokens + TEMPLATE_TOKENS,
+                       o.gen_tokens, w_bytes, 4, &est);
+    int64_t ctx = est.n_image_tokens + o.prompt_tokens + TEMPLATE_TOKENS + o.gen_tokens;
+    const int64_t n_prompt_est = est.n_image_tokens + o.prompt_tokens + TEMPLATE_TOKENS;
+    bench_work_compute(s, o.layers, o.image_size, n_prompt_est, o.gen_tokens, w_bytes, 4, &est);
+    for (int i = 0; i < pl.n_dev; i++) {
+        if (pl.pool_given[i])
+            continue;
+        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, tensors, n_tensors, w_bytes,
+                                          o.image_size, ctx, pl.vision == i, pl.language == i);
+    }
+
+    if (o.dry_run) {
+        struct bench_image_plan ip;
+        bench_image_plan(s, o.image_size, &ip);
+        json_t *tl = json_object(), *pools = json_array();
+        for (int i = 0; tl && i < n_tensors; i++) {
+            json_t *shape = json_array();
+            for (int d = 0; d < tensors[i].n_dims; d++)
+                json_array_append_new(shape, json_integer(tensors[i].shape[d]));
+            json_object_set_new(tl, tensors[i].name, shape);
+        }
+        for (int i = 0; pools && i < pl.n_dev; i++)
+            json_array_append_new(
+                pools, json_pack("{s:s,s:s,s:I,s:I}", "name", pl.dev[i].name, "plugin",
+                                 pl.dev[i].plugin, "pool_mb", (json_int_t)pl.dev[i].pool_mb,
+                                 "weights_bytes", (json_int_t)dev_weights[i]));
+        json_t *plan = json_pack(
+            "{s:s,s:s,s:s,s:b,s:I,s:I,s:s,s:s,s:b,s:o,s:i,s:I,s:I,s:I,"
+            "s:{s:I,s:I,s:I,s:I,s:I,s:I},"
+            "s:{s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:I,s:I},s:o,s:o}",
+            "shape", s->name, "hf_id", s->hf_id, "model_type", s->model_type,
+            "supported", supported, "vision_layers", (json_int_t)v_layers,
+            "text_layers", (json_int_t)t_layers, "dtype", dt_names[o.dtype],
+            "checkpoint", ckpt, "cached", bench_synth_exists(ckpt, s),
+            "config", (json_t *)bench_synth_config(s, o.layers, o.dtype),
+            "n_tensors", n_tensors, "checkpoint_bytes", (json_int_t)ckpt_bytes,
+            "vision_weight_bytes",
+            (json_int_t)stage_weight_bytes(tensors, n_tensors, w_bytes, true, false),
+            "language_weight_bytes",
+            (json_int_t)stage_weight_bytes(tensors, n_tensors, w_bytes, false, true),
+            "image", "size", (json_int_t)o.image_size, "height", (json_int_t)ip.height,
+            "width", (json_int_t)ip.width, "rows", (json_int_t)ip.rows, "cols",
+            (json_int_t)ip.cols, "image_tokens", (json_int_t)ip.n_image_tokens,
+            "work", "n_patches", (json_int_t)est.n_patches, "n_image_tokens",
+            (json_int_t)est.n_image_tokens, "n_prompt_tokens_estimate",
+            (json_int_t)n_prompt_est, "vision_gflop", est.vision_flop / 1e9,
+            "prefill_gflop", est.prefill_flop / 1e9, "decode_bytes_per_token",
+            est.decode_bytes, "decode_weight_bytes", est.decode_weight_bytes,
+            "vision_weight_bytes", (json_int_t)est.vision_weight_bytes,
+            "language_weight_bytes", (json_int_t)est.language_weight_bytes,
+            "devices", pools, "tensors", tl);
+        if (!plan) {
+            fprintf(stderr, "mmrt-bench: cannot build the JSON record\n");
+            goto out;
+        }
+        if (o.json) {
+            char *text = json_dumps(plan, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+            if (text)
+                printf("%s\n", text);
+            free(text);
+        } else {
+            char vd[96];
+            vision_desc(s, v_layers, vd, sizeof vd);
+            printf("shape %s (%s, model_type %s, %s by this build)\n", s->name, s->hf_id,
+                   s->model_type, supported ? "supported" : "NOT supported");
+            printf("checkpoint %s (%s): %d tensors, %.3f GB in %s; %s, text %lld/%lld layers\n",
+                   ckpt, bench_synth_exists(ckpt, s) ? "cached" : "not written yet", n_tensors,
+                   (double)ckpt_bytes / 1e9, dt_names[o.dtype], vd, (long long)t_layers,
+                   (long long)s->t_layers);
+            printf("image %d×%d → %lld×%lld → %lld×%lld patches → %lld image tokens\n",
+                   o.image_size, o.image_size, (long long)ip.width, (long long)ip.height,
+                   (long long)ip.cols, (long long)ip.rows, (long long)ip.n_image_tokens);
+            printf("work: vision %.4g GFLOP; prefill %.4g GFLOP for about %lld prompt tokens "
+                   "(%d user + image + at most %d of template); decode %.4g GB per token\n",
+                   est.vision_flop / 1e9, est.prefill_flop / 1e9, (long long)n_prompt_est,
+                   o.prompt_tokens, TEMPLATE_TOKENS, est.decode_bytes / 1e9);
+            for (int i = 0; i < pl.n_dev; i++)
+                printf("pool %s (%s): %llu MiB, weights %.1f MiB\n", pl.dev[i].name,
+                       pl.dev[i].plugin, (unsigned long long)pl.dev[i].pool_mb,
+                       (double)dev_weights[i] / 1048576);
+        }
+        json_decref(plan);
+        rc = 0;
+        goto out;
+    }
+
+    /* Refusals before any work: the cache must take the checkpoint, the machine and the
+     * pools its weights. */
+    const bool cached = bench_synth_exists(ckpt, s);
+    if (!cached) {
+        struct statvfs fs;
+        if (bench_mkdirs(cache) != 0 || access(cache, W_OK | X_OK) != 0) {
+            fprintf(stderr, "mmrt-bench: cache folder %s cannot be written (%s); choose another "
+                    "with --cache\n", cache, strerror(errno));
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        if (statvfs(cache, &fs) == 0 &&
+            (uint64_t)fs.f_bavail * fs.f_frsize < ckpt_bytes + (64ull << 20)) {
+            fprintf(stderr, "mmrt-bench: the %s checkpoint of shape %s (%.2f GB) does not fit "
+                    "the %.2f GB free in %s; cut it with --layers or choose another --cache\n",
+                    dt_names[o.dtype], s->name, (double)ckpt_bytes / 1e9,
+                    (double)fs.f_bavail * (double)fs.f_frsize / 1e9, cache);
+            rc = EXIT_USAGE;
+            goto out;
+        }
+    } else if (access(ckpt, W_OK | X_OK) != 0) {
+        fprintf(stderr, "mmrt-bench: cache folder %s cannot be written (%s); choose another "
+                "with --cache\n", ckpt, strerror(errno));
         rc = EXIT_USAGE;
         goto out;
     }
+    uint64_t host_weights = 0;
+    for (int i = 0; i < pl.n_dev; i++) {
+        if (strcmp(pl.dev[i].plugin, "cpu") == 0)
+            host_weights += dev_weights[i];
+        if (pl.pool_given[i] && dev_weights[i] > (uint64_t)pl.dev[i].pool_mb << 20) {
+            fprintf(stderr, "mmrt-bench: device %s: pool_mb %llu is smaller than the %.0f MiB "
+                    "of weights of the stages placed on it (shape %s, %s); raise pool_mb or "
+                    "cut the shape with --layers\n", pl.dev[i].name,
+                    (unsigned long long)pl.dev[i].pool_mb, (double)dev_weights[i] / 1048576,
+                    s->name, dt_names[o.dtype]);
+            rc = EXIT_USAGE;
+            goto out;
+        }
+    }
+    uint64_t avail = mem_available();
+    if (avail && host_weights + host_weights / 16 + (256ull << 20) > avail) {
+        fprintf(stderr, "mmrt-bench: shape %s in %s has %.2f GB of weights on cpu devices, "
+                "which does not fit the %.2f GB of memory available; cut it with --layers\n",
+                s->name, dt_names[o.dtype], (double)host_weights / 1e9, (double)avail / 1e9);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+
     if (bench_synth_checkpoint(ckpt, s, o.layers, o.dtype, progress, err, sizeof err) != 0) {
         fprintf(stderr, "mmrt-bench: %s\n", err);
         goto out;
@@ -443,18 +661,6 @@ int main(int argc, char **argv)
                                          .max_tokens = o.gen_tokens, .top_p = 1.0f };
     }
 
-    /* Pools sized for this shape unless the INI set pool_mb. */
-    const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2;
-    struct bench_work est;
-    bench_work_compute(s, o.layers, o.prompt_tokens + 64, o.gen_tokens, w_bytes, 4, &est);
-    int64_t ctx = est.n_image_tokens + o.prompt_tokens + 64 + o.gen_tokens;
-    for (int i = 0; i < pl.n_dev; i++) {
-        if (pl.pool_given[i])
-            continue;
-        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, w_bytes, ctx, pl.vision == i,
-                                          pl.language == i);
-    }
-
     /* Which limits apply: the probes measure this host's CPU, so they hold a stage placed on
      * a cpu-plugin device; bf16_dot = 1 there with BF16 weights means the bf16 peak. */
     int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -479,8 +685,11 @@ int main(int argc, char **argv)
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
     if (st != MMRT_OK) {
         fprintf(stderr, "mmrt-bench: %s\n", err);
+        /* The statuses mmrt.h names as configuration errors (a placement's missing op or
+         * dtype among them). */
         rc = st == MMRT_ERR_CONFIG || st == MMRT_ERR_PLUGIN || st == MMRT_ERR_NO_DEVICE ||
-                     st == MMRT_ERR_NOT_FOUND
+                     st == MMRT_ERR_NOT_FOUND || st == MMRT_ERR_UNSUPPORTED ||
+                     st == MMRT_ERR_DEVICE
                  ? EXIT_USAGE
                  : EXIT_RUN_FAILED;
         goto out;
@@ -564,7 +773,7 @@ int main(int argc, char **argv)
     free(v);
 
     struct bench_work wk;
-    bench_work_compute(s, o.layers, n_prompt, n_gen, w_bytes, 4, &wk);
+    bench_work_compute(s, o.layers, o.image_size, n_prompt, n_gen, w_bytes, 4, &wk);
     bool vis_cpu = strcmp(pl.dev[pl.vision].plugin, "cpu") == 0;
     bool lang_cpu = strcmp(pl.dev[pl.language].plugin, "cpu") == 0;
     const char *vb = dev_option(&pl, pl.vision, "bf16_dot");
@@ -623,7 +832,7 @@ int main(int argc, char **argv)
         "{s:s,s:s,s:s,s:{s:s,s:i,s:i},s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:i,s:i,s:i,s:i,s:i,s:i,"
         "s:s,s:s,s:s,s:i,s:i,s:f,s:f,"
         "s:{s:f,s:f,s:f,s:s,s:i,s:f,s:f,s:f},"
-        "s:{s:f,s:f,s:f,s:f,s:I},"
+        "s:{s:f,s:f,s:f,s:f,s:I,s:I},"
         "s:{s:o,s:o,s:o,s:o,s:o,s:o},"
         "s:o,s:o}",
         "tool", "mmrt-bench", "version", mmrt_version(), "date", date,
@@ -643,6 +852,7 @@ int main(int argc, char **argv)
         "work", "vision_gflop", wk.vision_flop / 1e9, "prefill_gflop", wk.prefill_flop / 1e9,
         "decode_bytes_per_token", wk.decode_bytes, "decode_weight_bytes",
         wk.decode_weight_bytes, "n_image_tokens", (json_int_t)wk.n_image_tokens,
+        "n_patches", (json_int_t)wk.n_patches,
         "stages", "preprocess_ms", figure(m_pre, NAN, false, "no limit"),
         "vision_ms", figure(m_vis, l_vis, false, basis_vis),
         "prefill_ms", figure(m_pf, l_pf, false, basis_pf),
@@ -664,11 +874,17 @@ int main(int argc, char **argv)
         printf("mmrt-bench %s — %s — %s, %ld cores, %d threads\n", mmrt_version(), date, cpu,
                sysconf(_SC_NPROCESSORS_ONLN), n_threads);
         printf("%s\n", cmd);
-        printf("shape %s (%s): vision %lld/%lld layers, text %lld/%lld layers, %s weights; "
-               "image %d×%d; prompt %d tokens (%d user + image + template); %d generated\n",
-               s->name, s->hf_id, (long long)v_layers, (long long)s->v_layers,
-               (long long)t_layers, (long long)s->t_layers, dt_names[o.dtype], o.image_size,
-               o.image_size, n_prompt, o.prompt_tokens, n_gen);
+        char vd[96];
+        struct bench_image_plan ip;
+        vision_desc(s, v_layers, vd, sizeof vd);
+        bench_image_plan(s, o.image_size, &ip);
+        printf("shape %s (%s): %s, text %lld/%lld layers, %s weights; image %d×%d → %lld×%lld "
+               "patches, %lld image tokens; prompt %d tokens (%d user + image + template); %d "
+               "generated\n",
+               s->name, s->hf_id, vd, (long long)t_layers, (long long)s->t_layers,
+               dt_names[o.dtype], o.image_size, o.image_size, (long long)ip.cols,
+               (long long)ip.rows, (long long)ip.n_image_tokens, n_prompt, o.prompt_tokens,
+               n_gen);
         printf("limits (best of %d probes around the rounds, %s loops, %d threads): read "
                "%.1f GB/s, f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n", lim.n_calls, lim.isa,
                n_threads, lim.read_gbs, lim.f32_gflops, lim.bf16_gflops);
@@ -679,8 +895,10 @@ int main(int argc, char **argv)
                n_threads);
         printf("%-20s %12s %12s %7s  %s\n", "stage (median)", "figure", "limit", "ratio",
                "limit basis");
-        const char *names[6] = { "preprocess", "vision encoder", "prefill", "time to 1st token",
-                                 "decode per token", "decode tokens/s" };
+        const char *names[6] = { "preprocess",
+                                 s->family == BENCH_FUYU ? "patch projection" : "vision encoder",
+                                 "prefill", "time to 1st token", "decode per token",
+                                 "decode tokens/s" };
         const char *keys[6] = { "preprocess_ms", "vision_ms", "prefill_ms", "ttft_ms",
                                 "decode_ms_per_token", "decode_tokens_per_s" };
         for (int i = 0; i < 6; i++) {
@@ -731,6 +949,7 @@ out:
     free(reqs);
     free(res);
     free(prompt);
+    free(tensors);
     free_placement(&pl);
     return rc;
 }
