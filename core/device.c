@@ -182,6 +182,60 @@ mmrt_status mmrt_dev_synchronize(struct mmrt_dev *dev, struct mmrt_error *err)
     return MMRT_OK;
 }
 
+bool mmrt_dev_can_capture(const struct mmrt_dev *dev)
+{
+    /* the loader zero-extends a shorter plugin struct and accepts all four members or none */
+    return dev->api->capture_begin != NULL;
+}
+
+mmrt_status mmrt_dev_capture_begin(struct mmrt_dev *dev, struct mmrt_error *err)
+{
+    if (!mmrt_dev_can_capture(dev))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "device %s (plugin %s) does not capture graphs", dev->name,
+                              dev->api->name);
+    mmrt_status st = dev->api->capture_begin(dev->handle);
+    if (st != MMRT_OK)
+        return mmrt_error_set(err, st, "device %s: graph capture: %s", dev->name,
+                              dev->api->last_error(dev->handle));
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_dev_capture_end(struct mmrt_dev *dev, void **graph, struct mmrt_error *err)
+{
+    *graph = NULL;
+    if (!mmrt_dev_can_capture(dev))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "device %s (plugin %s) does not capture graphs", dev->name,
+                              dev->api->name);
+    mmrt_status st = dev->api->capture_end(dev->handle, graph);
+    if (st == MMRT_OK && !*graph)
+        st = mmrt_error_set(err, MMRT_ERR_INTERNAL,
+                            "device %s: capture_end succeeded without a graph", dev->name);
+    else if (st != MMRT_OK)
+        st = mmrt_error_set(err, st, "device %s: graph capture: %s", dev->name,
+                            dev->api->last_error(dev->handle));
+    return st;
+}
+
+mmrt_status mmrt_dev_graph_launch(struct mmrt_dev *dev, void *graph, struct mmrt_error *err)
+{
+    if (!mmrt_dev_can_capture(dev) || !graph)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "device %s: no graph to launch",
+                              dev->name);
+    mmrt_status st = dev->api->graph_launch(dev->handle, graph);
+    if (st != MMRT_OK)
+        return mmrt_error_set(err, st, "device %s: graph launch: %s", dev->name,
+                              dev->api->last_error(dev->handle));
+    return MMRT_OK;
+}
+
+void mmrt_dev_graph_destroy(struct mmrt_dev *dev, void *graph)
+{
+    if (graph && mmrt_dev_can_capture(dev))
+        dev->api->graph_destroy(dev->handle, graph);
+}
+
 mmrt_status mmrt_dev_require_ops(const struct mmrt_dev *dev, const char *purpose,
                                  const enum mmrt_op *ops, int n_ops, struct mmrt_error *err)
 {

@@ -9,6 +9,8 @@
 #ifndef MMRT_CORE_DEVICE_H
 #define MMRT_CORE_DEVICE_H
 
+#include <stdbool.h>
+
 #include "error.h"
 #include "mmrt/plugin.h"
 #include "plugin_loader.h"
@@ -79,6 +81,19 @@ mmrt_status mmrt_dev_upload(struct mmrt_dev *dev, const struct mmrt_tensor *t, c
 mmrt_status mmrt_dev_download(struct mmrt_dev *dev, const struct mmrt_tensor *t, void *dst,
                               uint64_t nbytes, struct mmrt_error *err);
 mmrt_status mmrt_dev_synchronize(struct mmrt_dev *dev, struct mmrt_error *err);
+
+/* Graph capture (plugin.h): true when the plugin records graphs (and the plugin struct
+ * is new enough to carry the members). */
+bool mmrt_dev_can_capture(const struct mmrt_dev *dev);
+/* Between capture_begin and capture_end the device records instead of running; end hands
+ * back an opaque graph for mmrt_dev_graph_launch (same arenas, offsets and shapes on every
+ * replay). A failed capture leaves nothing recorded; the caller then runs eagerly.
+ * MMRT_ERR_UNSUPPORTED when the device cannot capture. */
+mmrt_status mmrt_dev_capture_begin(struct mmrt_dev *dev, struct mmrt_error *err);
+mmrt_status mmrt_dev_capture_end(struct mmrt_dev *dev, void **graph, struct mmrt_error *err);
+mmrt_status mmrt_dev_graph_launch(struct mmrt_dev *dev, void *graph, struct mmrt_error *err);
+/* NULL graph is a no-op. */
+void mmrt_dev_graph_destroy(struct mmrt_dev *dev, void *graph);
 
 /* Succeeds when the device's plugin has every op in `ops`; otherwise MMRT_ERR_UNSUPPORTED
  * with a message listing all the missing ones, e.g.

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "decode_loop.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -57,13 +58,6 @@ struct mmrt_model {
     struct mmrt_tokenizer *tok;
     struct fuyu_pp pp;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void fuyu_destroy(struct mmrt_model *m)
 {
@@ -475,7 +469,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
     memset(out, 0, sizeof *out);
     if (!req->image_path)
         return MMRT_OK;
-    double t0 = now_ms();
+    double t0 = mmrt_now_ms();
     struct mmrt_image *img = NULL;
     float *patches = NULL, *emb = NULL, *span = NULL;
     struct mmrt_image_limits lim;
@@ -506,7 +500,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
     const int64_t N = rows * cols;
     if (trace && trace->pixel_values)
         trace->pixel_values(trace->user, 0, patches, 2, (const int64_t[]){ N, K });
-    double t1 = now_ms();
+    double t1 = mmrt_now_ms();
     emb = malloc((size_t)(N * D) * sizeof *emb);
     span = calloc((size_t)(n_span * D), sizeof *span);
     if (!emb || !span) {
@@ -526,7 +520,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
     out->n_tokens = cols + 1;
     out->dim = D;
     out->preprocess_ms = t1 - t0;
-    out->vision_ms = now_ms() - t1;
+    out->vision_ms = mmrt_now_ms() - t1;
 out:
     mmrt_image_destroy(img);
     free(patches);
@@ -582,12 +576,18 @@ static mmrt_status build_prompt(struct mmrt_model *m, const char *prompt, int64_
     return MMRT_OK;
 }
 
-static bool is_eos(const struct mmrt_model *m, int32_t id)
+/* One decode step of the Persimmon decoder: the token's embedding through the cache. */
+struct fuyu_step {
+    struct mmrt_persimmon *lm;
+    struct mmrt_persimmon_cache *cache;
+    struct mmrt_tensor one; /* [1, hidden] */
+};
+
+static mmrt_status fuyu_next(void *ctx, int32_t token, float *logits, struct mmrt_error *err)
 {
-    for (int i = 0; i < m->n_eos; i++)
-        if (m->eos[i] == id)
-            return true;
-    return false;
+    struct fuyu_step *f = ctx;
+    mmrt_status st = mmrt_persimmon_embed(f->lm, &token, 1, &f->one, err);
+    return st == MMRT_OK ? mmrt_persimmon_forward(f->lm, f->cache, &f->one, logits, err) : st;
 }
 
 /* Language stage: sequence layout, splice the patch embeddings, prefill, decode. */
@@ -602,7 +602,6 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
     int64_t n_ids = 0;
     struct mmrt_persimmon_cache cache = { 0 };
     struct mmrt_sampler sampler = { 0 };
-    struct mmrt_tokenizer_stream *stream = NULL;
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, m->language);
     mmrt_status st;
@@ -642,7 +641,7 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
         trace->prompt_ids(trace->user, ids, (int)n_ids);
     res->n_prompt_tokens = (int)n_ids;
 
-    double t2 = now_ms();
+    double t2 = mmrt_now_ms();
     struct mmrt_tensor emb;
     logits = malloc((size_t)V * sizeof *logits);
     if (!logits) {
@@ -663,58 +662,22 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
         st = mmrt_persimmon_cache_create(&m->lm, n_ids + req->max_tokens, &cache, err);
     if (st == MMRT_OK)
         st = mmrt_persimmon_forward(&m->lm, &cache, &emb, logits, err);
-    if (st == MMRT_OK)
-        st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
     if (st != MMRT_OK)
         goto out;
     mmrt_scratch_release(&s);
-    double t3 = now_ms();
-    res->prefill_ms = t3 - t2;
+    res->prefill_ms = mmrt_now_ms() - t2;
 
-    struct mmrt_tensor one;
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, D }, &one, err);
-    for (int step = 0; st == MMRT_OK && step < req->max_tokens; step++) {
-        if (trace && trace->logits)
-            trace->logits(trace->user, step, logits, V);
-        int32_t tok;
-        st = mmrt_sampler_next(&sampler, logits, &tok, err);
-        if (st != MMRT_OK)
-            break;
-        res->n_tokens++;
-        const char *piece = "";
-        size_t plen = 0;
-        st = mmrt_tokenizer_decode_stream(stream, tok, &piece, &plen, err);
-        if (st != MMRT_OK)
-            break;
-        char buf[1024];
-        size_t n = plen < sizeof buf - 1 ? plen : sizeof buf - 1;
-        memcpy(buf, piece, n);
-        buf[n] = '\0';
-        bool go_on = on_token ? on_token(user, tok, buf) : true;
-        if (!go_on || is_eos(m, tok) || step + 1 == req->max_tokens)
-            break;
-        st = mmrt_persimmon_embed(&m->lm, &tok, 1, &one, err);
-        if (st == MMRT_OK)
-            st = mmrt_persimmon_forward(&m->lm, &cache, &one, logits, err);
-    }
-    if (st == MMRT_OK) {
-        const char *tail = "";
-        size_t tlen = 0;
-        st = mmrt_tokenizer_stream_finish(stream, &tail, &tlen, err);
-        if (st == MMRT_OK && tlen && on_token) {
-            char buf[64];
-            size_t n = tlen < sizeof buf - 1 ? tlen : sizeof buf - 1;
-            memcpy(buf, tail, n);
-            buf[n] = '\0';
-            on_token(user, -1, buf);
-        }
-    }
-    res->decode_ms = now_ms() - t3;
-    if (res->n_tokens > 1 && res->decode_ms > 0)
-        res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
+    struct fuyu_step step = { .lm = &m->lm, .cache = &cache };
+    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, D }, &step.one, err);
+    if (st != MMRT_OK)
+        goto out;
+    const struct mmrt_decode_loop loop = {
+        .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = fuyu_next, .ctx = &step,
+    };
+    st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
 out:
     mmrt_scratch_release(&s);
-    mmrt_tokenizer_stream_destroy(stream);
     mmrt_persimmon_cache_destroy(&m->lm, &cache);
     mmrt_sampler_deinit(&sampler);
     free(ids);

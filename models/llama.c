@@ -16,7 +16,7 @@
 
 const enum mmrt_op mmrt_llama_ops[] = {
     MMRT_OP_GET_ROWS, MMRT_OP_RMSNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE, MMRT_OP_COPY,
-    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_SWIGLU,
+    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_SWIGLU, MMRT_OP_SET_ROWS,
 };
 const int mmrt_llama_n_ops = (int)(sizeof mmrt_llama_ops / sizeof mmrt_llama_ops[0]);
 

@@ -106,6 +106,25 @@ mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache
                                const struct mmrt_tensor *embeds, const int32_t *positions,
                                float *logits, struct mmrt_error *err);
 
+/* The one-token decode step on buffers that live for a whole generation (llama_decode.c).
+ * Everything a step changes (token id, cache slot, positions, KV length) reaches the
+ * kernels through one small device buffer uploaded before the step, so the step can be
+ * captured once as a device graph and replayed: with use_graph, on a device that captures
+ * (CUDA; the CPU plugin with graph = 1), the first decode captures it and every decode
+ * launches it; a failed capture is logged once and the step runs eagerly. The decoder
+ * borrows m and cache; destroy it before either. */
+struct mmrt_llama_decoder;
+mmrt_status mmrt_llama_decoder_create(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
+                                      bool use_graph, struct mmrt_llama_decoder **out,
+                                      struct mmrt_error *err);
+/* Appends `token` at cache slot n_past (rotary position n_past + rope_delta on every axis)
+ * and writes the next logits[vocab]. */
+mmrt_status mmrt_llama_decode(struct mmrt_llama_decoder *d, int32_t token, float *logits,
+                              struct mmrt_error *err);
+/* True once the step runs as a captured graph. */
+bool mmrt_llama_decoder_uses_graph(const struct mmrt_llama_decoder *d);
+void mmrt_llama_decoder_destroy(struct mmrt_llama_decoder *d);
+
 /* The operators the LLaMA decoder (plain RoPE) launches, for placement checks. */
 extern const enum mmrt_op mmrt_llama_ops[];
 extern const int mmrt_llama_n_ops;

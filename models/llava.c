@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "clip.h"
+#include "decode_loop.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -45,13 +46,6 @@ struct mmrt_model {
     struct mmrt_tokenizer *tok;
     struct mmrt_clip_preprocess_config pp;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void llava_destroy(struct mmrt_model *m)
 {
@@ -245,7 +239,7 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
     memset(out, 0, sizeof *out);
     if (!req->image_path)
         return MMRT_OK;
-    double t0 = now_ms();
+    double t0 = mmrt_now_ms();
     struct mmrt_image *img = NULL;
     float *pixels = NULL, *features = NULL;
     struct mmrt_image_limits lim;
@@ -265,7 +259,7 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
         goto out;
     if (trace && trace->pixel_values)
         trace->pixel_values(trace->user, 0, pixels, 4, (const int64_t[]){ 1, 3, S_img, S_img });
-    double t1 = now_ms();
+    double t1 = mmrt_now_ms();
     st = encode_image(m, pixels, features, err);
     if (st != MMRT_OK)
         goto out;
@@ -277,7 +271,7 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
     out->n_tokens = m->n_image_tokens;
     out->dim = Dt;
     out->preprocess_ms = t1 - t0;
-    out->vision_ms = now_ms() - t1;
+    out->vision_ms = mmrt_now_ms() - t1;
 out:
     mmrt_image_destroy(img);
     free(pixels);

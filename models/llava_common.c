@@ -7,17 +7,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "decode_loop.h"
 #include "formats/json.h"
 #include "llava_common.h"
 #include "ops.h"
 #include "sampler.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 mmrt_status mmrt_llava_act_from_name(const char *name, const char *what, enum mmrt_op *out,
                                      struct mmrt_error *err)
@@ -193,12 +187,9 @@ static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const char *promp
     return MMRT_OK;
 }
 
-static bool is_eos(const struct mmrt_llava_lm *m, int32_t id)
+static mmrt_status llama_next(void *dec, int32_t token, float *logits, struct mmrt_error *err)
 {
-    for (int i = 0; i < m->n_eos; i++)
-        if (m->eos[i] == id)
-            return true;
-    return false;
+    return mmrt_llama_decode(dec, token, logits, err);
 }
 
 mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
@@ -212,7 +203,7 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
     int64_t n_ids = 0, image_pos = -1;
     struct mmrt_kv_cache cache = { 0 };
     struct mmrt_sampler sampler = { 0 };
-    struct mmrt_tokenizer_stream *stream = NULL;
+    struct mmrt_llama_decoder *dec = NULL;
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, m->lm->dev);
     mmrt_status st;
@@ -246,7 +237,7 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
         trace->prompt_ids(trace->user, ids, (int)n_ids);
     res->n_prompt_tokens = (int)n_ids;
 
-    double t2 = now_ms();
+    double t2 = mmrt_now_ms();
     struct mmrt_tensor emb;
     logits = malloc((size_t)V * sizeof *logits);
     if (!logits) {
@@ -265,58 +256,23 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
         st = mmrt_kv_cache_create(m->lm, n_ids + req->max_tokens, &cache, err);
     if (st == MMRT_OK)
         st = mmrt_llama_forward(m->lm, &cache, &emb, NULL, logits, err);
-    if (st == MMRT_OK)
-        st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
     if (st != MMRT_OK)
         goto out;
     mmrt_scratch_release(&s);
-    double t3 = now_ms();
-    res->prefill_ms = t3 - t2;
+    res->prefill_ms = mmrt_now_ms() - t2;
 
-    struct mmrt_tensor one;
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, Dt }, &one, err);
-    for (int step = 0; st == MMRT_OK && step < req->max_tokens; step++) {
-        if (trace && trace->logits)
-            trace->logits(trace->user, step, logits, V);
-        int32_t tok;
-        st = mmrt_sampler_next(&sampler, logits, &tok, err);
-        if (st != MMRT_OK)
-            break;
-        res->n_tokens++;
-        const char *piece = "";
-        size_t plen = 0;
-        st = mmrt_tokenizer_decode_stream(stream, tok, &piece, &plen, err);
-        if (st != MMRT_OK)
-            break;
-        char buf[1024];
-        size_t n = plen < sizeof buf - 1 ? plen : sizeof buf - 1;
-        memcpy(buf, piece, n);
-        buf[n] = '\0';
-        bool go_on = on_token ? on_token(user, tok, buf) : true;
-        if (!go_on || is_eos(m, tok) || step + 1 == req->max_tokens)
-            break;
-        st = mmrt_llama_embed(m->lm, &tok, 1, &one, err);
-        if (st == MMRT_OK)
-            st = mmrt_llama_forward(m->lm, &cache, &one, NULL, logits, err);
-    }
-    if (st == MMRT_OK) {
-        const char *tail = "";
-        size_t tlen = 0;
-        st = mmrt_tokenizer_stream_finish(stream, &tail, &tlen, err);
-        if (st == MMRT_OK && tlen && on_token) {
-            char buf[64];
-            size_t n = tlen < sizeof buf - 1 ? tlen : sizeof buf - 1;
-            memcpy(buf, tail, n);
-            buf[n] = '\0';
-            on_token(user, -1, buf);
-        }
-    }
-    res->decode_ms = now_ms() - t3;
-    if (res->n_tokens > 1 && res->decode_ms > 0)
-        res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
+    st = mmrt_llama_decoder_create(m->lm, &cache, true, &dec, err);
+    if (st != MMRT_OK)
+        goto out;
+    const struct mmrt_decode_loop loop = {
+        .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = llama_next, .ctx = dec,
+    };
+    st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
+    res->decode_graph = mmrt_llama_decoder_uses_graph(dec);
 out:
+    mmrt_llama_decoder_destroy(dec);
     mmrt_scratch_release(&s);
-    mmrt_tokenizer_stream_destroy(stream);
     mmrt_kv_cache_destroy(m->lm, &cache);
     mmrt_sampler_deinit(&sampler);
     free(ids);

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "decode_loop.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -70,13 +71,6 @@ struct mmrt_model {
     int32_t eos[MMRT_LLAVA_MAX_EOS];
     int n_eos;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void q_destroy(struct mmrt_model *m)
 {
@@ -288,7 +282,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
     /* The prompt needs the template's tokens too; this only refuses what cannot fit at all. */
     const int64_t budget = m->lm.cfg.max_positions - 1;
-    double t0 = now_ms();
+    double t0 = mmrt_now_ms();
     struct mmrt_image **imgs = calloc((size_t)n, sizeof *imgs);
     int32_t *grid = calloc((size_t)n * 3, sizeof *grid);
     int64_t *tokens = calloc((size_t)n, sizeof *tokens);
@@ -345,7 +339,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
         imgs[i] = NULL;
         at += np;
     }
-    double t1 = now_ms();
+    double t1 = mmrt_now_ms();
     st = mmrt_qwen2vl_vision_forward(&m->vt, pixels, n, grid, features, err);
     if (st != MMRT_OK)
         goto out;
@@ -361,7 +355,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     out->tokens_per_image = tokens;
     out->grid_thw = grid;
     out->preprocess_ms = t1 - t0;
-    out->vision_ms = now_ms() - t1;
+    out->vision_ms = mmrt_now_ms() - t1;
     features = NULL;
     tokens = NULL;
     grid = NULL;
@@ -503,12 +497,9 @@ static void rope_index(const struct mmrt_model *m, const struct mmrt_vision_outp
     *delta = max_pos + 1 - S;
 }
 
-static bool is_eos(const struct mmrt_model *m, int32_t id)
+static mmrt_status llama_next(void *dec, int32_t token, float *logits, struct mmrt_error *err)
 {
-    for (int i = 0; i < m->n_eos; i++)
-        if (m->eos[i] == id)
-            return true;
-    return false;
+    return mmrt_llama_decode(dec, token, logits, err);
 }
 
 /* The hand-over must be this model's per-image layout, consistent with its grids. */
@@ -551,7 +542,7 @@ static mmrt_status q_generate(struct mmrt_model *m, const struct mmrt_request *r
     int64_t n_ids = 0, delta = 0, span[MAX_IMAGES];
     struct mmrt_kv_cache cache = { 0 };
     struct mmrt_sampler sampler = { 0 };
-    struct mmrt_tokenizer_stream *stream = NULL;
+    struct mmrt_llama_decoder *dec = NULL;
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, m->language);
     mmrt_status st;
@@ -583,7 +574,7 @@ static mmrt_status q_generate(struct mmrt_model *m, const struct mmrt_request *r
         trace->prompt_ids(trace->user, ids, (int)n_ids);
     res->n_prompt_tokens = (int)n_ids;
 
-    double t2 = now_ms();
+    double t2 = mmrt_now_ms();
     struct mmrt_tensor emb;
     logits = malloc((size_t)V * sizeof *logits);
     pos = malloc((size_t)n_ids * 3 * sizeof *pos);
@@ -608,58 +599,23 @@ static mmrt_status q_generate(struct mmrt_model *m, const struct mmrt_request *r
     if (st == MMRT_OK)
         st = mmrt_llama_forward(&m->lm, &cache, &emb, pos, logits, err);
     cache.rope_delta = delta;
-    if (st == MMRT_OK)
-        st = mmrt_tokenizer_stream_create(m->tok, MMRT_DECODE_SKIP_SPECIAL, &stream, err);
     if (st != MMRT_OK)
         goto out;
     mmrt_scratch_release(&s);
-    double t3 = now_ms();
-    res->prefill_ms = t3 - t2;
+    res->prefill_ms = mmrt_now_ms() - t2;
 
-    struct mmrt_tensor one;
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, Dt }, &one, err);
-    for (int step = 0; st == MMRT_OK && step < req->max_tokens; step++) {
-        if (trace && trace->logits)
-            trace->logits(trace->user, step, logits, V);
-        int32_t tok;
-        st = mmrt_sampler_next(&sampler, logits, &tok, err);
-        if (st != MMRT_OK)
-            break;
-        res->n_tokens++;
-        const char *piece = "";
-        size_t plen = 0;
-        st = mmrt_tokenizer_decode_stream(stream, tok, &piece, &plen, err);
-        if (st != MMRT_OK)
-            break;
-        char buf[1024];
-        size_t n = plen < sizeof buf - 1 ? plen : sizeof buf - 1;
-        memcpy(buf, piece, n);
-        buf[n] = '\0';
-        bool go_on = on_token ? on_token(user, tok, buf) : true;
-        if (!go_on || is_eos(m, tok) || step + 1 == req->max_tokens)
-            break;
-        st = mmrt_llama_embed(&m->lm, &tok, 1, &one, err);
-        if (st == MMRT_OK)
-            st = mmrt_llama_forward(&m->lm, &cache, &one, NULL, logits, err);
-    }
-    if (st == MMRT_OK) {
-        const char *tail = "";
-        size_t tlen = 0;
-        st = mmrt_tokenizer_stream_finish(stream, &tail, &tlen, err);
-        if (st == MMRT_OK && tlen && on_token) {
-            char buf[64];
-            size_t n = tlen < sizeof buf - 1 ? tlen : sizeof buf - 1;
-            memcpy(buf, tail, n);
-            buf[n] = '\0';
-            on_token(user, -1, buf);
-        }
-    }
-    res->decode_ms = now_ms() - t3;
-    if (res->n_tokens > 1 && res->decode_ms > 0)
-        res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
+    st = mmrt_llama_decoder_create(&m->lm, &cache, true, &dec, err);
+    if (st != MMRT_OK)
+        goto out;
+    const struct mmrt_decode_loop loop = {
+        .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = llama_next, .ctx = dec,
+    };
+    st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
+    res->decode_graph = mmrt_llama_decoder_uses_graph(dec);
 out:
+    mmrt_llama_decoder_destroy(dec);
     mmrt_scratch_release(&s);
-    mmrt_tokenizer_stream_destroy(stream);
     mmrt_kv_cache_destroy(&m->lm, &cache);
     mmrt_sampler_deinit(&sampler);
     free(ids);

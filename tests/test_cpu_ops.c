@@ -1850,6 +1850,79 @@ static void test_rope_multi_set_rows_refusals(void **state)
     release_all();
 }
 
+/* ---- graph capture (option graph = 1) ------------------------------------------------- */
+
+/* Capture records, launch replays: a recorded upload rewrites its bytes as they were at
+ * capture, while values uploaded before each launch (here the SET_ROWS index) are read
+ * fresh, which is what keeps a decode graph valid from step to step. */
+static void test_graph_capture(void **state)
+{
+    (void)state;
+    const struct mmrt_plugin *P = H.plugin;
+    assert_non_null(P->capture_begin);
+    /* off by default */
+    assert_int_equal(P->capture_begin(H.dev), MMRT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(P->last_error(H.dev), "graph = 1"));
+    struct harness bad;
+    struct mmrt_option two = { "graph", "2" };
+    assert_int_equal(harness_open(&bad, harness_plugin_path("cpu"), &two, 1), MMRT_ERR_CONFIG);
+
+    struct harness saved = H, g;
+    struct mmrt_option on = { "graph", "1" };
+    assert_int_equal(harness_open(&g, harness_plugin_path("cpu"), &on, 1), MMRT_OK);
+    H = g;
+    const float a[4] = { 1, -2, 3.5f, 8 }, b[4] = { 100, 100, 100, 100 };
+    struct harness_tensor *x = tnew(MMRT_DTYPE_F32, SHAPE(1, 4)), *y = tnew(MMRT_DTYPE_F32, SHAPE(1, 4));
+    struct harness_tensor *cache = tnew(MMRT_DTYPE_F32, SHAPE(3, 4));
+    struct harness_tensor *idx = tnew_i32((const int32_t[]){ 0 }, 1);
+    assert_int_equal(harness_upload(&H, x, b), MMRT_OK);
+    assert_int_equal(harness_upload(&H, cache, (const float[12]){ 0 }), MMRT_OK);
+
+    void *graph = NULL;
+    assert_int_equal(P->capture_begin(H.dev), MMRT_OK);
+    assert_int_equal(harness_upload(&H, x, a), MMRT_OK); /* recorded with a's bytes */
+    const struct mmrt_scale_params two_x = { 2.0f };
+    struct harness_tensor *sx[1] = { x }, *sr[2] = { y, idx };
+    assert_int_equal(run(MMRT_OP_SCALE, sx, 1, y, &two_x, sizeof two_x), MMRT_OK);
+    assert_int_equal(run(MMRT_OP_SET_ROWS, sr, 2, cache, NULL, 0), MMRT_OK);
+    assert_int_equal(P->capture_end(H.dev, &graph), MMRT_OK);
+    assert_non_null(graph);
+    /* nothing ran while capturing */
+    float *c = download_f32(cache);
+    for (int i = 0; i < 12; i++)
+        assert_true(c[i] == 0.0f);
+    assert_int_equal(harness_upload(&H, x, b), MMRT_OK); /* overwritten again by the replay */
+    for (int slot = 2; slot >= 0; slot -= 2) {
+        upload_i32(idx, (const int32_t[]){ slot });
+        assert_int_equal(P->graph_launch(H.dev, graph), MMRT_OK);
+    }
+    c = download_f32(cache);
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 4; i++)
+            assert_true(c[r * 4 + i] == (r == 1 ? 0.0f : 2.0f * a[i]));
+
+    /* a download while capturing fails the capture: nothing is kept */
+    void *none = (void *)1;
+    assert_int_equal(P->capture_begin(H.dev), MMRT_OK);
+    assert_int_equal(run(MMRT_OP_SCALE, sx, 1, y, &two_x, sizeof two_x), MMRT_OK);
+    float tmp[4];
+    assert_int_not_equal(harness_download(&H, y, tmp), MMRT_OK);
+    assert_int_not_equal(P->synchronize(H.dev), MMRT_OK);
+    assert_int_not_equal(P->capture_end(H.dev, &none), MMRT_OK);
+    assert_null(none);
+    assert_non_null(strstr(P->last_error(H.dev), "download during graph capture"));
+    /* capture_end without begin */
+    assert_int_not_equal(P->capture_end(H.dev, &none), MMRT_OK);
+
+    /* a graph that outlives one of its arenas fails at launch instead of touching freed
+     * memory; destroying it is still fine */
+    release_all();
+    assert_int_equal(P->graph_launch(H.dev, graph), MMRT_ERR_INVALID_ARG);
+    P->graph_destroy(H.dev, graph);
+    harness_close(&g);
+    H = saved;
+}
+
 /* ---- determinism across thread counts ------------------------------------------------- */
 
 static void test_thread_count_invariance(void **state)
@@ -1941,7 +2014,8 @@ static void test_plugin_table(void **state)
     assert_string_equal(p->option_keys[0], "threads");
     assert_string_equal(p->option_keys[1], "isa");
     assert_string_equal(p->option_keys[2], "bf16_dot");
-    assert_null(p->option_keys[3]);
+    assert_string_equal(p->option_keys[3], "graph");
+    assert_null(p->option_keys[4]);
     int n = -1;
     char why[64] = "x";
     assert_int_equal(p->probe(&n, why, sizeof why), MMRT_OK);
@@ -2164,6 +2238,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_rope_multi_set_rows_refusals),
         cmocka_unit_test(test_thread_count_invariance),
+        cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_fresh_device_first_loop),
         cmocka_unit_test(test_entry_abi),
     };

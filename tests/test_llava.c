@@ -131,6 +131,9 @@ static float *expected_tensor(struct mmrt_safetensors *st, const char *name, int
     return x;
 }
 
+/* Set by test_cpu_graph: the CPU device captures the decode step as a graph (graph = 1). */
+static bool g_cpu_graph;
+
 static struct mmrt_runtime *open_model(const char *model_dir, char *err, size_t err_size,
                                        mmrt_status *status)
 {
@@ -139,6 +142,11 @@ static struct mmrt_runtime *open_model(const char *model_dir, char *err, size_t 
     const char *plugin = getenv("MMRT_TEST_PLUGIN");
     struct mmrt_device_config dev = { .name = "dev0", .plugin = plugin && *plugin ? plugin : "cpu",
                                       .pool_mb = 64 };
+    static const struct mmrt_option graph_on = { .key = "graph", .value = "1" };
+    if (g_cpu_graph && strcmp(dev.plugin, "cpu") == 0) {
+        dev.options = &graph_on;
+        dev.n_options = 1;
+    }
     struct mmrt_config cfg = { .model_path = model_dir, .devices = &dev, .n_devices = 1 };
     struct mmrt_runtime *rt = NULL;
     *status = mmrt_create(&cfg, &rt, err, err_size);
@@ -183,6 +191,8 @@ static void check_fixture(const char *name)
         st = mmrt_run_traced(rt, &req, &trace, on_token, &cap, &res);
         if (st != MMRT_OK)
             fail_msg("%s %s: %s", name, cname, mmrt_last_error(rt));
+        if (g_cpu_graph && res.n_tokens > 1 && !res.decode_graph)
+            fail_msg("%s %s: the decode step did not run as a captured graph", name, cname);
 
         char tname[128];
         snprintf(tname, sizeof tname, "%s.pixel_values", cname);
@@ -230,6 +240,24 @@ static void test_tiny(void **state)
 {
     (void)state;
     check_fixture("llava-tiny");
+}
+
+/* The decode step captured once and replayed on the CPU plugin (graph = 1): token id, cache
+ * slot, positions and KV length must reach the kernels through device memory. */
+static int graph_off(void **state)
+{
+    (void)state;
+    g_cpu_graph = false; /* also after a failure, so later tests run eagerly */
+    return 0;
+}
+
+static void test_cpu_graph(void **state)
+{
+    (void)state;
+    g_cpu_graph = true;
+    check_fixture("llava-tiny");
+    check_fixture("llava-tiny-bf16");
+    g_cpu_graph = false;
 }
 
 static void test_tiny_sharded(void **state)
@@ -454,6 +482,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny),
         cmocka_unit_test(test_tiny_sharded),
+        cmocka_unit_test_teardown(test_cpu_graph, graph_off),
         cmocka_unit_test(test_tiny_bf16),
         cmocka_unit_test(test_alt_configuration),
         cmocka_unit_test_setup_teardown(test_bad_configs, make_scratch, drop_scratch),

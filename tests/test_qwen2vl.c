@@ -156,17 +156,27 @@ static float *expected_tensor(struct mmrt_safetensors *st, const char *name, int
     return x;
 }
 
+/* Set by test_cpu_graph: the CPU devices capture the decode step as a graph (graph = 1),
+ * and every request must report that its decode ran as one. */
+static bool g_cpu_graph;
+
 /* One device (cpu, or MMRT_TEST_PLUGIN for the GPU check script), or the vision stage on
  * `vision_plugin` and the language stage on cpu. */
 static struct mmrt_runtime *open_model(const char *model_dir, const char *vision_plugin,
                                        char *err, size_t err_size, mmrt_status *status)
 {
     const char *one = getenv("MMRT_TEST_PLUGIN");
+    static const struct mmrt_option graph_on = { .key = "graph", .value = "1" };
     struct mmrt_device_config devs[2] = {
         { .name = "v", .plugin = vision_plugin ? vision_plugin : one && *one ? one : "cpu",
           .pool_mb = 64 },
         { .name = "l", .plugin = "cpu", .pool_mb = 64 },
     };
+    for (int i = 0; i < 2 && g_cpu_graph; i++)
+        if (strcmp(devs[i].plugin, "cpu") == 0) {
+            devs[i].options = &graph_on;
+            devs[i].n_options = 1;
+        }
     struct mmrt_config cfg = { .model_path = model_dir, .devices = devs,
                                .n_devices = vision_plugin ? 2 : 1 };
     if (vision_plugin) {
@@ -262,6 +272,8 @@ static bool check_fixture(const char *name, const char *vision_plugin)
         st = mmrt_run_traced(rt, &req, &trace, on_token, &cap, &res);
         if (st != MMRT_OK)
             fail_msg("%s %s: %s", name, cname, mmrt_last_error(rt));
+        if (g_cpu_graph && res.n_tokens > 1 && !res.decode_graph)
+            fail_msg("%s %s: the decode step did not run as a captured graph", name, cname);
         /* Template, tokenizer and the expansion of each <|image_pad|> by its grid. */
         const json_t *ids = json_object_get(c, "input_ids");
         assert_int_equal(cap.n_prompt, (int)json_array_size(ids));
@@ -322,6 +334,26 @@ static void test_alt_configuration(void **state)
 {
     (void)state;
     check_fixture("qwen2vl-tiny-alt", NULL);
+}
+
+/* The decode step captured once and replayed (the CPU plugin's graph = 1, which records and
+ * replays exactly as the CUDA plugin's graphs do): the M-RoPE positions (slot + rope_delta),
+ * the cache slot and the KV length must all come from device memory, or the replayed steps
+ * would reuse the first step's and miss the reference. */
+static int graph_off(void **state)
+{
+    (void)state;
+    g_cpu_graph = false; /* also after a failure, so later tests run eagerly */
+    return 0;
+}
+
+static void test_cpu_graph(void **state)
+{
+    (void)state;
+    g_cpu_graph = true;
+    check_fixture("qwen2vl-tiny", NULL);
+    check_fixture("qwen2vl-tiny-alt", NULL);
+    g_cpu_graph = false;
 }
 
 /* The vision stage (preprocessing, tower, merger) on OpenCL, the decoder on the CPU. */
@@ -931,6 +963,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny),
         cmocka_unit_test(test_alt_configuration),
+        cmocka_unit_test_teardown(test_cpu_graph, graph_off),
         cmocka_unit_test(test_vision_on_opencl),
         cmocka_unit_test(test_batch_overlap),
         cmocka_unit_test(test_check_two_images),

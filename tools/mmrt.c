@@ -172,6 +172,8 @@ static json_t *record_json(const struct collected *c, const struct mmrt_result *
         "decode_tokens_per_s", r->decode_tokens_per_s, "stages_ms", "vision_start",
         r->vision_start_ms, "vision_end", r->vision_end_ms, "language_start",
         r->language_start_ms, "language_end", r->language_end_ms);
+    if (rec)
+        json_object_set_new(rec, "decode_graph", json_boolean(r->decode_graph));
     if (rec && r->status != MMRT_OK)
         json_object_set_new(rec, "error", json_string(r->error));
     return rec;

@@ -13,6 +13,7 @@
  *   cpu_ops_rows.c         LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, GET_ROWS, SET_ROWS
  *   cpu_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION
  *   cpu_ops_copy.c         COPY, CONCAT
+ *   cpu_graph.c            graph capture and replay (option graph = 1), the op dispatcher
  *   cpu_isa.c              run-time CPU feature detection and the choice of kernel table
  *   cpu_kern_avx2.c        GEMM / GEMV / attention kernels for AVX2 + FMA + F16C
  *   cpu_kern_avx512.c      the same for AVX-512 (F, BW, VL, DQ)
@@ -227,6 +228,11 @@ struct mmrt_device {
     void *xpack;                /* the blocked GEMM's packed x; grow-only (cpu_xpack) */
     size_t xpack_bytes;
     uint64_t total_bytes;       /* physical memory; also the largest arena we try */
+    bool graph_enabled;         /* option graph = 1: capture_begin records (cpu_graph.c) */
+    struct cpu_graph *recording; /* the graph being captured, NULL when running */
+    bool capture_failed;        /* first failure while capturing, reported at capture_end */
+    mmrt_status capture_status;
+    char capture_why[CPU_ERR_MAX];
     char name[128];             /* "<model name> (<n> threads)" */
     char err[CPU_ERR_MAX];      /* last failure on this device, "" when none */
 };
@@ -237,6 +243,28 @@ mmrt_status cpu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, .
 
 /* The arena `handle` names on dev, or NULL when it is none of dev's arenas. */
 struct cpu_arena *cpu_arena_find(struct mmrt_device *dev, const void *handle);
+
+/* ---- graph capture (cpu_graph.c) ------------------------------------------------------ */
+
+/* The kernels by op; the plugin's public table routes each op through cpu_dispatch with its
+ * own slot, which runs cpu_kernel_table[slot] or, while capturing, records the launch. */
+extern const mmrt_kernel_fn cpu_kernel_table[MMRT_OP_COUNT];
+struct cpu_graph;
+mmrt_status cpu_dispatch(struct mmrt_device *dev, const struct mmrt_op_args *args, int slot);
+mmrt_status cpu_capture_begin(struct mmrt_device *dev);
+mmrt_status cpu_capture_end(struct mmrt_device *dev, void **graph);
+mmrt_status cpu_graph_launch(struct mmrt_device *dev, void *graph);
+void cpu_graph_destroy(struct mmrt_device *dev, void *graph);
+bool cpu_capturing(const struct mmrt_device *dev);
+/* Records an upload (the bytes as they are now) or a copy while capturing. */
+mmrt_status cpu_capture_upload(struct mmrt_device *dev, void *arena, uint64_t offset,
+                               const void *src, uint64_t nbytes);
+mmrt_status cpu_capture_copy(struct mmrt_device *dev, void *dst_arena, uint64_t dst_offset,
+                             void *src_arena, uint64_t src_offset, uint64_t nbytes);
+/* Fails the capture: `what` (download, synchronize, graph_launch) needs results. */
+mmrt_status cpu_capture_refuse(struct mmrt_device *dev, const char *what);
+/* Drops an open capture (device_close). */
+void cpu_capture_abandon(struct mmrt_device *dev);
 
 /* ---- tensor views and argument checks (cpu_args.c) ------------------------------------ */
 

@@ -117,7 +117,7 @@ static void cpu_model_name(char *out, size_t size)
  * portable — the kernel table (cpu_isa.c); a lower one than auto compares kernels or tests a
  * path. bf16_dot: 0 (default) or 1 — BF16 weights use the AVX512_BF16 dot-product GEMM, which
  * rounds activations to bf16 (faster prefill and vision, measured loss in BENCHMARKS.md). */
-static const char *const cpu_option_keys[] = { "threads", "isa", "bf16_dot", NULL };
+static const char *const cpu_option_keys[] = { "threads", "isa", "bf16_dot", "graph", NULL };
 
 static mmrt_status cpu_probe(int *n_devices, char *why, size_t why_size)
 {
@@ -163,7 +163,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
     bool have_threads = false, bf16_dot = false;
-    const char *isa = NULL, *bf16_value = NULL;
+    const char *isa = NULL, *bf16_value = NULL, *graph_value = NULL;
     struct cpu_kernels kern;
 
     if (!out || n_options < 0 || (n_options > 0 && !options)) {
@@ -180,8 +180,9 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
             set_err(err, err_size, "cpu: device option %d has no key or no value", i);
             return MMRT_ERR_CONFIG;
         }
-        if (strcmp(key, "isa") == 0 || strcmp(key, "bf16_dot") == 0) {
-            const char **slot = key[0] == 'i' ? &isa : &bf16_value;
+        if (strcmp(key, "isa") == 0 || strcmp(key, "bf16_dot") == 0 ||
+            strcmp(key, "graph") == 0) {
+            const char **slot = key[0] == 'i' ? &isa : key[0] == 'b' ? &bf16_value : &graph_value;
             if (*slot) {
                 set_err(err, err_size, "cpu: device option %s given twice (second: \"%s\")",
                         key, value);
@@ -193,7 +194,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         if (strcmp(key, "threads") != 0) {
             set_err(err, err_size,
                     "cpu: unknown device option %s=\"%s\" (the cpu plugin knows: threads, isa, "
-                    "bf16_dot)", key, value);
+                    "bf16_dot, graph)", key, value);
             return MMRT_ERR_CONFIG;
         }
         if (have_threads) {
@@ -215,6 +216,10 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         }
         bf16_dot = bf16_value[0] == '1';
     }
+    if (graph_value && strcmp(graph_value, "0") != 0 && strcmp(graph_value, "1") != 0) {
+        set_err(err, err_size, "cpu: device option graph=\"%s\": expected 0 or 1", graph_value);
+        return MMRT_ERR_CONFIG;
+    }
     st = cpu_kernels_select(isa, bf16_dot, &kern, err, err_size);
     if (st != MMRT_OK)
         return st;
@@ -232,6 +237,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     }
     dev->kern = kern;
     dev->bf16_dot = bf16_dot;
+    dev->graph_enabled = graph_value && graph_value[0] == '1';
     /* Per thread: a converted W block (blocked: NC × KC; portable: MM_NB × MM_KB) and a C
      * block of up to GEMM_MC (+ one panel) rows × NC (cpu_ops_matmul.c); both sizes are
      * multiples of 16 floats, so threads never share a cache line. */
@@ -263,6 +269,7 @@ static void cpu_device_close(struct mmrt_device *dev)
 {
     if (!dev)
         return;
+    cpu_capture_abandon(dev);
     cpu_pool_deinit(&dev->pool);
     int n_left = 0;
     while (dev->arenas) {
@@ -397,6 +404,8 @@ static mmrt_status cpu_upload(struct mmrt_device *dev, void *arena, uint64_t off
         return st;
     if (nbytes && !src)
         return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "upload: no source buffer");
+    if (cpu_capturing(dev))
+        return cpu_capture_upload(dev, arena, offset, src, nbytes);
     if (nbytes)
         memcpy(p, src, nbytes);
     return MMRT_OK;
@@ -407,6 +416,8 @@ static mmrt_status cpu_download(struct mmrt_device *dev, void *dst, void *arena,
 {
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
+    if (cpu_capturing(dev))
+        return cpu_capture_refuse(dev, "download");
     char *p = NULL;
     mmrt_status st = arena_range(dev, "download", arena, offset, nbytes, &p);
     if (st != MMRT_OK)
@@ -429,6 +440,8 @@ static mmrt_status cpu_copy(struct mmrt_device *dev, void *dst_arena, uint64_t d
         st = arena_range(dev, "copy (src)", src_arena, src_offset, nbytes, &s);
     if (st != MMRT_OK)
         return st;
+    if (cpu_capturing(dev))
+        return cpu_capture_copy(dev, dst_arena, dst_offset, src_arena, src_offset, nbytes);
     if (nbytes)
         memmove(d, s, nbytes); /* the ranges may overlap within one arena */
     return MMRT_OK;
@@ -436,7 +449,9 @@ static mmrt_status cpu_copy(struct mmrt_device *dev, void *dst_arena, uint64_t d
 
 static mmrt_status cpu_synchronize(struct mmrt_device *dev)
 {
-    return dev ? MMRT_OK : MMRT_ERR_INVALID_ARG;
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    return cpu_capturing(dev) ? cpu_capture_refuse(dev, "synchronize") : MMRT_OK;
 }
 
 static const char *cpu_last_error(struct mmrt_device *dev)
@@ -446,7 +461,7 @@ static const char *cpu_last_error(struct mmrt_device *dev)
 
 /* ---- op table and entry point --------------------------------------------------------- */
 
-static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
+const mmrt_kernel_fn cpu_kernel_table[MMRT_OP_COUNT] = {
     [MMRT_OP_MATMUL] = cpu_op_matmul,
     [MMRT_OP_ADD] = cpu_op_add,
     [MMRT_OP_MUL] = cpu_op_mul,
@@ -471,6 +486,62 @@ static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_SET_ROWS] = cpu_op_set_rows,
 };
 
+/* What the core calls: each op enters through cpu_dispatch with its own slot, which runs the
+ * kernel or, while a graph is being captured, records the launch (cpu_graph.c). */
+#define CPU_ENTRY(OP, fn)                                                                      \
+    static mmrt_status fn(struct mmrt_device *dev, const struct mmrt_op_args *args)          \
+    {                                                                                      \
+        return cpu_dispatch(dev, args, OP);                                                \
+    }
+CPU_ENTRY(MMRT_OP_MATMUL, entry_matmul)
+CPU_ENTRY(MMRT_OP_ADD, entry_add)
+CPU_ENTRY(MMRT_OP_MUL, entry_mul)
+CPU_ENTRY(MMRT_OP_SCALE, entry_scale)
+CPU_ENTRY(MMRT_OP_LAYERNORM, entry_layernorm)
+CPU_ENTRY(MMRT_OP_RMSNORM, entry_rmsnorm)
+CPU_ENTRY(MMRT_OP_GELU, entry_gelu)
+CPU_ENTRY(MMRT_OP_GELU_TANH, entry_gelu_tanh)
+CPU_ENTRY(MMRT_OP_QUICK_GELU, entry_quick_gelu)
+CPU_ENTRY(MMRT_OP_SILU, entry_silu)
+CPU_ENTRY(MMRT_OP_SWIGLU, entry_swiglu)
+CPU_ENTRY(MMRT_OP_RELU2, entry_relu2)
+CPU_ENTRY(MMRT_OP_SOFTMAX, entry_softmax)
+CPU_ENTRY(MMRT_OP_ROPE, entry_rope)
+CPU_ENTRY(MMRT_OP_ATTENTION, entry_attention)
+CPU_ENTRY(MMRT_OP_GET_ROWS, entry_get_rows)
+CPU_ENTRY(MMRT_OP_PATCH_EMBED, entry_patch_embed)
+CPU_ENTRY(MMRT_OP_CONCAT, entry_concat)
+CPU_ENTRY(MMRT_OP_COPY, entry_copy)
+CPU_ENTRY(MMRT_OP_ARGMAX, entry_argmax)
+CPU_ENTRY(MMRT_OP_ROPE_MULTI, entry_rope_multi)
+CPU_ENTRY(MMRT_OP_SET_ROWS, entry_set_rows)
+#undef CPU_ENTRY
+
+static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
+    [MMRT_OP_MATMUL] = entry_matmul,
+    [MMRT_OP_ADD] = entry_add,
+    [MMRT_OP_MUL] = entry_mul,
+    [MMRT_OP_SCALE] = entry_scale,
+    [MMRT_OP_LAYERNORM] = entry_layernorm,
+    [MMRT_OP_RMSNORM] = entry_rmsnorm,
+    [MMRT_OP_GELU] = entry_gelu,
+    [MMRT_OP_GELU_TANH] = entry_gelu_tanh,
+    [MMRT_OP_QUICK_GELU] = entry_quick_gelu,
+    [MMRT_OP_SILU] = entry_silu,
+    [MMRT_OP_SWIGLU] = entry_swiglu,
+    [MMRT_OP_RELU2] = entry_relu2,
+    [MMRT_OP_SOFTMAX] = entry_softmax,
+    [MMRT_OP_ROPE] = entry_rope,
+    [MMRT_OP_ATTENTION] = entry_attention,
+    [MMRT_OP_GET_ROWS] = entry_get_rows,
+    [MMRT_OP_PATCH_EMBED] = entry_patch_embed,
+    [MMRT_OP_CONCAT] = entry_concat,
+    [MMRT_OP_COPY] = entry_copy,
+    [MMRT_OP_ARGMAX] = entry_argmax,
+    [MMRT_OP_ROPE_MULTI] = entry_rope_multi,
+    [MMRT_OP_SET_ROWS] = entry_set_rows,
+};
+
 static const struct mmrt_plugin cpu_plugin = {
     .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_plugin),
     .name = CPU_PLUGIN_NAME,
@@ -490,6 +561,10 @@ static const struct mmrt_plugin cpu_plugin = {
     .n_ops = MMRT_OP_COUNT,
     .option_keys = cpu_option_keys,
     .shutdown = NULL,
+    .capture_begin = cpu_capture_begin,
+    .capture_end = cpu_capture_end,
+    .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
 };
 
 MMRT_PLUGIN_EXPORT const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_host *host)

@@ -662,6 +662,123 @@ out:
     return st;
 }
 
+/* ---- graph_replay -------------------------------------------------------------------------- */
+
+/* A launch with explicit operands, validated like the operator front would. */
+static mmrt_status launch(struct scope *s, enum mmrt_op op, const struct mmrt_tensor *a,
+                          const struct mmrt_tensor *b, const struct mmrt_tensor *y,
+                          const void *params, uint32_t params_size, const char *what)
+{
+    struct mmrt_op_args args = {
+        .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
+        .op = op, .n_src = b ? 2 : 1, .src = {a, b}, .dst = y,
+        .params = params, .params_size = params_size,
+    };
+    struct mmrt_error verr;
+    if (mmrt_op_validate(op, args.src, args.n_src, y, params, params_size, &verr) != MMRT_OK)
+        return mmrt_error_set(s->err, MMRT_ERR_INTERNAL, "contract: %s", verr.msg);
+    mmrt_status st = s->t->plugin->ops[op](s->t->dev, &args);
+    if (st != MMRT_OK)
+        return violated(s, "%s: %s failed with %s: %s", what, mmrt_op_name(op),
+                        mmrt_status_name(st), last_error(s));
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_contract_graph_replay(const struct mmrt_contract_target *t,
+                                       struct mmrt_error *err)
+{
+    const struct mmrt_plugin *P = t->plugin;
+    if (!P->capture_begin)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "the plugin does not capture graphs");
+    if (!P->ops || P->n_ops <= MMRT_OP_SET_ROWS || !P->ops[MMRT_OP_SCALE] ||
+        !P->ops[MMRT_OP_SET_ROWS])
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "needs SCALE and SET_ROWS");
+    enum { N = 4100, ROWS = 3 }; /* a row wider than any work-group */
+    struct scope s;
+    scope_init(&s, t, err);
+    mmrt_status st;
+    void *graph = NULL, *ax, *ay, *ac, *ai;
+    unsigned char *hb;
+    float a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)(i % 97) - 48.0f;
+        b[i] = 1000.0f + (float)i;
+    }
+    TRY(bufs_new(&s, (size_t)ROWS * N * 4, &hb, NULL));
+    TRY(arena_new(&s, N * 4, &ax));
+    TRY(arena_new(&s, N * 4, &ay));
+    TRY(arena_new(&s, (uint64_t)ROWS * N * 4, &ac));
+    TRY(arena_new(&s, 4, &ai));
+    struct mmrt_tensor x = f32_tensor(ax, N), y = f32_tensor(ay, N), idx = f32_tensor(ai, 1);
+    x.n_dims = y.n_dims = 2; /* [1, N] */
+    x.ne[0] = y.ne[0] = 1;
+    x.ne[1] = y.ne[1] = N;
+    x.nb[0] = y.nb[0] = N * 4;
+    idx.dtype = MMRT_DTYPE_I32;
+    struct mmrt_tensor cache = x;
+    cache.buffer = ac;
+    cache.ne[0] = ROWS;
+    float *host = (float *)(void *)hb;
+    memset(host, 0, (size_t)ROWS * N * 4);
+    TRY(expect_ok(&s, P->upload(t->dev, ac, 0, host, (uint64_t)ROWS * N * 4), "upload cache"));
+    TRY(expect_ok(&s, P->upload(t->dev, ax, 0, b, N * 4), "upload x = b"));
+
+    /* record: upload x = a; y = 2x; cache[idx] = y */
+    static const struct mmrt_scale_params two = {2.0f};
+    st = P->capture_begin(t->dev);
+    if (st == MMRT_ERR_UNSUPPORTED) {
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "capture_begin: %s", last_error(&s));
+        goto out;
+    }
+    TRY(expect_ok(&s, st, "capture_begin"));
+    TRY(expect_ok(&s, P->upload(t->dev, ax, 0, a, N * 4), "upload x = a while capturing"));
+    TRY(launch(&s, MMRT_OP_SCALE, &x, NULL, &y, &two, sizeof two, "y = 2x while capturing"));
+    TRY(launch(&s, MMRT_OP_SET_ROWS, &y, &idx, &cache, NULL, 0,
+               "cache[idx] = y while capturing"));
+    TRY(expect_ok(&s, P->capture_end(t->dev, &graph), "capture_end"));
+    if (!graph)
+        TRY(violated(&s, "capture_end returned MMRT_OK and a NULL graph"));
+
+    /* replay twice with the index uploaded before each launch; x was put back to b, and the
+     * replay's recorded upload must rewrite a */
+    TRY(expect_ok(&s, P->upload(t->dev, ax, 0, b, N * 4), "upload x = b after capture"));
+    const int32_t slots[2] = {2, 0};
+    for (int k = 0; k < 2; k++) {
+        TRY(expect_ok(&s, P->upload(t->dev, ai, 0, &slots[k], 4), "upload idx"));
+        TRY(expect_ok(&s, P->graph_launch(t->dev, graph), "graph_launch"));
+    }
+    TRY(expect_ok(&s, P->download(t->dev, host, ac, 0, (uint64_t)ROWS * N * 4),
+                  "download cache"));
+    for (int r = 0; r < ROWS; r++)
+        for (int i = 0; i < N; i++) {
+            float want = r == 1 ? 0.0f : 2.0f * a[i];
+            if (host[r * N + i] != want)
+                TRY(violated(&s, "capture {upload x = a; y = 2x; cache[idx] = y}, replayed with "
+                             "idx = 2 then 0: cache[%d][%d] is %g, want %g (a replay must "
+                             "read idx as uploaded before it, and rewrite the recorded upload)",
+                             r, i, (double)host[r * N + i], (double)want));
+        }
+
+    /* a download while capturing has no result to give: the capture fails, nothing kept */
+    void *none = NULL;
+    TRY(expect_ok(&s, P->capture_begin(t->dev), "second capture_begin"));
+    mmrt_status dl = P->download(t->dev, host, ay, 0, N * 4);
+    mmrt_status end = P->capture_end(t->dev, &none);
+    if (dl == MMRT_OK && end == MMRT_OK)
+        TRY(violated(&s, "a download inside capture_begin … capture_end succeeded, and so did "
+                     "capture_end: a captured download cannot return data"));
+    if (end != MMRT_OK && none)
+        TRY(violated(&s, "capture_end failed with %s but handed out a graph",
+                     mmrt_status_name(end)));
+    if (none)
+        P->graph_destroy(t->dev, none);
+out:
+    if (graph)
+        P->graph_destroy(t->dev, graph);
+    scope_release(&s);
+    return st;
+}
+
 const struct mmrt_contract_check mmrt_contract_checks[] = {
     {"device_info", "device_info is sane and honours a shorter struct_size",
      mmrt_contract_device_info},
@@ -678,6 +795,8 @@ const struct mmrt_contract_check mmrt_contract_checks[] = {
      mmrt_contract_alloc_too_large},
     {"null_handles", "NULL no-ops; arenas left at device_close are freed",
      mmrt_contract_null_handles},
+    {"graph_replay", "a captured graph replays uploads and reads device values fresh",
+     mmrt_contract_graph_replay},
 };
 const int mmrt_contract_n_checks =
     (int)(sizeof mmrt_contract_checks / sizeof mmrt_contract_checks[0]);

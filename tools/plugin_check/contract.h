@@ -18,6 +18,9 @@
  *   bounds             out-of-range transfers are MMRT_ERR_INVALID_ARG, device unharmed
  *   alloc_too_large    an absurd arena is MMRT_ERR_OUT_OF_POOL, device still usable after
  *   null_handles       NULL no-ops, last_error never NULL, arenas left at close are freed
+ *   graph_replay       (plugins that capture) a recorded upload is replayed with its bytes as
+ *                      captured, while an index uploaded before each launch is read fresh
+ *                      (SET_ROWS), and a download while capturing makes the capture fail
  * and, without a device, entry_versions (the entry point and host-table versioning).
  *
  * Three levels. By default a check holds the plugin to what plugin.h says. With
@@ -76,6 +79,10 @@ mmrt_status mmrt_contract_in_order(const struct mmrt_contract_target *t,
 mmrt_status mmrt_contract_ops_in_order(const struct mmrt_contract_target *t,
                                        struct mmrt_error *err);
 mmrt_status mmrt_contract_bounds(const struct mmrt_contract_target *t, struct mmrt_error *err);
+/* MMRT_ERR_UNSUPPORTED when the plugin has no graph members, lacks SCALE or SET_ROWS, or
+ * its capture_begin says MMRT_ERR_UNSUPPORTED (capture switched off by an option). */
+mmrt_status mmrt_contract_graph_replay(const struct mmrt_contract_target *t,
+                                       struct mmrt_error *err);
 mmrt_status mmrt_contract_alloc_too_large(const struct mmrt_contract_target *t,
                                           struct mmrt_error *err);
 /* Leaves one arena allocated on purpose: device_close must free it (the sanitizer build's

@@ -177,6 +177,9 @@ struct mmrt_result {
     double decode_tokens_per_s;
     /* When each stage ran, in ms since the start of the mmrt_run / mmrt_run_batch call. */
     double vision_start_ms, vision_end_ms, language_start_ms, language_end_ms;
+    /* 1 when the decode steps ran as one captured device graph (CUDA; the CPU plugin with
+     * graph = 1), 0 when they ran op by op. */
+    int decode_graph;
 };
 
 /* The request the configuration's [run] section describes (defaults for missing keys:
