@@ -215,7 +215,7 @@ else
 fi
 
 # ---- 8b. the other models' golden tests on CUDA (both stages on the GPU) -----------------
-for model_test in test_llava_next test_fuyu; do
+for model_test in test_llava_next test_fuyu test_qwen2vl; do
   if [ $dry -eq 1 ] || [ -x "$build/bin/$model_test" ]; then
     run_step "${model_test}_cuda" 120 "env $env_for_tests MMRT_TEST_PLUGIN=cuda '$build/bin/$model_test'"
     [ $dry -eq 0 ] && add "${model_test}_cuda" "$(result $rc)" "$secs" \
@@ -224,6 +224,14 @@ for model_test in test_llava_next test_fuyu; do
     add "${model_test}_cuda" "SKIP" 0 "no $model_test"
   fi
 done
+
+# ---- 8c. the decode step as a CUDA graph: captured once, replayed per token --------------
+if [ $dry -eq 1 ] || [ -x "$build/bin/mmrt" ]; then
+  gconf="$logdir/graph-decode.ini"
+  [ $dry -eq 0 ] && printf '[model]\npath = %s/tests/fixtures/llava-tiny\n\n[device.gpu0]\nplugin = cuda\npool_mb = 256\n\n[run]\nimage = %s/tests/fixtures/llava-images/grad_45x90.png\nprompt = What is shown in this image?\nmax_tokens = 16\n' "$here" "$here" > "$gconf"
+  run_step graph_decode 60 "env $env_for_tests MMRT_LOG=debug '$build/bin/mmrt' --conf '$gconf' --json"
+  [ $dry -eq 0 ] && add graph_decode "$(result $rc)" "$secs" "$(grep -o '"decode_graph": *[a-z]*' "$logdir/graph_decode.log" | head -1); $(grep -m1 -o 'graph capture failed[^"]*' "$logdir/graph_decode.log" | cut -c1-60)"
+fi
 
 # ---- 9. compute-sanitizer: out-of-bounds / races in the kernels (quick case list) --------
 san=$(command -v compute-sanitizer || ls "$cuda_home"/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
