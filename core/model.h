@@ -62,12 +62,32 @@ int64_t mmrt_vision_output_rows(const struct mmrt_vision_output *v);
 /* Embeddings of image i (0 ≤ i < n_images). */
 int64_t mmrt_vision_output_tokens(const struct mmrt_vision_output *v, int i);
 
+/* The configuration's settings for a model ([model] keys other than path), fixed for the
+ * model's lifetime. All-zero is the default.
+ *
+ * The image-token budget (docs/CONFIG.md): a request's images together may carry at most
+ * max_image_tokens image tokens — the positions they occupy in the prompt (Qwen2-VL:
+ * grid t·h·w / merge²; LLaVA-NeXT: the packed rows with their image_newline rows; Fuyu:
+ * the patches plus one |NEWLINE| per patch row; LLaVA-1.5: its fixed count). Models that
+ * already refuse images their context cannot hold (Qwen2-VL, Fuyu) take the smaller of the
+ * two bounds. The check runs in encode(), after decoding and before any resampling or
+ * tower work. Over the budget, oversize_images says whether the request is refused
+ * (MMRT_ERR_LIMIT, the message names the image, its size, its tokens, the budget and the
+ * INI key) or the images are downscaled to fit; a model whose token count does not depend
+ * on the image size (LLaVA-1.5) refuses either way and says so. */
+struct mmrt_model_options {
+    int64_t max_image_tokens;                  /* 0 = no limit beyond the model's context */
+    enum mmrt_oversize_images oversize_images; /* MMRT_OVERSIZE_REFUSE by default */
+};
+
 struct mmrt_model_type {
     const char *model_type; /* config.json "model_type", e.g. "llava" */
     /* Loads the checkpoint in `dir` (config.json already parsed into `config`) with the
      * vision stage on `vision` and the language stage on `language`. Checks every shape
-     * against the config before allocating device memory. */
-    mmrt_status (*load)(const char *dir, const json_t *config, struct mmrt_dev *vision,
+     * against the config before allocating device memory. `opts` (copied; NULL = defaults)
+     * holds the configuration's settings for the model. */
+    mmrt_status (*load)(const char *dir, const json_t *config,
+                        const struct mmrt_model_options *opts, struct mmrt_dev *vision,
                         struct mmrt_dev *language, struct mmrt_model **out,
                         struct mmrt_error *err);
     void (*destroy)(struct mmrt_model *model);

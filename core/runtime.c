@@ -33,6 +33,7 @@ struct mmrt_runtime {
     char *model_path;          /* NULL when the config has no model */
     const struct mmrt_model_type *model_type;
     struct mmrt_model *model;  /* loaded when model_path is set */
+    struct mmrt_model_options model_opts; /* [model] settings, handed to the model */
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
     char *run_image, *run_prompt;
@@ -136,9 +137,24 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                  cfg->n_devices);
         return at(src, 0, err, MMRT_ERR_CONFIG, what);
     }
+    if (cfg->max_image_tokens < 0) {
+        snprintf(what, sizeof what, "[model] max_image_tokens %lld must be at least 0 "
+                 "(0 = no limit beyond the model's context)", (long long)cfg->max_image_tokens);
+        return at(src, src->conf ? src->conf->max_image_tokens_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
+    if (cfg->oversize_images != MMRT_OVERSIZE_REFUSE &&
+        cfg->oversize_images != MMRT_OVERSIZE_DOWNSCALE) {
+        snprintf(what, sizeof what, "[model] oversize_images %d is neither "
+                 "MMRT_OVERSIZE_REFUSE nor MMRT_OVERSIZE_DOWNSCALE", (int)cfg->oversize_images);
+        return at(src, src->conf ? src->conf->oversize_images_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
     struct mmrt_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
+    rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
+                                                  .oversize_images = cfg->oversize_images };
     rt->run = (struct mmrt_request){ .max_tokens = 64, .top_p = 1.0f };
     rt->source = strdup(src->file ? src->file : "config");
     if (!rt->source || (cfg->model_path && !(rt->model_path = strdup(cfg->model_path)))) {
@@ -217,8 +233,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                 "%s: model_type '%s' is not supported by this build (%s)",
                                 cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
         if (st == MMRT_OK)
-            st = rt->model_type->load(rt->model_path, root, rt->vision, rt->language, &rt->model,
-                                      err);
+            st = rt->model_type->load(rt->model_path, root, &rt->model_opts, rt->vision,
+                                      rt->language, &rt->model, err);
         json_decref(root);
         if (st != MMRT_OK)
             goto fail;
@@ -284,6 +300,8 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .n_devices = conf->n_devices,
         .vision_device = conf->vision.present ? conf->vision.device : NULL,
         .language_device = conf->language.present ? conf->language.device : NULL,
+        .max_image_tokens = conf->max_image_tokens,
+        .oversize_images = conf->oversize_images,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);
@@ -786,7 +804,9 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
         pool_mb += (ps.capacity_bytes >> 20) + 1;
     }
     struct mmrt_device_config dc = { .name = "reference", .plugin = "cpu", .pool_mb = pool_mb };
-    struct mmrt_config cfg = { .model_path = rt->model_path, .devices = &dc, .n_devices = 1 };
+    struct mmrt_config cfg = { .model_path = rt->model_path, .devices = &dc, .n_devices = 1,
+                               .max_image_tokens = rt->model_opts.max_image_tokens,
+                               .oversize_images = rt->model_opts.oversize_images };
     char msg[MMRT_ERROR_MAX];
     st = mmrt_create(&cfg, &ref, msg, sizeof msg);
     if (st != MMRT_OK) {

@@ -12,6 +12,15 @@
  * Padding to the full target and cropping back to ceil(size/patch)·patch (what the processor
  * does) equals padding only up to whole patches, so the full target is never materialized.
  *
+ * Token budget (checked after decoding, before any resampling): the image span,
+ * rows · (cols + 1) positions, must fit [model] max_image_tokens (when set) and the context
+ * (less <s>, <0x04> and one new token). Over either the request is refused; with
+ * oversize_images = downscale an image over max_image_tokens is shrunk instead, as if the
+ * user had sent it smaller: the largest size with its aspect ratio whose span fits
+ * (image_budget.h), made by one Pillow resize with the processor's filter, then processed
+ * as any image of that size (one still larger than the target is then fitted to it, as the
+ * processor does with every image).
+ *
  * Hand-off layout: struct mmrt_vision_output has no field for a patch grid, and generate()
  * needs the number of columns to place the |NEWLINE| tokens. Fuyu therefore hands over one
  * "image" per patch row: n_images = rows, n_tokens = cols + 1, where the last token of each
@@ -28,6 +37,8 @@
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
+#include "image_budget.h"
+#include "log.h"
 #include "model.h"
 #include "ops.h"
 #include "persimmon.h"
@@ -57,6 +68,7 @@ struct mmrt_model {
     int n_eos;
     struct mmrt_tokenizer *tok;
     struct fuyu_pp pp;
+    struct mmrt_model_options opts;
 };
 
 static void fuyu_destroy(struct mmrt_model *m)
@@ -257,7 +269,8 @@ static mmrt_status find_token(const struct mmrt_tokenizer *tok, const char *piec
     return MMRT_OK;
 }
 
-static mmrt_status fuyu_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+static mmrt_status fuyu_load(const char *dir, const json_t *config,
+                             const struct mmrt_model_options *opts, struct mmrt_dev *vision,
                              struct mmrt_dev *language, struct mmrt_model **out,
                              struct mmrt_error *err)
 {
@@ -268,6 +281,8 @@ static mmrt_status fuyu_load(const char *dir, const json_t *config, struct mmrt_
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
     m->vision = vision;
     m->language = language;
+    if (opts)
+        m->opts = *opts;
     mmrt_status st;
     /* Hub configs are flat; configs saved by newer transformers nest text_config (§1.6.2). */
     const json_t *tcfg = json_object_get(config, "text_config");
@@ -392,6 +407,17 @@ static mmrt_status plan_image(const struct fuyu_pp *pp, uint32_t W, uint32_t H, 
     return MMRT_OK;
 }
 
+/* The image span of a W × H image, −1 when the processor refuses that size. */
+static int64_t image_tokens(const void *ctx, uint32_t W, uint32_t H)
+{
+    const struct fuyu_pp *pp = ctx;
+    uint32_t rw, rh;
+    int64_t rows, cols;
+    if (plan_image(pp, W, H, &rw, &rh, &rows, &cols, NULL) != MMRT_OK)
+        return -1;
+    return rows * (cols + 1);
+}
+
 /* Decoded image → patches [rows·cols][P·P·3] (host, malloc'ed). */
 static mmrt_status make_patches(const struct mmrt_model *m, const struct mmrt_image *img,
                                 uint32_t rw, uint32_t rh, int64_t rows, int64_t cols,
@@ -482,10 +508,49 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
     st = plan_image(&m->pp, img->width, img->height, &rw, &rh, &rows, &cols, err);
     if (st != MMRT_OK)
         goto out;
-    /* Token budget before any resampling: the image span, <s>, <0x04> and one new token
-     * must fit the context. */
-    const int64_t n_span = rows * (cols + 1);
-    if (n_span + 3 > m->lm.cfg.max_positions) {
+    /* Token budget before any resampling: the image span must fit max_image_tokens, and
+     * with <s>, <0x04> and one new token the context. */
+    struct mmrt_token_budget b;
+    mmrt_token_budget_init(&b, &m->opts);
+    const int64_t context_bound = m->lm.cfg.max_positions - 3;
+    int64_t n_span = rows * (cols + 1);
+    if (mmrt_token_budget_exceeded(&b, n_span) && !b.downscale && b.tokens <= context_bound) {
+        st = mmrt_token_budget_refuse(&b, 1, 1, req->image_path, img->width, img->height,
+                                      rw != img->width || rh != img->height ? rw : 0, rh, n_span,
+                                      0, "oversize_images = downscale would shrink it to fit",
+                                      err);
+        goto out;
+    }
+    if (mmrt_token_budget_exceeded(&b, n_span) && b.downscale) {
+        uint32_t w, h;
+        int64_t t;
+        if (!mmrt_image_shrink_to_fit(img->width, img->height, b.tokens, image_tokens, &m->pp,
+                                      &w, &h, &t)) {
+            char hint[256];
+            snprintf(hint, sizeof hint, "oversize_images = downscale cannot help: no smaller "
+                     "size of this aspect ratio has at most %lld image tokens",
+                     (long long)b.tokens);
+            st = mmrt_token_budget_refuse(&b, 1, 1, req->image_path, img->width, img->height,
+                                          0, 0, n_span, 0, hint, err);
+            goto out;
+        }
+        struct mmrt_image *small = NULL;
+        st = mmrt_preprocess_resize(img, w, h, m->pp.filter, &small, err);
+        if (st != MMRT_OK)
+            goto out;
+        char budget[160];
+        mmrt_log(MMRT_LOG_INFO, "fuyu", "image 1 of 1 (%s, %u×%u): %lld tokens; downscaled to "
+                 "%u×%u (%lld tokens) to fit %s", req->image_path, img->width, img->height,
+                 (long long)n_span, w, h, (long long)t,
+                 mmrt_token_budget_describe(&b, budget, sizeof budget));
+        mmrt_image_destroy(img);
+        img = small;
+        st = plan_image(&m->pp, img->width, img->height, &rw, &rh, &rows, &cols, err);
+        if (st != MMRT_OK)
+            goto out;
+        n_span = rows * (cols + 1);
+    }
+    if (n_span > context_bound) {
         st = mmrt_error_set(err, MMRT_ERR_LIMIT,
                             "image %u×%u needs %lld image tokens (%lld×%lld patches of %lld px "
                             "plus row ends), more than the model's context of %lld positions "

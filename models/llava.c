@@ -8,6 +8,11 @@
  * drop CLS ("default") → projector → host → language device → template + tokenize →
  * expand each <image> into n_image_tokens ids → embed, overwrite image rows with features →
  * prefill → sample → decode loop with streaming detokenization.
+ *
+ * Token budget ([model] max_image_tokens): every image takes n_image_tokens (576 for
+ * llava-1.5 at 336 px) whatever its size, so an image over the budget is refused after
+ * decoding, before preprocessing, whatever oversize_images says; the message says why
+ * downscaling cannot help.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +25,7 @@
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
+#include "image_budget.h"
 #include "llama.h"
 #include "llava_common.h"
 #include "model.h"
@@ -45,6 +51,7 @@ struct mmrt_model {
     int n_eos;
     struct mmrt_tokenizer *tok;
     struct mmrt_clip_preprocess_config pp;
+    struct mmrt_model_options opts;
 };
 
 static void llava_destroy(struct mmrt_model *m)
@@ -59,7 +66,8 @@ static void llava_destroy(struct mmrt_model *m)
     free(m);
 }
 
-static mmrt_status llava_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+static mmrt_status llava_load(const char *dir, const json_t *config,
+                              const struct mmrt_model_options *opts, struct mmrt_dev *vision,
                               struct mmrt_dev *language, struct mmrt_model **out,
                               struct mmrt_error *err)
 {
@@ -72,6 +80,8 @@ static mmrt_status llava_load(const char *dir, const json_t *config, struct mmrt
     }
     m->vision = vision;
     m->language = language;
+    if (opts)
+        m->opts = *opts;
     mmrt_status st;
     json_t *empty = json_object();
     json_t *pp_json = NULL;
@@ -247,6 +257,16 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
     mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
     if (st != MMRT_OK)
         return st;
+    struct mmrt_token_budget b;
+    mmrt_token_budget_init(&b, &m->opts);
+    if (mmrt_token_budget_exceeded(&b, m->n_image_tokens)) {
+        char hint[200];
+        snprintf(hint, sizeof hint, "LLaVA-1.5 gives every image %lld tokens whatever its size, "
+                 "so oversize_images = downscale cannot help", (long long)m->n_image_tokens);
+        st = mmrt_token_budget_refuse(&b, 1, 1, req->image_path, img->width, img->height, 0, 0,
+                                      m->n_image_tokens, 0, hint, err);
+        goto out;
+    }
     size_t n_px = (size_t)(3 * S_img * S_img);
     pixels = malloc(n_px * sizeof *pixels);
     features = malloc((size_t)(m->n_image_tokens * Dt) * sizeof *features);

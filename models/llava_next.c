@@ -16,6 +16,14 @@
  * (§3.4 gives the same number without running the tower).
  * Language stage: the LLaVA-1.5 one (llava_common.c), with that per-image count.
  *
+ * Token budget ([model] max_image_tokens, checked after decoding and before any resampling):
+ * the image's tokens are the packed rows, computed from the geometry alone (§3.4). Over the
+ * budget the request is refused, or with oversize_images = downscale the image is shrunk as
+ * if the user had sent it smaller: the largest size with its aspect ratio whose tokens fit
+ * (image_budget.h), made by one Pillow resize with the processor's filter, after which anyres
+ * runs unchanged — a smaller image selects a smaller grid pinpoint and unpads to fewer rows.
+ * When even the smallest sizes need more (the base tile alone is g² tokens), it is refused.
+ *
  * Only vision_feature_select_strategy "default" is accepted: transformers' pack_image_features
  * views each tile's features as g × g and fails with the CLS row kept ("full").
  */
@@ -30,8 +38,10 @@
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
+#include "image_budget.h"
 #include "llama.h"
 #include "llava_common.h"
+#include "log.h"
 #include "model.h"
 #include "ops.h"
 #include "preprocess.h"
@@ -62,6 +72,7 @@ struct mmrt_model {
     int n_eos;
     struct mmrt_tokenizer *tok;
     struct mmrt_clip_preprocess_config pp;
+    struct mmrt_model_options opts;
 };
 
 static void next_destroy(struct mmrt_model *m)
@@ -150,7 +161,8 @@ static mmrt_status check_preprocessing(const struct mmrt_model *m, const json_t 
     return MMRT_OK;
 }
 
-static mmrt_status next_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+static mmrt_status next_load(const char *dir, const json_t *config,
+                             const struct mmrt_model_options *opts, struct mmrt_dev *vision,
                              struct mmrt_dev *language, struct mmrt_model **out,
                              struct mmrt_error *err)
 {
@@ -163,6 +175,8 @@ static mmrt_status next_load(const char *dir, const json_t *config, struct mmrt_
     }
     m->vision = vision;
     m->language = language;
+    if (opts)
+        m->opts = *opts;
     mmrt_status st;
     json_t *empty = json_object();
     json_t *pp_json = NULL;
@@ -328,6 +342,54 @@ static void unpad(int64_t H0, int64_t W0, int64_t cur_h, int64_t cur_w, int64_t 
     }
 }
 
+/* The packed rows of a W0 × H0 image (pack() gives the same count from the features). */
+static int64_t image_tokens(const void *ctx, uint32_t W0, uint32_t H0)
+{
+    const struct mmrt_model *m = ctx;
+    const int64_t g = m->grid;
+    int64_t bh, bw, r0, r1, c0, c1;
+    select_best(m, H0, W0, &bh, &bw);
+    unpad(H0, W0, g * (bh / m->tile), g * (bw / m->tile), &r0, &r1, &c0, &c1);
+    return g * g + (r1 - r0) * (c1 - c0 + 1);
+}
+
+/* The token budget for the decoded image (see the top): *img may be replaced by a
+ * downscaled copy. */
+static mmrt_status apply_budget(const struct mmrt_model *m, const char *path,
+                                struct mmrt_image **img, struct mmrt_error *err)
+{
+    struct mmrt_token_budget b;
+    mmrt_token_budget_init(&b, &m->opts);
+    const uint32_t W0 = (*img)->width, H0 = (*img)->height;
+    const int64_t tokens = image_tokens(m, W0, H0);
+    if (!mmrt_token_budget_exceeded(&b, tokens))
+        return MMRT_OK;
+    if (!b.downscale)
+        return mmrt_token_budget_refuse(&b, 1, 1, path, W0, H0, 0, 0, tokens, 0,
+                                        "oversize_images = downscale would shrink it to fit",
+                                        err);
+    uint32_t w, h;
+    int64_t t;
+    if (!mmrt_image_shrink_to_fit(W0, H0, b.tokens, image_tokens, m, &w, &h, &t)) {
+        char hint[256];
+        snprintf(hint, sizeof hint, "oversize_images = downscale cannot help: no smaller size "
+                 "of this aspect ratio has at most %lld image tokens (the base image alone "
+                 "takes %lld)", (long long)b.tokens, (long long)(m->grid * m->grid));
+        return mmrt_token_budget_refuse(&b, 1, 1, path, W0, H0, 0, 0, tokens, 0, hint, err);
+    }
+    struct mmrt_image *small = NULL;
+    mmrt_status st = mmrt_preprocess_resize(*img, w, h, m->pp.resample, &small, err);
+    if (st != MMRT_OK)
+        return st;
+    char budget[160];
+    mmrt_log(MMRT_LOG_INFO, "llava_next", "image 1 of 1 (%s, %u×%u): %lld tokens; downscaled "
+             "to %u×%u (%lld tokens) to fit %s", path, W0, H0, (long long)tokens, w, h,
+             (long long)t, mmrt_token_budget_describe(&b, budget, sizeof budget));
+    mmrt_image_destroy(*img);
+    *img = small;
+    return MMRT_OK;
+}
+
 /* Preprocesses one image into [n_patches][3][S][S] (base first, then tiles row-major). */
 static mmrt_status make_patches(const struct mmrt_model *m, const struct mmrt_image *img,
                                 int64_t bh, int64_t bw, float *pixels, struct mmrt_error *err)
@@ -476,8 +538,12 @@ static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *
     struct mmrt_image_limits lim;
     mmrt_image_limits_default(&lim);
     mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
-    if (st != MMRT_OK)
+    if (st == MMRT_OK)
+        st = apply_budget(m, req->image_path, &img, err);
+    if (st != MMRT_OK) {
+        mmrt_image_destroy(img);
         return st;
+    }
     int64_t bh, bw;
     select_best(m, img->height, img->width, &bh, &bw);
     const int64_t nph = bh / S, npw = bw / S, n = 1 + nph * npw;

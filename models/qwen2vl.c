@@ -5,12 +5,23 @@
  * (llama.c with M-RoPE). models.md §4, chat template §7.5.
  *
  * Vision stage, per request (one or more images, each its own size):
- *   decode → smart_resize plan (refused here, before any resampling, when the images'
- *   tokens would not fit the context) → PIL bicubic resize → rescale, normalize → frame
+ *   decode → smart_resize plan → the token budget (below), before any resampling
+ *   → PIL bicubic resize → rescale, normalize → frame
  *   repeated to temporal_patch_size → patches in merge-window order (core/preprocess.c)
  *   → all images' patches through the tower at once (attention never crosses images)
  *   → features [Σ tokens_i, hidden] with tokens_i = t·h·w / merge², handed over with each
  *   image's count and grid (struct mmrt_vision_output, per-image layout).
+ *
+ * Token budget: the images' tokens together must fit [model] max_image_tokens (when set)
+ * and what the context holds (max_position_embeddings − 1). Over either, the request is
+ * refused naming the image that crosses it. With oversize_images = downscale, images over
+ * max_image_tokens get max_pixels lowered instead (the context bound still refuses), by
+ * water-filling: taking the images from the fewest tokens to the most (ties in prompt
+ * order), each may keep up to an even share of what is left — floor(remaining budget /
+ * images left) — and one over its share has its max_pixels lowered to share · (patch·merge)²
+ * and smart_resize run again with the checkpoint's min_pixels (HF's rules, unchanged). When
+ * that share is below min_pixels, or smart_resize's min_pixels / aspect rules still give more
+ * tokens than the share, the request is refused: the processor allows no smaller image.
  *
  * Language stage:
  *   template (Qwen2-VL-Instruct's, below) → tokens → each <|image_pad|> expanded to its
@@ -44,8 +55,10 @@
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
+#include "image_budget.h"
 #include "llama.h"
 #include "llava_common.h"
+#include "log.h"
 #include "model.h"
 #include "ops.h"
 #include "preprocess.h"
@@ -70,6 +83,7 @@ struct mmrt_model {
     const char *image_pad, *video_pad, *vision_start, *vision_end; /* borrowed from tok */
     int32_t eos[MMRT_LLAVA_MAX_EOS];
     int n_eos;
+    struct mmrt_model_options opts;
 };
 
 static void q_destroy(struct mmrt_model *m)
@@ -169,7 +183,8 @@ static mmrt_status load_tokenizer(struct mmrt_model *m, const char *dir, int64_t
     return st;
 }
 
-static mmrt_status q_load(const char *dir, const json_t *config, struct mmrt_dev *vision,
+static mmrt_status q_load(const char *dir, const json_t *config,
+                          const struct mmrt_model_options *opts, struct mmrt_dev *vision,
                           struct mmrt_dev *language, struct mmrt_model **out,
                           struct mmrt_error *err)
 {
@@ -180,6 +195,8 @@ static mmrt_status q_load(const char *dir, const json_t *config, struct mmrt_dev
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
     m->vision = vision;
     m->language = language;
+    if (opts)
+        m->opts = *opts;
     json_t *empty = json_object();
     mmrt_status st = empty ? MMRT_OK : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
     const json_t *vcfg = json_object_get(config, "vision_config");
@@ -265,6 +282,99 @@ static int request_images(const struct mmrt_request *req, const char *const **pa
     return req->image_path ? 1 : 0;
 }
 
+/* One image's plan: the max_pixels it is processed with (lowered when downscaled) and the
+ * size smart_resize gives it. */
+struct plan {
+    uint64_t max_pixels;
+    uint32_t rw, rh;
+};
+
+/* Lowers image k's max_pixels so its tokens fit `share` (see the top of this file). */
+static mmrt_status downscale(const struct mmrt_model *m, const struct mmrt_token_budget *b,
+                             const struct mmrt_image *img, const char *path, int k, int n,
+                             int64_t share, int64_t total, struct plan *p, int32_t *grid,
+                             int64_t *tokens, struct mmrt_error *err)
+{
+    const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
+    const uint64_t factor = (uint64_t)pp->patch_size * pp->merge_size;
+    const int64_t m2 = (int64_t)pp->merge_size * pp->merge_size;
+    char hint[400];
+    if (!pp->do_resize) {
+        snprintf(hint, sizeof hint, "oversize_images = downscale cannot shrink it: the "
+                 "checkpoint's image processor has do_resize off");
+        return mmrt_token_budget_refuse(b, k + 1, n, path, img->width, img->height, p->rw,
+                                        p->rh, *tokens, total, hint, err);
+    }
+    uint64_t max_px = (uint64_t)share * factor * factor;
+    max_px = max_px < pp->max_pixels ? max_px : pp->max_pixels;
+    if (max_px < pp->min_pixels) {
+        snprintf(hint, sizeof hint, "oversize_images = downscale cannot shrink it to its share "
+                 "of %lld tokens (max_pixels %llu): the processor's min_pixels is %llu",
+                 (long long)share, (unsigned long long)max_px,
+                 (unsigned long long)pp->min_pixels);
+        return mmrt_token_budget_refuse(b, k + 1, n, path, img->width, img->height, p->rw,
+                                        p->rh, *tokens, total, hint, err);
+    }
+    struct mmrt_qwen2vl_preprocess_config lowered = *pp;
+    lowered.max_pixels = max_px;
+    uint32_t rw, rh;
+    int32_t g[3];
+    mmrt_status st = mmrt_preprocess_qwen2vl_plan(img->width, img->height, &lowered, &rw, &rh,
+                                                  g, err);
+    if (st != MMRT_OK)
+        return st;
+    const int64_t t = (int64_t)g[0] * g[1] * g[2] / m2;
+    if (t > share) {
+        snprintf(hint, sizeof hint, "oversize_images = downscale cannot shrink it to its share "
+                 "of %lld tokens: with max_pixels %llu, smart_resize still gives %u×%u (%lld "
+                 "tokens; min_pixels %llu)", (long long)share, (unsigned long long)max_px, rw,
+                 rh, (long long)t, (unsigned long long)pp->min_pixels);
+        return mmrt_token_budget_refuse(b, k + 1, n, path, img->width, img->height, p->rw,
+                                        p->rh, *tokens, total, hint, err);
+    }
+    char budget[160];
+    mmrt_log(MMRT_LOG_INFO, "qwen2_vl", "image %d of %d (%s, %u×%u): %lld tokens downscaled "
+             "to %lld (max_pixels %llu, resized to %u×%u) to fit %s", k + 1, n, path,
+             img->width, img->height, (long long)*tokens, (long long)t,
+             (unsigned long long)max_px, rw, rh,
+             mmrt_token_budget_describe(b, budget, sizeof budget));
+    p->max_pixels = max_px;
+    p->rw = rw;
+    p->rh = rh;
+    memcpy(grid, g, sizeof g);
+    *tokens = t;
+    return MMRT_OK;
+}
+
+/* oversize_images = downscale with the images over the budget: water-filling, fewest tokens
+ * first (see the top of this file). */
+static mmrt_status fit_budget(const struct mmrt_model *m, const struct mmrt_token_budget *b,
+                              struct mmrt_image *const *imgs, const char *const *paths, int n,
+                              int64_t total, struct plan *plans, int32_t *grid, int64_t *tokens,
+                              struct mmrt_error *err)
+{
+    int order[MAX_IMAGES];
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        for (; j > 0 && tokens[order[j - 1]] > tokens[i]; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+    int64_t remaining = b->tokens;
+    for (int j = 0; j < n; j++) {
+        const int k = order[j];
+        const int64_t share = remaining / (n - j);
+        if (tokens[k] > share) {
+            mmrt_status st = downscale(m, b, imgs[k], paths[k], k, n, share, total, &plans[k],
+                                       grid + 3 * k, &tokens[k], err);
+            if (st != MMRT_OK)
+                return st;
+        }
+        remaining -= tokens[k];
+    }
+    return MMRT_OK;
+}
+
 static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req,
                             const struct mmrt_model_trace *trace,
                             struct mmrt_vision_output *out, struct mmrt_error *err)
@@ -280,45 +390,75 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
     const int64_t D = m->lm.cfg.hidden, m2 = (int64_t)pp->merge_size * pp->merge_size;
     const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
-    /* The prompt needs the template's tokens too; this only refuses what cannot fit at all. */
-    const int64_t budget = m->lm.cfg.max_positions - 1;
+    /* The prompt needs the template's tokens too; the context bound only refuses what cannot
+     * fit at all. */
+    const int64_t context_bound = m->lm.cfg.max_positions - 1;
+    struct mmrt_token_budget budget;
+    mmrt_token_budget_init(&budget, &m->opts);
+    const bool configured_first = budget.tokens > 0 && budget.tokens <= context_bound;
     double t0 = mmrt_now_ms();
     struct mmrt_image **imgs = calloc((size_t)n, sizeof *imgs);
     int32_t *grid = calloc((size_t)n * 3, sizeof *grid);
     int64_t *tokens = calloc((size_t)n, sizeof *tokens);
+    struct plan *plans = calloc((size_t)n, sizeof *plans);
     float *pixels = NULL, *features = NULL;
     mmrt_status st = MMRT_OK;
-    if (!imgs || !grid || !tokens) {
+    if (!imgs || !grid || !tokens || !plans) {
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "images: out of memory");
         goto out;
     }
     struct mmrt_image_limits lim;
     mmrt_image_limits_default(&lim);
-    int64_t n_patches = 0, n_tokens = 0;
+    int64_t n_tokens = 0;
     for (int i = 0; i < n; i++) {
-        uint32_t rw, rh;
+        plans[i].max_pixels = pp->max_pixels;
         st = mmrt_image_load_file(paths[i], &lim, &imgs[i], err);
         if (st == MMRT_OK)
-            st = mmrt_preprocess_qwen2vl_plan(imgs[i]->width, imgs[i]->height, pp, &rw, &rh,
-                                              grid + 3 * i, err);
+            st = mmrt_preprocess_qwen2vl_plan(imgs[i]->width, imgs[i]->height, pp,
+                                              &plans[i].rw, &plans[i].rh, grid + 3 * i, err);
         if (st != MMRT_OK) {
             if (n > 1)
                 mmrt_error_prefix(err, st, "image %d of %d", i + 1, n);
             goto out;
         }
-        const int64_t np = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
-        tokens[i] = np / m2;
-        n_patches += np;
+        tokens[i] = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2] / m2;
         n_tokens += tokens[i];
-        /* The token budget, checked before any image is resampled. */
-        if (n_tokens > budget) {
+        /* The configured budget, checked before any image is resampled (the context's
+         * below, after any downscaling). */
+        if (!budget.downscale && configured_first &&
+            mmrt_token_budget_exceeded(&budget, n_tokens)) {
+            st = mmrt_token_budget_refuse(&budget, i + 1, n, paths[i], imgs[i]->width,
+                                          imgs[i]->height, plans[i].rw, plans[i].rh, tokens[i],
+                                          n_tokens, "oversize_images = downscale would shrink "
+                                          "the images to fit", err);
+            goto out;
+        }
+        if (!budget.downscale && n_tokens > context_bound)
+            break;
+    }
+    if (budget.downscale && mmrt_token_budget_exceeded(&budget, n_tokens)) {
+        st = fit_budget(m, &budget, imgs, paths, n, n_tokens, plans, grid, tokens, err);
+        if (st != MMRT_OK)
+            goto out;
+    }
+    n_tokens = 0;
+    for (int i = 0; i < n; i++) {
+        n_tokens += tokens[i];
+        if (n_tokens > context_bound) {
             st = mmrt_error_set(err, MMRT_ERR_LIMIT,
                                 "image %d (%u×%u, resized to %u×%u) brings the request to %lld "
                                 "image tokens, more than the model's context of %lld positions "
-                                "allows", i + 1, imgs[i]->width, imgs[i]->height, rw, rh,
-                                (long long)n_tokens, (long long)m->lm.cfg.max_positions);
+                                "allows", i + 1, imgs[i]->width, imgs[i]->height, plans[i].rw,
+                                plans[i].rh, (long long)n_tokens,
+                                (long long)m->lm.cfg.max_positions);
             goto out;
         }
+    }
+    int64_t n_patches = 0;
+    n_tokens = 0;
+    for (int i = 0; i < n; i++) {
+        n_patches += (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+        n_tokens += tokens[i];
     }
     pixels = malloc((size_t)(n_patches * K) * sizeof *pixels);
     features = malloc((size_t)(n_tokens * D) * sizeof *features);
@@ -329,8 +469,10 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     int64_t at = 0;
     for (int i = 0; i < n; i++) {
         const int64_t np = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+        struct mmrt_qwen2vl_preprocess_config ppi = *pp;
+        ppi.max_pixels = plans[i].max_pixels;
         int32_t g[3];
-        st = mmrt_preprocess_qwen2vl(imgs[i], pp, pixels + at * K, (size_t)(np * K), g, err);
+        st = mmrt_preprocess_qwen2vl(imgs[i], &ppi, pixels + at * K, (size_t)(np * K), g, err);
         if (st != MMRT_OK)
             goto out;
         if (trace && trace->pixel_values)
@@ -365,6 +507,7 @@ out:
     free(imgs);
     free(grid);
     free(tokens);
+    free(plans);
     free(pixels);
     free(features);
     return st;

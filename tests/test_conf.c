@@ -281,6 +281,10 @@ static void test_defaults_and_paths(void **state)
     assert_null(c->devices[0].options);
     assert_int_equal(c->model_line, 0);
     assert_null(c->model_path);
+    assert_int_equal(c->max_image_tokens, 0);
+    assert_int_equal(c->max_image_tokens_line, 0);
+    assert_int_equal(c->oversize_images, MMRT_OVERSIZE_REFUSE);
+    assert_int_equal(c->oversize_images_line, 0);
     assert_false(c->vision.present);
     assert_null(c->vision.device);
     assert_false(c->language.present);
@@ -333,6 +337,38 @@ static void test_defaults_and_paths(void **state)
     c = parse_ok(text, strlen(text), "t.ini");
     assert_true(c->run.temperature == 0.0 && !signbit(c->run.temperature));
     assert_true(c->run.top_p == 0.5);
+    mmrt_conf_destroy(c);
+}
+
+/* [model] max_image_tokens and oversize_images: values, lines, and the defaults when only
+ * `path` is given. */
+static void test_model_image_budget(void **state)
+{
+    (void)state;
+    const char *text = "[model]\npath = m\nmax_image_tokens = 4096 ; all images\n"
+                       "oversize_images = downscale\n[device.d]\nplugin = cpu\n";
+    struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->max_image_tokens, 4096);
+    assert_int_equal(c->max_image_tokens_line, 3);
+    assert_int_equal(c->oversize_images, MMRT_OVERSIZE_DOWNSCALE);
+    assert_int_equal(c->oversize_images_line, 4);
+    mmrt_conf_destroy(c);
+
+    text = "[model]\noversize_images = \"refuse\"\nmax_image_tokens = 2147483647\npath = m\n"
+           "[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->max_image_tokens, 2147483647);
+    assert_int_equal(c->max_image_tokens_line, 3);
+    assert_int_equal(c->oversize_images, MMRT_OVERSIZE_REFUSE);
+    assert_int_equal(c->oversize_images_line, 2);
+    mmrt_conf_destroy(c);
+
+    /* 0 is the explicit "no limit beyond the context". */
+    text = "[model]\npath = m\nmax_image_tokens = 0\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->max_image_tokens, 0);
+    assert_int_equal(c->max_image_tokens_line, 3);
+    assert_int_equal(c->oversize_images, MMRT_OVERSIZE_REFUSE);
     mmrt_conf_destroy(c);
 }
 
@@ -426,6 +462,31 @@ static const struct error_case ERRORS[] = {
      "t.ini:3: end of file: no [device.NAME] section; at least one device is required"},
     {"[model]\npath = m\n", MMRT_ERR_CONFIG,
      "t.ini:2: end of file: no [device.NAME] section; at least one device is required"},
+    /* [model] image-token budget */
+#define M(kv) "[model]\npath = m\n" kv "\n" D /* kv on line 3 */
+    {M("max_image_tokens = -1"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] max_image_tokens = '-1': outside [0, 2147483647]"},
+    {M("max_image_tokens = 2147483648"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] max_image_tokens = '2147483648': outside [0, 2147483647]"},
+    {M("max_image_tokens = 1k"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] max_image_tokens = '1k': not a decimal integer"},
+    {M("max_image_tokens = 1e3"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] max_image_tokens = '1e3': not a decimal integer"},
+    {M("max_image_tokens ="), MMRT_ERR_CONFIG, "t.ini:3: [model] max_image_tokens: empty value"},
+    {M("max_image_tokens = 1\nmax_image_tokens = 2"), MMRT_ERR_CONFIG,
+     "t.ini:4: [model] duplicate key 'max_image_tokens' (first on line 3)"},
+    {M("oversize_images = shrink"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] oversize_images = 'shrink': expected 'refuse' or 'downscale'"},
+    {M("oversize_images = Downscale"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] oversize_images = 'Downscale': expected 'refuse' or 'downscale'"},
+    {M("oversize_images = 1"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] oversize_images = '1': expected 'refuse' or 'downscale'"},
+    {M("oversize_images = \"\""), MMRT_ERR_CONFIG, "t.ini:3: [model] oversize_images: empty value"},
+    {M("oversize_images = refuse\noversize_images = downscale"), MMRT_ERR_CONFIG,
+     "t.ini:4: [model] duplicate key 'oversize_images' (first on line 3)"},
+    {"[model]\nmax_image_tokens = 10\n" D, MMRT_ERR_CONFIG,
+     "t.ini:1: [model] missing required key 'path'"},
+#undef M
     /* plugin names reach the loader's file name */
     {"[device.d]\nplugin = ../evil\n", MMRT_ERR_CONFIG, "t.ini:2: [device.d] plugin = "
      "'../evil': not a plugin name (1..31 letters, digits, '_' or '-')"},
@@ -820,6 +881,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_file),
         cmocka_unit_test(test_defaults_and_paths),
+        cmocka_unit_test(test_model_image_budget),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_quotes_and_comments),
         cmocka_unit_test(test_long_lines),

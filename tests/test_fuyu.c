@@ -19,10 +19,12 @@
 
 #include <cmocka.h>
 
+#include "formats/image.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
 #include "model.h"
 #include "mmrt/mmrt.h"
+#include "preprocess.h"
 
 #define REL_TOL 1e-4
 #define PIXEL_TOL 1e-5
@@ -534,6 +536,128 @@ static void test_sampling_is_seeded(void **state)
     mmrt_destroy(rt);
 }
 
+/* ---- the image-token budget ([model] max_image_tokens, oversize_images) ---- */
+
+static struct mmrt_runtime *open_budget(const char *dir, int64_t max_image_tokens,
+                                        enum mmrt_oversize_images mode)
+{
+    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1,
+                               .max_image_tokens = max_image_tokens, .oversize_images = mode };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+        fail_msg("%s", err);
+    return rt;
+}
+
+/* A refusal is exactly `want` and comes before any preprocessing (no pixels traced). */
+static void expect_refused(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                           const char *want)
+{
+    struct capture cap = { 0 };
+    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = on_pixels };
+    struct mmrt_result res;
+    mmrt_status st = mmrt_run_traced(rt, req, &trace, NULL, NULL, &res);
+    if (st != MMRT_ERR_LIMIT || strcmp(mmrt_last_error(rt), want) != 0)
+        fail_msg("want MMRT_ERR_LIMIT \"%s\"\ngot  %d \"%s\"", want, st, mmrt_last_error(rt));
+    assert_null(cap.pixels);
+}
+
+/* Tiny Fuyu: target 60×90 (height × width), 10-px patches, an image's tokens are
+ * rows × (cols + 1). 80×60 → 6 × 9 = 54; 100×40 is fitted to 90×36 → 4 × 10 = 40. */
+static void test_image_budget(void **state)
+{
+    (void)state;
+    char fixture[4096], a[4096], b[4096], c[4096], d[4096], want[8192];
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/fuyu-tiny", src_dir());
+    snprintf(a, sizeof a, "%s/tests/fixtures/llava-images/grad_80x60.png", src_dir());
+    snprintf(b, sizeof b, "%s/tests/fixtures/llava-next-images/grad_100x40.png", src_dir());
+    snprintf(c, sizeof c, "%s/tests/fixtures/llava-images/grad_45x90.png", src_dir());
+    snprintf(d, sizeof d, "%s/tests/fixtures/llava-images/grad_64x64.png", src_dir());
+    struct mmrt_request req = { .image_path = a, .prompt = "hi", .max_tokens = 2, .top_p = 1.0f };
+    struct mmrt_result res;
+
+    struct mmrt_runtime *rt = open_budget(fixture, 30, MMRT_OVERSIZE_REFUSE);
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 80×60) needs 54 image tokens, more than "
+             "max_image_tokens = 30 ([model] max_image_tokens); oversize_images = downscale "
+             "would shrink it to fit", a);
+    expect_refused(rt, &req, want);
+    req.image_path = b;
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 100×40, resized to 90×36) needs 40 image "
+             "tokens, more than max_image_tokens = 30 ([model] max_image_tokens); "
+             "oversize_images = downscale would shrink it to fit", b);
+    expect_refused(rt, &req, want);
+    req.image_path = c; /* 6 × 4 = 24 */
+    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    mmrt_destroy(rt);
+
+    /* downscale: the largest 4:3 size with at most 30 tokens is 53×40 (4 × 7 = 28), and the
+     * processor then pads that Pillow-resized image to 60×40 and cuts 24 patches. */
+    rt = open_budget(fixture, 30, MMRT_OVERSIZE_DOWNSCALE);
+    req.image_path = a;
+    struct capture cap = { 0 };
+    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = on_pixels,
+                                      .image_features = on_features };
+    if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    assert_int_equal(res.n_tokens, 2);
+    const size_t K = 10 * 10 * 3, n = 24 * K;
+    assert_int_equal(cap.n_pixels, (int64_t)n);
+    assert_int_equal(cap.n_features, 24 * 32); /* hidden_size 32 */
+    struct mmrt_error e = { 0 };
+    struct mmrt_image *img = NULL, *small = NULL, *padded = NULL;
+    assert_int_equal(mmrt_image_load_file(a, NULL, &img, &e), MMRT_OK);
+    assert_int_equal(mmrt_preprocess_resize(img, 53, 40, MMRT_RESAMPLE_BILINEAR, &small, &e),
+                     MMRT_OK);
+    const uint8_t fill[3] = { 1, 1, 1 }; /* padding_value 1.0 */
+    assert_int_equal(mmrt_preprocess_pad(small, 0, 0, 7, 0, fill, &padded, &e), MMRT_OK);
+    const struct mmrt_preprocess_normalize norm = {
+        .do_rescale = true, .rescale_factor = 1.0 / 255, .do_normalize = true,
+        .mean = { 0.5, 0.5, 0.5 }, .std = { 0.5, 0.5, 0.5 },
+    };
+    float *chw = malloc(n * sizeof *chw), *patches = malloc(n * sizeof *patches);
+    assert_true(chw && patches);
+    assert_int_equal(mmrt_preprocess_to_chw(padded, &norm, chw, n, &e), MMRT_OK);
+    assert_int_equal(mmrt_preprocess_patchify(chw, 3, 40, 60, 10, 10, MMRT_PATCH_HWC, patches, n,
+                                              &e), MMRT_OK);
+    assert_memory_equal(patches, cap.pixels, n * sizeof *patches);
+    free(chw);
+    free(patches);
+    mmrt_image_destroy(padded);
+    mmrt_image_destroy(small);
+    mmrt_image_destroy(img);
+    capture_free(&cap);
+    mmrt_destroy(rt);
+
+    /* downscale that cannot fit: the smallest image is one patch and its |NEWLINE|. */
+    rt = open_budget(fixture, 1, MMRT_OVERSIZE_DOWNSCALE);
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 80×60) needs 54 image tokens, more than "
+             "max_image_tokens = 1 ([model] max_image_tokens); oversize_images = downscale "
+             "cannot help: no smaller size of this aspect ratio has at most 1 image tokens", a);
+    expect_refused(rt, &req, want);
+    mmrt_destroy(rt);
+
+    /* The context's own bound (40 positions hold 37 image tokens) still refuses with its
+     * message when the configured budget is larger; a smaller one downscales within it. */
+    set_config("max_position_embeddings", json_integer(40), true);
+    rt = open_budget(scratch, 100, MMRT_OVERSIZE_DOWNSCALE);
+    req.image_path = d;
+    struct mmrt_result r2;
+    assert_int_equal(mmrt_run(rt, &req, NULL, NULL, &r2), MMRT_ERR_LIMIT);
+    if (!strstr(mmrt_last_error(rt), "image 64×64 needs 42 image tokens (6×6 patches of 10 px "
+                                     "plus row ends), more than the model's context of 40 "
+                                     "positions allows"))
+        fail_msg("unexpected: %s", mmrt_last_error(rt));
+    mmrt_destroy(rt);
+    rt = open_budget(scratch, 30, MMRT_OVERSIZE_DOWNSCALE); /* 64×64 → 50×50: 5 × 6 = 30 */
+    if (mmrt_run(rt, &req, NULL, NULL, &r2) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    assert_int_equal(r2.n_tokens, 2);
+    mmrt_destroy(rt);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
@@ -545,6 +669,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_flat_config, make_scratch, drop_scratch),
         cmocka_unit_test_setup_teardown(test_bad_requests, make_scratch, drop_scratch),
         cmocka_unit_test(test_sampling_is_seeded),
+        cmocka_unit_test_setup_teardown(test_image_budget, make_scratch, drop_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -476,6 +476,58 @@ static void test_sampling_is_seeded(void **state)
     mmrt_destroy(rt);
 }
 
+/* ---- the image-token budget ([model] max_image_tokens, oversize_images) ---- */
+
+static struct mmrt_runtime *open_budget(const char *dir, int64_t max_image_tokens,
+                                        enum mmrt_oversize_images mode)
+{
+    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1,
+                               .max_image_tokens = max_image_tokens, .oversize_images = mode };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+        fail_msg("%s", err);
+    return rt;
+}
+
+/* Tiny LLaVA: 28-px images of 7-px patches, 16 tokens for every image. Over the budget it is
+ * refused whatever oversize_images says, since no size gives fewer tokens. */
+static void test_image_budget(void **state)
+{
+    (void)state;
+    char fixture[4096], image[4096], want[8192];
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/llava-tiny", src_dir());
+    snprintf(image, sizeof image, "%s/tests/fixtures/llava-images/grad_64x64.png", src_dir());
+    struct mmrt_request req = { .image_path = image, .prompt = "hi", .max_tokens = 2,
+                                .top_p = 1.0f };
+    struct mmrt_result res;
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64) needs 16 image tokens, more than "
+             "max_image_tokens = 15 ([model] max_image_tokens); LLaVA-1.5 gives every image 16 "
+             "tokens whatever its size, so oversize_images = downscale cannot help", image);
+    for (int mode = 0; mode < 2; mode++) {
+        struct mmrt_runtime *rt = open_budget(fixture, 15, (enum mmrt_oversize_images)mode);
+        struct capture cap = { 0 };
+        struct mmrt_model_trace trace = { .user = &cap, .pixel_values = on_pixels };
+        mmrt_status st = mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res);
+        if (st != MMRT_ERR_LIMIT || strcmp(mmrt_last_error(rt), want) != 0)
+            fail_msg("want MMRT_ERR_LIMIT \"%s\"\ngot  %d \"%s\"", want, st,
+                     mmrt_last_error(rt));
+        assert_null(cap.pixels); /* refused before preprocessing */
+        /* A request without an image needs no image tokens. */
+        req.image_path = NULL;
+        if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+            fail_msg("%s", mmrt_last_error(rt));
+        req.image_path = image;
+        mmrt_destroy(rt);
+    }
+    struct mmrt_runtime *rt = open_budget(fixture, 16, MMRT_OVERSIZE_REFUSE); /* at the budget */
+    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    assert_int_equal(res.n_tokens, 2);
+    mmrt_destroy(rt);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
@@ -489,6 +541,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_checkpoint_files, make_scratch, drop_scratch),
         cmocka_unit_test_setup_teardown(test_bad_requests, make_scratch, drop_scratch),
         cmocka_unit_test(test_sampling_is_seeded),
+        cmocka_unit_test(test_image_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

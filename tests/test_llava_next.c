@@ -19,10 +19,12 @@
 
 #include <cmocka.h>
 
+#include "formats/image.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
 #include "model.h"
 #include "mmrt/mmrt.h"
+#include "preprocess.h"
 
 #define REL_TOL 1e-4
 #define PIXEL_TOL 1e-5
@@ -402,6 +404,108 @@ static void test_bad_requests(void **state)
     mmrt_destroy(rt);
 }
 
+/* ---- the image-token budget ([model] max_image_tokens, oversize_images) ---- */
+
+static struct mmrt_runtime *open_budget(const char *dir, int64_t max_image_tokens,
+                                        enum mmrt_oversize_images mode)
+{
+    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1,
+                               .max_image_tokens = max_image_tokens, .oversize_images = mode };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+        fail_msg("%s", err);
+    return rt;
+}
+
+/* A refusal is exactly `want` and comes before any preprocessing (no pixels traced). */
+static void expect_refused(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                           const char *want)
+{
+    struct capture cap = { 0 };
+    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = on_pixels };
+    struct mmrt_result res;
+    mmrt_status st = mmrt_run_traced(rt, req, &trace, NULL, NULL, &res);
+    if (st != MMRT_ERR_LIMIT || strcmp(mmrt_last_error(rt), want) != 0)
+        fail_msg("want MMRT_ERR_LIMIT \"%s\"\ngot  %d \"%s\"", want, st, mmrt_last_error(rt));
+    assert_null(cap.pixels);
+}
+
+/* Tiny NeXT: 28-px tiles of 4×4 patches (16 base tokens), pinpoints 28×56, 56×28, 56×56.
+ * 64×64 takes the 56×56 grid: 16 + 8 × 9 = 88 tokens; 36×100 takes 56×28: 40 tokens. */
+static void test_image_budget(void **state)
+{
+    (void)state;
+    char fixture[4096], a[4096], b[4096], want[8192];
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/llava-next-tiny", src_dir());
+    snprintf(a, sizeof a, "%s/tests/fixtures/llava-images/grad_64x64.png", src_dir());
+    snprintf(b, sizeof b, "%s/tests/fixtures/llava-images/grad_36x100.png", src_dir());
+    struct mmrt_request req = { .image_path = a, .prompt = "hi", .max_tokens = 2, .top_p = 1.0f };
+    struct mmrt_result res;
+
+    struct mmrt_runtime *rt = open_budget(fixture, 50, MMRT_OVERSIZE_REFUSE);
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64) needs 88 image tokens, more than "
+             "max_image_tokens = 50 ([model] max_image_tokens); oversize_images = downscale "
+             "would shrink it to fit", a);
+    expect_refused(rt, &req, want);
+    req.image_path = b; /* 40 tokens */
+    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    mmrt_destroy(rt);
+    rt = open_budget(fixture, 40, MMRT_OVERSIZE_REFUSE); /* exactly at the budget */
+    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    mmrt_destroy(rt);
+
+    /* downscale: the largest square under 64 px with at most 50 tokens is 28×28 — it fits
+     * one 28×56 tile pair, unpadded to 4 columns: 16 + 4 × 5 = 36 — and the processor then
+     * sees the Pillow-resized 28×28 image: its base patch is that image, normalised. */
+    rt = open_budget(fixture, 50, MMRT_OVERSIZE_DOWNSCALE);
+    req.image_path = a;
+    struct capture cap = { 0 };
+    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = on_pixels,
+                                      .image_features = on_features };
+    if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    assert_int_equal(res.n_tokens, 2);
+    const int64_t per = 3 * 28 * 28;
+    assert_int_equal(cap.n_pixels, 3 * per); /* base + 2 tiles */
+    assert_int_equal(cap.n_features, 36 * 32); /* text hidden_size 32 */
+    struct mmrt_error e = { 0 };
+    struct mmrt_image *img = NULL, *small = NULL;
+    assert_int_equal(mmrt_image_load_file(a, NULL, &img, &e), MMRT_OK);
+    assert_int_equal(mmrt_preprocess_resize(img, 28, 28, MMRT_RESAMPLE_BICUBIC, &small, &e),
+                     MMRT_OK);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/processor_config.json", fixture);
+    json_t *root = NULL;
+    assert_int_equal(mmrt_json_load_file(path, 1 << 20, 0, &root, &e), MMRT_OK);
+    struct mmrt_clip_preprocess_config pp;
+    assert_int_equal(mmrt_clip_preprocess_config_from_json(json_object_get(root,
+                                                           "image_processor"), path, &pp, &e),
+                     MMRT_OK);
+    json_decref(root);
+    float *base = malloc((size_t)per * sizeof *base);
+    assert_non_null(base);
+    assert_int_equal(mmrt_preprocess_clip(small, &pp, base, (size_t)per, &e), MMRT_OK);
+    assert_memory_equal(base, cap.pixels, (size_t)per * sizeof *base);
+    free(base);
+    mmrt_image_destroy(small);
+    mmrt_image_destroy(img);
+    capture_free(&cap);
+    mmrt_destroy(rt);
+
+    /* downscale that cannot fit: every smaller size still needs more than 30. */
+    rt = open_budget(fixture, 30, MMRT_OVERSIZE_DOWNSCALE);
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64) needs 88 image tokens, more than "
+             "max_image_tokens = 30 ([model] max_image_tokens); oversize_images = downscale "
+             "cannot help: no smaller size of this aspect ratio has at most 30 image tokens "
+             "(the base image alone takes 16)", a);
+    expect_refused(rt, &req, want);
+    mmrt_destroy(rt);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
@@ -411,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_vision_on_opencl),
         cmocka_unit_test_setup_teardown(test_bad_configs, make_scratch, drop_scratch),
         cmocka_unit_test_setup_teardown(test_bad_requests, make_scratch, drop_scratch),
+        cmocka_unit_test(test_image_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

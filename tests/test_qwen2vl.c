@@ -23,10 +23,12 @@
 
 #include <cmocka.h>
 
+#include "formats/image.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
 #include "model.h"
 #include "mmrt/mmrt.h"
+#include "preprocess.h"
 
 #define REL_TOL 1e-4
 #define PIXEL_TOL 1e-5
@@ -957,6 +959,222 @@ static void test_bad_requests(void **state)
     mmrt_destroy(rt);
 }
 
+/* ---- the image-token budget ([model] max_image_tokens, oversize_images) ---- */
+
+/* What the vision stage produced per image: patches and tokens, and image 1's pixels. */
+struct budget_capture {
+    int n_images;
+    int64_t patches[MAX_CASE_IMAGES], tokens[MAX_CASE_IMAGES];
+    float *pixels1;
+    int64_t n_pixels1;
+};
+
+static void budget_pixels(void *user, int image, const float *data, int n_dims,
+                          const int64_t *shape)
+{
+    struct budget_capture *c = user;
+    assert_int_equal(n_dims, 2);
+    assert_true(image < MAX_CASE_IMAGES);
+    c->patches[image] = shape[0];
+    c->n_images = image + 1;
+    if (image == 1) {
+        c->n_pixels1 = shape[0] * shape[1];
+        c->pixels1 = malloc((size_t)c->n_pixels1 * sizeof *c->pixels1);
+        assert_non_null(c->pixels1);
+        memcpy(c->pixels1, data, (size_t)c->n_pixels1 * sizeof *data);
+    }
+}
+
+static void budget_features(void *user, int image, const float *data, int64_t n_tokens,
+                            int64_t dim)
+{
+    struct budget_capture *c = user;
+    (void)data;
+    (void)dim;
+    c->tokens[image] = n_tokens;
+}
+
+static struct mmrt_runtime *open_budget(const char *dir, int64_t max_image_tokens,
+                                        enum mmrt_oversize_images mode)
+{
+    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1,
+                               .max_image_tokens = max_image_tokens, .oversize_images = mode };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+        fail_msg("%s", err);
+    return rt;
+}
+
+/* A refusal is exactly `want` and comes before any preprocessing (no pixels traced). */
+static void expect_refused(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                           const char *want)
+{
+    struct budget_capture cap = { 0 };
+    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = budget_pixels };
+    struct mmrt_result res;
+    mmrt_status st = mmrt_run_traced(rt, req, &trace, NULL, NULL, &res);
+    if (st != MMRT_ERR_LIMIT || strcmp(mmrt_last_error(rt), want) != 0)
+        fail_msg("want MMRT_ERR_LIMIT \"%s\"\ngot  %d \"%s\"", want, st, mmrt_last_error(rt));
+    assert_string_equal(res.error, want);
+    assert_int_equal(cap.n_images, 0);
+}
+
+/* Patches of a w × h image after smart_resize with the fixture's factor and min_pixels and
+ * the given max_pixels. */
+static int64_t smart_patches(uint32_t w, uint32_t h, uint64_t max_pixels)
+{
+    uint32_t rh, rw;
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_preprocess_smart_resize(h, w, 28, 3920, max_pixels, &rh, &rw, NULL,
+                                                  &e), MMRT_OK);
+    return (int64_t)(rh / 14) * (rw / 14);
+}
+
+static void test_image_budget(void **state)
+{
+    (void)state;
+    char fixture[4096], a[4096], b[4096], c[4096], d[4096], want[8192];
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/qwen2vl-tiny", src_dir());
+    /* The fixture's processor: min_pixels 3920 (5 tokens), max_pixels 9408 (12 tokens).
+     * 64×64 → 84×84 (9 tokens, and never fewer: min_pixels scales it back up), 98×70 →
+     * 112×56 (8), 80×60 → 84×56 (6), 45×90 → 56×84 (6). */
+    snprintf(a, sizeof a, "%s/tests/fixtures/llava-images/grad_64x64.png", src_dir());
+    snprintf(b, sizeof b, "%s/tests/fixtures/qwen2vl-images/grad_98x70.png", src_dir());
+    snprintf(c, sizeof c, "%s/tests/fixtures/llava-images/grad_80x60.png", src_dir());
+    snprintf(d, sizeof d, "%s/tests/fixtures/llava-images/grad_45x90.png", src_dir());
+    struct mmrt_request req = { .max_tokens = 2, .top_p = 1.0f, .prompt = "Compare." };
+    struct mmrt_result res;
+
+    /* refuse: the image that brings the request over the budget is named. */
+    struct mmrt_runtime *rt = open_budget(fixture, 10, MMRT_OVERSIZE_REFUSE);
+    req.image_paths = (const char *[]){ a, a };
+    req.n_images = 2;
+    snprintf(want, sizeof want, "image 2 of 2 (%s, 64×64, resized to 84×84) needs 9 image "
+             "tokens, bringing the request to 18, more than max_image_tokens = 10 ([model] "
+             "max_image_tokens); oversize_images = downscale would shrink the images to fit", a);
+    expect_refused(rt, &req, want);
+    req.image_paths = (const char *[]){ c, d };
+    snprintf(want, sizeof want, "image 2 of 2 (%s, 45×90, resized to 56×84) needs 6 image "
+             "tokens, bringing the request to 12, more than max_image_tokens = 10 ([model] "
+             "max_image_tokens); oversize_images = downscale would shrink the images to fit", d);
+    expect_refused(rt, &req, want);
+    req.n_images = 1; /* 6 tokens: within */
+    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    mmrt_destroy(rt);
+    rt = open_budget(fixture, 12, MMRT_OVERSIZE_REFUSE); /* exactly at the budget */
+    req.n_images = 2;
+    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    mmrt_destroy(rt);
+
+    /* downscale, water-filling from the fewest tokens: 80×60 (6) keeps its share of
+     * 19/3 = 6; 98×70 (8) is over its share of 13/2 = 6 and gets max_pixels 6·28² = 4704,
+     * so smart_resize gives 56×56 (4); 64×64 (9) then fits the 9 left. Taken in prompt
+     * order instead, 64×64 could not go down to 19/3 = 6. */
+    rt = open_budget(fixture, 19, MMRT_OVERSIZE_DOWNSCALE);
+    req.image_paths = (const char *[]){ a, b, c };
+    req.n_images = 3;
+    struct budget_capture cap = { 0 };
+    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = budget_pixels,
+                                      .image_features = budget_features };
+    if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    assert_int_equal(res.n_tokens, 2);
+    assert_int_equal(cap.n_images, 3);
+    assert_int_equal(cap.patches[0], smart_patches(64, 64, 9408));
+    assert_int_equal(cap.patches[1], smart_patches(98, 70, 6 * 784));
+    assert_int_equal(cap.patches[1], 4 * 4);
+    assert_int_equal(cap.patches[2], smart_patches(80, 60, 9408));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cap.tokens[i], cap.patches[i] / 4);
+    assert_int_equal(cap.tokens[0] + cap.tokens[1] + cap.tokens[2], 19);
+    /* The downscaled image's pixels are the processor's with that max_pixels. */
+    struct mmrt_qwen2vl_preprocess_config pp;
+    mmrt_qwen2vl_preprocess_config_default(&pp);
+    pp.min_pixels = 3920;
+    pp.max_pixels = 6 * 784;
+    struct mmrt_image *img = NULL;
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_image_load_file(b, NULL, &img, &e), MMRT_OK);
+    float *px = malloc((size_t)cap.n_pixels1 * sizeof *px);
+    assert_non_null(px);
+    int32_t grid[3];
+    assert_int_equal(mmrt_preprocess_qwen2vl(img, &pp, px, (size_t)cap.n_pixels1, grid, &e),
+                     MMRT_OK);
+    assert_int_equal(grid[0], 1);
+    assert_int_equal(grid[1], 4);
+    assert_int_equal(grid[2], 4);
+    assert_int_equal(cap.n_pixels1, 16 * 3 * 2 * 14 * 14);
+    assert_memory_equal(px, cap.pixels1, (size_t)cap.n_pixels1 * sizeof *px);
+    free(px);
+    mmrt_image_destroy(img);
+    free(cap.pixels1);
+    /* Within the budget nothing changes: 12 ≤ 19. */
+    memset(&cap, 0, sizeof cap);
+    req.image_paths = (const char *[]){ c, d };
+    req.n_images = 2;
+    if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+    assert_int_equal(cap.patches[1], smart_patches(45, 90, 9408));
+    free(cap.pixels1);
+    mmrt_destroy(rt);
+
+    /* downscale that the processor cannot give: its share below min_pixels, or
+     * smart_resize's min_pixels rule scaling the image back up over its share. */
+    rt = open_budget(fixture, 7, MMRT_OVERSIZE_DOWNSCALE);
+    req.image_paths = (const char *[]){ a };
+    req.n_images = 1;
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64, resized to 84×84) needs 9 image "
+             "tokens, more than max_image_tokens = 7 ([model] max_image_tokens); "
+             "oversize_images = downscale cannot shrink it to its share of 7 tokens: with "
+             "max_pixels 5488, smart_resize still gives 84×84 (9 tokens; min_pixels 3920)", a);
+    expect_refused(rt, &req, want);
+    mmrt_destroy(rt);
+    rt = open_budget(fixture, 4, MMRT_OVERSIZE_DOWNSCALE);
+    req.image_paths = (const char *[]){ b };
+    snprintf(want, sizeof want, "image 1 of 1 (%s, 98×70, resized to 112×56) needs 8 image "
+             "tokens, more than max_image_tokens = 4 ([model] max_image_tokens); "
+             "oversize_images = downscale cannot shrink it to its share of 4 tokens "
+             "(max_pixels 3136): the processor's min_pixels is 3920", b);
+    expect_refused(rt, &req, want);
+    mmrt_destroy(rt);
+
+    /* From the INI, and the context's own bound, which still refuses with its own message
+     * when it is the tighter one (downscaling aims at max_image_tokens only). */
+    set_json("config.json", "text_config/max_position_embeddings", json_integer(16));
+    char ini[512], err[2048];
+    snprintf(ini, sizeof ini, "%s/budget.ini", scratch);
+    static const char *const texts[] = {
+        "[model]\npath = .\nmax_image_tokens = 10\n[device.c]\nplugin = cpu\npool_mb = 64\n",
+        "[model]\npath = .\nmax_image_tokens = 100\noversize_images = downscale\n"
+        "[device.c]\nplugin = cpu\npool_mb = 64\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(ini, "w");
+        assert_non_null(f);
+        fputs(texts[k], f);
+        assert_int_equal(fclose(f), 0);
+        rt = NULL;
+        if (mmrt_create_from_file(ini, &rt, err, sizeof err) != MMRT_OK)
+            fail_msg("%s", err);
+        req.image_paths = (const char *[]){ a, a };
+        req.n_images = 2;
+        if (k == 0)
+            snprintf(want, sizeof want, "image 2 of 2 (%s, 64×64, resized to 84×84) needs 9 "
+                     "image tokens, bringing the request to 18, more than max_image_tokens = "
+                     "10 ([model] max_image_tokens); oversize_images = downscale would shrink "
+                     "the images to fit", a);
+        else
+            snprintf(want, sizeof want, "image 2 (64×64, resized to 84×84) brings the request "
+                     "to 18 image tokens, more than the model's context of 16 positions allows");
+        expect_refused(rt, &req, want);
+        mmrt_destroy(rt);
+    }
+}
+
 int main(void)
 {
     mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
@@ -973,6 +1191,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_weights, make_scratch, drop_scratch),
         cmocka_unit_test_setup_teardown(test_layouts, make_scratch, drop_scratch),
         cmocka_unit_test_setup_teardown(test_bad_requests, make_scratch, drop_scratch),
+        cmocka_unit_test_setup_teardown(test_image_budget, make_scratch, drop_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

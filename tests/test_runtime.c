@@ -152,6 +152,10 @@ static void test_conf_errors_pass_through(void **state)
     expect_error("[device.a]\nplugin = stub\n[devices]\n", MMRT_ERR_CONFIG, 3, "devices");
     expect_error("[device.a]\nplugin = stub\n[stage.vision]\ndevice = nope\n", MMRT_ERR_CONFIG,
                  4, "nope");
+    expect_error("[model]\npath = m\nmax_image_tokens = -5\n[device.a]\nplugin = stub\n",
+                 MMRT_ERR_CONFIG, 3, "max_image_tokens = '-5': outside [0, 2147483647]");
+    expect_error("[model]\npath = m\noversize_images = crop\n[device.a]\nplugin = stub\n",
+                 MMRT_ERR_CONFIG, 3, "oversize_images = 'crop': expected 'refuse' or 'downscale'");
 }
 
 static void test_model_type_refused(void **state)
@@ -197,6 +201,20 @@ static void test_struct_config(void **state)
     mmrt_destroy(rt);
     cfg.n_devices = 0;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    /* The image-token budget: checked before any device is opened. */
+    cfg.n_devices = 2;
+    cfg.max_image_tokens = -1;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_string_equal(err, "config: [model] max_image_tokens -1 must be at least 0 "
+                             "(0 = no limit beyond the model's context)");
+    cfg.max_image_tokens = 100;
+    cfg.oversize_images = (enum mmrt_oversize_images)7;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_string_equal(err, "config: [model] oversize_images 7 is neither "
+                             "MMRT_OVERSIZE_REFUSE nor MMRT_OVERSIZE_DOWNSCALE");
+    cfg.oversize_images = MMRT_OVERSIZE_DOWNSCALE;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_OK);
+    mmrt_destroy(rt);
 }
 
 struct listing {

@@ -520,6 +520,30 @@ static void run_key(struct parser *p, const char *key, const char *v, size_t n)
     }
 }
 
+static void model_key(struct parser *p, const char *key, const char *v, size_t n)
+{
+    struct mmrt_conf *c = p->conf;
+    long long x;
+    if (strcmp(key, "path") == 0) {
+        set_string(p, key, v, n, true, &c->model_path, &c->model_path_line);
+    } else if (strcmp(key, "max_image_tokens") == 0) {
+        if (set_int(p, key, v, n, 0, MMRT_CONF_MAX_IMAGE_TOKENS, &x, &c->max_image_tokens_line))
+            c->max_image_tokens = (int64_t)x;
+    } else if (strcmp(key, "oversize_images") == 0) {
+        if (!once(p, key, n, &c->oversize_images_line))
+            return;
+        if (n == 6 && memcmp(v, "refuse", 6) == 0)
+            c->oversize_images = MMRT_OVERSIZE_REFUSE;
+        else if (n == 9 && memcmp(v, "downscale", 9) == 0)
+            c->oversize_images = MMRT_OVERSIZE_DOWNSCALE;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'refuse' or "
+                 "'downscale'", p->section, key, (int)n, v);
+    } else {
+        unknown_key(p, key, v, n);
+    }
+}
+
 static int on_key(void *user, const char *section, const char *key, const char *value)
 {
     struct parser *p = user;
@@ -552,10 +576,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
     }
     switch (p->kind) {
     case SEC_MODEL:
-        if (strcmp(key, "path") == 0)
-            set_string(p, key, v, n, true, &c->model_path, &c->model_path_line);
-        else
-            unknown_key(p, key, v, n);
+        model_key(p, key, v, n);
         break;
     case SEC_VISION:
     case SEC_LANGUAGE: {

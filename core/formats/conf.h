@@ -6,6 +6,10 @@
  *
  *     [model]
  *     path = ../tests/fixtures/llava-tiny   ; relative to the INI file's folder
+ *     max_image_tokens = 2048  ; optional, 0..2147483647, default 0 (= no limit beyond the
+ *                              ; model's context): image tokens per request, all images
+ *     oversize_images = refuse ; optional, refuse | downscale, default refuse: what happens
+ *                              ; to images over that budget (docs/CONFIG.md)
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -85,6 +89,7 @@
 #include <stdint.h>
 
 #include "../error.h"
+#include "mmrt/mmrt.h"
 
 #define MMRT_CONF_MAX_BYTES (1024 * 1024) /* largest accepted file */
 #define MMRT_CONF_MAX_DEVICES 64          /* [device.NAME] sections per file */
@@ -97,6 +102,7 @@
 #define MMRT_CONF_DEFAULT_POOL_MB 1024
 #define MMRT_CONF_DEFAULT_MAX_TOKENS 64
 #define MMRT_CONF_DEFAULT_TOP_P 1.0
+#define MMRT_CONF_MAX_IMAGE_TOKENS 2147483647 /* largest max_image_tokens */
 
 /* In every struct below a `*_line` member is the 1-based line of that key or header in the
  * file, and 0 when the key or section was absent (the value is then its default). */
@@ -155,6 +161,10 @@ struct mmrt_conf {
      * Nothing is canonicalised and the file system is not consulted. NULL without [model]. */
     char *model_path;
     int model_path_line;
+    int64_t max_image_tokens; /* [model] max_image_tokens, 0..MMRT_CONF_MAX_IMAGE_TOKENS */
+    int max_image_tokens_line;
+    enum mmrt_oversize_images oversize_images; /* [model] oversize_images */
+    int oversize_images_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;

@@ -60,12 +60,26 @@ struct mmrt_device_config {
     int n_options;
 };
 
+/* What the vision stage does with images over the image-token budget (max_image_tokens). */
+enum mmrt_oversize_images {
+    MMRT_OVERSIZE_REFUSE = 0,    /* the request fails with MMRT_ERR_LIMIT (default) */
+    MMRT_OVERSIZE_DOWNSCALE = 1, /* images are shrunk until they fit, where the model allows
+                                    it (docs/CONFIG.md); otherwise refused */
+};
+
 struct mmrt_config {
     const char *model_path;            /* checkpoint directory; NULL = devices only */
     const struct mmrt_device_config *devices;
     int n_devices;                     /* at least 1 */
     const char *vision_device;         /* device name; NULL = the first device */
     const char *language_device;       /* device name; NULL = the first device */
+    /* Image tokens one request may carry, all its images together, checked in the vision
+     * stage before any resampling or tower work; 0 (the default) = no limit beyond what the
+     * model's context holds. Negative is MMRT_ERR_CONFIG. INI: [model] max_image_tokens. */
+    int64_t max_image_tokens;
+    /* Images over the budget: refused (the default) or downscaled. INI: [model]
+     * oversize_images = refuse | downscale. */
+    enum mmrt_oversize_images oversize_images;
 };
 
 struct mmrt_runtime;
@@ -195,7 +209,8 @@ MMRT_API int mmrt_model_max_images(const struct mmrt_runtime *rt);
 
 /* Runs one request on the configured model. Statuses: MMRT_ERR_CONFIG when no model is
  * configured, MMRT_ERR_INVALID_ARG for a bad request (message names the field; among them
- * more images than the model takes, or both image_path and image_paths), others from
+ * more images than the model takes, or both image_path and image_paths), MMRT_ERR_LIMIT for
+ * images over max_image_tokens (unless downscaled) or the model's context, others from
  * loading the image or running the model. */
 MMRT_API mmrt_status mmrt_run(struct mmrt_runtime *rt, const struct mmrt_request *req,
                               mmrt_token_fn on_token, void *user, struct mmrt_result *result);
