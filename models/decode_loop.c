@@ -69,3 +69,19 @@ mmrt_status mmrt_decode_loop_run(const struct mmrt_decode_loop *l, struct mmrt_s
         res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);
     return st;
 }
+
+mmrt_status mmrt_prompt_accept(const struct mmrt_request *req, const int32_t *ids,
+                               int64_t n_ids, int64_t max_positions,
+                               const struct mmrt_model_trace *trace, struct mmrt_result *res,
+                               struct mmrt_error *err)
+{
+    if (n_ids + req->max_tokens > max_positions)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT,
+                              "prompt of %lld tokens plus %d new tokens exceeds the model's "
+                              "context of %lld positions",
+                              (long long)n_ids, req->max_tokens, (long long)max_positions);
+    if (trace && trace->prompt_ids)
+        trace->prompt_ids(trace->user, ids, (int)n_ids);
+    res->n_prompt_tokens = (int)n_ids;
+    return MMRT_OK;
+}

@@ -30,6 +30,14 @@ struct mmrt_decode_loop {
 mmrt_status mmrt_decode_loop_run(const struct mmrt_decode_loop *l, struct mmrt_sampler *sampler,
                                  float *logits, struct mmrt_result *res, struct mmrt_error *err);
 
+/* The checks and bookkeeping between building a prompt and prefilling it: the prompt plus
+ * max_tokens must fit the model's context (MMRT_ERR_LIMIT naming both), the trace sees the
+ * ids, and res->n_prompt_tokens is set. */
+mmrt_status mmrt_prompt_accept(const struct mmrt_request *req, const int32_t *ids,
+                               int64_t n_ids, int64_t max_positions,
+                               const struct mmrt_model_trace *trace, struct mmrt_result *res,
+                               struct mmrt_error *err);
+
 /* Monotonic milliseconds, for the per-stage timings of mmrt_result. */
 double mmrt_now_ms(void);
 

@@ -694,17 +694,9 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
         st = mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "empty prompt and no image");
         goto out;
     }
-    if (n_ids + req->max_tokens > m->lm.cfg.max_positions) {
-        st = mmrt_error_set(err, MMRT_ERR_LIMIT,
-                            "prompt of %lld tokens plus %d new tokens exceeds the model's "
-                            "context of %lld positions",
-                            (long long)n_ids, req->max_tokens,
-                            (long long)m->lm.cfg.max_positions);
+    st = mmrt_prompt_accept(req, ids, n_ids, m->lm.cfg.max_positions, trace, res, err);
+    if (st != MMRT_OK)
         goto out;
-    }
-    if (trace && trace->prompt_ids)
-        trace->prompt_ids(trace->user, ids, (int)n_ids);
-    res->n_prompt_tokens = (int)n_ids;
 
     double t2 = mmrt_now_ms();
     struct mmrt_tensor emb;

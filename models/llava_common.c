@@ -13,6 +13,64 @@
 #include "ops.h"
 #include "sampler.h"
 
+mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
+                                    struct mmrt_llava_config *out, struct mmrt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *vcfg = json_object_get(config, "vision_config");
+    const json_t *tcfg = json_object_get(config, "text_config");
+    if ((vcfg && !json_is_object(vcfg)) || (tcfg && !json_is_object(tcfg)))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: vision_config and text_config must be objects", what);
+    json_t *empty = json_object(); /* a missing section means every class default */
+    if (!empty)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", what);
+    char vwhat[4300], twhat[4300];
+    snprintf(vwhat, sizeof vwhat, "%s: vision_config", what);
+    snprintf(twhat, sizeof twhat, "%s: text_config", what);
+    mmrt_status st = mmrt_clip_config_parse(vcfg ? vcfg : empty, vwhat, &out->clip, err);
+    if (st == MMRT_OK)
+        st = mmrt_llama_config_parse(tcfg ? tcfg : empty, config, twhat, &out->text, err);
+    json_decref(empty);
+    if (st != MMRT_OK)
+        return st;
+
+    long long image_token;
+    st = mmrt_json_opt_int(config, "image_token_index", what, 0, INT32_MAX, 32000, &image_token,
+                           err);
+    if (st == MMRT_OK && json_object_get(config, "image_token_id"))
+        st = mmrt_json_opt_int(config, "image_token_id", what, 0, INT32_MAX, image_token,
+                               &image_token, err);
+    if (st != MMRT_OK)
+        return st;
+    if (image_token >= out->text.vocab)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: image_token_index %lld is not below the vocab_size %lld", what,
+                              image_token, (long long)out->text.vocab);
+    out->image_token_id = (int32_t)image_token;
+    const char *act = NULL, *strategy = NULL;
+    st = mmrt_json_opt_string(config, "projector_hidden_act", what, "gelu", &act, err);
+    if (st == MMRT_OK)
+        st = mmrt_llava_act_from_name(act, what, &out->proj_act, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_string(config, "vision_feature_select_strategy", what, "default",
+                                  &strategy, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_opt_bool(config, "multimodal_projector_bias", what, true,
+                                &out->proj_bias, err);
+    if (st == MMRT_OK)
+        st = mmrt_llava_parse_feature_layers(config, what, out->clip.n_layers,
+                                             out->feature_layers, &out->n_feature_layers, err);
+    if (st != MMRT_OK)
+        return st;
+    if (strcmp(strategy, "default") != 0 && strcmp(strategy, "full") != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: vision_feature_select_strategy '%s' (default or full)", what,
+                              strategy);
+    out->keep_cls = strcmp(strategy, "full") == 0;
+    return MMRT_OK;
+}
+
 mmrt_status mmrt_llava_act_from_name(const char *name, const char *what, enum mmrt_op *out,
                                      struct mmrt_error *err)
 {
@@ -225,17 +283,9 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
                       &n_ids, &image_pos, err);
     if (st != MMRT_OK)
         goto out;
-    if (n_ids + req->max_tokens > m->lm->cfg.max_positions) {
-        st = mmrt_error_set(err, MMRT_ERR_LIMIT,
-                            "prompt of %lld tokens plus %d new tokens exceeds the model's "
-                            "context of %lld positions",
-                            (long long)n_ids, req->max_tokens,
-                            (long long)m->lm->cfg.max_positions);
+    st = mmrt_prompt_accept(req, ids, n_ids, m->lm->cfg.max_positions, trace, res, err);
+    if (st != MMRT_OK)
         goto out;
-    }
-    if (trace && trace->prompt_ids)
-        trace->prompt_ids(trace->user, ids, (int)n_ids);
-    res->n_prompt_tokens = (int)n_ids;
 
     double t2 = mmrt_now_ms();
     struct mmrt_tensor emb;

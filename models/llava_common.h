@@ -22,6 +22,25 @@
 mmrt_status mmrt_llava_act_from_name(const char *name, const char *what, enum mmrt_op *out,
                                      struct mmrt_error *err);
 
+/* What a LLaVA-family config.json says (models.md §1.6): both towers' configs (vision_config
+ * and text_config, class defaults for missing keys), the image token, the projector's
+ * activation and bias, the feature layers and the feature selection strategy. */
+struct mmrt_llava_config {
+    struct mmrt_clip_config clip;
+    struct mmrt_llama_config text;
+    int32_t image_token_id;     /* image_token_index (or image_token_id), below vocab */
+    enum mmrt_op proj_act;      /* projector_hidden_act */
+    bool proj_bias;             /* multimodal_projector_bias */
+    bool keep_cls;              /* vision_feature_select_strategy "full" (else "default") */
+    int64_t feature_layers[MMRT_LLAVA_MAX_FEATURE_LAYERS];
+    int n_feature_layers;
+};
+
+/* Reads *out from config.json (`what` names it in messages); refuses malformed sections,
+ * an image token outside the vocabulary and strategies other than default / full. */
+mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
+                                    struct mmrt_llava_config *out, struct mmrt_error *err);
+
 /* vision_feature_layer of `cfg` (an int or a list of 1…MMRT_LLAVA_MAX_FEATURE_LAYERS ints;
  * default −2), Python-indexed into the n_layers + 1 hidden states of the tower, into
  * layers[*n] as indices 0 … n_layers. MMRT_ERR_FORMAT naming `what` otherwise. */

@@ -178,69 +178,27 @@ static mmrt_status next_load(const char *dir, const json_t *config,
     if (opts)
         m->opts = *opts;
     mmrt_status st;
-    json_t *empty = json_object();
     json_t *pp_json = NULL;
     const json_t *ip = NULL;
-    if (!empty) {
-        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", dir);
-        goto fail;
-    }
-    const json_t *vcfg = json_object_get(config, "vision_config");
-    const json_t *tcfg = json_object_get(config, "text_config");
-    if ((vcfg && !json_is_object(vcfg)) || (tcfg && !json_is_object(tcfg))) {
-        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
-                            "%s: vision_config and text_config must be objects", what);
-        goto fail;
-    }
-    char vwhat[4300], twhat[4300];
-    snprintf(vwhat, sizeof vwhat, "%s: vision_config", what);
-    snprintf(twhat, sizeof twhat, "%s: text_config", what);
-    struct mmrt_clip_config ccfg;
-    struct mmrt_llama_config lcfg;
-    st = mmrt_clip_config_parse(vcfg ? vcfg : empty, vwhat, &ccfg, err);
-    if (st == MMRT_OK)
-        st = mmrt_llama_config_parse(tcfg ? tcfg : empty, config, twhat, &lcfg, err);
+    struct mmrt_llava_config lc;
+    st = mmrt_llava_config_parse(config, what, &lc, err);
     if (st != MMRT_OK)
         goto fail;
+    const struct mmrt_clip_config ccfg = lc.clip;
+    const struct mmrt_llama_config lcfg = lc.text;
     m->tile = ccfg.image_size;
     m->grid = ccfg.image_size / ccfg.patch;
-
-    long long image_token;
-    st = mmrt_json_opt_int(config, "image_token_index", what, 0, INT32_MAX, 32000, &image_token,
-                           err);
-    if (st == MMRT_OK && json_object_get(config, "image_token_id"))
-        st = mmrt_json_opt_int(config, "image_token_id", what, 0, INT32_MAX, image_token,
-                               &image_token, err);
+    m->image_token_id = lc.image_token_id;
+    m->proj_act = lc.proj_act;
+    memcpy(m->feature_layers, lc.feature_layers, sizeof m->feature_layers);
+    m->n_feature_layers = lc.n_feature_layers;
+    st = parse_pinpoints(m, config, what, err);
     if (st != MMRT_OK)
         goto fail;
-    if (image_token >= lcfg.vocab) {
-        st = mmrt_error_set(err, MMRT_ERR_FORMAT,
-                            "%s: image_token_index %lld is not below the vocab_size %lld", what,
-                            image_token, (long long)lcfg.vocab);
-        goto fail;
-    }
-    m->image_token_id = (int32_t)image_token;
-    const char *act = NULL, *strategy = NULL;
-    bool proj_bias;
-    st = mmrt_json_opt_string(config, "projector_hidden_act", what, "gelu", &act, err);
-    if (st == MMRT_OK)
-        st = mmrt_llava_act_from_name(act, what, &m->proj_act, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_string(config, "vision_feature_select_strategy", what, "default",
-                                  &strategy, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_bool(config, "multimodal_projector_bias", what, true, &proj_bias, err);
-    if (st == MMRT_OK)
-        st = mmrt_llava_parse_feature_layers(config, what, ccfg.n_layers, m->feature_layers,
-                                             &m->n_feature_layers, err);
-    if (st == MMRT_OK)
-        st = parse_pinpoints(m, config, what, err);
-    if (st != MMRT_OK)
-        goto fail;
-    if (strcmp(strategy, "default") != 0) {
+    if (lc.keep_cls) {
         st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                            "%s: vision_feature_select_strategy '%s': LLaVA-NeXT packs tiles "
-                            "without the CLS token, only 'default' is supported", what, strategy);
+                            "%s: vision_feature_select_strategy 'full': LLaVA-NeXT packs tiles "
+                            "without the CLS token, only 'default' is supported", what);
         goto fail;
     }
 
@@ -255,7 +213,7 @@ static mmrt_status next_load(const char *dir, const json_t *config,
         .tok = &m->tok, .w = &m->w, .clip = &m->clip, .proj1_w = &m->proj1_w,
         .proj1_b = &m->proj1_b, .proj2_w = &m->proj2_w, .proj2_b = &m->proj2_b,
     };
-    st = mmrt_llava_load_towers(dir, &ccfg, &lcfg, m->proj_act, proj_bias, m->feature_layers,
+    st = mmrt_llava_load_towers(dir, &ccfg, &lcfg, m->proj_act, lc.proj_bias, m->feature_layers,
                                 m->n_feature_layers, vision, language, &towers, err);
     const int64_t Dt = lcfg.hidden;
     /* image_newline is only ever copied between feature rows, which happens on the host
@@ -275,12 +233,10 @@ static mmrt_status next_load(const char *dir, const json_t *config,
     if (st != MMRT_OK)
         goto fail;
     json_decref(pp_json);
-    json_decref(empty);
     *out = m;
     return MMRT_OK;
 fail:
     json_decref(pp_json);
-    json_decref(empty);
     next_destroy(m);
     return st;
 }
