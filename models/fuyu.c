@@ -644,7 +644,7 @@ static mmrt_status build_prompt(struct mmrt_model *m, const char *prompt, int64_
 /* One decode step of the Persimmon decoder: the token's embedding through the cache. */
 struct fuyu_step {
     struct mmrt_persimmon *lm;
-    struct mmrt_persimmon_cache *cache;
+    struct mmrt_kv_cache *cache;
     struct mmrt_tensor one; /* [1, hidden] */
 };
 
@@ -665,7 +665,7 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
     float *logits = NULL;
     int32_t *ids = NULL;
     int64_t n_ids = 0;
-    struct mmrt_persimmon_cache cache = { 0 };
+    struct mmrt_kv_cache cache = { 0 };
     struct mmrt_sampler sampler = { 0 };
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, m->language);

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 
 #include "device.h"
+#include "kv_cache.h"
 #include "weights.h"
 
 struct mmrt_llama_config {
@@ -76,15 +77,6 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
                             const struct mmrt_llama_config *cfg, struct mmrt_error *err);
 void mmrt_llama_unload(struct mmrt_llama *m);
 
-struct mmrt_kv_cache {
-    int64_t n_ctx;              /* capacity in positions */
-    int64_t n_past;             /* positions filled */
-    int64_t rope_delta;         /* rotary position of slot n is n + rope_delta (0 unless
-                                   M-RoPE; set by the caller after the prefill) */
-    int64_t n_layers;
-    struct mmrt_dev_tensor *k;  /* [n_layers] each [n_ctx, n_kv_heads, head_dim] F32 */
-    struct mmrt_dev_tensor *v;
-};
 
 /* Reserves a cache for n_ctx positions from the decoder device's pool
  * (MMRT_ERR_OUT_OF_POOL names the bytes). */

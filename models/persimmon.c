@@ -210,63 +210,22 @@ void mmrt_persimmon_unload(struct mmrt_persimmon *m)
     m->layers = NULL;
 }
 
-void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_persimmon_cache *c)
+void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_kv_cache *c)
 {
-    for (int64_t i = 0; c->k && i < c->n_layers; i++) {
-        mmrt_dev_tensor_free(m->dev, &c->v[i]);
-        mmrt_dev_tensor_free(m->dev, &c->k[i]);
-    }
-    free(c->k);
-    free(c->v);
-    memset(c, 0, sizeof *c);
+    mmrt_kv_cache_free(m->dev, c);
 }
 
 mmrt_status mmrt_persimmon_cache_create(const struct mmrt_persimmon *m, int64_t n_ctx,
-                                        struct mmrt_persimmon_cache *out,
-                                        struct mmrt_error *err)
+                                        struct mmrt_kv_cache *out, struct mmrt_error *err)
 {
-    struct mmrt_persimmon_cache c = { .n_ctx = n_ctx, .n_layers = m->cfg.n_layers };
-    c.k = calloc((size_t)c.n_layers, sizeof *c.k);
-    c.v = calloc((size_t)c.n_layers, sizeof *c.v);
-    if (!c.k || !c.v) {
-        free(c.k);
-        free(c.v);
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
-    }
-    const int64_t ne[3] = { n_ctx, m->cfg.n_heads, m->cfg.head_dim };
-    for (int64_t i = 0; i < c.n_layers; i++) {
-        mmrt_status st = mmrt_dev_tensor_alloc(m->dev, MMRT_DTYPE_F32, 3, ne, &c.k[i], err);
-        if (st == MMRT_OK)
-            st = mmrt_dev_tensor_alloc(m->dev, MMRT_DTYPE_F32, 3, ne, &c.v[i], err);
-        if (st != MMRT_OK) {
-            mmrt_persimmon_cache_destroy(m, &c);
-            return mmrt_error_prefix(err, st, "KV cache for %lld positions × %lld layers",
-                                     (long long)n_ctx, (long long)m->cfg.n_layers);
-        }
-    }
-    *out = c;
-    return MMRT_OK;
+    return mmrt_kv_cache_alloc(m->dev, m->cfg.n_layers, n_ctx, m->cfg.n_heads, m->cfg.head_dim,
+                               out, err);
 }
 
 mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, int64_t n,
                                  const struct mmrt_tensor *out, struct mmrt_error *err)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
-            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
-                                  "token id %d at position %lld is outside the vocabulary (%lld)",
-                                  ids[i], (long long)i, (long long)m->cfg.vocab);
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, m->dev);
-    struct mmrt_tensor t_ids;
-    mmrt_status st = mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, (const int64_t[]){ n }, &t_ids,
-                                         err);
-    if (st == MMRT_OK)
-        st = mmrt_dev_upload(m->dev, &t_ids, ids, (uint64_t)n * sizeof(int32_t), err);
-    if (st == MMRT_OK)
-        st = mmrt_op_get_rows(m->dev, &m->embed, &t_ids, out, err);
-    mmrt_scratch_release(&s);
-    return st;
+    return mmrt_embed_tokens(m->dev, &m->embed, m->cfg.vocab, ids, n, out, err);
 }
 
 /* Head slice `which` (0 q, 1 k, 2 v) of qkv [S, H, 3, hd], as a strided [S, H, hd] view. */
@@ -286,7 +245,7 @@ static struct mmrt_tensor qkv_part(const struct mmrt_tensor *qkv, int which)
     return t;
 }
 
-mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_persimmon_cache *cache,
+mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
                                    const struct mmrt_tensor *embeds, float *logits,
                                    struct mmrt_error *err)
 {

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 
 #include "device.h"
+#include "kv_cache.h"
 #include "weights.h"
 
 struct mmrt_persimmon_config {
@@ -63,17 +64,12 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
                                 struct mmrt_error *err);
 void mmrt_persimmon_unload(struct mmrt_persimmon *m);
 
-struct mmrt_persimmon_cache {
-    int64_t n_ctx, n_past, n_layers;
-    struct mmrt_dev_tensor *k, *v; /* [n_layers] each [n_ctx, n_heads, head_dim] F32 */
-};
-
 /* Reserves a cache for n_ctx positions (MMRT_ERR_OUT_OF_POOL names the bytes). */
 mmrt_status mmrt_persimmon_cache_create(const struct mmrt_persimmon *m, int64_t n_ctx,
-                                        struct mmrt_persimmon_cache *out,
+                                        struct mmrt_kv_cache *out,
                                         struct mmrt_error *err);
 /* Frees what create reserved; a zeroed cache is fine. */
-void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_persimmon_cache *c);
+void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_kv_cache *c);
 
 /* Token embeddings of ids[n] into out ([n, hidden] F32 on the decoder device); ids outside the
  * vocabulary are refused. */
@@ -82,7 +78,7 @@ mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, i
 
 /* Runs embeddings [S, hidden] (on the decoder device) at positions n_past … n_past+S−1,
  * appends them to the cache and writes the last position's logits to logits[vocab]. */
-mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_persimmon_cache *cache,
+mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
                                    const struct mmrt_tensor *embeds, float *logits,
                                    struct mmrt_error *err);
 
