@@ -641,18 +641,9 @@ static mmrt_status build_prompt(struct mmrt_model *m, const char *prompt, int64_
     return MMRT_OK;
 }
 
-/* One decode step of the Persimmon decoder: the token's embedding through the cache. */
-struct fuyu_step {
-    struct mmrt_persimmon *lm;
-    struct mmrt_kv_cache *cache;
-    struct mmrt_tensor one; /* [1, hidden] */
-};
-
-static mmrt_status fuyu_next(void *ctx, int32_t token, float *logits, struct mmrt_error *err)
+static mmrt_status fuyu_next(void *dec, int32_t token, float *logits, struct mmrt_error *err)
 {
-    struct fuyu_step *f = ctx;
-    mmrt_status st = mmrt_persimmon_embed(f->lm, &token, 1, &f->one, err);
-    return st == MMRT_OK ? mmrt_persimmon_forward(f->lm, f->cache, &f->one, logits, err) : st;
+    return mmrt_persimmon_decode(dec, token, logits, err);
 }
 
 /* Language stage: sequence layout, splice the patch embeddings, prefill, decode. */
@@ -666,6 +657,7 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
     int32_t *ids = NULL;
     int64_t n_ids = 0;
     struct mmrt_kv_cache cache = { 0 };
+    struct mmrt_persimmon_decoder *dec = NULL;
     struct mmrt_sampler sampler = { 0 };
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, m->language);
@@ -724,16 +716,17 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
     mmrt_scratch_release(&s);
     res->prefill_ms = mmrt_now_ms() - t2;
 
-    struct fuyu_step step = { .lm = &m->lm, .cache = &cache };
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, D }, &step.one, err);
+    st = mmrt_persimmon_decoder_create(&m->lm, &cache, true, &dec, err);
     if (st != MMRT_OK)
         goto out;
     const struct mmrt_decode_loop loop = {
         .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = fuyu_next, .ctx = &step,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = fuyu_next, .ctx = dec,
     };
     st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
+    res->decode_graph = mmrt_persimmon_decoder_uses_graph(dec);
 out:
+    mmrt_persimmon_decoder_destroy(dec);
     mmrt_scratch_release(&s);
     mmrt_persimmon_cache_destroy(&m->lm, &cache);
     mmrt_sampler_deinit(&sampler);

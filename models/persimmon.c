@@ -18,7 +18,7 @@
 
 const enum mmrt_op mmrt_persimmon_ops[] = {
     MMRT_OP_GET_ROWS, MMRT_OP_LAYERNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE, MMRT_OP_COPY,
-    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_RELU2,
+    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_RELU2, MMRT_OP_SET_ROWS,
 };
 const int mmrt_persimmon_n_ops = (int)(sizeof mmrt_persimmon_ops / sizeof mmrt_persimmon_ops[0]);
 
@@ -229,7 +229,7 @@ mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, i
 }
 
 /* Head slice `which` (0 q, 1 k, 2 v) of qkv [S, H, 3, hd], as a strided [S, H, hd] view. */
-static struct mmrt_tensor qkv_part(const struct mmrt_tensor *qkv, int which)
+struct mmrt_tensor mmrt_persimmon_qkv_part(const struct mmrt_tensor *qkv, int which)
 {
     struct mmrt_tensor t = *qkv;
     t.n_dims = 3;
@@ -299,7 +299,8 @@ mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cach
     const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
     const float eps = (float)c->ln_eps;
     struct mmrt_tensor qkv2 = mmrt_tensor_reshape(&qkv, 2, NE(S, 3 * D));
-    struct mmrt_tensor qv = qkv_part(&qkv, 0), kv = qkv_part(&qkv, 1), vv = qkv_part(&qkv, 2);
+    struct mmrt_tensor qv = mmrt_persimmon_qkv_part(&qkv, 0), kv = mmrt_persimmon_qkv_part(&qkv, 1),
+                       vv = mmrt_persimmon_qkv_part(&qkv, 2);
     /* q/k LayerNorm is over head_dim: a LAYERNORM over [S·H, hd] rows. */
     struct mmrt_tensor q_rows = mmrt_tensor_reshape(&q, 2, NE(S * H, hd));
     struct mmrt_tensor k_rows = mmrt_tensor_reshape(&k, 2, NE(S * H, hd));

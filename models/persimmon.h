@@ -82,6 +82,22 @@ mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cach
                                    const struct mmrt_tensor *embeds, float *logits,
                                    struct mmrt_error *err);
 
+/* Head slice `which` (0 q, 1 k, 2 v) of the fused qkv output [S, H, 3, hd], as a strided
+ * [S, H, hd] view. */
+struct mmrt_tensor mmrt_persimmon_qkv_part(const struct mmrt_tensor *qkv, int which);
+
+/* The one-token decode step on buffers that live for a whole generation, replayable as a
+ * device graph (persimmon_decode.c, decode_step.h). Borrows m and cache until destroy. */
+struct mmrt_persimmon_decoder;
+mmrt_status mmrt_persimmon_decoder_create(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
+                                          bool use_graph, struct mmrt_persimmon_decoder **out,
+                                          struct mmrt_error *err);
+/* Appends `token` at cache slot n_past and writes the next logits[vocab]. */
+mmrt_status mmrt_persimmon_decode(struct mmrt_persimmon_decoder *d, int32_t token,
+                                  float *logits, struct mmrt_error *err);
+bool mmrt_persimmon_decoder_uses_graph(const struct mmrt_persimmon_decoder *d);
+void mmrt_persimmon_decoder_destroy(struct mmrt_persimmon_decoder *d);
+
 /* The operators the decoder launches, for placement checks. */
 extern const enum mmrt_op mmrt_persimmon_ops[];
 extern const int mmrt_persimmon_n_ops;
