@@ -16,313 +16,39 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <math.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "formats/image.h"
-#include "formats/json.h"
-#include "formats/safetensors.h"
-#include "model.h"
-#include "mmrt/mmrt.h"
+#include "golden.h"
 #include "preprocess.h"
 
-#define REL_TOL 1e-4
-#define PIXEL_TOL 1e-5
-#define MAX_STEPS 16
-#define MAX_CASE_IMAGES 4
-
-static const char *src_dir(void)
+/* Template, tokenizer and the expansion of each <|image_pad|> by its grid; one trace call
+ * per image. */
+static void check_case(const struct golden_case *gc)
 {
-    const char *d = getenv("MMRT_SOURCE_DIR");
-    return d ? d : ".";
+    golden_check_prompt_ids(gc);
+    assert_int_equal(gc->res->n_prompt_tokens, gc->cap->n_prompt);
+    const int n_images = gc->req->n_images ? gc->req->n_images : 1;
+    assert_int_equal(gc->cap->n_pixel_calls, n_images);
+    assert_int_equal(gc->cap->n_feature_calls, n_images);
 }
 
-static void quiet(void *user, enum mmrt_log_level level, const char *who, const char *msg)
-{
-    (void)user;
-    (void)who;
-    if (level >= MMRT_LOG_WARN)
-        fprintf(stderr, "%s\n", msg);
-}
-
-/* What one request produced, gathered by the trace and the token callback. Pixels and
- * features arrive once per image and are appended, as the fixtures concatenate them. */
-struct capture {
-    float *pixels;
-    int64_t n_pixels;
-    float *features;
-    int64_t n_features;
-    int n_pixel_calls, n_feature_calls;
-    float *logits[MAX_STEPS];
-    int64_t vocab;
-    int32_t tokens[64];
-    int n_tokens;
-    int32_t *prompt;
-    int n_prompt;
-};
-
-static void append_floats(float **dst, int64_t *n, const float *x, int64_t k)
-{
-    float *g = realloc(*dst, (size_t)(*n + k) * sizeof *g);
-    assert_non_null(g);
-    memcpy(g + *n, x, (size_t)k * sizeof *g);
-    *dst = g;
-    *n += k;
-}
-
-static void on_pixels(void *user, int image, const float *data, int n_dims, const int64_t *shape)
-{
-    struct capture *c = user;
-    assert_int_equal(image, c->n_pixel_calls++);
-    int64_t n = 1;
-    for (int i = 0; i < n_dims; i++)
-        n *= shape[i];
-    append_floats(&c->pixels, &c->n_pixels, data, n);
-}
-
-static void on_features(void *user, int image, const float *data, int64_t n_tokens, int64_t dim)
-{
-    struct capture *c = user;
-    assert_int_equal(image, c->n_feature_calls++);
-    append_floats(&c->features, &c->n_features, data, n_tokens * dim);
-}
-
-static void on_logits(void *user, int step, const float *logits, int64_t vocab)
-{
-    struct capture *c = user;
-    if (step < MAX_STEPS) {
-        c->logits[step] = malloc((size_t)vocab * sizeof(float));
-        assert_non_null(c->logits[step]);
-        memcpy(c->logits[step], logits, (size_t)vocab * sizeof(float));
-    }
-    c->vocab = vocab;
-}
-
-static void on_prompt(void *user, const int32_t *ids, int n_ids)
-{
-    struct capture *c = user;
-    free(c->prompt);
-    c->prompt = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *ids);
-    assert_non_null(c->prompt);
-    memcpy(c->prompt, ids, (size_t)n_ids * sizeof *ids);
-    c->n_prompt = n_ids;
-}
-
-static bool on_token(void *user, int32_t id, const char *text)
-{
-    struct capture *c = user;
-    (void)text;
-    if (id >= 0 && c->n_tokens < 64)
-        c->tokens[c->n_tokens++] = id;
-    return true;
-}
-
-static void capture_free(struct capture *c)
-{
-    free(c->pixels);
-    free(c->features);
-    free(c->prompt);
-    for (int i = 0; i < MAX_STEPS; i++)
-        free(c->logits[i]);
-    memset(c, 0, sizeof *c);
-}
-
-/* max|got − want| / max|want|, the fixtures' tolerance rule. */
-static double rel_err(const float *got, const float *want, int64_t n)
-{
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)want[i]);
-        diff = d > diff || d != d ? d : diff;
-        scale = fabs((double)want[i]) > scale ? fabs((double)want[i]) : scale;
-    }
-    return scale > 0 ? diff / scale : diff;
-}
-
-static float *expected_tensor(struct mmrt_safetensors *st, const char *name, int64_t n)
-{
-    const struct mmrt_st_tensor *t = mmrt_safetensors_find(st, name);
-    if (!t)
-        fail_msg("expected.safetensors has no %s", name);
-    if (t->n_elements != (uint64_t)n)
-        fail_msg("%s: mmrt produced %lld values, the reference has %llu", name, (long long)n,
-                 (unsigned long long)t->n_elements);
-    float *x = malloc((size_t)n * sizeof *x);
-    assert_non_null(x);
-    struct mmrt_error err = { 0 };
-    assert_int_equal(mmrt_safetensors_read_f32(t, x, (size_t)n, &err), MMRT_OK);
-    return x;
-}
-
-/* Set by test_cpu_graph: the CPU devices capture the decode step as a graph (graph = 1),
- * and every request must report that its decode ran as one. */
-static bool g_cpu_graph;
-
-/* One device (cpu, or MMRT_TEST_PLUGIN for the GPU check script), or the vision stage on
- * `vision_plugin` and the language stage on cpu. */
-static struct mmrt_runtime *open_model(const char *model_dir, const char *vision_plugin,
-                                       char *err, size_t err_size, mmrt_status *status)
-{
-    const char *one = getenv("MMRT_TEST_PLUGIN");
-    static const struct mmrt_option graph_on = { .key = "graph", .value = "1" };
-    struct mmrt_device_config devs[2] = {
-        { .name = "v", .plugin = vision_plugin ? vision_plugin : one && *one ? one : "cpu",
-          .pool_mb = 64 },
-        { .name = "l", .plugin = "cpu", .pool_mb = 64 },
-    };
-    for (int i = 0; i < 2 && g_cpu_graph; i++)
-        if (strcmp(devs[i].plugin, "cpu") == 0) {
-            devs[i].options = &graph_on;
-            devs[i].n_options = 1;
-        }
-    struct mmrt_config cfg = { .model_path = model_dir, .devices = devs,
-                               .n_devices = vision_plugin ? 2 : 1 };
-    if (vision_plugin) {
-        cfg.vision_device = "v";
-        cfg.language_device = "l";
-    }
-    struct mmrt_runtime *rt = NULL;
-    *status = mmrt_create(&cfg, &rt, err, err_size);
-    return rt;
-}
-
-/* The request of a fixture case; paths[] receives the image paths. Single images go
- * through image_path, several through image_paths (both ways are API). */
-static struct mmrt_request case_request(const json_t *c, char paths[][4096],
-                                        const char **ptrs)
-{
-    const json_t *images = json_object_get(c, "images");
-    const size_t n = json_array_size(images);
-    assert_true(n >= 1 && n <= MAX_CASE_IMAGES);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(paths[i], 4096, "%s/%s", src_dir(),
-                 json_string_value(json_array_get(images, i)));
-        ptrs[i] = paths[i];
-    }
-    struct mmrt_request req = {
-        .prompt = json_string_value(json_object_get(c, "prompt")),
-        .max_tokens = MAX_STEPS,
-        .top_p = 1.0f,
-    };
-    if (n == 1) {
-        req.image_path = ptrs[0];
-    } else {
-        req.image_paths = ptrs;
-        req.n_images = (int)n;
-    }
-    return req;
-}
-
-/* Tokens as transformers chose them (the reference ran with EOS stopping off; mmrt stops at
- * the first EOS). */
-static void check_tokens(const char *name, const char *cname, const json_t *c,
-                         const int32_t *tokens, int n_tokens)
-{
-    const json_t *greedy = json_object_get(c, "greedy_tokens");
-    const json_t *eos_at = json_object_get(c, "natural_eos_index");
-    int n_want = json_is_integer(eos_at) ? (int)json_integer_value(eos_at) + 1
-                                         : (int)json_array_size(greedy);
-    if (n_tokens != n_want)
-        fail_msg("%s %s: %d tokens, transformers made %d", name, cname, n_tokens, n_want);
-    for (int k = 0; k < n_tokens; k++) {
-        int32_t want = (int32_t)json_integer_value(json_array_get(greedy, (size_t)k));
-        if (tokens[k] != want)
-            fail_msg("%s %s: token %d is %d, transformers chose %d", name, cname, k, tokens[k],
-                     want);
-    }
-}
+static const struct golden_model qwen2vl = { .pixel_tensor = "pixel_values",
+                                             .check_case = check_case,
+                                             .skip_lacking_operators = true };
 
 /* Runs every case of one fixture directory and holds it to the reference. Returns false
  * when the placement is refused for lack of operators (skipped by the caller). */
 static bool check_fixture(const char *name, const char *vision_plugin)
 {
-    char dir[4096], path[4200], err[2048] = "";
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", src_dir(), name);
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(dir, vision_plugin, err, sizeof err, &st);
-    if (st == MMRT_ERR_UNSUPPORTED && vision_plugin && strstr(err, "lacks operators")) {
-        print_message("%s on %s skipped: %s\n", name, vision_plugin, err);
+    struct golden_summary s;
+    if (!golden_check_fixture(&qwen2vl, name, vision_plugin, &s))
         return false;
-    }
-    if (st != MMRT_OK)
-        fail_msg("%s: %s", name, err);
-    snprintf(path, sizeof path, "%s/expected.json", dir);
-    json_t *exp = NULL;
-    struct mmrt_error e = { 0 };
-    assert_int_equal(mmrt_json_load_file(path, 64 << 20, 0, &exp, &e), MMRT_OK);
-    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
-    struct mmrt_safetensors *ref = NULL;
-    assert_int_equal(mmrt_safetensors_open(path, NULL, &ref, &e), MMRT_OK);
-
-    const json_t *cases = json_object_get(exp, "cases");
-    double worst_px = 0, worst_feat = 0, worst_logit = 0;
-    for (size_t i = 0; i < json_array_size(cases); i++) {
-        const json_t *c = json_array_get(cases, i);
-        const char *cname = json_string_value(json_object_get(c, "name"));
-        char paths[MAX_CASE_IMAGES][4096];
-        const char *ptrs[MAX_CASE_IMAGES];
-        struct mmrt_request req = case_request(c, paths, ptrs);
-        struct capture cap = { 0 };
-        struct mmrt_model_trace trace = { .user = &cap, .pixel_values = on_pixels,
-                                          .image_features = on_features, .logits = on_logits,
-                                          .prompt_ids = on_prompt };
-        struct mmrt_result res;
-        st = mmrt_run_traced(rt, &req, &trace, on_token, &cap, &res);
-        if (st != MMRT_OK)
-            fail_msg("%s %s: %s", name, cname, mmrt_last_error(rt));
-        if (g_cpu_graph && res.n_tokens > 1 && !res.decode_graph)
-            fail_msg("%s %s: the decode step did not run as a captured graph", name, cname);
-        /* Template, tokenizer and the expansion of each <|image_pad|> by its grid. */
-        const json_t *ids = json_object_get(c, "input_ids");
-        assert_int_equal(cap.n_prompt, (int)json_array_size(ids));
-        assert_int_equal(res.n_prompt_tokens, cap.n_prompt);
-        for (int k = 0; k < cap.n_prompt; k++)
-            if (cap.prompt[k] != (int32_t)json_integer_value(json_array_get(ids, (size_t)k)))
-                fail_msg("%s %s: prompt id %d is %d, transformers has %lld", name, cname, k,
-                         cap.prompt[k],
-                         (long long)json_integer_value(json_array_get(ids, (size_t)k)));
-        const int n_images = req.n_images ? req.n_images : 1;
-        assert_int_equal(cap.n_pixel_calls, n_images);
-        assert_int_equal(cap.n_feature_calls, n_images);
-
-        char tname[128];
-        snprintf(tname, sizeof tname, "%s.pixel_values", cname);
-        float *want = expected_tensor(ref, tname, cap.n_pixels);
-        double px = rel_err(cap.pixels, want, cap.n_pixels);
-        free(want);
-        snprintf(tname, sizeof tname, "%s.image_features", cname);
-        want = expected_tensor(ref, tname, cap.n_features);
-        double feat = rel_err(cap.features, want, cap.n_features);
-        free(want);
-        snprintf(tname, sizeof tname, "%s.logits_steps", cname);
-        want = expected_tensor(ref, tname, MAX_STEPS * cap.vocab);
-        double lg = 0;
-        for (int s = 0; s < MAX_STEPS && cap.logits[s]; s++) {
-            double r = rel_err(cap.logits[s], want + s * cap.vocab, cap.vocab);
-            lg = r > lg ? r : lg;
-        }
-        free(want);
-        worst_px = px > worst_px ? px : worst_px;
-        worst_feat = feat > worst_feat ? feat : worst_feat;
-        worst_logit = lg > worst_logit ? lg : worst_logit;
-        if (px > PIXEL_TOL || feat > REL_TOL || lg > REL_TOL)
-            fail_msg("%s %s: pixel %.3g, features %.3g, logits %.3g (tolerances %g, %g)", name,
-                     cname, px, feat, lg, PIXEL_TOL, REL_TOL);
-        check_tokens(name, cname, c, cap.tokens, cap.n_tokens);
-        capture_free(&cap);
-    }
     print_message("%s (vision on %s): %zu cases, worst relative error: pixels %.2g, image "
                   "features %.2g, logits %.2g; greedy tokens identical\n",
-                  name, vision_plugin  ? vision_plugin
-                        : getenv("MMRT_TEST_PLUGIN") ? getenv("MMRT_TEST_PLUGIN") : "cpu",
-                  json_array_size(cases), worst_px, worst_feat, worst_logit);
-    mmrt_safetensors_close(ref);
-    json_decref(exp);
-    mmrt_destroy(rt);
+                  name, s.vision_on, s.n_cases, s.pixels, s.features, s.logits);
     return true;
 }
 
@@ -342,35 +68,20 @@ static void test_alt_configuration(void **state)
  * replays exactly as the CUDA plugin's graphs do): the M-RoPE positions (slot + rope_delta),
  * the cache slot and the KV length must all come from device memory, or the replayed steps
  * would reuse the first step's and miss the reference. */
-static int graph_off(void **state)
-{
-    (void)state;
-    g_cpu_graph = false; /* also after a failure, so later tests run eagerly */
-    return 0;
-}
-
 static void test_cpu_graph(void **state)
 {
     (void)state;
-    g_cpu_graph = true;
+    golden_cpu_graph = true;
     check_fixture("qwen2vl-tiny", NULL);
     check_fixture("qwen2vl-tiny-alt", NULL);
-    g_cpu_graph = false;
+    golden_cpu_graph = false;
 }
 
 /* The vision stage (preprocessing, tower, merger) on OpenCL, the decoder on the CPU. */
 static void test_vision_on_opencl(void **state)
 {
     (void)state;
-    struct mmrt_device_config dev = { .name = "o", .plugin = "opencl", .pool_mb = 1 };
-    struct mmrt_config cfg = { .devices = &dev, .n_devices = 1 };
-    struct mmrt_runtime *rt = NULL;
-    char err[1024];
-    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK) {
-        print_message("no OpenCL device, skipped: %s\n", err);
-        skip();
-    }
-    mmrt_destroy(rt);
+    golden_require_plugin("opencl");
     if (!check_fixture("qwen2vl-tiny", "opencl"))
         skip();
     check_fixture("qwen2vl-tiny-alt", "opencl");
@@ -397,32 +108,24 @@ static bool on_batch_token(void *user, int request, int32_t id, const char *text
 static void test_batch_overlap(void **state)
 {
     (void)state;
-    char dir[4096], path[4200], err[2048] = "";
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/qwen2vl-tiny-alt", src_dir());
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(dir, "cpu", err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("%s", err);
-    snprintf(path, sizeof path, "%s/expected.json", dir);
-    json_t *exp = NULL;
-    struct mmrt_error e = { 0 };
-    assert_int_equal(mmrt_json_load_file(path, 64 << 20, 0, &exp, &e), MMRT_OK);
+    char dir[4096];
+    golden_fixture_path(dir, sizeof dir, "qwen2vl-tiny-alt");
+    struct mmrt_runtime *rt = golden_open_or_fail(dir, "cpu");
+    json_t *exp = golden_expected_json("qwen2vl-tiny-alt");
     const json_t *cases = json_object_get(exp, "cases");
     static const int pick[3] = { 6, 2, 5 };
-    char paths[3][MAX_CASE_IMAGES][4096];
-    const char *ptrs[3][MAX_CASE_IMAGES];
+    struct golden_images images[3];
     struct mmrt_request reqs[3];
     for (int i = 0; i < 3; i++)
-        reqs[i] = case_request(json_array_get(cases, (size_t)pick[i]), paths[i], ptrs[i]);
+        reqs[i] = golden_case_request(json_array_get(cases, (size_t)pick[i]), &images[i]);
     struct batch_capture b = { 0 };
     struct mmrt_result res[3];
-    st = mmrt_run_batch(rt, reqs, 3, on_batch_token, &b, res);
-    if (st != MMRT_OK)
+    if (mmrt_run_batch(rt, reqs, 3, on_batch_token, &b, res) != MMRT_OK)
         fail_msg("batch: %s", mmrt_last_error(rt));
     for (int i = 0; i < 3; i++) {
         const json_t *c = json_array_get(cases, (size_t)pick[i]);
-        check_tokens("batch", json_string_value(json_object_get(c, "name")), c, b.tokens[i],
-                     b.n[i]);
+        golden_check_tokens("batch", json_string_value(json_object_get(c, "name")), c,
+                            b.tokens[i], b.n[i]);
         assert_int_equal(res[i].n_prompt_tokens,
                          (int)json_array_size(json_object_get(c, "input_ids")));
     }
@@ -434,14 +137,11 @@ static void test_batch_overlap(void **state)
 static void test_check_two_images(void **state)
 {
     (void)state;
-    char dir[4096], err[2048] = "", a[4200], b[4200];
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/qwen2vl-tiny", src_dir());
-    snprintf(a, sizeof a, "%s/tests/fixtures/llava-images/grad_80x60.png", src_dir());
-    snprintf(b, sizeof b, "%s/tests/fixtures/qwen2vl-images/grad_98x70.png", src_dir());
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(dir, "cpu", err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("%s", err);
+    char dir[4096], a[4200], b[4200];
+    golden_fixture_path(dir, sizeof dir, "qwen2vl-tiny");
+    golden_fixture_path(a, sizeof a, "llava-images/grad_80x60.png");
+    golden_fixture_path(b, sizeof b, "qwen2vl-images/grad_98x70.png");
+    struct mmrt_runtime *rt = golden_open_or_fail(dir, "cpu");
     assert_int_equal(mmrt_model_max_images(rt), 32);
     const char *paths[2] = { a, b };
     struct mmrt_request req = { .image_paths = paths, .n_images = 2, .prompt = "Compare.",
@@ -461,7 +161,7 @@ static void test_check_two_images(void **state)
 static void test_cli_two_images(void **state)
 {
     (void)state;
-    const char *src = src_dir(), *build = getenv("MMRT_BUILD_DIR");
+    const char *src = golden_src_dir(), *build = getenv("MMRT_BUILD_DIR");
     if (!build)
         skip();
     char cmd[8192];
@@ -516,170 +216,113 @@ static void test_cli_two_images(void **state)
 
 /* ---- bad checkpoints and requests: a copy of qwen2vl-tiny with one file changed ---- */
 
-static char scratch[256];
-
 static int make_scratch(void **state)
 {
     (void)state;
-    snprintf(scratch, sizeof scratch, "/tmp/mmrt_qwen2vl_XXXXXX");
-    assert_non_null(mkdtemp(scratch));
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cp -r '%s/tests/fixtures/qwen2vl-tiny/.' '%s/'", src_dir(),
-             scratch);
-    assert_int_equal(system(cmd), 0);
+    golden_scratch_make("qwen2vl-tiny");
     return 0;
-}
-
-static int drop_scratch(void **state)
-{
-    (void)state;
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
-    assert_int_equal(system(cmd), 0);
-    return 0;
-}
-
-/* Rewrites `file` with the member at `keys` (a '/'-separated path of object keys) set to
- * value (NULL: removed). */
-static void set_json(const char *file, const char *keys, json_t *value)
-{
-    char path[512], buf[256];
-    snprintf(path, sizeof path, "%s/%s", scratch, file);
-    struct mmrt_error e = { 0 };
-    json_t *root = NULL;
-    assert_int_equal(mmrt_json_load_file(path, 1 << 20, 0, &root, &e), MMRT_OK);
-    snprintf(buf, sizeof buf, "%s", keys);
-    json_t *obj = root;
-    char *key = buf, *slash;
-    while ((slash = strchr(key, '/'))) {
-        *slash = '\0';
-        obj = json_object_get(obj, key);
-        assert_non_null(obj);
-        key = slash + 1;
-    }
-    if (value)
-        json_object_set_new(obj, key, value);
-    else
-        json_object_del(obj, key);
-    assert_int_equal(json_dump_file(root, path, JSON_INDENT(1)), 0);
-    json_decref(root);
 }
 
 /* Puts the fixture's own copy of `file` back. */
 static void restore(const char *file)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cp '%s/tests/fixtures/qwen2vl-tiny/%s' '%s/%s'", src_dir(), file,
-             scratch, file);
+    snprintf(cmd, sizeof cmd, "cp '%s/tests/fixtures/qwen2vl-tiny/%s' '%s/%s'", golden_src_dir(),
+             file, golden_scratch, file);
     assert_int_equal(system(cmd), 0);
-}
-
-static void expect_load_error(mmrt_status want, const char *part)
-{
-    char err[2048] = "";
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(scratch, NULL, err, sizeof err, &st);
-    mmrt_destroy(rt);
-    if (st != want || !strstr(err, part))
-        fail_msg("expected status %d with '%s', got %d: %s", want, part, st, err);
-}
-
-static void expect_loads(void)
-{
-    char err[2048] = "";
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(scratch, NULL, err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("restored checkpoint: %s", err);
-    mmrt_destroy(rt);
 }
 
 static void test_bad_configs(void **state)
 {
     (void)state;
-    set_json("config.json", "text_config/rope_parameters/mrope_section", json_pack("[i,i]", 2, 2));
-    expect_load_error(MMRT_ERR_FORMAT, "\"mrope_section\" must be a list of 3 integers");
-    set_json("config.json", "text_config/rope_parameters/mrope_section",
-             json_pack("[i,i,i]", 2, 2, 1));
-    expect_load_error(MMRT_ERR_FORMAT, "mrope_section [2, 2, 1] sums to 5, head_dim / 2 is 4");
-    set_json("config.json", "text_config/rope_parameters/mrope_section", NULL);
-    expect_load_error(MMRT_ERR_FORMAT, "needs \"mrope_section\"");
-    set_json("config.json", "text_config/rope_parameters/mrope_section",
-             json_pack("[i,i,i]", 2, 1, 1));
-    set_json("config.json", "text_config/rope_parameters/rope_type", json_string("yarn"));
-    expect_load_error(MMRT_ERR_UNSUPPORTED, "rope type 'yarn' is not supported");
-    set_json("config.json", "text_config/rope_parameters/rope_type", json_string("mrope"));
-    expect_loads();
-    set_json("config.json", "text_config/rope_parameters/rope_type", json_string("default"));
-    set_json("config.json", "text_config/model_type", json_string("llama"));
-    expect_load_error(MMRT_ERR_UNSUPPORTED, "text model_type 'llama' is not supported");
-    set_json("config.json", "text_config/model_type", NULL); /* absent: still Qwen2 */
-    expect_loads();
-    set_json("config.json", "text_config/model_type", json_string("qwen2_vl_text"));
-    set_json("config.json", "text_config/num_attention_heads", json_integer(3));
-    expect_load_error(MMRT_ERR_FORMAT, "hidden_size 32 is not divisible by num_attention_heads 3");
-    set_json("config.json", "text_config/num_attention_heads", json_string("4"));
-    expect_load_error(MMRT_ERR_FORMAT, "num_attention_heads");
-    set_json("config.json", "text_config/num_attention_heads", json_integer(4));
-    set_json("config.json", "text_config/use_sliding_window", json_true());
-    expect_load_error(MMRT_ERR_UNSUPPORTED, "use_sliding_window is not supported");
-    set_json("config.json", "text_config/use_sliding_window", json_false());
-    set_json("config.json", "vision_config/num_heads", json_integer(3));
-    expect_load_error(MMRT_ERR_FORMAT, "embed_dim 32 / num_heads 3 must be a whole head size");
-    set_json("config.json", "vision_config/num_heads", json_integer(16)); /* head size 2 */
-    expect_load_error(MMRT_ERR_FORMAT, "multiple of 4 (2-D rotary)");
-    set_json("config.json", "vision_config/num_heads", json_integer(2));
-    expect_loads();
+    golden_set_config("text_config/rope_parameters/mrope_section", json_pack("[i,i]", 2, 2));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "\"mrope_section\" must be a list of 3 integers");
+    golden_set_config("text_config/rope_parameters/mrope_section",
+                      json_pack("[i,i,i]", 2, 2, 1));
+    golden_expect_load_error(MMRT_ERR_FORMAT,
+                             "mrope_section [2, 2, 1] sums to 5, head_dim / 2 is 4");
+    golden_set_config("text_config/rope_parameters/mrope_section", NULL);
+    golden_expect_load_error(MMRT_ERR_FORMAT, "needs \"mrope_section\"");
+    golden_set_config("text_config/rope_parameters/mrope_section",
+                      json_pack("[i,i,i]", 2, 1, 1));
+    golden_set_config("text_config/rope_parameters/rope_type", json_string("yarn"));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "rope type 'yarn' is not supported");
+    golden_set_config("text_config/rope_parameters/rope_type", json_string("mrope"));
+    golden_expect_loads();
+    golden_set_config("text_config/rope_parameters/rope_type", json_string("default"));
+    golden_set_config("text_config/model_type", json_string("llama"));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "text model_type 'llama' is not supported");
+    golden_set_config("text_config/model_type", NULL); /* absent: still Qwen2 */
+    golden_expect_loads();
+    golden_set_config("text_config/model_type", json_string("qwen2_vl_text"));
+    golden_set_config("text_config/num_attention_heads", json_integer(3));
+    golden_expect_load_error(MMRT_ERR_FORMAT,
+                             "hidden_size 32 is not divisible by num_attention_heads 3");
+    golden_set_config("text_config/num_attention_heads", json_string("4"));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "num_attention_heads");
+    golden_set_config("text_config/num_attention_heads", json_integer(4));
+    golden_set_config("text_config/use_sliding_window", json_true());
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "use_sliding_window is not supported");
+    golden_set_config("text_config/use_sliding_window", json_false());
+    golden_set_config("vision_config/num_heads", json_integer(3));
+    golden_expect_load_error(MMRT_ERR_FORMAT,
+                             "embed_dim 32 / num_heads 3 must be a whole head size");
+    golden_set_config("vision_config/num_heads", json_integer(16)); /* head size 2 */
+    golden_expect_load_error(MMRT_ERR_FORMAT, "multiple of 4 (2-D rotary)");
+    golden_set_config("vision_config/num_heads", json_integer(2));
+    golden_expect_loads();
 }
 
 /* Same checkpoint, config changes that are valid JSON but wrong for it or for mmrt. */
 static void test_bad_configs_more(void **state)
 {
     (void)state;
-    set_json("config.json", "vision_config/hidden_size", NULL); /* default 3584 */
-    expect_load_error(MMRT_ERR_FORMAT, "vision_config.hidden_size 3584 (the merger's output) "
-                                       "differs from the decoder's hidden_size 32");
-    set_json("config.json", "vision_config/hidden_size", json_integer(32));
-    set_json("config.json", "vision_config/hidden_act", json_string("swish"));
-    expect_load_error(MMRT_ERR_UNSUPPORTED, "vision hidden_act 'swish' is not supported");
-    set_json("config.json", "vision_config/hidden_act", json_string("quick_gelu"));
-    set_json("config.json", "vision_config", json_string("none"));
-    expect_load_error(MMRT_ERR_FORMAT, "vision_config must be an object");
+    golden_set_config("vision_config/hidden_size", NULL); /* default 3584 */
+    golden_expect_load_error(MMRT_ERR_FORMAT,
+                             "vision_config.hidden_size 3584 (the merger's output) "
+                                              "differs from the decoder's hidden_size 32");
+    golden_set_config("vision_config/hidden_size", json_integer(32));
+    golden_set_config("vision_config/hidden_act", json_string("swish"));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "vision hidden_act 'swish' is not supported");
+    golden_set_config("vision_config/hidden_act", json_string("quick_gelu"));
+    golden_set_config("vision_config", json_string("none"));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "vision_config must be an object");
     restore("config.json");
-    set_json("config.json", "image_token_id", json_integer(336));
-    expect_load_error(MMRT_ERR_FORMAT, "image_token_id");
-    set_json("config.json", "image_token_id", json_integer(331)); /* <|vision_pad|>: special */
-    expect_loads();
-    set_json("config.json", "image_token_id", json_integer(65)); /* an ordinary token */
-    expect_load_error(MMRT_ERR_FORMAT, "image_token_id 65 is not a special token");
-    set_json("config.json", "image_token_id", json_integer(332));
-    set_json("config.json", "text_config", json_integer(1));
-    expect_load_error(MMRT_ERR_FORMAT, "text_config must be an object");
+    golden_set_config("image_token_id", json_integer(336));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "image_token_id");
+    golden_set_config("image_token_id", json_integer(331)); /* <|vision_pad|>: special */
+    golden_expect_loads();
+    golden_set_config("image_token_id", json_integer(65)); /* an ordinary token */
+    golden_expect_load_error(MMRT_ERR_FORMAT, "image_token_id 65 is not a special token");
+    golden_set_config("image_token_id", json_integer(332));
+    golden_set_config("text_config", json_integer(1));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "text_config must be an object");
     restore("config.json");
     /* The processor config. */
-    set_json("processor_config.json", "image_processor/size/longest_edge", NULL);
-    expect_load_error(MMRT_ERR_FORMAT, "\"size\" must be an object with shortest_edge and "
-                                       "longest_edge");
-    set_json("processor_config.json", "image_processor/size/longest_edge", json_integer(0));
-    expect_load_error(MMRT_ERR_FORMAT, "longest_edge");
-    set_json("processor_config.json", "image_processor/size/longest_edge", json_integer(9408));
-    set_json("processor_config.json", "image_processor/patch_size", json_integer(16));
-    expect_load_error(MMRT_ERR_FORMAT, "patch_size 16, merge_size 2, temporal_patch_size 2 "
-                                       "differ from config.json's vision_config (14, 2, 2)");
-    set_json("processor_config.json", "image_processor/patch_size", json_integer(14));
-    set_json("processor_config.json", "image_processor/resample", json_integer(0));
-    expect_load_error(MMRT_ERR_UNSUPPORTED, "nearest");
-    set_json("processor_config.json", "image_processor/resample", json_integer(3));
-    set_json("processor_config.json", "image_processor", NULL);
-    expect_load_error(MMRT_ERR_FORMAT, "no \"image_processor\" object");
+    golden_set_json("processor_config.json", "image_processor/size/longest_edge", NULL);
+    golden_expect_load_error(MMRT_ERR_FORMAT, "\"size\" must be an object with shortest_edge and "
+                                              "longest_edge");
+    golden_set_json("processor_config.json", "image_processor/size/longest_edge", json_integer(0));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "longest_edge");
+    golden_set_json("processor_config.json", "image_processor/size/longest_edge",
+                    json_integer(9408));
+    golden_set_json("processor_config.json", "image_processor/patch_size", json_integer(16));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "patch_size 16, merge_size 2, temporal_patch_size 2 "
+                                              "differ from config.json's vision_config (14, 2, 2)");
+    golden_set_json("processor_config.json", "image_processor/patch_size", json_integer(14));
+    golden_set_json("processor_config.json", "image_processor/resample", json_integer(0));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "nearest");
+    golden_set_json("processor_config.json", "image_processor/resample", json_integer(3));
+    golden_set_json("processor_config.json", "image_processor", NULL);
+    golden_expect_load_error(MMRT_ERR_FORMAT, "no \"image_processor\" object");
 }
 
-/* Rewrites the safetensors header of the scratch checkpoint with tensor `name` declared as
- * `shape` (same element count, so the file stays well-formed and only the shape is wrong). */
-static void retag_tensor(const char *name, json_t *shape)
+/* Rewrites the safetensors header of the scratch checkpoint with the one edit() makes of it
+ * (a new reference); the tensor data stays as it is. */
+static void rewrite_header(json_t *(*edit)(json_t *hdr, const void *arg), const void *arg)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", scratch);
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     fseek(f, 0, SEEK_END);
@@ -695,10 +338,8 @@ static void retag_tensor(const char *name, json_t *shape)
     json_error_t je;
     json_t *hdr = json_loadb((const char *)buf + 8, (size_t)n, 0, &je);
     assert_non_null(hdr);
-    json_t *t = json_object_get(hdr, name);
-    assert_non_null(t);
-    json_object_set_new(t, "shape", shape);
-    char *text = json_dumps(hdr, JSON_COMPACT);
+    json_t *edited = edit(hdr, arg);
+    char *text = json_dumps(edited, JSON_COMPACT);
     assert_non_null(text);
     uint64_t m = strlen(text);
     f = fopen(path, "wb");
@@ -711,8 +352,31 @@ static void retag_tensor(const char *name, json_t *shape)
     assert_int_equal(fwrite(buf + 8 + n, 1, (size_t)size - 8 - n, f), (size_t)size - 8 - n);
     fclose(f);
     free(text);
+    json_decref(edited);
     json_decref(hdr);
     free(buf);
+}
+
+struct retag {
+    const char *name;
+    json_t *shape;
+};
+
+static json_t *retag_edit(json_t *hdr, const void *arg)
+{
+    const struct retag *r = arg;
+    json_t *t = json_object_get(hdr, r->name);
+    assert_non_null(t);
+    json_object_set_new(t, "shape", r->shape);
+    return json_incref(hdr);
+}
+
+/* Declares tensor `name` of the scratch checkpoint as `shape` (same element count, so the
+ * file stays well-formed and only the shape is wrong). */
+static void retag_tensor(const char *name, json_t *shape)
+{
+    const struct retag r = { name, shape };
+    rewrite_header(retag_edit, &r);
 }
 
 static void test_bad_weights(void **state)
@@ -720,39 +384,25 @@ static void test_bad_weights(void **state)
     (void)state;
     /* The Conv3d kernel stored flat: same elements, not the checkpoint layout. */
     retag_tensor("visual.patch_embed.proj.weight", json_pack("[i,i]", 32, 1176));
-    expect_load_error(MMRT_ERR_FORMAT, "tensor 'visual.patch_embed.proj.weight' has shape "
-                                       "[32, 1176], config.json implies [32, 3, 2, 14, 14]");
+    golden_expect_load_error(MMRT_ERR_FORMAT, "tensor 'visual.patch_embed.proj.weight' has shape "
+                                              "[32, 1176], config.json implies [32, 3, 2, 14, 14]");
     retag_tensor("visual.patch_embed.proj.weight", json_pack("[i,i,i,i,i]", 32, 3, 2, 14, 14));
-    expect_loads();
+    golden_expect_loads();
     retag_tensor("model.layers.1.self_attn.k_proj.bias", json_pack("[i,i]", 4, 4));
-    expect_load_error(MMRT_ERR_FORMAT, "tensor 'model.layers.1.self_attn.k_proj.bias' has shape "
-                                       "[4, 4], config.json implies [16]");
+    golden_expect_load_error(MMRT_ERR_FORMAT,
+                             "tensor 'model.layers.1.self_attn.k_proj.bias' has shape "
+                                              "[4, 4], config.json implies [16]");
     retag_tensor("model.layers.1.self_attn.k_proj.bias", json_pack("[i]", 16));
     retag_tensor("visual.merger.mlp.0.weight", json_pack("[i,i]", 64, 256));
-    expect_load_error(MMRT_ERR_FORMAT, "config.json implies [128, 128]");
+    golden_expect_load_error(MMRT_ERR_FORMAT, "config.json implies [128, 128]");
 }
 
-/* Renames every tensor of the scratch checkpoint to the layout transformers ≥ 4.52 keeps in
- * memory (models.md §1.7): model.X → model.language_model.X, visual.X → model.visual.X. */
-static void rename_to_v5_layout(void)
+/* model.X → model.language_model.X, visual.X → model.visual.X, the rest as it is. */
+static json_t *v5_names(json_t *hdr, const void *arg)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", scratch);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)size);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | buf[i];
-    json_error_t je;
-    json_t *hdr = json_loadb((const char *)buf + 8, (size_t)n, 0, &je), *renamed = json_object();
-    assert_non_null(hdr);
+    (void)arg;
+    json_t *renamed = json_object();
+    assert_non_null(renamed);
     const char *key;
     json_t *val;
     json_object_foreach(hdr, key, val) {
@@ -765,41 +415,21 @@ static void rename_to_v5_layout(void)
             snprintf(name, sizeof name, "%s", key);
         json_object_set(renamed, name, val);
     }
-    char *text = json_dumps(renamed, JSON_COMPACT);
-    assert_non_null(text);
-    uint64_t m = strlen(text);
-    f = fopen(path, "wb");
-    assert_non_null(f);
-    unsigned char len[8];
-    for (int i = 0; i < 8; i++)
-        len[i] = (unsigned char)(m >> (8 * i));
-    assert_int_equal(fwrite(len, 1, 8, f), 8);
-    assert_int_equal(fwrite(text, 1, m, f), m);
-    assert_int_equal(fwrite(buf + 8 + n, 1, (size_t)size - 8 - n, f), (size_t)size - 8 - n);
-    fclose(f);
-    free(text);
-    json_decref(renamed);
-    json_decref(hdr);
-    free(buf);
+    return renamed;
 }
 
-/* config.json as the hub's Qwen/Qwen2-VL-* files have it: text keys at the top level,
- * rope_theta and rope_scaling {type "mrope", mrope_section}, vision_config with in_chans. */
-static void flatten_config(void)
+/* Renames every tensor of the scratch checkpoint to the layout transformers ≥ 4.52 keeps in
+ * memory (models.md §1.7). */
+static void rename_to_v5_layout(void)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/config.json", scratch);
-    struct mmrt_error e = { 0 };
-    json_t *root = NULL;
-    assert_int_equal(mmrt_json_load_file(path, 1 << 20, 0, &root, &e), MMRT_OK);
-    json_t *text = json_incref(json_object_get(root, "text_config"));
-    json_object_del(root, "text_config");
-    const char *key;
-    json_t *val;
-    json_object_foreach(text, key, val) {
-        if (strcmp(key, "model_type") != 0 && strcmp(key, "rope_parameters") != 0)
-            json_object_set(root, key, val);
-    }
+    rewrite_header(v5_names, NULL);
+}
+
+/* For golden_flatten_config: config.json as the hub's Qwen/Qwen2-VL-* files have it, with
+ * rope_theta and rope_scaling {type "mrope", mrope_section}, vision_config with in_chans. */
+static void hub_spellings(json_t *root, const json_t *text)
+{
+    json_object_del(root, "rope_parameters");
     json_t *rp = json_object_get(text, "rope_parameters");
     json_object_set(root, "rope_theta", json_object_get(rp, "rope_theta"));
     json_object_set_new(root, "rope_scaling",
@@ -810,34 +440,21 @@ static void flatten_config(void)
     json_object_del(vision, "in_channels");
     json_object_del(vision, "model_type");
     json_object_del(vision, "rope_parameters");
-    json_decref(text);
-    assert_int_equal(json_dump_file(root, path, JSON_INDENT(1)), 0);
-    json_decref(root);
 }
 
 /* Case 5 (two images) of qwen2vl-tiny on the scratch checkpoint: transformers' tokens. */
 static void expect_case5_tokens(void)
 {
-    char dir[4096], path[4200], err[2048] = "";
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/qwen2vl-tiny", src_dir());
-    snprintf(path, sizeof path, "%s/expected.json", dir);
-    json_t *exp = NULL;
-    struct mmrt_error e = { 0 };
-    assert_int_equal(mmrt_json_load_file(path, 64 << 20, 0, &exp, &e), MMRT_OK);
+    json_t *exp = golden_expected_json("qwen2vl-tiny");
     const json_t *c = json_array_get(json_object_get(exp, "cases"), 5);
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(scratch, NULL, err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("%s", err);
-    char paths[MAX_CASE_IMAGES][4096];
-    const char *ptrs[MAX_CASE_IMAGES];
-    struct mmrt_request req = case_request(c, paths, ptrs);
-    struct capture cap = { 0 };
+    struct mmrt_runtime *rt = golden_open_or_fail(golden_scratch, NULL);
+    struct golden_images images;
+    struct mmrt_request req = golden_case_request(c, &images);
+    struct golden_capture cap = { 0 };
     struct mmrt_result res;
-    if (mmrt_run(rt, &req, on_token, &cap, &res) != MMRT_OK)
-        fail_msg("%s", mmrt_last_error(rt));
-    check_tokens("scratch", "case5", c, cap.tokens, cap.n_tokens);
-    capture_free(&cap);
+    golden_run(rt, &req, &cap, &res);
+    golden_check_tokens("scratch", "case5", c, cap.tokens, cap.n_tokens);
+    golden_capture_free(&cap);
     mmrt_destroy(rt);
     json_decref(exp);
 }
@@ -847,74 +464,64 @@ static void expect_case5_tokens(void)
 static void test_layouts(void **state)
 {
     (void)state;
-    flatten_config();
+    golden_flatten_config(hub_spellings);
     expect_case5_tokens();
     rename_to_v5_layout();
     expect_case5_tokens();
     /* A flat config whose mrope_section is missing from rope_scaling. */
-    set_json("config.json", "rope_scaling", json_pack("{s:s}", "type", "mrope"));
-    expect_load_error(MMRT_ERR_FORMAT, "needs \"mrope_section\"");
-}
-
-static void expect_run_error(struct mmrt_runtime *rt, const struct mmrt_request *req,
-                             mmrt_status want, const char *part)
-{
-    struct mmrt_result res;
-    mmrt_status st = mmrt_run(rt, req, NULL, NULL, &res);
-    if (st != want || !strstr(mmrt_last_error(rt), part))
-        fail_msg("expected status %d with '%s', got %d: %s", want, part, st,
-                 mmrt_last_error(rt));
+    golden_set_config("rope_scaling", json_pack("{s:s}", "type", "mrope"));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "needs \"mrope_section\"");
 }
 
 static void test_bad_requests(void **state)
 {
     (void)state;
-    char err[2048];
-    mmrt_status st;
-    struct mmrt_runtime *rt = open_model(scratch, NULL, err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("%s", err);
+    struct mmrt_runtime *rt = golden_open_or_fail(golden_scratch, NULL);
     char a[4096], b[4096], wide[4096];
-    snprintf(a, sizeof a, "%s/tests/fixtures/llava-images/grad_64x64.png", src_dir());
-    snprintf(b, sizeof b, "%s/tests/fixtures/llava-images/grad_36x100.png", src_dir());
-    snprintf(wide, sizeof wide, "%s/tests/fixtures/images/rgb_1x5000.png", src_dir());
+    golden_fixture_path(a, sizeof a, "llava-images/grad_64x64.png");
+    golden_fixture_path(b, sizeof b, "llava-images/grad_36x100.png");
+    golden_fixture_path(wide, sizeof wide, "images/rgb_1x5000.png");
     const char *two[2] = { a, b };
     struct mmrt_request req = { .image_path = a, .max_tokens = 4, .top_p = 1.0f,
                                 .prompt = "<|image_pad|> and <|image_pad|>?" };
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
-                     "prompt has 2 image placeholders (<|image_pad|>) but 1 image was given");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
+                            "prompt has 2 image placeholders (<|image_pad|>) but 1 image was "
+                            "given");
     req.image_path = NULL;
     req.image_paths = two;
     req.n_images = 2;
     req.prompt = "<|vision_start|><|image_pad|><|vision_end|>What is it?";
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
-                     "prompt has 1 image placeholder (<|image_pad|>) but 2 images were given");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
+                            "prompt has 1 image placeholder (<|image_pad|>) but 2 images were "
+                            "given");
     req.image_paths = NULL;
     req.n_images = 0;
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
-                     "prompt has 1 image placeholder (<|image_pad|>) but 0 images were given");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
+                            "prompt has 1 image placeholder (<|image_pad|>) but 0 images were "
+                            "given");
     req.prompt = "<|video_pad|>";
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "videos are not supported");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "videos are not supported");
     /* Aspect ratio over 200 (1×5000): smart_resize refuses it, as transformers does. */
     req.prompt = "hi";
     req.image_path = wide;
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
-                     "absolute aspect ratio must be smaller than 200, got 5000");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
+                            "absolute aspect ratio must be smaller than 200, got 5000");
     req.image_path = "/nonexistent.png";
-    expect_run_error(rt, &req, MMRT_ERR_IO, "/nonexistent.png");
+    golden_expect_run_error(rt, &req, MMRT_ERR_IO, "/nonexistent.png");
     /* The API's own rules about images. */
     req.image_path = a;
     req.image_paths = two;
     req.n_images = 2;
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "give image_path or image_paths, not both");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
+                            "give image_path or image_paths, not both");
     req.image_path = NULL;
     const char *many[40];
     for (int i = 0; i < 40; i++)
         many[i] = a;
     req.image_paths = many;
     req.n_images = 33;
-    expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
-                     "33 images given; model type qwen2_vl takes at most 32");
+    golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
+                            "33 images given; model type qwen2_vl takes at most 32");
     /* A good request still works afterwards, and nothing stays in the pool. */
     req.image_paths = two;
     req.n_images = 2;
@@ -923,39 +530,36 @@ static void test_bad_requests(void **state)
     struct mmrt_pool_report pr;
     assert_int_equal(mmrt_device_pool_stats(rt, 0, &pr), MMRT_OK);
     uint64_t weights = pr.bytes_in_use;
-    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
-        fail_msg("%s", mmrt_last_error(rt));
+    golden_run(rt, &req, NULL, &res);
     assert_int_equal(res.n_tokens, 4);
     assert_int_equal(mmrt_device_pool_stats(rt, 0, &pr), MMRT_OK);
     assert_int_equal(pr.bytes_in_use, weights);
     mmrt_destroy(rt);
 
     /* The token budget: a context of 16 positions holds one 9-token image, not two. */
-    set_json("config.json", "text_config/max_position_embeddings", json_integer(16));
-    rt = open_model(scratch, NULL, err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("%s", err);
+    golden_set_config("text_config/max_position_embeddings", json_integer(16));
+    rt = golden_open_or_fail(golden_scratch, NULL);
     req.prompt = "";
     req.image_paths = (const char *[]){ a, a };
-    expect_run_error(rt, &req, MMRT_ERR_LIMIT,
-                     "image 2 (64×64, resized to 84×84) brings the request to 18 image tokens, "
-                     "more than the model's context of 16 positions allows");
+    golden_expect_run_error(rt, &req, MMRT_ERR_LIMIT,
+                            "image 2 (64×64, resized to 84×84) brings the request to 18 image "
+                            "tokens, more than the model's context of 16 positions allows");
     req.image_paths = NULL;
     req.n_images = 0;
     req.image_path = a; /* fits the budget, but not with the template around it */
-    expect_run_error(rt, &req, MMRT_ERR_LIMIT, "exceeds the model's context of 16 positions");
+    golden_expect_run_error(rt, &req, MMRT_ERR_LIMIT,
+                            "exceeds the model's context of 16 positions");
     mmrt_destroy(rt);
     /* …also when the processor's min_pixels scales a small image up: 64×64 → 168×168. */
-    set_json("config.json", "text_config/max_position_embeddings", json_integer(24));
-    set_json("processor_config.json", "image_processor/size/shortest_edge",
-             json_integer(28 * 28 * 30));
-    set_json("processor_config.json", "image_processor/size/longest_edge",
-             json_integer(28 * 28 * 40));
-    rt = open_model(scratch, NULL, err, sizeof err, &st);
-    if (st != MMRT_OK)
-        fail_msg("%s", err);
-    expect_run_error(rt, &req, MMRT_ERR_LIMIT,
-                     "image 1 (64×64, resized to 168×168) brings the request to 36 image tokens");
+    golden_set_config("text_config/max_position_embeddings", json_integer(24));
+    golden_set_json("processor_config.json", "image_processor/size/shortest_edge",
+                    json_integer(28 * 28 * 30));
+    golden_set_json("processor_config.json", "image_processor/size/longest_edge",
+                    json_integer(28 * 28 * 40));
+    rt = golden_open_or_fail(golden_scratch, NULL);
+    golden_expect_run_error(rt, &req, MMRT_ERR_LIMIT,
+                            "image 1 (64×64, resized to 168×168) brings the request to 36 image "
+                            "tokens");
     mmrt_destroy(rt);
 }
 
@@ -964,7 +568,7 @@ static void test_bad_requests(void **state)
 /* What the vision stage produced per image: patches and tokens, and image 1's pixels. */
 struct budget_capture {
     int n_images;
-    int64_t patches[MAX_CASE_IMAGES], tokens[MAX_CASE_IMAGES];
+    int64_t patches[GOLDEN_MAX_IMAGES], tokens[GOLDEN_MAX_IMAGES];
     float *pixels1;
     int64_t n_pixels1;
 };
@@ -974,7 +578,7 @@ static void budget_pixels(void *user, int image, const float *data, int n_dims,
 {
     struct budget_capture *c = user;
     assert_int_equal(n_dims, 2);
-    assert_true(image < MAX_CASE_IMAGES);
+    assert_true(image < GOLDEN_MAX_IMAGES);
     c->patches[image] = shape[0];
     c->n_images = image + 1;
     if (image == 1) {
@@ -994,31 +598,13 @@ static void budget_features(void *user, int image, const float *data, int64_t n_
     c->tokens[image] = n_tokens;
 }
 
-static struct mmrt_runtime *open_budget(const char *dir, int64_t max_image_tokens,
-                                        enum mmrt_oversize_images mode)
-{
-    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
-    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1,
-                               .max_image_tokens = max_image_tokens, .oversize_images = mode };
-    struct mmrt_runtime *rt = NULL;
-    char err[2048];
-    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
-        fail_msg("%s", err);
-    return rt;
-}
-
 /* A refusal is exactly `want` and comes before any preprocessing (no pixels traced). */
 static void expect_refused(struct mmrt_runtime *rt, const struct mmrt_request *req,
                            const char *want)
 {
-    struct budget_capture cap = { 0 };
-    struct mmrt_model_trace trace = { .user = &cap, .pixel_values = budget_pixels };
     struct mmrt_result res;
-    mmrt_status st = mmrt_run_traced(rt, req, &trace, NULL, NULL, &res);
-    if (st != MMRT_ERR_LIMIT || strcmp(mmrt_last_error(rt), want) != 0)
-        fail_msg("want MMRT_ERR_LIMIT \"%s\"\ngot  %d \"%s\"", want, st, mmrt_last_error(rt));
+    golden_expect_refused(rt, req, want, &res);
     assert_string_equal(res.error, want);
-    assert_int_equal(cap.n_images, 0);
 }
 
 /* Patches of a w × h image after smart_resize with the fixture's factor and min_pixels and
@@ -1036,19 +622,19 @@ static void test_image_budget(void **state)
 {
     (void)state;
     char fixture[4096], a[4096], b[4096], c[4096], d[4096], want[8192];
-    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/qwen2vl-tiny", src_dir());
+    golden_fixture_path(fixture, sizeof fixture, "qwen2vl-tiny");
     /* The fixture's processor: min_pixels 3920 (5 tokens), max_pixels 9408 (12 tokens).
      * 64×64 → 84×84 (9 tokens, and never fewer: min_pixels scales it back up), 98×70 →
      * 112×56 (8), 80×60 → 84×56 (6), 45×90 → 56×84 (6). */
-    snprintf(a, sizeof a, "%s/tests/fixtures/llava-images/grad_64x64.png", src_dir());
-    snprintf(b, sizeof b, "%s/tests/fixtures/qwen2vl-images/grad_98x70.png", src_dir());
-    snprintf(c, sizeof c, "%s/tests/fixtures/llava-images/grad_80x60.png", src_dir());
-    snprintf(d, sizeof d, "%s/tests/fixtures/llava-images/grad_45x90.png", src_dir());
+    golden_fixture_path(a, sizeof a, "llava-images/grad_64x64.png");
+    golden_fixture_path(b, sizeof b, "qwen2vl-images/grad_98x70.png");
+    golden_fixture_path(c, sizeof c, "llava-images/grad_80x60.png");
+    golden_fixture_path(d, sizeof d, "llava-images/grad_45x90.png");
     struct mmrt_request req = { .max_tokens = 2, .top_p = 1.0f, .prompt = "Compare." };
     struct mmrt_result res;
 
     /* refuse: the image that brings the request over the budget is named. */
-    struct mmrt_runtime *rt = open_budget(fixture, 10, MMRT_OVERSIZE_REFUSE);
+    struct mmrt_runtime *rt = golden_open_budget(fixture, 10, MMRT_OVERSIZE_REFUSE);
     req.image_paths = (const char *[]){ a, a };
     req.n_images = 2;
     snprintf(want, sizeof want, "image 2 of 2 (%s, 64×64, resized to 84×84) needs 9 image "
@@ -1061,20 +647,18 @@ static void test_image_budget(void **state)
              "max_image_tokens); oversize_images = downscale would shrink the images to fit", d);
     expect_refused(rt, &req, want);
     req.n_images = 1; /* 6 tokens: within */
-    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
-        fail_msg("%s", mmrt_last_error(rt));
+    golden_run(rt, &req, NULL, &res);
     mmrt_destroy(rt);
-    rt = open_budget(fixture, 12, MMRT_OVERSIZE_REFUSE); /* exactly at the budget */
+    rt = golden_open_budget(fixture, 12, MMRT_OVERSIZE_REFUSE); /* exactly at the budget */
     req.n_images = 2;
-    if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK)
-        fail_msg("%s", mmrt_last_error(rt));
+    golden_run(rt, &req, NULL, &res);
     mmrt_destroy(rt);
 
     /* downscale, water-filling from the fewest tokens: 80×60 (6) keeps its share of
      * 19/3 = 6; 98×70 (8) is over its share of 13/2 = 6 and gets max_pixels 6·28² = 4704,
      * so smart_resize gives 56×56 (4); 64×64 (9) then fits the 9 left. Taken in prompt
      * order instead, 64×64 could not go down to 19/3 = 6. */
-    rt = open_budget(fixture, 19, MMRT_OVERSIZE_DOWNSCALE);
+    rt = golden_open_budget(fixture, 19, MMRT_OVERSIZE_DOWNSCALE);
     req.image_paths = (const char *[]){ a, b, c };
     req.n_images = 3;
     struct budget_capture cap = { 0 };
@@ -1124,7 +708,7 @@ static void test_image_budget(void **state)
 
     /* downscale that the processor cannot give: its share below min_pixels, or
      * smart_resize's min_pixels rule scaling the image back up over its share. */
-    rt = open_budget(fixture, 7, MMRT_OVERSIZE_DOWNSCALE);
+    rt = golden_open_budget(fixture, 7, MMRT_OVERSIZE_DOWNSCALE);
     req.image_paths = (const char *[]){ a };
     req.n_images = 1;
     snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64, resized to 84×84) needs 9 image "
@@ -1133,7 +717,7 @@ static void test_image_budget(void **state)
              "max_pixels 5488, smart_resize still gives 84×84 (9 tokens; min_pixels 3920)", a);
     expect_refused(rt, &req, want);
     mmrt_destroy(rt);
-    rt = open_budget(fixture, 4, MMRT_OVERSIZE_DOWNSCALE);
+    rt = golden_open_budget(fixture, 4, MMRT_OVERSIZE_DOWNSCALE);
     req.image_paths = (const char *[]){ b };
     snprintf(want, sizeof want, "image 1 of 1 (%s, 98×70, resized to 112×56) needs 8 image "
              "tokens, more than max_image_tokens = 4 ([model] max_image_tokens); "
@@ -1144,9 +728,9 @@ static void test_image_budget(void **state)
 
     /* From the INI, and the context's own bound, which still refuses with its own message
      * when it is the tighter one (downscaling aims at max_image_tokens only). */
-    set_json("config.json", "text_config/max_position_embeddings", json_integer(16));
+    golden_set_config("text_config/max_position_embeddings", json_integer(16));
     char ini[512], err[2048];
-    snprintf(ini, sizeof ini, "%s/budget.ini", scratch);
+    snprintf(ini, sizeof ini, "%s/budget.ini", golden_scratch);
     static const char *const texts[] = {
         "[model]\npath = .\nmax_image_tokens = 10\n[device.c]\nplugin = cpu\npool_mb = 64\n",
         "[model]\npath = .\nmax_image_tokens = 100\noversize_images = downscale\n"
@@ -1177,21 +761,21 @@ static void test_image_budget(void **state)
 
 int main(void)
 {
-    mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
+    mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny),
         cmocka_unit_test(test_alt_configuration),
-        cmocka_unit_test_teardown(test_cpu_graph, graph_off),
+        cmocka_unit_test_teardown(test_cpu_graph, golden_cpu_graph_off),
         cmocka_unit_test(test_vision_on_opencl),
         cmocka_unit_test(test_batch_overlap),
         cmocka_unit_test(test_check_two_images),
         cmocka_unit_test(test_cli_two_images),
-        cmocka_unit_test_setup_teardown(test_bad_configs, make_scratch, drop_scratch),
-        cmocka_unit_test_setup_teardown(test_bad_configs_more, make_scratch, drop_scratch),
-        cmocka_unit_test_setup_teardown(test_bad_weights, make_scratch, drop_scratch),
-        cmocka_unit_test_setup_teardown(test_layouts, make_scratch, drop_scratch),
-        cmocka_unit_test_setup_teardown(test_bad_requests, make_scratch, drop_scratch),
-        cmocka_unit_test_setup_teardown(test_image_budget, make_scratch, drop_scratch),
+        cmocka_unit_test_setup_teardown(test_bad_configs, make_scratch, golden_scratch_drop),
+        cmocka_unit_test_setup_teardown(test_bad_configs_more, make_scratch, golden_scratch_drop),
+        cmocka_unit_test_setup_teardown(test_bad_weights, make_scratch, golden_scratch_drop),
+        cmocka_unit_test_setup_teardown(test_layouts, make_scratch, golden_scratch_drop),
+        cmocka_unit_test_setup_teardown(test_bad_requests, make_scratch, golden_scratch_drop),
+        cmocka_unit_test_setup_teardown(test_image_budget, make_scratch, golden_scratch_drop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
