@@ -26,27 +26,9 @@
 #define MMRT_PLUGIN_INSTALL_DIR "/usr/local/lib/mmrt"
 #endif
 
-static const char *const op_names[] = {
-    [MMRT_OP_MATMUL] = "MATMUL",         [MMRT_OP_ADD] = "ADD",
-    [MMRT_OP_MUL] = "MUL",               [MMRT_OP_SCALE] = "SCALE",
-    [MMRT_OP_LAYERNORM] = "LAYERNORM",   [MMRT_OP_RMSNORM] = "RMSNORM",
-    [MMRT_OP_GELU] = "GELU",             [MMRT_OP_GELU_TANH] = "GELU_TANH",
-    [MMRT_OP_QUICK_GELU] = "QUICK_GELU", [MMRT_OP_SILU] = "SILU",
-    [MMRT_OP_SWIGLU] = "SWIGLU",         [MMRT_OP_RELU2] = "RELU2",
-    [MMRT_OP_SOFTMAX] = "SOFTMAX",       [MMRT_OP_ROPE] = "ROPE",
-    [MMRT_OP_ATTENTION] = "ATTENTION",   [MMRT_OP_GET_ROWS] = "GET_ROWS",
-    [MMRT_OP_PATCH_EMBED] = "PATCH_EMBED", [MMRT_OP_CONCAT] = "CONCAT",
-    [MMRT_OP_COPY] = "COPY",             [MMRT_OP_ARGMAX] = "ARGMAX",
-    [MMRT_OP_ROPE_MULTI] = "ROPE_MULTI", [MMRT_OP_SET_ROWS] = "SET_ROWS",
-};
-_Static_assert(sizeof op_names / sizeof op_names[0] == MMRT_OP_COUNT,
-               "every op needs a name");
-
 const char *mmrt_op_name(enum mmrt_op op)
 {
-    if ((unsigned)op >= MMRT_OP_COUNT || !op_names[op])
-        return "?";
-    return op_names[op];
+    return mmrt_op_name_of((int)op);
 }
 
 static void host_log(void *user, enum mmrt_log_level level, const char *plugin,

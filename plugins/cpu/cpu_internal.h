@@ -300,9 +300,6 @@ struct cpu_op {
 #define CPU_DT_I32 (1u << MMRT_DTYPE_I32)
 #define CPU_DT_WEIGHT (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_BF16)
 
-const char *cpu_op_name(int op);
-const char *cpu_dtype_name(int dtype);
-
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
  * n_required ≤ n_src ≤ n_max, that sources below n_required and dst are present, and
  * resolves every present tensor into o. A source slot at or beyond n_src is absent. */

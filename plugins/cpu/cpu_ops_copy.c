@@ -106,7 +106,7 @@ mmrt_status cpu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args
     line_fn line = line_for(s->dtype, d->dtype);
     if (!line)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "cannot convert %s to %s (I32 copies only to I32)",
-                       cpu_dtype_name(s->dtype), cpu_dtype_name(d->dtype));
+                       mmrt_dtype_name_of(s->dtype), mmrt_dtype_name_of(d->dtype));
     /* Same-size dtypes may convert in place (F16 ↔ BF16): each element is read, then written. */
     bool in_place_ok = mmrt_dtype_size((enum mmrt_dtype)s->dtype) ==
                        mmrt_dtype_size((enum mmrt_dtype)d->dtype);
@@ -130,8 +130,8 @@ mmrt_status cpu_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *ar
         return st;
     if (a->dtype != d->dtype || b->dtype != d->dtype)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src0 (%s), src1 (%s) and dst (%s) must share one "
-                       "dtype", cpu_dtype_name(a->dtype), cpu_dtype_name(b->dtype),
-                       cpu_dtype_name(d->dtype));
+                       "dtype", mmrt_dtype_name_of(a->dtype), mmrt_dtype_name_of(b->dtype),
+                       mmrt_dtype_name_of(d->dtype));
     if (a->n_dims != d->n_dims || b->n_dims != d->n_dims)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src0, src1 and dst must share one rank");
     if (p.axis < 0 || p.axis >= d->n_dims)

@@ -573,17 +573,5 @@ MMRT_PLUGIN_EXPORT const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_
     size_t need = offsetof(struct mmrt_host, log) + sizeof host->log;
     if (!host || host->hdr.struct_size < need || !host->log)
         return NULL;
-    if (host->hdr.abi_major != MMRT_ABI_MAJOR) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "host ABI %u.%u, but this plugin was built for ABI %d.%d; "
-                 "refusing to load", host->hdr.abi_major, host->hdr.abi_minor, MMRT_ABI_MAJOR,
-                 MMRT_ABI_MINOR);
-        host->log(host->user, MMRT_LOG_ERROR, CPU_PLUGIN_NAME, msg);
-        return NULL;
-    }
-    struct mmrt_host copy;
-    memset(&copy, 0, sizeof copy);
-    memcpy(&copy, host, host->hdr.struct_size < sizeof copy ? host->hdr.struct_size : sizeof copy);
-    g_host = copy;
-    return &cpu_plugin;
+    return mmrt_plugin_adopt_host(host, &g_host, CPU_PLUGIN_NAME) ? &cpu_plugin : NULL;
 }

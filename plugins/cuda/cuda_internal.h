@@ -134,9 +134,6 @@ struct cu_op {
 #define CU_DT_I32 (1u << MMRT_DTYPE_I32)
 #define CU_DT_WEIGHT (CU_DT_F32 | CU_DT_F16 | CU_DT_BF16)
 
-const char *cu_op_name(int op);
-const char *cu_dtype_name(int dtype);
-
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
  * n_required ≤ n_src ≤ n_max, that required sources and dst are present, and resolves every
  * present tensor into o (arena lookup and bounds). A slot at or beyond n_src is absent. */

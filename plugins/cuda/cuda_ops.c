@@ -543,7 +543,7 @@ mmrt_status cu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args)
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have src0's extents");
     if (!copy_pair_ok(s->dtype, d->dtype))
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "cannot convert %s to %s (I32 copies only to I32)",
-                      cu_dtype_name(s->dtype), cu_dtype_name(d->dtype));
+                      mmrt_dtype_name_of(s->dtype), mmrt_dtype_name_of(d->dtype));
     /* Same-size dtypes may convert in place (F16 ↔ BF16): each element is read, then written
      * by the same thread. */
     bool in_place_ok = mmrt_dtype_size((enum mmrt_dtype)s->dtype) ==
@@ -567,8 +567,8 @@ mmrt_status cu_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *arg
         return st;
     if (a->dtype != d->dtype || b->dtype != d->dtype)
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src0 (%s), src1 (%s) and dst (%s) must share one "
-                      "dtype", cu_dtype_name(a->dtype), cu_dtype_name(b->dtype),
-                      cu_dtype_name(d->dtype));
+                      "dtype", mmrt_dtype_name_of(a->dtype), mmrt_dtype_name_of(b->dtype),
+                      mmrt_dtype_name_of(d->dtype));
     if (a->n_dims != d->n_dims || b->n_dims != d->n_dims)
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src0, src1 and dst must share one rank");
     if (p.axis < 0 || p.axis >= d->n_dims)

@@ -902,23 +902,5 @@ static const struct mmrt_plugin cu_plugin = {
 
 MMRT_PLUGIN_EXPORT const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_host *host)
 {
-    if (!host)
-        return NULL;
-    if (host->hdr.abi_major != MMRT_ABI_MAJOR) {
-        /* Only a table that still has `log` where ours does can be told why. */
-        if (host->hdr.struct_size >= offsetof(struct mmrt_host, log) + sizeof host->log &&
-            host->log) {
-            char line[160];
-            snprintf(line, sizeof line, "host ABI %u.%u, plugin built for %d.%d: not loading",
-                     (unsigned)host->hdr.abi_major, (unsigned)host->hdr.abi_minor,
-                     MMRT_ABI_MAJOR, MMRT_ABI_MINOR);
-            host->log(host->user, MMRT_LOG_ERROR, CU_NAME, line);
-        }
-        return NULL;
-    }
-    struct mmrt_host copy;
-    memset(&copy, 0, sizeof copy);
-    memcpy(&copy, host, host->hdr.struct_size < sizeof copy ? host->hdr.struct_size : sizeof copy);
-    cu_host = copy;
-    return &cu_plugin;
+    return mmrt_plugin_adopt_host(host, &cu_host, CU_NAME) ? &cu_plugin : NULL;
 }

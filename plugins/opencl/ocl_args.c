@@ -16,31 +16,6 @@
 
 #include "ocl_internal.h"
 
-static const char *const op_names[MMRT_OP_COUNT] = {
-    [MMRT_OP_MATMUL] = "MATMUL",           [MMRT_OP_ADD] = "ADD",
-    [MMRT_OP_MUL] = "MUL",                 [MMRT_OP_SCALE] = "SCALE",
-    [MMRT_OP_LAYERNORM] = "LAYERNORM",     [MMRT_OP_RMSNORM] = "RMSNORM",
-    [MMRT_OP_GELU] = "GELU",               [MMRT_OP_GELU_TANH] = "GELU_TANH",
-    [MMRT_OP_QUICK_GELU] = "QUICK_GELU",   [MMRT_OP_SILU] = "SILU",
-    [MMRT_OP_SWIGLU] = "SWIGLU",           [MMRT_OP_RELU2] = "RELU2",
-    [MMRT_OP_SOFTMAX] = "SOFTMAX",         [MMRT_OP_ROPE] = "ROPE",
-    [MMRT_OP_ATTENTION] = "ATTENTION",     [MMRT_OP_GET_ROWS] = "GET_ROWS",
-    [MMRT_OP_PATCH_EMBED] = "PATCH_EMBED", [MMRT_OP_CONCAT] = "CONCAT",
-    [MMRT_OP_COPY] = "COPY",               [MMRT_OP_ARGMAX] = "ARGMAX",
-    [MMRT_OP_ROPE_MULTI] = "ROPE_MULTI",   [MMRT_OP_SET_ROWS] = "SET_ROWS",
-};
-
-const char *ocl_op_name(int op)
-{
-    return op >= 0 && op < MMRT_OP_COUNT && op_names[op] ? op_names[op] : "unknown op";
-}
-
-const char *ocl_dtype_name(int dtype)
-{
-    static const char *const names[] = {"F32", "F16", "BF16", "I32"};
-    return dtype >= 0 && dtype < MMRT_DTYPE_COUNT ? names[dtype] : "an unknown dtype";
-}
-
 mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
 {
     char what[OCL_ERR_MAX - 32];
@@ -81,7 +56,7 @@ static mmrt_status resolve(struct ocl_op *o, const char *what, const struct mmrt
                        what, t->buffer);
     if (t->offset % es != 0)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s: offset %" PRIu64 " is not a multiple of the "
-                       "%s element size %zu", what, t->offset, ocl_dtype_name(t->dtype), es);
+                       "%s element size %zu", what, t->offset, mmrt_dtype_name_of(t->dtype), es);
 
     memset(v, 0, sizeof *v);
     v->dtype = t->dtype;
@@ -150,7 +125,7 @@ mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
 {
     memset(o, 0, sizeof *o);
     o->dev = dev;
-    o->name = ocl_op_name(op);
+    o->name = mmrt_op_name_of(op);
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
     if (!args)
@@ -164,7 +139,7 @@ mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
     memcpy(&a, args, sizeof a);
     if (a.op != op)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "launched as op %d (%s)", (int)a.op,
-                       ocl_op_name(a.op));
+                       mmrt_op_name_of(a.op));
     if (a.n_src < n_required || a.n_src > n_max)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "n_src is %d, expected %d…%d", (int)a.n_src,
                        n_required, n_max);
@@ -213,9 +188,9 @@ mmrt_status ocl_need_dtype(struct ocl_op *o, const char *what, const struct ocl_
     for (int d = 0; d < MMRT_DTYPE_COUNT; d++)
         if (mask & (1u << d))
             used += (size_t)snprintf(want + used, sizeof want - used, "%s%s", used ? "/" : "",
-                                     ocl_dtype_name(d));
+                                     mmrt_dtype_name_of(d));
     return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s has dtype %s, expected %s", what,
-                   ocl_dtype_name(v->dtype), want);
+                   mmrt_dtype_name_of(v->dtype), want);
 }
 
 static bool view_contig(const struct ocl_view *v)

@@ -220,9 +220,6 @@ struct ocl_op {
 #define OCL_DT_I32 (1u << MMRT_DTYPE_I32)
 #define OCL_DT_WEIGHT (OCL_DT_F32 | OCL_DT_F16 | OCL_DT_BF16)
 
-const char *ocl_op_name(int op);
-const char *ocl_dtype_name(int dtype);
-
 /* Copies args (honouring its struct_size), checks it launches `op` with n_required ≤ n_src ≤
  * n_max, that required sources and dst are present, and resolves every present tensor. */
 mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,

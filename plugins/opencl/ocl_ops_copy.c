@@ -76,7 +76,7 @@ mmrt_status ocl_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have src0's extents");
     if (!pair_allowed(s->dtype, d->dtype))
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "cannot convert %s to %s (I32 copies only to "
-                       "I32)", ocl_dtype_name(s->dtype), ocl_dtype_name(d->dtype));
+                       "I32)", mmrt_dtype_name_of(s->dtype), mmrt_dtype_name_of(d->dtype));
     /* Same-size dtypes may convert in place (F16 ↔ BF16): each work-item reads its element,
      * then writes it. Anything else must not overlap. */
     bool in_place_ok = mmrt_dtype_size((enum mmrt_dtype)s->dtype) ==
@@ -100,8 +100,8 @@ mmrt_status ocl_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *ar
         return st;
     if (a->dtype != d->dtype || b->dtype != d->dtype)
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0 (%s), src1 (%s) and dst (%s) must share "
-                       "one dtype", ocl_dtype_name(a->dtype), ocl_dtype_name(b->dtype),
-                       ocl_dtype_name(d->dtype));
+                       "one dtype", mmrt_dtype_name_of(a->dtype), mmrt_dtype_name_of(b->dtype),
+                       mmrt_dtype_name_of(d->dtype));
     if (a->n_dims != d->n_dims || b->n_dims != d->n_dims)
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0, src1 and dst must share one rank");
     if (p.axis < 0 || p.axis >= d->n_dims)

@@ -44,10 +44,17 @@
 #ifndef MMRT_PLUGIN_H
 #define MMRT_PLUGIN_H
 
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "mmrt/common.h"
 
 #ifdef __cplusplus
 extern "C" {
+#define MMRT_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define MMRT_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #endif
 
 #define MMRT_ABI_MAJOR 1
@@ -337,6 +344,59 @@ struct mmrt_plugin {
     (offsetof(struct mmrt_plugin, last_error) + sizeof(((struct mmrt_plugin *)0)->last_error))
 
 typedef const struct mmrt_plugin *(*mmrt_plugin_entry_fn)(const struct mmrt_host *host);
+
+/* ----------------------------------------------------------------------------------------
+ * Helpers every plugin needs, inline so that a plugin still links against nothing of mmrt.
+ */
+
+/* "MATMUL", "ROPE_MULTI", …; "unknown op" outside this header's operators. */
+static inline const char *mmrt_op_name_of(int op)
+{
+    static const char *const names[] = {
+        "MATMUL", "ADD", "MUL", "SCALE", "LAYERNORM", "RMSNORM", "GELU", "GELU_TANH",
+        "QUICK_GELU", "SILU", "SWIGLU", "RELU2", "SOFTMAX", "ROPE", "ATTENTION", "GET_ROWS",
+        "PATCH_EMBED", "CONCAT", "COPY", "ARGMAX", "ROPE_MULTI", "SET_ROWS",
+    };
+    MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_OP_COUNT, "every op needs a name");
+    return op >= 0 && op < MMRT_OP_COUNT ? names[op] : "unknown op";
+}
+
+/* "F32", "F16", "BF16", "I32"; "an unknown dtype" otherwise. */
+static inline const char *mmrt_dtype_name_of(int dtype)
+{
+    static const char *const names[] = { "F32", "F16", "BF16", "I32" };
+    MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_DTYPE_COUNT, "every dtype a name");
+    return dtype >= 0 && dtype < MMRT_DTYPE_COUNT ? names[dtype] : "an unknown dtype";
+}
+
+/* The first thing mmrt_plugin_init does: refuse a host of another ABI major (saying why
+ * through its log when the table is recent enough to have one) and otherwise keep a copy of
+ * the host table zero-extended to this header's layout, so members the host lacks read as
+ * NULL. Returns 1 when *copy was filled, 0 when the plugin must return NULL. */
+static inline int mmrt_plugin_adopt_host(const struct mmrt_host *host, struct mmrt_host *copy,
+                                         const char *plugin_name)
+{
+    if (!host)
+        return 0;
+    const int has_log = host->hdr.struct_size >= offsetof(struct mmrt_host, log) +
+                                                     sizeof host->log &&
+                        host->log != NULL;
+    if (host->hdr.abi_major != MMRT_ABI_MAJOR) {
+        if (has_log) {
+            char line[160];
+            snprintf(line, sizeof line,
+                     "host ABI %u.%u, but this plugin was built for ABI %d.%d; refusing to load",
+                     (unsigned)host->hdr.abi_major, (unsigned)host->hdr.abi_minor,
+                     MMRT_ABI_MAJOR, MMRT_ABI_MINOR);
+            host->log(host->user, MMRT_LOG_ERROR, plugin_name, line);
+        }
+        return 0;
+    }
+    memset(copy, 0, sizeof *copy);
+    memcpy(copy, host,
+           host->hdr.struct_size < sizeof *copy ? host->hdr.struct_size : sizeof *copy);
+    return 1;
+}
 
 #ifdef __cplusplus
 }
