@@ -54,7 +54,7 @@ mmrt_status mmrt_decode_loop_run(const struct mmrt_decode_loop *l, struct mmrt_s
         bool go_on = emit(l, tok, piece, plen);
         if (!go_on || is_eos(l, tok) || step + 1 == l->req->max_tokens)
             break;
-        st = l->next(l->ctx, tok, logits, err);
+        st = mmrt_decode_step_run(l->step, tok, logits, err);
     }
     if (st == MMRT_OK) {
         const char *tail = "";
@@ -64,6 +64,7 @@ mmrt_status mmrt_decode_loop_run(const struct mmrt_decode_loop *l, struct mmrt_s
             emit(l, -1, tail, tlen);
     }
     mmrt_tokenizer_stream_destroy(stream);
+    res->decode_graph = mmrt_decode_step_uses_graph(l->step);
     res->decode_ms = mmrt_now_ms() - t0;
     if (res->n_tokens > 1 && res->decode_ms > 0)
         res->decode_tokens_per_s = (res->n_tokens - 1) / (res->decode_ms / 1e3);

@@ -7,6 +7,7 @@
 #ifndef MMRT_MODELS_DECODE_LOOP_H
 #define MMRT_MODELS_DECODE_LOOP_H
 
+#include "decode_step.h"
 #include "formats/tokenizer.h"
 #include "model.h"
 #include "sampler.h"
@@ -20,13 +21,11 @@ struct mmrt_decode_loop {
     const int32_t *eos;                   /* ids that end the answer (reported, then stop) */
     int n_eos;
     int64_t vocab;
-    /* Feeds `token` at the next position and writes the following logits[vocab]. */
-    mmrt_status (*next)(void *ctx, int32_t token, float *logits, struct mmrt_error *err);
-    void *ctx;
+    struct mmrt_decode_step *step;        /* feeds each token, gives the next logits */
 };
 
 /* Runs the loop from the prefill's logits (in logits[vocab], overwritten as it goes). Fills
- * res->n_tokens, decode_ms and decode_tokens_per_s. */
+ * res->n_tokens, decode_ms, decode_tokens_per_s and decode_graph. */
 mmrt_status mmrt_decode_loop_run(const struct mmrt_decode_loop *l, struct mmrt_sampler *sampler,
                                  float *logits, struct mmrt_result *res, struct mmrt_error *err);
 

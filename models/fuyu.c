@@ -641,11 +641,6 @@ static mmrt_status build_prompt(struct mmrt_model *m, const char *prompt, int64_
     return MMRT_OK;
 }
 
-static mmrt_status fuyu_next(void *dec, int32_t token, float *logits, struct mmrt_error *err)
-{
-    return mmrt_persimmon_decode(dec, token, logits, err);
-}
-
 /* Language stage: sequence layout, splice the patch embeddings, prefill, decode. */
 static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request *req,
                                  const struct mmrt_vision_output *vis,
@@ -721,10 +716,10 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
         goto out;
     const struct mmrt_decode_loop loop = {
         .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = fuyu_next, .ctx = dec,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V,
+        .step = mmrt_persimmon_decoder_step(dec),
     };
     st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
-    res->decode_graph = mmrt_persimmon_decoder_uses_graph(dec);
 out:
     mmrt_persimmon_decoder_destroy(dec);
     mmrt_scratch_release(&s);

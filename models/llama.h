@@ -109,12 +109,9 @@ struct mmrt_llama_decoder;
 mmrt_status mmrt_llama_decoder_create(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
                                       bool use_graph, struct mmrt_llama_decoder **out,
                                       struct mmrt_error *err);
-/* Appends `token` at cache slot n_past (rotary position n_past + rope_delta on every axis)
- * and writes the next logits[vocab]. */
-mmrt_status mmrt_llama_decode(struct mmrt_llama_decoder *d, int32_t token, float *logits,
-                              struct mmrt_error *err);
-/* True once the step runs as a captured graph. */
-bool mmrt_llama_decoder_uses_graph(const struct mmrt_llama_decoder *d);
+/* The step to run (mmrt_decode_step_run appends a token at cache slot n_past, rotary
+ * position n_past + rope_delta on every axis, and gives the next logits). */
+struct mmrt_decode_step *mmrt_llama_decoder_step(struct mmrt_llama_decoder *d);
 void mmrt_llama_decoder_destroy(struct mmrt_llama_decoder *d);
 
 /* The operators the LLaMA decoder (plain RoPE) launches, for placement checks. */

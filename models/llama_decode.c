@@ -134,13 +134,7 @@ mmrt_status mmrt_llama_decoder_create(struct mmrt_llama *m, struct mmrt_kv_cache
     return MMRT_OK;
 }
 
-mmrt_status mmrt_llama_decode(struct mmrt_llama_decoder *d, int32_t token, float *logits,
-                              struct mmrt_error *err)
+struct mmrt_decode_step *mmrt_llama_decoder_step(struct mmrt_llama_decoder *d)
 {
-    return mmrt_decode_step_run(d->step, token, logits, err);
-}
-
-bool mmrt_llama_decoder_uses_graph(const struct mmrt_llama_decoder *d)
-{
-    return mmrt_decode_step_uses_graph(d->step);
+    return d->step;
 }

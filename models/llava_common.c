@@ -245,11 +245,6 @@ static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const char *promp
     return MMRT_OK;
 }
 
-static mmrt_status llama_next(void *dec, int32_t token, float *logits, struct mmrt_error *err)
-{
-    return mmrt_llama_decode(dec, token, logits, err);
-}
-
 mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
                                 const struct mmrt_vision_output *vis,
                                 const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
@@ -316,10 +311,10 @@ mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt
         goto out;
     const struct mmrt_decode_loop loop = {
         .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = llama_next, .ctx = dec,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V,
+        .step = mmrt_llama_decoder_step(dec),
     };
     st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
-    res->decode_graph = mmrt_llama_decoder_uses_graph(dec);
 out:
     mmrt_llama_decoder_destroy(dec);
     mmrt_scratch_release(&s);

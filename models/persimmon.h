@@ -92,10 +92,8 @@ struct mmrt_persimmon_decoder;
 mmrt_status mmrt_persimmon_decoder_create(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
                                           bool use_graph, struct mmrt_persimmon_decoder **out,
                                           struct mmrt_error *err);
-/* Appends `token` at cache slot n_past and writes the next logits[vocab]. */
-mmrt_status mmrt_persimmon_decode(struct mmrt_persimmon_decoder *d, int32_t token,
-                                  float *logits, struct mmrt_error *err);
-bool mmrt_persimmon_decoder_uses_graph(const struct mmrt_persimmon_decoder *d);
+/* The step to run with mmrt_decode_step_run. */
+struct mmrt_decode_step *mmrt_persimmon_decoder_step(struct mmrt_persimmon_decoder *d);
 void mmrt_persimmon_decoder_destroy(struct mmrt_persimmon_decoder *d);
 
 /* The operators the decoder launches, for placement checks. */

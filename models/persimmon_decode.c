@@ -128,13 +128,7 @@ mmrt_status mmrt_persimmon_decoder_create(struct mmrt_persimmon *m, struct mmrt_
     return MMRT_OK;
 }
 
-mmrt_status mmrt_persimmon_decode(struct mmrt_persimmon_decoder *d, int32_t token,
-                                  float *logits, struct mmrt_error *err)
+struct mmrt_decode_step *mmrt_persimmon_decoder_step(struct mmrt_persimmon_decoder *d)
 {
-    return mmrt_decode_step_run(d->step, token, logits, err);
-}
-
-bool mmrt_persimmon_decoder_uses_graph(const struct mmrt_persimmon_decoder *d)
-{
-    return mmrt_decode_step_uses_graph(d->step);
+    return d->step;
 }

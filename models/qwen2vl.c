@@ -640,11 +640,6 @@ static void rope_index(const struct mmrt_model *m, const struct mmrt_vision_outp
     *delta = max_pos + 1 - S;
 }
 
-static mmrt_status llama_next(void *dec, int32_t token, float *logits, struct mmrt_error *err)
-{
-    return mmrt_llama_decode(dec, token, logits, err);
-}
-
 /* The hand-over must be this model's per-image layout, consistent with its grids. */
 static mmrt_status check_vision(const struct mmrt_model *m, const struct mmrt_vision_output *v,
                                 struct mmrt_error *err)
@@ -744,10 +739,10 @@ static mmrt_status q_generate(struct mmrt_model *m, const struct mmrt_request *r
         goto out;
     const struct mmrt_decode_loop loop = {
         .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V, .next = llama_next, .ctx = dec,
+        .eos = m->eos, .n_eos = m->n_eos, .vocab = V,
+        .step = mmrt_llama_decoder_step(dec),
     };
     st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
-    res->decode_graph = mmrt_llama_decoder_uses_graph(dec);
 out:
     mmrt_llama_decoder_destroy(dec);
     mmrt_scratch_release(&s);
