@@ -25,148 +25,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_cases.h"
 #include "plugin_harness.h"
 #include "ref_ops.h"
 
 static struct harness H;
 
-/* ---- bookkeeping: every host buffer and device tensor of a test is released together --- */
+/* ---- the helpers of op_cases.h, on the one device under test ---------------------------- */
 
-#define MAX_TRACKED 512
-
-static void *g_host[MAX_TRACKED];
-static int g_n_host;
-static struct harness_tensor *g_dev[MAX_TRACKED];
-static int g_n_dev;
-
-static void *talloc(size_t nbytes)
-{
-    assert_true(g_n_host < MAX_TRACKED);
-    void *p = calloc(1, nbytes ? nbytes : 1);
-    assert_non_null(p);
-    g_host[g_n_host++] = p;
-    return p;
-}
-
-static void release_all(void)
-{
-    for (int i = 0; i < g_n_host; i++)
-        free(g_host[i]);
-    for (int i = 0; i < g_n_dev; i++) {
-        harness_tensor_free(&H, g_dev[i]);
-        free(g_dev[i]);
-    }
-    g_n_host = g_n_dev = 0;
-}
-
-/* SHAPE(2, 3, 4) expands to "n_dims, ne" for the helpers below. */
-#define SHAPE(...)                                                                             \
-    (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
-
-/* A contiguous device tensor that owns its arena. */
 static struct harness_tensor *tnew(enum mmrt_dtype dt, int n_dims, const int64_t *ne)
 {
-    assert_true(g_n_dev < MAX_TRACKED);
-    struct harness_tensor *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    assert_int_equal(harness_tensor_new(&H, dt, n_dims, ne, t), MMRT_OK);
-    g_dev[g_n_dev++] = t;
-    return t;
-}
-
-/* A view into base's arena (freed with base, never on its own): extents ne, byte strides nb,
- * byte offset. Returned by value; the harness only reads the descriptor. */
-static struct harness_tensor tview(const struct harness_tensor *base, enum mmrt_dtype dt,
-                                   int n_dims, const int64_t *ne, const int64_t *nb,
-                                   uint64_t offset)
-{
-    struct harness_tensor v = *base;
-    v.t.dtype = dt;
-    v.t.n_dims = n_dims;
-    v.t.offset = base->t.offset + offset;
-    for (int i = 0; i < MMRT_MAX_DIMS; i++) {
-        v.t.ne[i] = i < n_dims ? ne[i] : 1;
-        v.t.nb[i] = i < n_dims ? nb[i] : v.t.nb[i];
-    }
-    return v;
-}
-
-static int64_t numel(const struct harness_tensor *t)
-{
-    int64_t n = 1;
-    for (int i = 0; i < t->t.n_dims; i++)
-        n *= t->t.ne[i];
-    return n;
-}
-
-/* ---- random values (splitmix64, fixed seeds) ------------------------------------------ */
-
-static uint64_t g_rng;
-
-static void rng_seed(uint64_t seed)
-{
-    g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
-}
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float rng_f(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
-}
-
-static int rng_int(int lo, int hi) /* [lo, hi] */
-{
-    return lo + (int)(rng_u64() % (uint64_t)(hi - lo + 1));
-}
-
-static float *rand_f(int64_t n, float lo, float hi)
-{
-    float *v = talloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        v[i] = rng_f(lo, hi);
-    return v;
-}
-
-/* ---- transfers ------------------------------------------------------------------------ */
-
-/* Rounds v to what a tensor of dtype dt stores (in place). */
-static void round_to(enum mmrt_dtype dt, float *v, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == MMRT_DTYPE_F16)
-            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
-        else if (dt == MMRT_DTYPE_BF16)
-            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
-    }
-}
-
-/* Host bytes of v[0..n) in dtype dt (F32/F16/BF16). */
-static void *encode(enum mmrt_dtype dt, const float *v, int64_t n)
-{
-    if (dt == MMRT_DTYPE_F32) {
-        void *p = talloc((size_t)n * 4);
-        memcpy(p, v, (size_t)n * 4);
-        return p;
-    }
-    uint16_t *h = talloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
-    return h;
+    return op_tensor_new(&H, dt, n_dims, ne);
 }
 
 /* Rounds v to t's dtype (so the caller's reference sees the device's values) and uploads. */
 static void upload(struct harness_tensor *t, float *v)
 {
-    int64_t n = numel(t);
-    round_to((enum mmrt_dtype)t->t.dtype, v, n);
-    assert_int_equal(harness_upload(&H, t, encode((enum mmrt_dtype)t->t.dtype, v, n)), MMRT_OK);
+    int64_t n = op_numel(t);
+    op_round_to((enum mmrt_dtype)t->t.dtype, v, n);
+    assert_int_equal(harness_upload(&H, t, op_encode((enum mmrt_dtype)t->t.dtype, v, n)), MMRT_OK);
 }
 
 /* A new contiguous tensor holding random values in [lo, hi), rounded; *host gets them. */
@@ -174,7 +51,7 @@ static struct harness_tensor *trand(enum mmrt_dtype dt, float lo, float hi, floa
                                     int n_dims, const int64_t *ne)
 {
     struct harness_tensor *t = tnew(dt, n_dims, ne);
-    float *v = rand_f(numel(t), lo, hi);
+    float *v = op_rand_f(op_numel(t), lo, hi);
     upload(t, v);
     *host = v;
     return t;
@@ -194,7 +71,7 @@ static struct harness_tensor *tnew_i32(const int32_t *v, int64_t n)
 
 static float *download_f32(struct harness_tensor *t)
 {
-    float *v = talloc((size_t)t->nbytes);
+    float *v = op_alloc((size_t)t->nbytes);
     assert_int_equal(harness_download(&H, t, v), MMRT_OK);
     return v;
 }
@@ -204,51 +81,6 @@ static mmrt_status run(enum mmrt_op op, struct harness_tensor *const *src, int n
 {
     return harness_run(&H, op, src, n_src, dst, params, params_size);
 }
-
-/* ---- comparison ----------------------------------------------------------------------- */
-
-/* Fails unless max |got − ref| ≤ tol · max |ref| (NaN must match NaN). `what` names the case. */
-static void check_close(const char *what, const float *got, const double *ref, int64_t n,
-                        double tol)
-{
-    double max_ref = 0, max_err = 0;
-    int64_t worst = -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(ref[i]) || isnan(got[i])) {
-            if (isnan(ref[i]) != isnan(got[i]))
-                fail_msg("%s: element %lld is %g, reference %g", what, (long long)i,
-                         (double)got[i], ref[i]);
-            continue;
-        }
-        if (fabs(ref[i]) > max_ref)
-            max_ref = fabs(ref[i]);
-        double err = fabs((double)got[i] - ref[i]);
-        if (!(err <= max_err)) {
-            max_err = err;
-            worst = i;
-        }
-    }
-    if (max_err > tol * (max_ref > 0 ? max_ref : 1.0))
-        fail_msg("%s: max error %.3g at element %lld (got %.9g, want %.9g) is %.3g of max |ref| "
-                 "%.4g; tolerance %.1g", what, max_err, (long long)worst, (double)got[worst],
-                 ref[worst], max_err / (max_ref > 0 ? max_ref : 1.0), max_ref, tol);
-}
-
-static double *ref_buf(int64_t n)
-{
-    return talloc((size_t)(n ? n : 1) * sizeof(double));
-}
-
-static const char *dt_name(int dt)
-{
-    static const char *const names[] = { "F32", "F16", "BF16", "I32" };
-    return names[dt];
-}
-
-static bool same_value(enum mmrt_dtype dt, const void *a, const void *b);
-
-static const enum mmrt_dtype weight_dtypes[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16,
-                                                   MMRT_DTYPE_BF16 };
 
 /* ---- MATMUL: tolerance 1e-5 (f32 accumulation over K ≤ 4099) -------------------------- */
 
@@ -260,11 +92,11 @@ static void test_matmul(void **state)
         { 5, 1000, 130 }, { 2, 4099, 3 }, { 33, 256, 16 }, { 1, 300, 513 }, { 2, 0, 3 },
         { 37, 31, 19 },
     };
-    rng_seed(1);
+    op_rng_seed(1);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
             int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2];
-            enum mmrt_dtype wdt = weight_dtypes[d];
+            enum mmrt_dtype wdt = op_weight_dtypes[d];
             int bias_mode = (int)((c + (size_t)d) % 3); /* none, W's dtype, F32 */
             float *x, *w, *b = NULL;
             struct harness_tensor *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
@@ -275,13 +107,13 @@ static void test_matmul(void **state)
             struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(M, N));
             struct harness_tensor *src[3] = { tx, tw, tb };
             assert_int_equal(run(MMRT_OP_MATMUL, src, tb ? 3 : 2, ty, NULL, 0), MMRT_OK);
-            double *ref = ref_buf(M * N);
+            double *ref = op_ref_buf(M * N);
             ref_matmul(x, w, b, M, K, N, ref);
             char what[128];
             snprintf(what, sizeof what, "MATMUL M=%lld K=%lld N=%lld W %s bias %d", (long long)M,
-                     (long long)K, (long long)N, dt_name(wdt), bias_mode);
-            check_close(what, download_f32(ty), ref, M * N, 1e-5);
-            release_all();
+                     (long long)K, (long long)N, mmrt_dtype_name_of(wdt), bias_mode);
+            op_check_close(what, download_f32(ty), ref, M * N, 1e-5);
+            op_release_all();
         }
 
     /* x with more than two dims: rows are everything but the last dim. */
@@ -291,10 +123,10 @@ static void test_matmul(void **state)
     struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(2, 3, 9));
     struct harness_tensor *src[2] = { tx, tw };
     assert_int_equal(run(MMRT_OP_MATMUL, src, 2, ty, NULL, 0), MMRT_OK);
-    double *ref = ref_buf(6 * 9);
+    double *ref = op_ref_buf(6 * 9);
     ref_matmul(x, w, NULL, 6, 40, 9, ref);
-    check_close("MATMUL x [2, 3, 40]", download_f32(ty), ref, 6 * 9, 1e-5);
-    release_all();
+    op_check_close("MATMUL x [2, 3, 40]", download_f32(ty), ref, 6 * 9, 1e-5);
+    op_release_all();
 }
 
 /* ---- ADD, MUL: tolerance 1e-6 (one rounding per element) ------------------------------ */
@@ -303,7 +135,7 @@ static void test_add_mul(void **state)
 {
     (void)state;
     static const int64_t cases[][2] = { { 1, 1 }, { 7, 13 }, { 64, 257 }, { 3, 1000 }, { 1, 4099 } };
-    rng_seed(2);
+    op_rng_seed(2);
     for (int op = MMRT_OP_ADD; op <= MMRT_OP_MUL; op++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int mode = 0; mode < 6; mode++) {
@@ -312,7 +144,7 @@ static void test_add_mul(void **state)
                 int64_t R = cases[c][0], N = cases[c][1];
                 bool bcast = mode >= 2 && mode <= 4;
                 enum mmrt_dtype bdt = mode == 1 ? MMRT_DTYPE_F16
-                                      : bcast   ? weight_dtypes[mode - 2]
+                                      : bcast   ? op_weight_dtypes[mode - 2]
                                                 : MMRT_DTYPE_F32;
                 float *a, *b;
                 struct harness_tensor *ta = trand(MMRT_DTYPE_F32, -4, 4, &a, SHAPE(R, N));
@@ -321,13 +153,13 @@ static void test_add_mul(void **state)
                 struct harness_tensor *ty = mode == 5 ? ta : tnew(MMRT_DTYPE_F32, SHAPE(R, N));
                 struct harness_tensor *src[2] = { ta, tb };
                 assert_int_equal(run(op, src, 2, ty, NULL, 0), MMRT_OK);
-                double *ref = ref_buf(R * N);
+                double *ref = op_ref_buf(R * N);
                 ref_binary(a, b, R * N, bcast ? N : R * N, op == MMRT_OP_MUL, ref);
                 char what[96];
                 snprintf(what, sizeof what, "%s [%lld, %lld] mode %d",
                          op == MMRT_OP_ADD ? "ADD" : "MUL", (long long)R, (long long)N, mode);
-                check_close(what, download_f32(ty), ref, R * N, 1e-6);
-                release_all();
+                op_check_close(what, download_f32(ty), ref, R * N, 1e-6);
+                op_release_all();
             }
 
     /* A 3-D src0 with a one-row [1, N] src1 of its own rank. */
@@ -337,10 +169,10 @@ static void test_add_mul(void **state)
     struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(2, 5, 11));
     struct harness_tensor *src[2] = { ta, tb };
     assert_int_equal(run(MMRT_OP_ADD, src, 2, ty, NULL, 0), MMRT_OK);
-    double *ref = ref_buf(110);
+    double *ref = op_ref_buf(110);
     ref_binary(a, b, 110, 11, 0, ref);
-    check_close("ADD [2, 5, 11] + [1, 1, 11]", download_f32(ty), ref, 110, 1e-6);
-    release_all();
+    op_check_close("ADD [2, 5, 11] + [1, 1, 11]", download_f32(ty), ref, 110, 1e-6);
+    op_release_all();
 }
 
 /* ---- SCALE: tolerance 1e-6 ------------------------------------------------------------ */
@@ -350,7 +182,7 @@ static void test_scale(void **state)
     (void)state;
     static const int64_t sizes[] = { 1, 7, 1024, 100003 };
     static const float scales[] = { 0.125f, -3.5f, 0.0f };
-    rng_seed(3);
+    op_rng_seed(3);
     for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
         for (size_t s = 0; s < 3; s++)
             for (int in_place = 0; in_place < 2; in_place++) {
@@ -361,11 +193,11 @@ static void test_scale(void **state)
                 struct mmrt_scale_params p = { scales[s] };
                 struct harness_tensor *src[1] = { ta };
                 assert_int_equal(run(MMRT_OP_SCALE, src, 1, ty, &p, sizeof p), MMRT_OK);
-                double *ref = ref_buf(n);
+                double *ref = op_ref_buf(n);
                 for (int64_t i = 0; i < n; i++)
                     ref[i] = (double)a[i] * scales[s];
-                check_close("SCALE", download_f32(ty), ref, n, 1e-6);
-                release_all();
+                op_check_close("SCALE", download_f32(ty), ref, n, 1e-6);
+                op_release_all();
             }
 }
 
@@ -380,21 +212,21 @@ static void test_unary(void **state)
     static const float specials[] = { 0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 50.0f,
                                       -50.0f, -100.0f, 3.0f, -3.0f };
     const int64_t n_special = sizeof specials / sizeof specials[0];
-    rng_seed(4);
+    op_rng_seed(4);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (int in_place = 0; in_place < 2; in_place++) {
             int64_t n = 4099;
-            float *a = rand_f(n, -8, 8);
+            float *a = op_rand_f(n, -8, 8);
             memcpy(a, specials, sizeof specials);
             struct harness_tensor *ta = tnew(MMRT_DTYPE_F32, SHAPE(1, n));
             upload(ta, a);
             struct harness_tensor *ty = in_place ? ta : tnew(MMRT_DTYPE_F32, SHAPE(1, n));
             struct harness_tensor *src[1] = { ta };
             assert_int_equal(run(ops[o], src, 1, ty, NULL, 0), MMRT_OK);
-            double *ref = ref_buf(n);
+            double *ref = op_ref_buf(n);
             ref_unary(ops[o], a, n, ref);
             float *got = download_f32(ty);
-            check_close(names[o], got, ref, n, 1e-6);
+            op_check_close(names[o], got, ref, n, 1e-6);
             /* Far tails reach their limits without overflow to NaN: below 1e-15 at −50 and
              * under (−0 once e^(−x) overflows), exactly x from 20 up. */
             for (int64_t i = 0; i < n_special; i++) {
@@ -403,7 +235,7 @@ static void test_unary(void **state)
                 if (specials[i] >= 20.0f && ops[o] != MMRT_OP_RELU2)
                     assert_true(got[i] == specials[i]);
             }
-            release_all();
+            op_release_all();
         }
 }
 
@@ -413,7 +245,7 @@ static void test_swiglu(void **state)
 {
     (void)state;
     static const int64_t cases[][2] = { { 1, 1 }, { 3, 37 }, { 16, 688 } };
-    rng_seed(5);
+    op_rng_seed(5);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int in_place = 0; in_place < 2; in_place++) {
             int64_t R = cases[c][0], N = cases[c][1];
@@ -423,10 +255,10 @@ static void test_swiglu(void **state)
             struct harness_tensor *ty = in_place ? tg : tnew(MMRT_DTYPE_F32, SHAPE(R, N));
             struct harness_tensor *src[2] = { tg, tu };
             assert_int_equal(run(MMRT_OP_SWIGLU, src, 2, ty, NULL, 0), MMRT_OK);
-            double *ref = ref_buf(R * N);
+            double *ref = op_ref_buf(R * N);
             ref_swiglu(g, u, R * N, ref);
-            check_close("SWIGLU", download_f32(ty), ref, R * N, 1e-6);
-            release_all();
+            op_check_close("SWIGLU", download_f32(ty), ref, R * N, 1e-6);
+            op_release_all();
         }
 }
 
@@ -437,7 +269,7 @@ static void test_norms(void **state)
     (void)state;
     static const int64_t cases[][2] = { { 1, 1 },  { 3, 7 },    { 17, 64 },
                                         { 2, 257 }, { 5, 1000 }, { 2, 4096 } };
-    rng_seed(6);
+    op_rng_seed(6);
     for (int op = MMRT_OP_LAYERNORM; op <= MMRT_OP_RMSNORM; op++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int mode = 0; mode < 6; mode++) {
@@ -445,13 +277,13 @@ static void test_norms(void **state)
                  * weight only; 5 tiny values, where eps dominates the variance. Other data
                  * sit at an offset, so the mean matters. */
                 int64_t R = cases[c][0], N = cases[c][1];
-                enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? weight_dtypes[mode - 1]
+                enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? op_weight_dtypes[mode - 1]
                                                              : MMRT_DTYPE_F32;
                 bool ln = op == MMRT_OP_LAYERNORM;
                 float *x, *w = NULL, *b = NULL;
-                struct harness_tensor *tx = mode == 5
-                                                ? trand(MMRT_DTYPE_F32, -2e-3f, 2e-3f, &x, SHAPE(R, N))
-                                                : trand(MMRT_DTYPE_F32, 1, 5, &x, SHAPE(R, N));
+                struct harness_tensor *tx =
+                    mode == 5 ? trand(MMRT_DTYPE_F32, -2e-3f, 2e-3f, &x, SHAPE(R, N))
+                              : trand(MMRT_DTYPE_F32, 1, 5, &x, SHAPE(R, N));
                 struct harness_tensor *tw = NULL, *tb = NULL;
                 if (mode >= 1 && mode <= 4)
                     tw = trand(wdt, -2, 2, &w, SHAPE(N));
@@ -463,7 +295,7 @@ static void test_norms(void **state)
                     p.eps = 1e-5f;
                 struct harness_tensor *src[3] = { tx, tw, tb };
                 int n_src = ln ? 3 : 2;
-                double *ref = ref_buf(R * N);
+                double *ref = op_ref_buf(R * N);
                 if (ln)
                     ref_layernorm(x, w, b, R, N, p.eps, ref);
                 else
@@ -472,8 +304,8 @@ static void test_norms(void **state)
                 char what[96];
                 snprintf(what, sizeof what, "%s [%lld, %lld] mode %d", ln ? "LAYERNORM" : "RMSNORM",
                          (long long)R, (long long)N, mode);
-                check_close(what, download_f32(ty), ref, R * N, 1e-5);
-                release_all();
+                op_check_close(what, download_f32(ty), ref, R * N, 1e-5);
+                op_release_all();
             }
 }
 
@@ -484,17 +316,17 @@ static void test_softmax(void **state)
     (void)state;
     static const int64_t cases[][2] = { { 1, 1 }, { 3, 7 }, { 5, 64 }, { 2, 1000 }, { 1, 4099 } };
     static const float scales[] = { 1.0f, 0.125f, 2.5f };
-    rng_seed(7);
+    op_rng_seed(7);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int mode = 0; mode < 4; mode++) {
             /* 0 plain; 1 about 30% masked with −inf (never a whole row); 2 large values near
              * 100 (exp would overflow without the max); 3 like 1, in place. */
             int64_t R = cases[c][0], N = cases[c][1];
             float lo = mode == 2 ? 95.0f : -10.0f, hi = mode == 2 ? 105.0f : 10.0f;
-            float *x = rand_f(R * N, lo, hi);
+            float *x = op_rand_f(R * N, lo, hi);
             if (mode == 1 || mode == 3)
                 for (int64_t i = 0; i < R * N; i++)
-                    if (i % N != 0 && rng_int(0, 9) < 3)
+                    if (i % N != 0 && op_rng_int(0, 9) < 3)
                         x[i] = -INFINITY;
             struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(R, N));
             upload(tx, x);
@@ -502,7 +334,7 @@ static void test_softmax(void **state)
             struct mmrt_scale_params p = { scales[(c + (size_t)mode) % 3] };
             struct harness_tensor *src[1] = { tx };
             assert_int_equal(run(MMRT_OP_SOFTMAX, src, 1, ty, &p, sizeof p), MMRT_OK);
-            double *ref = ref_buf(R * N);
+            double *ref = op_ref_buf(R * N);
             ref_softmax(x, R, N, p.scale, ref);
             float *got = download_f32(ty);
             char what[64];
@@ -514,11 +346,11 @@ static void test_softmax(void **state)
             for (int64_t i = 0; i < R * N; i++)
                 if (isfinite(x[i]) && fabs(x[i] * p.scale) > max_logit)
                     max_logit = fabs(x[i] * p.scale);
-            check_close(what, got, ref, R * N, 1e-6 + 1.2e-7 * max_logit);
+            op_check_close(what, got, ref, R * N, 1e-6 + 1.2e-7 * max_logit);
             for (int64_t i = 0; i < R * N; i++)
                 if (x[i] == -INFINITY)
                     assert_true(got[i] == 0.0f); /* exactly 0, not tiny */
-            release_all();
+            op_release_all();
         }
 
     /* A row masked entirely has no distribution: zeros (never NaN). */
@@ -532,7 +364,7 @@ static void test_softmax(void **state)
     for (int i = 0; i < 3; i++)
         assert_true(got[i] == 0.0f);
     assert_true(fabsf(got[3] + got[4] + got[5] - 1.0f) < 1e-6f);
-    release_all();
+    op_release_all();
 }
 
 /* ---- ROPE: tolerance 1e-6 (the reference uses the same f32 angles) -------------------- */
@@ -554,27 +386,20 @@ static void test_rope(void **state)
         { 33, 2, 96, 64, MMRT_ROPE_NEOX, 2, 500000.0f, 40000 },
         { 4, 3, 256, 256, MMRT_ROPE_NEOX, 1, 10000.0f, 32768 },
     };
-    rng_seed(8);
+    op_rng_seed(8);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
-        int32_t *pos = talloc((size_t)T * 4);
+        int32_t *pos = op_alloc((size_t)T * 4);
         for (int64_t t = 0; t < T; t++)
-            pos[t] = rng_int(0, cases[c].max_pos); /* not monotonic, like packed sequences */
+            pos[t] = op_rng_int(0, cases[c].max_pos); /* not monotonic, like packed sequences */
         pos[0] = cases[c].max_pos;
-        float *x = rand_f(T * H * D, -2, 2);
+        float *x = op_rand_f(T * H * D, -2, 2);
         struct harness_tensor *tx, xv, *ty;
         if (cases[c].layout == 2) {
             /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer whose other heads are NaN. */
-            int64_t Hb = H + 2;
-            float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
-            for (int64_t i = 0; i < T * Hb * D; i++)
-                buf[i] = NAN;
-            for (int64_t t = 0; t < T; t++)
-                memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
-            tx = tnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
-            upload(tx, buf);
-            xv = tview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D),
-                       (const int64_t[]){ Hb * D * 4, D * 4, 4 }, (uint64_t)D * 4);
+            tx = tnew(MMRT_DTYPE_F32, SHAPE(T, H + 2, D));
+            upload(tx, op_fused_heads(x, T, H, D));
+            xv = op_heads_view(tx, T, H, D);
             ty = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
         } else {
             tx = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
@@ -586,13 +411,13 @@ static void test_rope(void **state)
         struct mmrt_rope_params p = { cases[c].theta, cases[c].n_rot, cases[c].mode };
         struct harness_tensor *src[2] = { &xv, tp };
         assert_int_equal(run(MMRT_OP_ROPE, src, 2, ty, &p, sizeof p), MMRT_OK);
-        double *ref = ref_buf(T * H * D);
+        double *ref = op_ref_buf(T * H * D);
         ref_rope(x, pos, T, H, D, cases[c].n_rot, cases[c].mode, cases[c].theta, ref);
         char what[96];
         snprintf(what, sizeof what, "ROPE case %zu (T %lld H %lld D %lld n_rot %d mode %d)", c,
                  (long long)T, (long long)H, (long long)D, cases[c].n_rot, cases[c].mode);
-        check_close(what, download_f32(ty), ref, T * H * D, 1e-6);
-        release_all();
+        op_check_close(what, download_f32(ty), ref, T * H * D, 1e-6);
+        op_release_all();
     }
 }
 
@@ -633,27 +458,20 @@ static void check_far(const char *what, const float *got, const double *ref, int
 static float *rope_multi_run(const struct rope_multi_case *rc, float **x_out, int32_t **pos_out)
 {
     int64_t T = rc->T, H = rc->H, D = rc->D;
-    int32_t *pos = talloc((size_t)(T * rc->n_axes) * 4);
+    int32_t *pos = op_alloc((size_t)(T * rc->n_axes) * 4);
     for (int64_t t = 0; t < T; t++)
         for (int a = 0; a < rc->n_axes; a++)
-            pos[t * rc->n_axes + a] = rng_int(0, rc->max_pos);
+            pos[t * rc->n_axes + a] = op_rng_int(0, rc->max_pos);
     for (int a = 0; a < rc->n_axes; a++)
         pos[a] = rc->max_pos - 7 * a; /* the largest position, distinct per axis */
-    float *x = rand_f(T * H * D, -2, 2);
+    float *x = op_rand_f(T * H * D, -2, 2);
     struct harness_tensor *tx, xv, *ty;
     if (rc->layout == RM_VIEW) {
         /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer whose other heads are NaN; the
          * rotation runs in place on that view. */
-        int64_t Hb = H + 2;
-        float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
-        for (int64_t i = 0; i < T * Hb * D; i++)
-            buf[i] = NAN;
-        for (int64_t t = 0; t < T; t++)
-            memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
-        tx = tnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
-        upload(tx, buf);
-        xv = tview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D), (const int64_t[]){ Hb * D * 4, D * 4, 4 },
-                   (uint64_t)D * 4);
+        tx = tnew(MMRT_DTYPE_F32, SHAPE(T, H + 2, D));
+        upload(tx, op_fused_heads(x, T, H, D));
+        xv = op_heads_view(tx, T, H, D);
         ty = &xv;
     } else {
         tx = tnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
@@ -672,7 +490,7 @@ static float *rope_multi_run(const struct rope_multi_case *rc, float **x_out, in
     if (rc->layout == RM_VIEW) {
         int64_t Hb = H + 2;
         float *all = download_f32(tx);
-        got = talloc((size_t)(T * H * D) * sizeof(float));
+        got = op_alloc((size_t)(T * H * D) * sizeof(float));
         for (int64_t t = 0; t < T; t++) {
             memcpy(got + t * H * D, all + (t * Hb + 1) * D, (size_t)(H * D) * sizeof(float));
             for (int64_t i = 0; i < D; i++) /* the heads around the view stay NaN */
@@ -715,14 +533,14 @@ static void test_rope_multi(void **state)
         { 7, 1, 16, 16, 8, 1, 3, { 4, 0, 4 }, 1e4f, 300, RM_IN_PLACE, true },
         { 2, 3, 16, 16, 16, 0, 4, { 3, 5, 0, 0 }, 1e4f, 30000, RM_CONTIG, true },
     };
-    rng_seed(18);
+    op_rng_seed(18);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const struct rope_multi_case *rc = &cases[c];
         int64_t T = rc->T, H = rc->H, D = rc->D, n = T * H * D;
         float *x;
         int32_t *pos;
         float *got = rope_multi_run(rc, &x, &pos);
-        double *ref = ref_buf(n);
+        double *ref = op_ref_buf(n);
         ref_rope_multi(x, pos, T, H, D, rc->n_rot, rc->freq_dim, rc->restart, rc->n_axes,
                        rc->sections, rc->theta, ref);
         char what[160];
@@ -730,13 +548,13 @@ static void test_rope_multi(void **state)
                  "freq_dim %d restart %d sections %d,%d,%d,%d)", c, (long long)T, (long long)H,
                  (long long)D, rc->n_rot, rc->freq_dim, rc->restart, rc->sections[0],
                  rc->sections[1], rc->sections[2], rc->sections[3]);
-        check_close(what, got, ref, n, 1e-6);
+        op_check_close(what, got, ref, n, 1e-6);
         /* Dims ≥ n_rot are copied bit for bit. */
         for (int64_t r = 0; r < T * H; r++)
             assert_memory_equal(got + r * D + rc->n_rot, x + r * D + rc->n_rot,
                                 (size_t)(D - rc->n_rot) * sizeof(float));
         if (!rc->mutants) {
-            release_all();
+            op_release_all();
             continue;
         }
         /* The mistakes a kernel could make, each of which the tolerance must catch. */
@@ -764,7 +582,7 @@ static void test_rope_multi(void **state)
             snprintf(mwhat, sizeof mwhat, "%s vs restart %d", what, !rc->restart);
             check_far(mwhat, got, ref, n);
             /* Positions read axis-major ([n_axes, T]) instead of [T, n_axes]. */
-            int32_t *tp = talloc((size_t)(T * rc->n_axes) * 4);
+            int32_t *tp = op_alloc((size_t)(T * rc->n_axes) * 4);
             for (int64_t t = 0; t < T; t++)
                 for (int a = 0; a < rc->n_axes; a++)
                     tp[a * T + t] = pos[t * rc->n_axes + a];
@@ -780,7 +598,7 @@ static void test_rope_multi(void **state)
                        rc->sections, rc->theta, ref);
         snprintf(mwhat, sizeof mwhat, "%s vs freq_dim %d", what, wrong_fd);
         check_far(mwhat, got, ref, n);
-        release_all();
+        op_release_all();
     }
 }
 
@@ -801,13 +619,13 @@ static void test_rope_multi_is_rope(void **state)
         { 3, 5, 40, 24, 4, { 3, 0, 4, 5 }, 5e5f, 70000 },
         { 1, 1, 2, 2, 1, { 1 }, 1e4f, 3 },
     };
-    rng_seed(19);
+    op_rng_seed(19);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
         int n_axes = cases[c].n_axes;
-        int32_t *pos = talloc((size_t)T * 4), *pos_m = talloc((size_t)(T * n_axes) * 4);
+        int32_t *pos = op_alloc((size_t)T * 4), *pos_m = op_alloc((size_t)(T * n_axes) * 4);
         for (int64_t t = 0; t < T; t++) {
-            pos[t] = t ? rng_int(0, cases[c].max_pos) : cases[c].max_pos;
+            pos[t] = t ? op_rng_int(0, cases[c].max_pos) : cases[c].max_pos;
             for (int a = 0; a < n_axes; a++)
                 pos_m[t * n_axes + a] = pos[t];
         }
@@ -825,7 +643,7 @@ static void test_rope_multi_is_rope(void **state)
         assert_int_equal(run(MMRT_OP_ROPE, s1, 2, y1, &p, sizeof p), MMRT_OK);
         assert_int_equal(run(MMRT_OP_ROPE_MULTI, s2, 2, y2, &pm, sizeof pm), MMRT_OK);
         assert_memory_equal(download_f32(y1), download_f32(y2), (size_t)(T * H * D) * 4);
-        release_all();
+        op_release_all();
     }
 }
 
@@ -861,21 +679,23 @@ static struct harness_tensor kv_place(const struct attn_case *ac, int64_t S, con
     switch (ac->layout) {
     case KV_DENSE: {
         struct harness_tensor *t = tnew(ac->kv_dtype, SHAPE(S, Hkv, D));
-        assert_int_equal(harness_upload(&H, t, encode(ac->kv_dtype, dense, S * Hkv * D)), MMRT_OK);
+        assert_int_equal(harness_upload(&H, t, op_encode(ac->kv_dtype, dense, S * Hkv * D)),
+                         MMRT_OK);
         return *t;
     }
     case KV_CACHE: {
-        float *buf = talloc((size_t)(cap * Hkv * D) * sizeof(float));
+        float *buf = op_alloc((size_t)(cap * Hkv * D) * sizeof(float));
         for (int64_t i = 0; i < cap * Hkv * D; i++)
             buf[i] = NAN;
         memcpy(buf + off * Hkv * D, dense, (size_t)(S * Hkv * D) * sizeof(float));
         struct harness_tensor *t = tnew(ac->kv_dtype, SHAPE(cap, Hkv, D));
-        assert_int_equal(harness_upload(&H, t, encode(ac->kv_dtype, buf, cap * Hkv * D)), MMRT_OK);
-        return tview(t, ac->kv_dtype, 3, ne, (const int64_t[]){ Hkv * D * es, D * es, es },
+        assert_int_equal(harness_upload(&H, t, op_encode(ac->kv_dtype, buf, cap * Hkv * D)),
+                         MMRT_OK);
+        return op_view(t, ac->kv_dtype, 3, ne, (const int64_t[]){ Hkv * D * es, D * es, es },
                      (uint64_t)(off * Hkv * D * es));
     }
     case KV_HEAD_MAJOR: {
-        float *buf = talloc((size_t)(cap * Hkv * D) * sizeof(float));
+        float *buf = op_alloc((size_t)(cap * Hkv * D) * sizeof(float));
         for (int64_t i = 0; i < cap * Hkv * D; i++)
             buf[i] = NAN;
         for (int64_t s = 0; s < S; s++)
@@ -883,8 +703,9 @@ static struct harness_tensor kv_place(const struct attn_case *ac, int64_t S, con
                 memcpy(buf + (g * cap + s) * D, dense + (s * Hkv + g) * D,
                        (size_t)D * sizeof(float));
         struct harness_tensor *t = tnew(ac->kv_dtype, SHAPE(Hkv, cap, D));
-        assert_int_equal(harness_upload(&H, t, encode(ac->kv_dtype, buf, cap * Hkv * D)), MMRT_OK);
-        return tview(t, ac->kv_dtype, 3, ne, (const int64_t[]){ D * es, cap * D * es, es }, 0);
+        assert_int_equal(harness_upload(&H, t, op_encode(ac->kv_dtype, buf, cap * Hkv * D)),
+                         MMRT_OK);
+        return op_view(t, ac->kv_dtype, 3, ne, (const int64_t[]){ D * es, cap * D * es, es }, 0);
     }
     case KV_FUSED:
     default: {
@@ -894,7 +715,7 @@ static struct harness_tensor kv_place(const struct attn_case *ac, int64_t S, con
         if (which == 1) {
             *fused_base = tnew(ac->kv_dtype, SHAPE(S, 2, Hkv, D));
             assert_int_equal(harness_upload(&H, *fused_base,
-                                            encode(ac->kv_dtype, fused_host, S * 2 * Hkv * D)),
+                                            op_encode(ac->kv_dtype, fused_host, S * 2 * Hkv * D)),
                              MMRT_OK);
         }
         return (struct harness_tensor){ 0 }; /* the caller builds both views afterwards */
@@ -913,21 +734,21 @@ static float *attention_case(const struct attn_case *ac, uint64_t seed, bool che
         cu_k[s + 1] = cu_k[s] + ac->lk[s];
     }
     int64_t T = cu_q[n_seq], S = cu_k[n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
-    rng_seed(seed);
-    float *q, *k = rand_f(S * Hkv * D, -1, 1), *v = rand_f(S * Hkv * D, -1, 1);
-    round_to(ac->kv_dtype, k, S * Hkv * D);
-    round_to(ac->kv_dtype, v, S * Hkv * D);
+    op_rng_seed(seed);
+    float *q, *k = op_rand_f(S * Hkv * D, -1, 1), *v = op_rand_f(S * Hkv * D, -1, 1);
+    op_round_to(ac->kv_dtype, k, S * Hkv * D);
+    op_round_to(ac->kv_dtype, v, S * Hkv * D);
     struct harness_tensor *tq = trand(MMRT_DTYPE_F32, -ac->q_amp, ac->q_amp, &q, SHAPE(T, Hq, D));
     struct harness_tensor kv_k, kv_v, *fused = NULL;
     float *fused_host = NULL;
     if (ac->layout == KV_FUSED) {
-        fused_host = talloc((size_t)(S * 2 * Hkv * D) * sizeof(float));
+        fused_host = op_alloc((size_t)(S * 2 * Hkv * D) * sizeof(float));
         kv_place(ac, S, k, 0, fused_host, &fused);
         kv_place(ac, S, v, 1, fused_host, &fused);
         int64_t es = ac->kv_dtype == MMRT_DTYPE_F32 ? 4 : 2;
         const int64_t nb[3] = { 2 * Hkv * D * es, D * es, es };
-        kv_k = tview(fused, ac->kv_dtype, SHAPE(S, Hkv, D), nb, 0);
-        kv_v = tview(fused, ac->kv_dtype, SHAPE(S, Hkv, D), nb, (uint64_t)(Hkv * D * es));
+        kv_k = op_view(fused, ac->kv_dtype, SHAPE(S, Hkv, D), nb, 0);
+        kv_v = op_view(fused, ac->kv_dtype, SHAPE(S, Hkv, D), nb, (uint64_t)(Hkv * D * es));
     } else {
         kv_k = kv_place(ac, S, k, 0, NULL, NULL);
         kv_v = kv_place(ac, S, v, 1, NULL, NULL);
@@ -944,15 +765,15 @@ static float *attention_case(const struct attn_case *ac, uint64_t seed, bool che
     assert_int_equal(run(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p), MMRT_OK);
     float *got = download_f32(ty);
     if (check) {
-        double *ref = ref_buf(T * Hq * D);
+        double *ref = op_ref_buf(T * Hq * D);
         ref_attention(q, k, v, T, S, Hq, Hkv, D, ac->n_seq ? cu_q : NULL,
                       ac->n_seq ? cu_k : NULL, n_seq, scale, ac->causal, ref);
         char what[160];
         snprintf(what, sizeof what, "ATTENTION seed %llu (T %lld S %lld Hq %lld Hkv %lld D %lld "
                  "n_seq %d causal %d kv %s layout %d)", (unsigned long long)seed, (long long)T,
                  (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq, ac->causal,
-                 dt_name(ac->kv_dtype), (int)ac->layout);
-        check_close(what, got, ref, T * Hq * D, 1e-5);
+                 mmrt_dtype_name_of(ac->kv_dtype), (int)ac->layout);
+        op_check_close(what, got, ref, T * Hq * D, 1e-5);
     }
     return got;
 }
@@ -978,7 +799,7 @@ static void test_attention(void **state)
     (void)state;
     for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
         attention_case(&attn_cases[c], 100 + c, true);
-        release_all();
+        op_release_all();
     }
 }
 
@@ -996,7 +817,7 @@ static void test_attention_empty_rows(void **state)
     for (int64_t i = 0; i < ac->Hq * ac->D; i++)
         nonzero |= got[(t0 + 3) * ac->Hq * ac->D + i] != 0.0f;
     assert_true(nonzero);
-    release_all();
+    op_release_all();
 }
 
 /* ---- GET_ROWS: exact ------------------------------------------------------------------ */
@@ -1005,15 +826,15 @@ static void test_get_rows(void **state)
 {
     (void)state;
     static const int64_t cases[][3] = { { 1, 1, 1 }, { 10, 7, 5 }, { 1000, 64, 33 }, { 32, 4096, 3 } };
-    rng_seed(9);
+    op_rng_seed(9);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
             int64_t V = cases[c][0], N = cases[c][1], T = cases[c][2];
             float *tab;
-            struct harness_tensor *tt = trand(weight_dtypes[d], -3, 3, &tab, SHAPE(V, N));
-            int32_t *ids = talloc((size_t)T * 4);
+            struct harness_tensor *tt = trand(op_weight_dtypes[d], -3, 3, &tab, SHAPE(V, N));
+            int32_t *ids = op_alloc((size_t)T * 4);
             for (int64_t t = 0; t < T; t++)
-                ids[t] = rng_int(0, (int)V - 1);
+                ids[t] = op_rng_int(0, (int)V - 1);
             ids[0] = (int32_t)V - 1;
             if (T > 2)
                 ids[1] = 0, ids[2] = ids[0];
@@ -1024,7 +845,7 @@ static void test_get_rows(void **state)
             float *got = download_f32(ty);
             for (int64_t t = 0; t < T; t++)
                 assert_memory_equal(got + t * N, tab + ids[t] * N, (size_t)N * sizeof(float));
-            release_all();
+            op_release_all();
         }
 }
 
@@ -1034,8 +855,8 @@ static void test_get_rows_all_halves(void **state)
 {
     (void)state;
     for (int d = 1; d < 3; d++) {
-        enum mmrt_dtype dt = weight_dtypes[d];
-        uint16_t *all = talloc(65536 * 2);
+        enum mmrt_dtype dt = op_weight_dtypes[d];
+        uint16_t *all = op_alloc(65536 * 2);
         for (int i = 0; i < 65536; i++)
             all[i] = (uint16_t)i;
         struct harness_tensor *tt = tnew(dt, SHAPE(1024, 64));
@@ -1051,11 +872,11 @@ static void test_get_rows_all_halves(void **state)
             for (int i = 0; i < 64; i++) {
                 uint16_t h = all[ids[t] * 64 + i];
                 float want = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
-                if (!same_value(MMRT_DTYPE_F32, &got[t * 64 + i], &want))
-                    fail_msg("GET_ROWS %s 0x%04x gave %.9g, want %.9g", dt_name(dt), h,
+                if (!op_same_value(MMRT_DTYPE_F32, &got[t * 64 + i], &want))
+                    fail_msg("GET_ROWS %s 0x%04x gave %.9g, want %.9g", mmrt_dtype_name_of(dt), h,
                              (double)got[t * 64 + i], (double)want);
             }
-        release_all();
+        op_release_all();
     }
 }
 
@@ -1068,7 +889,7 @@ static void test_patch_embed(void **state)
         { 1, 3, 28, 28, 7, 32 }, { 2, 3, 14, 21, 7, 5 }, { 1, 3, 30, 60, 30, 8 },
         { 1, 1, 4, 4, 1, 3 },    { 2, 2, 6, 6, 3, 1 },
     };
-    rng_seed(10);
+    op_rng_seed(10);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
             int64_t B = cases[c][0], C = cases[c][1], Hh = cases[c][2], W = cases[c][3];
@@ -1076,19 +897,20 @@ static void test_patch_embed(void **state)
             bool bias = (c + (size_t)d) % 2 == 0;
             float *img, *w, *b = NULL;
             struct harness_tensor *ti = trand(MMRT_DTYPE_F32, -1, 1, &img, SHAPE(B, C, Hh, W));
-            struct harness_tensor *tw = trand(weight_dtypes[d], -1, 1, &w, SHAPE(O, C, P, P));
-            struct harness_tensor *tb = bias ? trand(weight_dtypes[d], -1, 1, &b, SHAPE(O)) : NULL;
+            struct harness_tensor *tw = trand(op_weight_dtypes[d], -1, 1, &w, SHAPE(O, C, P, P));
+            struct harness_tensor *tb =
+                bias ? trand(op_weight_dtypes[d], -1, 1, &b, SHAPE(O)) : NULL;
             struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(B, nP, O));
             struct harness_tensor *src[3] = { ti, tw, tb };
             struct mmrt_patch_params p = { (int32_t)P };
             assert_int_equal(run(MMRT_OP_PATCH_EMBED, src, 3, ty, &p, sizeof p), MMRT_OK);
-            double *ref = ref_buf(B * nP * O);
+            double *ref = op_ref_buf(B * nP * O);
             ref_patch_embed(img, w, b, B, C, Hh, W, P, O, ref);
             char what[96];
             snprintf(what, sizeof what, "PATCH_EMBED case %zu W %s bias %d", c,
-                     dt_name(weight_dtypes[d]), bias);
-            check_close(what, download_f32(ty), ref, B * nP * O, 1e-5);
-            release_all();
+                     mmrt_dtype_name_of(op_weight_dtypes[d]), bias);
+            op_check_close(what, download_f32(ty), ref, B * nP * O, 1e-5);
+            op_release_all();
         }
 }
 
@@ -1108,7 +930,7 @@ static void test_concat(void **state)
     static const int ranks[] = { 1, 2, 3, 4 };
     static const enum mmrt_dtype dts[] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
                                            MMRT_DTYPE_I32 };
-    rng_seed(11);
+    op_rng_seed(11);
     for (int r = 0; r < 4; r++)
         for (int axis = 0; axis < ranks[r]; axis++)
             for (int d = 0; d < 4; d++) {
@@ -1120,18 +942,19 @@ static void test_concat(void **state)
                     na[i] = nb_[i] = ny[i] = shapes[r][i];
                 nb_[axis] = shapes[r][axis] + 2; /* src1 is longer on the axis */
                 ny[axis] = na[axis] + nb_[axis];
-                int64_t n_a = na[0] * na[1] * na[2] * na[3], n_b = nb_[0] * nb_[1] * nb_[2] * nb_[3];
+                int64_t n_a = na[0] * na[1] * na[2] * na[3],
+                        n_b = nb_[0] * nb_[1] * nb_[2] * nb_[3];
                 /* src0 contiguous; src1 a view with its innermost rows padded by 3 elements. */
-                uint8_t *ha = talloc((size_t)(n_a * es)), *hb = talloc((size_t)(n_b * es));
+                uint8_t *ha = op_alloc((size_t)(n_a * es)), *hb = op_alloc((size_t)(n_b * es));
                 for (int64_t i = 0; i < n_a * es; i++)
-                    ha[i] = (uint8_t)rng_u64();
+                    ha[i] = (uint8_t)op_rng_u64();
                 for (int64_t i = 0; i < n_b * es; i++)
-                    hb[i] = (uint8_t)rng_u64();
+                    hb[i] = (uint8_t)op_rng_u64();
                 struct harness_tensor *ta = tnew(dt, nd, na);
                 assert_int_equal(harness_upload(&H, ta, ha), MMRT_OK);
                 int64_t inner = nb_[nd - 1], padded = inner + 3, outer = n_b / inner;
                 struct harness_tensor *tbb = tnew(dt, SHAPE(outer, padded));
-                uint8_t *hbp = talloc((size_t)(outer * padded * es));
+                uint8_t *hbp = op_alloc((size_t)(outer * padded * es));
                 for (int64_t o = 0; o < outer; o++)
                     memcpy(hbp + o * padded * es, hb + o * inner * es, (size_t)(inner * es));
                 assert_int_equal(harness_upload(&H, tbb, hbp), MMRT_OK);
@@ -1141,12 +964,12 @@ static void test_concat(void **state)
                     vnb[nd - 2] = padded * es;
                 for (int i = nd - 3; i >= 0; i--)
                     vnb[i] = vnb[i + 1] * nb_[i + 1];
-                struct harness_tensor tb = tview(tbb, dt, nd, nb_, vnb, 0);
+                struct harness_tensor tb = op_view(tbb, dt, nd, nb_, vnb, 0);
                 struct harness_tensor *ty = tnew(dt, nd, ny);
                 struct mmrt_concat_params p = { axis };
                 struct harness_tensor *src[2] = { ta, &tb };
                 assert_int_equal(run(MMRT_OP_CONCAT, src, 2, ty, &p, sizeof p), MMRT_OK);
-                uint8_t *got = talloc((size_t)ty->nbytes);
+                uint8_t *got = op_alloc((size_t)ty->nbytes);
                 assert_int_equal(harness_download(&H, ty, got), MMRT_OK);
                 /* Expected: walk dst's index space in 4-D with leading 1s. */
                 int64_t e4[4], a4[4], b4[4], pad = 4 - nd;
@@ -1171,57 +994,13 @@ static void test_concat(void **state)
                                 }
                                 if (memcmp(got + idx4(e4, i) * es, want, (size_t)es) != 0)
                                     fail_msg("CONCAT rank %d axis %d %s: element %lld differs", nd,
-                                             axis, dt_name(dt), (long long)idx4(e4, i));
+                                             axis, mmrt_dtype_name_of(dt), (long long)idx4(e4, i));
                             }
-                release_all();
+                op_release_all();
             }
 }
 
 /* ---- COPY: exact ---------------------------------------------------------------------- */
-
-/* What COPY must store for one element converted from sdt to ddt (harness conversions). */
-static void convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d)
-{
-    float f;
-    if (sdt == MMRT_DTYPE_I32) {
-        memcpy(d, s, 4);
-        return;
-    }
-    if (sdt == MMRT_DTYPE_F32)
-        memcpy(&f, s, 4);
-    else {
-        uint16_t h;
-        memcpy(&h, s, 2);
-        f = sdt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
-    }
-    if (ddt == MMRT_DTYPE_F32)
-        memcpy(d, &f, 4);
-    else {
-        uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
-        memcpy(d, &h, 2);
-    }
-}
-
-/* Equal bits, or both NaN (NaN payloads are not specified). */
-static bool same_value(enum mmrt_dtype dt, const void *a, const void *b)
-{
-    if (memcmp(a, b, mmrt_dtype_size(dt)) == 0)
-        return true;
-    float fa, fb;
-    if (dt == MMRT_DTYPE_I32)
-        return false;
-    if (dt == MMRT_DTYPE_F32) {
-        memcpy(&fa, a, 4);
-        memcpy(&fb, b, 4);
-    } else {
-        uint16_t ha, hb;
-        memcpy(&ha, a, 2);
-        memcpy(&hb, b, 2);
-        fa = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(ha) : harness_bf16_to_f32(ha);
-        fb = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(hb) : harness_bf16_to_f32(hb);
-    }
-    return isnan(fa) && isnan(fb);
-}
 
 /* Copies n values (host bytes in sdt) through the device into ddt and compares each. */
 static void check_conversion(enum mmrt_dtype sdt, enum mmrt_dtype ddt, const void *src, int64_t n)
@@ -1231,18 +1010,18 @@ static void check_conversion(enum mmrt_dtype sdt, enum mmrt_dtype ddt, const voi
     struct harness_tensor *srcs[1] = { ts };
     assert_int_equal(run(MMRT_OP_COPY, srcs, 1, td, NULL, 0), MMRT_OK);
     size_t ses = mmrt_dtype_size(sdt), des = mmrt_dtype_size(ddt);
-    uint8_t *got = talloc((size_t)n * des);
+    uint8_t *got = op_alloc((size_t)n * des);
     assert_int_equal(harness_download(&H, td, got), MMRT_OK);
     for (int64_t i = 0; i < n; i++) {
         uint8_t want[4];
-        convert_one(sdt, (const uint8_t *)src + i * (int64_t)ses, ddt, want);
-        if (!same_value(ddt, got + i * (int64_t)des, want)) {
+        op_convert_one(sdt, (const uint8_t *)src + i * (int64_t)ses, ddt, want);
+        if (!op_same_value(ddt, got + i * (int64_t)des, want)) {
             uint32_t s = 0, g = 0, w = 0;
             memcpy(&s, (const uint8_t *)src + i * (int64_t)ses, ses);
             memcpy(&g, got + i * (int64_t)des, des);
             memcpy(&w, want, des);
-            fail_msg("COPY %s→%s: source bits 0x%x gave 0x%x, want 0x%x", dt_name(sdt),
-                     dt_name(ddt), s, g, w);
+            fail_msg("COPY %s→%s: source bits 0x%x gave 0x%x, want 0x%x", mmrt_dtype_name_of(sdt),
+                     mmrt_dtype_name_of(ddt), s, g, w);
         }
     }
 }
@@ -1251,7 +1030,7 @@ static void test_copy_conversions(void **state)
 {
     (void)state;
     /* Every f16 and every bf16 bit pattern, to F32 and to the other 16-bit type. */
-    uint16_t *all = talloc(65536 * 2);
+    uint16_t *all = op_alloc(65536 * 2);
     for (int i = 0; i < 65536; i++)
         all[i] = (uint16_t)i;
     check_conversion(MMRT_DTYPE_F16, MMRT_DTYPE_F32, all, 65536);
@@ -1276,19 +1055,19 @@ static void test_copy_conversions(void **state)
         0x00000001, 0x007fffff, /* f32 subnormals */
     };
     int64_t n = 200000;
-    uint32_t *bits = talloc((size_t)n * 4);
+    uint32_t *bits = op_alloc((size_t)n * 4);
     memcpy(bits, edge, sizeof edge);
-    rng_seed(12);
+    op_rng_seed(12);
     for (int64_t i = (int64_t)(sizeof edge / 4); i < n; i++) {
-        bits[i] = (uint32_t)rng_u64();
+        bits[i] = (uint32_t)op_rng_u64();
         if (i % 2) /* half of them in the f16 range, where rounding is interesting */
-            bits[i] = (bits[i] & 0x807fffffu) | ((uint32_t)rng_int(100, 143) << 23);
+            bits[i] = (bits[i] & 0x807fffffu) | ((uint32_t)op_rng_int(100, 143) << 23);
     }
     check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_F16, bits, n);
     check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_BF16, bits, n);
     check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_F32, bits, n);
     check_conversion(MMRT_DTYPE_I32, MMRT_DTYPE_I32, bits, n);
-    release_all();
+    op_release_all();
 }
 
 static void test_copy_strided(void **state)
@@ -1297,13 +1076,13 @@ static void test_copy_strided(void **state)
     static const enum mmrt_dtype dts[] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
     static const int perms[][4] = { { 0, 2, 1, 3 }, { 3, 1, 0, 2 }, { 0, 1, 2, 3 }, { 2, 3, 0, 1 } };
     const int64_t base_ne[4] = { 2, 3, 5, 7 };
-    rng_seed(13);
+    op_rng_seed(13);
     for (int pi = 0; pi < 4; pi++)
         for (int s = 0; s < 3; s++)
             for (int d = 0; d < 3; d++) {
                 enum mmrt_dtype sdt = dts[s], ddt = dts[d];
                 int64_t ses = (int64_t)mmrt_dtype_size(sdt), des = (int64_t)mmrt_dtype_size(ddt);
-                float *vals = rand_f(210, -100, 100);
+                float *vals = op_rand_f(210, -100, 100);
                 struct harness_tensor *tb = tnew(sdt, 4, base_ne);
                 upload(tb, vals);
                 /* The source is base permuted: dim i of the view is dim perms[pi][i] of base. */
@@ -1315,11 +1094,11 @@ static void test_copy_strided(void **state)
                     ne[i] = base_ne[perms[pi][i]];
                     nb[i] = bnb[perms[pi][i]];
                 }
-                struct harness_tensor sv = tview(tb, sdt, 4, ne, nb, 0);
+                struct harness_tensor sv = op_view(tb, sdt, 4, ne, nb, 0);
                 struct harness_tensor *td = tnew(ddt, 4, ne);
                 struct harness_tensor *src[1] = { &sv };
                 assert_int_equal(run(MMRT_OP_COPY, src, 1, td, NULL, 0), MMRT_OK);
-                uint8_t *got = talloc((size_t)td->nbytes);
+                uint8_t *got = op_alloc((size_t)td->nbytes);
                 assert_int_equal(harness_download(&H, td, got), MMRT_OK);
                 int64_t i[4];
                 for (i[0] = 0; i[0] < ne[0]; i[0]++)
@@ -1331,39 +1110,41 @@ static void test_copy_strided(void **state)
                                     bi[perms[pi][k]] = i[k];
                                 uint8_t sbytes[4], want[4];
                                 float f = vals[idx4(base_ne, bi)]; /* already rounded to sdt */
-                                convert_one(MMRT_DTYPE_F32, &f, sdt, sbytes);
-                                convert_one(sdt, sbytes, ddt, want);
+                                op_convert_one(MMRT_DTYPE_F32, &f, sdt, sbytes);
+                                op_convert_one(sdt, sbytes, ddt, want);
                                 if (memcmp(got + idx4(ne, i) * des, want, (size_t)des) != 0)
                                     fail_msg("COPY perm %d %s→%s differs at %lld", pi,
-                                             dt_name(sdt), dt_name(ddt), (long long)idx4(ne, i));
+                                             mmrt_dtype_name_of(sdt), mmrt_dtype_name_of(ddt),
+                                             (long long)idx4(ne, i));
                             }
-                release_all();
+                op_release_all();
             }
 
     /* A KV-cache write: [T, Hkv, D] F32 into tokens [off, off + T) of an F16 cache; the rest
      * of the cache must keep its old contents. */
     int64_t T = 3, Hkv = 2, D = 8, cap = 10, off = 4;
-    float *kv = rand_f(T * Hkv * D, -2, 2);
+    float *kv = op_rand_f(T * Hkv * D, -2, 2);
     struct harness_tensor *tkv = tnew(MMRT_DTYPE_F32, SHAPE(T, Hkv, D));
     upload(tkv, kv);
     struct harness_tensor *cache = tnew(MMRT_DTYPE_F16, SHAPE(cap, Hkv, D));
-    uint16_t *old = talloc((size_t)cache->nbytes);
+    uint16_t *old = op_alloc((size_t)cache->nbytes);
     for (int64_t i = 0; i < cap * Hkv * D; i++)
         old[i] = (uint16_t)(0x3c00 + i); /* distinct finite halves */
     assert_int_equal(harness_upload(&H, cache, old), MMRT_OK);
-    struct harness_tensor slot = tview(cache, MMRT_DTYPE_F16, SHAPE(T, Hkv, D),
+    struct harness_tensor slot = op_view(cache, MMRT_DTYPE_F16, SHAPE(T, Hkv, D),
                                        (const int64_t[]){ Hkv * D * 2, D * 2, 2 },
                                        (uint64_t)(off * Hkv * D * 2));
     struct harness_tensor *src[1] = { tkv };
     assert_int_equal(run(MMRT_OP_COPY, src, 1, &slot, NULL, 0), MMRT_OK);
-    uint16_t *now = talloc((size_t)cache->nbytes);
+    uint16_t *now = op_alloc((size_t)cache->nbytes);
     assert_int_equal(harness_download(&H, cache, now), MMRT_OK);
     for (int64_t i = 0; i < cap * Hkv * D; i++) {
         int64_t t = i / (Hkv * D);
-        uint16_t want = t >= off && t < off + T ? harness_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
+        uint16_t want =
+            t >= off && t < off + T ? harness_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
         assert_int_equal(now[i], want);
     }
-    release_all();
+    op_release_all();
 }
 
 /* ---- SET_ROWS: exact ------------------------------------------------------------------ */
@@ -1392,10 +1173,10 @@ static void test_set_rows(void **state)
         { 2, { 1, 1 }, 1 },
         { 3, { 30, 8, 80 }, 30 },
     };
-    rng_seed(20);
+    op_rng_seed(20);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
-            enum mmrt_dtype dt = weight_dtypes[d];
+            enum mmrt_dtype dt = op_weight_dtypes[d];
             int nd = cases[c].n_dims;
             int64_t R = cases[c].ne[0], T = cases[c].T, n = 1, vne[MMRT_MAX_DIMS];
             for (int i = 1; i < nd; i++)
@@ -1403,11 +1184,11 @@ static void test_set_rows(void **state)
             memcpy(vne, cases[c].ne, sizeof vne);
             vne[0] = T;
             /* Distinct in-range indices (a permutation's prefix), then some out of range. */
-            int32_t *perm = talloc((size_t)R * 4), *idx = talloc((size_t)T * 4);
+            int32_t *perm = op_alloc((size_t)R * 4), *idx = op_alloc((size_t)T * 4);
             for (int64_t r = 0; r < R; r++)
                 perm[r] = (int32_t)r;
             for (int64_t r = R - 1; r > 0; r--) {
-                int64_t j = rng_int(0, (int)r);
+                int64_t j = op_rng_int(0, (int)r);
                 int32_t tmp = perm[r];
                 perm[r] = perm[j];
                 perm[j] = tmp;
@@ -1421,7 +1202,7 @@ static void test_set_rows(void **state)
             } else if (T == 1 && c == 1) {
                 idx[0] = (int32_t)R - 1;        /* the last row */
             }
-            float *v = rand_f(T * n, -5, 5);
+            float *v = op_rand_f(T * n, -5, 5);
             memcpy(v, set_rows_edge, sizeof set_rows_edge < (size_t)(T * n) * 4
                                          ? sizeof set_rows_edge : (size_t)(T * n) * 4);
             float *old;
@@ -1432,27 +1213,27 @@ static void test_set_rows(void **state)
             struct harness_tensor *ty = trand(dt, -100, 100, &old, nd, cases[c].ne);
             struct harness_tensor *src[2] = { tv, ti };
             assert_int_equal(run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0), MMRT_OK);
-            double *ref = ref_buf(R * n);
+            double *ref = op_ref_buf(R * n);
             for (int64_t i = 0; i < R * n; i++)
                 ref[i] = old[i];
             ref_set_rows(v, idx, T, n, R, ref);
             size_t es = mmrt_dtype_size(dt);
-            uint8_t *got = talloc((size_t)ty->nbytes);
+            uint8_t *got = op_alloc((size_t)ty->nbytes);
             assert_int_equal(harness_download(&H, ty, got), MMRT_OK);
             for (int64_t i = 0; i < R * n; i++) {
                 uint8_t want[4];
                 float f = (float)ref[i];
-                convert_one(MMRT_DTYPE_F32, (const uint8_t *)&f, dt, want);
-                if (!same_value(dt, got + i * (int64_t)es, want)) {
+                op_convert_one(MMRT_DTYPE_F32, (const uint8_t *)&f, dt, want);
+                if (!op_same_value(dt, got + i * (int64_t)es, want)) {
                     uint32_t g = 0, w = 0;
                     memcpy(&g, got + i * (int64_t)es, es);
                     memcpy(&w, want, es);
                     fail_msg("SET_ROWS case %zu %s: dst row %lld element %lld is 0x%x, want 0x%x "
-                             "(f32 %.9g)", c, dt_name(dt), (long long)(i / n),
+                             "(f32 %.9g)", c, mmrt_dtype_name_of(dt), (long long)(i / n),
                              (long long)(i % n), g, w, (double)f);
                 }
             }
-            release_all();
+            op_release_all();
         }
 }
 
@@ -1461,20 +1242,20 @@ static void test_set_rows(void **state)
 static void test_set_rows_duplicates(void **state)
 {
     (void)state;
-    rng_seed(21);
+    op_rng_seed(21);
     for (int d = 0; d < 3; d++) {
-        enum mmrt_dtype dt = weight_dtypes[d];
+        enum mmrt_dtype dt = op_weight_dtypes[d];
         int64_t R = 6, T = 5, n = 3000; /* rows long enough to be split across the threads */
         int32_t idx[5] = { 2, 4, 2, 2, 0 };
         float *v, *old;
         struct harness_tensor *tv = trand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(T, n));
-        round_to(dt, v, T * n); /* so each candidate row is exactly representable */
+        op_round_to(dt, v, T * n); /* so each candidate row is exactly representable */
         upload(tv, v);
         struct harness_tensor *ti = tnew_i32(idx, T);
         struct harness_tensor *ty = trand(dt, 10, 20, &old, SHAPE(R, n)), *src[2] = { tv, ti };
         assert_int_equal(run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0), MMRT_OK);
-        float *got = talloc((size_t)(R * n) * 4);
-        uint8_t *raw = talloc((size_t)ty->nbytes);
+        float *got = op_alloc((size_t)(R * n) * 4);
+        uint8_t *raw = op_alloc((size_t)ty->nbytes);
         assert_int_equal(harness_download(&H, ty, raw), MMRT_OK);
         for (int64_t i = 0; i < R * n; i++) {
             uint16_t h;
@@ -1490,13 +1271,14 @@ static void test_set_rows_duplicates(void **state)
             if (idx[t] == 2)
                 some |= memcmp(got + 2 * n, v + t * n, (size_t)n * 4) == 0;
         if (!some)
-            fail_msg("SET_ROWS %s: row 2 is not one of the three rows written to it", dt_name(dt));
+            fail_msg("SET_ROWS %s: row 2 is not one of the three rows written to it",
+                     mmrt_dtype_name_of(dt));
         assert_memory_equal(got + 4 * n, v + 1 * n, (size_t)n * 4);
         assert_memory_equal(got + 0 * n, v + 4 * n, (size_t)n * 4);
         for (int r = 0; r < R; r++)
             if (r != 0 && r != 2 && r != 4)
                 assert_memory_equal(got + r * n, old + r * n, (size_t)n * 4);
-        release_all();
+        op_release_all();
     }
 }
 
@@ -1506,15 +1288,15 @@ static void test_argmax(void **state)
 {
     (void)state;
     static const int64_t cases[][2] = { { 1, 1 }, { 4, 7 }, { 3, 1000 }, { 2, 32000 }, { 9, 2 } };
-    rng_seed(14);
+    op_rng_seed(14);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t R = cases[c][0], N = cases[c][1];
-        float *x = rand_f(R * N, -5, 5);
+        float *x = op_rand_f(R * N, -5, 5);
         for (int64_t r = 0; r < R; r++) {
             float *row = x + r * N;
             int kind = (int)(r % 5);
             if (kind == 1 && N > 2) { /* a tie: the first of two maxima wins */
-                int64_t a = rng_int(0, (int)N - 2), b = rng_int((int)a + 1, (int)N - 1);
+                int64_t a = op_rng_int(0, (int)N - 2), b = op_rng_int((int)a + 1, (int)N - 1);
                 row[a] = row[b] = 10.0f;
             } else if (kind == 2) { /* NaNs, one in front; never chosen */
                 row[0] = NAN;
@@ -1532,11 +1314,11 @@ static void test_argmax(void **state)
         struct harness_tensor *ty = tnew(MMRT_DTYPE_I32, SHAPE(R));
         struct harness_tensor *src[1] = { tx };
         assert_int_equal(run(MMRT_OP_ARGMAX, src, 1, ty, NULL, 0), MMRT_OK);
-        int32_t *got = talloc((size_t)R * 4);
+        int32_t *got = op_alloc((size_t)R * 4);
         assert_int_equal(harness_download(&H, ty, got), MMRT_OK);
         for (int64_t r = 0; r < R; r++)
             assert_int_equal(got[r], ref_argmax(x + r * N, N));
-        release_all();
+        op_release_all();
     }
 }
 
@@ -1566,7 +1348,7 @@ static void expect_refusal(mmrt_status got, mmrt_status want, const char *op, co
 static void test_refusals(void **state)
 {
     (void)state;
-    rng_seed(15);
+    op_rng_seed(15);
     float *h;
     struct harness_tensor *x = trand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(4, 8));
     struct harness_tensor *w = trand(MMRT_DTYPE_F16, -1, 1, &h, SHAPE(6, 8));
@@ -1574,7 +1356,7 @@ static void test_refusals(void **state)
     struct harness_tensor *xi = tnew(MMRT_DTYPE_I32, SHAPE(4, 8));
 
     /* GET_ROWS: an id out of range names the id and the row, and writes nothing. */
-    float *sentinel = rand_f(2 * 8, 7, 8);
+    float *sentinel = op_rand_f(2 * 8, 7, 8);
     struct harness_tensor *rows = tnew(MMRT_DTYPE_F32, SHAPE(2, 8));
     upload(rows, sentinel);
     for (int k = 0; k < 2; k++) {
@@ -1659,11 +1441,12 @@ static void test_refusals(void **state)
                    "ATTENTION", "both");
 
     /* Descriptors that do not fit their arena, misaligned, foreign or self-overlapping. */
-    struct harness_tensor big = tview(x, MMRT_DTYPE_F32, SHAPE(5, 8), (const int64_t[]){ 32, 4 }, 0);
+    struct harness_tensor big =
+        op_view(x, MMRT_DTYPE_F32, SHAPE(5, 8), (const int64_t[]){ 32, 4 }, 0);
     struct harness_tensor *sc_big[1] = { &big };
     expect_refusal(run(MMRT_OP_SCALE, sc_big, 1, y48, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
                    "SCALE", "outside");
-    struct harness_tensor odd = tview(x, MMRT_DTYPE_F32, SHAPE(7), (const int64_t[]){ 4 }, 2);
+    struct harness_tensor odd = op_view(x, MMRT_DTYPE_F32, SHAPE(7), (const int64_t[]){ 4 }, 2);
     struct harness_tensor *sc_odd[1] = { &odd };
     struct harness_tensor *y7 = tnew(MMRT_DTYPE_F32, SHAPE(7));
     expect_refusal(run(MMRT_OP_SCALE, sc_odd, 1, y7, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
@@ -1674,12 +1457,12 @@ static void test_refusals(void **state)
     struct harness_tensor *sc_for[1] = { &foreign };
     expect_refusal(run(MMRT_OP_SCALE, sc_for, 1, y7, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
                    "SCALE", "not an arena");
-    struct harness_tensor x31 = tview(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 0);
-    struct harness_tensor y31 = tview(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 4);
+    struct harness_tensor x31 = op_view(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 0);
+    struct harness_tensor y31 = op_view(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 4);
     struct harness_tensor *sc_ov[1] = { &x31 };
     expect_refusal(run(MMRT_OP_SCALE, sc_ov, 1, &y31, &sp, sizeof sp), MMRT_ERR_INVALID_ARG,
                    "SCALE", "overlaps");
-    struct harness_tensor bcast_dst = tview(y48, MMRT_DTYPE_F32, SHAPE(4, 8),
+    struct harness_tensor bcast_dst = op_view(y48, MMRT_DTYPE_F32, SHAPE(4, 8),
                                             (const int64_t[]){ 0, 4 }, 0);
     struct harness_tensor *cp[1] = { x };
     expect_refusal(run(MMRT_OP_COPY, cp, 1, &bcast_dst, NULL, 0), MMRT_ERR_INVALID_ARG, "COPY",
@@ -1716,7 +1499,7 @@ static void test_refusals(void **state)
     args.op = MMRT_OP_ADD;
     args.hdr.struct_size = 8;
     expect_refusal(H.plugin->ops[MMRT_OP_ADD](H.dev, &args), MMRT_ERR_INVALID_ARG, "ADD", "ABI");
-    release_all();
+    op_release_all();
 }
 
 /* ROPE_MULTI and SET_ROWS refuse what plugin.h rules out, naming the operand or parameter;
@@ -1724,7 +1507,7 @@ static void test_refusals(void **state)
 static void test_rope_multi_set_rows_refusals(void **state)
 {
     (void)state;
-    rng_seed(22);
+    op_rng_seed(22);
     float *h;
     struct harness_tensor *q = trand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(3, 4, 8));
     struct harness_tensor *yq = tnew(MMRT_DTYPE_F32, SHAPE(3, 4, 8));
@@ -1814,12 +1597,12 @@ static void test_rope_multi_set_rows_refusals(void **state)
     struct harness_tensor *c2 = tnew(MMRT_DTYPE_F32, SHAPE(5, 32));
     expect_refusal(run(MMRT_OP_SET_ROWS, sr, 2, c2, NULL, 0), MMRT_ERR_INVALID_ARG, "SET_ROWS",
                    "dst must have 3 dims");
-    struct harness_tensor strided = tview(cache, MMRT_DTYPE_F16, SHAPE(2, 4, 8),
+    struct harness_tensor strided = op_view(cache, MMRT_DTYPE_F16, SHAPE(2, 4, 8),
                                           (const int64_t[]){ 2 * 32 * 2, 8 * 2, 2 }, 0);
     expect_refusal(run(MMRT_OP_SET_ROWS, sr, 2, &strided, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "SET_ROWS", "dst must be contiguous");
     struct harness_tensor *big = tnew(MMRT_DTYPE_F32, SHAPE(6, 4, 8));
-    struct harness_tensor vin = tview(big, MMRT_DTYPE_F32, SHAPE(2, 4, 8),
+    struct harness_tensor vin = op_view(big, MMRT_DTYPE_F32, SHAPE(2, 4, 8),
                                       (const int64_t[]){ 32 * 4, 8 * 4, 4 }, 32 * 4);
     struct harness_tensor *sro[2] = { &vin, ti };
     expect_refusal(run(MMRT_OP_SET_ROWS, sro, 2, big, NULL, 0), MMRT_ERR_INVALID_ARG, "SET_ROWS",
@@ -1833,7 +1616,7 @@ static void test_rope_multi_set_rows_refusals(void **state)
                                                { -5, 1000 } };
         struct harness_tensor *to = tnew_i32(outside[k], 2), *sro2[2] = { tv, to };
         assert_int_equal(run(MMRT_OP_SET_ROWS, sro2, 2, tc, NULL, 0), MMRT_OK);
-        uint16_t *raw = talloc(5 * 32 * 2);
+        uint16_t *raw = op_alloc(5 * 32 * 2);
         assert_int_equal(harness_download(&H, tc, raw), MMRT_OK);
         for (int i = 0; i < 5 * 32; i++)
             assert_true(harness_bf16_to_f32(raw[i]) == before[i]);
@@ -1843,11 +1626,11 @@ static void test_rope_multi_set_rows_refusals(void **state)
     int32_t one = 5;
     struct harness_tensor *to1 = tnew_i32(&one, 1), *sr1[2] = { t1, to1 };
     assert_int_equal(run(MMRT_OP_SET_ROWS, sr1, 2, tc, NULL, 0), MMRT_OK);
-    uint16_t *raw = talloc(5 * 32 * 2);
+    uint16_t *raw = op_alloc(5 * 32 * 2);
     assert_int_equal(harness_download(&H, tc, raw), MMRT_OK);
     for (int i = 0; i < 5 * 32; i++)
         assert_true(harness_bf16_to_f32(raw[i]) == before[i]);
-    release_all();
+    op_release_all();
 }
 
 /* ---- graph capture (option graph = 1) ------------------------------------------------- */
@@ -1872,7 +1655,8 @@ static void test_graph_capture(void **state)
     assert_int_equal(harness_open(&g, harness_plugin_path("cpu"), &on, 1), MMRT_OK);
     H = g;
     const float a[4] = { 1, -2, 3.5f, 8 }, b[4] = { 100, 100, 100, 100 };
-    struct harness_tensor *x = tnew(MMRT_DTYPE_F32, SHAPE(1, 4)), *y = tnew(MMRT_DTYPE_F32, SHAPE(1, 4));
+    struct harness_tensor *x = tnew(MMRT_DTYPE_F32, SHAPE(1, 4)),
+                          *y = tnew(MMRT_DTYPE_F32, SHAPE(1, 4));
     struct harness_tensor *cache = tnew(MMRT_DTYPE_F32, SHAPE(3, 4));
     struct harness_tensor *idx = tnew_i32((const int32_t[]){ 0 }, 1);
     assert_int_equal(harness_upload(&H, x, b), MMRT_OK);
@@ -1916,7 +1700,7 @@ static void test_graph_capture(void **state)
 
     /* a graph that outlives one of its arenas fails at launch instead of touching freed
      * memory; destroying it is still fine */
-    release_all();
+    op_release_all();
     assert_int_equal(P->graph_launch(H.dev, graph), MMRT_ERR_INVALID_ARG);
     P->graph_destroy(H.dev, graph);
     harness_close(&g);
@@ -1936,7 +1720,7 @@ static void test_thread_count_invariance(void **state)
     float *out[2][3];
     for (int pass = 0; pass < 2; pass++) {
         H = pass ? one : three;
-        rng_seed(16);
+        op_rng_seed(16);
         float *x, *w;
         struct harness_tensor *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(70, 300));
         struct harness_tensor *tw = trand(MMRT_DTYPE_F16, -1, 1, &w, SHAPE(45, 300));
@@ -1951,7 +1735,7 @@ static void test_thread_count_invariance(void **state)
         float *a2 = attention_case(&attn_cases[5], 2, false);
         out[pass][2] = malloc(13 * 6 * 8 * sizeof(float));
         memcpy(out[pass][2], a2, 13 * 6 * 8 * sizeof(float));
-        release_all();
+        op_release_all();
     }
     H = three;
     harness_close(&one);
@@ -1972,11 +1756,11 @@ static void test_fresh_device_first_loop(void **state)
     struct harness fresh;
     struct mmrt_option opt = { "threads", "4" };
     struct harness saved = H;
-    rng_seed(17);
-    float *x = rand_f(64 * 64, -1, 1), *w = rand_f(64 * 64, -1, 1);
-    double *ref = ref_buf(64 * 64);
-    ref_matmul(x, w, NULL, 64, 64, 64, ref);
     for (int i = 0; i < 40; i++) {
+        op_rng_seed(17); /* the same launch every time */
+        float *x = op_rand_f(64 * 64, -1, 1), *w = op_rand_f(64 * 64, -1, 1);
+        double *ref = op_ref_buf(64 * 64);
+        ref_matmul(x, w, NULL, 64, 64, 64, ref);
         assert_int_equal(harness_open(&fresh, harness_plugin_path("cpu"), &opt, 1), MMRT_OK);
         H = fresh;
         struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(64, 64));
@@ -1985,16 +1769,11 @@ static void test_fresh_device_first_loop(void **state)
         upload(tx, x);
         upload(tw, w);
         assert_int_equal(run(MMRT_OP_MATMUL, src, 2, ty, NULL, 0), MMRT_OK);
-        check_close("MATMUL on a fresh device", download_f32(ty), ref, 64 * 64, 1e-5);
-        for (int j = g_n_dev - 3; j < g_n_dev; j++) { /* this device's tensors only */
-            harness_tensor_free(&H, g_dev[j]);
-            free(g_dev[j]);
-        }
-        g_n_dev -= 3;
+        op_check_close("MATMUL on a fresh device", download_f32(ty), ref, 64 * 64, 1e-5);
+        op_release_all(); /* while H is still this device */
         harness_close(&fresh);
         H = saved;
     }
-    release_all();
 }
 
 /* ---- the device functions ------------------------------------------------------------- */
@@ -2202,7 +1981,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    release_all();
+    op_release_all();
     harness_close(&H);
     return 0;
 }

@@ -26,273 +26,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_cases.h"
 #include "plugin_harness.h"
 #include "ref_ops.h"
 
 #define SKIP_CODE 77
 
-enum { OCL = 0, CPU = 1, NDEV = 2 };
+enum { OCL = OP_DUT, CPU = OP_CPU, NDEV = 2 };
 static struct harness H[NDEV];
 static bool g_have_ocl;
 static char g_why[256];
 
-/* ---- bookkeeping: host buffers and device tensors of a case are released together ----- */
-
-#define MAX_TRACKED 1024
-
-/* One tensor on both devices: t[OCL] and t[CPU] have the same shape, dtype and strides. */
-struct dual {
-    struct harness_tensor t[NDEV];
-};
-
-static void *g_host[MAX_TRACKED];
-static int g_n_host;
-static struct dual *g_dual[MAX_TRACKED];
-static int g_n_dual;
-
-static void *talloc(size_t nbytes)
-{
-    assert_true(g_n_host < MAX_TRACKED);
-    void *p = calloc(1, nbytes ? nbytes : 1);
-    assert_non_null(p);
-    g_host[g_n_host++] = p;
-    return p;
-}
-
-static void release_all(void)
-{
-    for (int i = 0; i < g_n_host; i++)
-        free(g_host[i]);
-    for (int i = 0; i < g_n_dual; i++) {
-        for (int d = 0; d < NDEV; d++)
-            harness_tensor_free(&H[d], &g_dual[i]->t[d]);
-        free(g_dual[i]);
-    }
-    g_n_host = g_n_dual = 0;
-}
-
-#define SHAPE(...)                                                                             \
-    (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
-
-static struct dual *dnew(enum mmrt_dtype dt, int n_dims, const int64_t *ne)
-{
-    assert_true(g_n_dual < MAX_TRACKED);
-    struct dual *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    g_dual[g_n_dual++] = t;
-    for (int d = 0; d < NDEV; d++)
-        assert_int_equal(harness_tensor_new(&H[d], dt, n_dims, ne, &t->t[d]), MMRT_OK);
-    return t;
-}
-
-/* A view into base's arenas (freed with base): extents ne, byte strides nb, byte offset. */
-static struct dual dview(const struct dual *base, enum mmrt_dtype dt, int n_dims,
-                         const int64_t *ne, const int64_t *nb, uint64_t offset)
-{
-    struct dual v = *base;
-    for (int d = 0; d < NDEV; d++) {
-        struct mmrt_tensor *t = &v.t[d].t;
-        t->dtype = dt;
-        t->n_dims = n_dims;
-        t->offset = base->t[d].t.offset + offset;
-        for (int i = 0; i < MMRT_MAX_DIMS; i++) {
-            t->ne[i] = i < n_dims ? ne[i] : 1;
-            t->nb[i] = i < n_dims ? nb[i] : t->nb[i];
-        }
-    }
-    return v;
-}
-
-static int64_t numel(const struct dual *t)
-{
-    int64_t n = 1;
-    for (int i = 0; i < t->t[0].t.n_dims; i++)
-        n *= t->t[0].t.ne[i];
-    return n;
-}
-
-/* ---- random values (splitmix64, fixed seeds) ------------------------------------------ */
-
-static uint64_t g_rng;
-
-static void rng_seed(uint64_t seed)
-{
-    g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
-}
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float rng_f(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
-}
-
-static int rng_int(int lo, int hi) /* [lo, hi] */
-{
-    return lo + (int)(rng_u64() % (uint64_t)(hi - lo + 1));
-}
-
-static float *rand_f(int64_t n, float lo, float hi)
-{
-    float *v = talloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        v[i] = rng_f(lo, hi);
-    return v;
-}
-
-/* ---- transfers ------------------------------------------------------------------------ */
-
-static void round_to(enum mmrt_dtype dt, float *v, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == MMRT_DTYPE_F16)
-            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
-        else if (dt == MMRT_DTYPE_BF16)
-            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
-    }
-}
-
-static void *encode(enum mmrt_dtype dt, const float *v, int64_t n)
-{
-    if (dt == MMRT_DTYPE_F32) {
-        void *p = talloc((size_t)n * 4);
-        memcpy(p, v, (size_t)n * 4);
-        return p;
-    }
-    uint16_t *h = talloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
-    return h;
-}
-
-static void upload_bytes(struct dual *t, const void *bytes)
-{
-    for (int d = 0; d < NDEV; d++)
-        assert_int_equal(harness_upload(&H[d], &t->t[d], bytes), MMRT_OK);
-}
-
-/* Rounds v to t's dtype (so the reference sees the device's values) and uploads to both. */
-static void upload(struct dual *t, float *v)
-{
-    int64_t n = numel(t);
-    enum mmrt_dtype dt = (enum mmrt_dtype)t->t[0].t.dtype;
-    round_to(dt, v, n);
-    upload_bytes(t, encode(dt, v, n));
-}
-
-static struct dual *drand(enum mmrt_dtype dt, float lo, float hi, float **host, int n_dims,
-                          const int64_t *ne)
-{
-    struct dual *t = dnew(dt, n_dims, ne);
-    float *v = rand_f(numel(t), lo, hi);
-    upload(t, v);
-    *host = v;
-    return t;
-}
-
-static struct dual *dnew_i32(const int32_t *v, int64_t n)
-{
-    struct dual *t = dnew(MMRT_DTYPE_I32, SHAPE(n));
-    upload_bytes(t, v);
-    return t;
-}
-
-static void *download_bytes(int d, struct dual *t)
-{
-    void *v = talloc((size_t)t->t[d].nbytes);
-    assert_int_equal(harness_download(&H[d], &t->t[d], v), MMRT_OK);
-    return v;
-}
-
-static float *download_f32(int d, struct dual *t)
-{
-    return download_bytes(d, t);
-}
-
-/* Launches op on device d with the same descriptors the other device gets. */
-static mmrt_status run_on(int d, enum mmrt_op op, struct dual *const *src, int n_src,
-                          struct dual *dst, const void *params, uint32_t params_size)
-{
-    struct harness_tensor *s[MMRT_MAX_SRC] = { 0 };
-    for (int i = 0; i < n_src; i++)
-        s[i] = src[i] ? &src[i]->t[d] : NULL;
-    return harness_run(&H[d], op, s, n_src, &dst->t[d], params, params_size);
-}
-
-/* Runs on both devices and expects success from both. */
-static void run_both(enum mmrt_op op, struct dual *const *src, int n_src, struct dual *dst,
-                     const void *params, uint32_t params_size)
-{
-    mmrt_status st = run_on(OCL, op, src, n_src, dst, params, params_size);
-    if (st != MMRT_OK)
-        fail_msg("OpenCL op %d: status %d: %s", (int)op, (int)st,
-                 H[OCL].plugin->last_error(H[OCL].dev));
-    st = run_on(CPU, op, src, n_src, dst, params, params_size);
-    if (st != MMRT_OK)
-        fail_msg("CPU op %d: status %d: %s", (int)op, (int)st,
-                 H[CPU].plugin->last_error(H[CPU].dev));
-}
-
 /* ---- comparison and the per-op record ------------------------------------------------- */
-
-static const char *const op_names[MMRT_OP_COUNT] = {
-    "MATMUL", "ADD", "MUL", "SCALE", "LAYERNORM", "RMSNORM", "GELU", "GELU_TANH", "QUICK_GELU",
-    "SILU", "SWIGLU", "RELU2", "SOFTMAX", "ROPE", "ATTENTION", "GET_ROWS", "PATCH_EMBED",
-    "CONCAT", "COPY", "ARGMAX", "ROPE_MULTI", "SET_ROWS",
-};
 
 /* Worst relative error seen per op, against the reference and against the CPU plugin, and
  * the tolerance it was held to (-1: compared exactly). */
 static double g_worst_ref[MMRT_OP_COUNT], g_worst_cpu[MMRT_OP_COUNT], g_tol[MMRT_OP_COUNT];
 static int g_cases[MMRT_OP_COUNT];
 
-/* max |got − want| / max |want| (NaN must match NaN); fails above tol. */
-static double check_close(const char *what, const float *got, const double *want, int64_t n,
-                          double tol)
-{
-    double max_ref = 0, max_err = 0;
-    int64_t worst = -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(want[i]) || isnan(got[i])) {
-            if (isnan(want[i]) != isnan(got[i]))
-                fail_msg("%s: element %lld is %g, want %g", what, (long long)i, (double)got[i],
-                         want[i]);
-            continue;
-        }
-        if (fabs(want[i]) > max_ref)
-            max_ref = fabs(want[i]);
-        double err = fabs((double)got[i] - want[i]);
-        if (!(err <= max_err)) {
-            max_err = err;
-            worst = i;
-        }
-    }
-    double rel = max_err / (max_ref > 0 ? max_ref : 1.0);
-    if (rel > tol)
-        fail_msg("%s: max error %.3g at element %lld (got %.9g, want %.9g) is %.3g of max |want| "
-                 "%.4g; tolerance %.1g", what, max_err, (long long)worst, (double)got[worst],
-                 want[worst], rel, max_ref, tol);
-    return rel;
-}
-
 /* OpenCL output against the double reference and against the CPU plugin's output. */
-static void check_both(int op, const char *what, const float *got, const float *cpu,
+static void check_both(enum mmrt_op op, const char *what, const float *got, const float *cpu,
                        const double *ref, int64_t n, double tol)
 {
     char w[256];
     snprintf(w, sizeof w, "%s vs reference", what);
-    double r = check_close(w, got, ref, n, tol);
-    double *c = talloc((size_t)(n ? n : 1) * sizeof(double));
+    double r = op_check_close(w, got, ref, n, tol);
+    double *c = op_alloc((size_t)(n ? n : 1) * sizeof(double));
     for (int64_t i = 0; i < n; i++)
         c[i] = cpu[i];
     snprintf(w, sizeof w, "%s vs CPU plugin", what);
-    double rc = check_close(w, got, c, n, tol);
+    double rc = op_check_close(w, got, c, n, tol);
     if (r > g_worst_ref[op])
         g_worst_ref[op] = r;
     if (rc > g_worst_cpu[op])
@@ -308,19 +71,19 @@ static void note_exact(int op)
     g_cases[op]++;
 }
 
-static double *ref_buf(int64_t n)
+/* OpenCL output equal to want byte for byte, and to the CPU plugin's. */
+static void check_exact(enum mmrt_op op, const char *what, const void *got, const void *cpu,
+                        const void *want, size_t nbytes)
 {
-    return talloc((size_t)(n ? n : 1) * sizeof(double));
+    const uint8_t *g = got, *w = want;
+    for (size_t i = 0; i < nbytes; i++)
+        if (g[i] != w[i])
+            fail_msg("%s: byte %zu is 0x%02x, want 0x%02x", what, i, g[i], w[i]);
+    assert_memory_equal(got, cpu, nbytes);
+    note_exact(op);
 }
 
-static const char *dt_name(int dt)
-{
-    static const char *const names[] = { "F32", "F16", "BF16", "I32" };
-    return names[dt];
-}
-
-static const enum mmrt_dtype weight_dtypes[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16,
-                                                   MMRT_DTYPE_BF16 };
+static const struct op_checks g_checks = { check_both, check_exact, false };
 
 static void need_device(void)
 {
@@ -342,72 +105,72 @@ static void test_matmul(void **state)
         { 17, 65, 33 },  { 64, 257, 96 }, { 2, 4099, 3 }, { 33, 256, 16 }, { 1, 300, 513 },
         { 2, 0, 3 },     { 37, 31, 19 },  { 131, 129, 67 }, { 4, 1000, 257 }, { 65, 17, 1 },
     };
-    rng_seed(1);
+    op_rng_seed(1);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
             int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2];
-            enum mmrt_dtype wdt = weight_dtypes[d];
+            enum mmrt_dtype wdt = op_weight_dtypes[d];
             int bias_mode = (int)((c + (size_t)d) % 3); /* none, W's dtype, F32 */
             float *x, *w, *b = NULL;
-            struct dual *tx = drand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
-            struct dual *tw = drand(wdt, -1, 1, &w, SHAPE(N, K));
-            struct dual *tb = NULL;
+            struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+            struct op_pair *tw = op_pair_rand(wdt, -1, 1, &w, SHAPE(N, K));
+            struct op_pair *tb = NULL;
             if (bias_mode)
-                tb = drand(bias_mode == 1 ? wdt : MMRT_DTYPE_F32, -1, 1, &b, SHAPE(N));
-            struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(M, N));
-            struct dual *src[3] = { tx, tw, tb };
-            run_both(MMRT_OP_MATMUL, src, tb ? 3 : 2, ty, NULL, 0);
-            double *ref = ref_buf(M * N);
+                tb = op_pair_rand(bias_mode == 1 ? wdt : MMRT_DTYPE_F32, -1, 1, &b, SHAPE(N));
+            struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(M, N));
+            struct op_pair *src[3] = { tx, tw, tb };
+            op_pair_run(MMRT_OP_MATMUL, src, tb ? 3 : 2, ty, NULL, 0);
+            double *ref = op_ref_buf(M * N);
             ref_matmul(x, w, b, M, K, N, ref);
             char what[128];
             snprintf(what, sizeof what, "MATMUL M=%lld K=%lld N=%lld W %s bias %d", (long long)M,
-                     (long long)K, (long long)N, dt_name(wdt), bias_mode);
-            check_both(MMRT_OP_MATMUL, what, download_f32(OCL, ty), download_f32(CPU, ty), ref,
-                       M * N, 1e-5);
-            release_all();
+                     (long long)K, (long long)N, mmrt_dtype_name_of(wdt), bias_mode);
+            check_both(MMRT_OP_MATMUL, what, op_pair_download(OCL, ty), op_pair_download(CPU, ty),
+                       ref, M * N, 1e-5);
+            op_release_all();
         }
 
     /* Random shapes around the tile and work-group edges. */
     for (int c = 0; c < 20; c++) {
         static const int64_t edges[] = { 1, 3, 4, 5, 15, 16, 17, 63, 64, 65, 127, 129 };
-        int64_t M = edges[rng_int(0, 11)], N = edges[rng_int(0, 11)], K = rng_int(1, 700);
-        enum mmrt_dtype wdt = weight_dtypes[rng_int(0, 2)];
+        int64_t M = edges[op_rng_int(0, 11)], N = edges[op_rng_int(0, 11)], K = op_rng_int(1, 700);
+        enum mmrt_dtype wdt = op_weight_dtypes[op_rng_int(0, 2)];
         float *x, *w, *b;
-        struct dual *tx = drand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
-        struct dual *tw = drand(wdt, -1, 1, &w, SHAPE(N, K));
-        struct dual *tb = drand(weight_dtypes[rng_int(0, 2)], -1, 1, &b, SHAPE(N));
-        struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(M, N));
-        struct dual *src[3] = { tx, tw, tb };
-        run_both(MMRT_OP_MATMUL, src, 3, ty, NULL, 0);
-        double *ref = ref_buf(M * N);
+        struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        struct op_pair *tw = op_pair_rand(wdt, -1, 1, &w, SHAPE(N, K));
+        struct op_pair *tb = op_pair_rand(op_weight_dtypes[op_rng_int(0, 2)], -1, 1, &b, SHAPE(N));
+        struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(M, N));
+        struct op_pair *src[3] = { tx, tw, tb };
+        op_pair_run(MMRT_OP_MATMUL, src, 3, ty, NULL, 0);
+        double *ref = op_ref_buf(M * N);
         ref_matmul(x, w, b, M, K, N, ref);
         char what[128];
         snprintf(what, sizeof what, "MATMUL random M=%lld K=%lld N=%lld W %s", (long long)M,
-                 (long long)K, (long long)N, dt_name(wdt));
-        check_both(MMRT_OP_MATMUL, what, download_f32(OCL, ty), download_f32(CPU, ty), ref,
+                 (long long)K, (long long)N, mmrt_dtype_name_of(wdt));
+        check_both(MMRT_OP_MATMUL, what, op_pair_download(OCL, ty), op_pair_download(CPU, ty), ref,
                    M * N, 1e-5);
-        release_all();
+        op_release_all();
     }
 
     /* x with more than two dims, placed at an odd offset inside a bigger arena. */
-    float *x = rand_f(2 * 3 * 40, -1, 1), *w;
-    struct dual *big = dnew(MMRT_DTYPE_F32, SHAPE(7 + 240));
-    float *bx = talloc(247 * sizeof(float));
+    float *x = op_rand_f(2 * 3 * 40, -1, 1), *w;
+    struct op_pair *big = op_pair_new(MMRT_DTYPE_F32, SHAPE(7 + 240));
+    float *bx = op_alloc(247 * sizeof(float));
     for (int i = 0; i < 247; i++)
         bx[i] = NAN;
     memcpy(bx + 7, x, 240 * sizeof(float));
-    upload(big, bx);
-    struct dual tx = dview(big, MMRT_DTYPE_F32, SHAPE(2, 3, 40), (const int64_t[]){ 480, 160, 4 },
-                           28);
-    struct dual *tw = drand(MMRT_DTYPE_BF16, -1, 1, &w, SHAPE(9, 40));
-    struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(2, 3, 9));
-    struct dual *src[2] = { &tx, tw };
-    run_both(MMRT_OP_MATMUL, src, 2, ty, NULL, 0);
-    double *ref = ref_buf(6 * 9);
+    op_pair_upload_f32(big, bx);
+    struct op_pair tx =
+        op_pair_view(big, MMRT_DTYPE_F32, SHAPE(2, 3, 40), (const int64_t[]){ 480, 160, 4 }, 28);
+    struct op_pair *tw = op_pair_rand(MMRT_DTYPE_BF16, -1, 1, &w, SHAPE(9, 40));
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 3, 9));
+    struct op_pair *src[2] = { &tx, tw };
+    op_pair_run(MMRT_OP_MATMUL, src, 2, ty, NULL, 0);
+    double *ref = op_ref_buf(6 * 9);
     ref_matmul(x, w, NULL, 6, 40, 9, ref);
-    check_both(MMRT_OP_MATMUL, "MATMUL x [2, 3, 40] at offset 28", download_f32(OCL, ty),
-               download_f32(CPU, ty), ref, 6 * 9, 1e-5);
-    release_all();
+    check_both(MMRT_OP_MATMUL, "MATMUL x [2, 3, 40] at offset 28", op_pair_download(OCL, ty),
+               op_pair_download(CPU, ty), ref, 6 * 9, 1e-5);
+    op_release_all();
 }
 
 /* ---- ADD, MUL: tolerance 1e-6 (one IEEE rounding per element on both plugins) --------- */
@@ -418,7 +181,7 @@ static void test_add_mul(void **state)
     need_device();
     static const int64_t cases[][2] = { { 1, 1 },    { 7, 13 },   { 64, 257 },
                                         { 3, 1000 }, { 1, 4099 } };
-    rng_seed(2);
+    op_rng_seed(2);
     for (int op = MMRT_OP_ADD; op <= MMRT_OP_MUL; op++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int mode = 0; mode < 7; mode++) {
@@ -427,25 +190,25 @@ static void test_add_mul(void **state)
                 int64_t R = cases[c][0], N = cases[c][1];
                 bool bcast = mode >= 2 && mode <= 4;
                 enum mmrt_dtype bdt = mode == 1 ? MMRT_DTYPE_F16
-                                      : bcast   ? weight_dtypes[mode - 2]
+                                      : bcast   ? op_weight_dtypes[mode - 2]
                                                 : MMRT_DTYPE_F32;
                 float *a, *b;
-                struct dual *ta = drand(MMRT_DTYPE_F32, -4, 4, &a, SHAPE(R, N));
-                struct dual *tb = bcast ? drand(bdt, -4, 4, &b, SHAPE(N))
-                                        : drand(bdt, -4, 4, &b, SHAPE(R, N));
-                struct dual *ty = mode == 5   ? ta
+                struct op_pair *ta = op_pair_rand(MMRT_DTYPE_F32, -4, 4, &a, SHAPE(R, N));
+                struct op_pair *tb = bcast ? op_pair_rand(bdt, -4, 4, &b, SHAPE(N))
+                                        : op_pair_rand(bdt, -4, 4, &b, SHAPE(R, N));
+                struct op_pair *ty = mode == 5   ? ta
                                   : mode == 6 ? tb
-                                              : dnew(MMRT_DTYPE_F32, SHAPE(R, N));
-                struct dual *src[2] = { ta, tb };
-                run_both(op, src, 2, ty, NULL, 0);
-                double *ref = ref_buf(R * N);
+                                              : op_pair_new(MMRT_DTYPE_F32, SHAPE(R, N));
+                struct op_pair *src[2] = { ta, tb };
+                op_pair_run(op, src, 2, ty, NULL, 0);
+                double *ref = op_ref_buf(R * N);
                 ref_binary(a, b, R * N, bcast ? N : R * N, op == MMRT_OP_MUL, ref);
                 char what[96];
-                snprintf(what, sizeof what, "%s [%lld, %lld] mode %d", op_names[op], (long long)R,
-                         (long long)N, mode);
-                check_both(op, what, download_f32(OCL, ty), download_f32(CPU, ty), ref, R * N,
-                           1e-6);
-                release_all();
+                snprintf(what, sizeof what, "%s [%lld, %lld] mode %d", mmrt_op_name_of(op),
+                         (long long)R, (long long)N, mode);
+                check_both(op, what, op_pair_download(OCL, ty), op_pair_download(CPU, ty), ref,
+                           R * N, 1e-6);
+                op_release_all();
             }
 }
 
@@ -457,23 +220,23 @@ static void test_scale(void **state)
     need_device();
     static const int64_t sizes[] = { 1, 7, 1024, 100003 };
     static const float scales[] = { 0.125f, -3.5f, 0.0f };
-    rng_seed(3);
+    op_rng_seed(3);
     for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++)
         for (size_t s = 0; s < 3; s++) {
             int64_t n = sizes[c];
             bool in_place = (c + s) % 2;
             float *a;
-            struct dual *ta = drand(MMRT_DTYPE_F32, -10, 10, &a, SHAPE(n));
-            struct dual *ty = in_place ? ta : dnew(MMRT_DTYPE_F32, SHAPE(n));
+            struct op_pair *ta = op_pair_rand(MMRT_DTYPE_F32, -10, 10, &a, SHAPE(n));
+            struct op_pair *ty = in_place ? ta : op_pair_new(MMRT_DTYPE_F32, SHAPE(n));
             struct mmrt_scale_params p = { scales[s] };
-            struct dual *src[1] = { ta };
-            run_both(MMRT_OP_SCALE, src, 1, ty, &p, sizeof p);
-            double *ref = ref_buf(n);
+            struct op_pair *src[1] = { ta };
+            op_pair_run(MMRT_OP_SCALE, src, 1, ty, &p, sizeof p);
+            double *ref = op_ref_buf(n);
             for (int64_t i = 0; i < n; i++)
                 ref[i] = (double)a[i] * scales[s];
-            check_both(MMRT_OP_SCALE, "SCALE", download_f32(OCL, ty), download_f32(CPU, ty), ref,
-                       n, 1e-6);
-            release_all();
+            check_both(MMRT_OP_SCALE, "SCALE", op_pair_download(OCL, ty), op_pair_download(CPU, ty),
+                       ref, n, 1e-6);
+            op_release_all();
         }
 }
 
@@ -490,43 +253,43 @@ static void test_unary(void **state)
     static const float specials[] = { 0.0f, -0.0f, 1e-3f, -1e-3f, 20.0f, -20.0f, 50.0f,
                                       -50.0f, -100.0f, 3.0f, -3.0f };
     const int64_t n_special = sizeof specials / sizeof specials[0];
-    rng_seed(4);
+    op_rng_seed(4);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
         for (int in_place = 0; in_place < 2; in_place++) {
             int64_t n = in_place ? 4099 : 257;
-            float *a = rand_f(n, -8, 8);
+            float *a = op_rand_f(n, -8, 8);
             memcpy(a, specials, sizeof specials);
-            struct dual *ta = dnew(MMRT_DTYPE_F32, SHAPE(1, n));
-            upload(ta, a);
-            struct dual *ty = in_place ? ta : dnew(MMRT_DTYPE_F32, SHAPE(1, n));
-            struct dual *src[1] = { ta };
-            run_both(ops[o], src, 1, ty, NULL, 0);
-            double *ref = ref_buf(n);
+            struct op_pair *ta = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, n));
+            op_pair_upload_f32(ta, a);
+            struct op_pair *ty = in_place ? ta : op_pair_new(MMRT_DTYPE_F32, SHAPE(1, n));
+            struct op_pair *src[1] = { ta };
+            op_pair_run(ops[o], src, 1, ty, NULL, 0);
+            double *ref = op_ref_buf(n);
             ref_unary(ops[o], a, n, ref);
-            float *got = download_f32(OCL, ty);
+            float *got = op_pair_download(OCL, ty);
             char what[64];
-            snprintf(what, sizeof what, "%s n=%lld", op_names[ops[o]], (long long)n);
-            check_both(ops[o], what, got, download_f32(CPU, ty), ref, n, 4e-6);
+            snprintf(what, sizeof what, "%s n=%lld", mmrt_op_name_of(ops[o]), (long long)n);
+            check_both(ops[o], what, got, op_pair_download(CPU, ty), ref, n, 4e-6);
             /* Far tails are exact limits: 0 for the gates at −50 and below, x for x ≥ 20. */
             for (int64_t i = 0; i < n_special; i++) {
                 if (ops[o] != MMRT_OP_RELU2 && specials[i] <= -50.0f && !(fabsf(got[i]) < 1e-20f))
-                    fail_msg("%s(%g) = %g, want 0", op_names[ops[o]], (double)specials[i],
+                    fail_msg("%s(%g) = %g, want 0", mmrt_op_name_of(ops[o]), (double)specials[i],
                              (double)got[i]);
                 if (specials[i] >= 20.0f && ops[o] != MMRT_OP_RELU2 && got[i] != specials[i])
-                    fail_msg("%s(%g) = %.9g, want x", op_names[ops[o]], (double)specials[i],
+                    fail_msg("%s(%g) = %.9g, want x", mmrt_op_name_of(ops[o]), (double)specials[i],
                              (double)got[i]);
             }
-            release_all();
+            op_release_all();
         }
     /* RELU2 keeps a NaN. */
     float a[3] = { NAN, -1.0f, 2.0f };
-    struct dual *ta = dnew(MMRT_DTYPE_F32, SHAPE(3));
-    upload(ta, a);
-    struct dual *src[1] = { ta };
-    run_both(MMRT_OP_RELU2, src, 1, ta, NULL, 0);
-    float *got = download_f32(OCL, ta);
+    struct op_pair *ta = op_pair_new(MMRT_DTYPE_F32, SHAPE(3));
+    op_pair_upload_f32(ta, a);
+    struct op_pair *src[1] = { ta };
+    op_pair_run(MMRT_OP_RELU2, src, 1, ta, NULL, 0);
+    float *got = op_pair_download(OCL, ta);
     assert_true(isnan(got[0]) && got[1] == 0.0f && got[2] == 4.0f);
-    release_all();
+    op_release_all();
 }
 
 static void test_swiglu(void **state)
@@ -534,21 +297,21 @@ static void test_swiglu(void **state)
     (void)state;
     need_device();
     static const int64_t cases[][2] = { { 1, 1 }, { 3, 37 }, { 16, 688 } };
-    rng_seed(5);
+    op_rng_seed(5);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int in_place = 0; in_place < 2; in_place++) {
             int64_t R = cases[c][0], N = cases[c][1];
             float *g, *u;
-            struct dual *tg = drand(MMRT_DTYPE_F32, -6, 6, &g, SHAPE(R, N));
-            struct dual *tu = drand(MMRT_DTYPE_F32, -3, 3, &u, SHAPE(R, N));
-            struct dual *ty = in_place ? tg : dnew(MMRT_DTYPE_F32, SHAPE(R, N));
-            struct dual *src[2] = { tg, tu };
-            run_both(MMRT_OP_SWIGLU, src, 2, ty, NULL, 0);
-            double *ref = ref_buf(R * N);
+            struct op_pair *tg = op_pair_rand(MMRT_DTYPE_F32, -6, 6, &g, SHAPE(R, N));
+            struct op_pair *tu = op_pair_rand(MMRT_DTYPE_F32, -3, 3, &u, SHAPE(R, N));
+            struct op_pair *ty = in_place ? tg : op_pair_new(MMRT_DTYPE_F32, SHAPE(R, N));
+            struct op_pair *src[2] = { tg, tu };
+            op_pair_run(MMRT_OP_SWIGLU, src, 2, ty, NULL, 0);
+            double *ref = op_ref_buf(R * N);
             ref_swiglu(g, u, R * N, ref);
-            check_both(MMRT_OP_SWIGLU, "SWIGLU", download_f32(OCL, ty), download_f32(CPU, ty), ref,
-                       R * N, 4e-6);
-            release_all();
+            check_both(MMRT_OP_SWIGLU, "SWIGLU", op_pair_download(OCL, ty),
+                       op_pair_download(CPU, ty), ref, R * N, 4e-6);
+            op_release_all();
         }
 }
 
@@ -563,38 +326,38 @@ static void test_norms(void **state)
     need_device();
     static const int64_t cases[][2] = { { 1, 1 },    { 3, 7 },    { 17, 64 },  { 2, 257 },
                                         { 5, 1000 }, { 2, 4096 }, { 3, 8191 } };
-    rng_seed(6);
+    op_rng_seed(6);
     for (int op = MMRT_OP_LAYERNORM; op <= MMRT_OP_RMSNORM; op++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int mode = 0; mode < 5; mode++) {
                 /* 0 no weights; 1-3 weight (and LN bias) in F32/F16/BF16; 4 in place, weight
                  * only. Data sit at an offset, so the mean matters. */
                 int64_t R = cases[c][0], N = cases[c][1];
-                enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? weight_dtypes[mode - 1]
+                enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? op_weight_dtypes[mode - 1]
                                                              : MMRT_DTYPE_F32;
                 bool ln = op == MMRT_OP_LAYERNORM;
                 float *x, *w = NULL, *b = NULL;
-                struct dual *tx = drand(MMRT_DTYPE_F32, 1, 5, &x, SHAPE(R, N));
-                struct dual *tw = NULL, *tb = NULL;
+                struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, 1, 5, &x, SHAPE(R, N));
+                struct op_pair *tw = NULL, *tb = NULL;
                 if (mode >= 1)
-                    tw = drand(wdt, -2, 2, &w, SHAPE(N));
+                    tw = op_pair_rand(wdt, -2, 2, &w, SHAPE(N));
                 if (ln && mode >= 1 && mode <= 3)
-                    tb = drand(wdt, -1, 1, &b, SHAPE(N));
-                struct dual *ty = mode == 4 ? tx : dnew(MMRT_DTYPE_F32, SHAPE(R, N));
+                    tb = op_pair_rand(wdt, -1, 1, &b, SHAPE(N));
+                struct op_pair *ty = mode == 4 ? tx : op_pair_new(MMRT_DTYPE_F32, SHAPE(R, N));
                 struct mmrt_norm_params p = { mode % 2 ? 1e-5f : 1e-6f };
-                struct dual *src[3] = { tx, tw, tb };
-                double *ref = ref_buf(R * N);
+                struct op_pair *src[3] = { tx, tw, tb };
+                double *ref = op_ref_buf(R * N);
                 if (ln)
                     ref_layernorm(x, w, b, R, N, p.eps, ref);
                 else
                     ref_rmsnorm(x, w, R, N, p.eps, ref);
-                run_both(op, src, ln ? 3 : 2, ty, &p, sizeof p);
+                op_pair_run(op, src, ln ? 3 : 2, ty, &p, sizeof p);
                 char what[96];
-                snprintf(what, sizeof what, "%s [%lld, %lld] mode %d", op_names[op], (long long)R,
-                         (long long)N, mode);
-                check_both(op, what, download_f32(OCL, ty), download_f32(CPU, ty), ref, R * N,
-                           1e-5);
-                release_all();
+                snprintf(what, sizeof what, "%s [%lld, %lld] mode %d", mmrt_op_name_of(op),
+                         (long long)R, (long long)N, mode);
+                check_both(op, what, op_pair_download(OCL, ty), op_pair_download(CPU, ty), ref,
+                           R * N, 1e-5);
+                op_release_all();
             }
 }
 
@@ -608,27 +371,27 @@ static void test_softmax(void **state)
     need_device();
     static const int64_t cases[][2] = { { 1, 1 }, { 3, 7 }, { 5, 64 }, { 2, 1000 }, { 1, 4099 } };
     static const float scales[] = { 1.0f, 0.125f, 2.5f };
-    rng_seed(7);
+    op_rng_seed(7);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int mode = 0; mode < 4; mode++) {
             /* 0 plain; 1 about 30% −inf (never a whole row); 2 values near 100; 3 like 1, in
              * place. */
             int64_t R = cases[c][0], N = cases[c][1];
             float lo = mode == 2 ? 95.0f : -10.0f, hi = mode == 2 ? 105.0f : 10.0f;
-            float *x = rand_f(R * N, lo, hi);
+            float *x = op_rand_f(R * N, lo, hi);
             if (mode == 1 || mode == 3)
                 for (int64_t i = 0; i < R * N; i++)
-                    if (i % N != 0 && rng_int(0, 9) < 3)
+                    if (i % N != 0 && op_rng_int(0, 9) < 3)
                         x[i] = -INFINITY;
-            struct dual *tx = dnew(MMRT_DTYPE_F32, SHAPE(R, N));
-            upload(tx, x);
-            struct dual *ty = mode == 3 ? tx : dnew(MMRT_DTYPE_F32, SHAPE(R, N));
+            struct op_pair *tx = op_pair_new(MMRT_DTYPE_F32, SHAPE(R, N));
+            op_pair_upload_f32(tx, x);
+            struct op_pair *ty = mode == 3 ? tx : op_pair_new(MMRT_DTYPE_F32, SHAPE(R, N));
             struct mmrt_scale_params p = { scales[(c + (size_t)mode) % 3] };
-            struct dual *src[1] = { tx };
-            run_both(MMRT_OP_SOFTMAX, src, 1, ty, &p, sizeof p);
-            double *ref = ref_buf(R * N);
+            struct op_pair *src[1] = { tx };
+            op_pair_run(MMRT_OP_SOFTMAX, src, 1, ty, &p, sizeof p);
+            double *ref = op_ref_buf(R * N);
             ref_softmax(x, R, N, p.scale, ref);
-            float *got = download_f32(OCL, ty);
+            float *got = op_pair_download(OCL, ty);
             double max_logit = 0;
             for (int64_t i = 0; i < R * N; i++)
                 if (isfinite(x[i]) && fabs(x[i] * p.scale) > max_logit)
@@ -636,26 +399,26 @@ static void test_softmax(void **state)
             char what[64];
             snprintf(what, sizeof what, "SOFTMAX [%lld, %lld] mode %d", (long long)R,
                      (long long)N, mode);
-            check_both(MMRT_OP_SOFTMAX, what, got, download_f32(CPU, ty), ref, R * N,
+            check_both(MMRT_OP_SOFTMAX, what, got, op_pair_download(CPU, ty), ref, R * N,
                        2e-6 + 1.2e-7 * max_logit);
             for (int64_t i = 0; i < R * N; i++)
                 if (x[i] == -INFINITY)
                     assert_true(got[i] == 0.0f); /* exactly 0, not tiny */
-            release_all();
+            op_release_all();
         }
 
     /* A row masked entirely has no distribution: zeros (never NaN). */
     float x[6] = { -INFINITY, -INFINITY, -INFINITY, 1, 2, 3 };
-    struct dual *tx = dnew(MMRT_DTYPE_F32, SHAPE(2, 3));
-    upload(tx, x);
-    struct dual *src[1] = { tx };
+    struct op_pair *tx = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 3));
+    op_pair_upload_f32(tx, x);
+    struct op_pair *src[1] = { tx };
     struct mmrt_scale_params p = { 1.0f };
-    run_both(MMRT_OP_SOFTMAX, src, 1, tx, &p, sizeof p);
-    float *got = download_f32(OCL, tx);
+    op_pair_run(MMRT_OP_SOFTMAX, src, 1, tx, &p, sizeof p);
+    float *got = op_pair_download(OCL, tx);
     for (int i = 0; i < 3; i++)
         assert_true(got[i] == 0.0f);
     assert_true(fabsf(got[3] + got[4] + got[5] - 1.0f) < 1e-6f);
-    release_all();
+    op_release_all();
 }
 
 /* ---- ROPE -----------------------------------------------------------------------------
@@ -666,63 +429,7 @@ static void test_rope(void **state)
 {
     (void)state;
     need_device();
-    static const struct {
-        int64_t T, H, D;
-        int n_rot, mode, layout; /* layout 0 contiguous, 1 in place, 2 a view in a fused buffer */
-        float theta;
-        int max_pos;
-    } cases[] = {
-        { 5, 4, 64, 64, MMRT_ROPE_NEOX, 0, 10000.0f, 16 },
-        { 3, 2, 8, 4, MMRT_ROPE_NEOX, 0, 25000.0f, 100 },          /* partial, Persimmon-like */
-        { 7, 3, 128, 128, MMRT_ROPE_INTERLEAVED, 1, 1e6f, 5000 },
-        { 1, 1, 2, 2, MMRT_ROPE_NEOX, 0, 10000.0f, 3 },
-        { 9, 5, 80, 40, MMRT_ROPE_INTERLEAVED, 2, 10000.0f, 70000 }, /* large positions */
-        { 33, 2, 96, 64, MMRT_ROPE_NEOX, 2, 500000.0f, 40000 },
-        { 4, 3, 256, 256, MMRT_ROPE_NEOX, 1, 10000.0f, 32768 },
-        { 70, 3, 200, 130, MMRT_ROPE_NEOX, 2, 10000.0f, 4096 },      /* tail wider than WG */
-        { 2, 1, 6, 2, MMRT_ROPE_INTERLEAVED, 1, 10000.0f, 9 },       /* in place, partial */
-    };
-    rng_seed(8);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
-        int32_t *pos = talloc((size_t)T * 4);
-        for (int64_t t = 0; t < T; t++)
-            pos[t] = rng_int(0, cases[c].max_pos); /* not monotonic, like packed sequences */
-        pos[0] = cases[c].max_pos;
-        float *x = rand_f(T * H * D, -2, 2);
-        struct dual *tx, xv, *ty;
-        if (cases[c].layout == 2) {
-            /* x is heads [1, 1 + H) of a [T, H + 2, D] buffer whose other heads are NaN. */
-            int64_t Hb = H + 2;
-            float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
-            for (int64_t i = 0; i < T * Hb * D; i++)
-                buf[i] = NAN;
-            for (int64_t t = 0; t < T; t++)
-                memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
-            tx = dnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
-            upload(tx, buf);
-            xv = dview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D),
-                       (const int64_t[]){ Hb * D * 4, D * 4, 4 }, (uint64_t)D * 4);
-            ty = dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
-        } else {
-            tx = dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
-            upload(tx, x);
-            xv = *tx;
-            ty = cases[c].layout == 1 ? tx : dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
-        }
-        struct dual *tp = dnew_i32(pos, T);
-        struct mmrt_rope_params p = { cases[c].theta, cases[c].n_rot, cases[c].mode };
-        struct dual *src[2] = { &xv, tp };
-        run_both(MMRT_OP_ROPE, src, 2, ty, &p, sizeof p);
-        double *ref = ref_buf(T * H * D);
-        ref_rope(x, pos, T, H, D, cases[c].n_rot, cases[c].mode, cases[c].theta, ref);
-        char what[96];
-        snprintf(what, sizeof what, "ROPE case %zu (T %lld H %lld D %lld n_rot %d mode %d)", c,
-                 (long long)T, (long long)H, (long long)D, cases[c].n_rot, cases[c].mode);
-        check_both(MMRT_OP_ROPE, what, download_f32(OCL, ty), download_f32(CPU, ty), ref,
-                   T * H * D, 1e-6);
-        release_all();
-    }
+    op_case_rope(&g_checks, 1e-6);
 }
 
 /* ---- ROPE_MULTI -----------------------------------------------------------------------
@@ -736,93 +443,7 @@ static void test_rope_multi(void **state)
 {
     (void)state;
     need_device();
-    static const struct {
-        int64_t T, H, D;
-        int n_rot, freq_dim, restart, n_axes, sections[MMRT_ROPE_MAX_AXES];
-        int layout; /* 0 contiguous, 1 in place, 2 a view in a fused buffer */
-        float theta;
-        int max_pos;
-    } cases[] = {
-        { 7, 4, 128, 128, 128, 0, 3, { 16, 24, 24 }, 0, 1e6f, 5000 },    /* M-RoPE */
-        { 33, 2, 80, 80, 40, 1, 2, { 20, 20 }, 2, 10000.0f, 60 },         /* vision rotary */
-        { 5, 3, 64, 64, 64, 0, 3, { 8, 12, 12 }, 1, 10000.0f, 70000 },
-        { 4, 3, 200, 130, 130, 1, 4, { 20, 0, 30, 15 }, 2, 10000.0f, 4096 },
-        { 3, 5, 40, 32, 32, 0, 3, { 0, 12, 4 }, 0, 500000.0f, 32768 },
-        { 2, 2, 256, 256, 128, 1, 2, { 64, 64 }, 1, 10000.0f, 100 },
-        { 70, 1, 6, 2, 2, 1, 2, { 1, 0 }, 0, 10000.0f, 9 },
-    };
-    rng_seed(21);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int64_t T = cases[c].T, H = cases[c].H, D = cases[c].D;
-        int n_axes = cases[c].n_axes;
-        int32_t *pos = talloc((size_t)(T * n_axes) * 4);
-        for (int64_t i = 0; i < T * n_axes; i++)
-            pos[i] = rng_int(0, cases[c].max_pos);
-        pos[0] = cases[c].max_pos;
-        float *x = rand_f(T * H * D, -2, 2);
-        struct dual *tx, xv, *ty;
-        if (cases[c].layout == 2) {
-            int64_t Hb = H + 2;
-            float *buf = talloc((size_t)(T * Hb * D) * sizeof(float));
-            for (int64_t i = 0; i < T * Hb * D; i++)
-                buf[i] = NAN;
-            for (int64_t t = 0; t < T; t++)
-                memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
-            tx = dnew(MMRT_DTYPE_F32, SHAPE(T, Hb, D));
-            upload(tx, buf);
-            xv = dview(tx, MMRT_DTYPE_F32, SHAPE(T, H, D),
-                       (const int64_t[]){ Hb * D * 4, D * 4, 4 }, (uint64_t)D * 4);
-            ty = dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
-        } else {
-            tx = dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
-            upload(tx, x);
-            xv = *tx;
-            ty = cases[c].layout == 1 ? tx : dnew(MMRT_DTYPE_F32, SHAPE(T, H, D));
-        }
-        struct dual *tp = dnew(MMRT_DTYPE_I32, SHAPE(T, n_axes));
-        upload_bytes(tp, pos);
-        struct mmrt_rope_multi_params p = { cases[c].theta, cases[c].n_rot, cases[c].freq_dim,
-                                            cases[c].restart, n_axes, { 0 } };
-        memcpy(p.sections, cases[c].sections, sizeof p.sections);
-        struct dual *src[2] = { &xv, tp };
-        run_both(MMRT_OP_ROPE_MULTI, src, 2, ty, &p, sizeof p);
-        double *ref = ref_buf(T * H * D);
-        ref_rope_multi(x, pos, T, H, D, cases[c].n_rot, cases[c].freq_dim, cases[c].restart,
-                       n_axes, cases[c].sections, cases[c].theta, ref);
-        char what[128];
-        snprintf(what, sizeof what, "ROPE_MULTI case %zu (T %lld H %lld D %lld n_rot %d freq_dim "
-                 "%d restart %d axes %d)", c, (long long)T, (long long)H, (long long)D,
-                 cases[c].n_rot, cases[c].freq_dim, cases[c].restart, n_axes);
-        check_both(MMRT_OP_ROPE_MULTI, what, download_f32(OCL, ty), download_f32(CPU, ty), ref,
-                   T * H * D, 1e-6);
-        if (cases[c].layout == 2) /* the fused buffer's other heads were not written */
-            for (int64_t t = 0; t < T; t++) {
-                const float *b = download_f32(OCL, tx) + t * (H + 2) * D;
-                assert_true(isnan(b[0]) && isnan(b[(H + 1) * D + D - 1]));
-            }
-        release_all();
-    }
-
-    /* One axis, sections {n_rot/2}, freq_dim n_rot: ROPE NEOX exactly. */
-    int64_t T = 9, Hh = 3, D = 48;
-    int32_t pos[9];
-    for (int t = 0; t < 9; t++)
-        pos[t] = rng_int(0, 40000);
-    float *x = rand_f(T * Hh * D, -2, 2);
-    struct dual *tx = dnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D)), *tp1 = dnew_i32(pos, T);
-    struct dual *tp2 = dnew(MMRT_DTYPE_I32, SHAPE(T, 1));
-    upload(tx, x);
-    upload_bytes(tp2, pos);
-    struct dual *ya = dnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
-    struct dual *yb = dnew(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
-    struct mmrt_rope_params rp = { 10000.0f, 40, MMRT_ROPE_NEOX };
-    struct mmrt_rope_multi_params mp = { 10000.0f, 40, 40, 0, 1, { 20 } };
-    struct dual *sa[2] = { tx, tp1 }, *sb[2] = { tx, tp2 };
-    assert_int_equal(run_on(OCL, MMRT_OP_ROPE, sa, 2, ya, &rp, sizeof rp), MMRT_OK);
-    assert_int_equal(run_on(OCL, MMRT_OP_ROPE_MULTI, sb, 2, yb, &mp, sizeof mp), MMRT_OK);
-    assert_memory_equal(download_f32(OCL, ya), download_f32(OCL, yb),
-                        (size_t)(T * Hh * D) * sizeof(float));
-    release_all();
+    op_case_rope_multi(&g_checks, 1e-6);
 }
 
 /* ---- ATTENTION ------------------------------------------------------------------------
@@ -851,21 +472,21 @@ struct attn_case {
 
 /* k or v values [S, Hkv, D] placed in a fresh base tensor with the given layout; returns the
  * view. Cells outside it hold NaN. KV_FUSED is built by the caller. */
-static struct dual kv_place(const struct attn_case *ac, int64_t S, const float *dense,
+static struct op_pair kv_place(const struct attn_case *ac, int64_t S, const float *dense,
                            enum mmrt_dtype dt)
 {
     int64_t Hkv = ac->Hkv, D = ac->D, es = dt == MMRT_DTYPE_F32 ? 4 : 2;
     int64_t cap = S + 5, off = 3;
     const int64_t *ne = (const int64_t[]){ S, Hkv, D };
-    float *buf = talloc((size_t)(cap * Hkv * D) * sizeof(float));
+    float *buf = op_alloc((size_t)(cap * Hkv * D) * sizeof(float));
     for (int64_t i = 0; i < cap * Hkv * D; i++)
         buf[i] = NAN;
     switch (ac->layout) {
     case KV_CACHE: {
         memcpy(buf + off * Hkv * D, dense, (size_t)(S * Hkv * D) * sizeof(float));
-        struct dual *t = dnew(dt, SHAPE(cap, Hkv, D));
-        upload_bytes(t, encode(dt, buf, cap * Hkv * D));
-        return dview(t, dt, 3, ne, (const int64_t[]){ Hkv * D * es, D * es, es },
+        struct op_pair *t = op_pair_new(dt, SHAPE(cap, Hkv, D));
+        op_pair_upload(t, op_encode(dt, buf, cap * Hkv * D));
+        return op_pair_view(t, dt, 3, ne, (const int64_t[]){ Hkv * D * es, D * es, es },
                      (uint64_t)(off * Hkv * D * es));
     }
     case KV_HEAD_MAJOR: {
@@ -873,13 +494,13 @@ static struct dual kv_place(const struct attn_case *ac, int64_t S, const float *
             for (int64_t g = 0; g < Hkv; g++)
                 memcpy(buf + (g * cap + s) * D, dense + (s * Hkv + g) * D,
                        (size_t)D * sizeof(float));
-        struct dual *t = dnew(dt, SHAPE(Hkv, cap, D));
-        upload_bytes(t, encode(dt, buf, cap * Hkv * D));
-        return dview(t, dt, 3, ne, (const int64_t[]){ D * es, cap * D * es, es }, 0);
+        struct op_pair *t = op_pair_new(dt, SHAPE(Hkv, cap, D));
+        op_pair_upload(t, op_encode(dt, buf, cap * Hkv * D));
+        return op_pair_view(t, dt, 3, ne, (const int64_t[]){ D * es, cap * D * es, es }, 0);
     }
     default: {
-        struct dual *t = dnew(dt, SHAPE(S, Hkv, D));
-        upload_bytes(t, encode(dt, dense, S * Hkv * D));
+        struct op_pair *t = op_pair_new(dt, SHAPE(S, Hkv, D));
+        op_pair_upload(t, op_encode(dt, dense, S * Hkv * D));
         return *t;
     }
     }
@@ -895,51 +516,51 @@ static float *attention_case(const struct attn_case *ac, uint64_t seed)
         cu_k[s + 1] = cu_k[s] + ac->lk[s];
     }
     int64_t T = cu_q[n_seq], S = cu_k[n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
-    rng_seed(seed);
+    op_rng_seed(seed);
     enum mmrt_dtype vdt = !ac->mixed                      ? ac->kv_dtype
                           : ac->kv_dtype == MMRT_DTYPE_F32 ? MMRT_DTYPE_F16
                                                            : MMRT_DTYPE_F32;
-    float *q, *k = rand_f(S * Hkv * D, -1, 1), *v = rand_f(S * Hkv * D, -1, 1);
-    round_to(ac->kv_dtype, k, S * Hkv * D);
-    round_to(vdt, v, S * Hkv * D);
-    struct dual *tq = drand(MMRT_DTYPE_F32, -ac->q_amp, ac->q_amp, &q, SHAPE(T, Hq, D));
-    struct dual kv_k, kv_v;
+    float *q, *k = op_rand_f(S * Hkv * D, -1, 1), *v = op_rand_f(S * Hkv * D, -1, 1);
+    op_round_to(ac->kv_dtype, k, S * Hkv * D);
+    op_round_to(vdt, v, S * Hkv * D);
+    struct op_pair *tq = op_pair_rand(MMRT_DTYPE_F32, -ac->q_amp, ac->q_amp, &q, SHAPE(T, Hq, D));
+    struct op_pair kv_k, kv_v;
     if (ac->layout == KV_FUSED) {
-        float *fused = talloc((size_t)(S * 2 * Hkv * D) * sizeof(float));
+        float *fused = op_alloc((size_t)(S * 2 * Hkv * D) * sizeof(float));
         for (int64_t s = 0; s < S; s++) {
             memcpy(fused + (s * 2 + 0) * Hkv * D, k + s * Hkv * D, (size_t)(Hkv * D) * 4);
             memcpy(fused + (s * 2 + 1) * Hkv * D, v + s * Hkv * D, (size_t)(Hkv * D) * 4);
         }
-        struct dual *base = dnew(ac->kv_dtype, SHAPE(S, 2, Hkv, D));
-        upload_bytes(base, encode(ac->kv_dtype, fused, S * 2 * Hkv * D));
+        struct op_pair *base = op_pair_new(ac->kv_dtype, SHAPE(S, 2, Hkv, D));
+        op_pair_upload(base, op_encode(ac->kv_dtype, fused, S * 2 * Hkv * D));
         int64_t es = ac->kv_dtype == MMRT_DTYPE_F32 ? 4 : 2;
         const int64_t nb[3] = { 2 * Hkv * D * es, D * es, es };
-        kv_k = dview(base, ac->kv_dtype, SHAPE(S, Hkv, D), nb, 0);
-        kv_v = dview(base, ac->kv_dtype, SHAPE(S, Hkv, D), nb, (uint64_t)(Hkv * D * es));
+        kv_k = op_pair_view(base, ac->kv_dtype, SHAPE(S, Hkv, D), nb, 0);
+        kv_v = op_pair_view(base, ac->kv_dtype, SHAPE(S, Hkv, D), nb, (uint64_t)(Hkv * D * es));
     } else {
         kv_k = kv_place(ac, S, k, ac->kv_dtype);
         kv_v = kv_place(ac, S, v, vdt);
     }
-    struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(T, Hq, D));
-    struct dual *tcq = NULL, *tck = NULL;
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, Hq, D));
+    struct op_pair *tcq = NULL, *tck = NULL;
     if (ac->n_seq) {
-        tcq = dnew_i32(cu_q, n_seq + 1);
-        tck = dnew_i32(cu_k, n_seq + 1);
+        tcq = op_pair_i32(cu_q, n_seq + 1);
+        tck = op_pair_i32(cu_k, n_seq + 1);
     }
     float scale = ac->scale != 0 ? ac->scale : 1.0f / sqrtf((float)D);
     struct mmrt_attention_params p = { scale, ac->causal, n_seq };
-    struct dual *src[5] = { tq, &kv_k, &kv_v, tcq, tck };
-    run_both(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p);
-    float *got = download_f32(OCL, ty);
-    double *ref = ref_buf(T * Hq * D);
+    struct op_pair *src[5] = { tq, &kv_k, &kv_v, tcq, tck };
+    op_pair_run(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p);
+    float *got = op_pair_download(OCL, ty);
+    double *ref = op_ref_buf(T * Hq * D);
     ref_attention(q, k, v, T, S, Hq, Hkv, D, ac->n_seq ? cu_q : NULL, ac->n_seq ? cu_k : NULL,
                   n_seq, scale, ac->causal, ref);
     char what[192];
     snprintf(what, sizeof what, "ATTENTION seed %llu (T %lld S %lld Hq %lld Hkv %lld D %lld "
              "n_seq %d causal %d k %s v %s layout %d)", (unsigned long long)seed, (long long)T,
              (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq, ac->causal,
-             dt_name(ac->kv_dtype), dt_name(vdt), (int)ac->layout);
-    check_both(MMRT_OP_ATTENTION, what, got, download_f32(CPU, ty), ref, T * Hq * D, 2e-5);
+             mmrt_dtype_name_of(ac->kv_dtype), mmrt_dtype_name_of(vdt), (int)ac->layout);
+    check_both(MMRT_OP_ATTENTION, what, got, op_pair_download(CPU, ty), ref, T * Hq * D, 2e-5);
     return got;
 }
 
@@ -974,7 +595,7 @@ static void test_attention(void **state)
     need_device();
     for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
         attention_case(&attn_cases[c], 100 + c);
-        release_all();
+        op_release_all();
     }
 }
 
@@ -984,27 +605,27 @@ static void test_attention_random(void **state)
 {
     (void)state;
     need_device();
-    rng_seed(77);
+    op_rng_seed(77);
     for (int c = 0; c < 24; c++) {
         struct attn_case ac = { 0 };
-        int ratio = rng_int(1, 4);
-        ac.Hkv = rng_int(1, 3);
+        int ratio = op_rng_int(1, 4);
+        ac.Hkv = op_rng_int(1, 3);
         ac.Hq = ac.Hkv * ratio;
-        ac.D = c % 4 == 0 ? 256 : rng_int(1, 160);
-        ac.n_seq = rng_int(0, 5);
+        ac.D = c % 4 == 0 ? 256 : op_rng_int(1, 160);
+        ac.n_seq = op_rng_int(0, 5);
         for (int s = 0; s < (ac.n_seq ? ac.n_seq : 1); s++) {
-            ac.lq[s] = rng_int(0, 70);
-            ac.lk[s] = rng_int(0, 3) == 0 ? ac.lq[s] : rng_int(0, 70);
+            ac.lq[s] = op_rng_int(0, 70);
+            ac.lk[s] = op_rng_int(0, 3) == 0 ? ac.lq[s] : op_rng_int(0, 70);
         }
-        ac.causal = rng_int(0, 1);
-        ac.kv_dtype = rng_int(0, 1) ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
-        ac.layout = (enum kv_layout)rng_int(0, 3);
-        ac.mixed = ac.layout != KV_FUSED && rng_int(0, 3) == 0;
-        ac.q_amp = rng_f(0.5f, 3.0f);
-        uint64_t keep = g_rng;
+        ac.causal = op_rng_int(0, 1);
+        ac.kv_dtype = op_rng_int(0, 1) ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
+        ac.layout = (enum kv_layout)op_rng_int(0, 3);
+        ac.mixed = ac.layout != KV_FUSED && op_rng_int(0, 3) == 0;
+        ac.q_amp = op_rng_f(0.5f, 3.0f);
+        uint64_t keep = op_rng_save();
         attention_case(&ac, 1000 + (uint64_t)c);
-        g_rng = keep; /* attention_case reseeds; keep drawing configurations from here */
-        release_all();
+        op_rng_restore(keep); /* attention_case reseeds; keep drawing configurations from here */
+        op_release_all();
     }
 }
 
@@ -1023,7 +644,7 @@ static void test_attention_empty_rows(void **state)
     for (int64_t i = 0; i < ac->Hq * ac->D; i++)
         nonzero |= got[(t0 + 3) * ac->Hq * ac->D + i] != 0.0f;
     assert_true(nonzero);
-    release_all();
+    op_release_all();
 }
 
 /* ---- GET_ROWS: exact ------------------------------------------------------------------ */
@@ -1034,28 +655,28 @@ static void test_get_rows(void **state)
     need_device();
     static const int64_t cases[][3] = { { 1, 1, 1 }, { 10, 7, 5 }, { 1000, 64, 33 },
                                         { 32, 4096, 3 }, { 5, 300, 600 } };
-    rng_seed(9);
+    op_rng_seed(9);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
             int64_t V = cases[c][0], N = cases[c][1], T = cases[c][2];
             float *tab;
-            struct dual *tt = drand(weight_dtypes[d], -3, 3, &tab, SHAPE(V, N));
-            int32_t *ids = talloc((size_t)T * 4);
+            struct op_pair *tt = op_pair_rand(op_weight_dtypes[d], -3, 3, &tab, SHAPE(V, N));
+            int32_t *ids = op_alloc((size_t)T * 4);
             for (int64_t t = 0; t < T; t++)
-                ids[t] = rng_int(0, (int)V - 1);
+                ids[t] = op_rng_int(0, (int)V - 1);
             ids[0] = (int32_t)V - 1;
             if (T > 2)
                 ids[1] = 0, ids[2] = ids[0];
-            struct dual *ti = dnew_i32(ids, T);
-            struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(T, N));
-            struct dual *src[2] = { tt, ti };
-            run_both(MMRT_OP_GET_ROWS, src, 2, ty, NULL, 0);
-            float *got = download_f32(OCL, ty);
+            struct op_pair *ti = op_pair_i32(ids, T);
+            struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, N));
+            struct op_pair *src[2] = { tt, ti };
+            op_pair_run(MMRT_OP_GET_ROWS, src, 2, ty, NULL, 0);
+            float *got = op_pair_download(OCL, ty);
             for (int64_t t = 0; t < T; t++)
                 assert_memory_equal(got + t * N, tab + ids[t] * N, (size_t)N * sizeof(float));
-            assert_memory_equal(got, download_f32(CPU, ty), (size_t)(T * N) * sizeof(float));
+            assert_memory_equal(got, op_pair_download(CPU, ty), (size_t)(T * N) * sizeof(float));
             note_exact(MMRT_OP_GET_ROWS);
-            release_all();
+            op_release_all();
         }
 }
 
@@ -1066,105 +687,11 @@ static void test_get_rows(void **state)
  * expectation is ref_set_rows rounded to dst's dtype; the CPU plugin must match byte for
  * byte. Then the decode-step pattern: the same launch again after a new index upload. */
 
-static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
-{
-    if (dt == MMRT_DTYPE_F32) {
-        float *f = talloc((size_t)n * 4);
-        for (int64_t i = 0; i < n; i++)
-            f[i] = (float)ref[i];
-        return f;
-    }
-    uint16_t *h = talloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16((float)ref[i])
-                                    : harness_f32_to_bf16((float)ref[i]);
-    return h;
-}
-
 static void test_set_rows(void **state)
 {
     (void)state;
     need_device();
-    static const struct {
-        int64_t T, R;
-        int n_inner;
-        int64_t inner[2];
-    } cases[] = {
-        { 1, 40, 2, { 2, 64 } },  /* one decode token into a KV cache */
-        { 5, 9, 2, { 3, 7 } },
-        { 300, 512, 2, { 2, 40 } },
-        { 4, 4, 1, { 1100 } },    /* rows across several work-groups */
-        { 10, 6, 0, { 0 } },      /* 1-D: rows of one element */
-        { 70, 64, 1, { 5 } },
-    };
-    static const uint32_t edge[] = { /* rounding edges of F32 → F16 / BF16 */
-        0x3f801000, 0x3f803000, 0x477fe000, 0x477ff000, 0x38800000, 0x387fe000, 0x33000001,
-        0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x80000000, 0x7f800000, 0x7fc00000,
-    };
-    rng_seed(22);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        for (int d = 0; d < 3; d++) {
-            enum mmrt_dtype dt = weight_dtypes[d];
-            int64_t T = cases[c].T, R = cases[c].R, n = 1;
-            int64_t vne[3] = { T }, dne[3] = { R };
-            for (int i = 0; i < cases[c].n_inner; i++) {
-                vne[i + 1] = dne[i + 1] = cases[c].inner[i];
-                n *= cases[c].inner[i];
-            }
-            int nd = 1 + cases[c].n_inner;
-            struct dual *tv = dnew(MMRT_DTYPE_F32, nd, vne), *ty = dnew(dt, nd, dne);
-            float *v = rand_f(T * n, -70000, 70000);
-            for (int64_t i = 0; i < T * n && i < (int64_t)(sizeof edge / 4); i++)
-                memcpy(&v[i], &edge[i], 4);
-            upload(tv, v);
-            int32_t *idx = talloc((size_t)T * 4);
-            for (int64_t t = 0; t < T; t++)
-                idx[t] = rng_int(-1, (int)R); /* −1 and R write nothing */
-            if (T == 1)
-                idx[0] = (int32_t)(R / 2 + 3);
-            if (T >= 4) {
-                idx[0] = INT32_MIN;
-                idx[1] = (int32_t)R - 1;
-                idx[3] = idx[1]; /* row 3 wins */
-            }
-            struct dual *ti = dnew_i32(idx, T);
-            double *ref = ref_buf(R * n);
-            float *old = talloc((size_t)(R * n) * 4);
-            for (int64_t i = 0; i < R * n; i++)
-                ref[i] = old[i] = -(float)(i % 1000 + 1) / 8.0f; /* exact in every dtype */
-            upload(ty, old);
-            struct dual *src[2] = { tv, ti };
-            run_both(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
-            ref_set_rows(v, idx, T, n, R, ref);
-            size_t nbytes = (size_t)(R * n) * mmrt_dtype_size(dt);
-            uint8_t *got = download_bytes(OCL, ty), *want = set_rows_expect(dt, ref, R * n);
-            for (size_t i = 0; i < nbytes; i++)
-                if (got[i] != want[i])
-                    fail_msg("SET_ROWS case %zu dst %s: byte %zu (row %lld) is 0x%02x, want 0x%02x",
-                             c, dt_name(dt), i,
-                             (long long)(i / mmrt_dtype_size(dt) / (size_t)n), got[i], want[i]);
-            assert_memory_equal(got, download_bytes(CPU, ty), nbytes);
-            note_exact(MMRT_OP_SET_ROWS);
-            release_all();
-        }
-
-    /* The decode step: descriptors fixed, the index re-uploaded between two launches. */
-    struct dual *tv = dnew(MMRT_DTYPE_F32, SHAPE(1, 2, 8));
-    struct dual *ty = dnew(MMRT_DTYPE_F16, SHAPE(6, 2, 8));
-    float *v = rand_f(16, -1, 1), *zero = talloc(6 * 16 * 4);
-    upload(tv, v);
-    upload(ty, zero);
-    int32_t at = 2;
-    struct dual *ti = dnew_i32(&at, 1), *src[2] = { tv, ti };
-    run_both(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
-    at = 5;
-    upload_bytes(ti, &at);
-    run_both(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
-    uint16_t *got = download_bytes(OCL, ty);
-    for (int r = 0; r < 6; r++)
-        for (int k = 0; k < 16; k++)
-            assert_int_equal(got[r * 16 + k], r == 2 || r == 5 ? harness_f32_to_f16(v[k]) : 0);
-    release_all();
+    op_case_set_rows(&g_checks);
 }
 
 /* ---- PATCH_EMBED: tolerance 1e-5 (the MATMUL kernels over K = C·P·P ≤ 2352) ----------- */
@@ -1178,28 +705,29 @@ static void test_patch_embed(void **state)
         { 1, 1, 4, 4, 1, 3 },    { 2, 2, 6, 6, 3, 1 },   { 1, 3, 56, 42, 14, 67 },
         { 1, 3, 28, 28, 28, 2 }, /* one patch: M = 1, the small-M kernel */
     };
-    rng_seed(10);
+    op_rng_seed(10);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 3; d++) {
             int64_t B = cases[c][0], C = cases[c][1], Hh = cases[c][2], W = cases[c][3];
             int64_t P = cases[c][4], O = cases[c][5], nP = (Hh / P) * (W / P);
             bool bias = (c + (size_t)d) % 2 == 0;
             float *img, *w, *b = NULL;
-            struct dual *ti = drand(MMRT_DTYPE_F32, -1, 1, &img, SHAPE(B, C, Hh, W));
-            struct dual *tw = drand(weight_dtypes[d], -1, 1, &w, SHAPE(O, C, P, P));
-            struct dual *tb = bias ? drand(weight_dtypes[d], -1, 1, &b, SHAPE(O)) : NULL;
-            struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(B, nP, O));
-            struct dual *src[3] = { ti, tw, tb };
+            struct op_pair *ti = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &img, SHAPE(B, C, Hh, W));
+            struct op_pair *tw = op_pair_rand(op_weight_dtypes[d], -1, 1, &w, SHAPE(O, C, P, P));
+            struct op_pair *tb =
+                bias ? op_pair_rand(op_weight_dtypes[d], -1, 1, &b, SHAPE(O)) : NULL;
+            struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(B, nP, O));
+            struct op_pair *src[3] = { ti, tw, tb };
             struct mmrt_patch_params p = { (int32_t)P };
-            run_both(MMRT_OP_PATCH_EMBED, src, 3, ty, &p, sizeof p);
-            double *ref = ref_buf(B * nP * O);
+            op_pair_run(MMRT_OP_PATCH_EMBED, src, 3, ty, &p, sizeof p);
+            double *ref = op_ref_buf(B * nP * O);
             ref_patch_embed(img, w, b, B, C, Hh, W, P, O, ref);
             char what[96];
             snprintf(what, sizeof what, "PATCH_EMBED case %zu W %s bias %d", c,
-                     dt_name(weight_dtypes[d]), bias);
-            check_both(MMRT_OP_PATCH_EMBED, what, download_f32(OCL, ty), download_f32(CPU, ty),
-                       ref, B * nP * O, 1e-5);
-            release_all();
+                     mmrt_dtype_name_of(op_weight_dtypes[d]), bias);
+            check_both(MMRT_OP_PATCH_EMBED, what, op_pair_download(OCL, ty),
+                       op_pair_download(CPU, ty), ref, B * nP * O, 1e-5);
+            op_release_all();
         }
 }
 
@@ -1218,7 +746,7 @@ static void test_concat(void **state)
                                          { 2, 3, 2, 7 } };
     static const enum mmrt_dtype dts[] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
                                            MMRT_DTYPE_I32 };
-    rng_seed(11);
+    op_rng_seed(11);
     for (int nd = 1; nd <= 4; nd++)
         for (int axis = 0; axis < nd; axis++)
             for (int d = 0; d < 4; d++) {
@@ -1232,34 +760,36 @@ static void test_concat(void **state)
                 int64_t n_a = na[0] * na[1] * na[2] * na[3];
                 int64_t n_b = nb_[0] * nb_[1] * nb_[2] * nb_[3];
                 /* src0 contiguous; src1 a view with its innermost rows padded by 3. */
-                uint8_t *ha = talloc((size_t)(n_a * es)), *hb = talloc((size_t)(n_b * es));
+                uint8_t *ha = op_alloc((size_t)(n_a * es)), *hb = op_alloc((size_t)(n_b * es));
                 for (int64_t i = 0; i < n_a * es; i++)
-                    ha[i] = (uint8_t)rng_u64();
+                    ha[i] = (uint8_t)op_rng_u64();
                 for (int64_t i = 0; i < n_b * es; i++)
-                    hb[i] = (uint8_t)rng_u64();
-                struct dual *ta = dnew(dt, nd, na);
-                upload_bytes(ta, ha);
+                    hb[i] = (uint8_t)op_rng_u64();
+                struct op_pair *ta = op_pair_new(dt, nd, na);
+                op_pair_upload(ta, ha);
                 int64_t inner = nb_[nd - 1], padded = inner + 3, outer = n_b / inner;
-                struct dual *tbb = dnew(dt, SHAPE(outer, padded));
-                uint8_t *hbp = talloc((size_t)(outer * padded * es));
+                struct op_pair *tbb = op_pair_new(dt, SHAPE(outer, padded));
+                uint8_t *hbp = op_alloc((size_t)(outer * padded * es));
                 for (int64_t o = 0; o < outer; o++)
                     memcpy(hbp + o * padded * es, hb + o * inner * es, (size_t)(inner * es));
-                upload_bytes(tbb, hbp);
+                op_pair_upload(tbb, hbp);
                 int64_t vnb[4];
                 vnb[nd - 1] = es;
                 if (nd >= 2)
                     vnb[nd - 2] = padded * es;
                 for (int i = nd - 3; i >= 0; i--)
                     vnb[i] = vnb[i + 1] * nb_[i + 1];
-                struct dual tb = dview(tbb, dt, nd, nb_, vnb, 0);
-                struct dual *ty = dnew(dt, nd, ny);
+                struct op_pair tb = op_pair_view(tbb, dt, nd, nb_, vnb, 0);
+                struct op_pair *ty = op_pair_new(dt, nd, ny);
                 struct mmrt_concat_params p = { axis };
-                struct dual *src[2] = { ta, &tb };
+                struct op_pair *src[2] = { ta, &tb };
                 /* The OpenCL result is checked against the definition; the CPU plugin's is
                  * compared with it afterwards, so a disagreement says which side is wrong. */
-                assert_int_equal(run_on(OCL, MMRT_OP_CONCAT, src, 2, ty, &p, sizeof p), MMRT_OK);
-                assert_int_equal(run_on(CPU, MMRT_OP_CONCAT, src, 2, ty, &p, sizeof p), MMRT_OK);
-                uint8_t *got = download_bytes(OCL, ty);
+                assert_int_equal(op_pair_run_on(OCL, MMRT_OP_CONCAT, src, 2, ty, &p, sizeof p),
+                                 MMRT_OK);
+                assert_int_equal(op_pair_run_on(CPU, MMRT_OP_CONCAT, src, 2, ty, &p, sizeof p),
+                                 MMRT_OK);
+                uint8_t *got = op_pair_download(OCL, ty);
                 int64_t e4[4], a4[4], b4[4], pad = 4 - nd;
                 for (int i = 0; i < 4; i++) {
                     e4[i] = i < pad ? 1 : ny[i - pad];
@@ -1282,84 +812,41 @@ static void test_concat(void **state)
                                 }
                                 if (memcmp(got + idx4(e4, i) * es, want, (size_t)es) != 0)
                                     fail_msg("CONCAT rank %d axis %d %s: element %lld differs", nd,
-                                             axis, dt_name(dt), (long long)idx4(e4, i));
+                                             axis, mmrt_dtype_name_of(dt), (long long)idx4(e4, i));
                             }
-                uint8_t *cpu = download_bytes(CPU, ty);
+                uint8_t *cpu = op_pair_download(CPU, ty);
                 if (memcmp(got, cpu, (size_t)ty->t[0].nbytes) != 0)
                     fail_msg("CONCAT rank %d axis %d %s: OpenCL matches the definition, the CPU "
-                             "plugin does not", nd, axis, dt_name(dt));
+                             "plugin does not", nd, axis, mmrt_dtype_name_of(dt));
                 note_exact(MMRT_OP_CONCAT);
-                release_all();
+                op_release_all();
             }
 }
 
 /* ---- COPY: exact ---------------------------------------------------------------------- */
 
-static void convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d)
-{
-    float f;
-    if (sdt == MMRT_DTYPE_I32) {
-        memcpy(d, s, 4);
-        return;
-    }
-    if (sdt == MMRT_DTYPE_F32)
-        memcpy(&f, s, 4);
-    else {
-        uint16_t h;
-        memcpy(&h, s, 2);
-        f = sdt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
-    }
-    if (ddt == MMRT_DTYPE_F32)
-        memcpy(d, &f, 4);
-    else {
-        uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
-        memcpy(d, &h, 2);
-    }
-}
-
-/* Equal bits, or both NaN (NaN payloads are not specified). */
-static bool same_value(enum mmrt_dtype dt, const void *a, const void *b)
-{
-    if (memcmp(a, b, mmrt_dtype_size(dt)) == 0)
-        return true;
-    float fa, fb;
-    if (dt == MMRT_DTYPE_I32)
-        return false;
-    if (dt == MMRT_DTYPE_F32) {
-        memcpy(&fa, a, 4);
-        memcpy(&fb, b, 4);
-    } else {
-        uint16_t ha, hb;
-        memcpy(&ha, a, 2);
-        memcpy(&hb, b, 2);
-        fa = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(ha) : harness_bf16_to_f32(ha);
-        fb = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(hb) : harness_bf16_to_f32(hb);
-    }
-    return isnan(fa) && isnan(fb);
-}
-
 /* Copies n values (host bytes in sdt) through both devices into ddt and compares each with
  * the definition and with the CPU plugin. */
 static void check_conversion(enum mmrt_dtype sdt, enum mmrt_dtype ddt, const void *src, int64_t n)
 {
-    struct dual *ts = dnew(sdt, SHAPE(n)), *td = dnew(ddt, SHAPE(n));
-    upload_bytes(ts, src);
-    struct dual *srcs[1] = { ts };
-    run_both(MMRT_OP_COPY, srcs, 1, td, NULL, 0);
+    struct op_pair *ts = op_pair_new(sdt, SHAPE(n)), *td = op_pair_new(ddt, SHAPE(n));
+    op_pair_upload(ts, src);
+    struct op_pair *srcs[1] = { ts };
+    op_pair_run(MMRT_OP_COPY, srcs, 1, td, NULL, 0);
     size_t ses = mmrt_dtype_size(sdt), des = mmrt_dtype_size(ddt);
-    uint8_t *got = download_bytes(OCL, td), *cpu = download_bytes(CPU, td);
+    uint8_t *got = op_pair_download(OCL, td), *cpu = op_pair_download(CPU, td);
     for (int64_t i = 0; i < n; i++) {
         uint8_t want[4];
-        convert_one(sdt, (const uint8_t *)src + i * (int64_t)ses, ddt, want);
-        if (!same_value(ddt, got + i * (int64_t)des, want) ||
-            !same_value(ddt, got + i * (int64_t)des, cpu + i * (int64_t)des)) {
+        op_convert_one(sdt, (const uint8_t *)src + i * (int64_t)ses, ddt, want);
+        if (!op_same_value(ddt, got + i * (int64_t)des, want) ||
+            !op_same_value(ddt, got + i * (int64_t)des, cpu + i * (int64_t)des)) {
             uint32_t s = 0, g = 0, w = 0, c = 0;
             memcpy(&s, (const uint8_t *)src + i * (int64_t)ses, ses);
             memcpy(&g, got + i * (int64_t)des, des);
             memcpy(&w, want, des);
             memcpy(&c, cpu + i * (int64_t)des, des);
             fail_msg("COPY %s→%s: source bits 0x%x gave 0x%x, want 0x%x (CPU plugin 0x%x)",
-                     dt_name(sdt), dt_name(ddt), s, g, w, c);
+                     mmrt_dtype_name_of(sdt), mmrt_dtype_name_of(ddt), s, g, w, c);
         }
     }
     note_exact(MMRT_OP_COPY);
@@ -1369,7 +856,7 @@ static void test_copy_conversions(void **state)
 {
     (void)state;
     need_device();
-    uint16_t *all = talloc(65536 * 2);
+    uint16_t *all = op_alloc(65536 * 2);
     for (int i = 0; i < 65536; i++)
         all[i] = (uint16_t)i;
     check_conversion(MMRT_DTYPE_F16, MMRT_DTYPE_F32, all, 65536);
@@ -1385,19 +872,19 @@ static void test_copy_conversions(void **state)
         0x7f7fffff, 0xff7fffff, 0x00000001, 0x007fffff, 0xb3000001, 0x337fffff, 0x38000000,
     };
     int64_t n = 200000;
-    uint32_t *bits = talloc((size_t)n * 4);
+    uint32_t *bits = op_alloc((size_t)n * 4);
     memcpy(bits, edge, sizeof edge);
-    rng_seed(12);
+    op_rng_seed(12);
     for (int64_t i = (int64_t)(sizeof edge / 4); i < n; i++) {
-        bits[i] = (uint32_t)rng_u64();
+        bits[i] = (uint32_t)op_rng_u64();
         if (i % 2) /* half of them in the f16 range, where rounding is interesting */
-            bits[i] = (bits[i] & 0x807fffffu) | ((uint32_t)rng_int(100, 143) << 23);
+            bits[i] = (bits[i] & 0x807fffffu) | ((uint32_t)op_rng_int(100, 143) << 23);
     }
     check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_F16, bits, n);
     check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_BF16, bits, n);
     check_conversion(MMRT_DTYPE_F32, MMRT_DTYPE_F32, bits, n);
     check_conversion(MMRT_DTYPE_I32, MMRT_DTYPE_I32, bits, n);
-    release_all();
+    op_release_all();
 }
 
 static void test_copy_strided(void **state)
@@ -1408,15 +895,15 @@ static void test_copy_strided(void **state)
     static const int perms[][4] = { { 0, 2, 1, 3 }, { 3, 1, 0, 2 }, { 0, 1, 2, 3 },
                                     { 2, 3, 0, 1 } };
     const int64_t base_ne[4] = { 2, 3, 5, 7 };
-    rng_seed(13);
+    op_rng_seed(13);
     for (int pi = 0; pi < 4; pi++)
         for (int s = 0; s < 3; s++)
             for (int d = 0; d < 3; d++) {
                 enum mmrt_dtype sdt = dts[s], ddt = dts[d];
                 int64_t ses = (int64_t)mmrt_dtype_size(sdt), des = (int64_t)mmrt_dtype_size(ddt);
-                float *vals = rand_f(210, -100, 100);
-                struct dual *tb = dnew(sdt, 4, base_ne);
-                upload(tb, vals);
+                float *vals = op_rand_f(210, -100, 100);
+                struct op_pair *tb = op_pair_new(sdt, 4, base_ne);
+                op_pair_upload_f32(tb, vals);
                 int64_t bnb[4], ne[4], nb[4];
                 bnb[3] = ses;
                 for (int i = 2; i >= 0; i--)
@@ -1425,11 +912,11 @@ static void test_copy_strided(void **state)
                     ne[i] = base_ne[perms[pi][i]];
                     nb[i] = bnb[perms[pi][i]];
                 }
-                struct dual sv = dview(tb, sdt, 4, ne, nb, 0);
-                struct dual *td = dnew(ddt, 4, ne);
-                struct dual *src[1] = { &sv };
-                run_both(MMRT_OP_COPY, src, 1, td, NULL, 0);
-                uint8_t *got = download_bytes(OCL, td);
+                struct op_pair sv = op_pair_view(tb, sdt, 4, ne, nb, 0);
+                struct op_pair *td = op_pair_new(ddt, 4, ne);
+                struct op_pair *src[1] = { &sv };
+                op_pair_run(MMRT_OP_COPY, src, 1, td, NULL, 0);
+                uint8_t *got = op_pair_download(OCL, td);
                 int64_t i[4];
                 for (i[0] = 0; i[0] < ne[0]; i[0]++)
                     for (i[1] = 0; i[1] < ne[1]; i[1]++)
@@ -1440,51 +927,52 @@ static void test_copy_strided(void **state)
                                     bi[perms[pi][k]] = i[k];
                                 uint8_t sbytes[4], want[4];
                                 float f = vals[idx4(base_ne, bi)];
-                                convert_one(MMRT_DTYPE_F32, &f, sdt, sbytes);
-                                convert_one(sdt, sbytes, ddt, want);
+                                op_convert_one(MMRT_DTYPE_F32, &f, sdt, sbytes);
+                                op_convert_one(sdt, sbytes, ddt, want);
                                 if (memcmp(got + idx4(ne, i) * des, want, (size_t)des) != 0)
                                     fail_msg("COPY perm %d %s→%s differs at %lld", pi,
-                                             dt_name(sdt), dt_name(ddt), (long long)idx4(ne, i));
+                                             mmrt_dtype_name_of(sdt), mmrt_dtype_name_of(ddt),
+                                             (long long)idx4(ne, i));
                             }
-                assert_memory_equal(got, download_bytes(CPU, td), (size_t)td->t[0].nbytes);
+                assert_memory_equal(got, op_pair_download(CPU, td), (size_t)td->t[0].nbytes);
                 note_exact(MMRT_OP_COPY);
-                release_all();
+                op_release_all();
             }
 
     /* A KV-cache write: [T, Hkv, D] F32 into tokens [off, off + T) of an F16 cache; the rest
      * of the cache keeps its contents. Then the same slot converted in place F16 → BF16. */
     int64_t T = 3, Hkv = 2, D = 300, cap = 10, off = 4;
-    float *kv = rand_f(T * Hkv * D, -2, 2);
-    struct dual *tkv = dnew(MMRT_DTYPE_F32, SHAPE(T, Hkv, D));
-    upload(tkv, kv);
-    struct dual *cache = dnew(MMRT_DTYPE_F16, SHAPE(cap, Hkv, D));
-    uint16_t *old = talloc((size_t)cache->t[0].nbytes);
+    float *kv = op_rand_f(T * Hkv * D, -2, 2);
+    struct op_pair *tkv = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, Hkv, D));
+    op_pair_upload_f32(tkv, kv);
+    struct op_pair *cache = op_pair_new(MMRT_DTYPE_F16, SHAPE(cap, Hkv, D));
+    uint16_t *old = op_alloc((size_t)cache->t[0].nbytes);
     for (int64_t i = 0; i < cap * Hkv * D; i++)
         old[i] = (uint16_t)(0x3c00 + i % 1000);
-    upload_bytes(cache, old);
-    struct dual slot = dview(cache, MMRT_DTYPE_F16, SHAPE(T, Hkv, D),
+    op_pair_upload(cache, old);
+    struct op_pair slot = op_pair_view(cache, MMRT_DTYPE_F16, SHAPE(T, Hkv, D),
                              (const int64_t[]){ Hkv * D * 2, D * 2, 2 },
                              (uint64_t)(off * Hkv * D * 2));
-    struct dual *src[1] = { tkv };
-    run_both(MMRT_OP_COPY, src, 1, &slot, NULL, 0);
-    uint16_t *now = download_bytes(OCL, cache);
+    struct op_pair *src[1] = { tkv };
+    op_pair_run(MMRT_OP_COPY, src, 1, &slot, NULL, 0);
+    uint16_t *now = op_pair_download(OCL, cache);
     for (int64_t i = 0; i < cap * Hkv * D; i++) {
         int64_t t = i / (Hkv * D);
         uint16_t want =
             t >= off && t < off + T ? harness_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
         assert_int_equal(now[i], want);
     }
-    assert_memory_equal(now, download_bytes(CPU, cache), (size_t)cache->t[0].nbytes);
-    struct dual as_bf16 = slot;
+    assert_memory_equal(now, op_pair_download(CPU, cache), (size_t)cache->t[0].nbytes);
+    struct op_pair as_bf16 = slot;
     for (int d = 0; d < NDEV; d++)
         as_bf16.t[d].t.dtype = MMRT_DTYPE_BF16;
-    struct dual *self[1] = { &slot };
-    run_both(MMRT_OP_COPY, self, 1, &as_bf16, NULL, 0);
-    uint16_t *conv = download_bytes(OCL, cache);
+    struct op_pair *self[1] = { &slot };
+    op_pair_run(MMRT_OP_COPY, self, 1, &as_bf16, NULL, 0);
+    uint16_t *conv = op_pair_download(OCL, cache);
     for (int64_t i = off * Hkv * D; i < (off + T) * Hkv * D; i++)
         assert_int_equal(conv[i], harness_f32_to_bf16(harness_f16_to_f32(now[i])));
-    assert_memory_equal(conv, download_bytes(CPU, cache), (size_t)cache->t[0].nbytes);
-    release_all();
+    assert_memory_equal(conv, op_pair_download(CPU, cache), (size_t)cache->t[0].nbytes);
+    op_release_all();
 }
 
 /* ---- ARGMAX: exact -------------------------------------------------------------------- */
@@ -1495,15 +983,15 @@ static void test_argmax(void **state)
     need_device();
     static const int64_t cases[][2] = { { 1, 1 }, { 4, 7 }, { 3, 1000 }, { 2, 32000 }, { 9, 2 },
                                         { 10, 513 } };
-    rng_seed(14);
+    op_rng_seed(14);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t R = cases[c][0], N = cases[c][1];
-        float *x = rand_f(R * N, -5, 5);
+        float *x = op_rand_f(R * N, -5, 5);
         for (int64_t r = 0; r < R; r++) {
             float *row = x + r * N;
             int kind = (int)(r % 6);
             if (kind == 1 && N > 2) { /* a tie: the first of two maxima wins */
-                int64_t a = rng_int(0, (int)N - 2), b = rng_int((int)a + 1, (int)N - 1);
+                int64_t a = op_rng_int(0, (int)N - 2), b = op_rng_int((int)a + 1, (int)N - 1);
                 row[a] = row[b] = 10.0f;
             } else if (kind == 2) { /* NaNs, one in front; never chosen */
                 row[0] = NAN;
@@ -1518,19 +1006,19 @@ static void test_argmax(void **state)
                 row[299] = row[43] = row[N - 1] = 11.0f;
             }
         }
-        struct dual *tx = dnew(MMRT_DTYPE_F32, SHAPE(R, N));
-        upload(tx, x);
-        struct dual *ty = dnew(MMRT_DTYPE_I32, SHAPE(R));
-        struct dual *src[1] = { tx };
-        run_both(MMRT_OP_ARGMAX, src, 1, ty, NULL, 0);
-        int32_t *got = download_bytes(OCL, ty), *cpu = download_bytes(CPU, ty);
+        struct op_pair *tx = op_pair_new(MMRT_DTYPE_F32, SHAPE(R, N));
+        op_pair_upload_f32(tx, x);
+        struct op_pair *ty = op_pair_new(MMRT_DTYPE_I32, SHAPE(R));
+        struct op_pair *src[1] = { tx };
+        op_pair_run(MMRT_OP_ARGMAX, src, 1, ty, NULL, 0);
+        int32_t *got = op_pair_download(OCL, ty), *cpu = op_pair_download(CPU, ty);
         for (int64_t r = 0; r < R; r++)
             if (got[r] != ref_argmax(x + r * N, N) || got[r] != cpu[r])
                 fail_msg("ARGMAX [%lld, %lld] row %lld: got %d, want %d (CPU plugin %d)",
                          (long long)R, (long long)N, (long long)r, (int)got[r],
                          (int)ref_argmax(x + r * N, N), (int)cpu[r]);
         note_exact(MMRT_OP_ARGMAX);
-        release_all();
+        op_release_all();
     }
 }
 
@@ -1545,12 +1033,12 @@ static const char *ocl_err(void)
 static void expect_usable(void)
 {
     float x[5] = { 1, -2, 3, -4, 5 };
-    struct dual *tx = dnew(MMRT_DTYPE_F32, SHAPE(5));
-    upload(tx, x);
-    struct dual *src[1] = { tx };
+    struct op_pair *tx = op_pair_new(MMRT_DTYPE_F32, SHAPE(5));
+    op_pair_upload_f32(tx, x);
+    struct op_pair *src[1] = { tx };
     struct mmrt_scale_params p = { 2.0f };
-    assert_int_equal(run_on(OCL, MMRT_OP_SCALE, src, 1, tx, &p, sizeof p), MMRT_OK);
-    float *y = download_f32(OCL, tx);
+    assert_int_equal(op_pair_run_on(OCL, MMRT_OP_SCALE, src, 1, tx, &p, sizeof p), MMRT_OK);
+    float *y = op_pair_download(OCL, tx);
     for (int i = 0; i < 5; i++)
         assert_true(y[i] == 2 * x[i]);
 }
@@ -1573,13 +1061,13 @@ static void test_get_rows_async_error(void **state)
 {
     (void)state;
     need_device();
-    rng_seed(15);
+    op_rng_seed(15);
     float *tab;
-    struct dual *tt = drand(MMRT_DTYPE_F16, -1, 1, &tab, SHAPE(6, 8));
-    float *sentinel = rand_f(600 * 8, 7, 8);
-    struct dual *rows = dnew(MMRT_DTYPE_F32, SHAPE(600, 8));
-    upload(rows, sentinel);
-    int32_t *ids = talloc(600 * 4);
+    struct op_pair *tt = op_pair_rand(MMRT_DTYPE_F16, -1, 1, &tab, SHAPE(6, 8));
+    float *sentinel = op_rand_f(600 * 8, 7, 8);
+    struct op_pair *rows = op_pair_new(MMRT_DTYPE_F32, SHAPE(600, 8));
+    op_pair_upload_f32(rows, sentinel);
+    int32_t *ids = op_alloc(600 * 4);
     for (int k = 0; k < 3; k++) {
         for (int t = 0; t < 600; t++)
             ids[t] = t % 6;
@@ -1588,9 +1076,9 @@ static void test_get_rows_async_error(void **state)
         ids[bad_row] = bad_id;
         if (k == 2)
             ids[500] = -7; /* two bad ids: the first row is the one reported */
-        struct dual *ti = dnew_i32(ids, 600), *src[2] = { tt, ti };
-        assert_int_equal(run_on(OCL, MMRT_OP_GET_ROWS, src, 2, rows, NULL, 0), MMRT_OK);
-        float *got = talloc(600 * 8 * sizeof(float));
+        struct op_pair *ti = op_pair_i32(ids, 600), *src[2] = { tt, ti };
+        assert_int_equal(op_pair_run_on(OCL, MMRT_OP_GET_ROWS, src, 2, rows, NULL, 0), MMRT_OK);
+        float *got = op_alloc(600 * 8 * sizeof(float));
         mmrt_status st = k == 1 ? H[OCL].plugin->synchronize(H[OCL].dev)
                                 : harness_download(&H[OCL], &rows->t[OCL], got);
         assert_int_equal(st, MMRT_ERR_INVALID_ARG);
@@ -1602,18 +1090,18 @@ static void test_get_rows_async_error(void **state)
         assert_non_null(strstr(ocl_err(), "[0, 6)"));
         /* Reported once: the buffer is clear now, and dst was never written. */
         assert_int_equal(H[OCL].plugin->synchronize(H[OCL].dev), MMRT_OK);
-        assert_memory_equal(download_f32(OCL, rows), sentinel, 600 * 8 * sizeof(float));
+        assert_memory_equal(op_pair_download(OCL, rows), sentinel, 600 * 8 * sizeof(float));
         expect_usable();
     }
     /* Valid ids work again on the same tensors. */
     for (int t = 0; t < 600; t++)
         ids[t] = (t * 7) % 6;
-    struct dual *ti = dnew_i32(ids, 600), *src[2] = { tt, ti };
-    assert_int_equal(run_on(OCL, MMRT_OP_GET_ROWS, src, 2, rows, NULL, 0), MMRT_OK);
-    float *got = download_f32(OCL, rows);
+    struct op_pair *ti = op_pair_i32(ids, 600), *src[2] = { tt, ti };
+    assert_int_equal(op_pair_run_on(OCL, MMRT_OP_GET_ROWS, src, 2, rows, NULL, 0), MMRT_OK);
+    float *got = op_pair_download(OCL, rows);
     for (int t = 0; t < 600; t++)
         assert_memory_equal(got + t * 8, tab + ids[t] * 8, 8 * sizeof(float));
-    release_all();
+    op_release_all();
 }
 
 /* ATTENTION with cu_seqlens that do not add up: reported at the next synchronize, naming the
@@ -1623,12 +1111,12 @@ static void test_attention_async_error(void **state)
     (void)state;
     need_device();
     float *q, *k, *v;
-    struct dual *tq = drand(MMRT_DTYPE_F32, -1, 1, &q, SHAPE(6, 2, 16));
-    struct dual *tk = drand(MMRT_DTYPE_F32, -1, 1, &k, SHAPE(8, 1, 16));
-    struct dual *tv = drand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(8, 1, 16));
-    float *sentinel = rand_f(6 * 2 * 16, 5, 6);
-    struct dual *ty = dnew(MMRT_DTYPE_F32, SHAPE(6, 2, 16));
-    upload(ty, sentinel);
+    struct op_pair *tq = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &q, SHAPE(6, 2, 16));
+    struct op_pair *tk = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &k, SHAPE(8, 1, 16));
+    struct op_pair *tv = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(8, 1, 16));
+    float *sentinel = op_rand_f(6 * 2 * 16, 5, 6);
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(6, 2, 16));
+    op_pair_upload_f32(ty, sentinel);
     static const int32_t cases[3][2][3] = {
         { { 0, 4, 6 }, { 0, 5, 9 } }, /* cu_k ends at 9, S is 8 */
         { { 0, 4, 3 }, { 0, 5, 8 } }, /* cu_q decreases */
@@ -1638,18 +1126,18 @@ static void test_attention_async_error(void **state)
                                             "cu_seqlens_q) entry 2 is 3",
                                             "cu_seqlens_q) entry 0 is 1" };
     for (int c = 0; c < 3; c++) {
-        struct dual *cq = dnew_i32(cases[c][0], 3), *ck = dnew_i32(cases[c][1], 3);
+        struct op_pair *cq = op_pair_i32(cases[c][0], 3), *ck = op_pair_i32(cases[c][1], 3);
         struct mmrt_attention_params p = { 0.25f, 1, 2 };
-        struct dual *src[5] = { tq, tk, tv, cq, ck };
-        assert_int_equal(run_on(OCL, MMRT_OP_ATTENTION, src, 5, ty, &p, sizeof p), MMRT_OK);
+        struct op_pair *src[5] = { tq, tk, tv, cq, ck };
+        assert_int_equal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, src, 5, ty, &p, sizeof p), MMRT_OK);
         assert_int_equal(H[OCL].plugin->synchronize(H[OCL].dev), MMRT_ERR_INVALID_ARG);
         printf("reported as expected: %s\n", ocl_err());
         assert_non_null(strstr(ocl_err(), "ATTENTION"));
         assert_non_null(strstr(ocl_err(), needles[c]));
-        assert_memory_equal(download_f32(OCL, ty), sentinel, 6 * 2 * 16 * sizeof(float));
+        assert_memory_equal(op_pair_download(OCL, ty), sentinel, 6 * 2 * 16 * sizeof(float));
         expect_usable();
     }
-    release_all();
+    op_release_all();
 }
 
 /* Argument errors are refused at launch with a message naming the op and the operand. */
@@ -1657,130 +1145,134 @@ static void test_refusals(void **state)
 {
     (void)state;
     need_device();
-    rng_seed(16);
+    op_rng_seed(16);
     float *h;
-    struct dual *x = drand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(4, 8));
-    struct dual *w = drand(MMRT_DTYPE_F16, -1, 1, &h, SHAPE(6, 8));
-    struct dual *y = dnew(MMRT_DTYPE_F32, SHAPE(4, 6));
-    struct dual *xi = dnew(MMRT_DTYPE_I32, SHAPE(4, 8));
-    struct dual *y48 = dnew(MMRT_DTYPE_F32, SHAPE(4, 8));
+    struct op_pair *x = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &h, SHAPE(4, 8));
+    struct op_pair *w = op_pair_rand(MMRT_DTYPE_F16, -1, 1, &h, SHAPE(6, 8));
+    struct op_pair *y = op_pair_new(MMRT_DTYPE_F32, SHAPE(4, 6));
+    struct op_pair *xi = op_pair_new(MMRT_DTYPE_I32, SHAPE(4, 8));
+    struct op_pair *y48 = op_pair_new(MMRT_DTYPE_F32, SHAPE(4, 8));
 
-    struct dual *mm_bad_x[2] = { xi, w };
-    expect_refusal(run_on(OCL, MMRT_OP_MATMUL, mm_bad_x, 2, y, NULL, 0), MMRT_ERR_INVALID_ARG,
-                   "MATMUL", "I32");
-    struct dual *ydt = dnew(MMRT_DTYPE_F16, SHAPE(4, 6)), *mm[2] = { x, w };
-    expect_refusal(run_on(OCL, MMRT_OP_MATMUL, mm, 2, ydt, NULL, 0), MMRT_ERR_INVALID_ARG,
+    struct op_pair *mm_bad_x[2] = { xi, w };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_MATMUL, mm_bad_x, 2, y, NULL, 0),
+                   MMRT_ERR_INVALID_ARG, "MATMUL", "I32");
+    struct op_pair *ydt = op_pair_new(MMRT_DTYPE_F16, SHAPE(4, 6)), *mm[2] = { x, w };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_MATMUL, mm, 2, ydt, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "MATMUL", "dst");
-    struct dual *w9 = dnew(MMRT_DTYPE_F32, SHAPE(6, 9)), *mm9[2] = { x, w9 };
-    expect_refusal(run_on(OCL, MMRT_OP_MATMUL, mm9, 2, y, NULL, 0), MMRT_ERR_INVALID_ARG,
+    struct op_pair *w9 = op_pair_new(MMRT_DTYPE_F32, SHAPE(6, 9)), *mm9[2] = { x, w9 };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_MATMUL, mm9, 2, y, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "MATMUL", NULL);
-    expect_refusal(run_on(OCL, MMRT_OP_MATMUL, mm, 1, y, NULL, 0), MMRT_ERR_INVALID_ARG,
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_MATMUL, mm, 1, y, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "MATMUL", "n_src");
-    struct dual *b3 = dnew(MMRT_DTYPE_F32, SHAPE(3)), *add[2] = { x, b3 };
-    expect_refusal(run_on(OCL, MMRT_OP_ADD, add, 2, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "ADD",
-                   NULL);
-    struct dual *y47 = dnew(MMRT_DTYPE_F32, SHAPE(4, 7)), *sm[1] = { x };
+    struct op_pair *b3 = op_pair_new(MMRT_DTYPE_F32, SHAPE(3)), *add[2] = { x, b3 };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ADD, add, 2, y48, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "ADD", NULL);
+    struct op_pair *y47 = op_pair_new(MMRT_DTYPE_F32, SHAPE(4, 7)), *sm[1] = { x };
     struct mmrt_scale_params sp = { 1.0f };
-    expect_refusal(run_on(OCL, MMRT_OP_SOFTMAX, sm, 1, y47, &sp, sizeof sp),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SOFTMAX, sm, 1, y47, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SOFTMAX", NULL);
-    expect_refusal(run_on(OCL, MMRT_OP_SOFTMAX, sm, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG,
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SOFTMAX, sm, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "SOFTMAX", "params");
     struct mmrt_norm_params np = { -1.0f };
-    expect_refusal(run_on(OCL, MMRT_OP_RMSNORM, sm, 1, y48, &np, sizeof np),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_RMSNORM, sm, 1, y48, &np, sizeof np),
                    MMRT_ERR_INVALID_ARG, "RMSNORM", "eps");
 
     /* ROPE and ATTENTION parameters. */
-    struct dual *xr = dnew(MMRT_DTYPE_F32, SHAPE(2, 2, 8));
+    struct op_pair *xr = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 2, 8));
     int32_t pos[2] = { 0, 1 };
-    struct dual *tp = dnew_i32(pos, 2), *rp[2] = { xr, tp };
+    struct op_pair *tp = op_pair_i32(pos, 2), *rp[2] = { xr, tp };
     struct mmrt_rope_params rpp = { 10000.0f, 9, MMRT_ROPE_NEOX };
-    expect_refusal(run_on(OCL, MMRT_OP_ROPE, rp, 2, xr, &rpp, sizeof rpp), MMRT_ERR_INVALID_ARG,
-                   "ROPE", "n_rot 9");
-    struct dual *tp2 = dnew(MMRT_DTYPE_I32, SHAPE(2, 2)), *rm[2] = { xr, tp2 };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ROPE, rp, 2, xr, &rpp, sizeof rpp),
+                   MMRT_ERR_INVALID_ARG, "ROPE", "n_rot 9");
+    struct op_pair *tp2 = op_pair_new(MMRT_DTYPE_I32, SHAPE(2, 2)), *rm[2] = { xr, tp2 };
     struct mmrt_rope_multi_params rmp = { 10000.0f, 8, 8, 0, 2, { 2, 1 } };
-    expect_refusal(run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
                    MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "sections sum to 3");
     rmp.sections[1] = 2;
     rmp.n_axes = 3;
-    expect_refusal(run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
                    MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "positions");
     rmp.n_axes = 2;
     rmp.freq_dim = 0;
-    expect_refusal(run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ROPE_MULTI, rm, 2, xr, &rmp, sizeof rmp),
                    MMRT_ERR_INVALID_ARG, "ROPE_MULTI", "freq_dim");
-    struct dual *sv = dnew(MMRT_DTYPE_F32, SHAPE(2, 8)), *sd = dnew(MMRT_DTYPE_F16, SHAPE(5, 7));
-    struct dual *si = dnew_i32(pos, 2), *sr[2] = { sv, si };
-    expect_refusal(run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, sd, NULL, 0), MMRT_ERR_INVALID_ARG,
+    struct op_pair *sv = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 8)),
+                   *sd = op_pair_new(MMRT_DTYPE_F16, SHAPE(5, 7));
+    struct op_pair *si = op_pair_i32(pos, 2), *sr[2] = { sv, si };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, sd, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "SET_ROWS", "inner extents");
-    struct dual *sdi = dnew(MMRT_DTYPE_I32, SHAPE(5, 8));
-    expect_refusal(run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, sdi, NULL, 0), MMRT_ERR_INVALID_ARG,
+    struct op_pair *sdi = op_pair_new(MMRT_DTYPE_I32, SHAPE(5, 8));
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, sdi, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "SET_ROWS", "dst");
-    struct dual *q300 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
-    struct dual *k300 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
-    struct dual *o300 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 300)), *at[3] = { q300, k300, k300 };
+    struct op_pair *q300 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
+    struct op_pair *k300 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
+    struct op_pair *o300 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 300)),
+                   *at[3] = { q300, k300, k300 };
     struct mmrt_attention_params ap = { 1.0f, 0, 1 };
-    expect_refusal(run_on(OCL, MMRT_OP_ATTENTION, at, 3, o300, &ap, sizeof ap),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, at, 3, o300, &ap, sizeof ap),
                    MMRT_ERR_INVALID_ARG, "ATTENTION", "head dim 300");
-    struct dual *kb = dnew(MMRT_DTYPE_BF16, SHAPE(2, 1, 300)), *atb[3] = { q300, kb, kb };
-    expect_refusal(run_on(OCL, MMRT_OP_ATTENTION, atb, 3, o300, &ap, sizeof ap),
+    struct op_pair *kb = op_pair_new(MMRT_DTYPE_BF16, SHAPE(2, 1, 300)), *atb[3] = { q300, kb, kb };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, atb, 3, o300, &ap, sizeof ap),
                    MMRT_ERR_INVALID_ARG, "ATTENTION", "BF16");
-    struct dual *q16 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 16));
-    struct dual *cu3 = dnew(MMRT_DTYPE_I32, SHAPE(3)), *atc[5] = { q16, q16, q16, cu3, NULL };
-    struct dual *o16 = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 16));
-    expect_refusal(run_on(OCL, MMRT_OP_ATTENTION, atc, 5, o16, &ap, sizeof ap),
+    struct op_pair *q16 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 16));
+    struct op_pair *cu3 = op_pair_new(MMRT_DTYPE_I32, SHAPE(3)),
+                   *atc[5] = { q16, q16, q16, cu3, NULL };
+    struct op_pair *o16 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 16));
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, atc, 5, o16, &ap, sizeof ap),
                    MMRT_ERR_INVALID_ARG, "ATTENTION", "both");
 
     /* Views: odd offset, foreign buffer, overlap, rank, dtype. */
-    struct dual odd = dview(x, MMRT_DTYPE_F32, SHAPE(7), (const int64_t[]){ 4 }, 2);
-    struct dual *y7 = dnew(MMRT_DTYPE_F32, SHAPE(7)), *sc_odd[1] = { &odd };
-    expect_refusal(run_on(OCL, MMRT_OP_SCALE, sc_odd, 1, y7, &sp, sizeof sp),
+    struct op_pair odd = op_pair_view(x, MMRT_DTYPE_F32, SHAPE(7), (const int64_t[]){ 4 }, 2);
+    struct op_pair *y7 = op_pair_new(MMRT_DTYPE_F32, SHAPE(7)), *sc_odd[1] = { &odd };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SCALE, sc_odd, 1, y7, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SCALE", "offset 2");
     float not_an_arena[8];
-    struct dual foreign = *y7;
+    struct op_pair foreign = *y7;
     foreign.t[OCL].t.buffer = not_an_arena;
-    struct dual *sc_for[1] = { &foreign };
-    expect_refusal(run_on(OCL, MMRT_OP_SCALE, sc_for, 1, y7, &sp, sizeof sp),
+    struct op_pair *sc_for[1] = { &foreign };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SCALE, sc_for, 1, y7, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SCALE", "not an arena");
-    struct dual past = dview(y7, MMRT_DTYPE_F32, SHAPE(8), (const int64_t[]){ 4 }, 0);
-    struct dual *sc_past[1] = { &past };
-    expect_refusal(run_on(OCL, MMRT_OP_SCALE, sc_past, 1, &past, &sp, sizeof sp),
+    struct op_pair past = op_pair_view(y7, MMRT_DTYPE_F32, SHAPE(8), (const int64_t[]){ 4 }, 0);
+    struct op_pair *sc_past[1] = { &past };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SCALE, sc_past, 1, &past, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SCALE", "outside its arena");
-    struct dual x31 = dview(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 0);
-    struct dual y31 = dview(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 4);
-    struct dual *sc_ov[1] = { &x31 };
-    expect_refusal(run_on(OCL, MMRT_OP_SCALE, sc_ov, 1, &y31, &sp, sizeof sp),
+    struct op_pair x31 = op_pair_view(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 0);
+    struct op_pair y31 = op_pair_view(x, MMRT_DTYPE_F32, SHAPE(31), (const int64_t[]){ 4 }, 4);
+    struct op_pair *sc_ov[1] = { &x31 };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SCALE, sc_ov, 1, &y31, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SCALE", "overlaps");
-    struct dual bcast_dst = dview(y48, MMRT_DTYPE_F32, SHAPE(4, 8), (const int64_t[]){ 0, 4 }, 0);
-    struct dual *cp[1] = { x };
-    expect_refusal(run_on(OCL, MMRT_OP_COPY, cp, 1, &bcast_dst, NULL, 0), MMRT_ERR_INVALID_ARG,
-                   "COPY", "overlap");
-    struct dual bad_rank = *x;
+    struct op_pair bcast_dst =
+        op_pair_view(y48, MMRT_DTYPE_F32, SHAPE(4, 8), (const int64_t[]){ 0, 4 }, 0);
+    struct op_pair *cp[1] = { x };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_COPY, cp, 1, &bcast_dst, NULL, 0),
+                   MMRT_ERR_INVALID_ARG, "COPY", "overlap");
+    struct op_pair bad_rank = *x;
     bad_rank.t[OCL].t.n_dims = 5;
-    struct dual *sc_rank[1] = { &bad_rank };
-    expect_refusal(run_on(OCL, MMRT_OP_SCALE, sc_rank, 1, y48, &sp, sizeof sp),
+    struct op_pair *sc_rank[1] = { &bad_rank };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SCALE, sc_rank, 1, y48, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SCALE", "n_dims");
-    struct dual bad_dt = *x;
+    struct op_pair bad_dt = *x;
     bad_dt.t[OCL].t.dtype = 9;
-    struct dual *sc_dt[1] = { &bad_dt };
-    expect_refusal(run_on(OCL, MMRT_OP_SCALE, sc_dt, 1, y48, &sp, sizeof sp),
+    struct op_pair *sc_dt[1] = { &bad_dt };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SCALE, sc_dt, 1, y48, &sp, sizeof sp),
                    MMRT_ERR_INVALID_ARG, "SCALE", "dtype 9");
 
     /* Other contracts: COPY I32 → F32, CONCAT axis, PATCH_EMBED size, args for another op. */
-    struct dual *cpi[1] = { xi };
-    expect_refusal(run_on(OCL, MMRT_OP_COPY, cpi, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "COPY",
-                   "I32");
+    struct op_pair *cpi[1] = { xi };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_COPY, cpi, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG,
+                   "COPY", "I32");
     struct mmrt_concat_params cc = { 2 };
-    struct dual *y88 = dnew(MMRT_DTYPE_F32, SHAPE(8, 8)), *cat[2] = { x, x };
-    expect_refusal(run_on(OCL, MMRT_OP_CONCAT, cat, 2, y88, &cc, sizeof cc),
+    struct op_pair *y88 = op_pair_new(MMRT_DTYPE_F32, SHAPE(8, 8)), *cat[2] = { x, x };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_CONCAT, cat, 2, y88, &cc, sizeof cc),
                    MMRT_ERR_INVALID_ARG, "CONCAT", "axis 2");
-    struct dual *img = dnew(MMRT_DTYPE_F32, SHAPE(1, 1, 6, 7));
-    struct dual *pw = dnew(MMRT_DTYPE_F32, SHAPE(2, 1, 3, 3));
-    struct dual *py = dnew(MMRT_DTYPE_F32, SHAPE(1, 4, 2)), *pe[2] = { img, pw };
+    struct op_pair *img = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, 1, 6, 7));
+    struct op_pair *pw = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 3, 3));
+    struct op_pair *py = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, 4, 2)), *pe[2] = { img, pw };
     struct mmrt_patch_params pp = { 3 };
-    expect_refusal(run_on(OCL, MMRT_OP_PATCH_EMBED, pe, 2, py, &pp, sizeof pp),
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_PATCH_EMBED, pe, 2, py, &pp, sizeof pp),
                    MMRT_ERR_INVALID_ARG, "PATCH_EMBED", "divide");
-    struct dual *am[1] = { x }, *ai = dnew(MMRT_DTYPE_F32, SHAPE(4));
-    expect_refusal(run_on(OCL, MMRT_OP_ARGMAX, am, 1, ai, NULL, 0), MMRT_ERR_INVALID_ARG,
+    struct op_pair *am[1] = { x }, *ai = op_pair_new(MMRT_DTYPE_F32, SHAPE(4));
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ARGMAX, am, 1, ai, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "ARGMAX", "I32");
     struct mmrt_op_args args = {
         .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args), .op = MMRT_OP_MUL, .n_src = 2,
@@ -1792,7 +1284,7 @@ static void test_refusals(void **state)
     args.hdr.struct_size = 8;
     expect_refusal(H[OCL].plugin->ops[MMRT_OP_ADD](H[OCL].dev, &args), MMRT_ERR_INVALID_ARG,
                    "ADD", "ABI");
-    release_all();
+    op_release_all();
 }
 
 /* A program that does not build: every op fails with MMRT_ERR_DEVICE and the compiler's log
@@ -1835,13 +1327,13 @@ static void test_plugin_table(void **state)
     assert_int_equal(p->n_ops, MMRT_OP_COUNT);
     for (int op = 0; op < MMRT_OP_COUNT; op++)
         if (!p->ops[op])
-            fail_msg("op %s missing from the OpenCL op table", op_names[op]);
-    struct dual *e = dnew(MMRT_DTYPE_F32, SHAPE(0, 5)), *src[1] = { e };
+            fail_msg("op %s missing from the OpenCL op table", mmrt_op_name_of(op));
+    struct op_pair *e = op_pair_new(MMRT_DTYPE_F32, SHAPE(0, 5)), *src[1] = { e };
     struct mmrt_scale_params sp = { 2.0f };
-    assert_int_equal(run_on(OCL, MMRT_OP_SCALE, src, 1, e, &sp, sizeof sp), MMRT_OK);
-    assert_int_equal(run_on(OCL, MMRT_OP_SOFTMAX, src, 1, e, &sp, sizeof sp), MMRT_OK);
+    assert_int_equal(op_pair_run_on(OCL, MMRT_OP_SCALE, src, 1, e, &sp, sizeof sp), MMRT_OK);
+    assert_int_equal(op_pair_run_on(OCL, MMRT_OP_SOFTMAX, src, 1, e, &sp, sizeof sp), MMRT_OK);
     assert_int_equal(p->synchronize(H[OCL].dev), MMRT_OK);
-    release_all();
+    op_release_all();
 }
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -1860,6 +1352,7 @@ static int group_setup(void **state)
     g_have_ocl = true;
     if (harness_open(&H[CPU], harness_plugin_path("cpu"), NULL, 0) != MMRT_OK)
         return -1;
+    op_pair_init(&H[OCL], &H[CPU], "OpenCL");
     return 0;
 }
 
@@ -1873,14 +1366,14 @@ static int group_teardown(void **state)
             if (!g_cases[op])
                 continue;
             if (g_tol[op] < 0)
-                printf("%-12s %6d %11s %12s %12s\n", op_names[op], g_cases[op], "exact", "0",
+                printf("%-12s %6d %11s %12s %12s\n", mmrt_op_name_of(op), g_cases[op], "exact", "0",
                        "0");
             else
-                printf("%-12s %6d %11.1e %12.2e %12.2e\n", op_names[op], g_cases[op], g_tol[op],
-                       g_worst_ref[op], g_worst_cpu[op]);
+                printf("%-12s %6d %11.1e %12.2e %12.2e\n", mmrt_op_name_of(op), g_cases[op],
+                       g_tol[op], g_worst_ref[op], g_worst_cpu[op]);
         }
     }
-    release_all();
+    op_release_all();
     harness_close(&H[CPU]);
     harness_close(&H[OCL]);
     return 0;

@@ -1,0 +1,629 @@
+/*
+ * tests/op_cases.c — the operator tests' shared helpers and the ROPE_MULTI / SET_ROWS cases
+ * of the device tests (see op_cases.h). Bookkeeping is two fixed arrays, host buffers and
+ * (harness, tensor) pairs, emptied together by op_release_all; op_pair structs are host
+ * buffers themselves, so they outlive the tensors they hold until the same release.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "op_cases.h"
+#include "ref_ops.h"
+
+const enum mmrt_dtype op_weight_dtypes[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
+
+/* ---- bookkeeping ------------------------------------------------------------------------ */
+
+#define MAX_TRACKED 2048
+
+static void *g_host[MAX_TRACKED];
+static int g_n_host;
+static struct {
+    struct harness *h;
+    struct harness_tensor *t;
+} g_dev[MAX_TRACKED];
+static int g_n_dev;
+
+void *op_alloc(size_t nbytes)
+{
+    assert_true(g_n_host < MAX_TRACKED);
+    void *p = calloc(1, nbytes ? nbytes : 1);
+    assert_non_null(p);
+    g_host[g_n_host++] = p;
+    return p;
+}
+
+static void track(struct harness *h, enum mmrt_dtype dt, int n_dims, const int64_t *ne,
+                  struct harness_tensor *t)
+{
+    assert_true(g_n_dev < MAX_TRACKED);
+    assert_int_equal(harness_tensor_new(h, dt, n_dims, ne, t), MMRT_OK);
+    g_dev[g_n_dev].h = h;
+    g_dev[g_n_dev++].t = t;
+}
+
+struct harness_tensor *op_tensor_new(struct harness *h, enum mmrt_dtype dt, int n_dims,
+                                     const int64_t *ne)
+{
+    struct harness_tensor *t = op_alloc(sizeof *t);
+    track(h, dt, n_dims, ne, t);
+    return t;
+}
+
+void op_release_all(void)
+{
+    for (int i = 0; i < g_n_dev; i++)
+        harness_tensor_free(g_dev[i].h, g_dev[i].t);
+    for (int i = 0; i < g_n_host; i++)
+        free(g_host[i]);
+    g_n_host = g_n_dev = 0;
+}
+
+struct harness_tensor op_view(const struct harness_tensor *base, enum mmrt_dtype dt, int n_dims,
+                              const int64_t *ne, const int64_t *nb, uint64_t offset)
+{
+    struct harness_tensor v = *base;
+    v.t.dtype = dt;
+    v.t.n_dims = n_dims;
+    v.t.offset = base->t.offset + offset;
+    for (int i = 0; i < MMRT_MAX_DIMS; i++) {
+        v.t.ne[i] = i < n_dims ? ne[i] : 1;
+        v.t.nb[i] = i < n_dims ? nb[i] : v.t.nb[i];
+    }
+    return v;
+}
+
+int64_t op_numel(const struct harness_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->t.n_dims; i++)
+        n *= t->t.ne[i];
+    return n;
+}
+
+double *op_ref_buf(int64_t n)
+{
+    return op_alloc((size_t)(n ? n : 1) * sizeof(double));
+}
+
+/* ---- random values ------------------------------------------------------------------------ */
+
+static uint64_t g_rng, g_stream = 1;
+
+void op_rng_stream(uint64_t stream)
+{
+    g_stream = stream;
+}
+
+void op_rng_seed(uint64_t seed)
+{
+    g_rng = seed * 0x9E3779B97F4A7C15ull + g_stream;
+}
+
+uint64_t op_rng_save(void)
+{
+    return g_rng;
+}
+
+void op_rng_restore(uint64_t state)
+{
+    g_rng = state;
+}
+
+uint64_t op_rng_u64(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float op_rng_f(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(op_rng_u64() >> 11) / 9007199254740992.0);
+}
+
+int op_rng_int(int lo, int hi)
+{
+    return lo + (int)(op_rng_u64() % (uint64_t)(hi - lo + 1));
+}
+
+float *op_rand_f(int64_t n, float lo, float hi)
+{
+    float *v = op_alloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        v[i] = op_rng_f(lo, hi);
+    return v;
+}
+
+/* ---- values in a dtype ------------------------------------------------------------------- */
+
+void op_round_to(enum mmrt_dtype dt, float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == MMRT_DTYPE_F16)
+            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
+        else if (dt == MMRT_DTYPE_BF16)
+            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+    }
+}
+
+void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n)
+{
+    if (dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_I32) {
+        void *p = op_alloc((size_t)n * 4);
+        memcpy(p, v, (size_t)n * 4);
+        return p;
+    }
+    uint16_t *h = op_alloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
+    return h;
+}
+
+void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d)
+{
+    float f;
+    if (sdt == MMRT_DTYPE_I32) {
+        memcpy(d, s, 4);
+        return;
+    }
+    if (sdt == MMRT_DTYPE_F32)
+        memcpy(&f, s, 4);
+    else {
+        uint16_t h;
+        memcpy(&h, s, 2);
+        f = sdt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+    }
+    if (ddt == MMRT_DTYPE_F32)
+        memcpy(d, &f, 4);
+    else {
+        uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
+        memcpy(d, &h, 2);
+    }
+}
+
+bool op_same_value(enum mmrt_dtype dt, const void *a, const void *b)
+{
+    if (memcmp(a, b, mmrt_dtype_size(dt)) == 0)
+        return true;
+    float fa, fb;
+    if (dt == MMRT_DTYPE_I32)
+        return false;
+    if (dt == MMRT_DTYPE_F32) {
+        memcpy(&fa, a, 4);
+        memcpy(&fb, b, 4);
+    } else {
+        uint16_t ha, hb;
+        memcpy(&ha, a, 2);
+        memcpy(&hb, b, 2);
+        fa = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(ha) : harness_bf16_to_f32(ha);
+        fb = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(hb) : harness_bf16_to_f32(hb);
+    }
+    return isnan(fa) && isnan(fb);
+}
+
+double op_check_close(const char *what, const float *got, const double *want, int64_t n,
+                      double tol)
+{
+    double max_ref = 0, max_err = 0;
+    int64_t worst = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(want[i]) || isnan(got[i])) {
+            if (isnan(want[i]) != isnan(got[i]))
+                fail_msg("%s: element %lld is %g, want %g", what, (long long)i, (double)got[i],
+                         want[i]);
+            continue;
+        }
+        if (fabs(want[i]) > max_ref)
+            max_ref = fabs(want[i]);
+        double err = fabs((double)got[i] - want[i]);
+        if (!(err <= max_err)) {
+            max_err = err;
+            worst = i;
+        }
+    }
+    double rel = max_err / (max_ref > 0 ? max_ref : 1.0);
+    if (rel > tol)
+        fail_msg("%s: max error %.3g at element %lld (got %.9g, want %.9g) is %.3g of max |want| "
+                 "%.4g; tolerance %.1g", what, max_err, (long long)worst, (double)got[worst],
+                 want[worst], rel, max_ref, tol);
+    return rel;
+}
+
+float *op_fused_heads(const float *x, int64_t T, int64_t H, int64_t D)
+{
+    int64_t Hb = H + 2;
+    float *buf = op_alloc((size_t)(T * Hb * D) * sizeof(float));
+    for (int64_t i = 0; i < T * Hb * D; i++)
+        buf[i] = NAN;
+    for (int64_t t = 0; t < T; t++)
+        memcpy(buf + (t * Hb + 1) * D, x + t * H * D, (size_t)(H * D) * sizeof(float));
+    return buf;
+}
+
+struct harness_tensor op_heads_view(const struct harness_tensor *buf, int64_t T, int64_t H,
+                                    int64_t D)
+{
+    return op_view(buf, MMRT_DTYPE_F32, SHAPE(T, H, D),
+                   (const int64_t[]){ (H + 2) * D * 4, D * 4, 4 }, (uint64_t)D * 4);
+}
+
+/* ---- one tensor on two plugins ------------------------------------------------------------ */
+
+static struct harness *g_h[2];
+static const char *g_dut_name = "device";
+
+void op_pair_init(struct harness *dut, struct harness *cpu, const char *dut_name)
+{
+    g_h[OP_DUT] = dut;
+    g_h[OP_CPU] = cpu;
+    g_dut_name = dut_name;
+}
+
+const char *op_pair_dut_name(void)
+{
+    return g_dut_name;
+}
+
+struct op_pair *op_pair_new(enum mmrt_dtype dt, int n_dims, const int64_t *ne)
+{
+    struct op_pair *p = op_alloc(sizeof *p);
+    for (int d = 0; d < 2; d++)
+        track(g_h[d], dt, n_dims, ne, &p->t[d]);
+    return p;
+}
+
+struct op_pair op_pair_view(const struct op_pair *base, enum mmrt_dtype dt, int n_dims,
+                            const int64_t *ne, const int64_t *nb, uint64_t offset)
+{
+    struct op_pair v;
+    for (int d = 0; d < 2; d++)
+        v.t[d] = op_view(&base->t[d], dt, n_dims, ne, nb, offset);
+    return v;
+}
+
+struct op_pair op_pair_heads_view(const struct op_pair *buf, int64_t T, int64_t H, int64_t D)
+{
+    struct op_pair v;
+    for (int d = 0; d < 2; d++)
+        v.t[d] = op_heads_view(&buf->t[d], T, H, D);
+    return v;
+}
+
+int64_t op_pair_numel(const struct op_pair *p)
+{
+    return op_numel(&p->t[OP_DUT]);
+}
+
+void op_pair_upload(struct op_pair *p, const void *bytes)
+{
+    for (int d = 0; d < 2; d++)
+        assert_int_equal(harness_upload(g_h[d], &p->t[d], bytes), MMRT_OK);
+}
+
+void op_pair_upload_f32(struct op_pair *p, float *v)
+{
+    int64_t n = op_pair_numel(p);
+    enum mmrt_dtype dt = (enum mmrt_dtype)p->t[OP_DUT].t.dtype;
+    op_round_to(dt, v, n);
+    op_pair_upload(p, op_encode(dt, v, n));
+}
+
+struct op_pair *op_pair_rand(enum mmrt_dtype dt, float lo, float hi, float **host, int n_dims,
+                             const int64_t *ne)
+{
+    struct op_pair *p = op_pair_new(dt, n_dims, ne);
+    float *v = op_rand_f(op_pair_numel(p), lo, hi);
+    op_pair_upload_f32(p, v);
+    *host = v;
+    return p;
+}
+
+struct op_pair *op_pair_i32(const int32_t *v, int64_t n)
+{
+    struct op_pair *p = op_pair_new(MMRT_DTYPE_I32, SHAPE(n));
+    op_pair_upload(p, v);
+    return p;
+}
+
+void *op_pair_download(int d, struct op_pair *p)
+{
+    void *v = op_alloc((size_t)p->t[d].nbytes);
+    assert_int_equal(harness_download(g_h[d], &p->t[d], v), MMRT_OK);
+    return v;
+}
+
+void op_pair_download_both(struct op_pair *p, void **dut, void **cpu)
+{
+    *dut = op_pair_download(OP_DUT, p);
+    *cpu = op_pair_download(OP_CPU, p);
+}
+
+mmrt_status op_pair_run_on(int d, enum mmrt_op op, struct op_pair *const *src, int n_src,
+                           struct op_pair *dst, const void *params, uint32_t params_size)
+{
+    struct harness_tensor *s[MMRT_MAX_SRC] = { 0 };
+    for (int i = 0; i < n_src; i++)
+        s[i] = src[i] ? &src[i]->t[d] : NULL;
+    return harness_run(g_h[d], op, s, n_src, &dst->t[d], params, params_size);
+}
+
+void op_pair_run(enum mmrt_op op, struct op_pair *const *src, int n_src, struct op_pair *dst,
+                 const void *params, uint32_t params_size)
+{
+    for (int d = 0; d < 2; d++) {
+        mmrt_status st = op_pair_run_on(d, op, src, n_src, dst, params, params_size);
+        if (st != MMRT_OK)
+            fail_msg("%s %s: status %d: %s", d == OP_DUT ? g_dut_name : "CPU plugin",
+                     mmrt_op_name_of(op), (int)st, g_h[d]->plugin->last_error(g_h[d]->dev));
+    }
+}
+
+/* ---- ROPE, ROPE_MULTI ------------------------------------------------------------------ */
+
+/* x [T, H, D] on both plugins in a rotation's layout: 0 contiguous into a new dst, 1 in place,
+ * 2 heads [1, 1 + H) of a fused buffer (*tx) into a new dst. *xv is the source to launch on. */
+static void rope_input(const float *x, int64_t T, int64_t H, int64_t D, int layout,
+                       struct op_pair **tx, struct op_pair *xv, struct op_pair **ty)
+{
+    if (layout == 2) {
+        *tx = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, H + 2, D));
+        op_pair_upload(*tx, op_fused_heads(x, T, H, D));
+        *xv = op_pair_heads_view(*tx, T, H, D);
+        *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, H, D));
+    } else {
+        *tx = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, H, D));
+        op_pair_upload(*tx, x);
+        *xv = **tx;
+        *ty = layout == 1 ? *tx : op_pair_new(MMRT_DTYPE_F32, SHAPE(T, H, D));
+    }
+}
+
+/* ---- ROPE ------------------------------------------------------------------------------- */
+
+void op_case_rope(const struct op_checks *chk, double tol)
+{
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, mode, layout; /* layout 0 contiguous, 1 in place, 2 a view in a fused buffer */
+        float theta;
+        int max_pos;
+    } cases[] = {
+        { 5, 4, 64, 64, MMRT_ROPE_NEOX, 0, 10000.0f, 16 },
+        { 3, 2, 8, 4, MMRT_ROPE_NEOX, 0, 25000.0f, 100 },          /* partial, Persimmon-like */
+        { 7, 3, 128, 128, MMRT_ROPE_INTERLEAVED, 1, 1e6f, 5000 },
+        { 1, 1, 2, 2, MMRT_ROPE_NEOX, 0, 10000.0f, 3 },
+        { 9, 5, 80, 40, MMRT_ROPE_INTERLEAVED, 2, 10000.0f, 70000 }, /* large positions */
+        { 33, 2, 96, 64, MMRT_ROPE_NEOX, 2, 500000.0f, 40000 },
+        { 4, 3, 256, 256, MMRT_ROPE_NEOX, 1, 10000.0f, 32768 },
+        { 300, 8, 128, 128, MMRT_ROPE_NEOX, 0, 10000.0f, 4095 },
+        { 65, 32, 80, 80, MMRT_ROPE_NEOX, 2, 1000000.0f, 131072 },
+        { 70, 3, 200, 130, MMRT_ROPE_NEOX, 2, 10000.0f, 4096 },      /* tail wider than WG */
+        { 2, 1, 6, 2, MMRT_ROPE_INTERLEAVED, 1, 10000.0f, 9 },       /* in place, partial */
+    };
+    op_rng_seed(8);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t T = cases[k].T, H = cases[k].H, D = cases[k].D;
+        int32_t *pos = op_alloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++)
+            pos[t] = op_rng_int(0, cases[k].max_pos); /* not monotonic, like packed sequences */
+        pos[0] = cases[k].max_pos;
+        float *x = op_rand_f(T * H * D, -2, 2);
+        struct op_pair *tx, xv, *ty;
+        rope_input(x, T, H, D, cases[k].layout, &tx, &xv, &ty);
+        struct op_pair *tp = op_pair_i32(pos, T);
+        struct mmrt_rope_params p = { cases[k].theta, cases[k].n_rot, cases[k].mode };
+        struct op_pair *src[2] = { &xv, tp };
+        op_pair_run(MMRT_OP_ROPE, src, 2, ty, &p, sizeof p);
+        double *ref = op_ref_buf(T * H * D);
+        ref_rope(x, pos, T, H, D, cases[k].n_rot, cases[k].mode, cases[k].theta, ref);
+        void *g, *c;
+        op_pair_download_both(ty, &g, &c);
+        char what[96];
+        snprintf(what, sizeof what, "ROPE case %zu (T %lld H %lld D %lld n_rot %d mode %d)", k,
+                 (long long)T, (long long)H, (long long)D, cases[k].n_rot, cases[k].mode);
+        chk->close(MMRT_OP_ROPE, what, g, c, ref, T * H * D, tol);
+        op_release_all();
+    }
+}
+
+/* ---- ROPE_MULTI ------------------------------------------------------------------------ */
+
+void op_case_rope_multi(const struct op_checks *chk, double tol)
+{
+    static const struct {
+        int64_t T, H, D;
+        int n_rot, freq_dim, restart, n_axes, sections[MMRT_ROPE_MAX_AXES];
+        int layout; /* 0 contiguous, 1 in place, 2 a view in a fused buffer */
+        float theta;
+        int max_pos;
+        bool big;
+    } cases[] = {
+        { 7, 4, 128, 128, 128, 0, 3, { 16, 24, 24 }, 0, 1e6f, 5000, false }, /* M-RoPE */
+        { 33, 2, 80, 80, 40, 1, 2, { 20, 20 }, 2, 10000.0f, 60, false },      /* vision */
+        { 5, 3, 64, 64, 64, 0, 3, { 8, 12, 12 }, 1, 10000.0f, 70000, false },
+        { 4, 3, 200, 130, 130, 1, 4, { 20, 0, 30, 15 }, 2, 10000.0f, 4096, false },
+        { 3, 5, 40, 32, 32, 0, 3, { 0, 12, 4 }, 0, 500000.0f, 32768, false },
+        { 2, 2, 256, 256, 128, 1, 2, { 64, 64 }, 1, 10000.0f, 100, false },
+        { 70, 1, 6, 2, 2, 1, 2, { 1, 0 }, 0, 10000.0f, 9, false },
+        { 600, 28, 128, 128, 128, 0, 3, { 16, 24, 24 }, 2, 1e6f, 32768, true },
+        { 1024, 16, 80, 80, 40, 1, 2, { 20, 20 }, 1, 10000.0f, 63, true },
+    };
+    op_rng_seed(21);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].big && !chk->big)
+            continue;
+        int64_t T = cases[k].T, H = cases[k].H, D = cases[k].D;
+        int n_axes = cases[k].n_axes;
+        int32_t *pos = op_alloc((size_t)(T * n_axes) * 4);
+        for (int64_t i = 0; i < T * n_axes; i++)
+            pos[i] = op_rng_int(0, cases[k].max_pos);
+        pos[0] = cases[k].max_pos;
+        float *x = op_rand_f(T * H * D, -2, 2);
+        struct op_pair *tx, xv, *ty;
+        rope_input(x, T, H, D, cases[k].layout, &tx, &xv, &ty);
+        struct op_pair *tp = op_pair_new(MMRT_DTYPE_I32, SHAPE(T, n_axes));
+        op_pair_upload(tp, pos);
+        struct mmrt_rope_multi_params p = { cases[k].theta, cases[k].n_rot, cases[k].freq_dim,
+                                            cases[k].restart, n_axes, { 0 } };
+        memcpy(p.sections, cases[k].sections, sizeof p.sections);
+        struct op_pair *src[2] = { &xv, tp };
+        op_pair_run(MMRT_OP_ROPE_MULTI, src, 2, ty, &p, sizeof p);
+        double *ref = op_ref_buf(T * H * D);
+        ref_rope_multi(x, pos, T, H, D, cases[k].n_rot, cases[k].freq_dim, cases[k].restart,
+                       n_axes, cases[k].sections, cases[k].theta, ref);
+        void *g, *c;
+        op_pair_download_both(ty, &g, &c);
+        char what[128];
+        snprintf(what, sizeof what, "ROPE_MULTI case %zu (T %lld H %lld D %lld n_rot %d "
+                 "freq_dim %d restart %d axes %d)", k, (long long)T, (long long)H, (long long)D,
+                 cases[k].n_rot, cases[k].freq_dim, cases[k].restart, n_axes);
+        chk->close(MMRT_OP_ROPE_MULTI, what, g, c, ref, T * H * D, tol);
+        if (cases[k].layout == 2) { /* the fused buffer's other heads were not written */
+            const float *all = op_pair_download(OP_DUT, tx);
+            for (int64_t t = 0; t < T; t++) {
+                const float *b = all + t * (H + 2) * D;
+                assert_true(isnan(b[0]) && isnan(b[(H + 1) * D + D - 1]));
+            }
+        }
+        op_release_all();
+    }
+
+    /* One axis, sections {n_rot/2}, freq_dim n_rot: ROPE NEOX exactly. */
+    int64_t T = 9, Hh = 3, D = 48;
+    int32_t pos[9];
+    for (int t = 0; t < 9; t++)
+        pos[t] = op_rng_int(0, 40000);
+    float *x;
+    struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, -2, 2, &x, SHAPE(T, Hh, D));
+    struct op_pair *tp1 = op_pair_i32(pos, T), *tp2 = op_pair_new(MMRT_DTYPE_I32, SHAPE(T, 1));
+    op_pair_upload(tp2, pos);
+    struct op_pair *ya = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
+    struct op_pair *yb = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, Hh, D));
+    struct mmrt_rope_params rp = { 10000.0f, 40, MMRT_ROPE_NEOX };
+    struct mmrt_rope_multi_params mp = { 10000.0f, 40, 40, 0, 1, { 20 } };
+    struct op_pair *sa[2] = { tx, tp1 }, *sb[2] = { tx, tp2 };
+    assert_int_equal(op_pair_run_on(OP_DUT, MMRT_OP_ROPE, sa, 2, ya, &rp, sizeof rp), MMRT_OK);
+    assert_int_equal(op_pair_run_on(OP_DUT, MMRT_OP_ROPE_MULTI, sb, 2, yb, &mp, sizeof mp),
+                     MMRT_OK);
+    assert_memory_equal(op_pair_download(OP_DUT, ya), op_pair_download(OP_DUT, yb),
+                        (size_t)(T * Hh * D) * sizeof(float));
+    op_release_all();
+}
+
+/* ---- SET_ROWS ---------------------------------------------------------------------------- */
+
+/* ref_set_rows (dst's old contents in, rows written in order) rounded to dst's dtype. */
+static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
+{
+    if (dt == MMRT_DTYPE_F32) {
+        float *f = op_alloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            f[i] = (float)ref[i];
+        return f;
+    }
+    uint16_t *h = op_alloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16((float)ref[i])
+                                    : harness_f32_to_bf16((float)ref[i]);
+    return h;
+}
+
+void op_case_set_rows(const struct op_checks *chk)
+{
+    static const struct {
+        int64_t T, R;
+        int n_inner;
+        int64_t inner[2];
+        bool big;
+    } cases[] = {
+        { 1, 40, 2, { 2, 64 }, false },    /* one decode token into a KV cache */
+        { 5, 9, 2, { 3, 7 }, false },
+        { 300, 512, 2, { 2, 40 }, false },
+        { 4, 4, 1, { 2500 }, false },      /* rows longer than a CUDA block's slice */
+        { 10, 6, 0, { 0 }, false },        /* 1-D: rows of one element */
+        { 70, 64, 1, { 5 }, false },
+        { 4, 4, 1, { 1100 }, false },      /* rows across several OpenCL work-groups */
+        { 4096, 8192, 2, { 8, 128 }, true }, /* a prefill-sized scatter */
+    };
+    static const uint32_t edge[] = { /* rounding edges of F32 → F16 / BF16 */
+        0x3f801000, 0x3f803000, 0x477fe000, 0x477ff000, 0x38800000, 0x387fe000, 0x33000001,
+        0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x80000000, 0x7f800000, 0x7fc00000,
+    };
+    op_rng_seed(22);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 3; d++) {
+            if (cases[k].big && !chk->big)
+                continue;
+            enum mmrt_dtype dt = op_weight_dtypes[d];
+            int64_t T = cases[k].T, R = cases[k].R, n = 1;
+            int64_t vne[3] = { T }, dne[3] = { R };
+            for (int i = 0; i < cases[k].n_inner; i++) {
+                vne[i + 1] = dne[i + 1] = cases[k].inner[i];
+                n *= cases[k].inner[i];
+            }
+            int nd = 1 + cases[k].n_inner;
+            struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, nd, vne);
+            struct op_pair *ty = op_pair_new(dt, nd, dne);
+            float *v = op_rand_f(T * n, -70000, 70000);
+            for (int64_t i = 0; i < T * n && i < (int64_t)(sizeof edge / 4); i++)
+                memcpy(&v[i], &edge[i], 4);
+            op_pair_upload(tv, v);
+            int32_t *idx = op_alloc((size_t)T * 4);
+            for (int64_t t = 0; t < T; t++)
+                idx[t] = op_rng_int(-1, (int)R); /* −1 and R write nothing */
+            if (T == 1)
+                idx[0] = (int32_t)(R / 2 + 3);
+            if (T >= 4) {
+                idx[0] = INT32_MIN;
+                idx[1] = (int32_t)R - 1;
+                idx[3] = idx[1]; /* row 3 wins */
+            }
+            struct op_pair *ti = op_pair_i32(idx, T);
+            double *ref = op_ref_buf(R * n);
+            float *old = op_alloc((size_t)(R * n) * 4);
+            for (int64_t i = 0; i < R * n; i++)
+                ref[i] = old[i] = -(float)(i % 1000 + 1) / 8.0f; /* exact in every dtype */
+            op_pair_upload(ty, op_encode(dt, old, R * n));
+            struct op_pair *src[2] = { tv, ti };
+            op_pair_run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+            ref_set_rows(v, idx, T, n, R, ref);
+            void *g, *c;
+            op_pair_download_both(ty, &g, &c);
+            char what[96];
+            snprintf(what, sizeof what, "SET_ROWS case %zu T %lld n %lld R %lld dst %s", k,
+                     (long long)T, (long long)n, (long long)R, mmrt_dtype_name_of(dt));
+            chk->bytes(MMRT_OP_SET_ROWS, what, g, c, set_rows_expect(dt, ref, R * n),
+                       (size_t)(R * n) * mmrt_dtype_size(dt));
+            op_release_all();
+        }
+
+    /* The decode step: descriptors fixed, the index re-uploaded between two launches. */
+    struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, 2, 8));
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F16, SHAPE(6, 2, 8));
+    float *v = op_rand_f(16, -1, 1), *zero = op_alloc(6 * 16 * 4);
+    op_pair_upload(tv, v);
+    op_pair_upload(ty, op_encode(MMRT_DTYPE_F16, zero, 6 * 16));
+    int32_t at = 2;
+    struct op_pair *ti = op_pair_i32(&at, 1), *src[2] = { tv, ti };
+    op_pair_run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+    at = 5;
+    op_pair_upload(ti, &at);
+    op_pair_run(MMRT_OP_SET_ROWS, src, 2, ty, NULL, 0);
+    void *g, *c;
+    op_pair_download_both(ty, &g, &c);
+    const uint16_t *gh = g;
+    for (int r = 0; r < 6; r++)
+        for (int e = 0; e < 16; e++)
+            assert_int_equal(gh[r * 16 + e], r == 2 || r == 5 ? harness_f32_to_f16(v[e]) : 0);
+    assert_memory_equal(g, c, 6 * 16 * 2);
+    op_release_all();
+}

@@ -1,0 +1,170 @@
+/*
+ * tests/op_cases.h — what the operator tests of the plugins (test_cpu_ops.c,
+ * test_opencl_ops.c, test_cuda_ops.c) share: per-case bookkeeping of host buffers and device
+ * tensors, the seeded random values, dtype rounding, the closeness measure, a tensor held on
+ * two plugins at once (the device under test and the CPU plugin, the same bytes on both), and
+ * the case tables with their runners that the two device tests run alike (ROPE_MULTI,
+ * SET_ROWS).
+ *
+ * Every helper fails the current cmocka test on error (assert_*, fail_msg), so callers never
+ * see a NULL. Everything a helper allocates lives until op_release_all(), which each case
+ * calls when it is done. Not thread-safe: the bookkeeping, the random state and the pair of
+ * harnesses (op_pair_init) are process globals, one test program each.
+ *
+ * Include <setjmp.h>, <stdarg.h>, <stddef.h> and <cmocka.h> first, as every cmocka test does.
+ */
+#ifndef MMRT_TEST_OP_CASES_H
+#define MMRT_TEST_OP_CASES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plugin_harness.h"
+
+/* SHAPE(2, 3, 4) expands to "n_dims, ne" for the helpers that take a shape. */
+#define SHAPE(...)                                                                             \
+    (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+/* F32, F16, BF16: the dtypes a weight (and a SET_ROWS destination) may have. */
+extern const enum mmrt_dtype op_weight_dtypes[3];
+
+/* ---- bookkeeping ------------------------------------------------------------------------ */
+
+/* A zeroed host buffer of nbytes (at least 1), freed by op_release_all. */
+void *op_alloc(size_t nbytes);
+
+/* A contiguous tensor on harness h that owns its arena, freed by op_release_all. */
+struct harness_tensor *op_tensor_new(struct harness *h, enum mmrt_dtype dt, int n_dims,
+                                     const int64_t *ne);
+
+/* Frees every buffer and tensor allocated since the last call (tensors first). */
+void op_release_all(void);
+
+/* A view into base's arena (freed with base, never on its own): extents ne, byte strides nb,
+ * byte offset added to base's. Returned by value; the harness only reads the descriptor. */
+struct harness_tensor op_view(const struct harness_tensor *base, enum mmrt_dtype dt, int n_dims,
+                              const int64_t *ne, const int64_t *nb, uint64_t offset);
+
+/* Number of elements of t's extents. */
+int64_t op_numel(const struct harness_tensor *t);
+
+/* A double buffer of n (at least 1) for a reference result. */
+double *op_ref_buf(int64_t n);
+
+/* ---- random values: splitmix64, fixed seeds --------------------------------------------- */
+
+/* Restarts the stream: state = seed · 0x9E3779B97F4A7C15 + stream, stream 1 unless
+ * op_rng_stream changed it (test_cuda_ops draws stream 7, as it always has). */
+void op_rng_seed(uint64_t seed);
+void op_rng_stream(uint64_t stream);
+/* The stream's state, to resume it after a helper that reseeds. */
+uint64_t op_rng_save(void);
+void op_rng_restore(uint64_t state);
+uint64_t op_rng_u64(void);
+float op_rng_f(float lo, float hi);          /* [lo, hi) */
+int op_rng_int(int lo, int hi);              /* [lo, hi] */
+float *op_rand_f(int64_t n, float lo, float hi); /* n values in [lo, hi), op_alloc'ed */
+
+/* ---- values in a dtype ------------------------------------------------------------------- */
+
+/* Rounds v[0..n) in place to what a tensor of dtype dt stores (F16, BF16; others unchanged). */
+void op_round_to(enum mmrt_dtype dt, float *v, int64_t n);
+
+/* Host bytes of v[0..n) in dtype dt: F32 and I32 copied as they are, F16/BF16 converted
+ * (round to nearest even); op_alloc'ed. */
+void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n);
+
+/* What COPY stores for one element converted from sdt to ddt (the harness conversions; I32
+ * only to I32). */
+void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d);
+/* Equal bits, or both NaN (NaN payloads are not specified). */
+bool op_same_value(enum mmrt_dtype dt, const void *a, const void *b);
+
+/* Closeness of a case: max |got − want| / max |want| (1 when want is all zero); NaN must
+ * match NaN. Fails the test, naming `what`, the worst element and the tolerance, when the
+ * ratio is above tol; returns it otherwise. */
+double op_check_close(const char *what, const float *got, const double *want, int64_t n,
+                      double tol);
+
+/* The view test shapes use for "heads of a fused buffer": x [T, H, D] as heads [1, 1 + H) of
+ * a [T, H + 2, D] f32 buffer whose other heads hold NaN (so a read outside the view poisons
+ * the result). op_fused_heads builds that buffer's host values; op_heads_view views heads
+ * [1, 1 + H) of the buffer's tensor. */
+float *op_fused_heads(const float *x, int64_t T, int64_t H, int64_t D);
+struct harness_tensor op_heads_view(const struct harness_tensor *buf, int64_t T, int64_t H,
+                                    int64_t D);
+
+/* ---- one tensor on two plugins ------------------------------------------------------------ */
+
+enum { OP_DUT = 0, OP_CPU = 1 };
+
+/* t[OP_DUT] on the device under test, t[OP_CPU] on the CPU plugin: the same shape, dtype,
+ * strides and (after op_pair_upload) bytes. */
+struct op_pair {
+    struct harness_tensor t[2];
+};
+
+/* The two harnesses every op_pair_* call uses, opened by the caller; dut_name names the
+ * device under test in failure messages ("opencl", "cuda", …). Borrowed until the end. */
+void op_pair_init(struct harness *dut, struct harness *cpu, const char *dut_name);
+const char *op_pair_dut_name(void);
+
+struct op_pair *op_pair_new(enum mmrt_dtype dt, int n_dims, const int64_t *ne);
+struct op_pair op_pair_view(const struct op_pair *base, enum mmrt_dtype dt, int n_dims,
+                            const int64_t *ne, const int64_t *nb, uint64_t offset);
+struct op_pair op_pair_heads_view(const struct op_pair *buf, int64_t T, int64_t H, int64_t D);
+int64_t op_pair_numel(const struct op_pair *p);
+
+/* The same host bytes (p's dtype, contiguous) to both plugins. */
+void op_pair_upload(struct op_pair *p, const void *bytes);
+/* Rounds v to p's dtype in place (so a reference sees the device's values) and uploads. */
+void op_pair_upload_f32(struct op_pair *p, float *v);
+/* A new pair of random values in [lo, hi) rounded to dt; *host gets the values. */
+struct op_pair *op_pair_rand(enum mmrt_dtype dt, float lo, float hi, float **host, int n_dims,
+                             const int64_t *ne);
+/* A new 1-D I32 pair holding v[0..n). */
+struct op_pair *op_pair_i32(const int32_t *v, int64_t n);
+
+/* The whole base tensor of plugin d (OP_DUT / OP_CPU), op_alloc'ed; both at once. */
+void *op_pair_download(int d, struct op_pair *p);
+void op_pair_download_both(struct op_pair *p, void **dut, void **cpu);
+
+/* Launches op on plugin d with that plugin's halves of the pairs (NULL sources stay NULL). */
+mmrt_status op_pair_run_on(int d, enum mmrt_op op, struct op_pair *const *src, int n_src,
+                           struct op_pair *dst, const void *params, uint32_t params_size);
+/* Launches on both plugins; fails with the plugin's last_error unless both succeed. */
+void op_pair_run(enum mmrt_op op, struct op_pair *const *src, int n_src, struct op_pair *dst,
+                 const void *params, uint32_t params_size);
+
+/* ---- cases both device tests run ----------------------------------------------------------- */
+
+/* How a device test judges a case, so each keeps its own measure and closing table. */
+struct op_checks {
+    /* dut and cpu (n floats) against the double reference, held to tol. */
+    void (*close)(enum mmrt_op op, const char *what, const float *dut, const float *cpu,
+                  const double *ref, int64_t n, double tol);
+    /* dut and cpu must both equal want, byte for byte. */
+    void (*bytes)(enum mmrt_op op, const char *what, const void *dut, const void *cpu,
+                  const void *want, size_t nbytes);
+    bool big; /* also the model-sized cases (seconds on a CPU-side device) */
+};
+
+/* ROPE over op_pair, held to tol: NEOX and INTERLEAVED, partial rotation (Persimmon-like),
+ * positions up to 131072 and not monotonic (like packed sequences), head dims 2 … 256, a
+ * tail wider than a work-group, in place and a head view of a fused buffer. */
+void op_case_rope(const struct op_checks *chk, double tol);
+
+/* ROPE_MULTI over op_pair: Qwen2-VL's decoder M-RoPE and vision 2-D rotary, empty sections,
+ * four axes, a copied tail wider than a work-group, in place and a head view of a fused
+ * buffer (whose other heads must stay NaN), held to tol; then one axis with sections
+ * {n_rot/2} and freq_dim n_rot, bit for bit equal to ROPE NEOX on the device under test. */
+void op_case_rope_multi(const struct op_checks *chk, double tol);
+
+/* SET_ROWS over op_pair, exact, into every dst dtype: KV-cache shapes, one decode token, rows
+ * longer than a work-group or block, a 1-D dst, a prefill-sized scatter; indices out of
+ * range (nothing written) and repeated (the last row wins whole); a sentinel in every row
+ * nobody writes. Then the decode pattern: the same launch after a new index upload. */
+void op_case_set_rows(const struct op_checks *chk);
+
+#endif
