@@ -132,10 +132,9 @@ static bool collect_batch(void *user, int request, int32_t id, const char *text)
     return collect(&b->t[request], id, text);
 }
 
-static void test_batch_overlaps_stages(void **state)
+static void check_batch_overlap(const char *vision_plugin, const char *language_plugin)
 {
-    (void)state;
-    struct mmrt_runtime *rt = open_placement("opencl", "cpu");
+    struct mmrt_runtime *rt = open_placement(vision_plugin, language_plugin);
     struct mmrt_request reqs[4];
     for (int i = 0; i < 4; i++)
         reqs[i] = (struct mmrt_request){ .image_path = images[i], .prompt = prompt,
@@ -174,6 +173,20 @@ static void test_batch_overlaps_stages(void **state)
     assert_int_equal(res[3].status, MMRT_OK);
     assert_int_equal(b.t[3].n, 32);
     mmrt_destroy(rt);
+}
+
+static void test_batch_overlaps_stages(void **state)
+{
+    (void)state;
+    check_batch_overlap("opencl", "cpu");
+}
+
+/* Two device sections of one plugin and index are two devices (own pool, own threads or
+ * stream): the stages overlap on one piece of hardware, as docs/CONFIG.md describes. */
+static void test_batch_overlaps_on_one_device(void **state)
+{
+    (void)state;
+    check_batch_overlap("cpu", "cpu");
 }
 
 static void test_missing_operators_refused(void **state)
@@ -241,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_vision_on_opencl),
         cmocka_unit_test(test_language_on_opencl),
         cmocka_unit_test(test_batch_overlaps_stages),
+        cmocka_unit_test(test_batch_overlaps_on_one_device),
         cmocka_unit_test(test_missing_operators_refused),
         cmocka_unit_test(test_kernel_build_failure_at_startup),
     };
