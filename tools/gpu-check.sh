@@ -136,10 +136,16 @@ for f in cuda_plugin cuda_args cuda_ops cuda_ops_gemm; do gcc -std=c11 -O2 -fPIC
 -D_GNU_SOURCE -DMMRT_PLUGIN_VERSION='\"gpu-check\"' -I'$here/core/include' -I'$cuda_home/include' \
 -c '$here/plugins/cuda/'\$f.c -o \$f.o; done; \
 g++ -shared -o '$d/libmmrt_cuda.so' cuda_*.o -L'$cuda_home/lib64' -lcudart -lcublas -Wl,-rpath,'$cuda_home/lib64'; \
-gcc -std=c11 -O2 -fPIC -fvisibility=hidden -shared -D_GNU_SOURCE -DMMRT_PLUGIN_VERSION='\"gpu-check\"' \
--I'$here/core/include' '$here'/plugins/cpu/*.c -o '$d/libmmrt_cpu.so' -pthread -lm; \
+cf=\"-std=c11 -O2 -fPIC -fvisibility=hidden -D_GNU_SOURCE -I$here/core/include\"; \
+for f in '$here'/plugins/cpu/cpu_*.c; do case \$f in *_kern_*) continue;; esac; \
+gcc \$cf -c \$f -o cpu_\$(basename \$f .c).o; done; \
+x5=\"-mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq\"; \
+gcc \$cf -mavx2 -mfma -mf16c -c '$here/plugins/cpu/cpu_kern_avx2.c' -o cpu_k2.o; \
+gcc \$cf \$x5 -c '$here/plugins/cpu/cpu_kern_avx512.c' -o cpu_k5.o; \
+gcc \$cf \$x5 -mavx512bf16 -c '$here/plugins/cpu/cpu_kern_avx512bf16.c' -o cpu_k6.o; \
+gcc -shared -o '$d/libmmrt_cpu.so' cpu_cpu_*.o cpu_k2.o cpu_k5.o cpu_k6.o -pthread -lm; \
 gcc -std=c11 -O2 -D_GNU_SOURCE -I'$here/core/include' -I'$here/tests' '$here/tests/test_cuda_ops.c' \
-'$here/tests/ref_ops.c' '$here/tests/plugin_harness.c' -o '$d/test_cuda_ops' -lcmocka -ldl -lm"
+'$here/tests/ref_ops.c' '$here/tests/op_cases.c' '$here/tests/plugin_harness.c' -o '$d/test_cuda_ops' -lcmocka -ldl -lm"
   [ $dry -eq 0 ] && add direct_build "$(result $rc)" "$secs" "fallback build (CMake failed)"
 fi
 
