@@ -133,10 +133,10 @@ if [ $dry -eq 1 ] || [ $key_ok -eq 0 ]; then
 for f in cuda_kernels cuda_gemm cuda_attention; do nvcc -std=c++17 -O3 -Xcompiler -fPIC -arch=sm_90 \
 -I'$here/core/include' -I'$here/plugins/cuda' -c '$here/plugins/cuda/'\$f.cu -o \$f.o; done; \
 for f in cuda_plugin cuda_args cuda_ops cuda_ops_gemm; do gcc -std=c11 -O2 -fPIC -fvisibility=hidden \
--D_GNU_SOURCE -DMMRT_PLUGIN_VERSION='\"gpu-check\"' -I'$here/core/include' -I'$cuda_home/include' \
+-D_GNU_SOURCE -DMMRT_PLUGIN_VERSION='\"gpu-check\"' -I'$here/core/include' -I'$here/plugins/common' -I'$cuda_home/include' \
 -c '$here/plugins/cuda/'\$f.c -o \$f.o; done; \
 g++ -shared -o '$d/libmmrt_cuda.so' cuda_*.o -L'$cuda_home/lib64' -lcudart -lcublas -Wl,-rpath,'$cuda_home/lib64'; \
-cf=\"-std=c11 -O2 -fPIC -fvisibility=hidden -D_GNU_SOURCE -I$here/core/include\"; \
+cf=\"-std=c11 -O2 -fPIC -fvisibility=hidden -D_GNU_SOURCE -I$here/core/include -I$here/plugins/common\"; \
 for f in '$here'/plugins/cpu/cpu_*.c; do case \$f in *_kern_*) continue;; esac; \
 gcc \$cf -c \$f -o cpu_\$(basename \$f .c).o; done; \
 x5=\"-mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq\"; \

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "cpu_internal.h"
+#include "plugin_views.h"
 
 mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
 {
@@ -24,98 +25,39 @@ mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
     return cpu_fail(o->dev, st, "%s: %s", o->name, what);
 }
 
-/* "[2, 3, 5]" */
-static const char *shape_str(const struct cpu_view *v, char *buf, size_t size)
+/* The descriptor's arena, found once for both the check and the view. */
+struct arena_lookup {
+    struct mmrt_device *dev;
+    struct cpu_arena *found;
+};
+
+static bool arena_bytes(void *ctx, const void *buffer, uint64_t *nbytes)
 {
-    size_t used = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < v->n_dims && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64, i ? ", " : "", v->ne[i]);
-    if (used < size)
-        snprintf(buf + used, size - used, "]");
-    return buf;
+    struct arena_lookup *l = ctx;
+    l->found = cpu_arena_find(l->dev, buffer);
+    if (l->found)
+        *nbytes = l->found->nbytes;
+    return l->found != NULL;
 }
 
 static mmrt_status resolve(struct cpu_op *o, const char *what, const struct mmrt_tensor *t,
                            struct cpu_view *v)
 {
-    /* Every member of mmrt_tensor is ABI 1.0, so a descriptor must be at least this big. */
-    if (t->hdr.abi_major != MMRT_ABI_MAJOR || t->hdr.struct_size < sizeof *t)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: descriptor has ABI %u (%u bytes), expected "
-                       "%d (≥ %zu bytes)", what, t->hdr.abi_major, t->hdr.struct_size,
-                       MMRT_ABI_MAJOR, sizeof *t);
-    size_t es = mmrt_dtype_size((enum mmrt_dtype)t->dtype);
-    if (es == 0)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: unknown dtype %d", what, (int)t->dtype);
-    if (t->n_dims < 1 || t->n_dims > MMRT_MAX_DIMS)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: n_dims %d is outside 1…%d", what,
-                       (int)t->n_dims, MMRT_MAX_DIMS);
-    struct cpu_arena *a = t->buffer ? cpu_arena_find(o->dev, t->buffer) : NULL;
-    if (!a)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: buffer %p is not an arena of this device",
-                       what, t->buffer);
-    if (t->offset % es != 0)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: offset %" PRIu64 " is not a multiple of the "
-                       "%s element size %zu", what, t->offset, mmrt_dtype_name_of(t->dtype), es);
-
+    struct mmrt_pv_shape sh;
+    char why[512];
+    struct arena_lookup l = { o->dev, NULL };
+    if (mmrt_pv_check(what, t, arena_bytes, &l, &sh, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
+    struct cpu_arena *a = l.found;
     memset(v, 0, sizeof *v);
-    v->dtype = t->dtype;
-    v->n_dims = t->n_dims;
-    int64_t numel = 1, nonzero = 1; /* nonzero: product of the non-zero extents, so that any
-                                        partial product (rows, …) is known not to overflow */
-    uint64_t last = 0; /* byte offset of the last element from the first */
-    for (int i = 0; i < t->n_dims; i++) {
-        v->ne[i] = t->ne[i];
-        v->nb[i] = t->nb[i];
-        if (t->ne[i] < 0 || t->nb[i] < 0 || t->nb[i] % (int64_t)es != 0)
-            return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: dim %d has extent %" PRId64 " and stride "
-                           "%" PRId64 " (need extent ≥ 0 and a stride that is a non-negative "
-                           "multiple of %zu)", what, i, t->ne[i], t->nb[i], es);
-        if (__builtin_mul_overflow(numel, t->ne[i], &numel) ||
-            __builtin_mul_overflow(nonzero, t->ne[i] ? t->ne[i] : 1, &nonzero))
-            goto too_big;
-    }
-    for (int i = 0; numel > 0 && i < t->n_dims; i++) {
-        uint64_t step;
-        if (__builtin_mul_overflow((uint64_t)(t->ne[i] - 1), (uint64_t)t->nb[i], &step) ||
-            __builtin_add_overflow(last, step, &last))
-            goto too_big;
-    }
-    v->numel = numel;
-    if (numel > 0 && __builtin_add_overflow(last, (uint64_t)es, &v->span))
-        goto too_big;
-    if (t->offset > a->nbytes || v->span > a->nbytes - t->offset)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64
-                       ") lie outside its arena of %" PRIu64 " bytes", what, t->offset, t->offset,
-                       v->span, a->nbytes);
+    v->dtype = sh.dtype;
+    v->n_dims = sh.n_dims;
+    memcpy(v->ne, sh.ne, sizeof v->ne);
+    memcpy(v->nb, sh.nb, sizeof v->nb);
+    v->numel = sh.numel;
+    v->span = sh.span;
     v->data = cpu_arena_data(a) + t->offset;
     return MMRT_OK;
-
-too_big:
-    return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: extents and strides overflow 64 bits", what);
-}
-
-/* True when no two index tuples of v address the same element: sorted by stride, each dim
- * must step over everything the finer dims span. Sufficient, and exact for the layouts the
- * core builds (contiguous, permuted, sliced). */
-static bool view_injective(const struct cpu_view *v)
-{
-    int idx[MMRT_MAX_DIMS], n = 0;
-    for (int i = 0; i < v->n_dims; i++)
-        if (v->ne[i] > 1)
-            idx[n++] = i;
-    for (int i = 1; i < n; i++) /* insertion sort by stride */
-        for (int j = i; j > 0 && v->nb[idx[j]] < v->nb[idx[j - 1]]; j--) {
-            int t = idx[j];
-            idx[j] = idx[j - 1];
-            idx[j - 1] = t;
-        }
-    int64_t covered = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    for (int i = 0; i < n; i++) {
-        if (v->nb[idx[i]] < covered)
-            return false;
-        covered = v->nb[idx[i]] * (v->ne[idx[i]] - 1) + covered;
-    }
-    return true;
 }
 
 mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
@@ -160,7 +102,7 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
     mmrt_status st = resolve(o, "dst", a.dst, &o->dst);
     if (st != MMRT_OK)
         return st;
-    if (!view_injective(&o->dst))
+    if (!mmrt_pv_injective(o->dst.dtype, o->dst.n_dims, o->dst.ne, o->dst.nb))
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst: its strides make elements overlap");
     o->params = a.params;
     o->params_size = a.params_size;
@@ -182,12 +124,8 @@ mmrt_status cpu_need_dtype(struct cpu_op *o, const char *what, const struct cpu_
 {
     if (mask & (1u << v->dtype))
         return MMRT_OK;
-    char want[64] = "";
-    size_t used = 0;
-    for (int d = 0; d < MMRT_DTYPE_COUNT; d++)
-        if (mask & (1u << d))
-            used += (size_t)snprintf(want + used, sizeof want - used, "%s%s", used ? "/" : "",
-                                     mmrt_dtype_name_of(d));
+    char want[64];
+    mmrt_pv_dtype_list(mask, want, sizeof want);
     return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s has dtype %s, expected %s", what,
                    mmrt_dtype_name_of(v->dtype), want);
 }
@@ -236,7 +174,7 @@ mmrt_status cpu_need_rank(struct cpu_op *o, const char *what, const struct cpu_v
         return MMRT_OK;
     char s[96];
     return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s must have %d dims, got %s", what, n_dims,
-                   shape_str(v, s, sizeof s));
+                   mmrt_pv_shape_str(v->n_dims, v->ne, s, sizeof s));
 }
 
 mmrt_status cpu_need_disjoint(struct cpu_op *o, const char *what, const struct cpu_view *src,
