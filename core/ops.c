@@ -168,6 +168,8 @@ static int n_required_src(enum mmrt_op op)
         return 2;
     case MMRT_OP_ATTENTION:
         return 3;
+    case MMRT_OP_ATTENTION_PAGED:
+        return 6;
     default:
         return 1;
     }
@@ -340,6 +342,37 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         } else {
             REQUIRE(p->n_seq == 1, "n_seq must be 1 without cu_seqlens", NULL);
         }
+        return MMRT_OK;
+    }
+    case MMRT_OP_ATTENTION_PAGED: {
+        st = need_params(op, params, params_size, sizeof(struct mmrt_attention_params), err);
+        if (st != MMRT_OK)
+            return st;
+        const struct mmrt_attention_params *p = params;
+        const struct mmrt_tensor *cq = src[3], *lens = src[4], *table = src[5];
+        REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && contiguous(a),
+                "q must be contiguous F32 [T, Hq, D]", a);
+        REQUIRE(b->n_dims == 4 && (b->dtype == MMRT_DTYPE_F32 || b->dtype == MMRT_DTYPE_F16) &&
+                    contiguous(b) && b->ne[0] >= 1 && b->ne[1] >= 1,
+                "k_pages must be contiguous F32/F16 [n_pages, page_tokens, Hkv, D]", b);
+        REQUIRE(same_shape(b, c) && c->dtype == b->dtype && contiguous(c),
+                "v_pages must be contiguous with k_pages' shape and dtype", c);
+        REQUIRE(b->ne[3] == a->ne[2], "the pages' head dim must equal q's", b);
+        REQUIRE(a->ne[2] >= 1 && a->ne[2] <= 256, "head dim must be within 1…256", a);
+        REQUIRE(b->ne[2] >= 1 && a->ne[1] % b->ne[2] == 0,
+                "q heads must be a multiple of kv heads", b);
+        REQUIRE(y->dtype == MMRT_DTYPE_F32 && contiguous(y) && same_shape(a, y),
+                "dst must be contiguous F32 with q's shape", y);
+        REQUIRE(p->causal == 0 || p->causal == 1, "causal must be 0 or 1", NULL);
+        REQUIRE(isfinite(p->scale), "scale must be finite", NULL);
+        REQUIRE(p->n_seq >= 1, "n_seq must be ≥ 1", NULL);
+        REQUIRE(cq->dtype == MMRT_DTYPE_I32 && contiguous(cq) && numel(cq) == p->n_seq + 1,
+                "cu_seqlens_q must be contiguous I32 [n_seq + 1]", cq);
+        REQUIRE(lens->dtype == MMRT_DTYPE_I32 && contiguous(lens) && numel(lens) == p->n_seq,
+                "kv_lens must be contiguous I32 [n_seq]", lens);
+        REQUIRE(table->dtype == MMRT_DTYPE_I32 && contiguous(table) && table->n_dims == 2 &&
+                    table->ne[0] == p->n_seq && table->ne[1] >= 1,
+                "page_table must be contiguous I32 [n_seq, max_pages]", table);
         return MMRT_OK;
     }
     case MMRT_OP_GET_ROWS:
@@ -531,6 +564,18 @@ mmrt_status mmrt_op_attention(struct mmrt_dev *dev, const struct mmrt_tensor *q,
                               const struct mmrt_tensor *y, struct mmrt_error *err)
 {
     LAUNCH(MMRT_OP_ATTENTION, p, q, k, v, cu_q, cu_k);
+}
+
+mmrt_status mmrt_op_attention_paged(struct mmrt_dev *dev, const struct mmrt_tensor *q,
+                                    const struct mmrt_tensor *k_pages,
+                                    const struct mmrt_tensor *v_pages,
+                                    const struct mmrt_tensor *cu_q,
+                                    const struct mmrt_tensor *kv_lens,
+                                    const struct mmrt_tensor *page_table,
+                                    const struct mmrt_attention_params *p,
+                                    const struct mmrt_tensor *y, struct mmrt_error *err)
+{
+    LAUNCH(MMRT_OP_ATTENTION_PAGED, p, q, k_pages, v_pages, cu_q, kv_lens, page_table);
 }
 
 mmrt_status mmrt_op_get_rows(struct mmrt_dev *dev, const struct mmrt_tensor *table,

@@ -69,6 +69,15 @@ mmrt_status mmrt_op_attention(struct mmrt_dev *dev, const struct mmrt_tensor *q,
                               const struct mmrt_tensor *cu_q, const struct mmrt_tensor *cu_k,
                               const struct mmrt_attention_params *p,
                               const struct mmrt_tensor *y, struct mmrt_error *err);
+/* plugin.h MMRT_OP_ATTENTION_PAGED: attention over the pages that page_table names. */
+mmrt_status mmrt_op_attention_paged(struct mmrt_dev *dev, const struct mmrt_tensor *q,
+                                    const struct mmrt_tensor *k_pages,
+                                    const struct mmrt_tensor *v_pages,
+                                    const struct mmrt_tensor *cu_q,
+                                    const struct mmrt_tensor *kv_lens,
+                                    const struct mmrt_tensor *page_table,
+                                    const struct mmrt_attention_params *p,
+                                    const struct mmrt_tensor *y, struct mmrt_error *err);
 mmrt_status mmrt_op_get_rows(struct mmrt_dev *dev, const struct mmrt_tensor *table,
                              const struct mmrt_tensor *ids, const struct mmrt_tensor *y,
                              struct mmrt_error *err);

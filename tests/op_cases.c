@@ -627,3 +627,359 @@ void op_case_set_rows(const struct op_checks *chk)
     assert_memory_equal(g, c, 6 * 16 * 2);
     op_release_all();
 }
+
+/* ---- ATTENTION_PAGED ------------------------------------------------------------------------ */
+
+/* Places d's keys (k, v, cu_k) into a new pool of pc's page size and order: d gets n_pages,
+ * max_pages, table and the pools. The shuffled placement comes from the random stream. */
+static void paged_layout(const struct op_paged_case *pc, struct op_paged_data *d)
+{
+    const int64_t pt = pc->page_tokens, row = (int64_t)pc->Hkv * pc->D;
+    int64_t used[8], shared[8], distinct = 0;
+    d->max_pages = 1;
+    for (int s = 0; s < pc->n_seq; s++) {
+        used[s] = (pc->lk[s] + pt - 1) / pt;
+        shared[s] = 0;
+        if (pc->order == OP_PAGES_SHARED && s % 2 == 1)
+            shared[s] = (pc->lk[s] < pc->lk[0] ? pc->lk[s] : pc->lk[0]) / pt;
+        distinct += used[s] - shared[s];
+        if (used[s] > d->max_pages)
+            d->max_pages = used[s];
+    }
+    if (pc->order != OP_PAGES_IN_ORDER)
+        d->max_pages++; /* every row then has an entry the op must not read */
+    d->n_pages = distinct + 2; /* two spare pages nobody names */
+    int32_t *ids = op_alloc((size_t)d->n_pages * sizeof(int32_t));
+    for (int64_t i = 0; i < d->n_pages; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = d->n_pages - 1; pc->order != OP_PAGES_IN_ORDER && i > 0; i--) {
+        int j = op_rng_int(0, (int)i);
+        int32_t t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+    d->table = op_alloc((size_t)(pc->n_seq * d->max_pages) * sizeof(int32_t));
+    int64_t next = 0;
+    for (int s = 0; s < pc->n_seq; s++)
+        for (int64_t i = 0; i < d->max_pages; i++)
+            d->table[s * d->max_pages + i] = i < shared[s] ? d->table[i]
+                                             : i < used[s] ? ids[next++]
+                                                           : INT32_MAX;
+    int64_t n = d->n_pages * pt * row;
+    d->k_pages = op_alloc((size_t)n * sizeof(float));
+    d->v_pages = op_alloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        d->k_pages[i] = d->v_pages[i] = NAN;
+    for (int s = 0; s < pc->n_seq; s++)
+        for (int64_t j = 0; j < pc->lk[s]; j++) {
+            int64_t at = ((int64_t)d->table[s * d->max_pages + j / pt] * pt + j % pt) * row;
+            memcpy(d->k_pages + at, d->k + (d->cu_k[s] + j) * row, (size_t)row * sizeof(float));
+            memcpy(d->v_pages + at, d->v + (d->cu_k[s] + j) * row, (size_t)row * sizeof(float));
+        }
+}
+
+static void paged_offsets(const struct op_paged_case *pc, struct op_paged_data *d)
+{
+    d->cu_q[0] = d->cu_k[0] = 0;
+    for (int s = 0; s < pc->n_seq; s++) {
+        d->cu_q[s + 1] = d->cu_q[s] + pc->lq[s];
+        d->cu_k[s + 1] = d->cu_k[s] + pc->lk[s];
+        d->kv_lens[s] = pc->lk[s];
+    }
+    d->T = d->cu_q[pc->n_seq];
+    d->S = d->cu_k[pc->n_seq];
+    d->scale = 1.0f / sqrtf((float)pc->D);
+}
+
+void op_paged_build(const struct op_paged_case *pc, uint64_t seed, struct op_paged_data *d)
+{
+    assert_true(pc->n_seq >= 1 && pc->n_seq <= 8);
+    memset(d, 0, sizeof *d);
+    paged_offsets(pc, d);
+    const int64_t row = (int64_t)pc->Hkv * pc->D;
+    op_rng_seed(seed);
+    d->q = op_rand_f(d->T * pc->Hq * pc->D, -pc->q_amp, pc->q_amp);
+    float *k = op_rand_f(d->S * row, -1, 1), *v = op_rand_f(d->S * row, -1, 1);
+    op_round_to(pc->kv_dtype, k, d->S * row);
+    op_round_to(pc->kv_dtype, v, d->S * row);
+    for (int s = 1; pc->order == OP_PAGES_SHARED && s < pc->n_seq; s += 2) {
+        int64_t lk = pc->lk[s] < pc->lk[0] ? pc->lk[s] : pc->lk[0];
+        size_t nbytes = (size_t)(lk / pc->page_tokens * pc->page_tokens * row) * sizeof(float);
+        memcpy(k + d->cu_k[s] * row, k, nbytes);
+        memcpy(v + d->cu_k[s] * row, v, nbytes);
+    }
+    d->k = k;
+    d->v = v;
+    paged_layout(pc, d);
+}
+
+void op_paged_alone(const struct op_paged_case *pc, const struct op_paged_data *d, int seq,
+                    int page_tokens, struct op_paged_case *apc, struct op_paged_data *ad)
+{
+    *apc = *pc;
+    apc->n_seq = 1;
+    apc->lq[0] = pc->lq[seq];
+    apc->lk[0] = pc->lk[seq];
+    apc->page_tokens = page_tokens;
+    apc->order = OP_PAGES_SHUFFLED;
+    memset(ad, 0, sizeof *ad);
+    paged_offsets(apc, ad);
+    const int64_t row = (int64_t)pc->Hkv * pc->D;
+    ad->q = d->q + (int64_t)d->cu_q[seq] * pc->Hq * pc->D;
+    ad->k = d->k + d->cu_k[seq] * row;
+    ad->v = d->v + d->cu_k[seq] * row;
+    paged_layout(apc, ad);
+}
+
+void op_paged_same_bits(const char *what, const float *batch, const float *alone, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&batch[i], &alone[i], sizeof(float)) != 0)
+            fail_msg("%s: element %lld is %.9g in the batch but %.9g alone (must be bit for "
+                     "bit the same)", what, (long long)i, (double)batch[i], (double)alone[i]);
+}
+
+void op_paged_pairs(const struct op_paged_case *pc, const struct op_paged_data *d,
+                    struct op_paged_pairs *pp)
+{
+    const int64_t Hq = pc->Hq, Hkv = pc->Hkv, D = pc->D, pt = pc->page_tokens;
+    const int64_t n = d->n_pages * pt * Hkv * D;
+    pp->src[0] = op_pair_new(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
+    op_pair_upload(pp->src[0], d->q);
+    for (int i = 1; i <= 2; i++) {
+        pp->src[i] = op_pair_new(pc->kv_dtype, SHAPE(d->n_pages, pt, Hkv, D));
+        op_pair_upload(pp->src[i], op_encode(pc->kv_dtype, i == 1 ? d->k_pages : d->v_pages, n));
+    }
+    pp->src[3] = op_pair_i32(d->cu_q, pc->n_seq + 1);
+    pp->src[4] = op_pair_i32(d->kv_lens, pc->n_seq);
+    pp->src[5] = op_pair_new(MMRT_DTYPE_I32, SHAPE(pc->n_seq, d->max_pages));
+    op_pair_upload(pp->src[5], d->table);
+    pp->y = op_pair_new(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
+    pp->p = (struct mmrt_attention_params){ d->scale, pc->causal, pc->n_seq };
+}
+
+static void paged_indices_on(struct harness *h, struct harness_tensor **src, const int32_t *cu_q,
+                             const int32_t *lens, const int32_t *table);
+
+void op_paged_tensors(struct harness *h, const struct op_paged_case *pc,
+                      const struct op_paged_data *d, struct harness_tensor **src,
+                      struct harness_tensor **y)
+{
+    const int64_t Hq = pc->Hq, Hkv = pc->Hkv, D = pc->D, pt = pc->page_tokens;
+    const int64_t n = d->n_pages * pt * Hkv * D;
+    src[0] = op_tensor_new(h, MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
+    assert_int_equal(harness_upload(h, src[0], d->q), MMRT_OK);
+    for (int i = 1; i <= 2; i++) {
+        src[i] = op_tensor_new(h, pc->kv_dtype, SHAPE(d->n_pages, pt, Hkv, D));
+        const float *pool = i == 1 ? d->k_pages : d->v_pages;
+        assert_int_equal(harness_upload(h, src[i], op_encode(pc->kv_dtype, pool, n)), MMRT_OK);
+    }
+    src[3] = op_tensor_new(h, MMRT_DTYPE_I32, SHAPE(pc->n_seq + 1));
+    src[4] = op_tensor_new(h, MMRT_DTYPE_I32, SHAPE(pc->n_seq));
+    src[5] = op_tensor_new(h, MMRT_DTYPE_I32, SHAPE(pc->n_seq, d->max_pages));
+    *y = op_tensor_new(h, MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
+    paged_indices_on(h, src, d->cu_q, d->kv_lens, d->table);
+}
+
+static void paged_indices_on(struct harness *h, struct harness_tensor **src, const int32_t *cu_q,
+                             const int32_t *lens, const int32_t *table)
+{
+    assert_int_equal(harness_upload(h, src[3], cu_q), MMRT_OK);
+    assert_int_equal(harness_upload(h, src[4], lens), MMRT_OK);
+    assert_int_equal(harness_upload(h, src[5], table), MMRT_OK);
+}
+
+static float *paged_download_on(struct harness *h, struct harness_tensor *y)
+{
+    float *v = op_alloc((size_t)y->nbytes);
+    assert_int_equal(harness_download(h, y, v), MMRT_OK);
+    return v;
+}
+
+void op_paged_graph_replay(struct harness *h)
+{
+    const struct mmrt_plugin *pl = h->plugin;
+    const struct op_paged_case pc = { 4, 2, 32, 3, 3, { 1, 5, 1 }, { 9, 12, 4 }, 1,
+                                      MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 };
+    struct op_paged_data d;
+    op_paged_build(&pc, 8, &d);
+    struct harness_tensor *src[6], *y;
+    op_paged_tensors(h, &pc, &d, src, &y);
+    const int64_t mp = d.max_pages, n = d.T * pc.Hq * pc.D;
+    /* The second step: another split of the queries, the table rows rotated, each length
+     * within the pages its new row names. */
+    int32_t cu_q2[4] = { 0, 3, 4, 7 }, lens2[3] = { d.kv_lens[1] - 3, d.kv_lens[2], 1 };
+    int32_t *table2 = op_alloc((size_t)(3 * mp) * sizeof(int32_t));
+    for (int s = 0; s < 3; s++)
+        memcpy(table2 + s * mp, d.table + ((s + 1) % 3) * mp, (size_t)mp * sizeof(int32_t));
+    const int32_t *cu[2] = { d.cu_q, cu_q2 }, *lens[2] = { d.kv_lens, lens2 };
+    const int32_t *table[2] = { d.table, table2 };
+    struct mmrt_attention_params p = { d.scale, pc.causal, pc.n_seq };
+    float *eager[2];
+    for (int step = 0; step < 2; step++) {
+        paged_indices_on(h, src, cu[step], lens[step], table[step]);
+        assert_int_equal(harness_run(h, MMRT_OP_ATTENTION_PAGED, src, 6, y, &p, sizeof p),
+                         MMRT_OK);
+        eager[step] = paged_download_on(h, y);
+    }
+    void *graph = NULL;
+    assert_int_equal(pl->capture_begin(h->dev), MMRT_OK);
+    assert_int_equal(harness_run(h, MMRT_OP_ATTENTION_PAGED, src, 6, y, &p, sizeof p), MMRT_OK);
+    if (pl->capture_end(h->dev, &graph) != MMRT_OK)
+        fail_msg("capture_end: %s", pl->last_error(h->dev));
+    for (int rep = 0; rep < 2; rep++)
+        for (int step = 1; step >= 0; step--) {
+            paged_indices_on(h, src, cu[step], lens[step], table[step]);
+            assert_int_equal(pl->graph_launch(h->dev, graph), MMRT_OK);
+            op_paged_same_bits(step ? "ATTENTION_PAGED replay of step 2"
+                                    : "ATTENTION_PAGED replay of step 1",
+                               eager[step], paged_download_on(h, y), n);
+        }
+    /* A bad page id uploaded before a replay fails it (at the launch or the next sync). */
+    table2[0] = (int32_t)d.n_pages;
+    paged_indices_on(h, src, cu_q2, lens2, table2);
+    mmrt_status st = pl->graph_launch(h->dev, graph);
+    if (st == MMRT_OK)
+        st = pl->synchronize(h->dev);
+    assert_int_equal(st, MMRT_ERR_INVALID_ARG);
+    if (!strstr(pl->last_error(h->dev), "src5 (page_table) entry [0, 0]"))
+        fail_msg("bad page id at replay: \"%s\"", pl->last_error(h->dev));
+    assert_int_equal(pl->synchronize(h->dev), MMRT_OK);
+    pl->graph_destroy(h->dev, graph);
+    op_release_all();
+}
+
+/* Uploads a case to both plugins and runs it there; returns dst. */
+static struct op_pair *paged_run(const struct op_paged_case *pc, const struct op_paged_data *d)
+{
+    struct op_paged_pairs pp;
+    op_paged_pairs(pc, d, &pp);
+    op_pair_run(MMRT_OP_ATTENTION_PAGED, pp.src, 6, pp.y, &pp.p, sizeof pp.p);
+    return pp.y;
+}
+
+static void paged_describe(char *what, size_t size, const char *prefix,
+                           const struct op_paged_case *pc)
+{
+    int used = snprintf(what, size, "%s Hq %d Hkv %d D %d pages of %d, %s, %s, order %d, Lq/Lk",
+                        prefix, pc->Hq, pc->Hkv, pc->D, pc->page_tokens,
+                        mmrt_dtype_name_of(pc->kv_dtype), pc->causal ? "causal" : "bidirectional",
+                        (int)pc->order);
+    for (int s = 0; s < pc->n_seq && used > 0 && (size_t)used < size; s++)
+        used += snprintf(what + used, size - (size_t)used, " %d/%d", pc->lq[s], pc->lk[s]);
+}
+
+#define F32 MMRT_DTYPE_F32
+#define F16 MMRT_DTYPE_F16
+const struct op_paged_entry op_paged_cases[] = {
+    /* Hq Hkv D  pt n_seq lq             lk                    causal kv  order       amp  alone */
+    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F16, OP_PAGES_SHUFFLED, 1 }, 0, 3, false },
+    { { 4, 4, 64, 1, 2, { 1, 6 }, { 5, 6 }, 1, F32, OP_PAGES_SHUFFLED, 1 }, 1, 16, false },
+    { { 8, 2, 80, 3, 4, { 1, 9, 1, 0 }, { 20, 30, 7, 5 }, 1, F32, OP_PAGES_SHARED, 1 }, 1, 16, false },
+    { { 2, 1, 128, 16, 3, { 5, 1, 3 }, { 0, 40, 3 }, 1, F16, OP_PAGES_SHARED, 1 }, 1, 1, false },
+    { { 6, 3, 8, 3, 2, { 7, 4 }, { 7, 11 }, 0, F16, OP_PAGES_IN_ORDER, 1 }, 1, 16, false },
+    { { 4, 1, 256, 16, 2, { 33, 1 }, { 70, 129 }, 1, F32, OP_PAGES_SHUFFLED, 1 }, 0, 3, false },
+    { { 2, 2, 3, 3, 1, { 4 }, { 9 }, 0, F32, OP_PAGES_IN_ORDER, 1 }, 0, 1, false },
+    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, F16, OP_PAGES_SHARED, 3 }, 2, 3, false },
+    { { 2, 2, 64, 16, 2, { 70, 1 }, { 200, 90 }, 0, F32, OP_PAGES_SHARED, 1 }, 0, 1, false },
+    { { 32, 8, 128, 16, 4, { 1, 1, 1, 64 }, { 1000, 513, 37, 200 }, 1, F16, OP_PAGES_SHUFFLED, 1 }, 3, 3, true },
+};
+#undef F32
+#undef F16
+const size_t op_n_paged_cases = sizeof op_paged_cases / sizeof op_paged_cases[0];
+
+void op_paged_zero_rows(const char *what, const float *got, const double *ref, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ref[i] == 0.0 && got[i] != 0.0f)
+            fail_msg("%s: element %lld is %g; a query that sees no key must give exactly 0",
+                     what, (long long)i, (double)got[i]);
+}
+
+const struct op_paged_case op_paged_bad_case = { 2, 1, 16, 4, 2, { 2, 1 }, { 6, 5 }, 1,
+                                                 MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 };
+const struct op_paged_bad op_paged_bad[] = {
+    { 5, 0, 1, 9, "src5 (page_table) entry [0, 1] is 9" },
+    { 5, 1, 0, -1, "src5 (page_table) entry [1, 0] is -1" },
+    { 4, 1, 0, 13, "src4 (kv_lens) entry 1 is 13" },
+    { 4, 0, 0, -2, "src4 (kv_lens) entry 0 is -2" },
+    { 3, 2, 0, 2, "src3 (cu_seqlens_q)" },  /* ends short of T = 3 */
+    { 3, 1, 0, 4, "src3 (cu_seqlens_q)" },  /* decreases */
+    { 3, 0, 0, 1, "src3 (cu_seqlens_q)" },  /* does not start at 0 */
+    { 4, 0, 0, 12, "src5 (page_table) entry [0, 2] is 2147483647" },
+};
+const size_t op_n_paged_bad = sizeof op_paged_bad / sizeof op_paged_bad[0];
+
+void op_paged_bad_setup(struct harness *h, struct op_paged_bad_run *r)
+{
+    const struct op_paged_case *pc = &op_paged_bad_case;
+    op_paged_build(pc, 7, &r->d);
+    op_paged_tensors(h, pc, &r->d, r->src, &r->y);
+    r->p = (struct mmrt_attention_params){ r->d.scale, pc->causal, pc->n_seq };
+    r->n = r->d.T * pc->Hq * pc->D;
+    r->sentinel = op_rand_f(r->n, 5, 6);
+    assert_int_equal(harness_upload(h, r->y, r->sentinel), MMRT_OK);
+}
+
+void op_paged_bad_set(struct harness *h, struct op_paged_bad_run *r, size_t b)
+{
+    const struct op_paged_case *pc = &op_paged_bad_case;
+    int32_t cu_q[9], lens[8], *table = op_alloc((size_t)(pc->n_seq * r->d.max_pages) * 4);
+    memcpy(cu_q, r->d.cu_q, sizeof cu_q);
+    memcpy(lens, r->d.kv_lens, sizeof lens);
+    memcpy(table, r->d.table, (size_t)(pc->n_seq * r->d.max_pages) * sizeof(int32_t));
+    const struct op_paged_bad *bad = b < op_n_paged_bad ? &op_paged_bad[b] : NULL;
+    if (bad && bad->which == 3)
+        cu_q[bad->seq] = bad->value;
+    else if (bad && bad->which == 4)
+        lens[bad->seq] = bad->value;
+    else if (bad)
+        table[bad->seq * r->d.max_pages + bad->col] = bad->value;
+    paged_indices_on(h, r->src, cu_q, lens, table);
+}
+
+void op_paged_bad_untouched(struct harness *h, const struct op_paged_bad_run *r)
+{
+    assert_memory_equal(paged_download_on(h, r->y), r->sentinel, (size_t)r->n * sizeof(float));
+}
+
+void op_case_attention_paged(const struct op_checks *chk, double tol)
+{
+    for (size_t c = 0; c < op_n_paged_cases; c++) {
+        const struct op_paged_entry *e = &op_paged_cases[c];
+        if (e->big && !chk->big)
+            continue;
+        const struct op_paged_case *pc = &e->pc;
+        struct op_paged_data d;
+        op_paged_build(pc, 400 + c, &d);
+        struct op_pair *ty = paged_run(pc, &d);
+        const int64_t row = (int64_t)pc->Hq * pc->D;
+        double *ref = op_ref_buf(d.T * row);
+        ref_attention_paged(d.q, d.k_pages, d.v_pages, d.T, pc->Hq, pc->Hkv, pc->D,
+                            pc->page_tokens, d.cu_q, d.kv_lens, d.table, d.max_pages, pc->n_seq,
+                            d.scale, pc->causal, ref);
+        void *g, *cpu;
+        op_pair_download_both(ty, &g, &cpu);
+        char what[256];
+        paged_describe(what, sizeof what, "ATTENTION_PAGED", pc);
+        chk->close(MMRT_OP_ATTENTION_PAGED, what, g, cpu, ref, d.T * row, tol);
+        op_paged_zero_rows(what, g, ref, d.T * row);
+
+        int s = e->alone_seq;
+        struct op_paged_case apc;
+        struct op_paged_data ad;
+        op_paged_alone(pc, &d, s, e->alone_pt, &apc, &ad);
+        struct op_pair *ta = paged_run(&apc, &ad);
+        void *ga, *ca;
+        op_pair_download_both(ta, &ga, &ca);
+        int64_t first = (int64_t)d.cu_q[s] * row, n = (int64_t)pc->lq[s] * row;
+        char inv[sizeof what + 96];
+        snprintf(inv, sizeof inv, "%s: sequence %d alone in pages of %d on %s", what, s,
+                 e->alone_pt, op_pair_dut_name());
+        op_paged_same_bits(inv, (const float *)g + first, ga, n);
+        snprintf(inv, sizeof inv, "%s: sequence %d alone in pages of %d on the CPU plugin", what,
+                 s, e->alone_pt);
+        op_paged_same_bits(inv, (const float *)cpu + first, ca, n);
+        op_release_all();
+    }
+}

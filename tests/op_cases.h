@@ -167,4 +167,119 @@ void op_case_rope_multi(const struct op_checks *chk, double tol);
  * nobody writes. Then the decode pattern: the same launch after a new index upload. */
 void op_case_set_rows(const struct op_checks *chk);
 
+/* ---- ATTENTION_PAGED ------------------------------------------------------------------------ */
+
+/* How a case places its sequences' keys in the page pool. */
+enum op_page_order {
+    OP_PAGES_IN_ORDER, /* sequence after sequence, pages in key order, table rows full */
+    OP_PAGES_SHUFFLED, /* the same pages at random places of the pool */
+    OP_PAGES_SHARED,   /* shuffled, and every odd sequence starts with the full pages of
+                          sequence 0 (a shared prefix: the same page ids, the same keys) */
+};
+
+struct op_paged_case {
+    int Hq, Hkv, D, page_tokens;
+    int n_seq;
+    int32_t lq[8], lk[8]; /* queries and keys of each sequence */
+    int causal;
+    enum mmrt_dtype kv_dtype; /* F32 or F16, both pools */
+    enum op_page_order order;
+    float q_amp;              /* |q| range: larger makes softmax peakier */
+};
+
+/* A case's host values. The pool's spare pages and the rows past each sequence's last key
+ * hold NaN and the table's entries past a sequence's last page hold INT32_MAX, so reading
+ * anything the op must not read poisons the result. k and v hold the same keys gathered in
+ * key order, cu_k their sequence offsets: what ATTENTION (and ref_attention) take. All
+ * buffers are op_alloc'ed. */
+struct op_paged_data {
+    int64_t T, S, n_pages, max_pages;
+    int32_t cu_q[9], cu_k[9], kv_lens[8];
+    int32_t *table;            /* [n_seq, max_pages] */
+    float *q;                  /* [T, Hq, D] */
+    float *k_pages, *v_pages;  /* [n_pages, page_tokens, Hkv, D], rounded to kv_dtype */
+    const float *k, *v;        /* [S, Hkv, D] */
+    float scale;               /* 1 / sqrt(D) */
+};
+
+/* Draws a case's values from seed and lays them out (n_seq ≤ 8). */
+void op_paged_build(const struct op_paged_case *pc, uint64_t seed, struct op_paged_data *d);
+/* Sequence seq of (pc, d) alone: its queries and keys, the same values, in a pool of
+ * page_tokens-token pages in shuffled order; *apc and *ad get the case and its data. */
+void op_paged_alone(const struct op_paged_case *pc, const struct op_paged_data *d, int seq,
+                    int page_tokens, struct op_paged_case *apc, struct op_paged_data *ad);
+/* The cases every plugin's test runs: page sizes 1, 3 and 16, ragged last pages, pages
+ * shared by two sequences, shuffled tables, decode and prefill-chunk sequences in one launch,
+ * sequences without queries or without keys, F32 and F16 pools, GQA, causal and
+ * bidirectional, odd and generic head dims. Each names a sequence to run again alone in
+ * pages of alone_pt tokens (batch invariance); big ones are skipped when checks.big is off. */
+struct op_paged_entry {
+    struct op_paged_case pc;
+    int alone_seq, alone_pt;
+    bool big;
+};
+extern const struct op_paged_entry op_paged_cases[];
+extern const size_t op_n_paged_cases;
+
+/* Fails unless every element whose reference is exactly 0 (a query that sees no key) is
+ * exactly 0. */
+void op_paged_zero_rows(const char *what, const float *got, const double *ref, int64_t n);
+
+/* Fails the test, naming `what`, unless n floats are equal bit for bit. */
+void op_paged_same_bits(const char *what, const float *batch, const float *alone, int64_t n);
+
+/* A case's tensors on both plugins (q, k_pages, v_pages, cu_seqlens_q, kv_lens, page_table;
+ * dst) and its params, uploaded but not run. */
+struct op_paged_pairs {
+    struct op_pair *src[6], *y;
+    struct mmrt_attention_params p;
+};
+void op_paged_pairs(const struct op_paged_case *pc, const struct op_paged_data *d,
+                    struct op_paged_pairs *pp);
+
+/* Index values a plugin must refuse, fed to a launch of op_paged_bad_case (two sequences of
+ * 6 and 5 keys in pages of 4, so each table row is [p, p, unused]): the tensor (3
+ * cu_seqlens_q, 4 kv_lens, 5 page_table), the entry (sequence, and column for the table) set
+ * to value, and what every plugin's message must contain. The last one is a kv_len of
+ * max_pages · page_tokens, which makes the unused column a page read. */
+struct op_paged_bad {
+    int which, seq, col;
+    int32_t value;
+    const char *needle;
+};
+extern const struct op_paged_case op_paged_bad_case;
+extern const struct op_paged_bad op_paged_bad[];
+extern const size_t op_n_paged_bad;
+/* A launch of op_paged_bad_case on one harness, dst holding a sentinel; set_bad uploads
+ * op_paged_bad[b]'s indices (b = op_n_paged_bad: the valid ones), untouched fails unless dst
+ * still holds the sentinel. */
+struct op_paged_bad_run {
+    struct op_paged_data d;
+    struct harness_tensor *src[6], *y;
+    struct mmrt_attention_params p;
+    float *sentinel;
+    int64_t n; /* dst elements */
+};
+void op_paged_bad_setup(struct harness *h, struct op_paged_bad_run *r);
+void op_paged_bad_set(struct harness *h, struct op_paged_bad_run *r, size_t b);
+void op_paged_bad_untouched(struct harness *h, const struct op_paged_bad_run *r);
+
+/* The tensors of a paged launch of (pc, d) on harness h alone, all uploaded: src = q,
+ * k_pages, v_pages, cu_seqlens_q, kv_lens, page_table; *y the dst. */
+void op_paged_tensors(struct harness *h, const struct op_paged_case *pc,
+                      const struct op_paged_data *d, struct harness_tensor **src,
+                      struct harness_tensor **y);
+
+/* A paged launch captured as a graph on h (a device with graphs on) must read its index
+ * tensors at every replay: new cu_seqlens_q, kv_lens and table rows uploaded before
+ * graph_launch give the bits an eager launch with them gives, in any order, and a bad page id
+ * uploaded before a replay fails that replay (at graph_launch or the next synchronize) and is
+ * then cleared. Works on h alone; releases what it allocated. */
+void op_paged_graph_replay(struct harness *h);
+
+/* op_paged_cases over op_pair, held to tol (rows that see no key exactly 0); then batch
+ * invariance: each case's named sequence run alone, with another page size and another page
+ * order, must give the same bits on the device under test (and on the CPU plugin). */
+void op_case_attention_paged(const struct op_checks *chk, double tol);
+
 #endif

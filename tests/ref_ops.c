@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mmrt/plugin.h"
 
@@ -205,6 +206,33 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
             }
     }
     free(p);
+}
+
+/* The keys each sequence's table names, gathered in key order into contiguous k and v, then
+ * ATTENTION: the paged op is defined as exactly that. */
+void ref_attention_paged(const float *q, const float *k_pages, const float *v_pages,
+                         int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_tokens,
+                         const int32_t *cu_q, const int32_t *kv_lens, const int32_t *page_table,
+                         int64_t max_pages, int n_seq, double scale, int causal, double *y)
+{
+    int32_t *cu_k = malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
+    cu_k[0] = 0;
+    for (int s = 0; s < n_seq; s++)
+        cu_k[s + 1] = cu_k[s] + kv_lens[s];
+    int64_t S = cu_k[n_seq], row = Hkv * D;
+    float *k = malloc(sizeof(float) * (size_t)(S * row + 1));
+    float *v = malloc(sizeof(float) * (size_t)(S * row + 1));
+    for (int s = 0; s < n_seq; s++)
+        for (int64_t j = 0; j < kv_lens[s]; j++) {
+            int64_t page = page_table[s * max_pages + j / page_tokens];
+            int64_t src = (page * page_tokens + j % page_tokens) * row;
+            memcpy(k + (cu_k[s] + j) * row, k_pages + src, sizeof(float) * (size_t)row);
+            memcpy(v + (cu_k[s] + j) * row, v_pages + src, sizeof(float) * (size_t)row);
+        }
+    ref_attention(q, k, v, T, S, Hq, Hkv, D, cu_q, cu_k, n_seq, scale, causal, y);
+    free(k);
+    free(v);
+    free(cu_k);
 }
 
 void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B, int64_t C,

@@ -55,6 +55,14 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
                    int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
                    int n_seq, double scale, int causal, double *y);
 
+/* Paged attention (ATTENTION_PAGED): q [T, Hq, D], k_pages and v_pages [n_pages,
+ * page_tokens, Hkv, D], cu_q [n_seq + 1], kv_lens [n_seq], page_table [n_seq, max_pages]
+ * (only the pages a sequence's kv_len needs are read); y [T, Hq, D]. Inputs must be valid. */
+void ref_attention_paged(const float *q, const float *k_pages, const float *v_pages,
+                         int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_tokens,
+                         const int32_t *cu_q, const int32_t *kv_lens, const int32_t *page_table,
+                         int64_t max_pages, int n_seq, double scale, int causal, double *y);
+
 /* Patch embedding: img [B, C, H, W], w [O, C, P, P], b [O] or NULL, y [B, (H/P)(W/P), O]. */
 void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B, int64_t C,
                      int64_t H, int64_t W, int64_t P, int64_t O, double *y);

@@ -1633,6 +1633,185 @@ static void test_rope_multi_set_rows_refusals(void **state)
     op_release_all();
 }
 
+/* ---- ATTENTION_PAGED: tolerance 1e-5, ATTENTION's bits, batch invariance -------------------
+ * The CPU plugin reads a sequence's keys in key order through one row-address function
+ * whichever op delivers them, so ATTENTION_PAGED must equal ATTENTION over the same keys
+ * gathered contiguously bit for bit, on the micro-kernel table and on the portable one. */
+
+/* The tensors of a paged launch on H, and its params. */
+struct paged_tensors {
+    struct harness_tensor *src[6], *y;
+    struct mmrt_attention_params p;
+};
+
+static void paged_tensors(const struct op_paged_case *pc, const struct op_paged_data *d,
+                          struct paged_tensors *pt)
+{
+    op_paged_tensors(&H, pc, d, pt->src, &pt->y);
+    pt->p = (struct mmrt_attention_params){ d->scale, pc->causal, pc->n_seq };
+}
+
+static float *paged_run_cpu(const struct op_paged_case *pc, const struct op_paged_data *d)
+{
+    struct paged_tensors pt;
+    paged_tensors(pc, d, &pt);
+    assert_int_equal(run(MMRT_OP_ATTENTION_PAGED, pt.src, 6, pt.y, &pt.p, sizeof pt.p), MMRT_OK);
+    return download_f32(pt.y);
+}
+
+/* The same queries and keys through ATTENTION, K and V gathered into [S, Hkv, D]. */
+static float *paged_as_attention(const struct op_paged_case *pc, const struct op_paged_data *d)
+{
+    const int64_t Hq = pc->Hq, Hkv = pc->Hkv, D = pc->D, S = d->S;
+    assert_true(S > 0);
+    struct harness_tensor *tq = tnew(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
+    assert_int_equal(harness_upload(&H, tq, d->q), MMRT_OK);
+    struct harness_tensor *tk = tnew(pc->kv_dtype, SHAPE(S, Hkv, D));
+    struct harness_tensor *tv = tnew(pc->kv_dtype, SHAPE(S, Hkv, D));
+    assert_int_equal(harness_upload(&H, tk, op_encode(pc->kv_dtype, d->k, d->S * Hkv * D)),
+                     MMRT_OK);
+    assert_int_equal(harness_upload(&H, tv, op_encode(pc->kv_dtype, d->v, d->S * Hkv * D)),
+                     MMRT_OK);
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
+    struct harness_tensor *src[5] = { tq, tk, tv, tnew_i32(d->cu_q, pc->n_seq + 1),
+                                      tnew_i32(d->cu_k, pc->n_seq + 1) };
+    struct mmrt_attention_params p = { d->scale, pc->causal, pc->n_seq };
+    assert_int_equal(run(MMRT_OP_ATTENTION, src, 5, ty, &p, sizeof p), MMRT_OK);
+    return download_f32(ty);
+}
+
+/* Beyond the shared cases: the streaming / blocked boundary (4 and 5 queries) with pages
+ * smaller than a micro-panel, many query blocks, GQA 8 with 64 queries. */
+static const struct op_paged_entry cpu_paged_cases[] = {
+    { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 }, 1, 16, false },
+    { { 8, 8, 96, 7, 2, { 1, 129 }, { 1, 129 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 }, 1, 1, false },
+    { { 8, 1, 64, 16, 2, { 64, 3 }, { 100, 3 }, 0, MMRT_DTYPE_F16, OP_PAGES_SHARED, 2 }, 0, 5, false },
+};
+
+static const struct op_paged_entry *paged_entry(size_t c)
+{
+    return c < op_n_paged_cases ? &op_paged_cases[c] : &cpu_paged_cases[c - op_n_paged_cases];
+}
+
+static const size_t n_paged_entries =
+    sizeof cpu_paged_cases / sizeof cpu_paged_cases[0];
+
+static void paged_checks_on(const char *isa)
+{
+    for (size_t c = 0; c < op_n_paged_cases + n_paged_entries; c++) {
+        const struct op_paged_entry *e = paged_entry(c);
+        const struct op_paged_case *pc = &e->pc;
+        struct op_paged_data d;
+        op_paged_build(pc, 500 + c, &d);
+        float *got = paged_run_cpu(pc, &d);
+        int64_t n = d.T * pc->Hq * pc->D;
+        double *ref = op_ref_buf(n);
+        ref_attention_paged(d.q, d.k_pages, d.v_pages, d.T, pc->Hq, pc->Hkv, pc->D,
+                            pc->page_tokens, d.cu_q, d.kv_lens, d.table, d.max_pages, pc->n_seq,
+                            d.scale, pc->causal, ref);
+        char what[128];
+        snprintf(what, sizeof what, "ATTENTION_PAGED case %zu (isa %s)", c, isa);
+        op_check_close(what, got, ref, n, 1e-5);
+        op_paged_zero_rows(what, got, ref, n);
+        char same[160];
+        snprintf(same, sizeof same, "%s vs ATTENTION", what);
+        op_paged_same_bits(same, paged_as_attention(pc, &d), got, n);
+        op_release_all();
+    }
+}
+
+static void test_attention_paged(void **state)
+{
+    (void)state;
+    paged_checks_on("default");
+    struct harness saved = H, portable;
+    struct mmrt_option opts[2] = { { "isa", "portable" }, { "threads", "3" } };
+    assert_int_equal(harness_open(&portable, harness_plugin_path("cpu"), opts, 2), MMRT_OK);
+    H = portable;
+    paged_checks_on("portable");
+    harness_close(&portable);
+    H = saved;
+}
+
+/* A sequence's rows are the same bits alone as in its batch, whatever the page size and
+ * order: every case's named sequence, and every other sequence with queries too. */
+static void test_attention_paged_invariance(void **state)
+{
+    (void)state;
+    static const int alone_pt[] = { 1, 3, 16, 64 };
+    for (size_t c = 0; c < op_n_paged_cases + n_paged_entries; c++) {
+        const struct op_paged_entry *e = paged_entry(c);
+        const struct op_paged_case *pc = &e->pc;
+        struct op_paged_data d;
+        op_paged_build(pc, 600 + c, &d);
+        float *batch = paged_run_cpu(pc, &d);
+        for (int s = 0; s < pc->n_seq; s++) {
+            if (pc->lq[s] == 0)
+                continue;
+            int pt = s == e->alone_seq ? e->alone_pt : alone_pt[(c + (size_t)s) % 4];
+            struct op_paged_case apc;
+            struct op_paged_data ad;
+            op_paged_alone(pc, &d, s, pt, &apc, &ad);
+            float *alone = paged_run_cpu(&apc, &ad);
+            char what[128];
+            snprintf(what, sizeof what, "ATTENTION_PAGED case %zu sequence %d alone in pages of %d",
+                     c, s, pt);
+            int64_t row = (int64_t)pc->Hq * pc->D;
+            op_paged_same_bits(what, batch + d.cu_q[s] * row, alone, pc->lq[s] * row);
+        }
+        op_release_all();
+    }
+}
+
+/* Values only the launch can see (op_paged_bad): a page id outside the pool, a kv_len beyond
+ * the table's capacity or negative, cu_seqlens_q that do not run from 0 to T; each is refused
+ * at the launch with the entry named and dst untouched, while table entries past a sequence's
+ * last page are never looked at. Then shapes the plugin refuses itself. */
+static void test_attention_paged_bad_values(void **state)
+{
+    (void)state;
+    struct op_paged_bad_run r;
+    op_paged_bad_setup(&H, &r);
+    for (size_t b = 0; b < op_n_paged_bad; b++) {
+        op_paged_bad_set(&H, &r, b);
+        expect_refusal(run(MMRT_OP_ATTENTION_PAGED, r.src, 6, r.y, &r.p, sizeof r.p),
+                       MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", op_paged_bad[b].needle);
+        op_paged_bad_untouched(&H, &r);
+    }
+    op_paged_bad_set(&H, &r, op_n_paged_bad);
+    assert_int_equal(run(MMRT_OP_ATTENTION_PAGED, r.src, 6, r.y, &r.p, sizeof r.p), MMRT_OK);
+
+    /* Shapes the core refuses too, refused by the plugin itself. */
+    struct harness_tensor *v16 = tnew(MMRT_DTYPE_F16, SHAPE(r.d.n_pages, 4, 1, 16));
+    struct harness_tensor *mixed[6] = { r.src[0], r.src[1], v16, r.src[3], r.src[4],
+                                        r.src[5] };
+    expect_refusal(run(MMRT_OP_ATTENTION_PAGED, mixed, 6, r.y, &r.p, sizeof r.p),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "v_pages");
+    struct harness_tensor strided =
+        op_view(r.src[1], MMRT_DTYPE_F32, SHAPE(r.d.n_pages, 2, 1, 16),
+                (const int64_t[]){ 4 * 16 * 4, 16 * 4, 16 * 4, 4 }, 0);
+    struct harness_tensor *gap[6] = { r.src[0], &strided, &strided, r.src[3], r.src[4],
+                                      r.src[5] };
+    expect_refusal(run(MMRT_OP_ATTENTION_PAGED, gap, 6, r.y, &r.p, sizeof r.p),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "contiguous");
+    struct harness_tensor *five[6] = { r.src[0], r.src[1], r.src[2], r.src[3], r.src[4],
+                                       NULL };
+    expect_refusal(run(MMRT_OP_ATTENTION_PAGED, five, 5, r.y, &r.p, sizeof r.p),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "n_src");
+    op_release_all();
+}
+
+/* A captured paged launch reads its index tensors at every replay (op_paged_graph_replay). */
+static void test_attention_paged_graph(void **state)
+{
+    (void)state;
+    struct harness g;
+    struct mmrt_option on = { "graph", "1" };
+    assert_int_equal(harness_open(&g, harness_plugin_path("cpu"), &on, 1), MMRT_OK);
+    op_paged_graph_replay(&g);
+    harness_close(&g);
+}
+
 /* ---- graph capture (option graph = 1) ------------------------------------------------- */
 
 /* Capture records, launch replays: a recorded upload rewrites its bytes as they were at
@@ -1794,7 +1973,8 @@ static void test_plugin_table(void **state)
     assert_string_equal(p->option_keys[1], "isa");
     assert_string_equal(p->option_keys[2], "bf16_dot");
     assert_string_equal(p->option_keys[3], "graph");
-    assert_null(p->option_keys[4]);
+    assert_string_equal(p->option_keys[4], "weights");
+    assert_null(p->option_keys[5]);
     int n = -1;
     char why[64] = "x";
     assert_int_equal(p->probe(&n, why, sizeof why), MMRT_OK);
@@ -2005,6 +2185,10 @@ int main(void)
         cmocka_unit_test(test_rope_multi_is_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_empty_rows),
+        cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_attention_paged_invariance),
+        cmocka_unit_test(test_attention_paged_bad_values),
+        cmocka_unit_test(test_attention_paged_graph),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_get_rows_all_halves),
         cmocka_unit_test(test_patch_embed),

@@ -20,7 +20,9 @@
  *         as hi + lo to 2^-17 (bf16) / 2^-22 (f16), but the tensor cores' f32 accumulation
  *         does not round to nearest at every step; over K ≈ 4096 that costs ~1e-5
  *   2e-5  ATTENTION: online softmax rescales the partial sums once per 32–64 keys and the
- *         split-KV merge adds one more rounding, against the CPU's one-pass softmax
+ *         split-KV merge adds one more rounding, against the CPU's one-pass softmax;
+ *         ATTENTION_PAGED the same without the split, and bit for bit the same for a sequence
+ *         alone as in its batch
  *   1e-3 / 8e-3  F16 / BF16 GEMMs with gemm_precision=fast: one rounding of the activations
  *         (2^-11 / 2^-8 relative) per product, averaging out over K to ~3e-4 / 2.5e-3 of the
  *         largest output, with a margin
@@ -879,6 +881,40 @@ static void test_device_checks(void **state)
     op_release_all();
 }
 
+/* ---- ATTENTION_PAGED ------------------------------------------------------------------ */
+
+static void test_attention_paged(void **state)
+{
+    (void)state;
+    need_dut();
+    op_case_attention_paged(&g_checks, 2e-5);
+}
+
+/* A page id outside the pool, a kv_len beyond the table or negative, cu_seqlens_q that do not
+ * run from 0 to T: reported by the launch or the next synchronize with the entry named,
+ * reported once, dst untouched. */
+static void test_attention_paged_device_checks(void **state)
+{
+    (void)state;
+    need_dut();
+    struct op_paged_bad_run r;
+    op_paged_bad_setup(&G, &r);
+    char err[600];
+    for (size_t b = 0; b < op_n_paged_bad; b++) {
+        op_paged_bad_set(&G, &r, b);
+        assert_int_equal(launch_then_sync(&G, MMRT_OP_ATTENTION_PAGED, r.src, 6, r.y, &r.p,
+                                          sizeof r.p, err, sizeof err),
+                         MMRT_ERR_INVALID_ARG);
+        printf("refused as expected: %s\n", err);
+        if (!strstr(err, "ATTENTION_PAGED") || !strstr(err, op_paged_bad[b].needle))
+            fail_msg("message \"%s\" should name ATTENTION_PAGED and \"%s\"", err,
+                     op_paged_bad[b].needle);
+        assert_int_equal(G.plugin->synchronize(G.dev), MMRT_OK);
+        op_paged_bad_untouched(&G, &r);
+    }
+    op_release_all();
+}
+
 static void test_copy(void **state)
 {
     (void)state;
@@ -1360,6 +1396,18 @@ static void test_graph_capture_mrope(void **state)
     op_release_all();
 }
 
+/* A paged attention step as a graph: the index tensors are read at every replay. */
+static void test_graph_capture_paged(void **state)
+{
+    (void)state;
+    need_dut();
+    const struct mmrt_plugin *pl = G.plugin;
+    if (pl->hdr.struct_size < offsetof(struct mmrt_plugin, graph_destroy) + sizeof(void *) ||
+        !pl->capture_begin)
+        skip();
+    op_paged_graph_replay(&G);
+}
+
 /* ---- setup and main ------------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -1414,6 +1462,9 @@ int main(void)
         cmocka_unit_test(test_rope),         cmocka_unit_test(test_rope_multi),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_empty_rows), cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_attention_paged_device_checks),
+        cmocka_unit_test(test_graph_capture_paged),
         cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_device_checks), cmocka_unit_test(test_copy),
         cmocka_unit_test(test_concat),       cmocka_unit_test(test_graph_capture),
@@ -1427,9 +1478,9 @@ int main(void)
     g_checks.big = !g_quick;
     int failures = cmocka_run_group_tests(tests, setup, teardown);
     if (g_n_stats > 0) {
-        printf("\n%-12s %6s %12s %12s %10s\n", "op", "cases", "err_vs_ref", "err_vs_cpu", "tol");
+        printf("\n%-15s %6s %12s %12s %10s\n", "op", "cases", "err_vs_ref", "err_vs_cpu", "tol");
         for (int i = 0; i < g_n_stats; i++)
-            printf("OPSTAT %-12s %6d %12.3g %12.3g %10.1g\n", g_stats[i].name, g_stats[i].cases,
+            printf("OPSTAT %-15s %6d %12.3g %12.3g %10.1g\n", g_stats[i].name, g_stats[i].cases,
                    g_stats[i].err_ref, g_stats[i].err_cpu, g_stats[i].tol);
     }
     if (!g_have_dut && failures == 0)

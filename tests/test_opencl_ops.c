@@ -647,6 +647,16 @@ static void test_attention_empty_rows(void **state)
     op_release_all();
 }
 
+/* ---- ATTENTION_PAGED: tolerance 2e-5 as ATTENTION (the same kernel body), and the same bits
+ * for a sequence alone as in its batch ---------------------------------------------------- */
+
+static void test_attention_paged(void **state)
+{
+    (void)state;
+    need_device();
+    op_case_attention_paged(&g_checks, 2e-5);
+}
+
 /* ---- GET_ROWS: exact ------------------------------------------------------------------ */
 
 static void test_get_rows(void **state)
@@ -1140,6 +1150,41 @@ static void test_attention_async_error(void **state)
     op_release_all();
 }
 
+/* ATTENTION_PAGED with a page id outside the pool, a kv_len beyond the table or negative,
+ * cu_seqlens_q that do not run from 0 to T: the launch succeeds (the indices are on the
+ * device), the next synchronize reports the entry, dst is untouched, the device still
+ * works; then the same tensors with valid indices compute again. */
+static void test_attention_paged_async_error(void **state)
+{
+    (void)state;
+    need_device();
+    struct op_paged_bad_run r;
+    op_paged_bad_setup(&H[OCL], &r);
+    for (size_t b = 0; b <= op_n_paged_bad; b++) {
+        op_paged_bad_set(&H[OCL], &r, b);
+        assert_int_equal(harness_run(&H[OCL], MMRT_OP_ATTENTION_PAGED, r.src, 6, r.y, &r.p,
+                                     sizeof r.p), MMRT_OK);
+        if (b == op_n_paged_bad)
+            break; /* the valid indices: checked below */
+        assert_int_equal(H[OCL].plugin->synchronize(H[OCL].dev), MMRT_ERR_INVALID_ARG);
+        printf("reported as expected: %s\n", ocl_err());
+        assert_non_null(strstr(ocl_err(), "ATTENTION_PAGED"));
+        if (!strstr(ocl_err(), op_paged_bad[b].needle))
+            fail_msg("message \"%s\" should contain \"%s\"", ocl_err(), op_paged_bad[b].needle);
+        op_paged_bad_untouched(&H[OCL], &r);
+        expect_usable();
+    }
+    const struct op_paged_case *pc = &op_paged_bad_case;
+    double *ref = op_ref_buf(r.n);
+    ref_attention_paged(r.d.q, r.d.k_pages, r.d.v_pages, r.d.T, pc->Hq, pc->Hkv, pc->D,
+                        pc->page_tokens, r.d.cu_q, r.d.kv_lens, r.d.table, r.d.max_pages,
+                        pc->n_seq, r.d.scale, pc->causal, ref);
+    float *got = op_alloc((size_t)r.n * sizeof(float));
+    assert_int_equal(harness_download(&H[OCL], r.y, got), MMRT_OK);
+    op_check_close("ATTENTION_PAGED after the errors", got, ref, r.n, 2e-5);
+    op_release_all();
+}
+
 /* Argument errors are refused at launch with a message naming the op and the operand. */
 static void test_refusals(void **state)
 {
@@ -1360,16 +1405,16 @@ static int group_teardown(void **state)
 {
     (void)state;
     if (g_have_ocl) {
-        printf("\n%-12s %6s %11s %12s %12s\n", "op", "cases", "tolerance", "worst vs ref",
+        printf("\n%-15s %6s %11s %12s %12s\n", "op", "cases", "tolerance", "worst vs ref",
                "worst vs CPU");
         for (int op = 0; op < MMRT_OP_COUNT; op++) {
             if (!g_cases[op])
                 continue;
             if (g_tol[op] < 0)
-                printf("%-12s %6d %11s %12s %12s\n", mmrt_op_name_of(op), g_cases[op], "exact", "0",
+                printf("%-15s %6d %11s %12s %12s\n", mmrt_op_name_of(op), g_cases[op], "exact", "0",
                        "0");
             else
-                printf("%-12s %6d %11.1e %12.2e %12.2e\n", mmrt_op_name_of(op), g_cases[op],
+                printf("%-15s %6d %11.1e %12.2e %12.2e\n", mmrt_op_name_of(op), g_cases[op],
                        g_tol[op], g_worst_ref[op], g_worst_cpu[op]);
         }
     }
@@ -1395,6 +1440,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_random),
         cmocka_unit_test(test_attention_empty_rows),
+        cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_patch_embed),
@@ -1404,6 +1450,7 @@ int main(void)
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_get_rows_async_error),
         cmocka_unit_test(test_attention_async_error),
+        cmocka_unit_test(test_attention_paged_async_error),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_build_failure),
     };

@@ -165,9 +165,10 @@ if [ $dry -eq 0 ] && [ ! -x "$build/bin/test_cuda_ops" ]; then
 elif [ $dry -eq 0 ]; then
   fails=$(grep -c '^\[  FAILED  \] test_' "$logdir/cuda_ops.log")
   passed=$(grep -m1 -o 'PASSED  \] [0-9]* test' "$logdir/cuda_ops.log" | grep -o '[0-9]*')
-  att=$(grep 'OPSTAT ATTENTION' "$logdir/cuda_ops.log" | awk '{print $4}')
+  att=$(grep 'OPSTAT ATTENTION ' "$logdir/cuda_ops.log" | awk '{print $4}')
+  paged=$(grep 'OPSTAT ATTENTION_PAGED ' "$logdir/cuda_ops.log" | awk '{print $4}')
   mm=$(grep 'OPSTAT MATMUL ' "$logdir/cuda_ops.log" | awk '{print $4}')
-  add cuda_ops "$(result $rc)" "$secs" "${passed:-0} tests passed, $fails failed; worst err attention ${att:-?} matmul ${mm:-?}"
+  add cuda_ops "$(result $rc)" "$secs" "${passed:-0} tests passed, $fails failed; worst err attention ${att:-?} paged ${paged:-?} matmul ${mm:-?}"
   grep '^OPSTAT' "$logdir/cuda_ops.log" > "$logdir/opstat.txt" 2>/dev/null
   grep -B2 -A8 '\[  FAILED  \]\|\[  ERROR   \]\|Failure\|failed:' "$logdir/cuda_ops.log" | head -80 > "$logdir/cuda_ops.failures.txt"
 fi

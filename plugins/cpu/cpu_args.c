@@ -102,6 +102,9 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
     mmrt_status st = resolve(o, "dst", a.dst, &o->dst);
     if (st != MMRT_OK)
         return st;
+    const struct cpu_arena *dst_arena = cpu_arena_find(dev, a.dst->buffer);
+    if (dst_arena && dst_arena->readonly)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst lies in adopted read-only memory");
     if (!mmrt_pv_injective(o->dst.dtype, o->dst.n_dims, o->dst.ne, o->dst.nb))
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst: its strides make elements overlap");
     o->params = a.params;

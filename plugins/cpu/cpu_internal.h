@@ -76,28 +76,34 @@
 #define CPU_GEMM_MAX_MR 16 /* no kernel table has a taller micro-tile (scratch sizing) */
 /* M ≤ this runs the bandwidth-bound GEMV instead (decode, and the last-row lm_head). */
 #define CPU_GEMV_MAX_M 4
-/* ATTENTION (cpu_ops_attention.c): sequences of at most this many queries (decode) stream
- * K and V once per (sequence, kv head); longer ones run blocked on the GEMM micro-kernel
- * with about this many micro-panels of (query, head) rows per item. */
+/* ATTENTION and ATTENTION_PAGED (cpu_ops_attention.c): sequences of at most this many
+ * queries (decode) stream K and V once per (sequence, kv head); longer ones run blocked on
+ * the GEMM micro-kernel with about this many micro-panels of (query, head) rows per item. The
+ * choice is made per sequence, so a sequence's result does not depend on its batch. */
 #define CPU_ATTN_DOT_MAX_Q 4
 #define CPU_ATTN_BLOCK_PANELS 8
 
 /* ---- arenas --------------------------------------------------------------------------- */
 
-/* One arena is a single CPU_ALIGN-aligned allocation: this header padded to CPU_ARENA_HDR
- * bytes, then nbytes of data. The handle given to the core is the header's address. The
+/* An allocated arena is a single CPU_ALIGN-aligned allocation: this header padded to
+ * CPU_ARENA_HDR bytes, then nbytes of data. An adopted arena (arena_adopt_host: weights used
+ * in place from the checkpoint's read-only mapping) is this header alone, pointing at memory
+ * the core owns; it is read-only, because the mapping is PROT_READ and a write would be a
+ * SIGSEGV instead of an error. The handle given to the core is the header's address. The
  * device keeps its arenas in a doubly linked list so that (1) device_close frees whatever the
  * core left behind and (2) every handle the core passes in is looked up before anything
  * dereferences it, so a stale or foreign handle is an error, not a crash. */
 struct cpu_arena {
     struct cpu_arena *prev, *next;
     uint64_t nbytes;
+    char *data;    /* first byte: just past the header, or the adopted memory */
+    bool readonly; /* adopted: upload, copy and kernels refuse to write into it */
 };
 #define CPU_ARENA_HDR 64
 
 static inline char *cpu_arena_data(struct cpu_arena *a)
 {
-    return (char *)a + CPU_ARENA_HDR;
+    return a->data;
 }
 
 /* ---- worker pool (cpu_threads.c) ------------------------------------------------------ */
@@ -228,6 +234,7 @@ struct mmrt_device {
     void *xpack;                /* the blocked GEMM's packed x; grow-only (cpu_xpack) */
     size_t xpack_bytes;
     uint64_t total_bytes;       /* physical memory; also the largest arena we try */
+    bool copy_weights;          /* option weights = copy: arena_adopt_host declines */
     bool graph_enabled;         /* option graph = 1: capture_begin records (cpu_graph.c) */
     struct cpu_graph *recording; /* the graph being captured, NULL when running */
     bool capture_failed;        /* first failure while capturing, reported at capture_end */
@@ -499,5 +506,6 @@ mmrt_status cpu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args
 mmrt_status cpu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_CPU_INTERNAL_H */

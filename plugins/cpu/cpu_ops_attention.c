@@ -1,5 +1,5 @@
 /*
- * plugins/cpu/cpu_ops_attention.c — ROPE, ROPE_MULTI and ATTENTION.
+ * plugins/cpu/cpu_ops_attention.c — ROPE, ROPE_MULTI, ATTENTION and ATTENTION_PAGED.
  *
  * ROPE follows Hugging Face's float32 arithmetic step by step (specs/models.md §1.4):
  * inv_freq[i] = 1 / theta^((2i)/n_rot) with the exponent divided in f32, angle = (f32)pos ·
@@ -14,24 +14,35 @@
  * freq_dim), j = i or i minus its section's first pair (restart) — HF's cat(freqs, freqs)
  * split by mrope_section, and its vision rotary's outer(pos_h | pos_w, inv_freq).
  *
- * ATTENTION follows the order of HF's eager attention in every path: scores = (q·k) · scale
- * in f32, softmax with the row max subtracted (sum of the exponentials in double),
- * probabilities normalised before the weighted sum of v rows, accumulated in f32. Query t of
- * sequence s sees keys j < (t − cu_q[s]) + (Lk − Lq) + 1 when causal. Three paths, chosen by
- * the kernel table and the shape (never by the thread count):
+ * ATTENTION and ATTENTION_PAGED follow the order of HF's eager attention in every path:
+ * scores = (q·k) · scale in f32, softmax with the row max subtracted (sum of the exponentials
+ * in double), probabilities normalised before the weighted sum of v rows, accumulated in f32.
+ * Query t of sequence s sees keys j < (t − cu_q[s]) + (Lk − Lq) + 1 when causal. The two ops
+ * differ only in where key j of a sequence lives (struct kv_tensor, kv_rows): row cu_k[s] + j
+ * of a strided tensor, or row j % page_tokens of page page_table[s][j / page_tokens]. Every
+ * path walks a sequence's keys in key order and reaches them only through kv_rows, so the
+ * same keys give the same bits whichever op, page ids or page size deliver them. Three
+ * paths, chosen per sequence by the kernel table and that sequence's own query count (never
+ * by the thread count, T or the other sequences — the batch invariance of specs/engine.md):
  *
- *   blocked (a table with a GEMM micro-kernel, and some sequence with more than
- *     CPU_ATTN_DOT_MAX_Q queries): one item is a block of query tokens × the query heads of
+ *   blocked (a table with a GEMM micro-kernel, a sequence of more than CPU_ATTN_DOT_MAX_Q
+ *     queries: prefill and vision): one item is a block of query tokens × the query heads of
  *     one kv head (GQA groups share their K and V), so the K and V of a kv head are read once
  *     per block and every FLOP runs on the GEMM micro-kernel: K is converted and transposed
  *     into micro-panels (pack_w), QKᵀ and P·V are micro-kernel products, the softmax runs on
- *     the vectorised exp (exp_sum). Vision and prefill attention are this path.
- *   streaming (a table with a micro-kernel, every sequence at most CPU_ATTN_DOT_MAX_Q
- *     queries: decode): one item is a (sequence, kv head); each K row is read once and dotted
- *     with the few query rows of its group, then each V row once for the weighted sums — the
- *     KV cache is streamed from memory exactly once per step.
+ *     the vectorised exp (exp_sum). A micro-panel of K rows that straddles a page boundary
+ *     is gathered into scratch first; V is packed run by run (a run: rows of one page).
+ *   streaming (a table with a micro-kernel, a sequence of at most CPU_ATTN_DOT_MAX_Q queries:
+ *     decode): one item is a (sequence, kv head); each K row is read once and dotted with the
+ *     few query rows of its group, then each V row once for the weighted sums — the KV cache
+ *     is streamed from memory exactly once per step, pages included.
  *   portable (the portable table): per (query token, head) item with the plain dot product
  *     and one score row of per-thread scratch; the reference the others are tested against.
+ *
+ * A row's arithmetic depends only on its path and, on the blocked path, on its place in its
+ * sequence's query blocks (rows a block's last query sees but this one does not add exact
+ * zeros), so one launch may mix decode and prefill sequences and each gets what it would get
+ * alone.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -244,24 +255,119 @@ mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args
     return MMRT_OK;
 }
 
-/* ---- ATTENTION ------------------------------------------------------------------------ */
+/* ---- ATTENTION, ATTENTION_PAGED ------------------------------------------------------- */
+
+/* K or V as the kernels read it. Row j of sequence s, kv head g lies at
+ *   data + (cu_k[s] + j)·nb0 + g·nb1                                        ATTENTION
+ *   data + table[s][j / page_tokens]·page_nb + (j % page_tokens)·nb0 + g·nb1  PAGED
+ * (byte strides). */
+struct kv_tensor {
+    const char *data;
+    int64_t nb0, nb1, page_nb;
+    int dtype;
+};
+
+/* A block of query tokens [q0, q0 + nq) of sequence seq with the query heads of kv head g,
+ * run on the streaming path (the whole sequence) or the blocked one. */
+struct attn_item {
+    int64_t seq, g, q0, nq;
+    bool stream;
+};
 
 struct attn_ctx {
+    const struct cpu_kernels *kt; /* the micro-kernel paths; NULL: portable */
     const float *q;
-    const char *k, *v;
     float *y;
-    const int32_t *cu_q, *cu_k; /* [n_seq + 1] */
-    float *scores;              /* [n_threads][max_lk] */
-    int64_t n_seq, max_lk;
-    int64_t Hq, D, n_rep;
-    int64_t k_nb0, k_nb1, v_nb0, v_nb1;
-    int k_dtype, v_dtype;
+    struct kv_tensor kv[2];       /* K, V */
+    const int32_t *cu_q;          /* [n_seq + 1] */
+    const int32_t *cu_k;          /* ATTENTION [n_seq + 1]; NULL when paged */
+    const int32_t *kv_lens;       /* PAGED [n_seq] */
+    const int32_t *table;         /* PAGED [n_seq][max_pages] */
+    int64_t max_pages, page_tokens;
+    const struct attn_item *items;
+    float *scratch;               /* [n_threads][per_thread] */
+    size_t per_thread;            /* floats */
+    int64_t n_seq, Hq, D, n_rep, max_lk;
     float scale;
     bool causal;
 };
 
+static int64_t seq_keys(const struct attn_ctx *c, int64_t s)
+{
+    return c->table ? c->kv_lens[s] : c->cu_k[s + 1] - c->cu_k[s];
+}
+
+/* Keys visible to query token t of sequence s. */
+static int64_t visible(const struct attn_ctx *c, int64_t s, int64_t t)
+{
+    int64_t lq = c->cu_q[s + 1] - c->cu_q[s], lk = seq_keys(c, s);
+    if (!c->causal)
+        return lk;
+    int64_t lim = (t - c->cu_q[s]) + (lk - lq) + 1;
+    return lim < 0 ? 0 : lim < lk ? lim : lk;
+}
+
+/* Row j of (sequence s, kv head g) of x, and in *run how many rows from j on follow it
+ * x->nb0 bytes apart: the rest of its page, or all of them when x is not paged. */
+static const char *kv_rows(const struct attn_ctx *c, const struct kv_tensor *x, int64_t s,
+                           int64_t g, int64_t j, int64_t *run)
+{
+    if (!c->table) {
+        *run = INT64_MAX;
+        return x->data + (c->cu_k[s] + j) * x->nb0 + g * x->nb1;
+    }
+    int64_t page = c->table[s * c->max_pages + j / c->page_tokens], r = j % c->page_tokens;
+    *run = c->page_tokens - r;
+    return x->data + page * x->page_nb + r * x->nb0 + g * x->nb1;
+}
+
+/* The rows of one (sequence, kv head) in key order, with a table lookup per page only. */
+struct kv_walk {
+    const struct attn_ctx *c;
+    const struct kv_tensor *x;
+    int64_t s, g, j, left;
+    const char *row;
+};
+
+static void kv_walk_init(struct kv_walk *w, const struct attn_ctx *c, const struct kv_tensor *x,
+                         int64_t s, int64_t g, int64_t j0)
+{
+    *w = (struct kv_walk){ c, x, s, g, j0, 0, NULL };
+}
+
+static const char *kv_walk_next(struct kv_walk *w)
+{
+    if (w->left == 0)
+        w->row = kv_rows(w->c, w->x, w->s, w->g, w->j, &w->left);
+    else
+        w->row += w->x->nb0;
+    w->left--;
+    w->j++;
+    return w->row;
+}
+
+/* Rows j … j + n − 1 of (s, g) of x as one block of rows *ld elements apart: in place when
+ * they lie in one run, else copied unconverted into tmp (n · D elements of x's dtype). */
+static const char *kv_block(const struct attn_ctx *c, const struct kv_tensor *x, int64_t s,
+                            int64_t g, int64_t j, int64_t n, char *tmp, int64_t *ld)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)x->dtype);
+    int64_t run;
+    const char *p = kv_rows(c, x, s, g, j, &run);
+    if (run >= n) {
+        *ld = x->nb0 / es;
+        return p;
+    }
+    struct kv_walk w;
+    kv_walk_init(&w, c, x, s, g, j);
+    for (int64_t i = 0; i < n; i++)
+        memcpy(tmp + i * c->D * es, kv_walk_next(&w), (size_t)(c->D * es));
+    *ld = c->D;
+    return tmp;
+}
+
 /* The first d elements of a K or V row as f32: the row itself, or its conversion in tmp. */
-static const float *kv_row(const char *p, int dtype, int64_t d, float *tmp)
+static const float *kv_row_f32(const char *p, int dtype, int64_t d, float *tmp)
 {
     if (dtype == MMRT_DTYPE_F32)
         return (const float *)p;
@@ -270,11 +376,12 @@ static const float *kv_row(const char *p, int dtype, int64_t d, float *tmp)
     return tmp;
 }
 
-static void attn_task(void *vctx, int tid, int64_t begin, int64_t end)
+/* Portable path: item u is (token u / Hq, head u % Hq). */
+static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct attn_ctx *c = vctx;
     int64_t D = c->D;
-    float *sc = c->scores + (size_t)tid * (size_t)c->max_lk;
+    float *sc = c->scratch + (size_t)tid * c->per_thread;
     float acc[CPU_MAX_HEAD_DIM], tmp[CPU_MAX_HEAD_DIM];
 
     for (int64_t u = begin; u < end; u++) {
@@ -288,13 +395,7 @@ static void attn_task(void *vctx, int tid, int64_t begin, int64_t end)
             else
                 hi = mid;
         }
-        int64_t q0 = c->cu_q[lo], lq = c->cu_q[lo + 1] - q0;
-        int64_t k0 = c->cu_k[lo], lk = c->cu_k[lo + 1] - k0;
-        int64_t n_keys = lk;
-        if (c->causal) {
-            int64_t limit = (t - q0) + (lk - lq) + 1; /* keys j < limit are visible */
-            n_keys = limit < 0 ? 0 : limit < lk ? limit : lk;
-        }
+        int64_t n_keys = visible(c, lo, t);
         float *out = c->y + u * D;
         if (n_keys == 0) {
             memset(out, 0, (size_t)D * sizeof(float));
@@ -302,12 +403,11 @@ static void attn_task(void *vctx, int tid, int64_t begin, int64_t end)
         }
         const float *qr = c->q + u * D;
         int64_t kvh = h / c->n_rep;
-        const char *kbase = c->k + k0 * c->k_nb0 + kvh * c->k_nb1;
-        const char *vbase = c->v + k0 * c->v_nb0 + kvh * c->v_nb1;
-
+        struct kv_walk w;
+        kv_walk_init(&w, c, &c->kv[0], lo, kvh, 0);
         float m = -INFINITY;
         for (int64_t j = 0; j < n_keys; j++) {
-            const float *kr = kv_row(kbase + j * c->k_nb0, c->k_dtype, D, tmp);
+            const float *kr = kv_row_f32(kv_walk_next(&w), c->kv[0].dtype, D, tmp);
             float s = cpu_dot_f32(qr, kr, D) * c->scale;
             sc[j] = s;
             m = s > m ? s : m;
@@ -320,9 +420,10 @@ static void attn_task(void *vctx, int tid, int64_t begin, int64_t end)
         double inv = 1.0 / sum;
         for (int64_t i = 0; i < D; i++)
             acc[i] = 0.0f;
+        kv_walk_init(&w, c, &c->kv[1], lo, kvh, 0);
         for (int64_t j = 0; j < n_keys; j++) {
             float pj = (float)(sc[j] * inv);
-            const float *vr = kv_row(vbase + j * c->v_nb0, c->v_dtype, D, tmp);
+            const float *vr = kv_row_f32(kv_walk_next(&w), c->kv[1].dtype, D, tmp);
             for (int64_t i = 0; i < D; i++)
                 acc[i] += pj * vr[i];
         }
@@ -332,259 +433,272 @@ static void attn_task(void *vctx, int tid, int64_t begin, int64_t end)
 
 /* ---- kernel-table paths (blocked and streaming) --------------------------------------- */
 
-/* A block of query tokens [q0, q0 + nq) of sequence seq, with the query heads of kv head g. */
-struct attn_item {
-    int64_t seq, g, q0, nq;
-};
-
-struct attn2_ctx {
-    const struct cpu_kernels *kt;
-    const float *q;
-    const char *k, *v;
-    float *y;
-    const int32_t *cu_q, *cu_k;
-    const struct attn_item *items;
-    float *scratch;             /* [n_threads][per_thread] */
-    size_t per_thread;          /* floats */
-    int64_t Hq, D, n_rep, max_lk;
-    int64_t k_nb0, k_nb1, v_nb0, v_nb1; /* bytes */
-    int k_dtype, v_dtype;
-    float scale;
-    bool causal;
-};
-
-/* Keys visible to query token t of sequence s. */
-static int64_t visible(const struct attn2_ctx *c, int64_t s, int64_t t)
-{
-    int64_t lq = c->cu_q[s + 1] - c->cu_q[s], lk = c->cu_k[s + 1] - c->cu_k[s];
-    if (!c->causal)
-        return lk;
-    int64_t lim = (t - c->cu_q[s]) + (lk - lq) + 1;
-    return lim < 0 ? 0 : lim < lk ? lim : lk;
-}
-
 static int64_t round_up(int64_t x, int64_t m)
 {
     return (x + m - 1) / m * m;
 }
 
 /* Row r of an item: token q0 + r / n_rep, head g·n_rep + r % n_rep; its q and y rows. */
-static int64_t row_offset(const struct attn2_ctx *c, const struct attn_item *it, int64_t r)
+static int64_t row_offset(const struct attn_ctx *c, const struct attn_item *it, int64_t r)
 {
     int64_t t = it->q0 + r / c->n_rep, h = it->g * c->n_rep + r % c->n_rep;
     return (t * c->Hq + h) * c->D;
 }
 
-static void attn_blocked_task(void *vctx, int tid, int64_t begin, int64_t end)
+/* Floats of per-thread scratch a blocked item of up to R rows needs (attn_blocked_item's
+ * layout, plus one micro-panel of gathered K rows). */
+static size_t blocked_scratch(const struct attn_ctx *c, int64_t R)
 {
-    const struct attn2_ctx *c = vctx;
-    const struct cpu_kernels *kt = c->kt;
-    const int64_t MR = kt->mr, NR = kt->nr, D = c->D;
-    const size_t kes = mmrt_dtype_size((enum mmrt_dtype)c->k_dtype);
-    float *base = c->scratch + (size_t)tid * c->per_thread;
-
-    for (int64_t u = begin; u < end; u++) {
-        const struct attn_item *it = &c->items[u];
-        const int64_t R = it->nq * c->n_rep, Rp = round_up(R, MR), Dp = round_up(D, NR);
-        const int64_t n_keys = visible(c, it->seq, it->q0 + it->nq - 1);
-        if (n_keys == 0) {
-            for (int64_t r = 0; r < R; r++)
-                memset(c->y + row_offset(c, it, r), 0, (size_t)D * sizeof(float));
-            continue;
-        }
-        const int64_t Kn = round_up(n_keys, NR);
-        float *xq = base, *kp = xq + Rp * D, *sc = kp + Kn * D, *pp = sc + Rp * Kn;
-        float *vp = pp + Rp * Kn, *o = vp + Dp * Kn;
-        const int64_t k0 = c->cu_k[it->seq];
-        const char *kbase = c->k + k0 * c->k_nb0 + it->g * c->k_nb1;
-        const char *vbase = c->v + k0 * c->v_nb0 + it->g * c->v_nb1;
-
-        /* Q rows into micro-kernel x panels (a GQA group's rows are gathered into o first,
-         * which is free until the end), K rows transposed into W micro-panels. */
-        const float *qsrc = c->q + row_offset(c, it, 0);
-        int64_t ldq = c->Hq * D;
-        if (c->n_rep > 1) {
-            for (int64_t r = 0; r < R; r++)
-                memcpy(o + r * D, c->q + row_offset(c, it, r), (size_t)D * sizeof(float));
-            qsrc = o;
-            ldq = D;
-        }
-        for (int64_t p = 0; p < Rp; p += MR)
-            kt->pack_x(qsrc + p * ldq, ldq, R - p < MR ? R - p : MR, D, xq + p * D);
-        for (int64_t j = 0; j < Kn; j += NR) {
-            int64_t cols = n_keys - j < NR ? n_keys - j : NR;
-            kt->pack_w(kbase + j * c->k_nb0, c->k_dtype, c->k_nb0 / (int64_t)kes, cols, D,
-                       kp + j * D);
-        }
-        /* S = Q·Kᵀ, tile by tile. */
-        for (int64_t p = 0; p < Rp; p += MR)
-            for (int64_t j = 0; j < Kn; j += NR)
-                kt->micro(xq + p * D, kp + j * D, NR, D, sc + p * Kn + j, Kn, 0);
-        /* Softmax per row in place (zero beyond the visible keys), then the rows become the
-         * x panels of P·V. */
-        for (int64_t r = 0; r < R; r++) {
-            int64_t nv = visible(c, it->seq, it->q0 + r / c->n_rep);
-            float *row = sc + r * Kn;
-            if (nv > 0) {
-                float m = kt->scale_max(row, c->scale, nv);
-                kt->scale_d(row, 1.0 / kt->exp_sum(row, m, row, nv), nv);
-            }
-            memset(row + nv, 0, (size_t)(Kn - nv) * sizeof(float));
-        }
-        for (int64_t p = 0; p < Rp; p += MR)
-            kt->pack_x(sc + p * Kn, Kn, R - p < MR ? R - p : MR, n_keys, pp + p * Kn);
-        /* V rows, converted, into NR-wide micro-panels [Dp/NR][n_keys][NR]. (Feeding f32 V rows
-         * to the micro-kernel in place was measured slower: their stride is often a multiple
-         * of 4 KiB, so the rows share one L1 set, and no prefetcher follows them.) */
-        const size_t ves = mmrt_dtype_size((enum mmrt_dtype)c->v_dtype);
-        for (int64_t d = 0; d < Dp; d += NR)
-            kt->pack_rows(vbase + d * (int64_t)ves, c->v_dtype, c->v_nb0 / (int64_t)ves, n_keys,
-                          D - d < NR ? D - d : NR, vp + d * Kn);
-        for (int64_t p = 0; p < Rp; p += MR)
-            for (int64_t d = 0; d < Dp; d += NR)
-                kt->micro(pp + p * Kn, vp + d * Kn, NR, n_keys, o + p * Dp + d, Dp, 0);
-        for (int64_t r = 0; r < R; r++)
-            memcpy(c->y + row_offset(c, it, r), o + r * Dp, (size_t)D * sizeof(float));
-    }
+    const int64_t MR = c->kt->mr, NR = c->kt->nr, D = c->D;
+    int64_t Rp = round_up(R, MR), Kn = round_up(c->max_lk, NR), Dp = round_up(D, NR);
+    return (size_t)(Rp * D + Kn * D + 2 * Rp * Kn + Dp * Kn + Rp * Dp + NR * D + 16);
 }
 
-/* Asks for the row `ahead` rows after `row` (row_bytes long, rows `stride` bytes apart). One
- * kv head's rows of a KV cache are n_kv_heads · head_dim elements apart — 16 KiB for LLaMA-7B
- * — so no hardware prefetcher follows them from one 4 KiB page to the next; without this the
- * streaming path waits on memory latency rather than bandwidth. */
+static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *it, float *base)
+{
+    const struct cpu_kernels *kt = c->kt;
+    const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
+    const int64_t MR = kt->mr, NR = kt->nr, D = c->D;
+    const int64_t R = it->nq * c->n_rep, Rp = round_up(R, MR), Dp = round_up(D, NR);
+    const int64_t n_keys = visible(c, it->seq, it->q0 + it->nq - 1);
+    if (n_keys == 0) {
+        for (int64_t r = 0; r < R; r++)
+            memset(c->y + row_offset(c, it, r), 0, (size_t)D * sizeof(float));
+        return;
+    }
+    const int64_t Kn = round_up(n_keys, NR);
+    float *xq = base, *kp = xq + Rp * D, *sc = kp + Kn * D, *pp = sc + Rp * Kn;
+    float *vp = pp + Rp * Kn, *o = vp + Dp * Kn;
+    char *gathered = (char *)(o + Rp * Dp);
+
+    /* Q rows into micro-kernel x panels (a GQA group's rows are gathered into o first,
+     * which is free until the end), K rows transposed into W micro-panels. */
+    const float *qsrc = c->q + row_offset(c, it, 0);
+    int64_t ldq = c->Hq * D;
+    if (c->n_rep > 1) {
+        for (int64_t r = 0; r < R; r++)
+            memcpy(o + r * D, c->q + row_offset(c, it, r), (size_t)D * sizeof(float));
+        qsrc = o;
+        ldq = D;
+    }
+    for (int64_t p = 0; p < Rp; p += MR)
+        kt->pack_x(qsrc + p * ldq, ldq, R - p < MR ? R - p : MR, D, xq + p * D);
+    for (int64_t j = 0; j < Kn; j += NR) {
+        int64_t cols = n_keys - j < NR ? n_keys - j : NR, ld;
+        const char *rows = kv_block(c, K, it->seq, it->g, j, cols, gathered, &ld);
+        kt->pack_w(rows, K->dtype, ld, cols, D, kp + j * D);
+    }
+    /* S = Q·Kᵀ, tile by tile. */
+    for (int64_t p = 0; p < Rp; p += MR)
+        for (int64_t j = 0; j < Kn; j += NR)
+            kt->micro(xq + p * D, kp + j * D, NR, D, sc + p * Kn + j, Kn, 0);
+    /* Softmax per row in place (zero beyond the visible keys), then the rows become the
+     * x panels of P·V. */
+    for (int64_t r = 0; r < R; r++) {
+        int64_t nv = visible(c, it->seq, it->q0 + r / c->n_rep);
+        float *row = sc + r * Kn;
+        if (nv > 0) {
+            float m = kt->scale_max(row, c->scale, nv);
+            kt->scale_d(row, 1.0 / kt->exp_sum(row, m, row, nv), nv);
+        }
+        memset(row + nv, 0, (size_t)(Kn - nv) * sizeof(float));
+    }
+    for (int64_t p = 0; p < Rp; p += MR)
+        kt->pack_x(sc + p * Kn, Kn, R - p < MR ? R - p : MR, n_keys, pp + p * Kn);
+    /* V rows, converted, into NR-wide micro-panels [Dp/NR][n_keys][NR], one run of rows at
+     * a time. (Feeding f32 V rows to the micro-kernel in place was measured slower: their
+     * stride is often a multiple of 4 KiB, so the rows share one L1 set, and no prefetcher
+     * follows them.) */
+    const int64_t ves = (int64_t)mmrt_dtype_size((enum mmrt_dtype)V->dtype);
+    for (int64_t j = 0, run; j < n_keys; j += run) {
+        const char *rows = kv_rows(c, V, it->seq, it->g, j, &run);
+        run = n_keys - j < run ? n_keys - j : run;
+        for (int64_t d = 0; d < Dp; d += NR)
+            kt->pack_rows(rows + d * ves, V->dtype, V->nb0 / ves, run, D - d < NR ? D - d : NR,
+                          vp + d * Kn + j * NR);
+    }
+    for (int64_t p = 0; p < Rp; p += MR)
+        for (int64_t d = 0; d < Dp; d += NR)
+            kt->micro(pp + p * Kn, vp + d * Kn, NR, n_keys, o + p * Dp + d, Dp, 0);
+    for (int64_t r = 0; r < R; r++)
+        memcpy(c->y + row_offset(c, it, r), o + r * Dp, (size_t)D * sizeof(float));
+}
+
+/* Prefetches the row_bytes of a K or V row CPU_ATTN_PREFETCH_ROWS ahead of the one in use.
+ * One kv head's rows of a KV cache are n_kv_heads · head_dim elements apart — 16 KiB for
+ * LLaMA-7B — and pages lie anywhere, so no hardware prefetcher follows them from one 4 KiB
+ * page to the next; without this the streaming path waits on memory latency rather than
+ * bandwidth. */
 #define CPU_ATTN_PREFETCH_ROWS 6
 
-static inline void prefetch_row(const char *row, int64_t stride, int64_t row_bytes)
+static inline void prefetch_row(const char *row, int64_t row_bytes)
 {
-    const char *p = row + CPU_ATTN_PREFETCH_ROWS * stride;
     for (int64_t b = 0; b < row_bytes; b += 64)
-        __builtin_prefetch(p + b, 0, 3);
+        __builtin_prefetch(row + b, 0, 3);
 }
 
-/* Streaming path: item u is (sequence u / Hkv, kv head u % Hkv); rows as in row_offset. */
-static void attn_stream_task(void *vctx, int tid, int64_t begin, int64_t end)
+/* Floats of per-thread scratch a streaming item of up to R rows needs. */
+static size_t stream_scratch(const struct attn_ctx *c, int64_t R)
 {
-    const struct attn2_ctx *c = vctx;
-    const struct cpu_kernels *kt = c->kt;
-    const int64_t D = c->D, Hkv = c->Hq / c->n_rep;
-    float *base = c->scratch + (size_t)tid * c->per_thread;
-    float tmp[CPU_MAX_HEAD_DIM];
+    return (size_t)(R * c->D + R * c->max_lk + 16);
+}
 
-    for (int64_t u = begin; u < end; u++) {
-        struct attn_item it = { .seq = u / Hkv, .g = u % Hkv };
-        it.q0 = c->cu_q[it.seq];
-        it.nq = c->cu_q[it.seq + 1] - it.q0;
-        const int64_t R = it.nq * c->n_rep;
-        if (R == 0)
-            continue;
-        float *acc = base, *sc = acc + R * D;
-        int64_t nv[CPU_ATTN_DOT_MAX_Q], n_keys = 0;
-        for (int64_t tl = 0; tl < it.nq; tl++) {
-            nv[tl] = visible(c, it.seq, it.q0 + tl);
-            n_keys = nv[tl] > n_keys ? nv[tl] : n_keys;
-        }
-        const int64_t k0 = c->cu_k[it.seq];
-        const char *kbase = c->k + k0 * c->k_nb0 + it.g * c->k_nb1;
-        const char *vbase = c->v + k0 * c->v_nb0 + it.g * c->v_nb1;
-        const int64_t kbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)c->k_dtype);
-        const int64_t vbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)c->v_dtype);
-        for (int64_t j = 0; j < n_keys; j++) {
-            const char *src = kbase + j * c->k_nb0;
-            const float *kr = (const float *)src;
-            if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
-                prefetch_row(src, c->k_nb0, kbytes);
-            if (c->k_dtype != MMRT_DTYPE_F32) {
-                cpu_weight_to_f32(src, c->k_dtype, tmp, D);
-                kr = tmp;
-            }
-            for (int64_t r = 0; r < R; r++)
-                if (j < nv[r / c->n_rep])
-                    sc[r * c->max_lk + j] = kt->dot(c->q + row_offset(c, &it, r), kr, D) * c->scale;
-        }
-        double inv[CPU_ATTN_DOT_MAX_Q * 64];
-        for (int64_t r = 0; r < R; r++) {
-            int64_t n = nv[r / c->n_rep];
-            float *row = sc + r * c->max_lk, m = kt->scale_max(row, 1.0f, n);
-            inv[r] = n ? 1.0 / kt->exp_sum(row, m, row, n) : 0.0;
-        }
-        memset(acc, 0, (size_t)(R * D) * sizeof(float));
-        for (int64_t j = 0; j < n_keys; j++) {
-            const char *src = vbase + j * c->v_nb0;
-            const float *vr = (const float *)src;
-            if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
-                prefetch_row(src, c->v_nb0, vbytes);
-            if (c->v_dtype != MMRT_DTYPE_F32) {
-                cpu_weight_to_f32(src, c->v_dtype, tmp, D);
-                vr = tmp;
-            }
-            for (int64_t r = 0; r < R; r++)
-                if (j < nv[r / c->n_rep])
-                    kt->axpy(acc + r * D, (float)(sc[r * c->max_lk + j] * inv[r]), vr, D);
+static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *it, float *base)
+{
+    const struct cpu_kernels *kt = c->kt;
+    const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
+    const int64_t D = c->D, R = it->nq * c->n_rep;
+    float tmp[CPU_MAX_HEAD_DIM];
+    float *acc = base, *sc = acc + R * D;
+    int64_t nv[CPU_ATTN_DOT_MAX_Q], n_keys = 0;
+    for (int64_t tl = 0; tl < it->nq; tl++) {
+        nv[tl] = visible(c, it->seq, it->q0 + tl);
+        n_keys = nv[tl] > n_keys ? nv[tl] : n_keys;
+    }
+    const int64_t kbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)K->dtype);
+    const int64_t vbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)V->dtype);
+    struct kv_walk w, ahead;
+    kv_walk_init(&w, c, K, it->seq, it->g, 0);
+    kv_walk_init(&ahead, c, K, it->seq, it->g, CPU_ATTN_PREFETCH_ROWS);
+    for (int64_t j = 0; j < n_keys; j++) {
+        const char *src = kv_walk_next(&w);
+        const float *kr = (const float *)src;
+        if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
+            prefetch_row(kv_walk_next(&ahead), kbytes);
+        if (K->dtype != MMRT_DTYPE_F32) {
+            cpu_weight_to_f32(src, K->dtype, tmp, D);
+            kr = tmp;
         }
         for (int64_t r = 0; r < R; r++)
-            memcpy(c->y + row_offset(c, &it, r), acc + r * D, (size_t)D * sizeof(float));
+            if (j < nv[r / c->n_rep])
+                sc[r * c->max_lk + j] = kt->dot(c->q + row_offset(c, it, r), kr, D) * c->scale;
+    }
+    double inv[CPU_ATTN_DOT_MAX_Q * 64];
+    for (int64_t r = 0; r < R; r++) {
+        int64_t n = nv[r / c->n_rep];
+        float *row = sc + r * c->max_lk, m = kt->scale_max(row, 1.0f, n);
+        inv[r] = n ? 1.0 / kt->exp_sum(row, m, row, n) : 0.0;
+    }
+    memset(acc, 0, (size_t)(R * D) * sizeof(float));
+    kv_walk_init(&w, c, V, it->seq, it->g, 0);
+    kv_walk_init(&ahead, c, V, it->seq, it->g, CPU_ATTN_PREFETCH_ROWS);
+    for (int64_t j = 0; j < n_keys; j++) {
+        const char *src = kv_walk_next(&w);
+        const float *vr = (const float *)src;
+        if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
+            prefetch_row(kv_walk_next(&ahead), vbytes);
+        if (V->dtype != MMRT_DTYPE_F32) {
+            cpu_weight_to_f32(src, V->dtype, tmp, D);
+            vr = tmp;
+        }
+        for (int64_t r = 0; r < R; r++)
+            if (j < nv[r / c->n_rep])
+                kt->axpy(acc + r * D, (float)(sc[r * c->max_lk + j] * inv[r]), vr, D);
+    }
+    for (int64_t r = 0; r < R; r++)
+        memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
+}
+
+static void attn_items_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct attn_ctx *c = vctx;
+    float *base = c->scratch + (size_t)tid * c->per_thread;
+    for (int64_t u = begin; u < end; u++) {
+        if (c->items[u].stream)
+            attn_stream_item(c, &c->items[u], base);
+        else
+            attn_blocked_item(c, &c->items[u], base);
     }
 }
 
-/* Runs the blocked or streaming path; fails only when scratch cannot be allocated. */
+/* Runs the blocked and streaming paths, each sequence on the one its query count picks;
+ * fails only when scratch cannot be allocated. */
 static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
-                                     struct attn2_ctx *c, int64_t n_seq, int64_t Hkv)
+                                     struct attn_ctx *c)
 {
     const struct cpu_kernels *kt = c->kt;
-    const int64_t D = c->D;
-    int64_t max_lq = 0;
-    for (int64_t s = 0; s < n_seq; s++)
-        if (c->cu_q[s + 1] - c->cu_q[s] > max_lq)
-            max_lq = c->cu_q[s + 1] - c->cu_q[s];
-    size_t n_threads = (size_t)dev->pool.n_threads;
-    mmrt_status st = MMRT_OK;
-
-    if (max_lq <= CPU_ATTN_DOT_MAX_Q && c->n_rep <= 64) {
-        int64_t R = max_lq * c->n_rep;
-        c->per_thread = (size_t)(R * D + R * c->max_lk + 16);
-        c->scratch = malloc(n_threads * c->per_thread * sizeof(float));
-        if (!c->scratch)
-            return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of attention "
-                           "scratch", n_threads * c->per_thread * sizeof(float));
-        cpu_parallel_for(&dev->pool, n_seq * Hkv,
-                         4.0 * (double)D * (double)(c->max_lk + 1) * (double)R,
-                         attn_stream_task, c);
-        free(c->scratch);
-        return MMRT_OK;
-    }
-
+    const int64_t Hkv = c->Hq / c->n_rep;
+    const bool can_stream = c->n_rep <= 64; /* attn_stream_item's inv[] */
     /* Blocked: about CPU_ATTN_BLOCK_PANELS micro-panels of rows per item. */
     int64_t qb = kt->mr * CPU_ATTN_BLOCK_PANELS / c->n_rep;
     if (qb < 1)
         qb = 1;
-    int64_t n_items = 0;
-    for (int64_t s = 0; s < n_seq; s++)
-        n_items += Hkv * ((c->cu_q[s + 1] - c->cu_q[s] + qb - 1) / qb);
+    int64_t n_items = 0, stream_rows = 0, blocked_rows = 0;
+    for (int64_t s = 0; s < c->n_seq; s++) {
+        int64_t lq = c->cu_q[s + 1] - c->cu_q[s];
+        if (lq == 0)
+            continue;
+        if (can_stream && lq <= CPU_ATTN_DOT_MAX_Q) {
+            n_items += Hkv;
+            stream_rows = lq * c->n_rep > stream_rows ? lq * c->n_rep : stream_rows;
+        } else {
+            int64_t rows = (lq < qb ? lq : qb) * c->n_rep;
+            n_items += Hkv * ((lq + qb - 1) / qb);
+            blocked_rows = rows > blocked_rows ? rows : blocked_rows;
+        }
+    }
+    size_t per_stream = stream_rows ? stream_scratch(c, stream_rows) : 0;
+    size_t per_blocked = blocked_rows ? blocked_scratch(c, blocked_rows) : 0;
+    c->per_thread = per_stream > per_blocked ? per_stream : per_blocked;
+    size_t n_threads = (size_t)dev->pool.n_threads;
+    size_t nbytes = n_threads * c->per_thread * sizeof(float);
     struct attn_item *items = malloc((size_t)(n_items ? n_items : 1) * sizeof *items);
-    int64_t Rp = round_up(qb * c->n_rep, kt->mr), Kn = round_up(c->max_lk ? c->max_lk : 1, kt->nr);
-    int64_t Dp = round_up(D, kt->nr);
-    c->per_thread = (size_t)(Rp * D + Kn * D + 2 * Rp * Kn + Dp * Kn + Rp * Dp + 16);
-    c->scratch = malloc(n_threads * c->per_thread * sizeof(float));
+    c->scratch = malloc(nbytes ? nbytes : 1);
+    mmrt_status st = MMRT_OK;
     if (!items || !c->scratch) {
         st = cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of attention scratch",
-                     n_threads * c->per_thread * sizeof(float));
+                     nbytes);
         goto out;
     }
     int64_t n = 0;
-    for (int64_t s = 0; s < n_seq; s++)
-        for (int64_t g = 0; g < Hkv; g++)
-            for (int64_t q0 = c->cu_q[s]; q0 < c->cu_q[s + 1]; q0 += qb) {
-                int64_t nq = c->cu_q[s + 1] - q0 < qb ? c->cu_q[s + 1] - q0 : qb;
-                items[n++] = (struct attn_item){ s, g, q0, nq };
+    for (int64_t s = 0; s < c->n_seq; s++) {
+        int64_t q0 = c->cu_q[s], lq = c->cu_q[s + 1] - q0;
+        bool stream = can_stream && lq <= CPU_ATTN_DOT_MAX_Q;
+        for (int64_t g = 0; g < Hkv && lq > 0; g++) {
+            if (stream) {
+                items[n++] = (struct attn_item){ s, g, q0, lq, true };
+                continue;
             }
+            for (int64_t b = q0; b < q0 + lq; b += qb) {
+                int64_t nq = q0 + lq - b < qb ? q0 + lq - b : qb;
+                items[n++] = (struct attn_item){ s, g, b, nq, false };
+            }
+        }
+    }
     c->items = items;
-    cpu_parallel_for(&dev->pool, n_items,
-                     4.0 * (double)D * (double)(c->max_lk + 1) * (double)(qb * c->n_rep),
-                     attn_blocked_task, c);
+    int64_t rows = stream_rows > blocked_rows ? stream_rows : blocked_rows;
+    cpu_parallel_for(&dev->pool, n_items, 4.0 * (double)c->D * (double)(c->max_lk + 1) *
+                     (double)rows, attn_items_task, c);
 out:
     free(items);
     free(c->scratch);
     return st;
+}
+
+/* Runs either op once its ctx holds the tensors and checked index values. */
+static mmrt_status attention_run(struct mmrt_device *dev, struct cpu_op *o, struct attn_ctx *c,
+                                 int64_t T)
+{
+    c->max_lk = 1;
+    for (int64_t s = 0; s < c->n_seq; s++)
+        if (seq_keys(c, s) > c->max_lk)
+            c->max_lk = seq_keys(c, s);
+    if (T == 0 || c->Hq == 0)
+        return MMRT_OK;
+    if (dev->kern.micro) {
+        c->kt = &dev->kern;
+        return attention_kernels(dev, o, c);
+    }
+    c->per_thread = (size_t)c->max_lk;
+    size_t nbytes = (size_t)dev->pool.n_threads * c->per_thread * sizeof(float);
+    c->scratch = malloc(nbytes);
+    if (!c->scratch)
+        return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of score rows", nbytes);
+    /* Per item: a full score row and weighted sum; causal rows average half of that. */
+    double cost = 2.0 * (double)c->D * (double)(c->max_lk + 1) * (c->causal ? 0.5 : 1.0);
+    cpu_parallel_for(&dev->pool, T * c->Hq, cost, attn_portable_task, c);
+    free(c->scratch);
+    return MMRT_OK;
 }
 
 /* cu_seqlens: I32 [n_seq + 1], starting at 0, non-decreasing, ending at `total`. */
@@ -609,11 +723,37 @@ static mmrt_status check_cu(struct cpu_op *o, const char *what, const struct cpu
     return MMRT_OK;
 }
 
+/* What both ops check alike once q, K and V are known to be 3-D / 4-D of the right dtypes:
+ * head dim, head grouping, dst's shape and the params. */
+static mmrt_status check_attention_shape(struct cpu_op *o, const struct mmrt_attention_params *p,
+                                         int64_t Hq, int64_t Hkv, int64_t D)
+{
+    if (D < 1 || D > CPU_MAX_HEAD_DIM)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…%d", D,
+                       CPU_MAX_HEAD_DIM);
+    if (Hkv < 1 || Hq % Hkv != 0)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
+                       PRId64 " kv heads", Hq, Hkv);
+    if (!cpu_same_shape(&o->src[0], &o->dst))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
+    if (p->causal != 0 && p->causal != 1)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
+                       p->causal);
+    if (!isfinite(p->scale))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
+    return MMRT_OK;
+}
+
+static struct kv_tensor kv_of(const struct cpu_view *x, int64_t page_nb)
+{
+    int rank = x->n_dims;
+    return (struct kv_tensor){ x->data, x->nb[rank - 3], x->nb[rank - 2], page_nb, x->dtype };
+}
+
 mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cpu_op o;
     struct mmrt_attention_params p;
-    float *scores = NULL;
     mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ATTENTION, 3, 5, &o);
     if (st != MMRT_OK)
         return st;
@@ -633,23 +773,12 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         (st = cpu_need_disjoint(&o, "src2 (v)", v, false)))
         return st;
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2], S = k->ne[0], Hkv = k->ne[1];
-    if (D < 1 || D > CPU_MAX_HEAD_DIM)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…%d", D,
-                       CPU_MAX_HEAD_DIM);
-    if (!cpu_same_shape(k, v) || k->ne[2] != D)
+    if (D >= 1 && D <= CPU_MAX_HEAD_DIM && (!cpu_same_shape(k, v) || k->ne[2] != D))
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and v "
                        "[%" PRId64 ", %" PRId64 ", %" PRId64 "] must both be [S, Hkv, %" PRId64 "]",
                        k->ne[0], k->ne[1], k->ne[2], v->ne[0], v->ne[1], v->ne[2], D);
-    if (Hkv < 1 || Hq % Hkv != 0)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
-                       PRId64 " kv heads", Hq, Hkv);
-    if (!cpu_same_shape(q, y))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    if (p.causal != 0 && p.causal != 1)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
-                       p.causal);
-    if (!isfinite(p.scale))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p.scale);
+    if ((st = check_attention_shape(&o, &p, Hq, Hkv, D)))
+        return st;
     if ((cq->data == NULL) != (ck->data == NULL))
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "give both cu_seqlens_q and cu_seqlens_k, or "
                        "neither");
@@ -671,38 +800,100 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
             return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " keys "
                            "exceed I32 sequence offsets", T, S);
     }
-    int64_t n_seq = cq->data ? p.n_seq : 1, max_lk = 0;
-    for (int64_t s = 0; s < n_seq; s++)
-        if (cu_k[s + 1] - cu_k[s] > max_lk)
-            max_lk = cu_k[s + 1] - cu_k[s];
-    if (T == 0 || Hq == 0)
-        return MMRT_OK;
-
-    if (dev->kern.micro) {
-        struct attn2_ctx c2 = {
-            .kt = &dev->kern, .q = (const float *)q->data, .k = k->data, .v = v->data,
-            .y = (float *)y->data, .cu_q = cu_q, .cu_k = cu_k, .Hq = Hq, .D = D,
-            .n_rep = Hq / Hkv, .max_lk = max_lk ? max_lk : 1,
-            .k_nb0 = k->nb[0], .k_nb1 = k->nb[1], .v_nb0 = v->nb[0], .v_nb1 = v->nb[1],
-            .k_dtype = k->dtype, .v_dtype = v->dtype, .scale = p.scale, .causal = p.causal == 1,
-        };
-        return attention_kernels(dev, &o, &c2, n_seq, Hkv);
-    }
-    size_t n_scores = (size_t)dev->pool.n_threads * (size_t)(max_lk ? max_lk : 1);
-    scores = malloc(n_scores * sizeof(float));
-    if (!scores)
-        return cpu_bad(&o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of score rows",
-                       n_scores * sizeof(float));
     struct attn_ctx c = {
-        .q = (const float *)q->data, .k = k->data, .v = v->data, .y = (float *)y->data,
-        .cu_q = cu_q, .cu_k = cu_k, .scores = scores, .n_seq = n_seq, .max_lk = max_lk ? max_lk : 1,
-        .Hq = Hq, .D = D, .n_rep = Hq / Hkv,
-        .k_nb0 = k->nb[0], .k_nb1 = k->nb[1], .v_nb0 = v->nb[0], .v_nb1 = v->nb[1],
-        .k_dtype = k->dtype, .v_dtype = v->dtype, .scale = p.scale, .causal = p.causal == 1,
+        .q = (const float *)q->data, .y = (float *)y->data, .kv = { kv_of(k, 0), kv_of(v, 0) },
+        .cu_q = cu_q, .cu_k = cu_k, .n_seq = cq->data ? p.n_seq : 1, .Hq = Hq, .D = D,
+        .n_rep = Hq / Hkv, .scale = p.scale, .causal = p.causal == 1,
     };
-    /* Per item: a full score row and weighted sum; causal rows average half of that. */
-    double cost = 2.0 * (double)D * (double)(S / n_seq + 1) * (p.causal ? 0.5 : 1.0);
-    cpu_parallel_for(&dev->pool, T * Hq, cost, attn_task, &c);
-    free(scores);
+    return attention_run(dev, &o, &c, T);
+}
+
+/* kv_lens [n_seq] within 0 … max_pages · page_tokens, and every page a sequence reads (the
+ * first ceil(Lk / page_tokens) of its table row) inside the pool's n_pages. */
+static mmrt_status check_pages(struct cpu_op *o, int64_t n_seq, int64_t n_pages,
+                               int64_t page_tokens)
+{
+    const struct cpu_view *lens = &o->src[4], *table = &o->src[5];
+    mmrt_status st;
+    if ((st = cpu_need_dtype(o, "src4 (kv_lens)", lens, CPU_DT_I32)) ||
+        (st = cpu_need_contig(o, "src4 (kv_lens)", lens)) ||
+        (st = cpu_need_disjoint(o, "src4 (kv_lens)", lens, false)) ||
+        (st = cpu_need_rank(o, "src5 (page_table)", table, 2)) ||
+        (st = cpu_need_dtype(o, "src5 (page_table)", table, CPU_DT_I32)) ||
+        (st = cpu_need_contig(o, "src5 (page_table)", table)) ||
+        (st = cpu_need_disjoint(o, "src5 (page_table)", table, false)))
+        return st;
+    if (lens->numel != n_seq)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (kv_lens) has %" PRId64 " entries, n_seq "
+                       "is %" PRId64, lens->numel, n_seq);
+    int64_t max_pages = table->ne[1];
+    if (table->ne[0] != n_seq || max_pages < 1)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src5 (page_table) must be [n_seq = %" PRId64
+                       ", max_pages ≥ 1], got [%" PRId64 ", %" PRId64 "]", n_seq, table->ne[0],
+                       max_pages);
+    const int32_t *lk = (const int32_t *)lens->data, *tab = (const int32_t *)table->data;
+    for (int64_t s = 0; s < n_seq; s++) {
+        /* Counted in pages, so max_pages · page_tokens cannot overflow. */
+        int64_t used = ((int64_t)lk[s] + page_tokens - 1) / page_tokens;
+        if (lk[s] < 0 || used > max_pages)
+            return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (kv_lens) entry %" PRId64 " is %" PRId32
+                           ": must lie within 0 … max_pages · page_tokens = %" PRId64 " · %"
+                           PRId64, s, lk[s], max_pages, page_tokens);
+        for (int64_t i = 0; i < used; i++) {
+            int32_t page = tab[s * max_pages + i];
+            if (page < 0 || page >= n_pages)
+                return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src5 (page_table) entry [%" PRId64 ", %"
+                               PRId64 "] is %" PRId32 ", outside the %" PRId64 " pages of k_pages",
+                               s, i, page, n_pages);
+        }
+    }
     return MMRT_OK;
+}
+
+mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    struct mmrt_attention_params p;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 6, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
+        (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "src0 (q)", q)) ||
+        (st = cpu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
+        (st = cpu_need_dtype(&o, "src1 (k_pages)", k, CPU_DT_F32 | CPU_DT_F16)) ||
+        (st = cpu_need_contig(&o, "src1 (k_pages)", k)) ||
+        (st = cpu_need_contig(&o, "src2 (v_pages)", v)) ||
+        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||
+        (st = cpu_need_disjoint(&o, "src0 (q)", q, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (k_pages)", k, false)) ||
+        (st = cpu_need_disjoint(&o, "src2 (v_pages)", v, false)))
+        return st;
+    if (!cpu_same_shape(k, v) || v->dtype != k->dtype)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (v_pages) must have k_pages' shape and "
+                       "dtype");
+    int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2];
+    int64_t n_pages = k->ne[0], page_tokens = k->ne[1], Hkv = k->ne[2];
+    if (k->ne[3] != D)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "the pages' head dim %" PRId64 " differs from "
+                       "q's %" PRId64, k->ne[3], D);
+    if (page_tokens < 1)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "pages of %" PRId64 " tokens", page_tokens);
+    if ((st = check_attention_shape(&o, &p, Hq, Hkv, D)))
+        return st;
+    if (p.n_seq < 1)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
+    if ((st = check_cu(&o, "src3 (cu_seqlens_q)", &o.src[3], p.n_seq, T)) ||
+        (st = check_pages(&o, p.n_seq, n_pages, page_tokens)))
+        return st;
+    struct attn_ctx c = {
+        .q = (const float *)q->data, .y = (float *)y->data,
+        .kv = { kv_of(k, k->nb[0]), kv_of(v, v->nb[0]) },
+        .cu_q = (const int32_t *)o.src[3].data, .kv_lens = (const int32_t *)o.src[4].data,
+        .table = (const int32_t *)o.src[5].data, .max_pages = o.src[5].ne[1],
+        .page_tokens = page_tokens, .n_seq = p.n_seq, .Hq = Hq, .D = D, .n_rep = Hq / Hkv,
+        .scale = p.scale, .causal = p.causal == 1,
+    };
+    return attention_run(dev, &o, &c, T);
 }

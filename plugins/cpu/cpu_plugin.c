@@ -116,8 +116,12 @@ static void cpu_model_name(char *out, size_t size)
 /* threads: worker count (default: every online CPU). isa: auto (default), avx512, avx2 or
  * portable — the kernel table (cpu_isa.c); a lower one than auto compares kernels or tests a
  * path. bf16_dot: 0 (default) or 1 — BF16 weights use the AVX512_BF16 dot-product GEMM, which
- * rounds activations to bf16 (faster prefill and vision, measured loss in BENCHMARKS.md). */
-static const char *const cpu_option_keys[] = { "threads", "isa", "bf16_dot", "graph", NULL };
+ * rounds activations to bf16 (faster prefill and vision, measured loss in BENCHMARKS.md).
+ * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
+ * copy — decline, so the core copies them into anonymous memory (huge pages where the system
+ * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
+static const char *const cpu_option_keys[] = { "threads", "isa", "bf16_dot", "graph", "weights",
+                                               NULL };
 
 static mmrt_status cpu_probe(int *n_devices, char *why, size_t why_size)
 {
@@ -163,7 +167,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
     bool have_threads = false, bf16_dot = false;
-    const char *isa = NULL, *bf16_value = NULL, *graph_value = NULL;
+    const char *isa = NULL, *bf16_value = NULL, *graph_value = NULL, *weights_value = NULL;
     struct cpu_kernels kern;
 
     if (!out || n_options < 0 || (n_options > 0 && !options)) {
@@ -181,8 +185,11 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
             return MMRT_ERR_CONFIG;
         }
         if (strcmp(key, "isa") == 0 || strcmp(key, "bf16_dot") == 0 ||
-            strcmp(key, "graph") == 0) {
-            const char **slot = key[0] == 'i' ? &isa : key[0] == 'b' ? &bf16_value : &graph_value;
+            strcmp(key, "graph") == 0 || strcmp(key, "weights") == 0) {
+            const char **slot = key[0] == 'i'   ? &isa
+                                : key[0] == 'b' ? &bf16_value
+                                : key[0] == 'g' ? &graph_value
+                                                : &weights_value;
             if (*slot) {
                 set_err(err, err_size, "cpu: device option %s given twice (second: \"%s\")",
                         key, value);
@@ -194,7 +201,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         if (strcmp(key, "threads") != 0) {
             set_err(err, err_size,
                     "cpu: unknown device option %s=\"%s\" (the cpu plugin knows: threads, isa, "
-                    "bf16_dot, graph)", key, value);
+                    "bf16_dot, graph, weights)", key, value);
             return MMRT_ERR_CONFIG;
         }
         if (have_threads) {
@@ -220,6 +227,12 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         set_err(err, err_size, "cpu: device option graph=\"%s\": expected 0 or 1", graph_value);
         return MMRT_ERR_CONFIG;
     }
+    if (weights_value && strcmp(weights_value, "map") != 0 &&
+        strcmp(weights_value, "copy") != 0) {
+        set_err(err, err_size, "cpu: device option weights=\"%s\": expected map or copy",
+                weights_value);
+        return MMRT_ERR_CONFIG;
+    }
     st = cpu_kernels_select(isa, bf16_dot, &kern, err, err_size);
     if (st != MMRT_OK)
         return st;
@@ -238,6 +251,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     dev->kern = kern;
     dev->bf16_dot = bf16_dot;
     dev->graph_enabled = graph_value && graph_value[0] == '1';
+    dev->copy_weights = weights_value && strcmp(weights_value, "copy") == 0;
     /* Per thread: a converted W block (blocked: NC × KC; portable: MM_NB × MM_KB) and a C
      * block of up to GEMM_MC (+ one panel) rows × NC (cpu_ops_matmul.c); both sizes are
      * multiples of 16 floats, so threads never share a cache line. */
@@ -319,6 +333,15 @@ struct cpu_arena *cpu_arena_find(struct mmrt_device *dev, const void *handle)
     return NULL;
 }
 
+static void arena_link(struct mmrt_device *dev, struct cpu_arena *a)
+{
+    a->prev = NULL;
+    a->next = dev->arenas;
+    if (dev->arenas)
+        dev->arenas->prev = a;
+    dev->arenas = a;
+}
+
 static mmrt_status cpu_arena_alloc(struct mmrt_device *dev, uint64_t nbytes, void **arena)
 {
     if (!dev)
@@ -337,6 +360,8 @@ static mmrt_status cpu_arena_alloc(struct mmrt_device *dev, uint64_t nbytes, voi
                         "arena_alloc: cannot allocate %" PRIu64 " bytes of host memory", nbytes);
     struct cpu_arena *a = p;
     a->nbytes = nbytes;
+    a->data = (char *)a + CPU_ARENA_HDR;
+    a->readonly = false;
 #ifdef MADV_HUGEPAGE
     /* Large arenas hold weights that decode streams every step: ask for transparent huge
      * pages (where the system has them in "madvise" mode) so the stream is not slowed by a
@@ -350,11 +375,33 @@ static mmrt_status cpu_arena_alloc(struct mmrt_device *dev, uint64_t nbytes, voi
             (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     }
 #endif
-    a->prev = NULL;
-    a->next = dev->arenas;
-    if (dev->arenas)
-        dev->arenas->prev = a;
-    dev->arenas = a;
+    arena_link(dev, a);
+    *arena = a;
+    return MMRT_OK;
+}
+
+/* The mapping is the core's; the arena is only a header naming it, so the kernels see the
+ * checkpoint's bytes where the page cache holds them. */
+static mmrt_status cpu_arena_adopt_host(struct mmrt_device *dev, const void *host,
+                                        uint64_t nbytes, void **arena)
+{
+    if (!dev)
+        return MMRT_ERR_INVALID_ARG;
+    if (!arena || (!host && nbytes))
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "arena_adopt_host: no %s",
+                        arena ? "host memory" : "output pointer");
+    if (dev->copy_weights)
+        return cpu_fail(dev, MMRT_ERR_UNSUPPORTED, "weights = copy was asked for");
+    if (nbytes > (uint64_t)(UINTPTR_MAX - (uintptr_t)host))
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "arena_adopt_host: %" PRIu64 " bytes at %p "
+                        "wrap the address space", nbytes, host);
+    struct cpu_arena *a = NULL;
+    if (posix_memalign((void **)&a, CPU_ALIGN, CPU_ARENA_HDR) != 0)
+        return cpu_fail(dev, MMRT_ERR_NO_MEMORY, "arena_adopt_host: out of host memory");
+    a->nbytes = nbytes;
+    a->data = (char *)(uintptr_t)host; /* never written through: readonly is checked first */
+    a->readonly = true;
+    arena_link(dev, a);
     *arena = a;
     return MMRT_OK;
 }
@@ -379,12 +426,15 @@ static void cpu_arena_free(struct mmrt_device *dev, void *arena)
 
 /* The host address of bytes [offset, offset + nbytes) of `arena`, after checking both. */
 static mmrt_status arena_range(struct mmrt_device *dev, const char *fn, void *arena,
-                               uint64_t offset, uint64_t nbytes, char **out)
+                               uint64_t offset, uint64_t nbytes, bool write, char **out)
 {
     struct cpu_arena *a = arena ? cpu_arena_find(dev, arena) : NULL;
     if (!a)
         return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "%s: %p is not an arena of this device", fn,
                         arena);
+    if (write && a->readonly)
+        return cpu_fail(dev, MMRT_ERR_INVALID_ARG, "%s: arena %p is adopted read-only memory",
+                        fn, arena);
     if (offset > a->nbytes || nbytes > a->nbytes - offset)
         return cpu_fail(dev, MMRT_ERR_INVALID_ARG,
                         "%s: bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64 ") lie outside the arena "
@@ -399,7 +449,7 @@ static mmrt_status cpu_upload(struct mmrt_device *dev, void *arena, uint64_t off
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
     char *p = NULL; /* set by arena_range; initialised for -O3's flow analysis */
-    mmrt_status st = arena_range(dev, "upload", arena, offset, nbytes, &p);
+    mmrt_status st = arena_range(dev, "upload", arena, offset, nbytes, true, &p);
     if (st != MMRT_OK)
         return st;
     if (nbytes && !src)
@@ -419,7 +469,7 @@ static mmrt_status cpu_download(struct mmrt_device *dev, void *dst, void *arena,
     if (cpu_capturing(dev))
         return cpu_capture_refuse(dev, "download");
     char *p = NULL;
-    mmrt_status st = arena_range(dev, "download", arena, offset, nbytes, &p);
+    mmrt_status st = arena_range(dev, "download", arena, offset, nbytes, false, &p);
     if (st != MMRT_OK)
         return st;
     if (nbytes && !dst)
@@ -435,9 +485,9 @@ static mmrt_status cpu_copy(struct mmrt_device *dev, void *dst_arena, uint64_t d
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
     char *d = NULL, *s = NULL;
-    mmrt_status st = arena_range(dev, "copy (dst)", dst_arena, dst_offset, nbytes, &d);
+    mmrt_status st = arena_range(dev, "copy (dst)", dst_arena, dst_offset, nbytes, true, &d);
     if (st == MMRT_OK)
-        st = arena_range(dev, "copy (src)", src_arena, src_offset, nbytes, &s);
+        st = arena_range(dev, "copy (src)", src_arena, src_offset, nbytes, false, &s);
     if (st != MMRT_OK)
         return st;
     if (cpu_capturing(dev))
@@ -484,6 +534,7 @@ const mmrt_kernel_fn cpu_kernel_table[MMRT_OP_COUNT] = {
     [MMRT_OP_ARGMAX] = cpu_op_argmax,
     [MMRT_OP_ROPE_MULTI] = cpu_op_rope_multi,
     [MMRT_OP_SET_ROWS] = cpu_op_set_rows,
+    [MMRT_OP_ATTENTION_PAGED] = cpu_op_attention_paged,
 };
 
 /* What the core calls: each op enters through cpu_dispatch with its own slot, which runs the
@@ -515,6 +566,7 @@ CPU_ENTRY(MMRT_OP_COPY, entry_copy)
 CPU_ENTRY(MMRT_OP_ARGMAX, entry_argmax)
 CPU_ENTRY(MMRT_OP_ROPE_MULTI, entry_rope_multi)
 CPU_ENTRY(MMRT_OP_SET_ROWS, entry_set_rows)
+CPU_ENTRY(MMRT_OP_ATTENTION_PAGED, entry_attention_paged)
 #undef CPU_ENTRY
 
 static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
@@ -540,6 +592,7 @@ static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_ARGMAX] = entry_argmax,
     [MMRT_OP_ROPE_MULTI] = entry_rope_multi,
     [MMRT_OP_SET_ROWS] = entry_set_rows,
+    [MMRT_OP_ATTENTION_PAGED] = entry_attention_paged,
 };
 
 static const struct mmrt_plugin cpu_plugin = {
@@ -565,6 +618,8 @@ static const struct mmrt_plugin cpu_plugin = {
     .capture_end = cpu_capture_end,
     .graph_launch = cpu_graph_launch,
     .graph_destroy = cpu_graph_destroy,
+    .prepare = NULL,
+    .arena_adopt_host = cpu_arena_adopt_host,
 };
 
 MMRT_PLUGIN_EXPORT const struct mmrt_plugin *mmrt_plugin_init(const struct mmrt_host *host)

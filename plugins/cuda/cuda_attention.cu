@@ -1,5 +1,6 @@
 /*
- * plugins/cuda/cuda_attention.cu — ATTENTION as one fused kernel in the FlashAttention style
+ * plugins/cuda/cuda_attention.cu — ATTENTION and ATTENTION_PAGED as one fused kernel in the
+ * FlashAttention style
  * (Dao et al., "FlashAttention", 2022; "FlashAttention-2", 2023): each block owns a tile of
  * query rows, streams the keys in tiles through shared memory, keeps a running row maximum m,
  * row sum l and unnormalised output O in registers (online softmax), and never materialises
@@ -40,6 +41,17 @@
  * to a workspace and attn_combine merges them: O = Σ O_z e^{m_z − M} / Σ l_z e^{m_z − M}.
  * n_split is chosen on the host from upper bounds; each block sizes its chunk from the true
  * key count, so the same launch (and graph) adapts as lengths change.
+ *
+ * Paged (ATTENTION_PAGED): key j of sequence s is row j % page_tokens of page
+ * page_table[s][j / page_tokens]; only the tile loads look the page up (key_rows).
+ * attn_check_paged runs first and validates cu_seqlens_q, kv_lens and every page id a
+ * sequence will read, raising CU_ERRC_PAGED; the attention blocks then see the error word set
+ * and exit, so nothing is read outside the pool. The paged launch is batch-invariant
+ * (specs/engine.md): a row's arithmetic depends on the key tile width BN and on nothing else
+ * of the launch — the q·k order, the per-tile max and sum and the P·V chain are the same for
+ * every row slot of every BM — so BN is fixed per head dim (paged_tiles), the tiles start at
+ * key 0 of the sequence whatever the page size, a tile a row sees no key of leaves its state
+ * as it was, and there is no split-KV (its chunks and merge would depend on the batch).
  */
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -82,6 +94,95 @@ __device__ __forceinline__ void report(cu_err_word *e, int64_t which, int64_t en
     }
 }
 
+/* CU_ERRC_PAGED, fields as cuda_kernels.h describes them. */
+__device__ __forceinline__ void report_paged(cu_err_word *e, int64_t which, int64_t entry,
+                                             int64_t value, int64_t a, int64_t b)
+{
+    if (atomicCAS(&e->code, 0u, (unsigned)CU_ERRC_PAGED) == 0u) {
+        e->op = MMRT_OP_ATTENTION_PAGED;
+        e->v[0] = which;
+        e->v[1] = entry;
+        e->v[2] = value;
+        e->v[3] = a;
+        e->v[4] = b;
+    }
+}
+
+/* One block of 128 threads: thread 0 walks cu_seqlens_q, all threads share the sequences'
+ * kv_lens and table rows. */
+__global__ void __launch_bounds__(kThreads) attn_check_paged(cu_attn_desc d)
+{
+    const int32_t *cq = d.cu_q;
+    if (threadIdx.x == 0) {
+        int64_t bad = cq[0] != 0 ? 0 : -1;
+        for (int s = 0; s < d.n_seq && bad < 0; s++)
+            if (cq[s + 1] < cq[s])
+                bad = s + 1;
+        if (bad < 0 && cq[d.n_seq] != d.T)
+            bad = d.n_seq;
+        if (bad >= 0)
+            report_paged(d.err, 0, bad, cq[bad], 0, 0);
+    }
+    for (int64_t s = threadIdx.x; s < d.n_seq; s += blockDim.x) {
+        int64_t lk = d.kv_lens[s], used = (lk + d.page_tokens - 1) / d.page_tokens;
+        if (lk < 0 || used > d.max_pages) {
+            report_paged(d.err, 1, s, lk, d.max_pages, d.page_tokens);
+            continue;
+        }
+        for (int64_t c = 0; c < used; c++) {
+            int64_t page = d.page_table[s * d.max_pages + c];
+            if (page < 0 || page >= d.n_pages) {
+                report_paged(d.err, 2, s, page, c, d.n_pages);
+                break;
+            }
+        }
+    }
+}
+
+/* Thread 0 of a paged block: as locate, from cu_seqlens_q and kv_lens (info[6] = sequence).
+ * A set error word (attn_check_paged found a bad index) stops every block. */
+__device__ void locate_paged(const cu_attn_desc &d, int BM, int64_t n_rep, long long *info)
+{
+    info[5] = 0;
+    if (*static_cast<volatile const uint32_t *>(&d.err->code) != 0u)
+        return;
+    const int32_t *cq = d.cu_q;
+    int64_t tile = blockIdx.x, pq = min_<int64_t>(max_<int64_t>(cq[0], 0), d.T);
+    for (int s = 0; s < d.n_seq; s++) {
+        int64_t eq = min_<int64_t>(max_<int64_t>(cq[s + 1], pq), d.T);
+        int64_t nt = ((eq - pq) * n_rep + BM - 1) / BM;
+        if (tile < nt) {
+            info[0] = pq;
+            info[1] = eq - pq;
+            info[2] = 0;
+            info[3] = min_<int64_t>(max_<int64_t>(d.kv_lens[s], 0), d.max_pages * d.page_tokens);
+            info[4] = tile;
+            info[5] = 1;
+            info[6] = s;
+            return;
+        }
+        tile -= nt;
+        pq = eq;
+    }
+}
+
+/* Element offsets of key j's K and V rows for kv head g: rows k0 + j of strided tensors, or
+ * row j % page_tokens of the page sequence seq's table row names. */
+template <bool Paged>
+__device__ __forceinline__ void key_rows(const cu_attn_desc &d, int64_t seq, int64_t k0,
+                                         int64_t j, int g, int64_t *kb, int64_t *vb)
+{
+    int64_t row = k0 + j, kp = 0, vp = 0;
+    if constexpr (Paged) {
+        int64_t page = d.page_table[seq * d.max_pages + j / d.page_tokens];
+        row = j % d.page_tokens;
+        kp = page * d.k_sp;
+        vp = page * d.v_sp;
+    }
+    *kb = kp + row * d.k_s0 + g * d.k_s1;
+    *vb = vp + row * d.v_s0 + g * d.v_s1;
+}
+
 /* Thread 0 of a block: which sequence and row tile this block serves.
  * info = {q0, Lq, k0, Lk, tile within the sequence, found}. */
 __device__ void locate(const cu_attn_desc &d, int BM, int64_t n_rep, long long *info)
@@ -96,6 +197,7 @@ __device__ void locate(const cu_attn_desc &d, int BM, int64_t n_rep, long long *
             info[3] = d.S;
             info[4] = blockIdx.x;
             info[5] = 1;
+            info[6] = 0;
         }
         return;
     }
@@ -128,6 +230,7 @@ __device__ void locate(const cu_attn_desc &d, int BM, int64_t n_rep, long long *
             info[3] = ek - pk;
             info[4] = tile;
             info[5] = 1;
+            info[6] = s;
             if (!check)
                 return;
         }
@@ -143,13 +246,15 @@ __device__ void locate(const cu_attn_desc &d, int BM, int64_t n_rep, long long *
     }
 }
 
-template <int DM, int BM, int BN>
+/* Paged selects ATTENTION_PAGED's sequence lookup and key addressing at compile time, so the
+ * ATTENTION instances carry none of it (registers and spills as before). */
+template <int DM, int BM, int BN, bool Paged>
 __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_split)
 {
     using C = Cfg<DM, BM, BN>;
     float *sQ = CU_DYN_SMEM(float);
     float *sK = sQ + C::OFF_K, *sV = sQ + C::OFF_V, *sP = sQ + C::OFF_P;
-    __shared__ long long info[6];
+    __shared__ long long info[7];
 
     const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3, lane = tid & 31, warp = tid >> 5;
     const int g = blockIdx.y, z = blockIdx.z;
@@ -157,12 +262,16 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
     const int D = d.D;
     const bool k16 = d.k_dtype == MMRT_DTYPE_F16, v16 = d.v_dtype == MMRT_DTYPE_F16;
 
-    if (tid == 0)
-        locate(d, BM, n_rep, info);
+    if (tid == 0) {
+        if constexpr (Paged)
+            locate_paged(d, BM, n_rep, info);
+        else
+            locate(d, BM, n_rep, info);
+    }
     __syncthreads();
     if (!info[5])
         return; /* the whole block: past the last tile */
-    const int64_t q0 = info[0], Lq = info[1], k0 = info[2], Lk = info[3];
+    const int64_t q0 = info[0], Lq = info[1], k0 = info[2], Lk = info[3], seq = info[6];
     const int64_t rows = Lq * n_rep, rho0 = info[4] * BM;
 
     /* Q tile, zero-padded past D and past the sequence's rows. */
@@ -203,9 +312,10 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
     for (int64_t j0 = kbeg; j0 < kend; j0 += BN) {
         __syncthreads(); /* the last tile's P·V is done with sV / sP (and sQ is written) */
         for (int jj = warp; jj < BN; jj += kThreads / 32) {
-            int64_t j = j0 + jj;
+            int64_t j = j0 + jj, kb = 0, vb = 0;
             bool ok = j < kend;
-            int64_t kb = (k0 + j) * d.k_s0 + g * d.k_s1, vb = (k0 + j) * d.v_s0 + g * d.v_s1;
+            if (!Paged || ok) /* a page lookup past the last key could leave the table */
+                key_rows<Paged>(d, seq, k0, j, g, &kb, &vb);
             for (int dd = lane; dd < DM; dd += 32) {
                 bool in = ok && dd < D;
                 sK[jj * C::QS + dd] = in ? load_kv(d.k, k16, kb + dd) : 0.0f;
@@ -378,7 +488,7 @@ attn_combine(const float *ws, float *y, int64_t T, int Hq, int D, int n_split)
     }
 }
 
-template <int DM, int BM, int BN>
+template <int DM, int BM, int BN, bool Paged = false>
 cudaError_t launch_attn(const cu_attn_desc *d, cudaStream_t stream)
 {
     using C = Cfg<DM, BM, BN>;
@@ -391,7 +501,7 @@ cudaError_t launch_attn(const cu_attn_desc *d, cudaStream_t stream)
     int n_split = 1;
     const int64_t blocks = base_tiles * d->Hkv, avg_keys = d->S / n_seq;
     const int64_t n_sm = d->n_sm > 0 ? d->n_sm : 1;
-    if (d->ws && blocks < 2 * n_sm && avg_keys >= 4 * BN) {
+    if (!Paged && d->ws && blocks < 2 * n_sm && avg_keys >= 4 * BN) {
         int64_t want = (2 * n_sm + blocks - 1) / blocks;
         want = min_<int64_t>(want, avg_keys / (2 * BN));
         want = min_<int64_t>(want, kMaxSplit);
@@ -402,7 +512,7 @@ cudaError_t launch_attn(const cu_attn_desc *d, cudaStream_t stream)
     }
     dim3 grid((unsigned)grid_x, (unsigned)d->Hkv, (unsigned)n_split);
     cu_attn_desc v = *d;
-    auto k = attn_kernel<DM, BM, BN>;
+    auto k = attn_kernel<DM, BM, BN, Paged>;
     CU_LAUNCH(k, grid, kThreads, C::BYTES, stream, v, n_split);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1)
@@ -427,14 +537,14 @@ int max_smem(void)
     return __atomic_load_n(&g_max_smem, __ATOMIC_RELAXED);
 }
 
-template <int DM, int BM, int BN> cudaError_t raise_smem(void)
+template <int DM, int BM, int BN, bool Paged = false> cudaError_t raise_smem(void)
 {
 #ifdef MMRT_CU_EMU
     return cudaSuccess;
 #else
     if (Cfg<DM, BM, BN>::BYTES > (size_t)max_smem())
         return cudaSuccess; /* never launched here: see cu_launch_attention */
-    return cudaFuncSetAttribute(attn_kernel<DM, BM, BN>,
+    return cudaFuncSetAttribute(attn_kernel<DM, BM, BN, Paged>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)Cfg<DM, BM, BN>::BYTES);
 #endif
@@ -447,7 +557,8 @@ template <int DM, int BM, int BN> bool fits(void)
 
 } // namespace
 
-/* The eight instances: (DM, prefill tile, decode tile). Keep in step with cu_launch_attention. */
+/* The eight ATTENTION instances: (DM, prefill tile, decode tile), and the eight paged ones.
+ * Keep in step with cu_launch_attention and paged_tiles. */
 extern "C" cudaError_t cu_attention_init(void)
 {
 #ifndef MMRT_CU_EMU
@@ -464,14 +575,48 @@ extern "C" cudaError_t cu_attention_init(void)
     if ((e = raise_smem<64, 64, 64>()) != cudaSuccess || (e = raise_smem<64, 16, 64>()) ||
         (e = raise_smem<96, 64, 32>()) || (e = raise_smem<96, 16, 64>()) ||
         (e = raise_smem<128, 64, 32>()) || (e = raise_smem<128, 16, 64>()) ||
-        (e = raise_smem<256, 32, 32>()) || (e = raise_smem<256, 16, 32>()))
+        (e = raise_smem<256, 32, 32>()) || (e = raise_smem<256, 16, 32>()) ||
+        (e = raise_smem<64, 64, 64, true>()) || (e = raise_smem<64, 16, 64, true>()) ||
+        (e = raise_smem<96, 64, 32, true>()) || (e = raise_smem<96, 16, 32, true>()) ||
+        (e = raise_smem<128, 64, 32, true>()) || (e = raise_smem<128, 16, 32, true>()) ||
+        (e = raise_smem<256, 32, 32, true>()) || (e = raise_smem<256, 16, 32, true>()))
         return e;
 #endif
     return cudaSuccess;
 }
 
+namespace {
+
+/* The paged launch's tiles: the 16-row decode tile or the prefill tile as for ATTENTION, but
+ * one key width BN per head dim for both, so that the choice (which depends on the launch)
+ * changes only how rows are grouped into blocks, never a row's arithmetic. */
+cudaError_t paged_tiles(const cu_attn_desc *d, bool small, cudaStream_t stream)
+{
+    if (d->D <= 64)
+        return small ? launch_attn<64, 16, 64, true>(d, stream)
+                     : launch_attn<64, 64, 64, true>(d, stream);
+    if (d->D <= 96)
+        return small ? launch_attn<96, 16, 32, true>(d, stream)
+                     : launch_attn<96, 64, 32, true>(d, stream);
+    if (d->D <= 128)
+        return small ? launch_attn<128, 16, 32, true>(d, stream)
+                     : launch_attn<128, 64, 32, true>(d, stream);
+    return small || !fits<256, 32, 32>() ? launch_attn<256, 16, 32, true>(d, stream)
+                                         : launch_attn<256, 32, 32, true>(d, stream);
+}
+
+} // namespace
+
 extern "C" cudaError_t cu_launch_attention(const struct cu_attn_desc *d, cudaStream_t stream)
 {
+    if (d->page_table) {
+        cu_attn_desc v = *d;
+        CU_LAUNCH(attn_check_paged, 1, kThreads, 0, stream, v);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess || d->T <= 0 || d->Hq <= 0)
+            return e;
+        return paged_tiles(d, d->T * (int64_t)(d->Hq / d->Hkv) <= 16 * d->n_seq, stream);
+    }
     if (d->T <= 0 || d->Hq <= 0)
         return cudaSuccess;
     const int64_t n_seq = d->cu_q ? d->n_seq : 1;

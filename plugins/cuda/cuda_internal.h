@@ -6,8 +6,8 @@
  *   cuda_plugin.c     entry point, probe, device open/info/close, arenas, transfers, the device
  *                     error word, graph capture, the op table
  *   cuda_args.c       argument resolution and checks shared by every op (cf. cpu_args.c)
- *   cuda_ops.c        elementwise, row ops, ROPE, ROPE_MULTI, ATTENTION, GET_ROWS, SET_ROWS,
- *                     COPY, CONCAT
+ *   cuda_ops.c        elementwise, row ops, ROPE, ROPE_MULTI, ATTENTION, ATTENTION_PAGED,
+ *                     GET_ROWS, SET_ROWS, COPY, CONCAT
  *   cuda_ops_gemm.c   MATMUL and PATCH_EMBED: GEMV kernel or cuBLAS
  *   cuda_kernels.cu, cuda_gemm.cu, cuda_attention.cu   the device code (cuda_kernels.h)
  *
@@ -194,5 +194,6 @@ mmrt_status cu_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *arg
 mmrt_status cu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_CUDA_INTERNAL_H */

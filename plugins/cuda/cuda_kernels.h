@@ -6,7 +6,7 @@
  * ABI says asynchronous errors do. Launchers trust their arguments: the host side
  * (cuda_ops*.c) has already checked shapes, dtypes, strides and bounds against the arena, so
  * what is left for the device to check is only what lives in device memory (token ids,
- * cu_seqlens), reported through struct cu_err_word.
+ * cu_seqlens, kv_lens, page ids), reported through struct cu_err_word.
  *
  * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, operand
  * preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
@@ -41,11 +41,15 @@ enum cu_err_code {
     CU_ERRC_ROW_ID = 1,  /* GET_ROWS: v[0] = id, v[1] = row of ids, v[2] = table rows */
     CU_ERRC_SEQLENS = 2, /* ATTENTION: v[0] = 0 for cu_seqlens_q, 1 for _k; v[1] = entry;
                             v[2] = its value (bad start, decrease, or wrong total) */
+    CU_ERRC_PAGED = 3,   /* ATTENTION_PAGED: v[0] = 0 cu_seqlens_q (v[1] entry, v[2] value),
+                            1 kv_lens (v[1] sequence, v[2] value, v[3] max_pages,
+                            v[4] page_tokens), 2 page_table (v[1] sequence, v[2] page id,
+                            v[3] column, v[4] n_pages) */
 };
 struct cu_err_word {
     uint32_t code; /* enum cu_err_code */
     int32_t op;    /* enum mmrt_op of the kernel that set it */
-    int64_t v[3];
+    int64_t v[5];
 };
 
 /* memmove of nbytes on the device: dst and src may overlap in any way and need no
@@ -156,8 +160,11 @@ cudaError_t cu_launch_prep(const struct cu_prep_desc *d, cudaStream_t stream);
 cudaError_t cu_launch_fill_rows(float *y, const void *b, int b_dtype, int64_t M, int64_t N,
                                 cudaStream_t stream);
 
-/* ---- ATTENTION (cuda_attention.cu) ------------------------------------------------------ */
+/* ---- ATTENTION, ATTENTION_PAGED (cuda_attention.cu) ------------------------------------- */
 
+/* ATTENTION: k, v [S, Hkv, D] strided. ATTENTION_PAGED (page_table != NULL): k, v
+ * [n_pages, page_tokens, Hkv, D] contiguous, k_s0 / k_s1 the token and head strides inside a
+ * page and k_sp the page stride; cu_q must be set and cu_k is unused. */
 struct cu_attn_desc {
     const float *q;           /* [T, Hq, D] contiguous */
     const void *k, *v;        /* [S, Hkv, D] F32 or F16, inner dim contiguous */
@@ -172,10 +179,16 @@ struct cu_attn_desc {
     int64_t ws_floats;
     int32_t n_sm;       /* multiprocessors, to size the split */
     struct cu_err_word *err;
+    /* ATTENTION_PAGED only (device memory): kv_lens [n_seq], page_table [n_seq, max_pages] */
+    const int32_t *kv_lens, *page_table;
+    int64_t max_pages, page_tokens, n_pages;
+    int64_t k_sp, v_sp;  /* page strides in elements */
 };
 /* Kernel shared-memory limits are raised once per device (cudaFuncSetAttribute) before the
  * first launch; call after cudaSetDevice. */
 cudaError_t cu_attention_init(void);
+/* Either op; a paged one first runs the index check that sets CU_ERRC_PAGED, and writes
+ * nothing when the error word is set. */
 cudaError_t cu_launch_attention(const struct cu_attn_desc *d, cudaStream_t stream);
 
 #ifdef __cplusplus

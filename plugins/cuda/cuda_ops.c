@@ -415,6 +415,26 @@ static mmrt_status check_cu(struct cu_op *o, const char *what, const struct cu_v
     return MMRT_OK;
 }
 
+/* What ATTENTION and ATTENTION_PAGED check alike once q, K and V have their ranks and
+ * dtypes: head dim, head grouping, dst's shape and the params. */
+static mmrt_status check_heads(struct cu_op *o, const struct mmrt_attention_params *p,
+                               int64_t Hq, int64_t Hkv, int64_t D)
+{
+    if (D < 1 || D > 256)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…256", D);
+    if (Hkv < 1 || Hq % Hkv != 0)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
+                      PRId64 " kv heads", Hq, Hkv);
+    if (!cu_same_shape(&o->src[0], &o->dst))
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
+    if (p->causal != 0 && p->causal != 1)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
+                      p->causal);
+    if (!isfinite(p->scale))
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
+    return MMRT_OK;
+}
+
 mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
@@ -437,22 +457,12 @@ mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *
         (st = cu_need_disjoint(&o, "src2 (v)", v, false)))
         return st;
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2], S = k->ne[0], Hkv = k->ne[1];
-    if (D < 1 || D > 256)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…256", D);
-    if (!cu_same_shape(k, v) || k->ne[2] != D)
+    if (D >= 1 && D <= 256 && (!cu_same_shape(k, v) || k->ne[2] != D))
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and v "
                       "[%" PRId64 ", %" PRId64 ", %" PRId64 "] must both be [S, Hkv, %" PRId64 "]",
                       k->ne[0], k->ne[1], k->ne[2], v->ne[0], v->ne[1], v->ne[2], D);
-    if (Hkv < 1 || Hq % Hkv != 0)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
-                      PRId64 " kv heads", Hq, Hkv);
-    if (!cu_same_shape(q, y))
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    if (p.causal != 0 && p.causal != 1)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
-                      p.causal);
-    if (!isfinite(p.scale))
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p.scale);
+    if ((st = check_heads(&o, &p, Hq, Hkv, D)))
+        return st;
     if ((cq->data == NULL) != (ck->data == NULL))
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "give both cu_seqlens_q and cu_seqlens_k, or "
                       "neither");
@@ -489,6 +499,82 @@ mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *
     };
     cudaError_t e = cu_launch_attention(&d, dev->stream);
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "attention");
+}
+
+/* Host-side checks of an index tensor: I32, contiguous, not overlapping dst. */
+static mmrt_status check_index(struct cu_op *o, const char *what, const struct cu_view *t)
+{
+    mmrt_status st;
+    if ((st = cu_need_dtype(o, what, t, CU_DT_I32)) || (st = cu_need_contig(o, what, t)) ||
+        (st = cu_need_disjoint(o, what, t, false)))
+        return st;
+    return MMRT_OK;
+}
+
+mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    struct mmrt_attention_params p;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 6, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2];
+    const struct cu_view *cq = &o.src[3], *lens = &o.src[4], *table = &o.src[5];
+    if ((st = cu_op_params(&o, &p, sizeof p)) || (st = cu_need_rank(&o, "src0 (q)", q, 3)) ||
+        (st = cu_need_dtype(&o, "src0 (q)", q, CU_DT_F32)) ||
+        (st = cu_need_contig(&o, "src0 (q)", q)) ||
+        (st = cu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
+        (st = cu_need_dtype(&o, "src1 (k_pages)", k, CU_DT_F32 | CU_DT_F16)) ||
+        (st = cu_need_contig(&o, "src1 (k_pages)", k)) ||
+        (st = cu_need_contig(&o, "src2 (v_pages)", v)) || (st = check_dst_f32(&o)) ||
+        (st = cu_need_disjoint(&o, "src0 (q)", q, false)) ||
+        (st = cu_need_disjoint(&o, "src1 (k_pages)", k, false)) ||
+        (st = cu_need_disjoint(&o, "src2 (v_pages)", v, false)))
+        return st;
+    if (!cu_same_shape(k, v) || v->dtype != k->dtype)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (v_pages) must have k_pages' shape and "
+                      "dtype");
+    int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2];
+    int64_t n_pages = k->ne[0], page_tokens = k->ne[1], Hkv = k->ne[2];
+    if (k->ne[3] != D)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "the pages' head dim %" PRId64 " differs from "
+                      "q's %" PRId64, k->ne[3], D);
+    if (page_tokens < 1)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "pages of %" PRId64 " tokens", page_tokens);
+    if ((st = check_heads(&o, &p, Hq, Hkv, D)))
+        return st;
+    if (p.n_seq < 1)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
+    if ((st = check_index(&o, "src3 (cu_seqlens_q)", cq)) ||
+        (st = check_index(&o, "src4 (kv_lens)", lens)) ||
+        (st = cu_need_rank(&o, "src5 (page_table)", table, 2)) ||
+        (st = check_index(&o, "src5 (page_table)", table)))
+        return st;
+    if (cq->numel != (int64_t)p.n_seq + 1 || lens->numel != p.n_seq || table->ne[0] != p.n_seq ||
+        table->ne[1] < 1)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "cu_seqlens_q [%" PRId64 "], kv_lens [%" PRId64
+                      "] and page_table [%" PRId64 ", %" PRId64 "] must be [n_seq + 1], [n_seq] "
+                      "and [n_seq, max_pages ≥ 1] for n_seq = %" PRId32, cq->numel, lens->numel,
+                      table->ne[0], table->ne[1], p.n_seq);
+    if (T > INT32_MAX || T * (Hq / Hkv) / 16 + p.n_seq >= INT32_MAX || Hkv > 65535)
+        return cu_bad(&o, MMRT_ERR_UNSUPPORTED, "%" PRId64 " tokens × %" PRId64 " heads exceed "
+                      "the CUDA grid", T, Hq);
+    int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)k->dtype);
+    struct cu_attn_desc d = {
+        .q = (const float *)q->data, .k = k->data, .v = v->data, .y = (float *)o.dst.data,
+        .cu_q = (const int32_t *)cq->data, .T = T,
+        .k_s0 = k->nb[1] / es, .k_s1 = k->nb[2] / es, .v_s0 = v->nb[1] / es,
+        .v_s1 = v->nb[2] / es,
+        .Hq = (int32_t)Hq, .Hkv = (int32_t)Hkv, .D = (int32_t)D, .n_seq = p.n_seq,
+        .k_dtype = k->dtype, .v_dtype = v->dtype, .causal = p.causal, .scale = p.scale,
+        .n_sm = dev->n_sm, .err = dev->err_dev,
+        .kv_lens = (const int32_t *)lens->data, .page_table = (const int32_t *)table->data,
+        .max_pages = table->ne[1], .page_tokens = page_tokens, .n_pages = n_pages,
+        .k_sp = k->nb[0] / es, .v_sp = v->nb[0] / es,
+    };
+    /* The indices stay on the device (a captured step reads what a later upload wrote). */
+    cudaError_t e = cu_launch_attention(&d, dev->stream);
+    return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "attention_paged");
 }
 
 /* ---- COPY, CONCAT --------------------------------------------------------------------- */

@@ -608,6 +608,21 @@ static mmrt_status cu_take_device_error(struct mmrt_device *dev)
                        "%s (found on the device by a launch issued before this call)",
                        w.v[0] ? "src4 (cu_seqlens_k)" : "src3 (cu_seqlens_q)", w.v[1], w.v[2],
                        w.v[0] ? "keys" : "queries");
+    case CU_ERRC_PAGED:
+        if (w.v[0] == 0)
+            return cu_fail(dev, MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED: src3 (cu_seqlens_q) entry "
+                           "%" PRId64 " is %" PRId64 ": it must start at 0, never decrease and end "
+                           "at the number of queries (found on the device by a launch issued "
+                           "before this call)", w.v[1], w.v[2]);
+        if (w.v[0] == 1)
+            return cu_fail(dev, MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED: src4 (kv_lens) entry %"
+                           PRId64 " is %" PRId64 ": must lie within 0 … max_pages · page_tokens = %"
+                           PRId64 " · %" PRId64 " (found on the device by a launch issued before "
+                           "this call)", w.v[1], w.v[2], w.v[3], w.v[4]);
+        return cu_fail(dev, MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED: src5 (page_table) entry [%"
+                       PRId64 ", %" PRId64 "] is %" PRId64 ", outside the %" PRId64 " pages of "
+                       "k_pages (found on the device by a launch issued before this call)",
+                       w.v[1], w.v[3], w.v[2], w.v[4]);
     default:
         return cu_fail(dev, MMRT_ERR_INTERNAL, "device error word holds unknown code %u (op %d)",
                        (unsigned)w.code, (int)w.op);
@@ -849,6 +864,7 @@ CU_ENTRY(cu_op_copy)
 CU_ENTRY(cu_op_argmax)
 CU_ENTRY(cu_op_rope_multi)
 CU_ENTRY(cu_op_set_rows)
+CU_ENTRY(cu_op_attention_paged)
 
 static const mmrt_kernel_fn cu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_MATMUL] = cu_op_matmul_entry,
@@ -873,6 +889,7 @@ static const mmrt_kernel_fn cu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_ARGMAX] = cu_op_argmax_entry,
     [MMRT_OP_ROPE_MULTI] = cu_op_rope_multi_entry,
     [MMRT_OP_SET_ROWS] = cu_op_set_rows_entry,
+    [MMRT_OP_ATTENTION_PAGED] = cu_op_attention_paged_entry,
 };
 
 static const struct mmrt_plugin cu_plugin = {

@@ -10,15 +10,16 @@
  *   ocl_args.c             argument resolution and checks shared by every op
  *   ocl_ops_elementwise.c  ADD, MUL, SCALE, activations, SWIGLU, norms, SOFTMAX, ARGMAX
  *   ocl_ops_matmul.c       MATMUL, PATCH_EMBED
- *   ocl_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION
+ *   ocl_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION, ATTENTION_PAGED
  *   ocl_ops_copy.c         COPY, CONCAT, GET_ROWS, SET_ROWS
  *   kernels/NAME.cl        the OpenCL C, embedded at build time by embed_cl.cmake
  *
- * Asynchronous errors: a kernel cannot return a status, so the two ops whose validity depends
- * on data in device memory — GET_ROWS (ids) and ATTENTION (cu_seqlens) — are checked on the
+ * Asynchronous errors: a kernel cannot return a status, so the ops whose validity depends on
+ * data in device memory — GET_ROWS (ids), ATTENTION (cu_seqlens) and ATTENTION_PAGED
+ * (cu_seqlens_q, kv_lens, page ids) — are checked on the
  * device by a small kernel that writes the first failure into a per-device error buffer
  * (int[OCL_ERR_WORDS], 0 = none). The op itself then does nothing, and so does every later
- * GET_ROWS or ATTENTION with cu_seqlens, until the error is reported: the next synchronize()
+ * GET_ROWS or attention with device-side indices, until the error is reported: the next synchronize()
  * or download() reads the buffer, clears it and returns MMRT_ERR_INVALID_ARG with a message
  * naming the op and the offending value (plugin.h allows exactly this). Other ops issued in
  * between still run; their results are meaningless if they consumed the failed op's output,
@@ -57,6 +58,9 @@
 #define OCL_ERR_WORDS 8
 #define OCL_ERR_GET_ROWS 1   /* [1] row, [2] id, [3] table rows (clamped to INT32_MAX) */
 #define OCL_ERR_CU_SEQLENS 2 /* [1] 0 = cu_seqlens_q, 1 = cu_seqlens_k, [2] entry, [3] value */
+/* ATTENTION_PAGED: [1] 0 = cu_seqlens_q, 1 = kv_lens, 2 = page_table, [2] entry (sequence),
+ * [3] value, [4] table column, [5] max_pages, [6] page_tokens, [7] n_pages */
+#define OCL_ERR_PAGED 3
 
 #define OCL_ROPE_TABLES 8 /* cached inv_freq tables, one per (theta, freq_dim, entries) */
 
@@ -71,6 +75,8 @@ enum ocl_kernel {
     OCL_K_ROPE_MULTI,
     OCL_K_CHECK_CU,
     OCL_K_ATTENTION,
+    OCL_K_CHECK_PAGED,
+    OCL_K_ATTENTION_PAGED,
     OCL_K_MM_TILED_F32,
     OCL_K_MM_TILED_F16,
     OCL_K_MM_TILED_BF16,
@@ -284,5 +290,6 @@ mmrt_status ocl_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *ar
 mmrt_status ocl_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_OCL_INTERNAL_H */

@@ -1,6 +1,6 @@
 /*
- * plugins/opencl/ocl_ops_attention.c — host side of ROPE and ROPE_MULTI (kernels/rope.cl) and
- * ATTENTION (kernels/attention.cl).
+ * plugins/opencl/ocl_ops_attention.c — host side of ROPE and ROPE_MULTI (kernels/rope.cl),
+ * ATTENTION and ATTENTION_PAGED (kernels/attention.cl).
  *
  * The rotary ops' inv_freq[i] = 1 / theta^((2i)/freq_dim) (freq_dim = n_rot for ROPE) is
  * computed here, on the host, with the expression and libm powf the CPU reference uses, and
@@ -10,7 +10,8 @@
  *
  * ATTENTION cannot see cu_seqlens on the host (they live in device memory and a decode step
  * rewrites them there), so their values are checked by k_check_cu on the device and a bad one
- * is reported asynchronously (see ocl_internal.h); everything else is checked here.
+ * is reported asynchronously (see ocl_internal.h); everything else is checked here. The same
+ * holds for ATTENTION_PAGED's cu_seqlens_q, kv_lens and page ids (k_check_paged).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -215,6 +216,43 @@ static mmrt_status check_cu(struct ocl_op *o, const char *what, const struct ocl
     return MMRT_OK;
 }
 
+/* What ATTENTION and ATTENTION_PAGED check alike once q, K and V have their ranks and
+ * dtypes: head dim, head grouping, dst's shape, the params, and the grid's limits. */
+static mmrt_status check_heads(struct ocl_op *o, const struct mmrt_attention_params *p,
+                               int64_t Hq, int64_t Hkv, int64_t D)
+{
+    if (D < 1 || D > 256)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…256", D);
+    if (Hkv < 1 || Hq % Hkv != 0)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
+                       PRId64 " kv heads", Hq, Hkv);
+    if (!ocl_same_shape(&o->src[0], &o->dst))
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
+    if (p->causal != 0 && p->causal != 1)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
+                       p->causal);
+    if (!isfinite(p->scale))
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
+    return MMRT_OK;
+}
+
+/* Keys per K/V tile: as many as the local-memory budget holds, at most OCL_ATT_BK. It
+ * depends on D and the device only, which keeps a query's result independent of its batch. */
+static int32_t tile_keys(const struct mmrt_device *dev, int64_t D)
+{
+    int64_t bk = dev->kv_floats / 2 / ((D + 3) / 4 * 4); /* tile rows padded to 4 floats */
+    return (int32_t)(bk > OCL_ATT_BK ? OCL_ATT_BK : bk);
+}
+
+/* Enqueues an attention kernel's grid: Σ ceil(Lq_s / BQ) ≤ ceil(T / BQ) + n_seq blocks per
+ * query head (the spare blocks return at once). */
+static mmrt_status run_blocks(struct ocl_call *c, int64_t T, int64_t n_seq, int64_t Hq)
+{
+    int64_t blocks = (T + OCL_ATT_BQ - 1) / OCL_ATT_BQ + n_seq;
+    size_t local[2] = {OCL_ATT_BQ, 1}, global[2] = {(size_t)blocks * OCL_ATT_BQ, (size_t)Hq};
+    return ocl_call_run(c, 2, global, local, false);
+}
+
 mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
@@ -238,22 +276,12 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         (st = ocl_need_disjoint(&o, "src2 (v)", v, false)))
         return st;
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2], S = k->ne[0], Hkv = k->ne[1];
-    if (D < 1 || D > 256)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…256", D);
-    if (!ocl_same_shape(k, v) || k->ne[2] != D)
+    if (D >= 1 && D <= 256 && (!ocl_same_shape(k, v) || k->ne[2] != D))
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and "
                        "v [%" PRId64 ", %" PRId64 ", %" PRId64 "] must both be [S, Hkv, %" PRId64
                        "]", k->ne[0], k->ne[1], k->ne[2], v->ne[0], v->ne[1], v->ne[2], D);
-    if (Hkv < 1 || Hq % Hkv != 0)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
-                       PRId64 " kv heads", Hq, Hkv);
-    if (!ocl_same_shape(q, y))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    if (p.causal != 0 && p.causal != 1)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
-                       p.causal);
-    if (!isfinite(p.scale))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p.scale);
+    if ((st = check_heads(&o, &p, Hq, Hkv, D)))
+        return st;
     if ((cq->mem == NULL) != (ck->mem == NULL))
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "give both cu_seqlens_q and cu_seqlens_k, or "
                        "neither");
@@ -291,9 +319,6 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
 
     int64_t kes = (int64_t)mmrt_dtype_size((enum mmrt_dtype)k->dtype);
     int64_t ves = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    int64_t bk = dev->kv_floats / 2 / ((D + 3) / 4 * 4); /* tile rows padded to 4 floats */
-    if (bk > OCL_ATT_BK)
-        bk = OCL_ATT_BK;
     if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_ATTENTION)))
         return st;
     ocl_arg_view(&c, q);
@@ -318,9 +343,111 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     ocl_arg_int(&c, (int32_t)D);
     ocl_arg_float(&c, p.scale);
     ocl_arg_int(&c, p.causal);
-    ocl_arg_int(&c, (int32_t)bk);
-    /* Σ ceil(Lq_s / BQ) ≤ ceil(T / BQ) + n_seq; the spare blocks return at once. */
-    int64_t blocks = (T + OCL_ATT_BQ - 1) / OCL_ATT_BQ + (has_cu ? p.n_seq : 0);
-    size_t local[2] = {OCL_ATT_BQ, 1}, global[2] = {(size_t)blocks * OCL_ATT_BQ, (size_t)Hq};
-    return ocl_call_run(&c, 2, global, local, false);
+    ocl_arg_int(&c, tile_keys(dev, D));
+    return run_blocks(&c, T, has_cu ? p.n_seq : 0, Hq);
+}
+
+/* Host-side checks of an index tensor: I32, contiguous, n entries, not overlapping dst. */
+static mmrt_status check_index(struct ocl_op *o, const char *what, const struct ocl_view *t,
+                               int64_t n)
+{
+    mmrt_status st;
+    if ((st = ocl_need_dtype(o, what, t, OCL_DT_I32)) || (st = ocl_need_contig(o, what, t)) ||
+        (st = ocl_need_disjoint(o, what, t, false)))
+        return st;
+    if (t->numel != n)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " entries, expected %" PRId64,
+                       what, t->numel, n);
+    return MMRT_OK;
+}
+
+mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    struct mmrt_attention_params p;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 6, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
+    const struct ocl_view *cq = &o.src[3], *lens = &o.src[4], *table = &o.src[5];
+    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
+        (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "src0 (q)", q)) ||
+        (st = ocl_need_rank(&o, "src1 (k_pages)", k, 4)) ||
+        (st = ocl_need_dtype(&o, "src1 (k_pages)", k, OCL_DT_F32 | OCL_DT_F16)) ||
+        (st = ocl_need_contig(&o, "src1 (k_pages)", k)) ||
+        (st = ocl_need_contig(&o, "src2 (v_pages)", v)) ||
+        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
+        (st = ocl_need_disjoint(&o, "src0 (q)", q, false)) ||
+        (st = ocl_need_disjoint(&o, "src1 (k_pages)", k, false)) ||
+        (st = ocl_need_disjoint(&o, "src2 (v_pages)", v, false)))
+        return st;
+    if (!ocl_same_shape(k, v) || v->dtype != k->dtype)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (v_pages) must have k_pages' shape and "
+                       "dtype");
+    int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2];
+    int64_t n_pages = k->ne[0], page_tokens = k->ne[1], Hkv = k->ne[2];
+    if (k->ne[3] != D)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "the pages' head dim %" PRId64 " differs from "
+                       "q's %" PRId64, k->ne[3], D);
+    if (page_tokens < 1 || n_pages > INT32_MAX)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " pages of %" PRId64 " tokens",
+                       n_pages, page_tokens);
+    if ((st = check_heads(&o, &p, Hq, Hkv, D)))
+        return st;
+    if (p.n_seq < 1)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
+    if ((st = check_index(&o, "src3 (cu_seqlens_q)", cq, (int64_t)p.n_seq + 1)) ||
+        (st = check_index(&o, "src4 (kv_lens)", lens, p.n_seq)) ||
+        (st = ocl_need_rank(&o, "src5 (page_table)", table, 2)) ||
+        (st = check_index(&o, "src5 (page_table)", table, table->numel)))
+        return st;
+    int64_t max_pages = table->ne[1];
+    if (table->ne[0] != p.n_seq || max_pages < 1)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src5 (page_table) must be [n_seq = %" PRId32
+                       ", max_pages ≥ 1], got [%" PRId64 ", %" PRId64 "]", p.n_seq,
+                       table->ne[0], max_pages);
+    if (T > INT32_MAX || Hq > 65535)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " heads "
+                       "exceed I32 sequence offsets or the grid", T, Hq);
+
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_CHECK_PAGED)))
+        return st;
+    ocl_arg_view(&c, cq);
+    ocl_arg_view(&c, lens);
+    ocl_arg_view(&c, table);
+    ocl_arg_int(&c, p.n_seq);
+    ocl_arg_long(&c, T);
+    ocl_arg_long(&c, max_pages);
+    ocl_arg_long(&c, page_tokens);
+    ocl_arg_long(&c, n_pages);
+    ocl_arg_mem(&c, dev->err_mem);
+    size_t one = 1;
+    if ((st = ocl_call_run(&c, 1, &one, &one, true)))
+        return st;
+    if (T == 0 || Hq == 0)
+        return MMRT_OK;
+
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_ATTENTION_PAGED)))
+        return st;
+    ocl_arg_view(&c, q);
+    ocl_arg_view(&c, k);
+    ocl_arg_view(&c, v);
+    ocl_arg_int(&c, k->dtype == MMRT_DTYPE_F16);
+    ocl_arg_view(&c, cq);
+    ocl_arg_view(&c, lens);
+    ocl_arg_view(&c, table);
+    ocl_arg_int(&c, p.n_seq);
+    ocl_arg_long(&c, max_pages);
+    ocl_arg_long(&c, page_tokens);
+    ocl_arg_view(&c, y);
+    ocl_arg_mem(&c, dev->err_mem);
+    ocl_arg_int(&c, (int32_t)Hq);
+    ocl_arg_int(&c, (int32_t)Hkv);
+    ocl_arg_int(&c, (int32_t)D);
+    ocl_arg_float(&c, p.scale);
+    ocl_arg_int(&c, p.causal);
+    ocl_arg_int(&c, tile_keys(dev, D));
+    return run_blocks(&c, T, p.n_seq, Hq);
 }

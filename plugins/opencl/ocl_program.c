@@ -34,6 +34,8 @@ static const char *const kernel_names[OCL_K_COUNT] = {
     [OCL_K_ROPE_MULTI] = "k_rope_multi",
     [OCL_K_CHECK_CU] = "k_check_cu",
     [OCL_K_ATTENTION] = "k_attention",
+    [OCL_K_CHECK_PAGED] = "k_check_paged",
+    [OCL_K_ATTENTION_PAGED] = "k_attention_paged",
     [OCL_K_MM_TILED_F32] = "k_mm_tiled_f32",
     [OCL_K_MM_TILED_F16] = "k_mm_tiled_f16",
     [OCL_K_MM_TILED_BF16] = "k_mm_tiled_bf16",
@@ -115,11 +117,12 @@ static mmrt_status build(struct mmrt_device *dev)
                        "-cl-std=CL1.2%s -DOCL_FP64=%d -DOCL_KV_FLOATS=%d -DWG_1D=%d -DWG_ROW=%d "
                        "-DWG_ROPE=%d -DATT_BQ=%d -DATT_BK=%d -DMM_T=%d -DMM_SMALL_M=%d "
                        "-DMM_SMALL_N=%d -DMM_SMALL_WG=%d -DOCL_ERR_GET_ROWS=%d "
-                       "-DOCL_ERR_CU_SEQLENS=%d %s",
+                       "-DOCL_ERR_CU_SEQLENS=%d -DOCL_ERR_PAGED=%d %s",
                        dev->fp32_div_sqrt ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
                        dev->fp64 ? 1 : 0, dev->kv_floats, OCL_WG_1D, OCL_WG_ROW, OCL_WG_ROPE,
                        OCL_ATT_BQ, OCL_ATT_BK, OCL_MM_T, OCL_MM_SMALL_M, OCL_MM_SMALL_N,
-                       OCL_MM_SMALL_WG, OCL_ERR_GET_ROWS, OCL_ERR_CU_SEQLENS, extra ? extra : "");
+                       OCL_MM_SMALL_WG, OCL_ERR_GET_ROWS, OCL_ERR_CU_SEQLENS, OCL_ERR_PAGED,
+                       extra ? extra : "");
     if (len < 0 || (size_t)len >= sizeof opts) {
         clReleaseProgram(dev->program);
         dev->program = NULL;
@@ -237,6 +240,18 @@ mmrt_status ocl_check_async(struct mmrt_device *dev)
                         "token count without decreasing%s",
                         e[1] ? "src4 (cu_seqlens_k)" : "src3 (cu_seqlens_q)", (int)e[2],
                         (int)e[3], later);
+    case OCL_ERR_PAGED:
+        if (e[1] == 0)
+            return ocl_fail(dev, MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED: src3 (cu_seqlens_q) "
+                            "entry %d is %d: it must run from 0 to the token count without "
+                            "decreasing%s", (int)e[2], (int)e[3], later);
+        if (e[1] == 1)
+            return ocl_fail(dev, MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED: src4 (kv_lens) entry %d "
+                            "is %d: must lie within 0 … max_pages · page_tokens = %d · %d%s",
+                            (int)e[2], (int)e[3], (int)e[5], (int)e[6], later);
+        return ocl_fail(dev, MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED: src5 (page_table) entry [%d, "
+                        "%d] is %d, outside the %d pages of k_pages%s", (int)e[2], (int)e[4],
+                        (int)e[3], (int)e[7], later);
     default:
         return ocl_fail(dev, MMRT_ERR_INTERNAL, "device error buffer holds unknown code %d",
                         (int)e[0]);

@@ -743,6 +743,7 @@ static const mmrt_kernel_fn ocl_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_ARGMAX] = ocl_op_argmax,
     [MMRT_OP_ROPE_MULTI] = ocl_op_rope_multi,
     [MMRT_OP_SET_ROWS] = ocl_op_set_rows,
+    [MMRT_OP_ATTENTION_PAGED] = ocl_op_attention_paged,
 };
 
 static const struct mmrt_plugin ocl_plugin = {

@@ -673,6 +673,289 @@ static mmrt_status grid_attention(struct chk *c, struct mmrt_error *err)
     return MMRT_OK;
 }
 
+/* ---- ATTENTION_PAGED ---------------------------------------------------------------------- */
+
+enum page_order {
+    PAGES_IN_ORDER, /* sequence after sequence, in key order */
+    PAGES_SHUFFLED, /* every page at a random place of the pool */
+    PAGES_SHARED,   /* shuffled, and sequence 1 starts with sequence 0's full pages */
+};
+
+struct paged_case {
+    int64_t Hq, Hkv, D, pt;
+    int n_seq;
+    int32_t lq[5], lk[5];
+    int causal;
+    enum mmrt_dtype kv;
+    enum page_order order;
+    int quick;
+};
+
+#define F32 MMRT_DTYPE_F32
+#define F16 MMRT_DTYPE_F16
+static const struct paged_case paged_cases[] = {
+    /* Hq Hkv D pt n_seq lq               lk                  causal kv order            quick */
+    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F16, PAGES_SHUFFLED, Q}, /* decode, ragged */
+    {4, 4, 64, 1, 2, {1, 6}, {5, 6}, 1, F32, PAGES_SHUFFLED, Q},          /* pages of 1 */
+    {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F32, PAGES_SHARED, Q}, /* mixed, shared */
+    {2, 1, 128, 16, 3, {5, 1, 3}, {0, 40, 3}, 1, F16, PAGES_SHARED, 0},   /* Lk = 0 */
+    {6, 3, 8, 3, 2, {7, 4}, {7, 11}, 0, F16, PAGES_IN_ORDER, Q},          /* bidirectional */
+    {4, 1, 256, 16, 2, {33, 1}, {70, 129}, 1, F32, PAGES_SHUFFLED, 0},
+    {1, 1, 3, 3, 1, {4}, {9}, 0, F32, PAGES_IN_ORDER, 0},                 /* odd D */
+    {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F16, PAGES_SHARED, 0},  /* GQA 8 */
+    {2, 2, 64, 16, 2, {70, 1}, {200, 90}, 0, F32, PAGES_SHARED, 0},
+    {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F16, PAGES_SHUFFLED, 0},
+    {12, 2, 96, 7, 5, {1, 3, 0, 17, 1}, {129, 3, 0, 140, 64}, 1, F32, PAGES_SHUFFLED, 0},
+};
+
+/* The batch-invariance cases: sequence `seq` of a batch (pages of pt, shuffled) run again
+ * alone in pages of alone_pt in another order; its rows must be the same bits. */
+static const struct {
+    struct paged_case batch;
+    int seq;
+    int64_t alone_pt;
+} paged_invariance[] = {
+    {{8, 2, 64, 16, 3, {1, 20, 1}, {50, 60, 9}, 1, F16, PAGES_SHUFFLED, Q}, 1, 3},
+    {{8, 2, 64, 3, 3, {1, 20, 1}, {50, 60, 9}, 1, F32, PAGES_SHUFFLED, Q}, 0, 1},
+    {{4, 4, 128, 1, 2, {40, 1}, {40, 300}, 0, F32, PAGES_SHUFFLED, 0}, 0, 16},
+    {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F16, PAGES_SHUFFLED, 0}, 2, 5},
+};
+#undef F32
+#undef F16
+
+/* A case's page table [n_seq, max_pages]: sequence s has ceil(Lk / pt) pages, sequence 1 of a
+ * PAGES_SHARED case starts with sequence 0's full pages, entries past a sequence's last page
+ * hold INT32_MAX (never read). Ids are 0 … n_pages − 1 with two spare pages, shuffled unless
+ * in order. Returns n_pages; *max_pages gets the table's width. NULL table after an error. */
+static int64_t paged_table(struct kase *k, const struct paged_case *pc, int64_t *max_pages,
+                           int32_t **table)
+{
+    int64_t used[5], shared[5], distinct = 0;
+    *max_pages = 1;
+    for (int s = 0; s < pc->n_seq; s++) {
+        used[s] = (pc->lk[s] + pc->pt - 1) / pc->pt;
+        shared[s] = pc->order == PAGES_SHARED && s == 1
+                        ? (pc->lk[1] < pc->lk[0] ? pc->lk[1] : pc->lk[0]) / pc->pt
+                        : 0;
+        distinct += used[s] - shared[s];
+        *max_pages = used[s] + 1 > *max_pages ? used[s] + 1 : *max_pages;
+    }
+    int64_t n_pages = distinct + 2;
+    int32_t *ids = kase_ints(k, n_pages), *t = kase_ints(k, pc->n_seq * *max_pages);
+    *table = t;
+    if (!ids || !t)
+        return n_pages;
+    for (int64_t i = 0; i < n_pages; i++)
+        ids[i] = (int32_t)i;
+    for (int64_t i = n_pages - 1; pc->order != PAGES_IN_ORDER && i > 0; i--) {
+        int j = kase_int(k, 0, (int)i);
+        int32_t x = ids[i];
+        ids[i] = ids[j];
+        ids[j] = x;
+    }
+    int64_t next = 0;
+    for (int s = 0; s < pc->n_seq; s++)
+        for (int64_t i = 0; i < *max_pages; i++)
+            t[s * *max_pages + i] = i < shared[s] ? t[i] : i < used[s] ? ids[next++] : INT32_MAX;
+    return n_pages;
+}
+
+/* The tensors of one paged launch: q and the index tensors as views of the caller's bases,
+ * K and V pools of their own whose rows no sequence reads hold NaN. keys(s, j) gives the
+ * Hkv · D values of key j of sequence s, or NULL for random ones. */
+struct paged_launch {
+    struct kt *q, *kp, *vp, *cq, *lens, *table, *y;
+    int32_t cu[6];
+    struct mmrt_attention_params p;
+};
+
+static void paged_place(struct kase *k, const struct paged_case *pc, struct kt *q, struct kt *idx,
+                        int64_t idx_off, const float *const *kx, const float *const *vx,
+                        struct paged_launch *L)
+{
+    const int64_t row = pc->Hkv * pc->D;
+    int64_t max_pages = 1, T = 0;
+    int32_t *table = NULL;
+    int64_t n_pages = paged_table(k, pc, &max_pages, &table);
+    L->cu[0] = 0;
+    for (int s = 0; s < pc->n_seq; s++)
+        L->cu[s + 1] = L->cu[s] + pc->lq[s];
+    T = L->cu[pc->n_seq];
+    L->q = q;
+    L->kp = kt_new(k, pc->kv, SHAPE(n_pages, pc->pt, pc->Hkv, pc->D));
+    L->vp = kt_new(k, pc->kv, SHAPE(n_pages, pc->pt, pc->Hkv, pc->D));
+    L->cq = kt_view(k, idx, SHAPE(pc->n_seq + 1), (const int64_t[]){1}, idx_off);
+    L->lens = kt_view(k, idx, SHAPE(pc->n_seq), (const int64_t[]){1}, idx_off + pc->n_seq + 1);
+    L->table = kt_view(k, idx, SHAPE(pc->n_seq, max_pages), (const int64_t[]){max_pages, 1},
+                       idx_off + 2 * pc->n_seq + 1);
+    L->y = kt_new(k, MMRT_DTYPE_F32, SHAPE(T, pc->Hq, pc->D));
+    float *kv[2] = {kase_floats(k, n_pages * pc->pt * row), kase_floats(k, n_pages * pc->pt * row)};
+    if (!table || !kv[0] || !kv[1] || !L->y)
+        return;
+    for (int w = 0; w < 2; w++)
+        for (int64_t i = 0; i < n_pages * pc->pt * row; i++)
+            kv[w][i] = NAN;
+    for (int s = 0; s < pc->n_seq; s++)
+        for (int64_t j = 0; j < pc->lk[s]; j++) {
+            float *dst[2];
+            for (int w = 0; w < 2; w++)
+                dst[w] = kv[w] + ((int64_t)table[s * max_pages + j / pc->pt] * pc->pt + j % pc->pt) * row;
+            for (int64_t e = 0; e < row; e++) {
+                dst[0][e] = kx && kx[s] ? kx[s][j * row + e] : kase_float(k, -1, 1);
+                dst[1][e] = vx && vx[s] ? vx[s][j * row + e] : kase_float(k, -1, 1);
+            }
+        }
+    kt_set(k, L->kp, kv[0]);
+    kt_set(k, L->vp, kv[1]);
+    int32_t lens[5];
+    for (int s = 0; s < pc->n_seq; s++)
+        lens[s] = pc->lk[s];
+    kt_set_raw(k, L->cq, L->cu);
+    kt_set_raw(k, L->lens, lens);
+    kt_set_raw(k, L->table, table);
+    L->p = (struct mmrt_attention_params){1.0f / sqrtf((float)pc->D), pc->causal, pc->n_seq};
+}
+
+static void paged_run(struct kase *k, const struct paged_launch *L)
+{
+    kase_run(k, (const struct kt *[]){L->q, L->kp, L->vp, L->cq, L->lens, L->table}, 6, L->y,
+             &L->p, sizeof L->p);
+}
+
+/* I32 elements the index tensors of a case need: cu_seqlens_q, kv_lens and a table of up to
+ * max used pages + 1 columns. */
+static int64_t paged_idx_elems(const struct paged_case *pc)
+{
+    int64_t mp = 1;
+    for (int s = 0; s < pc->n_seq; s++)
+        mp = (pc->lk[s] + pc->pt - 1) / pc->pt + 1 > mp ? (pc->lk[s] + pc->pt - 1) / pc->pt + 1 : mp;
+    return 2 * pc->n_seq + 1 + pc->n_seq * mp;
+}
+
+static int paged_desc(char *buf, size_t size, const struct paged_case *pc)
+{
+    static const char *const orders[] = {"in order", "shuffled", "shared prefix"};
+    int used = snprintf(buf, size, "Hq=%lld Hkv=%lld D=%lld pages of %lld (%s) Lq/Lk=",
+                        (long long)pc->Hq, (long long)pc->Hkv, (long long)pc->D,
+                        (long long)pc->pt, orders[pc->order]);
+    for (int s = 0; s < pc->n_seq && used > 0 && (size_t)used < size; s++)
+        used += snprintf(buf + used, size - (size_t)used, "%s%d/%d", s ? "," : "", pc->lq[s],
+                         pc->lk[s]);
+    if (used > 0 && (size_t)used < size)
+        used += snprintf(buf + used, size - (size_t)used, " %s",
+                         pc->causal ? "causal" : "bidirectional");
+    return used;
+}
+
+/* Downloads dst's allocation from device d into a temp buffer (NULL after an error). */
+static float *paged_download(struct kase *k, int d, const struct kt *y)
+{
+    if (k->st != MMRT_OK)
+        return NULL;
+    const struct kase_base *b = &k->bases[y->base];
+    float *v = kase_floats(k, (int64_t)(b->nbytes / sizeof(float)));
+    struct mmrt_error e;
+    if (v && mmrt_dev_download(k->c->dev[d], &b->dt[d].t, v, b->nbytes, &e) != MMRT_OK) {
+        k->st = MMRT_ERR_PLUGIN;
+        k->verdict_on_error = d ? CHK_FAIL : CHK_ERROR;
+        snprintf(k->res.detail, sizeof k->res.detail, "%.380s", e.msg);
+        return NULL;
+    }
+    return v;
+}
+
+static mmrt_status grid_attention_paged(struct chk *c, struct mmrt_error *err)
+{
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof paged_cases / sizeof paged_cases[0]; i++, serial++) {
+        const struct paged_case *pc = &paged_cases[i];
+        if (!want(c, pc->quick))
+            continue;
+        int64_t T = 0;
+        for (int s = 0; s < pc->n_seq; s++)
+            T += pc->lq[s];
+        char desc[192];
+        paged_desc(desc, sizeof desc, pc);
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_ATTENTION_PAGED, dt_name(pc->kv), serial, "%s", desc);
+        k.zeros_exact = true; /* a query that sees no key gets exactly 0 */
+        struct kt *q = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, pc->Hq, pc->D));
+        struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(paged_idx_elems(pc)));
+        kt_rand(&k, q, -1, 1);
+        struct paged_launch L;
+        paged_place(&k, pc, q, idx, 0, NULL, NULL, &L);
+        paged_run(&k, &L);
+        kase_check(&k, L.y);
+        END_CASE();
+    }
+    for (size_t i = 0; i < sizeof paged_invariance / sizeof paged_invariance[0]; i++, serial++) {
+        const struct paged_case *pb = &paged_invariance[i].batch;
+        if (!want(c, pb->quick))
+            continue;
+        const int x = paged_invariance[i].seq;
+        struct paged_case pa = *pb;
+        pa.n_seq = 1;
+        pa.lq[0] = pb->lq[x];
+        pa.lk[0] = pb->lk[x];
+        pa.pt = paged_invariance[i].alone_pt;
+        char desc[192];
+        int used = paged_desc(desc, sizeof desc, pb);
+        if (used > 0 && (size_t)used < sizeof desc)
+            snprintf(desc + used, sizeof desc - (size_t)used, "; invariance: sequence %d alone in "
+                     "pages of %lld", x, (long long)pa.pt);
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_ATTENTION_PAGED, dt_name(pb->kv), serial, "%s", desc);
+        k.zeros_exact = true;
+        int64_t T = 0, row = pb->Hkv * pb->D, qrow = pb->Hq * pb->D;
+        for (int s = 0; s < pb->n_seq; s++)
+            T += pb->lq[s];
+        struct kt *qb = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, pb->Hq, pb->D));
+        int64_t nb_idx = paged_idx_elems(pb);
+        struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(nb_idx + paged_idx_elems(&pa)));
+        kt_rand(&k, qb, -1, 1);
+        /* Sequence x's keys, the same values in both pools. */
+        float *kx = kase_floats(&k, pb->lk[x] * row), *vx = kase_floats(&k, pb->lk[x] * row);
+        for (int64_t e = 0; kx && vx && e < pb->lk[x] * row; e++) {
+            kx[e] = kase_float(&k, -1, 1);
+            vx[e] = kase_float(&k, -1, 1);
+        }
+        const float *kb[5] = {NULL}, *vb[5] = {NULL}, *ka[1] = {kx}, *va[1] = {vx};
+        kb[x] = kx;
+        vb[x] = vx;
+        struct paged_launch B, A;
+        paged_place(&k, pb, qb, idx, 0, kb, vb, &B);
+        int64_t q0 = 0;
+        for (int s = 0; s < x; s++)
+            q0 += pb->lq[s];
+        struct kt *qa = qb ? kt_view(&k, qb, SHAPE(pa.lq[0], pa.Hq, pa.D),
+                                     (const int64_t[]){qrow, pa.D, 1}, q0 * qrow)
+                           : NULL;
+        paged_place(&k, &pa, qa, idx, nb_idx, ka, va, &A);
+        paged_run(&k, &B);
+        paged_run(&k, &A);
+        kase_check(&k, B.y);
+        kase_check(&k, A.y);
+        for (int d = 1; d >= 0; d--) {
+            float *yb = paged_download(&k, d, B.y), *ya = paged_download(&k, d, A.y);
+            if (!yb || !ya)
+                break;
+            if (memcmp(yb + q0 * qrow, ya, (size_t)(pa.lq[0] * qrow) * sizeof(float)) != 0) {
+                int64_t e = 0;
+                while (memcmp(yb + q0 * qrow + e, ya + e, sizeof(float)) == 0)
+                    e++;
+                k.st = MMRT_ERR_PLUGIN;
+                k.verdict_on_error = d ? CHK_FAIL : CHK_ERROR;
+                snprintf(k.res.detail, sizeof k.res.detail, "%s: sequence %d's element %lld is "
+                         "%.9g in the batch but %.9g alone (must be bit for bit the same)",
+                         d ? "plugin" : "reference", x, (long long)e,
+                         (double)yb[q0 * qrow + e], (double)ya[e]);
+            }
+        }
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
 /* ---- GET_ROWS ---------------------------------------------------------------------------- */
 
 static mmrt_status grid_get_rows(struct chk *c, struct mmrt_error *err)
@@ -1161,6 +1444,7 @@ mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
     case MMRT_OP_ARGMAX: return grid_argmax(c, err);
     case MMRT_OP_ROPE_MULTI: return grid_rope_multi(c, err);
     case MMRT_OP_SET_ROWS: return grid_set_rows(c, err);
+    case MMRT_OP_ATTENTION_PAGED: return grid_attention_paged(c, err);
     case MMRT_OP_COUNT: break;
     }
     return mmrt_error_set(err, MMRT_ERR_INTERNAL, "no cases for operator %d", (int)op);

@@ -53,6 +53,10 @@ static const struct chk_tolerance table[] = {
     {MMRT_OP_ATTENTION, NULL, 5e-5,
      "q·k over D ≤ 256 and p·v over up to 1000 keys, summed in any order, online or two-pass "
      "softmax with device exp"},
+    {MMRT_OP_ATTENTION_PAGED, NULL, 5e-5,
+     "ATTENTION's arithmetic over keys gathered through the page table: q·k over D ≤ 256 and "
+     "p·v over up to 1000 keys in any order; a sequence's rows must also be the same bits "
+     "alone as in a batch, whatever the page size and order"},
     {MMRT_OP_GET_ROWS, NULL, 0, "a copy with exact F16/BF16 → F32 widening: bit-exact"},
     {MMRT_OP_SET_ROWS, NULL, 0,
      "moves rows, converting F32 to F16/BF16 with round-to-nearest-even as plugin.h "

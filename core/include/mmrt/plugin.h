@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 1
+#define MMRT_ABI_MINOR 2
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -205,6 +205,28 @@ enum mmrt_op {
      * synchronisation, so the caller owns the indices (the KV cache's write position). Two
      * equal indices leave either row. No params. */
     MMRT_OP_SET_ROWS = 21,
+    /* Attention over a paged K/V cache (ABI 1.2). The keys and values of every sequence live
+     * in fixed-size pages of one page pool; a sequence's row of the page table names its
+     * pages in key order. src0 = q [T, Hq, D] F32 contiguous (the queries of n_seq sequences
+     * packed along T); src1 = k_pages and src2 = v_pages [n_pages, page_tokens, Hkv, D]
+     * (contiguous, both F32 or both F16); src3 = cu_seqlens_q I32 [n_seq + 1]; src4 = kv_lens
+     * I32 [n_seq] (keys of each sequence); src5 = page_table I32 [n_seq, max_pages]. All
+     * three index tensors are contiguous and in device memory, so a captured graph reads what
+     * a later upload wrote. Key j of sequence s is row j % page_tokens of page
+     * page_table[s, j / page_tokens]; entries past the last page a sequence uses are never
+     * read. A page may appear in several rows (shared prefixes) and pages may come in any
+     * order. dst = [T, Hq, D] F32. Heads, D ≤ 256 and causality as for ATTENTION, with
+     * Lq = cu_seqlens_q[s+1] − cu_seqlens_q[s] and Lk = kv_lens[s] (Lk = 0: zeros).
+     * cu_seqlens_q must run from 0 to T without decreasing, 0 ≤ Lk ≤ max_pages·page_tokens,
+     * and every page read must lie in [0, n_pages); anything else is MMRT_ERR_INVALID_ARG,
+     * reported by the launch where the plugin can see the values and otherwise by the next
+     * synchronize or download (as ATTENTION's cu_seqlens are).
+     * Batch invariance (specs/engine.md): a query row's result depends only on that row, its
+     * sequence's Lq and Lk, and the contents of that sequence's keys and values 0 … Lk−1. It
+     * must not change with the page ids, the page size, T or the other sequences of the
+     * launch, bit for bit: reduce over a sequence's keys in key order with a blocking that
+     * does not depend on any of those. Params: mmrt_attention_params (n_seq ≥ 1). */
+    MMRT_OP_ATTENTION_PAGED = 22,
     MMRT_OP_COUNT /* number of ops this header knows; never stored in a plugin struct */
 };
 
@@ -337,6 +359,20 @@ struct mmrt_plugin {
      * loaded, so a kernel that cannot be built is reported at start-up with the compiler's
      * log, not in the middle of the first request. Listing devices does not call it. */
     mmrt_status (*prepare)(struct mmrt_device *dev);
+
+    /* Adopts nbytes of host memory at `host` as a read-only arena (optional, ABI 1.2). The core
+     * uses it to run on weights in place from a read-only mapping of the checkpoint file (zero
+     * copy: the page cache is shared by every process that maps the file), so only a plugin
+     * whose kernels read host memory directly implements it. The memory stays valid and
+     * unchanged until arena_free(dev, *arena), which releases the handle and leaves the memory
+     * to its owner. The arena may be read by every op, download and copy; an upload or copy
+     * into it, or a kernel whose dst lies in it, is MMRT_ERR_INVALID_ARG. `host` is page-aligned;
+     * a tensor read from it is aligned to its element size but not necessarily to
+     * device_info.alignment (safetensors promises no more), so a plugin that adopts must accept
+     * such offsets. Declining (NULL, or MMRT_ERR_UNSUPPORTED with a reason in last_error) makes
+     * the core copy the weights into ordinary arenas instead. */
+    mmrt_status (*arena_adopt_host)(struct mmrt_device *dev, const void *host, uint64_t nbytes,
+                                    void **arena);
 };
 
 /* The oldest mmrt_plugin layout the loader accepts: everything up to last_error. */
@@ -356,6 +392,7 @@ static inline const char *mmrt_op_name_of(int op)
         "MATMUL", "ADD", "MUL", "SCALE", "LAYERNORM", "RMSNORM", "GELU", "GELU_TANH",
         "QUICK_GELU", "SILU", "SWIGLU", "RELU2", "SOFTMAX", "ROPE", "ATTENTION", "GET_ROWS",
         "PATCH_EMBED", "CONCAT", "COPY", "ARGMAX", "ROPE_MULTI", "SET_ROWS",
+        "ATTENTION_PAGED",
     };
     MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_OP_COUNT, "every op needs a name");
     return op >= 0 && op < MMRT_OP_COUNT ? names[op] : "unknown op";

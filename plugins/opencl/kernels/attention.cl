@@ -1,7 +1,8 @@
 /*
  * attention.cl — scaled dot-product attention over packed variable-length sequences, in one
  * pass with an online softmax (Milakov & Gimelshein 2018; the FlashAttention loop): no score
- * matrix exists beyond one K/V tile.
+ * matrix exists beyond one K/V tile. k_attention reads each sequence's keys from strided K/V
+ * tensors, k_attention_paged from the pages its table row names; both run att_block.
  *
  * Grid: (query blocks × ATT_BQ items, Hq). A work-group owns ATT_BQ consecutive queries of ONE
  * sequence and one query head; work-item l owns query l of the block and keeps its q row, its
@@ -21,6 +22,17 @@
  * a prefix, so a tile is visible to an item up to some count. A query that sees no key
  * writes zeros.
  *
+ * Paged (ATTENTION_PAGED): key j of sequence s is row j % page_tokens of page
+ * table[s][j / page_tokens]; only the tile loads look the page up. k_check_paged validates
+ * cu_seqlens_q, kv_lens and every page id a sequence will read before the kernel runs, and
+ * raises OCL_ERR_PAGED; k_attention_paged then does nothing, so no read leaves the pool.
+ *
+ * Batch invariance: an item's arithmetic depends only on its own query, its sequence's Lq and
+ * Lk and the tile size bk, which the host derives from the head dim and the device alone. The
+ * tiles start at key 0 of the sequence whatever the page size, and a tile the item sees no key
+ * of changes nothing, so the result does not depend on the other queries of its group, the
+ * other sequences of the launch, the page ids or the page size.
+ *
  * Cost model: one query per item suits prefill and vision encoders (many queries share each
  * K/V tile). A decode step has one query per sequence, so one item of each group computes
  * while the others only help load tiles; on a CPU device that is still within 1.5× of the
@@ -32,6 +44,9 @@
 /* ATT_BQ (queries = work-items per group) and ATT_BK (most keys per tile, the private score
  * row) come from the host. */
 #define ATT_DMAX 256 /* plugin.h's head-dim limit */
+#ifndef OCL_ERR_PAGED
+#error "build option OCL_ERR_PAGED from ocl_program.c missing"
+#endif
 
 float att_load(__global const uchar *p, int f16, long i)
 {
@@ -65,55 +80,48 @@ void k_check_cu(__global const uchar *cqb, long cq_off, __global const uchar *ck
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
-void k_attention(__global const uchar *qb, long q_off,
-                 __global const uchar *kb, long k_off, long k_nb0, long k_nb1, int k_f16,
-                 __global const uchar *vb, long v_off, long v_nb0, long v_nb1, int v_f16,
-                 __global const uchar *cqb, long cq_off, __global const uchar *ckb, long ck_off,
-                 int has_cu, int n_seq, __global uchar *yb, long y_off,
-                 __global const int *err, long T, long S, int Hq, int n_rep, int D, float scale,
-                 int causal, int bk)
+/* The sequence block blk belongs to (n_seq: none, a spare block) and, in *qs, its first
+ * query within that sequence: each sequence owns ceil(Lq / ATT_BQ) consecutive blocks. */
+int att_locate(__global const int *cq, int n_seq, long blk, long *qs)
 {
-    __local float ks[OCL_KV_FLOATS / 2], vs[OCL_KV_FLOATS / 2];
-    int lid = get_local_id(0);
-    long blk = get_group_id(0);
-    int h = get_group_id(1);
-    if (has_cu && err[0] != 0)
-        return; /* invalid cu_seqlens (or an earlier unreported error): do nothing */
-
-    /* This block's sequence: queries [q0, q0 + lq), keys [k0, k0 + lk), block start qs. */
-    long q0 = 0, lq = T, k0 = 0, lk = S, qs = blk * ATT_BQ;
-    if (has_cu) {
-        __global const int *cq = (__global const int *)(cqb + cq_off);
-        __global const int *ck = (__global const int *)(ckb + ck_off);
-        long first = 0;
-        int s = 0;
-        for (; s < n_seq; s++) {
-            long nb = (cq[s + 1] - cq[s] + ATT_BQ - 1) / ATT_BQ;
-            if (blk < first + nb)
-                break;
-            first += nb;
-        }
-        if (s == n_seq)
-            return;
-        q0 = cq[s];
-        lq = cq[s + 1] - q0;
-        k0 = ck[s];
-        lk = ck[s + 1] - k0;
-        qs = (blk - first) * ATT_BQ;
+    long first = 0;
+    int s = 0;
+    for (; s < n_seq; s++) {
+        long nb = (cq[s + 1] - cq[s] + ATT_BQ - 1) / ATT_BQ;
+        if (blk < first + nb)
+            break;
+        first += nb;
     }
-    if (qs >= lq)
-        return;
+    *qs = (blk - first) * ATT_BQ;
+    return s;
+}
 
+/* Element offset of key j's row from the start of its sequence's rows (kv head included):
+ * j · nb0 for a strided tensor, or through the sequence's row of the page table. */
+long att_key(long j, long nb0, int paged, __global const int *pages, long page_tokens,
+             long page_elems)
+{
+    return paged ? (long)pages[j / page_tokens] * page_elems + (j % page_tokens) * nb0
+                 : j * nb0;
+}
+
+/* One work-group's block: queries [qs, qs + ATT_BQ) of a sequence with lq queries (the first
+ * at token q0) and lk keys, query head h; kbase and vbase point at the sequence's rows of
+ * its kv head. */
+void att_block(__global const float *qall, __global float *yall,
+               __global const uchar *kbase, long k_nb0, int k_f16,
+               __global const uchar *vbase, long v_nb0, int v_f16,
+               int paged, __global const int *pages, long page_tokens, long page_elems,
+               long q0, long lq, long lk, long qs, int h, int Hq, int D, float scale,
+               int causal, int bk, __local float *ks, __local float *vs)
+{
+    int lid = get_local_id(0);
     long i = qs + lid; /* this item's query, within the sequence */
     bool active = i < lq;
     long last = min(qs + ATT_BQ, lq) - 1;
     /* Keys visible to this item, and to the block's last (most-seeing) query. */
     long limit = causal ? clamp(i + (lk - lq) + 1, 0L, lk) : lk;
     long kmax = causal ? clamp(last + (lk - lq) + 1, 0L, lk) : lk;
-    int kvh = h / n_rep;
-    __global const uchar *kbase = kb + k_off + (k0 * k_nb0 + kvh * k_nb1) * (k_f16 ? 2 : 4);
-    __global const uchar *vbase = vb + v_off + (k0 * v_nb0 + kvh * v_nb1) * (v_f16 ? 2 : 4);
 
     /* q and the accumulator as float4 lanes over the head dim padded to DP = 4·D4 with zeros
      * (the tile rows are padded the same way, so the padding adds exact zeros): the inner
@@ -123,7 +131,7 @@ void k_attention(__global const uchar *qb, long q_off,
     float sc[ATT_BK];
     float m = -INFINITY, l = 0.0f;
     long t = q0 + (active ? i : 0);
-    __global const float *qr = (__global const float *)(qb + q_off) + (t * Hq + h) * D;
+    __global const float *qr = qall + (t * Hq + h) * D;
     for (int d4 = 0; d4 < D4; d4++) {
         int d = 4 * d4;
         float4 v = (float4)0.0f;
@@ -141,7 +149,8 @@ void k_attention(__global const uchar *qb, long q_off,
         int nt = (int)min((long)bk, kmax - j0);
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
         for (int jj = 0; jj < nt; jj++) {
-            long kr = (j0 + jj) * k_nb0, vr = (j0 + jj) * v_nb0;
+            long kr = att_key(j0 + jj, k_nb0, paged, pages, page_tokens, page_elems);
+            long vr = att_key(j0 + jj, v_nb0, paged, pages, page_tokens, page_elems);
             for (int d = lid; d < DP; d += ATT_BQ) {
                 ks[jj * DP + d] = d < D ? att_load(kbase, k_f16, kr + d) : 0.0f;
                 vs[jj * DP + d] = d < D ? att_load(vbase, v_f16, vr + d) : 0.0f;
@@ -177,7 +186,7 @@ void k_attention(__global const uchar *qb, long q_off,
     }
     if (!active)
         return;
-    __global float *out = (__global float *)(yb + y_off) + (t * Hq + h) * D;
+    __global float *out = yall + (t * Hq + h) * D;
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int d4 = 0; d4 < D4; d4++) {
         float4 r = acc[d4] * inv;
@@ -192,4 +201,130 @@ void k_attention(__global const uchar *qb, long q_off,
                 out[d + 2] = r.s2;
         }
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
+void k_attention(__global const uchar *qb, long q_off,
+                 __global const uchar *kb, long k_off, long k_nb0, long k_nb1, int k_f16,
+                 __global const uchar *vb, long v_off, long v_nb0, long v_nb1, int v_f16,
+                 __global const uchar *cqb, long cq_off, __global const uchar *ckb, long ck_off,
+                 int has_cu, int n_seq, __global uchar *yb, long y_off,
+                 __global const int *err, long T, long S, int Hq, int n_rep, int D, float scale,
+                 int causal, int bk)
+{
+    __local float ks[OCL_KV_FLOATS / 2], vs[OCL_KV_FLOATS / 2];
+    long blk = get_group_id(0);
+    int h = get_group_id(1);
+    if (has_cu && err[0] != 0)
+        return; /* invalid cu_seqlens (or an earlier unreported error): do nothing */
+
+    /* This block's sequence: queries [q0, q0 + lq), keys [k0, k0 + lk), block start qs. */
+    long q0 = 0, lq = T, k0 = 0, lk = S, qs = blk * ATT_BQ;
+    if (has_cu) {
+        __global const int *cq = (__global const int *)(cqb + cq_off);
+        __global const int *ck = (__global const int *)(ckb + ck_off);
+        int s = att_locate(cq, n_seq, blk, &qs);
+        if (s == n_seq)
+            return;
+        q0 = cq[s];
+        lq = cq[s + 1] - q0;
+        k0 = ck[s];
+        lk = ck[s + 1] - k0;
+    }
+    if (qs >= lq)
+        return;
+    int kvh = h / n_rep;
+    __global const uchar *kbase = kb + k_off + (k0 * k_nb0 + kvh * k_nb1) * (k_f16 ? 2 : 4);
+    __global const uchar *vbase = vb + v_off + (k0 * v_nb0 + kvh * v_nb1) * (v_f16 ? 2 : 4);
+    att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off), kbase, k_nb0,
+              k_f16, vbase, v_nb0, v_f16, 0, err, 1, 0, q0, lq, lk, qs, h, Hq, D, scale, causal,
+              bk, ks, vs);
+}
+
+/* Validates a paged launch's index tensors (one work-item): cu_seqlens_q [n_seq + 1] from 0
+ * to T without decreasing, kv_lens [n_seq] within 0 … max_pages · page_tokens, and the
+ * first ceil(kv_len / page_tokens) entries of each table row within [0, n_pages). The first
+ * violation raises OCL_ERR_PAGED: [1] 0 = cu_seqlens_q, 1 = kv_lens, 2 = page_table, [2]
+ * entry (sequence), [3] value, [4] table column, [5] max_pages, [6] page_tokens, [7] n_pages
+ * (the sizes clamped to INT_MAX). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void k_check_paged(__global const uchar *cqb, long cq_off, __global const uchar *lb, long l_off,
+                   __global const uchar *tb, long t_off, int n_seq, long T, long max_pages,
+                   long page_tokens, long n_pages, __global int *err)
+{
+    __global const int *cu = (__global const int *)(cqb + cq_off);
+    __global const int *lens = (__global const int *)(lb + l_off);
+    __global const int *table = (__global const int *)(tb + t_off);
+    int which = -1, entry = 0, value = 0, col = 0;
+    if (cu[0] != 0)
+        which = 0;
+    for (int s = 0; s < n_seq && which < 0; s++)
+        if (cu[s + 1] < cu[s]) {
+            which = 0;
+            entry = s + 1;
+        }
+    if (which < 0 && cu[n_seq] != T) {
+        which = 0;
+        entry = n_seq;
+    }
+    if (which == 0)
+        value = cu[entry];
+    for (int s = 0; s < n_seq && which < 0; s++) {
+        long used = ((long)lens[s] + page_tokens - 1) / page_tokens;
+        if (lens[s] < 0 || used > max_pages) {
+            which = 1;
+            entry = s;
+            value = lens[s];
+        }
+        for (long c = 0; c < used && which < 0; c++) {
+            int page = table[s * max_pages + c];
+            if (page < 0 || page >= n_pages) {
+                which = 2;
+                entry = s;
+                col = (int)c;
+                value = page;
+            }
+        }
+    }
+    if (which >= 0 && atomic_cmpxchg(&err[0], 0, OCL_ERR_PAGED) == 0) {
+        err[1] = which;
+        err[2] = entry;
+        err[3] = value;
+        err[4] = col;
+        err[5] = (int)min(max_pages, (long)INT_MAX);
+        err[6] = (int)min(page_tokens, (long)INT_MAX);
+        err[7] = (int)min(n_pages, (long)INT_MAX);
+    }
+}
+
+/* Grid as k_attention's with cu_seqlens; K and V are [n_pages, page_tokens, Hkv, D]
+ * contiguous of one dtype. */
+__kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
+void k_attention_paged(__global const uchar *qb, long q_off, __global const uchar *kb, long k_off,
+                       __global const uchar *vb, long v_off, int kv_f16,
+                       __global const uchar *cqb, long cq_off, __global const uchar *lb,
+                       long l_off, __global const uchar *tb, long t_off, int n_seq,
+                       long max_pages, long page_tokens, __global uchar *yb, long y_off,
+                       __global const int *err, int Hq, int Hkv, int D, float scale, int causal,
+                       int bk)
+{
+    __local float ks[OCL_KV_FLOATS / 2], vs[OCL_KV_FLOATS / 2];
+    long blk = get_group_id(0);
+    int h = get_group_id(1);
+    if (err[0] != 0)
+        return; /* invalid indices (or an earlier unreported error): do nothing */
+    __global const int *cq = (__global const int *)(cqb + cq_off);
+    __global const int *lens = (__global const int *)(lb + l_off);
+    long qs;
+    int s = att_locate(cq, n_seq, blk, &qs);
+    if (s == n_seq)
+        return;
+    long q0 = cq[s], lq = cq[s + 1] - q0;
+    int kvh = h / (Hq / Hkv), es = kv_f16 ? 2 : 4;
+    long row = (long)Hkv * D;
+    __global const int *pages = (__global const int *)(tb + t_off) + s * max_pages;
+    att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off),
+              kb + k_off + kvh * D * es, row, kv_f16, vb + v_off + kvh * D * es, row, kv_f16, 1,
+              pages, page_tokens, page_tokens * row, q0, lq, lens[s], qs, h, Hq, D, scale,
+              causal, bk, ks, vs);
 }
