@@ -75,6 +75,15 @@ mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *pl
         goto fail;
     }
 
+    /* The pool is reserved up front (pool.h), so one larger than the device can only fail
+     * later, or on the CPU succeed as virtual memory and then be killed: say so now. */
+    if (dev->info.total_bytes && pool_bytes > dev->info.total_bytes) {
+        st = mmrt_error_set(err, MMRT_ERR_OUT_OF_POOL,
+                            "device %s: pool_mb %llu is more than the %llu MiB of memory %s has",
+                            name, (unsigned long long)(pool_bytes >> 20),
+                            (unsigned long long)(dev->info.total_bytes >> 20), dev->info.name);
+        goto fail;
+    }
     struct mmrt_pool_config pcfg = {
         .capacity_bytes = pool_bytes,
         .max_arena_bytes = dev->info.max_arena_bytes,
@@ -125,6 +134,61 @@ void mmrt_dev_close(struct mmrt_dev *dev)
         dev->api->device_close(dev->handle);
     mmrt_plugin_release(dev->plugin);
     free(dev);
+}
+
+mmrt_status mmrt_dev_weight_arena_alloc(struct mmrt_dev *dev, uint64_t nbytes, void **arena,
+                                        struct mmrt_error *err)
+{
+    void *a = NULL;
+    mmrt_status st = dev->api->arena_alloc(dev->handle, nbytes, &a);
+    if (st != MMRT_OK)
+        return mmrt_error_set(err, st, "device %s: cannot allocate %llu bytes for weights: %s",
+                              dev->name, (unsigned long long)nbytes,
+                              dev->api->last_error(dev->handle));
+    if (!a)
+        return mmrt_error_set(err, MMRT_ERR_DEVICE, "device %s: plugin %s gave no arena for "
+                              "%llu bytes of weights", dev->name, dev->api->name,
+                              (unsigned long long)nbytes);
+    dev->weights.reserved_bytes += nbytes;
+    dev->weights.n_arenas++;
+    *arena = a;
+    return MMRT_OK;
+}
+
+bool mmrt_dev_can_adopt(const struct mmrt_dev *dev)
+{
+    /* the loader zero-extends a plugin struct older than ABI 1.2 */
+    return dev->api->arena_adopt_host != NULL;
+}
+
+mmrt_status mmrt_dev_adopt_host(struct mmrt_dev *dev, const void *host, uint64_t nbytes,
+                                void **arena, struct mmrt_error *err)
+{
+    if (!mmrt_dev_can_adopt(dev))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "device %s (plugin %s) cannot adopt host memory", dev->name,
+                              dev->api->name);
+    void *a = NULL;
+    mmrt_status st = dev->api->arena_adopt_host(dev->handle, host, nbytes, &a);
+    if (st != MMRT_OK)
+        return mmrt_error_set(err, st, "device %s: cannot adopt %llu bytes of host memory: %s",
+                              dev->name, (unsigned long long)nbytes,
+                              dev->api->last_error(dev->handle));
+    if (!a)
+        return mmrt_error_set(err, MMRT_ERR_DEVICE, "device %s: plugin %s adopted host memory "
+                              "but gave no arena", dev->name, dev->api->name);
+    dev->weights.n_arenas++;
+    *arena = a;
+    return MMRT_OK;
+}
+
+void mmrt_dev_weight_arena_free(struct mmrt_dev *dev, void *arena, uint64_t reserved)
+{
+    if (!dev || !arena)
+        return;
+    dev->api->arena_free(dev->handle, arena);
+    dev->weights.reserved_bytes -= reserved;
+    dev->weights.n_arenas--;
 }
 
 mmrt_status mmrt_dev_tensor_alloc(struct mmrt_dev *dev, enum mmrt_dtype dtype, int n_dims,

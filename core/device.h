@@ -17,6 +17,26 @@
 #include "pool.h"
 #include "tensor.h"
 
+/* Weight memory of one device. Weights live outside the pool (DESIGN.md "Memory"): in arenas
+ * of exactly the bytes asked for, straight from the plugin, or in place in host memory the
+ * plugin adopted read-only (the checkpoint's mapping). models/weights.c keeps these counts. */
+struct mmrt_dev_weight_stats {
+    uint64_t tensor_bytes;   /* bytes of the weight tensors placed on the device */
+    uint64_t mapped_bytes;   /* of those, used in place from the checkpoint's mapping */
+    uint64_t copied_bytes;   /* of those, copied (or converted) into weight arenas */
+    uint64_t reserved_bytes; /* device memory the weight arenas hold: copied_bytes plus the
+                                padding that aligns each tensor */
+    uint64_t n_tensors, n_arenas;
+};
+
+/* The paged KV cache of the decoder on this device (models/kv_cache.c keeps these). */
+struct mmrt_dev_kv_stats {
+    uint64_t page_tokens;    /* positions per page; 0 when no decoder runs here */
+    uint64_t pages_total;    /* pages of the store */
+    uint64_t pages_used;     /* held by live sequences */
+    uint64_t bytes;          /* the store's bytes, all layers, K and V (in the pool) */
+};
+
 struct mmrt_dev {
     char name[32];                      /* configured name, e.g. "cpu0" */
     int index;                          /* index within the plugin */
@@ -25,12 +45,15 @@ struct mmrt_dev {
     struct mmrt_device *handle;         /* the plugin's device */
     struct mmrt_device_info info;
     struct mmrt_pool *pool;
+    struct mmrt_dev_weight_stats weights;
+    struct mmrt_dev_kv_stats kv;
 };
 
 /* Loads `plugin_name`, opens device `index` with the plugin-specific options and reserves a
  * pool of pool_bytes. Statuses: those of mmrt_plugin_load, MMRT_ERR_NO_DEVICE (the plugin
  * has no device, or fewer than index+1; the message gives the plugin's reason), the
- * plugin's device_open status, MMRT_ERR_OUT_OF_POOL when the pool cannot be reserved. */
+ * plugin's device_open status, MMRT_ERR_OUT_OF_POOL when the pool cannot be reserved or is
+ * larger than the device's memory (the message gives both figures). */
 mmrt_status mmrt_dev_open(const char *name, const char *plugin_name, int index,
                           uint64_t pool_bytes, const struct mmrt_option *options, int n_options,
                           struct mmrt_dev **out, struct mmrt_error *err);
@@ -43,6 +66,21 @@ mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *pl
 /* Frees the pool and closes the device; NULL is a no-op. Every block must be freed or
  * simply abandoned (the arenas go away with the pool). */
 void mmrt_dev_close(struct mmrt_dev *dev);
+
+/* An arena of exactly nbytes from the plugin, outside the pool, for weights (counted in
+ * dev->weights.reserved_bytes and n_arenas). MMRT_ERR_OUT_OF_POOL names the device and the
+ * plugin's reason. Return it with mmrt_dev_weight_arena_free(dev, arena, nbytes). */
+mmrt_status mmrt_dev_weight_arena_alloc(struct mmrt_dev *dev, uint64_t nbytes, void **arena,
+                                        struct mmrt_error *err);
+/* The plugin adopts host[0, nbytes) as a read-only arena (plugin.h arena_adopt_host); the
+ * memory must outlive the arena. MMRT_ERR_UNSUPPORTED when the plugin cannot (then the caller
+ * copies). Counted in n_arenas; return it with mmrt_dev_weight_arena_free(dev, arena, 0). */
+mmrt_status mmrt_dev_adopt_host(struct mmrt_dev *dev, const void *host, uint64_t nbytes,
+                                void **arena, struct mmrt_error *err);
+/* True when the plugin implements arena_adopt_host. */
+bool mmrt_dev_can_adopt(const struct mmrt_dev *dev);
+/* Returns a weight arena; `reserved` is what alloc was asked for (0 for an adopted one). */
+void mmrt_dev_weight_arena_free(struct mmrt_dev *dev, void *arena, uint64_t reserved);
 
 /* A tensor that owns a pool block. t describes the whole block contiguously. */
 struct mmrt_dev_tensor {

@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,8 +154,23 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     struct mmrt_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
+    if (cfg->max_kv_tokens < 0) {
+        snprintf(what, sizeof what, "[model] max_kv_tokens %lld must be at least 0 (0 = the "
+                 "default)", (long long)cfg->max_kv_tokens);
+        return at(src, src->conf ? src->conf->max_kv_tokens_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
+    if (cfg->kv_page_tokens < 0 || cfg->kv_page_tokens > MMRT_CONF_MAX_KV_PAGE_TOKENS ||
+        (cfg->kv_page_tokens & (cfg->kv_page_tokens - 1)) != 0) {
+        snprintf(what, sizeof what, "[model] kv_page_tokens %lld must be a power of two from 1 "
+                 "to %d (0 = 16)", (long long)cfg->kv_page_tokens, MMRT_CONF_MAX_KV_PAGE_TOKENS);
+        return at(src, src->conf ? src->conf->kv_page_tokens_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
     rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
-                                                  .oversize_images = cfg->oversize_images };
+                                                  .oversize_images = cfg->oversize_images,
+                                                  .max_kv_tokens = cfg->max_kv_tokens,
+                                                  .kv_page_tokens = cfg->kv_page_tokens };
     rt->run = (struct mmrt_request){ .max_tokens = 64, .top_p = 1.0f };
     rt->source = strdup(src->file ? src->file : "config");
     if (!rt->source || (cfg->model_path && !(rt->model_path = strdup(cfg->model_path)))) {
@@ -196,9 +212,16 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
             st = mmrt_dev_open_plugin(dc->name, plugin, dc->index, dc->pool_mb << 20,
                                       dc->options, dc->n_options, &rt->devices[i], &perr);
         mmrt_plugin_release(plugin);
+        /* A pool that cannot be had at start is the configuration's pool_mb, not a failed
+         * request: exit 2 with the line. */
+        if (st == MMRT_ERR_OUT_OF_POOL)
+            st = MMRT_ERR_CONFIG;
         if (st != MMRT_OK) {
             if (perr.msg[0])
-                at(src, line, err, st, perr.msg);
+                at(src, src->conf && src->conf->devices[i].pool_mb_line
+                            ? src->conf->devices[i].pool_mb_line
+                            : line,
+                   err, st, perr.msg);
             goto fail;
         }
         rt->n_devices++;
@@ -302,6 +325,8 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .language_device = conf->language.present ? conf->language.device : NULL,
         .max_image_tokens = conf->max_image_tokens,
         .oversize_images = conf->oversize_images,
+        .max_kv_tokens = conf->max_kv_tokens,
+        .kv_page_tokens = conf->kv_page_tokens,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);
@@ -381,6 +406,38 @@ mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i, struct mmrt_p
     out->n_orders = ps.n_orders < MMRT_POOL_REPORT_ORDERS ? ps.n_orders : MMRT_POOL_REPORT_ORDERS;
     for (uint32_t k = 0; k < out->n_orders; k++)
         out->free_blocks_per_order[k] = ps.free_blocks_per_order[k];
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memory_report *out)
+{
+    if (!rt || !out || i < 0 || i >= rt->n_devices)
+        return mmrt_error_set(rt ? &rt->last : NULL, MMRT_ERR_INVALID_ARG,
+                              "device index %d out of range", i);
+    if (out->struct_size < offsetof(struct mmrt_memory_report, weight_bytes))
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_memory_report.struct_size %u is too small (set it to "
+                              "sizeof(struct mmrt_memory_report))", (unsigned)out->struct_size);
+    const struct mmrt_dev *dev = rt->devices[i];
+    struct mmrt_pool_stats ps;
+    mmrt_pool_stats(dev->pool, &ps);
+    struct mmrt_memory_report full = {
+        .struct_size = out->struct_size,
+        .weight_bytes = dev->weights.tensor_bytes,
+        .weight_mapped_bytes = dev->weights.mapped_bytes,
+        .weight_copied_bytes = dev->weights.copied_bytes,
+        .weight_reserved_bytes = dev->weights.reserved_bytes,
+        .weight_tensors = dev->weights.n_tensors,
+        .pool_capacity_bytes = ps.capacity_bytes,
+        .pool_bytes_in_use = ps.bytes_in_use,
+        .pool_peak_bytes = ps.peak_bytes_in_use,
+        .pool_fragmentation = ps.fragmentation,
+        .kv_page_tokens = dev->kv.page_tokens,
+        .kv_pages_total = dev->kv.pages_total,
+        .kv_pages_used = dev->kv.pages_used,
+        .kv_bytes = dev->kv.bytes,
+    };
+    memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
     return MMRT_OK;
 }
 
@@ -806,7 +863,9 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
     struct mmrt_device_config dc = { .name = "reference", .plugin = "cpu", .pool_mb = pool_mb };
     struct mmrt_config cfg = { .model_path = rt->model_path, .devices = &dc, .n_devices = 1,
                                .max_image_tokens = rt->model_opts.max_image_tokens,
-                               .oversize_images = rt->model_opts.oversize_images };
+                               .oversize_images = rt->model_opts.oversize_images,
+                               .max_kv_tokens = rt->model_opts.max_kv_tokens,
+                               .kv_page_tokens = rt->model_opts.kv_page_tokens };
     char msg[MMRT_ERROR_MAX];
     st = mmrt_create(&cfg, &ref, msg, sizeof msg);
     if (st != MMRT_OK) {

@@ -56,7 +56,7 @@ mmrt_status mmrt_decode_step_create(struct mmrt_dev *dev, struct mmrt_kv_cache *
         .decoder = decoder, .n_pos = n_axes > 0 ? n_axes : 1,
         .try_graph = use_graph && mmrt_dev_can_capture(dev),
     };
-    d->n_ctrl = CTRL_POS + d->n_pos + 3 + 3;
+    d->n_ctrl = CTRL_POS + d->n_pos + 2 + 1;
     d->ctrl_host = calloc((size_t)d->n_ctrl, sizeof *d->ctrl_host);
     mmrt_status st = d->ctrl_host ? mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_I32, 1,
                                                           (const int64_t[]){ d->n_ctrl },
@@ -72,8 +72,8 @@ mmrt_status mmrt_decode_step_create(struct mmrt_dev *dev, struct mmrt_kv_cache *
     d->views.slot = view(c, CTRL_SLOT, 1, (const int64_t[]){ 1 });
     d->views.pos = n_axes > 0 ? view(c, CTRL_POS, 2, (const int64_t[]){ 1, n_axes })
                               : view(c, CTRL_POS, 1, (const int64_t[]){ 1 });
-    d->views.cu_q = view(c, CTRL_POS + d->n_pos, 1, (const int64_t[]){ 3 });
-    d->views.cu_k = view(c, CTRL_POS + d->n_pos + 3, 1, (const int64_t[]){ 3 });
+    d->views.cu_q = view(c, CTRL_POS + d->n_pos, 1, (const int64_t[]){ 2 });
+    d->views.kv_len = view(c, CTRL_POS + d->n_pos + 2, 1, (const int64_t[]){ 1 });
     *out = d;
     return MMRT_OK;
 }
@@ -124,19 +124,20 @@ mmrt_status mmrt_decode_step_run(struct mmrt_decode_step *d, int32_t token, floa
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "decoder: token id %d is outside the vocabulary (%lld)", token,
                               (long long)d->vocab);
-    if (n_past + 1 > cache->n_ctx)
-        return mmrt_error_set(err, MMRT_ERR_LIMIT,
-                              "decoder: position %lld does not fit the KV cache of %lld",
-                              (long long)n_past, (long long)cache->n_ctx);
+    /* A new page, when this position starts one, goes into the page table before the step
+     * (a device tensor the step reads, like the control block). */
+    mmrt_status st = mmrt_kv_cache_reserve(cache, n_past + 1, err);
+    if (st != MMRT_OK)
+        return st;
     int32_t *cb = d->ctrl_host;
     cb[CTRL_ID] = token;
-    cb[CTRL_SLOT] = (int32_t)n_past;
+    mmrt_kv_cache_rows(cache, n_past, 1, &cb[CTRL_SLOT]);
     for (int a = 0; a < d->n_pos; a++)
         cb[CTRL_POS + a] = (int32_t)(n_past + cache->rope_delta);
-    int32_t *cq = cb + CTRL_POS + d->n_pos, *ck = cq + 3;
-    cq[0] = 0, cq[1] = 1, cq[2] = 1;
-    ck[0] = 0, ck[1] = (int32_t)(n_past + 1), ck[2] = (int32_t)cache->n_ctx;
-    mmrt_status st = mmrt_dev_upload(d->dev, &d->ctrl.t, cb,
+    int32_t *cq = cb + CTRL_POS + d->n_pos;
+    cq[0] = 0, cq[1] = 1;
+    cq[2] = (int32_t)(n_past + 1);
+    st = mmrt_dev_upload(d->dev, &d->ctrl.t, cb,
                                      (uint64_t)d->n_ctrl * sizeof(int32_t), err);
     if (st != MMRT_OK)
         return st;

@@ -8,11 +8,11 @@
  * step reads it only through these device views:
  *
  *   id     [1]          GET_ROWS of the embedding
- *   slot   [1]          SET_ROWS of K and V into the cache (= n_past)
+ *   slot   [1]          SET_ROWS of K and V into the page store: the row of position n_past
  *   pos    [1] or [1, A] ROPE (A = 1) / ROPE_MULTI positions (n_past + rope_delta, every axis)
- *   cu_q   {0, 1, 1}    ATTENTION over the whole cache as two packed sequences: the query
- *   cu_k   {0, L, n_ctx} sees keys [0, L), L = n_past + 1; the second sequence is the unused
- *                       rest of the cache with no query, so it costs nothing
+ *   cu_q   {0, 1}       ATTENTION_PAGED of the one query over the sequence's page table
+ *   kv_len {L}          (itself device data, uploaded when a page is added): keys [0, L),
+ *                       L = n_past + 1
  *
  * On a device that captures (CUDA; the CPU plugin with graph = 1) the first step is captured
  * and every step launches the graph; otherwise, or when capture fails (logged once), the
@@ -27,7 +27,7 @@
 #include "kv_cache.h"
 
 struct mmrt_decode_ctrl {
-    struct mmrt_tensor id, slot, pos, cu_q, cu_k;
+    struct mmrt_tensor id, slot, pos, cu_q, kv_len;
 };
 
 /* Issues the decoder's ops for one token, writing logits into the decoder's own [1, vocab]

@@ -362,7 +362,7 @@ static mmrt_status fuyu_load(const char *dir, const json_t *config,
         st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ D }, &m->proj_b, err,
                                "vision_embed_tokens.bias");
     if (st == MMRT_OK)
-        st = mmrt_persimmon_load(&m->lm, m->w, language, &lcfg, err);
+        st = mmrt_persimmon_load(&m->lm, m->w, language, &lcfg, &m->opts, err);
     if (st == MMRT_OK)
         st = read_eos(m, dir, lcfg.vocab, err);
     if (st != MMRT_OK)

@@ -1,47 +1,239 @@
-/* models/kv_cache.c — the decoders' K/V cache and token embedding (see kv_cache.h). */
+/* models/kv_cache.c — the decoders' paged K/V cache and token embedding (see kv_cache.h). */
 #include "kv_cache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "ops.h"
 
-void mmrt_kv_cache_free(struct mmrt_dev *dev, struct mmrt_kv_cache *c)
+void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p)
 {
-    for (int64_t i = 0; c->k && i < c->n_layers; i++) {
-        mmrt_dev_tensor_free(dev, &c->v[i]);
-        mmrt_dev_tensor_free(dev, &c->k[i]);
+    if (p->dev && p->free_pages)
+        memset(&p->dev->kv, 0, sizeof p->dev->kv);
+    for (int64_t i = 0; p->k && i < p->n_layers; i++) {
+        mmrt_dev_tensor_free(p->dev, &p->v[i]);
+        mmrt_dev_tensor_free(p->dev, &p->k[i]);
     }
-    free(c->k);
-    free(c->v);
+    free(p->k);
+    free(p->v);
+    free(p->free_pages);
+    memset(p, 0, sizeof *p);
+}
+
+mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
+                                 int64_t head_dim, int64_t max_positions, int64_t max_tokens,
+                                 int64_t page_tokens, struct mmrt_kv_pages *out,
+                                 struct mmrt_error *err)
+{
+    if (page_tokens == 0)
+        page_tokens = MMRT_KV_DEFAULT_PAGE_TOKENS;
+    if (page_tokens < 1 || page_tokens > MMRT_KV_MAX_PAGE_TOKENS ||
+        (page_tokens & (page_tokens - 1)) != 0)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] kv_page_tokens %lld must be a "
+                              "power of two from 1 to %d", (long long)page_tokens,
+                              MMRT_KV_MAX_PAGE_TOKENS);
+    if (max_tokens < 0)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] max_kv_tokens %lld must be at "
+                              "least 0 (0 = the default)", (long long)max_tokens);
+    /* One position of every layer's K and V. */
+    const uint64_t per_token = (uint64_t)n_layers * 2 * (uint64_t)n_kv_heads *
+                               (uint64_t)head_dim * sizeof(float);
+    struct mmrt_pool_stats ps;
+    mmrt_pool_stats(dev->pool, &ps);
+    const bool configured = max_tokens > 0;
+    if (!configured) {
+        max_tokens = max_positions > 0 ? max_positions : 4096;
+        const int64_t fit = per_token ? (int64_t)(ps.capacity_bytes / 2 / per_token) : max_tokens;
+        if (fit < max_tokens)
+            max_tokens = fit > page_tokens ? fit : page_tokens;
+    }
+    struct mmrt_kv_pages p = {
+        .dev = dev, .n_layers = n_layers, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+        .page_tokens = page_tokens, .n_pages = (max_tokens + page_tokens - 1) / page_tokens,
+        .max_tokens_configured = configured,
+    };
+    p.max_tokens = p.n_pages * page_tokens;
+    p.k = calloc((size_t)n_layers, sizeof *p.k);
+    p.v = calloc((size_t)n_layers, sizeof *p.v);
+    p.free_pages = calloc((size_t)p.n_pages, sizeof *p.free_pages);
+    if (!p.k || !p.v || !p.free_pages) {
+        mmrt_kv_pages_destroy(&p);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
+    }
+    const int64_t ne[4] = { p.n_pages, page_tokens, n_kv_heads, head_dim };
+    for (int64_t i = 0; i < n_layers; i++) {
+        mmrt_status st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 4, ne, &p.k[i], err);
+        if (st == MMRT_OK)
+            st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 4, ne, &p.v[i], err);
+        if (st != MMRT_OK) {
+            const int64_t tokens = p.max_tokens;
+            mmrt_kv_pages_destroy(&p);
+            return mmrt_error_prefix(err, st, "KV cache of %s%lld tokens (%.1f MiB in pages of "
+                                     "%lld) in the pool of %.0f MiB; lower [model] "
+                                     "max_kv_tokens or raise pool_mb",
+                                     configured ? "max_kv_tokens " : "", (long long)tokens,
+                                     (double)per_token * (double)tokens / 1048576.0,
+                                     (long long)page_tokens,
+                                     (double)ps.capacity_bytes / 1048576.0);
+        }
+    }
+    /* Lowest ids on top, so a lone sequence's pages come in order (deterministic layout). */
+    for (int64_t i = 0; i < p.n_pages; i++)
+        p.free_pages[i] = (int32_t)(p.n_pages - 1 - i);
+    p.n_free = p.n_pages;
+    dev->kv = (struct mmrt_dev_kv_stats){
+        .page_tokens = (uint64_t)page_tokens, .pages_total = (uint64_t)p.n_pages,
+        .bytes = per_token * (uint64_t)p.max_tokens,
+    };
+    mmrt_log(MMRT_LOG_INFO, "kv", "device %s: KV cache of %lld tokens in %lld pages of %lld "
+             "(%.1f MiB)%s", dev->name, (long long)p.max_tokens, (long long)p.n_pages,
+             (long long)page_tokens, (double)per_token * (double)p.max_tokens / 1048576.0,
+             configured ? "" : " (default: set [model] max_kv_tokens)");
+    *out = p;
+    return MMRT_OK;
+}
+
+static const char *key_hint(const struct mmrt_kv_pages *p)
+{
+    return p->max_tokens_configured ? "[model] max_kv_tokens"
+                                    : "the default KV budget (set [model] max_kv_tokens)";
+}
+
+void mmrt_kv_cache_free(struct mmrt_kv_cache *c)
+{
+    if (c->pages) {
+        struct mmrt_kv_pages *p = c->pages;
+        for (int64_t i = c->n_held; i-- > 0;)
+            p->free_pages[p->n_free++] = c->page_ids[i];
+        p->dev->kv.pages_used -= (uint64_t)c->n_held;
+        mmrt_dev_tensor_free(p->dev, &c->table);
+    }
+    free(c->page_ids);
     memset(c, 0, sizeof *c);
 }
 
-mmrt_status mmrt_kv_cache_alloc(struct mmrt_dev *dev, int64_t n_layers, int64_t n_ctx,
-                                int64_t n_kv_heads, int64_t head_dim, struct mmrt_kv_cache *out,
-                                struct mmrt_error *err)
+mmrt_status mmrt_kv_cache_alloc(struct mmrt_kv_pages *pages, int64_t n_ctx,
+                                struct mmrt_kv_cache *out, struct mmrt_error *err)
 {
-    struct mmrt_kv_cache c = { .n_ctx = n_ctx, .n_layers = n_layers };
-    c.k = calloc((size_t)n_layers, sizeof *c.k);
-    c.v = calloc((size_t)n_layers, sizeof *c.v);
-    if (!c.k || !c.v) {
-        free(c.k);
-        free(c.v);
+    if (n_ctx < 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "KV cache: %lld positions",
+                              (long long)n_ctx);
+    if (n_ctx > pages->max_tokens)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "the request needs %lld KV positions (prompt "
+                              "and max_tokens), more than the %lld of %s", (long long)n_ctx,
+                              (long long)pages->max_tokens, key_hint(pages));
+    struct mmrt_kv_cache c = { .pages = pages, .n_ctx = n_ctx };
+    c.max_pages = (n_ctx + pages->page_tokens - 1) / pages->page_tokens;
+    c.page_ids = calloc((size_t)c.max_pages, sizeof *c.page_ids);
+    if (!c.page_ids)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
-    }
-    const int64_t ne[3] = { n_ctx, n_kv_heads, head_dim };
-    for (int64_t i = 0; i < n_layers; i++) {
-        mmrt_status st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 3, ne, &c.k[i], err);
-        if (st == MMRT_OK)
-            st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 3, ne, &c.v[i], err);
-        if (st != MMRT_OK) {
-            mmrt_kv_cache_free(dev, &c);
-            return mmrt_error_prefix(err, st, "KV cache for %lld positions × %lld layers",
-                                     (long long)n_ctx, (long long)n_layers);
-        }
+    mmrt_status st = mmrt_dev_tensor_alloc(pages->dev, MMRT_DTYPE_I32, 2,
+                                           (const int64_t[]){ 1, c.max_pages }, &c.table, err);
+    if (st != MMRT_OK) {
+        free(c.page_ids);
+        return mmrt_error_prefix(err, st, "KV page table");
     }
     *out = c;
     return MMRT_OK;
+}
+
+mmrt_status mmrt_kv_cache_reserve(struct mmrt_kv_cache *c, int64_t n_tokens,
+                                  struct mmrt_error *err)
+{
+    struct mmrt_kv_pages *p = c->pages;
+    if (n_tokens > c->n_ctx)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "decoder: %lld positions do not fit the "
+                              "sequence's %lld", (long long)n_tokens, (long long)c->n_ctx);
+    const int64_t need = (n_tokens + p->page_tokens - 1) / p->page_tokens;
+    if (need <= c->n_held)
+        return MMRT_OK;
+    if (need - c->n_held > p->n_free)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "KV cache full: %lld more pages of %lld "
+                              "tokens needed, %lld free of the %lld of %s",
+                              (long long)(need - c->n_held), (long long)p->page_tokens,
+                              (long long)p->n_free, (long long)p->n_pages, key_hint(p));
+    const int64_t had = c->n_held;
+    while (c->n_held < need)
+        c->page_ids[c->n_held++] = p->free_pages[--p->n_free];
+    p->dev->kv.pages_used += (uint64_t)(need - had);
+    /* Unused entries are never read (plugin.h); zeros keep the upload deterministic. */
+    mmrt_status st = mmrt_dev_upload(p->dev, &c->table.t, c->page_ids,
+                                     (uint64_t)c->max_pages * sizeof(int32_t), err);
+    if (st != MMRT_OK) {
+        while (c->n_held > had)
+            p->free_pages[p->n_free++] = c->page_ids[--c->n_held];
+        p->dev->kv.pages_used -= (uint64_t)(need - had);
+    }
+    return st;
+}
+
+void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n, int32_t *rows)
+{
+    const int64_t P = c->pages->page_tokens;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t pos = first + i;
+        rows[i] = (int32_t)(c->page_ids[pos / P] * P + pos % P);
+    }
+}
+
+struct mmrt_tensor mmrt_kv_cache_rows_view(const struct mmrt_kv_cache *c, int64_t layer,
+                                           bool values)
+{
+    const struct mmrt_kv_pages *p = c->pages;
+    const struct mmrt_tensor *t = values ? &p->v[layer].t : &p->k[layer].t;
+    return mmrt_tensor_reshape(t, 3, (const int64_t[]){ p->n_pages * p->page_tokens,
+                                                        p->n_kv_heads, p->head_dim });
+}
+
+mmrt_status mmrt_kv_cache_step(struct mmrt_kv_cache *c, int64_t S, struct mmrt_scratch *s,
+                               struct mmrt_kv_step *out, struct mmrt_error *err)
+{
+    mmrt_status st = mmrt_kv_cache_reserve(c, c->n_past + S, err);
+    if (st != MMRT_OK)
+        return st;
+    int32_t *host = malloc((size_t)(S + 3) * sizeof *host);
+    if (!host)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_kv_cache_rows(c, c->n_past, S, host);
+    host[S] = 0;
+    host[S + 1] = (int32_t)S;
+    host[S + 2] = (int32_t)(c->n_past + S);
+    struct mmrt_tensor block;
+    st = mmrt_scratch_tensor(s, MMRT_DTYPE_I32, 1, (const int64_t[]){ S + 3 }, &block, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_upload(s->dev, &block, host, (uint64_t)(S + 3) * sizeof *host, err);
+    free(host);
+    if (st != MMRT_OK)
+        return st;
+    out->rows = mmrt_tensor_rows(&block, 0, S);
+    out->cu_q = mmrt_tensor_rows(&block, S, 2);
+    out->kv_len = mmrt_tensor_rows(&block, S + 2, 1);
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_kv_cache_attend(struct mmrt_kv_cache *c, int64_t layer,
+                                 const struct mmrt_tensor *q, const struct mmrt_tensor *k,
+                                 const struct mmrt_tensor *v, const struct mmrt_tensor *rows,
+                                 const struct mmrt_tensor *cu_q, const struct mmrt_tensor *kv_len,
+                                 float scale, const struct mmrt_tensor *out,
+                                 struct mmrt_error *err)
+{
+    struct mmrt_dev *dev = c->pages->dev;
+    const struct mmrt_kv_pages *p = c->pages;
+    struct mmrt_tensor kd = mmrt_kv_cache_rows_view(c, layer, false);
+    struct mmrt_tensor vd = mmrt_kv_cache_rows_view(c, layer, true);
+    mmrt_status st = mmrt_op_set_rows(dev, k, rows, &kd, err);
+    if (st == MMRT_OK)
+        st = mmrt_op_set_rows(dev, v, rows, &vd, err);
+    if (st != MMRT_OK)
+        return st;
+    const struct mmrt_attention_params ap = {
+        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, 1
+    };
+    return mmrt_op_attention_paged(dev, q, &p->k[layer].t, &p->v[layer].t, cu_q, kv_len,
+                                   &c->table.t, &ap, out, err);
 }
 
 mmrt_status mmrt_embed_tokens(struct mmrt_dev *dev, const struct mmrt_tensor *table,

@@ -1,29 +1,108 @@
 /*
  * models/kv_cache.h — what every decoder keeps per sequence, and how token ids become
- * embeddings: the K/V cache ([n_ctx, n_kv_heads, head_dim] F32 per layer, in the language
- * device's pool) and GET_ROWS of an embedding table after checking the ids on the host.
+ * embeddings.
+ *
+ * The K/V cache is paged (DESIGN.md "Memory", specs/engine.md): a decoder owns one page
+ * store on its device — per layer one K and one V tensor [n_pages, page_tokens, n_kv_heads,
+ * head_dim] F32, reserved from the device pool when the model loads and sized by
+ * `[model] max_kv_tokens` — and every sequence a page table naming, in position order, the
+ * pages that hold its keys. A sequence takes pages as it grows (mmrt_kv_cache_reserve) and
+ * gives them back when it ends, so many sequences share the store and nothing is reserved for
+ * a worst case. New K/V rows go in with SET_ROWS at the rows mmrt_kv_cache_rows names;
+ * attention reads them through the page table with ATTENTION_PAGED. Both only ever see device
+ * data (the row indices, the key count and the table), so a captured decode step replays.
+ *
+ * Then GET_ROWS of an embedding table after checking the ids on the host.
  */
 #ifndef MMRT_MODELS_KV_CACHE_H
 #define MMRT_MODELS_KV_CACHE_H
 
 #include "device.h"
 
+/* Default and bounds of [model] kv_page_tokens (a power of two). 16 is vLLM's block size:
+ * large enough that a page of a 7B layer (16 × 32 × 128 × 4 B = 256 KiB per K or V) streams
+ * at full bandwidth, small enough that a sequence wastes at most 15 positions. */
+#define MMRT_KV_DEFAULT_PAGE_TOKENS 16
+#define MMRT_KV_MAX_PAGE_TOKENS 4096
+
+/* The page store of one decoder. */
+struct mmrt_kv_pages {
+    struct mmrt_dev *dev;
+    int64_t n_layers, n_kv_heads, head_dim;
+    int64_t page_tokens, n_pages;
+    int64_t max_tokens;         /* n_pages · page_tokens: what max_kv_tokens bought */
+    bool max_tokens_configured; /* false: the default (for messages) */
+    struct mmrt_dev_tensor *k;  /* [n_layers] each [n_pages, page_tokens, n_kv_heads, hd] */
+    struct mmrt_dev_tensor *v;
+    int32_t *free_pages;        /* stack of free page ids */
+    int64_t n_free;
+};
+
+/* Reserves the store. max_tokens 0 = the default: the model's context (max_positions), but at
+ * most what half of the device's pool holds, so activations keep room. A configured value is
+ * used as given: if the pool cannot hold it, MMRT_ERR_OUT_OF_POOL names max_kv_tokens, the
+ * bytes and the pool. page_tokens 0 = MMRT_KV_DEFAULT_PAGE_TOKENS. */
+mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
+                                 int64_t head_dim, int64_t max_positions, int64_t max_tokens,
+                                 int64_t page_tokens, struct mmrt_kv_pages *out,
+                                 struct mmrt_error *err);
+/* Frees the store; a zeroed one is a no-op. Every sequence must be freed first. */
+void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p);
+
+/* One sequence. */
 struct mmrt_kv_cache {
-    int64_t n_ctx;              /* capacity in positions */
+    struct mmrt_kv_pages *pages;
+    int64_t n_ctx;              /* positions this sequence may reach (prompt + generation) */
     int64_t n_past;             /* positions filled */
     int64_t rope_delta;         /* rotary position of slot n is n + rope_delta (0 unless
                                    M-RoPE; set by the caller after the prefill) */
-    int64_t n_layers;
-    struct mmrt_dev_tensor *k;  /* [n_layers] each [n_ctx, n_kv_heads, head_dim] F32 */
-    struct mmrt_dev_tensor *v;
+    int64_t max_pages;          /* ceil(n_ctx / page_tokens): the page table's width */
+    int64_t n_held;             /* pages taken so far: [0, n_held) of page_ids */
+    int32_t *page_ids;          /* [max_pages] host copy of the page table */
+    struct mmrt_dev_tensor table; /* [1, max_pages] I32, what ATTENTION_PAGED reads */
 };
 
-/* Reserves a cache for n_ctx positions on dev (MMRT_ERR_OUT_OF_POOL names the bytes). */
-mmrt_status mmrt_kv_cache_alloc(struct mmrt_dev *dev, int64_t n_layers, int64_t n_ctx,
-                                int64_t n_kv_heads, int64_t head_dim, struct mmrt_kv_cache *out,
-                                struct mmrt_error *err);
-/* Frees what alloc reserved; a zeroed cache is a no-op. */
-void mmrt_kv_cache_free(struct mmrt_dev *dev, struct mmrt_kv_cache *c);
+/* Starts a sequence that may grow to n_ctx positions; takes no page yet. A sequence longer
+ * than the whole store is refused (MMRT_ERR_LIMIT naming max_kv_tokens and both numbers). */
+mmrt_status mmrt_kv_cache_alloc(struct mmrt_kv_pages *pages, int64_t n_ctx,
+                                struct mmrt_kv_cache *out, struct mmrt_error *err);
+/* Returns the sequence's pages to the store and frees its table; a zeroed cache is a no-op. */
+void mmrt_kv_cache_free(struct mmrt_kv_cache *c);
+
+/* Makes sure positions [0, n_tokens) have pages, taking free ones and uploading the table
+ * when it changed. Beyond n_ctx is MMRT_ERR_LIMIT; no free page is MMRT_ERR_LIMIT naming
+ * max_kv_tokens (the sequence keeps what it had). */
+mmrt_status mmrt_kv_cache_reserve(struct mmrt_kv_cache *c, int64_t n_tokens,
+                                  struct mmrt_error *err);
+
+/* rows[i] = the store row (page · page_tokens + offset) of position first + i, for SET_ROWS
+ * into mmrt_kv_cache_rows_view(); the positions must be reserved. */
+void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n, int32_t *rows);
+
+/* Layer l's K or V store as SET_ROWS's destination: [n_pages · page_tokens, kv heads, hd]. */
+struct mmrt_tensor mmrt_kv_cache_rows_view(const struct mmrt_kv_cache *c, int64_t layer,
+                                           bool values);
+
+/* Writes k and v ([S, kv heads, hd] F32) at the store rows `rows` (I32 [S] on the device) of
+ * layer l, then attends q ([T, heads, hd]) over the sequence's first kv_len (I32 [1], device)
+ * keys through its page table: causal, scale 1/sqrt(hd) unless `scale` is given (> 0). cu_q is
+ * {0, T} (I32 [2], device). One definition for prefill and the replayable decode step. */
+mmrt_status mmrt_kv_cache_attend(struct mmrt_kv_cache *c, int64_t layer,
+                                 const struct mmrt_tensor *q, const struct mmrt_tensor *k,
+                                 const struct mmrt_tensor *v, const struct mmrt_tensor *rows,
+                                 const struct mmrt_tensor *cu_q, const struct mmrt_tensor *kv_len,
+                                 float scale, const struct mmrt_tensor *out,
+                                 struct mmrt_error *err);
+
+/* The device-side arguments of one forward over S new tokens at positions n_past … n_past +
+ * S − 1: reserves their pages, then uploads rows[S], cu_q {0, S} and kv_len {n_past + S} as
+ * one I32 block taken from `s` (the caller's scratch set) and returns views of it. */
+struct mmrt_kv_step {
+    struct mmrt_tensor rows, cu_q, kv_len;
+};
+struct mmrt_scratch;
+mmrt_status mmrt_kv_cache_step(struct mmrt_kv_cache *c, int64_t S, struct mmrt_scratch *s,
+                               struct mmrt_kv_step *out, struct mmrt_error *err);
 
 /* out[i] = table[ids[i]] ([n, hidden] F32 on dev). An id outside [0, vocab) is refused on
  * the host with its position, before anything runs. */

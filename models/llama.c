@@ -255,7 +255,8 @@ mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const 
 }
 
 mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct mmrt_dev *dev,
-                            const struct mmrt_llama_config *cfg, struct mmrt_error *err)
+                            const struct mmrt_llama_config *cfg,
+                            const struct mmrt_model_options *opts, struct mmrt_error *err)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -276,10 +277,9 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
     char name[256];
     LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
     LOAD(m->norm, 1, "language_model.norm.weight", D);
-    if (mmrt_weights_find(w, "lm_head.weight") || !cfg->tie_word_embeddings)
+    const bool tied = !mmrt_weights_find(w, "lm_head.weight") && cfg->tie_word_embeddings;
+    if (!tied)
         LOAD(m->lm_head, 2, "lm_head.weight", V, D);
-    else
-        m->lm_head = m->embed;
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         struct mmrt_llama_layer *L = &m->layers[i];
 #define LAYER(dst, nd, suffix, ...)                                                            \
@@ -308,6 +308,17 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
 #undef LAYER
     }
 #undef LOAD
+    /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
+    st = mmrt_weights_commit(w, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (tied)
+        m->lm_head = m->embed;
+    st = mmrt_kv_pages_create(dev, cfg->n_layers, cfg->n_kv_heads, cfg->head_dim,
+                              cfg->max_positions, opts ? opts->max_kv_tokens : 0,
+                              opts ? opts->kv_page_tokens : 0, &m->kv, err);
+    if (st != MMRT_OK)
+        goto fail;
     return MMRT_OK;
 fail:
     mmrt_llama_unload(m);
@@ -316,20 +327,21 @@ fail:
 
 void mmrt_llama_unload(struct mmrt_llama *m)
 {
+    mmrt_kv_pages_destroy(&m->kv);
     free(m->layers);
     m->layers = NULL;
 }
 
 void mmrt_kv_cache_destroy(const struct mmrt_llama *m, struct mmrt_kv_cache *c)
 {
-    mmrt_kv_cache_free(m->dev, c);
+    (void)m;
+    mmrt_kv_cache_free(c);
 }
 
-mmrt_status mmrt_kv_cache_create(const struct mmrt_llama *m, int64_t n_ctx,
+mmrt_status mmrt_kv_cache_create(struct mmrt_llama *m, int64_t n_ctx,
                                  struct mmrt_kv_cache *out, struct mmrt_error *err)
 {
-    return mmrt_kv_cache_alloc(m->dev, m->cfg.n_layers, n_ctx, m->cfg.n_kv_heads,
-                               m->cfg.head_dim, out, err);
+    return mmrt_kv_cache_alloc(&m->kv, n_ctx, out, err);
 }
 
 mmrt_status mmrt_llama_embed(struct mmrt_llama *m, const int32_t *ids, int64_t n,
@@ -411,6 +423,8 @@ mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache
         TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
     TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(1, c->vocab), &lg, err));
     TRY(upload_positions(dev, cache, S, n_axes, positions, &pos, err));
+    struct mmrt_kv_step ks;
+    TRY(mmrt_kv_cache_step(cache, S, &s, &ks, err));
     TRY(mmrt_op_copy(dev, embeds, &h, err));
     const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)hd, MMRT_ROPE_NEOX };
     struct mmrt_rope_multi_params mrope = {
@@ -419,7 +433,6 @@ mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache
     };
     for (int a = 0; a < c->n_mrope_axes && a < MMRT_ROPE_MAX_AXES; a++)
         mrope.sections[a] = c->mrope_section[a];
-    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
     /* 2-D views of the [S, heads, hd] projections, for the matmuls */
     struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(S, H * hd));
     struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(S, KH * hd));
@@ -438,13 +451,8 @@ mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache
             TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
             TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
         }
-        struct mmrt_tensor kc = mmrt_tensor_rows(&cache->k[l].t, n_past, S);
-        struct mmrt_tensor vc = mmrt_tensor_rows(&cache->v[l].t, n_past, S);
-        TRY(mmrt_op_copy(dev, &k, &kc, err));
-        TRY(mmrt_op_copy(dev, &v, &vc, err));
-        struct mmrt_tensor ka = mmrt_tensor_rows(&cache->k[l].t, 0, n_past + S);
-        struct mmrt_tensor va = mmrt_tensor_rows(&cache->v[l].t, 0, n_past + S);
-        TRY(mmrt_op_attention(dev, &q, &ka, &va, NULL, NULL, &ap, &att, err));
+        TRY(mmrt_kv_cache_attend(cache, l, &q, &k, &v, &ks.rows, &ks.cu_q, &ks.kv_len, 0, &att,
+                                 err));
         TRY(mmrt_op_matmul(dev, &att2, &L->wo, opt(&L->bo), &o, err));
         TRY(mmrt_op_add(dev, &h, &o, &h, err));
         TRY(mmrt_op_rmsnorm(dev, &h, &L->mlp_norm, (float)c->rms_eps, &x, err));

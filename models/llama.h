@@ -28,6 +28,7 @@
 
 #include "device.h"
 #include "kv_cache.h"
+#include "model.h"
 #include "weights.h"
 
 struct mmrt_llama_config {
@@ -69,18 +70,19 @@ struct mmrt_llama {
     struct mmrt_tensor norm;    /* [hidden] */
     struct mmrt_tensor lm_head; /* [vocab, hidden]; the embedding when tied */
     struct mmrt_llama_layer *layers;
+    struct mmrt_kv_pages kv;    /* the paged K/V store every sequence draws from */
 };
 
 /* Loads the decoder's weights (canonical names language_model.*, lm_head.weight) onto dev.
  * The weight blocks belong to w; mmrt_llama_unload frees only the layer table. */
 mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct mmrt_dev *dev,
-                            const struct mmrt_llama_config *cfg, struct mmrt_error *err);
+                            const struct mmrt_llama_config *cfg,
+                            const struct mmrt_model_options *opts, struct mmrt_error *err);
 void mmrt_llama_unload(struct mmrt_llama *m);
 
 
-/* Reserves a cache for n_ctx positions from the decoder device's pool
- * (MMRT_ERR_OUT_OF_POOL names the bytes). */
-mmrt_status mmrt_kv_cache_create(const struct mmrt_llama *m, int64_t n_ctx,
+/* Starts a sequence of up to n_ctx positions on the decoder's page store (kv_cache.h). */
+mmrt_status mmrt_kv_cache_create(struct mmrt_llama *m, int64_t n_ctx,
                                  struct mmrt_kv_cache *out, struct mmrt_error *err);
 void mmrt_kv_cache_destroy(const struct mmrt_llama *m, struct mmrt_kv_cache *c);
 

@@ -38,7 +38,6 @@ static mmrt_status issue_step(void *decoder, const struct mmrt_decode_ctrl *ctrl
     };
     for (int a = 0; a < c->n_mrope_axes && a < MMRT_ROPE_MAX_AXES; a++)
         mrope.sections[a] = c->mrope_section[a];
-    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 2 };
     struct mmrt_tensor q2 = mmrt_tensor_reshape(&d->q, 2, (const int64_t[]){ 1, H * hd });
     struct mmrt_tensor k2 = mmrt_tensor_reshape(&d->k, 2, (const int64_t[]){ 1, KH * hd });
     struct mmrt_tensor v2 = mmrt_tensor_reshape(&d->v, 2, (const int64_t[]){ 1, KH * hd });
@@ -64,10 +63,8 @@ static mmrt_status issue_step(void *decoder, const struct mmrt_decode_ctrl *ctrl
             TRY(mmrt_op_rope(dev, &d->q, &ctrl->pos, &rope, &d->q, err));
             TRY(mmrt_op_rope(dev, &d->k, &ctrl->pos, &rope, &d->k, err));
         }
-        TRY(mmrt_op_set_rows(dev, &d->k, &ctrl->slot, &cache->k[l].t, err));
-        TRY(mmrt_op_set_rows(dev, &d->v, &ctrl->slot, &cache->v[l].t, err));
-        TRY(mmrt_op_attention(dev, &d->q, &cache->k[l].t, &cache->v[l].t, &ctrl->cu_q,
-                              &ctrl->cu_k, &ap, &d->att, err));
+        TRY(mmrt_kv_cache_attend(cache, l, &d->q, &d->k, &d->v, &ctrl->slot, &ctrl->cu_q,
+                                 &ctrl->kv_len, 0, &d->att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->wo, opt(&L->bo), &d->o, err));
         TRY(mmrt_op_add(dev, &d->h, &d->o, &d->h, err));
         TRY(mmrt_op_rmsnorm(dev, &d->h, &L->mlp_norm, (float)c->rms_eps, &d->x, err));

@@ -122,7 +122,7 @@ static mmrt_status llava_load(const char *dir, const json_t *config,
     st = mmrt_llava_load_towers(dir, &ccfg, &lcfg, m->proj_act, lc.proj_bias, m->feature_layers,
                                 m->n_feature_layers, vision, language, &towers, err);
     if (st == MMRT_OK)
-        st = mmrt_llama_load(&m->lm, m->w, language, &lcfg, err);
+        st = mmrt_llama_load(&m->lm, m->w, language, &lcfg, &m->opts, err);
     if (st == MMRT_OK)
         st = mmrt_llava_read_eos(dir, lcfg.eos_id, lcfg.vocab, m->eos, &m->n_eos, err);
     if (st != MMRT_OK)

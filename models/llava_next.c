@@ -224,10 +224,10 @@ static mmrt_status next_load(const char *dir, const json_t *config,
                                    "image_newline");
     if (st == MMRT_OK && !(m->newline = malloc((size_t)Dt * sizeof *m->newline)))
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image_newline: out of memory");
+    if (st == MMRT_OK) /* commits every tensor loaded so far, image_newline included */
+        st = mmrt_llama_load(&m->lm, m->w, language, &lcfg, &m->opts, err);
     if (st == MMRT_OK)
         st = mmrt_dev_download(vision, &nl, m->newline, (uint64_t)Dt * sizeof(float), err);
-    if (st == MMRT_OK)
-        st = mmrt_llama_load(&m->lm, m->w, language, &lcfg, err);
     if (st == MMRT_OK)
         st = mmrt_llava_read_eos(dir, lcfg.eos_id, lcfg.vocab, m->eos, &m->n_eos, err);
     if (st != MMRT_OK)

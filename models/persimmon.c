@@ -145,7 +145,7 @@ mmrt_status mmrt_persimmon_config_parse(const json_t *cfg, const json_t *top, co
 
 mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w,
                                 struct mmrt_dev *dev, const struct mmrt_persimmon_config *cfg,
-                                struct mmrt_error *err)
+                                const struct mmrt_model_options *opts, struct mmrt_error *err)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -166,10 +166,9 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
     LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
     LOAD(m->final_w, 1, "language_model.final_layernorm.weight", D);
     LOAD(m->final_b, 1, "language_model.final_layernorm.bias", D);
-    if (mmrt_weights_find(w, "lm_head.weight") || !cfg->tie_word_embeddings)
+    const bool tied = !mmrt_weights_find(w, "lm_head.weight") && cfg->tie_word_embeddings;
+    if (!tied)
         LOAD(m->lm_head, 2, "lm_head.weight", V, D);
-    else
-        m->lm_head = m->embed;
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         struct mmrt_persimmon_layer *L = &m->layers[i];
 #define LAYER(dst, nd, suffix, ...)                                                            \
@@ -198,6 +197,17 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
 #undef LAYER
     }
 #undef LOAD
+    /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
+    st = mmrt_weights_commit(w, err);
+    if (st != MMRT_OK)
+        goto fail;
+    if (tied)
+        m->lm_head = m->embed;
+    st = mmrt_kv_pages_create(dev, cfg->n_layers, cfg->n_heads, cfg->head_dim,
+                              cfg->max_positions, opts ? opts->max_kv_tokens : 0,
+                              opts ? opts->kv_page_tokens : 0, &m->kv, err);
+    if (st != MMRT_OK)
+        goto fail;
     return MMRT_OK;
 fail:
     mmrt_persimmon_unload(m);
@@ -206,20 +216,21 @@ fail:
 
 void mmrt_persimmon_unload(struct mmrt_persimmon *m)
 {
+    mmrt_kv_pages_destroy(&m->kv);
     free(m->layers);
     m->layers = NULL;
 }
 
 void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_kv_cache *c)
 {
-    mmrt_kv_cache_free(m->dev, c);
+    (void)m;
+    mmrt_kv_cache_free(c);
 }
 
-mmrt_status mmrt_persimmon_cache_create(const struct mmrt_persimmon *m, int64_t n_ctx,
+mmrt_status mmrt_persimmon_cache_create(struct mmrt_persimmon *m, int64_t n_ctx,
                                         struct mmrt_kv_cache *out, struct mmrt_error *err)
 {
-    return mmrt_kv_cache_alloc(m->dev, m->cfg.n_layers, n_ctx, m->cfg.n_heads, m->cfg.head_dim,
-                               out, err);
+    return mmrt_kv_cache_alloc(&m->kv, n_ctx, out, err);
 }
 
 mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, int64_t n,
@@ -294,6 +305,8 @@ mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cach
             goto out;
     }
     TRY(mmrt_op_copy(dev, embeds, &h, err));
+    struct mmrt_kv_step ks;
+    TRY(mmrt_kv_cache_step(cache, S, &s, &ks, err));
     const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)c->n_rot,
                                            MMRT_ROPE_NEOX };
     const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
@@ -318,13 +331,8 @@ mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cach
         }
         TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
         TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
-        struct mmrt_tensor kc = mmrt_tensor_rows(&cache->k[l].t, n_past, S);
-        struct mmrt_tensor vc = mmrt_tensor_rows(&cache->v[l].t, n_past, S);
-        TRY(mmrt_op_copy(dev, &k, &kc, err));
-        TRY(mmrt_op_copy(dev, &v, &vc, err));
-        struct mmrt_tensor ka = mmrt_tensor_rows(&cache->k[l].t, 0, n_past + S);
-        struct mmrt_tensor va = mmrt_tensor_rows(&cache->v[l].t, 0, n_past + S);
-        TRY(mmrt_op_attention(dev, &q, &ka, &va, NULL, NULL, &ap, &att, err));
+        TRY(mmrt_kv_cache_attend(cache, l, &q, &k, &v, &ks.rows, &ks.cu_q, &ks.kv_len,
+                                 ap.scale, &att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->dense_w, &L->dense_b, &o, err));
         TRY(mmrt_op_add(dev, &h, &o, &h, err));
         TRY(mmrt_op_layernorm(dev, &h, &L->ln_post_w, &L->ln_post_b, eps, &x, err));

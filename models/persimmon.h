@@ -20,6 +20,7 @@
 
 #include "device.h"
 #include "kv_cache.h"
+#include "model.h"
 #include "weights.h"
 
 struct mmrt_persimmon_config {
@@ -55,17 +56,18 @@ struct mmrt_persimmon {
     struct mmrt_tensor final_w, final_b;     /* [hidden] */
     struct mmrt_tensor lm_head;              /* [vocab, hidden]; the embedding when tied */
     struct mmrt_persimmon_layer *layers;
+    struct mmrt_kv_pages kv;                 /* the paged K/V store */
 };
 
 /* Loads the decoder's weights (canonical names language_model.*, lm_head.weight) onto dev.
  * The weight blocks belong to w; mmrt_persimmon_unload frees only the layer table. */
 mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w,
                                 struct mmrt_dev *dev, const struct mmrt_persimmon_config *cfg,
-                                struct mmrt_error *err);
+                                const struct mmrt_model_options *opts, struct mmrt_error *err);
 void mmrt_persimmon_unload(struct mmrt_persimmon *m);
 
-/* Reserves a cache for n_ctx positions (MMRT_ERR_OUT_OF_POOL names the bytes). */
-mmrt_status mmrt_persimmon_cache_create(const struct mmrt_persimmon *m, int64_t n_ctx,
+/* Starts a sequence of up to n_ctx positions on the decoder's page store (kv_cache.h). */
+mmrt_status mmrt_persimmon_cache_create(struct mmrt_persimmon *m, int64_t n_ctx,
                                         struct mmrt_kv_cache *out,
                                         struct mmrt_error *err);
 /* Frees what create reserved; a zeroed cache is fine. */

@@ -59,10 +59,8 @@ static mmrt_status issue_step(void *decoder, const struct mmrt_decode_ctrl *ctrl
         }
         TRY(mmrt_op_rope(dev, &d->q, &ctrl->pos, &rope, &d->q, err));
         TRY(mmrt_op_rope(dev, &d->k, &ctrl->pos, &rope, &d->k, err));
-        TRY(mmrt_op_set_rows(dev, &d->k, &ctrl->slot, &cache->k[l].t, err));
-        TRY(mmrt_op_set_rows(dev, &d->v, &ctrl->slot, &cache->v[l].t, err));
-        TRY(mmrt_op_attention(dev, &d->q, &cache->k[l].t, &cache->v[l].t, &ctrl->cu_q,
-                              &ctrl->cu_k, &ap, &d->att, err));
+        TRY(mmrt_kv_cache_attend(cache, l, &d->q, &d->k, &d->v, &ctrl->slot, &ctrl->cu_q,
+                                 &ctrl->kv_len, ap.scale, &d->att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->dense_w, &L->dense_b, &d->o, err));
         TRY(mmrt_op_add(dev, &d->h, &d->o, &d->h, err));
         TRY(mmrt_op_layernorm(dev, &d->h, &L->ln_post_w, &L->ln_post_b, eps, &d->x, err));

@@ -258,7 +258,7 @@ static mmrt_status q_load(const char *dir, const json_t *config,
     if (st == MMRT_OK)
         st = mmrt_qwen2vl_vision_load(&m->vt, m->w, vision, &vc, err);
     if (st == MMRT_OK)
-        st = mmrt_llama_load(&m->lm, m->w, language, &lc, err);
+        st = mmrt_llama_load(&m->lm, m->w, language, &lc, &m->opts, err);
     if (st != MMRT_OK)
         goto fail;
     json_decref(empty);

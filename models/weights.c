@@ -1,8 +1,17 @@
 /*
- * models/weights.c — canonical names over a safetensors set, and uploads with shape checks.
+ * models/weights.c — canonical names over a safetensors set, and weights placed at their
+ * exact size.
  *
- * Index: an array of (canonical name, tensor) sorted by name, searched with bsearch. Loaded
- * blocks are kept in a growing array (device + pool block) and freed together.
+ * Index: an array of (canonical name, tensor) sorted by name, searched with bsearch.
+ *
+ * Loading is two steps, as llama.cpp's loader does it, because a weight region can only be
+ * sized once every tensor placed on its device is known: mmrt_weights_load checks a tensor
+ * and records where its descriptor goes; mmrt_weights_commit then places every recorded
+ * tensor per device — in place in the checkpoint's mapping where the plugin adopts host
+ * memory and the stored bytes are what the kernels read, otherwise packed (each tensor at the
+ * device's alignment) into arenas of exactly the bytes needed — uploads them and fills the
+ * descriptors. Arenas are split only where the device caps one allocation
+ * (max_arena_bytes). The set owns those arenas and returns them in mmrt_weights_close.
  */
 #include "weights.h"
 
@@ -11,14 +20,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 struct entry {
     char *name;
     const struct mmrt_st_tensor *t;
 };
 
-struct loaded {
+/* A loaded tensor waiting for mmrt_weights_commit. */
+struct pending {
     struct mmrt_dev *dev;
-    struct mmrt_dev_tensor t;
+    const struct mmrt_st_tensor *t;
+    struct mmrt_tensor *out;  /* the caller's descriptor, filled by commit */
+    enum mmrt_dtype dtype;    /* on the device: the stored dtype, or F32 when converting */
+    int n_dims;
+    int64_t ne[MMRT_MAX_DIMS];
+    uint64_t nbytes;          /* on the device */
+};
+
+/* A weight arena the set holds, with what it accounted on its device. */
+struct held {
+    struct mmrt_dev *dev;
+    void *arena;
+    uint64_t reserved;        /* arena bytes (0 when adopted) */
+    const void *host;         /* adopted: the mapping it names, so a shard is adopted once */
 };
 
 struct mmrt_weights {
@@ -26,8 +51,13 @@ struct mmrt_weights {
     struct mmrt_safetensors *st;
     struct entry *entries;
     size_t n_entries;
-    struct loaded *loaded;
-    size_t n_loaded, cap_loaded;
+    struct pending *pending;
+    size_t n_pending, cap_pending;
+    struct held *held;
+    size_t n_held, cap_held;
+    /* What commit placed, per tensor, so close can take it off the devices' counts. */
+    struct placed { struct mmrt_dev *dev; uint64_t nbytes; bool mapped; } *placed;
+    size_t n_placed, cap_placed;
 };
 
 static int starts(const char *s, const char *prefix)
@@ -74,9 +104,17 @@ void mmrt_weights_close(struct mmrt_weights *w)
 {
     if (!w)
         return;
-    for (size_t i = w->n_loaded; i-- > 0;)
-        mmrt_dev_tensor_free(w->loaded[i].dev, &w->loaded[i].t);
-    free(w->loaded);
+    for (size_t i = 0; i < w->n_placed; i++) {
+        struct mmrt_dev_weight_stats *ws = &w->placed[i].dev->weights;
+        ws->tensor_bytes -= w->placed[i].nbytes;
+        *(w->placed[i].mapped ? &ws->mapped_bytes : &ws->copied_bytes) -= w->placed[i].nbytes;
+        ws->n_tensors--;
+    }
+    for (size_t i = w->n_held; i-- > 0;)
+        mmrt_dev_weight_arena_free(w->held[i].dev, w->held[i].arena, w->held[i].reserved);
+    free(w->placed);
+    free(w->held);
+    free(w->pending);
     for (size_t i = 0; i < w->n_entries; i++)
         free(w->entries[i].name);
     free(w->entries);
@@ -156,8 +194,24 @@ static void shape_str(int n_dims, const int64_t *shape, char *buf, size_t size)
         snprintf(buf + used, size - used, "]");
 }
 
-/* Checks the checkpoint tensor `name` against ckpt_shape[ckpt_dims], then allocates the
- * device tensor as shape[n_dims] (the same element count) and uploads it. */
+/* Grows *arr (of *cap elements of size `size`) to hold at least n + 1. */
+static int reserve(void **arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 1;
+    size_t c = *cap ? *cap : 64;
+    while (c <= n)
+        c *= 2;
+    void *grown = realloc(*arr, c * size);
+    if (!grown)
+        return 0;
+    *arr = grown;
+    *cap = c;
+    return 1;
+}
+
+/* Checks the checkpoint tensor `name` against ckpt_shape[ckpt_dims] and records it for
+ * commit as a device tensor of shape[n_dims] (the same element count). */
 static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
                         const int64_t *ckpt_shape, int n_dims, const int64_t *shape,
                         bool to_f32, struct mmrt_tensor *out, struct mmrt_error *err,
@@ -178,18 +232,6 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: tensor '%s' has shape %s, config.json implies %s", t->file,
                               t->name, got, want);
-    if (w->n_loaded == w->cap_loaded) {
-        size_t cap = w->cap_loaded ? 2 * w->cap_loaded : 64;
-        struct loaded *grown = realloc(w->loaded, cap * sizeof *grown);
-        if (!grown)
-            return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
-        w->loaded = grown;
-        w->cap_loaded = cap;
-    }
-    struct loaded *l = &w->loaded[w->n_loaded];
-    enum mmrt_dtype dtype = to_f32 ? MMRT_DTYPE_F32 : (enum mmrt_dtype)t->dtype;
-    int64_t ne[MMRT_MAX_DIMS];
-    int nd = n_dims;
     if (n_dims > MMRT_MAX_DIMS)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: tensor '%s' has rank %d",
                               t->file, t->name, n_dims);
@@ -202,36 +244,185 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
                               "with %llu", t->file, t->name,
                               (unsigned long long)t->n_elements, n_dims,
                               (unsigned long long)n_view);
+    if (!reserve((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending))
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    struct pending *p = &w->pending[w->n_pending];
+    memset(p, 0, sizeof *p);
+    p->dev = dev;
+    p->t = t;
+    p->out = out;
+    p->dtype = to_f32 ? MMRT_DTYPE_F32 : (enum mmrt_dtype)t->dtype;
+    p->n_dims = n_dims;
     for (int i = 0; i < n_dims; i++)
-        ne[i] = shape[i];
-    if (nd == 0) { /* a scalar becomes a one-element vector */
-        ne[0] = 1;
-        nd = 1;
+        p->ne[i] = shape[i];
+    if (n_dims == 0) { /* a scalar becomes a one-element vector */
+        p->ne[0] = 1;
+        p->n_dims = 1;
     }
-    mmrt_status st = mmrt_dev_tensor_alloc(dev, dtype, nd, ne, &l->t, err);
-    if (st != MMRT_OK)
-        return mmrt_error_prefix(err, st, "loading '%s'", name);
-    if (to_f32 && t->dtype != MMRT_DTYPE_F32) {
-        float *tmp = malloc(t->n_elements ? t->n_elements * sizeof(float) : 1);
-        if (!tmp) {
-            mmrt_dev_tensor_free(dev, &l->t);
-            return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
-        }
-        st = mmrt_safetensors_read_f32(t, tmp, t->n_elements, err);
-        if (st == MMRT_OK)
-            st = mmrt_dev_upload(dev, &l->t.t, tmp, t->n_elements * sizeof(float), err);
-        free(tmp);
-    } else {
-        st = mmrt_dev_upload(dev, &l->t.t, t->data, t->nbytes, err);
-    }
-    if (st != MMRT_OK) {
-        mmrt_dev_tensor_free(dev, &l->t);
-        return st;
-    }
-    l->dev = dev;
-    w->n_loaded++;
-    *out = l->t.t;
+    p->nbytes = t->n_elements * mmrt_dtype_size(p->dtype);
+    /* The shape is known now; the storage (buffer NULL until commit) is not, so any use of
+     * the descriptor before commit is refused by the operator checks. */
+    mmrt_tensor_init(out, NULL, 0, p->dtype, p->n_dims, p->ne);
+    w->n_pending++;
     return MMRT_OK;
+}
+
+/* Adopted arena of the mapping `base` on dev, adopting it the first time. 0 with *arena NULL
+ * when the plugin declines (the caller copies). */
+static mmrt_status adopted_arena(struct mmrt_weights *w, struct mmrt_dev *dev, const void *base,
+                                 uint64_t size, void **arena, struct mmrt_error *err)
+{
+    *arena = NULL;
+    for (size_t i = 0; i < w->n_held; i++) {
+        if (w->held[i].dev == dev && w->held[i].host == base) {
+            *arena = w->held[i].arena;
+            return MMRT_OK;
+        }
+    }
+    if (!reserve((void **)&w->held, &w->cap_held, w->n_held, sizeof *w->held))
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    struct mmrt_error why = { 0 };
+    mmrt_status st = mmrt_dev_adopt_host(dev, base, size, arena, &why);
+    if (st == MMRT_ERR_UNSUPPORTED) {
+        mmrt_log(MMRT_LOG_INFO, "weights", "%s: copying the weights (%s)", dev->name, why.msg);
+        *arena = NULL;
+        return MMRT_OK;
+    }
+    if (st != MMRT_OK)
+        return mmrt_error_set(err, st, "%s: %s", w->path, why.msg);
+    w->held[w->n_held++] = (struct held){ dev, *arena, 0, base };
+    return MMRT_OK;
+}
+
+static mmrt_status upload_tensor(struct mmrt_weights *w, const struct pending *p,
+                                 const struct mmrt_tensor *dst, struct mmrt_error *err)
+{
+    if (p->dtype == (enum mmrt_dtype)p->t->dtype)
+        return mmrt_dev_upload(p->dev, dst, p->t->data, p->t->nbytes, err);
+    float *tmp = malloc(p->t->n_elements ? p->t->n_elements * sizeof(float) : 1);
+    if (!tmp)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    mmrt_status st = mmrt_safetensors_read_f32(p->t, tmp, p->t->n_elements, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_upload(p->dev, dst, tmp, p->nbytes, err);
+    free(tmp);
+    return st;
+}
+
+/* Storage only: the caller may have reshaped the descriptor since load (a view of the same
+ * contiguous bytes), and that stays. */
+static void bind(const struct pending *p, void *arena, uint64_t offset)
+{
+    p->out->buffer = arena;
+    p->out->offset = offset;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+    return a > 1 ? (x + a - 1) / a * a : x;
+}
+
+/* Places the pending tensors of one device: mapped where possible, the rest packed into
+ * exact-size arenas, then uploaded. `mapped[i]` says how pending i went. */
+static mmrt_status commit_device(struct mmrt_weights *w, struct mmrt_dev *dev, bool *mapped,
+                                 struct mmrt_error *err)
+{
+    mmrt_status st = MMRT_OK;
+    uint64_t align = dev->info.alignment ? dev->info.alignment : 1;
+    uint64_t cap = dev->info.max_arena_bytes ? dev->info.max_arena_bytes : UINT64_MAX;
+    /* Pass 1: what stays in the mapping. */
+    for (size_t i = 0; i < w->n_pending && st == MMRT_OK; i++) {
+        struct pending *p = &w->pending[i];
+        const void *base;
+        uint64_t size;
+        if (p->dev != dev || p->dtype != (enum mmrt_dtype)p->t->dtype || p->nbytes == 0 ||
+            p->t->file_offset % mmrt_dtype_size(p->dtype) != 0 || !mmrt_dev_can_adopt(dev) ||
+            !mmrt_safetensors_mapping(w->st, p->t, &base, &size))
+            continue;
+        void *arena;
+        st = adopted_arena(w, dev, base, size, &arena, err);
+        if (st != MMRT_OK || !arena)
+            continue;
+        bind(p, arena, p->t->file_offset);
+        mapped[i] = true;
+    }
+    /* Pass 2: the copies, in load order, packed into as few arenas as the device allows. */
+    size_t first = 0;
+    while (st == MMRT_OK) {
+        while (first < w->n_pending && (w->pending[first].dev != dev || mapped[first]))
+            first++;
+        if (first == w->n_pending)
+            break;
+        uint64_t used = 0;
+        size_t last = first;
+        for (size_t i = first; i < w->n_pending; i++) {
+            const struct pending *p = &w->pending[i];
+            if (p->dev != dev || mapped[i])
+                continue;
+            uint64_t at = align_up(used, align), need = p->nbytes ? p->nbytes : 1;
+            if (at + need > cap && used > 0)
+                break;
+            used = at + need;
+            last = i + 1;
+        }
+        if (!reserve((void **)&w->held, &w->cap_held, w->n_held, sizeof *w->held))
+            return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+        void *arena;
+        st = mmrt_dev_weight_arena_alloc(dev, used, &arena, err);
+        if (st != MMRT_OK)
+            return mmrt_error_prefix(err, st, "loading %s", w->path);
+        w->held[w->n_held++] = (struct held){ dev, arena, used, NULL };
+        uint64_t at = 0;
+        for (size_t i = first; i < last && st == MMRT_OK; i++) {
+            struct pending *p = &w->pending[i];
+            if (p->dev != dev || mapped[i])
+                continue;
+            at = align_up(at, align);
+            struct mmrt_tensor t;
+            mmrt_tensor_init(&t, arena, at, p->dtype, p->n_dims, p->ne);
+            st = upload_tensor(w, p, &t, err);
+            if (st != MMRT_OK)
+                return mmrt_error_prefix(err, st, "loading '%s'", p->t->name);
+            bind(p, arena, at);
+            at += p->nbytes ? p->nbytes : 1;
+        }
+        first = last;
+    }
+    return st;
+}
+
+mmrt_status mmrt_weights_commit(struct mmrt_weights *w, struct mmrt_error *err)
+{
+    if (w->n_pending == 0)
+        return MMRT_OK;
+    if (!reserve((void **)&w->placed, &w->cap_placed, w->n_placed + w->n_pending - 1,
+                 sizeof *w->placed))
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    bool *mapped = calloc(w->n_pending, sizeof *mapped);
+    if (!mapped)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    mmrt_status st = MMRT_OK;
+    for (size_t i = 0; i < w->n_pending && st == MMRT_OK; i++) {
+        struct mmrt_dev *dev = w->pending[i].dev;
+        size_t j = 0;
+        while (j < i && w->pending[j].dev != dev)
+            j++;
+        if (j == i) /* the first pending tensor of its device */
+            st = commit_device(w, dev, mapped, err);
+    }
+    if (st == MMRT_OK) {
+        for (size_t i = 0; i < w->n_pending; i++) {
+            const struct pending *p = &w->pending[i];
+            struct mmrt_dev_weight_stats *ws = &p->dev->weights;
+            ws->tensor_bytes += p->nbytes;
+            *(mapped[i] ? &ws->mapped_bytes : &ws->copied_bytes) += p->nbytes;
+            ws->n_tensors++;
+            w->placed[w->n_placed++] = (struct placed){ p->dev, p->nbytes, mapped[i] };
+        }
+        w->n_pending = 0;
+    }
+    free(mapped);
+    return st;
 }
 
 mmrt_status mmrt_weights_load(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,

@@ -13,8 +13,15 @@
  * layouts is ambiguous).
  *
  * Each load checks the tensor's shape against what config.json implies before any device
- * memory is used, and keeps the checkpoint dtype (F32, F16, BF16) on the device. The set
- * remembers every block it allocated, so a model frees all its weights with one call.
+ * memory is used, and keeps the checkpoint dtype (F32, F16, BF16) on the device. Loading is
+ * two steps: the mmrt_weights_load* calls check a tensor and fill the caller's descriptor's
+ * shape, and mmrt_weights_commit places every tensor loaded so far — in place in the
+ * checkpoint's read-only mapping where the device adopts host memory (zero copy), otherwise
+ * in exact-size weight arenas outside the pool — and fills in their storage (buffer and
+ * offset; a reshape of the descriptor made after load is kept). A descriptor
+ * is therefore usable only after commit, and must stay where it is until then (commit writes
+ * through the pointer given to load): copy it (a tied LM head) only after commit. The set owns
+ * every weight arena, so a model frees all its weights with one call.
  */
 #ifndef MMRT_MODELS_WEIGHTS_H
 #define MMRT_MODELS_WEIGHTS_H
@@ -31,7 +38,8 @@ struct mmrt_weights;
  * `bare_model_is_lm`: map a bare `model.X` to `language_model.X` (Qwen2-VL). */
 mmrt_status mmrt_weights_open(const char *dir, bool bare_model_is_lm,
                               struct mmrt_weights **out, struct mmrt_error *err);
-/* Frees every device tensor loaded through w, then closes the checkpoint. NULL ok. */
+/* Frees every weight arena of w (and takes its tensors off the devices' counts), then
+ * closes the checkpoint. NULL ok. */
 void mmrt_weights_close(struct mmrt_weights *w);
 
 /* The checkpoint tensor with this canonical name, or NULL. */
@@ -44,6 +52,11 @@ mmrt_status mmrt_weights_load(struct mmrt_weights *w, struct mmrt_dev *dev, int 
                               const int64_t *shape, struct mmrt_tensor *out,
                               struct mmrt_error *err, const char *name, ...)
     __attribute__((format(printf, 7, 8)));
+
+/* Places and uploads every tensor loaded since the last commit, then fills their
+ * descriptors (see the top of this file). Device memory that cannot be had is
+ * MMRT_ERR_OUT_OF_POOL naming the device and the bytes. */
+mmrt_status mmrt_weights_commit(struct mmrt_weights *w, struct mmrt_error *err);
 
 /* Same, converting to F32 on the way (for small vectors some ops need in F32). */
 mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,

@@ -372,6 +372,26 @@ static void test_model_image_budget(void **state)
     mmrt_conf_destroy(c);
 }
 
+/* [model] max_kv_tokens and kv_page_tokens: values, lines, defaults. */
+static void test_model_kv_keys(void **state)
+{
+    (void)state;
+    const char *text = "[model]\npath = m\nmax_kv_tokens = 8192\nkv_page_tokens = 32\n"
+                       "[device.d]\nplugin = cpu\n";
+    struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->max_kv_tokens, 8192);
+    assert_int_equal(c->max_kv_tokens_line, 3);
+    assert_int_equal(c->kv_page_tokens, 32);
+    assert_int_equal(c->kv_page_tokens_line, 4);
+    mmrt_conf_destroy(c);
+    text = "[model]\npath = m\nkv_page_tokens = 1\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->kv_page_tokens, 1);
+    assert_int_equal(c->max_kv_tokens, 0);
+    assert_int_equal(c->max_kv_tokens_line, 0);
+    mmrt_conf_destroy(c);
+}
+
 struct error_case {
     const char *text;
     mmrt_status status;
@@ -475,6 +495,14 @@ static const struct error_case ERRORS[] = {
     {M("max_image_tokens ="), MMRT_ERR_CONFIG, "t.ini:3: [model] max_image_tokens: empty value"},
     {M("max_image_tokens = 1\nmax_image_tokens = 2"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'max_image_tokens' (first on line 3)"},
+    {M("kv_page_tokens = 12"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] kv_page_tokens = 12: must be a power of two"},
+    {M("kv_page_tokens = 0"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] kv_page_tokens = '0': outside [1, 4096]"},
+    {M("kv_page_tokens = 8192"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] kv_page_tokens = '8192': outside [1, 4096]"},
+    {M("max_kv_tokens = -1"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] max_kv_tokens = '-1': outside [0, 2147483647]"},
     {M("oversize_images = shrink"), MMRT_ERR_CONFIG,
      "t.ini:3: [model] oversize_images = 'shrink': expected 'refuse' or 'downscale'"},
     {M("oversize_images = Downscale"), MMRT_ERR_CONFIG,
@@ -882,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_good_file),
         cmocka_unit_test(test_defaults_and_paths),
         cmocka_unit_test(test_model_image_budget),
+        cmocka_unit_test(test_model_kv_keys),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_quotes_and_comments),
         cmocka_unit_test(test_long_lines),

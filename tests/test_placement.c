@@ -63,11 +63,12 @@ static bool collect(void *user, int32_t id, const char *text)
     return true;
 }
 
-static uint64_t in_use(struct mmrt_runtime *rt, int dev)
+static uint64_t weight_bytes(struct mmrt_runtime *rt, int dev)
 {
-    struct mmrt_pool_report pr;
-    assert_int_equal(mmrt_device_pool_stats(rt, dev, &pr), MMRT_OK);
-    return pr.bytes_in_use;
+    struct mmrt_memory_report mr = { .struct_size = sizeof mr };
+    assert_int_equal(mmrt_device_memory(rt, dev, &mr), MMRT_OK);
+    assert_int_equal(mr.weight_bytes, mr.weight_mapped_bytes + mr.weight_copied_bytes);
+    return mr.weight_bytes;
 }
 
 static void check_placement(const char *vp, const char *lp)
@@ -94,14 +95,14 @@ static void check_placement(const char *vp, const char *lp)
     assert_true(rep.features_max_rel <= rep.tolerance && rep.logits_max_rel <= rep.tolerance);
 
     /* Weights live only on their stage's device: together they are exactly what one device
-     * holds when it runs both stages (same block sizes on both pools). */
-    uint64_t v = in_use(rt, 0), l = in_use(rt, 1);
+     * holds when it runs both stages. */
+    uint64_t v = weight_bytes(rt, 0), l = weight_bytes(rt, 1);
     struct mmrt_runtime *one = NULL;
     struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
     struct mmrt_config cfg = { .model_path = model, .devices = &dev, .n_devices = 1 };
     char err[2048];
     assert_int_equal(mmrt_create(&cfg, &one, err, sizeof err), MMRT_OK);
-    uint64_t both = in_use(one, 0);
+    uint64_t both = weight_bytes(one, 0);
     print_message("weights: vision device %llu B, language device %llu B, one device %llu B\n",
                   (unsigned long long)v, (unsigned long long)l, (unsigned long long)both);
     assert_true(v > 0 && l > 0);

@@ -128,7 +128,7 @@ static void test_plugin_refused(void **state)
 {
     (void)state;
     expect_error("[device.a]\npool_mb = 1\nplugin = badmajor\n", MMRT_ERR_PLUGIN, 3,
-                 "plugin ABI 2.0, this mmrt speaks ABI 1.1 (the major versions must match)");
+                 "plugin ABI 2.0, this mmrt speaks ABI 1.2 (the major versions must match)");
     expect_error("[device.a]\nplugin = nosuchplugin\n", MMRT_ERR_NOT_FOUND, 2,
                  "libmmrt_nosuchplugin.so not found");
     expect_error("[device.a]\nplugin = nullmember\n", MMRT_ERR_PLUGIN, 2,
@@ -144,6 +144,9 @@ static void test_device_problems(void **state)
                  "index 7 out of range, plugin stub has 2 devices");
     expect_error("[device.a]\nplugin = stub\nfail = 1\n", MMRT_ERR_CONFIG, 1,
                  "option fail = 1: refused as asked");
+    /* A pool beyond the device's memory is refused at start with both figures. */
+    expect_error("[device.a]\nplugin = stub\npool_mb = 16777216\n", MMRT_ERR_CONFIG, 3,
+                 "pool_mb 16777216 is more than the 64 MiB of memory Stub device 0 has");
 }
 
 static void test_conf_errors_pass_through(void **state)
@@ -244,7 +247,7 @@ static void test_list_devices(void **state)
     assert_non_null(strstr(l.text, "stub n=2 skip=- err=-\n  stub:0 Stub device 0\n"
                                    "  stub:1 Stub device 1\n"));
     assert_non_null(strstr(l.text, "nodevice n=0 skip=no stub device (test variant) err=-"));
-    assert_non_null(strstr(l.text, "plugin ABI 2.0, this mmrt speaks ABI 1.1"));
+    assert_non_null(strstr(l.text, "plugin ABI 2.0, this mmrt speaks ABI 1.2"));
     assert_non_null(strstr(l.text, "noentry n=0 skip=- err="));
 }
 

@@ -140,21 +140,31 @@ static bool on_token(void *user, int32_t id, const char *text)
     return true;
 }
 
-/* The per-device pool figures: where the weights and activations of each stage live. */
+/* The per-device memory figures: the weights of the stages placed there (mapped in place or
+ * copied) and the working pool. */
 static json_t *devices_json(struct mmrt_runtime *rt)
 {
     json_t *devs = json_object();
     for (int i = 0; devs && i < mmrt_device_count(rt); i++) {
         struct mmrt_device_desc d;
-        struct mmrt_pool_report pr;
+        struct mmrt_memory_report mr = { .struct_size = sizeof mr };
         if (mmrt_device_describe(rt, i, &d) != MMRT_OK ||
-            mmrt_device_pool_stats(rt, i, &pr) != MMRT_OK)
+            mmrt_device_memory(rt, i, &mr) != MMRT_OK)
             continue;
-        json_object_set_new(devs, d.name,
-                            json_pack("{s:s, s:I, s:I, s:I}", "plugin", d.plugin, "pool_bytes",
-                                      (json_int_t)pr.capacity_bytes, "peak_bytes",
-                                      (json_int_t)pr.peak_bytes_in_use, "in_use_bytes",
-                                      (json_int_t)pr.bytes_in_use));
+        json_object_set_new(
+            devs, d.name,
+            json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}",
+                      "plugin", d.plugin,
+                      "weight_bytes", (json_int_t)mr.weight_bytes, "weight_mapped_bytes",
+                      (json_int_t)mr.weight_mapped_bytes, "weight_copied_bytes",
+                      (json_int_t)mr.weight_copied_bytes, "weight_reserved_bytes",
+                      (json_int_t)mr.weight_reserved_bytes, "pool_bytes",
+                      (json_int_t)mr.pool_capacity_bytes, "peak_bytes",
+                      (json_int_t)mr.pool_peak_bytes, "in_use_bytes",
+                      (json_int_t)mr.pool_bytes_in_use, "fragmentation",
+                      mr.pool_fragmentation, "kv_page_tokens", (json_int_t)mr.kv_page_tokens,
+                      "kv_pages_total", (json_int_t)mr.kv_pages_total, "kv_pages_used",
+                      (json_int_t)mr.kv_pages_used, "kv_bytes", (json_int_t)mr.kv_bytes));
     }
     return devs;
 }

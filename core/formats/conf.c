@@ -529,6 +529,19 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
     } else if (strcmp(key, "max_image_tokens") == 0) {
         if (set_int(p, key, v, n, 0, MMRT_CONF_MAX_IMAGE_TOKENS, &x, &c->max_image_tokens_line))
             c->max_image_tokens = (int64_t)x;
+    } else if (strcmp(key, "max_kv_tokens") == 0) {
+        if (set_int(p, key, v, n, 0, MMRT_CONF_MAX_KV_TOKENS, &x, &c->max_kv_tokens_line))
+            c->max_kv_tokens = (int64_t)x;
+    } else if (strcmp(key, "kv_page_tokens") == 0) {
+        if (!set_int(p, key, v, n, 1, MMRT_CONF_MAX_KV_PAGE_TOKENS, &x, &c->kv_page_tokens_line))
+            return;
+        /* Pages are addressed by shifts in the kernels' index arithmetic on some devices and
+         * a power of two keeps every page a whole number of cache lines. */
+        if ((x & (x - 1)) != 0)
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = %lld: must be a power of two",
+                 p->section, key, x);
+        else
+            c->kv_page_tokens = (int64_t)x;
     } else if (strcmp(key, "oversize_images") == 0) {
         if (!once(p, key, n, &c->oversize_images_line))
             return;

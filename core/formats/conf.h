@@ -10,6 +10,9 @@
  *                              ; model's context): image tokens per request, all images
  *     oversize_images = refuse ; optional, refuse | downscale, default refuse: what happens
  *                              ; to images over that budget (docs/CONFIG.md)
+ *     max_kv_tokens = 8192     ; optional, 0..2147483647, default 0 (= the model's context,
+ *                              ; at most half the pool): positions of the paged KV cache
+ *     kv_page_tokens = 16      ; optional, a power of two 1..4096, default 16
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -103,6 +106,8 @@
 #define MMRT_CONF_DEFAULT_MAX_TOKENS 64
 #define MMRT_CONF_DEFAULT_TOP_P 1.0
 #define MMRT_CONF_MAX_IMAGE_TOKENS 2147483647 /* largest max_image_tokens */
+#define MMRT_CONF_MAX_KV_TOKENS 2147483647    /* largest max_kv_tokens */
+#define MMRT_CONF_MAX_KV_PAGE_TOKENS 4096     /* largest kv_page_tokens (models/kv_cache.h) */
 
 /* In every struct below a `*_line` member is the 1-based line of that key or header in the
  * file, and 0 when the key or section was absent (the value is then its default). */
@@ -165,6 +170,10 @@ struct mmrt_conf {
     int max_image_tokens_line;
     enum mmrt_oversize_images oversize_images; /* [model] oversize_images */
     int oversize_images_line;
+    int64_t max_kv_tokens;    /* [model] max_kv_tokens, 0 = default */
+    int max_kv_tokens_line;
+    int64_t kv_page_tokens;   /* [model] kv_page_tokens, 0 = default; a power of two */
+    int kv_page_tokens_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;

@@ -1002,3 +1002,20 @@ mmrt_status mmrt_safetensors_read_f32(const struct mmrt_st_tensor *t, float *dst
                               "F16 or BF16", t->file, quote(q, t->name), (int)t->dtype);
     }
 }
+
+int mmrt_safetensors_mapping(const struct mmrt_safetensors *st, const struct mmrt_st_tensor *t,
+                             const void **base, uint64_t *size)
+{
+    if (!st || !t)
+        return 0;
+    /* tensors of one shard share its path pointer (see struct mmrt_st_tensor.file) */
+    for (size_t i = 0; i < st->n_shards; i++) {
+        const struct st_shard *sh = &st->shards[i];
+        if (sh->path == t->file && sh->map) {
+            *base = sh->map;
+            *size = sh->map_len;
+            return 1;
+        }
+    }
+    return 0;
+}

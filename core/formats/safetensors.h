@@ -165,6 +165,15 @@ const struct mmrt_st_tensor *mmrt_safetensors_find(const struct mmrt_safetensors
                                                    const char *name);
 
 /*
+ * The read-only mapping of the whole file that holds tensor t (a tensor of this set): *base
+ * is page-aligned and t->data == *base + t->file_offset. For zero-copy weights (the mapping
+ * lives until mmrt_safetensors_close). Returns 0 and leaves the outputs untouched when t's
+ * bytes are not in a mapping of the set (a set over caller memory, or an empty file).
+ */
+int mmrt_safetensors_mapping(const struct mmrt_safetensors *st, const struct mmrt_st_tensor *t,
+                             const void **base, uint64_t *size);
+
+/*
  * Converts tensor t to n float32 values in dst (host memory, any alignment of float).
  * n must equal t->n_elements (MMRT_ERR_INVALID_ARG otherwise, naming both). F16 and BF16
  * are widened exactly — subnormals, ±0, ±inf and NaN payloads included; F32 is copied.

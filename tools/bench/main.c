@@ -252,21 +252,14 @@ static void free_placement(struct placement *p)
     mmrt_conf_destroy(p->conf);
 }
 
-/* Pool a stage needs: each of its weights rounded up to the buddy pool's power-of-two blocks
- * (vectors counted as F32: models may convert them for ops that take F32), plus one
- * request's activations with the same rounding (attention scores counted as if materialized),
- * plus headroom. Virtual memory only: the CPU plugin's arenas are touched as they are used. */
-static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers,
-                              const struct bench_tensor *ts, int n_ts, int w_bytes,
-                              int64_t image_size, int64_t ctx, bool vision, bool language)
+/* Pool a stage needs: one request's activations rounded up to the buddy pool's power-of-two
+ * blocks (attention scores counted as if materialized), plus headroom. The weights live
+ * outside the pool (mapped or in exact-size weight arenas). Virtual memory only: the CPU
+ * plugin's arenas are touched as they are used. */
+static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers, int64_t image_size,
+                              int64_t ctx, bool vision, bool language)
 {
     uint64_t b = 64ull << 20;
-    for (int i = 0; i < n_ts; i++) {
-        if (ts[i].vision ? !vision : !language)
-            continue;
-        uint64_t eb = ts[i].n_dims == 1 ? 4 : (uint64_t)w_bytes;
-        b += pow2_ceil((uint64_t)bench_tensor_numel(&ts[i]) * eb);
-    }
     if (vision) {
         struct bench_image_plan ip;
         bench_image_plan(s, image_size, &ip);
@@ -506,8 +499,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < pl.n_dev; i++) {
         if (pl.pool_given[i])
             continue;
-        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, tensors, n_tensors, w_bytes,
-                                          o.image_size, ctx, pl.vision == i, pl.language == i);
+        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, o.image_size, ctx, pl.vision == i,
+                                          pl.language == i);
     }
 
     if (o.dry_run) {
@@ -615,15 +608,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < pl.n_dev; i++) {
         if (strcmp(pl.dev[i].plugin, "cpu") == 0)
             host_weights += dev_weights[i];
-        if (pl.pool_given[i] && dev_weights[i] > (uint64_t)pl.dev[i].pool_mb << 20) {
-            fprintf(stderr, "mmrt-bench: device %s: pool_mb %llu is smaller than the %.0f MiB "
-                    "of weights of the stages placed on it (shape %s, %s); raise pool_mb or "
-                    "cut the shape with --layers\n", pl.dev[i].name,
-                    (unsigned long long)pl.dev[i].pool_mb, (double)dev_weights[i] / 1048576,
-                    s->name, dt_names[o.dtype]);
-            rc = EXIT_USAGE;
-            goto out;
-        }
     }
     uint64_t avail = mem_available();
     if (avail && host_weights + host_weights / 16 + (256ull << 20) > avail) {
@@ -680,6 +664,9 @@ int main(int argc, char **argv)
     struct mmrt_config cfg = {
         .model_path = ckpt, .devices = pl.dev, .n_devices = pl.n_dev,
         .vision_device = pl.dev[pl.vision].name, .language_device = pl.dev[pl.language].name,
+        /* One request's context (the language stage runs one sequence at a time, and the
+         * pool estimate counts one), not the model's whole context. */
+        .max_kv_tokens = ctx,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -695,12 +682,6 @@ int main(int argc, char **argv)
         goto out;
     }
     t_load = now_ms() - t_load;
-    uint64_t weights_bytes[MAX_DEVS] = { 0 };
-    for (int i = 0; i < mmrt_device_count(rt) && i < MAX_DEVS; i++) {
-        struct mmrt_pool_report pr;
-        if (mmrt_device_pool_stats(rt, i, &pr) == MMRT_OK)
-            weights_bytes[i] = pr.bytes_in_use;
-    }
 
     /* Warm-up, then the measured rounds. */
     for (int i = 0; i < o.warmup; i++) {
@@ -810,22 +791,28 @@ int main(int argc, char **argv)
     json_t *devs = json_array();
     for (int i = 0; i < mmrt_device_count(rt) && i < MAX_DEVS; i++) {
         struct mmrt_device_desc d;
-        struct mmrt_pool_report pr;
+        struct mmrt_memory_report mr = { .struct_size = sizeof mr };
         if (mmrt_device_describe(rt, i, &d) != MMRT_OK ||
-            mmrt_device_pool_stats(rt, i, &pr) != MMRT_OK)
+            mmrt_device_memory(rt, i, &mr) != MMRT_OK)
             continue;
         char stages[32] = "";
         snprintf(stages, sizeof stages, "%s%s%s", pl.vision == i ? "vision" : "",
                  pl.vision == i && pl.language == i ? "," : "",
                  pl.language == i ? "language" : "");
         json_array_append_new(
-            devs, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I}", "name", d.name, "plugin",
-                            d.plugin, "device_name", d.device_name, "stages", stages,
-                            "pool_capacity_bytes", (json_int_t)pr.capacity_bytes,
-                            "pool_weights_bytes", (json_int_t)weights_bytes[i],
-                            "pool_peak_bytes", (json_int_t)pr.peak_bytes_in_use,
-                            "pool_peak_activation_bytes",
-                            (json_int_t)(pr.peak_bytes_in_use - weights_bytes[i])));
+            devs, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I}",
+                            "name", d.name,
+                            "plugin", d.plugin, "device_name", d.device_name, "stages", stages,
+                            "weight_bytes", (json_int_t)mr.weight_bytes,
+                            "weight_mapped_bytes", (json_int_t)mr.weight_mapped_bytes,
+                            "weight_copied_bytes", (json_int_t)mr.weight_copied_bytes,
+                            "weight_reserved_bytes", (json_int_t)mr.weight_reserved_bytes,
+                            "pool_capacity_bytes", (json_int_t)mr.pool_capacity_bytes,
+                            "pool_peak_bytes", (json_int_t)mr.pool_peak_bytes,
+                            "pool_fragmentation", mr.pool_fragmentation,
+                            "kv_page_tokens", (json_int_t)mr.kv_page_tokens,
+                            "kv_pages_total", (json_int_t)mr.kv_pages_total,
+                            "kv_bytes", (json_int_t)mr.kv_bytes));
     }
 
     json_t *rec = json_pack(
@@ -925,16 +912,16 @@ int main(int argc, char **argv)
         size_t nd = json_array_size(devs);
         for (size_t i = 0; i < nd; i++) {
             json_t *d = json_array_get(devs, i);
-            printf("pool %s (%s; %s): capacity %.0f MiB, weights %.1f MiB, peak %.1f MiB "
-                   "(activations %.1f MiB)\n",
+#define MIB_OF(key) ((double)json_integer_value(json_object_get(d, key)) / 1048576)
+            printf("device %s (%s; %s): weights %.1f MiB (%.1f mapped, %.1f copied into %.1f "
+                   "reserved); pool %.0f MiB, peak %.1f MiB, KV %.1f MiB\n",
                    json_string_value(json_object_get(d, "name")),
                    json_string_value(json_object_get(d, "device_name")),
-                   json_string_value(json_object_get(d, "stages")),
-                   (double)json_integer_value(json_object_get(d, "pool_capacity_bytes")) / 1048576,
-                   (double)json_integer_value(json_object_get(d, "pool_weights_bytes")) / 1048576,
-                   (double)json_integer_value(json_object_get(d, "pool_peak_bytes")) / 1048576,
-                   (double)json_integer_value(json_object_get(d, "pool_peak_activation_bytes")) /
-                       1048576);
+                   json_string_value(json_object_get(d, "stages")), MIB_OF("weight_bytes"),
+                   MIB_OF("weight_mapped_bytes"), MIB_OF("weight_copied_bytes"),
+                   MIB_OF("weight_reserved_bytes"), MIB_OF("pool_capacity_bytes"),
+                   MIB_OF("pool_peak_bytes"), MIB_OF("kv_bytes"));
+#undef MIB_OF
         }
     }
     json_decref(rec);

@@ -80,6 +80,13 @@ struct mmrt_config {
     /* Images over the budget: refused (the default) or downscaled. INI: [model]
      * oversize_images = refuse | downscale. */
     enum mmrt_oversize_images oversize_images;
+    /* Positions the paged KV cache of the language device holds, all sequences together,
+     * reserved from its pool at load; 0 (the default) = the model's context, at most half the
+     * pool. A request whose prompt and max_tokens need more fails with MMRT_ERR_LIMIT.
+     * INI: [model] max_kv_tokens. */
+    int64_t max_kv_tokens;
+    /* Positions per KV page, a power of two up to 4096; 0 = 16. INI: [model] kv_page_tokens. */
+    int64_t kv_page_tokens;
 };
 
 struct mmrt_runtime;
@@ -138,6 +145,33 @@ struct mmrt_pool_report {
 
 MMRT_API mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i,
                                             struct mmrt_pool_report *out);
+
+/* Everything one device holds for this runtime (DESIGN.md "Memory"): the weights, outside
+ * the pool, and the working pool. Extensible the way plugin.h's structs are: the caller sets
+ * struct_size = sizeof(struct mmrt_memory_report) and the runtime fills only that many bytes,
+ * so members appended later read as 0 for an older caller and are never written past its
+ * struct. */
+struct mmrt_memory_report {
+    uint32_t struct_size;          /* set by the caller */
+    uint32_t reserved0;
+    uint64_t weight_bytes;         /* bytes of the weight tensors placed on the device */
+    uint64_t weight_mapped_bytes;  /* of those, used in place from the checkpoint's read-only
+                                      mapping (zero copy; the page cache holds them once) */
+    uint64_t weight_copied_bytes;  /* of those, copied into device weight arenas */
+    uint64_t weight_reserved_bytes;/* device memory the weight arenas hold (copies + padding) */
+    uint64_t weight_tensors;       /* tensors placed */
+    uint64_t pool_capacity_bytes;  /* the working pool reserved on the device */
+    uint64_t pool_bytes_in_use;
+    uint64_t pool_peak_bytes;      /* high-water mark since creation */
+    double pool_fragmentation;     /* 1 − largest free block / free bytes */
+    uint64_t kv_page_tokens;       /* positions per KV page; 0 when no decoder runs here */
+    uint64_t kv_pages_total;       /* pages of the paged KV cache (reserved in the pool) */
+    uint64_t kv_pages_used;        /* held by running requests */
+    uint64_t kv_bytes;             /* the KV store's bytes, all layers, keys and values */
+};
+
+MMRT_API mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i,
+                                        struct mmrt_memory_report *out);
 
 /* What mmrt_list_devices() reports for each plugin file found in the search path. */
 struct mmrt_plugin_report {
