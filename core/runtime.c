@@ -151,9 +151,6 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->oversize_images_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
-    struct mmrt_runtime *rt = calloc(1, sizeof *rt);
-    if (!rt)
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
     if (cfg->max_kv_tokens < 0) {
         snprintf(what, sizeof what, "[model] max_kv_tokens %lld must be at least 0 (0 = the "
                  "default)", (long long)cfg->max_kv_tokens);
@@ -167,6 +164,9 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->kv_page_tokens_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
+    struct mmrt_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
     rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
