@@ -436,6 +436,12 @@ mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memor
         .kv_pages_total = dev->kv.pages_total,
         .kv_pages_used = dev->kv.pages_used,
         .kv_bytes = dev->kv.bytes,
+        .pool_bytes_held = ps.bytes_held,
+        .pool_peak_bytes_held = ps.peak_bytes_held,
+        .level1_hits = ps.level1_hits,
+        .level1_misses = ps.level1_misses,
+        .level1_bytes = ps.level1_bytes,
+        .level1_free_bytes = ps.level1_free_bytes,
     };
     memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
     return MMRT_OK;

@@ -1,17 +1,21 @@
 /*
- * tests/test_pool.c — the buddy pool (core/pool.c).
+ * tests/test_pool.c — the two-level pool (core/pool.c).
  *
  * Arenas come from a fake arena_ops whose handles are unmapped addresses, so any
- * dereference by the pool would crash the test. The random test replays long alloc/free
- * sequences against a shadow model (per-unit occupancy of every arena) and compares every
- * statistic after every step. The allocation-failure sweep fails the n-th host allocation
- * (malloc/calloc/realloc are --wrap'ed, see tests/CMakeLists.txt) for n = 1, 2, … until a
- * run completes without an injected failure.
+ * dereference by the pool would crash the test. The level-2 tests run with level 1 off, so
+ * that they can assert the buddy's exact placements; the level-1 tests then cover what
+ * level 1 adds on top. The random tests replay long alloc/free sequences against a shadow
+ * model (per-unit occupancy of every arena) and compare the statistics after every step.
+ * The allocation-failure sweeps fail the n-th host allocation (malloc/calloc/realloc are
+ * --wrap'ed, see tests/CMakeLists.txt) for n = 1, 2, … until a run completes without an
+ * injected failure. The mixed workload prints what level 1 saves on a synthetic request
+ * stream.
  *
  * White box: pool.c is compiled into this test (instead of being taken from the static
  * library; the archive member is then never pulled in, since every symbol is defined here)
  * so that test_check_detects_corruption can break the private metadata on purpose and prove
- * that mmrt_pool_check notices. Everything else uses only the public API of pool.h.
+ * that mmrt_pool_check notices, and so that the random test can flush level 1 to confirm
+ * the largest free block it reported. Everything else uses only the public API of pool.h.
  */
 #include "pool.c"
 
@@ -125,6 +129,7 @@ struct fake_dev {
     bool fail_silent; /* fail without writing a message */
     int null_at;   /* alloc call that returns OK with a NULL handle */
     int dup_at;    /* alloc call that returns the previous handle again */
+    int salt;      /* permutes the handle values (so their order differs between devices) */
     int n_arenas;  /* records below */
     void *handle[FAKE_MAX];
     uint64_t size[FAKE_MAX];
@@ -134,9 +139,15 @@ struct fake_dev {
 };
 
 /* Distinct, unmapped, in no particular order (so sorting by handle is exercised). */
+static void *fake_handle_salted(int i, int salt)
+{
+    return (void *)(uintptr_t)(UINT64_C(0x7ead00000000) +
+                               (uint64_t)((i * 37 + salt * 11) % FAKE_MAX) * 0x10000);
+}
+
 static void *fake_handle(int i)
 {
-    return (void *)(uintptr_t)(UINT64_C(0x7ead00000000) + (uint64_t)((i * 37) % FAKE_MAX) * 0x10000);
+    return fake_handle_salted(i, 0);
 }
 
 static mmrt_status fake_alloc(void *user, uint64_t nbytes, void **arena, struct mmrt_error *err)
@@ -156,7 +167,8 @@ static mmrt_status fake_alloc(void *user, uint64_t nbytes, void **arena, struct 
     if (d->n_arenas == FAKE_MAX)
         return mmrt_error_set(err, MMRT_ERR_LIMIT, "fake device: too many arenas");
     int i = d->n_arenas++;
-    d->handle[i] = (d->n_calls == d->dup_at && i > 0) ? d->handle[i - 1] : fake_handle(i);
+    d->handle[i] = (d->n_calls == d->dup_at && i > 0) ? d->handle[i - 1]
+                                                      : fake_handle_salted(i, d->salt);
     d->size[i] = nbytes;
     d->live[i] = true;
     d->n_live++;
@@ -190,10 +202,10 @@ static int fake_index(const struct fake_dev *d, const void *handle)
     return -1;
 }
 
-static struct mmrt_pool *pool_new(struct fake_dev *d, uint64_t capacity, uint64_t max_arena,
-                                  uint64_t min_block)
+static struct mmrt_pool *pool_make(struct fake_dev *d, uint64_t capacity, uint64_t max_arena,
+                                   uint64_t min_block, enum mmrt_pool_level1 level1)
 {
-    struct mmrt_pool_config cfg = {capacity, max_arena, min_block};
+    struct mmrt_pool_config cfg = {capacity, max_arena, min_block, level1};
     struct mmrt_pool_arena_ops ops = fake_ops(d);
     struct mmrt_pool *pool = NULL;
     struct mmrt_error err = {MMRT_OK, ""};
@@ -202,6 +214,20 @@ static struct mmrt_pool *pool_new(struct fake_dev *d, uint64_t capacity, uint64_
         fail_msg("create: %s: %s", mmrt_status_name(st), err.msg);
     assert_non_null(pool);
     return pool;
+}
+
+/* Level 2 alone: the buddy's placements can be asserted exactly. */
+static struct mmrt_pool *pool_new(struct fake_dev *d, uint64_t capacity, uint64_t max_arena,
+                                  uint64_t min_block)
+{
+    return pool_make(d, capacity, max_arena, min_block, MMRT_POOL_LEVEL1_OFF);
+}
+
+/* Both levels, as a zero-initialised config gives them. */
+static struct mmrt_pool *pool_new_l1(struct fake_dev *d, uint64_t capacity, uint64_t max_arena,
+                                     uint64_t min_block)
+{
+    return pool_make(d, capacity, max_arena, min_block, MMRT_POOL_LEVEL1_DEFAULT);
 }
 
 static struct mmrt_pool_block must_alloc(struct mmrt_pool *pool, uint64_t nbytes)
@@ -238,7 +264,7 @@ static void test_create_validation(void **state)
     struct mmrt_pool_arena_ops ops = fake_ops(&d);
     struct mmrt_pool *sentinel = (struct mmrt_pool *)(uintptr_t)0x1234, *pool = sentinel;
     struct mmrt_error err;
-    struct mmrt_pool_config cfg = {MB, 0, 0};
+    struct mmrt_pool_config cfg = {MB, 0, 0, MMRT_POOL_LEVEL1_DEFAULT};
 
     assert_int_equal(mmrt_pool_create(NULL, &ops, &pool, &err), MMRT_ERR_INVALID_ARG);
     assert_int_equal(mmrt_pool_create(&cfg, NULL, &pool, &err), MMRT_ERR_INVALID_ARG);
@@ -247,34 +273,48 @@ static void test_create_validation(void **state)
     assert_int_equal(mmrt_pool_create(&cfg, &no_free, &pool, &err), MMRT_ERR_INVALID_ARG);
     assert_contains(err.msg, "callback");
 
-    cfg = (struct mmrt_pool_config){MB, 0, 100};
+    cfg = (struct mmrt_pool_config){MB, 0, 100, MMRT_POOL_LEVEL1_DEFAULT};
     assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_CONFIG);
     assert_contains(err.msg, "min_block_bytes 100 is not a power of two");
-    cfg = (struct mmrt_pool_config){MB, 0, 32};
+    cfg = (struct mmrt_pool_config){MB, 0, 32, MMRT_POOL_LEVEL1_DEFAULT};
     assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_CONFIG);
     assert_contains(err.msg, "min_block_bytes 32");
-    cfg = (struct mmrt_pool_config){255, 0, 0};
+    cfg = (struct mmrt_pool_config){255, 0, 0, MMRT_POOL_LEVEL1_DEFAULT};
     assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_CONFIG);
     assert_contains(err.msg, "capacity_bytes 255 is smaller than min_block_bytes 256");
-    cfg = (struct mmrt_pool_config){MB, 128, 0};
+    cfg = (struct mmrt_pool_config){MB, 128, 0, MMRT_POOL_LEVEL1_DEFAULT};
     assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_CONFIG);
     assert_contains(err.msg, "max_arena_bytes 128");
-    cfg = (struct mmrt_pool_config){UINT64_C(1) << 40, 64, 64};
+    cfg = (struct mmrt_pool_config){MB, 0, 0, (enum mmrt_pool_level1)3};
+    assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_CONFIG);
+    assert_contains(err.msg, "level1 3 is not one of");
+    cfg = (struct mmrt_pool_config){MB, 0, 0, (enum mmrt_pool_level1)-1};
+    assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_CONFIG);
+    cfg = (struct mmrt_pool_config){UINT64_C(1) << 40, 64, 64, MMRT_POOL_LEVEL1_DEFAULT};
     assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_LIMIT);
     assert_contains(err.msg, "17179869184 arenas");
-    cfg = (struct mmrt_pool_config){MMRT_POOL_MAX_ARENAS * 64 + 64, 64, 64}; /* one too many */
+    cfg = (struct mmrt_pool_config){MMRT_POOL_MAX_ARENAS * 64 + 64, 64, 64, MMRT_POOL_LEVEL1_DEFAULT}; /* one too many */
     assert_int_equal(mmrt_pool_create(&cfg, &ops, &pool, &err), MMRT_ERR_LIMIT);
 
     assert_ptr_equal(pool, sentinel);
     assert_int_equal(d.n_calls, 0);
 
     /* Exactly the limit is fine (and every arena is a single min block). */
-    cfg = (struct mmrt_pool_config){64 * FAKE_MAX, 64, 64};
+    cfg = (struct mmrt_pool_config){64 * FAKE_MAX, 64, 64, MMRT_POOL_LEVEL1_DEFAULT};
     pool = pool_new(&d, cfg.capacity_bytes, cfg.max_arena_bytes, cfg.min_block_bytes);
     assert_int_equal(stats_of(pool).n_arenas, FAKE_MAX);
     assert_int_equal(stats_of(pool).n_orders, 1);
     must_check(pool);
     mmrt_pool_destroy(pool);
+    /* Level 1 explicitly on or off. */
+    struct fake_dev d2 = {0};
+    pool = pool_make(&d2, MB, 0, 0, MMRT_POOL_LEVEL1_ON);
+    assert_int_equal(stats_of(pool).level1_enabled, 1);
+    mmrt_pool_destroy(pool);
+    pool = pool_make(&d2, MB, 0, 0, MMRT_POOL_LEVEL1_OFF);
+    assert_int_equal(stats_of(pool).level1_enabled, 0);
+    mmrt_pool_destroy(pool);
+    assert_int_equal(d2.n_live, 0);
     assert_int_equal(d.n_live, 0);
     assert_int_equal(d.n_bad_free, 0);
 
@@ -984,10 +1024,13 @@ static void test_random_max_arena(void **state)
 
 /* ---- failure injection --------------------------------------------------------------- */
 
-/* One full life of a pool; returns the first failure (after cleaning up) or MMRT_OK. */
-static mmrt_status sweep_scenario(struct fake_dev *d, struct mmrt_error *err)
+/* One full life of a pool; returns the first failure (after cleaning up) or MMRT_OK, and
+ * the last stats in *end. Recurring sizes make level 1 build slabs, keep and reuse them, and
+ * the last two 512 KiB blocks only fit once it has returned its empty slabs. */
+static mmrt_status sweep_scenario(struct fake_dev *d, enum mmrt_pool_level1 level1,
+                                  struct mmrt_pool_stats *end, struct mmrt_error *err)
 {
-    struct mmrt_pool_config cfg = {2 * 512 * KB + 64 * KB + 4 * KB + 10, 512 * KB, 4096};
+    struct mmrt_pool_config cfg = {2 * 512 * KB + 64 * KB + 4 * KB + 10, 512 * KB, 4096, level1};
     struct mmrt_pool_arena_ops ops = fake_ops(d);
     struct mmrt_pool *sentinel = (struct mmrt_pool *)(uintptr_t)0x4321, *pool = sentinel;
     mmrt_status st = mmrt_pool_create(&cfg, &ops, &pool, err);
@@ -995,43 +1038,58 @@ static mmrt_status sweep_scenario(struct fake_dev *d, struct mmrt_error *err)
         assert_ptr_equal(pool, sentinel);
         return st;
     }
-    struct mmrt_pool_block b[8] = { { 0 } };
+    uint64_t calls_after_create = g_heap.calls;
+    struct mmrt_pool_block b[16] = { { 0 } }, hold, big[2];
     int n = 0;
-    uint64_t sizes[] = {4096, 100000, 512 * KB, 1, 64 * KB, 9000, 300 * KB};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        st = mmrt_pool_alloc(pool, sizes[i], &b[n], err);
-        if (st != MMRT_OK)
-            goto done;
-        n++;
-        if (i % 3 == 2)
-            mmrt_pool_free(pool, &b[--n]);
-    }
-    struct mmrt_pool_block bogus = b[0];
-    bogus.offset += 4096;
-    mmrt_pool_free(pool, &bogus);
-    struct mmrt_pool_stats s;
-    mmrt_pool_stats(pool, &s);
-    st = mmrt_pool_check(pool, err);
+    st = mmrt_pool_alloc(pool, 512 * KB, &hold, err);
     if (st != MMRT_OK)
         goto done;
-    while (n > 0)
-        mmrt_pool_free(pool, &b[--n]);
+    uint64_t sizes[] = {9000, 4096, 100000, 9000, 1, 9000, 64 * KB, 9000, 200 * KB, 9000};
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            st = mmrt_pool_alloc(pool, sizes[i], &b[n], err);
+            if (st != MMRT_OK)
+                goto done;
+            n++;
+            if (i % 4 == 3)
+                mmrt_pool_free(pool, &b[--n]);
+        }
+        struct mmrt_pool_block bogus = b[0];
+        bogus.offset += 4096;
+        mmrt_pool_free(pool, &bogus);
+        if ((st = mmrt_pool_check(pool, err)) != MMRT_OK)
+            goto done;
+        while (n > 0)
+            mmrt_pool_free(pool, &b[--n]);
+    }
+    mmrt_pool_free(pool, &hold);
+    for (int i = 0; i < 2; i++)
+        if ((st = mmrt_pool_alloc(pool, 512 * KB, &big[i], err)) != MMRT_OK)
+            goto done;
+    if ((st = mmrt_pool_check(pool, err)) != MMRT_OK)
+        goto done;
+    mmrt_pool_free(pool, &big[0]);
+    mmrt_pool_free(pool, &big[1]);
     st = mmrt_pool_check(pool, err);
+    /* Neither level allocates host memory after create. */
+    if (g_heap.armed && g_heap.calls != calls_after_create)
+        fail_msg("%" PRIu64 " host allocations after create", g_heap.calls - calls_after_create);
 done:
+    mmrt_pool_stats(pool, end);
     mmrt_pool_destroy(pool);
     return st;
 }
 
-static void test_alloc_failure_sweep(void **state)
+static void alloc_failure_sweep(enum mmrt_pool_level1 level1, int want_failed_runs)
 {
-    (void)state;
     int n_failed_runs = 0;
     for (uint64_t n = 1;; n++) {
         assert_true(n < 1000);
         struct fake_dev d = {0};
         struct mmrt_error err = {MMRT_OK, ""};
+        struct mmrt_pool_stats end;
         heap_arm(n);
-        mmrt_status st = sweep_scenario(&d, &err);
+        mmrt_status st = sweep_scenario(&d, level1, &end, &err);
         heap_disarm();
         if (g_heap.live != 0)
             fail_msg("run failing allocation %" PRIu64 ": %" PRId64 " host allocations leaked",
@@ -1042,6 +1100,17 @@ static void test_alloc_failure_sweep(void **state)
             if (st != MMRT_OK)
                 fail_msg("run without injected failure: %s: %s", mmrt_status_name(st), err.msg);
             assert_true(g_heap.calls > 0);
+            assert_int_equal(end.n_bad_frees, 3);
+            assert_int_equal(end.n_allocs, 0);
+            if (level1 == MMRT_POOL_LEVEL1_OFF) {
+                assert_int_equal(end.level1_enabled, 0);
+                assert_int_equal(end.level1_hits, 0);
+            } else {
+                /* Level 1 was really exercised: reuse, and the flush the last blocks need. */
+                assert_int_equal(end.level1_enabled, 1);
+                assert_true(end.level1_hits > 0);
+                assert_true(end.level1_n_flushes > 0);
+            }
             break;
         }
         if (st != MMRT_ERR_NO_MEMORY)
@@ -1052,14 +1121,23 @@ static void test_alloc_failure_sweep(void **state)
         assert_int_equal(d.n_calls, 0);
         n_failed_runs++;
     }
-    /* pool, arena records, handle index, summary, and one metadata block per arena (4). */
-    assert_int_equal(n_failed_runs, 8);
+    assert_int_equal(n_failed_runs, want_failed_runs);
+}
+
+static void test_alloc_failure_sweep(void **state)
+{
+    (void)state;
+    /* pool, arena records, handle index, summary, and one metadata block per arena (4) … */
+    alloc_failure_sweep(MMRT_POOL_LEVEL1_OFF, 8);
+    /* … and the level-1 records, in one allocation. */
+    alloc_failure_sweep(MMRT_POOL_LEVEL1_DEFAULT, 9);
 }
 
 static void test_arena_failure(void **state)
 {
     (void)state;
-    struct mmrt_pool_config cfg = {2 * 512 * KB + 64 * KB + 4 * KB, 512 * KB, 4096};
+    struct mmrt_pool_config cfg = {2 * 512 * KB + 64 * KB + 4 * KB, 512 * KB, 4096,
+                                   MMRT_POOL_LEVEL1_DEFAULT};
     const uint64_t sizes[4] = {512 * KB, 512 * KB, 64 * KB, 4 * KB};
     for (int k = 1; k <= 4; k++) {
         for (int silent = 0; silent < 2; silent++) {
@@ -1108,6 +1186,903 @@ static void test_arena_failure(void **state)
         assert_int_equal(d.n_bad_free, 0);
         assert_int_equal(g_heap.live, 0);
     }
+}
+
+/* ---- level 1 ------------------------------------------------------------------------- */
+
+/* "2.1 MiB": a 4 MiB block at level 2; three share an 8 MiB slab. */
+#define X21 (2 * MB + 100 * KB)
+
+static struct mmrt_pool_block alloc_free_pair(struct mmrt_pool *pool, uint64_t nbytes)
+{
+    struct mmrt_pool_block b = must_alloc(pool, nbytes);
+    mmrt_pool_free(pool, &b);
+    must_check(pool);
+    return b;
+}
+
+static void test_l1_reuse(void **state)
+{
+    (void)state;
+    struct fake_dev d = {0};
+    struct mmrt_pool *pool = pool_new_l1(&d, 64 * MB, 0, 256); /* slabs up to 8 MiB */
+    struct mmrt_pool_stats s = stats_of(pool);
+    assert_int_equal(s.level1_enabled, 1);
+    assert_int_equal(s.level1_n_classes, 0);
+
+    /* First request of a size: level 2 serves it, level 1 only remembers the size. */
+    struct mmrt_pool_block a = must_alloc(pool, X21);
+    assert_int_equal(a.nbytes, 4 * MB);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_classes, 1);
+    assert_int_equal(s.level1_n_slabs, 0);
+    assert_int_equal(s.level1_misses, 1);
+    mmrt_pool_free(pool, &a);
+    must_check(pool);
+
+    /* Second: a slab of one exact-size slot, where level 2 would have put the block. */
+    struct mmrt_pool_block b = must_alloc(pool, X21);
+    assert_int_equal(b.nbytes, X21);
+    assert_int_equal(b.requested, X21);
+    assert_int_equal(b.offset, 0);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 1);
+    assert_int_equal(s.level1_bytes, 4 * MB);
+    assert_int_equal(s.level1_free_bytes, 4 * MB - X21);
+    assert_int_equal(s.level1_returnable_bytes, 0);
+    assert_int_equal(s.bytes_in_use, X21);
+    assert_int_equal(s.bytes_held, 4 * MB);
+    must_check(pool);
+
+    /* Freed, the slab stays for the next request of its size; it is free to any request
+     * all the same, so the pool counts as one free 64 MiB. */
+    mmrt_pool_free(pool, &b);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 1);
+    assert_int_equal(s.level1_n_empty_slabs, 1);
+    assert_int_equal(s.level1_returnable_bytes, 4 * MB);
+    assert_int_equal(s.bytes_in_use, 0);
+    assert_int_equal(s.bytes_held, 0);
+    assert_int_equal(s.total_free_bytes, 64 * MB);
+    assert_int_equal(s.largest_free_block, 64 * MB);
+    assert_true(s.fragmentation == 0.0);
+    assert_int_equal(s.free_blocks_per_order[18], 0); /* though level 2 alone is split */
+    must_check(pool);
+
+    /* Requests of the size reuse it in place, without level 2. */
+    for (int i = 0; i < 5; i++) {
+        struct mmrt_pool_block e = alloc_free_pair(pool, X21 - 50 * (uint64_t)i);
+        assert_ptr_equal(e.arena, b.arena);
+        assert_int_equal(e.offset, 0);
+        assert_int_equal(e.nbytes, X21);
+        assert_int_equal(e.requested, X21 - 50 * (uint64_t)i); /* same class: same rounding */
+    }
+    s = stats_of(pool);
+    assert_int_equal(s.level1_hits, 5);
+    assert_int_equal(s.level1_misses, 2);
+    assert_int_equal(s.n_allocs_total, 7);
+    assert_int_equal(s.level1_n_flushes, 0);
+
+    /* The next time level 2 is needed, the slab goes back first. */
+    alloc_free_pair(pool, 3000);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_flushes, 1);
+    assert_int_equal(s.level1_n_slabs, 0);
+    assert_int_equal(s.free_blocks_per_order[18], 1);
+    b = alloc_free_pair(pool, X21);
+    assert_int_equal(stats_of(pool).level1_misses, 4);
+    mmrt_pool_destroy(pool);
+    assert_int_equal(d.n_live, 0);
+}
+
+/* One "step": n blocks of nbytes live at once, then all freed. */
+static void run_step(struct mmrt_pool *pool, uint64_t nbytes, int n, struct mmrt_pool_block *b)
+{
+    for (int i = 0; i < n; i++)
+        b[i] = must_alloc(pool, nbytes);
+    must_check(pool);
+    for (int i = 0; i < n; i++)
+        mmrt_pool_free(pool, &b[i]);
+    must_check(pool);
+}
+
+static void test_l1_exact_slots(void **state)
+{
+    (void)state;
+    struct fake_dev d = {0}, d_off = {0};
+    struct mmrt_pool *pool = pool_new_l1(&d, 64 * MB, 0, 256);
+    struct mmrt_pool *off = pool_new(&d_off, 64 * MB, 0, 256);
+    struct mmrt_pool_block b[8], o[8];
+    alloc_free_pair(pool, X21);
+    alloc_free_pair(off, X21);
+    mmrt_pool_reset_peak(pool);
+    mmrt_pool_reset_peak(off);
+
+    /* Three at once: the slab grows into its free buddy (8 MiB for three slots costs no
+     * more than two 4 MiB blocks), the third slot is a hit. */
+    for (int i = 0; i < 3; i++) {
+        b[i] = must_alloc(pool, X21);
+        assert_int_equal(b[i].nbytes, X21);
+        assert_ptr_equal(b[i].arena, b[0].arena);
+        assert_int_equal(b[i].offset, (uint64_t)i * X21);
+        o[i] = must_alloc(off, X21);
+    }
+    struct mmrt_pool_stats s = stats_of(pool), so = stats_of(off);
+    assert_int_equal(s.level1_n_slabs, 1);
+    assert_int_equal(s.level1_bytes, 8 * MB);
+    assert_int_equal(s.level1_free_bytes, 8 * MB - 3 * X21);
+    assert_int_equal(s.bytes_in_use, 3 * X21);
+    assert_int_equal(s.bytes_requested_in_use, 3 * X21);
+    assert_int_equal(s.bytes_held, 8 * MB);
+    assert_int_equal(s.level1_hits, 1);
+    assert_int_equal(so.bytes_in_use, 12 * MB);
+    assert_int_equal(so.bytes_held, 12 * MB);
+    must_check(pool);
+
+    /* With the lower slots free and the top one live, nothing can be given back … */
+    mmrt_pool_free(pool, &b[0]);
+    mmrt_pool_free(pool, &b[1]);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_returnable_bytes, 0);
+    assert_int_equal(s.bytes_held, 8 * MB);
+    /* … with only the bottom one live, the upper half can. */
+    b[0] = must_alloc(pool, X21);
+    mmrt_pool_free(pool, &b[2]);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_returnable_bytes, 4 * MB);
+    assert_int_equal(s.bytes_held, 4 * MB);
+    assert_int_equal(s.total_free_bytes, 60 * MB);
+    must_check(pool);
+    mmrt_pool_free(pool, &b[0]);
+    for (int i = 0; i < 3; i++)
+        mmrt_pool_free(off, &o[i]);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_empty_slabs, 1);
+    assert_int_equal(s.level1_returnable_bytes, 8 * MB);
+
+    /* Every later step: the same three slots, all hits, level 2 never asked. */
+    uint64_t hits = s.level1_hits, misses = s.level1_misses;
+    for (int step = 0; step < 4; step++) {
+        for (int i = 0; i < 3; i++) {
+            b[i] = must_alloc(pool, X21);
+            assert_int_equal(b[i].offset, (uint64_t)i * X21);
+        }
+        for (int i = 0; i < 3; i++)
+            mmrt_pool_free(pool, &b[i]);
+        run_step(off, X21, 3, o);
+    }
+    s = stats_of(pool);
+    so = stats_of(off);
+    assert_int_equal(s.level1_hits, hits + 12);
+    assert_int_equal(s.level1_misses, misses);
+    assert_int_equal(s.level1_n_flushes, 0);
+    assert_int_equal(s.peak_bytes_held, 8 * MB);
+    assert_int_equal(so.peak_bytes_held, 12 * MB);
+    assert_int_equal(so.peak_bytes_in_use, 12 * MB);
+    assert_int_equal(s.peak_bytes_in_use, 3 * X21);
+
+    /* A fourth at once: 16 MiB would exceed the largest slab (8 MiB), so a new slab. */
+    for (int i = 0; i < 4; i++)
+        b[i] = must_alloc(pool, X21);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 2);
+    assert_int_equal(s.level1_bytes, 12 * MB);
+    assert_int_equal(b[3].offset, 8 * MB);
+    assert_int_equal(b[3].nbytes, X21);
+    for (int i = 0; i < 4; i++)
+        mmrt_pool_free(pool, &b[i]);
+
+    /* A slab whose buddy is taken cannot grow: the second slot gets a slab of its own. */
+    alloc_free_pair(pool, 3 * MB); /* level 2 is asked: every slab goes back */
+    assert_int_equal(stats_of(pool).level1_n_slabs, 0);
+    b[0] = must_alloc(pool, X21);  /* a slab at 0 */
+    struct mmrt_pool_block other = must_alloc(pool, 3 * MB); /* a slot of its own class … */
+    assert_int_equal(other.offset, 4 * MB); /* … where the slab would have grown */
+    b[1] = must_alloc(pool, X21);
+    assert_int_equal(b[1].offset, 8 * MB);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 3);
+    assert_int_equal(s.level1_bytes, 12 * MB);
+    mmrt_pool_free(pool, &b[0]);
+    mmrt_pool_free(pool, &b[1]);
+    mmrt_pool_free(pool, &other);
+
+    /* A power of two can save nothing: one slot per slab, whatever the demand. */
+    run_step(pool, MB, 5, b);
+    for (int i = 0; i < 5; i++) {
+        b[i] = must_alloc(pool, MB);
+        assert_int_equal(b[i].nbytes, MB);
+        assert_int_equal(b[i].offset % MB, 0);
+    }
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 5);
+    assert_int_equal(s.level1_bytes, 5 * MB);
+    for (int i = 0; i < 5; i++)
+        mmrt_pool_free(pool, &b[i]);
+    must_check(pool);
+    mmrt_pool_destroy(pool);
+    mmrt_pool_destroy(off);
+    assert_int_equal(d.n_live, 0);
+}
+
+static void test_l1_slabs_returned(void **state)
+{
+    (void)state;
+    struct fake_dev d = {0};
+    struct mmrt_pool *pool = pool_new_l1(&d, 64 * MB, 0, 256);
+    struct mmrt_pool_block b[1100];
+
+    /* A grown slab with only its bottom slot live shrinks back when level 2 is next
+     * asked for memory; empty slabs go back whole. */
+    alloc_free_pair(pool, X21);
+    for (int i = 0; i < 3; i++)
+        b[i] = must_alloc(pool, X21);
+    alloc_free_pair(pool, 700 * KB); /* another size seen once: its own block */
+    alloc_free_pair(pool, 700 * KB); /* a one-slot slab, empty again */
+    mmrt_pool_free(pool, &b[1]);
+    mmrt_pool_free(pool, &b[2]);
+    struct mmrt_pool_stats s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 2);
+    assert_int_equal(s.level1_bytes, 8 * MB + MB);
+    assert_int_equal(s.level1_returnable_bytes, 4 * MB + MB);
+    uint64_t flushes = s.level1_n_flushes;
+    struct mmrt_pool_block big = must_alloc(pool, 16 * MB); /* level 2 */
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_flushes, flushes + 1);
+    assert_int_equal(s.level1_n_slabs, 1);
+    assert_int_equal(s.level1_bytes, 4 * MB);
+    assert_int_equal(s.level1_returnable_bytes, 0);
+    assert_int_equal(s.bytes_held, 4 * MB + 16 * MB);
+    must_check(pool);
+    mmrt_pool_free(pool, &big);
+    mmrt_pool_free(pool, &b[0]);
+    alloc_free_pair(pool, 5 * MB);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, 0);
+    assert_int_equal(s.free_blocks_per_order[18], 1); /* all coalesced again */
+    mmrt_pool_destroy(pool);
+
+    /* The class table holds MMRT_POOL_L1_MAX_CLASSES sizes; a new one evicts the least
+     * recently asked-for class without live slots, which then starts over. */
+    pool = pool_new_l1(&d, 64 * MB, 0, 256);
+    alloc_free_pair(pool, 5000);
+    assert_int_equal(alloc_free_pair(pool, 5000).nbytes, 5120); /* class 5120 */
+    struct mmrt_pool_block pinned0 = must_alloc(pool, 7000);
+    struct mmrt_pool_block pinned = must_alloc(pool, 7000); /* class 7168, a live slot */
+    assert_int_equal(pinned.nbytes, 7168);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_classes, 2);
+    for (uint64_t i = 0; s.level1_n_classes < MMRT_POOL_L1_MAX_CLASSES; i++) {
+        alloc_free_pair(pool, 8192 + 256 * i);
+        s = stats_of(pool);
+    }
+    alloc_free_pair(pool, 3 * MB); /* one size too many: class 5120 (oldest) goes */
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_classes, MMRT_POOL_L1_MAX_CLASSES);
+    assert_int_equal(alloc_free_pair(pool, 5000).nbytes, 8192); /* seen once again */
+    assert_int_equal(alloc_free_pair(pool, 7000).nbytes, 7168); /* never evicted */
+    mmrt_pool_free(pool, &pinned);
+    mmrt_pool_free(pool, &pinned0);
+    must_check(pool);
+    mmrt_pool_destroy(pool);
+
+    /* Out of slab records: level 2 serves the rest, and all of it comes back. */
+    pool = pool_new_l1(&d, 64 * MB, 0, 256);
+    alloc_free_pair(pool, 256);
+    for (int i = 0; i < 1100; i++)
+        b[i] = must_alloc(pool, 256);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_slabs, MMRT_POOL_L1_MAX_SLABS);
+    assert_int_equal(s.n_allocs, 1100);
+    assert_int_equal(s.bytes_in_use, 1100 * 256);
+    must_check(pool);
+    for (int i = 0; i < 1100; i++)
+        mmrt_pool_free(pool, &b[i]);
+    s = stats_of(pool);
+    assert_int_equal(s.n_allocs, 0);
+    assert_int_equal(s.n_bad_frees, 0);
+    assert_int_equal(s.bytes_held, 0);
+    must_check(pool);
+    mmrt_pool_destroy(pool);
+    assert_int_equal(d.n_live, 0);
+}
+
+static void test_l1_out_of_pool(void **state)
+{
+    (void)state;
+    struct fake_dev d = {0};
+    struct mmrt_pool *pool = pool_new_l1(&d, 16 * MB, 0, 256); /* slabs up to 2 MiB */
+
+    /* A kept empty slab splits level 2, but the whole pool is still free to a request,
+     * and the request gets it. */
+    for (int k = 0; k < 3; k++)
+        alloc_free_pair(pool, MB + 256);
+    struct mmrt_pool_stats s = stats_of(pool);
+    assert_int_equal(s.level1_n_empty_slabs, 1);
+    assert_int_equal(s.total_free_bytes, 16 * MB);
+    assert_int_equal(s.largest_free_block, 16 * MB);
+    assert_int_equal(s.free_blocks_per_order[15], 1); /* level 2's largest is 8 MiB */
+    assert_int_equal(s.free_blocks_per_order[16], 0);
+    struct mmrt_pool_block all = must_alloc(pool, 16 * MB);
+    s = stats_of(pool);
+    assert_int_equal(s.level1_n_flushes, 1);
+    assert_int_equal(s.level1_n_slabs, 0);
+    assert_int_equal(all.offset, 0);
+    assert_int_equal(all.nbytes, 16 * MB);
+    mmrt_pool_free(pool, &all);
+    must_check(pool);
+
+    /* Fill the pool with 600 KiB blocks (1 MiB each at level 2, three to a 2 MiB slab at
+     * level 1) until it refuses: only then, with nothing left to give back. */
+    struct mmrt_pool_block b[40];
+    int n = 0;
+    struct mmrt_error err = {MMRT_OK, ""};
+    while (mmrt_pool_alloc(pool, 600 * KB, &b[n], &err) == MMRT_OK) {
+        assert_true(++n < 40);
+        must_check(pool);
+    }
+    assert_int_equal(err.status, MMRT_ERR_OUT_OF_POOL);
+    assert_contains(err.msg, "pool: cannot allocate 614400 bytes (block of 1048576): largest "
+                             "free block is 0 bytes");
+    assert_contains(err.msg, "; level 1 holds");
+    s = stats_of(pool);
+    assert_true(n > 16); /* more than level 2 alone fits (16) */
+    assert_int_equal(s.n_out_of_pool, 1);
+    assert_int_equal(s.level1_returnable_bytes, 0);
+    assert_int_equal(s.total_free_bytes, 0);
+    assert_int_equal(s.bytes_held, 16 * MB);
+    assert_true(s.level1_free_bytes > 0); /* slab tails: free to no one */
+    must_check(pool);
+    struct mmrt_pool_block out, sentinel;
+    memset(&sentinel, 0x3c, sizeof sentinel);
+    out = sentinel;
+    assert_int_equal(mmrt_pool_alloc(pool, 100, &out, &err), MMRT_ERR_OUT_OF_POOL);
+    assert_memory_equal(&out, &sentinel, sizeof out);
+    for (int i = 0; i < n; i++)
+        mmrt_pool_free(pool, &b[i]);
+    s = stats_of(pool);
+    assert_int_equal(s.bytes_in_use, 0);
+    assert_int_equal(s.bytes_held, 0);
+    assert_int_equal(s.largest_free_block, 16 * MB);
+    must_check(pool);
+    all = must_alloc(pool, 16 * MB); /* everything came back */
+    mmrt_pool_free(pool, &all);
+    mmrt_pool_destroy(pool);
+    assert_int_equal(d.n_live, 0);
+}
+
+static void test_l1_bad_frees(void **state)
+{
+    (void)state;
+    struct fake_dev d = {0};
+    struct mmrt_pool *pool = pool_new_l1(&d, 64 * MB, 0, 256);
+    struct mmrt_pool_block b[3];
+    alloc_free_pair(pool, X21);
+    for (int i = 0; i < 3; i++)
+        b[i] = must_alloc(pool, X21); /* slots 0..2 of one 8 MiB slab */
+    mmrt_pool_free(pool, &b[1]);      /* slot 1 free, slots 0 and 2 live */
+    struct mmrt_pool_block l2 = must_alloc(pool, 5 * MB); /* a level-2 block */
+    assert_int_equal(l2.nbytes, 8 * MB);
+    struct mmrt_pool_stats before = stats_of(pool);
+    uint64_t bad = before.n_bad_frees;
+
+#define BAD_FREE(blk)                                                                      \
+    do {                                                                                   \
+        struct mmrt_pool_block bb_ = (blk);                                                \
+        mmrt_pool_free(pool, &bb_);                                                        \
+        bad++;                                                                             \
+        struct mmrt_pool_stats s_ = stats_of(pool);                                        \
+        assert_int_equal(s_.n_bad_frees, bad);                                             \
+        assert_int_equal(s_.bytes_in_use, before.bytes_in_use);                            \
+        assert_int_equal(s_.n_allocs, before.n_allocs);                                    \
+        assert_int_equal(s_.level1_free_bytes, before.level1_free_bytes);                  \
+        assert_int_equal(s_.level1_n_slabs, before.level1_n_slabs);                        \
+        must_check(pool);                                                                  \
+    } while (0)
+
+    struct mmrt_pool_block x;
+    BAD_FREE(b[1]);                                        /* double free of a slot */
+    x = b[0]; x.arena = fake_handle(41); BAD_FREE(x);      /* foreign arena */
+    x = b[0]; x.offset += 256; BAD_FREE(x);                /* inside a slot */
+    x = b[0]; x.offset += X21 - 256; BAD_FREE(x);
+    x = b[0]; x.offset += 3 * X21; BAD_FREE(x);            /* the slab's tail, not a slot */
+    x = b[0]; x.nbytes = 4 * MB; BAD_FREE(x);              /* level 2's size for it */
+    x = b[0]; x.nbytes = 8 * MB; x.requested = 8 * MB; BAD_FREE(x); /* the slab itself */
+    x = b[0]; x.requested = X21 + 1; BAD_FREE(x);          /* larger than the slot */
+    x = b[0]; x.requested = X21 - 256; BAD_FREE(x);        /* a smaller class */
+    x = b[0]; x.requested = 0; BAD_FREE(x);
+    x = l2; x.nbytes = 5 * MB; BAD_FREE(x);                /* level-2 rules still hold */
+    x = l2; x.offset += 256; BAD_FREE(x);
+
+    /* The good ones still free; then their double frees are caught too, including once
+     * the slab itself has gone (its memory is a free level-2 block again). */
+    mmrt_pool_free(pool, &b[0]);
+    mmrt_pool_free(pool, &b[2]);
+    mmrt_pool_free(pool, &l2);
+    must_check(pool);
+    before = stats_of(pool);
+    BAD_FREE(b[0]);
+    BAD_FREE(l2);
+    struct mmrt_pool_block all = must_alloc(pool, 64 * MB); /* the empty slab goes back */
+    assert_int_equal(stats_of(pool).level1_n_slabs, 0);
+    mmrt_pool_free(pool, &all);
+    before = stats_of(pool);
+    BAD_FREE(b[2]);
+    mmrt_pool_free(pool, NULL);
+    assert_int_equal(stats_of(pool).n_bad_frees, bad + 1);
+#undef BAD_FREE
+    mmrt_pool_destroy(pool);
+    assert_int_equal(d.n_live, 0);
+}
+
+/* A request stream with recurring and one-off sizes, replayed on a pool; returns the
+ * (arena index, offset, nbytes) of every block and the final stats. */
+struct replay_rec {
+    int arena;
+    uint64_t offset, nbytes;
+};
+
+static void replay(struct fake_dev *d, uint64_t seed, struct replay_rec *rec, int n_steps,
+                   struct mmrt_pool_stats *end)
+{
+    struct mmrt_pool *pool = pool_new_l1(d, 8 * MB + MB + 256 * KB, 0, 256);
+    struct mmrt_pool_block live[64];
+    int n_live = 0;
+    uint64_t rng = seed;
+    static const uint64_t shapes[] = {X21 / 8, 300 * KB, 70000, 9000, 4096, 123 * 256, 1};
+    for (int i = 0; i < n_steps; i++) {
+        uint64_t r = rng_next(&rng);
+        if (n_live == 64 || (n_live > 0 && r % 5 < 2)) {
+            int k = (int)((r >> 8) % (uint64_t)n_live);
+            mmrt_pool_free(pool, &live[k]);
+            live[k] = live[--n_live];
+            rec[i] = (struct replay_rec){-1, 0, 0};
+            continue;
+        }
+        uint64_t nbytes = (r >> 16) % 4 ? shapes[(r >> 24) % 7] : 1 + (r >> 24) % (512 * KB);
+        struct mmrt_pool_block b;
+        if (mmrt_pool_alloc(pool, nbytes, &b, NULL) != MMRT_OK) {
+            rec[i] = (struct replay_rec){-2, 0, 0};
+            continue;
+        }
+        live[n_live++] = b;
+        rec[i] = (struct replay_rec){fake_index(d, b.arena), b.offset, b.nbytes};
+    }
+    must_check(pool);
+    mmrt_pool_stats(pool, end);
+    mmrt_pool_destroy(pool);
+}
+
+static void test_l1_deterministic(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    struct replay_rec *r1 = calloc(N, sizeof *r1), *r2 = calloc(N, sizeof *r2);
+    assert_non_null(r1);
+    assert_non_null(r2);
+    /* Other handle values (so another handle order), other host addresses: same blocks. */
+    struct fake_dev d1 = {0}, d2 = {.salt = 5};
+    struct mmrt_pool_stats s1, s2;
+    replay(&d1, 77, r1, N, &s1);
+    replay(&d2, 77, r2, N, &s2);
+    assert_true(d1.handle[0] != d2.handle[0]);
+    for (int i = 0; i < N; i++)
+        if (r1[i].arena != r2[i].arena || r1[i].offset != r2[i].offset ||
+            r1[i].nbytes != r2[i].nbytes)
+            fail_msg("step %d: arena %d offset %" PRIu64 " nbytes %" PRIu64 " against arena %d "
+                     "offset %" PRIu64 " nbytes %" PRIu64, i, r1[i].arena, r1[i].offset,
+                     r1[i].nbytes, r2[i].arena, r2[i].offset, r2[i].nbytes);
+    assert_int_equal(s1.level1_hits, s2.level1_hits);
+    assert_int_equal(s1.peak_bytes_held, s2.peak_bytes_held);
+    assert_true(s1.fragmentation == s2.fragmentation);
+    assert_true(s1.level1_hits > N / 10); /* the stream did exercise level 1 */
+    assert_true(s1.n_out_of_pool > 0);    /* and its out-of-memory path */
+    free(r1);
+    free(r2);
+}
+
+/* The random test of level 1: every block is checked against a shadow of the arenas (no two
+ * live blocks overlap), the accounting identities of pool.h against the pool's stats, and
+ * every refusal against what both levels hold. */
+static void test_l1_random(void **state)
+{
+    (void)state;
+    const uint64_t min_block = 256;
+    struct fake_dev d = {0};
+    struct mmrt_pool *pool = pool_new_l1(&d, 8 * MB + MB + 256 * KB, 0, min_block);
+    struct shadow sh = {.dev = &d, .min_block = min_block};
+    for (int a = 0; a < d.n_arenas; a++) {
+        sh.occ[a] = calloc(d.size[a] / min_block, 1);
+        assert_non_null(sh.occ[a]);
+    }
+    sh.cap_live = 4096;
+    sh.live = calloc(sh.cap_live, sizeof *sh.live);
+    assert_non_null(sh.live);
+    /* Sizes that recur (a few "shapes", some just above a power of two), and noise. */
+    static const uint64_t shapes[] = {X21 / 4, 300 * KB, 70000, 9000, 4096, 123 * 256, 1,
+                                      MB + 256, 48 * KB, 513};
+    uint64_t rng = 2024, n_checks = 0, n_flush_checks = 0;
+    struct mmrt_pool_block last_freed = {0};
+    bool have_last = false;
+    for (int step = 0; step < 120000; step++) {
+        uint64_t r = rng_next(&rng);
+        bool grow = (step / 3000) % 2 == 0;
+        if (sh.n_live == 0 || (r % 100) < (grow ? 60u : 42u)) {
+            uint64_t r2 = rng_next(&rng), nbytes;
+            if (r2 % 8 < 6)
+                nbytes = shapes[(r2 >> 8) % (sizeof shapes / sizeof shapes[0])];
+            else if (r2 % 8 == 6)
+                nbytes = 1 + (r2 >> 16) % (2 * MB);
+            else
+                nbytes = 1 + (r2 >> 16) % 4096;
+            struct mmrt_pool_block b;
+            struct mmrt_error err = {MMRT_OK, ""};
+            mmrt_status st = mmrt_pool_alloc(pool, nbytes, &b, &err);
+            if (st == MMRT_OK) {
+                uint64_t exact = (nbytes + min_block - 1) / min_block * min_block;
+                assert_true(b.nbytes == exact || b.nbytes == next_block(nbytes, min_block));
+                assert_int_equal(b.requested, nbytes);
+                int a = fake_index(&d, b.arena);
+                assert_true(a >= 0);
+                assert_int_equal(b.offset % min_block, 0);
+                assert_true(b.offset + b.nbytes <= d.size[a]);
+                shadow_mark(&sh, &b, 1);
+                if (sh.n_live == sh.cap_live) {
+                    sh.cap_live *= 2;
+                    sh.live = realloc(sh.live, sh.cap_live * sizeof *sh.live);
+                    assert_non_null(sh.live);
+                }
+                sh.live[sh.n_live++] = b;
+                sh.in_use += b.nbytes;
+                sh.requested += nbytes;
+                if (sh.in_use > sh.peak)
+                    sh.peak = sh.in_use;
+                sh.n_total++;
+            } else {
+                assert_int_equal(st, MMRT_ERR_OUT_OF_POOL);
+                /* Refused only once level 1 gave back all it could, and only when no
+                 * level-2 block of the needed size is left. */
+                struct mmrt_pool_stats s = stats_of(pool);
+                assert_int_equal(s.level1_returnable_bytes, 0);
+                assert_int_equal(s.level1_n_empty_slabs, 0);
+                assert_true(s.largest_free_block < next_block(nbytes, min_block));
+                sh.n_oop++;
+            }
+        } else {
+            uint64_t r2 = rng_next(&rng);
+            if (r2 % 64 < 2 && have_last) {
+                struct mmrt_pool_block x = last_freed;
+                if (r2 % 64 == 1)
+                    x.offset += min_block; /* not the start of any live block */
+                bool is_live = false;
+                for (size_t i = 0; i < sh.n_live; i++)
+                    if (sh.live[i].arena == x.arena && sh.live[i].offset == x.offset &&
+                        sh.live[i].nbytes == x.nbytes)
+                        is_live = true;
+                if (is_live)
+                    continue;
+                mmrt_pool_free(pool, &x);
+                sh.n_bad++;
+            } else {
+                size_t i = (size_t)((r2 >> 8) % sh.n_live);
+                struct mmrt_pool_block b = sh.live[i];
+                mmrt_pool_free(pool, &b);
+                shadow_mark(&sh, &b, 0);
+                sh.live[i] = sh.live[--sh.n_live];
+                sh.in_use -= b.nbytes;
+                sh.requested -= b.requested;
+                last_freed = b;
+                have_last = true;
+            }
+        }
+        struct mmrt_pool_stats s = stats_of(pool);
+        assert_int_equal(s.bytes_in_use, sh.in_use);
+        assert_int_equal(s.bytes_requested_in_use, sh.requested);
+        assert_int_equal(s.peak_bytes_in_use, sh.peak);
+        assert_int_equal(s.n_allocs, sh.n_live);
+        assert_int_equal(s.n_allocs_total, sh.n_total);
+        assert_int_equal(s.n_out_of_pool, sh.n_oop);
+        assert_int_equal(s.n_bad_frees, sh.n_bad);
+        assert_int_equal(s.level1_hits + s.level1_misses, sh.n_total);
+        uint64_t l2_free = 0;
+        for (unsigned k = 0; k < MMRT_POOL_MAX_ORDERS; k++)
+            l2_free += s.free_blocks_per_order[k] * (min_block << k);
+        assert_int_equal(s.capacity_bytes, s.bytes_in_use + s.level1_free_bytes + l2_free);
+        assert_int_equal(s.total_free_bytes, l2_free + s.level1_returnable_bytes);
+        assert_int_equal(s.bytes_held, s.capacity_bytes - s.total_free_bytes);
+        assert_true(s.bytes_held >= s.bytes_in_use);
+        assert_true(s.peak_bytes_held >= s.bytes_held);
+        assert_true(s.largest_free_block <= s.total_free_bytes);
+        if (step % 500 == 499) {
+            must_check(pool);
+            n_checks++;
+        }
+        if (step % 1500 == 1499 && s.level1_returnable_bytes > 0) {
+            /* The largest block reported must be what a flush really leaves (white box). */
+            assert_true(l1_flush(pool));
+            struct mmrt_pool_stats f = stats_of(pool);
+            assert_int_equal(f.largest_free_block, s.largest_free_block);
+            assert_int_equal(largest_free(pool), s.largest_free_block);
+            assert_int_equal(f.total_free_bytes, s.total_free_bytes);
+            assert_int_equal(f.bytes_held, s.bytes_held);
+            must_check(pool);
+            n_flush_checks++;
+        }
+    }
+    while (sh.n_live > 0) {
+        size_t i = (size_t)(rng_next(&rng) % sh.n_live);
+        mmrt_pool_free(pool, &sh.live[i]);
+        shadow_mark(&sh, &sh.live[i], 0);
+        sh.live[i] = sh.live[--sh.n_live];
+    }
+    struct mmrt_pool_stats s = stats_of(pool);
+    assert_int_equal(s.bytes_in_use, 0);
+    assert_int_equal(s.bytes_held, 0);
+    assert_int_equal(s.n_bad_frees, sh.n_bad);
+    print_message("random: %" PRIu64 " allocations, %" PRIu64 " level-1 hits\n", sh.n_total,
+                  s.level1_hits);
+    assert_true(s.level1_hits > sh.n_total / 10);
+    assert_true(sh.n_oop > 0);
+    assert_true(sh.n_bad > 0);
+    assert_true(n_flush_checks > 10);
+    assert_true(n_checks > 200);
+    must_check(pool);
+    /* Everything is free to any request: a flush leaves every arena whole. */
+    l1_flush(pool);
+    s = stats_of(pool);
+    for (int a = 0; a < d.n_arenas; a++)
+        assert_true(s.free_blocks_per_order[__builtin_ctzll(d.size[a] / min_block)] > 0);
+    assert_true(s.fragmentation == 1.0 - (double)(8 * MB) / (double)s.capacity_bytes);
+    mmrt_pool_destroy(pool);
+    assert_int_equal(d.n_live, 0);
+    for (int a = 0; a < d.n_arenas; a++)
+        free(sh.occ[a]);
+    free(sh.live);
+}
+
+/* ---- a synthetic mixed workload ------------------------------------------------------ */
+
+/* A request stream in the manner of a vision-language model: four image sizes, varied
+ * prompt lengths and decode lengths. Each request runs a vision tower, a projector, a
+ * prefill and a decode loop, allocating and freeing activations of sizes derived from its
+ * image and prompt; its KV pages (64 KiB) live until the next request has finished, the
+ * way two interleaved sequences keep theirs. Everything is f32. */
+#define WL_LIVE 8192
+
+struct wl {
+    struct mmrt_pool *pool;
+    bool failed;                      /* a request was refused: the run stops there */
+    bool track;                       /* follow peak_requested and fragmentation */
+    struct mmrt_pool_block live[WL_LIVE];
+    bool used[WL_LIVE];
+    int kv[2][2048], n_kv[2];         /* KV pages of the previous and the current request */
+    uint64_t peak_requested;
+    double frag_sum, frag_max;
+    int n_samples;
+};
+
+static int wl_alloc(struct wl *w, uint64_t nbytes)
+{
+    if (w->failed)
+        return -1;
+    int i = 0;
+    while (w->used[i])
+        i++;
+    assert_true(i < WL_LIVE - 1);
+    if (mmrt_pool_alloc(w->pool, nbytes, &w->live[i], NULL) != MMRT_OK) {
+        w->failed = true;
+        return -1;
+    }
+    w->used[i] = true;
+    if (w->track) {
+        struct mmrt_pool_stats s = stats_of(w->pool);
+        if (s.bytes_requested_in_use > w->peak_requested)
+            w->peak_requested = s.bytes_requested_in_use;
+    }
+    return i;
+}
+
+static void wl_free(struct wl *w, int i)
+{
+    if (i < 0)
+        return;
+    mmrt_pool_free(w->pool, &w->live[i]);
+    w->used[i] = false;
+}
+
+static void wl_sample(struct wl *w)
+{
+    if (!w->track)
+        return;
+    struct mmrt_pool_stats s = stats_of(w->pool);
+    w->frag_sum += s.fragmentation;
+    if (s.fragmentation > w->frag_max)
+        w->frag_max = s.fragmentation;
+    w->n_samples++;
+}
+
+/* One transformer layer over n tokens: width d, feed-forward width ff, `gated` for SwiGLU,
+ * attention scores of `heads` rows of `ctx` (one head's n × ctx block at a time). */
+static void wl_layer(struct wl *w, uint64_t n, uint64_t d, uint64_t ff, bool gated,
+                     uint64_t score_bytes)
+{
+    int ln = wl_alloc(w, n * d * 4), qkv = wl_alloc(w, n * 3 * d * 4);
+    wl_free(w, ln);
+    int sc = wl_alloc(w, score_bytes), att = wl_alloc(w, n * d * 4);
+    wl_free(w, sc);
+    wl_free(w, qkv);
+    int o = wl_alloc(w, n * d * 4);
+    wl_free(w, att);
+    wl_free(w, o);
+    int ln2 = wl_alloc(w, n * d * 4), up = wl_alloc(w, n * ff * 4);
+    int gate = gated ? wl_alloc(w, n * ff * 4) : -1;
+    wl_free(w, ln2);
+    int act = wl_alloc(w, n * ff * 4);
+    wl_free(w, up);
+    wl_free(w, gate);
+    int down = wl_alloc(w, n * d * 4);
+    wl_free(w, act);
+    wl_free(w, down);
+}
+
+static void wl_kv_page(struct wl *w, int cur, int n_layers)
+{
+    for (int l = 0; l < n_layers; l++) {
+        int p = wl_alloc(w, 64 * KB);
+        if (p >= 0)
+            w->kv[cur][w->n_kv[cur]++] = p;
+    }
+}
+
+static void wl_request(struct wl *w, int r, uint64_t n_img, uint64_t prompt, int n_decode)
+{
+    enum { DV = 1024, FFV = 4096, DT = 2048, FFT = 5632, LAYERS = 4, VOCAB = 32000 };
+    int cur = r % 2;
+    /* vision tower, then the projector into the language model's width */
+    int h = wl_alloc(w, n_img * DV * 4);
+    for (int l = 0; l < LAYERS; l++)
+        wl_layer(w, n_img, DV, FFV, false, n_img * n_img * 4);
+    int emb = wl_alloc(w, n_img * DT * 4);
+    wl_free(w, h);
+    /* prefill */
+    uint64_t t = n_img + prompt;
+    int x = wl_alloc(w, t * DT * 4);
+    wl_free(w, emb);
+    for (uint64_t p = 0; p < (t + 15) / 16; p++)
+        wl_kv_page(w, cur, LAYERS);
+    for (int l = 0; l < LAYERS; l++)
+        wl_layer(w, t, DT, FFT, true, t * t * 4);
+    wl_sample(w);
+    int logits = wl_alloc(w, VOCAB * 4);
+    wl_free(w, logits);
+    wl_free(w, x);
+    /* decode: one token a step over a growing context */
+    for (int s = 0; s < n_decode; s++) {
+        uint64_t ctx = t + (uint64_t)s + 1;
+        if (ctx % 16 == 1)
+            wl_kv_page(w, cur, LAYERS);
+        x = wl_alloc(w, DT * 4);
+        for (int l = 0; l < LAYERS; l++)
+            wl_layer(w, 1, DT, FFT, true, 16 * ctx * 4);
+        logits = wl_alloc(w, VOCAB * 4);
+        wl_free(w, logits);
+        wl_free(w, x);
+    }
+    /* the previous request's KV goes now: two requests' pages overlap */
+    for (int i = 0; i < w->n_kv[1 - cur]; i++)
+        wl_free(w, w->kv[1 - cur][i]);
+    w->n_kv[1 - cur] = 0;
+    wl_sample(w);
+}
+
+/* Runs the stream `passes` times on a fresh pool; returns whether every request was
+ * served, with the final stats in *end, whose peaks are those of the last pass. */
+static bool wl_run(struct fake_dev *d, uint64_t capacity, enum mmrt_pool_level1 level1,
+                   int passes, bool track, struct wl *w, struct mmrt_pool_stats *end)
+{
+    static const uint64_t images[4] = {196, 324, 576, 729}; /* 14², 18², 24², 27² patches */
+    static const uint64_t prompts[6] = {9, 23, 40, 64, 87, 120};
+    static const int decodes[3] = {6, 10, 16};
+    memset(w, 0, sizeof *w);
+    w->track = track;
+    *d = (struct fake_dev){0};
+    w->pool = pool_make(d, capacity, 0, 256, level1);
+    for (int pass = 0; pass < passes; pass++) {
+        uint64_t rng = 99;
+        mmrt_pool_reset_peak(w->pool);
+        w->peak_requested = 0;
+        w->frag_sum = w->frag_max = 0;
+        w->n_samples = 0;
+        for (int r = 0; r < 40 && !w->failed; r++) {
+            uint64_t v = rng_next(&rng);
+            wl_request(w, pass * 40 + r, images[v % 4], prompts[(v >> 8) % 6],
+                       decodes[(v >> 16) % 3]);
+            if (r % 8 == 7)
+                must_check(w->pool);
+        }
+    }
+    for (int i = 0; i < WL_LIVE; i++)
+        if (w->used[i])
+            wl_free(w, i);
+    must_check(w->pool);
+    mmrt_pool_stats(w->pool, end);
+    assert_int_equal(end->n_allocs, 0);
+    assert_int_equal(end->n_bad_frees, 0);
+    mmrt_pool_destroy(w->pool);
+    assert_int_equal(d->n_live, 0);
+    return !w->failed;
+}
+
+/* The smallest capacity, in MiB steps from lo_mb, on which the whole stream runs. */
+static uint64_t wl_min_capacity(enum mmrt_pool_level1 level1, uint64_t lo_mb, struct wl *w)
+{
+    struct fake_dev d;
+    struct mmrt_pool_stats s;
+    for (uint64_t mb = lo_mb;; mb++) {
+        assert_true(mb < lo_mb + 512);
+        if (wl_run(&d, mb * MB, level1, 1, false, w, &s))
+            return mb;
+    }
+}
+
+static void test_mixed_workload(void **state)
+{
+    (void)state;
+    struct wl *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    struct fake_dev d;
+    const uint64_t big = 1024 * MB; /* room for everything: measure, do not constrain */
+    struct {
+        struct mmrt_pool_stats first, steady;
+        double frag_mean, frag_max;
+        uint64_t capacity_mb;
+    } m[2];
+    uint64_t requested = 0;
+    for (int on = 0; on < 2; on++) {
+        enum mmrt_pool_level1 l1 = on ? MMRT_POOL_LEVEL1_ON : MMRT_POOL_LEVEL1_OFF;
+        assert_true(wl_run(&d, big, l1, 1, true, w, &m[on].first));
+        if (on)
+            assert_int_equal(w->peak_requested, requested); /* the same stream */
+        requested = w->peak_requested;
+        /* The stream again on the same pool: what a serving process settles to. */
+        assert_true(wl_run(&d, big, l1, 2, false, w, &m[on].steady));
+    }
+    assert_int_equal(m[1].first.n_allocs_total, m[0].first.n_allocs_total);
+    for (int on = 0; on < 2; on++)
+        m[on].capacity_mb = wl_min_capacity(on ? MMRT_POOL_LEVEL1_ON : MMRT_POOL_LEVEL1_OFF,
+                                            requested / MB, w);
+    /* Fragmentation where it matters: in the smallest pool both can run in (in a far
+     * larger one it only reflects the buddy splitting that pool for small blocks). */
+    uint64_t tight = m[0].capacity_mb > m[1].capacity_mb ? m[0].capacity_mb : m[1].capacity_mb;
+    for (int on = 0; on < 2; on++) {
+        struct mmrt_pool_stats s;
+        assert_true(wl_run(&d, tight * MB, on ? MMRT_POOL_LEVEL1_ON : MMRT_POOL_LEVEL1_OFF, 1,
+                           true, w, &s));
+        m[on].frag_mean = w->frag_sum / w->n_samples;
+        m[on].frag_max = w->frag_max;
+    }
+    print_message("mixed workload: %" PRIu64 " allocations a pass, peak %.1f MiB requested\n",
+                  m[0].first.n_allocs_total, (double)requested / MB);
+    for (int on = 0; on < 2; on++)
+        print_message("  level 1 %-3s: peak held %.1f MiB (second pass %.1f), peak in use %.1f "
+                      "MiB, fragmentation in %" PRIu64 " MiB mean %.3f max %.3f, smallest pool %"
+                      PRIu64 " MiB; "
+                      "%" PRIu64 " hits, %" PRIu64 " misses\n", on ? "on" : "off",
+                      (double)m[on].first.peak_bytes_held / MB,
+                      (double)m[on].steady.peak_bytes_held / MB,
+                      (double)m[on].first.peak_bytes_in_use / MB, tight, m[on].frag_mean,
+                      m[on].frag_max, m[on].capacity_mb, m[on].first.level1_hits,
+                      m[on].first.level1_misses);
+    /* Must hold: a slot is never larger than the block level 2 would give (so neither is
+     * what the stream holds in live blocks), and level 1 gives back everything that is
+     * free before level 2 allocates. Measured, and kept by this design: the stream needs
+     * no more capacity with level 1, and at steady state holds less. */
+    assert_true(m[1].first.peak_bytes_in_use < m[0].first.peak_bytes_in_use);
+    assert_true(m[1].capacity_mb <= m[0].capacity_mb);
+    assert_true(m[1].first.peak_bytes_held <= m[0].first.peak_bytes_held);
+    assert_true(m[1].steady.peak_bytes_held < m[0].steady.peak_bytes_held);
+    assert_true(m[1].first.level1_hits > 0);
+    free(w);
 }
 
 /* ---- white box: mmrt_pool_check must notice broken metadata -------------------------- */
@@ -1203,6 +2178,75 @@ static void test_check_detects_corruption(void **state)
         expect_corrupt(pool, "arena 0 offset 1024", "no block starts here");
     }
 #undef SETUP
+
+    /* Level 1: a class of 768-byte slots (600-byte requests) with one slab grown to 2 KiB
+     * holding two live slots, at offset 0. */
+#define SETUP1()                                                                           \
+    struct mmrt_pool *pool = pool_new_l1(&d, MB, 0, 256);                                  \
+    alloc_free_pair(pool, 600);                                                            \
+    struct mmrt_pool_block s0 = must_alloc(pool, 600), s1 = must_alloc(pool, 600);         \
+    assert_int_equal(s0.offset, 0);                                                        \
+    assert_int_equal(s1.offset, 768);                                                      \
+    struct l1 *l1 = pool->l1;                                                              \
+    uint32_t r = slab_find(pool, 0, 0);                                                    \
+    assert_true(r != NONE);                                                                \
+    struct l1_slab *sl = &l1->slabs[r];                                                    \
+    assert_int_equal(sl->order, 3);                                                        \
+    must_check(pool)
+
+    { /* the slab's level-2 block freed under it */
+        SETUP1();
+        l2_free(pool, 0, 0, 3);
+        expect_corrupt(pool, "slab at arena 0 offset 0 order 3", "not a live level-2 block");
+    }
+    { /* a slot marked used beyond the slab's slots */
+        SETUP1();
+        sl->used |= UINT64_C(1) << 5;
+        expect_corrupt(pool, "slab at arena 0 offset 0 order 3", "marks slots beyond its 2");
+    }
+    { /* the used count disagrees with the bitmap */
+        SETUP1();
+        sl->used &= ~UINT64_C(2);
+        expect_corrupt(pool, "slab at arena 0 offset 0 order 3", "a slot both free and used");
+    }
+    { /* the slab count of its class is wrong */
+        SETUP1();
+        l1->cls[sl->cls].n_live++;
+        expect_corrupt(pool, "class of 768 bytes", "3 live counted");
+    }
+    { /* the slab missing from the index (so free would treat its slots as level 2) */
+        SETUP1();
+        slab_ix_remove(pool, slab_pos(pool, 0, 0));
+        expect_corrupt(pool, "slab at arena 0 offset 0 order 3", "not found at its place");
+    }
+    { /* a slab with memory to give back that is not on the slack list */
+        SETUP1();
+        mmrt_pool_free(pool, &s1);
+        must_check(pool);
+        slack_unlink(l1, r);
+        expect_corrupt(pool, "slab at arena 0 offset 0 order 3", "not on the slack list");
+    }
+    { /* the slot count does not match the order */
+        SETUP1();
+        sl->n_slots = 1;
+        expect_corrupt(pool, "slab at arena 0 offset 0 order 3", "1 slots, but 768-byte slots");
+    }
+    { /* level-1 byte counters */
+        SETUP1();
+        l1->used_bytes += 768;
+        expect_corrupt(pool, "level 1: 2048 bytes of slabs, 2304 in live slots counted", "");
+    }
+    { /* hits and misses must add up to the allocations */
+        SETUP1();
+        l1->hits++;
+        expect_corrupt(pool, "level 1: 1 hits and 3 misses for 3 allocations", "");
+    }
+    { /* the caller-level totals are checked across both levels */
+        SETUP1();
+        pool->bytes_in_use -= 768;
+        expect_corrupt(pool, "768 bytes in 2 blocks counted in use, 1536 bytes in 2 blocks", "");
+    }
+#undef SETUP1
     assert_int_equal(d.n_live, 0);
 }
 
@@ -1224,6 +2268,14 @@ int main(void)
         cmocka_unit_test(test_alloc_failure_sweep),
         cmocka_unit_test(test_arena_failure),
         cmocka_unit_test(test_check_detects_corruption),
+        cmocka_unit_test(test_l1_reuse),
+        cmocka_unit_test(test_l1_exact_slots),
+        cmocka_unit_test(test_l1_slabs_returned),
+        cmocka_unit_test(test_l1_out_of_pool),
+        cmocka_unit_test(test_l1_bad_frees),
+        cmocka_unit_test(test_l1_deterministic),
+        cmocka_unit_test(test_l1_random),
+        cmocka_unit_test(test_mixed_workload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

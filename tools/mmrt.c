@@ -165,6 +165,14 @@ static json_t *devices_json(struct mmrt_runtime *rt)
                       mr.pool_fragmentation, "kv_page_tokens", (json_int_t)mr.kv_page_tokens,
                       "kv_pages_total", (json_int_t)mr.kv_pages_total, "kv_pages_used",
                       (json_int_t)mr.kv_pages_used, "kv_bytes", (json_int_t)mr.kv_bytes));
+        json_t *dj = json_object_get(devs, d.name);
+        if (dj)
+            json_object_set_new(dj, "level1",
+                                json_pack("{s:I, s:I, s:I, s:I}", "hits",
+                                          (json_int_t)mr.level1_hits, "misses",
+                                          (json_int_t)mr.level1_misses, "bytes",
+                                          (json_int_t)mr.level1_bytes, "free_bytes",
+                                          (json_int_t)mr.level1_free_bytes));
     }
     return devs;
 }

@@ -168,6 +168,14 @@ struct mmrt_memory_report {
     uint64_t kv_pages_total;       /* pages of the paged KV cache (reserved in the pool) */
     uint64_t kv_pages_used;        /* held by running requests */
     uint64_t kv_bytes;             /* the KV store's bytes, all layers, keys and values */
+    /* The pool's two levels (core/pool.h): level 1 keeps slabs of exact-size slots for the
+     * sizes each step asks for again, level 2 is the buddy allocator. */
+    uint64_t pool_bytes_held;      /* what the workload holds: in use + level 1's free slots */
+    uint64_t pool_peak_bytes_held;
+    uint64_t level1_hits;          /* allocations served by level 1 without level 2 */
+    uint64_t level1_misses;
+    uint64_t level1_bytes;         /* held by level 1 as slabs */
+    uint64_t level1_free_bytes;    /* of those, not in a live slot */
 };
 
 MMRT_API mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i,
