@@ -758,6 +758,36 @@ struct shadow {
     uint64_t in_use, requested, peak, n_total, n_oop, n_bad;
 };
 
+/* Hands a block that is not live to the pool (a double free or a wrong offset), which must
+ * ignore it and count it; false when it happens to match a live block again, which pool.h
+ * says cannot be told apart from a real free, so the caller skips the step. */
+static bool shadow_bad_free(struct shadow *sh, struct mmrt_pool *pool,
+                            const struct mmrt_pool_block *x)
+{
+    for (size_t i = 0; i < sh->n_live; i++)
+        if (sh->live[i].arena == x->arena && sh->live[i].offset == x->offset &&
+            sh->live[i].nbytes == x->nbytes)
+            return false;
+    mmrt_pool_free(pool, x);
+    sh->n_bad++;
+    return true;
+}
+
+static void shadow_mark(struct shadow *sh, const struct mmrt_pool_block *b, uint8_t v);
+
+/* Frees live block i, in the pool and in the shadow; returns it. */
+static struct mmrt_pool_block shadow_free_live(struct shadow *sh, struct mmrt_pool *pool,
+                                               size_t i)
+{
+    struct mmrt_pool_block b = sh->live[i];
+    mmrt_pool_free(pool, &b);
+    shadow_mark(sh, &b, 0);
+    sh->live[i] = sh->live[--sh->n_live];
+    sh->in_use -= b.nbytes;
+    sh->requested -= b.requested;
+    return b;
+}
+
 static uint64_t next_block(uint64_t nbytes, uint64_t min_block)
 {
     uint64_t b = min_block;
@@ -941,26 +971,10 @@ static void run_random(uint64_t capacity, uint64_t max_arena, uint64_t min_block
                     x = sh.live[(r2 >> 8) % sh.n_live];
                     x.offset += min_block * (1 + (r2 >> 32) % 3); /* inside or past it */
                 }
-                /* A block with the same place and size that is live again cannot be told
-                 * apart (pool.h says so): that would be a real free, so skip the step. */
-                bool is_live = false;
-                for (size_t i = 0; i < sh.n_live; i++)
-                    if (sh.live[i].arena == x.arena && sh.live[i].offset == x.offset &&
-                        sh.live[i].nbytes == x.nbytes)
-                        is_live = true;
-                if (is_live)
+                if (!shadow_bad_free(&sh, pool, &x))
                     continue;
-                mmrt_pool_free(pool, &x);
-                sh.n_bad++;
             } else {
-                size_t i = (size_t)((r2 >> 8) % sh.n_live);
-                struct mmrt_pool_block b = sh.live[i];
-                mmrt_pool_free(pool, &b);
-                shadow_mark(&sh, &b, 0);
-                sh.live[i] = sh.live[--sh.n_live];
-                sh.in_use -= b.nbytes;
-                sh.requested -= b.requested;
-                last_freed = b;
+                last_freed = shadow_free_live(&sh, pool, (size_t)((r2 >> 8) % sh.n_live));
                 have_last = true;
             }
         }
@@ -1754,24 +1768,10 @@ static void test_l1_random(void **state)
                 struct mmrt_pool_block x = last_freed;
                 if (r2 % 64 == 1)
                     x.offset += min_block; /* not the start of any live block */
-                bool is_live = false;
-                for (size_t i = 0; i < sh.n_live; i++)
-                    if (sh.live[i].arena == x.arena && sh.live[i].offset == x.offset &&
-                        sh.live[i].nbytes == x.nbytes)
-                        is_live = true;
-                if (is_live)
+                if (!shadow_bad_free(&sh, pool, &x))
                     continue;
-                mmrt_pool_free(pool, &x);
-                sh.n_bad++;
             } else {
-                size_t i = (size_t)((r2 >> 8) % sh.n_live);
-                struct mmrt_pool_block b = sh.live[i];
-                mmrt_pool_free(pool, &b);
-                shadow_mark(&sh, &b, 0);
-                sh.live[i] = sh.live[--sh.n_live];
-                sh.in_use -= b.nbytes;
-                sh.requested -= b.requested;
-                last_freed = b;
+                last_freed = shadow_free_live(&sh, pool, (size_t)((r2 >> 8) % sh.n_live));
                 have_last = true;
             }
         }
