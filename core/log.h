@@ -16,4 +16,7 @@ void mmrt_log(enum mmrt_log_level level, const char *who, const char *fmt, ...)
 /* Raw form used by the plugin host table. */
 void mmrt_log_line(enum mmrt_log_level level, const char *who, const char *message);
 
+/* Monotonic milliseconds, for the per-stage timings of mmrt_result. */
+double mmrt_now_ms(void);
+
 #endif

@@ -3,7 +3,9 @@
  * model types. A model is built from core ops only (ops.h); it never sees a plugin.
  *
  * A model is loaded once per runtime with its two stage devices (vision, language; they may
- * be the same device) and answers one request at a time.
+ * be the same device). It encodes the images of a request and prepares its prompt; the
+ * generation engine (engine.h) runs every request's language stage through the model's
+ * decoder, many requests at once.
  */
 #ifndef MMRT_CORE_MODEL_H
 #define MMRT_CORE_MODEL_H
@@ -15,6 +17,8 @@
 #include "mmrt/mmrt.h"
 
 struct mmrt_model; /* owned by the implementation */
+struct mmrt_decoder;
+struct mmrt_tokenizer;
 
 /* Optional observer of a request's intermediate values, for the golden tests and the
  * --check mode. Every member may be NULL. Arrays are borrowed for the call only. */
@@ -62,6 +66,41 @@ int64_t mmrt_vision_output_rows(const struct mmrt_vision_output *v);
 /* Embeddings of image i (0 ≤ i < n_images). */
 int64_t mmrt_vision_output_tokens(const struct mmrt_vision_output *v, int i);
 
+/* Rows [row, row + n_rows) of a prompt's embeddings are rows [src_row, src_row + n_rows) of
+ * the vision output's features instead of the token embeddings (the image splice). */
+struct mmrt_prompt_splice {
+    int64_t row, n_rows, src_row;
+};
+
+/* What the language stage runs for one request: token ids after template and placeholder
+ * expansion, the splices of image features into them, and the rotary positions. Built by a
+ * model's prepare(); mmrt_prompt_free() releases it. */
+struct mmrt_prompt {
+    int32_t *ids;               /* [n_ids], malloc'ed */
+    int64_t n_ids;
+    int32_t *pos;               /* [n_ids][n_axes] (M-RoPE), malloc'ed; NULL: token i is at
+                                   position i on every axis */
+    int64_t rope_delta;         /* the token at slot n ≥ n_ids is at position n + rope_delta */
+    struct mmrt_prompt_splice *splices; /* malloc'ed, in row order */
+    int n_splices;
+};
+
+void mmrt_prompt_free(struct mmrt_prompt *p);
+
+/* Appends a splice (rows in increasing order); MMRT_ERR_NO_MEMORY on failure. */
+mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n_rows,
+                                   int64_t src_row, struct mmrt_error *err);
+
+#define MMRT_MAX_EOS 8
+
+/* A model's language stage as the engine sees it. */
+struct mmrt_language {
+    const struct mmrt_decoder *decoder;
+    const struct mmrt_tokenizer *tok;
+    const int32_t *eos;         /* ids that end the answer */
+    int n_eos;
+};
+
 /* The configuration's settings for a model ([model] keys other than path), fixed for the
  * model's lifetime. All-zero is the default.
  *
@@ -101,12 +140,15 @@ struct mmrt_model_type {
     mmrt_status (*encode)(struct mmrt_model *model, const struct mmrt_request *req,
                           const struct mmrt_model_trace *trace, struct mmrt_vision_output *out,
                           struct mmrt_error *err);
-    /* Language stage: template, splice the image embeddings, prefill and decode, streaming
-     * tokens through on_token. Runs only on the language device. */
-    mmrt_status (*generate)(struct mmrt_model *model, const struct mmrt_request *req,
-                            const struct mmrt_vision_output *vision,
-                            const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                            void *user, struct mmrt_result *result, struct mmrt_error *err);
+    /* Language stage, the part that differs between models: the chat template, where the
+     * image embeddings go and the rotary positions, for one request (vision from encode()).
+     * The engine (engine.h) does the rest: prefill, batched decode, sampling, stopping. */
+    mmrt_status (*prepare)(struct mmrt_model *model, const struct mmrt_request *req,
+                           const struct mmrt_vision_output *vision, struct mmrt_prompt *out,
+                           struct mmrt_error *err);
+    /* The language stage's decoder, tokenizer and end-of-answer ids (borrowed from the
+     * model, valid until destroy). */
+    void (*language)(struct mmrt_model *model, struct mmrt_language *out);
     /* Images one request may carry (mmrt_request.image_paths); 0 means 1. The runtime
      * refuses requests with more, and hands a one-image request to a model that takes one
      * through image_path only, so such models never read image_paths. */

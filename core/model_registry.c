@@ -52,3 +52,23 @@ int64_t mmrt_vision_output_tokens(const struct mmrt_vision_output *v, int i)
 {
     return v->tokens_per_image ? v->tokens_per_image[i] : v->n_tokens;
 }
+
+void mmrt_prompt_free(struct mmrt_prompt *p)
+{
+    free(p->ids);
+    free(p->pos);
+    free(p->splices);
+    memset(p, 0, sizeof *p);
+}
+
+mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n_rows,
+                                   int64_t src_row, struct mmrt_error *err)
+{
+    struct mmrt_prompt_splice *g = realloc(p->splices,
+                                           (size_t)(p->n_splices + 1) * sizeof *g);
+    if (!g)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    g[p->n_splices++] = (struct mmrt_prompt_splice){ row, n_rows, src_row };
+    p->splices = g;
+    return MMRT_OK;
+}

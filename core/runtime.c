@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "device.h"
+#include "engine.h"
 #include "error.h"
 #include "formats/conf.h"
 #include "formats/json.h"
@@ -35,6 +36,9 @@ struct mmrt_runtime {
     const struct mmrt_model_type *model_type;
     struct mmrt_model *model;  /* loaded when model_path is set */
     struct mmrt_model_options model_opts; /* [model] settings, handed to the model */
+    struct mmrt_engine_options engine_opts; /* [scheduler] settings */
+    struct mmrt_language lang; /* the model's language stage, borrowed by the engine */
+    struct mmrt_engine *engine; /* every request's language stage; NULL without a model */
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
     char *run_image, *run_prompt;
@@ -75,6 +79,7 @@ void mmrt_destroy(struct mmrt_runtime *rt)
 {
     if (!rt)
         return;
+    mmrt_engine_destroy(rt->engine);
     if (rt->model)
         rt->model_type->destroy(rt->model);
     for (int i = rt->n_devices - 1; i >= 0; i--)
@@ -164,9 +169,30 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->kv_page_tokens_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
+    const struct mmrt_conf_scheduler *cs = src->conf ? &src->conf->scheduler : NULL;
+    if (cfg->max_batch < 0 || cfg->max_batch > MMRT_SMALL_M) {
+        snprintf(what, sizeof what, "[scheduler] max_batch %d must be 1 … %d (0 = %d)",
+                 cfg->max_batch, MMRT_SMALL_M, MMRT_ENGINE_DEFAULT_BATCH);
+        return at(src, cs ? cs->max_batch_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
+    if (cfg->prefill_chunk < 0 || cfg->prefill_chunk > MMRT_CONF_MAX_PREFILL_CHUNK) {
+        snprintf(what, sizeof what, "[scheduler] prefill_chunk %lld must be 1 … %d (0 = %d)",
+                 (long long)cfg->prefill_chunk, MMRT_CONF_MAX_PREFILL_CHUNK,
+                 MMRT_ENGINE_DEFAULT_CHUNK);
+        return at(src, cs ? cs->prefill_chunk_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
+    if (cfg->step_tokens < 0 || cfg->step_tokens > MMRT_CONF_MAX_STEP_TOKENS) {
+        snprintf(what, sizeof what, "[scheduler] step_tokens %lld must be 1 … %d (0 = the "
+                 "default)", (long long)cfg->step_tokens, MMRT_CONF_MAX_STEP_TOKENS);
+        return at(src, cs ? cs->step_tokens_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
     struct mmrt_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
+    rt->engine_opts = (struct mmrt_engine_options){ .max_batch = cfg->max_batch,
+                                                    .prefill_chunk = cfg->prefill_chunk,
+                                                    .step_tokens = cfg->step_tokens,
+                                                    .use_graph = true };
     rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
@@ -259,6 +285,10 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
             st = rt->model_type->load(rt->model_path, root, &rt->model_opts, rt->vision,
                                       rt->language, &rt->model, err);
         json_decref(root);
+        if (st == MMRT_OK) {
+            rt->model_type->language(rt->model, &rt->lang);
+            st = mmrt_engine_create(&rt->lang, &rt->engine_opts, &rt->engine, err);
+        }
         if (st != MMRT_OK)
             goto fail;
     }
@@ -327,6 +357,9 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .oversize_images = conf->oversize_images,
         .max_kv_tokens = conf->max_kv_tokens,
         .kv_page_tokens = conf->kv_page_tokens,
+        .max_batch = conf->scheduler.max_batch,
+        .prefill_chunk = conf->scheduler.prefill_chunk,
+        .step_tokens = conf->scheduler.step_tokens,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);
@@ -554,13 +587,6 @@ static mmrt_status normalize_images(const struct mmrt_runtime *rt, const struct 
     return MMRT_OK;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Copies a message into a fixed buffer, cutting it if needed. */
 static void copy_msg(char *dst, size_t size, const char *src)
 {
@@ -575,6 +601,25 @@ static void result_error(struct mmrt_result *r, mmrt_status st, const char *msg)
     copy_msg(r->error, sizeof r->error, msg);
 }
 
+/* Hands one encoded request to the engine: the model's prompt, then submission. vis moves
+ * into the engine either way. */
+static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                          struct mmrt_vision_output *vis, const struct mmrt_model_trace *trace,
+                          mmrt_token_fn on_token, void *user, struct mmrt_result *result,
+                          struct mmrt_seq **seq, struct mmrt_error *err)
+{
+    struct mmrt_prompt prompt = { 0 };
+    mmrt_status st = rt->model_type->prepare(rt->model, req, vis, &prompt, err);
+    if (st != MMRT_OK) {
+        mmrt_vision_output_free(vis);
+        return st;
+    }
+    struct mmrt_engine_request er = { .req = req, .prompt = &prompt, .vision = vis,
+                                      .trace = trace, .on_token = on_token, .user = user,
+                                      .result = result };
+    return mmrt_engine_submit(rt->engine, &er, seq, err);
+}
+
 /* One request, stages one after the other (the caller has cleared rt->last). */
 static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *req,
                            const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
@@ -587,22 +632,29 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
         return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);
     memset(result, 0, sizeof *result);
-    double t0 = now_ms();
+    double t0 = mmrt_now_ms();
     struct mmrt_vision_output vis = { 0 };
     struct mmrt_request r;
+    struct mmrt_seq *seq = NULL;
     mmrt_status st = normalize_images(rt, req, &r, &rt->last);
     if (st == MMRT_OK)
         st = rt->model_type->encode(rt->model, &r, trace, &vis, &rt->last);
-    double t1 = now_ms();
+    double t1 = mmrt_now_ms();
     if (st == MMRT_OK)
-        st = rt->model_type->generate(rt->model, &r, &vis, trace, on_token, user, result,
-                                      &rt->last);
+        st = submit(rt, &r, &vis, trace, on_token, user, result, &seq, &rt->last);
     mmrt_vision_output_free(&vis);
+    while (st == MMRT_OK && !mmrt_engine_done(seq))
+        st = mmrt_engine_step(rt->engine, &rt->last);
+    if (st == MMRT_OK && result->status != MMRT_OK) {
+        st = result->status;
+        mmrt_error_set(&rt->last, st, "%s", result->error);
+    }
+    mmrt_engine_release(seq);
     if (st == MMRT_OK) {
         result->vision_start_ms = 0;
         result->vision_end_ms = t1 - t0;
         result->language_start_ms = t1 - t0;
-        result->language_end_ms = now_ms() - t0;
+        result->language_end_ms = mmrt_now_ms() - t0;
     }
     result->status = st;
     copy_msg(result->error, sizeof result->error, st == MMRT_OK ? "" : rt->last.msg);
@@ -628,7 +680,7 @@ mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *
     return run_one(rt, req, trace, on_token, user, result);
 }
 
-/* ---- batches: the vision stage of request i+1 overlaps the language stage of request i ---- */
+/* ---- batches: every request in the engine at once; the vision stage runs ahead ---- */
 
 struct batch {
     struct mmrt_runtime *rt;
@@ -642,7 +694,12 @@ struct batch {
     int n_encoded; /* requests whose vision stage is finished (successfully or not) */
     mmrt_batch_token_fn on_token;
     void *user;
-    int current; /* request whose tokens are streaming */
+};
+
+/* What a request's token callback needs to name its request. */
+struct batch_slot {
+    struct batch *b;
+    int index;
 };
 
 static void encode_one(struct batch *b, int i)
@@ -651,9 +708,9 @@ static void encode_one(struct batch *b, int i)
     struct mmrt_result *r = &b->results[i];
     if (r->status != MMRT_OK) /* refused before its vision stage */
         return;
-    r->vision_start_ms = now_ms() - b->t0;
+    r->vision_start_ms = mmrt_now_ms() - b->t0;
     mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i], NULL, &b->vis[i], &err);
-    r->vision_end_ms = now_ms() - b->t0;
+    r->vision_end_ms = mmrt_now_ms() - b->t0;
     if (st != MMRT_OK)
         result_error(r, st, err.msg);
 }
@@ -673,8 +730,8 @@ static void *vision_worker(void *arg)
 
 static bool batch_token(void *user, int32_t id, const char *text)
 {
-    struct batch *b = user;
-    return b->on_token ? b->on_token(b->user, b->current, id, text) : true;
+    struct batch_slot *s = user;
+    return s->b->on_token ? s->b->on_token(s->b->user, s->index, id, text) : true;
 }
 
 mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
@@ -691,64 +748,94 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
         return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);
     struct mmrt_request *norm = calloc((size_t)n, sizeof *norm);
-    struct batch b = { .rt = rt, .reqs = norm, .n = n, .results = results, .t0 = now_ms(),
-                       .on_token = on_token, .user = user };
+    struct mmrt_seq **seqs = calloc((size_t)n, sizeof *seqs);
+    struct batch_slot *slots = calloc((size_t)n, sizeof *slots);
+    struct batch b = { .rt = rt, .reqs = norm, .n = n, .results = results,
+                       .t0 = mmrt_now_ms(), .on_token = on_token, .user = user };
     b.vis = calloc((size_t)n, sizeof *b.vis);
-    if (!b.vis || !norm) {
+    if (!b.vis || !norm || !seqs || !slots) {
         free(b.vis);
         free(norm);
+        free(seqs);
+        free(slots);
         return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "batch: out of memory");
     }
     memset(results, 0, (size_t)n * sizeof *results);
     for (int i = 0; i < n; i++) {
         struct mmrt_error err = { 0 };
+        slots[i] = (struct batch_slot){ &b, i };
         mmrt_status st = normalize_images(rt, &reqs[i], &norm[i], &err);
         if (st != MMRT_OK)
             result_error(&results[i], st, err.msg);
     }
     pthread_mutex_init(&b.lock, NULL);
     pthread_cond_init(&b.ready, NULL);
-    /* Two stages on one device would have two threads driving it: run them in turn. */
+    /* Two stages on one device would have two threads driving it: there the vision stage of
+     * one request runs between two engine steps instead. */
     pthread_t worker;
-    bool overlap = rt->vision != rt->language &&
-                   pthread_create(&worker, NULL, vision_worker, &b) == 0;
-    mmrt_status first = MMRT_OK;
-    for (int i = 0; i < n; i++) {
-        struct mmrt_result *r = &results[i];
+    const bool overlap = rt->vision != rt->language &&
+                         pthread_create(&worker, NULL, vision_worker, &b) == 0;
+    int submitted = 0, finished = 0;
+    mmrt_status st = MMRT_OK;
+    while (st == MMRT_OK && finished < n) {
+        int encoded;
         if (overlap) {
             pthread_mutex_lock(&b.lock);
-            while (b.n_encoded <= i)
+            while (b.n_encoded == submitted && submitted < n && mmrt_engine_idle(rt->engine))
                 pthread_cond_wait(&b.ready, &b.lock);
+            encoded = b.n_encoded;
             pthread_mutex_unlock(&b.lock);
         } else {
-            encode_one(&b, i);
+            if (submitted < n)
+                encode_one(&b, submitted);
+            encoded = submitted < n ? submitted + 1 : submitted;
         }
-        if (r->status == MMRT_OK) {
-            struct mmrt_error err = { 0 };
-            double vs = r->vision_start_ms, ve = r->vision_end_ms;
-            double ls = now_ms() - b.t0;
-            b.current = i;
-            mmrt_status st = rt->model_type->generate(rt->model, &norm[i], &b.vis[i], NULL,
-                                                      batch_token, &b, r, &err);
-            r->vision_start_ms = vs;
-            r->vision_end_ms = ve;
-            r->language_start_ms = ls;
-            r->language_end_ms = now_ms() - b.t0;
-            r->status = st;
-            copy_msg(r->error, sizeof r->error, st == MMRT_OK ? "" : err.msg);
+        for (; submitted < encoded; submitted++) {
+            struct mmrt_result *r = &results[submitted];
+            if (r->status == MMRT_OK) {
+                struct mmrt_error err = { 0 };
+                const double vs = r->vision_start_ms, ve = r->vision_end_ms;
+                mmrt_status sst = submit(rt, &norm[submitted], &b.vis[submitted], NULL,
+                                         batch_token, &slots[submitted], r, &seqs[submitted],
+                                         &err);
+                r->vision_start_ms = vs;
+                r->vision_end_ms = ve;
+                r->language_start_ms = mmrt_now_ms() - b.t0;
+                if (sst != MMRT_OK)
+                    result_error(r, sst, err.msg);
+            }
+            mmrt_vision_output_free(&b.vis[submitted]);
+            if (!seqs[submitted])
+                finished++;
         }
-        mmrt_vision_output_free(&b.vis[i]);
-        if (r->status != MMRT_OK && first == MMRT_OK) {
-            first = r->status;
-            mmrt_error_set(&rt->last, r->status, "request %d: %s", i, r->error);
-        }
+        if (!mmrt_engine_idle(rt->engine))
+            st = mmrt_engine_step(rt->engine, &rt->last);
+        for (int i = 0; i < submitted; i++)
+            if (seqs[i] && mmrt_engine_done(seqs[i])) {
+                results[i].language_end_ms = mmrt_now_ms() - b.t0;
+                mmrt_engine_release(seqs[i]);
+                seqs[i] = NULL;
+                finished++;
+            }
     }
+    for (int i = 0; i < n; i++)
+        mmrt_engine_release(seqs[i]); /* only after an engine failure */
     if (overlap)
         pthread_join(worker, NULL);
+    for (int i = submitted; i < n; i++)
+        mmrt_vision_output_free(&b.vis[i]);
     pthread_cond_destroy(&b.ready);
     pthread_mutex_destroy(&b.lock);
+    mmrt_status first = st;
+    for (int i = 0; i < n && first == MMRT_OK; i++)
+        if (results[i].status != MMRT_OK) {
+            first = results[i].status;
+            mmrt_error_set(&rt->last, first, "request %d: %s", i, results[i].error);
+        }
     free(b.vis);
     free(norm);
+    free(seqs);
+    free(slots);
     return first;
 }
 
@@ -871,7 +958,10 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                .max_image_tokens = rt->model_opts.max_image_tokens,
                                .oversize_images = rt->model_opts.oversize_images,
                                .max_kv_tokens = rt->model_opts.max_kv_tokens,
-                               .kv_page_tokens = rt->model_opts.kv_page_tokens };
+                               .kv_page_tokens = rt->model_opts.kv_page_tokens,
+                               .max_batch = rt->engine_opts.max_batch,
+                               .prefill_chunk = rt->engine_opts.prefill_chunk,
+                               .step_tokens = rt->engine_opts.step_tokens };
     char msg[MMRT_ERROR_MAX];
     st = mmrt_create(&cfg, &ref, msg, sizeof msg);
     if (st != MMRT_OK) {

@@ -33,7 +33,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "decode_loop.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -641,28 +640,14 @@ static mmrt_status build_prompt(struct mmrt_model *m, const char *prompt, int64_
     return MMRT_OK;
 }
 
-/* Language stage: sequence layout, splice the patch embeddings, prefill, decode. */
-static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request *req,
-                                 const struct mmrt_vision_output *vis,
-                                 const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                                 void *user, struct mmrt_result *res, struct mmrt_error *err)
+/* Language stage: the sequence layout; each row's patches replace its |SPEAKER| embeddings
+ * and the |NEWLINE| slot keeps its text embedding. */
+static mmrt_status fuyu_prepare(struct mmrt_model *m, const struct mmrt_request *req,
+                                const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
+                                struct mmrt_error *err)
 {
-    const int64_t D = m->lm.cfg.hidden, V = m->lm.cfg.vocab;
-    float *logits = NULL;
-    int32_t *ids = NULL;
-    int64_t n_ids = 0;
-    struct mmrt_kv_cache cache = { 0 };
-    struct mmrt_persimmon_decoder *dec = NULL;
-    struct mmrt_sampler sampler = { 0 };
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, m->language);
-    mmrt_status st;
-    memset(res, 0, sizeof *res);
-    res->preprocess_ms = vis->preprocess_ms;
-    res->vision_ms = vis->vision_ms;
-    if (req->max_tokens < 1)
-        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
-                              req->max_tokens);
+    memset(out, 0, sizeof *out);
+    const int64_t D = m->lm.cfg.hidden;
     const int64_t rows = vis->features ? vis->n_images : 0;
     const int64_t cols = vis->features ? vis->n_tokens - 1 : 0;
     if (vis->features && (cols < 1 || vis->dim != D))
@@ -670,64 +655,20 @@ static mmrt_status fuyu_generate(struct mmrt_model *m, const struct mmrt_request
                               "image features of %lld×%lld do not fit the Fuyu layout "
                               "(rows of cols+1 tokens of %lld)",
                               (long long)vis->n_tokens, (long long)vis->dim, (long long)D);
-    st = mmrt_sampler_init(&sampler, V, req->temperature, req->top_k, req->top_p, req->seed,
-                           err);
+    mmrt_status st = build_prompt(m, req->prompt ? req->prompt : "", rows, cols, &out->ids,
+                                  &out->n_ids, err);
+    /* The span starts at position 0, one row of cols patches and a |NEWLINE| per patch row. */
+    for (int64_t r = 0; st == MMRT_OK && r < rows; r++)
+        st = mmrt_prompt_add_splice(out, r * (cols + 1), cols, r * (cols + 1), err);
     if (st != MMRT_OK)
-        return st;
-    st = build_prompt(m, req->prompt ? req->prompt : "", rows, cols, &ids, &n_ids, err);
-    if (st != MMRT_OK)
-        goto out;
-    if (n_ids < 1) {
-        st = mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "empty prompt and no image");
-        goto out;
-    }
-    st = mmrt_prompt_accept(req, ids, n_ids, m->lm.cfg.max_positions, trace, res, err);
-    if (st != MMRT_OK)
-        goto out;
-
-    double t2 = mmrt_now_ms();
-    struct mmrt_tensor emb;
-    logits = malloc((size_t)V * sizeof *logits);
-    if (!logits) {
-        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "logits: out of memory");
-        goto out;
-    }
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ n_ids, D }, &emb, err);
-    if (st == MMRT_OK)
-        st = mmrt_persimmon_embed(&m->lm, ids, n_ids, &emb, err);
-    /* The span starts at position 0; each row's patches replace its |SPEAKER| embeddings and
-     * the |NEWLINE| slot keeps its text embedding. */
-    for (int64_t r = 0; st == MMRT_OK && r < rows; r++) {
-        struct mmrt_tensor dst = mmrt_tensor_rows(&emb, r * (cols + 1), cols);
-        st = mmrt_dev_upload(m->language, &dst, vis->features + r * (cols + 1) * D,
-                             (uint64_t)(cols * D) * sizeof(float), err);
-    }
-    if (st == MMRT_OK)
-        st = mmrt_persimmon_cache_create(&m->lm, n_ids + req->max_tokens, &cache, err);
-    if (st == MMRT_OK)
-        st = mmrt_persimmon_forward(&m->lm, &cache, &emb, logits, err);
-    if (st != MMRT_OK)
-        goto out;
-    mmrt_scratch_release(&s);
-    res->prefill_ms = mmrt_now_ms() - t2;
-
-    st = mmrt_persimmon_decoder_create(&m->lm, &cache, true, &dec, err);
-    if (st != MMRT_OK)
-        goto out;
-    const struct mmrt_decode_loop loop = {
-        .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V,
-        .step = mmrt_persimmon_decoder_step(dec),
-    };
-    st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
-out:
-    mmrt_persimmon_decoder_destroy(dec);
-    mmrt_scratch_release(&s);
-    mmrt_persimmon_cache_destroy(&m->lm, &cache);
-    mmrt_sampler_deinit(&sampler);
-    free(ids);
-    free(logits);
+        mmrt_prompt_free(out);
     return st;
+}
+
+static void fuyu_language(struct mmrt_model *m, struct mmrt_language *out)
+{
+    *out = (struct mmrt_language){ .decoder = &m->lm.dec, .tok = m->tok, .eos = m->eos,
+                                   .n_eos = m->n_eos };
 }
 
 const struct mmrt_model_type mmrt_fuyu_model_type = {
@@ -735,5 +676,6 @@ const struct mmrt_model_type mmrt_fuyu_model_type = {
     .load = fuyu_load,
     .destroy = fuyu_destroy,
     .encode = fuyu_encode,
-    .generate = fuyu_generate,
+    .prepare = fuyu_prepare,
+    .language = fuyu_language,
 };

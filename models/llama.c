@@ -15,10 +15,17 @@
 #include "ops.h"
 
 const enum mmrt_op mmrt_llama_ops[] = {
-    MMRT_OP_GET_ROWS, MMRT_OP_RMSNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE, MMRT_OP_COPY,
-    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_SWIGLU, MMRT_OP_SET_ROWS,
+    MMRT_OP_GET_ROWS, MMRT_OP_RMSNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE,
+    MMRT_OP_ATTENTION_PAGED, MMRT_OP_ADD, MMRT_OP_SWIGLU, MMRT_OP_SET_ROWS,
 };
 const int mmrt_llama_n_ops = (int)(sizeof mmrt_llama_ops / sizeof mmrt_llama_ops[0]);
+
+struct mmrt_decoder_ws;
+static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
+                             struct mmrt_decoder_ws **out, struct mmrt_error *err);
+static void ws_destroy(void *self, struct mmrt_decoder_ws *ws);
+static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mmrt_step_io *io,
+                         struct mmrt_error *err);
 
 int mmrt_llama_required_ops(const struct mmrt_llama_config *c, enum mmrt_op *ops)
 {
@@ -319,6 +326,11 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
                               opts ? opts->kv_page_tokens : 0, &m->kv, err);
     if (st != MMRT_OK)
         goto fail;
+    m->dec = (struct mmrt_decoder){
+        .self = m, .dev = dev, .kv = &m->kv, .embed = &m->embed, .vocab = V, .hidden = D,
+        .max_positions = cfg->max_positions, .n_axes = cfg->n_mrope_axes,
+        .ws_create = ws_create, .ws_destroy = ws_destroy, .issue = issue,
+    };
     return MMRT_OK;
 fail:
     mmrt_llama_unload(m);
@@ -332,145 +344,130 @@ void mmrt_llama_unload(struct mmrt_llama *m)
     m->layers = NULL;
 }
 
-void mmrt_kv_cache_destroy(const struct mmrt_llama *m, struct mmrt_kv_cache *c)
-{
-    (void)m;
-    mmrt_kv_cache_free(c);
-}
-
-mmrt_status mmrt_kv_cache_create(struct mmrt_llama *m, int64_t n_ctx,
-                                 struct mmrt_kv_cache *out, struct mmrt_error *err)
-{
-    return mmrt_kv_cache_alloc(&m->kv, n_ctx, out, err);
-}
-
-mmrt_status mmrt_llama_embed(struct mmrt_llama *m, const int32_t *ids, int64_t n,
-                             const struct mmrt_tensor *out, struct mmrt_error *err)
-{
-    return mmrt_embed_tokens(m->dev, &m->embed, m->cfg.vocab, ids, n, out, err);
-}
-
 static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
 {
     return t->buffer ? t : NULL;
 }
 
-/* Rotary positions of the S new tokens: the caller's [S][n_axes], or slot + rope_delta. */
-static mmrt_status upload_positions(struct mmrt_dev *dev, const struct mmrt_kv_cache *cache,
-                                    int64_t S, int n_axes, const int32_t *positions,
-                                    const struct mmrt_tensor *pos, struct mmrt_error *err)
+/* Activations of a step of up to max_rows rows. */
+struct mmrt_decoder_ws {
+    struct mmrt_scratch s;
+    struct mmrt_tensor x, q, k, v, att, o, g, u;
+};
+
+static void ws_destroy(void *self, struct mmrt_decoder_ws *ws)
 {
-    const int64_t n = S * n_axes;
-    int32_t *p = malloc((size_t)n * sizeof *p);
-    if (!p)
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
-    mmrt_status st = MMRT_OK;
-    for (int64_t i = 0; i < S; i++) {
-        for (int a = 0; a < n_axes; a++) {
-            int64_t v = positions ? positions[i * n_axes + a]
-                                  : cache->n_past + i + cache->rope_delta;
-            if (v < 0 || v > (1 << 24)) {
-                st = mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
-                                    "decoder: rotary position %lld of token %lld is outside "
-                                    "0…2^24", (long long)v, (long long)i);
-                break;
-            }
-            p[i * n_axes + a] = (int32_t)v;
-        }
-    }
-    if (st == MMRT_OK)
-        st = mmrt_dev_upload(dev, pos, p, (uint64_t)n * sizeof *p, err);
-    free(p);
-    return st;
+    (void)self;
+    if (!ws)
+        return;
+    mmrt_scratch_release(&ws->s);
+    free(ws);
 }
 
-mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
-                               const struct mmrt_tensor *embeds, const int32_t *positions,
-                               float *logits, struct mmrt_error *err)
+static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
+                             struct mmrt_decoder_ws **out, struct mmrt_error *err)
 {
+    const struct mmrt_llama *m = self;
+    const struct mmrt_llama_config *c = &m->cfg;
+    *out = NULL;
+    (void)max_out; /* the head's rows reuse o and x, R ≥ max_out */
+    struct mmrt_decoder_ws *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_scratch_init(&ws->s, m->dev);
+    const int64_t D = c->hidden, H = c->n_heads, KH = c->n_kv_heads, hd = c->head_dim;
+    mmrt_status st = MMRT_OK;
+#define ALLOC(t, nd, ...)                                                                      \
+    do {                                                                                       \
+        if (st == MMRT_OK)                                                                     \
+            st = mmrt_scratch_tensor(&ws->s, MMRT_DTYPE_F32, nd,                               \
+                                     (const int64_t[]){ __VA_ARGS__ }, &ws->t, err);          \
+    } while (0)
+    ALLOC(x, 2, R, D);
+    ALLOC(q, 3, R, H, hd);
+    ALLOC(k, 3, R, KH, hd);
+    ALLOC(v, 3, R, KH, hd);
+    ALLOC(att, 3, R, H, hd);
+    ALLOC(o, 2, R, D);
+    ALLOC(g, 2, R, c->intermediate);
+    ALLOC(u, 2, R, c->intermediate);
+#undef ALLOC
+    if (st != MMRT_OK) {
+        ws_destroy(self, ws);
+        return st;
+    }
+    *out = ws;
+    return MMRT_OK;
+}
+
+/* The decoder: every layer over the step's M rows, then the head over the io->out rows. One
+ * definition for prefill chunks, batched decode and the captured decode graph. */
+static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mmrt_step_io *io,
+                         struct mmrt_error *err)
+{
+    struct mmrt_llama *m = self;
     const struct mmrt_llama_config *c = &m->cfg;
     struct mmrt_dev *dev = m->dev;
-    const int64_t S = embeds->ne[0], D = c->hidden, H = c->n_heads, KH = c->n_kv_heads;
-    const int64_t hd = c->head_dim, n_past = cache->n_past;
-    if (S < 1 || n_past + S > cache->n_ctx)
-        return mmrt_error_set(err, MMRT_ERR_LIMIT,
-                              "decoder: %lld positions after %lld do not fit the KV cache of %lld",
-                              (long long)S, (long long)n_past, (long long)cache->n_ctx);
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, dev);
-    struct mmrt_tensor h, x, q, k, v, att, o, g, u, pos, last, lg;
-    mmrt_status st = MMRT_OK;
+    const int64_t M = io->M, H = c->n_heads, KH = c->n_kv_heads;
+    const int64_t hd = c->head_dim, O = io->n_out;
+    const float eps = (float)c->rms_eps;
+    const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)hd, MMRT_ROPE_NEOX };
+    struct mmrt_rope_multi_params mrope = {
+        .theta = (float)c->rope_theta, .n_rot = (int32_t)hd, .freq_dim = (int32_t)hd,
+        .restart = 0, .n_axes = c->n_mrope_axes,
+    };
+    for (int a = 0; a < c->n_mrope_axes && a < MMRT_ROPE_MAX_AXES; a++)
+        mrope.sections[a] = c->mrope_section[a];
+#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
+    const struct mmrt_tensor *h = &io->h;
+    struct mmrt_tensor x = mmrt_tensor_rows(&ws->x, 0, M), q = mmrt_tensor_rows(&ws->q, 0, M);
+    struct mmrt_tensor k = mmrt_tensor_rows(&ws->k, 0, M), v = mmrt_tensor_rows(&ws->v, 0, M);
+    struct mmrt_tensor att = mmrt_tensor_rows(&ws->att, 0, M);
+    struct mmrt_tensor o = mmrt_tensor_rows(&ws->o, 0, M), g = mmrt_tensor_rows(&ws->g, 0, M);
+    struct mmrt_tensor u = mmrt_tensor_rows(&ws->u, 0, M);
+    /* 2-D views of the [M, heads, hd] projections, for the matmuls */
+    struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(M, H * hd));
+    struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(M, KH * hd));
+    struct mmrt_tensor v2 = mmrt_tensor_reshape(&v, 2, NE(M, KH * hd));
+    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(M, H * hd));
+#undef NE
+    mmrt_status st;
 #define TRY(call)                                                                              \
     do {                                                                                       \
         st = (call);                                                                           \
         if (st != MMRT_OK)                                                                     \
-            goto out;                                                                          \
+            return st;                                                                         \
     } while (0)
-#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &h, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &x, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &q, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, KH, hd), &k, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, KH, hd), &v, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &att, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &o, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &g, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &u, err));
-    const int n_axes = c->n_mrope_axes > 0 ? c->n_mrope_axes : 1;
-    if (c->n_mrope_axes > 0)
-        TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 2, NE(S, n_axes), &pos, err));
-    else
-        TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(1, c->vocab), &lg, err));
-    TRY(upload_positions(dev, cache, S, n_axes, positions, &pos, err));
-    struct mmrt_kv_step ks;
-    TRY(mmrt_kv_cache_step(cache, S, &s, &ks, err));
-    TRY(mmrt_op_copy(dev, embeds, &h, err));
-    const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)hd, MMRT_ROPE_NEOX };
-    struct mmrt_rope_multi_params mrope = {
-        .theta = (float)c->rope_theta, .n_rot = (int32_t)hd, .freq_dim = (int32_t)hd,
-        .restart = 0, .n_axes = n_axes,
-    };
-    for (int a = 0; a < c->n_mrope_axes && a < MMRT_ROPE_MAX_AXES; a++)
-        mrope.sections[a] = c->mrope_section[a];
-    /* 2-D views of the [S, heads, hd] projections, for the matmuls */
-    struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(S, H * hd));
-    struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(S, KH * hd));
-    struct mmrt_tensor v2 = mmrt_tensor_reshape(&v, 2, NE(S, KH * hd));
-    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(S, H * hd));
     for (int64_t l = 0; l < c->n_layers; l++) {
         const struct mmrt_llama_layer *L = &m->layers[l];
-        TRY(mmrt_op_rmsnorm(dev, &h, &L->attn_norm, (float)c->rms_eps, &x, err));
+        TRY(mmrt_op_rmsnorm(dev, h, &L->attn_norm, eps, &x, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wq, opt(&L->bq), &q2, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wk, opt(&L->bk), &k2, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wv, opt(&L->bv), &v2, err));
         if (c->n_mrope_axes > 0) {
-            TRY(mmrt_op_rope_multi(dev, &q, &pos, &mrope, &q, err));
-            TRY(mmrt_op_rope_multi(dev, &k, &pos, &mrope, &k, err));
+            TRY(mmrt_op_rope_multi(dev, &q, &io->pos, &mrope, &q, err));
+            TRY(mmrt_op_rope_multi(dev, &k, &io->pos, &mrope, &k, err));
         } else {
-            TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
-            TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
+            TRY(mmrt_op_rope(dev, &q, &io->pos, &rope, &q, err));
+            TRY(mmrt_op_rope(dev, &k, &io->pos, &rope, &k, err));
         }
-        TRY(mmrt_kv_cache_attend(cache, l, &q, &k, &v, &ks.rows, &ks.cu_q, &ks.kv_len, 0, &att,
-                                 err));
+        TRY(mmrt_kv_attend(&m->kv, l, &q, &k, &v, &io->kv, 0, &att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->wo, opt(&L->bo), &o, err));
-        TRY(mmrt_op_add(dev, &h, &o, &h, err));
-        TRY(mmrt_op_rmsnorm(dev, &h, &L->mlp_norm, (float)c->rms_eps, &x, err));
+        TRY(mmrt_op_add(dev, h, &o, h, err));
+        TRY(mmrt_op_rmsnorm(dev, h, &L->mlp_norm, eps, &x, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wg, NULL, &g, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wu, NULL, &u, err));
         TRY(mmrt_op_swiglu(dev, &g, &u, &g, err));
         TRY(mmrt_op_matmul(dev, &g, &L->wd, NULL, &o, err));
-        TRY(mmrt_op_add(dev, &h, &o, &h, err));
+        TRY(mmrt_op_add(dev, h, &o, h, err));
     }
-    last = mmrt_tensor_rows(&h, S - 1, 1);
-    struct mmrt_tensor xl = mmrt_tensor_rows(&x, 0, 1);
-    TRY(mmrt_op_rmsnorm(dev, &last, &m->norm, (float)c->rms_eps, &xl, err));
-    TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &lg, err));
-    TRY(mmrt_dev_download(dev, &lg, logits, (uint64_t)c->vocab * sizeof(float), err));
-    cache->n_past = n_past + S;
+    if (O > 0) {
+        struct mmrt_tensor hl = mmrt_tensor_rows(&ws->o, 0, O);
+        struct mmrt_tensor xl = mmrt_tensor_rows(&ws->x, 0, O);
+        TRY(mmrt_op_get_rows(dev, h, &io->out, &hl, err));
+        TRY(mmrt_op_rmsnorm(dev, &hl, &m->norm, eps, &xl, err));
+        TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &io->logits, err));
+    }
 #undef TRY
-#undef NE
-out:
-    mmrt_scratch_release(&s);
-    return st;
+    return MMRT_OK;
 }

@@ -7,18 +7,19 @@
  *   h = embeddings
  *   per layer: h += Wo·attn(rope(Wq·rms(h)), rope(Wk·rms(h)), Wv·rms(h))   (causal, GQA)
  *              h += Wd·(silu(Wg·rms(h)) ⊙ Wu·rms(h))
- *   logits = lm_head · rms(h)   (last position only)
+ *   logits = lm_head · rms(h)   (the rows the step asks for: each sequence's last)
  *
  * Positions. Plain RoPE turns every head dim pair by one position per token. M-RoPE gives
  * each token a (t, h, w) position triple and splits the head_dim/2 frequency pairs into
  * mrope_section[0] pairs turned by t, then [1] by h, then [2] by w (ROPE_MULTI with
  * restart 0). Text tokens have t = h = w, so text alone is plain RoPE; image tokens get
  * their grid coordinates. After a prompt whose largest position is P, generation continues
- * at P + 1 on every axis: the cache keeps rope_delta = P + 1 − prompt length, and a token
- * at cache slot n gets position n + rope_delta.
+ * at P + 1 on every axis: the prompt (model.h) carries rope_delta = P + 1 − prompt length,
+ * and a token at cache slot n gets position n + rope_delta.
  *
- * The KV cache holds, per layer, K and V as [n_ctx, n_kv_heads, head_dim] F32 in the
- * language device's pool; one cache serves one sequence.
+ * The K/V of every sequence live in the decoder's page store (kv_cache.h); the generation
+ * engine (engine.h) runs the decoder through m->dec over a step's token rows of many
+ * sequences at once.
  */
 #ifndef MMRT_MODELS_LLAMA_H
 #define MMRT_MODELS_LLAMA_H
@@ -26,6 +27,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "decoder.h"
 #include "device.h"
 #include "kv_cache.h"
 #include "model.h"
@@ -71,6 +73,7 @@ struct mmrt_llama {
     struct mmrt_tensor lm_head; /* [vocab, hidden]; the embedding when tied */
     struct mmrt_llama_layer *layers;
     struct mmrt_kv_pages kv;    /* the paged K/V store every sequence draws from */
+    struct mmrt_decoder dec;    /* what the engine runs (decoder.h); self = this struct */
 };
 
 /* Loads the decoder's weights (canonical names language_model.*, lm_head.weight) onto dev.
@@ -80,41 +83,6 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
                             const struct mmrt_model_options *opts, struct mmrt_error *err);
 void mmrt_llama_unload(struct mmrt_llama *m);
 
-
-/* Starts a sequence of up to n_ctx positions on the decoder's page store (kv_cache.h). */
-mmrt_status mmrt_kv_cache_create(struct mmrt_llama *m, int64_t n_ctx,
-                                 struct mmrt_kv_cache *out, struct mmrt_error *err);
-void mmrt_kv_cache_destroy(const struct mmrt_llama *m, struct mmrt_kv_cache *c);
-
-/* Token embeddings of ids[n] into out ([n, hidden] F32 on the decoder device). */
-mmrt_status mmrt_llama_embed(struct mmrt_llama *m, const int32_t *ids, int64_t n,
-                             const struct mmrt_tensor *out, struct mmrt_error *err);
-
-/* Runs embeddings [S, hidden] (on the decoder device) into cache slots n_past … n_past+S−1,
- * appends them to the cache and writes the last position's logits to logits[vocab].
- * positions: NULL gives slot i the rotary position n_past + i + cache->rope_delta on every
- * axis; otherwise a host array [S][max(1, n_mrope_axes)] of positions (M-RoPE: t, h, w
- * per token), each in [0, 2^24] so that it is exact in f32 (MMRT_ERR_INVALID_ARG
- * otherwise). */
-mmrt_status mmrt_llama_forward(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
-                               const struct mmrt_tensor *embeds, const int32_t *positions,
-                               float *logits, struct mmrt_error *err);
-
-/* The one-token decode step on buffers that live for a whole generation (llama_decode.c).
- * Everything a step changes (token id, cache slot, positions, KV length) reaches the
- * kernels through one small device buffer uploaded before the step, so the step can be
- * captured once as a device graph and replayed: with use_graph, on a device that captures
- * (CUDA; the CPU plugin with graph = 1), the first decode captures it and every decode
- * launches it; a failed capture is logged once and the step runs eagerly. The decoder
- * borrows m and cache; destroy it before either. */
-struct mmrt_llama_decoder;
-mmrt_status mmrt_llama_decoder_create(struct mmrt_llama *m, struct mmrt_kv_cache *cache,
-                                      bool use_graph, struct mmrt_llama_decoder **out,
-                                      struct mmrt_error *err);
-/* The step to run (mmrt_decode_step_run appends a token at cache slot n_past, rotary
- * position n_past + rope_delta on every axis, and gives the next logits). */
-struct mmrt_decode_step *mmrt_llama_decoder_step(struct mmrt_llama_decoder *d);
-void mmrt_llama_decoder_destroy(struct mmrt_llama_decoder *d);
 
 /* The operators the LLaMA decoder (plain RoPE) launches, for placement checks. */
 extern const enum mmrt_op mmrt_llama_ops[];

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "clip.h"
-#include "decode_loop.h"
+#include "log.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -248,16 +248,26 @@ out:
     return st;
 }
 
-/* Language stage: template, splice the features, prefill, decode (llava_common.c). */
-static mmrt_status llava_generate(struct mmrt_model *m, const struct mmrt_request *req,
-                                  const struct mmrt_vision_output *vis,
-                                  const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                                  void *user, struct mmrt_result *res, struct mmrt_error *err)
+static struct mmrt_llava_lm llava_lm(struct mmrt_model *m)
 {
-    const struct mmrt_llava_lm l = { .lm = &m->lm, .tok = m->tok,
-                                     .image_token_id = m->image_token_id, .eos = m->eos,
-                                     .n_eos = m->n_eos };
-    return mmrt_llava_generate(&l, req, vis, trace, on_token, user, res, err);
+    return (struct mmrt_llava_lm){ .lm = &m->lm, .tok = m->tok,
+                                   .image_token_id = m->image_token_id, .eos = m->eos,
+                                   .n_eos = m->n_eos };
+}
+
+/* Language stage: the template and where the features go (llava_common.c). */
+static mmrt_status llava_prepare(struct mmrt_model *m, const struct mmrt_request *req,
+                               const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
+                               struct mmrt_error *err)
+{
+    const struct mmrt_llava_lm l = llava_lm(m);
+    return mmrt_llava_prepare(&l, req, vis, out, err);
+}
+
+static void llava_language(struct mmrt_model *m, struct mmrt_language *out)
+{
+    const struct mmrt_llava_lm l = llava_lm(m);
+    mmrt_llava_language(&l, out);
 }
 
 const struct mmrt_model_type mmrt_llava_model_type = {
@@ -265,5 +275,6 @@ const struct mmrt_model_type mmrt_llava_model_type = {
     .load = llava_load,
     .destroy = llava_destroy,
     .encode = llava_encode,
-    .generate = llava_generate,
+    .prepare = llava_prepare,
+    .language = llava_language,
 };

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "decode_loop.h"
 #include "formats/json.h"
 #include "llava_common.h"
 #include "ops.h"
@@ -245,84 +244,29 @@ static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const char *promp
     return MMRT_OK;
 }
 
-mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
-                                const struct mmrt_vision_output *vis,
-                                const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                                void *user, struct mmrt_result *res, struct mmrt_error *err)
+mmrt_status mmrt_llava_prepare(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
+                               const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
+                               struct mmrt_error *err)
 {
-    const int64_t Dt = m->lm->cfg.hidden, V = m->lm->cfg.vocab;
-    float *logits = NULL;
-    int32_t *ids = NULL;
-    int64_t n_ids = 0, image_pos = -1;
-    struct mmrt_kv_cache cache = { 0 };
-    struct mmrt_sampler sampler = { 0 };
-    struct mmrt_llama_decoder *dec = NULL;
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, m->lm->dev);
-    mmrt_status st;
-    memset(res, 0, sizeof *res);
-    res->preprocess_ms = vis->preprocess_ms;
-    res->vision_ms = vis->vision_ms;
-    if (req->max_tokens < 1)
-        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
-                              req->max_tokens);
-    if (vis->n_images && vis->dim != Dt)
+    memset(out, 0, sizeof *out);
+    if (vis->n_images && vis->dim != m->lm->cfg.hidden)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "image features have width %lld, the decoder needs %lld",
-                              (long long)vis->dim, (long long)Dt);
-    st = mmrt_sampler_init(&sampler, V, req->temperature, req->top_k, req->top_p, req->seed,
-                           err);
+                              (long long)vis->dim, (long long)m->lm->cfg.hidden);
+    int64_t image_pos = -1;
+    mmrt_status st = build_prompt(m, req->prompt ? req->prompt : "", vis->n_images,
+                                  vis->n_tokens, &out->ids, &out->n_ids, &image_pos, err);
+    if (st == MMRT_OK && image_pos >= 0)
+        st = mmrt_prompt_add_splice(out, image_pos, vis->n_tokens, 0, err);
     if (st != MMRT_OK)
-        return st;
-    st = build_prompt(m, req->prompt ? req->prompt : "", vis->n_images, vis->n_tokens, &ids,
-                      &n_ids, &image_pos, err);
-    if (st != MMRT_OK)
-        goto out;
-    st = mmrt_prompt_accept(req, ids, n_ids, m->lm->cfg.max_positions, trace, res, err);
-    if (st != MMRT_OK)
-        goto out;
-
-    double t2 = mmrt_now_ms();
-    struct mmrt_tensor emb;
-    logits = malloc((size_t)V * sizeof *logits);
-    if (!logits) {
-        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "logits: out of memory");
-        goto out;
-    }
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ n_ids, Dt }, &emb, err);
-    if (st == MMRT_OK)
-        st = mmrt_llama_embed(m->lm, ids, n_ids, &emb, err);
-    if (st == MMRT_OK && image_pos >= 0) {
-        struct mmrt_tensor rows = mmrt_tensor_rows(&emb, image_pos, vis->n_tokens);
-        st = mmrt_dev_upload(m->lm->dev, &rows, vis->features,
-                             (uint64_t)(vis->n_tokens * Dt) * sizeof(float), err);
-    }
-    if (st == MMRT_OK)
-        st = mmrt_kv_cache_create(m->lm, n_ids + req->max_tokens, &cache, err);
-    if (st == MMRT_OK)
-        st = mmrt_llama_forward(m->lm, &cache, &emb, NULL, logits, err);
-    if (st != MMRT_OK)
-        goto out;
-    mmrt_scratch_release(&s);
-    res->prefill_ms = mmrt_now_ms() - t2;
-
-    st = mmrt_llama_decoder_create(m->lm, &cache, true, &dec, err);
-    if (st != MMRT_OK)
-        goto out;
-    const struct mmrt_decode_loop loop = {
-        .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V,
-        .step = mmrt_llama_decoder_step(dec),
-    };
-    st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
-out:
-    mmrt_llama_decoder_destroy(dec);
-    mmrt_scratch_release(&s);
-    mmrt_kv_cache_destroy(m->lm, &cache);
-    mmrt_sampler_deinit(&sampler);
-    free(ids);
-    free(logits);
+        mmrt_prompt_free(out);
     return st;
+}
+
+void mmrt_llava_language(const struct mmrt_llava_lm *m, struct mmrt_language *out)
+{
+    *out = (struct mmrt_language){ .decoder = &m->lm->dec, .tok = m->tok, .eos = m->eos,
+                                   .n_eos = m->n_eos };
 }
 
 mmrt_status mmrt_llava_load_towers(const char *dir, const struct mmrt_clip_config *ccfg,

@@ -15,7 +15,7 @@
 #include "preprocess.h"
 
 #define MMRT_LLAVA_MAX_FEATURE_LAYERS 8
-#define MMRT_LLAVA_MAX_EOS 8
+#define MMRT_LLAVA_MAX_EOS MMRT_MAX_EOS
 
 /* projector_hidden_act → operator (gelu, quick_gelu, gelu_pytorch_tanh/gelu_new, silu);
  * MMRT_ERR_UNSUPPORTED naming `what` otherwise. */
@@ -92,14 +92,15 @@ struct mmrt_llava_lm {
     int n_eos;
 };
 
-/* The language stage of one request (model.h generate()): renders "USER: <image>\n{prompt}
- * ASSISTANT:", tokenizes, expands the <image> id into vis->n_tokens ids (the prompt must hold
- * exactly vis->n_images placeholders: MMRT_ERR_INVALID_ARG otherwise), overwrites those rows
- * of the embeddings with vis->features, prefills, then samples up to req->max_tokens tokens,
- * stopping at an EOS id or when on_token returns false. */
-mmrt_status mmrt_llava_generate(const struct mmrt_llava_lm *l, const struct mmrt_request *req,
-                                const struct mmrt_vision_output *vis,
-                                const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                                void *user, struct mmrt_result *res, struct mmrt_error *err);
+/* The language stage of one request (model.h prepare()): renders "USER: <image>\n{prompt}
+ * ASSISTANT:", tokenizes and expands the <image> id into vis->n_tokens ids (the prompt must
+ * hold exactly vis->n_images placeholders: MMRT_ERR_INVALID_ARG otherwise), whose rows the
+ * features replace. */
+mmrt_status mmrt_llava_prepare(const struct mmrt_llava_lm *l, const struct mmrt_request *req,
+                               const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
+                               struct mmrt_error *err);
+
+/* The decoder, tokenizer and eos ids of l, for the engine. */
+void mmrt_llava_language(const struct mmrt_llava_lm *l, struct mmrt_language *out);
 
 #endif

@@ -34,7 +34,7 @@
 #include <time.h>
 
 #include "clip.h"
-#include "decode_loop.h"
+#include "log.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -538,16 +538,26 @@ out:
     return st;
 }
 
-/* Language stage: as LLaVA-1.5, with this image's packed row count (llava_common.c). */
-static mmrt_status next_generate(struct mmrt_model *m, const struct mmrt_request *req,
-                                 const struct mmrt_vision_output *vis,
-                                 const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                                 void *user, struct mmrt_result *res, struct mmrt_error *err)
+static struct mmrt_llava_lm next_lm(struct mmrt_model *m)
 {
-    const struct mmrt_llava_lm l = { .lm = &m->lm, .tok = m->tok,
-                                     .image_token_id = m->image_token_id, .eos = m->eos,
-                                     .n_eos = m->n_eos };
-    return mmrt_llava_generate(&l, req, vis, trace, on_token, user, res, err);
+    return (struct mmrt_llava_lm){ .lm = &m->lm, .tok = m->tok,
+                                   .image_token_id = m->image_token_id, .eos = m->eos,
+                                   .n_eos = m->n_eos };
+}
+
+/* Language stage: the template and where the features go (llava_common.c). */
+static mmrt_status next_prepare(struct mmrt_model *m, const struct mmrt_request *req,
+                               const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
+                               struct mmrt_error *err)
+{
+    const struct mmrt_llava_lm l = next_lm(m);
+    return mmrt_llava_prepare(&l, req, vis, out, err);
+}
+
+static void next_language(struct mmrt_model *m, struct mmrt_language *out)
+{
+    const struct mmrt_llava_lm l = next_lm(m);
+    mmrt_llava_language(&l, out);
 }
 
 const struct mmrt_model_type mmrt_llava_next_model_type = {
@@ -555,5 +565,6 @@ const struct mmrt_model_type mmrt_llava_next_model_type = {
     .load = next_load,
     .destroy = next_destroy,
     .encode = next_encode,
-    .generate = next_generate,
+    .prepare = next_prepare,
+    .language = next_language,
 };

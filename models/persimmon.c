@@ -18,9 +18,16 @@
 
 const enum mmrt_op mmrt_persimmon_ops[] = {
     MMRT_OP_GET_ROWS, MMRT_OP_LAYERNORM, MMRT_OP_MATMUL, MMRT_OP_ROPE, MMRT_OP_COPY,
-    MMRT_OP_ATTENTION, MMRT_OP_ADD, MMRT_OP_RELU2, MMRT_OP_SET_ROWS,
+    MMRT_OP_ATTENTION_PAGED, MMRT_OP_ADD, MMRT_OP_RELU2, MMRT_OP_SET_ROWS,
 };
 const int mmrt_persimmon_n_ops = (int)(sizeof mmrt_persimmon_ops / sizeof mmrt_persimmon_ops[0]);
+
+struct mmrt_decoder_ws;
+static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
+                             struct mmrt_decoder_ws **out, struct mmrt_error *err);
+static void ws_destroy(void *self, struct mmrt_decoder_ws *ws);
+static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mmrt_step_io *io,
+                         struct mmrt_error *err);
 
 /* theta and partial_rotary_factor: rope_parameters first, then the top-level keys, then the
  * class defaults (25000, 0.5); only the default rope type (models.md §1.6.3). */
@@ -208,6 +215,11 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
                               opts ? opts->kv_page_tokens : 0, &m->kv, err);
     if (st != MMRT_OK)
         goto fail;
+    m->dec = (struct mmrt_decoder){
+        .self = m, .dev = dev, .kv = &m->kv, .embed = &m->embed, .vocab = cfg->vocab,
+        .hidden = cfg->hidden, .max_positions = cfg->max_positions, .n_axes = 0,
+        .ws_create = ws_create, .ws_destroy = ws_destroy, .issue = issue,
+    };
     return MMRT_OK;
 fail:
     mmrt_persimmon_unload(m);
@@ -219,24 +231,6 @@ void mmrt_persimmon_unload(struct mmrt_persimmon *m)
     mmrt_kv_pages_destroy(&m->kv);
     free(m->layers);
     m->layers = NULL;
-}
-
-void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_kv_cache *c)
-{
-    (void)m;
-    mmrt_kv_cache_free(c);
-}
-
-mmrt_status mmrt_persimmon_cache_create(struct mmrt_persimmon *m, int64_t n_ctx,
-                                        struct mmrt_kv_cache *out, struct mmrt_error *err)
-{
-    return mmrt_kv_cache_alloc(&m->kv, n_ctx, out, err);
-}
-
-mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, int64_t n,
-                                 const struct mmrt_tensor *out, struct mmrt_error *err)
-{
-    return mmrt_embed_tokens(m->dev, &m->embed, m->cfg.vocab, ids, n, out, err);
 }
 
 /* Head slice `which` (0 q, 1 k, 2 v) of qkv [S, H, 3, hd], as a strided [S, H, hd] view. */
@@ -256,71 +250,94 @@ struct mmrt_tensor mmrt_persimmon_qkv_part(const struct mmrt_tensor *qkv, int wh
     return t;
 }
 
-mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
-                                   const struct mmrt_tensor *embeds, float *logits,
-                                   struct mmrt_error *err)
+/* Activations of a step of up to R rows. */
+struct mmrt_decoder_ws {
+    struct mmrt_scratch s;
+    struct mmrt_tensor x, qkv, q, k, v, att, o, u;
+};
+
+static void ws_destroy(void *self, struct mmrt_decoder_ws *ws)
 {
+    (void)self;
+    if (!ws)
+        return;
+    mmrt_scratch_release(&ws->s);
+    free(ws);
+}
+
+static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
+                             struct mmrt_decoder_ws **out, struct mmrt_error *err)
+{
+    const struct mmrt_persimmon *m = self;
+    const struct mmrt_persimmon_config *c = &m->cfg;
+    *out = NULL;
+    (void)max_out; /* the head's rows reuse o and x, R ≥ max_out */
+    struct mmrt_decoder_ws *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_scratch_init(&ws->s, m->dev);
+    const int64_t D = c->hidden, H = c->n_heads, hd = c->head_dim;
+    mmrt_status st = MMRT_OK;
+#define ALLOC(t, nd, ...)                                                                      \
+    do {                                                                                       \
+        if (st == MMRT_OK)                                                                     \
+            st = mmrt_scratch_tensor(&ws->s, MMRT_DTYPE_F32, nd,                               \
+                                     (const int64_t[]){ __VA_ARGS__ }, &ws->t, err);          \
+    } while (0)
+    ALLOC(x, 2, R, D);
+    ALLOC(qkv, 4, R, H, 3, hd);
+    ALLOC(q, 3, R, H, hd);
+    ALLOC(k, 3, R, H, hd);
+    ALLOC(v, 3, R, H, hd);
+    ALLOC(att, 3, R, H, hd);
+    ALLOC(o, 2, R, D);
+    ALLOC(u, 2, R, c->intermediate);
+#undef ALLOC
+    if (st != MMRT_OK) {
+        ws_destroy(self, ws);
+        return st;
+    }
+    *out = ws;
+    return MMRT_OK;
+}
+
+/* Every layer over the step's M rows, then the head over the io->out rows: prefill chunks,
+ * batched decode and the captured decode graph all run this. Positions are plain over the
+ * whole sequence, image tokens included (§5.2). */
+static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mmrt_step_io *io,
+                         struct mmrt_error *err)
+{
+    struct mmrt_persimmon *m = self;
     const struct mmrt_persimmon_config *c = &m->cfg;
     struct mmrt_dev *dev = m->dev;
-    const int64_t S = embeds->ne[0], D = c->hidden, H = c->n_heads, hd = c->head_dim;
-    const int64_t n_past = cache->n_past;
-    if (S < 1 || n_past + S > cache->n_ctx)
-        return mmrt_error_set(err, MMRT_ERR_LIMIT,
-                              "decoder: %lld positions after %lld do not fit the KV cache of %lld",
-                              (long long)S, (long long)n_past, (long long)cache->n_ctx);
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, dev);
-    struct mmrt_tensor h, x, qkv, q, k, v, att, o, u, pos, lg;
-    mmrt_status st = MMRT_OK;
+    const int64_t M = io->M, D = c->hidden, H = c->n_heads, hd = c->head_dim, O = io->n_out;
+    const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)c->n_rot,
+                                           MMRT_ROPE_NEOX };
+    const float scale = 1.0f / sqrtf((float)hd), eps = (float)c->ln_eps;
+#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
+    const struct mmrt_tensor *h = &io->h;
+    struct mmrt_tensor x = mmrt_tensor_rows(&ws->x, 0, M), qkv = mmrt_tensor_rows(&ws->qkv, 0, M);
+    struct mmrt_tensor q = mmrt_tensor_rows(&ws->q, 0, M), k = mmrt_tensor_rows(&ws->k, 0, M);
+    struct mmrt_tensor v = mmrt_tensor_rows(&ws->v, 0, M), att = mmrt_tensor_rows(&ws->att, 0, M);
+    struct mmrt_tensor o = mmrt_tensor_rows(&ws->o, 0, M), u = mmrt_tensor_rows(&ws->u, 0, M);
+    struct mmrt_tensor qkv2 = mmrt_tensor_reshape(&qkv, 2, NE(M, 3 * D));
+    struct mmrt_tensor qv = mmrt_persimmon_qkv_part(&qkv, 0), kv = mmrt_persimmon_qkv_part(&qkv, 1),
+                       vv = mmrt_persimmon_qkv_part(&qkv, 2);
+    /* q/k LayerNorm is over head_dim: a LAYERNORM over [M·H, hd] rows. */
+    struct mmrt_tensor q_rows = mmrt_tensor_reshape(&q, 2, NE(M * H, hd));
+    struct mmrt_tensor k_rows = mmrt_tensor_reshape(&k, 2, NE(M * H, hd));
+    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(M, D));
+#undef NE
+    mmrt_status st;
 #define TRY(call)                                                                              \
     do {                                                                                       \
         st = (call);                                                                           \
         if (st != MMRT_OK)                                                                     \
-            goto out;                                                                          \
+            return st;                                                                         \
     } while (0)
-#define NE(...) ((const int64_t[]){ __VA_ARGS__ })
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &h, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &x, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(S, H, 3, hd), &qkv, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &q, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &k, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &v, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(S, H, hd), &att, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, D), &o, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(S, c->intermediate), &u, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(S), &pos, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(1, c->vocab), &lg, err));
-    {
-        int32_t *p = malloc((size_t)S * sizeof *p);
-        if (!p) {
-            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
-            goto out;
-        }
-        /* Plain positions over the whole sequence, image tokens included (§5.2). */
-        for (int64_t i = 0; i < S; i++)
-            p[i] = (int32_t)(n_past + i);
-        st = mmrt_dev_upload(dev, &pos, p, (uint64_t)S * sizeof *p, err);
-        free(p);
-        if (st != MMRT_OK)
-            goto out;
-    }
-    TRY(mmrt_op_copy(dev, embeds, &h, err));
-    struct mmrt_kv_step ks;
-    TRY(mmrt_kv_cache_step(cache, S, &s, &ks, err));
-    const struct mmrt_rope_params rope = { (float)c->rope_theta, (int32_t)c->n_rot,
-                                           MMRT_ROPE_NEOX };
-    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 1, 1 };
-    const float eps = (float)c->ln_eps;
-    struct mmrt_tensor qkv2 = mmrt_tensor_reshape(&qkv, 2, NE(S, 3 * D));
-    struct mmrt_tensor qv = mmrt_persimmon_qkv_part(&qkv, 0), kv = mmrt_persimmon_qkv_part(&qkv, 1),
-                       vv = mmrt_persimmon_qkv_part(&qkv, 2);
-    /* q/k LayerNorm is over head_dim: a LAYERNORM over [S·H, hd] rows. */
-    struct mmrt_tensor q_rows = mmrt_tensor_reshape(&q, 2, NE(S * H, hd));
-    struct mmrt_tensor k_rows = mmrt_tensor_reshape(&k, 2, NE(S * H, hd));
-    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(S, D));
     for (int64_t l = 0; l < c->n_layers; l++) {
         const struct mmrt_persimmon_layer *L = &m->layers[l];
-        TRY(mmrt_op_layernorm(dev, &h, &L->ln_in_w, &L->ln_in_b, eps, &x, err));
+        TRY(mmrt_op_layernorm(dev, h, &L->ln_in_w, &L->ln_in_b, eps, &x, err));
         TRY(mmrt_op_matmul(dev, &x, &L->qkv_w, &L->qkv_b, &qkv2, err));
         TRY(mmrt_op_copy(dev, &qv, &q, err));
         TRY(mmrt_op_copy(dev, &kv, &k, err));
@@ -329,27 +346,24 @@ mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cach
             TRY(mmrt_op_layernorm(dev, &q_rows, &L->q_ln_w, &L->q_ln_b, eps, &q_rows, err));
             TRY(mmrt_op_layernorm(dev, &k_rows, &L->k_ln_w, &L->k_ln_b, eps, &k_rows, err));
         }
-        TRY(mmrt_op_rope(dev, &q, &pos, &rope, &q, err));
-        TRY(mmrt_op_rope(dev, &k, &pos, &rope, &k, err));
-        TRY(mmrt_kv_cache_attend(cache, l, &q, &k, &v, &ks.rows, &ks.cu_q, &ks.kv_len,
-                                 ap.scale, &att, err));
+        TRY(mmrt_op_rope(dev, &q, &io->pos, &rope, &q, err));
+        TRY(mmrt_op_rope(dev, &k, &io->pos, &rope, &k, err));
+        TRY(mmrt_kv_attend(&m->kv, l, &q, &k, &v, &io->kv, scale, &att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->dense_w, &L->dense_b, &o, err));
-        TRY(mmrt_op_add(dev, &h, &o, &h, err));
-        TRY(mmrt_op_layernorm(dev, &h, &L->ln_post_w, &L->ln_post_b, eps, &x, err));
+        TRY(mmrt_op_add(dev, h, &o, h, err));
+        TRY(mmrt_op_layernorm(dev, h, &L->ln_post_w, &L->ln_post_b, eps, &x, err));
         TRY(mmrt_op_matmul(dev, &x, &L->up_w, &L->up_b, &u, err));
         TRY(mmrt_op_unary(dev, MMRT_OP_RELU2, &u, &u, err));
         TRY(mmrt_op_matmul(dev, &u, &L->down_w, &L->down_b, &o, err));
-        TRY(mmrt_op_add(dev, &h, &o, &h, err));
+        TRY(mmrt_op_add(dev, h, &o, h, err));
     }
-    struct mmrt_tensor last = mmrt_tensor_rows(&h, S - 1, 1);
-    struct mmrt_tensor xl = mmrt_tensor_rows(&x, 0, 1);
-    TRY(mmrt_op_layernorm(dev, &last, &m->final_w, &m->final_b, eps, &xl, err));
-    TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &lg, err));
-    TRY(mmrt_dev_download(dev, &lg, logits, (uint64_t)c->vocab * sizeof(float), err));
-    cache->n_past = n_past + S;
+    if (O > 0) {
+        struct mmrt_tensor hl = mmrt_tensor_rows(&ws->o, 0, O);
+        struct mmrt_tensor xl = mmrt_tensor_rows(&ws->x, 0, O);
+        TRY(mmrt_op_get_rows(dev, h, &io->out, &hl, err));
+        TRY(mmrt_op_layernorm(dev, &hl, &m->final_w, &m->final_b, eps, &xl, err));
+        TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &io->logits, err));
+    }
 #undef TRY
-#undef NE
-out:
-    mmrt_scratch_release(&s);
-    return st;
+    return MMRT_OK;
 }

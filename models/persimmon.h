@@ -7,10 +7,10 @@
  *              rope (NeoX) on the first n_rot = int(head_dim · partial_rotary_factor) dims
  *              h += Wo·attn(q, k, v) + bo                        (causal, no GQA)
  *              h += W2·relu(W1·LN_post(h) + b1)² + b2
- *   logits = lm_head · LN_final(h)   (last position only, no bias)
+ *   logits = lm_head · LN_final(h)   (each sequence's last row of a step, no bias)
  *
- * The KV cache holds, per layer, K and V as [n_ctx, n_heads, head_dim] F32 in the language
- * device's pool; one cache serves one sequence.
+ * The K/V of every sequence live in the decoder's page store (kv_cache.h); the generation
+ * engine (engine.h) runs the decoder through m->dec.
  */
 #ifndef MMRT_MODELS_PERSIMMON_H
 #define MMRT_MODELS_PERSIMMON_H
@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "decoder.h"
 #include "device.h"
 #include "kv_cache.h"
 #include "model.h"
@@ -57,6 +58,7 @@ struct mmrt_persimmon {
     struct mmrt_tensor lm_head;              /* [vocab, hidden]; the embedding when tied */
     struct mmrt_persimmon_layer *layers;
     struct mmrt_kv_pages kv;                 /* the paged K/V store */
+    struct mmrt_decoder dec;                 /* what the engine runs (decoder.h) */
 };
 
 /* Loads the decoder's weights (canonical names language_model.*, lm_head.weight) onto dev.
@@ -66,37 +68,9 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
                                 const struct mmrt_model_options *opts, struct mmrt_error *err);
 void mmrt_persimmon_unload(struct mmrt_persimmon *m);
 
-/* Starts a sequence of up to n_ctx positions on the decoder's page store (kv_cache.h). */
-mmrt_status mmrt_persimmon_cache_create(struct mmrt_persimmon *m, int64_t n_ctx,
-                                        struct mmrt_kv_cache *out,
-                                        struct mmrt_error *err);
-/* Frees what create reserved; a zeroed cache is fine. */
-void mmrt_persimmon_cache_destroy(const struct mmrt_persimmon *m, struct mmrt_kv_cache *c);
-
-/* Token embeddings of ids[n] into out ([n, hidden] F32 on the decoder device); ids outside the
- * vocabulary are refused. */
-mmrt_status mmrt_persimmon_embed(struct mmrt_persimmon *m, const int32_t *ids, int64_t n,
-                                 const struct mmrt_tensor *out, struct mmrt_error *err);
-
-/* Runs embeddings [S, hidden] (on the decoder device) at positions n_past … n_past+S−1,
- * appends them to the cache and writes the last position's logits to logits[vocab]. */
-mmrt_status mmrt_persimmon_forward(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
-                                   const struct mmrt_tensor *embeds, float *logits,
-                                   struct mmrt_error *err);
-
 /* Head slice `which` (0 q, 1 k, 2 v) of the fused qkv output [S, H, 3, hd], as a strided
  * [S, H, hd] view. */
 struct mmrt_tensor mmrt_persimmon_qkv_part(const struct mmrt_tensor *qkv, int which);
-
-/* The one-token decode step on buffers that live for a whole generation, replayable as a
- * device graph (persimmon_decode.c, decode_step.h). Borrows m and cache until destroy. */
-struct mmrt_persimmon_decoder;
-mmrt_status mmrt_persimmon_decoder_create(struct mmrt_persimmon *m, struct mmrt_kv_cache *cache,
-                                          bool use_graph, struct mmrt_persimmon_decoder **out,
-                                          struct mmrt_error *err);
-/* The step to run with mmrt_decode_step_run. */
-struct mmrt_decode_step *mmrt_persimmon_decoder_step(struct mmrt_persimmon_decoder *d);
-void mmrt_persimmon_decoder_destroy(struct mmrt_persimmon_decoder *d);
 
 /* The operators the decoder launches, for placement checks. */
 extern const enum mmrt_op mmrt_persimmon_ops[];

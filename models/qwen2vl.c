@@ -51,7 +51,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "decode_loop.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -669,89 +668,41 @@ static mmrt_status check_vision(const struct mmrt_model *m, const struct mmrt_vi
     return MMRT_OK;
 }
 
-static mmrt_status q_generate(struct mmrt_model *m, const struct mmrt_request *req,
-                              const struct mmrt_vision_output *vis,
-                              const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
-                              void *user, struct mmrt_result *res, struct mmrt_error *err)
+/* Language stage: the template, the features of each image in its span, and M-RoPE
+ * positions (get_rope_index). */
+static mmrt_status q_prepare(struct mmrt_model *m, const struct mmrt_request *req,
+                             const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
+                             struct mmrt_error *err)
 {
-    const int64_t Dt = m->lm.cfg.hidden, V = m->lm.cfg.vocab;
-    float *logits = NULL;
-    int32_t *ids = NULL, *pos = NULL;
-    int64_t n_ids = 0, delta = 0, span[MAX_IMAGES];
-    struct mmrt_kv_cache cache = { 0 };
-    struct mmrt_sampler sampler = { 0 };
-    struct mmrt_llama_decoder *dec = NULL;
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, m->language);
-    mmrt_status st;
-    memset(res, 0, sizeof *res);
-    res->preprocess_ms = vis->preprocess_ms;
-    res->vision_ms = vis->vision_ms;
-    if (req->max_tokens < 1)
-        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
-                              req->max_tokens);
-    st = check_vision(m, vis, err);
-    if (st != MMRT_OK)
-        return st;
-    st = mmrt_sampler_init(&sampler, V, req->temperature, req->top_k, req->top_p, req->seed,
-                           err);
-    if (st != MMRT_OK)
-        return st;
-    st = build_prompt(m, req->prompt ? req->prompt : "", vis, &ids, &n_ids, span, err);
-    if (st != MMRT_OK)
-        goto out;
-    st = mmrt_prompt_accept(req, ids, n_ids, m->lm.cfg.max_positions, trace, res, err);
-    if (st != MMRT_OK)
-        goto out;
-
-    double t2 = mmrt_now_ms();
-    struct mmrt_tensor emb;
-    logits = malloc((size_t)V * sizeof *logits);
-    pos = malloc((size_t)n_ids * 3 * sizeof *pos);
-    if (!logits || !pos) {
-        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
-        goto out;
-    }
-    rope_index(m, vis, n_ids, span, pos, &delta);
-    st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (const int64_t[]){ n_ids, Dt }, &emb, err);
+    memset(out, 0, sizeof *out);
+    int64_t span[MAX_IMAGES];
+    mmrt_status st = check_vision(m, vis, err);
     if (st == MMRT_OK)
-        st = mmrt_llama_embed(&m->lm, ids, n_ids, &emb, err);
+        st = build_prompt(m, req->prompt ? req->prompt : "", vis, &out->ids, &out->n_ids, span,
+                          err);
+    if (st == MMRT_OK) {
+        out->pos = malloc((size_t)(out->n_ids > 0 ? out->n_ids : 1) * 3 * sizeof *out->pos);
+        if (!out->pos)
+            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    }
+    if (st == MMRT_OK)
+        rope_index(m, vis, out->n_ids, span, out->pos, &out->rope_delta);
     /* masked_scatter: the features fill the image rows in order, image by image. */
-    const float *f = vis->features;
+    int64_t src = 0;
     for (int i = 0; st == MMRT_OK && i < vis->n_images; i++) {
         const int64_t nt = mmrt_vision_output_tokens(vis, i);
-        struct mmrt_tensor rows = mmrt_tensor_rows(&emb, span[i], nt);
-        st = mmrt_dev_upload(m->language, &rows, f, (uint64_t)(nt * Dt) * sizeof(float), err);
-        f += nt * Dt;
+        st = mmrt_prompt_add_splice(out, span[i], nt, src, err);
+        src += nt;
     }
-    if (st == MMRT_OK)
-        st = mmrt_kv_cache_create(&m->lm, n_ids + req->max_tokens, &cache, err);
-    if (st == MMRT_OK)
-        st = mmrt_llama_forward(&m->lm, &cache, &emb, pos, logits, err);
-    cache.rope_delta = delta;
     if (st != MMRT_OK)
-        goto out;
-    mmrt_scratch_release(&s);
-    res->prefill_ms = mmrt_now_ms() - t2;
-
-    st = mmrt_llama_decoder_create(&m->lm, &cache, true, &dec, err);
-    if (st != MMRT_OK)
-        goto out;
-    const struct mmrt_decode_loop loop = {
-        .req = req, .trace = trace, .on_token = on_token, .user = user, .tok = m->tok,
-        .eos = m->eos, .n_eos = m->n_eos, .vocab = V,
-        .step = mmrt_llama_decoder_step(dec),
-    };
-    st = mmrt_decode_loop_run(&loop, &sampler, logits, res, err);
-out:
-    mmrt_llama_decoder_destroy(dec);
-    mmrt_scratch_release(&s);
-    mmrt_kv_cache_destroy(&m->lm, &cache);
-    mmrt_sampler_deinit(&sampler);
-    free(ids);
-    free(pos);
-    free(logits);
+        mmrt_prompt_free(out);
     return st;
+}
+
+static void q_language(struct mmrt_model *m, struct mmrt_language *out)
+{
+    *out = (struct mmrt_language){ .decoder = &m->lm.dec, .tok = m->tok, .eos = m->eos,
+                                   .n_eos = m->n_eos };
 }
 
 const struct mmrt_model_type mmrt_qwen2vl_model_type = {
@@ -759,6 +710,7 @@ const struct mmrt_model_type mmrt_qwen2vl_model_type = {
     .load = q_load,
     .destroy = q_destroy,
     .encode = q_encode,
-    .generate = q_generate,
+    .prepare = q_prepare,
+    .language = q_language,
     .max_images = MAX_IMAGES,
 };

@@ -24,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum section_kind { SEC_NONE, SEC_MODEL, SEC_DEVICE, SEC_VISION, SEC_LANGUAGE, SEC_RUN };
+enum section_kind {
+    SEC_NONE, SEC_MODEL, SEC_DEVICE, SEC_VISION, SEC_LANGUAGE, SEC_RUN, SEC_SCHEDULER
+};
 
 struct parser {
     const char *name; /* file name for messages */
@@ -228,6 +230,9 @@ static void begin_section(struct parser *p, const char *s, size_t n)
     } else if (IS("run")) {
         kind = SEC_RUN;
         line = &c->run.line;
+    } else if (IS("scheduler")) {
+        kind = SEC_SCHEDULER;
+        line = &c->scheduler.line;
     } else if (IS("stage.vision")) {
         kind = SEC_VISION;
         line = &c->vision.section_line;
@@ -240,7 +245,7 @@ static void begin_section(struct parser *p, const char *s, size_t n)
 #undef IS
     if (kind == SEC_NONE) {
         fail(p, p->line, MMRT_ERR_CONFIG, "unknown section [%.*s]; expected [model], "
-             "[device.NAME], [stage.vision], [stage.language] or [run]", (int)nn, name);
+             "[device.NAME], [stage.vision], [stage.language], [scheduler] or [run]", (int)nn, name);
         return;
     }
     if (kind == SEC_DEVICE) {
@@ -520,6 +525,24 @@ static void run_key(struct parser *p, const char *key, const char *v, size_t n)
     }
 }
 
+static void scheduler_key(struct parser *p, const char *key, const char *v, size_t n)
+{
+    struct mmrt_conf_scheduler *s = &p->conf->scheduler;
+    long long x;
+    if (strcmp(key, "max_batch") == 0) {
+        if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_BATCH, &x, &s->max_batch_line))
+            s->max_batch = (int)x;
+    } else if (strcmp(key, "prefill_chunk") == 0) {
+        if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_PREFILL_CHUNK, &x, &s->prefill_chunk_line))
+            s->prefill_chunk = (int64_t)x;
+    } else if (strcmp(key, "step_tokens") == 0) {
+        if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_STEP_TOKENS, &x, &s->step_tokens_line))
+            s->step_tokens = (int64_t)x;
+    } else {
+        unknown_key(p, key, v, n);
+    }
+}
+
 static void model_key(struct parser *p, const char *key, const char *v, size_t n)
 {
     struct mmrt_conf *c = p->conf;
@@ -605,6 +628,9 @@ static int on_key(void *user, const char *section, const char *key, const char *
         break;
     case SEC_RUN:
         run_key(p, key, v, n);
+        break;
+    case SEC_SCHEDULER:
+        scheduler_key(p, key, v, n);
         break;
     case SEC_NONE:
         break;

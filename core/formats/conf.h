@@ -25,6 +25,12 @@
  *     [stage.language]
  *     device = cpu0
  *
+ *     [scheduler]           ; optional: the generation engine (docs/ENGINE.md)
+ *     max_batch = 16        ; optional, 1..32, default 16: sequences running at once
+ *     prefill_chunk = 512   ; optional, 1..1048576, default 512: prompt tokens per chunk
+ *     step_tokens = 528     ; optional, 1..1048576, default prefill_chunk + max_batch:
+ *                           ; token rows one engine step runs
+ *
  *     [run]
  *     image = cat.png       ; relative to the INI file's folder
  *     prompt = What is in the picture?
@@ -107,7 +113,10 @@
 #define MMRT_CONF_DEFAULT_TOP_P 1.0
 #define MMRT_CONF_MAX_IMAGE_TOKENS 2147483647 /* largest max_image_tokens */
 #define MMRT_CONF_MAX_KV_TOKENS 2147483647    /* largest max_kv_tokens */
-#define MMRT_CONF_MAX_KV_PAGE_TOKENS 4096     /* largest kv_page_tokens (models/kv_cache.h) */
+#define MMRT_CONF_MAX_KV_PAGE_TOKENS 4096     /* largest kv_page_tokens (core/kv_cache.h) */
+#define MMRT_CONF_MAX_BATCH 32                /* largest max_batch (core/engine.h) */
+#define MMRT_CONF_MAX_PREFILL_CHUNK (1 << 20)
+#define MMRT_CONF_MAX_STEP_TOKENS (1 << 20)
 
 /* In every struct below a `*_line` member is the 1-based line of that key or header in the
  * file, and 0 when the key or section was absent (the value is then its default). */
@@ -158,6 +167,17 @@ struct mmrt_conf_run {
     int top_p_line;
 };
 
+/* [scheduler]: 0 = the engine's default for each. */
+struct mmrt_conf_scheduler {
+    int line;
+    int max_batch;
+    int max_batch_line;
+    int64_t prefill_chunk;
+    int prefill_chunk_line;
+    int64_t step_tokens;
+    int step_tokens_line;
+};
+
 struct mmrt_conf {
     char *path; /* the name given to load/parse; prefix of the runtime's own messages */
     int model_line;  /* the [model] header, 0 when there is no [model] */
@@ -178,6 +198,7 @@ struct mmrt_conf {
     int n_devices;
     struct mmrt_conf_stage vision, language;
     struct mmrt_conf_run run;
+    struct mmrt_conf_scheduler scheduler;
 };
 
 /* Reads the file at `path` (at most MMRT_CONF_MAX_BYTES) and parses it as

@@ -35,7 +35,8 @@ extern "C" {
     X(ERR_DEVICE, -10, "device error")                                          \
     X(ERR_CONFIG, -11, "configuration error")                                   \
     X(ERR_LIMIT, -12, "limit exceeded")                                         \
-    X(ERR_INTERNAL, -13, "internal error")
+    X(ERR_INTERNAL, -13, "internal error")                                      \
+    X(ERR_CANCELLED, -14, "cancelled")
 
 typedef enum mmrt_status {
 #define MMRT_STATUS_ENUM_(name, value, msg) MMRT_##name = value,

@@ -87,6 +87,13 @@ struct mmrt_config {
     int64_t max_kv_tokens;
     /* Positions per KV page, a power of two up to 4096; 0 = 16. INI: [model] kv_page_tokens. */
     int64_t kv_page_tokens;
+    /* The generation engine (docs/ENGINE.md); 0 = the default for each. INI: [scheduler].
+     * max_batch: sequences running at once, 1 … 32 (default 16). prefill_chunk: prompt
+     * tokens per prefill chunk (default 512). step_tokens: token rows one engine step runs
+     * (default prefill_chunk + max_batch). */
+    int max_batch;
+    int64_t prefill_chunk;
+    int64_t step_tokens;
 };
 
 struct mmrt_runtime;

@@ -1,5 +1,5 @@
 /*
- * models/kv_cache.h — what every decoder keeps per sequence, and how token ids become
+ * core/kv_cache.h — what every decoder keeps per sequence, and how token ids become
  * embeddings.
  *
  * The K/V cache is paged (DESIGN.md "Memory", specs/engine.md): a decoder owns one page
@@ -11,8 +11,6 @@
  * a worst case. New K/V rows go in with SET_ROWS at the rows mmrt_kv_cache_rows names;
  * attention reads them through the page table with ATTENTION_PAGED. Both only ever see device
  * data (the row indices, the key count and the table), so a captured decode step replays.
- *
- * Then GET_ROWS of an embedding table after checking the ids on the host.
  */
 #ifndef MMRT_MODELS_KV_CACHE_H
 #define MMRT_MODELS_KV_CACHE_H
@@ -34,6 +32,8 @@ struct mmrt_kv_pages {
     bool max_tokens_configured; /* false: the default (for messages) */
     struct mmrt_dev_tensor *k;  /* [n_layers] each [n_pages, page_tokens, n_kv_heads, hd] */
     struct mmrt_dev_tensor *v;
+    int64_t seq_pages;          /* the widest page table one sequence can need:
+                                   ceil(min(context, max_tokens) / page_tokens) */
     int32_t *free_pages;        /* stack of free page ids */
     int64_t n_free;
 };
@@ -49,17 +49,16 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
 /* Frees the store; a zeroed one is a no-op. Every sequence must be freed first. */
 void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p);
 
-/* One sequence. */
+/* One sequence's pages, on the host: the engine gathers the page tables of a step's
+ * sequences into the step's control block (core/engine.c), so a sequence owns no device
+ * memory of its own. */
 struct mmrt_kv_cache {
     struct mmrt_kv_pages *pages;
     int64_t n_ctx;              /* positions this sequence may reach (prompt + generation) */
     int64_t n_past;             /* positions filled */
-    int64_t rope_delta;         /* rotary position of slot n is n + rope_delta (0 unless
-                                   M-RoPE; set by the caller after the prefill) */
-    int64_t max_pages;          /* ceil(n_ctx / page_tokens): the page table's width */
+    int64_t max_pages;          /* ceil(n_ctx / page_tokens) */
     int64_t n_held;             /* pages taken so far: [0, n_held) of page_ids */
-    int32_t *page_ids;          /* [max_pages] host copy of the page table */
-    struct mmrt_dev_tensor table; /* [1, max_pages] I32, what ATTENTION_PAGED reads */
+    int32_t *page_ids;          /* [max_pages], in position order */
 };
 
 /* Starts a sequence that may grow to n_ctx positions; takes no page yet. A sequence longer
@@ -68,46 +67,39 @@ mmrt_status mmrt_kv_cache_alloc(struct mmrt_kv_pages *pages, int64_t n_ctx,
                                 struct mmrt_kv_cache *out, struct mmrt_error *err);
 /* Returns the sequence's pages to the store and frees its table; a zeroed cache is a no-op. */
 void mmrt_kv_cache_free(struct mmrt_kv_cache *c);
+/* Returns every page but keeps the sequence (preemption: it is recomputed later). */
+void mmrt_kv_cache_drop(struct mmrt_kv_cache *c);
 
-/* Makes sure positions [0, n_tokens) have pages, taking free ones and uploading the table
- * when it changed. Beyond n_ctx is MMRT_ERR_LIMIT; no free page is MMRT_ERR_LIMIT naming
- * max_kv_tokens (the sequence keeps what it had). */
+/* Pages positions [0, n_tokens) need beyond what the sequence holds. */
+int64_t mmrt_kv_cache_pages_needed(const struct mmrt_kv_cache *c, int64_t n_tokens);
+
+/* Makes sure positions [0, n_tokens) have pages, taking free ones. Beyond n_ctx is
+ * MMRT_ERR_LIMIT; no free page is MMRT_ERR_LIMIT naming max_kv_tokens (the sequence keeps
+ * what it had). */
 mmrt_status mmrt_kv_cache_reserve(struct mmrt_kv_cache *c, int64_t n_tokens,
                                   struct mmrt_error *err);
 
 /* rows[i] = the store row (page · page_tokens + offset) of position first + i, for SET_ROWS
- * into mmrt_kv_cache_rows_view(); the positions must be reserved. */
+ * into mmrt_kv_pages_rows_view(); the positions must be reserved. */
 void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n, int32_t *rows);
 
 /* Layer l's K or V store as SET_ROWS's destination: [n_pages · page_tokens, kv heads, hd]. */
-struct mmrt_tensor mmrt_kv_cache_rows_view(const struct mmrt_kv_cache *c, int64_t layer,
+struct mmrt_tensor mmrt_kv_pages_rows_view(const struct mmrt_kv_pages *p, int64_t layer,
                                            bool values);
 
-/* Writes k and v ([S, kv heads, hd] F32) at the store rows `rows` (I32 [S] on the device) of
- * layer l, then attends q ([T, heads, hd]) over the sequence's first kv_len (I32 [1], device)
- * keys through its page table: causal, scale 1/sqrt(hd) unless `scale` is given (> 0). cu_q is
- * {0, T} (I32 [2], device). One definition for prefill and the replayable decode step. */
-mmrt_status mmrt_kv_cache_attend(struct mmrt_kv_cache *c, int64_t layer,
-                                 const struct mmrt_tensor *q, const struct mmrt_tensor *k,
-                                 const struct mmrt_tensor *v, const struct mmrt_tensor *rows,
-                                 const struct mmrt_tensor *cu_q, const struct mmrt_tensor *kv_len,
-                                 float scale, const struct mmrt_tensor *out,
-                                 struct mmrt_error *err);
-
-/* The device-side arguments of one forward over S new tokens at positions n_past … n_past +
- * S − 1: reserves their pages, then uploads rows[S], cu_q {0, S} and kv_len {n_past + S} as
- * one I32 block taken from `s` (the caller's scratch set) and returns views of it. */
+/* Where one forward's K/V rows go and what its queries see, all device data (a captured
+ * step replays with new values): rows [M] (store rows of the new tokens), cu_q [B + 1],
+ * kv_len [B] and table [B, width] (each sequence's page ids) for B sequences. */
 struct mmrt_kv_step {
-    struct mmrt_tensor rows, cu_q, kv_len;
+    struct mmrt_tensor rows, cu_q, kv_len, table;
 };
-struct mmrt_scratch;
-mmrt_status mmrt_kv_cache_step(struct mmrt_kv_cache *c, int64_t S, struct mmrt_scratch *s,
-                               struct mmrt_kv_step *out, struct mmrt_error *err);
 
-/* out[i] = table[ids[i]] ([n, hidden] F32 on dev). An id outside [0, vocab) is refused on
- * the host with its position, before anything runs. */
-mmrt_status mmrt_embed_tokens(struct mmrt_dev *dev, const struct mmrt_tensor *table,
-                              int64_t vocab, const int32_t *ids, int64_t n,
-                              const struct mmrt_tensor *out, struct mmrt_error *err);
+/* Writes k and v ([M, kv heads, hd] F32) at the step's store rows of layer l, then attends q
+ * ([M, heads, hd]) over each sequence's pages: causal, var-length, scale 1/sqrt(hd) unless
+ * `scale` is given (> 0). One definition for prefill chunks and batched decode. */
+mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct mmrt_tensor *q,
+                           const struct mmrt_tensor *k, const struct mmrt_tensor *v,
+                           const struct mmrt_kv_step *s, float scale,
+                           const struct mmrt_tensor *out, struct mmrt_error *err);
 
 #endif

@@ -1,4 +1,4 @@
-/* models/kv_cache.c — the decoders' paged K/V cache and token embedding (see kv_cache.h). */
+/* core/kv_cache.c — the paged K/V store and the page lists of its sequences (kv_cache.h). */
 #include "kv_cache.h"
 
 #include <math.h>
@@ -55,6 +55,11 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
         .max_tokens_configured = configured,
     };
     p.max_tokens = p.n_pages * page_tokens;
+    {
+        const int64_t longest = max_positions > 0 && max_positions < p.max_tokens
+                                    ? max_positions : p.max_tokens;
+        p.seq_pages = (longest + page_tokens - 1) / page_tokens;
+    }
     p.k = calloc((size_t)n_layers, sizeof *p.k);
     p.v = calloc((size_t)n_layers, sizeof *p.v);
     p.free_pages = calloc((size_t)p.n_pages, sizeof *p.free_pages);
@@ -108,10 +113,27 @@ void mmrt_kv_cache_free(struct mmrt_kv_cache *c)
         for (int64_t i = c->n_held; i-- > 0;)
             p->free_pages[p->n_free++] = c->page_ids[i];
         p->dev->kv.pages_used -= (uint64_t)c->n_held;
-        mmrt_dev_tensor_free(p->dev, &c->table);
     }
     free(c->page_ids);
     memset(c, 0, sizeof *c);
+}
+
+void mmrt_kv_cache_drop(struct mmrt_kv_cache *c)
+{
+    struct mmrt_kv_pages *p = c->pages;
+    if (!p)
+        return;
+    for (int64_t i = c->n_held; i-- > 0;)
+        p->free_pages[p->n_free++] = c->page_ids[i];
+    p->dev->kv.pages_used -= (uint64_t)c->n_held;
+    c->n_held = 0;
+    c->n_past = 0;
+}
+
+int64_t mmrt_kv_cache_pages_needed(const struct mmrt_kv_cache *c, int64_t n_tokens)
+{
+    const int64_t need = (n_tokens + c->pages->page_tokens - 1) / c->pages->page_tokens;
+    return need > c->n_held ? need - c->n_held : 0;
 }
 
 mmrt_status mmrt_kv_cache_alloc(struct mmrt_kv_pages *pages, int64_t n_ctx,
@@ -129,12 +151,6 @@ mmrt_status mmrt_kv_cache_alloc(struct mmrt_kv_pages *pages, int64_t n_ctx,
     c.page_ids = calloc((size_t)c.max_pages, sizeof *c.page_ids);
     if (!c.page_ids)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
-    mmrt_status st = mmrt_dev_tensor_alloc(pages->dev, MMRT_DTYPE_I32, 2,
-                                           (const int64_t[]){ 1, c.max_pages }, &c.table, err);
-    if (st != MMRT_OK) {
-        free(c.page_ids);
-        return mmrt_error_prefix(err, st, "KV page table");
-    }
     *out = c;
     return MMRT_OK;
 }
@@ -158,15 +174,7 @@ mmrt_status mmrt_kv_cache_reserve(struct mmrt_kv_cache *c, int64_t n_tokens,
     while (c->n_held < need)
         c->page_ids[c->n_held++] = p->free_pages[--p->n_free];
     p->dev->kv.pages_used += (uint64_t)(need - had);
-    /* Unused entries are never read (plugin.h); zeros keep the upload deterministic. */
-    mmrt_status st = mmrt_dev_upload(p->dev, &c->table.t, c->page_ids,
-                                     (uint64_t)c->max_pages * sizeof(int32_t), err);
-    if (st != MMRT_OK) {
-        while (c->n_held > had)
-            p->free_pages[p->n_free++] = c->page_ids[--c->n_held];
-        p->dev->kv.pages_used -= (uint64_t)(need - had);
-    }
-    return st;
+    return MMRT_OK;
 }
 
 void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n, int32_t *rows)
@@ -178,82 +186,30 @@ void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n,
     }
 }
 
-struct mmrt_tensor mmrt_kv_cache_rows_view(const struct mmrt_kv_cache *c, int64_t layer,
+struct mmrt_tensor mmrt_kv_pages_rows_view(const struct mmrt_kv_pages *p, int64_t layer,
                                            bool values)
 {
-    const struct mmrt_kv_pages *p = c->pages;
     const struct mmrt_tensor *t = values ? &p->v[layer].t : &p->k[layer].t;
     return mmrt_tensor_reshape(t, 3, (const int64_t[]){ p->n_pages * p->page_tokens,
                                                         p->n_kv_heads, p->head_dim });
 }
 
-mmrt_status mmrt_kv_cache_step(struct mmrt_kv_cache *c, int64_t S, struct mmrt_scratch *s,
-                               struct mmrt_kv_step *out, struct mmrt_error *err)
+mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct mmrt_tensor *q,
+                           const struct mmrt_tensor *k, const struct mmrt_tensor *v,
+                           const struct mmrt_kv_step *s, float scale,
+                           const struct mmrt_tensor *out, struct mmrt_error *err)
 {
-    mmrt_status st = mmrt_kv_cache_reserve(c, c->n_past + S, err);
-    if (st != MMRT_OK)
-        return st;
-    int32_t *host = malloc((size_t)(S + 3) * sizeof *host);
-    if (!host)
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
-    mmrt_kv_cache_rows(c, c->n_past, S, host);
-    host[S] = 0;
-    host[S + 1] = (int32_t)S;
-    host[S + 2] = (int32_t)(c->n_past + S);
-    struct mmrt_tensor block;
-    st = mmrt_scratch_tensor(s, MMRT_DTYPE_I32, 1, (const int64_t[]){ S + 3 }, &block, err);
+    struct mmrt_dev *dev = p->dev;
+    struct mmrt_tensor kd = mmrt_kv_pages_rows_view(p, layer, false);
+    struct mmrt_tensor vd = mmrt_kv_pages_rows_view(p, layer, true);
+    mmrt_status st = mmrt_op_set_rows(dev, k, &s->rows, &kd, err);
     if (st == MMRT_OK)
-        st = mmrt_dev_upload(s->dev, &block, host, (uint64_t)(S + 3) * sizeof *host, err);
-    free(host);
-    if (st != MMRT_OK)
-        return st;
-    out->rows = mmrt_tensor_rows(&block, 0, S);
-    out->cu_q = mmrt_tensor_rows(&block, S, 2);
-    out->kv_len = mmrt_tensor_rows(&block, S + 2, 1);
-    return MMRT_OK;
-}
-
-mmrt_status mmrt_kv_cache_attend(struct mmrt_kv_cache *c, int64_t layer,
-                                 const struct mmrt_tensor *q, const struct mmrt_tensor *k,
-                                 const struct mmrt_tensor *v, const struct mmrt_tensor *rows,
-                                 const struct mmrt_tensor *cu_q, const struct mmrt_tensor *kv_len,
-                                 float scale, const struct mmrt_tensor *out,
-                                 struct mmrt_error *err)
-{
-    struct mmrt_dev *dev = c->pages->dev;
-    const struct mmrt_kv_pages *p = c->pages;
-    struct mmrt_tensor kd = mmrt_kv_cache_rows_view(c, layer, false);
-    struct mmrt_tensor vd = mmrt_kv_cache_rows_view(c, layer, true);
-    mmrt_status st = mmrt_op_set_rows(dev, k, rows, &kd, err);
-    if (st == MMRT_OK)
-        st = mmrt_op_set_rows(dev, v, rows, &vd, err);
+        st = mmrt_op_set_rows(dev, v, &s->rows, &vd, err);
     if (st != MMRT_OK)
         return st;
     const struct mmrt_attention_params ap = {
-        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, 1
+        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, (int32_t)s->kv_len.ne[0]
     };
-    return mmrt_op_attention_paged(dev, q, &p->k[layer].t, &p->v[layer].t, cu_q, kv_len,
-                                   &c->table.t, &ap, out, err);
-}
-
-mmrt_status mmrt_embed_tokens(struct mmrt_dev *dev, const struct mmrt_tensor *table,
-                              int64_t vocab, const int32_t *ids, int64_t n,
-                              const struct mmrt_tensor *out, struct mmrt_error *err)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
-                                  "token id %d at position %lld is outside the vocabulary (%lld)",
-                                  ids[i], (long long)i, (long long)vocab);
-    struct mmrt_scratch s;
-    mmrt_scratch_init(&s, dev);
-    struct mmrt_tensor t_ids;
-    mmrt_status st = mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, (const int64_t[]){ n }, &t_ids,
-                                         err);
-    if (st == MMRT_OK)
-        st = mmrt_dev_upload(dev, &t_ids, ids, (uint64_t)n * sizeof(int32_t), err);
-    if (st == MMRT_OK)
-        st = mmrt_op_get_rows(dev, table, &t_ids, out, err);
-    mmrt_scratch_release(&s);
-    return st;
+    return mmrt_op_attention_paged(dev, q, &p->k[layer].t, &p->v[layer].t, &s->cu_q,
+                                   &s->kv_len, &s->table, &ap, out, err);
 }

@@ -1,0 +1,837 @@
+/* core/engine.c — sequences, iteration-level scheduling and batched forwards (engine.h). */
+#include "engine.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/tokenizer.h"
+#include "log.h"
+#include "ops.h"
+#include "sampler.h"
+
+enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
+
+struct mmrt_seq {
+    struct mmrt_engine *e;
+    enum seq_state state;
+    uint64_t arrival;            /* submission order: the waiting line */
+    uint64_t admitted;           /* admission order (0 while waiting): youngest is preempted */
+    struct mmrt_prompt prompt;
+    struct mmrt_vision_output vision;
+    int32_t *tokens;             /* [n_ids + max_tokens]: the prompt, then what was generated */
+    int64_t n_known;             /* valid entries of tokens */
+    int max_tokens, n_gen;
+    struct mmrt_sampler sampler;
+    struct mmrt_tokenizer_stream *stream;
+    struct mmrt_kv_cache kv;     /* kv.n_past: positions whose K/V are in the pages */
+    const struct mmrt_model_trace *trace;
+    mmrt_token_fn on_token;
+    void *user;
+    struct mmrt_result *res;
+    double t_first_chunk, t_first_token;
+    bool graph;                  /* a decode step of this sequence ran as a graph */
+    atomic_bool cancel;
+};
+
+/* The buffers of one forward: the I32 control block (host and device), the embedded rows,
+ * the logits and the decoder's activations, for up to Mc rows, Bc sequences, Oc logits rows. */
+struct fwd {
+    int64_t Mc, Bc, Oc, W, A;
+    int64_t off_rows, off_pos, off_cu, off_len, off_table, off_out, n_ctrl;
+    int32_t *host;
+    struct mmrt_dev_tensor ctrl, h, logits;
+    struct mmrt_decoder_ws *ws;
+};
+
+/* One sequence's part of a forward: rows [first, first + n) of its tokens. */
+struct part {
+    struct mmrt_seq *s;
+    int64_t first, n;
+    bool logits;
+};
+
+struct mmrt_engine {
+    struct mmrt_language lang;
+    const struct mmrt_decoder *dec;
+    struct mmrt_engine_options o;
+    struct mmrt_seq **live;      /* submitted, not finished */
+    int n_live, cap_live;
+    uint64_t next_arrival, next_admitted;
+    struct fwd decode;           /* the decode forward's buffers, for max_batch rows */
+    void *graphs[MMRT_SMALL_M + 1]; /* captured decode step per batch size */
+    bool try_graph;
+    float *logits;               /* [max_batch][vocab] host copy */
+    struct part *parts;          /* [max_batch] */
+    struct mmrt_engine_stats stats;
+};
+
+/* ---- forward buffers ---------------------------------------------------------------- */
+
+static void fwd_destroy(const struct mmrt_engine *e, struct fwd *f)
+{
+    struct mmrt_dev *dev = e->dec->dev;
+    if (f->ws)
+        e->dec->ws_destroy(e->dec->self, f->ws);
+    mmrt_dev_tensor_free(dev, &f->logits);
+    mmrt_dev_tensor_free(dev, &f->h);
+    mmrt_dev_tensor_free(dev, &f->ctrl);
+    free(f->host);
+    memset(f, 0, sizeof *f);
+}
+
+static mmrt_status fwd_create(const struct mmrt_engine *e, int64_t Mc, int64_t Bc, int64_t Oc,
+                              struct fwd *f, struct mmrt_error *err)
+{
+    const struct mmrt_decoder *d = e->dec;
+    memset(f, 0, sizeof *f);
+    f->Mc = Mc, f->Bc = Bc, f->Oc = Oc;
+    f->W = d->kv->seq_pages;
+    f->A = d->n_axes > 0 ? d->n_axes : 1;
+    f->off_rows = Mc;
+    f->off_pos = 2 * Mc;
+    f->off_cu = f->off_pos + Mc * f->A;
+    f->off_len = f->off_cu + Bc + 1;
+    f->off_table = f->off_len + Bc;
+    f->off_out = f->off_table + Bc * f->W;
+    f->n_ctrl = f->off_out + (Oc > 0 ? Oc : 1);
+    f->host = calloc((size_t)f->n_ctrl, sizeof *f->host);
+    mmrt_status st = f->host ? MMRT_OK
+                             : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    if (st == MMRT_OK)
+        st = mmrt_dev_tensor_alloc(d->dev, MMRT_DTYPE_I32, 1, (const int64_t[]){ f->n_ctrl },
+                                   &f->ctrl, err);
+    if (st == MMRT_OK)
+        st = mmrt_dev_tensor_alloc(d->dev, MMRT_DTYPE_F32, 2,
+                                   (const int64_t[]){ Mc, d->hidden }, &f->h, err);
+    if (st == MMRT_OK && Oc > 0)
+        st = mmrt_dev_tensor_alloc(d->dev, MMRT_DTYPE_F32, 2,
+                                   (const int64_t[]){ Oc, d->vocab }, &f->logits, err);
+    if (st == MMRT_OK)
+        st = d->ws_create(d->self, Mc, Oc, &f->ws, err);
+    if (st != MMRT_OK) {
+        fwd_destroy(e, f);
+        return mmrt_error_prefix(err, st, "engine: buffers of a %lld-row step", (long long)Mc);
+    }
+    return MMRT_OK;
+}
+
+static struct mmrt_tensor ctrl_view(const struct fwd *f, int64_t off, int n_dims,
+                                    const int64_t *ne)
+{
+    struct mmrt_tensor v;
+    mmrt_tensor_init(&v, f->ctrl.t.buffer, f->ctrl.t.offset + (uint64_t)off * sizeof(int32_t),
+                     MMRT_DTYPE_I32, n_dims, ne);
+    return v;
+}
+
+/* The device views of a step of M rows, B sequences and O logits rows (fixed offsets, so a
+ * graph captured for B replays every step of B sequences). */
+static struct mmrt_step_io fwd_io(const struct mmrt_engine *e, const struct fwd *f, int64_t M,
+                                  int64_t B, int64_t O, struct mmrt_tensor *ids)
+{
+    struct mmrt_step_io io = { .M = M, .B = B, .n_out = O };
+    *ids = ctrl_view(f, 0, 1, (const int64_t[]){ M });
+    io.h = mmrt_tensor_rows(&f->h.t, 0, M);
+    io.pos = e->dec->n_axes > 0 ? ctrl_view(f, f->off_pos, 2, (const int64_t[]){ M, f->A })
+                                : ctrl_view(f, f->off_pos, 1, (const int64_t[]){ M });
+    io.kv.rows = ctrl_view(f, f->off_rows, 1, (const int64_t[]){ M });
+    io.kv.cu_q = ctrl_view(f, f->off_cu, 1, (const int64_t[]){ B + 1 });
+    io.kv.kv_len = ctrl_view(f, f->off_len, 1, (const int64_t[]){ B });
+    io.kv.table = ctrl_view(f, f->off_table, 2, (const int64_t[]){ B, f->W });
+    io.out = ctrl_view(f, f->off_out, 1, (const int64_t[]){ O > 0 ? O : 1 });
+    if (O > 0)
+        io.logits = mmrt_tensor_rows(&f->logits.t, 0, O);
+    return io;
+}
+
+/* Rotary position of slot `slot` of s on axis a. */
+static int32_t position(const struct mmrt_seq *s, int64_t slot, int a, int A)
+{
+    const struct mmrt_prompt *p = &s->prompt;
+    if (slot < p->n_ids)
+        return p->pos ? p->pos[slot * A + a] : (int32_t)slot;
+    return (int32_t)(slot + p->rope_delta);
+}
+
+/* Writes the control block of the parts on the host. */
+static void fwd_fill(struct fwd *f, const struct part *parts, int n_parts)
+{
+    int32_t *h = f->host;
+    int64_t m = 0, o = 0;
+    const int A = (int)f->A;
+    for (int b = 0; b < n_parts; b++) {
+        const struct part *p = &parts[b];
+        const struct mmrt_seq *s = p->s;
+        h[f->off_cu + b] = (int32_t)m;
+        h[f->off_len + b] = (int32_t)(p->first + p->n);
+        int32_t *table = h + f->off_table + (int64_t)b * f->W;
+        for (int64_t i = 0; i < f->W; i++)
+            table[i] = i < s->kv.n_held ? s->kv.page_ids[i] : 0;
+        mmrt_kv_cache_rows(&s->kv, p->first, p->n, h + f->off_rows + m);
+        for (int64_t i = 0; i < p->n; i++) {
+            const int64_t slot = p->first + i;
+            h[m + i] = s->tokens[slot];
+            for (int a = 0; a < A; a++)
+                h[f->off_pos + (m + i) * A + a] = position(s, slot, a, A);
+        }
+        m += p->n;
+        if (p->logits)
+            h[f->off_out + o++] = (int32_t)(m - 1);
+    }
+    h[f->off_cu + n_parts] = (int32_t)m;
+}
+
+/* The image features that replace token embeddings in rows [first, first + n) of s, written
+ * into rows [m0, m0 + n) of h. */
+static mmrt_status splice(const struct mmrt_engine *e, const struct part *p, int64_t m0,
+                          const struct mmrt_tensor *h, struct mmrt_error *err)
+{
+    const struct mmrt_seq *s = p->s;
+    const int64_t D = e->dec->hidden;
+    for (int i = 0; i < s->prompt.n_splices; i++) {
+        const struct mmrt_prompt_splice *sp = &s->prompt.splices[i];
+        int64_t lo = sp->row > p->first ? sp->row : p->first;
+        int64_t hi = sp->row + sp->n_rows < p->first + p->n ? sp->row + sp->n_rows
+                                                           : p->first + p->n;
+        if (lo >= hi)
+            continue;
+        struct mmrt_tensor dst = mmrt_tensor_rows(h, m0 + lo - p->first, hi - lo);
+        const float *src = s->vision.features + (sp->src_row + lo - sp->row) * D;
+        mmrt_status st = mmrt_dev_upload(e->dec->dev, &dst, src,
+                                         (uint64_t)((hi - lo) * D) * sizeof(float), err);
+        if (st != MMRT_OK)
+            return st;
+    }
+    return MMRT_OK;
+}
+
+static mmrt_status issue(const struct mmrt_engine *e, const struct fwd *f,
+                         const struct mmrt_step_io *io, const struct mmrt_tensor *ids,
+                         struct mmrt_error *err)
+{
+    mmrt_status st = mmrt_op_get_rows(e->dec->dev, e->dec->embed, ids, &io->h, err);
+    return st == MMRT_OK ? e->dec->issue(e->dec->self, f->ws, io, err) : st;
+}
+
+/* Records the decode step of B sequences once. A failure is not an error of the requests:
+ * decode runs eagerly from then on, and the reason is logged once. */
+static void capture(struct mmrt_engine *e, const struct mmrt_step_io *io,
+                    const struct mmrt_tensor *ids, int64_t B)
+{
+    struct mmrt_dev *dev = e->dec->dev;
+    struct mmrt_error cerr = { 0 };
+    mmrt_status st = mmrt_dev_capture_begin(dev, &cerr);
+    if (st == MMRT_ERR_UNSUPPORTED) {
+        e->try_graph = false;
+        mmrt_log(MMRT_LOG_DEBUG, "engine", "decode steps run eagerly: %s", cerr.msg);
+        return;
+    }
+    void *g = NULL;
+    if (st == MMRT_OK) {
+        struct mmrt_error ierr = { 0 };
+        mmrt_status ist = issue(e, &e->decode, io, ids, &ierr);
+        st = mmrt_dev_capture_end(dev, &g, &cerr);
+        if (ist != MMRT_OK) {
+            mmrt_dev_graph_destroy(dev, g);
+            g = NULL;
+            st = ist;
+            cerr = ierr;
+        }
+    }
+    if (st != MMRT_OK) {
+        e->try_graph = false;
+        mmrt_log(MMRT_LOG_WARN, "engine",
+                 "device %s: decode-step graph capture failed, running eagerly: %s", dev->name,
+                 cerr.msg);
+        return;
+    }
+    e->graphs[B] = g;
+    mmrt_log(MMRT_LOG_DEBUG, "engine", "device %s: decode step of %lld sequences captured",
+             dev->name, (long long)B);
+}
+
+/* Runs the parts as one forward on f and leaves the logits of the parts that want them in
+ * e->logits, in part order. decode: the parts are decode rows (one each) on e->decode, which
+ * may replay a captured graph. */
+static mmrt_status forward(struct mmrt_engine *e, struct fwd *f, const struct part *parts,
+                           int n_parts, bool decode, bool *graph, struct mmrt_error *err)
+{
+    int64_t M = 0, O = 0;
+    for (int i = 0; i < n_parts; i++) {
+        M += parts[i].n;
+        O += parts[i].logits;
+    }
+    const int64_t B = n_parts;
+    fwd_fill(f, parts, n_parts);
+    struct mmrt_dev *dev = e->dec->dev;
+    mmrt_status st = mmrt_dev_upload(dev, &f->ctrl.t, f->host,
+                                     (uint64_t)f->n_ctrl * sizeof(int32_t), err);
+    if (st != MMRT_OK)
+        return st;
+    struct mmrt_tensor ids;
+    const struct mmrt_step_io io = fwd_io(e, f, M, B, O, &ids);
+    *graph = false;
+    if (decode && e->try_graph && !e->graphs[B])
+        capture(e, &io, &ids, B);
+    if (decode && e->graphs[B]) {
+        st = mmrt_dev_graph_launch(dev, e->graphs[B], err);
+        *graph = true;
+    } else if (decode) {
+        st = issue(e, f, &io, &ids, err);
+    } else {
+        st = mmrt_op_get_rows(dev, e->dec->embed, &ids, &io.h, err);
+        for (int64_t i = 0, m = 0; st == MMRT_OK && i < n_parts; m += parts[i].n, i++)
+            st = splice(e, &parts[i], m, &io.h, err);
+        if (st == MMRT_OK)
+            st = e->dec->issue(e->dec->self, f->ws, &io, err);
+    }
+    if (st == MMRT_OK && O > 0)
+        st = mmrt_dev_download(dev, &io.logits, e->logits,
+                               (uint64_t)(O * e->dec->vocab) * sizeof(float), err);
+    return st;
+}
+
+/* ---- sequences ------------------------------------------------------------------------ */
+
+static void seq_free_parts(struct mmrt_seq *s)
+{
+    mmrt_kv_cache_free(&s->kv);
+    mmrt_tokenizer_stream_destroy(s->stream);
+    s->stream = NULL;
+    mmrt_sampler_deinit(&s->sampler);
+    mmrt_prompt_free(&s->prompt);
+    mmrt_vision_output_free(&s->vision);
+    free(s->tokens);
+    s->tokens = NULL;
+}
+
+static void copy_msg(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* The callback receives NUL-terminated text; a piece longer than the buffer (a pathological
+ * tokenizer entry) is cut rather than allocated per token. */
+static bool emit(const struct mmrt_seq *s, int32_t id, const char *text, size_t len)
+{
+    if (!s->on_token)
+        return true;
+    char buf[1024];
+    size_t n = len < sizeof buf - 1 ? len : sizeof buf - 1;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    return s->on_token(s->user, id, buf);
+}
+
+static void unlink_live(struct mmrt_engine *e, struct mmrt_seq *s)
+{
+    for (int i = 0; i < e->n_live; i++)
+        if (e->live[i] == s) {
+            memmove(&e->live[i], &e->live[i + 1], (size_t)(e->n_live - i - 1) * sizeof *e->live);
+            e->n_live--;
+            return;
+        }
+}
+
+/* Ends s: flushes its text, fills its result and returns its pages to the store at once. */
+static void finish(struct mmrt_engine *e, struct mmrt_seq *s, mmrt_status st, const char *msg)
+{
+    struct mmrt_result *r = s->res;
+    if (st == MMRT_OK && s->stream) {
+        const char *tail = "";
+        size_t tlen = 0;
+        struct mmrt_error ferr = { 0 };
+        st = mmrt_tokenizer_stream_finish(s->stream, &tail, &tlen, &ferr);
+        if (st == MMRT_OK && tlen)
+            emit(s, -1, tail, tlen);
+        msg = ferr.msg;
+    }
+    const double now = mmrt_now_ms();
+    r->status = st;
+    copy_msg(r->error, sizeof r->error, st == MMRT_OK ? "" : msg);
+    r->n_tokens = s->n_gen;
+    if (s->t_first_token > 0) {
+        r->prefill_ms = s->t_first_token - s->t_first_chunk;
+        r->decode_ms = now - s->t_first_token;
+        if (s->n_gen > 1 && r->decode_ms > 0)
+            r->decode_tokens_per_s = (s->n_gen - 1) / (r->decode_ms / 1e3);
+    }
+    r->decode_graph = s->graph;
+    mmrt_kv_cache_free(&s->kv);
+    s->state = SEQ_DONE;
+    unlink_live(e, s);
+}
+
+static bool is_eos(const struct mmrt_engine *e, int32_t id)
+{
+    for (int i = 0; i < e->lang.n_eos; i++)
+        if (e->lang.eos[i] == id)
+            return true;
+    return false;
+}
+
+/* Samples s's next token from `logits`, streams it and decides whether s goes on. */
+static void take_token(struct mmrt_engine *e, struct mmrt_seq *s, const float *logits)
+{
+    struct mmrt_error err = { 0 };
+    if (s->trace && s->trace->logits)
+        s->trace->logits(s->trace->user, s->n_gen, logits, e->dec->vocab);
+    int32_t tok;
+    mmrt_status st = mmrt_sampler_next(&s->sampler, logits, &tok, &err);
+    const char *piece = "";
+    size_t plen = 0;
+    if (st == MMRT_OK)
+        st = mmrt_tokenizer_decode_stream(s->stream, tok, &piece, &plen, &err);
+    if (st != MMRT_OK) {
+        finish(e, s, st, err.msg);
+        return;
+    }
+    if (s->n_gen == 0)
+        s->t_first_token = mmrt_now_ms();
+    s->tokens[s->n_known++] = tok;
+    s->n_gen++;
+    const bool go_on = emit(s, tok, piece, plen);
+    if (!go_on || is_eos(e, tok) || s->n_gen == s->max_tokens)
+        finish(e, s, MMRT_OK, "");
+}
+
+static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_prompt *p,
+                                const struct mmrt_vision_output *v, int max_tokens,
+                                struct mmrt_error *err)
+{
+    const struct mmrt_decoder *d = e->dec;
+    if (max_tokens < 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "max_tokens %d must be at least 1",
+                              max_tokens);
+    if (p->n_ids < 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "empty prompt and no image");
+    if (p->n_ids + max_tokens > d->max_positions)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT,
+                              "prompt of %lld tokens plus %d new tokens exceeds the model's "
+                              "context of %lld positions",
+                              (long long)p->n_ids, max_tokens, (long long)d->max_positions);
+    for (int64_t i = 0; i < p->n_ids; i++)
+        if (p->ids[i] < 0 || p->ids[i] >= d->vocab)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "token id %d at position %lld is outside the vocabulary "
+                                  "(%lld)", p->ids[i], (long long)i, (long long)d->vocab);
+    const int A = d->n_axes > 0 ? d->n_axes : 1;
+    for (int64_t i = 0; p->pos && i < p->n_ids * A; i++)
+        if (p->pos[i] < 0 || p->pos[i] > (1 << 24))
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "rotary position %d of token %lld is outside 0…2^24",
+                                  p->pos[i], (long long)(i / A));
+    const int64_t last = p->n_ids + max_tokens - 1 + p->rope_delta;
+    if (last < 0 || last > (1 << 24))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "rotary position %lld of the last token is outside 0…2^24",
+                              (long long)last);
+    const int64_t rows = mmrt_vision_output_rows(v);
+    for (int i = 0; i < p->n_splices; i++) {
+        const struct mmrt_prompt_splice *sp = &p->splices[i];
+        if (!v->features || v->dim != d->hidden)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "image features of width %lld, the decoder needs %lld",
+                                  (long long)v->dim, (long long)d->hidden);
+        if (sp->n_rows < 0 || sp->row < 0 || sp->row + sp->n_rows > p->n_ids ||
+            sp->src_row < 0 || sp->src_row + sp->n_rows > rows)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "image splice %d (prompt rows %lld + %lld from feature row "
+                                  "%lld) lies outside the prompt of %lld or the %lld features",
+                                  i, (long long)sp->row, (long long)sp->n_rows,
+                                  (long long)sp->src_row, (long long)p->n_ids,
+                                  (long long)rows);
+    }
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request *r,
+                               struct mmrt_seq **out, struct mmrt_error *err)
+{
+    *out = NULL;
+    struct mmrt_seq *s = calloc(1, sizeof *s);
+    if (!s) {
+        mmrt_prompt_free(r->prompt);
+        mmrt_vision_output_free(r->vision);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    }
+    s->e = e;
+    s->prompt = *r->prompt;
+    s->vision = *r->vision;
+    memset(r->prompt, 0, sizeof *r->prompt);
+    memset(r->vision, 0, sizeof *r->vision);
+    s->max_tokens = r->req->max_tokens;
+    s->trace = r->trace;
+    s->on_token = r->on_token;
+    s->user = r->user;
+    s->res = r->result;
+    atomic_init(&s->cancel, false);
+    const struct mmrt_request *q = r->req;
+    mmrt_status st = check_prompt(e, &s->prompt, &s->vision, s->max_tokens, err);
+    if (st == MMRT_OK)
+        st = mmrt_sampler_init(&s->sampler, e->dec->vocab, q->temperature, q->top_k, q->top_p,
+                               q->seed, err);
+    if (st == MMRT_OK)
+        st = mmrt_kv_cache_alloc(e->dec->kv, s->prompt.n_ids + s->max_tokens, &s->kv, err);
+    if (st == MMRT_OK)
+        st = mmrt_tokenizer_stream_create(e->lang.tok, MMRT_DECODE_SKIP_SPECIAL, &s->stream,
+                                          err);
+    if (st == MMRT_OK) {
+        s->tokens = malloc((size_t)(s->prompt.n_ids + s->max_tokens) * sizeof *s->tokens);
+        if (!s->tokens)
+            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    }
+    if (st == MMRT_OK && e->n_live == e->cap_live) {
+        int cap = e->cap_live ? 2 * e->cap_live : 16;
+        struct mmrt_seq **g = realloc(e->live, (size_t)cap * sizeof *g);
+        if (!g)
+            st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+        else
+            e->live = g, e->cap_live = cap;
+    }
+    if (st != MMRT_OK) {
+        seq_free_parts(s);
+        free(s);
+        return st;
+    }
+    memcpy(s->tokens, s->prompt.ids, (size_t)s->prompt.n_ids * sizeof *s->tokens);
+    s->n_known = s->prompt.n_ids;
+    s->res->n_prompt_tokens = (int)s->prompt.n_ids;
+    s->res->preprocess_ms = s->vision.preprocess_ms;
+    s->res->vision_ms = s->vision.vision_ms;
+    if (s->trace && s->trace->prompt_ids)
+        s->trace->prompt_ids(s->trace->user, s->prompt.ids, (int)s->prompt.n_ids);
+    s->state = SEQ_WAITING;
+    s->arrival = ++e->next_arrival;
+    e->live[e->n_live++] = s;
+    *out = s;
+    return MMRT_OK;
+}
+
+bool mmrt_engine_done(const struct mmrt_seq *s)
+{
+    return s->state == SEQ_DONE;
+}
+
+void mmrt_engine_cancel(struct mmrt_seq *s)
+{
+    atomic_store(&s->cancel, true);
+}
+
+void mmrt_engine_release(struct mmrt_seq *s)
+{
+    if (!s)
+        return;
+    if (s->state != SEQ_DONE)
+        finish(s->e, s, MMRT_ERR_CANCELLED, "cancelled");
+    seq_free_parts(s);
+    free(s);
+}
+
+bool mmrt_engine_idle(const struct mmrt_engine *e)
+{
+    return e->n_live == 0;
+}
+
+void mmrt_engine_get_stats(const struct mmrt_engine *e, struct mmrt_engine_stats *out)
+{
+    *out = e->stats;
+}
+
+/* ---- scheduling ----------------------------------------------------------------------- */
+
+static bool running(const struct mmrt_seq *s)
+{
+    return s->state == SEQ_PREFILL || s->state == SEQ_DECODE;
+}
+
+static void preempt(struct mmrt_engine *e, struct mmrt_seq *s)
+{
+    mmrt_kv_cache_drop(&s->kv);
+    s->state = SEQ_WAITING;
+    s->admitted = 0;
+    e->stats.preemptions++;
+    mmrt_log(MMRT_LOG_DEBUG, "engine", "preempted a sequence of %lld tokens (KV pages ran out)",
+             (long long)s->n_known);
+}
+
+static struct mmrt_seq *youngest_running(const struct mmrt_engine *e)
+{
+    struct mmrt_seq *y = NULL;
+    for (int i = 0; i < e->n_live; i++)
+        if (running(e->live[i]) && (!y || e->live[i]->admitted > y->admitted))
+            y = e->live[i];
+    return y;
+}
+
+static int n_running(const struct mmrt_engine *e)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_live; i++)
+        n += running(e->live[i]);
+    return n;
+}
+
+/* The waiting sequence that arrived first, or NULL. */
+static struct mmrt_seq *first_waiting(const struct mmrt_engine *e)
+{
+    struct mmrt_seq *f = NULL;
+    for (int i = 0; i < e->n_live; i++)
+        if (e->live[i]->state == SEQ_WAITING && (!f || e->live[i]->arrival < f->arrival))
+            f = e->live[i];
+    return f;
+}
+
+/* Admission: in arrival order, while a running slot is free and the store has pages for
+ * everything the sequence already knows (a resumed one recomputes that much). The prompt's
+ * pages are taken now, so no prefill ever waits for pages. */
+static void admit(struct mmrt_engine *e)
+{
+    int n = n_running(e);
+    struct mmrt_seq *s;
+    while (n < e->o.max_batch && (s = first_waiting(e)) != NULL) {
+        const struct mmrt_kv_pages *p = e->dec->kv;
+        if (mmrt_kv_cache_pages_needed(&s->kv, s->n_known) > p->n_free)
+            break;
+        struct mmrt_error err = { 0 };
+        if (mmrt_kv_cache_reserve(&s->kv, s->prompt.n_ids, &err) != MMRT_OK) {
+            finish(e, s, MMRT_ERR_LIMIT, err.msg);
+            continue;
+        }
+        s->state = SEQ_PREFILL;
+        s->admitted = ++e->next_admitted;
+        if (s->t_first_chunk == 0)
+            s->t_first_chunk = mmrt_now_ms();
+        n++;
+    }
+    if (n > e->stats.max_running)
+        e->stats.max_running = n;
+}
+
+/* Sorts sequences by admission (oldest first). */
+static int by_admission(const void *a, const void *b)
+{
+    const struct mmrt_seq *x = *(struct mmrt_seq *const *)a, *y = *(struct mmrt_seq *const *)b;
+    return x->admitted < y->admitted ? -1 : x->admitted > y->admitted;
+}
+
+/* The running sequences in state `st`, oldest first, into out (at most max_batch). */
+static int collect(const struct mmrt_engine *e, enum seq_state st, struct mmrt_seq **out)
+{
+    int n = 0;
+    for (int i = 0; i < e->n_live && n < e->o.max_batch; i++)
+        if (e->live[i]->state == st)
+            out[n++] = e->live[i];
+    qsort(out, (size_t)n, sizeof *out, by_admission);
+    return n;
+}
+
+static void fail_parts(struct mmrt_engine *e, const struct part *parts, int n, mmrt_status st,
+                       const char *msg)
+{
+    for (int i = 0; i < n; i++)
+        if (parts[i].s->state != SEQ_DONE)
+            finish(e, parts[i].s, st, msg);
+}
+
+/* One decode row per decoding sequence, each with a page for its new position. When the
+ * store has none, the youngest running sequence gives its pages back. */
+static void decode_step(struct mmrt_engine *e)
+{
+    struct mmrt_seq *seqs[MMRT_SMALL_M];
+    int n = collect(e, SEQ_DECODE, seqs);
+    int B = 0;
+    for (int i = 0; i < n; i++) {
+        struct mmrt_seq *s = seqs[i];
+        if (s->state != SEQ_DECODE) /* preempted for an older one */
+            continue;
+        struct mmrt_error err = { 0 };
+        while (mmrt_kv_cache_reserve(&s->kv, s->kv.n_past + 1, &err) != MMRT_OK) {
+            struct mmrt_seq *y = youngest_running(e);
+            preempt(e, y);
+            if (y == s)
+                break;
+        }
+        if (s->state == SEQ_DECODE)
+            e->parts[B++] = (struct part){ s, s->kv.n_past, 1, true };
+    }
+    /* A sequence preempted after its page check may sit in parts: drop it. */
+    int k = 0;
+    for (int i = 0; i < B; i++)
+        if (e->parts[i].s->state == SEQ_DECODE)
+            e->parts[k++] = e->parts[i];
+    B = k;
+    if (B == 0)
+        return;
+    struct mmrt_error err = { 0 };
+    bool graph = false;
+    mmrt_status st = forward(e, &e->decode, e->parts, B, true, &graph, &err);
+    e->stats.decode_forwards++;
+    e->stats.decode_rows += (uint64_t)B;
+    if (st != MMRT_OK) {
+        fail_parts(e, e->parts, B, st, err.msg);
+        return;
+    }
+    for (int i = 0; i < B; i++) {
+        struct mmrt_seq *s = e->parts[i].s;
+        s->kv.n_past++;
+        s->graph |= graph;
+        if (atomic_load(&s->cancel))
+            continue; /* finished at the next step */
+        if (s->kv.n_past < s->n_known) {
+            e->stats.replay_rows++; /* recomputing a preempted sequence */
+            continue;
+        }
+        take_token(e, s, e->logits + (int64_t)i * e->dec->vocab);
+    }
+}
+
+/* The next chunk of s's prompt: up to the next multiple of prefill_chunk. */
+static int64_t chunk_len(const struct mmrt_engine *e, const struct mmrt_seq *s)
+{
+    const int64_t c = e->o.prefill_chunk, at = s->kv.n_past;
+    const int64_t end = (at / c + 1) * c;
+    return (end < s->prompt.n_ids ? end : s->prompt.n_ids) - at;
+}
+
+static void prefill_run(struct mmrt_engine *e, const struct part *parts, int n)
+{
+    int64_t M = 0, O = 0;
+    for (int i = 0; i < n; i++) {
+        M += parts[i].n;
+        O += parts[i].logits;
+    }
+    struct mmrt_error err = { 0 };
+    struct fwd f;
+    bool graph;
+    mmrt_status st = fwd_create(e, M, n, O, &f, &err);
+    if (st == MMRT_OK)
+        st = forward(e, &f, parts, n, false, &graph, &err);
+    fwd_destroy(e, &f);
+    e->stats.prefill_forwards++;
+    e->stats.prefill_rows += (uint64_t)M;
+    if (st != MMRT_OK) {
+        fail_parts(e, parts, n, st, err.msg);
+        return;
+    }
+    for (int i = 0, o = 0; i < n; i++) {
+        struct mmrt_seq *s = parts[i].s;
+        s->kv.n_past += parts[i].n;
+        if (!parts[i].logits)
+            continue;
+        const float *row = e->logits + (int64_t)o++ * e->dec->vocab;
+        s->state = SEQ_DECODE;
+        if (s->n_known == s->prompt.n_ids && !atomic_load(&s->cancel))
+            take_token(e, s, row); /* a fresh prompt's first token */
+        /* else: resumed after preemption; its generated tokens replay as decode rows */
+    }
+}
+
+/* Prefill chunks of the oldest prefilling sequences within the step's token budget. Chunks
+ * of more than MMRT_SMALL_M rows share one forward; shorter ones run alone, so each gets the
+ * kernel path it would get alone. */
+static void prefill_step(struct mmrt_engine *e, int64_t budget)
+{
+    struct mmrt_seq *seqs[MMRT_SMALL_M];
+    int n = collect(e, SEQ_PREFILL, seqs);
+    int n_big = 0;
+    int64_t used = 0;
+    struct part small[MMRT_SMALL_M];
+    int n_small = 0;
+    for (int i = 0; i < n; i++) {
+        struct mmrt_seq *s = seqs[i];
+        const int64_t len = chunk_len(e, s);
+        if (used > 0 && used + len > budget)
+            break;
+        used += len;
+        const struct part p = { s, s->kv.n_past, len, s->kv.n_past + len == s->prompt.n_ids };
+        if (len > MMRT_SMALL_M)
+            e->parts[n_big++] = p;
+        else
+            small[n_small++] = p;
+    }
+    if (n_big)
+        prefill_run(e, e->parts, n_big);
+    for (int i = 0; i < n_small; i++)
+        prefill_run(e, &small[i], 1);
+}
+
+mmrt_status mmrt_engine_step(struct mmrt_engine *e, struct mmrt_error *err)
+{
+    (void)err;
+    for (int i = e->n_live; i-- > 0;) {
+        struct mmrt_seq *s = e->live[i];
+        if (atomic_load(&s->cancel))
+            finish(e, s, MMRT_ERR_CANCELLED, "cancelled");
+    }
+    if (e->n_live == 0)
+        return MMRT_OK;
+    e->stats.steps++;
+    admit(e);
+    const uint64_t rows_before = e->stats.decode_rows;
+    decode_step(e);
+    const int64_t B = (int64_t)(e->stats.decode_rows - rows_before);
+    prefill_step(e, e->o.step_tokens - B);
+    return MMRT_OK;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------- */
+
+void mmrt_engine_destroy(struct mmrt_engine *e)
+{
+    if (!e)
+        return;
+    for (int b = 0; b <= MMRT_SMALL_M; b++)
+        mmrt_dev_graph_destroy(e->dec->dev, e->graphs[b]);
+    fwd_destroy(e, &e->decode);
+    free(e->live);
+    free(e->logits);
+    free(e->parts);
+    free(e);
+}
+
+mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
+                               const struct mmrt_engine_options *opts, struct mmrt_engine **out,
+                               struct mmrt_error *err)
+{
+    *out = NULL;
+    struct mmrt_engine_options o = opts ? *opts : (struct mmrt_engine_options){ 0 };
+    if (o.max_batch == 0)
+        o.max_batch = MMRT_ENGINE_DEFAULT_BATCH;
+    if (o.prefill_chunk == 0)
+        o.prefill_chunk = MMRT_ENGINE_DEFAULT_CHUNK;
+    if (o.max_batch < 1 || o.max_batch > MMRT_SMALL_M)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[scheduler] max_batch %d must be 1 … %d",
+                              o.max_batch, MMRT_SMALL_M);
+    if (o.prefill_chunk < 1 || o.prefill_chunk > (1 << 20))
+        return mmrt_error_set(err, MMRT_ERR_CONFIG,
+                              "[scheduler] prefill_chunk %lld must be 1 … %d",
+                              (long long)o.prefill_chunk, 1 << 20);
+    if (o.step_tokens == 0)
+        o.step_tokens = o.prefill_chunk + o.max_batch;
+    if (o.step_tokens < 1)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[scheduler] step_tokens %lld must be at "
+                              "least 1", (long long)o.step_tokens);
+    struct mmrt_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    e->lang = *lang;
+    e->dec = lang->decoder;
+    e->o = o;
+    e->try_graph = o.use_graph && mmrt_dev_can_capture(e->dec->dev);
+    /* Logits rows: a decode step has max_batch, a prefill forward at most max_batch. */
+    e->logits = malloc((size_t)o.max_batch * (size_t)e->dec->vocab * sizeof *e->logits);
+    e->parts = calloc((size_t)o.max_batch, sizeof *e->parts);
+    mmrt_status st = e->logits && e->parts
+                         ? fwd_create(e, o.max_batch, o.max_batch, o.max_batch, &e->decode, err)
+                         : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    if (st != MMRT_OK) {
+        mmrt_engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return MMRT_OK;
+}

@@ -1,0 +1,112 @@
+/*
+ * core/engine.h — the one generation engine: every model's language stage runs here.
+ *
+ * A model hands the engine a prepared prompt (model.h prepare(): ids, image splices,
+ * positions) and its decoder (decoder.h); the engine owns everything else: the sequences and
+ * their KV pages, prefill, batched decode, sampling, stop conditions, streaming and results.
+ *
+ * Iteration-level scheduling (specs/engine.md, docs/ENGINE.md). Each mmrt_engine_step():
+ *   1. admits waiting requests in arrival order while fewer than max_batch run and the KV
+ *      store has pages for the whole prompt (taken at admission, so a prefill never stalls);
+ *   2. gives every decoding sequence a page for its next position; when none is free the
+ *      youngest running sequence is preempted: its pages return to the store and it waits
+ *      again at its old place in line, to be recomputed on resume;
+ *   3. runs one decode forward over all decoding sequences (M = B rows, one token each);
+ *   4. runs prefill chunks of prefill_chunk tokens, while step_tokens lasts.
+ * So a new request joins between two decode steps and a long prompt never stalls the
+ * others for more than one chunk.
+ *
+ * Batch invariance: a request's logits are bit-identical whatever else runs with it. The
+ * engine keeps to what the kernels promise (plugin.h: a MATMUL row's arithmetic may depend on
+ * whether M ≤ MMRT_SMALL_M and on nothing else; attention depends on the sequence's own
+ * query count and keys): decode rows and prefill rows never share a forward; chunk
+ * boundaries are multiples of prefill_chunk from position 0, so a prompt is cut the same way
+ * alone or in company; prefill chunks of at most MMRT_SMALL_M rows run alone; a preempted
+ * sequence recomputes its prompt in the same chunks and replays its generated tokens as
+ * decode rows, so its K/V are the bits it had before.
+ *
+ * Threads: the engine is driven by one thread at a time (its caller's); token callbacks run
+ * on that thread, inside mmrt_engine_step(). mmrt_engine_cancel() is safe from any thread.
+ */
+#ifndef MMRT_CORE_ENGINE_H
+#define MMRT_CORE_ENGINE_H
+
+#include <stdbool.h>
+
+#include "decoder.h"
+#include "model.h"
+
+/* Rows up to which a decode forward is guaranteed the kernels' small-M path (and so the
+ * most sequences that decode together). */
+#define MMRT_SMALL_M 32
+
+#define MMRT_ENGINE_DEFAULT_BATCH 16
+#define MMRT_ENGINE_DEFAULT_CHUNK 512
+
+struct mmrt_engine_options {
+    int max_batch;          /* sequences running at once, 1 … MMRT_SMALL_M; 0 = 16 */
+    int64_t prefill_chunk;  /* prompt tokens per prefill chunk, ≥ 1; 0 = 512 */
+    int64_t step_tokens;    /* token rows one step runs (decode rows + prefill rows); at least
+                               one chunk always runs; 0 = prefill_chunk + max_batch */
+    bool use_graph;         /* decode steps as captured device graphs where the device can */
+};
+
+/* Counters since creation, for mmrt-bench and the tests. */
+struct mmrt_engine_stats {
+    uint64_t steps, decode_forwards, prefill_forwards;
+    uint64_t decode_rows, prefill_rows; /* token rows run */
+    uint64_t replay_rows;               /* decode rows that recomputed a preempted sequence */
+    uint64_t preemptions;
+    int max_running;                    /* most sequences running in one step */
+};
+
+struct mmrt_engine;
+struct mmrt_seq;
+
+/* The engine borrows lang (its decoder, tokenizer and eos ids) until destroy. */
+mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
+                               const struct mmrt_engine_options *opts, struct mmrt_engine **out,
+                               struct mmrt_error *err);
+/* Every sequence must have been released first. NULL is a no-op. */
+void mmrt_engine_destroy(struct mmrt_engine *e);
+
+/* One request for the engine. prompt and vision move into the engine (zeroed in the caller)
+ * whether or not the submission succeeds. req is copied (its strings are not used); trace,
+ * on_token / user and result are borrowed until the sequence is released. */
+struct mmrt_engine_request {
+    const struct mmrt_request *req;       /* sampling settings, max_tokens */
+    struct mmrt_prompt *prompt;
+    struct mmrt_vision_output *vision;    /* features the prompt's splices read */
+    const struct mmrt_model_trace *trace; /* may be NULL */
+    mmrt_token_fn on_token;               /* may be NULL */
+    void *user;
+    struct mmrt_result *result;           /* filled when the sequence finishes */
+};
+
+/* Checks the request (max_tokens ≥ 1, a prompt that fits the model's context and the KV
+ * store, ids in the vocabulary, splices inside the prompt and the features, sampling
+ * settings) and queues it. A refusal is returned here and nothing is queued. */
+mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request *r,
+                               struct mmrt_seq **out, struct mmrt_error *err);
+
+/* One iteration (see above). Failures of a forward fail the sequences in it (their results
+ * say why) and do not stop the others; the return value is MMRT_OK unless the engine itself
+ * cannot go on. */
+mmrt_status mmrt_engine_step(struct mmrt_engine *e, struct mmrt_error *err);
+
+/* True when no sequence waits or runs. */
+bool mmrt_engine_idle(const struct mmrt_engine *e);
+
+/* True once s has finished (its result is filled and its pages are back in the store). */
+bool mmrt_engine_done(const struct mmrt_seq *s);
+
+/* Asks s to stop: it finishes with MMRT_ERR_CANCELLED at the start of the next step (tokens
+ * already streamed stay streamed). Safe from any thread while s is not released. */
+void mmrt_engine_cancel(struct mmrt_seq *s);
+
+/* Frees a sequence; one still running is cancelled and finished first. NULL is a no-op. */
+void mmrt_engine_release(struct mmrt_seq *s);
+
+void mmrt_engine_get_stats(const struct mmrt_engine *e, struct mmrt_engine_stats *out);
+
+#endif
