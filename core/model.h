@@ -163,6 +163,16 @@ mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *
                             const struct mmrt_model_trace *trace, mmrt_token_fn on_token,
                             void *user, struct mmrt_result *result);
 
+/* mmrt_run_batch with one observer per request (traces[n]). Internal, like the above. */
+mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_request *reqs,
+                                  int n, const struct mmrt_model_trace *traces,
+                                  mmrt_batch_token_fn on_token, void *user,
+                                  struct mmrt_result *results);
+
+/* The engine's counters (engine.h) since the runtime was made; zeros without a model. */
+struct mmrt_engine_stats;
+void mmrt_runtime_engine_stats(const struct mmrt_runtime *rt, struct mmrt_engine_stats *out);
+
 /* The implementation of model_type, or NULL. */
 const struct mmrt_model_type *mmrt_model_type_find(const char *model_type);
 

@@ -688,6 +688,7 @@ struct batch {
     int n;
     struct mmrt_vision_output *vis;
     struct mmrt_result *results;
+    const struct mmrt_model_trace *traces; /* [n] or NULL */
     double t0;
     pthread_mutex_t lock;
     pthread_cond_t ready;
@@ -709,7 +710,9 @@ static void encode_one(struct batch *b, int i)
     if (r->status != MMRT_OK) /* refused before its vision stage */
         return;
     r->vision_start_ms = mmrt_now_ms() - b->t0;
-    mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i], NULL, &b->vis[i], &err);
+    mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i],
+                                               b->traces ? &b->traces[i] : NULL, &b->vis[i],
+                                               &err);
     r->vision_end_ms = mmrt_now_ms() - b->t0;
     if (st != MMRT_OK)
         result_error(r, st, err.msg);
@@ -734,9 +737,10 @@ static bool batch_token(void *user, int32_t id, const char *text)
     return s->b->on_token ? s->b->on_token(s->b->user, s->index, id, text) : true;
 }
 
-mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
-                           mmrt_batch_token_fn on_token, void *user,
-                           struct mmrt_result *results)
+static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
+                             const struct mmrt_model_trace *traces,
+                             mmrt_batch_token_fn on_token, void *user,
+                             struct mmrt_result *results)
 {
     if (!rt)
         return MMRT_ERR_INVALID_ARG;
@@ -750,7 +754,7 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
     struct mmrt_request *norm = calloc((size_t)n, sizeof *norm);
     struct mmrt_seq **seqs = calloc((size_t)n, sizeof *seqs);
     struct batch_slot *slots = calloc((size_t)n, sizeof *slots);
-    struct batch b = { .rt = rt, .reqs = norm, .n = n, .results = results,
+    struct batch b = { .rt = rt, .reqs = norm, .n = n, .results = results, .traces = traces,
                        .t0 = mmrt_now_ms(), .on_token = on_token, .user = user };
     b.vis = calloc((size_t)n, sizeof *b.vis);
     if (!b.vis || !norm || !seqs || !slots) {
@@ -795,8 +799,8 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
             if (r->status == MMRT_OK) {
                 struct mmrt_error err = { 0 };
                 const double vs = r->vision_start_ms, ve = r->vision_end_ms;
-                mmrt_status sst = submit(rt, &norm[submitted], &b.vis[submitted], NULL,
-                                         batch_token, &slots[submitted], r, &seqs[submitted],
+                mmrt_status sst = submit(rt, &norm[submitted], &b.vis[submitted],
+                                         traces ? &traces[submitted] : NULL, batch_token, &slots[submitted], r, &seqs[submitted],
                                          &err);
                 r->vision_start_ms = vs;
                 r->vision_end_ms = ve;
@@ -837,6 +841,29 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
     free(seqs);
     free(slots);
     return first;
+}
+
+mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
+                           mmrt_batch_token_fn on_token, void *user,
+                           struct mmrt_result *results)
+{
+    return run_batch(rt, reqs, n, NULL, on_token, user, results);
+}
+
+mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_request *reqs,
+                                  int n, const struct mmrt_model_trace *traces,
+                                  mmrt_batch_token_fn on_token, void *user,
+                                  struct mmrt_result *results)
+{
+    return run_batch(rt, reqs, n, traces, on_token, user, results);
+}
+
+void mmrt_runtime_engine_stats(const struct mmrt_runtime *rt, struct mmrt_engine_stats *out)
+{
+    if (rt->engine)
+        mmrt_engine_get_stats(rt->engine, out);
+    else
+        memset(out, 0, sizeof *out);
 }
 
 /* ---- --check: the configured placement against the CPU reference ---- */

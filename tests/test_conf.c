@@ -392,6 +392,27 @@ static void test_model_kv_keys(void **state)
     mmrt_conf_destroy(c);
 }
 
+static void test_scheduler_keys(void **state)
+{
+    (void)state;
+    const char *text = "[device.d]\nplugin = cpu\n[scheduler]\nmax_batch = 8\n"
+                       "prefill_chunk = 256\nstep_tokens = 300\n";
+    struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->scheduler.line, 3);
+    assert_int_equal(c->scheduler.max_batch, 8);
+    assert_int_equal(c->scheduler.max_batch_line, 4);
+    assert_int_equal(c->scheduler.prefill_chunk, 256);
+    assert_int_equal(c->scheduler.prefill_chunk_line, 5);
+    assert_int_equal(c->scheduler.step_tokens, 300);
+    assert_int_equal(c->scheduler.step_tokens_line, 6);
+    mmrt_conf_destroy(c);
+    text = "[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->scheduler.max_batch, 0); /* the engine's default */
+    assert_int_equal(c->scheduler.line, 0);
+    mmrt_conf_destroy(c);
+}
+
 struct error_case {
     const char *text;
     mmrt_status status;
@@ -401,7 +422,17 @@ struct error_case {
 #define D "[device.d]\nplugin = cpu\n" /* lines 1-2 */
 #define RUN(kv) D "[run]\n" kv "\n"    /* kv on line 4 */
 
+#define SCHED(kv) D "[scheduler]\n" kv "\n" /* kv on line 4 */
+
 static const struct error_case ERRORS[] = {
+    /* [scheduler] */
+    {SCHED("max_batch = 0"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '0': outside [1, 32]"},
+    {SCHED("max_batch = 33"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '33': outside [1, 32]"},
+    {SCHED("prefill_chunk = -4"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] prefill_chunk = '-4': outside [1, 1048576]"},
+    {SCHED("step_tokens = x"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] step_tokens = 'x': not a decimal integer"},
+    {SCHED("group = none"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] unknown key 'group' (value 'none')"},
+    {D "[scheduler]\n[scheduler]\n", MMRT_ERR_CONFIG,
+     "t.ini:4: duplicate section [scheduler] (first on line 3)"},
     /* sections */
     {D "[foo]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [foo]; expected [model], "
      "[device.NAME], [stage.vision], [stage.language], [scheduler] or [run]"},
@@ -911,6 +942,7 @@ int main(void)
         cmocka_unit_test(test_defaults_and_paths),
         cmocka_unit_test(test_model_image_budget),
         cmocka_unit_test(test_model_kv_keys),
+        cmocka_unit_test(test_scheduler_keys),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_quotes_and_comments),
         cmocka_unit_test(test_long_lines),

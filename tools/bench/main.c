@@ -257,7 +257,7 @@ static void free_placement(struct placement *p)
  * outside the pool (mapped or in exact-size weight arenas). Virtual memory only: the CPU
  * plugin's arenas are touched as they are used. */
 static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers, int64_t image_size,
-                              int64_t ctx, bool vision, bool language)
+                              int64_t ctx, int batch, bool vision, bool language)
 {
     uint64_t b = 64ull << 20;
     if (vision) {
@@ -280,7 +280,8 @@ static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers, int64
         const uint64_t QD = (uint64_t)(s->t_heads * s->t_head_dim);
         const uint64_t KD = (uint64_t)(s->t_kv_heads * s->t_head_dim);
         const uint64_t W = D > QD ? D : QD;
-        b += (uint64_t)tl * 2 * pow2_ceil(S * KD * 4);
+        /* The paged KV store holds every sequence of a round at once. */
+        b += (uint64_t)tl * 2 * pow2_ceil(S * KD * 4 * (uint64_t)batch);
         b += 8 * pow2_ceil(S * W * 4) + 2 * pow2_ceil(S * 3 * W * 4) + 3 * pow2_ceil(S * I * 4) +
              pow2_ceil(H * S * S * 4) + 2 * pow2_ceil(V * 4);
     }
@@ -499,8 +500,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < pl.n_dev; i++) {
         if (pl.pool_given[i])
             continue;
-        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, o.image_size, ctx, pl.vision == i,
-                                          pl.language == i);
+        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, o.image_size, ctx, o.batch,
+                                          pl.vision == i, pl.language == i);
     }
 
     if (o.dry_run) {
@@ -664,9 +665,10 @@ int main(int argc, char **argv)
     struct mmrt_config cfg = {
         .model_path = ckpt, .devices = pl.dev, .n_devices = pl.n_dev,
         .vision_device = pl.dev[pl.vision].name, .language_device = pl.dev[pl.language].name,
-        /* One request's context (the language stage runs one sequence at a time, and the
-         * pool estimate counts one), not the model's whole context. */
-        .max_kv_tokens = ctx,
+        /* A round's requests decode together: KV for each one's context, not the model's
+         * whole context (the pool estimate counts the same). */
+        .max_kv_tokens = ctx * o.batch,
+        .max_batch = o.batch < 32 ? o.batch : 32,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -694,7 +696,7 @@ int main(int argc, char **argv)
     /* How much of its threads' time the process got during the rounds (probes included):
      * on a shared machine this shows when neighbours, not the kernels, set a figure. The
      * CPU plugin's workers spin briefly between loops, so this counts that too. */
-    double cpu0 = cpu_seconds(), wall0 = now_ms();
+    double cpu0 = cpu_seconds(), wall0 = now_ms(), round_ms = 0;
     for (int r = 0; r < o.repeat; r++) {
         char line[64];
         /* The limits are probed again before every round (and after the last), so they are
@@ -707,10 +709,12 @@ int main(int argc, char **argv)
         snprintf(line, sizeof line, "round %d of %d", r + 1, o.repeat);
         progress(line);
         int base = o.warmup + r * o.batch;
+        const double tr = now_ms();
         if (o.batch == 1)
             st = mmrt_run(rt, &reqs[base], NULL, NULL, &res[base]);
         else
             st = mmrt_run_batch(rt, &reqs[base], o.batch, NULL, NULL, &res[base]);
+        round_ms += now_ms() - tr;
         if (st != MMRT_OK) {
             fprintf(stderr, "mmrt-bench: request failed: %s\n", mmrt_last_error(rt));
             goto out;
@@ -852,6 +856,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "mmrt-bench: cannot build the JSON record\n");
         goto out;
     }
+    /* Every round's requests ran together in the engine: the throughput of a round is all
+     * its generated tokens over its wall time (vision and prefill included). */
+    double all_tokens = 0;
+    for (int i = 0; i < n; i++)
+        all_tokens += res[o.warmup + i].n_tokens;
+    const double thr = round_ms > 0 ? all_tokens / (round_ms / 1e3) : NAN;
+    const double rps = round_ms > 0 ? n / (round_ms / 1e3) : NAN;
+    json_object_set_new(rec, "throughput", json_pack("{s:f,s:f,s:f,s:i}", "tokens_per_s", thr,
+                                                     "requests_per_s", rps, "round_ms",
+                                                     round_ms / o.repeat, "concurrency",
+                                                     o.batch));
     if (o.json) {
         char *text = json_dumps(rec, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         if (text)
@@ -905,6 +920,8 @@ int main(int argc, char **argv)
             printf("%-20s %12s %12s %7s  %s\n", names[i], a, b, c,
                    json_string_value(json_object_get(f, "basis")));
         }
+        printf("\nthroughput: %d requests at once: %.2f generated tokens/s, %.3f requests/s "
+               "(all stages, mean round %.0f ms)\n", o.batch, thr, rps, round_ms / o.repeat);
         if (isfinite(m_vis) && m_vis > 0)
             printf("\nachieved: vision %.0f GFLOP/s, prefill %.0f GFLOP/s, decode %.1f GB/s\n",
                    wk.vision_flop / m_vis / 1e6, wk.prefill_flop / m_pf / 1e6,
