@@ -12,7 +12,10 @@
  * (vectorised exp and erfc) over ordinary and extreme inputs. Tolerances are those of
  * test_cpu_ops: MATMUL and ATTENTION 1e-5, activations 1e-6, as max |got − ref| / max |ref|.
  *
- * Per table it also checks that 1 and 3 threads give bit-identical results on every path.
+ * Per table it also checks that 1 and 3 threads give bit-identical results on every path,
+ * and the batch-invariance contract of MATMUL (CPU_GEMV_MAX_M): for M = 1…32 every row is
+ * bit-identical to that row computed alone, for M > 32 every row is bit-identical whatever
+ * M (and, on the portable table, still equal to M = 1).
  * bf16_dot rounds the activations to bf16, so its MATMUL is held to a measured bound instead
  * (BF16_DOT_TOL, about 8 times the worst error seen on these shapes, 1.8e-3); the error it reaches is
  * printed so docs/BENCHMARKS.md can quote it.
@@ -32,6 +35,9 @@
 #include "ref_ops.h"
 
 #define BF16_DOT_TOL 1.5e-2
+/* The plugin's CPU_GEMV_MAX_M (its header is private): up to this many rows, every row of
+ * MATMUL is bit-identical to M = 1 (the batch-invariance contract, engine.md §5). */
+#define ROW_INV_MAX_M 32
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -126,7 +132,8 @@ static const enum mmrt_dtype wdts[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DT
 static const int64_t mm_cases[][3] = { /* M, K, N */
     { 1, 1, 1 },    { 1, 4099, 3 }, { 2, 300, 513 },  { 3, 17, 33 },   { 4, 1000, 45 },
     { 5, 1000, 130 }, { 17, 65, 33 }, { 64, 257, 96 }, { 37, 31, 19 }, { 15, 512, 64 },
-    { 29, 769, 100 }, { 2, 0, 5 },   { 9, 0, 3 },
+    { 29, 769, 100 }, { 2, 0, 5 },   { 9, 0, 3 },   { 32, 1100, 37 }, { 33, 1100, 37 },
+    { 12, 2051, 9 },
 };
 
 /* Runs MATMUL on h; returns the output and (when ref is not NULL) the reference. */
@@ -358,6 +365,84 @@ static void test_thread_invariance_all_isas(void **state)
     }
 }
 
+/* ---- batch invariance of MATMUL rows ------------------------------------------------------- */
+
+/* y = x[0..M) · Wᵀ + b on h, with W and b already on the device. */
+static float *matmul_rows(struct harness *h, const float *x, int64_t M, int64_t K,
+                          struct harness_tensor *tw, struct harness_tensor *tb, int64_t N)
+{
+    struct harness_tensor tx = put(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x), ty;
+    assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N }, &ty),
+                     MMRT_OK);
+    struct harness_tensor *src[3] = { &tx, tw, tb };
+    assert_int_equal(harness_run(h, MMRT_OP_MATMUL, src, 3, &ty, NULL, 0), MMRT_OK);
+    float *y = get(h, &ty);
+    harness_tensor_free(h, &tx);
+    harness_tensor_free(h, &ty);
+    return y;
+}
+
+/* A decode step over B sequences is one MATMUL with M = B rows; a sequence's logits must not
+ * change with B. K = 2053 is not a multiple of 8 or 16 and spans three of the GEMV's K
+ * chunks; N = 45 leaves edge blocks of 8, 4 and 1 W rows; 3 threads split the rows. */
+static void test_row_invariance_all_isas(void **state)
+{
+    (void)state;
+    const int64_t K = 2053, N = 45, MAX_M = 48;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0] + 1; i++) {
+        bool bf16_dot = i == sizeof isas / sizeof isas[0];
+        const char *isa = bf16_dot ? "avx512" : isas[i];
+        struct harness h;
+        if (!open_isa(&h, isa, "3", bf16_dot))
+            continue;
+        bool portable = strcmp(isa, "portable") == 0;
+        for (int d = 0; d < 3; d++) {
+            g_rng = 100 + (uint64_t)d;
+            float *x = rand_vec(MAX_M * K, -1, 1, MMRT_DTYPE_F32);
+            float *w = rand_vec(N * K, -1, 1, wdts[d]), *b = rand_vec(N, -1, 1, wdts[d]);
+            struct harness_tensor tw = put(&h, wdts[d], 2, (const int64_t[]){ N, K }, w);
+            struct harness_tensor tb = put(&h, wdts[d], 1, (const int64_t[]){ N }, b);
+            float *alone = malloc((size_t)(MAX_M * N) * sizeof(float));
+            assert_non_null(alone);
+            for (int64_t r = 0; r < MAX_M; r++) {
+                float *y = matmul_rows(&h, x + r * K, 1, K, &tw, &tb, N);
+                memcpy(alone + r * N, y, (size_t)N * sizeof(float));
+                free(y);
+            }
+            /* Rows of the blocked GEMM (M > 32), from the largest M. */
+            float *big = matmul_rows(&h, x, MAX_M, K, &tw, &tb, N);
+            for (int64_t M = 1; M <= ROW_INV_MAX_M + 1; M++) {
+                float *y = matmul_rows(&h, x, M, K, &tw, &tb, N);
+                const float *want = M <= ROW_INV_MAX_M || portable ? alone : big;
+                for (int64_t r = 0; r < M; r++)
+                    if (memcmp(y + r * N, want + r * N, (size_t)N * sizeof(float)) != 0)
+                        fail_msg("isa %s%s dtype %d: row %lld of M = %lld differs from %s", isa,
+                                 bf16_dot ? " bf16_dot" : "", (int)wdts[d], (long long)r,
+                                 (long long)M, want == alone ? "M = 1" : "M = 48");
+                free(y);
+            }
+            /* The two paths agree to the MATMUL tolerance (they differ only in order). */
+            double *ref = malloc((size_t)N * sizeof(double));
+            assert_non_null(ref);
+            for (int64_t j = 0; j < N; j++)
+                ref[j] = alone[(MAX_M - 1) * N + j];
+            double e = rel_err(big + (MAX_M - 1) * N, ref, N);
+            if (!(e <= (bf16_dot && wdts[d] == MMRT_DTYPE_BF16 ? BF16_DOT_TOL : 1e-5)))
+                fail_msg("isa %s dtype %d: GEMV and blocked GEMM rows differ by %.3g", isa,
+                         (int)wdts[d], e);
+            free(ref);
+            free(big);
+            free(alone);
+            harness_tensor_free(&h, &tw);
+            harness_tensor_free(&h, &tb);
+            free(x);
+            free(w);
+            free(b);
+        }
+        harness_close(&h);
+    }
+}
+
 /* ---- bf16 dot products -------------------------------------------------------------------- */
 
 static void test_bf16_dot(void **state)
@@ -377,7 +462,7 @@ static void test_bf16_dot(void **state)
             double e = rel_err(y, ref, M * N);
             /* Only BF16 weights in the blocked GEMM take the bf16 path; the rest keep the
              * accurate tolerance. */
-            bool bf = wdts[d] == MMRT_DTYPE_BF16 && M > 4 && K > 0;
+            bool bf = wdts[d] == MMRT_DTYPE_BF16 && M > ROW_INV_MAX_M && K > 0;
             if (!(e <= (bf ? BF16_DOT_TOL : 1e-5)))
                 fail_msg("bf16_dot MATMUL M=%lld K=%lld N=%lld dtype %d: error %.3g", (long long)M,
                          (long long)K, (long long)N, (int)wdts[d], e);
@@ -439,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_attention_all_isas),
         cmocka_unit_test(test_activations_all_isas),
         cmocka_unit_test(test_thread_invariance_all_isas),
+        cmocka_unit_test(test_row_invariance_all_isas),
         cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_option_refusals),
     };

@@ -74,8 +74,16 @@
 #define CPU_GEMM_NC 128     /* a multiple of every kernel's NR */
 #define CPU_GEMM_MC 768     /* rows of x per item when M is larger */
 #define CPU_GEMM_MAX_MR 16 /* no kernel table has a taller micro-tile (scratch sizing) */
-/* M ≤ this runs the bandwidth-bound GEMV instead (decode, and the last-row lm_head). */
-#define CPU_GEMV_MAX_M 4
+/* M ≤ this runs the bandwidth-bound GEMV instead (decode steps of up to this many sequences,
+ * and the last-row lm_head). A contract, relied on by continuous batching (engine.md §5):
+ * for every M ≤ CPU_GEMV_MAX_M, each output row of MATMUL is bit-identical to what M = 1
+ * gives for that row (same x row, W, bias, kernel table), because the GEMV computes every
+ * output with the same lanes along k, the same chain per lane and the same reduction tree
+ * whatever the number of x rows or how they are grouped. Above it the blocked GEMM runs, whose
+ * rows are also independent of M and of each other (one FMA chain per output in k order), but
+ * differ in their last bits from the GEMV's. The portable table (no gemv) has one order for
+ * every M. test_cpu_isa checks all of this bit for bit on every table. */
+#define CPU_GEMV_MAX_M 32
 /* ATTENTION and ATTENTION_PAGED (cpu_ops_attention.c): sequences of at most this many
  * queries (decode) stream K and V once per (sequence, kv head); longer ones run blocked on
  * the GEMM micro-kernel with about this many micro-panels of (query, head) rows per item. The

@@ -5,9 +5,12 @@
  * Same structure as cpu_kern_avx512.c at half the width and with 16 ymm registers:
  * micro-kernel MR = 6 rows × NR = 16 columns (two ymm), 12 accumulators, one FMA chain per
  * output in k order; W packing converts (vcvtph2ps for F16, a shift for BF16) and transposes
- * 8 × 8 blocks in registers; GEMV reads four W rows at a time with 8 lanes along k and a fixed
- * reduction. AVX2 has no 16-bit masked load, so K tails go through a small zeroed stack buffer
- * (never a read past the end of a row).
+ * 8 × 8 blocks in registers; GEMV as in the AVX-512 file (blocks of W rows read once, x rows
+ * in passes over the block while it is hot, K chunks, one instantiation per dtype, every row
+ * bit-identical for every M ≤ 32) with 8 lanes along k, four W rows × two x rows per pass
+ * (eight W rows for M = 1) to fit 16 registers, and a fixed reduction. AVX2 has no 16-bit
+ * masked load, so K tails go through a small zeroed stack buffer (never a read past the end
+ * of a row).
  *
  * exp: the same Cephes scheme as the AVX-512 file, but 2^n is built in the exponent field,
  * which covers n ∈ [−126, 128]: below x = −87.33 the result is 0 (expf would give a subnormal
@@ -20,14 +23,10 @@
 #define MR 6
 #define NR 16
 
-/* 8 elements of a weight-dtype array at p as f32; n < 8 reads only n of them. */
-static inline __m256 load8(const void *p, int dt, int64_t n)
+/* 8 weight-dtype elements at p as f32 (dt is a constant wherever this is inlined into a
+ * loop, so the switch folds away). */
+static inline __attribute__((always_inline)) __m256 wload8(const void *p, const int dt)
 {
-    if (n < 8) {
-        uint32_t buf[8] = { 0 };
-        memcpy(buf, p, (size_t)n * (dt == MMRT_DTYPE_F32 ? 4 : 2));
-        return load8(buf, dt, 8);
-    }
     switch (dt) {
     case MMRT_DTYPE_F16:
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
@@ -35,8 +34,19 @@ static inline __m256 load8(const void *p, int dt, int64_t n)
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
     default:
-        return _mm256_loadu_ps(p);
+        return _mm256_loadu_ps((const float *)p);
     }
+}
+
+/* 8 elements of a weight-dtype array at p as f32; n < 8 reads only n of them (the rest 0). */
+static inline __attribute__((always_inline)) __m256 load8(const void *p, int dt, int64_t n)
+{
+    if (n < 8) {
+        uint32_t buf[8] = { 0 };
+        memcpy(buf, p, (size_t)n * (dt == MMRT_DTYPE_F32 ? 4 : 2));
+        return wload8(buf, dt);
+    }
+    return wload8(p, dt);
 }
 
 static inline __m256 loadf8(const float *p, int64_t n)
@@ -168,45 +178,125 @@ static void micro(const float *xp, const float *wp, int64_t ldw, int64_t kc, flo
 
 /* ---- GEMV ------------------------------------------------------------------------------- */
 
+/* As in cpu_kern_avx512.c at 8 lanes, with 16 ymm registers: GV_R = 4 W rows × GV_G = 2 x
+ * rows per pass (8 accumulators + 2 x + 1 W vector), 8 W rows for M = 1; K chunks of GV_KC
+ * (a multiple of 8) when M > GV_G, the partial sums kept in `save` between chunks (exact). */
+#define GV_R 4
+#define GV_G 2
+#define GV_KC 1024
+
+/* One pass over k in [k0, k1) for G x rows and R W rows; see gemv_pass in cpu_kern_avx512.c.
+ * The K tail (only in the last chunk) goes through zeroed stack buffers, as load8 does. */
 static inline __attribute__((always_inline)) void
-gemv_block(const float *x, int64_t ldx, int M, int64_t K, const char *w, int dt, int64_t rowb,
-           int R, float *y, int64_t ldy)
+gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb, const int R,
+          const int G, int64_t k0, int64_t k1, int first, int last, __m256 *save, float *y,
+          int64_t ldy, const char *pf)
 {
-    __m256 acc[CPU_GEMV_MAX_M][4];
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++)
-            acc[m][r] = _mm256_setzero_ps();
     const int64_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
-    for (int64_t k = 0; k < K; k += 8) {
-        int64_t n = K - k < 8 ? K - k : 8;
-        __m256 wv[4];
+    __m256 acc[GV_G][8];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            wv[r] = load8(w + r * rowb + k * es, dt, n);
-        for (int m = 0; m < M; m++) {
-            __m256 xv = loadf8(x + m * ldx + k, n);
+            acc[g][r] = first ? _mm256_setzero_ps() : save[g * GV_R + r];
+    int64_t k = k0;
+    for (; k + 8 <= k1; k += 8) {
+        if (pf) {
+#pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
+                _mm_prefetch(pf + r * rowb + k * es, _MM_HINT_T1);
+        }
+        __m256 xv[GV_G];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            xv[g] = _mm256_loadu_ps(x + g * ldx + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 wv = wload8(w + r * rowb + k * es, dt);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm256_fmadd_ps(xv[g], wv, acc[g][r]);
         }
     }
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++)
-            y[m * ldy + r] = hsum8(acc[m][r]);
+    if (k < k1) {
+        int64_t n = k1 - k;
+        __m256 xv[GV_G];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            xv[g] = loadf8(x + g * ldx + k, n);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 wv = load8(w + r * rowb + k * es, dt, n);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm256_fmadd_ps(xv[g], wv, acc[g][r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (last)
+                y[g * ldy + r] = hsum8(acc[g][r]);
+            else
+                save[g * GV_R + r] = acc[g][r];
+        }
 }
 
-#define GEMV_M(MM)                                                                             \
-    static void gemv_m##MM(const float *x, int64_t ldx, int64_t K, const char *w, int dt,     \
-                           int64_t rowb, int64_t n, float *y, int64_t ldy)                     \
-    {                                                                                          \
-        int64_t j = 0;                                                                         \
-        for (; j + 4 <= n; j += 4)                                                             \
-            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 4, y + j, ldy);                  \
-        for (; j < n; j++)                                                                     \
-            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 1, y + j, ldy);                  \
+static inline __attribute__((always_inline)) void
+gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+          int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+{
+    __m256 save[CPU_GEMV_MAX_M * GV_R];
+    const int64_t kc = M <= GV_G ? K : GV_KC;
+    for (int64_t k0 = 0; k0 < K; k0 += kc) {
+        int64_t k1 = K - k0 < kc ? K : k0 + kc;
+        int first = k0 == 0, last = k1 == K;
+        for (int64_t m0 = 0; m0 < M; m0 += GV_G) {
+            const float *xg = x + m0 * ldx;
+            float *yg = y + m0 * ldy;
+            __m256 *sg = save + m0 * GV_R;
+            const char *p = m0 == 0 ? pf : NULL;
+            if (M - m0 < 2)
+                gemv_pass(xg, ldx, w, dt, rowb, R, 1, k0, k1, first, last, sg, yg, ldy, p);
+            else
+                gemv_pass(xg, ldx, w, dt, rowb, R, 2, k0, k1, first, last, sg, yg, ldy, p);
+        }
     }
-GEMV_M(1)
-GEMV_M(2)
-GEMV_M(3)
-GEMV_M(4)
+}
+
+static inline __attribute__((always_inline)) void
+gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+        int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    int64_t j = 0;
+    for (; M == 1 && j + 8 <= n; j += 8)
+        gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, 0, K, 1, 1, NULL, y + j, ldy,
+                  j + 16 <= n ? w + (j + 8) * rowb : NULL);
+    for (; j + GV_R <= n; j += GV_R)
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,
+                  j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL);
+    for (; j < n; j++)
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, 1, y + j, ldy, NULL);
+}
+
+static void gemv_f32(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                     int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F32, rowb, n, y, ldy);
+}
+
+static void gemv_f16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                     int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F16, rowb, n, y, ldy);
+}
+
+static void gemv_bf16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                      int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_BF16, rowb, n, y, ldy);
+}
 
 static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
@@ -214,11 +304,11 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
     const int64_t rowb = ldw * (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
     const char *wr = (const char *)w + n0 * rowb;
     float *yr = y + n0;
-    switch (M) {
-    case 1: gemv_m1(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
-    case 2: gemv_m2(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
-    case 3: gemv_m3(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
-    default: gemv_m4(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
+    /* The dtype is decided here, once per call, never in the loops. */
+    switch (dtype) {
+    case MMRT_DTYPE_F16: gemv_f16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
+    case MMRT_DTYPE_BF16: gemv_bf16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
+    default: gemv_f32(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     }
 }
 

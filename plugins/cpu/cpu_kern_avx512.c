@@ -10,10 +10,17 @@
  * 16 × 16 blocks in registers (the usual unpack / shuffle_f32x4 network), so a W element costs
  * a fraction of an instruction to pack; each packed element then serves every x row.
  *
- * GEMV (M ≤ 4): four W rows at a time, 16 lanes along k each, one accumulator per (x row, W
- * row); the weights are read once, converted in registers, never written back. Lane l of an
+ * GEMV (M ≤ CPU_GEMV_MAX_M = 32): blocks of four W rows (eight when M = 1), 16 lanes along k,
+ * one accumulator per (x row, W row). A block's first pass takes up to four x rows and reads
+ * the W rows from memory, converting F16/BF16 in registers and prefetching the next block's
+ * rows into L2; the remaining x rows run over the same W rows while they are still in L1/L2.
+ * For M > 4 the block is walked in K chunks of 1024 so that chunk (16 KiB at most) stays in
+ * L1 across the passes; the partial sums wait in a stack buffer between chunks. Lane l of an
  * accumulator sums the terms k ≡ l (mod 16) in k order (the K tail is read with a mask, so it
- * lands in lanes 0…), then _mm512_reduce_add_ps sums the lanes in its fixed tree order.
+ * lands in lanes 0…), then _mm512_reduce_add_ps sums the lanes in its fixed tree order. None
+ * of this depends on M or on which x rows share a pass, so each row's result is bit-identical
+ * for every M ≤ 32 (the contract of CPU_GEMV_MAX_M). The dtype is dispatched once per call to
+ * one instantiation per dtype; in the loops it is a constant.
  *
  * Elementwise helpers: exp is the Cephes expf scheme (round x·log2 e to n, reduce with a
  * two-part ln 2, degree-6 polynomial, scale by 2^n with vscalefps, which also gives 0 for
@@ -33,7 +40,7 @@
 /* ---- loading a weight-dtype vector ------------------------------------------------------ */
 
 /* 16 elements (mask m) of a F32, F16 or BF16 array starting at p, as f32. */
-static inline __m512 load16(const void *p, int dt, __mmask16 m)
+static inline __attribute__((always_inline)) __m512 load16(const void *p, int dt, __mmask16 m)
 {
     switch (dt) {
     case MMRT_DTYPE_F16:
@@ -169,63 +176,141 @@ static void micro(const float *xp, const float *wp, int64_t ldw, int64_t kc, flo
 
 /* ---- GEMV -------------------------------------------------------------------------------- */
 
-/* R rows of W (R ≤ 8; 8 only for M = 1) against M x rows (M ≤ 4): always inlined with
- * constant M and R so the accumulators stay in registers. */
+/* See the file comment. GV_R W rows per block (8 for M = 1), up to GV_G x rows per pass; when
+ * M > GV_G the block is walked in K chunks of GV_KC (a multiple of 16, so chunk boundaries
+ * never move a k to another lane) and the partial sums wait in `save` between chunks —
+ * storing and reloading an f32 is exact, so the result is the same chain as without chunks. */
+#define GV_R 4
+#define GV_G 4
+#define GV_KC 1024
+#ifndef GV_PF
+#define GV_PF 1
+#endif
+
+/* One pass: acc[g][r] over k in [k0, k1) for G x rows and R W rows (G, R, dt constant after
+ * inlining, so the accumulators are registers and the conversion is resolved at compile
+ * time). first: start from 0, else from save; last: reduce into y, else store into save.
+ * pf, when not NULL, is the next W block: its rows are prefetched into L2 while this block
+ * streams, so twice as many rows have misses in flight. */
 static inline __attribute__((always_inline)) void
-gemv_block(const float *x, int64_t ldx, int M, int64_t K, const char *w, int dt, int64_t rowb,
-           int R, float *y, int64_t ldy)
+gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb, const int R,
+          const int G, int64_t k0, int64_t k1, int64_t K, int first, int last, __m512 *save,
+          float *y, int64_t ldy, const char *pf)
 {
-    __m512 acc[CPU_GEMV_MAX_M][8];
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++)
-            acc[m][r] = _mm512_setzero_ps();
     const int64_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m512 wv[8];
+    __m512 acc[GV_G][8];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            wv[r] = load16(w + r * rowb + k * es, dt, 0xffff);
-        for (int m = 0; m < M; m++) {
-            __m512 xv = _mm512_loadu_ps(x + m * ldx + k);
+            acc[g][r] = first ? _mm512_setzero_ps() : save[g * GV_R + r];
+    int64_t k = k0;
+    for (; k + 16 <= k1; k += 16) {
+        if (GV_PF && pf) {
+#pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
+                _mm_prefetch(pf + r * rowb + k * es, _MM_HINT_T1);
+        }
+        __m512 xv[GV_G];
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++)
+            xv[g] = _mm512_loadu_ps(x + g * ldx + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 wv = load16(w + r * rowb + k * es, dt, 0xffff);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm512_fmadd_ps(xv[g], wv, acc[g][r]);
         }
     }
-    if (k < K) {
-        __mmask16 mk = tail_mask(K - k);
-        __m512 wv[8];
-        for (int r = 0; r < R; r++)
-            wv[r] = load16(w + r * rowb + k * es, dt, mk);
-        for (int m = 0; m < M; m++) {
-            __m512 xv = _mm512_maskz_loadu_ps(mk, x + m * ldx + k);
-            for (int r = 0; r < R; r++)
-                acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
+    if (k < k1) { /* only the last chunk ends inside a vector: k1 = K */
+        __mmask16 mk = tail_mask(k1 - k);
+        __m512 xv[GV_G];
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++)
+            xv[g] = _mm512_maskz_loadu_ps(mk, x + g * ldx + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 wv = load16(w + r * rowb + k * es, dt, mk);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm512_fmadd_ps(xv[g], wv, acc[g][r]);
         }
     }
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++)
-            y[m * ldy + r] = _mm512_reduce_add_ps(acc[m][r]);
+    (void)K;
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (last)
+                y[g * ldy + r] = _mm512_reduce_add_ps(acc[g][r]);
+            else
+                save[g * GV_R + r] = acc[g][r];
+        }
 }
 
-#define GEMV_M(MM)                                                                             \
-    static void gemv_m##MM(const float *x, int64_t ldx, int64_t K, const char *w, int dt,     \
-                           int64_t rowb, int64_t n, float *y, int64_t ldy)                     \
-    {                                                                                          \
-        int64_t j = 0;                                                                         \
-        /* One x row (decode): 8 W rows per pass. Measured 22-26 GB/s against 16-18 GB/s with  \
-         * 4 (plugin MATMUL 1 x 4096 x 11008 F16, 2 threads, interleaved A/B runs): more       \
-         * independent streams keep more misses in flight. 12 rows was no better. */          \
-        for (; MM == 1 && j + 8 <= n; j += 8)                                                  \
-            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 8, y + j, ldy);                  \
-        for (; j + 4 <= n; j += 4)                                                             \
-            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 4, y + j, ldy);                  \
-        for (; j < n; j++)                                                                     \
-            gemv_block(x, ldx, MM, K, w + j * rowb, dt, rowb, 1, y + j, ldy);                  \
+/* One block of R W rows against all M x rows: W is read from memory by the first x group
+ * and from L1 by the others (the chunk is at most R · GV_KC · 4 bytes = 16 KiB). */
+static inline __attribute__((always_inline)) void
+gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+          int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+{
+    __m512 save[CPU_GEMV_MAX_M * GV_R];
+    const int64_t kc = M <= GV_G ? K : GV_KC;
+    for (int64_t k0 = 0; k0 < K; k0 += kc) {
+        int64_t k1 = K - k0 < kc ? K : k0 + kc;
+        int first = k0 == 0, last = k1 == K;
+        for (int64_t m0 = 0; m0 < M; m0 += GV_G) {
+            const float *xg = x + m0 * ldx;
+            float *yg = y + m0 * ldy;
+            __m512 *sg = save + m0 * GV_R;
+            const char *p = m0 == 0 ? pf : NULL;
+            switch (M - m0 < GV_G ? M - m0 : GV_G) {
+            case 1: gemv_pass(xg, ldx, w, dt, rowb, R, 1, k0, k1, K, first, last, sg, yg, ldy, p); break;
+            case 2: gemv_pass(xg, ldx, w, dt, rowb, R, 2, k0, k1, K, first, last, sg, yg, ldy, p); break;
+            case 3: gemv_pass(xg, ldx, w, dt, rowb, R, 3, k0, k1, K, first, last, sg, yg, ldy, p); break;
+            default: gemv_pass(xg, ldx, w, dt, rowb, R, 4, k0, k1, K, first, last, sg, yg, ldy, p); break;
+            }
+        }
     }
-GEMV_M(1)
-GEMV_M(2)
-GEMV_M(3)
-GEMV_M(4)
+}
+
+/* W rows [0, n) of w for one dtype. */
+static inline __attribute__((always_inline)) void
+gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+        int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    int64_t j = 0;
+    /* One x row (decode): 8 W rows per pass. Measured 22-26 GB/s against 16-18 GB/s with 4
+     * (plugin MATMUL 1 x 4096 x 11008 F16, 2 threads, interleaved A/B runs): more
+     * independent streams keep more misses in flight. 12 rows was no better. */
+    for (; M == 1 && j + 8 <= n; j += 8)
+        gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, 0, K, K, 1, 1, NULL, y + j, ldy,
+                  j + 16 <= n ? w + (j + 8) * rowb : NULL);
+    for (; j + GV_R <= n; j += GV_R)
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,
+                  j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL);
+    for (; j < n; j++)
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, 1, y + j, ldy, NULL);
+}
+
+static void gemv_f32(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                     int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F32, rowb, n, y, ldy);
+}
+
+static void gemv_f16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                     int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F16, rowb, n, y, ldy);
+}
+
+static void gemv_bf16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                      int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_BF16, rowb, n, y, ldy);
+}
 
 static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
@@ -233,11 +318,11 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
     const int64_t rowb = ldw * (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
     const char *wr = (const char *)w + n0 * rowb;
     float *yr = y + n0;
-    switch (M) {
-    case 1: gemv_m1(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
-    case 2: gemv_m2(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
-    case 3: gemv_m3(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
-    default: gemv_m4(x, ldx, K, wr, dtype, rowb, n1 - n0, yr, ldy); break;
+    /* The dtype is decided here, once per call, never in the loops. */
+    switch (dtype) {
+    case MMRT_DTYPE_F16: gemv_f16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
+    case MMRT_DTYPE_BF16: gemv_bf16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
+    default: gemv_f32(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     }
 }
 

@@ -1,6 +1,9 @@
 /*
  * plugins/cpu/cpu_kern_avx512bf16.c — the bf16 dot-product GEMM (AVX512_BF16 vdpbf16ps),
- * used for BF16 weights when the device option bf16_dot = 1 (cpu_isa.c checks the CPU).
+ * used for BF16 weights in the blocked GEMM (M > CPU_GEMV_MAX_M) when the device option
+ * bf16_dot = 1 (cpu_isa.c checks the CPU). Smaller M run the f32 GEMV of cpu_kern_avx512.c,
+ * bandwidth-bound and exact in the activations, so a decode row is the same with or without
+ * the option and whatever the batch.
  *
  * Same blocking as the f32 micro-kernel of cpu_kern_avx512.c (MR = 14 × NR = 32), but every
  * step consumes a pair of k: W is packed as [k/2][NR][2] bf16 (a 16 × 16 transpose of 32-bit

@@ -4,9 +4,11 @@
  * y[M, N] = x[M, K] · w[N, K]ᵀ: both operands are row-major along K. cpu_gemm picks one of
  * three paths by shape and kernel table (cpu_isa.c), never by thread count:
  *
- *   GEMV (M ≤ CPU_GEMV_MAX_M, a table with a gemv kernel): decode is bound by reading the
- *     weights, so each W row is streamed once, converted in registers and dotted with the few
- *     x rows; threads take disjoint ranges of W rows.
+ *   GEMV (M ≤ CPU_GEMV_MAX_M = 32, a table with a gemv kernel): decode, also over a batch of
+ *     up to 32 sequences, is bound by reading the weights, so each W row is streamed once,
+ *     converted in registers and dotted with every x row while it is in cache; threads take
+ *     disjoint ranges of W rows. Each row's result is bit-identical for every M ≤ 32 (see
+ *     CPU_GEMV_MAX_M), which continuous batching relies on.
  *   Blocked GEMM (a table with a micro-kernel): BLIS-style, see CPU_GEMM_* in cpu_internal.h.
  *     x is packed once ([K block][MR panel][kc][MR]); each parallel item owns GEMM_NC columns
  *     and up to GEMM_MC rows, converts and transposes its W rows per K block into per-thread

@@ -1,0 +1,205 @@
+/*
+ * tests/test_cpu_gemm_bench.c — cpu-gemm-bench: the CPU plugin's MATMUL timed at a few row
+ * counts M over one weight, through plugin.h exactly as the runtime calls it (tensors in the
+ * plugin's arenas, no core in between).
+ *
+ * It answers one question for the continuous-batching engine (docs/BENCHMARKS.md, "Decode
+ * over B rows"): what does a decode step over B sequences cost next to one sequence, when
+ * every weight is applied once to a B-row activation? For each M it prints the best of
+ * --repeat calls (after one warm-up), the weight bytes read per second, the FLOP rate, and
+ * the cost relative to M = 1. The weight is larger than the last-level cache share unless
+ * --k/--n make it small, so M = 1 measures the read bandwidth.
+ *
+ * It also checks, for every M ≤ GEMV_CONTRACT_M, that each output row is bit-identical to
+ * the M = 1 result for that row (engine.md §5, batch invariance; the contract of
+ * CPU_GEMV_MAX_M in plugins/cpu/cpu_internal.h) and exits 1 if not: ctest runs it on a tiny
+ * shape as a smoke test (never a timing assertion). test_cpu_isa checks the same on every
+ * kernel table and dtype.
+ *
+ * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] [--dtype f32|f16|bf16]
+ *                       [--k K] [--n N] [--repeat R] [--bf16-dot] M…
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "plugin_harness.h"
+
+#define GEMV_CONTRACT_M 32 /* the plugin's CPU_GEMV_MAX_M (its header is private) */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t g_rng = 1;
+
+static float rnd(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) / 4503599627370496.0) - 1.0f;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
+                    "[--dtype f32|f16|bf16] [--k K] [--n N] [--repeat R] [--bf16-dot] M…\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    const char *isa = "auto", *threads = NULL, *dtname = "f16";
+    int64_t K = 4096, N = 11008, Ms[32];
+    int n_m = 0, repeat = 5;
+    bool bf16_dot = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (strcmp(a, "--isa") == 0 && more)
+            isa = argv[++i];
+        else if (strcmp(a, "--threads") == 0 && more)
+            threads = argv[++i];
+        else if (strcmp(a, "--dtype") == 0 && more)
+            dtname = argv[++i];
+        else if (strcmp(a, "--k") == 0 && more)
+            K = atoll(argv[++i]);
+        else if (strcmp(a, "--n") == 0 && more)
+            N = atoll(argv[++i]);
+        else if (strcmp(a, "--repeat") == 0 && more)
+            repeat = atoi(argv[++i]);
+        else if (strcmp(a, "--bf16-dot") == 0)
+            bf16_dot = true;
+        else if (a[0] != '-' && n_m < 32 && atoll(a) > 0)
+            Ms[n_m++] = atoll(a);
+        else
+            return usage();
+    }
+    enum mmrt_dtype dt = strcmp(dtname, "f32") == 0    ? MMRT_DTYPE_F32
+                         : strcmp(dtname, "bf16") == 0 ? MMRT_DTYPE_BF16
+                         : strcmp(dtname, "f16") == 0  ? MMRT_DTYPE_F16
+                                                       : (enum mmrt_dtype)-1;
+    if ((int)dt < 0 || K < 1 || N < 1 || repeat < 1)
+        return usage();
+    if (n_m == 0) {
+        Ms[0] = 1, Ms[1] = 8, Ms[2] = 16;
+        n_m = 3;
+    }
+    int64_t max_m = 1;
+    for (int i = 0; i < n_m; i++)
+        max_m = Ms[i] > max_m ? Ms[i] : max_m;
+
+    struct mmrt_option opts[3];
+    int n_opts = 0;
+    opts[n_opts++] = (struct mmrt_option){ "isa", isa };
+    if (threads)
+        opts[n_opts++] = (struct mmrt_option){ "threads", threads };
+    if (bf16_dot)
+        opts[n_opts++] = (struct mmrt_option){ "bf16_dot", "1" };
+    struct harness h;
+    mmrt_status st = harness_open(&h, harness_plugin_path("cpu"), opts, n_opts);
+    if (st != MMRT_OK) {
+        fprintf(stderr, "cpu-gemm-bench: cannot open the cpu plugin (status %d)\n", (int)st);
+        return 1;
+    }
+
+    /* W [N, K] in dt, and the largest x; smaller M use its first rows, so every row of every
+     * M has one M = 1 counterpart. */
+    size_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+    void *w = malloc((size_t)(N * K) * es);
+    float *x = malloc((size_t)(max_m * K) * sizeof(float));
+    float *y1 = malloc((size_t)(max_m * N) * sizeof(float));
+    float *y = malloc((size_t)(max_m * N) * sizeof(float));
+    if (!w || !x || !y1 || !y) {
+        fprintf(stderr, "cpu-gemm-bench: out of memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < N * K; i++) {
+        float v = rnd();
+        if (dt == MMRT_DTYPE_F32)
+            ((float *)w)[i] = v;
+        else
+            ((uint16_t *)w)[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v)
+                                                      : harness_f32_to_bf16(v);
+    }
+    for (int64_t i = 0; i < max_m * K; i++)
+        x[i] = rnd();
+    struct harness_tensor tw;
+    if (harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, K }, &tw) != MMRT_OK ||
+        harness_upload(&h, &tw, w) != MMRT_OK) {
+        fprintf(stderr, "cpu-gemm-bench: cannot upload W\n");
+        return 1;
+    }
+
+    printf("cpu-gemm-bench: isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB), best of %d\n", isa,
+           threads ? threads : "default", (long long)N, (long long)K, dtname,
+           (double)(N * K) * (double)es / 1048576.0, repeat);
+    printf("%6s %10s %10s %10s %12s %8s\n", "M", "ms", "W GB/s", "GFLOP/s", "ms per row",
+           "vs M=1");
+    /* Item -1 is M = 1 over each row of x alone: the reference rows and the M = 1 time. */
+    int bad = 0;
+    double t_one = 0;
+    for (int mi = -1; mi < n_m; mi++) {
+        int64_t M = mi < 0 ? 1 : Ms[mi];
+        struct harness_tensor tx, ty;
+        if (harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, &tx) ||
+            harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N }, &ty)) {
+            fprintf(stderr, "cpu-gemm-bench: cannot allocate x/y\n");
+            return 1;
+        }
+        struct harness_tensor *src[2] = { &tx, &tw };
+        if (mi < 0)
+            for (int64_t r = 0; r < max_m; r++)
+                if (harness_upload(&h, &tx, x + r * K) ||
+                    harness_run(&h, MMRT_OP_MATMUL, src, 2, &ty, NULL, 0) ||
+                    harness_download(&h, &ty, y1 + r * N))
+                    return 1;
+        if (harness_upload(&h, &tx, x))
+            return 1;
+        double best = 1e30;
+        for (int rep = 0; rep <= repeat; rep++) { /* rep 0 warms up */
+            double t0 = now_s();
+            if (harness_run(&h, MMRT_OP_MATMUL, src, 2, &ty, NULL, 0) != MMRT_OK)
+                return 1;
+            double t = now_s() - t0;
+            if (rep > 0 && t < best)
+                best = t;
+        }
+        if (harness_download(&h, &ty, y))
+            return 1;
+        int64_t n_bad = 0;
+        for (int64_t r = 0; M <= GEMV_CONTRACT_M && r < M; r++)
+            n_bad += memcmp(y + r * N, y1 + r * N, (size_t)N * sizeof(float)) != 0;
+        if (n_bad) {
+            fprintf(stderr, "M = %lld: %lld rows differ from their M = 1 result\n",
+                    (long long)M, (long long)n_bad);
+            bad = 1;
+        }
+        if (mi < 0) {
+            t_one = best;
+        } else {
+            double wbytes = (double)(N * K) * (double)es;
+            printf("%6lld %10.3f %10.2f %10.1f %12.4f %7.2fx\n", (long long)M, best * 1e3,
+                   wbytes / best / 1e9, 2.0 * (double)(M * N * K) / best / 1e9,
+                   best * 1e3 / (double)M, best / t_one);
+        }
+        harness_tensor_free(&h, &tx);
+        harness_tensor_free(&h, &ty);
+    }
+    printf("rows bit-identical to M = 1: %s\n", bad ? "NO" : "yes");
+    harness_tensor_free(&h, &tw);
+    harness_close(&h);
+    free(w);
+    free(x);
+    free(y1);
+    free(y);
+    return bad;
+}
