@@ -1,0 +1,359 @@
+/*
+ * tests/test_engine.c — the generation engine (core/engine.h) on the tiny fixtures of all four
+ * model types: requests batched together, prefilled in chunks, preempted when KV pages run
+ * out, failed or stopped in the middle of a batch, each give exactly what they give alone.
+ *
+ * "Exactly" is bit for bit: every logits row of every step, and every token, of a request
+ * run in company equals the same request run alone on the same runtime (specs/engine.md §5,
+ * batch invariance). Chunked prefill changes how a prompt's attention is blocked, so chunked
+ * against unchunked is held to the golden tolerance and identical tokens instead.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+#include "golden.h"
+
+#define MAX_CASES 16
+
+struct cases {
+    json_t *json;
+    int n;
+    struct mmrt_request req[MAX_CASES];
+    struct golden_images images[MAX_CASES];
+};
+
+static void cases_load(const char *fixture, struct cases *c)
+{
+    memset(c, 0, sizeof *c);
+    c->json = golden_expected_json(fixture);
+    const json_t *list = json_object_get(c->json, "cases");
+    for (size_t i = 0; i < json_array_size(list) && c->n < MAX_CASES; i++) {
+        c->req[c->n] = golden_case_request(json_array_get(list, i), &c->images[c->n]);
+        c->n++;
+    }
+    assert_true(c->n >= 2);
+}
+
+struct setup {
+    const char *vision_plugin; /* NULL: both stages on one CPU device */
+    bool graph;                /* CPU devices capture the decode step */
+    int max_batch;
+    int64_t prefill_chunk, max_kv_tokens, kv_page_tokens;
+};
+
+static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
+{
+    char dir[4096];
+    golden_fixture_path(dir, sizeof dir, fixture);
+    static const struct mmrt_option graph_on = { .key = "graph", .value = "1" };
+    struct mmrt_device_config devs[2] = {
+        { .name = "l", .plugin = "cpu", .pool_mb = 64 },
+        { .name = "v", .plugin = s->vision_plugin ? s->vision_plugin : "cpu", .pool_mb = 64 },
+    };
+    for (int i = 0; i < 2 && s->graph; i++)
+        if (strcmp(devs[i].plugin, "cpu") == 0)
+            devs[i].options = &graph_on, devs[i].n_options = 1;
+    struct mmrt_config cfg = {
+        .model_path = dir, .devices = devs, .n_devices = s->vision_plugin ? 2 : 1,
+        .vision_device = s->vision_plugin ? "v" : NULL, .max_batch = s->max_batch,
+        .prefill_chunk = s->prefill_chunk, .max_kv_tokens = s->max_kv_tokens,
+        .kv_page_tokens = s->kv_page_tokens,
+    };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+        fail_msg("%s: %s", fixture, err);
+    return rt;
+}
+
+/* Each request alone, traced. */
+static void run_solo(struct mmrt_runtime *rt, const struct cases *c, struct golden_capture *caps)
+{
+    for (int i = 0; i < c->n; i++) {
+        struct mmrt_model_trace trace;
+        golden_trace(&caps[i], &trace);
+        struct mmrt_result res;
+        if (mmrt_run_traced(rt, &c->req[i], &trace, golden_on_token, &caps[i], &res) != MMRT_OK)
+            fail_msg("solo request %d: %s", i, mmrt_last_error(rt));
+    }
+}
+
+struct batch_user {
+    struct golden_capture *caps;
+    int stop_request, stop_after; /* the callback of stop_request says stop at that token */
+};
+
+static bool on_batch_token(void *user, int request, int32_t id, const char *text)
+{
+    struct batch_user *u = user;
+    golden_on_token(&u->caps[request], id, text);
+    return !(request == u->stop_request && u->caps[request].n_tokens == u->stop_after);
+}
+
+/* All requests through one mmrt_run_batch, traced; returns its status. */
+static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
+                             struct golden_capture *caps, struct mmrt_result *res,
+                             int stop_request, int stop_after)
+{
+    struct mmrt_model_trace traces[MAX_CASES];
+    for (int i = 0; i < n; i++)
+        golden_trace(&caps[i], &traces[i]);
+    struct batch_user u = { caps, stop_request, stop_after };
+    return mmrt_run_batch_traced(rt, reqs, n, traces, on_batch_token, &u, res);
+}
+
+static void same_run(const char *what, int i, const struct golden_capture *a,
+                     const struct golden_capture *b, bool bitwise)
+{
+    if (a->n_tokens != b->n_tokens || memcmp(a->tokens, b->tokens,
+                                             (size_t)a->n_tokens * sizeof a->tokens[0]) != 0)
+        fail_msg("%s: request %d: %d tokens, alone %d (or different ids)", what, i,
+                 a->n_tokens, b->n_tokens);
+    for (int s = 0; s < GOLDEN_MAX_STEPS; s++) {
+        if (!a->logits[s] || !b->logits[s]) {
+            assert_true(!a->logits[s] && !b->logits[s]);
+            break;
+        }
+        if (bitwise) {
+            if (memcmp(a->logits[s], b->logits[s], (size_t)a->vocab * sizeof(float)) != 0)
+                fail_msg("%s: request %d: the logits of step %d differ from its solo run "
+                         "(rel %.3g)", what, i, s,
+                         golden_rel_err(a->logits[s], b->logits[s], a->vocab));
+        } else if (golden_rel_err(a->logits[s], b->logits[s], a->vocab) > GOLDEN_REL_TOL) {
+            fail_msg("%s: request %d: step %d logits off by %.3g", what, i, s,
+                     golden_rel_err(a->logits[s], b->logits[s], a->vocab));
+        }
+    }
+}
+
+static void free_caps(struct golden_capture *caps, int n)
+{
+    for (int i = 0; i < n; i++)
+        golden_capture_free(&caps[i]);
+}
+
+static void assert_pages_back(struct mmrt_runtime *rt)
+{
+    struct mmrt_memory_report mr = { .struct_size = sizeof mr };
+    assert_int_equal(mmrt_device_memory(rt, 0, &mr), MMRT_OK);
+    assert_int_equal(mr.kv_pages_used, 0);
+}
+
+/* Every case of the fixture batched against alone, on one runtime. */
+static void check_batch(const char *fixture, const struct setup *s, bool expect_preemption)
+{
+    struct cases c;
+    cases_load(fixture, &c);
+    struct mmrt_runtime *rt = open_rt(fixture, s);
+    struct golden_capture solo[MAX_CASES] = { { 0 } }, batch[MAX_CASES] = { { 0 } };
+    struct mmrt_result res[MAX_CASES];
+    run_solo(rt, &c, solo);
+    struct mmrt_engine_stats before, after;
+    mmrt_runtime_engine_stats(rt, &before);
+    if (run_batch(rt, c.req, c.n, batch, res, -1, 0) != MMRT_OK)
+        fail_msg("%s batch: %s", fixture, mmrt_last_error(rt));
+    mmrt_runtime_engine_stats(rt, &after);
+    for (int i = 0; i < c.n; i++)
+        same_run(fixture, i, &batch[i], &solo[i], true);
+    /* The requests really ran together (unless the vision stage, on its own device, is
+     * slower than the language stage: then each request is done before the next arrives),
+     * and preempted ones were recomputed. */
+    if (!s->vision_plugin) {
+        assert_true(after.max_running > 1);
+        assert_true(after.decode_forwards - before.decode_forwards <
+                    after.decode_rows - before.decode_rows);
+    }
+    if (getenv("MMRT_TEST_VERBOSE"))
+        fprintf(stderr, "%s: steps %llu decode fwd %llu rows %llu prefill fwd %llu rows %llu "
+                "preempt %llu replay %llu max_running %d\n", fixture,
+                (unsigned long long)(after.steps - before.steps),
+                (unsigned long long)(after.decode_forwards - before.decode_forwards),
+                (unsigned long long)(after.decode_rows - before.decode_rows),
+                (unsigned long long)(after.prefill_forwards - before.prefill_forwards),
+                (unsigned long long)(after.prefill_rows - before.prefill_rows),
+                (unsigned long long)(after.preemptions - before.preemptions),
+                (unsigned long long)(after.replay_rows - before.replay_rows), after.max_running);
+    if (expect_preemption) {
+        assert_true(after.preemptions > before.preemptions);
+        assert_true(after.replay_rows > before.replay_rows);
+    }
+    assert_pages_back(rt);
+    free_caps(solo, c.n);
+    free_caps(batch, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
+static void test_batch_llava(void **state)
+{
+    (void)state;
+    check_batch("llava-tiny", &(struct setup){ 0 }, false);
+}
+
+static void test_batch_llava_next(void **state)
+{
+    (void)state;
+    check_batch("llava-next-tiny", &(struct setup){ 0 }, false);
+}
+
+static void test_batch_fuyu(void **state)
+{
+    (void)state;
+    check_batch("fuyu-tiny", &(struct setup){ 0 }, false);
+}
+
+static void test_batch_qwen2vl(void **state)
+{
+    (void)state;
+    check_batch("qwen2vl-tiny", &(struct setup){ 0 }, false);
+}
+
+/* Prompts cut into chunks of 8 (several chunks each, merged forwards of chunks above
+ * MMRT_SMALL_M rows do not happen at 8: each chunk runs alone) and of 40 (merged). */
+static void test_batch_chunked(void **state)
+{
+    (void)state;
+    check_batch("llava-next-tiny", &(struct setup){ .prefill_chunk = 8 }, false);
+    check_batch("llava-next-tiny", &(struct setup){ .prefill_chunk = 40 }, false);
+    check_batch("qwen2vl-tiny", &(struct setup){ .prefill_chunk = 40 }, false);
+}
+
+/* The batched decode step captured as a graph per batch size and replayed. */
+static void test_batch_graph(void **state)
+{
+    (void)state;
+    check_batch("qwen2vl-tiny", &(struct setup){ .graph = true }, false);
+    check_batch("fuyu-tiny", &(struct setup){ .graph = true, .max_batch = 3 }, false);
+}
+
+/* A KV store too small for every request at once: the youngest is preempted, recomputed on
+ * resume, and still gives its solo bits. */
+static void test_batch_preempted(void **state)
+{
+    (void)state;
+    /* llava-tiny prompts are 33 … 45 tokens plus 16 generated: 96 positions hold two. */
+    check_batch("llava-tiny", &(struct setup){ .max_kv_tokens = 96, .kv_page_tokens = 4 },
+                true);
+    check_batch("qwen2vl-tiny",
+                &(struct setup){ .max_kv_tokens = 136, .kv_page_tokens = 8,
+                                 .prefill_chunk = 16 },
+                true);
+}
+
+static void test_batch_vision_on_opencl(void **state)
+{
+    (void)state;
+    golden_require_plugin("opencl");
+    check_batch("llava-tiny", &(struct setup){ .vision_plugin = "opencl" }, false);
+    check_batch("qwen2vl-tiny", &(struct setup){ .vision_plugin = "opencl" }, false);
+}
+
+/* Chunked prefill against one chunk: the same tokens, logits within the golden tolerance. */
+static void test_chunked_matches_whole(void **state)
+{
+    (void)state;
+    const char *fixtures[] = { "llava-next-tiny", "fuyu-tiny", "qwen2vl-tiny" };
+    for (int f = 0; f < 3; f++) {
+        struct cases c;
+        cases_load(fixtures[f], &c);
+        struct mmrt_runtime *whole = open_rt(fixtures[f], &(struct setup){ 0 });
+        struct mmrt_runtime *cut = open_rt(fixtures[f], &(struct setup){ .prefill_chunk = 5 });
+        struct golden_capture a[MAX_CASES] = { { 0 } }, b[MAX_CASES] = { { 0 } };
+        run_solo(whole, &c, a);
+        run_solo(cut, &c, b);
+        for (int i = 0; i < c.n; i++)
+            same_run(fixtures[f], i, &b[i], &a[i], false);
+        free_caps(a, c.n);
+        free_caps(b, c.n);
+        mmrt_destroy(cut);
+        mmrt_destroy(whole);
+        json_decref(c.json);
+    }
+}
+
+/* A request that fails (an image that does not exist, a prompt over the context) or is
+ * stopped by its callback in the middle of a batch leaves the others exactly as alone. */
+static void test_batch_failures_stay_local(void **state)
+{
+    (void)state;
+    struct cases c;
+    cases_load("llava-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .max_batch = 4 });
+    const int n = 6;
+    struct golden_capture solo[MAX_CASES] = { { 0 } }, batch[MAX_CASES] = { { 0 } };
+    run_solo(rt, &c, solo);
+    struct mmrt_request reqs[MAX_CASES];
+    memcpy(reqs, c.req, sizeof reqs);
+    reqs[1].image_path = "/nonexistent/cat.png";
+    reqs[3].max_tokens = 1 << 20; /* prompt + max_tokens beyond the context */
+    struct mmrt_result res[MAX_CASES];
+    mmrt_status st = run_batch(rt, reqs, n, batch, res, 4, 3);
+    assert_int_not_equal(st, MMRT_OK);
+    assert_non_null(strstr(mmrt_last_error(rt), "request 1: "));
+    assert_int_not_equal(res[1].status, MMRT_OK);
+    assert_non_null(strstr(res[1].error, "/nonexistent/cat.png"));
+    assert_int_equal(res[3].status, MMRT_ERR_LIMIT);
+    assert_non_null(strstr(res[3].error, "context"));
+    assert_int_equal(batch[1].n_tokens, 0);
+    assert_int_equal(batch[3].n_tokens, 0);
+    /* request 4 stopped itself after 3 tokens: those are its solo run's first 3 */
+    assert_int_equal(res[4].status, MMRT_OK);
+    assert_int_equal(res[4].n_tokens, 3);
+    assert_int_equal(batch[4].n_tokens, 3);
+    assert_memory_equal(batch[4].tokens, solo[4].tokens, 3 * sizeof(int32_t));
+    for (int i = 0; i < n; i++)
+        if (i != 1 && i != 3 && i != 4) {
+            assert_int_equal(res[i].status, MMRT_OK);
+            same_run("llava-tiny with failures", i, &batch[i], &solo[i], true);
+        }
+    assert_pages_back(rt);
+    free_caps(solo, c.n);
+    free_caps(batch, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
+static void test_bad_scheduler_config(void **state)
+{
+    (void)state;
+    char dir[4096];
+    golden_fixture_path(dir, sizeof dir, "llava-tiny");
+    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1,
+                               .max_batch = 33 };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "max_batch 33"));
+    cfg.max_batch = 0;
+    cfg.prefill_chunk = -1;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "prefill_chunk -1"));
+    assert_null(rt);
+}
+
+int main(void)
+{
+    mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_llava),
+        cmocka_unit_test(test_batch_llava_next),
+        cmocka_unit_test(test_batch_fuyu),
+        cmocka_unit_test(test_batch_qwen2vl),
+        cmocka_unit_test(test_batch_chunked),
+        cmocka_unit_test(test_batch_graph),
+        cmocka_unit_test(test_batch_preempted),
+        cmocka_unit_test(test_batch_vision_on_opencl),
+        cmocka_unit_test(test_chunked_matches_whole),
+        cmocka_unit_test(test_batch_failures_stay_local),
+        cmocka_unit_test(test_bad_scheduler_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
