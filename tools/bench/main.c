@@ -58,7 +58,8 @@ struct options {
     int64_t layers;
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
-    bool json, quiet, limits_only, dry_run;
+    int concurrency;
+    bool json, quiet, limits_only, dry_run, mix;
     int threads;
 };
 
@@ -77,7 +78,13 @@ static void usage(FILE *f)
             "  --prompt-tokens N   user prompt of exactly N tokens (default 32)\n"
             "  --gen-tokens N      tokens to generate (default 32; the synthetic model never\n"
             "                      stops early)\n"
-            "  --batch N           requests per round, through mmrt_run_batch (default 1)\n"
+            "  --batch N, --requests N\n"
+            "                      requests per round, all submitted at once to the engine\n"
+            "                      through mmrt_run_batch (default 1)\n"
+            "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
+            "                      1..32; default: the round's requests, at most 32)\n"
+            "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
+            "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
             "  --warmup N          unmeasured requests first (default 1)\n"
             "  --cache DIR         synthetic checkpoints (default ~/.cache/mmrt-bench)\n"
@@ -110,6 +117,48 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* --mix: request k of a round takes image size factor MIX_IMAGE[k % 4] and prompt factor
+ * MIX_PROMPT[(k / 4) % 4] (in quarters), so a round of 16 has every pair once. */
+static const int MIX_IMAGE[4] = { 2, 3, 4, 5 }, MIX_PROMPT[4] = { 2, 4, 8, 16 };
+
+static int mix_image(const struct options *o, int k)
+{
+    if (!o->mix)
+        return o->image_size;
+    int v = o->image_size * MIX_IMAGE[k % 4] / 4;
+    return v < 28 ? 28 : v;
+}
+
+static int mix_prompt(const struct options *o, int k)
+{
+    return o->mix ? o->prompt_tokens * MIX_PROMPT[(k / 4) % 4] / 4 : o->prompt_tokens;
+}
+
+/* When each request's tokens arrived, from the batch callback. */
+struct latency {
+    double t0;          /* the round's start */
+    double *first, *last; /* [n_req] ms since t0; 0 until the first token */
+    double *gaps;       /* inter-token gaps of every request */
+    size_t n_gaps, cap_gaps;
+    int base;           /* request index of the round's first request */
+};
+
+static bool on_bench_token(void *user, int request, int32_t id, const char *text)
+{
+    struct latency *l = user;
+    (void)text;
+    if (id < 0)
+        return true;
+    const int i = l->base + request;
+    const double t = now_ms() - l->t0;
+    if (l->first[i] == 0)
+        l->first[i] = t;
+    else if (l->n_gaps < l->cap_gaps)
+        l->gaps[l->n_gaps++] = t - l->last[i];
+    l->last[i] = t;
+    return true;
 }
 
 static bool g_quiet;
@@ -170,6 +219,16 @@ static double median(double *v, int n)
         return NAN;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The q-quantile (nearest rank) of v[n], sorted in place. */
+static double quantile(double *v, size_t n, double q)
+{
+    if (n == 0)
+        return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t k = (size_t)ceil(q * (double)n);
+    return v[k > 0 ? k - 1 : 0];
 }
 
 static uint64_t pow2_ceil(uint64_t x)
@@ -362,6 +421,8 @@ int main(int argc, char **argv)
         { "json", no_argument, NULL, 'j' },            { "quiet", no_argument, NULL, 'q' },
         { "limits-only", no_argument, NULL, 'O' },     { "threads", required_argument, NULL, 'T' },
         { "dry-run", no_argument, NULL, 'D' },
+        { "requests", required_argument, NULL, 'b' },  { "concurrency", required_argument, NULL, 'N' },
+        { "mix", no_argument, NULL, 'X' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -386,7 +447,7 @@ int main(int argc, char **argv)
         case 'i': bad = parse_int("--image-size", optarg, 1, 8192, &o.image_size); break;
         case 'p': bad = parse_int("--prompt-tokens", optarg, 0, 100000, &o.prompt_tokens); break;
         case 'g': bad = parse_int("--gen-tokens", optarg, 1, 100000, &o.gen_tokens); break;
-        case 'b': bad = parse_int("--batch", optarg, 1, 64, &o.batch); break;
+        case 'b': bad = parse_int("--batch", optarg, 1, 1024, &o.batch); break;
         case 'r': bad = parse_int("--repeat", optarg, 1, 1000, &o.repeat); break;
         case 'w': bad = parse_int("--warmup", optarg, 0, 100, &o.warmup); break;
         case 'C': o.cache = optarg; break;
@@ -395,6 +456,8 @@ int main(int argc, char **argv)
         case 'q': o.quiet = true; break;
         case 'O': o.limits_only = true; break;
         case 'D': o.dry_run = true; break;
+        case 'N': bad = parse_int("--concurrency", optarg, 1, 32, &o.concurrency); break;
+        case 'X': o.mix = true; break;
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -450,7 +513,8 @@ int main(int argc, char **argv)
     int rc = EXIT_RUN_FAILED;
     struct placement pl;
     struct mmrt_runtime *rt = NULL;
-    char *prompt = NULL, **images = NULL;
+    char *prompt = NULL, **images = NULL, *mix_prompts[4] = { NULL };
+    struct latency lat = { 0 };
     struct mmrt_result *res = NULL;
     struct mmrt_request *reqs = NULL;
     struct bench_tensor *tensors = NULL;
@@ -458,6 +522,7 @@ int main(int argc, char **argv)
     json_t *runs = json_array();
     char err[2048] = "", ckpt[4096], cache[3800];
     int n_req = o.warmup + o.repeat * o.batch;
+    const int concurrency = o.concurrency ? o.concurrency : o.batch < 32 ? o.batch : 32;
 
     if (load_placement(o.conf, &pl) != 0) {
         free_placement(&pl);
@@ -492,15 +557,19 @@ int main(int argc, char **argv)
 
     /* Pools sized for this shape unless the INI set pool_mb. */
     struct bench_work est;
+    /* The largest image and prompt a round holds size the KV store and the pools. */
+    const int max_image = mix_image(&o, 3), max_prompt = mix_prompt(&o, 12);
+    bench_work_compute(s, o.layers, max_image, max_prompt + TEMPLATE_TOKENS, o.gen_tokens,
+                       w_bytes, 4, &est);
+    int64_t ctx = est.n_image_tokens + max_prompt + TEMPLATE_TOKENS + o.gen_tokens;
     bench_work_compute(s, o.layers, o.image_size, o.prompt_tokens + TEMPLATE_TOKENS,
                        o.gen_tokens, w_bytes, 4, &est);
-    int64_t ctx = est.n_image_tokens + o.prompt_tokens + TEMPLATE_TOKENS + o.gen_tokens;
     const int64_t n_prompt_est = est.n_image_tokens + o.prompt_tokens + TEMPLATE_TOKENS;
     bench_work_compute(s, o.layers, o.image_size, n_prompt_est, o.gen_tokens, w_bytes, 4, &est);
     for (int i = 0; i < pl.n_dev; i++) {
         if (pl.pool_given[i])
             continue;
-        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, o.image_size, ctx, o.batch,
+        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, max_image, ctx, o.batch,
                                           pl.vision == i, pl.language == i);
     }
 
@@ -627,7 +696,14 @@ int main(int argc, char **argv)
     reqs = calloc((size_t)n_req, sizeof *reqs);
     res = calloc((size_t)n_req, sizeof *res);
     prompt = bench_synth_prompt(o.prompt_tokens);
-    if (!images || !reqs || !res || !prompt || !runs) {
+    for (int k = 0; k < 4; k++)
+        mix_prompts[k] = bench_synth_prompt(mix_prompt(&o, 4 * k));
+    lat.first = calloc((size_t)n_req, sizeof *lat.first);
+    lat.last = calloc((size_t)n_req, sizeof *lat.last);
+    lat.cap_gaps = (size_t)n_req * (size_t)o.gen_tokens;
+    lat.gaps = calloc(lat.cap_gaps, sizeof *lat.gaps);
+    if (!images || !reqs || !res || !prompt || !runs || !mix_prompts[0] || !mix_prompts[1] ||
+        !mix_prompts[2] || !mix_prompts[3] || !lat.first || !lat.last || !lat.gaps) {
         fprintf(stderr, "mmrt-bench: out of memory\n");
         goto out;
     }
@@ -637,12 +713,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "mmrt-bench: out of memory\n");
             goto out;
         }
-        snprintf(images[i], 4200, "%s/image-%d-%d.png", ckpt, o.image_size, i);
-        if (bench_synth_image(images[i], o.image_size, (uint32_t)i, err, sizeof err) != 0) {
+        /* Position in its round (warm-up requests count as a round of their own). */
+        const int k = i < o.warmup ? i : (i - o.warmup) % o.batch;
+        const int size = mix_image(&o, k);
+        snprintf(images[i], 4200, "%s/image-%d-%d.png", ckpt, size, i);
+        if (bench_synth_image(images[i], size, (uint32_t)i, err, sizeof err) != 0) {
             fprintf(stderr, "mmrt-bench: %s\n", err);
             goto out;
         }
-        reqs[i] = (struct mmrt_request){ .image_path = images[i], .prompt = prompt,
+        reqs[i] = (struct mmrt_request){ .image_path = images[i],
+                                         .prompt = o.mix ? mix_prompts[(k / 4) % 4] : prompt,
                                          .max_tokens = o.gen_tokens, .top_p = 1.0f };
     }
 
@@ -667,8 +747,8 @@ int main(int argc, char **argv)
         .vision_device = pl.dev[pl.vision].name, .language_device = pl.dev[pl.language].name,
         /* A round's requests decode together: KV for each one's context, not the model's
          * whole context (the pool estimate counts the same). */
-        .max_kv_tokens = ctx * o.batch,
-        .max_batch = o.batch < 32 ? o.batch : 32,
+        .max_kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency),
+        .max_batch = concurrency,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -710,10 +790,9 @@ int main(int argc, char **argv)
         progress(line);
         int base = o.warmup + r * o.batch;
         const double tr = now_ms();
-        if (o.batch == 1)
-            st = mmrt_run(rt, &reqs[base], NULL, NULL, &res[base]);
-        else
-            st = mmrt_run_batch(rt, &reqs[base], o.batch, NULL, NULL, &res[base]);
+        lat.t0 = tr;
+        lat.base = base;
+        st = mmrt_run_batch(rt, &reqs[base], o.batch, on_bench_token, &lat, &res[base]);
         round_ms += now_ms() - tr;
         if (st != MMRT_OK) {
             fprintf(stderr, "mmrt-bench: request failed: %s\n", mmrt_last_error(rt));
@@ -863,10 +942,30 @@ int main(int argc, char **argv)
         all_tokens += res[o.warmup + i].n_tokens;
     const double thr = round_ms > 0 ? all_tokens / (round_ms / 1e3) : NAN;
     const double rps = round_ms > 0 ? n / (round_ms / 1e3) : NAN;
-    json_object_set_new(rec, "throughput", json_pack("{s:f,s:f,s:f,s:i}", "tokens_per_s", thr,
-                                                     "requests_per_s", rps, "round_ms",
-                                                     round_ms / o.repeat, "concurrency",
-                                                     o.batch));
+    /* Time to first token counts from the round's start (every request of a round arrives
+     * then, so it includes waiting for a running slot); inter-token latency is every gap
+     * between two tokens of one request. */
+    double *ttfts = calloc((size_t)n, sizeof *ttfts);
+    if (!ttfts) {
+        fprintf(stderr, "mmrt-bench: out of memory\n");
+        json_decref(rec);
+        goto out;
+    }
+    for (int i = 0; i < n; i++)
+        ttfts[i] = lat.first[o.warmup + i];
+    const double tq[3] = { quantile(ttfts, (size_t)n, 0.5), quantile(ttfts, (size_t)n, 0.9),
+                           quantile(ttfts, (size_t)n, 0.99) };
+    free(ttfts);
+    const double iq[3] = { quantile(lat.gaps, lat.n_gaps, 0.5),
+                           quantile(lat.gaps, lat.n_gaps, 0.9),
+                           quantile(lat.gaps, lat.n_gaps, 0.99) };
+    json_object_set_new(rec, "throughput",
+                        json_pack("{s:f,s:f,s:f,s:i,s:i,s:b,s:{s:f,s:f,s:f},s:{s:f,s:f,s:f}}",
+                                  "tokens_per_s", thr, "requests_per_s", rps, "round_ms",
+                                  round_ms / o.repeat, "requests", o.batch, "concurrency",
+                                  concurrency, "mix", o.mix, "ttft_ms", "p50", tq[0], "p90",
+                                  tq[1], "p99", tq[2], "inter_token_ms", "p50", iq[0], "p90",
+                                  iq[1], "p99", iq[2]));
     if (o.json) {
         char *text = json_dumps(rec, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         if (text)
@@ -920,8 +1019,13 @@ int main(int argc, char **argv)
             printf("%-20s %12s %12s %7s  %s\n", names[i], a, b, c,
                    json_string_value(json_object_get(f, "basis")));
         }
-        printf("\nthroughput: %d requests at once: %.2f generated tokens/s, %.3f requests/s "
-               "(all stages, mean round %.0f ms)\n", o.batch, thr, rps, round_ms / o.repeat);
+        printf("\nthroughput: %d requests%s per round, %d at once: %.2f generated tokens/s, "
+               "%.3f requests/s (all stages, mean round %.0f ms)\n", o.batch,
+               o.mix ? " (mixed image sizes and prompts)" : "", concurrency, thr, rps,
+               round_ms / o.repeat);
+        printf("time to first token from the round's start: p50 %.0f ms, p90 %.0f ms, p99 "
+               "%.0f ms; between tokens: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n", tq[0], tq[1],
+               tq[2], iq[0], iq[1], iq[2]);
         if (isfinite(m_vis) && m_vis > 0)
             printf("\nachieved: vision %.0f GFLOP/s, prefill %.0f GFLOP/s, decode %.1f GB/s\n",
                    wk.vision_flop / m_vis / 1e6, wk.prefill_flop / m_pf / 1e6,
@@ -953,6 +1057,11 @@ out:
     free(reqs);
     free(res);
     free(prompt);
+    for (int k = 0; k < 4; k++)
+        free(mix_prompts[k]);
+    free(lat.first);
+    free(lat.last);
+    free(lat.gaps);
     free(tensors);
     free_placement(&pl);
     return rc;
