@@ -39,6 +39,14 @@ struct mmrt_runtime {
     struct mmrt_engine_options engine_opts; /* [scheduler] settings */
     struct mmrt_language lang; /* the model's language stage, borrowed by the engine */
     struct mmrt_engine *engine; /* every request's language stage; NULL without a model */
+    /* Whoever steps the engine or runs a vision stage holds `drive`: the worker thread of
+     * submitted jobs, or an mmrt_run / mmrt_run_batch call for its duration. */
+    pthread_mutex_t drive;
+    pthread_mutex_t jobs_lock;   /* pending, stop, and every job's seq / cancel / done */
+    pthread_cond_t work, done;
+    struct mmrt_job *pending;    /* submitted, not yet taken by the worker (newest first) */
+    bool locks_ready, worker_started, stop;
+    pthread_t worker;
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
     char *run_image, *run_prompt;
@@ -75,10 +83,13 @@ static void copy_error(char *buf, size_t size, const struct mmrt_error *err)
         snprintf(buf, size, "%s", err->msg);
 }
 
+static void stop_worker(struct mmrt_runtime *rt);
+
 void mmrt_destroy(struct mmrt_runtime *rt)
 {
     if (!rt)
         return;
+    stop_worker(rt);
     mmrt_engine_destroy(rt->engine);
     if (rt->model)
         rt->model_type->destroy(rt->model);
@@ -88,6 +99,12 @@ void mmrt_destroy(struct mmrt_runtime *rt)
     free(rt->run_prompt);
     free(rt->model_path);
     free(rt->source);
+    if (rt->locks_ready) {
+        pthread_cond_destroy(&rt->done);
+        pthread_cond_destroy(&rt->work);
+        pthread_mutex_destroy(&rt->jobs_lock);
+        pthread_mutex_destroy(&rt->drive);
+    }
     free(rt);
 }
 
@@ -189,6 +206,11 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     struct mmrt_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
+    pthread_mutex_init(&rt->drive, NULL);
+    pthread_mutex_init(&rt->jobs_lock, NULL);
+    pthread_cond_init(&rt->work, NULL);
+    pthread_cond_init(&rt->done, NULL);
+    rt->locks_ready = true;
     rt->engine_opts = (struct mmrt_engine_options){ .max_batch = cfg->max_batch,
                                                     .prefill_chunk = cfg->prefill_chunk,
                                                     .step_tokens = cfg->step_tokens,
@@ -664,10 +686,7 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
 mmrt_status mmrt_run(struct mmrt_runtime *rt, const struct mmrt_request *req,
                      mmrt_token_fn on_token, void *user, struct mmrt_result *result)
 {
-    if (!rt)
-        return MMRT_ERR_INVALID_ARG;
-    mmrt_error_clear(&rt->last);
-    return run_one(rt, req, NULL, on_token, user, result);
+    return mmrt_run_traced(rt, req, NULL, on_token, user, result);
 }
 
 mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *req,
@@ -677,7 +696,10 @@ mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *
     if (!rt)
         return MMRT_ERR_INVALID_ARG;
     mmrt_error_clear(&rt->last);
-    return run_one(rt, req, trace, on_token, user, result);
+    pthread_mutex_lock(&rt->drive);
+    mmrt_status st = run_one(rt, req, trace, on_token, user, result);
+    pthread_mutex_unlock(&rt->drive);
+    return st;
 }
 
 /* ---- batches: every request in the engine at once; the vision stage runs ahead ---- */
@@ -847,7 +869,7 @@ mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *r
                            mmrt_batch_token_fn on_token, void *user,
                            struct mmrt_result *results)
 {
-    return run_batch(rt, reqs, n, NULL, on_token, user, results);
+    return mmrt_run_batch_traced(rt, reqs, n, NULL, on_token, user, results);
 }
 
 mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_request *reqs,
@@ -855,7 +877,258 @@ mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_req
                                   mmrt_batch_token_fn on_token, void *user,
                                   struct mmrt_result *results)
 {
-    return run_batch(rt, reqs, n, traces, on_token, user, results);
+    if (!rt)
+        return MMRT_ERR_INVALID_ARG;
+    pthread_mutex_lock(&rt->drive);
+    mmrt_status st = run_batch(rt, reqs, n, traces, on_token, user, results);
+    pthread_mutex_unlock(&rt->drive);
+    return st;
+}
+
+/* ---- asynchronous jobs: one worker thread drives the engine for them ---- */
+
+struct mmrt_job {
+    struct mmrt_runtime *rt;
+    struct mmrt_request req;    /* the strings point at the copies below */
+    char *prompt, *image_path;
+    char **paths;               /* [req.n_images] */
+    mmrt_token_fn on_token;
+    void *user;
+    struct mmrt_result result;
+    struct mmrt_seq *seq;       /* while the engine runs it (under jobs_lock) */
+    bool cancel, done;          /* under jobs_lock */
+    double t0;
+    struct mmrt_job *next;
+};
+
+static void job_free(struct mmrt_job *j)
+{
+    for (int i = 0; j->paths && i < j->req.n_images; i++)
+        free(j->paths[i]);
+    free(j->paths);
+    free(j->prompt);
+    free(j->image_path);
+    free(j);
+}
+
+/* Marks j finished (its result is complete) and wakes the waiters. */
+static void job_finish(struct mmrt_job *j, mmrt_status st, const char *msg)
+{
+    struct mmrt_runtime *rt = j->rt;
+    pthread_mutex_lock(&rt->jobs_lock);
+    if (st != MMRT_OK && msg != j->result.error)
+        result_error(&j->result, st, msg);
+    j->result.language_end_ms = mmrt_now_ms() - j->t0;
+    j->done = true;
+    pthread_cond_broadcast(&rt->done);
+    pthread_mutex_unlock(&rt->jobs_lock);
+}
+
+/* A taken job's vision stage and submission to the engine (the worker holds drive). Returns
+ * false when the job ended there. */
+static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
+{
+    struct mmrt_error err = { 0 };
+    struct mmrt_vision_output vis = { 0 };
+    struct mmrt_request r;
+    pthread_mutex_lock(&rt->jobs_lock);
+    const bool cancelled = j->cancel;
+    pthread_mutex_unlock(&rt->jobs_lock);
+    if (cancelled) {
+        job_finish(j, MMRT_ERR_CANCELLED, "cancelled");
+        return false;
+    }
+    j->result.vision_start_ms = mmrt_now_ms() - j->t0;
+    mmrt_status st = normalize_images(rt, &j->req, &r, &err);
+    if (st == MMRT_OK)
+        st = rt->model_type->encode(rt->model, &r, NULL, &vis, &err);
+    j->result.vision_end_ms = mmrt_now_ms() - j->t0;
+    j->result.language_start_ms = j->result.vision_end_ms;
+    struct mmrt_seq *seq = NULL;
+    if (st == MMRT_OK)
+        st = submit(rt, &r, &vis, NULL, j->on_token, j->user, &j->result, &seq, &err);
+    mmrt_vision_output_free(&vis);
+    if (st != MMRT_OK) {
+        job_finish(j, st, err.msg);
+        return false;
+    }
+    pthread_mutex_lock(&rt->jobs_lock);
+    j->seq = seq;
+    if (j->cancel)
+        mmrt_engine_cancel(seq);
+    pthread_mutex_unlock(&rt->jobs_lock);
+    return true;
+}
+
+static void *worker_main(void *arg)
+{
+    struct mmrt_runtime *rt = arg;
+    struct mmrt_job *active = NULL; /* in the engine; only this thread touches the list */
+    pthread_mutex_lock(&rt->jobs_lock);
+    for (;;) {
+        while (!rt->stop && !rt->pending && !active)
+            pthread_cond_wait(&rt->work, &rt->jobs_lock);
+        if (rt->stop)
+            break;
+        struct mmrt_job *fresh = NULL; /* oldest first */
+        while (rt->pending) {
+            struct mmrt_job *j = rt->pending;
+            rt->pending = j->next;
+            j->next = fresh;
+            fresh = j;
+        }
+        pthread_mutex_unlock(&rt->jobs_lock);
+        pthread_mutex_lock(&rt->drive);
+        while (fresh) {
+            struct mmrt_job *j = fresh;
+            fresh = j->next;
+            if (job_start(rt, j)) {
+                j->next = active;
+                active = j;
+            }
+        }
+        struct mmrt_error err = { 0 };
+        if (!mmrt_engine_idle(rt->engine))
+            mmrt_engine_step(rt->engine, &err);
+        for (struct mmrt_job **p = &active; *p;) {
+            struct mmrt_job *j = *p;
+            if (!mmrt_engine_done(j->seq)) {
+                p = &j->next;
+                continue;
+            }
+            *p = j->next;
+            pthread_mutex_lock(&rt->jobs_lock);
+            mmrt_engine_release(j->seq);
+            j->seq = NULL;
+            pthread_mutex_unlock(&rt->jobs_lock);
+            job_finish(j, j->result.status, j->result.error);
+        }
+        pthread_mutex_unlock(&rt->drive);
+        pthread_mutex_lock(&rt->jobs_lock);
+    }
+    /* Stopping (mmrt_destroy): what is still queued or running is cancelled and freed. */
+    struct mmrt_job *left = rt->pending;
+    rt->pending = NULL;
+    pthread_mutex_unlock(&rt->jobs_lock);
+    pthread_mutex_lock(&rt->drive);
+    while (active) {
+        struct mmrt_job *j = active;
+        active = j->next;
+        mmrt_engine_release(j->seq);
+        job_free(j);
+    }
+    pthread_mutex_unlock(&rt->drive);
+    while (left) {
+        struct mmrt_job *j = left;
+        left = j->next;
+        job_free(j);
+    }
+    return NULL;
+}
+
+static void stop_worker(struct mmrt_runtime *rt)
+{
+    if (!rt->worker_started)
+        return;
+    pthread_mutex_lock(&rt->jobs_lock);
+    rt->stop = true;
+    pthread_cond_broadcast(&rt->work);
+    pthread_mutex_unlock(&rt->jobs_lock);
+    pthread_join(rt->worker, NULL);
+    rt->worker_started = false;
+}
+
+static char *dup_or_null(const char *s, bool *failed)
+{
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    *failed |= d == NULL;
+    return d;
+}
+
+mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                        mmrt_token_fn on_token, void *user, struct mmrt_job **out)
+{
+    if (!rt)
+        return MMRT_ERR_INVALID_ARG;
+    if (!req || !out)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_submit: request and out are required");
+    *out = NULL;
+    if (!rt->model)
+        return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
+                              "%s: no [model] configured; nothing to run", rt->source);
+    if (req->n_images < 0 || req->n_images > 1024 || (req->n_images > 0 && !req->image_paths))
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "request: n_images %d needs as many image_paths", req->n_images);
+    struct mmrt_job *j = calloc(1, sizeof *j);
+    bool failed = j == NULL;
+    if (j) {
+        j->rt = rt;
+        j->req = *req;
+        j->on_token = on_token;
+        j->user = user;
+        j->t0 = mmrt_now_ms();
+        j->req.prompt = j->prompt = dup_or_null(req->prompt, &failed);
+        j->req.image_path = j->image_path = dup_or_null(req->image_path, &failed);
+        if (req->n_images > 0) {
+            j->paths = calloc((size_t)req->n_images, sizeof *j->paths);
+            failed |= j->paths == NULL;
+            for (int i = 0; j->paths && i < req->n_images; i++)
+                j->paths[i] = dup_or_null(req->image_paths[i], &failed);
+            j->req.image_paths = (const char *const *)j->paths;
+        }
+    }
+    if (failed) {
+        if (j)
+            job_free(j);
+        return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "mmrt_submit: out of memory");
+    }
+    pthread_mutex_lock(&rt->jobs_lock);
+    if (!rt->worker_started) {
+        if (pthread_create(&rt->worker, NULL, worker_main, rt) != 0) {
+            pthread_mutex_unlock(&rt->jobs_lock);
+            job_free(j);
+            return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY,
+                                  "mmrt_submit: cannot start the worker thread");
+        }
+        rt->worker_started = true;
+    }
+    j->next = rt->pending;
+    rt->pending = j;
+    pthread_cond_signal(&rt->work);
+    pthread_mutex_unlock(&rt->jobs_lock);
+    *out = j;
+    return MMRT_OK;
+}
+
+void mmrt_cancel(struct mmrt_job *job)
+{
+    if (!job)
+        return;
+    struct mmrt_runtime *rt = job->rt;
+    pthread_mutex_lock(&rt->jobs_lock);
+    job->cancel = true;
+    if (job->seq)
+        mmrt_engine_cancel(job->seq);
+    pthread_mutex_unlock(&rt->jobs_lock);
+}
+
+mmrt_status mmrt_wait(struct mmrt_job *job, struct mmrt_result *result)
+{
+    if (!job)
+        return MMRT_ERR_INVALID_ARG;
+    struct mmrt_runtime *rt = job->rt;
+    pthread_mutex_lock(&rt->jobs_lock);
+    while (!job->done)
+        pthread_cond_wait(&rt->done, &rt->jobs_lock);
+    pthread_mutex_unlock(&rt->jobs_lock);
+    const mmrt_status st = job->result.status;
+    if (result)
+        *result = job->result;
+    job_free(job);
+    return st;
 }
 
 void mmrt_runtime_engine_stats(const struct mmrt_runtime *rt, struct mmrt_engine_stats *out)

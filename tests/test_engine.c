@@ -8,6 +8,8 @@
  * batch invariance). Chunked prefill changes how a prompt's attention is blocked, so chunked
  * against unchunked is held to the golden tolerance and identical tokens instead.
  */
+#include <pthread.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -320,6 +322,131 @@ static void test_batch_failures_stay_local(void **state)
     json_decref(c.json);
 }
 
+/* ---- asynchronous jobs ---- */
+
+struct submitter {
+    struct mmrt_runtime *rt;
+    const struct cases *c;
+    int first, n;                 /* cases [first, first + n) */
+    struct golden_capture *caps;
+    struct mmrt_job *jobs[MAX_CASES];
+    mmrt_status st;
+};
+
+static void *submit_some(void *arg)
+{
+    struct submitter *s = arg;
+    for (int i = s->first; i < s->first + s->n && s->st == MMRT_OK; i++)
+        s->st = mmrt_submit(s->rt, &s->c->req[i], golden_on_token, &s->caps[i], &s->jobs[i]);
+    return NULL;
+}
+
+/* Jobs submitted from three threads at once run together on the worker and give the tokens
+ * of their solo runs. */
+static void test_submit_from_threads(void **state)
+{
+    (void)state;
+    struct cases c;
+    cases_load("llava-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ 0 });
+    struct golden_capture solo[MAX_CASES] = { { 0 } }, got[MAX_CASES] = { { 0 } };
+    run_solo(rt, &c, solo);
+    struct submitter sub[3];
+    pthread_t th[3];
+    const int per = (c.n + 2) / 3;
+    for (int t = 0; t < 3; t++) {
+        const int first = t * per, n = first + per > c.n ? c.n - first : per;
+        sub[t] = (struct submitter){ rt, &c, first, n, got, { NULL }, MMRT_OK };
+        assert_int_equal(pthread_create(&th[t], NULL, submit_some, &sub[t]), 0);
+    }
+    for (int t = 0; t < 3; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(sub[t].st, MMRT_OK);
+    }
+    for (int t = 0; t < 3; t++)
+        for (int i = sub[t].first; i < sub[t].first + sub[t].n; i++) {
+            struct mmrt_result res;
+            assert_int_equal(mmrt_wait(sub[t].jobs[i], &res), MMRT_OK);
+            assert_int_equal(res.n_tokens, solo[i].n_tokens);
+            assert_int_equal(got[i].n_tokens, solo[i].n_tokens);
+            assert_memory_equal(got[i].tokens, solo[i].tokens,
+                                (size_t)solo[i].n_tokens * sizeof(int32_t));
+        }
+    assert_pages_back(rt);
+    free_caps(solo, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
+/* A job cancelled from another thread while it streams ends with MMRT_ERR_CANCELLED after
+ * the tokens it had delivered, and its neighbours are untouched. */
+struct cancel_user {
+    struct golden_capture cap;
+    sem_t reached, cancelled;
+    int at;                       /* tokens before the callback waits for the cancel */
+};
+
+static bool cancel_token(void *user, int32_t id, const char *text)
+{
+    struct cancel_user *u = user;
+    golden_on_token(&u->cap, id, text);
+    if (id >= 0 && u->cap.n_tokens == u->at) {
+        sem_post(&u->reached);
+        sem_wait(&u->cancelled);
+    }
+    return true;
+}
+
+static void test_cancel_job(void **state)
+{
+    (void)state;
+    struct cases c;
+    cases_load("qwen2vl-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("qwen2vl-tiny", &(struct setup){ 0 });
+    struct golden_capture solo[MAX_CASES] = { { 0 } }, got[MAX_CASES] = { { 0 } };
+    run_solo(rt, &c, solo);
+    struct cancel_user cu = { .at = 2 };
+    sem_init(&cu.reached, 0, 0);
+    sem_init(&cu.cancelled, 0, 0);
+    struct mmrt_job *jobs[MAX_CASES];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(mmrt_submit(rt, &c.req[i], i == 1 ? cancel_token : golden_on_token,
+                                     i == 1 ? (void *)&cu : (void *)&got[i], &jobs[i]),
+                         MMRT_OK);
+    sem_wait(&cu.reached);
+    mmrt_cancel(jobs[1]);
+    sem_post(&cu.cancelled);
+    struct mmrt_result res;
+    assert_int_equal(mmrt_wait(jobs[1], &res), MMRT_ERR_CANCELLED);
+    assert_int_equal(res.status, MMRT_ERR_CANCELLED);
+    assert_int_equal(cu.cap.n_tokens, 2);
+    assert_memory_equal(cu.cap.tokens, solo[1].tokens, 2 * sizeof(int32_t));
+    for (int i = 0; i < 3; i += 2) {
+        assert_int_equal(mmrt_wait(jobs[i], &res), MMRT_OK);
+        assert_int_equal(got[i].n_tokens, solo[i].n_tokens);
+        assert_memory_equal(got[i].tokens, solo[i].tokens,
+                            (size_t)solo[i].n_tokens * sizeof(int32_t));
+    }
+    /* A job that fails (an image that does not exist) reports it through its result. */
+    struct mmrt_request bad = c.req[0];
+    bad.image_path = "/nonexistent/x.png";
+    bad.image_paths = NULL;
+    bad.n_images = 0;
+    struct mmrt_job *j;
+    assert_int_equal(mmrt_submit(rt, &bad, NULL, NULL, &j), MMRT_OK);
+    assert_int_not_equal(mmrt_wait(j, &res), MMRT_OK);
+    assert_non_null(strstr(res.error, "/nonexistent/x.png"));
+    assert_pages_back(rt);
+    /* A job left un-waited is cancelled and freed by mmrt_destroy. */
+    assert_int_equal(mmrt_submit(rt, &c.req[2], NULL, NULL, &j), MMRT_OK);
+    sem_destroy(&cu.reached);
+    sem_destroy(&cu.cancelled);
+    golden_capture_free(&cu.cap);
+    free_caps(solo, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
 static void test_bad_scheduler_config(void **state)
 {
     (void)state;
@@ -353,6 +480,8 @@ int main(void)
         cmocka_unit_test(test_batch_vision_on_opencl),
         cmocka_unit_test(test_chunked_matches_whole),
         cmocka_unit_test(test_batch_failures_stay_local),
+        cmocka_unit_test(test_submit_from_threads),
+        cmocka_unit_test(test_cancel_job),
         cmocka_unit_test(test_bad_scheduler_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

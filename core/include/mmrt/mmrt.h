@@ -15,8 +15,12 @@
  *   buffer. The library never prints and never exits; it logs through mmrt_set_log_sink().
  *
  * Threads
- *   A runtime is used by one thread at a time. Different runtimes are independent, except
- *   that they share loaded plugins (the process-wide plugin registry) and the log sink.
+ *   mmrt_submit(), mmrt_cancel() and mmrt_wait() may be called from any number of threads at
+ *   once: their requests run together on the runtime's worker thread. Every other call on a
+ *   runtime is made by one thread at a time (mmrt_run and mmrt_run_batch may overlap with
+ *   submitted requests: they run in the same engine). Different runtimes are independent,
+ *   except that they share loaded plugins (the process-wide plugin registry) and the log
+ *   sink.
  */
 #ifndef MMRT_MMRT_H
 #define MMRT_MMRT_H
@@ -111,7 +115,8 @@ MMRT_API mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_r
 MMRT_API mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out,
                                            char *err, size_t err_size);
 
-/* Releases devices, pools, weights and plugin references. NULL is a no-op. */
+/* Releases devices, pools, weights and plugin references; stops the worker thread. Jobs not
+ * yet waited for are cancelled and freed (their handles become invalid). NULL is a no-op. */
 MMRT_API void mmrt_destroy(struct mmrt_runtime *rt);
 
 /* Detail of the last failure on rt ("" when none). Valid until the next call on rt. */
@@ -275,6 +280,30 @@ typedef bool (*mmrt_batch_token_fn)(void *user, int request, int32_t token_id, c
 MMRT_API mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs,
                                     int n, mmrt_batch_token_fn on_token, void *user,
                                     struct mmrt_result *results);
+
+/* ----------------------------------------------------------------------------------------
+ * Asynchronous requests: queued with mmrt_submit(), they join the running batch between two
+ * decode steps (docs/ENGINE.md). The runtime starts one worker thread on the first
+ * submission; it runs every submitted request's stages and calls their token callbacks (so a
+ * callback must not block for long: it holds up every request of the step). The request and
+ * its strings are copied: they need not outlive the call.
+ */
+struct mmrt_job;
+
+/* Queues req; *out is the handle to wait for (every job must be waited for, exactly once).
+ * A request the runtime refuses outright (no model, no memory for the copy) is an error
+ * here; everything else — a bad image, a prompt over the context — is the job's result. */
+MMRT_API mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                 mmrt_token_fn on_token, void *user, struct mmrt_job **out);
+
+/* Asks the job to stop: it ends with MMRT_ERR_CANCELLED before its next token (tokens already
+ * delivered stay delivered) and its KV pages return at once. Safe from any thread, the job's
+ * own callback included, until the job has been waited for. */
+MMRT_API void mmrt_cancel(struct mmrt_job *job);
+
+/* Blocks until the job has finished, copies its result into *result (may be NULL), frees the
+ * job and returns result->status. */
+MMRT_API mmrt_status mmrt_wait(struct mmrt_job *job, struct mmrt_result *result);
 
 /* How the configured placement compares with the CPU reference (mmrt_check). */
 struct mmrt_check_report {
