@@ -31,8 +31,9 @@ static void dev_arena_free(void *user, void *arena)
 }
 
 mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *plugin, int index,
-                                 uint64_t pool_bytes, const struct mmrt_option *options,
-                                 int n_options, struct mmrt_dev **out, struct mmrt_error *err)
+                                 uint64_t pool_bytes, enum mmrt_pool_level1 level1,
+                                 const struct mmrt_option *options, int n_options,
+                                 struct mmrt_dev **out, struct mmrt_error *err)
 {
     mmrt_status st = MMRT_OK;
     if (plugin->n_devices == 0)
@@ -88,6 +89,7 @@ mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *pl
         .capacity_bytes = pool_bytes,
         .max_arena_bytes = dev->info.max_arena_bytes,
         .min_block_bytes = dev->info.alignment > 256 ? dev->info.alignment : 256,
+        .level1 = level1,
     };
     /* min_block must be a power of two: round a strange alignment up. */
     uint64_t mb = 256;
@@ -102,8 +104,9 @@ mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *pl
                           (unsigned long long)(pool_bytes >> 20));
         goto fail;
     }
-    mmrt_log(MMRT_LOG_INFO, "core", "device %s: %s (%s), pool %llu MiB", name, dev->info.name,
-             dev->api->name, (unsigned long long)(pool_bytes >> 20));
+    mmrt_log(MMRT_LOG_INFO, "core", "device %s: %s (%s), pool %llu MiB%s", name, dev->info.name,
+             dev->api->name, (unsigned long long)(pool_bytes >> 20),
+             level1 == MMRT_POOL_LEVEL1_OFF ? " (level 1 off)" : "");
     *out = dev;
     return MMRT_OK;
 
@@ -120,7 +123,8 @@ mmrt_status mmrt_dev_open(const char *name, const char *plugin_name, int index,
     mmrt_status st = mmrt_plugin_load(plugin_name, &plugin, err);
     if (st != MMRT_OK)
         return st;
-    st = mmrt_dev_open_plugin(name, plugin, index, pool_bytes, options, n_options, out, err);
+    st = mmrt_dev_open_plugin(name, plugin, index, pool_bytes, MMRT_POOL_LEVEL1_DEFAULT, options,
+                              n_options, out, err);
     mmrt_plugin_release(plugin); /* the device holds its own reference */
     return st;
 }

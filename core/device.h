@@ -47,6 +47,9 @@ struct mmrt_dev {
     struct mmrt_pool *pool;
     struct mmrt_dev_weight_stats weights;
     struct mmrt_dev_kv_stats kv;
+    int64_t auto_kv_tokens;             /* KV positions pool_mb = auto sized this pool for
+                                           (models/pool_budget.h), the KV store's default;
+                                           0 when pool_mb was given */
 };
 
 /* Loads `plugin_name`, opens device `index` with the plugin-specific options and reserves a
@@ -58,10 +61,12 @@ mmrt_status mmrt_dev_open(const char *name, const char *plugin_name, int index,
                           uint64_t pool_bytes, const struct mmrt_option *options, int n_options,
                           struct mmrt_dev **out, struct mmrt_error *err);
 
-/* Same with an already loaded plugin (takes its own reference). */
+/* Same with an already loaded plugin (takes its own reference), and the pool's level 1 on or
+ * off (pool.h; mmrt_dev_open keeps the default, on). An invalid level1 is MMRT_ERR_CONFIG. */
 mmrt_status mmrt_dev_open_plugin(const char *name, struct mmrt_loaded_plugin *plugin, int index,
-                                 uint64_t pool_bytes, const struct mmrt_option *options,
-                                 int n_options, struct mmrt_dev **out, struct mmrt_error *err);
+                                 uint64_t pool_bytes, enum mmrt_pool_level1 level1,
+                                 const struct mmrt_option *options, int n_options,
+                                 struct mmrt_dev **out, struct mmrt_error *err);
 
 /* Frees the pool and closes the device; NULL is a no-op. Every block must be freed or
  * simply abandoned (the arenas go away with the pool). */

@@ -12,14 +12,42 @@ void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p)
 {
     if (p->dev && p->free_pages)
         memset(&p->dev->kv, 0, sizeof p->dev->kv);
-    for (int64_t i = 0; p->k && i < p->n_layers; i++) {
-        mmrt_dev_tensor_free(p->dev, &p->v[i]);
-        mmrt_dev_tensor_free(p->dev, &p->k[i]);
-    }
+    for (int b = p->n_blocks; b-- > 0;)
+        mmrt_dev_tensor_free(p->dev, &p->blocks[b]);
     free(p->k);
     free(p->v);
     free(p->free_pages);
     memset(p, 0, sizeof *p);
+}
+
+int mmrt_kv_store_plan(uint64_t tensor_bytes, int64_t n_tensors, uint64_t min_block,
+                       uint64_t max_block, int64_t *counts, uint64_t *pool_bytes)
+{
+    const uint64_t tb = (tensor_bytes + min_block - 1) / min_block * min_block;
+    int n = 0;
+    uint64_t total = 0;
+    for (int64_t left = n_tensors; left > 0 && tb > 0;) {
+        uint64_t want = (uint64_t)left * tb, chunk = min_block;
+        while (chunk <= want / 2 && (!max_block || chunk * 2 <= max_block))
+            chunk *= 2;
+        int64_t c = (int64_t)(chunk / tb);
+        if (c == 0) { /* one tensor, in the power of two above it */
+            c = 1;
+            while (chunk < tb)
+                chunk *= 2;
+        }
+        if (n == MMRT_KV_MAX_BLOCKS - 1 && c < left) { /* the last block takes the rest */
+            c = left;
+            chunk = min_block;
+            while (chunk < (uint64_t)c * tb)
+                chunk *= 2;
+        }
+        counts[n++] = c;
+        total += chunk;
+        left -= c;
+    }
+    *pool_bytes = total;
+    return n;
 }
 
 mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
@@ -43,7 +71,9 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     struct mmrt_pool_stats ps;
     mmrt_pool_stats(dev->pool, &ps);
     const bool configured = max_tokens > 0;
-    if (!configured) {
+    if (!configured && dev->auto_kv_tokens > 0) {
+        max_tokens = dev->auto_kv_tokens; /* what pool_mb = auto reserved room for */
+    } else if (!configured) {
         max_tokens = max_positions > 0 ? max_positions : 4096;
         const int64_t fit = per_token ? (int64_t)(ps.capacity_bytes / 2 / per_token) : max_tokens;
         if (fit < max_tokens)
@@ -68,11 +98,28 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
     }
     const int64_t ne[4] = { p.n_pages, page_tokens, n_kv_heads, head_dim };
-    for (int64_t i = 0; i < n_layers; i++) {
-        mmrt_status st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 4, ne, &p.k[i], err);
-        if (st == MMRT_OK)
-            st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 4, ne, &p.v[i], err);
+    const uint64_t tensor_bytes = (uint64_t)p.n_pages * (uint64_t)page_tokens *
+                                  (uint64_t)n_kv_heads * (uint64_t)head_dim * sizeof(float);
+    int64_t counts[MMRT_KV_MAX_BLOCKS];
+    uint64_t planned; /* what the blocks take from the pool (pool_budget.c counts the same) */
+    /* no block is larger than the pool's largest arena */
+    const uint64_t largest = ps.n_orders ? ps.min_block_bytes << (ps.n_orders - 1) : 0;
+    p.n_blocks = mmrt_kv_store_plan(tensor_bytes, 2 * n_layers, ps.min_block_bytes, largest,
+                                    counts, &planned);
+    /* tensors are placed at min_block steps (the pool's alignment) */
+    const uint64_t step = (tensor_bytes + ps.min_block_bytes - 1) / ps.min_block_bytes *
+                          ps.min_block_bytes;
+    int64_t placed = 0;
+    for (int b = 0; b < p.n_blocks; b++) {
+        const int64_t ne1[1] = { counts[b] * (int64_t)(step / sizeof(float)) };
+        mmrt_status st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, ne1, &p.blocks[b], err);
+        for (int64_t j = 0; st == MMRT_OK && j < counts[b]; j++, placed++) {
+            struct mmrt_dev_tensor *t = placed % 2 ? &p.v[placed / 2] : &p.k[placed / 2];
+            mmrt_tensor_init(&t->t, p.blocks[b].t.buffer, p.blocks[b].t.offset +
+                             (uint64_t)j * step, MMRT_DTYPE_F32, 4, ne);
+        }
         if (st != MMRT_OK) {
+            p.n_blocks = b;
             const int64_t tokens = p.max_tokens;
             mmrt_kv_pages_destroy(&p);
             return mmrt_error_prefix(err, st, "KV cache of %s%lld tokens (%.1f MiB in pages of "
@@ -93,8 +140,10 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
         .bytes = per_token * (uint64_t)p.max_tokens,
     };
     mmrt_log(MMRT_LOG_INFO, "kv", "device %s: KV cache of %lld tokens in %lld pages of %lld "
-             "(%.1f MiB)%s", dev->name, (long long)p.max_tokens, (long long)p.n_pages,
-             (long long)page_tokens, (double)per_token * (double)p.max_tokens / 1048576.0,
+             "(%.1f MiB in %d pool blocks of %.1f MiB)%s", dev->name, (long long)p.max_tokens,
+             (long long)p.n_pages, (long long)page_tokens,
+             (double)per_token * (double)p.max_tokens / 1048576.0, p.n_blocks,
+             (double)planned / 1048576.0,
              configured ? "" : " (default: set [model] max_kv_tokens)");
     *out = p;
     return MMRT_OK;

@@ -4,8 +4,9 @@
  *
  * The K/V cache is paged (DESIGN.md "Memory", specs/engine.md): a decoder owns one page
  * store on its device — per layer one K and one V tensor [n_pages, page_tokens, n_kv_heads,
- * head_dim] F32, reserved from the device pool when the model loads and sized by
- * `[model] max_kv_tokens` — and every sequence a page table naming, in position order, the
+ * head_dim] F32, reserved from the device pool when the model loads (packed into a few
+ * power-of-two blocks, mmrt_kv_store_plan) and sized by `[model] max_kv_tokens` — and every
+ * sequence a page table naming, in position order, the
  * pages that hold its keys. A sequence takes pages as it grows (mmrt_kv_cache_reserve) and
  * gives them back when it ends, so many sequences share the store and nothing is reserved for
  * a worst case. New K/V rows go in with SET_ROWS at the rows mmrt_kv_cache_rows names;
@@ -23,6 +24,22 @@
 #define MMRT_KV_DEFAULT_PAGE_TOKENS 16
 #define MMRT_KV_MAX_PAGE_TOKENS 4096
 
+/* Most pool blocks one page store is packed into (see mmrt_kv_store_plan). */
+#define MMRT_KV_MAX_BLOCKS 64
+
+/* How a store of n_tensors equal tensors of tensor_bytes each (2 per layer, K and V) is
+ * packed into pool blocks. Why: the pool gives power-of-two blocks (core/pool.h), so a
+ * tensor per block holds up to twice its bytes (a 7B layer's K for 768 positions is 12 MiB
+ * and would take 16). Instead the tensors fill blocks of the binary decomposition of their
+ * total: each block is the largest power of two ≤ the bytes still to place, holding as many
+ * whole tensors as fit, and a last tensor that fits no such block gets its own; 768 MiB of
+ * 64 tensors take 512 + 256 + 16 MiB. The largest block is capped at max_block (0 = none).
+ * Fills counts[b] (tensors in block b) and returns the number of blocks (≤
+ * MMRT_KV_MAX_BLOCKS; the last absorbs the rest if more would be needed); *pool_bytes gets
+ * the blocks' total. tensor_bytes is first rounded up to min_block. */
+int mmrt_kv_store_plan(uint64_t tensor_bytes, int64_t n_tensors, uint64_t min_block,
+                       uint64_t max_block, int64_t *counts, uint64_t *pool_bytes);
+
 /* The page store of one decoder. */
 struct mmrt_kv_pages {
     struct mmrt_dev *dev;
@@ -30,16 +47,20 @@ struct mmrt_kv_pages {
     int64_t page_tokens, n_pages;
     int64_t max_tokens;         /* n_pages · page_tokens: what max_kv_tokens bought */
     bool max_tokens_configured; /* false: the default (for messages) */
-    struct mmrt_dev_tensor *k;  /* [n_layers] each [n_pages, page_tokens, n_kv_heads, hd] */
+    struct mmrt_dev_tensor *k;  /* [n_layers] each [n_pages, page_tokens, n_kv_heads, hd],
+                                   views into blocks[] (their own block field is empty) */
     struct mmrt_dev_tensor *v;
     int64_t seq_pages;          /* the widest page table one sequence can need:
                                    ceil(min(context, max_tokens) / page_tokens) */
+    struct mmrt_dev_tensor blocks[MMRT_KV_MAX_BLOCKS]; /* the pool blocks that hold them */
+    int n_blocks;
     int32_t *free_pages;        /* stack of free page ids */
     int64_t n_free;
 };
 
-/* Reserves the store. max_tokens 0 = the default: the model's context (max_positions), but at
- * most what half of the device's pool holds, so activations keep room. A configured value is
+/* Reserves the store. max_tokens 0 = the default: with pool_mb = auto the positions the pool
+ * was sized for (dev->auto_kv_tokens: the model's context), else the model's context
+ * (max_positions) but at most what half of the device's pool holds, so activations keep room. A configured value is
  * used as given: if the pool cannot hold it, MMRT_ERR_OUT_OF_POOL names max_kv_tokens, the
  * bytes and the pool. page_tokens 0 = MMRT_KV_DEFAULT_PAGE_TOKENS. */
 mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,

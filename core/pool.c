@@ -146,7 +146,15 @@ struct mmrt_pool {
     uint64_t l2_in_use;      /* bytes of allocated level-2 blocks, slabs included */
     uint64_t bytes_in_use, peak_bytes_in_use, bytes_requested_in_use, peak_held;
     uint64_t n_allocs, n_allocs_total, n_out_of_pool, n_bad_frees;
+    struct mmrt_pool_trace trace; /* zero unless a tool asked (mmrt_pool_trace_new_pools) */
 };
+
+static struct mmrt_pool_trace g_trace;
+
+void mmrt_pool_trace_new_pools(const struct mmrt_pool_trace *trace)
+{
+    g_trace = trace ? *trace : (struct mmrt_pool_trace){ 0 };
+}
 
 /* ---- hierarchical bitsets ------------------------------------------------------------ */
 
@@ -940,6 +948,7 @@ mmrt_status mmrt_pool_create(const struct mmrt_pool_config *cfg,
     if (!pool)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "pool: out of host memory for the pool");
     pool->ops = *ops;
+    pool->trace = g_trace;
     pool->min_block = min_block;
     pool->min_shift = (unsigned)__builtin_ctzll(min_block);
     pool->n_arenas = (uint32_t)n_arenas;
@@ -1145,6 +1154,8 @@ mmrt_status mmrt_pool_alloc(struct mmrt_pool *pool, uint64_t nbytes, struct mmrt
         else
             l1->misses++;
     }
+    if (pool->trace.alloc)
+        pool->trace.alloc(pool->trace.user, out);
     return MMRT_OK;
 }
 
@@ -1176,6 +1187,8 @@ void mmrt_pool_free(struct mmrt_pool *pool, const struct mmrt_pool_block *block)
             pool->n_bad_frees++;
             return;
         }
+        if (pool->trace.free)
+            pool->trace.free(pool->trace.user, block);
         pool->bytes_in_use -= size;
         pool->bytes_requested_in_use -= block->requested;
         pool->n_allocs--;
@@ -1187,6 +1200,8 @@ void mmrt_pool_free(struct mmrt_pool *pool, const struct mmrt_pool_block *block)
         pool->n_bad_frees++;
         return;
     }
+    if (pool->trace.free)
+        pool->trace.free(pool->trace.user, block);
     pool->bytes_in_use -= block->nbytes;
     pool->bytes_requested_in_use -= block->requested;
     pool->n_allocs--;

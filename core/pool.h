@@ -253,6 +253,21 @@ struct mmrt_pool_stats {
 
 struct mmrt_pool; /* opaque */
 
+/* An observer of every successful mmrt_pool_alloc and every accepted mmrt_pool_free of a
+ * pool, so a tool can record the calls a real workload makes and replay them against other
+ * capacities or level-1 settings (tools/bench/frag.c). Called after an allocation and
+ * before a free takes effect, with the block as the caller sees it. */
+struct mmrt_pool_trace {
+    void *user;
+    void (*alloc)(void *user, const struct mmrt_pool_block *block);
+    void (*free)(void *user, const struct mmrt_pool_block *block);
+};
+
+/* Pools created after this call report to *trace (copied; NULL: pools created afterwards
+ * report to nothing). Process-wide and not synchronised: for tools and tests that set it
+ * before creating a runtime, never for the library itself. */
+void mmrt_pool_trace_new_pools(const struct mmrt_pool_trace *trace);
+
 /* Builds a pool: validates cfg, carves the capacity into arenas (see the top of this file),
  * allocates all host metadata, then obtains every arena through ops->alloc.
  * Statuses: MMRT_ERR_INVALID_ARG (NULL cfg/ops/out, NULL callback), MMRT_ERR_CONFIG

@@ -24,8 +24,14 @@
 #include "mmrt/mmrt.h"
 #include "model.h"
 #include "plugin_loader.h"
+#include "pool_budget.h"
 
 #define MAX_DEVICES 64
+
+_Static_assert((int)MMRT_LEVEL1_DEFAULT == (int)MMRT_POOL_LEVEL1_DEFAULT &&
+                   (int)MMRT_LEVEL1_ON == (int)MMRT_POOL_LEVEL1_ON &&
+                   (int)MMRT_LEVEL1_OFF == (int)MMRT_POOL_LEVEL1_OFF,
+               "the public level1 values are the pool's");
 
 struct mmrt_runtime {
     struct mmrt_dev *devices[MAX_DEVICES];
@@ -134,20 +140,13 @@ static mmrt_status check_options(const struct config_lines *src, int dev_i,
                 used += (size_t)w;
         }
         snprintf(what, sizeof what,
-                 "[device.%s]: unknown key '%s' (plugin %s knows: plugin, index, pool_mb%s%s)",
+                 "[device.%s]: unknown key '%s' (plugin %s knows: plugin, index, pool_mb, "
+                 "level1%s%s)",
                  dc->name, key, plugin->api.name, used ? ", " : "", keys);
         int line = src->conf ? src->conf->devices[dev_i].options[k].line : 0;
         return at(src, line, err, MMRT_ERR_CONFIG, what);
     }
     return MMRT_OK;
-}
-
-static struct mmrt_dev *find_dev(struct mmrt_runtime *rt, const char *name)
-{
-    for (int i = 0; i < rt->n_devices; i++)
-        if (strcmp(rt->devices[i]->name, name) == 0)
-            return rt->devices[i];
-    return NULL;
 }
 
 static mmrt_status create(const struct mmrt_config *cfg, const struct config_lines *src,
@@ -242,45 +241,36 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                 goto fail;
             }
         }
-        if (dc->pool_mb == 0 || dc->pool_mb > (UINT64_MAX >> 20)) {
-            snprintf(what, sizeof what, "[device.%s]: pool_mb must be at least 1", dc->name);
+        if (dc->pool_mb > (UINT64_MAX >> 20)) {
+            snprintf(what, sizeof what, "[device.%s]: pool_mb %llu is too large", dc->name,
+                     (unsigned long long)dc->pool_mb);
             st = at(src, line, err, MMRT_ERR_CONFIG, what);
             goto fail;
         }
-        struct mmrt_loaded_plugin *plugin = NULL;
-        struct mmrt_error perr = { 0 };
-        st = mmrt_plugin_load(dc->plugin, &plugin, &perr);
-        if (st != MMRT_OK) {
-            snprintf(what, sizeof what, "[device.%s]: %s", dc->name, perr.msg);
-            st = at(src, src->conf ? src->conf->devices[i].plugin_line : 0, err, st, what);
+        if (dc->level1 != MMRT_LEVEL1_DEFAULT && dc->level1 != MMRT_LEVEL1_ON &&
+            dc->level1 != MMRT_LEVEL1_OFF) {
+            snprintf(what, sizeof what, "[device.%s]: level1 %d is not an enum mmrt_level1 "
+                     "value", dc->name, (int)dc->level1);
+            st = at(src, src->conf && src->conf->devices[i].level1_line
+                             ? src->conf->devices[i].level1_line : line,
+                    err, MMRT_ERR_CONFIG, what);
             goto fail;
         }
-        st = check_options(src, i, dc, plugin, err);
-        if (st == MMRT_OK)
-            st = mmrt_dev_open_plugin(dc->name, plugin, dc->index, dc->pool_mb << 20,
-                                      dc->options, dc->n_options, &rt->devices[i], &perr);
-        mmrt_plugin_release(plugin);
-        /* A pool that cannot be had at start is the configuration's pool_mb, not a failed
-         * request: exit 2 with the line. */
-        if (st == MMRT_ERR_OUT_OF_POOL)
-            st = MMRT_ERR_CONFIG;
-        if (st != MMRT_OK) {
-            if (perr.msg[0])
-                at(src, src->conf && src->conf->devices[i].pool_mb_line
-                            ? src->conf->devices[i].pool_mb_line
-                            : line,
-                   err, st, perr.msg);
-            goto fail;
-        }
-        rt->n_devices++;
     }
 
+    /* Where the stages go, by device index, before anything is opened: pool_mb = auto
+     * sizes each pool for the stages placed on its device. */
     const char *stage_dev[2] = { cfg->vision_device, cfg->language_device };
     const char *stage_name[2] = { "vision", "language" };
-    struct mmrt_dev **stage_slot[2] = { &rt->vision, &rt->language };
+    int stage_ix[2] = { 0, 0 };
     for (int s = 0; s < 2; s++) {
-        *stage_slot[s] = stage_dev[s] ? find_dev(rt, stage_dev[s]) : rt->devices[0];
-        if (!*stage_slot[s]) {
+        if (!stage_dev[s])
+            continue;
+        stage_ix[s] = -1;
+        for (int i = 0; i < cfg->n_devices; i++)
+            if (strcmp(cfg->devices[i].name, stage_dev[s]) == 0)
+                stage_ix[s] = i;
+        if (stage_ix[s] < 0) {
             const struct mmrt_conf_stage *cs =
                 src->conf ? (s == 0 ? &src->conf->vision : &src->conf->language) : NULL;
             snprintf(what, sizeof what, "[stage.%s]: device '%s' is not defined", stage_name[s],
@@ -290,10 +280,13 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         }
     }
 
+    /* The model's type and, for pool_mb = auto, what its largest request needs. */
+    json_t *root = NULL;
+    char cfg_path[4096];
+    struct mmrt_pool_budget budget = { 0 };
+    bool have_budget = false;
     if (rt->model_path) {
-        char cfg_path[4096];
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", rt->model_path);
-        json_t *root = NULL;
         st = mmrt_json_load_file(cfg_path, 16u << 20, 0, &root, err);
         if (st != MMRT_OK)
             goto fail;
@@ -303,9 +296,93 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
             st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                                 "%s: model_type '%s' is not supported by this build (%s)",
                                 cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
+        bool any_auto = false;
+        for (int i = 0; i < cfg->n_devices; i++)
+            any_auto |= cfg->devices[i].pool_mb == 0;
+        if (st == MMRT_OK && any_auto) {
+            st = mmrt_pool_budget_estimate(type, rt->model_path, root, &rt->model_opts, &budget,
+                                           err);
+            have_budget = st == MMRT_OK;
+        }
+        if (st != MMRT_OK) {
+            json_decref(root);
+            goto fail;
+        }
+    }
+
+    for (int i = 0; i < cfg->n_devices; i++) {
+        const struct mmrt_device_config *dc = &cfg->devices[i];
+        int line = src->conf ? src->conf->devices[i].line : 0;
+        const bool is_vision = i == stage_ix[0], is_language = i == stage_ix[1];
+        const bool automatic = dc->pool_mb == 0;
+        uint64_t pool_mb = dc->pool_mb;
+        if (automatic)
+            pool_mb = have_budget ? mmrt_pool_budget_mb(&budget, is_vision, is_language)
+                                  : MMRT_POOL_BUDGET_IDLE_MB;
+        struct mmrt_loaded_plugin *plugin = NULL;
+        struct mmrt_error perr = { 0 };
+        st = mmrt_plugin_load(dc->plugin, &plugin, &perr);
+        if (st != MMRT_OK) {
+            snprintf(what, sizeof what, "[device.%s]: %s", dc->name, perr.msg);
+            st = at(src, src->conf ? src->conf->devices[i].plugin_line : 0, err, st, what);
+            json_decref(root);
+            goto fail;
+        }
+        st = check_options(src, i, dc, plugin, err);
         if (st == MMRT_OK)
-            st = rt->model_type->load(rt->model_path, root, &rt->model_opts, rt->vision,
-                                      rt->language, &rt->model, err);
+            st = mmrt_dev_open_plugin(dc->name, plugin, dc->index, pool_mb << 20,
+                                      (enum mmrt_pool_level1)dc->level1, dc->options,
+                                      dc->n_options, &rt->devices[i], &perr);
+        mmrt_plugin_release(plugin);
+        /* A pool that cannot be had at start is the configuration's pool_mb, not a failed
+         * request: exit 2 with the line. */
+        if (st == MMRT_ERR_OUT_OF_POOL)
+            st = MMRT_ERR_CONFIG;
+        if (st != MMRT_OK && perr.msg[0] && automatic && have_budget &&
+            (is_vision || is_language))
+            mmrt_error_prefix(&perr, st, "pool_mb = auto is %llu MiB for the largest request "
+                              "(KV %.0f MiB for %lld tokens, language %.0f MiB for %lld rows, "
+                              "vision %.0f MiB for %lld rows; lower [model] max_kv_tokens or "
+                              "max_image_tokens, or set pool_mb)",
+                              (unsigned long long)pool_mb,
+                              is_language ? (double)budget.kv_bytes / 1048576.0 : 0.0,
+                              is_language ? (long long)budget.kv_tokens : 0LL,
+                              is_language ? (double)budget.language_bytes / 1048576.0 : 0.0,
+                              is_language ? (long long)budget.language_rows : 0LL,
+                              is_vision ? (double)budget.vision_bytes / 1048576.0 : 0.0,
+                              is_vision ? (long long)budget.vision_rows : 0LL);
+        if (st != MMRT_OK) {
+            if (perr.msg[0])
+                at(src, src->conf && src->conf->devices[i].pool_mb_line
+                            ? src->conf->devices[i].pool_mb_line
+                            : line,
+                   err, st, perr.msg);
+            json_decref(root);
+            goto fail;
+        }
+        rt->n_devices++;
+        if (automatic && have_budget) {
+            struct mmrt_dev *dev = rt->devices[i];
+            /* The KV store's default is what this pool was sized for, not half of it. */
+            if (is_language)
+                dev->auto_kv_tokens = budget.kv_tokens;
+            mmrt_log(MMRT_LOG_INFO, "core", "device %s: pool_mb = auto: %llu MiB (KV %.1f MiB "
+                     "for %lld tokens, language %.1f MiB for %lld rows, vision %.1f MiB for %lld "
+                     "rows, + 1/8 + %d MiB)", dev->name, (unsigned long long)pool_mb,
+                     is_language ? (double)budget.kv_bytes / 1048576.0 : 0.0,
+                     is_language ? (long long)budget.kv_tokens : 0LL,
+                     is_language ? (double)budget.language_bytes / 1048576.0 : 0.0,
+                     is_language ? (long long)budget.language_rows : 0LL,
+                     is_vision ? (double)budget.vision_bytes / 1048576.0 : 0.0,
+                     is_vision ? (long long)budget.vision_rows : 0LL, MMRT_POOL_BUDGET_SMALL_MB);
+        }
+    }
+    rt->vision = rt->devices[stage_ix[0]];
+    rt->language = rt->devices[stage_ix[1]];
+
+    if (rt->model_path) {
+        st = rt->model_type->load(rt->model_path, root, &rt->model_opts, rt->vision,
+                                  rt->language, &rt->model, err);
         json_decref(root);
         if (st == MMRT_OK) {
             rt->model_type->language(rt->model, &rt->lang);
@@ -367,6 +444,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         devs[i] = (struct mmrt_device_config){
             .name = cd->name, .plugin = cd->plugin, .index = cd->index,
             .pool_mb = cd->pool_mb, .options = opts[i], .n_options = cd->n_options,
+            .level1 = cd->level1,
         };
     }
     struct mmrt_config cfg = {

@@ -275,8 +275,10 @@ static void test_defaults_and_paths(void **state)
     assert_int_equal(c->n_devices, 1);
     assert_int_equal(c->devices[0].index, 0);
     assert_int_equal(c->devices[0].index_line, 0);
-    assert_int_equal(c->devices[0].pool_mb, 1024);
+    assert_int_equal(c->devices[0].pool_mb, 0); /* auto */
     assert_int_equal(c->devices[0].pool_mb_line, 0);
+    assert_int_equal(c->devices[0].level1, MMRT_LEVEL1_DEFAULT);
+    assert_int_equal(c->devices[0].level1_line, 0);
     assert_int_equal(c->devices[0].n_options, 0);
     assert_null(c->devices[0].options);
     assert_int_equal(c->model_line, 0);
@@ -317,6 +319,18 @@ static void test_defaults_and_paths(void **state)
     assert_true(c->run.top_p == 1.0);
     assert_int_equal(c->devices[0].index, 1023);
     assert_int_equal(c->devices[0].pool_mb, 1);
+    mmrt_conf_destroy(c);
+
+    /* pool_mb = auto is the default spelled out; level1 on and off. */
+    text = "[device.a]\nplugin = cpu\npool_mb = auto\nlevel1 = off\n"
+           "[device.b]\nplugin = cpu\nlevel1 = on\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->devices[0].pool_mb, 0);
+    assert_int_equal(c->devices[0].pool_mb_line, 3);
+    assert_int_equal(c->devices[0].level1, MMRT_LEVEL1_OFF);
+    assert_int_equal(c->devices[0].level1_line, 4);
+    assert_int_equal(c->devices[1].level1, MMRT_LEVEL1_ON);
+    assert_int_equal(c->devices[1].level1_line, 7);
     mmrt_conf_destroy(c);
 
     /* Other accepted number spellings. */
@@ -583,6 +597,16 @@ static const struct error_case ERRORS[] = {
      "t.ini:3: [device.d] pool_mb = '16777217': outside [1, 16777216]"},
     {D "pool_mb = 1k\n", MMRT_ERR_CONFIG,
      "t.ini:3: [device.d] pool_mb = '1k': not a decimal integer"},
+    {D "pool_mb = Auto\n", MMRT_ERR_CONFIG,
+     "t.ini:3: [device.d] pool_mb = 'Auto': expected auto or MiB from 1 to 16777216"},
+    {D "pool_mb = auto\npool_mb = 2\n", MMRT_ERR_CONFIG,
+     "t.ini:4: [device.d] duplicate key 'pool_mb' (first on line 3)"},
+    {D "level1 = yes\n", MMRT_ERR_CONFIG,
+     "t.ini:3: [device.d] level1 = 'yes': expected on or off"},
+    {D "level1 = ON\n", MMRT_ERR_CONFIG,
+     "t.ini:3: [device.d] level1 = 'ON': expected on or off"},
+    {D "level1 = off\nlevel1 = on\n", MMRT_ERR_CONFIG,
+     "t.ini:4: [device.d] duplicate key 'level1' (first on line 3)"},
     /* reals */
     {RUN("temperature = nan"), MMRT_ERR_CONFIG,
      "t.ini:4: [run] temperature = 'nan': not a decimal number"},

@@ -139,7 +139,8 @@ static void test_no_device_is_a_skip(void **state)
     assert_string_equal(p->skip_reason, "no stub device (test variant)");
     assert_true(log_has("skipped: no stub device (test variant)"));
     struct mmrt_dev *dev = NULL;
-    assert_int_equal(mmrt_dev_open_plugin("s0", p, 0, 1 << 20, NULL, 0, &dev, &err),
+    assert_int_equal(mmrt_dev_open_plugin("s0", p, 0, 1 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL, 0,
+                                          &dev, &err),
                      MMRT_ERR_NO_DEVICE);
     assert_string_equal(err.msg, "device s0: plugin stub has no device: no stub device "
                                  "(test variant)");

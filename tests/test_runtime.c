@@ -121,7 +121,7 @@ static void test_unknown_plugin_key(void **state)
     (void)state;
     expect_error("[device.a]\nplugin = stub\n\ncolour = red\n", MMRT_ERR_CONFIG, 4,
                  "[device.a]: unknown key 'colour' (plugin stub knows: plugin, index, pool_mb, "
-                 "mode, fail)");
+                 "level1, mode, fail)");
 }
 
 static void test_plugin_refused(void **state)

@@ -456,8 +456,26 @@ static void device_key(struct parser *p, const char *key, const char *v, size_t 
         if (set_int(p, key, v, n, 0, 1023, &x, &d->index_line))
             d->index = (int)x;
     } else if (strcmp(key, "pool_mb") == 0) {
-        if (set_int(p, key, v, n, 1, 16777216, &x, &d->pool_mb_line))
+        if (n == 4 && memcmp(v, "auto", 4) == 0) {
+            if (once(p, key, n, &d->pool_mb_line))
+                d->pool_mb = 0;
+        } else if (n > 0 && (v[0] < '0' || v[0] > '9') && v[0] != '-') {
+            if (once(p, key, n, &d->pool_mb_line))
+                fail(p, p->line, MMRT_ERR_CONFIG, "[%s] pool_mb = '%.*s': expected auto or "
+                     "MiB from 1 to 16777216", p->section, (int)n, v);
+        } else if (set_int(p, key, v, n, 1, 16777216, &x, &d->pool_mb_line)) {
             d->pool_mb = (uint64_t)x;
+        }
+    } else if (strcmp(key, "level1") == 0) {
+        if (!once(p, key, n, &d->level1_line))
+            return;
+        if (n == 2 && memcmp(v, "on", 2) == 0)
+            d->level1 = MMRT_LEVEL1_ON;
+        else if (n == 3 && memcmp(v, "off", 3) == 0)
+            d->level1 = MMRT_LEVEL1_OFF;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] level1 = '%.*s': expected on or off",
+                 p->section, (int)n, v);
     } else {
         size_t kn = strlen(key);
         if (!is_name(key, kn, MMRT_CONF_MAX_OPTION_KEY, "_.-")) {

@@ -10,14 +10,18 @@
  *                              ; model's context): image tokens per request, all images
  *     oversize_images = refuse ; optional, refuse | downscale, default refuse: what happens
  *                              ; to images over that budget (docs/CONFIG.md)
- *     max_kv_tokens = 8192     ; optional, 0..2147483647, default 0 (= the model's context,
- *                              ; at most half the pool): positions of the paged KV cache
+ *     max_kv_tokens = 8192     ; optional, 0..2147483647, default 0 (= the model's context;
+ *                              ; with a pool_mb given, at most half the pool): positions of
+ *                              ; the paged KV cache
  *     kv_page_tokens = 16      ; optional, a power of two 1..4096, default 16
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
  *     index = 0             ; optional, 0..1023, default 0: device index within the plugin
- *     pool_mb = 1024        ; optional, 1..16777216, default 1024: the device's memory pool
+ *     pool_mb = auto        ; optional, auto or 1..16777216 MiB, default auto (kept as 0):
+ *                           ; the device's working pool, auto = sized for the stages placed
+ *                           ; on it (mmrt.h struct mmrt_device_config)
+ *     level1 = on           ; optional, on | off, default on: the pool's exact-size level
  *     threads = 2           ; any other key is a plugin-specific option, kept with its line
  *
  *     [stage.vision]
@@ -108,7 +112,7 @@
 
 /* Defaults of the keys that have one. */
 #define MMRT_CONF_DEFAULT_INDEX 0
-#define MMRT_CONF_DEFAULT_POOL_MB 1024
+#define MMRT_CONF_DEFAULT_POOL_MB 0 /* auto */
 #define MMRT_CONF_DEFAULT_MAX_TOKENS 64
 #define MMRT_CONF_DEFAULT_TOP_P 1.0
 #define MMRT_CONF_MAX_IMAGE_TOKENS 2147483647 /* largest max_image_tokens */
@@ -135,8 +139,10 @@ struct mmrt_conf_device {
     int plugin_line;
     int index; /* 0..1023 */
     int index_line;
-    uint64_t pool_mb; /* 1..16777216 MiB */
+    uint64_t pool_mb; /* 1..16777216 MiB, or 0 for auto */
     int pool_mb_line;
+    enum mmrt_level1 level1; /* MMRT_LEVEL1_DEFAULT when absent */
+    int level1_line;
     struct mmrt_conf_option *options; /* [n_options], in file order */
     int n_options;
 };

@@ -43,6 +43,7 @@
 #include "formats/conf.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
+#include "pool_budget.h"
 
 enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2 };
 
@@ -231,14 +232,6 @@ static double quantile(double *v, size_t n, double q)
     return v[k > 0 ? k - 1 : 0];
 }
 
-static uint64_t pow2_ceil(uint64_t x)
-{
-    uint64_t p = 1;
-    while (p < x)
-        p <<= 1;
-    return p;
-}
-
 /* ---- placement ----------------------------------------------------------------------------- */
 
 struct placement {
@@ -290,7 +283,7 @@ static int load_placement(const char *conf_path, struct placement *p)
                                                  .index = cd->index, .pool_mb = cd->pool_mb,
                                                  .options = p->opts[i],
                                                  .n_options = cd->n_options };
-        p->pool_given[i] = cd->pool_mb_line != 0;
+        p->pool_given[i] = cd->pool_mb != 0; /* "pool_mb = auto" is not a given size */
     }
     p->n_dev = p->conf->n_devices;
     for (int s = 0; s < 2; s++) {
@@ -309,43 +302,6 @@ static void free_placement(struct placement *p)
     for (int i = 0; i < MAX_DEVS; i++)
         free(p->opts[i]);
     mmrt_conf_destroy(p->conf);
-}
-
-/* Pool a stage needs: one request's activations rounded up to the buddy pool's power-of-two
- * blocks (attention scores counted as if materialized), plus headroom. The weights live
- * outside the pool (mapped or in exact-size weight arenas). Virtual memory only: the CPU
- * plugin's arenas are touched as they are used. */
-static uint64_t stage_pool_mb(const struct bench_shape *s, int64_t layers, int64_t image_size,
-                              int64_t ctx, int batch, bool vision, bool language)
-{
-    uint64_t b = 64ull << 20;
-    if (vision) {
-        struct bench_image_plan ip;
-        bench_image_plan(s, image_size, &ip);
-        const uint64_t T = (uint64_t)ip.n_patches + 1, Dv = (uint64_t)s->v_hidden;
-        const uint64_t Iv = (uint64_t)(s->v_inter > s->v_hidden ? s->v_inter : s->v_hidden);
-        const uint64_t D = (uint64_t)s->t_hidden;
-        const uint64_t K = (uint64_t)(s->v_channels * s->v_patch * s->v_patch *
-                                      (s->v_temporal_patch ? s->v_temporal_patch : 1));
-        const uint64_t H = (uint64_t)(s->v_heads ? s->v_heads : 1);
-        b += 4 * pow2_ceil(T * K * 4) + 8 * pow2_ceil(T * Dv * 4) + 2 * pow2_ceil(T * Iv * 4) +
-             4 * pow2_ceil(T * (D > 4 * Dv ? D : 4 * Dv) * 4) + pow2_ceil(H * T * T * 4);
-    }
-    if (language) {
-        int64_t vl, tl;
-        bench_shape_depth(s, layers, &vl, &tl);
-        const uint64_t S = (uint64_t)ctx, D = (uint64_t)s->t_hidden, I = (uint64_t)s->t_inter;
-        const uint64_t V = (uint64_t)s->t_vocab, H = (uint64_t)s->t_heads;
-        const uint64_t QD = (uint64_t)(s->t_heads * s->t_head_dim);
-        const uint64_t KD = (uint64_t)(s->t_kv_heads * s->t_head_dim);
-        const uint64_t W = D > QD ? D : QD;
-        /* The paged KV store holds every sequence of a round at once. */
-        b += (uint64_t)tl * 2 * pow2_ceil(S * KD * 4 * (uint64_t)batch);
-        b += 8 * pow2_ceil(S * W * 4) + 2 * pow2_ceil(S * 3 * W * 4) + 3 * pow2_ceil(S * I * 4) +
-             pow2_ceil(H * S * S * 4) + 2 * pow2_ceil(V * 4);
-    }
-    b += b / 8;
-    return (b + (1u << 20) - 1) >> 20;
 }
 
 /* Bytes of the tensors a stage loads, as stored (no rounding). */
@@ -555,7 +511,8 @@ int main(int argc, char **argv)
         dev_weights[i] = stage_weight_bytes(tensors, n_tensors, w_bytes, pl.vision == i,
                                             pl.language == i);
 
-    /* Pools sized for this shape unless the INI set pool_mb. */
+    /* Pools: pool_mb = auto unless the INI set pool_mb; the runtime sizes each from the
+     * configuration (models/pool_budget.h) with the same estimate printed here. */
     struct bench_work est;
     /* The largest image and prompt a round holds size the KV store and the pools. */
     const int max_image = mix_image(&o, 3), max_prompt = mix_prompt(&o, 12);
@@ -566,11 +523,31 @@ int main(int argc, char **argv)
                        o.gen_tokens, w_bytes, 4, &est);
     const int64_t n_prompt_est = est.n_image_tokens + o.prompt_tokens + TEMPLATE_TOKENS;
     bench_work_compute(s, o.layers, o.image_size, n_prompt_est, o.gen_tokens, w_bytes, 4, &est);
+    /* A round's requests decode together: KV for each running one's context, not the
+     * model's whole context (the KV store and the longest prefill auto sizes for). */
+    const int64_t kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency);
+    const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens };
+    struct mmrt_pool_budget budget = { 0 };
+    uint64_t pool_mb[MAX_DEVS] = { 0 };
+    if (supported) {
+        json_t *cj = bench_synth_config(s, o.layers, o.dtype);
+        struct mmrt_error be = { 0 };
+        if (!cj || mmrt_pool_budget_estimate(s->model_type,
+                                             bench_synth_exists(ckpt, s) ? ckpt : NULL, cj,
+                                             &mopts, &budget, &be) != MMRT_OK) {
+            fprintf(stderr, "mmrt-bench: %s\n", cj ? be.msg : "out of memory");
+            json_decref(cj);
+            goto out;
+        }
+        json_decref(cj);
+    }
     for (int i = 0; i < pl.n_dev; i++) {
         if (pl.pool_given[i])
-            continue;
-        pl.dev[i].pool_mb = stage_pool_mb(s, o.layers, max_image, ctx, o.batch,
-                                          pl.vision == i, pl.language == i);
+            pool_mb[i] = pl.dev[i].pool_mb;
+        else if (supported)
+            pool_mb[i] = mmrt_pool_budget_mb(&budget, pl.vision == i, pl.language == i);
+        if (!pl.pool_given[i])
+            pl.dev[i].pool_mb = 0; /* auto */
     }
 
     if (o.dry_run) {
@@ -585,8 +562,9 @@ int main(int argc, char **argv)
         }
         for (int i = 0; pools && i < pl.n_dev; i++)
             json_array_append_new(
-                pools, json_pack("{s:s,s:s,s:I,s:I}", "name", pl.dev[i].name, "plugin",
-                                 pl.dev[i].plugin, "pool_mb", (json_int_t)pl.dev[i].pool_mb,
+                pools, json_pack("{s:s,s:s,s:I,s:b,s:I}", "name", pl.dev[i].name, "plugin",
+                                 pl.dev[i].plugin, "pool_mb", (json_int_t)pool_mb[i],
+                                 "pool_auto", !pl.pool_given[i],
                                  "weights_bytes", (json_int_t)dev_weights[i]));
         json_t *plan = json_pack(
             "{s:s,s:s,s:s,s:b,s:I,s:I,s:s,s:s,s:b,s:o,s:i,s:I,s:I,s:I,"
@@ -638,10 +616,25 @@ int main(int argc, char **argv)
                    "(%d user + image + at most %d of template); decode %.4g GB per token\n",
                    est.vision_flop / 1e9, est.prefill_flop / 1e9, (long long)n_prompt_est,
                    o.prompt_tokens, TEMPLATE_TOKENS, est.decode_bytes / 1e9);
-            for (int i = 0; i < pl.n_dev; i++)
-                printf("pool %s (%s): %llu MiB, weights %.1f MiB\n", pl.dev[i].name,
-                       pl.dev[i].plugin, (unsigned long long)pl.dev[i].pool_mb,
-                       (double)dev_weights[i] / 1048576);
+            for (int i = 0; i < pl.n_dev; i++) {
+                const bool v = pl.vision == i, l = pl.language == i;
+                if (pl.pool_given[i])
+                    printf("pool %s (%s): %llu MiB (pool_mb), weights %.1f MiB outside it\n",
+                           pl.dev[i].name, pl.dev[i].plugin, (unsigned long long)pool_mb[i],
+                           (double)dev_weights[i] / 1048576);
+                else
+                    printf("pool %s (%s): %llu MiB (auto: KV %.1f MiB for %lld tokens, language "
+                           "%.1f MiB for %lld rows, vision %.1f MiB for %lld rows), weights "
+                           "%.1f MiB outside it\n", pl.dev[i].name, pl.dev[i].plugin,
+                           (unsigned long long)pool_mb[i],
+                           l ? (double)budget.kv_bytes / 1048576 : 0.0,
+                           l ? (long long)budget.kv_tokens : 0LL,
+                           l ? (double)budget.language_bytes / 1048576 : 0.0,
+                           l ? (long long)budget.language_rows : 0LL,
+                           v ? (double)budget.vision_bytes / 1048576 : 0.0,
+                           v ? (long long)budget.vision_rows : 0LL,
+                           (double)dev_weights[i] / 1048576);
+            }
         }
         json_decref(plan);
         rc = 0;
@@ -747,7 +740,7 @@ int main(int argc, char **argv)
         .vision_device = pl.dev[pl.vision].name, .language_device = pl.dev[pl.language].name,
         /* A round's requests decode together: KV for each one's context, not the model's
          * whole context (the pool estimate counts the same). */
-        .max_kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency),
+        .max_kv_tokens = kv_tokens,
         .max_batch = concurrency,
     };
     double t_load = now_ms();

@@ -347,8 +347,8 @@ static mmrt_status open_pooled(const char *name, struct mmrt_loaded_plugin *lp, 
     const struct mmrt_option *opts = a ? a->options : NULL;
     int n_opts = a ? a->n_options : 0;
     for (;;) {
-        mmrt_status st = mmrt_dev_open_plugin(name, lp, index, pool_mb << 20, opts, n_opts, out,
-                                              err);
+        mmrt_status st = mmrt_dev_open_plugin(name, lp, index, pool_mb << 20,
+                                              MMRT_POOL_LEVEL1_DEFAULT, opts, n_opts, out, err);
         if (st != MMRT_ERR_OUT_OF_POOL || pool_mb / 2 < MIN_POOL_MB)
             return st;
         pool_mb /= 2;

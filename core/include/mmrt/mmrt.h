@@ -55,13 +55,31 @@ MMRT_API void mmrt_set_log_sink(mmrt_log_fn fn, void *user, enum mmrt_log_level 
  * Configuration as a struct, for programs that do not use an INI file. All strings are
  * borrowed for the duration of mmrt_create() only.
  */
+/* Whether a device's pool keeps level 1 (exact-size slots for the sizes each step asks for
+ * again) in front of its buddy allocator (docs/CONFIG.md "Memory"). The zero value is the
+ * default, on. */
+enum mmrt_level1 {
+    MMRT_LEVEL1_DEFAULT = 0, /* on */
+    MMRT_LEVEL1_ON = 1,
+    MMRT_LEVEL1_OFF = 2,     /* the buddy allocator alone: every block a power of two */
+};
+
 struct mmrt_device_config {
     const char *name;                  /* e.g. "cpu0"; referenced by the stages */
     const char *plugin;                /* e.g. "cpu" → libmmrt_cpu.so */
     int index;                         /* device index within the plugin */
-    uint64_t pool_mb;                  /* memory pool reserved on the device */
+    /* Working memory reserved on the device, MiB. 0 (the default, INI `pool_mb = auto`) =
+     * sized when the runtime starts from what the stages placed on the device need: the KV
+     * store (max_kv_tokens, or the model's context) plus the activations of the largest
+     * request the configuration allows (the largest image the model's preprocessing and
+     * max_image_tokens admit, the longest prompt the context or max_kv_tokens admits), plus
+     * a margin; a device without a stage gets a small pool (docs/CONFIG.md "Memory").
+     * Weights are never in the pool. An explicit value larger than the device's memory is
+     * refused, as is an automatic one (the message gives both figures). */
+    uint64_t pool_mb;
     const struct mmrt_option *options; /* plugin-specific keys, may be NULL */
     int n_options;
+    enum mmrt_level1 level1;           /* INI: [device.NAME] level1 = on | off */
 };
 
 /* What the vision stage does with images over the image-token budget (max_image_tokens). */
@@ -85,8 +103,8 @@ struct mmrt_config {
      * oversize_images = refuse | downscale. */
     enum mmrt_oversize_images oversize_images;
     /* Positions the paged KV cache of the language device holds, all sequences together,
-     * reserved from its pool at load; 0 (the default) = the model's context, at most half the
-     * pool. A request whose prompt and max_tokens need more fails with MMRT_ERR_LIMIT.
+     * reserved from its pool at load; 0 (the default) = the model's context (with an explicit
+     * pool_mb, at most half the pool; pool_mb = auto makes room for it). A request whose prompt and max_tokens need more fails with MMRT_ERR_LIMIT.
      * INI: [model] max_kv_tokens. */
     int64_t max_kv_tokens;
     /* Positions per KV page, a power of two up to 4096; 0 = 16. INI: [model] kv_page_tokens. */
