@@ -29,7 +29,7 @@ struct mmrt_dev_weight_stats {
     uint64_t n_tensors, n_arenas;
 };
 
-/* The paged KV cache of the decoder on this device (models/kv_cache.c keeps these). */
+/* The paged KV cache of the decoder on this device (core/kv_cache.c keeps these). */
 struct mmrt_dev_kv_stats {
     uint64_t page_tokens;    /* positions per page; 0 when no decoder runs here */
     uint64_t pages_total;    /* pages of the store */

@@ -118,7 +118,7 @@ struct mmrt_model_options {
     int64_t max_image_tokens;                  /* 0 = no limit beyond the model's context */
     enum mmrt_oversize_images oversize_images; /* MMRT_OVERSIZE_REFUSE by default */
     int64_t max_kv_tokens;  /* KV positions of the decoder's page store; 0 = default
-                               (models/kv_cache.h) */
+                               (core/kv_cache.h) */
     int64_t kv_page_tokens; /* positions per KV page, a power of two; 0 = 16 */
 };
 

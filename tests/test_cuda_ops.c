@@ -1309,7 +1309,7 @@ static void mstep_ops(struct mstep *m)
 {
     struct mmrt_rope_multi_params rp = { 1e6f, MS_D, MS_D, 0, 3, { 8, 12, 12 } };
     /* The whole cache as two packed sequences (plugin.h: cu_seqlens end at the key count):
-     * the query's keys [0, len), then the unused rest with no query, as decode_step.c does. */
+     * the query's keys [0, len), then the unused rest with no query (the old decode step). */
     struct mmrt_attention_params ap = { 0.125f, 1, 2 };
     struct harness_tensor *r1[2] = { m->q, m->pos }, *r2[2] = { m->kn, m->pos };
     struct harness_tensor *s1[2] = { m->kr, m->slot }, *s2[2] = { m->vn, m->slot };
