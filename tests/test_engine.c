@@ -55,8 +55,11 @@ static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
     char dir[4096];
     golden_fixture_path(dir, sizeof dir, fixture);
     static const struct mmrt_option graph_on = { .key = "graph", .value = "1" };
+    /* MMRT_TEST_PLUGIN moves the language stage (tools/gpu-check.sh: cuda). */
+    const char *lang = getenv("MMRT_TEST_PLUGIN") && *getenv("MMRT_TEST_PLUGIN")
+                           ? getenv("MMRT_TEST_PLUGIN") : "cpu";
     struct mmrt_device_config devs[2] = {
-        { .name = "l", .plugin = "cpu", .pool_mb = 64 },
+        { .name = "l", .plugin = lang, .pool_mb = 64 },
         { .name = "v", .plugin = s->vision_plugin ? s->vision_plugin : "cpu", .pool_mb = 64 },
     };
     for (int i = 0; i < 2 && s->graph; i++)

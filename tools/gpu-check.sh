@@ -119,7 +119,7 @@ if [ $cfg_rc -eq 0 ] || [ $dry -eq 1 ]; then
     for t in mmrt_cuda mmrt_cpu test_cuda_ops; do
       grep -q "Built target $t\$" "$logdir/build.log" || key_ok=0
     done
-    have="$(for t in mmrt_cuda mmrt_cpu test_cuda_ops test_cuda_device mmrt_cuda_emu_test test_llava mmrt-plugin-check mmrt-bench; do grep -q "Built target $t\$" "$logdir/build.log" && printf '%s ' "$t"; done)"
+    have="$(for t in mmrt_cuda mmrt_cpu test_cuda_ops test_cuda_device mmrt_cuda_emu_test test_llava test_engine mmrt-plugin-check mmrt-bench; do grep -q "Built target $t\$" "$logdir/build.log" && printf '%s ' "$t"; done)"
     res=$(result $rc)
     [ $rc -ne 0 ] && [ $key_ok -eq 1 ] && res=PARTIAL
     add build "$res" "$secs" "built: $have"
@@ -238,6 +238,16 @@ if [ $dry -eq 1 ] || [ -x "$build/bin/mmrt" ]; then
   [ $dry -eq 0 ] && printf '[model]\npath = %s/tests/fixtures/llava-tiny\n\n[device.gpu0]\nplugin = cuda\npool_mb = 256\n\n[run]\nimage = %s/tests/fixtures/llava-images/grad_45x90.png\nprompt = What is shown in this image?\nmax_tokens = 16\n' "$here" "$here" > "$gconf"
   run_step graph_decode 60 "env $env_for_tests MMRT_LOG=debug '$build/bin/mmrt' --conf '$gconf' --json"
   [ $dry -eq 0 ] && add graph_decode "$(result $rc)" "$secs" "$(grep -o '"decode_graph": *[a-z]*' "$logdir/graph_decode.log" | head -1); $(grep -m1 -o 'graph capture failed[^"]*' "$logdir/graph_decode.log" | cut -c1-60)"
+fi
+
+# ---- 8d. the engine on CUDA: batched, chunked, preempted requests against their solo bits -
+# (cuBLAS picks GEMM algorithms by shape, so a failure here measures how far batch
+# invariance is from holding on the GPU; the log names the first differing step.)
+if [ $dry -eq 1 ] || [ -x "$build/bin/test_engine" ]; then
+  run_step engine_cuda 150 "env $env_for_tests MMRT_TEST_PLUGIN=cuda '$build/bin/test_engine'"
+  [ $dry -eq 0 ] && add engine_cuda "$(result $rc)" "$secs" "$(grep -m1 -o 'PASSED  \] [0-9]* test(s)' "$logdir/engine_cuda.log"); $(grep -m1 -o 'differ from its solo run (rel [^)]*)' "$logdir/engine_cuda.log")"
+else
+  add engine_cuda "SKIP" 0 "no test_engine"
 fi
 
 # ---- 9. compute-sanitizer: out-of-bounds / races in the kernels (quick case list) --------
