@@ -120,6 +120,11 @@ struct mmrt_model_options {
     int64_t max_kv_tokens;  /* KV positions of the decoder's page store; 0 = default
                                (core/kv_cache.h) */
     int64_t kv_page_tokens; /* positions per KV page, a power of two; 0 = 16 */
+    /* What the engine runs at most in one forward, for pool_mb = auto (pool_budget.h):
+     * prefill rows (the larger of step_tokens and prefill_chunk) and decode rows
+     * (max_batch); 0 = a whole prompt in one forward, one decode row. */
+    int64_t max_prefill_rows;
+    int64_t max_decode_rows;
 };
 
 struct mmrt_model_type {

@@ -218,6 +218,14 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
                                                   .kv_page_tokens = cfg->kv_page_tokens };
+    {
+        /* The engine's defaults, resolved here so pool_mb = auto sizes for what it runs. */
+        const int64_t batch = cfg->max_batch ? cfg->max_batch : MMRT_ENGINE_DEFAULT_BATCH;
+        const int64_t chunk = cfg->prefill_chunk ? cfg->prefill_chunk : MMRT_ENGINE_DEFAULT_CHUNK;
+        const int64_t step = cfg->step_tokens ? cfg->step_tokens : chunk + batch;
+        rt->model_opts.max_prefill_rows = step > chunk ? step : chunk;
+        rt->model_opts.max_decode_rows = batch;
+    }
     rt->run = (struct mmrt_request){ .max_tokens = 64, .top_p = 1.0f };
     rt->source = strdup(src->file ? src->file : "config");
     if (!rt->source || (cfg->model_path && !(rt->model_path = strdup(cfg->model_path)))) {

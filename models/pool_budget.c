@@ -49,17 +49,17 @@ struct lm_dims {
     bool fused_qkv; /* Persimmon: one [S, 3·q_width] projection */
 };
 
-/* One prefill of S rows: the prompt embeddings, the layer scratch (h, x, o; q, att; k, v;
- * gate and up; positions), the logits of the prefill and of the decode step, and the
- * step's row indices. */
-static uint64_t lm_prefill(const struct lm_dims *d, int64_t S)
+/* One engine forward of S rows and O logits rows (core/engine.c): the embedded rows, the
+ * decoder's scratch (x, o; q, att; k, v; gate and up; Persimmon's fused qkv), the control
+ * block (ids, KV rows, positions, page tables: a generous 8 + W per row) and the logits. */
+static uint64_t lm_forward(const struct lm_dims *d, int64_t S, int64_t O, int64_t W)
 {
     uint64_t b = blk(S, d->hidden, 4);                       /* embeddings (image spliced) */
-    b += 3 * blk(S, d->hidden, 4) + 2 * blk(S, d->q_width, 4) + 2 * blk(S, d->kv_width, 4);
+    b += 2 * blk(S, d->hidden, 4) + 2 * blk(S, d->q_width, 4) + 2 * blk(S, d->kv_width, 4);
     if (d->fused_qkv)
         b += blk(S, 3 * d->q_width, 4);
-    b += 2 * blk(S, d->inter, 4) + blk(S, 3, 4) + blk(S + 3, 1, 4) + blk(S, 1, 4);
-    b += 2 * blk(1, d->vocab, 4);
+    b += 2 * blk(S, d->inter, 4) + blk(S, 8 + W, 4);
+    b += blk(O, d->vocab, 4);
     return b;
 }
 
@@ -73,8 +73,16 @@ static void lm_budget(const struct lm_dims *d, const struct mmrt_model_options *
     int64_t counts[MMRT_KV_MAX_BLOCKS];
     mmrt_kv_store_plan((uint64_t)kv * (uint64_t)d->kv_width * 4, 2 * d->n_layers, 256, 0,
                        counts, &out->kv_bytes);
-    out->language_rows = min64(d->context, kv);
-    out->language_bytes = lm_prefill(d, out->language_rows);
+    /* The engine cuts prompts into chunks: a prefill forward has at most max_prefill_rows
+     * rows (0: a whole prompt at once). Its decode forward's buffers, for max_decode_rows
+     * sequences, live as long as the engine. */
+    int64_t rows = min64(d->context, kv);
+    if (opts && opts->max_prefill_rows > 0)
+        rows = min64(rows, opts->max_prefill_rows);
+    const int64_t B = opts && opts->max_decode_rows > 0 ? opts->max_decode_rows : 1;
+    const int64_t W = (min64(d->context, kv) + page - 1) / page;
+    out->language_rows = rows;
+    out->language_bytes = lm_forward(d, rows, min64(rows, B), W) + lm_forward(d, B, B, W);
 }
 
 static struct lm_dims llama_dims(const struct mmrt_llama_config *c)

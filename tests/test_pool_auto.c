@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "engine.h"
 #include "formats/json.h"
 #include "kv_cache.h"
 #include "mmrt/mmrt.h"
@@ -61,7 +62,12 @@ static void estimate(const char *dir, const char *type, struct mmrt_pool_budget 
     json_t *root = NULL;
     struct mmrt_error err = { 0 };
     assert_int_equal(mmrt_json_load_file(cfg, 1 << 24, 0, &root, &err), MMRT_OK);
-    assert_int_equal(mmrt_pool_budget_estimate(type, dir, root, NULL, b, &err), MMRT_OK);
+    /* What the runtime asks for with the default [scheduler]. */
+    const struct mmrt_model_options o = {
+        .max_prefill_rows = MMRT_ENGINE_DEFAULT_CHUNK + MMRT_ENGINE_DEFAULT_BATCH,
+        .max_decode_rows = MMRT_ENGINE_DEFAULT_BATCH,
+    };
+    assert_int_equal(mmrt_pool_budget_estimate(type, dir, root, &o, b, &err), MMRT_OK);
     json_decref(root);
 }
 
