@@ -7,17 +7,20 @@
  * deploy.ini is a FILE:LINE error, not a silently ignored key). Errors from an INI file carry
  * FILE:LINE; the same checks on a config struct name the field instead.
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "device.h"
 #include "error.h"
 #include "formats/conf.h"
+#include "formats/file.h"
 #include "formats/json.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
@@ -245,8 +248,30 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     if (rt->model_path) {
         char cfg_path[4096];
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", rt->model_path);
+        /* Where [model] path leads nowhere useful, that is the configuration's line (exit 2),
+         * not a failed load. What is wrong inside the checkpoint is the checkpoint's. */
+        const int path_line = src->conf ? src->conf->model_path_line : 0;
+        struct stat sb;
+        if (stat(rt->model_path, &sb) != 0) {
+            snprintf(what, sizeof what, "[model] path '%s': %s", rt->model_path,
+                     strerror(errno));
+            st = at(src, path_line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        if (!S_ISDIR(sb.st_mode)) {
+            snprintf(what, sizeof what, "[model] path '%s' is %s, not a checkpoint directory",
+                     rt->model_path, mmrt_file_kind(sb.st_mode));
+            st = at(src, path_line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        if (!mmrt_file_exists(cfg_path)) {
+            snprintf(what, sizeof what, "[model] path '%s' is not a checkpoint directory: it "
+                     "has no config.json", rt->model_path);
+            st = at(src, path_line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
         json_t *root = NULL;
-        st = mmrt_json_load_file(cfg_path, 16u << 20, 0, &root, err);
+        st = mmrt_json_load_object(cfg_path, 16u << 20, 0, &root, err);
         if (st != MMRT_OK)
             goto fail;
         const char *type = NULL;
@@ -295,6 +320,11 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
     struct mmrt_device_config *devs = NULL;
     struct mmrt_option **opts = NULL;
     mmrt_status st = mmrt_conf_load(ini_path, &conf, &e);
+    /* Whatever stops the INI file from being read or parsed (a line or a section count over
+     * its limit, a directory or device named as the file) is a configuration error: the
+     * caller's exit 2, with the FILE:LINE the message already carries where there is one. */
+    if (st == MMRT_ERR_LIMIT || st == MMRT_ERR_IO || st == MMRT_ERR_FORMAT)
+        st = MMRT_ERR_CONFIG;
     if (st != MMRT_OK)
         goto out;
     devs = calloc((size_t)conf->n_devices + 1, sizeof *devs);

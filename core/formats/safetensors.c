@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "json.h"
 
 /* The header is {name: {dtype, shape: [..], data_offsets: [..]}}: three levels, no more. */
@@ -539,21 +540,12 @@ out:
 static mmrt_status map_file(struct st_shard *sh, const uint8_t **bytes, uint64_t *size,
                             struct mmrt_error *err)
 {
-    mmrt_status st = MMRT_OK;
-    /* O_NONBLOCK: opening a FIFO someone named as a shard must not hang the loader. */
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot open: %s", sh->path,
-                              strerror(errno));
+    int fd = -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot stat: %s", sh->path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: not a regular file", sh->path);
-        goto out;
-    }
+    /* Never blocks (a FIFO named as a shard), names a directory, device or link loop. */
+    mmrt_status st = mmrt_file_open(sh->path, 0, &fd, &sb, err);
+    if (st != MMRT_OK)
+        return st;
     if ((uint64_t)sb.st_size > SIZE_MAX) {
         st = mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %lld bytes cannot be mapped here",
                             sh->path, (long long)sb.st_size);
@@ -819,12 +811,6 @@ out:
     return st;
 }
 
-static bool is_regular(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -844,10 +830,13 @@ mmrt_status mmrt_safetensors_open(const char *path, const struct mmrt_st_limits 
     st = resolve_limits(path, limits, &lim, err);
     if (st != MMRT_OK)
         return st;
-    if (stat(path, &sb) != 0)
-        return mmrt_error_set(err, errno == ENOENT ? MMRT_ERR_NOT_FOUND : MMRT_ERR_IO,
-                              "%s: %s", path, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) {
+    bool is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    int e = errno;
+    if (!is_dir && !mmrt_file_exists(path))
+        return mmrt_error_set(err, e == ENOENT ? MMRT_ERR_NOT_FOUND : MMRT_ERR_IO,
+                              "%s: %s", path, strerror(e));
+    /* A dangling or looping link fails stat but exists: open_single names it. */
+    if (!is_dir) {
         if (ends_with(path, ".json"))
             return open_index(path, &lim, out, err);
         return open_single(path, &lim, out, err);
@@ -863,9 +852,11 @@ mmrt_status mmrt_safetensors_open(const char *path, const struct mmrt_st_limits 
     snprintf(single, len + sizeof "/model.safetensors", "%s/model.safetensors", path);
     snprintf(index, len + sizeof "/model.safetensors.index.json",
              "%s/model.safetensors.index.json", path);
-    if (is_regular(single))
+    /* Whatever is at the name is the checkpoint: a directory, FIFO, device or link loop
+     * called model.safetensors is refused as such by map_file, not skipped as if absent. */
+    if (mmrt_file_exists(single))
         st = open_single(single, &lim, out, err);
-    else if (is_regular(index))
+    else if (mmrt_file_exists(index))
         st = open_index(index, &lim, out, err);
     else
         st = mmrt_error_set(err, MMRT_ERR_NOT_FOUND, "%s: checkpoint directory has neither "
