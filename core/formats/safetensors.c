@@ -6,6 +6,8 @@
  *   1. fstat (open_mapped): a regular file, and its size; nothing is mapped before this.
  *   2. the 8-byte length N against the cap and against the fstat size (overflow-checked),
  *      before one byte of the header is read.
+ *   2b. the header's top-level members counted in one pass over the bytes, against
+ *      max_tensors, so a header of millions of tiny entries costs no parse.
  *   3. the header through mmrt_json_parse (depth, UTF-8, duplicates) — jansson never sees
  *      more than those N bytes.
  *   4. each entry: closed schema, dtype, shape and byte count with overflow checks, then
@@ -412,6 +414,37 @@ static mmrt_status check_metadata(const char *what, const json_t *meta,
     return MMRT_OK;
 }
 
+/* Members of the top-level object of a JSON text, counted without parsing it: one ':' at
+ * depth 1 outside strings per member. One linear pass, no allocation, so a header of
+ * millions of tiny entries is refused by count before jansson builds a value for each (that
+ * build is linear too, but it is several allocations per entry: seconds for a million). */
+static uint64_t count_top_members(const char *text, size_t len)
+{
+    uint64_t n = 0;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ':' && depth == 1) {
+            n++;
+        }
+    }
+    return n;
+}
+
 /*
  * Validates bytes[0, size) as one safetensors file (S1–S6) and appends its tensors to the
  * set, pointing them at shard sh. On failure the set may hold a grown array and sh an arena;
@@ -449,6 +482,14 @@ static mmrt_status parse_file(struct mmrt_safetensors *set, struct st_shard *sh,
 
     snprintf(hwhat, sizeof hwhat, "%s: header (file bytes 8..%llu)", what,
              (unsigned long long)hdr_end);
+    /* The tensor limit, checked before the parse; "+ 1" leaves room for __metadata__, and
+     * the exact count is checked again once the header is parsed. */
+    uint64_t members = count_top_members((const char *)bytes + 8, (size_t)n);
+    if (members > lim->max_tensors - set->n_tensors + 1)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %llu entries (%zu before this file) "
+                              "exceed the limit of %llu tensors (counted before parsing)",
+                              hwhat, (unsigned long long)members, set->n_tensors,
+                              (unsigned long long)lim->max_tensors);
     st = mmrt_json_parse((const char *)bytes + 8, (size_t)n, hwhat, ST_HEADER_DEPTH, &root,
                          err);
     if (st != MMRT_OK)
