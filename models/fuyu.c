@@ -394,7 +394,7 @@ static int64_t image_tokens(const void *ctx, uint32_t W, uint32_t H)
 {
     const struct fuyu_pp *pp = ctx;
     uint32_t rw, rh;
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0; /* set on MMRT_OK; -O3 cannot see that (maybe-uninitialized) */
     if (plan_image(pp, W, H, &rw, &rh, &rows, &cols, NULL) != MMRT_OK)
         return -1;
     return rows * (cols + 1);
