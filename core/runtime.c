@@ -7,18 +7,21 @@
  * deploy.ini is a FILE:LINE error, not a silently ignored key). Errors from an INI file carry
  * FILE:LINE; the same checks on a config struct name the field instead.
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "device.h"
 #include "engine.h"
 #include "error.h"
 #include "formats/conf.h"
+#include "formats/file.h"
 #include "formats/json.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
@@ -153,6 +156,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                           struct mmrt_runtime **out, struct mmrt_error *err)
 {
     mmrt_status st = MMRT_OK;
+    json_t *root = NULL; /* config.json, from the model's type to its load */
     char what[MMRT_ERROR_MAX + 128];
     if (cfg->n_devices < 1 || cfg->n_devices > MAX_DEVICES || !cfg->devices) {
         snprintf(what, sizeof what, "between 1 and %d devices are needed, got %d", MAX_DEVICES,
@@ -289,13 +293,34 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     }
 
     /* The model's type and, for pool_mb = auto, what its largest request needs. */
-    json_t *root = NULL;
     char cfg_path[4096];
     struct mmrt_pool_budget budget = { 0 };
     bool have_budget = false;
     if (rt->model_path) {
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", rt->model_path);
-        st = mmrt_json_load_file(cfg_path, 16u << 20, 0, &root, err);
+        /* Where [model] path leads nowhere useful, that is the configuration's line (exit 2),
+         * not a failed load. What is wrong inside the checkpoint is the checkpoint's. */
+        const int path_line = src->conf ? src->conf->model_path_line : 0;
+        struct stat sb;
+        if (stat(rt->model_path, &sb) != 0) {
+            snprintf(what, sizeof what, "[model] path '%s': %s", rt->model_path,
+                     strerror(errno));
+            st = at(src, path_line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        if (!S_ISDIR(sb.st_mode)) {
+            snprintf(what, sizeof what, "[model] path '%s' is %s, not a checkpoint directory",
+                     rt->model_path, mmrt_file_kind(sb.st_mode));
+            st = at(src, path_line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        if (!mmrt_file_exists(cfg_path)) {
+            snprintf(what, sizeof what, "[model] path '%s' is not a checkpoint directory: it "
+                     "has no config.json", rt->model_path);
+            st = at(src, path_line, err, MMRT_ERR_CONFIG, what);
+            goto fail;
+        }
+        st = mmrt_json_load_object(cfg_path, 16u << 20, 0, &root, err);
         if (st != MMRT_OK)
             goto fail;
         const char *type = NULL;
@@ -312,10 +337,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                            err);
             have_budget = st == MMRT_OK;
         }
-        if (st != MMRT_OK) {
-            json_decref(root);
+        if (st != MMRT_OK)
             goto fail;
-        }
     }
 
     for (int i = 0; i < cfg->n_devices; i++) {
@@ -333,7 +356,6 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         if (st != MMRT_OK) {
             snprintf(what, sizeof what, "[device.%s]: %s", dc->name, perr.msg);
             st = at(src, src->conf ? src->conf->devices[i].plugin_line : 0, err, st, what);
-            json_decref(root);
             goto fail;
         }
         st = check_options(src, i, dc, plugin, err);
@@ -365,7 +387,6 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                             ? src->conf->devices[i].pool_mb_line
                             : line,
                    err, st, perr.msg);
-            json_decref(root);
             goto fail;
         }
         rt->n_devices++;
@@ -392,6 +413,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         st = rt->model_type->load(rt->model_path, root, &rt->model_opts, rt->vision,
                                   rt->language, &rt->model, err);
         json_decref(root);
+        root = NULL;
         if (st == MMRT_OK) {
             rt->model_type->language(rt->model, &rt->lang);
             st = mmrt_engine_create(&rt->lang, &rt->engine_opts, &rt->engine, err);
@@ -404,6 +426,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     return MMRT_OK;
 
 fail:
+    json_decref(root);
     mmrt_destroy(rt);
     return st;
 }
@@ -432,6 +455,11 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
     struct mmrt_device_config *devs = NULL;
     struct mmrt_option **opts = NULL;
     mmrt_status st = mmrt_conf_load(ini_path, &conf, &e);
+    /* Whatever stops the INI file from being read or parsed (a line or a section count over
+     * its limit, a directory or device named as the file) is a configuration error: the
+     * caller's exit 2, with the FILE:LINE the message already carries where there is one. */
+    if (st == MMRT_ERR_LIMIT || st == MMRT_ERR_IO || st == MMRT_ERR_FORMAT)
+        st = MMRT_ERR_CONFIG;
     if (st != MMRT_OK)
         goto out;
     devs = calloc((size_t)conf->n_devices + 1, sizeof *devs);

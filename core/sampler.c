@@ -94,18 +94,24 @@ mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits, int32
         *token = (int32_t)best;
         return MMRT_OK;
     }
-    /* Candidates: finite logits, sorted by decreasing logit; cut to top_k. */
+    /* Candidates: finite logits, sorted by decreasing logit; cut to top_k. Dividing by a
+     * positive temperature keeps the order, so the raw logits are sorted and the division
+     * is done on the differences, in double: logit / 1e-45 overflows float (inf - inf made
+     * every probability NaN and the draw fell through to the least likely candidate),
+     * while (l_i - l_0) / T is at worst -inf in double and exp() of it exactly 0, which is
+     * the greedy limit T -> 0 (ties at the top share it, as the limit does). */
     struct mmrt_sampler_cand *c = s->cands;
     int64_t n = 0;
     for (int64_t i = 0; i < s->vocab; i++)
         if (isfinite(logits[i]))
-            c[n++] = (struct mmrt_sampler_cand){ logits[i] / s->temperature, (int32_t)i };
+            c[n++] = (struct mmrt_sampler_cand){ logits[i], (int32_t)i };
     qsort(c, (size_t)n, sizeof *c, cand_cmp);
     if (s->top_k > 0 && s->top_k < n)
         n = s->top_k;
     double sum = 0;
+    const double t = (double)s->temperature;
     for (int64_t i = 0; i < n; i++) {
-        s->probs[i] = (float)exp((double)c[i].logit - (double)c[0].logit);
+        s->probs[i] = (float)exp(((double)c[i].logit - (double)c[0].logit) / t);
         sum += s->probs[i];
     }
     /* top_p: keep the shortest prefix whose mass reaches top_p. */

@@ -13,7 +13,7 @@
 #include "error.h"
 
 struct mmrt_sampler_cand {
-    float logit;
+    float logit;   /* as the model gave it; the temperature is applied to differences */
     int32_t id;
 };
 

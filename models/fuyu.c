@@ -88,31 +88,16 @@ static mmrt_status read_eos(struct mmrt_model *m, const char *dir, int64_t vocab
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     m->eos[0] = (int32_t)m->lm.cfg.eos_id;
     m->n_eos = m->lm.cfg.eos_id >= 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!mmrt_file_exists(path))
         return MMRT_OK;
-    fclose(f);
     json_t *root = NULL;
-    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
+    mmrt_status st = mmrt_json_load_object(path, 1 << 20, 0, &root, err);
     if (st != MMRT_OK)
         return st;
     const json_t *e = json_object_get(root, "eos_token_id");
-    if (json_is_integer(e)) {
-        m->n_eos = 0;
-        m->eos[m->n_eos++] = (int32_t)json_integer_value(e);
-    } else if (json_is_array(e)) {
-        m->n_eos = 0;
-        for (size_t i = 0; i < json_array_size(e) && m->n_eos < MAX_EOS; i++)
-            if (json_is_integer(json_array_get(e, i)))
-                m->eos[m->n_eos++] = (int32_t)json_integer_value(json_array_get(e, i));
-    } else if (e && !json_is_null(e)) {
-        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id must be an integer or a list",
-                            path);
-    }
-    for (int i = 0; st == MMRT_OK && i < m->n_eos; i++)
-        if (m->eos[i] < 0 || m->eos[i] >= vocab)
-            st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id %d is outside the "
-                                "vocabulary of %lld", path, m->eos[i], (long long)vocab);
+    if (e && !json_is_null(e))
+        st = mmrt_json_opt_id_list(root, "eos_token_id", path, vocab - 1, m->eos, MAX_EOS,
+                                   &m->n_eos, err);
     json_decref(root);
     return st;
 }
@@ -236,14 +221,11 @@ static mmrt_status load_pp(const char *dir, int64_t patch, struct fuyu_pp *pp,
     json_t *root = NULL;
     const json_t *obj;
     snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    const bool hub_layout = f != NULL;
-    if (f)
-        fclose(f);
-    else
+    const bool hub_layout = mmrt_file_exists(path);
+    if (!hub_layout)
         snprintf(path, sizeof path, "%s/processor_config.json", dir);
     mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
-    if (st == MMRT_ERR_IO)
+    if (st == MMRT_ERR_IO && !mmrt_file_exists(path))
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: neither preprocessor_config.json nor "
                               "processor_config.json is present", dir);
     if (st != MMRT_OK)
@@ -411,7 +393,7 @@ static int64_t image_tokens(const void *ctx, uint32_t W, uint32_t H)
 {
     const struct fuyu_pp *pp = ctx;
     uint32_t rw, rh;
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0; /* set on MMRT_OK; -O3 cannot see that (maybe-uninitialized) */
     if (plan_image(pp, W, H, &rw, &rh, &rows, &cols, NULL) != MMRT_OK)
         return -1;
     return rows * (cols + 1);

@@ -132,36 +132,23 @@ mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (!mmrt_file_exists(path)) {
         eos[0] = (int32_t)fallback;
         *n_eos = fallback >= 0;
         return MMRT_OK;
     }
-    fclose(f);
     json_t *root = NULL;
-    mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
+    mmrt_status st = mmrt_json_load_object(path, 1 << 20, 0, &root, err);
     if (st != MMRT_OK)
         return st;
     const json_t *e = json_object_get(root, "eos_token_id");
-    *n_eos = 0;
-    if (json_is_integer(e)) {
-        eos[(*n_eos)++] = (int32_t)json_integer_value(e);
-    } else if (json_is_array(e)) {
-        for (size_t i = 0; i < json_array_size(e) && *n_eos < MMRT_LLAVA_MAX_EOS; i++)
-            if (json_is_integer(json_array_get(e, i)))
-                eos[(*n_eos)++] = (int32_t)json_integer_value(json_array_get(e, i));
-    } else if (!e || json_is_null(e)) {
+    if (!e || json_is_null(e)) {
         eos[0] = (int32_t)fallback;
         *n_eos = fallback >= 0;
     } else {
-        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id must be an integer or a list",
-                            path);
+        st = mmrt_json_opt_id_list(root, "eos_token_id", path, vocab - 1, eos,
+                                   MMRT_LLAVA_MAX_EOS, n_eos, err);
     }
-    for (int i = 0; st == MMRT_OK && i < *n_eos; i++)
-        if (eos[i] < 0 || eos[i] >= vocab)
-            st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: eos_token_id %d is outside the "
-                                "vocabulary of %lld", path, eos[i], (long long)vocab);
     json_decref(root);
     return st;
 }
@@ -172,9 +159,7 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
                                                 struct mmrt_error *err)
 {
     snprintf(path, size, "%s/preprocessor_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        fclose(f);
+    if (mmrt_file_exists(path)) {
         mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, root, err);
         if (obj)
             *obj = *root;
@@ -182,7 +167,7 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
     }
     snprintf(path, size, "%s/processor_config.json", dir);
     mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, root, err);
-    if (st == MMRT_ERR_IO)
+    if (st == MMRT_ERR_IO && !mmrt_file_exists(path))
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: neither preprocessor_config.json nor "
                               "processor_config.json is present", dir);
     if (st != MMRT_OK)

@@ -48,8 +48,9 @@ mmrt_status mmrt_llava_parse_feature_layers(const json_t *cfg, const char *what,
                                             int64_t n_layers, int64_t *layers, int *n,
                                             struct mmrt_error *err);
 
-/* EOS ids: generation_config.json in `dir` when present (int or list, at most
- * MMRT_LLAVA_MAX_EOS kept), else `fallback` (none when < 0). Each must be below vocab. */
+/* EOS ids: generation_config.json in `dir` when present (int or list of at most
+ * MMRT_LLAVA_MAX_EOS), else `fallback` (none when < 0). Each must be below vocab; a value
+ * beyond that, negative, or not an integer is refused naming the file and key. */
 mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab, int32_t *eos,
                                 int *n_eos, struct mmrt_error *err);
 

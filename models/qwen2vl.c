@@ -105,14 +105,11 @@ static mmrt_status load_pp(struct mmrt_model *m, const char *dir,
     char path[4200];
     json_t *root = NULL;
     snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    const bool hub_layout = f != NULL;
-    if (f)
-        fclose(f);
-    else
+    const bool hub_layout = mmrt_file_exists(path);
+    if (!hub_layout)
         snprintf(path, sizeof path, "%s/processor_config.json", dir);
     mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, &root, err);
-    if (st == MMRT_ERR_IO)
+    if (st == MMRT_ERR_IO && !mmrt_file_exists(path))
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: neither preprocessor_config.json nor "
                               "processor_config.json is present", dir);
     if (st != MMRT_OK)

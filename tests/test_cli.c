@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,6 +127,101 @@ static void test_config_errors_exit_2(void **state)
     assert_non_null(strstr(out, "/nonexistent.ini"));
 }
 
+/* Writes text to dir/name; returns the path (static buffer, one at a time). */
+static const char *write_conf(const char *dir, const char *name, const char *text)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
+static void expect_exit_2(const char *conf, const char *want_prefix)
+{
+    int rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, NULL });
+    if (rc != 2 || strncmp(out, want_prefix, strlen(want_prefix)) != 0)
+        fail_msg("--conf %s: expected exit 2 with '%s…', got %d:\n%s", conf, want_prefix, rc,
+                 out);
+}
+
+/* Issue 17: every configuration error exits 2, with FILE:LINE: where there is a line. */
+static void test_config_file_errors_exit_2(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/mmrt_cli_conf_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char want[8192], path[4096];
+    alarm(120); /* a --conf that blocks fails the test instead of hanging it */
+
+    /* A 100k-character line. */
+    size_t n = 100000;
+    char *text = malloc(n + 64);
+    assert_non_null(text);
+    int o = snprintf(text, n + 64, "[device.cpu0]\nplugin = cpu\nk");
+    memset(text + o, 'x', n);
+    strcpy(text + o + n, " = 1\n");
+    snprintf(path, sizeof path, "%s", write_conf(dir, "long.ini", text));
+    free(text);
+    snprintf(want, sizeof want, "%s:3: line too long", path);
+    expect_exit_2(path, want);
+
+    /* 10k device sections. */
+    size_t cap = 10000 * 32;
+    text = malloc(cap);
+    assert_non_null(text);
+    size_t used = 0;
+    for (int i = 0; i < 10000; i++)
+        used += (size_t)snprintf(text + used, cap - used, "[device.d%d]\nplugin = cpu\n", i);
+    snprintf(path, sizeof path, "%s", write_conf(dir, "many.ini", text));
+    free(text);
+    snprintf(want, sizeof want, "%s:129: more than 64 [device.NAME] sections", path);
+    expect_exit_2(path, want);
+
+    /* --conf naming a directory, a device, a FIFO without a writer (read as empty). */
+    snprintf(want, sizeof want, "%s: not a regular file (it is a directory)", dir);
+    expect_exit_2(dir, want);
+    expect_exit_2("/dev/null", "/dev/null: not a regular file (it is a character device)");
+    expect_exit_2("/dev/zero", "/dev/zero: not a regular file (it is a character device)");
+    snprintf(path, sizeof path, "%s/fifo.ini", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(want, sizeof want, "%s:1: end of file: no [device.NAME] section", path);
+    expect_exit_2(path, want);
+
+    /* [model] path that does not exist, is a file, or is a folder without config.json. */
+    snprintf(path, sizeof path, "%s",
+             write_conf(dir, "nopath.ini", "[device.cpu0]\nplugin = cpu\n\n[model]\n"
+                                           "path = no/such/checkpoint\n"));
+    snprintf(want, sizeof want, "%s:5: [model] path '%s/no/such/checkpoint': No such file",
+             path, dir);
+    expect_exit_2(path, want);
+    snprintf(path, sizeof path, "%s",
+             write_conf(dir, "filepath.ini", "[device.cpu0]\nplugin = cpu\n[model]\n"
+                                             "path = long.ini\n"));
+    snprintf(want, sizeof want, "%s:4: [model] path '%s/long.ini' is a regular file, not a "
+             "checkpoint directory", path, dir);
+    expect_exit_2(path, want);
+    snprintf(path, sizeof path, "%s/empty", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s",
+             write_conf(dir, "emptydir.ini", "[device.cpu0]\nplugin = cpu\n[model]\n"
+                                             "path = empty\n"));
+    snprintf(want, sizeof want, "%s:4: [model] path '%s/empty' is not a checkpoint "
+             "directory: it has no config.json", path, dir);
+    expect_exit_2(path, want);
+    alarm(0);
+
+    const char *names[] = { "long.ini", "many.ini", "fifo.ini", "nopath.ini", "filepath.ini",
+                            "emptydir.ini", "empty" };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_int_equal(remove(path), 0);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_demo_conf(void **state)
 {
     (void)state;
@@ -168,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_list_devices),
         cmocka_unit_test(test_refused_plugin_is_listed_with_versions),
         cmocka_unit_test(test_config_errors_exit_2),
+        cmocka_unit_test(test_config_file_errors_exit_2),
         cmocka_unit_test(test_demo_conf),
         cmocka_unit_test(test_split_placement_check),
     };

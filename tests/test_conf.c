@@ -893,12 +893,15 @@ static void test_load(void **state)
     c = NULL;
 
     char want[512];
-    snprintf(want, sizeof want, "%s: cannot read: %s", s.conf_dir, strerror(EISDIR));
+    snprintf(want, sizeof want, "%s: not a regular file (it is a directory)", s.conf_dir);
     assert_int_equal(mmrt_conf_load(s.conf_dir, &c, &err), MMRT_ERR_IO);
     assert_string_equal(err.msg, want);
+    /* A device is named, and /dev/zero's endless bytes are never read. */
+    assert_int_equal(mmrt_conf_load("/dev/zero", &c, &err), MMRT_ERR_IO);
+    assert_string_equal(err.msg, "/dev/zero: not a regular file (it is a character device)");
 
-    snprintf(want, sizeof want, "%s: more than the 1048576 bytes allowed for a configuration "
-             "file", s.big);
+    snprintf(want, sizeof want, "%s: 1048577 bytes, more than the 1048576 allowed for a "
+             "configuration file", s.big);
     assert_int_equal(mmrt_conf_load(s.big, &c, &err), MMRT_ERR_LIMIT);
     assert_string_equal(err.msg, want);
 

@@ -232,7 +232,7 @@ static struct mmrt_pool *pool_new_l1(struct fake_dev *d, uint64_t capacity, uint
 
 static struct mmrt_pool_block must_alloc(struct mmrt_pool *pool, uint64_t nbytes)
 {
-    struct mmrt_pool_block b;
+    struct mmrt_pool_block b = {0}; /* fail_msg does not return; -O3 cannot tell */
     struct mmrt_error err = {MMRT_OK, ""};
     mmrt_status st = mmrt_pool_alloc(pool, nbytes, &b, &err);
     if (st != MMRT_OK)
@@ -1729,7 +1729,7 @@ static void test_l1_random(void **state)
                 nbytes = 1 + (r2 >> 16) % (2 * MB);
             else
                 nbytes = 1 + (r2 >> 16) % 4096;
-            struct mmrt_pool_block b;
+            struct mmrt_pool_block b = {0}; /* written on MMRT_OK only (-O3 maybe-uninit) */
             struct mmrt_error err = {MMRT_OK, ""};
             mmrt_status st = mmrt_pool_alloc(pool, nbytes, &b, &err);
             if (st == MMRT_OK) {

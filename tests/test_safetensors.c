@@ -1131,6 +1131,75 @@ static void test_s9_index_hostile(void **state)
     assert_ptr_equal(st, SENTINEL);
 }
 
+/* ---- many tiny tensors: refused by count before the header is parsed ---- */
+
+/* A header of n zero-size tensors (names carry ':', '{', '[' and escaped quotes, which the
+ * pre-parse count must skip as string content), optionally with __metadata__. Returns a
+ * malloc'd file image and its length. */
+static uint8_t *many_zero_size(size_t n, bool meta, size_t *len)
+{
+    size_t cap = 64 + n * 80;
+    uint8_t *b = malloc(cap);
+    assert_non_null(b);
+    size_t o = 8;
+    o += (size_t)snprintf((char *)b + o, cap - o, "{%s",
+                          meta ? "\"__metadata__\":{\"k:{\":\"v:[\"}" : "");
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf((char *)b + o, cap - o,
+                              "%s\"t:{[\\\"%zu\":{\"dtype\":\"F32\",\"shape\":[0],"
+                              "\"data_offsets\":[0,0]}", i || meta ? "," : "", i);
+    o += (size_t)snprintf((char *)b + o, cap - o, "}");
+    assert_true(o < cap);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)(o - 8) >> (8 * i));
+    *len = o;
+    return b;
+}
+
+static void test_many_zero_size_tensors(void **state)
+{
+    (void)state;
+    struct mmrt_safetensors *st = SENTINEL;
+    struct mmrt_error err = {0};
+    size_t len;
+    /* A million: over the default cap, refused by the count (no value built per entry). */
+    uint8_t *b = many_zero_size(1000000, false, &len);
+    assert_int_equal(mmrt_safetensors_parse_header(b, len, "m", NULL, &st, &err),
+                     MMRT_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "1000000 entries (0 before this file) exceed the limit of "
+                                    "262144 tensors (counted before parsing)"));
+    assert_ptr_equal(st, SENTINEL);
+    free(b);
+
+    /* At the boundary of a configured cap, the count is exact: cap entries load, cap + 1
+     * are refused after parsing (one might have been __metadata__), cap + 2 before. */
+    struct mmrt_st_limits lim = {.max_tensors = 1000};
+    for (int meta = 0; meta < 2; meta++) {
+        b = many_zero_size(1000, meta, &len);
+        st = NULL;
+        assert_int_equal(mmrt_safetensors_parse_header(b, len, "m", &lim, &st, &err), MMRT_OK);
+        assert_int_equal(mmrt_safetensors_count(st), 1000);
+        const struct mmrt_st_tensor *t = mmrt_safetensors_find(st, "t:{[\"999");
+        assert_non_null(t);
+        assert_int_equal(t->nbytes, 0);
+        mmrt_safetensors_close(st);
+        free(b);
+    }
+    b = many_zero_size(1001, false, &len);
+    st = SENTINEL;
+    assert_int_equal(mmrt_safetensors_parse_header(b, len, "m", &lim, &st, &err),
+                     MMRT_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "1001 tensors (0 before this file) exceed the limit"));
+    free(b);
+    b = many_zero_size(1002, false, &len);
+    assert_int_equal(mmrt_safetensors_parse_header(b, len, "m", &lim, &st, &err),
+                     MMRT_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "1002 entries (0 before this file) exceed the limit of "
+                                    "1000 tensors (counted before parsing)"));
+    assert_ptr_equal(st, SENTINEL);
+    free(b);
+}
+
 /* ---- allocation-failure sweep ---- */
 
 typedef mmrt_status (*open_fn)(const void *arg, struct mmrt_safetensors **out,
@@ -1279,6 +1348,7 @@ int main(void)
         cmocka_unit_test(test_s8_files),
         cmocka_unit_test(test_s9_index_valid),
         cmocka_unit_test(test_s9_index_hostile),
+        cmocka_unit_test(test_many_zero_size_tensors),
         cmocka_unit_test(test_alloc_failure_sweep),
         cmocka_unit_test(test_reference_fixtures),
     };

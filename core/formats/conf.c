@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
+
 enum section_kind {
     SEC_NONE, SEC_MODEL, SEC_DEVICE, SEC_VISION, SEC_LANGUAGE, SEC_RUN, SEC_SCHEDULER
 };
@@ -733,51 +735,15 @@ mmrt_status mmrt_conf_load(const char *path, struct mmrt_conf **out, struct mmrt
 {
     if (!path || !out)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "mmrt_conf_load: NULL argument");
-    mmrt_status st;
     char *buf = NULL;
-    size_t cap = 0, n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        st = mmrt_error_set(err, e == ENOENT ? MMRT_ERR_NOT_FOUND : MMRT_ERR_IO,
-                            "%s: cannot open: %s", path, strerror(e));
-        goto cleanup;
-    }
-    /* Read in growing steps rather than trusting fstat: pipes and /proc files report 0. */
-    for (;;) {
-        if (n == cap) {
-            if (cap > MMRT_CONF_MAX_BYTES) {
-                st = mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: more than the %d bytes allowed "
-                                    "for a configuration file", path, MMRT_CONF_MAX_BYTES);
-                goto cleanup;
-            }
-            size_t ncap = cap ? cap * 2 : 4096;
-            if (ncap > (size_t)MMRT_CONF_MAX_BYTES + 1)
-                ncap = (size_t)MMRT_CONF_MAX_BYTES + 1;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
-                st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", path);
-                goto cleanup;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        errno = 0;
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) {
-                st = mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot read: %s", path,
-                                    strerror(errno ? errno : EIO));
-                goto cleanup;
-            }
-            break;
-        }
-    }
-    st = mmrt_conf_parse(buf, n, path, out, err);
-cleanup:
-    if (f)
-        fclose(f);
+    size_t n = 0;
+    /* A pipe is fine (mmrt --conf <(…)); a directory or a device is refused by name, and
+     * nothing here can block on a FIFO without a writer. */
+    mmrt_status st = mmrt_file_read(path, MMRT_CONF_MAX_BYTES,
+                                    MMRT_FILE_PIPE_OK | MMRT_FILE_MISSING_NOT_FOUND,
+                                    " for a configuration file", &buf, &n, err);
+    if (st == MMRT_OK)
+        st = mmrt_conf_parse(buf, n, path, out, err);
     free(buf);
     return st;
 }

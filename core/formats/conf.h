@@ -209,7 +209,9 @@ struct mmrt_conf {
 
 /* Reads the file at `path` (at most MMRT_CONF_MAX_BYTES) and parses it as
  * mmrt_conf_parse(text, len, path, …) does. Open and read failures name the path and the
- * system's reason: MMRT_ERR_NOT_FOUND for a missing file, MMRT_ERR_IO otherwise. */
+ * system's reason: MMRT_ERR_NOT_FOUND for a missing file, MMRT_ERR_IO otherwise — also for
+ * a directory or a device, named as such (core/formats/file.h). A FIFO or pipe is read to
+ * its end, without ever blocking on open. */
 mmrt_status mmrt_conf_load(const char *path, struct mmrt_conf **out, struct mmrt_error *err);
 
 /* Parses `len` bytes of `text` (need not be NUL-terminated). `name` is the file name used in

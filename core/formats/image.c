@@ -19,17 +19,17 @@
  */
 #include "image.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jerror.h>
 #include <jpeglib.h>
 #include <spng.h>
+
+#include "file.h"
 
 /* Ancillary PNG chunks spng may keep (iCCP, text, …): one chunk / all of them. */
 #define PNG_CHUNK_LIMIT ((size_t)8 << 20)
@@ -940,34 +940,13 @@ mmrt_status mmrt_image_load_file(const char *path, const struct mmrt_image_limit
     if (!path || !out)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "image: %s is NULL",
                               path ? "out" : "path");
-    mmrt_status st = MMRT_OK;
-    uint8_t *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)sb.st_size > limits->max_input_bytes) {
-        st = mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %lld bytes, over max_input_bytes %zu",
-                            path, (long long)sb.st_size, limits->max_input_bytes);
-        goto out;
-    }
-    size_t n = (size_t)sb.st_size;
-    buf = malloc(n ? n : 1);
-    if (!buf) {
-        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", path, n);
-        goto out;
-    }
-    if (fread(buf, 1, n, f) != n) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: short read", path);
-        goto out;
-    }
-    st = mmrt_image_decode(buf, n, path, limits, out, err);
-out:
+    char *buf = NULL;
+    size_t n = 0;
+    mmrt_status st = mmrt_file_read(path, limits->max_input_bytes, 0, " (max_input_bytes)",
+                                    &buf, &n, err);
+    if (st != MMRT_OK)
+        return st;
+    st = mmrt_image_decode((const uint8_t *)buf, n, path, limits, out, err);
     free(buf);
-    fclose(f);
     return st;
 }

@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "file.h"
 
 static mmrt_status check_depth(const char *text, size_t len, const char *what, int max_depth,
                                struct mmrt_error *err)
@@ -71,36 +72,83 @@ mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int 
 mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_depth,
                                 json_t **out, struct mmrt_error *err)
 {
-    mmrt_status st = MMRT_OK;
     char *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)sb.st_size > max_bytes) {
-        st = mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %lld bytes, more than the %zu allowed",
-                            path, (long long)sb.st_size, max_bytes);
-        goto out;
-    }
-    size_t n = (size_t)sb.st_size;
-    buf = malloc(n ? n : 1);
-    if (!buf) {
-        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", path, n);
-        goto out;
-    }
-    if (fread(buf, 1, n, f) != n) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: short read", path);
-        goto out;
-    }
-    st = mmrt_json_parse(buf, n, path, max_depth, out, err);
-out:
+    size_t n = 0;
+    mmrt_status st = mmrt_file_read(path, max_bytes, 0, NULL, &buf, &n, err);
+    if (st == MMRT_OK)
+        st = mmrt_json_parse(buf, n, path, max_depth, out, err);
     free(buf);
-    fclose(f);
     return st;
+}
+
+const char *mmrt_json_type_name(const json_t *v)
+{
+    switch (v ? json_typeof(v) : JSON_NULL) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "a value";
+}
+
+mmrt_status mmrt_json_load_object(const char *path, size_t max_bytes, int max_depth,
+                                  json_t **out, struct mmrt_error *err)
+{
+    json_t *root = NULL;
+    mmrt_status st = mmrt_json_load_file(path, max_bytes, max_depth, &root, err);
+    if (st != MMRT_OK)
+        return st;
+    if (!json_is_object(root)) {
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: the top level is %s, not an object",
+                            path, mmrt_json_type_name(root));
+        json_decref(root);
+        return st;
+    }
+    *out = root;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_opt_id_list(const json_t *obj, const char *key, const char *what,
+                                  long long max, int32_t *ids, int cap, int *n,
+                                  struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *n = 0;
+        return MMRT_OK;
+    }
+    if (max > INT32_MAX)
+        max = INT32_MAX;
+    size_t count = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_integer(v) && !json_is_array(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" is %s, not an integer or a "
+                              "list of integers", what, key, mmrt_json_type_name(v));
+    if (count > (size_t)cap)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: \"%s\" lists %zu ids, more than the "
+                              "%d supported", what, key, count, cap);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        char where[32] = "";
+        if (json_is_array(v))
+            snprintf(where, sizeof where, "[%zu]", i);
+        if (!json_is_integer(e))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\"%s is %s, not an integer",
+                                  what, key, where, mmrt_json_type_name(e));
+        /* Range-checked as JSON wrote it, before any narrowing: 4294967298 is not 2. */
+        long long x = json_integer_value(e);
+        if (x < 0 || x > max)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\"%s = %lld is outside "
+                                  "[0, %lld]", what, key, where, x, max);
+    }
+    for (size_t i = 0; i < count; i++)
+        ids[i] = (int32_t)json_integer_value(json_is_array(v) ? json_array_get(v, i) : v);
+    *n = (int)count;
+    return MMRT_OK;
 }
 
 mmrt_status mmrt_json_opt_int(const json_t *obj, const char *key, const char *what,

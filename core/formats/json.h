@@ -17,8 +17,10 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../error.h"
+#include "file.h"
 
 #define MMRT_JSON_DEFAULT_MAX_DEPTH 64
 
@@ -28,9 +30,21 @@
 mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
                             json_t **out, struct mmrt_error *err);
 
-/* Reads and parses a whole file, refusing files larger than max_bytes. */
+/* Reads and parses a whole file, refusing files larger than max_bytes. The file is opened
+ * through mmrt_file_read (file.h): a FIFO, a device or a directory is refused by name and
+ * never blocks. MMRT_ERR_IO when it cannot be opened (missing included). */
 mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_depth,
                                 json_t **out, struct mmrt_error *err);
+
+/* Same, for files whose top level must be an object (config.json, tokenizer.json,
+ * processor and generation configs): anything else is MMRT_ERR_FORMAT, "PATH: the top level
+ * is an array, not an object". */
+mmrt_status mmrt_json_load_object(const char *path, size_t max_bytes, int max_depth,
+                                  json_t **out, struct mmrt_error *err);
+
+/* "an object", "an array", "a string", "an integer", "a real number", "a boolean", "null"
+ * (NULL counts as null); for messages. */
+const char *mmrt_json_type_name(const json_t *v);
 
 /* Typed members of an object. `what` names the object in messages ("config.json",
  * "config.json: text_config"). A missing key is an error for the get_ functions and leaves
@@ -49,6 +63,13 @@ mmrt_status mmrt_json_opt_number(const json_t *obj, const char *key, const char 
                                  struct mmrt_error *err);
 mmrt_status mmrt_json_opt_bool(const json_t *obj, const char *key, const char *what, bool def,
                                bool *out, struct mmrt_error *err);
+/* Token ids (eos_token_id and the like): an integer or a list of integers, each in
+ * [0, max] (max is capped at INT32_MAX) as written in the JSON, so 4294967298 or -1 is
+ * refused instead of being narrowed to 32 bits. At most `cap` ids (more is MMRT_ERR_LIMIT,
+ * never a silent cut). A missing or null key gives *n = 0; ids[] is written only on success. */
+mmrt_status mmrt_json_opt_id_list(const json_t *obj, const char *key, const char *what,
+                                  long long max, int32_t *ids, int cap, int *n,
+                                  struct mmrt_error *err);
 /* Borrowed string owned by obj; *out = def (may be NULL) when missing. */
 mmrt_status mmrt_json_opt_string(const json_t *obj, const char *key, const char *what,
                                  const char *def, const char **out, struct mmrt_error *err);

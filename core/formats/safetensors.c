@@ -6,6 +6,8 @@
  *   1. fstat (open_mapped): a regular file, and its size; nothing is mapped before this.
  *   2. the 8-byte length N against the cap and against the fstat size (overflow-checked),
  *      before one byte of the header is read.
+ *   2b. the header's top-level members counted in one pass over the bytes, against
+ *      max_tensors, so a header of millions of tiny entries costs no parse.
  *   3. the header through mmrt_json_parse (depth, UTF-8, duplicates) — jansson never sees
  *      more than those N bytes.
  *   4. each entry: closed schema, dtype, shape and byte count with overflow checks, then
@@ -32,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "json.h"
 
 /* The header is {name: {dtype, shape: [..], data_offsets: [..]}}: three levels, no more. */
@@ -411,6 +414,37 @@ static mmrt_status check_metadata(const char *what, const json_t *meta,
     return MMRT_OK;
 }
 
+/* Members of the top-level object of a JSON text, counted without parsing it: one ':' at
+ * depth 1 outside strings per member. One linear pass, no allocation, so a header of
+ * millions of tiny entries is refused by count before jansson builds a value for each (that
+ * build is linear too, but it is several allocations per entry: seconds for a million). */
+static uint64_t count_top_members(const char *text, size_t len)
+{
+    uint64_t n = 0;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ':' && depth == 1) {
+            n++;
+        }
+    }
+    return n;
+}
+
 /*
  * Validates bytes[0, size) as one safetensors file (S1–S6) and appends its tensors to the
  * set, pointing them at shard sh. On failure the set may hold a grown array and sh an arena;
@@ -448,6 +482,14 @@ static mmrt_status parse_file(struct mmrt_safetensors *set, struct st_shard *sh,
 
     snprintf(hwhat, sizeof hwhat, "%s: header (file bytes 8..%llu)", what,
              (unsigned long long)hdr_end);
+    /* The tensor limit, checked before the parse; "+ 1" leaves room for __metadata__, and
+     * the exact count is checked again once the header is parsed. */
+    uint64_t members = count_top_members((const char *)bytes + 8, (size_t)n);
+    if (members > lim->max_tensors - set->n_tensors + 1)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %llu entries (%zu before this file) "
+                              "exceed the limit of %llu tensors (counted before parsing)",
+                              hwhat, (unsigned long long)members, set->n_tensors,
+                              (unsigned long long)lim->max_tensors);
     st = mmrt_json_parse((const char *)bytes + 8, (size_t)n, hwhat, ST_HEADER_DEPTH, &root,
                          err);
     if (st != MMRT_OK)
@@ -539,21 +581,12 @@ out:
 static mmrt_status map_file(struct st_shard *sh, const uint8_t **bytes, uint64_t *size,
                             struct mmrt_error *err)
 {
-    mmrt_status st = MMRT_OK;
-    /* O_NONBLOCK: opening a FIFO someone named as a shard must not hang the loader. */
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot open: %s", sh->path,
-                              strerror(errno));
+    int fd = -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: cannot stat: %s", sh->path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = mmrt_error_set(err, MMRT_ERR_IO, "%s: not a regular file", sh->path);
-        goto out;
-    }
+    /* Never blocks (a FIFO named as a shard), names a directory, device or link loop. */
+    mmrt_status st = mmrt_file_open(sh->path, 0, &fd, &sb, err);
+    if (st != MMRT_OK)
+        return st;
     if ((uint64_t)sb.st_size > SIZE_MAX) {
         st = mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %lld bytes cannot be mapped here",
                             sh->path, (long long)sb.st_size);
@@ -819,12 +852,6 @@ out:
     return st;
 }
 
-static bool is_regular(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -844,10 +871,13 @@ mmrt_status mmrt_safetensors_open(const char *path, const struct mmrt_st_limits 
     st = resolve_limits(path, limits, &lim, err);
     if (st != MMRT_OK)
         return st;
-    if (stat(path, &sb) != 0)
-        return mmrt_error_set(err, errno == ENOENT ? MMRT_ERR_NOT_FOUND : MMRT_ERR_IO,
-                              "%s: %s", path, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) {
+    bool is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    int e = errno;
+    if (!is_dir && !mmrt_file_exists(path))
+        return mmrt_error_set(err, e == ENOENT ? MMRT_ERR_NOT_FOUND : MMRT_ERR_IO,
+                              "%s: %s", path, strerror(e));
+    /* A dangling or looping link fails stat but exists: open_single names it. */
+    if (!is_dir) {
         if (ends_with(path, ".json"))
             return open_index(path, &lim, out, err);
         return open_single(path, &lim, out, err);
@@ -863,9 +893,11 @@ mmrt_status mmrt_safetensors_open(const char *path, const struct mmrt_st_limits 
     snprintf(single, len + sizeof "/model.safetensors", "%s/model.safetensors", path);
     snprintf(index, len + sizeof "/model.safetensors.index.json",
              "%s/model.safetensors.index.json", path);
-    if (is_regular(single))
+    /* Whatever is at the name is the checkpoint: a directory, FIFO, device or link loop
+     * called model.safetensors is refused as such by map_file, not skipped as if absent. */
+    if (mmrt_file_exists(single))
         st = open_single(single, &lim, out, err);
-    else if (is_regular(index))
+    else if (mmrt_file_exists(index))
         st = open_index(index, &lim, out, err);
     else
         st = mmrt_error_set(err, MMRT_ERR_NOT_FOUND, "%s: checkpoint directory has neither "

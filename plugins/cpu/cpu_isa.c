@@ -71,6 +71,7 @@ const struct cpu_kernels cpu_kernels_portable = {
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define CPU_X86 1
+#include <cpuid.h>
 #else
 #define CPU_X86 0
 #endif
@@ -84,8 +85,11 @@ static struct isa_caps isa_caps(void)
     struct isa_caps c = { false, false, false };
 #if CPU_X86 && defined(__GNUC__)
     __builtin_cpu_init();
+    /* f16c from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for
+     * __builtin_cpu_supports and refuses to compile it. */
+    unsigned a, b, ecx, d;
     c.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+             __get_cpuid(1, &a, &b, &ecx, &d) && (ecx & bit_F16C);
     c.avx512 = c.avx2 && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");

@@ -129,7 +129,10 @@ MMRT_API mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_r
                                  char *err, size_t err_size);
 
 /* Same from a deploy.ini file (format: docs/CONFIG.md). Errors in the file are reported as
- * "FILE:LINE: message". */
+ * "FILE:LINE: message". A file that cannot be read as a configuration (missing:
+ * MMRT_ERR_NOT_FOUND; a directory or device, a line or section count over its limit:
+ * MMRT_ERR_CONFIG) and a [model] path that does not exist or is not a directory with a
+ * config.json (MMRT_ERR_CONFIG, at the path's line) are configuration errors. */
 MMRT_API mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out,
                                            char *err, size_t err_size);
 
