@@ -13,12 +13,12 @@ bash "$here/scripts/build.sh" "$here/build" -DMMRT_WERROR=ON
 (cd "$here/build" && ctest -j "$jobs" --output-on-failure)
 
 # The standard CMake Release type (-O3 -DNDEBUG) warns where -O2 does not
-# (maybe-uninitialized): build everything, warnings as errors, without running it. CUDA
-# device code is built for one architecture only, to keep CI short; its warnings are not
-# errors anyway (plugins/cuda/CMakeLists.txt).
+# (maybe-uninitialized): build it, tests included, warnings as errors, without running it.
+# The CUDA plugin is left out: nvcc's device builds would double this step's time, and its
+# host C was checked at every build type by hand (see the commit that added this step).
 echo "== release build (compile only)"
 bash "$here/scripts/build.sh" "$here/build-release" -DCMAKE_BUILD_TYPE=Release \
-  -DMMRT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90-real
+  -DMMRT_WERROR=ON -DMMRT_WITH_CUDA=OFF
 
 echo "== sanitizer build (ASan + UBSan)"
 bash "$here/scripts/build.sh" "$here/build-asan" -DMMRT_SANITIZE=ON -DMMRT_WERROR=ON
