@@ -2,9 +2,10 @@
  * tools/bench/frag.c — mmrt-frag: the pool's two levels against the buddy allocator alone on
  * a stream of mixed requests through the runtime (docs/BENCHMARKS.md, "Fragmentation").
  *
- *   mmrt-frag [--model DIR] [--requests N] [--seed S] [--json]
+ *   mmrt-frag [--model DIR] [--requests N] [--concurrency C] [--seed S] [--json]
  *
- * The workload: N requests (default 1000) through mmrt_run on one CPU device with
+ * The workload: N requests (default 1000), C at a time through mmrt_run_batch (default 1:
+ * one after another; more: they decode together in the engine) on one CPU device with
  * pool_mb = auto, each with one of four images of different sizes (the Qwen2-VL fixture's
  * dynamic resolution gives each its own patch grid) and a prompt of 1 … 160 words, 1 … 8
  * new tokens, all drawn from a fixed-seed generator so every run is the same. It runs twice,
@@ -163,14 +164,17 @@ struct figures {
     uint64_t l1_hits, l1_misses, n_events;
 };
 
-static int run_mode(const char *model, int n_req, uint64_t seed, enum mmrt_level1 level1,
-                    const char *const *images, struct figures *f)
+#define MAX_CONCURRENCY 32
+
+static int run_mode(const char *model, int n_req, int conc, uint64_t seed,
+                    enum mmrt_level1 level1, const char *const *images, struct figures *f)
 {
     struct recorder rec = { 0 };
     const struct mmrt_pool_trace tr = { &rec, on_alloc, on_free };
     mmrt_pool_trace_new_pools(&tr);
     struct mmrt_device_config dev = { .name = "cpu0", .plugin = "cpu", .level1 = level1 };
-    struct mmrt_config cfg = { .model_path = model, .devices = &dev, .n_devices = 1 };
+    struct mmrt_config cfg = { .model_path = model, .devices = &dev, .n_devices = 1,
+                               .max_batch = conc };
     struct mmrt_runtime *rt = NULL;
     char err[1024];
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -181,25 +185,36 @@ static int run_mode(const char *model, int n_req, uint64_t seed, enum mmrt_level
         free(rec.live);
         return 2;
     }
-    char *prompt = malloc(160 * 8 + 1);
+    /* conc requests at a time through mmrt_run_batch: they decode together in the engine, as
+     * a server's requests do (conc = 1: one after another). */
+    char *prompt[MAX_CONCURRENCY];
     uint64_t s = seed * 2654435761u + 1, live_req = 0, peak_req = 0;
-    int rc = prompt ? 0 : 1;
+    int rc = 0;
+    for (int k = 0; k < conc; k++)
+        rc |= !(prompt[k] = malloc(160 * 8 + 1));
     memset(f, 0, sizeof *f);
-    for (int i = 0; rc == 0 && i < n_req; i++) {
-        int words = 1 + (int)(rng(&s) % 160);
-        size_t used = 0;
-        for (int w = 0; w < words; w++)
-            used += (size_t)sprintf(prompt + used, "%s ", (rng(&s) & 1) ? "word" : "cat");
-        struct mmrt_request req = { .image_path = images[rng(&s) % 4], .prompt = prompt,
-                                    .max_tokens = 1 + (int)(rng(&s) % 8), .top_p = 1.0f,
-                                    .seed = (uint64_t)i };
-        struct mmrt_result res;
-        if (mmrt_run(rt, &req, NULL, NULL, &res) != MMRT_OK) {
-            fprintf(stderr, "mmrt-frag: request %d: %s\n", i, mmrt_last_error(rt));
+    for (int i = 0; rc == 0 && i < n_req; i += conc) {
+        struct mmrt_request req[MAX_CONCURRENCY];
+        struct mmrt_result res[MAX_CONCURRENCY];
+        const int n = n_req - i < conc ? n_req - i : conc;
+        for (int k = 0; k < n; k++) {
+            int words = 1 + (int)(rng(&s) % 160);
+            size_t used = 0;
+            for (int w = 0; w < words; w++)
+                used += (size_t)sprintf(prompt[k] + used, "%s ", (rng(&s) & 1) ? "word" : "cat");
+            req[k] = (struct mmrt_request){ .image_path = images[rng(&s) % 4],
+                                            .prompt = prompt[k],
+                                            .max_tokens = 1 + (int)(rng(&s) % 8),
+                                            .top_p = 1.0f, .seed = (uint64_t)(i + k) };
+        }
+        if (mmrt_run_batch(rt, req, n, NULL, NULL, res) != MMRT_OK) {
+            fprintf(stderr, "mmrt-frag: requests %d…%d: %s\n", i, i + n - 1,
+                    mmrt_last_error(rt));
             rc = 1;
         }
     }
-    free(prompt);
+    for (int k = 0; k < conc; k++)
+        free(prompt[k]);
     /* the peak of requested bytes, from the recording */
     uint64_t *req_of = calloc(rec.next_id ? rec.next_id : 1, sizeof *req_of);
     for (size_t i = 0; req_of && i < rec.n; i++) {
@@ -245,11 +260,12 @@ int main(int argc, char **argv)
     const char *src = getenv("MMRT_SOURCE_DIR");
     char model[4096], images[4][4200];
     snprintf(model, sizeof model, "%s/tests/fixtures/qwen2vl-tiny", src ? src : ".");
-    int n_req = 1000, json = 0;
+    int n_req = 1000, json = 0, conc = 1;
     long long seed = 1;
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' }, { "requests", required_argument, NULL, 'n' },
         { "seed", required_argument, NULL, 's' },  { "json", no_argument, NULL, 'j' },
+        { "concurrency", required_argument, NULL, 'c' },
         { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -259,11 +275,16 @@ int main(int argc, char **argv)
         case 'n': n_req = atoi(optarg); break;
         case 's': seed = atoll(optarg); break;
         case 'j': json = 1; break;
+        case 'c': conc = atoi(optarg); break;
         default:
             fprintf(opt == 'h' ? stdout : stderr, "usage: mmrt-frag [--model DIR] [--requests "
-                    "N] [--seed S] [--json]\n(images: $MMRT_SOURCE_DIR/tests/fixtures)\n");
+                    "N] [--concurrency C] [--seed S] [--json]\n(images: $MMRT_SOURCE_DIR/tests/fixtures)\n");
             return opt == 'h' ? 0 : 2;
         }
+    }
+    if (conc < 1 || conc > MAX_CONCURRENCY) {
+        fprintf(stderr, "mmrt-frag: --concurrency must be 1 … %d\n", MAX_CONCURRENCY);
+        return 2;
     }
     if (n_req < 1 || n_req > 1000000) {
         fprintf(stderr, "mmrt-frag: --requests must be 1 … 1000000\n");
@@ -283,13 +304,13 @@ int main(int argc, char **argv)
     struct figures fig[2];
     const enum mmrt_level1 modes[2] = { MMRT_LEVEL1_ON, MMRT_LEVEL1_OFF };
     for (int m = 0; m < 2; m++) {
-        int rc = run_mode(model, n_req, (uint64_t)seed, modes[m], img, &fig[m]);
+        int rc = run_mode(model, n_req, conc, (uint64_t)seed, modes[m], img, &fig[m]);
         if (rc)
             return rc;
     }
     if (json) {
-        printf("{\"model\": \"%s\", \"requests\": %d, \"seed\": %lld, \"modes\": [", model,
-               n_req, seed);
+        printf("{\"model\": \"%s\", \"requests\": %d, \"concurrency\": %d, \"seed\": %lld, "
+               "\"modes\": [", model, n_req, conc, seed);
         for (int m = 0; m < 2; m++)
             printf("%s{\"level1\": \"%s\", \"pool_bytes\": %llu, \"min_block\": %llu, "
                    "\"held_end\": %llu, \"peak_held\": %llu, \"peak_requested\": %llu, "
@@ -305,8 +326,8 @@ int main(int argc, char **argv)
         printf("]}\n");
         return 0;
     }
-    printf("%d requests, %s, pool %llu KiB (auto), min block %llu B, %llu pool calls\n", n_req,
-           model, (unsigned long long)(fig[0].capacity >> 10),
+    printf("%d requests (%d at a time), %s, pool %llu KiB (auto), min block %llu B, %llu pool "
+           "calls\n", n_req, conc, model, (unsigned long long)(fig[0].capacity >> 10),
            (unsigned long long)fig[0].min_block, (unsigned long long)fig[0].n_events);
     printf("| | level 1 + 2 | buddy alone (level1 = off) |\n|---|---:|---:|\n");
     printf("| bytes held after the last request | %llu | %llu |\n",
