@@ -178,6 +178,24 @@ mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_req
 struct mmrt_engine_stats;
 void mmrt_runtime_engine_stats(const struct mmrt_runtime *rt, struct mmrt_engine_stats *out);
 
+/* ---- the request as a model sees it ----
+ * The runtime hands encode() and prepare() a request in this version's layout with
+ * everything checked (runtime.c normalize_request): messages always set (a prompt becomes one
+ * user turn carrying every image), roles one of system / user / assistant, images only in
+ * user turns and their counts adding up to n_images, each image a path or bytes. */
+struct mmrt_image;
+struct mmrt_image_limits;
+
+/* Decodes image i of req (its file, or its bytes in memory). */
+mmrt_status mmrt_request_image_load(const struct mmrt_request *req, int i,
+                                    const struct mmrt_image_limits *limits,
+                                    struct mmrt_image **out, struct mmrt_error *err);
+
+/* How messages name image i: its path, or "image i (N bytes in memory)"; borrowed from buf
+ * (or from req). */
+const char *mmrt_request_image_name(const struct mmrt_request *req, int i, char *buf,
+                                    size_t size);
+
 /* The implementation of model_type, or NULL. */
 const struct mmrt_model_type *mmrt_model_type_find(const char *model_type);
 

@@ -1,7 +1,9 @@
 /* core/model_registry.c — the model types this build knows, by config.json model_type. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/image.h"
 #include "model.h"
 
 extern const struct mmrt_model_type mmrt_fuyu_model_type;
@@ -71,4 +73,26 @@ mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n
     g[p->n_splices++] = (struct mmrt_prompt_splice){ row, n_rows, src_row };
     p->splices = g;
     return MMRT_OK;
+}
+
+const char *mmrt_request_image_name(const struct mmrt_request *req, int i, char *buf,
+                                    size_t size)
+{
+    const struct mmrt_image_input *im = &req->images[i];
+    if (im->path)
+        return im->path;
+    snprintf(buf, size, "image %d (%zu bytes in memory)", i, im->size);
+    return buf;
+}
+
+mmrt_status mmrt_request_image_load(const struct mmrt_request *req, int i,
+                                    const struct mmrt_image_limits *limits,
+                                    struct mmrt_image **out, struct mmrt_error *err)
+{
+    const struct mmrt_image_input *im = &req->images[i];
+    if (im->path)
+        return mmrt_image_load_file(im->path, limits, out, err);
+    char what[64];
+    mmrt_request_image_name(req, i, what, sizeof what);
+    return mmrt_image_decode(im->data, im->size, what, limits, out, err);
 }

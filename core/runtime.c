@@ -59,6 +59,7 @@ struct mmrt_runtime {
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
     char *run_image, *run_prompt;
+    struct mmrt_image_input run_input; /* [run] image, what run.images points at */
     struct mmrt_error last;
 };
 
@@ -441,7 +442,19 @@ mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **
         copy_error(err, err_size, &e);
         return MMRT_ERR_INVALID_ARG;
     }
-    mmrt_status st = create(config, &src, out, &e);
+    /* The caller's layout (mmrt.h): members it does not have read as 0. */
+    const size_t v1 = offsetof(struct mmrt_config, step_tokens) + sizeof(int64_t);
+    const size_t size = config->struct_size ? config->struct_size : v1;
+    if (size < v1) {
+        mmrt_error_set(&e, MMRT_ERR_INVALID_ARG, "mmrt_create: struct_size %u is smaller "
+                       "than the first layout of struct mmrt_config (%zu)",
+                       config->struct_size, v1);
+        copy_error(err, err_size, &e);
+        return MMRT_ERR_INVALID_ARG;
+    }
+    struct mmrt_config c = { 0 };
+    memcpy(&c, config, size < sizeof c ? size : sizeof c);
+    mmrt_status st = create(&c, &src, out, &e);
     if (st != MMRT_OK)
         copy_error(err, err_size, &e);
     return st;
@@ -509,7 +522,11 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
             st = mmrt_error_set(&e, MMRT_ERR_NO_MEMORY, "%s: out of memory", ini_path);
             goto out;
         }
-        rt->run.image_path = rt->run_image;
+        if (rt->run_image) {
+            rt->run_input = (struct mmrt_image_input){ .path = rt->run_image };
+            rt->run.images = &rt->run_input;
+            rt->run.n_images = 1;
+        }
         rt->run.prompt = rt->run_prompt;
         rt->run.max_tokens = (int)r->max_tokens;
         rt->run.seed = r->seed;
@@ -694,32 +711,115 @@ int mmrt_model_max_images(const struct mmrt_runtime *rt)
     return rt->model_type->max_images > 1 ? rt->model_type->max_images : 1;
 }
 
-/* Checks the request's images against what the model takes and writes the request the
- * model sees to *out: a model that takes one image gets it through image_path only. */
-static mmrt_status normalize_images(const struct mmrt_runtime *rt, const struct mmrt_request *req,
-                                    struct mmrt_request *out, struct mmrt_error *err)
+/* The request as the models see it (model.h): this version's layout, and a prompt turned into
+ * one user turn. `one` is that turn's storage, so a req_view is not copied once made. */
+struct req_view {
+    struct mmrt_request r;
+    struct mmrt_message one;
+};
+
+/* End of the first published mmrt_request (struct_size 0 means this many bytes). */
+#define REQUEST_V1_END (offsetof(struct mmrt_request, top_p) + sizeof(float))
+
+/* End of the first published mmrt_result: what struct_size 0 means. */
+#define RESULT_V1_END (offsetof(struct mmrt_result, decode_graph) + sizeof(int))
+
+/* Bytes of *r the caller's struct holds (mmrt.h: never write past it). */
+static size_t result_size(const struct mmrt_result *r)
 {
-    *out = *req;
-    if (req->n_images < 0 || (req->n_images > 0 && !req->image_paths))
+    size_t n = r->struct_size ? r->struct_size : RESULT_V1_END;
+    return n < sizeof *r ? n : sizeof *r;
+}
+
+/* Copies a full result into the caller's, as far as the caller's layout goes. */
+static void result_out(struct mmrt_result *dst, const struct mmrt_result *full)
+{
+    const uint32_t size = dst->struct_size;
+    memcpy(dst, full, result_size(dst));
+    dst->struct_size = size;
+}
+
+static mmrt_status check_result_size(struct mmrt_runtime *rt, const struct mmrt_result *r)
+{
+    if (r->struct_size && r->struct_size < RESULT_V1_END)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "result: struct_size %u is smaller than the first layout (%zu)",
+                              r->struct_size, (size_t)RESULT_V1_END);
+    return MMRT_OK;
+}
+
+static bool known_role(const char *role)
+{
+    return role && (strcmp(role, "system") == 0 || strcmp(role, "user") == 0 ||
+                    strcmp(role, "assistant") == 0);
+}
+
+/* Checks what the request says against the model and mmrt.h, naming the field or the message
+ * index, and writes the view the models get. */
+static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                     struct req_view *out, struct mmrt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    size_t size = req->struct_size ? req->struct_size : REQUEST_V1_END;
+    if (size < REQUEST_V1_END)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
-                              "request: n_images %d needs as many image_paths", req->n_images);
-    if (req->n_images > 0 && req->image_path)
+                              "request: struct_size %u is smaller than the first layout (%zu)",
+                              req->struct_size, (size_t)REQUEST_V1_END);
+    memcpy(&out->r, req, size < sizeof out->r ? size : sizeof out->r);
+    struct mmrt_request *r = &out->r;
+    r->struct_size = sizeof *r;
+    if (r->n_images < 0 || (r->n_images > 0 && !r->images))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
-                              "request: give image_path or image_paths, not both");
-    for (int i = 0; i < req->n_images; i++)
-        if (!req->image_paths[i])
-            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "request: image_paths[%d] is NULL",
-                                  i);
+                              "request: n_images %d needs as many images", r->n_images);
     const int max = mmrt_model_max_images(rt);
-    if (req->n_images > max)
+    if (r->n_images > max)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: %d images given; model type %s takes at most %d per "
-                              "request", req->n_images, rt->model_type->model_type, max);
-    if (max == 1 && req->n_images == 1) {
-        out->image_path = req->image_paths[0];
-        out->image_paths = NULL;
-        out->n_images = 0;
+                              "request", r->n_images, rt->model_type->model_type, max);
+    for (int i = 0; i < r->n_images; i++) {
+        const struct mmrt_image_input *im = &r->images[i];
+        if (!im->path == !im->data)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "request: images[%d] needs a path or data (exactly one)", i);
+        if (im->data && im->size == 0)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "request: images[%d] has data of 0 bytes", i);
     }
+    if (r->n_messages < 0 || (r->n_messages > 0 && !r->messages))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: n_messages %d needs as many messages", r->n_messages);
+    if (r->n_messages == 0) {
+        out->one = (struct mmrt_message){ .role = "user", .text = r->prompt ? r->prompt : "",
+                                          .n_images = r->n_images };
+        r->messages = &out->one;
+        r->n_messages = 1;
+        return MMRT_OK;
+    }
+    if (r->prompt)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: give prompt or messages, not both");
+    int images = 0;
+    for (int i = 0; i < r->n_messages; i++) {
+        const struct mmrt_message *m = &r->messages[i];
+        if (!known_role(m->role))
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "request: message %d has role '%s'; the chat template knows "
+                                  "system, user and assistant", i, m->role ? m->role : "(null)");
+        if (m->n_images < 0 || (m->n_images > 0 && strcmp(m->role, "user") != 0))
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "request: message %d (%s) carries %d images; images go in "
+                                  "user turns", i, m->role, m->n_images);
+        images += m->n_images;
+    }
+    if (images != r->n_images)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: the messages carry %d images, the request has %d",
+                              images, r->n_images);
+    if (strcmp(r->messages[r->n_messages - 1].role, "assistant") == 0)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: message %d is an assistant turn; the answer is the "
+                              "next one, so the chat must end with a user or system turn",
+                              r->n_messages - 1);
     return MMRT_OK;
 }
 
@@ -770,14 +870,15 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
     memset(result, 0, sizeof *result);
     double t0 = mmrt_now_ms();
     struct mmrt_vision_output vis = { 0 };
-    struct mmrt_request r;
+    struct req_view rv;
+    const struct mmrt_request *r = &rv.r;
     struct mmrt_seq *seq = NULL;
-    mmrt_status st = normalize_images(rt, req, &r, &rt->last);
+    mmrt_status st = normalize_request(rt, req, &rv, &rt->last);
     if (st == MMRT_OK)
-        st = rt->model_type->encode(rt->model, &r, trace, &vis, &rt->last);
+        st = rt->model_type->encode(rt->model, r, trace, &vis, &rt->last);
     double t1 = mmrt_now_ms();
     if (st == MMRT_OK)
-        st = submit(rt, &r, &vis, trace, on_token, user, result, &seq, &rt->last);
+        st = submit(rt, r, &vis, trace, on_token, user, result, &seq, &rt->last);
     mmrt_vision_output_free(&vis);
     while (st == MMRT_OK && !mmrt_engine_done(seq))
         st = mmrt_engine_step(rt->engine, &rt->last);
@@ -810,9 +911,17 @@ mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *
     if (!rt)
         return MMRT_ERR_INVALID_ARG;
     mmrt_error_clear(&rt->last);
+    if (!result)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_run: request and result are required");
+    mmrt_status st = check_result_size(rt, result);
+    if (st != MMRT_OK)
+        return st;
+    struct mmrt_result full;
     pthread_mutex_lock(&rt->drive);
-    mmrt_status st = run_one(rt, req, trace, on_token, user, result);
+    st = run_one(rt, req, trace, on_token, user, &full);
     pthread_mutex_unlock(&rt->drive);
+    result_out(result, &full);
     return st;
 }
 
@@ -820,7 +929,7 @@ mmrt_status mmrt_run_traced(struct mmrt_runtime *rt, const struct mmrt_request *
 
 struct batch {
     struct mmrt_runtime *rt;
-    const struct mmrt_request *reqs; /* as the model sees them (normalize_images) */
+    const struct req_view *reqs; /* as the model sees them (normalize_request) */
     int n;
     struct mmrt_vision_output *vis;
     struct mmrt_result *results;
@@ -846,7 +955,7 @@ static void encode_one(struct batch *b, int i)
     if (r->status != MMRT_OK) /* refused before its vision stage */
         return;
     r->vision_start_ms = mmrt_now_ms() - b->t0;
-    mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i],
+    mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i].r,
                                                b->traces ? &b->traces[i] : NULL, &b->vis[i],
                                                &err);
     r->vision_end_ms = mmrt_now_ms() - b->t0;
@@ -887,7 +996,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
     if (!rt->model)
         return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);
-    struct mmrt_request *norm = calloc((size_t)n, sizeof *norm);
+    struct req_view *norm = calloc((size_t)n, sizeof *norm);
     struct mmrt_seq **seqs = calloc((size_t)n, sizeof *seqs);
     struct batch_slot *slots = calloc((size_t)n, sizeof *slots);
     struct batch b = { .rt = rt, .reqs = norm, .n = n, .results = results, .traces = traces,
@@ -904,7 +1013,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
     for (int i = 0; i < n; i++) {
         struct mmrt_error err = { 0 };
         slots[i] = (struct batch_slot){ &b, i };
-        mmrt_status st = normalize_images(rt, &reqs[i], &norm[i], &err);
+        mmrt_status st = normalize_request(rt, &reqs[i], &norm[i], &err);
         if (st != MMRT_OK)
             result_error(&results[i], st, err.msg);
     }
@@ -935,9 +1044,9 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
             if (r->status == MMRT_OK) {
                 struct mmrt_error err = { 0 };
                 const double vs = r->vision_start_ms, ve = r->vision_end_ms;
-                mmrt_status sst = submit(rt, &norm[submitted], &b.vis[submitted],
-                                         traces ? &traces[submitted] : NULL, batch_token, &slots[submitted], r, &seqs[submitted],
-                                         &err);
+                mmrt_status sst = submit(rt, &norm[submitted].r, &b.vis[submitted],
+                                         traces ? &traces[submitted] : NULL, batch_token,
+                                         &slots[submitted], r, &seqs[submitted], &err);
                 r->vision_start_ms = vs;
                 r->vision_end_ms = ve;
                 r->language_start_ms = mmrt_now_ms() - b.t0;
@@ -993,9 +1102,28 @@ mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_req
 {
     if (!rt)
         return MMRT_ERR_INVALID_ARG;
+    mmrt_error_clear(&rt->last);
+    if (!reqs || !results || n < 1)
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_run_batch: requests, results and n ≥ 1 are required");
+    mmrt_status st = check_result_size(rt, &results[0]);
+    if (st != MMRT_OK)
+        return st;
+    /* The caller's results are strided by its struct_size (mmrt.h). */
+    const size_t stride = results[0].struct_size ? results[0].struct_size : sizeof *results;
+    const uint32_t size = results[0].struct_size;
+    struct mmrt_result *full = calloc((size_t)n, sizeof *full);
+    if (!full)
+        return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "batch: out of memory");
     pthread_mutex_lock(&rt->drive);
-    mmrt_status st = run_batch(rt, reqs, n, traces, on_token, user, results);
+    st = run_batch(rt, reqs, n, traces, on_token, user, full);
     pthread_mutex_unlock(&rt->drive);
+    for (int i = 0; i < n; i++) {
+        struct mmrt_result *dst = (struct mmrt_result *)((char *)results + (size_t)i * stride);
+        dst->struct_size = size;
+        result_out(dst, &full[i]);
+    }
+    free(full);
     return st;
 }
 
@@ -1003,9 +1131,9 @@ mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_req
 
 struct mmrt_job {
     struct mmrt_runtime *rt;
-    struct mmrt_request req;    /* the strings point at the copies below */
-    char *prompt, *image_path;
-    char **paths;               /* [req.n_images] */
+    struct mmrt_request req;    /* normalized; everything it points at is owned below */
+    struct mmrt_message *msgs;  /* [req.n_messages], role and text copied */
+    struct mmrt_image_input *imgs; /* [req.n_images], path or data copied */
     mmrt_token_fn on_token;
     void *user;
     struct mmrt_result result;
@@ -1017,11 +1145,16 @@ struct mmrt_job {
 
 static void job_free(struct mmrt_job *j)
 {
-    for (int i = 0; j->paths && i < j->req.n_images; i++)
-        free(j->paths[i]);
-    free(j->paths);
-    free(j->prompt);
-    free(j->image_path);
+    for (int i = 0; j->msgs && i < j->req.n_messages; i++) {
+        free((char *)j->msgs[i].role);
+        free((char *)j->msgs[i].text);
+    }
+    for (int i = 0; j->imgs && i < j->req.n_images; i++) {
+        free((char *)j->imgs[i].path);
+        free((void *)j->imgs[i].data);
+    }
+    free(j->msgs);
+    free(j->imgs);
     free(j);
 }
 
@@ -1044,7 +1177,7 @@ static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
 {
     struct mmrt_error err = { 0 };
     struct mmrt_vision_output vis = { 0 };
-    struct mmrt_request r;
+    const struct mmrt_request *r = &j->req;
     pthread_mutex_lock(&rt->jobs_lock);
     const bool cancelled = j->cancel;
     pthread_mutex_unlock(&rt->jobs_lock);
@@ -1053,14 +1186,12 @@ static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
         return false;
     }
     j->result.vision_start_ms = mmrt_now_ms() - j->t0;
-    mmrt_status st = normalize_images(rt, &j->req, &r, &err);
-    if (st == MMRT_OK)
-        st = rt->model_type->encode(rt->model, &r, NULL, &vis, &err);
+    mmrt_status st = rt->model_type->encode(rt->model, r, NULL, &vis, &err);
     j->result.vision_end_ms = mmrt_now_ms() - j->t0;
     j->result.language_start_ms = j->result.vision_end_ms;
     struct mmrt_seq *seq = NULL;
     if (st == MMRT_OK)
-        st = submit(rt, &r, &vis, NULL, j->on_token, j->user, &j->result, &seq, &err);
+        st = submit(rt, r, &vis, NULL, j->on_token, j->user, &j->result, &seq, &err);
     mmrt_vision_output_free(&vis);
     if (st != MMRT_OK) {
         job_finish(j, st, err.msg);
@@ -1173,26 +1304,43 @@ mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
     if (!rt->model)
         return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);
-    if (req->n_images < 0 || req->n_images > 1024 || (req->n_images > 0 && !req->image_paths))
-        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
-                              "request: n_images %d needs as many image_paths", req->n_images);
+    struct req_view rv;
+    mmrt_status st = normalize_request(rt, req, &rv, &rt->last);
+    if (st != MMRT_OK)
+        return st;
+    /* The job owns a copy of everything the request points at. */
+    const struct mmrt_request *v = &rv.r;
     struct mmrt_job *j = calloc(1, sizeof *j);
     bool failed = j == NULL;
     if (j) {
         j->rt = rt;
-        j->req = *req;
+        j->req = *v;
+        j->req.prompt = NULL; /* carried by the messages */
         j->on_token = on_token;
         j->user = user;
         j->t0 = mmrt_now_ms();
-        j->req.prompt = j->prompt = dup_or_null(req->prompt, &failed);
-        j->req.image_path = j->image_path = dup_or_null(req->image_path, &failed);
-        if (req->n_images > 0) {
-            j->paths = calloc((size_t)req->n_images, sizeof *j->paths);
-            failed |= j->paths == NULL;
-            for (int i = 0; j->paths && i < req->n_images; i++)
-                j->paths[i] = dup_or_null(req->image_paths[i], &failed);
-            j->req.image_paths = (const char *const *)j->paths;
+        j->msgs = calloc((size_t)v->n_messages, sizeof *j->msgs);
+        j->imgs = calloc((size_t)(v->n_images ? v->n_images : 1), sizeof *j->imgs);
+        failed |= !j->msgs || !j->imgs;
+        for (int i = 0; !failed && i < v->n_messages; i++) {
+            j->msgs[i].n_images = v->messages[i].n_images;
+            j->msgs[i].role = dup_or_null(v->messages[i].role, &failed);
+            j->msgs[i].text = dup_or_null(v->messages[i].text, &failed);
         }
+        for (int i = 0; !failed && i < v->n_images; i++) {
+            const struct mmrt_image_input *in = &v->images[i];
+            j->imgs[i].path = dup_or_null(in->path, &failed);
+            if (in->data) {
+                void *d = malloc(in->size);
+                failed |= !d;
+                if (d)
+                    memcpy(d, in->data, in->size);
+                j->imgs[i].data = d;
+                j->imgs[i].size = in->size;
+            }
+        }
+        j->req.messages = j->msgs;
+        j->req.images = j->imgs;
     }
     if (failed) {
         if (j)
@@ -1239,8 +1387,8 @@ mmrt_status mmrt_wait(struct mmrt_job *job, struct mmrt_result *result)
         pthread_cond_wait(&rt->done, &rt->jobs_lock);
     pthread_mutex_unlock(&rt->jobs_lock);
     const mmrt_status st = job->result.status;
-    if (result)
-        *result = job->result;
+    if (result && (!result->struct_size || result->struct_size >= RESULT_V1_END))
+        result_out(result, &job->result);
     job_free(job);
     return st;
 }

@@ -474,14 +474,16 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
 {
     const int64_t D = m->lm.cfg.hidden, K = m->patch * m->patch * m->channels;
     memset(out, 0, sizeof *out);
-    if (!req->image_path)
+    if (req->n_images == 0)
         return MMRT_OK;
     double t0 = mmrt_now_ms();
+    char name_buf[64];
+    const char *name = mmrt_request_image_name(req, 0, name_buf, sizeof name_buf);
     struct mmrt_image *img = NULL;
     float *patches = NULL, *emb = NULL, *span = NULL;
     struct mmrt_image_limits lim;
     mmrt_image_limits_default(&lim);
-    mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
+    mmrt_status st = mmrt_request_image_load(req, 0, &lim, &img, err);
     if (st != MMRT_OK)
         return st;
     uint32_t rw = 0, rh = 0;
@@ -496,7 +498,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
     const int64_t context_bound = m->lm.cfg.max_positions - 3;
     int64_t n_span = rows * (cols + 1);
     if (mmrt_token_budget_exceeded(&b, n_span) && !b.downscale && b.tokens <= context_bound) {
-        st = mmrt_token_budget_refuse(&b, 1, 1, req->image_path, img->width, img->height,
+        st = mmrt_token_budget_refuse(&b, 1, 1, name, img->width, img->height,
                                       rw != img->width || rh != img->height ? rw : 0, rh, n_span,
                                       0, "oversize_images = downscale would shrink it to fit",
                                       err);
@@ -511,7 +513,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
             snprintf(hint, sizeof hint, "oversize_images = downscale cannot help: no smaller "
                      "size of this aspect ratio has at most %lld image tokens",
                      (long long)b.tokens);
-            st = mmrt_token_budget_refuse(&b, 1, 1, req->image_path, img->width, img->height,
+            st = mmrt_token_budget_refuse(&b, 1, 1, name, img->width, img->height,
                                           0, 0, n_span, 0, hint, err);
             goto out;
         }
@@ -521,7 +523,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
             goto out;
         char budget[160];
         mmrt_log(MMRT_LOG_INFO, "fuyu", "image 1 of 1 (%s, %u×%u): %lld tokens; downscaled to "
-                 "%u×%u (%lld tokens) to fit %s", req->image_path, img->width, img->height,
+                 "%u×%u (%lld tokens) to fit %s", name, img->width, img->height,
                  (long long)n_span, w, h, (long long)t,
                  mmrt_token_budget_describe(&b, budget, sizeof budget));
         mmrt_image_destroy(img);
@@ -637,8 +639,14 @@ static mmrt_status fuyu_prepare(struct mmrt_model *m, const struct mmrt_request 
                               "image features of %lld×%lld do not fit the Fuyu layout "
                               "(rows of cols+1 tokens of %lld)",
                               (long long)vis->n_tokens, (long long)vis->dim, (long long)D);
-    mmrt_status st = build_prompt(m, req->prompt ? req->prompt : "", rows, cols, &out->ids,
-                                  &out->n_ids, err);
+    /* Fuyu has no chat template (models.md §7.5): one user turn, its raw text. */
+    for (int i = 0; i < req->n_messages; i++)
+        if (req->n_messages > 1 || strcmp(req->messages[i].role, "user") != 0)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "message %d (%s): Fuyu has no chat template; send one user "
+                                  "turn", i, req->messages[i].role);
+    const char *text = req->n_messages && req->messages[0].text ? req->messages[0].text : "";
+    mmrt_status st = build_prompt(m, text, rows, cols, &out->ids, &out->n_ids, err);
     /* The span starts at position 0, one row of cols patches and a |NEWLINE| per patch row. */
     for (int64_t r = 0; st == MMRT_OK && r < rows; r++)
         st = mmrt_prompt_add_splice(out, r * (cols + 1), cols, r * (cols + 1), err);

@@ -196,14 +196,16 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
 {
     const int64_t S_img = m->clip.cfg.image_size, Dt = m->lm.cfg.hidden;
     memset(out, 0, sizeof *out);
-    if (!req->image_path)
+    if (req->n_images == 0)
         return MMRT_OK;
     double t0 = mmrt_now_ms();
+    char name_buf[64];
+    const char *name = mmrt_request_image_name(req, 0, name_buf, sizeof name_buf);
     struct mmrt_image *img = NULL;
     float *pixels = NULL, *features = NULL;
     struct mmrt_image_limits lim;
     mmrt_image_limits_default(&lim);
-    mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
+    mmrt_status st = mmrt_request_image_load(req, 0, &lim, &img, err);
     if (st != MMRT_OK)
         return st;
     struct mmrt_token_budget b;
@@ -212,7 +214,7 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
         char hint[200];
         snprintf(hint, sizeof hint, "LLaVA-1.5 gives every image %lld tokens whatever its size, "
                  "so oversize_images = downscale cannot help", (long long)m->n_image_tokens);
-        st = mmrt_token_budget_refuse(&b, 1, 1, req->image_path, img->width, img->height, 0, 0,
+        st = mmrt_token_budget_refuse(&b, 1, 1, name, img->width, img->height, 0, 0,
                                       m->n_image_tokens, 0, hint, err);
         goto out;
     }

@@ -11,6 +11,7 @@
 #include "llava_common.h"
 #include "ops.h"
 #include "sampler.h"
+#include "text.h"
 
 mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
                                     struct mmrt_llava_config *out, struct mmrt_error *err)
@@ -180,21 +181,43 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
     return mmrt_clip_preprocess_config_from_json(ip, path, pp, err);
 }
 
-/* Renders the LLaVA template, tokenizes, and expands each <image> id into n_image ids. */
-static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const char *prompt, int n_images,
-                                int64_t n_image, int32_t **ids_out, int64_t *n_out,
-                                int64_t *image_pos, struct mmrt_error *err)
+/* The llava-1.5 / llava-1.6-vicuna chat template (models.md §7.5): each turn is ROLE.upper()
+ * + ": " (a system turn has no prefix), "<image>\n" per image, its text + " "; then the
+ * generation prompt "ASSISTANT:". BOS comes from the tokenizer. */
+static void render_chat(const struct mmrt_request *req, struct mmrt_text *t)
 {
-    size_t len = strlen(prompt) + 64;
-    char *text = malloc(len);
-    if (!text)
+    for (int i = 0; i < req->n_messages; i++) {
+        const struct mmrt_message *msg = &req->messages[i];
+        if (strcmp(msg->role, "user") == 0)
+            mmrt_text_add(t, "USER: ");
+        else if (strcmp(msg->role, "assistant") == 0)
+            mmrt_text_add(t, "ASSISTANT: ");
+        for (int k = 0; k < msg->n_images; k++)
+            mmrt_text_add(t, "<image>\n");
+        if (msg->text) {
+            mmrt_text_add(t, msg->text);
+            mmrt_text_add(t, " ");
+        }
+    }
+    mmrt_text_add(t, "ASSISTANT:");
+}
+
+/* Renders the chat, tokenizes, and expands each <image> id into n_image ids. */
+static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
+                                int n_images, int64_t n_image, int32_t **ids_out,
+                                int64_t *n_out, int64_t *image_pos, struct mmrt_error *err)
+{
+    struct mmrt_text text = { 0 };
+    render_chat(req, &text);
+    if (text.failed) {
+        free(text.s);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
-    snprintf(text, len, "USER: %s%s ASSISTANT:", n_images ? "<image>\n" : "", prompt);
+    }
     int32_t *ids = NULL, *full = NULL;
     size_t n = 0;
-    mmrt_status st = mmrt_tokenizer_encode(m->tok, text, strlen(text), MMRT_TOKENIZE_ADD_SPECIAL,
+    mmrt_status st = mmrt_tokenizer_encode(m->tok, text.s, text.len, MMRT_TOKENIZE_ADD_SPECIAL,
                                            &ids, &n, err);
-    free(text);
+    free(text.s);
     if (st != MMRT_OK)
         return mmrt_error_prefix(err, st, "prompt");
     int found = 0;
@@ -239,8 +262,8 @@ mmrt_status mmrt_llava_prepare(const struct mmrt_llava_lm *m, const struct mmrt_
                               "image features have width %lld, the decoder needs %lld",
                               (long long)vis->dim, (long long)m->lm->cfg.hidden);
     int64_t image_pos = -1;
-    mmrt_status st = build_prompt(m, req->prompt ? req->prompt : "", vis->n_images,
-                                  vis->n_tokens, &out->ids, &out->n_ids, &image_pos, err);
+    mmrt_status st = build_prompt(m, req, vis->n_images, vis->n_tokens, &out->ids,
+                                  &out->n_ids, &image_pos, err);
     if (st == MMRT_OK && image_pos >= 0)
         st = mmrt_prompt_add_splice(out, image_pos, vis->n_tokens, 0, err);
     if (st != MMRT_OK)

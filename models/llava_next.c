@@ -486,16 +486,18 @@ static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *
 {
     const int64_t S = m->tile, Dt = m->lm.cfg.hidden, P = m->grid * m->grid;
     memset(out, 0, sizeof *out);
-    if (!req->image_path)
+    if (req->n_images == 0)
         return MMRT_OK;
     double t0 = mmrt_now_ms();
+    char name_buf[64];
+    const char *name = mmrt_request_image_name(req, 0, name_buf, sizeof name_buf);
     struct mmrt_image *img = NULL;
     float *pixels = NULL, *proj = NULL, *features = NULL;
     struct mmrt_image_limits lim;
     mmrt_image_limits_default(&lim);
-    mmrt_status st = mmrt_image_load_file(req->image_path, &lim, &img, err);
+    mmrt_status st = mmrt_request_image_load(req, 0, &lim, &img, err);
     if (st == MMRT_OK)
-        st = apply_budget(m, req->image_path, &img, err);
+        st = apply_budget(m, name, &img, err);
     if (st != MMRT_OK) {
         mmrt_image_destroy(img);
         return st;

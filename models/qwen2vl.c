@@ -57,6 +57,7 @@
 #include "image_budget.h"
 #include "llama.h"
 #include "llava_common.h"
+#include "text.h"
 #include "log.h"
 #include "model.h"
 #include "ops.h"
@@ -268,16 +269,6 @@ fail:
 
 /* ---- vision stage ---- */
 
-static int request_images(const struct mmrt_request *req, const char *const **paths)
-{
-    if (req->n_images > 0) {
-        *paths = req->image_paths;
-        return req->n_images;
-    }
-    *paths = &req->image_path;
-    return req->image_path ? 1 : 0;
-}
-
 /* One image's plan: the max_pixels it is processed with (lowered when downscaled) and the
  * size smart_resize gives it. */
 struct plan {
@@ -376,13 +367,17 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
                             struct mmrt_vision_output *out, struct mmrt_error *err)
 {
     memset(out, 0, sizeof *out);
-    const char *const *paths;
-    const int n = request_images(req, &paths);
+    const int n = req->n_images;
     if (n == 0)
         return MMRT_OK;
     if (n > MAX_IMAGES)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request has %d images; Qwen2-VL takes at most %d", n, MAX_IMAGES);
+    /* How messages name each image (its path, or its place and size when in memory). */
+    char name_buf[MAX_IMAGES][64];
+    const char *paths[MAX_IMAGES];
+    for (int i = 0; i < n; i++)
+        paths[i] = mmrt_request_image_name(req, i, name_buf[i], sizeof name_buf[i]);
     const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
     const int64_t D = m->lm.cfg.hidden, m2 = (int64_t)pp->merge_size * pp->merge_size;
     const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
@@ -408,7 +403,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     int64_t n_tokens = 0;
     for (int i = 0; i < n; i++) {
         plans[i].max_pixels = pp->max_pixels;
-        st = mmrt_image_load_file(paths[i], &lim, &imgs[i], err);
+        st = mmrt_request_image_load(req, i, &lim, &imgs[i], err);
         if (st == MMRT_OK)
             st = mmrt_preprocess_qwen2vl_plan(imgs[i]->width, imgs[i]->height, pp,
                                               &plans[i].rw, &plans[i].rh, grid + 3 * i, err);
@@ -512,22 +507,6 @@ out:
 /* ---- language stage ---- */
 
 /* Appends s to the growing buffer *buf (length *len, capacity *cap). */
-static bool append(char **buf, size_t *len, size_t *cap, const char *s)
-{
-    size_t n = strlen(s);
-    if (*len + n + 1 > *cap) {
-        size_t c = (*len + n + 1) * 2;
-        char *g = realloc(*buf, c);
-        if (!g)
-            return false;
-        *buf = g;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n + 1);
-    *len += n;
-    return true;
-}
-
 static int count_id(const int32_t *ids, size_t n, int32_t id)
 {
     int k = 0;
@@ -538,25 +517,40 @@ static int count_id(const int32_t *ids, size_t n, int32_t id)
 
 /* Renders the template, tokenizes, expands image i's placeholder into tokens[i] ids and
  * records where each image's span starts. */
-static mmrt_status build_prompt(const struct mmrt_model *m, const char *prompt,
+static mmrt_status build_prompt(const struct mmrt_model *m, const struct mmrt_request *req,
                                 const struct mmrt_vision_output *vis, int32_t **ids_out,
                                 int64_t *n_out, int64_t *span, struct mmrt_error *err)
 {
     const int n_images = vis->n_images;
-    const bool placed = strstr(prompt, m->image_pad) != NULL;
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    bool ok = append(&text, &len, &cap, system_turn) &&
-              append(&text, &len, &cap, "<|im_start|>user\n");
-    for (int i = 0; ok && !placed && i < n_images; i++)
-        ok = append(&text, &len, &cap, m->vision_start) &&
-             append(&text, &len, &cap, m->image_pad) && append(&text, &len, &cap, m->vision_end);
-    ok = ok && append(&text, &len, &cap, prompt) &&
-         append(&text, &len, &cap, "<|im_end|>\n<|im_start|>assistant\n");
-    if (!ok) {
-        free(text);
+    /* Qwen2-VL-Instruct's chat template (models.md §7.5): the default system turn unless the
+     * chat starts with one, then <|im_start|>{role}\n, a vision span per image of the turn
+     * (unless the text places the <|image_pad|> itself), the text, <|im_end|>\n; then the
+     * generation prompt. */
+    struct mmrt_text t = { 0 };
+    if (req->n_messages == 0 || strcmp(req->messages[0].role, "system") != 0)
+        mmrt_text_add(&t, system_turn);
+    for (int i = 0; i < req->n_messages; i++) {
+        const struct mmrt_message *msg = &req->messages[i];
+        const bool placed = msg->text && strstr(msg->text, m->image_pad) != NULL;
+        mmrt_text_add(&t, "<|im_start|>");
+        mmrt_text_add(&t, msg->role);
+        mmrt_text_add(&t, "\n");
+        for (int k = 0; !placed && k < msg->n_images; k++) {
+            mmrt_text_add(&t, m->vision_start);
+            mmrt_text_add(&t, m->image_pad);
+            mmrt_text_add(&t, m->vision_end);
+        }
+        if (msg->text)
+            mmrt_text_add(&t, msg->text);
+        mmrt_text_add(&t, "<|im_end|>\n");
+    }
+    mmrt_text_add(&t, "<|im_start|>assistant\n");
+    if (t.failed) {
+        free(t.s);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
     }
+    char *text = t.s;
+    const size_t len = t.len;
     int32_t *ids = NULL;
     size_t n = 0;
     mmrt_status st = mmrt_tokenizer_encode(m->tok, text, len, 0, &ids, &n, err);
@@ -675,8 +669,7 @@ static mmrt_status q_prepare(struct mmrt_model *m, const struct mmrt_request *re
     int64_t span[MAX_IMAGES];
     mmrt_status st = check_vision(m, vis, err);
     if (st == MMRT_OK)
-        st = build_prompt(m, req->prompt ? req->prompt : "", vis, &out->ids, &out->n_ids, span,
-                          err);
+        st = build_prompt(m, req, vis, &out->ids, &out->n_ids, span, err);
     if (st == MMRT_OK) {
         out->pos = malloc((size_t)(out->n_ids > 0 ? out->n_ids : 1) * 3 * sizeof *out->pos);
         if (!out->pos)

@@ -172,19 +172,15 @@ struct mmrt_request golden_case_request(const json_t *c, struct golden_images *i
         const json_t *rel = list ? json_array_get(list, i) : json_object_get(c, "image");
         snprintf(images->path[i], sizeof images->path[i], "%s/%s", golden_src_dir(),
                  json_string_value(rel));
-        images->ptr[i] = images->path[i];
+        images->in[i] = (struct mmrt_image_input){ .path = images->path[i] };
     }
     struct mmrt_request req = {
         .prompt = json_string_value(json_object_get(c, "prompt")),
         .max_tokens = GOLDEN_MAX_STEPS,
         .top_p = 1.0f,
     };
-    if (n == 1) {
-        req.image_path = images->ptr[0];
-    } else {
-        req.image_paths = images->ptr;
-        req.n_images = (int)n;
-    }
+    req.images = images->in;
+    req.n_images = (int)n;
     return req;
 }
 
@@ -323,7 +319,7 @@ bool golden_check_fixture(const struct golden_model *model, const char *fixture,
         struct golden_capture cap = { 0 };
         struct mmrt_model_trace trace;
         golden_trace(&cap, &trace);
-        struct mmrt_result res;
+        struct mmrt_result res = { 0 };
         st = mmrt_run_traced(rt, &req, &trace, golden_on_token, &cap, &res);
         if (st != MMRT_OK)
             fail_msg("%s %s: %s", fixture, name, mmrt_last_error(rt));
@@ -451,7 +447,7 @@ void golden_expect_loads(void)
 void golden_expect_run_error(struct mmrt_runtime *rt, const struct mmrt_request *req,
                              mmrt_status want, const char *part)
 {
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     mmrt_status st = mmrt_run(rt, req, NULL, NULL, &res);
     if (st != want || !strstr(mmrt_last_error(rt), part))
         fail_msg("expected status %d with '%s', got %d: %s", want, part, st,
@@ -463,9 +459,11 @@ void golden_expect_unusable_images(struct mmrt_runtime *rt, const struct mmrt_re
     struct mmrt_request r = *req;
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", golden_scratch);
-    r.image_path = path;
+    r.images = TEST_FILE(path);
+    r.n_images = 1;
     golden_expect_run_error(rt, &r, MMRT_ERR_UNSUPPORTED, "unsupported image format");
-    r.image_path = "/nonexistent.png";
+    r.images = TEST_FILE("/nonexistent.png");
+    r.n_images = 1;
     golden_expect_run_error(rt, &r, MMRT_ERR_IO, "/nonexistent.png");
 }
 
@@ -495,7 +493,7 @@ void golden_flatten_config(void (*adjust)(json_t *root, const json_t *text))
 void golden_expect_pool_steady(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                int n_tokens)
 {
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run(rt, req, NULL, NULL, &res), MMRT_OK);
     assert_int_equal(res.n_tokens, n_tokens);
     struct mmrt_pool_report pr;
@@ -510,7 +508,7 @@ void golden_expect_seeded(struct mmrt_runtime *rt, const struct mmrt_request *re
 {
     struct mmrt_request r = *req;
     struct golden_capture a = { 0 }, b = { 0 }, c = { 0 };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run(rt, &r, golden_on_token, &a, &res), MMRT_OK);
     assert_int_equal(mmrt_run(rt, &r, golden_on_token, &b, &res), MMRT_OK);
     r.seed = req->seed + 1;

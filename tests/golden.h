@@ -25,6 +25,7 @@
 #include "formats/safetensors.h"
 #include "model.h"
 #include "mmrt/mmrt.h"
+#include "request_util.h"
 
 #define GOLDEN_REL_TOL 1e-4   /* image features and logits */
 #define GOLDEN_PIXEL_TOL 1e-5 /* preprocessed pixels (or patches) */
@@ -91,12 +92,12 @@ json_t *golden_expected_json(const char *fixture);
 /* Image paths of one request; golden_case_request points the request into it. */
 struct golden_images {
     char path[GOLDEN_MAX_IMAGES][4096];
-    const char *ptr[GOLDEN_MAX_IMAGES];
+    struct mmrt_image_input in[GOLDEN_MAX_IMAGES];
 };
 
 /* The greedy request of fixture case c (its "prompt", GOLDEN_MAX_STEPS tokens, top_p 1):
- * its "image", or its "images" (1…GOLDEN_MAX_IMAGES); one image goes through image_path,
- * several through image_paths (both ways are API). The request points into *images. */
+ * its "image", or its "images" (1…GOLDEN_MAX_IMAGES), as files. The request points into
+ * *images. */
 struct mmrt_request golden_case_request(const json_t *c, struct golden_images *images);
 
 /* The greedy tokens of case c, as transformers chose them: its "greedy_tokens", up to and

@@ -84,7 +84,7 @@ static void run_solo(struct mmrt_runtime *rt, const struct cases *c, struct gold
     for (int i = 0; i < c->n; i++) {
         struct mmrt_model_trace trace;
         golden_trace(&caps[i], &trace);
-        struct mmrt_result res;
+        struct mmrt_result res = { 0 };
         if (mmrt_run_traced(rt, &c->req[i], &trace, golden_on_token, &caps[i], &res) != MMRT_OK)
             fail_msg("solo request %d: %s", i, mmrt_last_error(rt));
     }
@@ -158,7 +158,7 @@ static void check_batch(const char *fixture, const struct setup *s, bool expect_
     cases_load(fixture, &c);
     struct mmrt_runtime *rt = open_rt(fixture, s);
     struct golden_capture solo[MAX_CASES] = { { 0 } }, batch[MAX_CASES] = { { 0 } };
-    struct mmrt_result res[MAX_CASES];
+    struct mmrt_result res[MAX_CASES] = { { 0 } };
     run_solo(rt, &c, solo);
     struct mmrt_engine_stats before, after;
     mmrt_runtime_engine_stats(rt, &before);
@@ -296,9 +296,10 @@ static void test_batch_failures_stay_local(void **state)
     run_solo(rt, &c, solo);
     struct mmrt_request reqs[MAX_CASES];
     memcpy(reqs, c.req, sizeof reqs);
-    reqs[1].image_path = "/nonexistent/cat.png";
+    reqs[1].images = TEST_FILE("/nonexistent/cat.png");
+    reqs[1].n_images = 1;
     reqs[3].max_tokens = 1 << 20; /* prompt + max_tokens beyond the context */
-    struct mmrt_result res[MAX_CASES];
+    struct mmrt_result res[MAX_CASES] = { { 0 } };
     mmrt_status st = run_batch(rt, reqs, n, batch, res, 4, 3);
     assert_int_not_equal(st, MMRT_OK);
     assert_non_null(strstr(mmrt_last_error(rt), "request 1: "));
@@ -368,7 +369,7 @@ static void test_submit_from_threads(void **state)
     }
     for (int t = 0; t < 3; t++)
         for (int i = sub[t].first; i < sub[t].first + sub[t].n; i++) {
-            struct mmrt_result res;
+            struct mmrt_result res = { 0 };
             assert_int_equal(mmrt_wait(sub[t].jobs[i], &res), MMRT_OK);
             assert_int_equal(res.n_tokens, solo[i].n_tokens);
             assert_int_equal(got[i].n_tokens, solo[i].n_tokens);
@@ -419,7 +420,7 @@ static void test_cancel_job(void **state)
     sem_wait(&cu.reached);
     mmrt_cancel(jobs[1]);
     sem_post(&cu.cancelled);
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_wait(jobs[1], &res), MMRT_ERR_CANCELLED);
     assert_int_equal(res.status, MMRT_ERR_CANCELLED);
     assert_int_equal(cu.cap.n_tokens, 2);
@@ -432,9 +433,8 @@ static void test_cancel_job(void **state)
     }
     /* A job that fails (an image that does not exist) reports it through its result. */
     struct mmrt_request bad = c.req[0];
-    bad.image_path = "/nonexistent/x.png";
-    bad.image_paths = NULL;
-    bad.n_images = 0;
+    bad.images = TEST_FILE("/nonexistent/x.png");
+    bad.n_images = 1;
     struct mmrt_job *j;
     assert_int_equal(mmrt_submit(rt, &bad, NULL, NULL, &j), MMRT_OK);
     assert_int_not_equal(mmrt_wait(j, &res), MMRT_OK);
@@ -448,6 +448,144 @@ static void test_cancel_job(void **state)
     free_caps(solo, c.n);
     mmrt_destroy(rt);
     json_decref(c.json);
+}
+
+/* ---- the request: images in memory, chats, struct sizes ---- */
+
+static void *read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    void *d = malloc((size_t)n);
+    assert_non_null(d);
+    assert_int_equal(fread(d, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return d;
+}
+
+static void run_tokens(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                       struct golden_capture *cap)
+{
+    struct mmrt_model_trace trace;
+    golden_trace(cap, &trace);
+    struct mmrt_result res = { 0 };
+    if (mmrt_run_traced(rt, req, &trace, golden_on_token, cap, &res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+}
+
+static void expect_invalid(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                           const char *part)
+{
+    struct mmrt_result res = { 0 };
+    mmrt_status st = mmrt_run(rt, req, NULL, NULL, &res);
+    if (st != MMRT_ERR_INVALID_ARG || !strstr(mmrt_last_error(rt), part))
+        fail_msg("expected MMRT_ERR_INVALID_ARG with '%s', got %d: %s", part, st,
+                 mmrt_last_error(rt));
+}
+
+/* An image as bytes in memory, a prompt as a one-turn chat, and the same request with an
+ * explicit struct_size all give the file-and-prompt request's tokens; chats render through
+ * the model's template; malformed chats are refused naming the message. */
+static void test_request_forms(void **state)
+{
+    (void)state;
+    struct cases c;
+    cases_load("qwen2vl-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("qwen2vl-tiny", &(struct setup){ 0 });
+    const struct mmrt_request *base = &c.req[0];
+    struct golden_capture want = { 0 }, got = { 0 };
+    run_tokens(rt, base, &want);
+
+    size_t size;
+    void *bytes = read_all(base->images[0].path, &size);
+    const struct mmrt_image_input mem = { .data = bytes, .size = size };
+    struct mmrt_request r = *base;
+    r.images = &mem;
+    run_tokens(rt, &r, &got);
+    same_run("image in memory", 0, &got, &want, true);
+    golden_capture_free(&got);
+
+    const struct mmrt_message user = { .role = "user", .text = base->prompt, .n_images = 1 };
+    r = *base;
+    r.prompt = NULL;
+    r.messages = &user;
+    r.n_messages = 1;
+    r.struct_size = sizeof r;
+    run_tokens(rt, &r, &got);
+    same_run("one-turn chat", 0, &got, &want, true);
+    assert_int_equal(got.n_prompt, want.n_prompt);
+    assert_memory_equal(got.prompt, want.prompt, (size_t)want.n_prompt * sizeof(int32_t));
+    golden_capture_free(&got);
+
+    /* A multi-turn chat with its own system turn: Qwen2-VL's template keeps it (no default
+     * system turn) and the earlier answer is part of the prompt. */
+    const struct mmrt_message chat[4] = {
+        { .role = "system", .text = "Be brief." },
+        { .role = "user", .text = base->prompt, .n_images = 1 },
+        { .role = "assistant", .text = "A gradient." },
+        { .role = "user", .text = "Which colours?" },
+    };
+    r.messages = chat;
+    r.n_messages = 4;
+    run_tokens(rt, &r, &got);
+    assert_true(got.n_prompt > want.n_prompt);
+    assert_true(got.n_tokens > 0);
+    golden_capture_free(&got);
+
+    /* What the chat must not be. */
+    const struct mmrt_message bad_role[2] = { { .role = "user", .text = "hi", .n_images = 1 },
+                                              { .role = "tool", .text = "x" } };
+    r.messages = bad_role;
+    r.n_messages = 2;
+    expect_invalid(rt, &r, "message 1 has role 'tool'");
+    const struct mmrt_message img_in_answer[2] = {
+        { .role = "user", .text = "hi" }, { .role = "assistant", .text = "x", .n_images = 1 } };
+    r.messages = img_in_answer;
+    expect_invalid(rt, &r, "message 1 (assistant) carries 1 images");
+    const struct mmrt_message ends_with_answer[2] = {
+        { .role = "user", .text = "hi", .n_images = 1 }, { .role = "assistant", .text = "x" } };
+    r.messages = ends_with_answer;
+    expect_invalid(rt, &r, "message 1 is an assistant turn");
+    const struct mmrt_message two_images[1] = { { .role = "user", .text = "hi", .n_images = 2 } };
+    r.messages = two_images;
+    r.n_messages = 1;
+    expect_invalid(rt, &r, "the messages carry 2 images, the request has 1");
+    r.messages = &user;
+    r.prompt = "hi";
+    expect_invalid(rt, &r, "give prompt or messages, not both");
+    r = *base;
+    r.struct_size = 4;
+    expect_invalid(rt, &r, "struct_size 4 is smaller than the first layout");
+    struct mmrt_result small = { .struct_size = 8 };
+    assert_int_equal(mmrt_run(rt, base, NULL, NULL, &small), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(mmrt_last_error(rt), "result: struct_size 8"));
+    const struct mmrt_image_input neither = { 0 };
+    r.struct_size = 0;
+    r.images = &neither;
+    expect_invalid(rt, &r, "images[0] needs a path or data (exactly one)");
+
+    free(bytes);
+    golden_capture_free(&want);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
+/* Fuyu has no chat template: anything but one user turn is refused by name. */
+static void test_fuyu_refuses_chats(void **state)
+{
+    (void)state;
+    struct mmrt_runtime *rt = open_rt("fuyu-tiny", &(struct setup){ 0 });
+    const struct mmrt_message chat[2] = { { .role = "system", .text = "Be brief." },
+                                          { .role = "user", .text = "hi" } };
+    struct mmrt_request r = { .messages = chat, .n_messages = 2, .max_tokens = 2,
+                              .top_p = 1.0f };
+    expect_invalid(rt, &r, "message 0 (system): Fuyu has no chat template");
+    mmrt_destroy(rt);
 }
 
 static void test_bad_scheduler_config(void **state)
@@ -485,6 +623,8 @@ int main(void)
         cmocka_unit_test(test_batch_failures_stay_local),
         cmocka_unit_test(test_submit_from_threads),
         cmocka_unit_test(test_cancel_job),
+        cmocka_unit_test(test_request_forms),
+        cmocka_unit_test(test_fuyu_refuses_chats),
         cmocka_unit_test(test_bad_scheduler_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -127,10 +127,11 @@ static void test_flat_config(void **state)
     struct mmrt_runtime *rt = golden_open_or_fail(golden_scratch, NULL);
     char image[4096];
     golden_fixture_path(image, sizeof image, "llava-images/grad_80x60.png");
-    struct mmrt_request req = { .image_path = image, .prompt = "Generate a coco-style caption.\n",
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = "Generate a coco-style caption.\n",
                                 .max_tokens = 4, .top_p = 1.0f };
     struct golden_capture cap = { 0 };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run(rt, &req, golden_on_token, &cap, &res), MMRT_OK);
     static const int32_t want[4] = { 331, 319, 17, 169 };
     assert_int_equal(cap.n_tokens, 4);
@@ -147,20 +148,22 @@ static void test_bad_requests(void **state)
     char image[4096], small[4096];
     golden_fixture_path(image, sizeof image, "llava-images/grad_64x64.png");
     golden_fixture_path(small, sizeof small, "llava-images/grad_45x90.png");
-    struct mmrt_request req = { .image_path = image, .prompt = "hi", .max_tokens = 4,
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = "hi", .max_tokens = 4,
                                 .top_p = 1.0f };
     /* A refused image must not reach the patch projection. */
     struct golden_capture cap = { 0 };
     struct mmrt_model_trace trace;
     golden_trace(&cap, &trace);
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res), MMRT_ERR_LIMIT);
     if (!strstr(mmrt_last_error(rt), "needs 42 image tokens"))
         fail_msg("unexpected: %s", mmrt_last_error(rt));
     assert_int_equal(cap.n_feature_calls, 0);
     golden_capture_free(&cap);
     /* The 45×90 image (24 image tokens) fits, the prompt plus new tokens does not. */
-    req.image_path = small;
+    req.images = TEST_FILE(small);
+    req.n_images = 1;
     req.max_tokens = 20;
     golden_expect_run_error(rt, &req, MMRT_ERR_LIMIT,
                             "exceeds the model's context of 40 positions");
@@ -172,14 +175,16 @@ static void test_bad_requests(void **state)
     /* Images that cannot be used. */
     req.prompt = "hi";
     golden_expect_unusable_images(rt, &req);
-    req.image_path = small;
+    req.images = TEST_FILE(small);
+    req.n_images = 1;
     req.max_tokens = 0;
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "max_tokens");
     /* And a good request still works afterwards: nothing leaked into the pool. */
     req.max_tokens = 3;
     golden_expect_pool_steady(rt, &req, 3);
     /* Text only: the tokenizer's own template, no image span. */
-    req.image_path = NULL;
+    req.images = NULL;
+    req.n_images = 0;
     req.prompt = "What is shown?";
     assert_int_equal(mmrt_run(rt, &req, NULL, NULL, &res), MMRT_OK);
     assert_int_equal(res.n_tokens, 3);
@@ -193,7 +198,8 @@ static void test_sampling_is_seeded(void **state)
     golden_fixture_path(dir, sizeof dir, "fuyu-tiny");
     golden_fixture_path(image, sizeof image, "llava-images/grad_80x60.png");
     struct mmrt_runtime *rt = golden_open_or_fail(dir, NULL);
-    struct mmrt_request req = { .image_path = image, .prompt = "What is this?\n",
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = "What is this?\n",
                                 .max_tokens = 12, .seed = 7, .temperature = 1.5f, .top_k = 50,
                                 .top_p = 0.95f };
     golden_expect_seeded(rt, &req);
@@ -213,27 +219,31 @@ static void test_image_budget(void **state)
     golden_fixture_path(b, sizeof b, "llava-next-images/grad_100x40.png");
     golden_fixture_path(c, sizeof c, "llava-images/grad_45x90.png");
     golden_fixture_path(d, sizeof d, "llava-images/grad_64x64.png");
-    struct mmrt_request req = { .image_path = a, .prompt = "hi", .max_tokens = 2, .top_p = 1.0f };
-    struct mmrt_result res;
+    struct mmrt_request req = { .images = TEST_FILE(a), .n_images = 1,
+                                .prompt = "hi", .max_tokens = 2, .top_p = 1.0f };
+    struct mmrt_result res = { 0 };
 
     struct mmrt_runtime *rt = golden_open_budget(fixture, 30, MMRT_OVERSIZE_REFUSE);
     snprintf(want, sizeof want, "image 1 of 1 (%s, 80×60) needs 54 image tokens, more than "
              "max_image_tokens = 30 ([model] max_image_tokens); oversize_images = downscale "
              "would shrink it to fit", a);
     golden_expect_refused(rt, &req, want, &res);
-    req.image_path = b;
+    req.images = TEST_FILE(b);
+    req.n_images = 1;
     snprintf(want, sizeof want, "image 1 of 1 (%s, 100×40, resized to 90×36) needs 40 image "
              "tokens, more than max_image_tokens = 30 ([model] max_image_tokens); "
              "oversize_images = downscale would shrink it to fit", b);
     golden_expect_refused(rt, &req, want, &res);
-    req.image_path = c; /* 6 × 4 = 24 */
+    req.images = TEST_FILE(c);
+    req.n_images = 1; /* 6 × 4 = 24 */
     golden_run(rt, &req, NULL, &res);
     mmrt_destroy(rt);
 
     /* downscale: the largest 4:3 size with at most 30 tokens is 53×40 (4 × 7 = 28), and the
      * processor then pads that Pillow-resized image to 60×40 and cuts 24 patches. */
     rt = golden_open_budget(fixture, 30, MMRT_OVERSIZE_DOWNSCALE);
-    req.image_path = a;
+    req.images = TEST_FILE(a);
+    req.n_images = 1;
     struct golden_capture cap = { 0 };
     golden_run(rt, &req, &cap, &res);
     assert_int_equal(res.n_tokens, 2);
@@ -277,8 +287,9 @@ static void test_image_budget(void **state)
      * message when the configured budget is larger; a smaller one downscales within it. */
     golden_set_config("text_config/max_position_embeddings", json_integer(40));
     rt = golden_open_budget(golden_scratch, 100, MMRT_OVERSIZE_DOWNSCALE);
-    req.image_path = d;
-    struct mmrt_result r2;
+    req.images = TEST_FILE(d);
+    req.n_images = 1;
+    struct mmrt_result r2 = { 0 };
     assert_int_equal(mmrt_run(rt, &req, NULL, NULL, &r2), MMRT_ERR_LIMIT);
     if (!strstr(mmrt_last_error(rt), "image 64×64 needs 42 image tokens (6×6 patches of 10 px "
                                      "plus row ends), more than the model's context of 40 "

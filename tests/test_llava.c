@@ -138,7 +138,8 @@ static void test_bad_requests(void **state)
     struct mmrt_runtime *rt = golden_open_or_fail(golden_scratch, NULL);
     char image[4096];
     golden_fixture_path(image, sizeof image, "llava-images/grad_64x64.png");
-    struct mmrt_request req = { .image_path = image, .prompt = "hi", .max_tokens = 4,
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = "hi", .max_tokens = 4,
                                 .top_p = 1.0f };
     /* One image, two placeholders. */
     req.prompt = "compare <image> please";
@@ -158,7 +159,8 @@ static void test_bad_requests(void **state)
     /* Images that cannot be used. */
     req.prompt = "hi";
     golden_expect_unusable_images(rt, &req);
-    req.image_path = image;
+    req.images = TEST_FILE(image);
+    req.n_images = 1;
     req.max_tokens = 0;
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "max_tokens");
     req.max_tokens = 3;
@@ -192,9 +194,10 @@ static void test_image_budget(void **state)
     char fixture[4096], image[4096], want[8192];
     golden_fixture_path(fixture, sizeof fixture, "llava-tiny");
     golden_fixture_path(image, sizeof image, "llava-images/grad_64x64.png");
-    struct mmrt_request req = { .image_path = image, .prompt = "hi", .max_tokens = 2,
+    const struct mmrt_image_input img = { .path = image };
+    struct mmrt_request req = { .images = &img, .n_images = 1, .prompt = "hi", .max_tokens = 2,
                                 .top_p = 1.0f };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64) needs 16 image tokens, more than "
              "max_image_tokens = 15 ([model] max_image_tokens); LLaVA-1.5 gives every image 16 "
              "tokens whatever its size, so oversize_images = downscale cannot help", image);
@@ -203,9 +206,11 @@ static void test_image_budget(void **state)
                                                      (enum mmrt_oversize_images)mode);
         golden_expect_refused(rt, &req, want, &res); /* refused before preprocessing */
         /* A request without an image needs no image tokens. */
-        req.image_path = NULL;
+        req.images = NULL;
+        req.n_images = 0;
         golden_run(rt, &req, NULL, &res);
-        req.image_path = image;
+        req.images = &img;
+        req.n_images = 1;
         mmrt_destroy(rt);
     }
     /* at the budget */

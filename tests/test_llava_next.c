@@ -107,18 +107,22 @@ static void test_bad_requests(void **state)
     struct mmrt_runtime *rt = golden_open_or_fail(golden_scratch, NULL);
     char image[4096];
     golden_fixture_path(image, sizeof image, "llava-images/grad_64x64.png");
-    struct mmrt_request req = { .image_path = image, .prompt = "compare <image> please",
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = "compare <image> please",
                                 .max_tokens = 4, .top_p = 1.0f };
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "2 image placeholders but 1 image was given");
-    req.image_path = NULL;
+    req.images = NULL;
+    req.n_images = 0;
     req.prompt = "what is <image>?";
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "1 image placeholder but 0 images were given");
-    req.image_path = "/nonexistent.png";
+    req.images = TEST_FILE("/nonexistent.png");
+    req.n_images = 1;
     golden_expect_run_error(rt, &req, MMRT_ERR_IO, "/nonexistent.png");
     /* A good request still works afterwards, and nothing stays in the pool. */
-    req.image_path = image;
+    req.images = TEST_FILE(image);
+    req.n_images = 1;
     req.prompt = "hi";
     golden_expect_pool_steady(rt, &req, 4);
     mmrt_destroy(rt);
@@ -135,15 +139,17 @@ static void test_image_budget(void **state)
     golden_fixture_path(fixture, sizeof fixture, "llava-next-tiny");
     golden_fixture_path(a, sizeof a, "llava-images/grad_64x64.png");
     golden_fixture_path(b, sizeof b, "llava-images/grad_36x100.png");
-    struct mmrt_request req = { .image_path = a, .prompt = "hi", .max_tokens = 2, .top_p = 1.0f };
-    struct mmrt_result res;
+    struct mmrt_request req = { .images = TEST_FILE(a), .n_images = 1,
+                                .prompt = "hi", .max_tokens = 2, .top_p = 1.0f };
+    struct mmrt_result res = { 0 };
 
     struct mmrt_runtime *rt = golden_open_budget(fixture, 50, MMRT_OVERSIZE_REFUSE);
     snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64) needs 88 image tokens, more than "
              "max_image_tokens = 50 ([model] max_image_tokens); oversize_images = downscale "
              "would shrink it to fit", a);
     golden_expect_refused(rt, &req, want, &res);
-    req.image_path = b; /* 40 tokens */
+    req.images = TEST_FILE(b);
+    req.n_images = 1; /* 40 tokens */
     golden_run(rt, &req, NULL, &res);
     mmrt_destroy(rt);
     rt = golden_open_budget(fixture, 40, MMRT_OVERSIZE_REFUSE); /* exactly at the budget */
@@ -154,7 +160,8 @@ static void test_image_budget(void **state)
      * one 28×56 tile pair, unpadded to 4 columns: 16 + 4 × 5 = 36 — and the processor then
      * sees the Pillow-resized 28×28 image: its base patch is that image, normalised. */
     rt = golden_open_budget(fixture, 50, MMRT_OVERSIZE_DOWNSCALE);
-    req.image_path = a;
+    req.images = TEST_FILE(a);
+    req.n_images = 1;
     struct golden_capture cap = { 0 };
     golden_run(rt, &req, &cap, &res);
     assert_int_equal(res.n_tokens, 2);

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "mmrt/mmrt.h"
+#include "request_util.h"
 #include "plugin_harness.h"
 
 #define N_TOKENS 8
@@ -158,9 +159,10 @@ static bool collect(void *user, int32_t id, const char *text)
 
 static void run_tokens(struct mmrt_runtime *rt, struct tokens *t)
 {
-    struct mmrt_request req = { .image_path = image, .prompt = prompt, .max_tokens = N_TOKENS,
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = prompt, .max_tokens = N_TOKENS,
                                 .top_p = 1.0f };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     t->n = 0;
     if (mmrt_run(rt, &req, collect, t, &res) != MMRT_OK)
         fail_msg("run: %s", res.error);
@@ -429,10 +431,10 @@ static void test_kv_page_size_invariant(void **state)
             fail_msg("kv_page_tokens %lld: %s", (long long)sizes[i], err);
         struct logits_trace t = { 0 };
         const struct mmrt_model_trace trace = { .user = &t, .logits = record_logits };
-        struct mmrt_request req = { .image_path = image, .prompt = prompt,
+        struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1, .prompt = prompt,
                                     .max_tokens = N_TOKENS, .top_p = 1.0f };
         struct tokens tok = { .n = 0 };
-        struct mmrt_result res;
+        struct mmrt_result res = { 0 };
         if (mmrt_run_traced(rt, &req, &trace, collect, &tok, &res) != MMRT_OK)
             fail_msg("kv_page_tokens %lld: %s", (long long)sizes[i], res.error);
         assert_int_equal(tok.n, N_TOKENS);
@@ -477,9 +479,10 @@ static void test_kv_pages_grow(void **state)
     struct mmrt_runtime *rt = open_kv(0, 4, 32, err, sizeof err, &st);
     assert_int_equal(st, MMRT_OK);
     struct pages_seen seen = { .rt = rt };
-    struct mmrt_request req = { .image_path = image, .prompt = prompt, .max_tokens = N_TOKENS,
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = prompt, .max_tokens = N_TOKENS,
                                 .top_p = 1.0f };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run(rt, &req, watch_pages, &seen, &res), MMRT_OK);
     assert_int_equal(seen.n, N_TOKENS);
     /* Token i is chosen from the step that filled positions [0, prompt + i): the prefill for
@@ -501,9 +504,10 @@ static void test_kv_budget(void **state)
     /* Find the request's size: prompt + max_tokens positions. */
     struct mmrt_runtime *rt = open_kv(0, 16, 32, err, sizeof err, &st);
     assert_int_equal(st, MMRT_OK);
-    struct mmrt_request req = { .image_path = image, .prompt = prompt, .max_tokens = N_TOKENS,
+    struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                .prompt = prompt, .max_tokens = N_TOKENS,
                                 .top_p = 1.0f };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run(rt, &req, NULL, NULL, &res), MMRT_OK);
     const int64_t n_prompt = res.n_prompt_tokens, need = n_prompt + N_TOKENS;
     mmrt_destroy(rt);

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "mmrt/mmrt.h"
+#include "request_util.h"
 
 #define N_TOKENS 16
 
@@ -74,10 +75,10 @@ static uint64_t weight_bytes(struct mmrt_runtime *rt, int dev)
 static void check_placement(const char *vp, const char *lp)
 {
     struct mmrt_runtime *rt = open_placement(vp, lp);
-    struct mmrt_request req = { .image_path = images[0], .prompt = prompt,
+    struct mmrt_request req = { .images = TEST_FILE(images[0]), .n_images = 1, .prompt = prompt,
                                 .max_tokens = N_TOKENS, .top_p = 1.0f };
     struct tokens t = { .n = 0 };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     if (mmrt_run(rt, &req, collect, &t, &res) != MMRT_OK)
         fail_msg("%s/%s: %s", vp, lp, mmrt_last_error(rt));
     assert_int_equal(t.n, N_TOKENS);
@@ -137,16 +138,19 @@ static void check_batch_overlap(const char *vision_plugin, const char *language_
 {
     struct mmrt_runtime *rt = open_placement(vision_plugin, language_plugin);
     struct mmrt_request reqs[4];
-    for (int i = 0; i < 4; i++)
-        reqs[i] = (struct mmrt_request){ .image_path = images[i], .prompt = prompt,
+    struct mmrt_image_input in[4];
+    for (int i = 0; i < 4; i++) {
+        in[i] = (struct mmrt_image_input){ .path = images[i] };
+        reqs[i] = (struct mmrt_request){ .images = &in[i], .n_images = 1, .prompt = prompt,
                                          .max_tokens = 32, .top_p = 1.0f };
+    }
     /* A long first decode, so that the scheduler of a loaded machine has plenty of time to
      * run the vision worker meanwhile: the overlap asserted below is structural (the worker
      * moves on to request 1 as soon as request 0's vision stage is done), not a race. */
     reqs[0].max_tokens = 300;
     struct batch_tokens b;
     memset(&b, 0, sizeof b);
-    struct mmrt_result res[4];
+    struct mmrt_result res[4] = { { 0 } };
     if (mmrt_run_batch(rt, reqs, 4, collect_batch, &b, res) != MMRT_OK)
         fail_msg("%s", mmrt_last_error(rt));
     for (int i = 0; i < 4; i++) {
@@ -158,7 +162,7 @@ static void check_batch_overlap(const char *vision_plugin, const char *language_
         assert_true(res[i].language_start_ms >= res[i].vision_end_ms);
         /* … and the answers equal one request at a time. */
         struct tokens t = { .n = 0 };
-        struct mmrt_result one;
+        struct mmrt_result one = { 0 };
         assert_int_equal(mmrt_run(rt, &reqs[i], collect, &t, &one), MMRT_OK);
         assert_int_equal(t.n, b.t[i].n);
         assert_memory_equal(t.ids, b.t[i].ids, (size_t)t.n * sizeof t.ids[0]);
@@ -166,7 +170,8 @@ static void check_batch_overlap(const char *vision_plugin, const char *language_
     /* The vision stage of request 1 started before request 0 finished decoding. */
     assert_true(res[1].vision_start_ms < res[0].language_end_ms);
     /* A failing request is reported in its own slot and does not stop the others. */
-    reqs[2].image_path = "/nonexistent.png";
+    reqs[2].images = TEST_FILE("/nonexistent.png");
+    reqs[2].n_images = 1;
     memset(&b, 0, sizeof b);
     assert_int_equal(mmrt_run_batch(rt, reqs, 4, collect_batch, &b, res), MMRT_ERR_IO);
     assert_int_equal(res[2].status, MMRT_ERR_IO);

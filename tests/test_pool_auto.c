@@ -27,6 +27,7 @@
 #include "formats/json.h"
 #include "kv_cache.h"
 #include "mmrt/mmrt.h"
+#include "request_util.h"
 #include "pool_budget.h"
 
 static const char *src_dir;
@@ -108,9 +109,10 @@ static void run_largest(const struct fixture *f, enum mmrt_level1 level1)
     mmrt_status st = MMRT_ERR_LIMIT;
     while (st == MMRT_ERR_LIMIT && n > 8) {
         char *prompt = words(n);
-        struct mmrt_request req = { .image_path = image, .prompt = prompt, .max_tokens = 2,
+        struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                    .prompt = prompt, .max_tokens = 2,
                                     .top_p = 1.0f };
-        struct mmrt_result res;
+        struct mmrt_result res = { 0 };
         st = mmrt_run(rt, &req, NULL, NULL, &res);
         n_prompt = res.n_prompt_tokens;
         free(prompt);
@@ -198,9 +200,10 @@ static void test_level1_key(void **state)
         struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1 };
         struct mmrt_runtime *rt = NULL;
         assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_OK);
-        struct mmrt_request req = { .image_path = image, .prompt = "What is it?",
+        struct mmrt_request req = { .images = TEST_FILE(image), .n_images = 1,
+                                    .prompt = "What is it?",
                                     .max_tokens = 8, .top_p = 1.0f };
-        struct mmrt_result res;
+        struct mmrt_result res = { 0 };
         assert_int_equal(mmrt_run(rt, &req, NULL, NULL, &res), MMRT_OK);
         struct mmrt_memory_report mr = { .struct_size = sizeof mr };
         assert_int_equal(mmrt_device_memory(rt, 0, &mr), MMRT_OK);

@@ -119,7 +119,7 @@ static void test_batch_overlap(void **state)
     for (int i = 0; i < 3; i++)
         reqs[i] = golden_case_request(json_array_get(cases, (size_t)pick[i]), &images[i]);
     struct batch_capture b = { 0 };
-    struct mmrt_result res[3];
+    struct mmrt_result res[3] = { { 0 } };
     if (mmrt_run_batch(rt, reqs, 3, on_batch_token, &b, res) != MMRT_OK)
         fail_msg("batch: %s", mmrt_last_error(rt));
     for (int i = 0; i < 3; i++) {
@@ -143,8 +143,8 @@ static void test_check_two_images(void **state)
     golden_fixture_path(b, sizeof b, "qwen2vl-images/grad_98x70.png");
     struct mmrt_runtime *rt = golden_open_or_fail(dir, "cpu");
     assert_int_equal(mmrt_model_max_images(rt), 32);
-    const char *paths[2] = { a, b };
-    struct mmrt_request req = { .image_paths = paths, .n_images = 2, .prompt = "Compare.",
+    const struct mmrt_image_input paths[2] = { { .path = a }, { .path = b } };
+    struct mmrt_request req = { .images = paths, .n_images = 2, .prompt = "Compare.",
                                 .max_tokens = 4, .top_p = 1.0f };
     struct mmrt_check_report r;
     if (mmrt_check(rt, &req, &r) != MMRT_OK)
@@ -451,7 +451,7 @@ static void expect_case5_tokens(void)
     struct golden_images images;
     struct mmrt_request req = golden_case_request(c, &images);
     struct golden_capture cap = { 0 };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     golden_run(rt, &req, &cap, &res);
     golden_check_tokens("scratch", "case5", c, cap.tokens, cap.n_tokens);
     golden_capture_free(&cap);
@@ -481,20 +481,20 @@ static void test_bad_requests(void **state)
     golden_fixture_path(a, sizeof a, "llava-images/grad_64x64.png");
     golden_fixture_path(b, sizeof b, "llava-images/grad_36x100.png");
     golden_fixture_path(wide, sizeof wide, "images/rgb_1x5000.png");
-    const char *two[2] = { a, b };
-    struct mmrt_request req = { .image_path = a, .max_tokens = 4, .top_p = 1.0f,
+    const struct mmrt_image_input two[2] = { { .path = a }, { .path = b } };
+    struct mmrt_request req = { .images = TEST_FILE(a), .n_images = 1,
+                                .max_tokens = 4, .top_p = 1.0f,
                                 .prompt = "<|image_pad|> and <|image_pad|>?" };
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "prompt has 2 image placeholders (<|image_pad|>) but 1 image was "
                             "given");
-    req.image_path = NULL;
-    req.image_paths = two;
+    req.images = two;
     req.n_images = 2;
     req.prompt = "<|vision_start|><|image_pad|><|vision_end|>What is it?";
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "prompt has 1 image placeholder (<|image_pad|>) but 2 images were "
                             "given");
-    req.image_paths = NULL;
+    req.images = NULL;
     req.n_images = 0;
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "prompt has 1 image placeholder (<|image_pad|>) but 0 images were "
@@ -503,30 +503,31 @@ static void test_bad_requests(void **state)
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "videos are not supported");
     /* Aspect ratio over 200 (1×5000): smart_resize refuses it, as transformers does. */
     req.prompt = "hi";
-    req.image_path = wide;
+    req.images = TEST_FILE(wide);
+    req.n_images = 1;
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "absolute aspect ratio must be smaller than 200, got 5000");
-    req.image_path = "/nonexistent.png";
+    req.images = TEST_FILE("/nonexistent.png");
+    req.n_images = 1;
     golden_expect_run_error(rt, &req, MMRT_ERR_IO, "/nonexistent.png");
-    /* The API's own rules about images. */
-    req.image_path = a;
-    req.image_paths = two;
-    req.n_images = 2;
+    /* The API's own rules about images: a path or bytes, exactly one; at most 32. */
+    const struct mmrt_image_input both = { .path = a, .data = "x", .size = 1 };
+    req.images = &both;
+    req.n_images = 1;
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
-                            "give image_path or image_paths, not both");
-    req.image_path = NULL;
-    const char *many[40];
+                            "images[0] needs a path or data (exactly one)");
+    struct mmrt_image_input many[40];
     for (int i = 0; i < 40; i++)
-        many[i] = a;
-    req.image_paths = many;
+        many[i] = (struct mmrt_image_input){ .path = a };
+    req.images = many;
     req.n_images = 33;
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG,
                             "33 images given; model type qwen2_vl takes at most 32");
     /* A good request still works afterwards, and nothing stays in the pool. */
-    req.image_paths = two;
+    req.images = two;
     req.n_images = 2;
     req.prompt = "Compare <|image_pad|> with <|image_pad|>.";
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     struct mmrt_pool_report pr;
     assert_int_equal(mmrt_device_pool_stats(rt, 0, &pr), MMRT_OK);
     uint64_t weights = pr.bytes_in_use;
@@ -540,13 +541,14 @@ static void test_bad_requests(void **state)
     golden_set_config("text_config/max_position_embeddings", json_integer(16));
     rt = golden_open_or_fail(golden_scratch, NULL);
     req.prompt = "";
-    req.image_paths = (const char *[]){ a, a };
+    req.images = (struct mmrt_image_input[]){ { .path = a }, { .path = a } };
     golden_expect_run_error(rt, &req, MMRT_ERR_LIMIT,
                             "image 2 (64×64, resized to 84×84) brings the request to 18 image "
                             "tokens, more than the model's context of 16 positions allows");
-    req.image_paths = NULL;
+    req.images = NULL;
     req.n_images = 0;
-    req.image_path = a; /* fits the budget, but not with the template around it */
+    req.images = TEST_FILE(a);
+    req.n_images = 1; /* fits the budget, but not with the template around it */
     golden_expect_run_error(rt, &req, MMRT_ERR_LIMIT,
                             "exceeds the model's context of 16 positions");
     mmrt_destroy(rt);
@@ -602,7 +604,7 @@ static void budget_features(void *user, int image, const float *data, int64_t n_
 static void expect_refused(struct mmrt_runtime *rt, const struct mmrt_request *req,
                            const char *want)
 {
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     golden_expect_refused(rt, req, want, &res);
     assert_string_equal(res.error, want);
 }
@@ -631,17 +633,17 @@ static void test_image_budget(void **state)
     golden_fixture_path(c, sizeof c, "llava-images/grad_80x60.png");
     golden_fixture_path(d, sizeof d, "llava-images/grad_45x90.png");
     struct mmrt_request req = { .max_tokens = 2, .top_p = 1.0f, .prompt = "Compare." };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
 
     /* refuse: the image that brings the request over the budget is named. */
     struct mmrt_runtime *rt = golden_open_budget(fixture, 10, MMRT_OVERSIZE_REFUSE);
-    req.image_paths = (const char *[]){ a, a };
+    req.images = (struct mmrt_image_input[]){ { .path = a }, { .path = a } };
     req.n_images = 2;
     snprintf(want, sizeof want, "image 2 of 2 (%s, 64×64, resized to 84×84) needs 9 image "
              "tokens, bringing the request to 18, more than max_image_tokens = 10 ([model] "
              "max_image_tokens); oversize_images = downscale would shrink the images to fit", a);
     expect_refused(rt, &req, want);
-    req.image_paths = (const char *[]){ c, d };
+    req.images = (struct mmrt_image_input[]){ { .path = c }, { .path = d } };
     snprintf(want, sizeof want, "image 2 of 2 (%s, 45×90, resized to 56×84) needs 6 image "
              "tokens, bringing the request to 12, more than max_image_tokens = 10 ([model] "
              "max_image_tokens); oversize_images = downscale would shrink the images to fit", d);
@@ -659,7 +661,7 @@ static void test_image_budget(void **state)
      * so smart_resize gives 56×56 (4); 64×64 (9) then fits the 9 left. Taken in prompt
      * order instead, 64×64 could not go down to 19/3 = 6. */
     rt = golden_open_budget(fixture, 19, MMRT_OVERSIZE_DOWNSCALE);
-    req.image_paths = (const char *[]){ a, b, c };
+    req.images = (struct mmrt_image_input[]){ { .path = a }, { .path = b }, { .path = c } };
     req.n_images = 3;
     struct budget_capture cap = { 0 };
     struct mmrt_model_trace trace = { .user = &cap, .pixel_values = budget_pixels,
@@ -698,7 +700,7 @@ static void test_image_budget(void **state)
     free(cap.pixels1);
     /* Within the budget nothing changes: 12 ≤ 19. */
     memset(&cap, 0, sizeof cap);
-    req.image_paths = (const char *[]){ c, d };
+    req.images = (struct mmrt_image_input[]){ { .path = c }, { .path = d } };
     req.n_images = 2;
     if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
         fail_msg("%s", mmrt_last_error(rt));
@@ -709,7 +711,7 @@ static void test_image_budget(void **state)
     /* downscale that the processor cannot give: its share below min_pixels, or
      * smart_resize's min_pixels rule scaling the image back up over its share. */
     rt = golden_open_budget(fixture, 7, MMRT_OVERSIZE_DOWNSCALE);
-    req.image_paths = (const char *[]){ a };
+    req.images = (struct mmrt_image_input[]){ { .path = a } };
     req.n_images = 1;
     snprintf(want, sizeof want, "image 1 of 1 (%s, 64×64, resized to 84×84) needs 9 image "
              "tokens, more than max_image_tokens = 7 ([model] max_image_tokens); "
@@ -718,7 +720,7 @@ static void test_image_budget(void **state)
     expect_refused(rt, &req, want);
     mmrt_destroy(rt);
     rt = golden_open_budget(fixture, 4, MMRT_OVERSIZE_DOWNSCALE);
-    req.image_paths = (const char *[]){ b };
+    req.images = (struct mmrt_image_input[]){ { .path = b } };
     snprintf(want, sizeof want, "image 1 of 1 (%s, 98×70, resized to 112×56) needs 8 image "
              "tokens, more than max_image_tokens = 4 ([model] max_image_tokens); "
              "oversize_images = downscale cannot shrink it to its share of 4 tokens "
@@ -744,7 +746,7 @@ static void test_image_budget(void **state)
         rt = NULL;
         if (mmrt_create_from_file(ini, &rt, err, sizeof err) != MMRT_OK)
             fail_msg("%s", err);
-        req.image_paths = (const char *[]){ a, a };
+        req.images = (struct mmrt_image_input[]){ { .path = a }, { .path = a } };
         req.n_images = 2;
         if (k == 0)
             snprintf(want, sizeof want, "image 2 of 2 (%s, 64×64, resized to 84×84) needs 9 "

@@ -110,7 +110,7 @@ static void test_good_config(void **state)
     assert_non_null(strstr(mmrt_last_error(rt), "device index 5 out of range"));
 
     struct mmrt_request req = { .prompt = "hi", .max_tokens = 4, .top_p = 1 };
-    struct mmrt_result res;
+    struct mmrt_result res = { 0 };
     assert_int_equal(mmrt_run(rt, &req, NULL, NULL, &res), MMRT_ERR_CONFIG);
     assert_non_null(strstr(mmrt_last_error(rt), "no [model] configured"));
     mmrt_destroy(rt);

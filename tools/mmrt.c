@@ -247,15 +247,17 @@ static int show_devices(struct mmrt_runtime *rt, const char *path)
  * that several --image with at most one --prompt make one request about all the images
  * when the model takes that many per request. */
 static int build_requests(struct mmrt_runtime *rt, const struct overrides *o,
-                          struct mmrt_request *reqs, int *n_reqs)
+                          struct mmrt_request *reqs, struct mmrt_image_input *images,
+                          int *n_reqs)
 {
+    for (int i = 0; i < o->n_images; i++)
+        images[i] = (struct mmrt_image_input){ .path = o->images[i] };
     if (o->n_images > 1 && o->n_prompts <= 1 && o->n_images <= mmrt_model_max_images(rt)) {
         struct overrides one = *o;
         one.n_images = 0;
-        if (build_requests(rt, &one, reqs, n_reqs) != 0)
+        if (build_requests(rt, &one, reqs, images, n_reqs) != 0)
             return -1;
-        reqs[0].image_path = NULL;
-        reqs[0].image_paths = o->images;
+        reqs[0].images = images;
         reqs[0].n_images = o->n_images;
         return 0;
     }
@@ -270,8 +272,10 @@ static int build_requests(struct mmrt_runtime *rt, const struct overrides *o,
     for (int i = 0; i < n; i++) {
         struct mmrt_request *req = &reqs[i];
         mmrt_run_defaults(rt, req);
-        if (o->n_images)
-            req->image_path = o->images[o->n_images == 1 ? 0 : i];
+        if (o->n_images) {
+            req->images = &images[o->n_images == 1 ? 0 : i];
+            req->n_images = 1;
+        }
         if (o->n_prompts)
             req->prompt = o->prompts[o->n_prompts == 1 ? 0 : i];
         if (o->max_tokens >= 0)
@@ -339,14 +343,16 @@ static int run_conf(const char *path, const struct overrides *o)
     }
     int rc = 0, n = 0;
     struct mmrt_request reqs[MAX_REQUESTS];
-    struct mmrt_result res[MAX_REQUESTS];
+    struct mmrt_image_input images[MAX_REQUESTS];
+    struct mmrt_result res[MAX_REQUESTS] = { { 0 } };
     struct collected c[MAX_REQUESTS];
     memset(c, 0, sizeof c);
     if (!mmrt_model_type(rt)) {
         rc = show_devices(rt, path);
         goto out;
     }
-    if (build_requests(rt, o, reqs, &n) != 0) {
+    memset(res, 0, sizeof res);
+    if (build_requests(rt, o, reqs, images, &n) != 0) {
         rc = EXIT_CONFIG;
         goto out;
     }

@@ -195,14 +195,16 @@ static int run_mode(const char *model, int n_req, int conc, uint64_t seed,
     memset(f, 0, sizeof *f);
     for (int i = 0; rc == 0 && i < n_req; i += conc) {
         struct mmrt_request req[MAX_CONCURRENCY];
-        struct mmrt_result res[MAX_CONCURRENCY];
+        struct mmrt_image_input in[MAX_CONCURRENCY];
+        struct mmrt_result res[MAX_CONCURRENCY] = { { 0 } };
         const int n = n_req - i < conc ? n_req - i : conc;
         for (int k = 0; k < n; k++) {
             int words = 1 + (int)(rng(&s) % 160);
             size_t used = 0;
             for (int w = 0; w < words; w++)
                 used += (size_t)sprintf(prompt[k] + used, "%s ", (rng(&s) & 1) ? "word" : "cat");
-            req[k] = (struct mmrt_request){ .image_path = images[rng(&s) % 4],
+            in[k] = (struct mmrt_image_input){ .path = images[rng(&s) % 4] };
+            req[k] = (struct mmrt_request){ .images = &in[k], .n_images = 1,
                                             .prompt = prompt[k],
                                             .max_tokens = 1 + (int)(rng(&s) % 8),
                                             .top_p = 1.0f, .seed = (uint64_t)(i + k) };
@@ -278,7 +280,8 @@ int main(int argc, char **argv)
         case 'c': conc = atoi(optarg); break;
         default:
             fprintf(opt == 'h' ? stdout : stderr, "usage: mmrt-frag [--model DIR] [--requests "
-                    "N] [--concurrency C] [--seed S] [--json]\n(images: $MMRT_SOURCE_DIR/tests/fixtures)\n");
+                    "N] [--concurrency C] [--seed S] [--json]\n"
+                    "(images: $MMRT_SOURCE_DIR/tests/fixtures)\n");
             return opt == 'h' ? 0 : 2;
         }
     }

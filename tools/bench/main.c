@@ -400,7 +400,8 @@ int main(int argc, char **argv)
         { "json", no_argument, NULL, 'j' },            { "quiet", no_argument, NULL, 'q' },
         { "limits-only", no_argument, NULL, 'O' },     { "threads", required_argument, NULL, 'T' },
         { "dry-run", no_argument, NULL, 'D' },
-        { "requests", required_argument, NULL, 'b' },  { "concurrency", required_argument, NULL, 'N' },
+        { "requests", required_argument, NULL, 'b' },
+        { "concurrency", required_argument, NULL, 'N' },
         { "mix", no_argument, NULL, 'X' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
@@ -496,6 +497,7 @@ int main(int argc, char **argv)
     struct latency lat = { 0 };
     struct mmrt_result *res = NULL;
     struct mmrt_request *reqs = NULL;
+    struct mmrt_image_input *inputs = NULL;
     struct bench_tensor *tensors = NULL;
     int n_tensors = 0;
     json_t *runs = json_array();
@@ -710,6 +712,7 @@ int main(int argc, char **argv)
     }
     images = calloc((size_t)n_req, sizeof *images);
     reqs = calloc((size_t)n_req, sizeof *reqs);
+    inputs = calloc((size_t)n_req, sizeof *inputs);
     res = calloc((size_t)n_req, sizeof *res);
     prompt = bench_synth_prompt(o.prompt_tokens);
     for (int k = 0; k < 4; k++)
@@ -721,8 +724,9 @@ int main(int argc, char **argv)
     lat.per_req = o.gen_tokens;
     lat.times = calloc((size_t)n_req * (size_t)o.gen_tokens, sizeof *lat.times);
     lat.n_times = calloc((size_t)n_req, sizeof *lat.n_times);
-    if (!images || !reqs || !res || !prompt || !runs || !mix_prompts[0] || !mix_prompts[1] ||
-        !mix_prompts[2] || !mix_prompts[3] || !lat.first || !lat.last || !lat.gaps ||
+    if (!images || !reqs || !inputs || !res || !prompt || !runs || !mix_prompts[0] ||
+        !mix_prompts[1] || !mix_prompts[2] || !mix_prompts[3] || !lat.first || !lat.last ||
+        !lat.gaps ||
         !lat.times || !lat.n_times) {
         fprintf(stderr, "mmrt-bench: out of memory\n");
         goto out;
@@ -741,7 +745,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "mmrt-bench: %s\n", err);
             goto out;
         }
-        reqs[i] = (struct mmrt_request){ .image_path = images[i],
+        inputs[i] = (struct mmrt_image_input){ .path = images[i] };
+        reqs[i] = (struct mmrt_request){ .images = &inputs[i], .n_images = 1,
                                          .prompt = o.mix ? mix_prompts[(k / 4) % 4] : prompt,
                                          .max_tokens = o.gen_tokens, .top_p = 1.0f };
     }
@@ -1087,6 +1092,7 @@ out:
         free(images[i]);
     free(images);
     free(reqs);
+    free(inputs);
     free(res);
     free(prompt);
     for (int k = 0; k < 4; k++)

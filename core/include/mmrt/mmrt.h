@@ -90,6 +90,7 @@ enum mmrt_oversize_images {
 };
 
 struct mmrt_config {
+    uint32_t struct_size;              /* sizeof(struct mmrt_config), or 0 (see mmrt_request) */
     const char *model_path;            /* checkpoint directory; NULL = devices only */
     const struct mmrt_device_config *devices;
     int n_devices;                     /* at least 1 */
@@ -237,19 +238,43 @@ MMRT_API mmrt_status mmrt_list_devices(mmrt_device_list_fn fn, void *user, char 
 /* ----------------------------------------------------------------------------------------
  * Requests.
  */
+/* One image of a request: a PNG or JPEG file, or its encoded bytes in memory (what a server
+ * received, without a temporary file). Exactly one of path and data is set; data is
+ * borrowed for the call (mmrt_submit copies it). */
+struct mmrt_image_input {
+    const char *path;
+    const void *data;
+    size_t size;              /* bytes at data */
+};
+
+/* One turn of a chat, rendered through the model's own chat template (docs/ENGINE.md). */
+struct mmrt_message {
+    const char *role;         /* "system", "user" or "assistant" */
+    const char *text;         /* UTF-8; may be NULL for an image-only user turn */
+    int n_images;             /* the next n_images of mmrt_request.images belong to this turn
+                                 (user turns only), placed before its text */
+};
+
+/* Structs the caller fills and the runtime reads (mmrt_config, mmrt_request) are extensible
+ * the way plugin.h's are: the first member is the struct's size as the caller compiled it, so
+ * members appended in later versions read as 0 for an older caller. 0 means the first
+ * published layout (this one), so a zero-initialised struct of this version is valid. */
 struct mmrt_request {
-    const char *image_path;   /* image file (PNG/JPEG), or NULL */
-    const char *prompt;       /* user text, UTF-8 */
+    uint32_t struct_size;     /* sizeof(struct mmrt_request), or 0 */
+    /* A single user turn (the model's template around it), used when n_messages is 0; its
+     * images are all of `images`. */
+    const char *prompt;
+    /* Or a chat: system, user and assistant turns, answered as the next assistant turn. */
+    const struct mmrt_message *messages;
+    int n_messages;
+    /* The request's images, in order (mmrt_model_max_images() at most). */
+    const struct mmrt_image_input *images;
+    int n_images;
     int max_tokens;           /* ≥ 1 */
     uint64_t seed;            /* sampling seed */
     float temperature;        /* 0 = greedy */
     int top_k;                /* 0 = off */
     float top_p;              /* 1 = off */
-    /* Several images for one prompt, in prompt order, for models that take more than one
-     * (mmrt_model_max_images; Qwen2-VL). With n_images > 0 these are the request's images
-     * and image_path must be NULL; n_images = 0 (the default) means image_path alone. */
-    const char *const *image_paths;
-    int n_images;
 };
 
 /* Receives each generated token as soon as it is produced: its id and the text it completes
@@ -257,7 +282,11 @@ struct mmrt_request {
  * character is flushed with token_id −1. Return false to stop generation early. */
 typedef bool (*mmrt_token_fn)(void *user, int32_t token_id, const char *text);
 
+/* Written by the runtime: the caller sets struct_size (or zeroes the struct: 0 = this first
+ * layout) and the runtime writes that many bytes, never past the caller's struct. Arrays of
+ * results (mmrt_run_batch) are strided by struct_size of their first element. */
 struct mmrt_result {
+    uint32_t struct_size;     /* sizeof(struct mmrt_result), or 0 */
     mmrt_status status;       /* of this request (mmrt_run_batch reports each one here) */
     char error[512];          /* detail when status != MMRT_OK */
     int n_prompt_tokens;
@@ -272,7 +301,8 @@ struct mmrt_result {
 };
 
 /* The request the configuration's [run] section describes (defaults for missing keys:
- * no image, empty prompt, max_tokens 64, seed 0, greedy). Strings are borrowed from rt. */
+ * no image, empty prompt, max_tokens 64, seed 0, greedy). Strings and the image are borrowed
+ * from rt. */
 MMRT_API void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out);
 
 /* Name of the configured model type ("llava"), or NULL when the runtime has no model. */
@@ -283,8 +313,10 @@ MMRT_API const char *mmrt_model_type(const struct mmrt_runtime *rt);
 MMRT_API int mmrt_model_max_images(const struct mmrt_runtime *rt);
 
 /* Runs one request on the configured model. Statuses: MMRT_ERR_CONFIG when no model is
- * configured, MMRT_ERR_INVALID_ARG for a bad request (message names the field; among them
- * more images than the model takes, or both image_path and image_paths), MMRT_ERR_LIMIT for
+ * configured, MMRT_ERR_INVALID_ARG for a bad request (the message names the field or the
+ * message index: more images than the model takes, an image that is neither a path nor
+ * bytes, a role the template does not know, an image in a non-user turn, a chat that ends
+ * with an assistant turn, prompt and messages both given), MMRT_ERR_LIMIT for
  * images over max_image_tokens (unless downscaled) or the model's context, others from
  * loading the image or running the model. */
 MMRT_API mmrt_status mmrt_run(struct mmrt_runtime *rt, const struct mmrt_request *req,
@@ -312,8 +344,9 @@ MMRT_API mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_r
 struct mmrt_job;
 
 /* Queues req; *out is the handle to wait for (every job must be waited for, exactly once).
- * A request the runtime refuses outright (no model, no memory for the copy) is an error
- * here; everything else — a bad image, a prompt over the context — is the job's result. */
+ * A request the runtime refuses outright (no model, a malformed request as mmrt_run
+ * describes, no memory for the copy) is an error here; everything else — an image that does
+ * not decode, a prompt over the context — is the job's result. */
 MMRT_API mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                  mmrt_token_fn on_token, void *user, struct mmrt_job **out);
 
