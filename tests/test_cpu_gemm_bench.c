@@ -7,8 +7,9 @@
  * over B rows"): what does a decode step over B sequences cost next to one sequence, when
  * every weight is applied once to a B-row activation? For each M it prints the best of
  * --repeat calls (after one warm-up), the weight bytes read per second, the FLOP rate, and
- * the cost relative to M = 1. The weight is larger than the last-level cache share unless
- * --k/--n make it small, so M = 1 measures the read bandwidth.
+ * the cost relative to M = 1. --copies C uploads C copies of W and cycles through them, one
+ * per call, so that C · N · K elements exceed the last-level cache and every call reads W
+ * from memory as a decode step does (one 86 MiB weight alone stays in a large L3).
  *
  * It also checks, for every M ≤ GEMV_CONTRACT_M, that each output row is bit-identical to
  * the M = 1 result for that row (engine.md §5, batch invariance; the contract of
@@ -17,7 +18,7 @@
  * kernel table and dtype.
  *
  * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] [--dtype f32|f16|bf16]
- *                       [--k K] [--n N] [--repeat R] [--bf16-dot] M…
+ *                       [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] M…
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
@@ -51,7 +52,8 @@ static float rnd(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
-                    "[--dtype f32|f16|bf16] [--k K] [--n N] [--repeat R] [--bf16-dot] M…\n");
+                    "[--dtype f32|f16|bf16] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
+                    "M…\n");
     return 2;
 }
 
@@ -59,7 +61,7 @@ int main(int argc, char **argv)
 {
     const char *isa = "auto", *threads = NULL, *dtname = "f16";
     int64_t K = 4096, N = 11008, Ms[32];
-    int n_m = 0, repeat = 5;
+    int n_m = 0, repeat = 5, copies = 1;
     bool bf16_dot = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -74,6 +76,8 @@ int main(int argc, char **argv)
             K = atoll(argv[++i]);
         else if (strcmp(a, "--n") == 0 && more)
             N = atoll(argv[++i]);
+        else if (strcmp(a, "--copies") == 0 && more)
+            copies = atoi(argv[++i]);
         else if (strcmp(a, "--repeat") == 0 && more)
             repeat = atoi(argv[++i]);
         else if (strcmp(a, "--bf16-dot") == 0)
@@ -87,7 +91,7 @@ int main(int argc, char **argv)
                          : strcmp(dtname, "bf16") == 0 ? MMRT_DTYPE_BF16
                          : strcmp(dtname, "f16") == 0  ? MMRT_DTYPE_F16
                                                        : (enum mmrt_dtype)-1;
-    if ((int)dt < 0 || K < 1 || N < 1 || repeat < 1)
+    if ((int)dt < 0 || K < 1 || N < 1 || repeat < 1 || copies < 1 || copies > 64)
         return usage();
     if (n_m == 0) {
         Ms[0] = 1, Ms[1] = 8, Ms[2] = 16;
@@ -132,16 +136,17 @@ int main(int argc, char **argv)
     }
     for (int64_t i = 0; i < max_m * K; i++)
         x[i] = rnd();
-    struct harness_tensor tw;
-    if (harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, K }, &tw) != MMRT_OK ||
-        harness_upload(&h, &tw, w) != MMRT_OK) {
-        fprintf(stderr, "cpu-gemm-bench: cannot upload W\n");
-        return 1;
-    }
+    struct harness_tensor tws[64];
+    for (int c = 0; c < copies; c++)
+        if (harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, K }, &tws[c]) != MMRT_OK ||
+            harness_upload(&h, &tws[c], w) != MMRT_OK) {
+            fprintf(stderr, "cpu-gemm-bench: cannot upload W\n");
+            return 1;
+        }
 
-    printf("cpu-gemm-bench: isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB), best of %d\n", isa,
-           threads ? threads : "default", (long long)N, (long long)K, dtname,
-           (double)(N * K) * (double)es / 1048576.0, repeat);
+    printf("cpu-gemm-bench: isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB) × %d copies, "
+           "best of %d\n", isa, threads ? threads : "default", (long long)N, (long long)K, dtname,
+           (double)(N * K) * (double)es / 1048576.0, copies, repeat);
     printf("%6s %10s %10s %10s %12s %8s\n", "M", "ms", "W GB/s", "GFLOP/s", "ms per row",
            "vs M=1");
     /* Item -1 is M = 1 over each row of x alone: the reference rows and the M = 1 time. */
@@ -155,7 +160,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "cpu-gemm-bench: cannot allocate x/y\n");
             return 1;
         }
-        struct harness_tensor *src[2] = { &tx, &tw };
+        struct harness_tensor *src[2] = { &tx, &tws[0] };
         if (mi < 0)
             for (int64_t r = 0; r < max_m; r++)
                 if (harness_upload(&h, &tx, x + r * K) ||
@@ -165,7 +170,8 @@ int main(int argc, char **argv)
         if (harness_upload(&h, &tx, x))
             return 1;
         double best = 1e30;
-        for (int rep = 0; rep <= repeat; rep++) { /* rep 0 warms up */
+        for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
+            src[1] = &tws[rep % copies];
             double t0 = now_s();
             if (harness_run(&h, MMRT_OP_MATMUL, src, 2, &ty, NULL, 0) != MMRT_OK)
                 return 1;
@@ -173,6 +179,7 @@ int main(int argc, char **argv)
             if (rep > 0 && t < best)
                 best = t;
         }
+        /* Every copy holds the same W, so y is the result whichever copy ran last. */
         if (harness_download(&h, &ty, y))
             return 1;
         int64_t n_bad = 0;
@@ -195,7 +202,8 @@ int main(int argc, char **argv)
         harness_tensor_free(&h, &ty);
     }
     printf("rows bit-identical to M = 1: %s\n", bad ? "NO" : "yes");
-    harness_tensor_free(&h, &tw);
+    for (int c = 0; c < copies; c++)
+        harness_tensor_free(&h, &tws[c]);
     harness_close(&h);
     free(w);
     free(x);
