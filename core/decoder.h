@@ -32,7 +32,27 @@ struct mmrt_step_io {
     struct mmrt_tensor logits;/* [n_out, vocab] F32 */
 };
 
-struct mmrt_decoder_ws; /* a decoder's activations for steps of up to some number of rows */
+/* A decoder's activations for steps of up to `rows` rows: F32 tensors [rows, inner…] from one
+ * scratch set of the device pool, named by the decoder's own indices. */
+#define MMRT_WS_MAX 12
+struct mmrt_ws_shape {
+    int n_inner;        /* extents after the row dimension, 0 … 3 */
+    int64_t inner[3];
+};
+struct mmrt_decoder_ws {
+    struct mmrt_scratch s;
+    int n;
+    struct mmrt_tensor t[MMRT_WS_MAX];
+};
+
+/* Allocates n (≤ MMRT_WS_MAX) tensors of `rows` rows with the given inner extents. */
+mmrt_status mmrt_decoder_ws_alloc(struct mmrt_dev *dev, int64_t rows,
+                                  const struct mmrt_ws_shape *shapes, int n,
+                                  struct mmrt_decoder_ws **out, struct mmrt_error *err);
+/* Frees ws (NULL is a no-op); its signature fits mmrt_decoder.ws_destroy. */
+void mmrt_decoder_ws_free(void *self, struct mmrt_decoder_ws *ws);
+/* Rows [0, M) of tensor i. */
+struct mmrt_tensor mmrt_decoder_ws_rows(const struct mmrt_decoder_ws *ws, int i, int64_t M);
 
 struct mmrt_decoder {
     void *self;

@@ -66,6 +66,50 @@ struct mmrt_engine {
     struct mmrt_engine_stats stats;
 };
 
+/* ---- decoder workspaces (decoder.h) -------------------------------------------------- */
+
+void mmrt_decoder_ws_free(void *self, struct mmrt_decoder_ws *ws)
+{
+    (void)self;
+    if (!ws)
+        return;
+    mmrt_scratch_release(&ws->s);
+    free(ws);
+}
+
+mmrt_status mmrt_decoder_ws_alloc(struct mmrt_dev *dev, int64_t rows,
+                                  const struct mmrt_ws_shape *shapes, int n,
+                                  struct mmrt_decoder_ws **out, struct mmrt_error *err)
+{
+    *out = NULL;
+    if (n < 0 || n > MMRT_WS_MAX)
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "decoder: %d workspace tensors", n);
+    struct mmrt_decoder_ws *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
+    mmrt_scratch_init(&ws->s, dev);
+    ws->n = n;
+    mmrt_status st = MMRT_OK;
+    for (int i = 0; st == MMRT_OK && i < n; i++) {
+        int64_t ne[4] = { rows };
+        for (int d = 0; d < shapes[i].n_inner; d++)
+            ne[1 + d] = shapes[i].inner[d];
+        st = mmrt_scratch_tensor(&ws->s, MMRT_DTYPE_F32, 1 + shapes[i].n_inner, ne, &ws->t[i],
+                                 err);
+    }
+    if (st != MMRT_OK) {
+        mmrt_decoder_ws_free(NULL, ws);
+        return st;
+    }
+    *out = ws;
+    return MMRT_OK;
+}
+
+struct mmrt_tensor mmrt_decoder_ws_rows(const struct mmrt_decoder_ws *ws, int i, int64_t M)
+{
+    return mmrt_tensor_rows(&ws->t[i], 0, M);
+}
+
 /* ---- forward buffers ---------------------------------------------------------------- */
 
 static void fwd_destroy(const struct mmrt_engine *e, struct fwd *f)

@@ -987,12 +987,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
                              mmrt_batch_token_fn on_token, void *user,
                              struct mmrt_result *results)
 {
-    if (!rt)
-        return MMRT_ERR_INVALID_ARG;
-    mmrt_error_clear(&rt->last);
-    if (!reqs || !results || n < 1)
-        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
-                              "mmrt_run_batch: requests, results and n ≥ 1 are required");
+    /* The arguments are checked by mmrt_run_batch_traced. */
     if (!rt->model)
         return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);

@@ -23,7 +23,6 @@ const int mmrt_llama_n_ops = (int)(sizeof mmrt_llama_ops / sizeof mmrt_llama_ops
 struct mmrt_decoder_ws;
 static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
                              struct mmrt_decoder_ws **out, struct mmrt_error *err);
-static void ws_destroy(void *self, struct mmrt_decoder_ws *ws);
 static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mmrt_step_io *io,
                          struct mmrt_error *err);
 
@@ -329,7 +328,7 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
     m->dec = (struct mmrt_decoder){
         .self = m, .dev = dev, .kv = &m->kv, .embed = &m->embed, .vocab = V, .hidden = D,
         .max_positions = cfg->max_positions, .n_axes = cfg->n_mrope_axes,
-        .ws_create = ws_create, .ws_destroy = ws_destroy, .issue = issue,
+        .ws_create = ws_create, .ws_destroy = mmrt_decoder_ws_free, .issue = issue,
     };
     return MMRT_OK;
 fail:
@@ -349,55 +348,22 @@ static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
     return t->buffer ? t : NULL;
 }
 
-/* Activations of a step of up to max_rows rows. */
-struct mmrt_decoder_ws {
-    struct mmrt_scratch s;
-    struct mmrt_tensor x, q, k, v, att, o, g, u;
-};
-
-static void ws_destroy(void *self, struct mmrt_decoder_ws *ws)
-{
-    (void)self;
-    if (!ws)
-        return;
-    mmrt_scratch_release(&ws->s);
-    free(ws);
-}
+/* The decoder's activations (decoder.h workspace), by name. */
+enum { WS_X, WS_Q, WS_K, WS_V, WS_ATT, WS_O, WS_G, WS_U, WS_COUNT };
 
 static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
                              struct mmrt_decoder_ws **out, struct mmrt_error *err)
 {
     const struct mmrt_llama *m = self;
     const struct mmrt_llama_config *c = &m->cfg;
-    *out = NULL;
     (void)max_out; /* the head's rows reuse o and x, R ≥ max_out */
-    struct mmrt_decoder_ws *ws = calloc(1, sizeof *ws);
-    if (!ws)
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
-    mmrt_scratch_init(&ws->s, m->dev);
     const int64_t D = c->hidden, H = c->n_heads, KH = c->n_kv_heads, hd = c->head_dim;
-    mmrt_status st = MMRT_OK;
-#define ALLOC(t, nd, ...)                                                                      \
-    do {                                                                                       \
-        if (st == MMRT_OK)                                                                     \
-            st = mmrt_scratch_tensor(&ws->s, MMRT_DTYPE_F32, nd,                               \
-                                     (const int64_t[]){ __VA_ARGS__ }, &ws->t, err);          \
-    } while (0)
-    ALLOC(x, 2, R, D);
-    ALLOC(q, 3, R, H, hd);
-    ALLOC(k, 3, R, KH, hd);
-    ALLOC(v, 3, R, KH, hd);
-    ALLOC(att, 3, R, H, hd);
-    ALLOC(o, 2, R, D);
-    ALLOC(g, 2, R, c->intermediate);
-    ALLOC(u, 2, R, c->intermediate);
-#undef ALLOC
-    if (st != MMRT_OK) {
-        ws_destroy(self, ws);
-        return st;
-    }
-    *out = ws;
-    return MMRT_OK;
+    const struct mmrt_ws_shape shapes[WS_COUNT] = {
+        [WS_X] = { 1, { D } },      [WS_Q] = { 2, { H, hd } },   [WS_K] = { 2, { KH, hd } },
+        [WS_V] = { 2, { KH, hd } }, [WS_ATT] = { 2, { H, hd } }, [WS_O] = { 1, { D } },
+        [WS_G] = { 1, { c->intermediate } },                    [WS_U] = { 1, { c->intermediate } },
+    };
+    return mmrt_decoder_ws_alloc(m->dev, R, shapes, WS_COUNT, out, err);
 }
 
 /* The decoder: every layer over the step's M rows, then the head over the io->out rows. One
@@ -420,11 +386,11 @@ static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mm
         mrope.sections[a] = c->mrope_section[a];
 #define NE(...) ((const int64_t[]){ __VA_ARGS__ })
     const struct mmrt_tensor *h = &io->h;
-    struct mmrt_tensor x = mmrt_tensor_rows(&ws->x, 0, M), q = mmrt_tensor_rows(&ws->q, 0, M);
-    struct mmrt_tensor k = mmrt_tensor_rows(&ws->k, 0, M), v = mmrt_tensor_rows(&ws->v, 0, M);
-    struct mmrt_tensor att = mmrt_tensor_rows(&ws->att, 0, M);
-    struct mmrt_tensor o = mmrt_tensor_rows(&ws->o, 0, M), g = mmrt_tensor_rows(&ws->g, 0, M);
-    struct mmrt_tensor u = mmrt_tensor_rows(&ws->u, 0, M);
+    struct mmrt_tensor x = mmrt_decoder_ws_rows(ws, WS_X, M), q = mmrt_decoder_ws_rows(ws, WS_Q, M);
+    struct mmrt_tensor k = mmrt_decoder_ws_rows(ws, WS_K, M), v = mmrt_decoder_ws_rows(ws, WS_V, M);
+    struct mmrt_tensor att = mmrt_decoder_ws_rows(ws, WS_ATT, M);
+    struct mmrt_tensor o = mmrt_decoder_ws_rows(ws, WS_O, M), g = mmrt_decoder_ws_rows(ws, WS_G, M);
+    struct mmrt_tensor u = mmrt_decoder_ws_rows(ws, WS_U, M);
     /* 2-D views of the [M, heads, hd] projections, for the matmuls */
     struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(M, H * hd));
     struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(M, KH * hd));
@@ -462,8 +428,8 @@ static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mm
         TRY(mmrt_op_add(dev, h, &o, h, err));
     }
     if (O > 0) {
-        struct mmrt_tensor hl = mmrt_tensor_rows(&ws->o, 0, O);
-        struct mmrt_tensor xl = mmrt_tensor_rows(&ws->x, 0, O);
+        struct mmrt_tensor hl = mmrt_decoder_ws_rows(ws, WS_O, O);
+        struct mmrt_tensor xl = mmrt_decoder_ws_rows(ws, WS_X, O);
         TRY(mmrt_op_get_rows(dev, h, &io->out, &hl, err));
         TRY(mmrt_op_rmsnorm(dev, &hl, &m->norm, eps, &xl, err));
         TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &io->logits, err));

@@ -25,7 +25,6 @@ const int mmrt_persimmon_n_ops = (int)(sizeof mmrt_persimmon_ops / sizeof mmrt_p
 struct mmrt_decoder_ws;
 static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
                              struct mmrt_decoder_ws **out, struct mmrt_error *err);
-static void ws_destroy(void *self, struct mmrt_decoder_ws *ws);
 static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mmrt_step_io *io,
                          struct mmrt_error *err);
 
@@ -218,7 +217,7 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
     m->dec = (struct mmrt_decoder){
         .self = m, .dev = dev, .kv = &m->kv, .embed = &m->embed, .vocab = cfg->vocab,
         .hidden = cfg->hidden, .max_positions = cfg->max_positions, .n_axes = 0,
-        .ws_create = ws_create, .ws_destroy = ws_destroy, .issue = issue,
+        .ws_create = ws_create, .ws_destroy = mmrt_decoder_ws_free, .issue = issue,
     };
     return MMRT_OK;
 fail:
@@ -250,55 +249,22 @@ struct mmrt_tensor mmrt_persimmon_qkv_part(const struct mmrt_tensor *qkv, int wh
     return t;
 }
 
-/* Activations of a step of up to R rows. */
-struct mmrt_decoder_ws {
-    struct mmrt_scratch s;
-    struct mmrt_tensor x, qkv, q, k, v, att, o, u;
-};
-
-static void ws_destroy(void *self, struct mmrt_decoder_ws *ws)
-{
-    (void)self;
-    if (!ws)
-        return;
-    mmrt_scratch_release(&ws->s);
-    free(ws);
-}
+/* The decoder's activations (decoder.h workspace), by name. */
+enum { WS_X, WS_QKV, WS_Q, WS_K, WS_V, WS_ATT, WS_O, WS_U, WS_COUNT };
 
 static mmrt_status ws_create(void *self, int64_t R, int64_t max_out,
                              struct mmrt_decoder_ws **out, struct mmrt_error *err)
 {
     const struct mmrt_persimmon *m = self;
     const struct mmrt_persimmon_config *c = &m->cfg;
-    *out = NULL;
     (void)max_out; /* the head's rows reuse o and x, R ≥ max_out */
-    struct mmrt_decoder_ws *ws = calloc(1, sizeof *ws);
-    if (!ws)
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "decoder: out of memory");
-    mmrt_scratch_init(&ws->s, m->dev);
     const int64_t D = c->hidden, H = c->n_heads, hd = c->head_dim;
-    mmrt_status st = MMRT_OK;
-#define ALLOC(t, nd, ...)                                                                      \
-    do {                                                                                       \
-        if (st == MMRT_OK)                                                                     \
-            st = mmrt_scratch_tensor(&ws->s, MMRT_DTYPE_F32, nd,                               \
-                                     (const int64_t[]){ __VA_ARGS__ }, &ws->t, err);          \
-    } while (0)
-    ALLOC(x, 2, R, D);
-    ALLOC(qkv, 4, R, H, 3, hd);
-    ALLOC(q, 3, R, H, hd);
-    ALLOC(k, 3, R, H, hd);
-    ALLOC(v, 3, R, H, hd);
-    ALLOC(att, 3, R, H, hd);
-    ALLOC(o, 2, R, D);
-    ALLOC(u, 2, R, c->intermediate);
-#undef ALLOC
-    if (st != MMRT_OK) {
-        ws_destroy(self, ws);
-        return st;
-    }
-    *out = ws;
-    return MMRT_OK;
+    const struct mmrt_ws_shape shapes[WS_COUNT] = {
+        [WS_X] = { 1, { D } },     [WS_QKV] = { 3, { H, 3, hd } }, [WS_Q] = { 2, { H, hd } },
+        [WS_K] = { 2, { H, hd } }, [WS_V] = { 2, { H, hd } },      [WS_ATT] = { 2, { H, hd } },
+        [WS_O] = { 1, { D } },     [WS_U] = { 1, { c->intermediate } },
+    };
+    return mmrt_decoder_ws_alloc(m->dev, R, shapes, WS_COUNT, out, err);
 }
 
 /* Every layer over the step's M rows, then the head over the io->out rows: prefill chunks,
@@ -316,10 +282,12 @@ static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mm
     const float scale = 1.0f / sqrtf((float)hd), eps = (float)c->ln_eps;
 #define NE(...) ((const int64_t[]){ __VA_ARGS__ })
     const struct mmrt_tensor *h = &io->h;
-    struct mmrt_tensor x = mmrt_tensor_rows(&ws->x, 0, M), qkv = mmrt_tensor_rows(&ws->qkv, 0, M);
-    struct mmrt_tensor q = mmrt_tensor_rows(&ws->q, 0, M), k = mmrt_tensor_rows(&ws->k, 0, M);
-    struct mmrt_tensor v = mmrt_tensor_rows(&ws->v, 0, M), att = mmrt_tensor_rows(&ws->att, 0, M);
-    struct mmrt_tensor o = mmrt_tensor_rows(&ws->o, 0, M), u = mmrt_tensor_rows(&ws->u, 0, M);
+    struct mmrt_tensor x = mmrt_decoder_ws_rows(ws, WS_X, M);
+    struct mmrt_tensor qkv = mmrt_decoder_ws_rows(ws, WS_QKV, M);
+    struct mmrt_tensor q = mmrt_decoder_ws_rows(ws, WS_Q, M), k = mmrt_decoder_ws_rows(ws, WS_K, M);
+    struct mmrt_tensor v = mmrt_decoder_ws_rows(ws, WS_V, M);
+    struct mmrt_tensor att = mmrt_decoder_ws_rows(ws, WS_ATT, M);
+    struct mmrt_tensor o = mmrt_decoder_ws_rows(ws, WS_O, M), u = mmrt_decoder_ws_rows(ws, WS_U, M);
     struct mmrt_tensor qkv2 = mmrt_tensor_reshape(&qkv, 2, NE(M, 3 * D));
     struct mmrt_tensor qv = mmrt_persimmon_qkv_part(&qkv, 0), kv = mmrt_persimmon_qkv_part(&qkv, 1),
                        vv = mmrt_persimmon_qkv_part(&qkv, 2);
@@ -358,8 +326,8 @@ static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mm
         TRY(mmrt_op_add(dev, h, &o, h, err));
     }
     if (O > 0) {
-        struct mmrt_tensor hl = mmrt_tensor_rows(&ws->o, 0, O);
-        struct mmrt_tensor xl = mmrt_tensor_rows(&ws->x, 0, O);
+        struct mmrt_tensor hl = mmrt_decoder_ws_rows(ws, WS_O, O);
+        struct mmrt_tensor xl = mmrt_decoder_ws_rows(ws, WS_X, O);
         TRY(mmrt_op_get_rows(dev, h, &io->out, &hl, err));
         TRY(mmrt_op_layernorm(dev, &hl, &m->final_w, &m->final_b, eps, &xl, err));
         TRY(mmrt_op_matmul(dev, &xl, &m->lm_head, NULL, &io->logits, err));
