@@ -52,8 +52,8 @@ int mmrt_kv_store_plan(uint64_t tensor_bytes, int64_t n_tensors, uint64_t min_bl
 
 mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
                                  int64_t head_dim, int64_t max_positions, int64_t max_tokens,
-                                 int64_t page_tokens, struct mmrt_kv_pages *out,
-                                 struct mmrt_error *err)
+                                 int64_t page_tokens, enum mmrt_dtype dtype,
+                                 struct mmrt_kv_pages *out, struct mmrt_error *err)
 {
     if (page_tokens == 0)
         page_tokens = MMRT_KV_DEFAULT_PAGE_TOKENS;
@@ -65,9 +65,13 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     if (max_tokens < 0)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] max_kv_tokens %lld must be at "
                               "least 0 (0 = the default)", (long long)max_tokens);
+    if (dtype != MMRT_DTYPE_F32 && dtype != MMRT_DTYPE_F16)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] kv_dtype: the KV cache is f32 or "
+                              "f16, not %s", mmrt_dtype_name_of(dtype));
+    const uint64_t es = mmrt_dtype_size(dtype);
     /* One position of every layer's K and V. */
     const uint64_t per_token = (uint64_t)n_layers * 2 * (uint64_t)n_kv_heads *
-                               (uint64_t)head_dim * sizeof(float);
+                               (uint64_t)head_dim * es;
     struct mmrt_pool_stats ps;
     mmrt_pool_stats(dev->pool, &ps);
     const bool configured = max_tokens > 0;
@@ -99,7 +103,7 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     }
     const int64_t ne[4] = { p.n_pages, page_tokens, n_kv_heads, head_dim };
     const uint64_t tensor_bytes = (uint64_t)p.n_pages * (uint64_t)page_tokens *
-                                  (uint64_t)n_kv_heads * (uint64_t)head_dim * sizeof(float);
+                                  (uint64_t)n_kv_heads * (uint64_t)head_dim * es;
     int64_t counts[MMRT_KV_MAX_BLOCKS];
     uint64_t planned; /* what the blocks take from the pool (pool_budget.c counts the same) */
     /* no block is larger than the pool's largest arena */
@@ -111,12 +115,12 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
                           ps.min_block_bytes;
     int64_t placed = 0;
     for (int b = 0; b < p.n_blocks; b++) {
-        const int64_t ne1[1] = { counts[b] * (int64_t)(step / sizeof(float)) };
-        mmrt_status st = mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, ne1, &p.blocks[b], err);
+        const int64_t ne1[1] = { counts[b] * (int64_t)(step / es) };
+        mmrt_status st = mmrt_dev_tensor_alloc(dev, dtype, 1, ne1, &p.blocks[b], err);
         for (int64_t j = 0; st == MMRT_OK && j < counts[b]; j++, placed++) {
             struct mmrt_dev_tensor *t = placed % 2 ? &p.v[placed / 2] : &p.k[placed / 2];
             mmrt_tensor_init(&t->t, p.blocks[b].t.buffer, p.blocks[b].t.offset +
-                             (uint64_t)j * step, MMRT_DTYPE_F32, 4, ne);
+                             (uint64_t)j * step, dtype, 4, ne);
         }
         if (st != MMRT_OK) {
             p.n_blocks = b;

@@ -65,8 +65,8 @@ struct mmrt_kv_pages {
  * bytes and the pool. page_tokens 0 = MMRT_KV_DEFAULT_PAGE_TOKENS. */
 mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
                                  int64_t head_dim, int64_t max_positions, int64_t max_tokens,
-                                 int64_t page_tokens, struct mmrt_kv_pages *out,
-                                 struct mmrt_error *err);
+                                 int64_t page_tokens, enum mmrt_dtype dtype,
+                                 struct mmrt_kv_pages *out, struct mmrt_error *err);
 /* Frees the store; a zeroed one is a no-op. Every sequence must be freed first. */
 void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p);
 

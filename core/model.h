@@ -120,6 +120,7 @@ struct mmrt_model_options {
     int64_t max_kv_tokens;  /* KV positions of the decoder's page store; 0 = default
                                (core/kv_cache.h) */
     int64_t kv_page_tokens; /* positions per KV page, a power of two; 0 = 16 */
+    bool kv_f16;            /* the KV cache in F16 ([model] kv_dtype = f16), else F32 */
     /* What the engine runs at most in one forward, for pool_mb = auto (pool_budget.h):
      * prefill rows (the larger of step_tokens and prefill_chunk) and decode rows
      * (max_batch); 0 = a whole prompt in one forward, one decode row. */

@@ -190,6 +190,11 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->kv_page_tokens_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
+    if (cfg->kv_dtype != MMRT_KV_F32 && cfg->kv_dtype != MMRT_KV_F16) {
+        snprintf(what, sizeof what, "[model] kv_dtype %d is neither MMRT_KV_F32 nor MMRT_KV_F16",
+                 (int)cfg->kv_dtype);
+        return at(src, src->conf ? src->conf->kv_dtype_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
     const struct mmrt_conf_scheduler *cs = src->conf ? &src->conf->scheduler : NULL;
     if (cfg->max_batch < 0 || cfg->max_batch > MMRT_SMALL_M) {
         snprintf(what, sizeof what, "[scheduler] max_batch %d must be 1 … %d (0 = %d)",
@@ -222,7 +227,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
-                                                  .kv_page_tokens = cfg->kv_page_tokens };
+                                                  .kv_page_tokens = cfg->kv_page_tokens,
+                                                  .kv_f16 = cfg->kv_dtype == MMRT_KV_F16 };
     {
         /* The engine's defaults, resolved here so pool_mb = auto sizes for what it runs. */
         const int64_t batch = cfg->max_batch ? cfg->max_batch : MMRT_ENGINE_DEFAULT_BATCH;
@@ -443,7 +449,7 @@ mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **
         return MMRT_ERR_INVALID_ARG;
     }
     /* The caller's layout (mmrt.h): members it does not have read as 0. */
-    const size_t v1 = offsetof(struct mmrt_config, step_tokens) + sizeof(int64_t);
+    const size_t v1 = offsetof(struct mmrt_config, kv_dtype) + sizeof(enum mmrt_kv_dtype);
     const size_t size = config->struct_size ? config->struct_size : v1;
     if (size < v1) {
         mmrt_error_set(&e, MMRT_ERR_INVALID_ARG, "mmrt_create: struct_size %u is smaller "
@@ -506,6 +512,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .oversize_images = conf->oversize_images,
         .max_kv_tokens = conf->max_kv_tokens,
         .kv_page_tokens = conf->kv_page_tokens,
+        .kv_dtype = conf->kv_dtype,
         .max_batch = conf->scheduler.max_batch,
         .prefill_chunk = conf->scheduler.prefill_chunk,
         .step_tokens = conf->scheduler.step_tokens,
@@ -1516,6 +1523,7 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                .oversize_images = rt->model_opts.oversize_images,
                                .max_kv_tokens = rt->model_opts.max_kv_tokens,
                                .kv_page_tokens = rt->model_opts.kv_page_tokens,
+                               .kv_dtype = rt->model_opts.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
                                .max_batch = rt->engine_opts.max_batch,
                                .prefill_chunk = rt->engine_opts.prefill_chunk,
                                .step_tokens = rt->engine_opts.step_tokens };

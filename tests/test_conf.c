@@ -391,8 +391,10 @@ static void test_model_kv_keys(void **state)
 {
     (void)state;
     const char *text = "[model]\npath = m\nmax_kv_tokens = 8192\nkv_page_tokens = 32\n"
-                       "[device.d]\nplugin = cpu\n";
+                       "kv_dtype = f16\n[device.d]\nplugin = cpu\n";
     struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->kv_dtype, MMRT_KV_F16);
+    assert_int_equal(c->kv_dtype_line, 5);
     assert_int_equal(c->max_kv_tokens, 8192);
     assert_int_equal(c->max_kv_tokens_line, 3);
     assert_int_equal(c->kv_page_tokens, 32);
@@ -439,6 +441,8 @@ struct error_case {
 #define SCHED(kv) D "[scheduler]\n" kv "\n" /* kv on line 4 */
 
 static const struct error_case ERRORS[] = {
+    {"[model]\npath = m\nkv_dtype = int8\n" D, MMRT_ERR_CONFIG,
+     "t.ini:3: [model] kv_dtype = 'int8': expected 'f32' or 'f16'"},
     /* [scheduler] */
     {SCHED("max_batch = 0"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '0': outside [1, 32]"},
     {SCHED("max_batch = 33"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '33': outside [1, 32]"},

@@ -48,6 +48,7 @@ struct setup {
     bool graph;                /* CPU devices capture the decode step */
     int max_batch;
     int64_t prefill_chunk, max_kv_tokens, kv_page_tokens;
+    bool kv_f16;
 };
 
 static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
@@ -70,6 +71,7 @@ static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
         .vision_device = s->vision_plugin ? "v" : NULL, .max_batch = s->max_batch,
         .prefill_chunk = s->prefill_chunk, .max_kv_tokens = s->max_kv_tokens,
         .kv_page_tokens = s->kv_page_tokens,
+        .kv_dtype = s->kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
     };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
@@ -258,6 +260,42 @@ static void test_batch_vision_on_opencl(void **state)
     golden_require_plugin("opencl");
     check_batch("llava-tiny", &(struct setup){ .vision_plugin = "opencl" }, false);
     check_batch("qwen2vl-tiny", &(struct setup){ .vision_plugin = "opencl" }, false);
+}
+
+/* An F16 KV cache: batched requests still give their solo bits (the rounding is per row), and
+ * against the F32 cache the logits move by what rounding K and V to F16 costs. */
+static void test_kv_f16(void **state)
+{
+    (void)state;
+    check_batch("llava-tiny", &(struct setup){ .kv_f16 = true }, false);
+    check_batch("qwen2vl-tiny", &(struct setup){ .kv_f16 = true, .prefill_chunk = 16 }, false);
+    struct cases c;
+    cases_load("fuyu-tiny", &c);
+    struct mmrt_runtime *f32 = open_rt("fuyu-tiny", &(struct setup){ 0 });
+    struct mmrt_runtime *f16 = open_rt("fuyu-tiny", &(struct setup){ .kv_f16 = true });
+    struct mmrt_memory_report a = { .struct_size = sizeof a }, b = { .struct_size = sizeof b };
+    assert_int_equal(mmrt_device_memory(f32, 0, &a), MMRT_OK);
+    assert_int_equal(mmrt_device_memory(f16, 0, &b), MMRT_OK);
+    assert_int_equal(b.kv_bytes * 2, a.kv_bytes * (b.kv_pages_total * b.kv_page_tokens) /
+                                         (a.kv_pages_total * a.kv_page_tokens));
+    struct golden_capture x[MAX_CASES] = { { 0 } }, y[MAX_CASES] = { { 0 } };
+    run_solo(f32, &c, x);
+    run_solo(f16, &c, y);
+    double worst = 0;
+    for (int i = 0; i < c.n; i++)
+        for (int st = 0; st < GOLDEN_MAX_STEPS && x[i].logits[st] && y[i].logits[st]; st++) {
+            double e = golden_rel_err(y[i].logits[st], x[i].logits[st], x[i].vocab);
+            worst = e > worst ? e : worst;
+        }
+    assert_true(worst > 0);  /* the cache really is F16 */
+    assert_true(worst < 0.05);
+    if (getenv("MMRT_TEST_VERBOSE"))
+        fprintf(stderr, "fuyu-tiny: F16 KV against F32: worst logits rel err %.3g\n", worst);
+    free_caps(x, c.n);
+    free_caps(y, c.n);
+    mmrt_destroy(f16);
+    mmrt_destroy(f32);
+    json_decref(c.json);
 }
 
 /* Chunked prefill against one chunk: the same tokens, logits within the golden tolerance. */
@@ -620,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_batch_preempted),
         cmocka_unit_test(test_batch_vision_on_opencl),
         cmocka_unit_test(test_chunked_matches_whole),
+        cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_batch_failures_stay_local),
         cmocka_unit_test(test_submit_from_threads),
         cmocka_unit_test(test_cancel_job),

@@ -585,6 +585,16 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
                  p->section, key, x);
         else
             c->kv_page_tokens = (int64_t)x;
+    } else if (strcmp(key, "kv_dtype") == 0) {
+        if (!once(p, key, n, &c->kv_dtype_line))
+            return;
+        if (n == 3 && memcmp(v, "f32", 3) == 0)
+            c->kv_dtype = MMRT_KV_F32;
+        else if (n == 3 && memcmp(v, "f16", 3) == 0)
+            c->kv_dtype = MMRT_KV_F16;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'f32' or 'f16'",
+                 p->section, key, (int)n, v);
     } else if (strcmp(key, "oversize_images") == 0) {
         if (!once(p, key, n, &c->oversize_images_line))
             return;

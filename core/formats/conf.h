@@ -14,6 +14,7 @@
  *                              ; with a pool_mb given, at most half the pool): positions of
  *                              ; the paged KV cache
  *     kv_page_tokens = 16      ; optional, a power of two 1..4096, default 16
+ *     kv_dtype = f32           ; optional, f32 | f16, default f32: what the KV cache stores
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -200,6 +201,8 @@ struct mmrt_conf {
     int max_kv_tokens_line;
     int64_t kv_page_tokens;   /* [model] kv_page_tokens, 0 = default; a power of two */
     int kv_page_tokens_line;
+    enum mmrt_kv_dtype kv_dtype; /* [model] kv_dtype */
+    int kv_dtype_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;

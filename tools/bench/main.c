@@ -60,7 +60,7 @@ struct options {
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
     int concurrency;
-    bool json, quiet, limits_only, dry_run, mix;
+    bool json, quiet, limits_only, dry_run, mix, kv_f16;
     int threads;
 };
 
@@ -84,6 +84,7 @@ static void usage(FILE *f)
             "                      through mmrt_run_batch (default 1)\n"
             "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
             "                      1..32; default: the round's requests, at most 32)\n"
+            "  --kv-dtype T        f32|f16 KV cache ([model] kv_dtype; default f32)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -402,7 +403,7 @@ int main(int argc, char **argv)
         { "dry-run", no_argument, NULL, 'D' },
         { "requests", required_argument, NULL, 'b' },
         { "concurrency", required_argument, NULL, 'N' },
-        { "mix", no_argument, NULL, 'X' },
+        { "mix", no_argument, NULL, 'X' },            { "kv-dtype", required_argument, NULL, 'K' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -438,6 +439,13 @@ int main(int argc, char **argv)
         case 'D': o.dry_run = true; break;
         case 'N': bad = parse_int("--concurrency", optarg, 1, 32, &o.concurrency); break;
         case 'X': o.mix = true; break;
+        case 'K':
+            if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
+                fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32 or f16\n", optarg);
+                bad = 1;
+            }
+            o.kv_f16 = strcmp(optarg, "f16") == 0;
+            break;
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -551,7 +559,7 @@ int main(int argc, char **argv)
     /* A round's requests decode together: KV for each running one's context, not the
      * model's whole context (the KV store and the longest prefill auto sizes for). */
     const int64_t kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency);
-    const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens };
+    const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16 };
     struct mmrt_pool_budget budget = { 0 };
     uint64_t pool_mb[MAX_DEVS] = { 0 };
     if (supported) {
@@ -774,6 +782,7 @@ int main(int argc, char **argv)
          * whole context (the pool estimate counts the same). */
         .max_kv_tokens = kv_tokens,
         .max_batch = concurrency,
+        .kv_dtype = o.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);

@@ -89,6 +89,11 @@ enum mmrt_oversize_images {
                                     it (docs/CONFIG.md); otherwise refused */
 };
 
+enum mmrt_kv_dtype {
+    MMRT_KV_F32 = 0,
+    MMRT_KV_F16 = 1,
+};
+
 struct mmrt_config {
     uint32_t struct_size;              /* sizeof(struct mmrt_config), or 0 (see mmrt_request) */
     const char *model_path;            /* checkpoint directory; NULL = devices only */
@@ -117,6 +122,10 @@ struct mmrt_config {
     int max_batch;
     int64_t prefill_chunk;
     int64_t step_tokens;
+    /* What the KV cache stores: F32 (the default, exact) or F16 (half the bytes every decode
+     * step reads and half the store's memory; keys and values rounded to nearest even).
+     * INI: [model] kv_dtype = f32 | f16. */
+    enum mmrt_kv_dtype kv_dtype;
 };
 
 struct mmrt_runtime;
