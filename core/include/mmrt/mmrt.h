@@ -122,8 +122,8 @@ struct mmrt_config {
     int max_batch;
     int64_t prefill_chunk;
     int64_t step_tokens;
-    /* What the KV cache stores: F32 (the default, exact) or F16 (half the bytes every decode
-     * step reads and half the store's memory; keys and values rounded to nearest even).
+    /* What the KV cache stores: F32 (the default, exact) or F16 (half the store's memory and
+     * of the bytes a decode step reads; keys and values rounded to nearest even).
      * INI: [model] kv_dtype = f32 | f16. */
     enum mmrt_kv_dtype kv_dtype;
 };
