@@ -202,6 +202,9 @@ struct cpu_kernels {
     float (*dot)(const float *a, const float *b, int64_t n);
     /* y[i] += a · x[i], i < n. */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* dst[i] = (f32) src[i] for i < n, src F32, F16 or BF16: exact (an F16 KV row, converted
+     * in registers where the table has a vector conversion). */
+    void (*to_f32)(const void *src, int dtype, float *dst, int64_t n);
     /* y[i] = exp(x[i] − m) for i < n and returns their sum in double (softmax). */
     double (*exp_sum)(const float *x, float m, float *y, int64_t n);
     /* dst[i] = x[i]·sigmoid(a·x[i]) (· mul[i] when mul is not NULL), i < n. */

@@ -65,6 +65,7 @@ const struct cpu_kernels cpu_kernels_portable = {
     .scale_d = scale_d_portable,
     .dot = cpu_dot_f32,
     .axpy = axpy_portable,
+    .to_f32 = cpu_weight_to_f32,
     .exp_sum = exp_sum_portable,
     .x_sigmoid = x_sigmoid_portable,
 };

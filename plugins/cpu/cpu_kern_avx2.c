@@ -466,6 +466,17 @@ static void gelu(const float *x, float *dst, int64_t n)
     }
 }
 
+static void to_f32(const void *src, int dtype, float *dst, int64_t n)
+{
+    const char *p = src;
+    const int64_t es = dtype == MMRT_DTYPE_F32 ? 4 : 2;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, wload8(p + i * es, dtype));
+    if (i < n)
+        storef8(dst + i, load8(p + i * es, dtype, n - i), n - i);
+}
+
 const struct cpu_kernels cpu_kernels_avx2 = {
     .name = "avx2",
     .mr = MR,
@@ -479,6 +490,7 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .scale_d = scale_d,
     .dot = dot,
     .axpy = axpy,
+    .to_f32 = to_f32,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

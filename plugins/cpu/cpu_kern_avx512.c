@@ -460,6 +460,16 @@ static void gelu(const float *x, float *dst, int64_t n)
     }
 }
 
+static void to_f32(const void *src, int dtype, float *dst, int64_t n)
+{
+    const char *p = src;
+    const int64_t es = dtype == MMRT_DTYPE_F32 ? 4 : 2;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, load16(p + i * es, dtype, m));
+    }
+}
+
 const struct cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .mr = MR,
@@ -473,6 +483,7 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .scale_d = scale_d,
     .dot = dot,
     .axpy = axpy,
+    .to_f32 = to_f32,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

@@ -566,7 +566,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
             prefetch_row(kv_walk_next(&ahead), kbytes);
         if (K->dtype != MMRT_DTYPE_F32) {
-            cpu_weight_to_f32(src, K->dtype, tmp, D);
+            kt->to_f32(src, K->dtype, tmp, D);
             kr = tmp;
         }
         for (int64_t r = 0; r < R; r++)
@@ -588,7 +588,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
             prefetch_row(kv_walk_next(&ahead), vbytes);
         if (V->dtype != MMRT_DTYPE_F32) {
-            cpu_weight_to_f32(src, V->dtype, tmp, D);
+            kt->to_f32(src, V->dtype, tmp, D);
             vr = tmp;
         }
         for (int64_t r = 0; r < R; r++)
