@@ -36,8 +36,9 @@
 #include "decoder.h"
 #include "model.h"
 
-/* Rows up to which a decode forward is guaranteed the kernels' small-M path (and so the
- * most sequences that decode together). */
+/* Rows up to which a decode forward is guaranteed the kernels' small-M path (plugin.h
+ * MMRT_OP_MATMUL: the one place a row's arithmetic may depend on M), and so the most
+ * sequences that decode together. */
 #define MMRT_SMALL_M 32
 
 #define MMRT_ENGINE_DEFAULT_BATCH 16

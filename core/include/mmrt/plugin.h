@@ -118,7 +118,11 @@ struct mmrt_tensor {
  */
 enum mmrt_op {
     /* y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N]). src: x (F32, rows × K), W (weight), b (weight,
-     * optional). dst F32 [rows, N]. No params. */
+     * optional). dst F32 [rows, N]. No params.
+     * Batch invariance (specs/engine.md): output row m depends only on x row m, W and b, and
+     * on whether M ≤ 32 (a plugin may use one reduction order for up to 32 rows, e.g. a
+     * GEMV, and another above) — never on M otherwise, the other rows or the thread count.
+     * The engine keeps a request's rows on one side of that line whatever runs with it. */
     MMRT_OP_MATMUL = 0,
     /* dst = src0 + src1. src1 (F32 or weight dtype) has the shape of src0, or is one row
      * [N] broadcast over every row of src0. */
