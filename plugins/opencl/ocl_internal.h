@@ -46,6 +46,7 @@
 #define OCL_ATT_BK 64       /* most keys per ATTENTION tile */
 #define OCL_MM_T 64         /* MATMUL tile edge; the work-group is (OCL_MM_T/4)² items */
 #define OCL_MM_SMALL_M 4    /* MATMUL with M ≤ this uses the small-M kernel */
+#define OCL_MM_INVARIANT_M 32 /* …and up to this many rows it in groups of OCL_MM_SMALL_M */
 #define OCL_MM_SMALL_N 4    /* outputs per small-M work-group */
 #define OCL_MM_SMALL_WG 64
 /* Local memory for one ATTENTION K/V tile (floats, K and V together): 32 KiB where the device

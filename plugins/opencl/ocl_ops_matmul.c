@@ -3,7 +3,9 @@
  *
  * MATMUL picks the kernel by M: up to OCL_MM_SMALL_M rows (decode, a few tokens) the small-M
  * kernel streams W once with coalesced reads; beyond that the 64 × 64 local-memory tile. Both
- * exist once per W dtype. PATCH_EMBED gathers the non-overlapping patches into rows
+ * exist once per W dtype. Up to OCL_MM_INVARIANT_M rows (a batched decode step) the small-M
+ * kernel runs over groups of OCL_MM_SMALL_M rows, so every row gets the arithmetic it gets
+ * alone (plugin.h batch invariance: a row may depend on M only across M = 32). PATCH_EMBED gathers the non-overlapping patches into rows
  * (k_im2col; for stride = kernel that is a permutation of the image, so the scratch is exactly
  * the image's size) and runs the same GEMM against the weight seen as [O, C·P·P].
  */
@@ -13,12 +15,10 @@
 
 /* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) with x, y contiguous F32 given as (buffer, byte
  * offset), w and b contiguous weights (b->mem NULL when absent). */
-static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint64_t x_off,
-                        int64_t M, int64_t K, const struct ocl_view *w, int64_t N,
-                        const struct ocl_view *b, const struct ocl_view *y)
+static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x,
+                               uint64_t x_off, int64_t M, int64_t K, const struct ocl_view *w,
+                               int64_t N, const struct ocl_view *b, const struct ocl_view *y)
 {
-    if (M == 0 || N == 0)
-        return MMRT_OK;
     bool small = M <= OCL_MM_SMALL_M;
     int which = w->dtype == MMRT_DTYPE_F16 ? 1 : w->dtype == MMRT_DTYPE_BF16 ? 2 : 0;
     enum ocl_kernel id = (enum ocl_kernel)((small ? OCL_K_MM_SMALL_F32 : OCL_K_MM_TILED_F32) +
@@ -47,6 +47,25 @@ static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint6
     size_t global[2] = {(size_t)((N + OCL_MM_T - 1) / OCL_MM_T) * edge,
                         (size_t)((M + OCL_MM_T - 1) / OCL_MM_T) * edge};
     return ocl_call_run(&c, 2, global, local, false);
+}
+
+static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint64_t x_off,
+                        int64_t M, int64_t K, const struct ocl_view *w, int64_t N,
+                        const struct ocl_view *b, const struct ocl_view *y)
+{
+    if (M == 0 || N == 0)
+        return MMRT_OK;
+    if (M <= OCL_MM_SMALL_M || M > OCL_MM_INVARIANT_M)
+        return gemm_launch(dev, op, x, x_off, M, K, w, N, b, y);
+    mmrt_status st = MMRT_OK;
+    for (int64_t m0 = 0; st == MMRT_OK && m0 < M; m0 += OCL_MM_SMALL_M) {
+        const int64_t rows = M - m0 < OCL_MM_SMALL_M ? M - m0 : OCL_MM_SMALL_M;
+        struct ocl_view yr = *y;
+        yr.offset += (uint64_t)(m0 * N) * sizeof(float);
+        st = gemm_launch(dev, op, x, x_off + (uint64_t)(m0 * K) * sizeof(float), rows, K, w, N,
+                         b, &yr);
+    }
+    return st;
 }
 
 mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
