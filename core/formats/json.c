@@ -10,14 +10,16 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "file.h"
 
-static mmrt_status check_depth(const char *text, size_t len, const char *what, int max_depth,
-                               struct mmrt_error *err)
+void mmrt_json_prescan(const char *text, size_t len, int max_depth,
+                       struct mmrt_json_prescan_result *out)
 {
+    struct mmrt_json_prescan_result r = { .too_deep_at = SIZE_MAX };
     int depth = 0;
     bool in_string = false, escaped = false;
     for (size_t i = 0; i < len; i++) {
@@ -29,20 +31,18 @@ static mmrt_status check_depth(const char *text, size_t len, const char *what, i
                 escaped = true;
             else if (c == '"')
                 in_string = false;
-            continue;
-        }
-        if (c == '"') {
+        } else if (c == '"') {
             in_string = true;
         } else if (c == '[' || c == '{') {
-            if (++depth > max_depth)
-                return mmrt_error_set(err, MMRT_ERR_FORMAT,
-                                      "%s: JSON nested deeper than %d levels at byte %zu",
-                                      what, max_depth, i);
+            if (++depth > max_depth && r.too_deep_at == SIZE_MAX)
+                r.too_deep_at = i;
         } else if (c == ']' || c == '}') {
             depth--;
+        } else if (c == ':' && depth == 1) {
+            r.top_members++;
         }
     }
-    return MMRT_OK;
+    *out = r;
 }
 
 mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
@@ -50,9 +50,12 @@ mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int 
 {
     if (max_depth <= 0)
         max_depth = MMRT_JSON_DEFAULT_MAX_DEPTH;
-    mmrt_status st = check_depth(text, len, what, max_depth, err);
-    if (st != MMRT_OK)
-        return st;
+    struct mmrt_json_prescan_result scan;
+    mmrt_json_prescan(text, len, max_depth, &scan);
+    if (scan.too_deep_at != SIZE_MAX)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: JSON nested deeper than %d levels at byte %zu", what,
+                              max_depth, scan.too_deep_at);
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

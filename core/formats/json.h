@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../error.h"
@@ -27,6 +28,17 @@
 /* Parses `len` bytes of `text` (need not be NUL-terminated). `what` names the source in
  * messages (a file path, "request body"). Refuses nesting deeper than max_depth, duplicate
  * keys, invalid UTF-8 and trailing non-space bytes. On success *out is a new reference. */
+/* One linear pass over a JSON text without parsing it or allocating (strings and escapes
+ * respected): the byte where nesting first passes max_depth (SIZE_MAX if never) and the
+ * members of the top-level object (one ':' at depth 1 each). Lets a reader refuse a hostile
+ * document by depth or size before jansson builds a value for every entry. */
+struct mmrt_json_prescan_result {
+    size_t too_deep_at;
+    uint64_t top_members;
+};
+void mmrt_json_prescan(const char *text, size_t len, int max_depth,
+                       struct mmrt_json_prescan_result *out);
+
 mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
                             json_t **out, struct mmrt_error *err);
 

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -414,37 +415,6 @@ static mmrt_status check_metadata(const char *what, const json_t *meta,
     return MMRT_OK;
 }
 
-/* Members of the top-level object of a JSON text, counted without parsing it: one ':' at
- * depth 1 outside strings per member. One linear pass, no allocation, so a header of
- * millions of tiny entries is refused by count before jansson builds a value for each (that
- * build is linear too, but it is several allocations per entry: seconds for a million). */
-static uint64_t count_top_members(const char *text, size_t len)
-{
-    uint64_t n = 0;
-    int depth = 0;
-    bool in_string = false, escaped = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = text[i];
-        if (in_string) {
-            if (escaped)
-                escaped = false;
-            else if (c == '\\')
-                escaped = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '{' || c == '[') {
-            depth++;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        } else if (c == ':' && depth == 1) {
-            n++;
-        }
-    }
-    return n;
-}
-
 /*
  * Validates bytes[0, size) as one safetensors file (S1–S6) and appends its tensors to the
  * set, pointing them at shard sh. On failure the set may hold a grown array and sh an arena;
@@ -484,7 +454,11 @@ static mmrt_status parse_file(struct mmrt_safetensors *set, struct st_shard *sh,
              (unsigned long long)hdr_end);
     /* The tensor limit, checked before the parse; "+ 1" leaves room for __metadata__, and
      * the exact count is checked again once the header is parsed. */
-    uint64_t members = count_top_members((const char *)bytes + 8, (size_t)n);
+    /* Counted before parsing (json.h prescan): a header of millions of tiny entries is
+     * refused by count before jansson allocates a value for each. */
+    struct mmrt_json_prescan_result scan;
+    mmrt_json_prescan((const char *)bytes + 8, (size_t)n, INT_MAX, &scan);
+    uint64_t members = scan.top_members;
     if (members > lim->max_tensors - set->n_tensors + 1)
         return mmrt_error_set(err, MMRT_ERR_LIMIT, "%s: %llu entries (%zu before this file) "
                               "exceed the limit of %llu tensors (counted before parsing)",
