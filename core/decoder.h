@@ -45,6 +45,14 @@ struct mmrt_decoder_ws {
     struct mmrt_tensor t[MMRT_WS_MAX];
 };
 
+/* The decoder's page store as the [model] KV settings in opts ask (NULL = the defaults):
+ * max_kv_tokens, kv_page_tokens, kv_dtype (kv_cache.h mmrt_kv_pages_create). */
+struct mmrt_model_options;
+mmrt_status mmrt_decoder_kv_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
+                                   int64_t head_dim, int64_t max_positions,
+                                   const struct mmrt_model_options *opts,
+                                   struct mmrt_kv_pages *out, struct mmrt_error *err);
+
 /* Allocates n (≤ MMRT_WS_MAX) tensors of `rows` rows with the given inner extents. */
 mmrt_status mmrt_decoder_ws_alloc(struct mmrt_dev *dev, int64_t rows,
                                   const struct mmrt_ws_shape *shapes, int n,

@@ -110,6 +110,18 @@ struct mmrt_tensor mmrt_decoder_ws_rows(const struct mmrt_decoder_ws *ws, int i,
     return mmrt_tensor_rows(&ws->t[i], 0, M);
 }
 
+mmrt_status mmrt_decoder_kv_create(struct mmrt_dev *dev, int64_t n_layers, int64_t n_kv_heads,
+                                   int64_t head_dim, int64_t max_positions,
+                                   const struct mmrt_model_options *opts,
+                                   struct mmrt_kv_pages *out, struct mmrt_error *err)
+{
+    const struct mmrt_model_options none = { 0 };
+    const struct mmrt_model_options *o = opts ? opts : &none;
+    return mmrt_kv_pages_create(dev, n_layers, n_kv_heads, head_dim, max_positions,
+                                o->max_kv_tokens, o->kv_page_tokens,
+                                o->kv_f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, out, err);
+}
+
 /* ---- forward buffers ---------------------------------------------------------------- */
 
 static void fwd_destroy(const struct mmrt_engine *e, struct fwd *f)

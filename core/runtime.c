@@ -22,6 +22,7 @@
 #include "error.h"
 #include "formats/conf.h"
 #include "formats/file.h"
+#include "formats/image.h"
 #include "formats/json.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
@@ -791,6 +792,14 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
         if (im->data && im->size == 0)
             return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                                   "request: images[%d] has data of 0 bytes", i);
+        /* The decoder refuses more anyway; refusing here keeps mmrt_submit from copying
+         * (or reading past) a size no image may have. */
+        struct mmrt_image_limits lim;
+        mmrt_image_limits_default(&lim);
+        if (im->data && im->size > lim.max_input_bytes)
+            return mmrt_error_set(err, MMRT_ERR_LIMIT,
+                                  "request: images[%d] has %zu bytes, more than the %zu an "
+                                  "encoded image may have", i, im->size, lim.max_input_bytes);
     }
     if (r->n_messages < 0 || (r->n_messages > 0 && !r->messages))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
@@ -1294,20 +1303,16 @@ static char *dup_or_null(const char *s, bool *failed)
     return d;
 }
 
-mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
-                        mmrt_token_fn on_token, void *user, struct mmrt_job **out)
+/* mmrt_submit with its message in *e: submitters on many threads never share rt->last. */
+static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                              mmrt_token_fn on_token, void *user, struct mmrt_job **out,
+                              struct mmrt_error *e)
 {
-    if (!rt)
-        return MMRT_ERR_INVALID_ARG;
-    if (!req || !out)
-        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
-                              "mmrt_submit: request and out are required");
-    *out = NULL;
     if (!rt->model)
-        return mmrt_error_set(&rt->last, MMRT_ERR_CONFIG,
+        return mmrt_error_set(e, MMRT_ERR_CONFIG,
                               "%s: no [model] configured; nothing to run", rt->source);
     struct req_view rv;
-    mmrt_status st = normalize_request(rt, req, &rv, &rt->last);
+    mmrt_status st = normalize_request(rt, req, &rv, e);
     if (st != MMRT_OK)
         return st;
     /* The job owns a copy of everything the request points at. */
@@ -1347,14 +1352,14 @@ mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
     if (failed) {
         if (j)
             job_free(j);
-        return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY, "mmrt_submit: out of memory");
+        return mmrt_error_set(e, MMRT_ERR_NO_MEMORY, "mmrt_submit: out of memory");
     }
     pthread_mutex_lock(&rt->jobs_lock);
     if (!rt->worker_started) {
         if (pthread_create(&rt->worker, NULL, worker_main, rt) != 0) {
             pthread_mutex_unlock(&rt->jobs_lock);
             job_free(j);
-            return mmrt_error_set(&rt->last, MMRT_ERR_NO_MEMORY,
+            return mmrt_error_set(e, MMRT_ERR_NO_MEMORY,
                                   "mmrt_submit: cannot start the worker thread");
         }
         rt->worker_started = true;
@@ -1365,6 +1370,24 @@ mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
     pthread_mutex_unlock(&rt->jobs_lock);
     *out = j;
     return MMRT_OK;
+}
+
+mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                        mmrt_token_fn on_token, void *user, struct mmrt_job **out, char *err,
+                        size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    mmrt_status st;
+    if (out)
+        *out = NULL;
+    if (!rt || !req || !out)
+        st = mmrt_error_set(&e, MMRT_ERR_INVALID_ARG,
+                            "mmrt_submit: runtime, request and out are required");
+    else
+        st = submit_job(rt, req, on_token, user, out, &e);
+    if (err && err_size)
+        copy_msg(err, err_size, st == MMRT_OK ? "" : e.msg);
+    return st;
 }
 
 void mmrt_cancel(struct mmrt_job *job)

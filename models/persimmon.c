@@ -209,11 +209,8 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
         goto fail;
     if (tied)
         m->lm_head = m->embed;
-    st = mmrt_kv_pages_create(dev, cfg->n_layers, cfg->n_heads, cfg->head_dim,
-                              cfg->max_positions, opts ? opts->max_kv_tokens : 0,
-                              opts ? opts->kv_page_tokens : 0,
-                              opts && opts->kv_f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, &m->kv,
-                              err);
+    st = mmrt_decoder_kv_create(dev, cfg->n_layers, cfg->n_heads, cfg->head_dim, cfg->max_positions,
+                                opts, &m->kv, err);
     if (st != MMRT_OK)
         goto fail;
     m->dec = (struct mmrt_decoder){

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "formats/file.h"
 #include "golden.h"
 
 #define MAX_CASES 16
@@ -379,7 +380,8 @@ static void *submit_some(void *arg)
 {
     struct submitter *s = arg;
     for (int i = s->first; i < s->first + s->n && s->st == MMRT_OK; i++)
-        s->st = mmrt_submit(s->rt, &s->c->req[i], golden_on_token, &s->caps[i], &s->jobs[i]);
+        s->st = mmrt_submit(s->rt, &s->c->req[i], golden_on_token, &s->caps[i], &s->jobs[i],
+                            NULL, 0);
     return NULL;
 }
 
@@ -453,7 +455,8 @@ static void test_cancel_job(void **state)
     struct mmrt_job *jobs[MAX_CASES];
     for (int i = 0; i < 3; i++)
         assert_int_equal(mmrt_submit(rt, &c.req[i], i == 1 ? cancel_token : golden_on_token,
-                                     i == 1 ? (void *)&cu : (void *)&got[i], &jobs[i]),
+                                     i == 1 ? (void *)&cu : (void *)&got[i], &jobs[i], NULL,
+                                     0),
                          MMRT_OK);
     sem_wait(&cu.reached);
     mmrt_cancel(jobs[1]);
@@ -474,12 +477,25 @@ static void test_cancel_job(void **state)
     bad.images = TEST_FILE("/nonexistent/x.png");
     bad.n_images = 1;
     struct mmrt_job *j;
-    assert_int_equal(mmrt_submit(rt, &bad, NULL, NULL, &j), MMRT_OK);
+    assert_int_equal(mmrt_submit(rt, &bad, NULL, NULL, &j, NULL, 0), MMRT_OK);
     assert_int_not_equal(mmrt_wait(j, &res), MMRT_OK);
     assert_non_null(strstr(res.error, "/nonexistent/x.png"));
     assert_pages_back(rt);
     /* A job left un-waited is cancelled and freed by mmrt_destroy. */
-    assert_int_equal(mmrt_submit(rt, &c.req[2], NULL, NULL, &j), MMRT_OK);
+    /* A malformed request is refused at submission, its message in the caller's buffer. */
+    char msg[256];
+    const struct mmrt_message tool = { .role = "tool", .text = "x" };
+    struct mmrt_request malformed = { .messages = &tool, .n_messages = 1, .max_tokens = 2 };
+    assert_int_equal(mmrt_submit(rt, &malformed, NULL, NULL, &j, msg, sizeof msg),
+                     MMRT_ERR_INVALID_ARG);
+    assert_null(j);
+    assert_non_null(strstr(msg, "message 0 has role 'tool'"));
+    const struct mmrt_image_input huge = { .data = "x", .size = (size_t)1 << 40 };
+    malformed = (struct mmrt_request){ .images = &huge, .n_images = 1, .max_tokens = 2 };
+    assert_int_equal(mmrt_submit(rt, &malformed, NULL, NULL, &j, msg, sizeof msg),
+                     MMRT_ERR_LIMIT);
+    assert_non_null(strstr(msg, "images[0] has 1099511627776 bytes"));
+    assert_int_equal(mmrt_submit(rt, &c.req[2], NULL, NULL, &j, NULL, 0), MMRT_OK);
     sem_destroy(&cu.reached);
     sem_destroy(&cu.cancelled);
     golden_capture_free(&cu.cap);
@@ -489,22 +505,6 @@ static void test_cancel_job(void **state)
 }
 
 /* ---- the request: images in memory, chats, struct sizes ---- */
-
-static void *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n > 0);
-    rewind(f);
-    void *d = malloc((size_t)n);
-    assert_non_null(d);
-    assert_int_equal(fread(d, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return d;
-}
 
 static void run_tokens(struct mmrt_runtime *rt, const struct mmrt_request *req,
                        struct golden_capture *cap)
@@ -540,7 +540,10 @@ static void test_request_forms(void **state)
     run_tokens(rt, base, &want);
 
     size_t size;
-    void *bytes = read_all(base->images[0].path, &size);
+    char *bytes = NULL;
+    struct mmrt_error ferr = { 0 };
+    assert_int_equal(mmrt_file_read(base->images[0].path, 1 << 24, 0, NULL, &bytes, &size,
+                                    &ferr), MMRT_OK);
     const struct mmrt_image_input mem = { .data = bytes, .size = size };
     struct mmrt_request r = *base;
     r.images = &mem;
@@ -642,6 +645,10 @@ static void test_bad_scheduler_config(void **state)
     cfg.prefill_chunk = -1;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "prefill_chunk -1"));
+    cfg.prefill_chunk = 0;
+    cfg.struct_size = 4; /* a layout older than the first */
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "struct_size 4 is smaller than the first layout"));
     assert_null(rt);
 }
 

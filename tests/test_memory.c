@@ -143,19 +143,6 @@ static struct mmrt_runtime *open_model(const char *path, const char *vision_plug
     return rt;
 }
 
-struct tokens {
-    int32_t ids[64];
-    int n;
-};
-
-static bool collect(void *user, int32_t id, const char *text)
-{
-    struct tokens *t = user;
-    (void)text;
-    if (id >= 0 && t->n < 64)
-        t->ids[t->n++] = id;
-    return true;
-}
 
 static void run_tokens(struct mmrt_runtime *rt, struct tokens *t)
 {
@@ -164,7 +151,7 @@ static void run_tokens(struct mmrt_runtime *rt, struct tokens *t)
                                 .top_p = 1.0f };
     struct mmrt_result res = { 0 };
     t->n = 0;
-    if (mmrt_run(rt, &req, collect, t, &res) != MMRT_OK)
+    if (mmrt_run(rt, &req, test_collect, t, &res) != MMRT_OK)
         fail_msg("run: %s", res.error);
     assert_int_equal(t->n, N_TOKENS);
 }
@@ -435,7 +422,7 @@ static void test_kv_page_size_invariant(void **state)
                                     .max_tokens = N_TOKENS, .top_p = 1.0f };
         struct tokens tok = { .n = 0 };
         struct mmrt_result res = { 0 };
-        if (mmrt_run_traced(rt, &req, &trace, collect, &tok, &res) != MMRT_OK)
+        if (mmrt_run_traced(rt, &req, &trace, test_collect, &tok, &res) != MMRT_OK)
             fail_msg("kv_page_tokens %lld: %s", (long long)sizes[i], res.error);
         assert_int_equal(tok.n, N_TOKENS);
         assert_memory_equal(tok.ids, cpu_tokens.ids, sizeof tok.ids[0] * N_TOKENS);
@@ -518,7 +505,7 @@ static void test_kv_budget(void **state)
     assert_int_equal(st, MMRT_OK);
     for (int i = 0; i < 3; i++) {
         struct tokens t = { .n = 0 };
-        assert_int_equal(mmrt_run(rt, &req, collect, &t, &res), MMRT_OK);
+        assert_int_equal(mmrt_run(rt, &req, test_collect, &t, &res), MMRT_OK);
         assert_memory_equal(t.ids, cpu_tokens.ids, sizeof t.ids[0] * N_TOKENS);
     }
     mmrt_destroy(rt);

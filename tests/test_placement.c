@@ -50,19 +50,6 @@ static struct mmrt_runtime *open_placement(const char *vision_plugin, const char
     return rt;
 }
 
-struct tokens {
-    int32_t ids[64];
-    int n;
-};
-
-static bool collect(void *user, int32_t id, const char *text)
-{
-    struct tokens *t = user;
-    (void)text;
-    if (id >= 0 && t->n < 64)
-        t->ids[t->n++] = id;
-    return true;
-}
 
 static uint64_t weight_bytes(struct mmrt_runtime *rt, int dev)
 {
@@ -79,7 +66,7 @@ static void check_placement(const char *vp, const char *lp)
                                 .max_tokens = N_TOKENS, .top_p = 1.0f };
     struct tokens t = { .n = 0 };
     struct mmrt_result res = { 0 };
-    if (mmrt_run(rt, &req, collect, &t, &res) != MMRT_OK)
+    if (mmrt_run(rt, &req, test_collect, &t, &res) != MMRT_OK)
         fail_msg("%s/%s: %s", vp, lp, mmrt_last_error(rt));
     assert_int_equal(t.n, N_TOKENS);
     assert_memory_equal(t.ids, hf_case0, sizeof hf_case0);
@@ -131,7 +118,7 @@ struct batch_tokens {
 static bool collect_batch(void *user, int request, int32_t id, const char *text)
 {
     struct batch_tokens *b = user;
-    return collect(&b->t[request], id, text);
+    return test_collect(&b->t[request], id, text);
 }
 
 static void check_batch_overlap(const char *vision_plugin, const char *language_plugin)
@@ -163,7 +150,7 @@ static void check_batch_overlap(const char *vision_plugin, const char *language_
         /* … and the answers equal one request at a time. */
         struct tokens t = { .n = 0 };
         struct mmrt_result one = { 0 };
-        assert_int_equal(mmrt_run(rt, &reqs[i], collect, &t, &one), MMRT_OK);
+        assert_int_equal(mmrt_run(rt, &reqs[i], test_collect, &t, &one), MMRT_OK);
         assert_int_equal(t.n, b.t[i].n);
         assert_memory_equal(t.ids, b.t[i].ids, (size_t)t.n * sizeof t.ids[0]);
     }

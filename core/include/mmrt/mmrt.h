@@ -353,11 +353,14 @@ MMRT_API mmrt_status mmrt_run_batch(struct mmrt_runtime *rt, const struct mmrt_r
 struct mmrt_job;
 
 /* Queues req; *out is the handle to wait for (every job must be waited for, exactly once).
+ * A refusal's detail goes into err (may be NULL), not into mmrt_last_error, so threads that
+ * submit at once do not share it.
  * A request the runtime refuses outright (no model, a malformed request as mmrt_run
  * describes, no memory for the copy) is an error here; everything else — an image that does
  * not decode, a prompt over the context — is the job's result. */
 MMRT_API mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
-                                 mmrt_token_fn on_token, void *user, struct mmrt_job **out);
+                                 mmrt_token_fn on_token, void *user, struct mmrt_job **out,
+                                 char *err, size_t err_size);
 
 /* Asks the job to stop: it ends with MMRT_ERR_CANCELLED before its next token (tokens already
  * delivered stay delivered) and its KV pages return at once. Safe from any thread, the job's
