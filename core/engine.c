@@ -29,7 +29,14 @@ struct mmrt_seq {
     mmrt_token_fn on_token;
     void *user;
     struct mmrt_result *res;
-    double t_first_chunk, t_first_token;
+    double t_submit, t_first_chunk, t_first_token;
+    /* Stop strings (copies) and the text held back because it may begin one. */
+    char **stop;
+    int n_stop;
+    size_t stop_max;             /* longest stop string */
+    char *held;                  /* [stop_max] bytes of room */
+    size_t n_held;
+    bool stopped;                /* a stop string was reached */
     bool graph;                  /* a decode step of this sequence ran as a graph */
     atomic_bool cancel;
 };
@@ -360,6 +367,12 @@ static void seq_free_parts(struct mmrt_seq *s)
     mmrt_vision_output_free(&s->vision);
     free(s->tokens);
     s->tokens = NULL;
+    for (int i = 0; s->stop && i < s->n_stop; i++)
+        free(s->stop[i]);
+    free(s->stop);
+    s->stop = NULL;
+    free(s->held);
+    s->held = NULL;
 }
 
 static void copy_msg(char *dst, size_t size, const char *src)
@@ -371,7 +384,7 @@ static void copy_msg(char *dst, size_t size, const char *src)
 
 /* The callback receives NUL-terminated text; a piece longer than the buffer (a pathological
  * tokenizer entry) is cut rather than allocated per token. */
-static bool emit(const struct mmrt_seq *s, int32_t id, const char *text, size_t len)
+static bool deliver(const struct mmrt_seq *s, int32_t id, const char *text, size_t len)
 {
     if (!s->on_token)
         return true;
@@ -380,6 +393,54 @@ static bool emit(const struct mmrt_seq *s, int32_t id, const char *text, size_t 
     memcpy(buf, text, n);
     buf[n] = '\0';
     return s->on_token(s->user, id, buf);
+}
+
+/* Whether text[0, n) is a proper prefix of one of s's stop strings. */
+static bool begins_stop(const struct mmrt_seq *s, const char *text, size_t n)
+{
+    for (int i = 0; i < s->n_stop; i++) {
+        const size_t len = strlen(s->stop[i]);
+        if (n < len && memcmp(s->stop[i], text, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Streams a token's text through the stop strings: a reached stop string ends the text
+ * before it (s->stopped); a tail that may begin one is held back for the next piece. Every
+ * byte position is a character boundary where it matters: a stop string is valid UTF-8, so
+ * it starts at a lead byte, and the pieces are whole characters. */
+static bool emit(struct mmrt_seq *s, int32_t id, const char *text, size_t len)
+{
+    if (s->n_stop == 0)
+        return deliver(s, id, text, len);
+    bool go_on = true;
+    /* The held tail is shorter than the longest stop string; a piece is bounded by the
+     * tokenizer (cut at the delivery buffer anyway), so the work is small per token. */
+    char buf[2048];
+    size_t n = s->n_held;
+    memcpy(buf, s->held, n);
+    size_t add = len < sizeof buf - n ? len : sizeof buf - n;
+    memcpy(buf + n, text, add);
+    n += add;
+    /* The earliest position where a stop string occurs, or where the rest may begin one. */
+    size_t cut = n;
+    for (size_t p = 0; p < n && cut == n; p++) {
+        for (int i = 0; i < s->n_stop; i++) {
+            const size_t sl = strlen(s->stop[i]);
+            if (sl <= n - p && memcmp(buf + p, s->stop[i], sl) == 0) {
+                s->stopped = true;
+                cut = p;
+                break;
+            }
+        }
+        if (!s->stopped && begins_stop(s, buf + p, n - p))
+            cut = p;
+    }
+    go_on = deliver(s, id, buf, cut);
+    s->n_held = s->stopped ? 0 : n - cut;
+    memcpy(s->held, buf + cut, s->n_held);
+    return go_on;
 }
 
 static void unlink_live(struct mmrt_engine *e, struct mmrt_seq *s)
@@ -401,10 +462,16 @@ static void finish(struct mmrt_engine *e, struct mmrt_seq *s, mmrt_status st, co
         size_t tlen = 0;
         struct mmrt_error ferr = { 0 };
         st = mmrt_tokenizer_stream_finish(s->stream, &tail, &tlen, &ferr);
-        if (st == MMRT_OK && tlen)
+        if (st == MMRT_OK && tlen && !s->stopped)
             emit(s, -1, tail, tlen);
+        /* What was held back for a stop string that never came is answer text. */
+        if (st == MMRT_OK && s->n_held)
+            deliver(s, -1, s->held, s->n_held);
+        s->n_held = 0;
         msg = ferr.msg;
     }
+    if (st != MMRT_OK)
+        s->res->finish_reason = MMRT_FINISH_NONE;
     const double now = mmrt_now_ms();
     r->status = st;
     copy_msg(r->error, sizeof r->error, st == MMRT_OK ? "" : msg);
@@ -416,6 +483,8 @@ static void finish(struct mmrt_engine *e, struct mmrt_seq *s, mmrt_status st, co
             r->decode_tokens_per_s = (s->n_gen - 1) / (r->decode_ms / 1e3);
     }
     r->decode_graph = s->graph;
+    if (s->t_first_chunk > 0)
+        r->queue_ms += s->t_first_chunk - s->t_submit;
     mmrt_kv_cache_free(&s->kv);
     s->state = SEQ_DONE;
     unlink_live(e, s);
@@ -449,9 +518,37 @@ static void take_token(struct mmrt_engine *e, struct mmrt_seq *s, const float *l
         s->t_first_token = mmrt_now_ms();
     s->tokens[s->n_known++] = tok;
     s->n_gen++;
+    /* An end token's own text (skipped as special) is nothing to stream. */
+    const bool eos = is_eos(e, tok);
     const bool go_on = emit(s, tok, piece, plen);
-    if (!go_on || is_eos(e, tok) || s->n_gen == s->max_tokens)
+    enum mmrt_finish_reason why = MMRT_FINISH_NONE;
+    if (s->stopped)
+        why = MMRT_FINISH_STOP_STRING;
+    else if (eos)
+        why = MMRT_FINISH_EOS;
+    else if (!go_on)
+        why = MMRT_FINISH_CALLER;
+    else if (s->n_gen == s->max_tokens)
+        why = MMRT_FINISH_LENGTH;
+    if (why != MMRT_FINISH_NONE) {
+        s->res->finish_reason = why;
         finish(e, s, MMRT_OK, "");
+    }
+}
+
+/* max_tokens 0 (mmrt.h): as many as the context and the KV store leave after the prompt. */
+static int resolve_max_tokens(const struct mmrt_engine *e, const struct mmrt_prompt *p,
+                              int max_tokens)
+{
+    if (max_tokens != 0)
+        return max_tokens;
+    int64_t room = e->dec->max_positions;
+    if (e->dec->kv->max_tokens < room)
+        room = e->dec->kv->max_tokens;
+    room -= p->n_ids;
+    if (room > INT32_MAX)
+        room = INT32_MAX;
+    return room < 1 ? 1 : (int)room; /* 1 so the checks below name the limit */
 }
 
 static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_prompt *p,
@@ -504,6 +601,30 @@ static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_p
     return MMRT_OK;
 }
 
+/* The request's stop strings (runtime.c checked count, lengths and UTF-8). */
+static mmrt_status copy_stops(struct mmrt_seq *s, const struct mmrt_request *q,
+                              struct mmrt_error *err)
+{
+    if (q->n_stop <= 0)
+        return MMRT_OK;
+    s->stop = calloc((size_t)q->n_stop, sizeof *s->stop);
+    if (!s->stop)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    for (int i = 0; i < q->n_stop; i++) {
+        s->stop[i] = strdup(q->stop[i]);
+        if (!s->stop[i])
+            return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+        s->n_stop = i + 1;
+        const size_t len = strlen(q->stop[i]);
+        if (len > s->stop_max)
+            s->stop_max = len;
+    }
+    s->held = malloc(s->stop_max);
+    if (!s->held)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    return MMRT_OK;
+}
+
 mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request *r,
                                struct mmrt_seq **out, struct mmrt_error *err)
 {
@@ -519,7 +640,8 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     s->vision = *r->vision;
     memset(r->prompt, 0, sizeof *r->prompt);
     memset(r->vision, 0, sizeof *r->vision);
-    s->max_tokens = r->req->max_tokens;
+    s->max_tokens = resolve_max_tokens(e, &s->prompt, r->req->max_tokens);
+    s->t_submit = mmrt_now_ms();
     s->trace = r->trace;
     s->on_token = r->on_token;
     s->user = r->user;
@@ -535,6 +657,8 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     if (st == MMRT_OK)
         st = mmrt_tokenizer_stream_create(e->lang.tok, MMRT_DECODE_SKIP_SPECIAL, &s->stream,
                                           err);
+    if (st == MMRT_OK)
+        st = copy_stops(s, q, err);
     if (st == MMRT_OK) {
         s->tokens = malloc((size_t)(s->prompt.n_ids + s->max_tokens) * sizeof *s->tokens);
         if (!s->tokens)
@@ -595,6 +719,11 @@ bool mmrt_engine_idle(const struct mmrt_engine *e)
 void mmrt_engine_get_stats(const struct mmrt_engine *e, struct mmrt_engine_stats *out)
 {
     *out = e->stats;
+    out->waiting = out->running = 0;
+    for (int i = 0; i < e->n_live; i++) {
+        out->waiting += e->live[i]->state == SEQ_WAITING;
+        out->running += e->live[i]->state == SEQ_PREFILL || e->live[i]->state == SEQ_DECODE;
+    }
 }
 
 /* ---- scheduling ----------------------------------------------------------------------- */

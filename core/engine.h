@@ -59,6 +59,7 @@ struct mmrt_engine_stats {
     uint64_t replay_rows;               /* decode rows that recomputed a preempted sequence */
     uint64_t preemptions;
     int max_running;                    /* most sequences running in one step */
+    int waiting, running;               /* now: queued for admission, prefilling/decoding */
 };
 
 struct mmrt_engine;

@@ -24,6 +24,7 @@
 #include "formats/file.h"
 #include "formats/image.h"
 #include "formats/json.h"
+#include "formats/tokenizer.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
@@ -57,6 +58,15 @@ struct mmrt_runtime {
     struct mmrt_job *pending;    /* submitted, not yet taken by the worker (newest first) */
     bool locks_ready, worker_started, stop;
     pthread_t worker;
+    uint64_t n_outstanding;      /* submitted jobs not finished (under jobs_lock) */
+    /* What mmrt_stats and mmrt_device_memory report while the worker holds `drive`: the
+     * worker publishes them after every step (under stats_lock). */
+    pthread_mutex_t stats_lock;
+    struct mmrt_runtime_stats snap;
+    struct mmrt_memory_report snap_mem[MAX_DEVICES];
+    double progress_ms;          /* when the worker last finished a step */
+    bool worker_busy;            /* it has jobs (else progress is not expected) */
+    bool worker_driving;         /* the worker holds drive: readers take the snapshot */
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
     char *run_image, *run_prompt;
@@ -115,6 +125,7 @@ void mmrt_destroy(struct mmrt_runtime *rt)
         pthread_cond_destroy(&rt->work);
         pthread_mutex_destroy(&rt->jobs_lock);
         pthread_mutex_destroy(&rt->drive);
+        pthread_mutex_destroy(&rt->stats_lock);
     }
     free(rt);
 }
@@ -220,6 +231,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     pthread_mutex_init(&rt->jobs_lock, NULL);
     pthread_cond_init(&rt->work, NULL);
     pthread_cond_init(&rt->done, NULL);
+    pthread_mutex_init(&rt->stats_lock, NULL);
     rt->locks_ready = true;
     rt->engine_opts = (struct mmrt_engine_options){ .max_batch = cfg->max_batch,
                                                     .prefill_chunk = cfg->prefill_chunk,
@@ -603,6 +615,8 @@ mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i, struct mmrt_p
     return MMRT_OK;
 }
 
+static void memory_report(const struct mmrt_dev *dev, struct mmrt_memory_report *out);
+
 mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memory_report *out)
 {
     if (!rt || !out || i < 0 || i >= rt->n_devices)
@@ -612,11 +626,29 @@ mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memor
         return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
                               "mmrt_memory_report.struct_size %u is too small (set it to "
                               "sizeof(struct mmrt_memory_report))", (unsigned)out->struct_size);
-    const struct mmrt_dev *dev = rt->devices[i];
+    struct mmrt_memory_report full;
+    /* While the worker runs submitted jobs it may be changing the pools: then the figures it
+     * published after its last step are read. Otherwise the caller is the one driving (an
+     * mmrt_run callback, or nobody), and the live figures are read; the worker cannot start
+     * meanwhile, since it raises worker_driving under stats_lock first. */
+    pthread_mutex_lock(&rt->stats_lock);
+    if (rt->worker_driving)
+        full = rt->snap_mem[i];
+    else
+        memory_report(rt->devices[i], &full);
+    pthread_mutex_unlock(&rt->stats_lock);
+    full.struct_size = out->struct_size;
+    memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
+    return MMRT_OK;
+}
+
+/* Everything mmrt_device_memory reports of dev (the caller holds drive). */
+static void memory_report(const struct mmrt_dev *dev, struct mmrt_memory_report *out)
+{
     struct mmrt_pool_stats ps;
     mmrt_pool_stats(dev->pool, &ps);
-    struct mmrt_memory_report full = {
-        .struct_size = out->struct_size,
+    *out = (struct mmrt_memory_report){
+        .struct_size = sizeof *out,
         .weight_bytes = dev->weights.tensor_bytes,
         .weight_mapped_bytes = dev->weights.mapped_bytes,
         .weight_copied_bytes = dev->weights.copied_bytes,
@@ -637,8 +669,6 @@ mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memor
         .level1_bytes = ps.level1_bytes,
         .level1_free_bytes = ps.level1_free_bytes,
     };
-    memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
-    return MMRT_OK;
 }
 
 struct list_ctx {
@@ -801,6 +831,26 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
                                   "request: images[%d] has %zu bytes, more than the %zu an "
                                   "encoded image may have", i, im->size, lim.max_input_bytes);
     }
+    if (r->n_stop < 0 || r->n_stop > MMRT_MAX_STOP || (r->n_stop > 0 && !r->stop))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: n_stop %d must be 0 … %d, with as many stop strings",
+                              r->n_stop, MMRT_MAX_STOP);
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *t = r->stop[i];
+        const size_t len = t ? strnlen(t, MMRT_MAX_STOP_BYTES + 1) : 0;
+        size_t bad = 0;
+        if (len == 0 || len > MMRT_MAX_STOP_BYTES)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "request: stop[%d] must have 1 … %d bytes", i,
+                                  MMRT_MAX_STOP_BYTES);
+        if (!mmrt_utf8_valid(t, len, &bad))
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "request: stop[%d] is not valid UTF-8 (byte %zu)", i, bad);
+    }
+    if (r->max_tokens < 0)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: max_tokens %d must be at least 1 (or 0: up to the "
+                              "context)", r->max_tokens);
     if (r->n_messages < 0 || (r->n_messages > 0 && !r->messages))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: n_messages %d needs as many messages", r->n_messages);
@@ -1145,8 +1195,8 @@ struct mmrt_job {
     struct mmrt_request req;    /* normalized; everything it points at is owned below */
     struct mmrt_message *msgs;  /* [req.n_messages], role and text copied */
     struct mmrt_image_input *imgs; /* [req.n_images], path or data copied */
-    mmrt_token_fn on_token;
-    void *user;
+    char **stops;               /* [req.n_stop] copied */
+    struct mmrt_job_callbacks cb;
     struct mmrt_result result;
     struct mmrt_seq *seq;       /* while the engine runs it (under jobs_lock) */
     bool cancel, done;          /* under jobs_lock */
@@ -1164,19 +1214,29 @@ static void job_free(struct mmrt_job *j)
         free((char *)j->imgs[i].path);
         free((void *)j->imgs[i].data);
     }
+    for (int i = 0; j->stops && i < j->req.n_stop; i++)
+        free(j->stops[i]);
+    free(j->stops);
     free(j->msgs);
     free(j->imgs);
     free(j);
 }
 
-/* Marks j finished (its result is complete) and wakes the waiters. */
+/* Marks j finished (its result is complete) and wakes the waiters. on_done runs before
+ * `done` is set, so a waiter it wakes cannot free the job (or the callback's user) while the
+ * callback still runs. */
 static void job_finish(struct mmrt_job *j, mmrt_status st, const char *msg)
 {
     struct mmrt_runtime *rt = j->rt;
-    pthread_mutex_lock(&rt->jobs_lock);
     if (st != MMRT_OK && msg != j->result.error)
         result_error(&j->result, st, msg);
+    if (st != MMRT_OK)
+        j->result.finish_reason = MMRT_FINISH_NONE;
     j->result.language_end_ms = mmrt_now_ms() - j->t0;
+    if (j->cb.on_done)
+        j->cb.on_done(j->cb.user);
+    pthread_mutex_lock(&rt->jobs_lock);
+    rt->n_outstanding--;
     j->done = true;
     pthread_cond_broadcast(&rt->done);
     pthread_mutex_unlock(&rt->jobs_lock);
@@ -1197,23 +1257,64 @@ static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
         return false;
     }
     j->result.vision_start_ms = mmrt_now_ms() - j->t0;
+    j->result.queue_ms = j->result.vision_start_ms;
     mmrt_status st = rt->model_type->encode(rt->model, r, NULL, &vis, &err);
     j->result.vision_end_ms = mmrt_now_ms() - j->t0;
     j->result.language_start_ms = j->result.vision_end_ms;
     struct mmrt_seq *seq = NULL;
     if (st == MMRT_OK)
-        st = submit(rt, r, &vis, NULL, j->on_token, j->user, &j->result, &seq, &err);
+        st = submit(rt, r, &vis, NULL, j->cb.on_token, j->cb.user, &j->result, &seq, &err);
     mmrt_vision_output_free(&vis);
     if (st != MMRT_OK) {
         job_finish(j, st, err.msg);
         return false;
     }
+    if (j->cb.on_accepted)
+        j->cb.on_accepted(j->cb.user, j->result.n_prompt_tokens);
     pthread_mutex_lock(&rt->jobs_lock);
     j->seq = seq;
     if (j->cancel)
         mmrt_engine_cancel(seq);
     pthread_mutex_unlock(&rt->jobs_lock);
     return true;
+}
+
+/* The figures mmrt_stats and mmrt_device_memory give while the worker holds drive. The
+ * caller holds stats_lock, and drive or the guarantee that the worker does not drive. */
+static void publish_locked(struct mmrt_runtime *rt)
+{
+    struct mmrt_engine_stats es = { 0 };
+    mmrt_runtime_engine_stats(rt, &es);
+    for (int i = 0; i < rt->n_devices; i++)
+        memory_report(rt->devices[i], &rt->snap_mem[i]);
+    struct mmrt_runtime_stats *n = &rt->snap;
+    n->requests_running = (uint64_t)es.running;
+    n->engine_steps = es.steps;
+    n->preemptions = es.preemptions;
+    const struct mmrt_dev *lang = rt->language;
+    n->kv_pages_used = lang->kv.pages_used;
+    n->kv_pages_total = lang->kv.pages_total;
+    n->kv_page_tokens = lang->kv.page_tokens;
+}
+
+/* The worker takes and gives back drive through these, so readers know whose figures are
+ * live (see mmrt_device_memory). */
+static void worker_drive(struct mmrt_runtime *rt)
+{
+    pthread_mutex_lock(&rt->drive);
+    pthread_mutex_lock(&rt->stats_lock);
+    rt->worker_driving = true;
+    pthread_mutex_unlock(&rt->stats_lock);
+}
+
+static void worker_release(struct mmrt_runtime *rt)
+{
+    pthread_mutex_lock(&rt->stats_lock);
+    publish_locked(rt);
+    rt->progress_ms = mmrt_now_ms();
+    rt->worker_driving = false;
+    pthread_mutex_unlock(&rt->stats_lock);
+    pthread_mutex_unlock(&rt->drive);
 }
 
 static void *worker_main(void *arg)
@@ -1234,7 +1335,7 @@ static void *worker_main(void *arg)
             fresh = j;
         }
         pthread_mutex_unlock(&rt->jobs_lock);
-        pthread_mutex_lock(&rt->drive);
+        worker_drive(rt);
         while (fresh) {
             struct mmrt_job *j = fresh;
             fresh = j->next;
@@ -1259,8 +1360,13 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&rt->jobs_lock);
             job_finish(j, j->result.status, j->result.error);
         }
-        pthread_mutex_unlock(&rt->drive);
+        worker_release(rt);
         pthread_mutex_lock(&rt->jobs_lock);
+        if (!rt->pending && !active) {
+            pthread_mutex_lock(&rt->stats_lock);
+            rt->worker_busy = false;
+            pthread_mutex_unlock(&rt->stats_lock);
+        }
     }
     /* Stopping (mmrt_destroy): what is still queued or running is cancelled and freed. */
     struct mmrt_job *left = rt->pending;
@@ -1271,12 +1377,20 @@ static void *worker_main(void *arg)
         struct mmrt_job *j = active;
         active = j->next;
         mmrt_engine_release(j->seq);
+        if (j->cb.on_done) {
+            result_error(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
+            j->cb.on_done(j->cb.user);
+        }
         job_free(j);
     }
     pthread_mutex_unlock(&rt->drive);
     while (left) {
         struct mmrt_job *j = left;
         left = j->next;
+        if (j->cb.on_done) {
+            result_error(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
+            j->cb.on_done(j->cb.user);
+        }
         job_free(j);
     }
     return NULL;
@@ -1305,7 +1419,7 @@ static char *dup_or_null(const char *s, bool *failed)
 
 /* mmrt_submit with its message in *e: submitters on many threads never share rt->last. */
 static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request *req,
-                              mmrt_token_fn on_token, void *user, struct mmrt_job **out,
+                              const struct mmrt_job_callbacks *cb, struct mmrt_job **out,
                               struct mmrt_error *e)
 {
     if (!rt->model)
@@ -1323,9 +1437,13 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
         j->rt = rt;
         j->req = *v;
         j->req.prompt = NULL; /* carried by the messages */
-        j->on_token = on_token;
-        j->user = user;
+        j->cb = *cb;
         j->t0 = mmrt_now_ms();
+        j->stops = calloc((size_t)(v->n_stop ? v->n_stop : 1), sizeof *j->stops);
+        failed |= !j->stops;
+        for (int i = 0; !failed && i < v->n_stop; i++)
+            j->stops[i] = dup_or_null(v->stop[i], &failed);
+        j->req.stop = (const char *const *)j->stops;
         j->msgs = calloc((size_t)v->n_messages, sizeof *j->msgs);
         j->imgs = calloc((size_t)(v->n_images ? v->n_images : 1), sizeof *j->imgs);
         failed |= !j->msgs || !j->imgs;
@@ -1366,28 +1484,81 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
     }
     j->next = rt->pending;
     rt->pending = j;
+    rt->n_outstanding++;
+    pthread_mutex_lock(&rt->stats_lock);
+    if (!rt->worker_busy) {
+        rt->worker_busy = true;
+        rt->progress_ms = mmrt_now_ms();
+    }
+    pthread_mutex_unlock(&rt->stats_lock);
     pthread_cond_signal(&rt->work);
     pthread_mutex_unlock(&rt->jobs_lock);
     *out = j;
     return MMRT_OK;
 }
 
+mmrt_status mmrt_submit_with(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                             const struct mmrt_job_callbacks *cb, struct mmrt_job **out,
+                             char *err, size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    mmrt_status st = MMRT_OK;
+    if (out)
+        *out = NULL;
+    struct mmrt_job_callbacks c = { 0 };
+    /* The caller's layout: callbacks it does not have read as NULL. */
+    const size_t v1 = sizeof c;
+    if (cb) {
+        const size_t size = cb->struct_size ? cb->struct_size : v1;
+        memcpy(&c, cb, size < sizeof c ? size : sizeof c);
+    }
+    if (!rt || !req || !out)
+        st = mmrt_error_set(&e, MMRT_ERR_INVALID_ARG,
+                            "mmrt_submit: runtime, request and out are required");
+    else if (cb && cb->struct_size && cb->struct_size < offsetof(struct mmrt_job_callbacks,
+                                                                  on_token))
+        st = mmrt_error_set(&e, MMRT_ERR_INVALID_ARG,
+                            "mmrt_submit: mmrt_job_callbacks.struct_size %u is too small",
+                            (unsigned)cb->struct_size);
+    else
+        st = submit_job(rt, req, &c, out, &e);
+    if (err && err_size)
+        copy_msg(err, err_size, st == MMRT_OK ? "" : e.msg);
+    return st;
+}
+
 mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
                         mmrt_token_fn on_token, void *user, struct mmrt_job **out, char *err,
                         size_t err_size)
 {
-    struct mmrt_error e = { 0 };
-    mmrt_status st;
-    if (out)
-        *out = NULL;
-    if (!rt || !req || !out)
-        st = mmrt_error_set(&e, MMRT_ERR_INVALID_ARG,
-                            "mmrt_submit: runtime, request and out are required");
-    else
-        st = submit_job(rt, req, on_token, user, out, &e);
-    if (err && err_size)
-        copy_msg(err, err_size, st == MMRT_OK ? "" : e.msg);
-    return st;
+    const struct mmrt_job_callbacks cb = { .struct_size = sizeof cb, .on_token = on_token,
+                                           .user = user };
+    return mmrt_submit_with(rt, req, &cb, out, err, err_size);
+}
+
+mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out)
+{
+    if (!rt || !out)
+        return MMRT_ERR_INVALID_ARG;
+    if (out->struct_size < offsetof(struct mmrt_runtime_stats, requests_waiting))
+        return mmrt_error_set(&rt->last, MMRT_ERR_INVALID_ARG,
+                              "mmrt_runtime_stats.struct_size %u is too small (set it to "
+                              "sizeof(struct mmrt_runtime_stats))", (unsigned)out->struct_size);
+    struct mmrt_runtime_stats full;
+    pthread_mutex_lock(&rt->jobs_lock);
+    const uint64_t outstanding = rt->n_outstanding;
+    pthread_mutex_unlock(&rt->jobs_lock);
+    pthread_mutex_lock(&rt->stats_lock);
+    if (!rt->worker_driving)
+        publish_locked(rt); /* the caller drives, or nobody: the live figures (see above) */
+    full = rt->snap;
+    full.ms_since_progress = rt->worker_busy ? mmrt_now_ms() - rt->progress_ms : 0;
+    pthread_mutex_unlock(&rt->stats_lock);
+    full.requests_waiting = outstanding > full.requests_running
+                                ? outstanding - full.requests_running : 0;
+    full.struct_size = out->struct_size;
+    memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
+    return MMRT_OK;
 }
 
 void mmrt_cancel(struct mmrt_job *job)

@@ -177,7 +177,7 @@ static void test_bad_requests(void **state)
     golden_expect_unusable_images(rt, &req);
     req.images = TEST_FILE(small);
     req.n_images = 1;
-    req.max_tokens = 0;
+    req.max_tokens = -1; /* 0 means up to the context */
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "max_tokens");
     /* And a good request still works afterwards: nothing leaked into the pool. */
     req.max_tokens = 3;

@@ -161,7 +161,7 @@ static void test_bad_requests(void **state)
     golden_expect_unusable_images(rt, &req);
     req.images = TEST_FILE(image);
     req.n_images = 1;
-    req.max_tokens = 0;
+    req.max_tokens = -1; /* 0 means up to the context */
     golden_expect_run_error(rt, &req, MMRT_ERR_INVALID_ARG, "max_tokens");
     req.max_tokens = 3;
     req.top_p = 2.0f;

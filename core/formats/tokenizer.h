@@ -132,6 +132,10 @@ mmrt_status mmrt_tokenizer_load_json(const json_t *root, const char *what,
 
 void mmrt_tokenizer_destroy(struct mmrt_tokenizer *tok);
 
+/* Whether n bytes at s are well-formed UTF-8 (no overlongs, surrogates or values past
+ * U+10FFFF); on false *bad (may be NULL) is the offset of the first bad byte. */
+bool mmrt_utf8_valid(const char *s, size_t n, size_t *bad);
+
 /* Encodes `len` bytes of UTF-8 `text` (need not be NUL-terminated; embedded NULs are text).
  * On success *ids is a malloc'ed array of *n_ids ids (the caller frees it with free(); it is
  * NULL when *n_ids is 0). Statuses: MMRT_ERR_INVALID_ARG (text is not valid UTF-8 — the

@@ -129,6 +129,11 @@ bool tk_utf8_valid(const char *s, size_t n, size_t *bad)
     return true;
 }
 
+bool mmrt_utf8_valid(const char *s, size_t n, size_t *bad)
+{
+    return tk_utf8_valid(s, n, bad);
+}
+
 size_t tk_utf8_decode(const char *s, uint32_t *cp)
 {
     const unsigned char *u = (const unsigned char *)s;

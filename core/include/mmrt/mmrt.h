@@ -126,6 +126,13 @@ struct mmrt_config {
      * of the bytes a decode step reads; keys and values rounded to nearest even).
      * INI: [model] kv_dtype = f32 | f16. */
     enum mmrt_kv_dtype kv_dtype;
+    /* ---- appended after the first layout ---- */
+    /* The vision-feature cache (docs/CONFIG.md "Cache"): a request whose images were encoded
+     * before, with the same settings, skips decoding, preprocessing and the tower. Entries:
+     * 0 = the default (2048), negative = off (INI: [cache] vision_entries = 0). Bytes of
+     * features it may hold, MiB: 0 = the default (1024). */
+    int64_t vision_cache_entries;
+    int64_t vision_cache_mb;
 };
 
 struct mmrt_runtime;
@@ -279,17 +286,37 @@ struct mmrt_request {
     /* The request's images, in order (mmrt_model_max_images() at most). */
     const struct mmrt_image_input *images;
     int n_images;
-    int max_tokens;           /* ≥ 1 */
+    int max_tokens;           /* ≥ 1, or 0: until an end token or the context (or the KV
+                                 store's positions) is full */
     uint64_t seed;            /* sampling seed */
     float temperature;        /* 0 = greedy */
     int top_k;                /* 0 = off */
     float top_p;              /* 1 = off */
+    /* ---- appended after the first layout ---- */
+    /* Stop strings: generation ends as soon as the answer's text contains one of them; the
+     * string and anything after it are not delivered (text that could begin one is held
+     * back until it is known not to). Up to MMRT_MAX_STOP strings of 1 … MMRT_MAX_STOP_BYTES
+     * bytes of UTF-8 each. */
+    const char *const *stop;
+    int n_stop;
 };
+
+#define MMRT_MAX_STOP 16
+#define MMRT_MAX_STOP_BYTES 256
 
 /* Receives each generated token as soon as it is produced: its id and the text it completes
  * (only whole UTF-8 characters; may be ""). At the end, text held back for an incomplete
  * character is flushed with token_id −1. Return false to stop generation early. */
 typedef bool (*mmrt_token_fn)(void *user, int32_t token_id, const char *text);
+
+/* Why a request's generation ended. */
+enum mmrt_finish_reason {
+    MMRT_FINISH_NONE = 0,        /* it did not finish (failed or cancelled) */
+    MMRT_FINISH_EOS = 1,         /* the model produced an end-of-answer token */
+    MMRT_FINISH_STOP_STRING = 2, /* the text reached one of the request's stop strings */
+    MMRT_FINISH_LENGTH = 3,      /* max_tokens, or the end of the context */
+    MMRT_FINISH_CALLER = 4,      /* the token callback returned false */
+};
 
 /* Written by the runtime: the caller sets struct_size (or zeroes the struct: 0 = this first
  * layout) and the runtime writes that many bytes, never past the caller's struct. Arrays of
@@ -307,6 +334,11 @@ struct mmrt_result {
     /* 1 when the decode steps ran as one captured device graph (CUDA; the CPU plugin with
      * graph = 1), 0 when they ran op by op. */
     int decode_graph;
+    /* ---- appended after the first layout ---- */
+    enum mmrt_finish_reason finish_reason; /* why generation ended (MMRT_OK results) */
+    /* Time the request waited rather than worked: before its vision stage began, and between
+     * the vision stage and its first prefill chunk (waiting for a batch slot or KV pages). */
+    double queue_ms;
 };
 
 /* The request the configuration's [run] section describes (defaults for missing keys:
@@ -362,6 +394,27 @@ MMRT_API mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_requ
                                  mmrt_token_fn on_token, void *user, struct mmrt_job **out,
                                  char *err, size_t err_size);
 
+/* mmrt_submit with more callbacks. Extensible like mmrt_request (struct_size first; 0 =
+ * this layout). Every callback runs on the worker thread and may be NULL. */
+struct mmrt_job_callbacks {
+    uint32_t struct_size;
+    mmrt_token_fn on_token;
+    /* Once, when the request has passed its vision stage and every check the engine makes
+     * (its prompt and max_tokens fit the context and the KV store): from here on it waits
+     * only for a batch slot and pages, and fails only for a device error or a cancel. Not
+     * called for a job that ends before that. */
+    void (*on_accepted)(void *user, int n_prompt_tokens);
+    /* Once, last, for every job however it ends (mmrt_destroy's cancellations included):
+     * the result is complete and mmrt_wait returns without waiting for the engine. The job
+     * must not be freed from inside the callback (call mmrt_wait on another thread). */
+    void (*on_done)(void *user);
+    void *user;
+};
+
+MMRT_API mmrt_status mmrt_submit_with(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                      const struct mmrt_job_callbacks *cb,
+                                      struct mmrt_job **out, char *err, size_t err_size);
+
 /* Asks the job to stop: it ends with MMRT_ERR_CANCELLED before its next token (tokens already
  * delivered stay delivered) and its KV pages return at once. Safe from any thread, the job's
  * own callback included, until the job has been waited for. */
@@ -370,6 +423,31 @@ MMRT_API void mmrt_cancel(struct mmrt_job *job);
 /* Blocks until the job has finished, copies its result into *result (may be NULL), frees the
  * job and returns result->status. */
 MMRT_API mmrt_status mmrt_wait(struct mmrt_job *job, struct mmrt_result *result);
+
+/* ----------------------------------------------------------------------------------------
+ * Serving statistics, for metrics and health probes. Safe from any thread at any time: while
+ * the worker runs, the figures are those it published after its last step. Extensible like
+ * mmrt_memory_report: the caller sets struct_size and only that many bytes are written.
+ */
+struct mmrt_runtime_stats {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    uint64_t requests_waiting;   /* submitted, not yet running: before or in their vision
+                                    stage, or waiting for a batch slot or pages */
+    uint64_t requests_running;   /* in the engine, prefilling or decoding */
+    uint64_t engine_steps;
+    uint64_t preemptions;
+    /* Milliseconds since the worker last completed a step or found nothing to do: what a
+     * liveness probe reads (a stuck device shows as a growing figure). */
+    double ms_since_progress;
+    uint64_t kv_pages_used, kv_pages_total; /* the language device's paged KV store */
+    uint64_t kv_page_tokens;
+    uint64_t vision_cache_entries, vision_cache_bytes; /* held now */
+    uint64_t vision_cache_capacity_entries, vision_cache_capacity_bytes; /* 0 when off */
+    uint64_t vision_cache_queries, vision_cache_hits, vision_cache_evictions;
+};
+
+MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);
 
 /* How the configured placement compares with the CPU reference (mmrt_check). */
 struct mmrt_check_report {
