@@ -173,6 +173,11 @@ void mmrt_vision_key_hex(const struct mmrt_vision_key *key, char out[MMRT_VISION
 
 /* ---- the store ---- */
 
+int64_t mmrt_vision_piece_rows(const struct mmrt_vision_piece *p)
+{
+    return p->per_image ? p->n_tokens : (int64_t)p->n_parts * p->n_tokens;
+}
+
 struct entry {
     struct mmrt_vision_piece piece; /* first: get() hands out &e->piece */
     uint8_t key[MMRT_VISION_KEY_BYTES];
@@ -336,12 +341,16 @@ mmrt_status mmrt_vision_cache_insert(struct mmrt_vision_cache *c,
                                      const uint8_t key[MMRT_VISION_KEY_BYTES],
                                      const struct mmrt_vision_piece *p, struct mmrt_error *err)
 {
-    if (!p || p->n_tokens < 0 || p->dim < 0 || (p->n_tokens * p->dim > 0 && !p->features))
-        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "vision cache: a piece of %lld × %lld "
-                              "features", p ? (long long)p->n_tokens : 0LL,
+    if (!p || p->n_tokens < 0 || p->dim < 0 || p->n_parts < 1 ||
+        (p->n_parts > 1 && (p->per_image || p->has_grid)) ||
+        (p->n_tokens * p->dim > 0 && !p->features))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "vision cache: a piece of %d × %lld × "
+                              "%lld features", p ? p->n_parts : 0, p ? (long long)p->n_tokens : 0LL,
                               p ? (long long)p->dim : 0LL);
-    uint64_t n_floats, nbytes;
-    if (__builtin_mul_overflow((uint64_t)p->n_tokens, (uint64_t)p->dim, &n_floats) ||
+    uint64_t rows, n_floats, nbytes;
+    if (__builtin_mul_overflow((uint64_t)p->n_parts, (uint64_t)p->n_tokens, &rows) ||
+        __builtin_mul_overflow(p->per_image ? (uint64_t)p->n_tokens : rows, (uint64_t)p->dim,
+                               &n_floats) ||
         __builtin_mul_overflow(n_floats, (uint64_t)sizeof(float), &nbytes) ||
         nbytes > SIZE_MAX - sizeof(struct entry))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "vision cache: a piece of %lld × %lld "
@@ -510,7 +519,12 @@ static bool encode_missing(const struct mmrt_vision_front *f, const struct mmrt_
     if (f->type->encode(f->model, &sub, NULL, &w->fresh, &e) != MMRT_OK)
         return false;
     const struct mmrt_vision_output *v = &w->fresh;
-    if (v->n_images != n_miss || v->dim < 1 || !v->features)
+    if (v->dim < 1 || !v->features || v->n_images < 1)
+        return false;
+    /* One output entry per image; or one image whose output has several uniform entries
+     * (Fuyu's patch rows), kept whole. */
+    const bool whole = v->n_images != n_miss;
+    if (whole && (n_miss != 1 || v->tokens_per_image || v->grid_thw))
         return false;
     int64_t row = 0;
     j = 0;
@@ -519,13 +533,14 @@ static bool encode_missing(const struct mmrt_vision_front *f, const struct mmrt_
             continue;
         struct mmrt_vision_piece *p = &w->all[i];
         *p = (struct mmrt_vision_piece){
-            .n_tokens = mmrt_vision_output_tokens(v, j), .dim = v->dim,
+            .n_parts = whole ? v->n_images : 1,
+            .n_tokens = whole ? v->n_tokens : mmrt_vision_output_tokens(v, j), .dim = v->dim,
             .features = v->features + row * v->dim, .per_image = v->tokens_per_image != NULL,
             .has_grid = v->grid_thw != NULL,
         };
         if (p->has_grid)
             memcpy(p->grid_thw, v->grid_thw + 3 * j, sizeof p->grid_thw);
-        row += p->n_tokens;
+        row += mmrt_vision_piece_rows(p);
         j++;
     }
     if (row != mmrt_vision_output_rows(v))
@@ -548,11 +563,12 @@ static bool assemble(const struct mmrt_vision_front *f, struct work *w,
     int64_t rows = 0;
     for (int i = 0; i < w->n; i++) {
         const struct mmrt_vision_piece *p = &w->all[i];
-        /* One runtime's outputs share a layout; uniform needs one token count. */
+        /* One runtime's outputs share a layout; uniform needs one token count, and an image
+         * of several parts stands alone. */
         if (p->dim != p0->dim || p->per_image != p0->per_image || p->has_grid != p0->has_grid ||
-            (!p->per_image && p->n_tokens != p0->n_tokens))
+            (!p->per_image && p->n_tokens != p0->n_tokens) || (w->n > 1 && p->n_parts != 1))
             return false;
-        rows += p->n_tokens;
+        rows += mmrt_vision_piece_rows(p);
     }
     /* Each image fitted the budget and the context alone when it was stored; several
      * together are checked here, and the model refuses them in its own words. */
@@ -571,16 +587,17 @@ static bool assemble(const struct mmrt_vision_front *f, struct work *w,
     int64_t at = 0;
     for (int i = 0; i < w->n; i++) {
         const struct mmrt_vision_piece *p = &w->all[i];
-        memcpy(features + at * p0->dim, p->features,
-               (size_t)(p->n_tokens * p0->dim) * sizeof *features);
-        at += p->n_tokens;
+        const int64_t n_rows = mmrt_vision_piece_rows(p);
+        memcpy(features + at * p0->dim, p->features, (size_t)(n_rows * p0->dim) * sizeof *features);
+        at += n_rows;
         if (tokens)
             tokens[i] = p->n_tokens;
         if (grid)
             memcpy(grid + 3 * i, p->grid_thw, sizeof p->grid_thw);
     }
     *out = (struct mmrt_vision_output){
-        .n_images = w->n, .n_tokens = p0->per_image ? rows : p0->n_tokens, .dim = p0->dim,
+        .n_images = w->n == 1 ? p0->n_parts : w->n,
+        .n_tokens = p0->per_image ? rows : p0->n_tokens, .dim = p0->dim,
         .features = features, .tokens_per_image = tokens, .grid_thw = grid,
         .preprocess_ms = w->fresh.preprocess_ms, .vision_ms = w->fresh.vision_ms,
     };
@@ -608,7 +625,7 @@ mmrt_status mmrt_vision_front_encode(const struct mmrt_vision_front *f,
     for (int i = 0; ok && i < n; i++) {
         if (w.hits[i]) {
             w.all[i] = *w.hits[i];
-            hit_rows += w.hits[i]->n_tokens;
+            hit_rows += mmrt_vision_piece_rows(w.hits[i]);
         } else {
             n_miss++;
         }

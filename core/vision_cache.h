@@ -99,15 +99,21 @@ void mmrt_vision_key_hex(const struct mmrt_vision_key *key, char out[MMRT_VISION
 
 /* ---- the store ---- */
 
-/* One image's part of a vision-stage output (model.h struct mmrt_vision_output). */
+/* One image's part of a vision-stage output (model.h struct mmrt_vision_output), in that
+ * output's terms: n_parts entries of the output's `n_images` (1, except for Fuyu, whose
+ * output has one uniform "image" per patch row), n_tokens as the output's. */
 struct mmrt_vision_piece {
-    int64_t n_tokens;       /* embeddings of this image */
+    int n_parts;            /* ≥ 1; above 1 only in the uniform layout */
+    int64_t n_tokens;       /* embeddings per part (uniform) or of the image (per image) */
     int64_t dim;            /* language hidden size */
-    const float *features;  /* [n_tokens][dim] */
+    const float *features;  /* [mmrt_vision_piece_rows][dim] */
     bool per_image;         /* it came from the per-image layout (tokens_per_image set) */
-    bool has_grid;          /* the output carried grid_thw ... */
+    bool has_grid;          /* the output carried grid_thw (then n_parts is 1) ... */
     int32_t grid_thw[3];    /* ... and this was the image's (t, h, w) */
 };
+
+/* Feature rows of p: n_parts · n_tokens (uniform) or n_tokens (per image). */
+int64_t mmrt_vision_piece_rows(const struct mmrt_vision_piece *p);
 
 struct mmrt_vision_cache;
 
@@ -145,7 +151,7 @@ void mmrt_vision_cache_release(struct mmrt_vision_cache *c, const struct mmrt_vi
  * are more than max_bytes is not stored (and evicts nothing). A key already held keeps its
  * entry (it only becomes the most recent): the same key gives the same features. Statuses:
  * MMRT_ERR_NO_MEMORY (nothing stored, nothing evicted), MMRT_ERR_INVALID_ARG for a piece
- * with negative sizes or no features. */
+ * with negative sizes, no parts, several parts outside the uniform layout, or no features. */
 mmrt_status mmrt_vision_cache_insert(struct mmrt_vision_cache *c,
                                      const uint8_t key[MMRT_VISION_KEY_BYTES],
                                      const struct mmrt_vision_piece *p, struct mmrt_error *err);

@@ -177,7 +177,8 @@ static void piece_make(struct piece_buf *b, int seed, int64_t n_tokens, int64_t 
     assert_true(n_tokens * dim <= 256);
     for (int i = 0; i < n_tokens * dim; i++)
         b->f[i] = (float)seed + (float)i / 1024.0f;
-    b->p = (struct mmrt_vision_piece){ .n_tokens = n_tokens, .dim = dim, .features = b->f,
+    b->p = (struct mmrt_vision_piece){ .n_parts = 1, .n_tokens = n_tokens, .dim = dim,
+                                       .features = b->f,
                                        .per_image = true, .has_grid = true,
                                        .grid_thw = { 1, 2 * seed, 4 } };
 }
@@ -254,12 +255,32 @@ static void test_hit_is_a_copy(void **state)
     p = mmrt_vision_cache_get(c, key);
     assert_memory_equal(p->features, b.f, 35 * sizeof(float));
     mmrt_vision_cache_release(c, p);
+    /* Several parts (Fuyu's patch rows) in the uniform layout: rows = parts × tokens. */
+    struct piece_buf rowsb;
+    uint8_t key2[32];
+    piece_make(&rowsb, 4, 5, 7);
+    rowsb.p.n_parts = 3;
+    rowsb.p.n_tokens = 2; /* 3 × 2 rows of 7 */
+    rowsb.p.per_image = rowsb.p.has_grid = false;
+    key_n(4, key2);
+    assert_int_equal(mmrt_vision_cache_insert(c, key2, &rowsb.p, NULL), MMRT_OK);
+    p = mmrt_vision_cache_get(c, key2);
+    assert_int_equal(mmrt_vision_piece_rows(p), 6);
+    assert_memory_equal(p->features, rowsb.f, 42 * sizeof(float));
+    mmrt_vision_cache_release(c, p);
+    struct mmrt_error err = { 0 };
+    rowsb.p.per_image = true; /* several parts are only uniform */
+    assert_int_equal(mmrt_vision_cache_insert(c, key2, &rowsb.p, &err), MMRT_ERR_INVALID_ARG);
+    rowsb.p.per_image = false;
+    rowsb.p.n_parts = 0;
+    assert_int_equal(mmrt_vision_cache_insert(c, key2, &rowsb.p, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "a piece of 0 × 2 × 7"));
     struct mmrt_vision_cache_stats s;
     mmrt_vision_cache_stats(c, &s);
-    assert_int_equal(s.entries, 1);
-    assert_int_equal(s.bytes, 35 * sizeof(float));
-    assert_int_equal(s.queries, 2);
-    assert_int_equal(s.hits, 2);
+    assert_int_equal(s.entries, 2);
+    assert_int_equal(s.bytes, (35 + 42) * sizeof(float));
+    assert_int_equal(s.queries, 3);
+    assert_int_equal(s.hits, 3);
     mmrt_vision_cache_destroy(c);
 }
 
@@ -589,6 +610,42 @@ static void test_llava_hit(void **state)
     mmrt_destroy(rt);
 }
 
+/* LLaVA-NeXT and Fuyu (their own layouts and image-size dependent token counts): a hit is
+ * the uncached output, bit for bit, and gives the same tokens. */
+static void test_other_models_hit(void **state)
+{
+    (void)state;
+    static const char *const fixtures[] = { "llava-next-tiny", "fuyu-tiny" };
+    char img[4200];
+    golden_fixture_path(img, sizeof img, "llava-images/grad_80x60.png");
+    for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+        struct mmrt_runtime *rt = open_rt(fixtures[f], (struct rt_opts){ 0 });
+        struct mmrt_runtime *off = open_rt(fixtures[f], (struct rt_opts){ .entries = -1 });
+        struct mmrt_request req = { .images = TEST_FILE(img), .n_images = 1,
+                                    .prompt = "What is this?", .max_tokens = 6,
+                                    .top_p = 1.0f };
+        struct tokens t_off, t_miss, t_hit;
+        struct mmrt_result r_off, r_miss, r_hit;
+        run_ok(off, &req, &t_off, &r_off);
+        run_ok(rt, &req, &t_miss, &r_miss);
+        run_ok(rt, &req, &t_hit, &r_hit);
+        same_tokens(&t_off, &t_miss);
+        same_tokens(&t_off, &t_hit);
+        assert_true(r_hit.preprocess_ms == 0 && r_hit.vision_ms == 0);
+        struct mmrt_vision_output v_off = { 0 }, v_hit = { 0 };
+        vision_ok(off, &req, &v_off);
+        vision_ok(rt, &req, &v_hit);
+        same_vision(&v_off, &v_hit);
+        struct mmrt_runtime_stats s = stats_of(rt);
+        assert_int_equal(s.vision_cache_queries, 3);
+        assert_int_equal(s.vision_cache_hits, 2);
+        mmrt_vision_output_free(&v_off);
+        mmrt_vision_output_free(&v_hit);
+        mmrt_destroy(off);
+        mmrt_destroy(rt);
+    }
+}
+
 /* A traced request (the golden tests, mmrt_check) runs the real vision stage. */
 static void test_trace_bypasses(void **state)
 {
@@ -703,7 +760,8 @@ static void same_failure(struct mmrt_runtime *on, struct mmrt_runtime *off,
                          const struct mmrt_request *req, mmrt_status want)
 {
     struct tokens t;
-    struct mmrt_result r_on = { .struct_size = sizeof r_on }, r_off = { .struct_size = sizeof r_off };
+    struct mmrt_result r_on = { .struct_size = sizeof r_on };
+    struct mmrt_result r_off = { .struct_size = sizeof r_off };
     assert_int_equal(mmrt_run(off, req, test_collect, &t, &r_off), want);
     assert_int_equal(mmrt_run(on, req, test_collect, &t, &r_on), want);
     assert_string_equal(r_on.error, r_off.error);
@@ -1015,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_reference_outlives_eviction),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_llava_hit),
+        cmocka_unit_test(test_other_models_hit),
         cmocka_unit_test(test_trace_bypasses),
         cmocka_unit_test(test_qwen2vl_partial_hits),
         cmocka_unit_test(test_failures_in_the_models_words),
