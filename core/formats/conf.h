@@ -36,6 +36,10 @@
  *     step_tokens = 528     ; optional, 1..1048576, default prefill_chunk + max_batch:
  *                           ; token rows one engine step runs
  *
+ *     [server]              ; optional: read by `mmrt serve` (docs/SERVING.md), not by the
+ *     port = 8080           ; runtime; keys are 1..63 of [A-Za-z0-9_.-], kept as text with
+ *                           ; their lines (mmrt.h mmrt_conf_read_section)
+ *
  *     [run]
  *     image = cat.png       ; relative to the INI file's folder
  *     prompt = What is in the picture?
@@ -185,6 +189,14 @@ struct mmrt_conf_scheduler {
     int step_tokens_line;
 };
 
+/* A key of an application section ([server]), as text. */
+struct mmrt_conf_entry {
+    char *section, *key, *value;
+    int line;
+};
+
+#define MMRT_CONF_MAX_APP_KEYS 256
+
 struct mmrt_conf {
     char *path; /* the name given to load/parse; prefix of the runtime's own messages */
     int model_line;  /* the [model] header, 0 when there is no [model] */
@@ -208,6 +220,10 @@ struct mmrt_conf {
     struct mmrt_conf_stage vision, language;
     struct mmrt_conf_run run;
     struct mmrt_conf_scheduler scheduler;
+    /* Application sections (mmrt.h mmrt_conf_read_section): [server]. */
+    int server_line;
+    struct mmrt_conf_entry *app;
+    int n_app, cap_app;
 };
 
 /* Reads the file at `path` (at most MMRT_CONF_MAX_BYTES) and parses it as
