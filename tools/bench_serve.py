@@ -58,7 +58,7 @@ def one_request(url, body):
         raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
     ttft, last, gaps, tokens = None, None, [], 0
     while True:
-        line = r.fp.readline()
+        line = r.readline()
         if not line:
             break
         line = line.strip()

@@ -28,7 +28,8 @@
 
 enum section_kind {
     SEC_NONE, SEC_MODEL, SEC_DEVICE, SEC_VISION, SEC_LANGUAGE, SEC_RUN, SEC_SCHEDULER,
-    SEC_APP /* a section the runtime keeps for the program that uses it ([server]) */
+    SEC_APP, /* a section the runtime keeps for the program that uses it ([server]) */
+    SEC_CACHE
 };
 
 struct parser {
@@ -239,6 +240,9 @@ static void begin_section(struct parser *p, const char *s, size_t n)
     } else if (IS("server")) {
         kind = SEC_APP;
         line = &c->server_line;
+    } else if (IS("cache")) {
+        kind = SEC_CACHE;
+        line = &c->cache.line;
     } else if (IS("stage.vision")) {
         kind = SEC_VISION;
         line = &c->vision.section_line;
@@ -251,7 +255,8 @@ static void begin_section(struct parser *p, const char *s, size_t n)
 #undef IS
     if (kind == SEC_NONE) {
         fail(p, p->line, MMRT_ERR_CONFIG, "unknown section [%.*s]; expected [model], "
-             "[device.NAME], [stage.vision], [stage.language], [scheduler], [server] or [run]", (int)nn, name);
+             "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache], "
+             "[server] or [run]", (int)nn, name);
         return;
     }
     if (kind == SEC_DEVICE) {
@@ -567,6 +572,23 @@ static void scheduler_key(struct parser *p, const char *key, const char *v, size
     }
 }
 
+/* [cache]: vision_entries = 0 turns the vision-feature cache off, which the runtime's
+ * struct spells as a negative count (its 0 is the default). */
+static void cache_key(struct parser *p, const char *key, const char *v, size_t n)
+{
+    struct mmrt_conf_cache *s = &p->conf->cache;
+    long long x;
+    if (strcmp(key, "vision_entries") == 0) {
+        if (set_int(p, key, v, n, 0, MMRT_CONF_MAX_VISION_ENTRIES, &x, &s->vision_entries_line))
+            s->vision_entries = x == 0 ? -1 : (int64_t)x;
+    } else if (strcmp(key, "vision_mb") == 0) {
+        if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_VISION_MB, &x, &s->vision_mb_line))
+            s->vision_mb = (int64_t)x;
+    } else {
+        unknown_key(p, key, v, n);
+    }
+}
+
 static void model_key(struct parser *p, const char *key, const char *v, size_t n)
 {
     struct mmrt_conf *c = p->conf;
@@ -711,6 +733,9 @@ static int on_key(void *user, const char *section, const char *key, const char *
         break;
     case SEC_APP:
         app_key(p, key, v, n);
+        break;
+    case SEC_CACHE:
+        cache_key(p, key, v, n);
         break;
     case SEC_NONE:
         break;

@@ -424,7 +424,7 @@ def test_sigterm(args, images):
               headers={"Content-Type": "application/json"})
     r = c.getresponse()
     assert r.status == 200
-    first = r.fp.readline()
+    first = r.readline()
     assert first.startswith(b"data:"), first
     s.proc.send_signal(signal.SIGTERM)
     rest = r.read()  # the running stream finishes
