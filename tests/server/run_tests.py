@@ -415,6 +415,64 @@ def slow_and_vanishing(s, images):
         time.sleep(0.05)
 
 
+def test_limits_and_keepalive(args, images):
+    """Images over the token budget and over the pixel limit are 400 naming the limit; a
+    stream that waits for a batch slot gets ": keep-alive" comments."""
+    s = Server(args, "limits", server_keys="keepalive_s = 1\nmax_queued = 200\n",
+               scheduler="max_batch = 1\n", model_keys="max_image_tokens = 1\n")
+    try:
+        c = s.client()
+        e = expect_error(openai.BadRequestError, lambda: ask(
+            c, [user_turn("x", images[0])]), 400, "max_image_tokens")
+        # A PNG whose header claims 16000 × 16000 pixels: refused from the header.
+        import struct
+        import zlib
+
+        def chunk(tag, data):
+            return (struct.pack(">I", len(data)) + tag + data +
+                    struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
+        huge = (b"\x89PNG\r\n\x1a\n" +
+                chunk(b"IHDR", struct.pack(">IIBBBBB", 16000, 16000, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + chunk(b"IEND", b""))
+        uri = "data:image/png;base64," + base64.b64encode(huge).decode()
+        expect_error(openai.BadRequestError, lambda: ask(c, [user_turn("x", uri)]), 400,
+                     "pixels")
+        del e
+        # Text-only requests (no image: the budget does not apply). How long one long answer
+        # takes here decides how many go ahead, so the last one waits a few seconds.
+        # The random-weight model may end early: take the prompt that runs longest.
+        best = None
+        for words in ("Tell me a long story.", "Describe.", "Hello there", "abc", "1 2 3"):
+            t = time.time()
+            n = ask(c, [{"role": "user", "content": words}],
+                    max_tokens=400).usage.completion_tokens
+            if best is None or n > best[1]:
+                best = (words, n, time.time() - t)
+        text = [{"role": "user", "content": best[0]}]
+        one = max(best[2], 0.005)
+        ahead = min(150, int(3.0 / one) + 1)
+        body = json.dumps({"model": MODEL, "max_tokens": 400, "messages": text}).encode()
+        ts = [threading.Thread(target=s.raw, args=("POST", "/v1/chat/completions", body))
+              for _ in range(ahead)]
+        for th in ts:
+            th.start()
+        time.sleep(0.2)
+        k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+        k.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"model": MODEL, "max_tokens": 2, "stream": True, "messages": text}).encode(),
+            headers={"Content-Type": "application/json"})
+        r = k.getresponse()
+        raw = r.read()
+        k.close()
+        for th in ts:
+            th.join(TIMEOUT)
+        assert b": keep-alive" in raw, (ahead, one, raw[:300])
+        assert raw.rstrip().endswith(b"data: [DONE]"), raw[-200:]
+        return f"{ahead} ahead of the stream, {best[1]} tokens in {one:.3f} s each"
+    finally:
+        s.stop()
+
+
 def test_sigterm(args, images):
     s = Server(args, "drain", server_keys="drain_s = 60\n")
     body = json.dumps({"model": MODEL, "max_tokens": 200, "stream": True,
@@ -427,6 +485,15 @@ def test_sigterm(args, images):
     first = r.readline()
     assert first.startswith(b"data:"), first
     s.proc.send_signal(signal.SIGTERM)
+    # From the signal on, never ready again; new requests are refused with 503.
+    seen = set()
+    while s.proc.poll() is None and len(seen) < 2:
+        st = s.get("/health/ready")[0]
+        if st:
+            seen.add(st)
+        code = s.raw("POST", "/v1/chat/completions", body)[0] if st else 0
+        assert st in (0, 503) and code in (0, 503), (st, code)
+        break
     rest = r.read()  # the running stream finishes
     assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
     assert b'"finish_reason":"length"' in rest.replace(b" ", b""), rest[-400:]
@@ -452,6 +519,7 @@ def main():
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
         ("queue_full", lambda: test_queue_full(args, images)),
+        ("limits_and_keepalive", lambda: test_limits_and_keepalive(args, images)),
     ]
     for name, fn in steps:
         if args.only and name != args.only:
