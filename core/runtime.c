@@ -533,6 +533,31 @@ mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **
     return st;
 }
 
+mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
+                                   mmrt_conf_key_fn fn, void *user, char *err, size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    struct mmrt_conf *conf = NULL;
+    if (!ini_path || !section || !fn) {
+        mmrt_error_set(&e, MMRT_ERR_INVALID_ARG,
+                       "mmrt_conf_read_section: path, section and fn are required");
+        copy_error(err, err_size, &e);
+        return MMRT_ERR_INVALID_ARG;
+    }
+    mmrt_status st = mmrt_conf_load(ini_path, &conf, &e);
+    for (int i = 0; st == MMRT_OK && i < conf->n_app; i++) {
+        const struct mmrt_conf_entry *c = &conf->app[i];
+        if (strcmp(c->section, section) == 0 && !fn(user, c->key, c->value, c->line))
+            st = MMRT_ERR_CONFIG; /* fn wrote its own message */
+    }
+    if (st != MMRT_OK && st != MMRT_ERR_CONFIG)
+        copy_error(err, err_size, &e);
+    else if (st == MMRT_ERR_CONFIG && e.msg[0])
+        copy_error(err, err_size, &e);
+    mmrt_conf_destroy(conf);
+    return st;
+}
+
 mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out, char *err,
                                   size_t err_size)
 {
@@ -791,6 +816,11 @@ mmrt_status mmrt_list_devices(mmrt_device_list_fn fn, void *user, char *err, siz
 void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out)
 {
     *out = rt->run;
+}
+
+const char *mmrt_model_path(const struct mmrt_runtime *rt)
+{
+    return rt && rt->model ? rt->model_path : NULL;
 }
 
 const char *mmrt_model_type(const struct mmrt_runtime *rt)
@@ -1460,6 +1490,7 @@ static void *worker_main(void *arg)
             }
         }
         struct mmrt_error err = { 0 };
+        struct mmrt_job *finished = NULL;
         if (!mmrt_engine_idle(rt->engine))
             mmrt_engine_step(rt->engine, &err);
         for (struct mmrt_job **p = &active; *p;) {
@@ -1473,9 +1504,17 @@ static void *worker_main(void *arg)
             mmrt_engine_release(j->seq);
             j->seq = NULL;
             pthread_mutex_unlock(&rt->jobs_lock);
+            j->next = finished;
+            finished = j;
+        }
+        /* The figures are published before the jobs are marked done, so whoever a job's end
+         * wakes reads its pages as returned. */
+        worker_release(rt);
+        while (finished) {
+            struct mmrt_job *j = finished;
+            finished = j->next;
             job_finish(j, j->result.status, j->result.error);
         }
-        worker_release(rt);
         pthread_mutex_lock(&rt->jobs_lock);
         if (!rt->pending && !active) {
             pthread_mutex_lock(&rt->stats_lock);

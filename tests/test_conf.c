@@ -504,12 +504,12 @@ static const struct error_case ERRORS[] = {
      "t.ini:4: duplicate section [cache] (first on line 3)"},
     /* sections */
     {D "[foo]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [foo]; expected [model], "
-     "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache] or [run]"},
+     "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache], [server] or [run]"},
     {D "[Model]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [Model]; expected [model], "
-     "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache] or [run]"},
+     "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache], [server] or [run]"},
     {D "[stage.audio]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [stage.audio]; expected "
-     "[model], [device.NAME], [stage.vision], [stage.language], [scheduler], [cache] or "
-     "[run]"},
+     "[model], [device.NAME], [stage.vision], [stage.language], [scheduler], [cache], "
+     "[server] or [run]"},
     {D "[run]\n[run]\n", MMRT_ERR_CONFIG, "t.ini:4: duplicate section [run] (first on line 3)"},
     {"[model]\npath = m\n" D "[model]\n", MMRT_ERR_CONFIG,
      "t.ini:5: duplicate section [model] (first on line 1)"},

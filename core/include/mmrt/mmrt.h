@@ -158,6 +158,18 @@ MMRT_API mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_r
 MMRT_API mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out,
                                            char *err, size_t err_size);
 
+/* Reads ini_path as mmrt_create_from_file does (the same syntax and every check of the
+ * sections the runtime uses, errors as "FILE:LINE: message") and calls fn once per key of
+ * the application section [section] (today: "server"), in file order. The runtime does not
+ * interpret those keys: fn checks them and returns false to stop, keeping its own message;
+ * MMRT_ERR_CONFIG is then returned and err is left as it was. A missing section calls fn
+ * never and is MMRT_OK. Relative paths in values are the caller's to resolve (against the
+ * folder of ini_path, as [model] path is). */
+typedef bool (*mmrt_conf_key_fn)(void *user, const char *key, const char *value, int line);
+MMRT_API mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
+                                            mmrt_conf_key_fn fn, void *user, char *err,
+                                            size_t err_size);
+
 /* Releases devices, pools, weights and plugin references; stops the worker thread. Jobs not
  * yet waited for are cancelled and freed (their handles become invalid). NULL is a no-op. */
 MMRT_API void mmrt_destroy(struct mmrt_runtime *rt);
@@ -350,6 +362,10 @@ struct mmrt_result {
  * no image, empty prompt, max_tokens 64, seed 0, greedy). Strings and the image are borrowed
  * from rt. */
 MMRT_API void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out);
+
+/* The configured checkpoint folder as the configuration gave it (an INI's relative path
+ * joined to the INI's folder), or NULL when the runtime has no model. */
+MMRT_API const char *mmrt_model_path(const struct mmrt_runtime *rt);
 
 /* Name of the configured model type ("llava"), or NULL when the runtime has no model. */
 MMRT_API const char *mmrt_model_type(const struct mmrt_runtime *rt);
