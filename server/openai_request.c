@@ -215,21 +215,21 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         return MMRT_OK; /* every optional key: null = absent */
     mmrt_status st;
     if (strcmp(k, "max_tokens") == 0 || strcmp(k, "max_completion_tokens") == 0) {
-        long long x;
+        long long x = 0;
         if ((st = get_int(p, v, k, 1, INT_MAX, &x)) != MMRT_OK)
             return st;
         *(strcmp(k, "max_tokens") == 0 ? max_tokens : max_completion_tokens) = x;
         return MMRT_OK;
     }
     if (strcmp(k, "temperature") == 0) {
-        double x;
+        double x = 0;
         if ((st = get_number(p, v, k, 0, false, 2, &x)) != MMRT_OK)
             return st;
         r->req.temperature = (float)x;
         return MMRT_OK;
     }
     if (strcmp(k, "top_p") == 0) {
-        double x;
+        double x = 0;
         if ((st = get_number(p, v, k, 0, true, 1, &x)) != MMRT_OK)
             return st;
         /* (float)1e-300 is 0, which the sampler refuses: keep it positive. */
@@ -237,14 +237,14 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         return MMRT_OK;
     }
     if (strcmp(k, "top_k") == 0) {
-        long long x;
+        long long x = 0;
         if ((st = get_int(p, v, k, 0, INT_MAX, &x)) != MMRT_OK)
             return st;
         r->req.top_k = (int)x;
         return MMRT_OK;
     }
     if (strcmp(k, "seed") == 0) {
-        long long x;
+        long long x = 0;
         if ((st = get_int(p, v, k, LLONG_MIN, LLONG_MAX, &x)) != MMRT_OK)
             return st;
         r->req.seed = (uint64_t)x; /* two's complement for negative seeds (openai.h) */
@@ -292,7 +292,7 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         return json_object_size(v) ? unsupported(p, k, "logit_bias") : MMRT_OK;
     }
     if (strcmp(k, "logprobs") == 0) {
-        bool b;
+        bool b = false;
         if ((st = get_bool(p, v, k, &b)) != MMRT_OK)
             return st;
         return b ? unsupported(p, k, "logprobs") : MMRT_OK;
@@ -325,7 +325,7 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     if (strcmp(k, "metadata") == 0)
         return json_is_object(v) ? MMRT_OK : type_error(p, k, "an object", v);
     if (strcmp(k, "store") == 0 || strcmp(k, "parallel_tool_calls") == 0) {
-        bool b;
+        bool b = false;
         return get_bool(p, v, k, &b);
     }
     /* Features mmrt does not have: their "off" value passes, anything else says so. */
