@@ -183,11 +183,13 @@ void mmrt_runtime_engine_stats(const struct mmrt_runtime *rt, struct mmrt_engine
  * The runtime hands encode() and prepare() a request in this version's layout with
  * everything checked (runtime.c normalize_request): messages always set (a prompt becomes one
  * user turn carrying every image), roles one of system / user / assistant, images only in
- * user turns and their counts adding up to n_images, each image a path or bytes. */
+ * user turns and their counts adding up to n_images, each image a path or bytes — or both,
+ * in the requests the vision cache makes (core/vision_cache.h): then the bytes are the
+ * file's, read once, and the path names them in messages. */
 struct mmrt_image;
 struct mmrt_image_limits;
 
-/* Decodes image i of req (its file, or its bytes in memory). */
+/* Decodes image i of req (its bytes in memory when it has them, else its file). */
 mmrt_status mmrt_request_image_load(const struct mmrt_request *req, int i,
                                     const struct mmrt_image_limits *limits,
                                     struct mmrt_image **out, struct mmrt_error *err);

@@ -90,9 +90,11 @@ mmrt_status mmrt_request_image_load(const struct mmrt_request *req, int i,
                                     struct mmrt_image **out, struct mmrt_error *err)
 {
     const struct mmrt_image_input *im = &req->images[i];
-    if (im->path)
+    if (!im->data)
         return mmrt_image_load_file(im->path, limits, out, err);
-    char what[64];
-    mmrt_request_image_name(req, i, what, sizeof what);
+    /* Bytes, and for the vision cache's requests also a path: the file's bytes as read when
+     * its key was computed, named by the path (as mmrt_image_load_file names them). */
+    char buf[64];
+    const char *what = mmrt_request_image_name(req, i, buf, sizeof buf);
     return mmrt_image_decode(im->data, im->size, what, limits, out, err);
 }

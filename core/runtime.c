@@ -30,6 +30,7 @@
 #include "model.h"
 #include "plugin_loader.h"
 #include "pool_budget.h"
+#include "vision_cache.h"
 
 #define MAX_DEVICES 64
 
@@ -50,6 +51,8 @@ struct mmrt_runtime {
     struct mmrt_engine_options engine_opts; /* [scheduler] settings */
     struct mmrt_language lang; /* the model's language stage, borrowed by the engine */
     struct mmrt_engine *engine; /* every request's language stage; NULL without a model */
+    struct mmrt_vision_cache *vcache; /* the vision-feature cache; NULL when off */
+    struct mmrt_vision_front vfront;  /* every request's vision stage goes through it */
     /* Whoever steps the engine or runs a vision stage holds `drive`: the worker thread of
      * submitted jobs, or an mmrt_run / mmrt_run_batch call for its duration. */
     pthread_mutex_t drive;
@@ -111,6 +114,7 @@ void mmrt_destroy(struct mmrt_runtime *rt)
     if (!rt)
         return;
     stop_worker(rt);
+    mmrt_vision_cache_destroy(rt->vcache);
     mmrt_engine_destroy(rt->engine);
     if (rt->model)
         rt->model_type->destroy(rt->model);
@@ -163,6 +167,41 @@ static mmrt_status check_options(const struct config_lines *src, int dev_i,
         return at(src, line, err, MMRT_ERR_CONFIG, what);
     }
     return MMRT_OK;
+}
+
+/* The front every request's vision stage goes through, and the vision-feature cache behind
+ * it unless the configuration turns it off (vision_cache.h). */
+static mmrt_status vision_cache_setup(struct mmrt_runtime *rt, const struct mmrt_config *cfg,
+                                      const struct mmrt_device_config *vision,
+                                      struct mmrt_error *err)
+{
+    struct mmrt_image_limits lim;
+    mmrt_image_limits_default(&lim);
+    rt->vfront = (struct mmrt_vision_front){
+        .type = rt->model_type, .model = rt->model, .max_image_tokens = cfg->max_image_tokens,
+        .oversize_images = cfg->oversize_images,
+        .max_positions = rt->lang.decoder ? rt->lang.decoder->max_positions : 0,
+        .max_image_bytes = lim.max_input_bytes,
+    };
+    if (cfg->vision_cache_entries < 0)
+        return MMRT_OK;
+    const struct mmrt_vision_settings s = {
+        .model_dir = rt->model_path, .model_type = rt->model_type->model_type,
+        .max_image_tokens = cfg->max_image_tokens, .oversize_images = (int)cfg->oversize_images,
+        .plugin = rt->vision->api->name, .plugin_version = rt->vision->api->version,
+        .device_index = rt->vision->index, .options = vision->options,
+        .n_options = vision->n_options,
+    };
+    mmrt_status st = mmrt_vision_settings_digest(&s, rt->vfront.settings, err);
+    if (st != MMRT_OK)
+        return st;
+    const uint64_t entries = cfg->vision_cache_entries ? (uint64_t)cfg->vision_cache_entries
+                                                       : MMRT_VISION_CACHE_DEFAULT_ENTRIES;
+    const uint64_t mb = cfg->vision_cache_mb ? (uint64_t)cfg->vision_cache_mb
+                                             : MMRT_VISION_CACHE_DEFAULT_MB;
+    st = mmrt_vision_cache_create(entries, mb << 20, &rt->vcache, err);
+    rt->vfront.cache = rt->vcache;
+    return st;
 }
 
 static mmrt_status create(const struct mmrt_config *cfg, const struct config_lines *src,
@@ -223,6 +262,19 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         snprintf(what, sizeof what, "[scheduler] step_tokens %lld must be 1 … %d (0 = the "
                  "default)", (long long)cfg->step_tokens, MMRT_CONF_MAX_STEP_TOKENS);
         return at(src, cs ? cs->step_tokens_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
+    const struct mmrt_conf_cache *cc = src->conf ? &src->conf->cache : NULL;
+    if (cfg->vision_cache_entries > MMRT_CONF_MAX_VISION_ENTRIES) {
+        snprintf(what, sizeof what, "[cache] vision_entries %lld must be at most %d (0 = %d, "
+                 "negative = off)", (long long)cfg->vision_cache_entries,
+                 MMRT_CONF_MAX_VISION_ENTRIES, MMRT_VISION_CACHE_DEFAULT_ENTRIES);
+        return at(src, cc ? cc->vision_entries_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
+    if (cfg->vision_cache_mb < 0 || cfg->vision_cache_mb > MMRT_CONF_MAX_VISION_MB) {
+        snprintf(what, sizeof what, "[cache] vision_mb %lld must be 1 … %d MiB (0 = %d)",
+                 (long long)cfg->vision_cache_mb, MMRT_CONF_MAX_VISION_MB,
+                 MMRT_VISION_CACHE_DEFAULT_MB);
+        return at(src, cc ? cc->vision_mb_line : 0, err, MMRT_ERR_CONFIG, what);
     }
     struct mmrt_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
@@ -438,6 +490,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
             rt->model_type->language(rt->model, &rt->lang);
             st = mmrt_engine_create(&rt->lang, &rt->engine_opts, &rt->engine, err);
         }
+        if (st == MMRT_OK)
+            st = vision_cache_setup(rt, cfg, &cfg->devices[stage_ix[0]], err);
         if (st != MMRT_OK)
             goto fail;
     }
@@ -476,6 +530,31 @@ mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **
     mmrt_status st = create(&c, &src, out, &e);
     if (st != MMRT_OK)
         copy_error(err, err_size, &e);
+    return st;
+}
+
+mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
+                                   mmrt_conf_key_fn fn, void *user, char *err, size_t err_size)
+{
+    struct mmrt_error e = { 0 };
+    struct mmrt_conf *conf = NULL;
+    if (!ini_path || !section || !fn) {
+        mmrt_error_set(&e, MMRT_ERR_INVALID_ARG,
+                       "mmrt_conf_read_section: path, section and fn are required");
+        copy_error(err, err_size, &e);
+        return MMRT_ERR_INVALID_ARG;
+    }
+    mmrt_status st = mmrt_conf_load(ini_path, &conf, &e);
+    for (int i = 0; st == MMRT_OK && i < conf->n_app; i++) {
+        const struct mmrt_conf_entry *c = &conf->app[i];
+        if (strcmp(c->section, section) == 0 && !fn(user, c->key, c->value, c->line))
+            st = MMRT_ERR_CONFIG; /* fn wrote its own message */
+    }
+    if (st != MMRT_OK && st != MMRT_ERR_CONFIG)
+        copy_error(err, err_size, &e);
+    else if (st == MMRT_ERR_CONFIG && e.msg[0])
+        copy_error(err, err_size, &e);
+    mmrt_conf_destroy(conf);
     return st;
 }
 
@@ -529,6 +608,8 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .max_batch = conf->scheduler.max_batch,
         .prefill_chunk = conf->scheduler.prefill_chunk,
         .step_tokens = conf->scheduler.step_tokens,
+        .vision_cache_entries = conf->cache.vision_entries,
+        .vision_cache_mb = conf->cache.vision_mb,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);
@@ -737,6 +818,11 @@ void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out)
     *out = rt->run;
 }
 
+const char *mmrt_model_path(const struct mmrt_runtime *rt)
+{
+    return rt && rt->model ? rt->model_path : NULL;
+}
+
 const char *mmrt_model_type(const struct mmrt_runtime *rt)
 {
     return rt && rt->model_type ? rt->model_type->model_type : NULL;
@@ -903,6 +989,35 @@ static void result_error(struct mmrt_result *r, mmrt_status st, const char *msg)
     copy_msg(r->error, sizeof r->error, msg);
 }
 
+/* A request's vision stage, through the vision-feature cache (vision_cache.h) unless a trace
+ * watches it: the golden tests and mmrt_check must see the real work. keys as
+ * mmrt_vision_front_encode (may be NULL). */
+static mmrt_status encode_cached(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                 const struct mmrt_model_trace *trace,
+                                 struct mmrt_vision_key *keys, struct mmrt_vision_output *out,
+                                 struct mmrt_error *err)
+{
+    if (trace)
+        return rt->model_type->encode(rt->model, req, trace, out, err);
+    return mmrt_vision_front_encode(&rt->vfront, req, keys, out, err);
+}
+
+mmrt_status mmrt_runtime_vision(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                                struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!rt->model)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "%s: no [model] configured", rt->source);
+    struct req_view rv;
+    mmrt_status st = normalize_request(rt, req, &rv, err);
+    if (st != MMRT_OK)
+        return st;
+    pthread_mutex_lock(&rt->drive);
+    st = encode_cached(rt, &rv.r, NULL, NULL, out, err);
+    pthread_mutex_unlock(&rt->drive);
+    return st;
+}
+
 /* Hands one encoded request to the engine: the model's prompt, then submission. vis moves
  * into the engine either way. */
 static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
@@ -941,7 +1056,7 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
     struct mmrt_seq *seq = NULL;
     mmrt_status st = normalize_request(rt, req, &rv, &rt->last);
     if (st == MMRT_OK)
-        st = rt->model_type->encode(rt->model, r, trace, &vis, &rt->last);
+        st = encode_cached(rt, r, trace, NULL, &vis, &rt->last);
     double t1 = mmrt_now_ms();
     if (st == MMRT_OK)
         st = submit(rt, r, &vis, trace, on_token, user, result, &seq, &rt->last);
@@ -1021,9 +1136,8 @@ static void encode_one(struct batch *b, int i)
     if (r->status != MMRT_OK) /* refused before its vision stage */
         return;
     r->vision_start_ms = mmrt_now_ms() - b->t0;
-    mmrt_status st = b->rt->model_type->encode(b->rt->model, &b->reqs[i].r,
-                                               b->traces ? &b->traces[i] : NULL, &b->vis[i],
-                                               &err);
+    mmrt_status st = encode_cached(b->rt, &b->reqs[i].r, b->traces ? &b->traces[i] : NULL,
+                                   NULL, &b->vis[i], &err);
     r->vision_end_ms = mmrt_now_ms() - b->t0;
     if (st != MMRT_OK)
         result_error(r, st, err.msg);
@@ -1196,6 +1310,9 @@ struct mmrt_job {
     struct mmrt_message *msgs;  /* [req.n_messages], role and text copied */
     struct mmrt_image_input *imgs; /* [req.n_images], path or data copied */
     char **stops;               /* [req.n_stop] copied */
+    /* [req.n_images] vision-cache keys: an in-memory image's from mmrt_submit, a path
+     * image's from its vision stage (written under jobs_lock after submission) */
+    struct mmrt_vision_key *keys;
     struct mmrt_job_callbacks cb;
     struct mmrt_result result;
     struct mmrt_seq *seq;       /* while the engine runs it (under jobs_lock) */
@@ -1219,6 +1336,7 @@ static void job_free(struct mmrt_job *j)
     free(j->stops);
     free(j->msgs);
     free(j->imgs);
+    free(j->keys);
     free(j);
 }
 
@@ -1258,7 +1376,19 @@ static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
     }
     j->result.vision_start_ms = mmrt_now_ms() - j->t0;
     j->result.queue_ms = j->result.vision_start_ms;
-    mmrt_status st = rt->model_type->encode(rt->model, r, NULL, &vis, &err);
+    /* The keys go back to the job under jobs_lock: mmrt_job_image_key reads them from other
+     * threads. The copy is the worker's own while it runs. */
+    struct mmrt_vision_key *keys = NULL;
+    if (mmrt_vision_front_applies(&rt->vfront, r) &&
+        (keys = malloc((size_t)r->n_images * sizeof *keys)))
+        memcpy(keys, j->keys, (size_t)r->n_images * sizeof *keys);
+    mmrt_status st = encode_cached(rt, r, NULL, keys, &vis, &err);
+    if (keys) {
+        pthread_mutex_lock(&rt->jobs_lock);
+        memcpy(j->keys, keys, (size_t)r->n_images * sizeof *keys);
+        pthread_mutex_unlock(&rt->jobs_lock);
+        free(keys);
+    }
     j->result.vision_end_ms = mmrt_now_ms() - j->t0;
     j->result.language_start_ms = j->result.vision_end_ms;
     struct mmrt_seq *seq = NULL;
@@ -1279,6 +1409,20 @@ static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
     return true;
 }
 
+/* The vision cache's figures (its own lock: live from any thread); 0 when it is off. */
+static void vision_cache_figures(struct mmrt_runtime *rt, struct mmrt_runtime_stats *n)
+{
+    struct mmrt_vision_cache_stats vc;
+    mmrt_vision_cache_stats(rt->vcache, &vc);
+    n->vision_cache_entries = vc.entries;
+    n->vision_cache_bytes = vc.bytes;
+    n->vision_cache_capacity_entries = vc.max_entries;
+    n->vision_cache_capacity_bytes = vc.max_bytes;
+    n->vision_cache_queries = vc.queries;
+    n->vision_cache_hits = vc.hits;
+    n->vision_cache_evictions = vc.evictions;
+}
+
 /* The figures mmrt_stats and mmrt_device_memory give while the worker holds drive. The
  * caller holds stats_lock, and drive or the guarantee that the worker does not drive. */
 static void publish_locked(struct mmrt_runtime *rt)
@@ -1295,6 +1439,7 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->kv_pages_used = lang->kv.pages_used;
     n->kv_pages_total = lang->kv.pages_total;
     n->kv_page_tokens = lang->kv.page_tokens;
+    vision_cache_figures(rt, n);
 }
 
 /* The worker takes and gives back drive through these, so readers know whose figures are
@@ -1345,6 +1490,7 @@ static void *worker_main(void *arg)
             }
         }
         struct mmrt_error err = { 0 };
+        struct mmrt_job *finished = NULL;
         if (!mmrt_engine_idle(rt->engine))
             mmrt_engine_step(rt->engine, &err);
         for (struct mmrt_job **p = &active; *p;) {
@@ -1358,9 +1504,17 @@ static void *worker_main(void *arg)
             mmrt_engine_release(j->seq);
             j->seq = NULL;
             pthread_mutex_unlock(&rt->jobs_lock);
+            j->next = finished;
+            finished = j;
+        }
+        /* The figures are published before the jobs are marked done, so whoever a job's end
+         * wakes reads its pages as returned. */
+        worker_release(rt);
+        while (finished) {
+            struct mmrt_job *j = finished;
+            finished = j->next;
             job_finish(j, j->result.status, j->result.error);
         }
-        worker_release(rt);
         pthread_mutex_lock(&rt->jobs_lock);
         if (!rt->pending && !active) {
             pthread_mutex_lock(&rt->stats_lock);
@@ -1466,6 +1620,15 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
         }
         j->req.messages = j->msgs;
         j->req.images = j->imgs;
+        /* In-memory images are hashed here, on the submitting thread, so the worker (which
+         * every running request waits for) does not; path images on the worker. */
+        j->keys = calloc((size_t)(v->n_images ? v->n_images : 1), sizeof *j->keys);
+        failed |= !j->keys;
+        for (int i = 0; !failed && i < v->n_images &&
+                        mmrt_vision_front_applies(&rt->vfront, &j->req); i++)
+            if (j->imgs[i].data)
+                mmrt_vision_key_of(rt->vfront.settings, j->imgs[i].data, j->imgs[i].size,
+                                   &j->keys[i]);
     }
     if (failed) {
         if (j)
@@ -1554,10 +1717,25 @@ mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out)
     full = rt->snap;
     full.ms_since_progress = rt->worker_busy ? mmrt_now_ms() - rt->progress_ms : 0;
     pthread_mutex_unlock(&rt->stats_lock);
+    vision_cache_figures(rt, &full); /* live, not as of the last step */
     full.requests_waiting = outstanding > full.requests_running
                                 ? outstanding - full.requests_running : 0;
     full.struct_size = out->struct_size;
     memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_job_image_key(const struct mmrt_job *job, int i, char *out, size_t size)
+{
+    if (out && size)
+        out[0] = '\0';
+    if (!job || !out || size < MMRT_IMAGE_KEY_SIZE || i < 0 || i >= job->req.n_images)
+        return MMRT_ERR_INVALID_ARG;
+    char hex[MMRT_VISION_KEY_HEX];
+    pthread_mutex_lock(&job->rt->jobs_lock);
+    mmrt_vision_key_hex(&job->keys[i], hex);
+    pthread_mutex_unlock(&job->rt->jobs_lock);
+    memcpy(out, hex, strlen(hex) + 1);
     return MMRT_OK;
 }
 
@@ -1712,7 +1890,8 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
         pool_mb += (ps.capacity_bytes >> 20) + 1;
     }
     struct mmrt_device_config dc = { .name = "reference", .plugin = "cpu", .pool_mb = pool_mb };
-    struct mmrt_config cfg = { .model_path = rt->model_path, .devices = &dc, .n_devices = 1,
+    struct mmrt_config cfg = { .struct_size = sizeof cfg,
+                               .model_path = rt->model_path, .devices = &dc, .n_devices = 1,
                                .max_image_tokens = rt->model_opts.max_image_tokens,
                                .oversize_images = rt->model_opts.oversize_images,
                                .max_kv_tokens = rt->model_opts.max_kv_tokens,
@@ -1720,7 +1899,8 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                .kv_dtype = rt->model_opts.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
                                .max_batch = rt->engine_opts.max_batch,
                                .prefill_chunk = rt->engine_opts.prefill_chunk,
-                               .step_tokens = rt->engine_opts.step_tokens };
+                               .step_tokens = rt->engine_opts.step_tokens,
+                               .vision_cache_entries = -1 /* traced: no use */ };
     char msg[MMRT_ERROR_MAX];
     st = mmrt_create(&cfg, &ref, msg, sizeof msg);
     if (st != MMRT_OK) {

@@ -473,7 +473,19 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
         at += np;
     }
     double t1 = mmrt_now_ms();
-    st = mmrt_qwen2vl_vision_forward(&m->vt, pixels, n, grid, features, err);
+    /* One tower pass per image, so an image's features are a function of that image alone:
+     * in one pass over every image, the matrix products run over all their patches at once
+     * and may take another kernel path (MATMUL's M ≤ 32 line, cuBLAS's choice by shape),
+     * changing the image's features in their last bits with its company. The vision cache
+     * (core/vision_cache.h) hands out features per image, and they must be the bits the
+     * request gives without it. Attention was already per image. */
+    int64_t px = 0, row = 0;
+    for (int i = 0; st == MMRT_OK && i < n; i++) {
+        st = mmrt_qwen2vl_vision_forward(&m->vt, pixels + px * K, 1, grid + 3 * i,
+                                         features + row * D, err);
+        px += (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+        row += tokens[i];
+    }
     if (st != MMRT_OK)
         goto out;
     at = 0;

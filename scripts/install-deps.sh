@@ -11,6 +11,8 @@ pkgs=(
   libpcre2-dev         # byte-level BPE pre-tokenizer regexes
   libutf8proc-dev      # Unicode normalization (NFC) for tokenizers
   libspng-dev zlib1g-dev libjpeg62-turbo-dev   # images
+  libmicrohttpd-dev    # mmrt serve: HTTP (epoll thread pool, suspended connections)
+  nettle-dev           # SHA-256: the vision-feature cache's image keys
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo   # OpenCL plugin (PoCL runs it on the CPU)
 )
 # Not installed here, since CI does not fuzz: `clang libclang-rt-14-dev` (the latter holds the

@@ -5,6 +5,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/scripts/install-deps.sh"
+# The server tests' client (the `openai` package) in .venv-test, from PyPI.
+bash "$here/scripts/install-test-python.sh"
 jobs=$(nproc 2>/dev/null || echo 2)
 
 # Warnings are errors here (MMRT_WERROR), not in a plain cmake build of mmrt.

@@ -4,7 +4,8 @@
  * reuses the cached checkpoint); the tiny Fuyu and Qwen2-VL shapes end to end (Qwen2-VL only
  * when this build's registry has the model type, else its clean refusal); the published
  * Qwen2-VL-7B and Fuyu-8B shapes through --dry-run (config.json values, tensor shapes, image
- * plan and work accounting, without writing gigabytes); and the refusals before any work.
+ * plan and work accounting, without writing gigabytes); --vision-cache's miss/hit record;
+ * and the refusals before any work.
  * Timings are never asserted: they depend on the machine and its neighbours.
  */
 #include <math.h>
@@ -530,6 +531,31 @@ static void test_refusals(void **state)
     }
 }
 
+/* --vision-cache: each of --repeat fresh images runs as a miss, then as a hit; the record
+ * says so in "vision_cache" (the timings themselves are not asserted). */
+static void test_tiny_vision_cache(void **state)
+{
+    (void)state;
+    json_t *rec = run_json((const char *[]){ "--shape", "tiny", "--repeat", "2", "--gen-tokens",
+                                             "2", "--prompt-tokens", "5", "--probe-mb", "16",
+                                             "--json", "--quiet", "--cache", cache_dir,
+                                             "--vision-cache", NULL });
+    const json_t *vc = json_object_get(rec, "vision_cache");
+    if (!json_is_object(vc))
+        fail_msg("no \"vision_cache\" in the record");
+    assert_int_equal(int_at(vc, "pairs"), 2);
+    assert_int_equal(int_at(vc, "hits"), 2);
+    assert_int_equal(int_at(vc, "queries"), 4);
+    assert_true(num_at(vc, "miss_ttft_ms") > 0 && num_at(vc, "hit_ttft_ms") > 0);
+    near(num_at(vc, "ratio_limit"), 0.5, "ratio_limit");
+    assert_true(json_is_boolean(json_object_get(vc, "within_limit")));
+    json_decref(rec);
+    /* Without the option the record has no such member. */
+    rec = run_json(tiny_args);
+    assert_null(json_object_get(rec, "vision_cache"));
+    json_decref(rec);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -549,6 +575,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_json_has_every_field),
+        cmocka_unit_test(test_tiny_vision_cache),
         cmocka_unit_test(test_qwen2vl_7b_plan),
         cmocka_unit_test(test_fuyu_8b_plan),
         cmocka_unit_test(test_tiny_fuyu_runs),

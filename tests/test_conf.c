@@ -429,6 +429,40 @@ static void test_scheduler_keys(void **state)
     mmrt_conf_destroy(c);
 }
 
+/* [cache] in struct mmrt_config's terms: absent = 0 (the default), vision_entries = 0 (off)
+ * = negative. */
+static void test_cache_keys(void **state)
+{
+    (void)state;
+    const char *text = "[device.d]\nplugin = cpu\n[cache]\nvision_entries = 16\n"
+                       "vision_mb = 64\n";
+    struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->cache.line, 3);
+    assert_int_equal(c->cache.vision_entries, 16);
+    assert_int_equal(c->cache.vision_entries_line, 4);
+    assert_int_equal(c->cache.vision_mb, 64);
+    assert_int_equal(c->cache.vision_mb_line, 5);
+    mmrt_conf_destroy(c);
+    text = "[device.d]\nplugin = cpu\n[cache]\nvision_entries = 0\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_true(c->cache.vision_entries < 0); /* off */
+    assert_int_equal(c->cache.vision_mb, 0);
+    assert_int_equal(c->cache.vision_mb_line, 0);
+    mmrt_conf_destroy(c);
+    text = "[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->cache.line, 0);
+    assert_int_equal(c->cache.vision_entries, 0); /* the default */
+    assert_int_equal(c->cache.vision_mb, 0);
+    mmrt_conf_destroy(c);
+    text = "[device.d]\nplugin = cpu\n[cache]\nvision_entries = 16777216\n"
+           "vision_mb = 16777216\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->cache.vision_entries, 16777216);
+    assert_int_equal(c->cache.vision_mb, 16777216);
+    mmrt_conf_destroy(c);
+}
+
 struct error_case {
     const char *text;
     mmrt_status status;
@@ -439,6 +473,7 @@ struct error_case {
 #define RUN(kv) D "[run]\n" kv "\n"    /* kv on line 4 */
 
 #define SCHED(kv) D "[scheduler]\n" kv "\n" /* kv on line 4 */
+#define CACHE(kv) D "[cache]\n" kv "\n"     /* kv on line 4 */
 
 static const struct error_case ERRORS[] = {
     {"[model]\npath = m\nkv_dtype = int8\n" D, MMRT_ERR_CONFIG,
@@ -451,13 +486,30 @@ static const struct error_case ERRORS[] = {
     {SCHED("group = none"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] unknown key 'group' (value 'none')"},
     {D "[scheduler]\n[scheduler]\n", MMRT_ERR_CONFIG,
      "t.ini:4: duplicate section [scheduler] (first on line 3)"},
+    /* [cache] */
+    {CACHE("vision_entries = -1"), MMRT_ERR_CONFIG,
+     "t.ini:4: [cache] vision_entries = '-1': outside [0, 16777216]"},
+    {CACHE("vision_entries = 16777217"), MMRT_ERR_CONFIG,
+     "t.ini:4: [cache] vision_entries = '16777217': outside [0, 16777216]"},
+    {CACHE("vision_entries = off"), MMRT_ERR_CONFIG,
+     "t.ini:4: [cache] vision_entries = 'off': not a decimal integer"},
+    {CACHE("vision_mb = 0"), MMRT_ERR_CONFIG,
+     "t.ini:4: [cache] vision_mb = '0': outside [1, 16777216]"},
+    {CACHE("vision_mb = 1.5"), MMRT_ERR_CONFIG,
+     "t.ini:4: [cache] vision_mb = '1.5': not a decimal integer"},
+    {CACHE("vision_mb = 8\nvision_mb = 8"), MMRT_ERR_CONFIG,
+     "t.ini:5: [cache] duplicate key 'vision_mb' (first on line 4)"},
+    {CACHE("entries = 4"), MMRT_ERR_CONFIG, "t.ini:4: [cache] unknown key 'entries' (value '4')"},
+    {D "[cache]\n[cache]\n", MMRT_ERR_CONFIG,
+     "t.ini:4: duplicate section [cache] (first on line 3)"},
     /* sections */
     {D "[foo]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [foo]; expected [model], "
-     "[device.NAME], [stage.vision], [stage.language], [scheduler] or [run]"},
+     "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache], [server] or [run]"},
     {D "[Model]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [Model]; expected [model], "
-     "[device.NAME], [stage.vision], [stage.language], [scheduler] or [run]"},
+     "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache], [server] or [run]"},
     {D "[stage.audio]\n", MMRT_ERR_CONFIG, "t.ini:3: unknown section [stage.audio]; expected "
-     "[model], [device.NAME], [stage.vision], [stage.language], [scheduler] or [run]"},
+     "[model], [device.NAME], [stage.vision], [stage.language], [scheduler], [cache], "
+     "[server] or [run]"},
     {D "[run]\n[run]\n", MMRT_ERR_CONFIG, "t.ini:4: duplicate section [run] (first on line 3)"},
     {"[model]\npath = m\n" D "[model]\n", MMRT_ERR_CONFIG,
      "t.ini:5: duplicate section [model] (first on line 1)"},
@@ -974,6 +1026,7 @@ int main(void)
         cmocka_unit_test(test_model_image_budget),
         cmocka_unit_test(test_model_kv_keys),
         cmocka_unit_test(test_scheduler_keys),
+        cmocka_unit_test(test_cache_keys),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_quotes_and_comments),
         cmocka_unit_test(test_long_lines),

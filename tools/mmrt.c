@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "mmrt/mmrt.h"
+#include "serve.h"
 
 enum { EXIT_RUN_FAILED = 1, EXIT_CONFIG = 2, EXIT_CHECK_FAILED = 3 };
 
@@ -35,6 +36,8 @@ static void usage(FILE *f)
             "         for a model that takes several images per request (Qwen2-VL), several\n"
             "         --image with one --prompt are one request about all of them\n"
             "         command-line values override the [run] section of the file\n"
+            "       mmrt serve --conf FILE [--port N]   an OpenAI-compatible HTTP server\n"
+            "                               ([server] section, docs/SERVING.md); SIGTERM drains\n"
             "       mmrt --list-devices     list every plugin found, its devices, and why a\n"
             "                               plugin was skipped\n"
             "       mmrt --version | --help\n"
@@ -432,6 +435,43 @@ static void cli_log(void *user, enum mmrt_log_level level, const char *who, cons
     fprintf(stderr, "mmrt: %s: %s: %s\n", names[level & 3], who, msg);
 }
 
+/* `mmrt serve --conf FILE [--port N]` */
+static int serve_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "conf", required_argument, NULL, 'c' },
+        { "port", required_argument, NULL, 'p' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *conf = NULL;
+    struct mmrt_serve_options o = { .port = -1 };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "c:p:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': conf = optarg; break;
+        case 'p': {
+            char *end = NULL;
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || v < 0 || v > 65535) {
+                fprintf(stderr, "mmrt serve: --port '%s': expected 0 … 65535\n", optarg);
+                return EXIT_CONFIG;
+            }
+            o.port = (int)v;
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_CONFIG;
+        }
+    }
+    if (!conf || optind != argc) {
+        fprintf(stderr, "mmrt serve: --conf FILE is required (and nothing else)\n");
+        return EXIT_CONFIG;
+    }
+    return mmrt_serve(conf, &o);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -462,6 +502,8 @@ int main(int argc, char **argv)
     else if (level && strcmp(level, "info") == 0)
         min = MMRT_LOG_INFO;
     mmrt_set_log_sink(cli_log, NULL, min);
+    if (argc > 1 && strcmp(argv[1], "serve") == 0)
+        return serve_main(argc - 1, argv + 1);
 
     while ((opt = getopt_long(argc, argv, "c:lVhi:p:n:s:t:k:P:jC", longopts, NULL)) != -1) {
         switch (opt) {

@@ -27,7 +27,9 @@
 #include "file.h"
 
 enum section_kind {
-    SEC_NONE, SEC_MODEL, SEC_DEVICE, SEC_VISION, SEC_LANGUAGE, SEC_RUN, SEC_SCHEDULER
+    SEC_NONE, SEC_MODEL, SEC_DEVICE, SEC_VISION, SEC_LANGUAGE, SEC_RUN, SEC_SCHEDULER,
+    SEC_APP, /* a section the runtime keeps for the program that uses it ([server]) */
+    SEC_CACHE
 };
 
 struct parser {
@@ -235,6 +237,12 @@ static void begin_section(struct parser *p, const char *s, size_t n)
     } else if (IS("scheduler")) {
         kind = SEC_SCHEDULER;
         line = &c->scheduler.line;
+    } else if (IS("server")) {
+        kind = SEC_APP;
+        line = &c->server_line;
+    } else if (IS("cache")) {
+        kind = SEC_CACHE;
+        line = &c->cache.line;
     } else if (IS("stage.vision")) {
         kind = SEC_VISION;
         line = &c->vision.section_line;
@@ -247,7 +255,8 @@ static void begin_section(struct parser *p, const char *s, size_t n)
 #undef IS
     if (kind == SEC_NONE) {
         fail(p, p->line, MMRT_ERR_CONFIG, "unknown section [%.*s]; expected [model], "
-             "[device.NAME], [stage.vision], [stage.language], [scheduler] or [run]", (int)nn, name);
+             "[device.NAME], [stage.vision], [stage.language], [scheduler], [cache], "
+             "[server] or [run]", (int)nn, name);
         return;
     }
     if (kind == SEC_DEVICE) {
@@ -563,6 +572,23 @@ static void scheduler_key(struct parser *p, const char *key, const char *v, size
     }
 }
 
+/* [cache]: vision_entries = 0 turns the vision-feature cache off, which the runtime's
+ * struct spells as a negative count (its 0 is the default). */
+static void cache_key(struct parser *p, const char *key, const char *v, size_t n)
+{
+    struct mmrt_conf_cache *s = &p->conf->cache;
+    long long x;
+    if (strcmp(key, "vision_entries") == 0) {
+        if (set_int(p, key, v, n, 0, MMRT_CONF_MAX_VISION_ENTRIES, &x, &s->vision_entries_line))
+            s->vision_entries = x == 0 ? -1 : (int64_t)x;
+    } else if (strcmp(key, "vision_mb") == 0) {
+        if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_VISION_MB, &x, &s->vision_mb_line))
+            s->vision_mb = (int64_t)x;
+    } else {
+        unknown_key(p, key, v, n);
+    }
+}
+
 static void model_key(struct parser *p, const char *key, const char *v, size_t n)
 {
     struct mmrt_conf *c = p->conf;
@@ -608,6 +634,49 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
     } else {
         unknown_key(p, key, v, n);
     }
+}
+
+/* An application section's key, kept as text with its line: the program that reads the
+ * section (mmrt serve) checks it and names FILE:LINE itself. Only names, duplicates and the
+ * count are checked here. */
+static void app_key(struct parser *p, const char *key, const char *v, size_t n)
+{
+    struct mmrt_conf *c = p->conf;
+    const size_t kn = strlen(key);
+    if (!is_name(key, kn, 63, "_.-")) {
+        fail(p, p->line, MMRT_ERR_CONFIG, "[%s] key '%s': expected 1..63 of [A-Za-z0-9_.-]",
+             p->section, key);
+        return;
+    }
+    for (int i = 0; i < c->n_app; i++)
+        if (strcmp(c->app[i].section, p->section) == 0 && strcmp(c->app[i].key, key) == 0) {
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] duplicate key '%s' (first on line %d)",
+                 p->section, key, c->app[i].line);
+            return;
+        }
+    if (c->n_app == MMRT_CONF_MAX_APP_KEYS) {
+        fail(p, p->line, MMRT_ERR_LIMIT, "more than %d keys in application sections",
+             MMRT_CONF_MAX_APP_KEYS);
+        return;
+    }
+    if (c->n_app == c->cap_app) {
+        int cap = c->cap_app ? 2 * c->cap_app : 8;
+        struct mmrt_conf_entry *g = realloc(c->app, (size_t)cap * sizeof *g);
+        if (!g) {
+            fail(p, p->line, MMRT_ERR_NO_MEMORY, "out of memory");
+            return;
+        }
+        c->app = g;
+        c->cap_app = cap;
+    }
+    struct mmrt_conf_entry *e = &c->app[c->n_app];
+    e->section = dup_n(p->section, strlen(p->section));
+    e->key = dup_n(key, kn);
+    e->value = dup_n(v, n);
+    e->line = p->line;
+    c->n_app++;
+    if (!e->section || !e->key || !e->value)
+        fail(p, p->line, MMRT_ERR_NO_MEMORY, "out of memory");
 }
 
 static int on_key(void *user, const char *section, const char *key, const char *value)
@@ -661,6 +730,12 @@ static int on_key(void *user, const char *section, const char *key, const char *
         break;
     case SEC_SCHEDULER:
         scheduler_key(p, key, v, n);
+        break;
+    case SEC_APP:
+        app_key(p, key, v, n);
+        break;
+    case SEC_CACHE:
+        cache_key(p, key, v, n);
         break;
     case SEC_NONE:
         break;
@@ -772,6 +847,12 @@ void mmrt_conf_destroy(struct mmrt_conf *conf)
         free(d->name);
         free(d->plugin);
     }
+    for (int i = 0; i < conf->n_app; i++) {
+        free(conf->app[i].section);
+        free(conf->app[i].key);
+        free(conf->app[i].value);
+    }
+    free(conf->app);
     free(conf->devices);
     free(conf->path);
     free(conf->model_path);

@@ -36,6 +36,13 @@
  *     step_tokens = 528     ; optional, 1..1048576, default prefill_chunk + max_batch:
  *                           ; token rows one engine step runs
  *
+ *     [server]              ; optional: read by `mmrt serve` (docs/SERVING.md), not by the
+ *     port = 8080           ; runtime; keys are 1..63 of [A-Za-z0-9_.-], kept as text with
+ *                           ; their lines (mmrt.h mmrt_conf_read_section)
+ *     [cache]               ; optional: the vision-feature cache (docs/CONFIG.md "Cache")
+ *     vision_entries = 2048 ; optional, 0..16777216, default 2048: images it holds; 0 = off
+ *     vision_mb = 1024      ; optional, 1..16777216, default 1024: MiB of features it holds
+ *
  *     [run]
  *     image = cat.png       ; relative to the INI file's folder
  *     prompt = What is in the picture?
@@ -122,6 +129,8 @@
 #define MMRT_CONF_MAX_BATCH 32                /* largest max_batch (core/engine.h) */
 #define MMRT_CONF_MAX_PREFILL_CHUNK (1 << 20)
 #define MMRT_CONF_MAX_STEP_TOKENS (1 << 20)
+#define MMRT_CONF_MAX_VISION_ENTRIES (1 << 24) /* largest [cache] vision_entries */
+#define MMRT_CONF_MAX_VISION_MB (1 << 24)      /* largest [cache] vision_mb */
 
 /* In every struct below a `*_line` member is the 1-based line of that key or header in the
  * file, and 0 when the key or section was absent (the value is then its default). */
@@ -185,6 +194,24 @@ struct mmrt_conf_scheduler {
     int step_tokens_line;
 };
 
+/* A key of an application section ([server]), as text. */
+struct mmrt_conf_entry {
+    char *section, *key, *value;
+    int line;
+};
+
+#define MMRT_CONF_MAX_APP_KEYS 256
+
+/* [cache], in struct mmrt_config's terms: vision_entries 0 = the default (the key absent),
+ * negative = off (the key's 0), else the count; vision_mb 0 = the default. */
+struct mmrt_conf_cache {
+    int line;
+    int64_t vision_entries;
+    int vision_entries_line;
+    int64_t vision_mb;
+    int vision_mb_line;
+};
+
 struct mmrt_conf {
     char *path; /* the name given to load/parse; prefix of the runtime's own messages */
     int model_line;  /* the [model] header, 0 when there is no [model] */
@@ -208,6 +235,11 @@ struct mmrt_conf {
     struct mmrt_conf_stage vision, language;
     struct mmrt_conf_run run;
     struct mmrt_conf_scheduler scheduler;
+    /* Application sections (mmrt.h mmrt_conf_read_section): [server]. */
+    int server_line;
+    struct mmrt_conf_entry *app;
+    int n_app, cap_app;
+    struct mmrt_conf_cache cache;
 };
 
 /* Reads the file at `path` (at most MMRT_CONF_MAX_BYTES) and parses it as

@@ -10,7 +10,10 @@
  * bandwidth during the run lowers the figure and may lower some probes, but the limit never
  * gets credit for it), and the lowest probe is reported next to it to show the spread.
  * Every request gets its own synthetic image, so no cache keyed on image bytes can skip
- * the vision stage of a later one.
+ * the vision stage of a later one. --vision-cache adds a phase that does the opposite: after
+ * the rounds, `repeat` fresh images each run twice in a row, a vision-cache miss and then a
+ * hit, and the time to first token of each (from the mmrt_run call to the first token's
+ * callback) is reported, with the hit/miss ratio next to the 0.5 the serving issue asks for.
  *
  * Before any work (no checkpoint written, no probe run) the run is refused, exit status 2,
  * when: the shape is unknown; the runtime's model registry has no implementation of the
@@ -60,7 +63,7 @@ struct options {
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
     int concurrency;
-    bool json, quiet, limits_only, dry_run, mix, kv_f16;
+    bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache;
     int threads;
 };
 
@@ -88,6 +91,8 @@ static void usage(FILE *f)
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
+            "  --vision-cache      then time to first token of a vision-cache miss and of a\n"
+            "                      hit: --repeat fresh images, each run twice (1 token)\n"
             "  --warmup N          unmeasured requests first (default 1)\n"
             "  --cache DIR         synthetic checkpoints (default ~/.cache/mmrt-bench)\n"
             "  --probe-mb N        read-bandwidth probe buffer (default 1024 MiB)\n"
@@ -256,6 +261,98 @@ static double quantile(double *v, size_t n, double q)
     return v[k > 0 ? k - 1 : 0];
 }
 
+/* ---- --vision-cache ------------------------------------------------------------------------ */
+
+/* When one request's first token came, from its mmrt_run call. */
+struct first_token {
+    double t0, ms;
+    int32_t id;
+};
+
+static bool on_first_token(void *user, int32_t id, const char *text)
+{
+    struct first_token *f = user;
+    (void)text;
+    if (id >= 0 && f->ms < 0) {
+        f->ms = now_ms() - f->t0;
+        f->id = id;
+    }
+    return true;
+}
+
+/* What the --vision-cache phase measured. */
+struct cache_phase {
+    int pairs;
+    double miss_ttft_ms, hit_ttft_ms;         /* medians */
+    double miss_vision_ms, miss_preprocess_ms; /* medians of what the hits skipped */
+    uint64_t queries, hits;                    /* the runtime's counters over the phase */
+};
+
+/* --repeat fresh images, each a miss then a hit (one token each); the tokens must agree and
+ * every second run must be a hit. Returns 0, or -1 with the reason in err. */
+static int run_cache_phase(struct mmrt_runtime *rt, const struct options *o, const char *ckpt,
+                           const char *prompt, struct cache_phase *out, char *err,
+                           size_t err_size)
+{
+    const int n = o->repeat;
+    double *v = calloc((size_t)n * 4, sizeof *v);
+    if (!v) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    double *miss = v, *hit = v + n, *vis = v + 2 * n, *pre = v + 3 * n;
+    struct mmrt_runtime_stats s0 = { .struct_size = sizeof s0 }, s1 = s0;
+    mmrt_stats(rt, &s0);
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/vcache-%d-%d.png", ckpt, o->image_size, k);
+        if (bench_synth_image(path, o->image_size, (uint32_t)(1000000 + k), err, err_size) != 0) {
+            rc = -1;
+            break;
+        }
+        const struct mmrt_image_input in = { .path = path };
+        const struct mmrt_request req = { .images = &in, .n_images = 1, .prompt = prompt,
+                                          .max_tokens = 1, .top_p = 1.0f };
+        struct first_token f[2];
+        for (int t = 0; t < 2 && rc == 0; t++) {
+            struct mmrt_result res = { .struct_size = sizeof res };
+            f[t] = (struct first_token){ .t0 = now_ms(), .ms = -1 };
+            if (mmrt_run(rt, &req, on_first_token, &f[t], &res) != MMRT_OK || f[t].ms < 0) {
+                snprintf(err, err_size, "vision-cache %s request: %s", t ? "hit" : "miss",
+                         mmrt_last_error(rt));
+                rc = -1;
+            } else if (t == 0) {
+                vis[k] = res.vision_ms;
+                pre[k] = res.preprocess_ms;
+            }
+        }
+        if (rc == 0 && f[0].id != f[1].id) {
+            snprintf(err, err_size, "vision-cache hit gave token %d, the miss %d", f[1].id,
+                     f[0].id);
+            rc = -1;
+        }
+        miss[k] = f[0].ms;
+        hit[k] = f[1].ms;
+        remove(path);
+    }
+    mmrt_stats(rt, &s1);
+    if (rc == 0 && s1.vision_cache_hits - s0.vision_cache_hits != (uint64_t)n) {
+        snprintf(err, err_size, "vision cache: %llu hits in %d repeated requests (is it off?)",
+                 (unsigned long long)(s1.vision_cache_hits - s0.vision_cache_hits), n);
+        rc = -1;
+    }
+    if (rc == 0)
+        *out = (struct cache_phase){
+            .pairs = n, .miss_ttft_ms = median(miss, n), .hit_ttft_ms = median(hit, n),
+            .miss_vision_ms = median(vis, n), .miss_preprocess_ms = median(pre, n),
+            .queries = s1.vision_cache_queries - s0.vision_cache_queries,
+            .hits = s1.vision_cache_hits - s0.vision_cache_hits,
+        };
+    free(v);
+    return rc;
+}
+
 /* ---- placement ----------------------------------------------------------------------------- */
 
 struct placement {
@@ -404,6 +501,7 @@ int main(int argc, char **argv)
         { "requests", required_argument, NULL, 'b' },
         { "concurrency", required_argument, NULL, 'N' },
         { "mix", no_argument, NULL, 'X' },            { "kv-dtype", required_argument, NULL, 'K' },
+        { "vision-cache", no_argument, NULL, 'V' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -439,6 +537,7 @@ int main(int argc, char **argv)
         case 'D': o.dry_run = true; break;
         case 'N': bad = parse_int("--concurrency", optarg, 1, 32, &o.concurrency); break;
         case 'X': o.mix = true; break;
+        case 'V': o.vision_cache = true; break;
         case 'K':
             if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
                 fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32 or f16\n", optarg);
@@ -776,6 +875,7 @@ int main(int argc, char **argv)
 
     progress("loading the model");
     struct mmrt_config cfg = {
+        .struct_size = sizeof cfg, /* the vision cache: its default (on) */
         .model_path = ckpt, .devices = pl.dev, .n_devices = pl.n_dev,
         .vision_device = pl.dev[pl.vision].name, .language_device = pl.dev[pl.language].name,
         /* A round's requests decode together: KV for each one's context, not the model's
@@ -844,6 +944,14 @@ int main(int argc, char **argv)
     if (bench_probe(n_threads, (size_t)o.probe_mb, o.probe_passes, &lim, err, sizeof err) != 0) {
         fprintf(stderr, "mmrt-bench: %s\n", err);
         goto out;
+    }
+    struct cache_phase cph = { 0 };
+    if (o.vision_cache) {
+        progress("vision cache: each image a miss, then a hit");
+        if (run_cache_phase(rt, &o, ckpt, prompt, &cph, err, sizeof err) != 0) {
+            fprintf(stderr, "mmrt-bench: %s\n", err);
+            goto out;
+        }
     }
 
     /* Medians over every measured request. */
@@ -1010,6 +1118,18 @@ int main(int argc, char **argv)
                                   concurrency, "mix", o.mix, "ttft_ms", "p50", tq[0], "p90",
                                   tq[1], "p99", tq[2], "inter_token_ms", "p50", iq[0], "p90",
                                   iq[1], "p99", iq[2]));
+    if (o.vision_cache) {
+        const double ratio = cph.hit_ttft_ms / cph.miss_ttft_ms;
+        json_object_set_new(rec, "vision_cache",
+                            json_pack("{s:i,s:f,s:f,s:o,s:f,s:b,s:f,s:f,s:I,s:I}", "pairs",
+                                      cph.pairs, "miss_ttft_ms", cph.miss_ttft_ms,
+                                      "hit_ttft_ms", cph.hit_ttft_ms, "ratio",
+                                      num_or_null(ratio), "ratio_limit", 0.5, "within_limit",
+                                      ratio <= 0.5, "miss_preprocess_ms",
+                                      cph.miss_preprocess_ms, "miss_vision_ms",
+                                      cph.miss_vision_ms, "queries", (json_int_t)cph.queries,
+                                      "hits", (json_int_t)cph.hits));
+    }
     if (o.json) {
         char *text = json_dumps(rec, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         if (text)
@@ -1072,6 +1192,13 @@ int main(int argc, char **argv)
         printf("time to first token from the round's start: p50 %.0f ms, p90 %.0f ms, p99 "
                "%.0f ms; between tokens: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n", tq[0], tq[1],
                tq[2], iq[0], iq[1], iq[2]);
+        if (o.vision_cache)
+            printf("vision cache: time to first token (median of %d images, each a miss then a "
+                   "hit, 1 token): miss %.1f ms, hit %.1f ms, hit/miss %.2f (limit 0.50: %s); "
+                   "the hit skipped preprocess %.1f ms + vision %.1f ms\n", cph.pairs,
+                   cph.miss_ttft_ms, cph.hit_ttft_ms, cph.hit_ttft_ms / cph.miss_ttft_ms,
+                   cph.hit_ttft_ms <= 0.5 * cph.miss_ttft_ms ? "within" : "NOT within",
+                   cph.miss_preprocess_ms, cph.miss_vision_ms);
         if (isfinite(m_vis) && m_vis > 0)
             printf("\nachieved: vision %.0f GFLOP/s, prefill %.0f GFLOP/s, decode %.1f GB/s\n",
                    wk.vision_flop / m_vis / 1e6, wk.prefill_flop / m_pf / 1e6,

@@ -127,10 +127,15 @@ struct mmrt_config {
      * INI: [model] kv_dtype = f32 | f16. */
     enum mmrt_kv_dtype kv_dtype;
     /* ---- appended after the first layout ---- */
-    /* The vision-feature cache (docs/CONFIG.md "Cache"): a request whose images were encoded
-     * before, with the same settings, skips decoding, preprocessing and the tower. Entries:
-     * 0 = the default (2048), negative = off (INI: [cache] vision_entries = 0). Bytes of
-     * features it may hold, MiB: 0 = the default (1024). */
+    /* The vision-feature cache (docs/CONFIG.md "Cache"): an image whose bytes were encoded
+     * before by this runtime skips decoding, preprocessing and the tower; its features are
+     * the bits the first encode gave (per image, so a request may hit on some images and
+     * miss on others). Least recently used images go first when either bound is reached.
+     * vision_cache_entries: images held, 1 … 16777216; 0 = the default (2048); negative =
+     * off (INI: [cache] vision_entries = N, 0 = off). vision_cache_mb: MiB of f32 features
+     * held, 1 … 16777216; 0 = the default (1024); negative is MMRT_ERR_CONFIG (INI: [cache]
+     * vision_mb). Not used by requests with oversize_images = downscale and more than one
+     * image (each image's size then depends on the others). Figures: mmrt_stats. */
     int64_t vision_cache_entries;
     int64_t vision_cache_mb;
 };
@@ -152,6 +157,18 @@ MMRT_API mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_r
  * config.json (MMRT_ERR_CONFIG, at the path's line) are configuration errors. */
 MMRT_API mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out,
                                            char *err, size_t err_size);
+
+/* Reads ini_path as mmrt_create_from_file does (the same syntax and every check of the
+ * sections the runtime uses, errors as "FILE:LINE: message") and calls fn once per key of
+ * the application section [section] (today: "server"), in file order. The runtime does not
+ * interpret those keys: fn checks them and returns false to stop, keeping its own message;
+ * MMRT_ERR_CONFIG is then returned and err is left as it was. A missing section calls fn
+ * never and is MMRT_OK. Relative paths in values are the caller's to resolve (against the
+ * folder of ini_path, as [model] path is). */
+typedef bool (*mmrt_conf_key_fn)(void *user, const char *key, const char *value, int line);
+MMRT_API mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
+                                            mmrt_conf_key_fn fn, void *user, char *err,
+                                            size_t err_size);
 
 /* Releases devices, pools, weights and plugin references; stops the worker thread. Jobs not
  * yet waited for are cancelled and freed (their handles become invalid). NULL is a no-op. */
@@ -346,6 +363,10 @@ struct mmrt_result {
  * from rt. */
 MMRT_API void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out);
 
+/* The configured checkpoint folder as the configuration gave it (an INI's relative path
+ * joined to the INI's folder), or NULL when the runtime has no model. */
+MMRT_API const char *mmrt_model_path(const struct mmrt_runtime *rt);
+
 /* Name of the configured model type ("llava"), or NULL when the runtime has no model. */
 MMRT_API const char *mmrt_model_type(const struct mmrt_runtime *rt);
 
@@ -414,6 +435,24 @@ struct mmrt_job_callbacks {
 MMRT_API mmrt_status mmrt_submit_with(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                       const struct mmrt_job_callbacks *cb,
                                       struct mmrt_job **out, char *err, size_t err_size);
+
+/* Bytes mmrt_job_image_key writes: 64 hex digits and a NUL. */
+#define MMRT_IMAGE_KEY_SIZE 65
+
+/* The vision-cache key of image i of a submitted job, as 64 lowercase hex digits: SHA-256 of
+ * the runtime's vision settings (model, its preprocessing configuration, max_image_tokens,
+ * oversize_images, the vision device's plugin, index and options, the mmrt version) and the
+ * image's encoded bytes. Runtimes with the same settings give the same image the same key, so
+ * a router can send the next turn of a conversation to the replica that holds its images.
+ * An in-memory image's key is computed by mmrt_submit (on the submitting thread); a path
+ * image's when the job's vision stage reads the file, so it is "" until then (it is set when
+ * on_accepted runs). "" also when the cache is off or does not serve the request
+ * (oversize_images = downscale with several images), or when the file could not be read.
+ * Safe from any thread, the job's callbacks included, until the job is waited for.
+ * Statuses: MMRT_ERR_INVALID_ARG for a NULL job or out, i outside 0 … n_images − 1, or a
+ * size below MMRT_IMAGE_KEY_SIZE (out is then "" when size ≥ 1). */
+MMRT_API mmrt_status mmrt_job_image_key(const struct mmrt_job *job, int i, char *out,
+                                        size_t size);
 
 /* Asks the job to stop: it ends with MMRT_ERR_CANCELLED before its next token (tokens already
  * delivered stay delivered) and its KV pages return at once. Safe from any thread, the job's

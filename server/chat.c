@@ -1,0 +1,550 @@
+/*
+ * server/chat.c — POST /v1/chat/completions on libmicrohttpd's suspended connections.
+ *
+ * One struct chat per request. Its life:
+ *   body    the upload is gathered (413 over max_body_bytes, announced or not);
+ *   submit  parsed (openai.h), checked against the queue (429) and submitted with callbacks;
+ *           the connection is suspended;
+ *   accept  the runtime says the request passed every check (on_accepted): a stream's 200
+ *           and its first chunk go out now, so anything refused before (400 for a prompt over
+ *           the context, an image that does not decode) is still a plain error response;
+ *   tokens  each token becomes an SSE chunk (or text of the answer) and resumes the
+ *           connection; the content reader suspends it again when it has nothing to send;
+ *   done    the result gives the finish reason and usage; the job is waited for and freed.
+ * A client that goes away (libmicrohttpd's completion notice, or a failed write of a stream's
+ * keep-alive) cancels its job, whose pages return at once; the housekeeping thread waits for
+ * such a job and frees the chat, so no libmicrohttpd thread ever blocks on the engine.
+ *
+ * Locks: a chat's own lock guards its flags and buffers (taken by the handler, the content
+ * reader and the job callbacks); the server's lock guards the list of chats with jobs and
+ * each chat's job pointer (so a cancel never meets a freed job). Order: server, then chat;
+ * nothing calls into the runtime holding a chat's lock.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "openai.h"
+#include "server.h"
+#include "text.h"
+
+struct chat {
+    struct server *s;
+    struct MHD_Connection *mc;
+    pthread_mutex_t lock;
+    double t0, t_first, t_last_out;
+    /* the upload */
+    char *body;
+    size_t len, cap;
+    bool too_large, answered;
+    /* the request */
+    struct mmrt_chat_request req;
+    bool parsed, submitted;
+    struct mmrt_job *job;          /* under the server's lock; NULL once waited for */
+    char id[48];
+    long created;
+    char vision_keys[8 * 65 + 8];  /* x-mmrt-vision-key */
+    /* under the chat's lock */
+    bool suspended, accepted, done, gone, claimed, stream_queued, stream_ended;
+    int n_tokens;
+    struct mmrt_text out;          /* SSE bytes not yet handed over, from out_off */
+    size_t out_off;
+    struct mmrt_text answer;       /* a non-streamed answer's text */
+    struct mmrt_result res;        /* once waited for */
+    struct chat *next_live, *next_orphan;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void chat_free(struct chat *c)
+{
+    if (c->parsed)
+        mmrt_chat_request_free(&c->req);
+    free(c->body);
+    free(c->out.s);
+    free(c->answer.s);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* Takes c off the server's list and frees it (its job has been waited for). */
+static void chat_release(struct chat *c)
+{
+    struct server *s = c->s;
+    if (c->submitted) {
+        pthread_mutex_lock(&s->lock);
+        for (struct chat **p = &s->live; *p; p = &(*p)->next_live)
+            if (*p == c) {
+                *p = c->next_live;
+                s->n_live--;
+                break;
+            }
+        pthread_mutex_unlock(&s->lock);
+    }
+    chat_free(c);
+}
+
+/* With the chat's lock held. */
+static void resume_locked(struct chat *c)
+{
+    if (c->suspended) {
+        c->suspended = false;
+        MHD_resume_connection(c->mc);
+    }
+}
+
+static void suspend_locked(struct chat *c)
+{
+    c->suspended = true;
+    MHD_suspend_connection(c->mc);
+}
+
+/* Appends "data: JSON\n\n" (json is consumed); false when out of memory. */
+static bool add_event(struct chat *c, char *json)
+{
+    if (!json)
+        return false;
+    mmrt_text_add(&c->out, "data: ");
+    mmrt_text_add(&c->out, json);
+    mmrt_text_add(&c->out, "\n\n");
+    free(json);
+    return !c->out.failed;
+}
+
+static enum mmrt_outcome outcome_of(mmrt_status st)
+{
+    if (st == MMRT_OK)
+        return MMRT_OUTCOME_OK;
+    if (st == MMRT_ERR_CANCELLED)
+        return MMRT_OUTCOME_CANCELLED;
+    return mmrt_api_status_http(st) < 500 ? MMRT_OUTCOME_INVALID : MMRT_OUTCOME_FAILED;
+}
+
+/* Waits for c's job (done, so at once), records its figures and forgets the job. */
+static void wait_job(struct chat *c)
+{
+    struct server *s = c->s;
+    pthread_mutex_lock(&s->lock);
+    struct mmrt_job *j = c->job;
+    c->job = NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (!j)
+        return;
+    c->res = (struct mmrt_result){ .struct_size = sizeof c->res };
+    mmrt_wait(j, &c->res);
+    const double t = now_ms();
+    mmrt_metrics_request(&s->metrics, &c->res, c->t_first > 0 ? c->t_first - c->t0 : -1,
+                         t - c->t0);
+    mmrt_metrics_outcome(&s->metrics, c->gone ? MMRT_OUTCOME_CANCELLED
+                                              : outcome_of(c->res.status));
+}
+
+/* ---- job callbacks (the runtime's worker thread) ---- */
+
+static bool on_token(void *user, int32_t id, const char *text)
+{
+    struct chat *c = user;
+    pthread_mutex_lock(&c->lock);
+    if (c->gone) {
+        pthread_mutex_unlock(&c->lock);
+        return false; /* nobody reads it: stop generating */
+    }
+    if (id >= 0) {
+        c->n_tokens++;
+        if (c->t_first == 0)
+            c->t_first = now_ms();
+    }
+    bool ok = true;
+    if (text[0] && c->req.stream)
+        ok = add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
+                                               text, NULL, NULL, c->req.include_usage));
+    else if (text[0])
+        mmrt_text_add(&c->answer, text), ok = !c->answer.failed;
+    resume_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return ok; /* out of memory: the answer ends here, the result says it was cut */
+}
+
+static void on_accepted(void *user, int n_prompt_tokens)
+{
+    struct chat *c = user;
+    (void)n_prompt_tokens;
+    pthread_mutex_lock(&c->lock);
+    c->accepted = true;
+    if (c->req.stream)
+        add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
+                                          "assistant", "", NULL, NULL, c->req.include_usage));
+    resume_locked(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void on_done(void *user)
+{
+    struct chat *c = user;
+    struct server *s = c->s;
+    pthread_mutex_lock(&c->lock);
+    c->done = true;
+    const bool orphan = c->gone && !c->claimed;
+    if (orphan)
+        c->claimed = true;
+    else
+        resume_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    if (orphan) { /* the housekeeping thread waits for the job and frees the chat */
+        pthread_mutex_lock(&s->lock);
+        c->next_orphan = s->orphans;
+        s->orphans = c;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* ---- the stream ---- */
+
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct chat *c = cls;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        if (c->out.len > c->out_off) {
+            size_t n = c->out.len - c->out_off;
+            if (n > max)
+                n = max;
+            memcpy(buf, c->out.s + c->out_off, n);
+            c->out_off += n;
+            if (c->out_off == c->out.len)
+                c->out.len = c->out_off = 0;
+            c->t_last_out = now_ms();
+            pthread_mutex_unlock(&c->lock);
+            return (ssize_t)n;
+        }
+        if (c->stream_ended) {
+            pthread_mutex_unlock(&c->lock);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (!c->done) {
+            suspend_locked(c);
+            pthread_mutex_unlock(&c->lock);
+            return 0;
+        }
+        c->claimed = true;
+        pthread_mutex_unlock(&c->lock);
+        wait_job(c);
+        pthread_mutex_lock(&c->lock);
+        const struct mmrt_result *r = &c->res;
+        if (r->status == MMRT_OK) {
+            const struct mmrt_chat_usage u = { r->n_prompt_tokens, r->n_tokens };
+            add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
+                                              NULL, mmrt_finish_reason_name(r->finish_reason),
+                                              NULL, c->req.include_usage));
+            if (c->req.include_usage)
+                add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
+                                                  NULL, NULL, NULL, &u, true));
+        } else {
+            /* Failed after the 200 went out (a device error, the drain's cancel): the error
+             * object as an event, as OpenAI-compatible servers send it. */
+            struct mmrt_api_error e;
+            mmrt_api_error_from_status(r->status, r->error, &e);
+            add_event(c, mmrt_api_error_json(&e));
+        }
+        mmrt_text_add(&c->out, "data: [DONE]\n\n");
+        c->stream_ended = true;
+    }
+}
+
+static enum MHD_Result start_stream(struct chat *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                               read_stream, c, NULL);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    if (c->vision_keys[0])
+        MHD_add_response_header(r, "X-Mmrt-Vision-Key", c->vision_keys);
+    enum MHD_Result ret = MHD_queue_response(c->mc, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    mmrt_metrics_http(&c->s->metrics, MHD_HTTP_OK);
+    return ret;
+}
+
+/* A failure as the response (no stream started). */
+static enum MHD_Result answer_error(struct chat *c, const struct mmrt_api_error *e)
+{
+    c->answered = true;
+    return mmrt_http_json(c->s, c->mc, (unsigned)e->http_status, mmrt_api_error_json(e));
+}
+
+static enum MHD_Result answer_result(struct chat *c)
+{
+    const struct mmrt_result *r = &c->res;
+    if (r->status != MMRT_OK) {
+        struct mmrt_api_error e;
+        mmrt_api_error_from_status(r->status, r->error, &e);
+        return answer_error(c, &e);
+    }
+    const struct mmrt_chat_usage u = { r->n_prompt_tokens, r->n_tokens };
+    c->answered = true;
+    char *body = mmrt_chat_completion_json(c->id, c->created, c->s->conf.model_name,
+                                           c->answer.s ? c->answer.s : "",
+                                           mmrt_finish_reason_name(r->finish_reason), &u);
+    struct MHD_Response *resp;
+    if (!body)
+        return mmrt_http_json(c->s, c->mc, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
+    resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (c->vision_keys[0])
+        MHD_add_response_header(resp, "X-Mmrt-Vision-Key", c->vision_keys);
+    enum MHD_Result ret = MHD_queue_response(c->mc, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    mmrt_metrics_http(&c->s->metrics, MHD_HTTP_OK);
+    return ret;
+}
+
+static bool over_queue(struct server *s, struct mmrt_runtime *rt)
+{
+    struct mmrt_runtime_stats st = { .struct_size = sizeof st };
+    return mmrt_stats(rt, &st) == MMRT_OK &&
+           st.requests_waiting >= (uint64_t)s->conf.max_queued;
+}
+
+static void collect_vision_keys(struct chat *c)
+{
+    size_t o = 0;
+    for (int i = 0; i < c->req.req.n_images && o + 66 < sizeof c->vision_keys; i++) {
+        char k[65];
+        if (mmrt_job_image_key(c->job, i, k, sizeof k) != MMRT_OK || !k[0])
+            break;
+        o += (size_t)snprintf(c->vision_keys + o, sizeof c->vision_keys - o, "%s%s",
+                              i ? "," : "", k);
+    }
+}
+
+/* The body is complete: parse, check, submit, suspend. */
+static enum MHD_Result submit(struct chat *c)
+{
+    struct server *s = c->s;
+    struct mmrt_runtime *rt = atomic_load(&s->rt);
+    struct mmrt_api_error e = { 0 };
+    if (c->too_large) {
+        mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_INVALID);
+        c->answered = true;
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than the %llu bytes this server "
+                 "takes ([server] max_body_mb)", (unsigned long long)s->conf.max_body_bytes);
+        return mmrt_http_error(s, c->mc, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                               "request_too_large", NULL, msg);
+    }
+    const struct mmrt_chat_limits lim = { .model = s->conf.model_name,
+                                          .max_images = s->max_images,
+                                          .image_dir = s->conf.image_dir };
+    if (mmrt_chat_request_parse(c->body ? c->body : "", c->len, &lim, &c->req, &e) !=
+        MMRT_OK) {
+        mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_INVALID);
+        return answer_error(c, &e);
+    }
+    c->parsed = true;
+    free(c->body);
+    c->body = NULL;
+    if (over_queue(s, rt)) {
+        mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_REJECTED);
+        c->answered = true;
+        return mmrt_http_error(s, c->mc, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_exceeded",
+                               "queue_full", NULL, "too many requests are waiting; retry "
+                               "after the Retry-After seconds");
+    }
+    snprintf(c->id, sizeof c->id, "chatcmpl-%016llx%08llx",
+             (unsigned long long)atomic_fetch_add(&s->next_id, 1),
+             (unsigned long long)(time(NULL) & 0xffffffff));
+    c->created = (long)time(NULL);
+    /* No seed: a fresh one, as OpenAI samples differently each time (a given seed makes the
+     * answer reproducible). */
+    if (!c->req.seed_given)
+        c->req.req.seed = (uint64_t)atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull ^
+                          (uint64_t)time(NULL);
+    const struct mmrt_job_callbacks cb = { .struct_size = sizeof cb, .on_token = on_token,
+                                           .on_accepted = on_accepted, .on_done = on_done,
+                                           .user = c };
+    char err[512];
+    struct mmrt_job *job = NULL;
+    pthread_mutex_lock(&c->lock);
+    mmrt_status st = mmrt_submit_with(rt, &c->req.req, &cb, &job, err, sizeof err);
+    if (st != MMRT_OK) {
+        pthread_mutex_unlock(&c->lock);
+        mmrt_metrics_outcome(&s->metrics, outcome_of(st));
+        mmrt_api_error_from_status(st, err, &e);
+        return answer_error(c, &e);
+    }
+    /* The callbacks wait for this lock, so none can resume before the suspend. */
+    pthread_mutex_lock(&s->lock);
+    c->job = job;
+    c->submitted = true;
+    c->next_live = s->live;
+    s->live = c;
+    s->n_live++;
+    pthread_mutex_unlock(&s->lock);
+    collect_vision_keys(c);
+    suspend_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return MHD_YES;
+}
+
+enum MHD_Result mmrt_chat_handle(struct server *s, struct MHD_Connection *mc, void **con_cls,
+                                 const char *upload, size_t *upload_size)
+{
+    struct chat *c = *con_cls;
+    if (!c) {
+        /* Refuse an announced oversized body before reading it. */
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            errno = 0;
+            char *end = NULL;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (errno || end == cl || *end || n > s->conf.max_body_bytes) {
+                mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_INVALID);
+                return mmrt_http_error(s, mc, MHD_HTTP_CONTENT_TOO_LARGE,
+                                       "invalid_request_error", "request_too_large", NULL,
+                                       "the request body is larger than this server takes "
+                                       "([server] max_body_mb)");
+            }
+        }
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return MHD_NO;
+        c->s = s;
+        c->mc = mc;
+        c->t0 = now_ms();
+        pthread_mutex_init(&c->lock, NULL);
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        const size_t n = *upload_size;
+        *upload_size = 0;
+        if (c->too_large || c->answered)
+            return MHD_YES;
+        if (c->len + n > s->conf.max_body_bytes) {
+            c->too_large = true; /* answered once the upload ends */
+            free(c->body);
+            c->body = NULL;
+            c->len = c->cap = 0;
+            return MHD_YES;
+        }
+        if (c->len + n + 1 > c->cap) {
+            size_t cap = c->cap ? c->cap : 4096;
+            while (cap < c->len + n + 1)
+                cap *= 2;
+            char *g = realloc(c->body, cap);
+            if (!g)
+                return MHD_NO;
+            c->body = g;
+            c->cap = cap;
+        }
+        memcpy(c->body + c->len, upload, n);
+        c->len += n;
+        return MHD_YES;
+    }
+    if (c->answered)
+        return MHD_YES;
+    if (!c->submitted)
+        return submit(c);
+    /* Resumed by a callback. */
+    pthread_mutex_lock(&c->lock);
+    if (c->req.stream && c->accepted && !c->stream_queued) {
+        c->stream_queued = true;
+        pthread_mutex_unlock(&c->lock);
+        return start_stream(c);
+    }
+    if (!c->done || c->stream_queued) {
+        suspend_locked(c);
+        pthread_mutex_unlock(&c->lock);
+        return MHD_YES;
+    }
+    c->claimed = true;
+    pthread_mutex_unlock(&c->lock);
+    wait_job(c);
+    return answer_result(c);
+}
+
+void mmrt_chat_completed(struct server *s, void *con_cls, enum MHD_RequestTerminationCode why)
+{
+    struct chat *c = con_cls;
+    (void)why;
+    pthread_mutex_lock(&c->lock);
+    c->gone = true;
+    const bool running = c->submitted && !c->done;
+    const bool wait_here = c->submitted && c->done && !c->claimed;
+    if (wait_here)
+        c->claimed = true;
+    /* A running job is the orphan on_done will hand to the housekeeping thread. */
+    const bool free_now = !running;
+    pthread_mutex_unlock(&c->lock);
+    if (running) {
+        pthread_mutex_lock(&s->lock);
+        if (c->job)
+            mmrt_cancel(c->job);
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (wait_here)
+        wait_job(c);
+    if (free_now)
+        chat_release(c);
+}
+
+void mmrt_chat_reap(struct server *s)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        struct chat *c = s->orphans;
+        if (c)
+            s->orphans = c->next_orphan;
+        pthread_mutex_unlock(&s->lock);
+        if (!c)
+            return;
+        wait_job(c);
+        chat_release(c);
+    }
+}
+
+void mmrt_chat_tick(struct server *s)
+{
+    const double t = now_ms();
+    pthread_mutex_lock(&s->lock);
+    for (struct chat *c = s->live; c; c = c->next_live) {
+        pthread_mutex_lock(&c->lock);
+        /* A stream that has said nothing for keepalive_s (waiting for a batch slot, or a
+         * long prefill): a comment line, which also finds out whether the client is still
+         * there. */
+        if (c->stream_queued && !c->stream_ended && !c->gone && c->out.len == c->out_off &&
+            t - (c->t_last_out > 0 ? c->t_last_out : c->t0) >= c->s->conf.keepalive_s * 1e3) {
+            mmrt_text_add(&c->out, ": keep-alive\n\n");
+            c->t_last_out = t;
+            resume_locked(c);
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void mmrt_chat_cancel_all(struct server *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct chat *c = s->live; c; c = c->next_live)
+        if (c->job)
+            mmrt_cancel(c->job);
+    pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,552 @@
+#!/usr/bin/env python3
+"""tests/server/run_tests.py — `mmrt serve` against the real `openai` client, on loopback.
+
+Run by ctest (test_server) with the virtual environment scripts/install-test-python.sh makes:
+    .venv-test/bin/python tests/server/run_tests.py --mmrt build/bin/mmrt --fixtures tests/fixtures
+
+Starts servers on 127.0.0.1 with port 0 (the port is read from the server's first line) over
+the tiny LLaVA fixture and checks: plain, streamed, image, multi-turn and stop-string answers;
+every refusal the issue lists (400, 401, 404, 413, 429 with Retry-After); local images only
+under image_dir; 32 concurrent streams of mixed images and prompts, each identical to the same
+request run alone; 2,000+ malformed requests plus slow and vanishing clients, all 4xx and no
+5xx; a vanished stream's KV pages coming back; SIGTERM draining a running stream and exiting 0
+(under ASan that exit also proves no leak). Bounded: every wait has a timeout, every load is
+counted.
+"""
+import argparse
+import base64
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import openai  # noqa: E402  (the real client, from .venv-test)
+
+MODEL = "llava-tiny"
+TIMEOUT = 120  # seconds any single wait may take (ASan builds are slow)
+
+
+class Server:
+    """One `mmrt serve` process with its own deploy.ini."""
+
+    def __init__(self, args, name, server_keys="", scheduler="", model_keys=""):
+        self.args = args
+        self.dir = tempfile.mkdtemp(prefix="mmrt-serve-")
+        self.ini = os.path.join(self.dir, name + ".ini")
+        model = os.path.abspath(os.path.join(args.fixtures, MODEL))
+        with open(self.ini, "w") as f:
+            f.write(f"[model]\npath = {model}\n{model_keys}\n"
+                    "[device.cpu0]\nplugin = cpu\npool_mb = 256\n\n"
+                    f"[scheduler]\n{scheduler}\n"
+                    f"[server]\nhost = 127.0.0.1\nport = 0\nthreads = 4\n{server_keys}\n")
+        self.log_path = os.path.join(self.dir, "server.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([args.mmrt, "serve", "--conf", self.ini],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise AssertionError(f"no listening line from the server: {line!r}\n{self.tail()}")
+        self.port = int(m.group(1))
+        self.base = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + TIMEOUT
+        while self.get("/health/ready")[0] != 200:
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise AssertionError("server never became ready\n" + self.tail())
+            time.sleep(0.05)
+
+    def tail(self):
+        self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()[-4000:]
+
+    def client(self, key="none"):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0,
+                             timeout=TIMEOUT)
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=TIMEOUT) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def raw(self, method, path, body=b"", headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        status, hdrs = r.status, dict(r.getheaders())
+        c.close()
+        return status, hdrs, data
+
+    def metrics(self):
+        status, text = self.get("/metrics")
+        assert status == 200, status
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def stop(self, expect_code=0):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("server did not stop after SIGTERM\n" + self.tail())
+        self.log.close()
+        assert code == expect_code, f"server exit {code}\n{self.tail()}"
+
+
+def data_uri(path):
+    with open(path, "rb") as f:
+        return "data:image/png;base64," + base64.b64encode(f.read()).decode()
+
+
+def user_turn(text, image=None):
+    parts = []
+    if image:
+        parts.append({"type": "image_url", "image_url": {"url": image}})
+    parts.append({"type": "text", "text": text})
+    return {"role": "user", "content": parts}
+
+
+def ask(client, messages, **kw):
+    kw.setdefault("max_tokens", 8)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=MODEL, messages=messages, **kw)
+
+
+def ask_stream(client, messages, **kw):
+    kw.setdefault("max_tokens", 8)
+    kw.setdefault("temperature", 0)
+    text, finish, usage, first_role = "", None, None, None
+    for ch in client.chat.completions.create(model=MODEL, messages=messages, stream=True,
+                                             **kw):
+        if ch.usage is not None:
+            usage = ch.usage
+        for c in ch.choices:
+            if c.delta.role and first_role is None:
+                first_role = c.delta.role
+            if c.delta.content:
+                text += c.delta.content
+            if c.finish_reason:
+                finish = c.finish_reason
+    return text, finish, usage, first_role
+
+
+def expect_error(cls, fn, status, word):
+    try:
+        fn()
+    except cls as e:
+        assert e.status_code == status, (e.status_code, e)
+        assert word.lower() in str(e).lower(), (word, str(e))
+        return e
+    raise AssertionError(f"expected {cls.__name__} ({status}, '{word}')")
+
+
+# ---- the tests ---------------------------------------------------------------------------
+
+def test_answers(s, images):
+    c = s.client()
+    models = c.models.list()
+    assert [m.id for m in models.data] == [MODEL], models
+    msgs = [user_turn("What is shown in this image?", images[0])]
+    r = ask(c, msgs)
+    text = r.choices[0].message.content
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason == "length", r
+    assert r.usage.completion_tokens == 8 and r.usage.prompt_tokens > 8, r.usage
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.id.startswith("chatcmpl-") and r.object == "chat.completion"
+    # Streamed, with usage: the same text.
+    st, fin, usage, role = ask_stream(c, msgs, stream_options={"include_usage": True})
+    assert st == text, (st, text)
+    assert fin == "length" and role == "assistant"
+    assert usage.completion_tokens == 8 and usage.prompt_tokens == r.usage.prompt_tokens
+    # Deterministic across runs; text-only and string content work too.
+    assert ask(c, msgs).choices[0].message.content == text
+    r2 = ask(c, [{"role": "user", "content": "Say something."}])
+    assert r2.usage.completion_tokens == 8
+    # Multi-turn: system, user with image, assistant, user.
+    chat = [{"role": "system", "content": "You are terse."}, msgs[0],
+            {"role": "assistant", "content": text}, user_turn("And the colours?")]
+    r3 = ask(c, chat, max_tokens=6)
+    assert r3.usage.prompt_tokens > r.usage.prompt_tokens
+    assert ask_stream(c, chat, max_tokens=6)[0] == r3.choices[0].message.content
+    # Seeded sampling is reproducible.
+    a = ask(c, msgs, temperature=0.9, top_p=0.9, seed=7).choices[0].message.content
+    b = ask(c, msgs, temperature=0.9, top_p=0.9, seed=7).choices[0].message.content
+    assert a == b
+    # Stop strings: the answer ends before the first occurrence.
+    long = ask(c, msgs, max_tokens=16).choices[0].message.content
+    if len(long) >= 6:
+        stop = long[3:6]
+        r4 = ask(c, msgs, max_tokens=16, stop=[stop])
+        assert r4.choices[0].message.content == long[:long.index(stop)], (r4, long, stop)
+        assert r4.choices[0].finish_reason == "stop"
+        st, fin, _, _ = ask_stream(c, msgs, max_tokens=16, stop=stop)
+        assert st == long[:long.index(stop)] and fin == "stop"
+    # The vision-feature cache key comes back as a header.
+    status, hdrs, body = s.raw("POST", "/v1/chat/completions", json.dumps(
+        {"model": MODEL, "messages": msgs, "max_tokens": 2}).encode())
+    assert status == 200, body
+    keys = {k.lower(): v for k, v in hdrs.items()}
+    assert re.fullmatch(r"[0-9a-f]{64}", keys.get("x-mmrt-vision-key", "")), hdrs
+    return text
+
+
+def test_errors(s, images):
+    c = s.client()
+    msgs = [user_turn("What is this?", images[0])]
+    bad = openai.BadRequestError
+    expect_error(bad, lambda: ask(c, msgs, n=2), 400, "n")
+    expect_error(bad, lambda: ask(c, msgs, tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object"}}}]), 400, "tools")
+    expect_error(bad, lambda: ask(c, msgs, logprobs=True), 400, "logprobs")
+    expect_error(bad, lambda: ask(c, [user_turn("x", "https://example.com/cat.png")]), 400,
+                 "url")
+    expect_error(bad, lambda: ask(c, [user_turn("x", "data:image/png;base64,@@@@")]), 400,
+                 "base64")
+    junk = "data:image/png;base64," + base64.b64encode(b"not a png at all").decode()
+    expect_error(bad, lambda: ask(c, [user_turn("x", junk)]), 400, "image")
+    two = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": images[0]}},
+                                       {"type": "image_url", "image_url": {"url": images[1]}},
+                                       {"type": "text", "text": "compare"}]}
+    expect_error(bad, lambda: ask(c, [two]), 400, "image")
+    expect_error(bad, lambda: ask(c, msgs, max_tokens=100000), 400, "context")
+    expect_error(bad, lambda: ask(c, msgs, extra_body={"frobnicate": 1}), 400, "frobnicate")
+    expect_error(bad, lambda: ask(c, []), 400, "messages")
+    expect_error(bad, lambda: ask(c, msgs, temperature=5), 400, "temperature")
+    expect_error(openai.NotFoundError, lambda: c.chat.completions.create(
+        model="no-such-model", messages=msgs, max_tokens=2), 404, "model")
+    # Raw: broken JSON, a body over the cap (announced: refused before it is read), GET on
+    # the POST endpoint, an unknown path.
+    status, _, body = s.raw("POST", "/v1/chat/completions", b'{"model": ')
+    assert status == 400 and b"error" in body, (status, body)
+    k = socket.create_connection(("127.0.0.1", s.port))
+    k.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nContent-Length: 3145728\r\n\r\n")
+    k.settimeout(TIMEOUT)
+    reply = k.recv(4096)
+    k.close()
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert s.raw("GET", "/v1/chat/completions")[0] == 405
+    assert s.raw("GET", "/nope")[0] == 404
+
+
+def test_auth_and_image_dir(args, images, image_paths):
+    key_dir = tempfile.mkdtemp()
+    img_dir = os.path.join(key_dir, "images")
+    os.mkdir(img_dir)
+    inside = os.path.join(img_dir, "a.png")
+    with open(image_paths[0], "rb") as f, open(inside, "wb") as g:
+        g.write(f.read())
+    os.symlink(image_paths[1], os.path.join(img_dir, "escape.png"))
+    s = Server(args, "auth", server_keys=f"api_keys = k1, k2\nimage_dir = {img_dir}\n")
+    try:
+        msgs = [user_turn("What is this?", images[0])]
+        expect_error(openai.AuthenticationError, lambda: ask(s.client("wrong"), msgs), 401,
+                     "key")
+        assert ask(s.client("k2"), msgs).usage.completion_tokens == 8
+        assert s.get("/health/ready")[0] == 200  # probes need no key
+        ok = ask(s.client("k1"), [user_turn("What is this?", "file://" + inside)])
+        same = ask(s.client("k1"), msgs)
+        assert ok.choices[0].message.content == same.choices[0].message.content
+        for p in [image_paths[0], os.path.join(img_dir, "..", "images", "..", "x.png"),
+                  os.path.join(img_dir, "escape.png")]:
+            expect_error(openai.BadRequestError, lambda: ask(
+                s.client("k1"), [user_turn("x", "file://" + p)]), 400, "image")
+    finally:
+        s.stop()
+
+
+def test_queue_full(args, images):
+    s = Server(args, "queue", server_keys="max_queued = 1\nretry_after_s = 3\n",
+               scheduler="max_batch = 1\n")
+    try:
+        body = json.dumps({"model": MODEL, "max_tokens": 400,
+                           "messages": [user_turn("Describe.", images[0])]}).encode()
+        statuses, retry = [], []
+        lock = threading.Lock()
+
+        def one():
+            st, hdrs, _ = s.raw("POST", "/v1/chat/completions", body)
+            with lock:
+                statuses.append(st)
+                if st == 429:
+                    retry.append({k.lower(): v for k, v in hdrs.items()}.get("retry-after"))
+        ts = [threading.Thread(target=one) for _ in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(TIMEOUT)
+        assert all(st in (200, 429) for st in statuses), statuses
+        assert 429 in statuses and 200 in statuses, statuses
+        assert all(r == "3" for r in retry), retry
+    finally:
+        s.stop()
+
+
+def test_load(s, images):
+    """32 concurrent streams of mixed images and prompts, each as it is alone."""
+    prompts = ["What is shown in this image?", "Describe the picture.", "Colours?",
+               "What shape is it?"]
+    reqs = []
+    for i in range(32):
+        reqs.append(([user_turn(prompts[i % 4], images[i % len(images)])] if i % 5 else
+                     [{"role": "user", "content": prompts[i % 4]}], 4 + (i * 7) % 13))
+    c = s.client()
+    solo = [ask(c, m, max_tokens=n).choices[0].message.content for m, n in reqs]
+    got = [None] * len(reqs)
+    errors = []
+
+    def run(i):
+        try:
+            m, n = reqs[i]
+            got[i] = ask_stream(s.client(), m, max_tokens=n)[0]
+        except Exception as e:  # noqa: BLE001 (collected, reported below)
+            errors.append((i, repr(e)))
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(TIMEOUT)
+    assert not errors, errors
+    for i in range(len(reqs)):
+        assert got[i] == solo[i], (i, got[i], solo[i])
+    assert s.get("/health/ready")[0] == 200 and s.get("/health/live")[0] == 200
+
+
+def test_malformed(s, images):
+    import malformed
+    cases = malformed.cases(images[0], MODEL)
+    assert len(cases) >= 2000, len(cases)
+    wrong = []
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+    for name, body, want in cases:
+        for attempt in range(2):
+            try:
+                conn.request("POST", "/v1/chat/completions", body=body,
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                break
+            except (http.client.HTTPException, OSError):
+                conn.close()  # the server closed it (an oversized body): a fresh one
+                conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+                if attempt:
+                    raise
+        if r.status != want:
+            wrong.append((name, r.status, want))
+        if r.getheader("Connection", "").lower() == "close":
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+    conn.close()
+    assert not wrong, wrong[:20]
+    slow_and_vanishing(s, images)
+    m = s.metrics()
+    assert m['mmrt_http_responses_total{code="5xx"}'] == 0, m
+    assert s.get("/health/ready")[0] == 200
+    return len(cases)
+
+
+def slow_and_vanishing(s, images):
+    body = json.dumps({"model": MODEL, "max_tokens": 300, "stream": True,
+                       "messages": [user_turn("Describe.", images[0])]}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    # Gone in the headers, gone in the body, a half-sent body left idle until the
+    # connection timeout, a byte at a time.
+    for cut in (head[:20], head + body[:10]):
+        k = socket.create_connection(("127.0.0.1", s.port))
+        k.sendall(cut)
+        k.close()
+    k = socket.create_connection(("127.0.0.1", s.port))
+    k.sendall(head + body[:5])
+    k.settimeout(TIMEOUT)
+    assert k.recv(100) == b""  # closed by the server after connection_timeout_s
+    k.close()
+    k = socket.create_connection(("127.0.0.1", s.port))
+    for b in head[:12]:
+        k.sendall(bytes([b]))
+        time.sleep(0.05)
+    k.close()
+    # A stream whose client vanishes after its first chunk: cancelled, pages back.
+    before = s.metrics().get('mmrt_requests_total{outcome="cancelled"}', 0)
+    for _ in range(3):
+        k = socket.create_connection(("127.0.0.1", s.port))
+        k.sendall(head + body)
+        k.settimeout(TIMEOUT)
+        got = b""
+        while b"data:" not in got:
+            chunk = k.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        k.close()
+    deadline = time.time() + TIMEOUT
+    while True:
+        m = s.metrics()
+        if (m.get('mmrt_requests_total{outcome="cancelled"}', 0) >= before + 3 and
+                m["mmrt_kv_pages_used"] == 0 and m["mmrt_requests_running"] == 0):
+            break
+        assert time.time() < deadline, m
+        time.sleep(0.05)
+
+
+def test_limits_and_keepalive(args, images):
+    """Images over the token budget and over the pixel limit are 400 naming the limit; a
+    stream that waits for a batch slot gets ": keep-alive" comments."""
+    s = Server(args, "limits", server_keys="keepalive_s = 1\nmax_queued = 200\n",
+               scheduler="max_batch = 1\n", model_keys="max_image_tokens = 1\n")
+    try:
+        c = s.client()
+        e = expect_error(openai.BadRequestError, lambda: ask(
+            c, [user_turn("x", images[0])]), 400, "max_image_tokens")
+        # A PNG whose header claims 16000 × 16000 pixels: refused from the header.
+        import struct
+        import zlib
+
+        def chunk(tag, data):
+            return (struct.pack(">I", len(data)) + tag + data +
+                    struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
+        huge = (b"\x89PNG\r\n\x1a\n" +
+                chunk(b"IHDR", struct.pack(">IIBBBBB", 16000, 16000, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(b"\x00" * 100)) + chunk(b"IEND", b""))
+        uri = "data:image/png;base64," + base64.b64encode(huge).decode()
+        expect_error(openai.BadRequestError, lambda: ask(c, [user_turn("x", uri)]), 400,
+                     "pixels")
+        del e
+        # Text-only requests (no image: the budget does not apply). How long one long answer
+        # takes here decides how many go ahead, so the last one waits a few seconds.
+        # The random-weight model may end early: take the prompt that runs longest.
+        best = None
+        for words in ("Tell me a long story.", "Describe.", "Hello there", "abc", "1 2 3"):
+            t = time.time()
+            n = ask(c, [{"role": "user", "content": words}],
+                    max_tokens=400).usage.completion_tokens
+            if best is None or n > best[1]:
+                best = (words, n, time.time() - t)
+        text = [{"role": "user", "content": best[0]}]
+        one = max(best[2], 0.005)
+        ahead = min(150, int(3.0 / one) + 1)
+        body = json.dumps({"model": MODEL, "max_tokens": 400, "messages": text}).encode()
+        ts = [threading.Thread(target=s.raw, args=("POST", "/v1/chat/completions", body))
+              for _ in range(ahead)]
+        for th in ts:
+            th.start()
+        time.sleep(0.2)
+        k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+        k.request("POST", "/v1/chat/completions", body=json.dumps(
+            {"model": MODEL, "max_tokens": 2, "stream": True, "messages": text}).encode(),
+            headers={"Content-Type": "application/json"})
+        r = k.getresponse()
+        raw = r.read()
+        k.close()
+        for th in ts:
+            th.join(TIMEOUT)
+        assert b": keep-alive" in raw, (ahead, one, raw[:300])
+        assert raw.rstrip().endswith(b"data: [DONE]"), raw[-200:]
+        return f"{ahead} ahead of the stream, {best[1]} tokens in {one:.3f} s each"
+    finally:
+        s.stop()
+
+
+def test_sigterm(args, images):
+    s = Server(args, "drain", server_keys="drain_s = 60\n")
+    body = json.dumps({"model": MODEL, "max_tokens": 200, "stream": True,
+                       "messages": [user_turn("Describe.", images[0])]}).encode()
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+    c.request("POST", "/v1/chat/completions", body=body,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    first = r.readline()
+    assert first.startswith(b"data:"), first
+    s.proc.send_signal(signal.SIGTERM)
+    # From the signal on, never ready again; new requests are refused with 503.
+    seen = set()
+    while s.proc.poll() is None and len(seen) < 2:
+        st = s.get("/health/ready")[0]
+        if st:
+            seen.add(st)
+        code = s.raw("POST", "/v1/chat/completions", body)[0] if st else 0
+        assert st in (0, 503) and code in (0, 503), (st, code)
+        break
+    rest = r.read()  # the running stream finishes
+    assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
+    assert b'"finish_reason":"length"' in rest.replace(b" ", b""), rest[-400:]
+    c.close()
+    s.stop(expect_code=0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mmrt", required=True)
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    image_paths = [os.path.join(args.fixtures, "llava-images", n) for n in
+                   ("grad_80x60.png", "grad_64x64.png", "grad_45x90.png", "grad_36x100.png")]
+    images = [data_uri(p) for p in image_paths]
+    failures = 0
+    s = Server(args, "main", server_keys="connection_timeout_s = 2\nmax_body_mb = 2\n")
+    steps = [
+        ("answers", lambda: test_answers(s, images)),
+        ("errors", lambda: test_errors(s, images)),
+        ("load", lambda: test_load(s, images)),
+        ("malformed", lambda: test_malformed(s, images)),
+        ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
+        ("queue_full", lambda: test_queue_full(args, images)),
+        ("limits_and_keepalive", lambda: test_limits_and_keepalive(args, images)),
+    ]
+    for name, fn in steps:
+        if args.only and name != args.only:
+            continue
+        t = time.time()
+        try:
+            out = fn()
+            print(f"ok   {name} ({time.time() - t:.1f} s){'' if out is None else ': ' + str(out)[:80]}")
+        except Exception:  # noqa: BLE001 (every step runs; failures are reported)
+            failures += 1
+            print(f"FAIL {name}\n{traceback.format_exc()}\n--- server log ---\n{s.tail()}")
+    try:
+        s.stop()
+        print("ok   main server stopped with exit 0")
+    except AssertionError as e:
+        failures += 1
+        print(f"FAIL main server stop: {e}")
+    if not args.only or args.only == "sigterm":
+        try:
+            test_sigterm(args, images)
+            print("ok   sigterm")
+        except Exception:  # noqa: BLE001
+            failures += 1
+            print(f"FAIL sigterm\n{traceback.format_exc()}")
+    print("server tests:", "FAILED" if failures else "passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
