@@ -12,7 +12,8 @@ server configurations (1 or 32 images per request, image_dir off or on) in the t
 
 So that a label holds for any server and any model, no body here relies on a configuration:
 too many images means more than 32 (the most any mmrt model takes); local paths name files
-that cannot exist or lie outside any image directory; no body is over a plausible size cap.
+that cannot exist or lie outside any image directory; no body is over a plausible size cap
+(the largest carries 40 copies of the caller's image, or about 300 KB besides).
 Bodies that the parser would accept and only the runtime refuses (a truncated PNG, a prompt
 over the context) are not here: their label would depend on the model.
 
@@ -505,10 +506,14 @@ class Gen:
 
     def images(self):
         img = self.image_part()
-        for count in (MAX_IMAGES_ANY_MODEL + 1, 48, 64, 100):
-            self.add(f"images/one-message/{count}", self.req([self.user([img] * count)]))
+        # At most 40 copies of the caller's image (a body of 40 images stays far below any
+        # sensible body cap, which would answer 413); larger counts use the 69-byte PNG.
+        tiny = self.image_part(DEFAULT_IMAGE_URI)
+        for count, part in ((MAX_IMAGES_ANY_MODEL + 1, img), (40, img), (64, tiny),
+                            (100, tiny), (1000, tiny)):
+            self.add(f"images/one-message/{count}", self.req([self.user([part] * count)]))
             self.add(f"images/one-per-message/{count}",
-                     self.req([self.user([img]) for _ in range(count)]))
+                     self.req([self.user([part]) for _ in range(count)]))
         self.add("images/system", self.req([{"role": "system", "content": [img]},
                                             self.user("hi")]))
         self.add("images/developer", self.req([{"role": "developer", "content": [
