@@ -58,10 +58,11 @@
  *   presence_penalty, frequency_penalty   only 0
  *   logit_bias             only {} ; logprobs only false; response_format only {"type":"text"}
  *   user, metadata, store, service_tier, parallel_tool_calls   type-checked, ignored
- *   tools, functions       only [] ; tool_choice only "none"; modalities only ["text"];
- *   top_logprobs, audio, prediction, web_search_options   only null.
+ *   tools, functions       only [] ; tool_choice, function_call only "none";
+ *   modalities only ["text"]; top_logprobs, audio, prediction, web_search_options only null.
  *                          Anything else in these is 400 "mmrt does not support X".
- *   Any other key is 400 "Unrecognized request argument supplied: X" (OpenAI's wording).
+ *   Any other key, whatever its value (null too), is 400 "Unrecognized request argument
+ *   supplied: X" (OpenAI's wording).
  *   null is the same as absent for every optional key (OpenAI accepts it).
  *
  * Numbers: integers must be JSON integers (1.0 is refused where an integer is meant); jansson

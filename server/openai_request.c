@@ -194,28 +194,42 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
                                  const json_t *v, bool *known, bool *have_stream_options,
                                  long long *max_tokens, long long *max_completion_tokens)
 {
-    *known = true;
+    /* Every key the API defines. Known-ness is decided first: an unknown key is refused
+     * whatever its value, null included (OpenAI does the same). */
+    static const char *const keys[] = {
+        "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+        "top_k", "seed", "stop", "stream", "stream_options", "n", "presence_penalty",
+        "frequency_penalty", "logit_bias", "logprobs", "response_format", "user",
+        "service_tier", "metadata", "store", "parallel_tool_calls", "tools", "functions",
+        "tool_choice", "function_call", "modalities", "top_logprobs", "audio", "prediction",
+        "web_search_options", NULL,
+    };
+    *known = false;
+    for (const char *const *c = keys; *c && !*known; c++)
+        *known = strcmp(k, *c) == 0;
+    if (!*known)
+        return MMRT_OK;
     if (strcmp(k, "model") == 0 || strcmp(k, "messages") == 0)
         return MMRT_OK; /* after this pass */
     if (json_is_null(v))
         return MMRT_OK; /* every optional key: null = absent */
     mmrt_status st;
     if (strcmp(k, "max_tokens") == 0 || strcmp(k, "max_completion_tokens") == 0) {
-        long long x;
+        long long x = 0;
         if ((st = get_int(p, v, k, 1, INT_MAX, &x)) != MMRT_OK)
             return st;
         *(strcmp(k, "max_tokens") == 0 ? max_tokens : max_completion_tokens) = x;
         return MMRT_OK;
     }
     if (strcmp(k, "temperature") == 0) {
-        double x;
+        double x = 0;
         if ((st = get_number(p, v, k, 0, false, 2, &x)) != MMRT_OK)
             return st;
         r->req.temperature = (float)x;
         return MMRT_OK;
     }
     if (strcmp(k, "top_p") == 0) {
-        double x;
+        double x = 0;
         if ((st = get_number(p, v, k, 0, true, 1, &x)) != MMRT_OK)
             return st;
         /* (float)1e-300 is 0, which the sampler refuses: keep it positive. */
@@ -223,14 +237,14 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         return MMRT_OK;
     }
     if (strcmp(k, "top_k") == 0) {
-        long long x;
+        long long x = 0;
         if ((st = get_int(p, v, k, 0, INT_MAX, &x)) != MMRT_OK)
             return st;
         r->req.top_k = (int)x;
         return MMRT_OK;
     }
     if (strcmp(k, "seed") == 0) {
-        long long x;
+        long long x = 0;
         if ((st = get_int(p, v, k, LLONG_MIN, LLONG_MAX, &x)) != MMRT_OK)
             return st;
         r->req.seed = (uint64_t)x; /* two's complement for negative seeds (openai.h) */
@@ -244,8 +258,8 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     if (strcmp(k, "stream_options") == 0) {
         if (!json_is_object(v))
             return type_error(p, k, "an object", v);
-        static const char *const keys[] = { "include_usage", NULL };
-        if ((st = check_object_keys(p, v, k, keys)) != MMRT_OK)
+        static const char *const so_keys[] = { "include_usage", NULL };
+        if ((st = check_object_keys(p, v, k, so_keys)) != MMRT_OK)
             return st;
         const json_t *u = json_object_get(v, "include_usage");
         if (u && !json_is_null(u) &&
@@ -278,7 +292,7 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         return json_object_size(v) ? unsupported(p, k, "logit_bias") : MMRT_OK;
     }
     if (strcmp(k, "logprobs") == 0) {
-        bool b;
+        bool b = false;
         if ((st = get_bool(p, v, k, &b)) != MMRT_OK)
             return st;
         return b ? unsupported(p, k, "logprobs") : MMRT_OK;
@@ -302,8 +316,8 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
                         "Invalid value for 'response_format.type': '%s'. Supported values "
                         "are: 'text'.", quote_str(q, t));
         }
-        static const char *const keys[] = { "type", NULL };
-        return check_object_keys(p, v, k, keys);
+        static const char *const rf_keys[] = { "type", NULL };
+        return check_object_keys(p, v, k, rf_keys);
     }
     /* Accepted and ignored (they concern OpenAI's accounting, not the answer). */
     if (strcmp(k, "user") == 0 || strcmp(k, "service_tier") == 0)
@@ -311,7 +325,7 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     if (strcmp(k, "metadata") == 0)
         return json_is_object(v) ? MMRT_OK : type_error(p, k, "an object", v);
     if (strcmp(k, "store") == 0 || strcmp(k, "parallel_tool_calls") == 0) {
-        bool b;
+        bool b = false;
         return get_bool(p, v, k, &b);
     }
     /* Features mmrt does not have: their "off" value passes, anything else says so. */
@@ -339,8 +353,7 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     for (const char *const *u = null_only; *u; u++)
         if (strcmp(k, *u) == 0)
             return unsupported(p, k, *u);
-    *known = false;
-    return MMRT_OK;
+    return fail(p, 500, MMRT_ERR_INTERNAL, NULL, k, "Internal error: '%s' has no check.", k);
 }
 
 static mmrt_status parse_stop(struct parse *p, struct mmrt_chat_request *r, const json_t *v)

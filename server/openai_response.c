@@ -16,6 +16,8 @@
 
 #include <jansson.h>
 
+#include "error.h"
+
 /* Length of the well-formed UTF-8 character at s[0 .. n), or 0 if there is none. */
 static size_t utf8_char(const unsigned char *s, size_t n)
 {
@@ -258,7 +260,7 @@ void mmrt_api_error_from_status(mmrt_status st, const char *detail, struct mmrt_
     e->type = e->http_status == 499   ? "cancelled"
               : e->http_status >= 500 ? "server_error"
                                       : "invalid_request_error";
-    const char *m = detail && detail[0] ? detail : mmrt_status_string(st);
+    const char *m = detail && detail[0] ? detail : mmrt_status_message(st);
     size_t n = strnlen(m, sizeof e->message - 1);
     memcpy(e->message, m, n);
     e->message[n] = '\0';

@@ -406,6 +406,8 @@ static void test_unsupported_and_unknown(void **state)
         { "'Model':'x'", "Model", "Unrecognized request argument supplied: Model" },
         { "'prompt':'hi'", "prompt", "Unrecognized request argument" },
         { "'':1", "", "Unrecognized request argument supplied: " },
+        { "'foo':null", "foo", "Unrecognized request argument supplied: foo" },
+        { "'best_of':null", "best_of", "Unrecognized request argument" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         refused(WITH(cases[i].extra), 400, cases[i].param, cases[i].word);
@@ -1171,9 +1173,9 @@ static void test_status_map(void **state)
     }
     struct mmrt_api_error e;
     mmrt_api_error_from_status(MMRT_ERR_DEVICE, NULL, &e);
-    assert_string_equal(e.message, mmrt_status_string(MMRT_ERR_DEVICE));
+    assert_string_equal(e.message, mmrt_status_message(MMRT_ERR_DEVICE));
     mmrt_api_error_from_status(MMRT_ERR_LIMIT, "", &e);
-    assert_string_equal(e.message, mmrt_status_string(MMRT_ERR_LIMIT));
+    assert_string_equal(e.message, mmrt_status_message(MMRT_ERR_LIMIT));
     char longer[2000];
     memset(longer, 'x', sizeof longer - 1);
     longer[sizeof longer - 1] = '\0';
