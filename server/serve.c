@@ -49,6 +49,9 @@ enum MHD_Result mmrt_http_json(struct server *s, struct MHD_Connection *mc, unsi
         snprintf(ra, sizeof ra, "%d", s->conf.retry_after_s);
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
+    /* A server-side failure is the operator's to see, not only the client's. */
+    if (status >= 500)
+        fprintf(stderr, "mmrt serve: %u: %s\n", status, body ? body : oom);
     enum MHD_Result ret = MHD_queue_response(mc, status, r);
     MHD_destroy_response(r);
     mmrt_metrics_http(&s->metrics, status);

@@ -340,6 +340,8 @@ def test_load(s, images):
 
 def test_malformed(s, images):
     import malformed
+    # /health/ready said 503 while the model loaded: count only what this step causes.
+    before = s.metrics()['mmrt_http_responses_total{code="5xx"}']
     cases = malformed.cases(images[0], MODEL)
     assert len(cases) >= 2000, len(cases)
     wrong = []
@@ -366,7 +368,8 @@ def test_malformed(s, images):
     assert not wrong, wrong[:20]
     slow_and_vanishing(s, images)
     m = s.metrics()
-    assert m['mmrt_http_responses_total{code="5xx"}'] == 0, m
+    assert m['mmrt_http_responses_total{code="5xx"}'] == before, m
+    assert m['mmrt_requests_total{outcome="failed"}'] == 0, m
     assert s.get("/health/ready")[0] == 200
     return len(cases)
 
@@ -485,18 +488,26 @@ def test_sigterm(args, images):
     first = r.readline()
     assert first.startswith(b"data:"), first
     s.proc.send_signal(signal.SIGTERM)
-    # From the signal on, never ready again; new requests are refused with 503.
-    seen = set()
-    while s.proc.poll() is None and len(seen) < 2:
+    # Once the signal is taken (at once, but asynchronously), never ready again, and new
+    # requests are refused with 503.
+    draining, deadline = False, time.time() + TIMEOUT
+    while s.proc.poll() is None and time.time() < deadline:
         st = s.get("/health/ready")[0]
-        if st:
-            seen.add(st)
-        code = s.raw("POST", "/v1/chat/completions", body)[0] if st else 0
-        assert st in (0, 503) and code in (0, 503), (st, code)
-        break
+        if st == 0:
+            break  # the listener is gone: the process is exiting
+        if st == 503:
+            draining = True
+            try:
+                code = s.raw("POST", "/v1/chat/completions", body)[0]
+            except OSError:
+                break
+            assert code == 503, code
+            break
+        assert not draining and st == 200, st
+        time.sleep(0.01)
     rest = r.read()  # the running stream finishes
     assert rest.rstrip().endswith(b"data: [DONE]"), rest[-200:]
-    assert b'"finish_reason":"length"' in rest.replace(b" ", b""), rest[-400:]
+    assert re.search(rb'"finish_reason":"(length|stop)"', rest.replace(b" ", b"")), rest[-400:]
     c.close()
     s.stop(expect_code=0)
 
