@@ -317,14 +317,19 @@ def test_load(s, images):
         reqs.append(([user_turn(prompts[i % 4], images[i % len(images)])] if i % 5 else
                      [{"role": "user", "content": prompts[i % 4]}], 4 + (i * 7) % 13))
     c = s.client()
-    solo = [ask(c, m, max_tokens=n).choices[0].message.content for m, n in reqs]
+    solo = []
+    for m, n in reqs:
+        r = ask(c, m, max_tokens=n)
+        solo.append((r.choices[0].message.content, r.usage.completion_tokens))
     got = [None] * len(reqs)
     errors = []
 
     def run(i):
         try:
             m, n = reqs[i]
-            got[i] = ask_stream(s.client(), m, max_tokens=n)[0]
+            text, _, usage, _ = ask_stream(s.client(), m, max_tokens=n,
+                                           stream_options={"include_usage": True})
+            got[i] = (text, usage.completion_tokens)
         except Exception as e:  # noqa: BLE001 (collected, reported below)
             errors.append((i, repr(e)))
     ts = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
