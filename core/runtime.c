@@ -1466,22 +1466,30 @@ static void *worker_main(void *arg)
 {
     struct mmrt_runtime *rt = arg;
     struct mmrt_job *active = NULL; /* in the engine; only this thread touches the list */
+    /* Taken from pending, vision stage not yet run, oldest first. One starts per engine step:
+     * a burst of new requests then costs the running streams one vision stage between two
+     * tokens, not one per request, and the first of the burst reaches its prefill sooner. */
+    struct mmrt_job *fresh = NULL;
     pthread_mutex_lock(&rt->jobs_lock);
     for (;;) {
-        while (!rt->stop && !rt->pending && !active)
+        while (!rt->stop && !rt->pending && !active && !fresh)
             pthread_cond_wait(&rt->work, &rt->jobs_lock);
         if (rt->stop)
             break;
-        struct mmrt_job *fresh = NULL; /* oldest first */
+        struct mmrt_job *taken = NULL; /* pending is newest first: reverse it */
         while (rt->pending) {
             struct mmrt_job *j = rt->pending;
             rt->pending = j->next;
-            j->next = fresh;
-            fresh = j;
+            j->next = taken;
+            taken = j;
         }
+        struct mmrt_job **tail = &fresh;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = taken;
         pthread_mutex_unlock(&rt->jobs_lock);
         worker_drive(rt);
-        while (fresh) {
+        if (fresh) {
             struct mmrt_job *j = fresh;
             fresh = j->next;
             if (job_start(rt, j)) {
@@ -1516,7 +1524,7 @@ static void *worker_main(void *arg)
             job_finish(j, j->result.status, j->result.error);
         }
         pthread_mutex_lock(&rt->jobs_lock);
-        if (!rt->pending && !active) {
+        if (!rt->pending && !active && !fresh) {
             pthread_mutex_lock(&rt->stats_lock);
             rt->worker_busy = false;
             pthread_mutex_unlock(&rt->stats_lock);
@@ -1525,6 +1533,13 @@ static void *worker_main(void *arg)
     /* Stopping (mmrt_destroy): what is still queued or running is cancelled and freed. */
     struct mmrt_job *left = rt->pending;
     rt->pending = NULL;
+    if (fresh) { /* the never-started ones go with the queued ones */
+        struct mmrt_job **tail = &fresh;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = left;
+        left = fresh;
+    }
     pthread_mutex_unlock(&rt->jobs_lock);
     pthread_mutex_lock(&rt->drive);
     while (active) {
