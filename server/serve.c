@@ -6,6 +6,7 @@
 #include "serve.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -219,9 +220,16 @@ static void *housekeeping(void *arg)
     return NULL;
 }
 
-static void log_line(const char *fmt, const char *a, long b)
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void log_line(const char *fmt, ...)
 {
-    fprintf(stderr, fmt, a, b);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mmrt serve: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
     fflush(stderr);
 }
 
@@ -267,21 +275,17 @@ static struct MHD_Daemon *start_daemon(struct server *s, char *err, size_t err_s
     memset(&ss, 0, sizeof ss);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
-    socklen_t len;
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, s->conf.host, &v4->sin_addr) == 1) {
         v4->sin_family = AF_INET;
         v4->sin_port = htons((uint16_t)s->conf.port);
-        len = sizeof *v4;
     } else {
         inet_pton(AF_INET6, s->conf.host, &v6->sin6_addr);
         v6->sin6_family = AF_INET6;
         v6->sin6_port = htons((uint16_t)s->conf.port);
-        len = sizeof *v6;
         flags |= MHD_USE_IPv6;
     }
-    (void)len;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)s->conf.port, NULL, NULL, handler, s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
@@ -357,14 +361,13 @@ int mmrt_serve(const char *ini_path, const struct mmrt_serve_options *opts)
     s->created = (long)time(NULL);
     atomic_store(&s->rt, rt);
     atomic_store(&s->state, STATE_READY);
-    log_line("mmrt serve: model '%s' ready after %ld ms\n", s->conf.model_name,
-             (long)(now_ms() - t0));
+    log_line("model '%s' ready after %ld ms", s->conf.model_name, (long)(now_ms() - t0));
 
     int sig = 0;
     sigwait(&sigs, &sig);
     atomic_store(&s->state, STATE_DRAINING);
-    log_line("mmrt serve: %s received; draining (up to %ld s)\n",
-             sig == SIGTERM ? "SIGTERM" : "SIGINT", s->conf.drain_s);
+    log_line("%s received; draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+             s->conf.drain_s);
     /* Running streams finish; after drain_s they are cancelled (their clients get what was
      * generated so far and a closed stream). */
     const double deadline = now_ms() + s->conf.drain_s * 1e3;
@@ -398,6 +401,6 @@ out:
     pthread_mutex_destroy(&s->lock);
     mmrt_server_conf_free(&s->conf);
     if (code == 0)
-        log_line("mmrt serve: %s stopped%ld\n", "", 0);
+        log_line("stopped");
     return code;
 }

@@ -40,19 +40,20 @@ TIMEOUT = 120  # seconds any single wait may take (ASan builds are slow)
 class Server:
     """One `mmrt serve` process with its own deploy.ini."""
 
-    def __init__(self, args, name, server_keys="", scheduler="", model_keys=""):
+    def __init__(self, args, name, server_keys="", scheduler="", model_keys="", ini=None):
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="mmrt-serve-")
-        self.ini = os.path.join(self.dir, name + ".ini")
+        self.ini = ini or os.path.join(self.dir, name + ".ini")
         model = os.path.abspath(os.path.join(args.fixtures, MODEL))
-        with open(self.ini, "w") as f:
-            f.write(f"[model]\npath = {model}\n{model_keys}\n"
-                    "[device.cpu0]\nplugin = cpu\npool_mb = 256\n\n"
-                    f"[scheduler]\n{scheduler}\n"
-                    f"[server]\nhost = 127.0.0.1\nport = 0\nthreads = 4\n{server_keys}\n")
+        if not ini:
+            with open(self.ini, "w") as f:
+                f.write(f"[model]\npath = {model}\n{model_keys}\n"
+                        "[device.cpu0]\nplugin = cpu\npool_mb = 256\n\n"
+                        f"[scheduler]\n{scheduler}\n"
+                        f"[server]\nhost = 127.0.0.1\nport = 0\nthreads = 4\n{server_keys}\n")
         self.log_path = os.path.join(self.dir, "server.log")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([args.mmrt, "serve", "--conf", self.ini],
+        self.proc = subprocess.Popen([args.mmrt, "serve", "--conf", self.ini, "--port", "0"],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -317,14 +318,19 @@ def test_load(s, images):
         reqs.append(([user_turn(prompts[i % 4], images[i % len(images)])] if i % 5 else
                      [{"role": "user", "content": prompts[i % 4]}], 4 + (i * 7) % 13))
     c = s.client()
-    solo = [ask(c, m, max_tokens=n).choices[0].message.content for m, n in reqs]
+    solo = []
+    for m, n in reqs:
+        r = ask(c, m, max_tokens=n)
+        solo.append((r.choices[0].message.content, r.usage.completion_tokens))
     got = [None] * len(reqs)
     errors = []
 
     def run(i):
         try:
             m, n = reqs[i]
-            got[i] = ask_stream(s.client(), m, max_tokens=n)[0]
+            text, _, usage, _ = ask_stream(s.client(), m, max_tokens=n,
+                                           stream_options={"include_usage": True})
+            got[i] = (text, usage.completion_tokens)
         except Exception as e:  # noqa: BLE001 (collected, reported below)
             errors.append((i, repr(e)))
     ts = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
@@ -476,6 +482,20 @@ def test_limits_and_keepalive(args, images):
         s.stop()
 
 
+def test_demo(args, image_paths):
+    """The built-in default deployment answers the openai client (the issue's "done when")."""
+    s = Server(args, "demo", ini=args.demo_conf)
+    try:
+        c = s.client()
+        model = c.models.list().data[0].id
+        r = c.chat.completions.create(model=model, max_tokens=16, temperature=0, messages=[
+            user_turn("What is shown in this image?", data_uri(image_paths[0]))])
+        assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens
+        return f"{model}: {r.choices[0].message.content!r}"
+    finally:
+        s.stop()
+
+
 def test_sigterm(args, images):
     s = Server(args, "drain", server_keys="drain_s = 60\n")
     body = json.dumps({"model": MODEL, "max_tokens": 200, "stream": True,
@@ -517,6 +537,8 @@ def main():
     ap.add_argument("--mmrt", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--demo-conf", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf", "demo.ini"))
     args = ap.parse_args()
     image_paths = [os.path.join(args.fixtures, "llava-images", n) for n in
                    ("grad_80x60.png", "grad_64x64.png", "grad_45x90.png", "grad_36x100.png")]
@@ -531,6 +553,7 @@ def main():
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
         ("queue_full", lambda: test_queue_full(args, images)),
         ("limits_and_keepalive", lambda: test_limits_and_keepalive(args, images)),
+        ("demo", lambda: test_demo(args, image_paths)),
     ]
     for name, fn in steps:
         if args.only and name != args.only:
