@@ -1,6 +1,7 @@
 /* core/engine.c — sequences, iteration-level scheduling and batched forwards (engine.h). */
 #include "engine.h"
 
+#include <nettle/sha2.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,9 @@
 #include "sampler.h"
 
 enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
+
+#define PREFIX_KEY SHA256_DIGEST_SIZE
+#define MAX_PREFIXES (1 << 16) /* most [engine] prefix_entries */
 
 struct mmrt_seq {
     struct mmrt_engine *e;
@@ -39,6 +43,18 @@ struct mmrt_seq {
     bool stopped;                /* a stop string was reached */
     bool graph;                  /* a decode step of this sequence ran as a graph */
     atomic_bool cancel;
+    /* Prefix keys (prefix_keys()): pkeys[k] names prompt positions [0, (k + 1) · chunk). */
+    uint8_t (*pkeys)[PREFIX_KEY];
+    int64_t n_pkeys;
+};
+
+/* A cached prompt prefix: the pages holding the K/V of its positions [0, n_pages · page
+ * tokens), pinned in the store (kv_cache.h) so they outlive the sequence that wrote them. */
+struct prefix {
+    uint8_t key[PREFIX_KEY];
+    int64_t n_pages;
+    int32_t *pages;
+    uint64_t used;               /* LRU tick of the last insertion or hit */
 };
 
 /* The buffers of one forward: the I32 control block (host and device), the embedded rows,
@@ -71,6 +87,9 @@ struct mmrt_engine {
     float *logits;               /* [max_batch][vocab] host copy */
     struct part *parts;          /* [max_batch] */
     struct mmrt_engine_stats stats;
+    struct prefix *prefixes;     /* [max_prefixes], the first n_prefixes in use */
+    int n_prefixes, max_prefixes; /* max_prefixes 0: no reuse */
+    uint64_t prefix_tick;
 };
 
 /* ---- decoder workspaces (decoder.h) -------------------------------------------------- */
@@ -359,6 +378,8 @@ static mmrt_status forward(struct mmrt_engine *e, struct fwd *f, const struct pa
 
 static void seq_free_parts(struct mmrt_seq *s)
 {
+    free(s->pkeys);
+    s->pkeys = NULL;
     mmrt_kv_cache_free(&s->kv);
     mmrt_tokenizer_stream_destroy(s->stream);
     s->stream = NULL;
@@ -601,6 +622,153 @@ static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_p
     return MMRT_OK;
 }
 
+/* ---- prefix reuse (docs/ENGINE.md "Prefix reuse") -------------------------------------- */
+
+/* The K/V of a prompt position depend on the embedded rows at and before it (a token's
+ * embedding, or the image feature row spliced in its place), the rotary positions of those
+ * rows, and how the prompt was cut into chunks, which is fixed: multiples of prefill_chunk
+ * from 0. So the key of positions [0, b) (b a chunk boundary) chains SHA-256 over the
+ * chunks: key_k = H(key_{k-1}, chunk k's ids, its positions (M-RoPE) and every spliced row
+ * with its place). The feature bits themselves are hashed, not the image's name: what is
+ * compared is exactly what the prefill would read, whichever path (vision cache or not,
+ * traced or not) produced it. Hashing a LLaVA-1.5 image's 576 rows (9 MiB) costs a few
+ * milliseconds; prefilling them costs seconds. */
+static mmrt_status prefix_keys(const struct mmrt_engine *e, struct mmrt_seq *s,
+                               struct mmrt_error *err)
+{
+    const struct mmrt_prompt *p = &s->prompt;
+    const int64_t c = e->o.prefill_chunk;
+    if (e->max_prefixes == 0 || p->n_ids < c)
+        return MMRT_OK;
+    const int64_t n = p->n_ids / c;
+    s->pkeys = malloc((size_t)n * sizeof *s->pkeys);
+    if (!s->pkeys)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
+    const int64_t A = e->dec->n_axes > 0 ? e->dec->n_axes : 1, D = e->dec->hidden;
+    struct sha256_ctx h;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t a = k * c;
+        sha256_init(&h);
+        if (k == 0) {
+            static const char tag[] = "mmrt prefix v1";
+            const int64_t head[3] = { c, e->dec->kv->page_tokens, A };
+            sha256_update(&h, sizeof tag, (const uint8_t *)tag);
+            sha256_update(&h, sizeof head, (const uint8_t *)head);
+        } else {
+            sha256_update(&h, PREFIX_KEY, s->pkeys[k - 1]);
+        }
+        const int64_t has_pos = p->pos != NULL;
+        sha256_update(&h, sizeof has_pos, (const uint8_t *)&has_pos);
+        sha256_update(&h, (size_t)c * sizeof *p->ids, (const uint8_t *)(p->ids + a));
+        if (p->pos)
+            sha256_update(&h, (size_t)(c * A) * sizeof *p->pos,
+                          (const uint8_t *)(p->pos + a * A));
+        for (int i = 0; i < p->n_splices; i++) {
+            const struct mmrt_prompt_splice *sp = &p->splices[i];
+            const int64_t lo = sp->row > a ? sp->row : a;
+            const int64_t hi = sp->row + sp->n_rows < a + c ? sp->row + sp->n_rows : a + c;
+            if (lo >= hi)
+                continue;
+            const int64_t where[2] = { lo, hi };
+            sha256_update(&h, sizeof where, (const uint8_t *)where);
+            sha256_update(&h, (size_t)((hi - lo) * D) * sizeof(float),
+                          (const uint8_t *)(s->vision.features +
+                                            (sp->src_row + lo - sp->row) * D));
+        }
+        const int64_t end = -1; /* no splice record has a negative row */
+        sha256_update(&h, sizeof end, (const uint8_t *)&end);
+        sha256_digest(&h, PREFIX_KEY, s->pkeys[k]);
+    }
+    s->n_pkeys = n;
+    return MMRT_OK;
+}
+
+static struct prefix *prefix_find(struct mmrt_engine *e, const uint8_t *key)
+{
+    for (int i = 0; i < e->n_prefixes; i++)
+        if (memcmp(e->prefixes[i].key, key, PREFIX_KEY) == 0)
+            return &e->prefixes[i];
+    return NULL;
+}
+
+/* Drops cached prefix i: its pages return to the store unless a sequence still uses them. */
+static void prefix_drop(struct mmrt_engine *e, int i)
+{
+    struct prefix *x = &e->prefixes[i];
+    for (int64_t j = x->n_pages; j-- > 0;)
+        mmrt_kv_page_unpin(e->dec->kv, x->pages[j]);
+    free(x->pages);
+    e->prefixes[i] = e->prefixes[--e->n_prefixes];
+}
+
+/* Drops the least recently used cached prefix; false when there is none. */
+static bool prefix_evict(struct mmrt_engine *e)
+{
+    if (e->n_prefixes == 0)
+        return false;
+    int lru = 0;
+    for (int i = 1; i < e->n_prefixes; i++)
+        if (e->prefixes[i].used < e->prefixes[lru].used)
+            lru = i;
+    prefix_drop(e, lru);
+    e->stats.prefix_evictions++;
+    return true;
+}
+
+/* Before s's prefill: shares the longest cached prefix of its prompt that ends on a chunk
+ * and a page boundary and leaves at least the prompt's last position to compute (its row
+ * gives the first logits). s holds no page yet. */
+static void prefix_attach(struct mmrt_engine *e, struct mmrt_seq *s)
+{
+    const int64_t c = e->o.prefill_chunk, P = e->dec->kv->page_tokens;
+    int64_t k = (s->prompt.n_ids - 1) / c;
+    if (k > s->n_pkeys)
+        k = s->n_pkeys;
+    for (; k >= 1; k--) {
+        const int64_t b = k * c;
+        if (b % P != 0)
+            continue;
+        struct prefix *x = prefix_find(e, s->pkeys[k - 1]);
+        if (!x || x->n_pages != b / P)
+            continue;
+        mmrt_kv_cache_share(&s->kv, x->pages, x->n_pages);
+        x->used = ++e->prefix_tick;
+        return;
+    }
+}
+
+/* After a prefill chunk of s: when it ended on a boundary a later prompt may share from,
+ * the pages before it are cached under its key (the least recently used prefix goes when
+ * the store is full). Only prompt positions are cached: they are computed by prefill rows,
+ * as any prompt computes them; generated tokens' K/V come from decode rows. */
+static void prefix_insert(struct mmrt_engine *e, struct mmrt_seq *s)
+{
+    const int64_t c = e->o.prefill_chunk, P = e->dec->kv->page_tokens, b = s->kv.n_past;
+    if (e->max_prefixes == 0 || b == 0 || b % c != 0 || b % P != 0 || b / c > s->n_pkeys ||
+        b > s->prompt.n_ids)
+        return;
+    const uint8_t *key = s->pkeys[b / c - 1];
+    struct prefix *x = prefix_find(e, key);
+    if (x) {
+        x->used = ++e->prefix_tick;
+        return;
+    }
+    int32_t *pages = malloc((size_t)(b / P) * sizeof *pages);
+    if (!pages)
+        return; /* not cached: only a later prompt's speed depends on it */
+    if (e->n_prefixes == e->max_prefixes)
+        prefix_evict(e);
+    x = &e->prefixes[e->n_prefixes++];
+    memcpy(x->key, key, PREFIX_KEY);
+    x->n_pages = b / P;
+    x->pages = pages;
+    for (int64_t j = 0; j < x->n_pages; j++) {
+        pages[j] = s->kv.page_ids[j];
+        mmrt_kv_page_pin(e->dec->kv, pages[j]);
+    }
+    x->used = ++e->prefix_tick;
+}
+
 /* The request's stop strings (runtime.c checked count, lengths and UTF-8). */
 static mmrt_status copy_stops(struct mmrt_seq *s, const struct mmrt_request *q,
                               struct mmrt_error *err)
@@ -659,6 +827,8 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
                                           err);
     if (st == MMRT_OK)
         st = copy_stops(s, q, err);
+    if (st == MMRT_OK)
+        st = prefix_keys(e, s, err);
     if (st == MMRT_OK) {
         s->tokens = malloc((size_t)(s->prompt.n_ids + s->max_tokens) * sizeof *s->tokens);
         if (!s->tokens)
@@ -720,6 +890,8 @@ void mmrt_engine_get_stats(const struct mmrt_engine *e, struct mmrt_engine_stats
 {
     *out = e->stats;
     out->waiting = out->running = 0;
+    out->prefix_entries = e->n_prefixes;
+    out->prefix_pages = e->dec->kv->n_pinned;
     for (int i = 0; i < e->n_live; i++) {
         out->waiting += e->live[i]->state == SEQ_WAITING;
         out->running += e->live[i]->state == SEQ_PREFILL || e->live[i]->state == SEQ_DECODE;
@@ -779,12 +951,23 @@ static void admit(struct mmrt_engine *e)
     struct mmrt_seq *s;
     while (n < e->o.max_batch && (s = first_waiting(e)) != NULL) {
         const struct mmrt_kv_pages *p = e->dec->kv;
-        if (mmrt_kv_cache_pages_needed(&s->kv, s->n_known) > p->n_free)
+        prefix_attach(e, s);
+        /* Cached prefixes give their pages back before a request waits for them. */
+        const int64_t need = mmrt_kv_cache_pages_needed(&s->kv, s->n_known);
+        while (need > p->n_free && prefix_evict(e)) {
+        }
+        if (need > p->n_free) {
+            mmrt_kv_cache_drop(&s->kv);
             break;
+        }
         struct mmrt_error err = { 0 };
         if (mmrt_kv_cache_reserve(&s->kv, s->prompt.n_ids, &err) != MMRT_OK) {
             finish(e, s, MMRT_ERR_LIMIT, err.msg);
             continue;
+        }
+        if (s->kv.n_past > 0) {
+            e->stats.prefix_hits++;
+            e->stats.prefix_reused_tokens += (uint64_t)s->kv.n_past;
         }
         s->state = SEQ_PREFILL;
         s->admitted = ++e->next_admitted;
@@ -835,6 +1018,8 @@ static void decode_step(struct mmrt_engine *e)
             continue;
         struct mmrt_error err = { 0 };
         while (mmrt_kv_cache_reserve(&s->kv, s->kv.n_past + 1, &err) != MMRT_OK) {
+            if (prefix_evict(e)) /* cached prefixes go before a running sequence */
+                continue;
             struct mmrt_seq *y = youngest_running(e);
             preempt(e, y);
             if (y == s)
@@ -905,6 +1090,7 @@ static void prefill_run(struct mmrt_engine *e, const struct part *parts, int n)
     for (int i = 0, o = 0; i < n; i++) {
         struct mmrt_seq *s = parts[i].s;
         s->kv.n_past += parts[i].n;
+        prefix_insert(e, s);
         if (!parts[i].logits)
             continue;
         const float *row = e->logits + (int64_t)o++ * e->dec->vocab;
@@ -971,6 +1157,9 @@ void mmrt_engine_destroy(struct mmrt_engine *e)
         return;
     for (int b = 0; b <= MMRT_SMALL_M; b++)
         mmrt_dev_graph_destroy(e->dec->dev, e->graphs[b]);
+    while (e->n_prefixes > 0)
+        prefix_drop(e, e->n_prefixes - 1);
+    free(e->prefixes);
     fwd_destroy(e, &e->decode);
     free(e->live);
     free(e->logits);
@@ -1000,6 +1189,9 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
     if (o.step_tokens < 1)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[scheduler] step_tokens %lld must be at "
                               "least 1", (long long)o.step_tokens);
+    if (o.prefix_entries > MAX_PREFIXES)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "engine: prefix_entries %d must be at most "
+                              "%d", o.prefix_entries, MAX_PREFIXES);
     struct mmrt_engine *e = calloc(1, sizeof *e);
     if (!e)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
@@ -1010,7 +1202,10 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
     /* Logits rows: a decode step has max_batch, a prefill forward at most max_batch. */
     e->logits = malloc((size_t)o.max_batch * (size_t)e->dec->vocab * sizeof *e->logits);
     e->parts = calloc((size_t)o.max_batch, sizeof *e->parts);
-    mmrt_status st = e->logits && e->parts
+    e->max_prefixes = o.prefix_entries < 0 ? 0
+                      : o.prefix_entries ? o.prefix_entries : MMRT_ENGINE_DEFAULT_PREFIXES;
+    e->prefixes = e->max_prefixes ? calloc((size_t)e->max_prefixes, sizeof *e->prefixes) : NULL;
+    mmrt_status st = e->logits && e->parts && (e->prefixes || !e->max_prefixes)
                          ? fwd_create(e, o.max_batch, o.max_batch, o.max_batch, &e->decode, err)
                          : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
     if (st != MMRT_OK) {

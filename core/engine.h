@@ -25,6 +25,14 @@
  * sequence recomputes its prompt in the same chunks and replays its generated tokens as
  * decode rows, so its K/V are the bits it had before.
  *
+ * Prefix reuse (docs/ENGINE.md "Prefix reuse"): the K/V of a prompt's first b positions,
+ * b a multiple of prefill_chunk and of the page size, are kept in the page store after the
+ * sequence that computed them, keyed by SHA-256 over what determines them (the token ids,
+ * the image feature rows spliced in, the rotary positions); a later prompt that starts the
+ * same way shares those pages and prefills from b. Those K/V are the bits the later prompt
+ * would compute itself: the same rows, cut into the same chunks from position 0, whose
+ * queries attend only keys inside the prefix.
+ *
  * Threads: the engine is driven by one thread at a time (its caller's); token callbacks run
  * on that thread, inside mmrt_engine_step(). mmrt_engine_cancel() is safe from any thread.
  */
@@ -43,6 +51,7 @@
 
 #define MMRT_ENGINE_DEFAULT_BATCH 16
 #define MMRT_ENGINE_DEFAULT_CHUNK 512
+#define MMRT_ENGINE_DEFAULT_PREFIXES 256
 
 struct mmrt_engine_options {
     int max_batch;          /* sequences running at once, 1 … MMRT_SMALL_M; 0 = 16 */
@@ -50,6 +59,9 @@ struct mmrt_engine_options {
     int64_t step_tokens;    /* token rows one step runs (decode rows + prefill rows); at least
                                one chunk always runs; 0 = prefill_chunk + max_batch */
     bool use_graph;         /* decode steps as captured device graphs where the device can */
+    int prefix_entries;     /* prompt prefixes whose K/V pages are kept for reuse (LRU; their
+                               pages also go, oldest first, whenever a request needs them):
+                               0 = MMRT_ENGINE_DEFAULT_PREFIXES, < 0 = no reuse */
 };
 
 /* Counters since creation, for mmrt-bench and the tests. */
@@ -60,6 +72,11 @@ struct mmrt_engine_stats {
     uint64_t preemptions;
     int max_running;                    /* most sequences running in one step */
     int waiting, running;               /* now: queued for admission, prefilling/decoding */
+    uint64_t prefix_hits;               /* admissions that shared a cached prefix */
+    uint64_t prefix_reused_tokens;      /* prompt positions those shared (not prefilled) */
+    uint64_t prefix_evictions;          /* cached prefixes dropped (LRU or for pages) */
+    int prefix_entries;                 /* now: cached prefixes */
+    int64_t prefix_pages;               /* now: pages the cached prefixes hold */
 };
 
 struct mmrt_engine;

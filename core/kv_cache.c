@@ -17,6 +17,8 @@ void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p)
     free(p->k);
     free(p->v);
     free(p->free_pages);
+    free(p->refs);
+    free(p->pins);
     memset(p, 0, sizeof *p);
 }
 
@@ -97,7 +99,9 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     p.k = calloc((size_t)n_layers, sizeof *p.k);
     p.v = calloc((size_t)n_layers, sizeof *p.v);
     p.free_pages = calloc((size_t)p.n_pages, sizeof *p.free_pages);
-    if (!p.k || !p.v || !p.free_pages) {
+    p.refs = calloc((size_t)p.n_pages, sizeof *p.refs);
+    p.pins = calloc((size_t)p.n_pages, sizeof *p.pins);
+    if (!p.k || !p.v || !p.free_pages || !p.refs || !p.pins) {
         mmrt_kv_pages_destroy(&p);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
     }
@@ -159,28 +163,68 @@ static const char *key_hint(const struct mmrt_kv_pages *p)
                                     : "the default KV budget (set [model] max_kv_tokens)";
 }
 
+/* A sequence lets go of page id: back on the free stack when nothing else holds it. */
+static void page_release(struct mmrt_kv_pages *p, int32_t id)
+{
+    if (--p->refs[id] > 0)
+        return;
+    p->dev->kv.pages_used--;
+    if (p->pins[id] == 0)
+        p->free_pages[p->n_free++] = id;
+}
+
+static void page_hold(struct mmrt_kv_pages *p, int32_t id)
+{
+    if (p->refs[id]++ == 0)
+        p->dev->kv.pages_used++;
+}
+
+void mmrt_kv_page_pin(struct mmrt_kv_pages *p, int32_t id)
+{
+    if (p->pins[id]++ == 0)
+        p->n_pinned++;
+}
+
+void mmrt_kv_page_unpin(struct mmrt_kv_pages *p, int32_t id)
+{
+    if (--p->pins[id] > 0)
+        return;
+    p->n_pinned--;
+    if (p->refs[id] == 0)
+        p->free_pages[p->n_free++] = id;
+}
+
+/* Last page first, so a lone sequence's first page ends on top of the stack (the order its
+ * pages came in: deterministic layout). */
+static void release_all(struct mmrt_kv_cache *c)
+{
+    for (int64_t i = c->n_held; i-- > 0;)
+        page_release(c->pages, c->page_ids[i]);
+    c->n_held = 0;
+    c->n_past = 0;
+}
+
 void mmrt_kv_cache_free(struct mmrt_kv_cache *c)
 {
-    if (c->pages) {
-        struct mmrt_kv_pages *p = c->pages;
-        for (int64_t i = c->n_held; i-- > 0;)
-            p->free_pages[p->n_free++] = c->page_ids[i];
-        p->dev->kv.pages_used -= (uint64_t)c->n_held;
-    }
+    if (c->pages)
+        release_all(c);
     free(c->page_ids);
     memset(c, 0, sizeof *c);
 }
 
 void mmrt_kv_cache_drop(struct mmrt_kv_cache *c)
 {
-    struct mmrt_kv_pages *p = c->pages;
-    if (!p)
-        return;
-    for (int64_t i = c->n_held; i-- > 0;)
-        p->free_pages[p->n_free++] = c->page_ids[i];
-    p->dev->kv.pages_used -= (uint64_t)c->n_held;
-    c->n_held = 0;
-    c->n_past = 0;
+    if (c->pages)
+        release_all(c);
+}
+
+void mmrt_kv_cache_share(struct mmrt_kv_cache *c, const int32_t *ids, int64_t n)
+{
+    for (int64_t i = 0; i < n && c->n_held < c->max_pages; i++) {
+        page_hold(c->pages, ids[i]);
+        c->page_ids[c->n_held++] = ids[i];
+    }
+    c->n_past = c->n_held * c->pages->page_tokens;
 }
 
 int64_t mmrt_kv_cache_pages_needed(const struct mmrt_kv_cache *c, int64_t n_tokens)
@@ -223,10 +267,11 @@ mmrt_status mmrt_kv_cache_reserve(struct mmrt_kv_cache *c, int64_t n_tokens,
                               "tokens needed, %lld free of the %lld of %s",
                               (long long)(need - c->n_held), (long long)p->page_tokens,
                               (long long)p->n_free, (long long)p->n_pages, key_hint(p));
-    const int64_t had = c->n_held;
-    while (c->n_held < need)
-        c->page_ids[c->n_held++] = p->free_pages[--p->n_free];
-    p->dev->kv.pages_used += (uint64_t)(need - had);
+    while (c->n_held < need) {
+        const int32_t id = p->free_pages[--p->n_free];
+        page_hold(p, id);
+        c->page_ids[c->n_held++] = id;
+    }
     return MMRT_OK;
 }
 

@@ -56,6 +56,12 @@ struct mmrt_kv_pages {
     int n_blocks;
     int32_t *free_pages;        /* stack of free page ids */
     int64_t n_free;
+    /* Holders of each page (prefix sharing, docs/ENGINE.md "Prefix reuse"): refs[id] counts
+     * the sequences whose page table names it, pins[id] the engine's cached prefixes. A page
+     * is on the free stack exactly when both are 0; dev->kv.pages_used counts the pages with
+     * refs > 0 (what requests hold), n_pinned those with pins > 0. */
+    int32_t *refs, *pins;
+    int64_t n_pinned;
 };
 
 /* Reserves the store. max_tokens 0 = the default: with pool_mb = auto the positions the pool
@@ -86,10 +92,22 @@ struct mmrt_kv_cache {
  * than the whole store is refused (MMRT_ERR_LIMIT naming max_kv_tokens and both numbers). */
 mmrt_status mmrt_kv_cache_alloc(struct mmrt_kv_pages *pages, int64_t n_ctx,
                                 struct mmrt_kv_cache *out, struct mmrt_error *err);
-/* Returns the sequence's pages to the store and frees its table; a zeroed cache is a no-op. */
+/* Gives up the sequence's hold on its pages (each returns to the store unless another
+ * sequence or a cached prefix holds it) and frees its table; a zeroed cache is a no-op. */
 void mmrt_kv_cache_free(struct mmrt_kv_cache *c);
-/* Returns every page but keeps the sequence (preemption: it is recomputed later). */
+/* Gives up every page but keeps the sequence (preemption: it is recomputed later). */
 void mmrt_kv_cache_drop(struct mmrt_kv_cache *c);
+
+/* Starts c's page table with n shared pages (ids, in position order), which some other
+ * holder keeps: a reference is taken on each and positions [0, n · page_tokens) count as
+ * filled. c must hold no page. The sequence never writes these positions (it writes only
+ * from n_past on, in pages of its own), so the pages need no copy. */
+void mmrt_kv_cache_share(struct mmrt_kv_cache *c, const int32_t *ids, int64_t n);
+
+/* The prefix store's hold on a page (pins above): a pinned page outlives its sequences and
+ * returns to the free stack with its last holder. */
+void mmrt_kv_page_pin(struct mmrt_kv_pages *p, int32_t id);
+void mmrt_kv_page_unpin(struct mmrt_kv_pages *p, int32_t id);
 
 /* Pages positions [0, n_tokens) need beyond what the sequence holds. */
 int64_t mmrt_kv_cache_pages_needed(const struct mmrt_kv_cache *c, int64_t n_tokens);

@@ -288,7 +288,9 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     rt->engine_opts = (struct mmrt_engine_options){ .max_batch = cfg->max_batch,
                                                     .prefill_chunk = cfg->prefill_chunk,
                                                     .step_tokens = cfg->step_tokens,
-                                                    .use_graph = true };
+                                                    .use_graph = true,
+                                                    .prefix_entries =
+                                                        cfg->prefix_cache < 0 ? -1 : 0 };
     rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
@@ -610,6 +612,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .step_tokens = conf->scheduler.step_tokens,
         .vision_cache_entries = conf->cache.vision_entries,
         .vision_cache_mb = conf->cache.vision_mb,
+        .prefix_cache = conf->cache.prefix,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);
@@ -1435,6 +1438,8 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->requests_running = (uint64_t)es.running;
     n->engine_steps = es.steps;
     n->preemptions = es.preemptions;
+    n->prefix_cache_hits = es.prefix_hits;
+    n->prefix_cache_reused_tokens = es.prefix_reused_tokens;
     const struct mmrt_dev *lang = rt->language;
     n->kv_pages_used = lang->kv.pages_used;
     n->kv_pages_total = lang->kv.pages_total;

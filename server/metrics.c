@@ -209,6 +209,11 @@ char *mmrt_metrics_render(struct mmrt_metrics *m, struct mmrt_runtime *rt, int r
             (double)st.vision_cache_hits);
         one(&t, "mmrt_vision_cache_evictions_total", "counter", "Vision-cache evictions.",
             (double)st.vision_cache_evictions);
+        one(&t, "mmrt_prefix_cache_hits_total", "counter",
+            "Requests that shared a cached prompt prefix's KV.", (double)st.prefix_cache_hits);
+        one(&t, "mmrt_prefix_cache_reused_tokens_total", "counter",
+            "Prompt tokens shared from cached prefixes, not prefilled.",
+            (double)st.prefix_cache_reused_tokens);
         const int n = mmrt_device_count(rt);
         static const struct {
             const char *name, *help;

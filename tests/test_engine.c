@@ -180,14 +180,16 @@ static void check_batch(const char *fixture, const struct setup *s, bool expect_
     }
     if (getenv("MMRT_TEST_VERBOSE"))
         fprintf(stderr, "%s: steps %llu decode fwd %llu rows %llu prefill fwd %llu rows %llu "
-                "preempt %llu replay %llu max_running %d\n", fixture,
+                "preempt %llu replay %llu max_running %d prefix hits %llu reused %llu\n", fixture,
                 (unsigned long long)(after.steps - before.steps),
                 (unsigned long long)(after.decode_forwards - before.decode_forwards),
                 (unsigned long long)(after.decode_rows - before.decode_rows),
                 (unsigned long long)(after.prefill_forwards - before.prefill_forwards),
                 (unsigned long long)(after.prefill_rows - before.prefill_rows),
                 (unsigned long long)(after.preemptions - before.preemptions),
-                (unsigned long long)(after.replay_rows - before.replay_rows), after.max_running);
+                (unsigned long long)(after.replay_rows - before.replay_rows), after.max_running,
+                (unsigned long long)(after.prefix_hits - before.prefix_hits),
+                (unsigned long long)(after.prefix_reused_tokens - before.prefix_reused_tokens));
     if (expect_preemption) {
         assert_true(after.preemptions > before.preemptions);
         assert_true(after.replay_rows > before.replay_rows);

@@ -584,6 +584,16 @@ static void cache_key(struct parser *p, const char *key, const char *v, size_t n
     } else if (strcmp(key, "vision_mb") == 0) {
         if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_VISION_MB, &x, &s->vision_mb_line))
             s->vision_mb = (int64_t)x;
+    } else if (strcmp(key, "prefix") == 0) {
+        if (!once(p, key, n, &s->prefix_line))
+            return;
+        if (n == 2 && memcmp(v, "on", 2) == 0)
+            s->prefix = 1;
+        else if (n == 3 && memcmp(v, "off", 3) == 0)
+            s->prefix = -1;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[cache] prefix = '%.*s': expected on or off",
+                 (int)n, v);
     } else {
         unknown_key(p, key, v, n);
     }

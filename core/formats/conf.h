@@ -42,6 +42,7 @@
  *     [cache]               ; optional: the vision-feature cache (docs/CONFIG.md "Cache")
  *     vision_entries = 2048 ; optional, 0..16777216, default 2048: images it holds; 0 = off
  *     vision_mb = 1024      ; optional, 1..16777216, default 1024: MiB of features it holds
+ *     prefix = on           ; optional, on | off, default on: reuse the KV of prompt prefixes
  *
  *     [run]
  *     image = cat.png       ; relative to the INI file's folder
@@ -210,6 +211,8 @@ struct mmrt_conf_cache {
     int vision_entries_line;
     int64_t vision_mb;
     int vision_mb_line;
+    int prefix;                 /* 0 = the default (on), 1 = on, -1 = off */
+    int prefix_line;
 };
 
 struct mmrt_conf {

@@ -286,6 +286,7 @@ struct cache_phase {
     double miss_ttft_ms, hit_ttft_ms;         /* medians */
     double miss_vision_ms, miss_preprocess_ms; /* medians of what the hits skipped */
     uint64_t queries, hits;                    /* the runtime's counters over the phase */
+    uint64_t prefix_hits, prefix_reused_tokens; /* prefix reuse over the phase (engine.h) */
 };
 
 /* --repeat fresh images, each a miss then a hit (one token each); the tokens must agree and
@@ -348,6 +349,9 @@ static int run_cache_phase(struct mmrt_runtime *rt, const struct options *o, con
             .miss_vision_ms = median(vis, n), .miss_preprocess_ms = median(pre, n),
             .queries = s1.vision_cache_queries - s0.vision_cache_queries,
             .hits = s1.vision_cache_hits - s0.vision_cache_hits,
+            .prefix_hits = s1.prefix_cache_hits - s0.prefix_cache_hits,
+            .prefix_reused_tokens = s1.prefix_cache_reused_tokens -
+                                    s0.prefix_cache_reused_tokens,
         };
     free(v);
     return rc;
@@ -1129,6 +1133,10 @@ int main(int argc, char **argv)
                                       cph.miss_preprocess_ms, "miss_vision_ms",
                                       cph.miss_vision_ms, "queries", (json_int_t)cph.queries,
                                       "hits", (json_int_t)cph.hits));
+        json_object_set_new(json_object_get(rec, "vision_cache"), "prefix_hits",
+                            json_integer((json_int_t)cph.prefix_hits));
+        json_object_set_new(json_object_get(rec, "vision_cache"), "prefix_reused_tokens",
+                            json_integer((json_int_t)cph.prefix_reused_tokens));
     }
     if (o.json) {
         char *text = json_dumps(rec, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -1195,10 +1203,13 @@ int main(int argc, char **argv)
         if (o.vision_cache)
             printf("vision cache: time to first token (median of %d images, each a miss then a "
                    "hit, 1 token): miss %.1f ms, hit %.1f ms, hit/miss %.2f (limit 0.50: %s); "
-                   "the hit skipped preprocess %.1f ms + vision %.1f ms\n", cph.pairs,
+                   "the hit skipped preprocess %.1f ms + vision %.1f ms and the prefill of "
+                   "%llu prompt tokens (%llu prefix hits)\n", cph.pairs,
                    cph.miss_ttft_ms, cph.hit_ttft_ms, cph.hit_ttft_ms / cph.miss_ttft_ms,
                    cph.hit_ttft_ms <= 0.5 * cph.miss_ttft_ms ? "within" : "NOT within",
-                   cph.miss_preprocess_ms, cph.miss_vision_ms);
+                   cph.miss_preprocess_ms, cph.miss_vision_ms,
+                   (unsigned long long)cph.prefix_reused_tokens,
+                   (unsigned long long)cph.prefix_hits);
         if (isfinite(m_vis) && m_vis > 0)
             printf("\nachieved: vision %.0f GFLOP/s, prefill %.0f GFLOP/s, decode %.1f GB/s\n",
                    wk.vision_flop / m_vis / 1e6, wk.prefill_flop / m_pf / 1e6,

@@ -138,6 +138,14 @@ struct mmrt_config {
      * image (each image's size then depends on the others). Figures: mmrt_stats. */
     int64_t vision_cache_entries;
     int64_t vision_cache_mb;
+    /* Prefix reuse (docs/ENGINE.md "Prefix reuse"): the K/V of a prompt's leading chunks
+     * (token ids, image features and positions alike) stay in the KV store after their
+     * request, so a request that starts the same way — the same prompt again, the next turn
+     * of a chat with the same image — shares them instead of prefilling them; the logits are
+     * bit-identical either way. Cached prefixes give their pages back whenever a request
+     * needs them. 0 (the default) or positive = on, negative = off. INI: [cache] prefix =
+     * on | off. Figures: mmrt_stats prefix_cache_hits, prefix_cache_reused_tokens. */
+    int prefix_cache;
 };
 
 struct mmrt_runtime;
@@ -484,6 +492,9 @@ struct mmrt_runtime_stats {
     uint64_t vision_cache_entries, vision_cache_bytes; /* held now */
     uint64_t vision_cache_capacity_entries, vision_cache_capacity_bytes; /* 0 when off */
     uint64_t vision_cache_queries, vision_cache_hits, vision_cache_evictions;
+    /* Prefix reuse (mmrt_config.prefix_cache): requests that shared a cached prompt
+     * prefix, and the prompt positions they did not prefill because of it. */
+    uint64_t prefix_cache_hits, prefix_cache_reused_tokens;
 };
 
 MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);
