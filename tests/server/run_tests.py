@@ -286,7 +286,7 @@ def test_queue_full(args, images):
     s = Server(args, "queue", server_keys="max_queued = 1\nretry_after_s = 3\n",
                scheduler="max_batch = 1\n")
     try:
-        body = json.dumps({"model": MODEL, "max_tokens": 400,
+        body = json.dumps({"model": MODEL, "max_tokens": 400, "temperature": 0,
                            "messages": [user_turn("Describe.", images[0])]}).encode()
         statuses, retry = [], []
         lock = threading.Lock()
@@ -381,7 +381,7 @@ def test_malformed(s, images):
 
 
 def slow_and_vanishing(s, images):
-    body = json.dumps({"model": MODEL, "max_tokens": 300, "stream": True,
+    body = json.dumps({"model": MODEL, "max_tokens": 300, "temperature": 0, "stream": True,
                        "messages": [user_turn("Describe.", images[0])]}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
             f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
@@ -460,7 +460,8 @@ def test_limits_and_keepalive(args, images):
         text = [{"role": "user", "content": best[0]}]
         one = max(best[2], 0.005)
         ahead = min(150, int(3.0 / one) + 1)
-        body = json.dumps({"model": MODEL, "max_tokens": 400, "messages": text}).encode()
+        body = json.dumps({"model": MODEL, "max_tokens": 400, "temperature": 0,
+                           "messages": text}).encode()
         ts = [threading.Thread(target=s.raw, args=("POST", "/v1/chat/completions", body))
               for _ in range(ahead)]
         for th in ts:
@@ -468,7 +469,8 @@ def test_limits_and_keepalive(args, images):
         time.sleep(0.2)
         k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
         k.request("POST", "/v1/chat/completions", body=json.dumps(
-            {"model": MODEL, "max_tokens": 2, "stream": True, "messages": text}).encode(),
+            {"model": MODEL, "max_tokens": 2, "temperature": 0, "stream": True,
+             "messages": text}).encode(),
             headers={"Content-Type": "application/json"})
         r = k.getresponse()
         raw = r.read()
@@ -498,7 +500,7 @@ def test_demo(args, image_paths):
 
 def test_sigterm(args, images):
     s = Server(args, "drain", server_keys="drain_s = 60\n")
-    body = json.dumps({"model": MODEL, "max_tokens": 200, "stream": True,
+    body = json.dumps({"model": MODEL, "max_tokens": 200, "temperature": 0, "stream": True,
                        "messages": [user_turn("Describe.", images[0])]}).encode()
     c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
     c.request("POST", "/v1/chat/completions", body=body,
