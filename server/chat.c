@@ -314,13 +314,6 @@ static enum MHD_Result answer_result(struct chat *c)
     return ret;
 }
 
-static bool over_queue(struct server *s, struct mmrt_runtime *rt)
-{
-    struct mmrt_runtime_stats st = { .struct_size = sizeof st };
-    return mmrt_stats(rt, &st) == MMRT_OK &&
-           st.requests_waiting >= (uint64_t)s->conf.max_queued;
-}
-
 static void collect_vision_keys(struct chat *c)
 {
     size_t o = 0;
@@ -359,7 +352,7 @@ static enum MHD_Result submit(struct chat *c)
     c->parsed = true;
     free(c->body);
     c->body = NULL;
-    if (over_queue(s, rt)) {
+    if (mmrt_server_over_capacity(s, rt)) {
         mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_REJECTED);
         c->answered = true;
         return mmrt_http_error(s, c->mc, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_exceeded",

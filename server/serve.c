@@ -114,7 +114,7 @@ static bool authorized(const struct server *s, struct MHD_Connection *mc)
     return ok;
 }
 
-static bool over_capacity(struct server *s, struct mmrt_runtime *rt)
+bool mmrt_server_over_capacity(struct server *s, struct mmrt_runtime *rt)
 {
     struct mmrt_runtime_stats st = { .struct_size = sizeof st };
     return mmrt_stats(rt, &st) == MMRT_OK &&
@@ -131,7 +131,7 @@ static enum MHD_Result health(struct server *s, struct MHD_Connection *mc, bool 
             why = "loading";
         else if (state == STATE_DRAINING)
             why = "draining";
-        else if (over_capacity(s, rt))
+        else if (mmrt_server_over_capacity(s, rt))
             why = "over capacity";
     } else if (rt) {
         /* Alive while the scheduler makes progress (a stuck device shows here). */

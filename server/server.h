@@ -57,6 +57,9 @@ void mmrt_chat_reap(struct server *s);
 /* Cancels every running job (the drain ran out of time). */
 void mmrt_chat_cancel_all(struct server *s);
 
+/* max_queued requests are waiting: new ones get 429 and /health/ready says 503. */
+bool mmrt_server_over_capacity(struct server *s, struct mmrt_runtime *rt);
+
 /* Queues a JSON response (body is consumed) with the status, counting it in the metrics. */
 enum MHD_Result mmrt_http_json(struct server *s, struct MHD_Connection *mc, unsigned status,
                                char *body);
