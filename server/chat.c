@@ -17,10 +17,12 @@
  *
  * Locks: a chat's own lock guards its flags and buffers (taken by the handler, the content
  * reader and the job callbacks); the server's lock guards the list of chats with jobs and
- * each chat's job pointer (so a cancel never meets a freed job). Order: server, then chat;
- * nothing calls into the runtime holding a chat's lock.
+ * each chat's job pointer (so a cancel never meets a freed job). Order: server, then chat,
+ * then the runtime's own locks (the runtime never calls back holding one). mmrt_wait is
+ * never called under a chat's lock: it waits for on_done, which takes it.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,7 @@ struct chat {
     size_t out_off;
     struct mmrt_text answer;       /* a non-streamed answer's text */
     struct mmrt_result res;        /* once waited for */
+    int fd;                        /* the client's socket, for noticing that it closed */
     struct chat *next_live, *next_orphan;
 };
 
@@ -421,6 +424,9 @@ enum MHD_Result mmrt_chat_handle(struct server *s, struct MHD_Connection *mc, vo
         c->s = s;
         c->mc = mc;
         c->t0 = now_ms();
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c->fd = ci ? ci->connect_fd : -1;
         pthread_mutex_init(&c->lock, NULL);
         *con_cls = c;
         return MHD_YES;
@@ -513,12 +519,26 @@ void mmrt_chat_reap(struct server *s)
     }
 }
 
+/* Whether the peer closed its end: libmicrohttpd does not watch a suspended connection, so a
+ * client that gives up on a queued or non-streamed request would otherwise hold its place
+ * (and later its pages) until the answer is complete. The caller holds c's lock with
+ * c->gone false, so the socket is still libmicrohttpd's and open. */
+static bool peer_closed(const struct chat *c)
+{
+    if (c->fd < 0)
+        return false;
+    struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 void mmrt_chat_tick(struct server *s)
 {
     const double t = now_ms();
     pthread_mutex_lock(&s->lock);
     for (struct chat *c = s->live; c; c = c->next_live) {
         pthread_mutex_lock(&c->lock);
+        if (c->job && !c->done && !c->gone && c->suspended && peer_closed(c))
+            mmrt_cancel(c->job); /* ends at the next step; on_done resumes, the write fails */
         /* A stream that has said nothing for keepalive_s (waiting for a batch slot, or a
          * long prefill): a comment line, which also finds out whether the client is still
          * there. */

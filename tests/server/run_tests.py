@@ -467,6 +467,15 @@ def test_limits_and_keepalive(args, images):
         for th in ts:
             th.start()
         time.sleep(0.2)
+        # A non-streamed request whose client gives up while it waits: noticed on its
+        # suspended connection and cancelled, not answered seconds later to nobody.
+        cancelled = s.metrics()['mmrt_requests_total{outcome="cancelled"}']
+        v = socket.create_connection(("127.0.0.1", s.port))
+        v.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        time.sleep(0.1)
+        v.close()
         k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
         k.request("POST", "/v1/chat/completions", body=json.dumps(
             {"model": MODEL, "max_tokens": 2, "temperature": 0, "stream": True,
@@ -478,6 +487,8 @@ def test_limits_and_keepalive(args, images):
         for th in ts:
             th.join(TIMEOUT)
         assert b": keep-alive" in raw, (ahead, one, raw[:300])
+        m = s.metrics()
+        assert m['mmrt_requests_total{outcome="cancelled"}'] == cancelled + 1, m
         assert raw.rstrip().endswith(b"data: [DONE]"), raw[-200:]
         return f"{ahead} ahead of the stream, {best[1]} tokens in {one:.3f} s each"
     finally:
