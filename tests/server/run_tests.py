@@ -427,7 +427,7 @@ def slow_and_vanishing(s, images):
 def test_limits_and_keepalive(args, images):
     """Images over the token budget and over the pixel limit are 400 naming the limit; a
     stream that waits for a batch slot gets ": keep-alive" comments."""
-    s = Server(args, "limits", server_keys="keepalive_s = 1\nmax_queued = 200\n",
+    s = Server(args, "limits", server_keys="keepalive_s = 1\nmax_queued = 400\n",
                scheduler="max_batch = 1\n", model_keys="max_image_tokens = 1\n")
     try:
         c = s.client()
@@ -459,7 +459,8 @@ def test_limits_and_keepalive(args, images):
                 best = (words, n, time.time() - t)
         text = [{"role": "user", "content": best[0]}]
         one = max(best[2], 0.005)
-        ahead = min(150, int(3.0 / one) + 1)
+        # Six seconds' worth: keep-alives come after a second of quiet, checked once a second.
+        ahead = min(300, int(6.0 / one) + 1)
         body = json.dumps({"model": MODEL, "max_tokens": 400, "temperature": 0,
                            "messages": text}).encode()
         ts = [threading.Thread(target=s.raw, args=("POST", "/v1/chat/completions", body))
