@@ -300,21 +300,9 @@ static enum MHD_Result answer_result(struct chat *c)
     char *body = mmrt_chat_completion_json(c->id, c->created, c->s->conf.model_name,
                                            c->answer.s ? c->answer.s : "",
                                            mmrt_finish_reason_name(r->finish_reason), &u);
-    struct MHD_Response *resp;
-    if (!body)
-        return mmrt_http_json(c->s, c->mc, MHD_HTTP_SERVICE_UNAVAILABLE, NULL);
-    resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (c->vision_keys[0])
-        MHD_add_response_header(resp, "X-Mmrt-Vision-Key", c->vision_keys);
-    enum MHD_Result ret = MHD_queue_response(c->mc, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    mmrt_metrics_http(&c->s->metrics, MHD_HTTP_OK);
-    return ret;
+    /* NULL body: mmrt_http_json_header answers 503 out of memory. */
+    return mmrt_http_json_header(c->s, c->mc, MHD_HTTP_OK, body, "X-Mmrt-Vision-Key",
+                                 c->vision_keys);
 }
 
 static void collect_vision_keys(struct chat *c)

@@ -31,6 +31,13 @@ static double now_ms(void)
 enum MHD_Result mmrt_http_json(struct server *s, struct MHD_Connection *mc, unsigned status,
                                char *body)
 {
+    return mmrt_http_json_header(s, mc, status, body, NULL, NULL);
+}
+
+enum MHD_Result mmrt_http_json_header(struct server *s, struct MHD_Connection *mc,
+                                      unsigned status, char *body, const char *name,
+                                      const char *value)
+{
     static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                               "\"server_error\",\"param\":null,\"code\":null}}";
     struct MHD_Response *r;
@@ -45,6 +52,8 @@ enum MHD_Result mmrt_http_json(struct server *s, struct MHD_Connection *mc, unsi
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (name && value && value[0])
+        MHD_add_response_header(r, name, value);
     if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", s->conf.retry_after_s);

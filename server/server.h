@@ -63,6 +63,10 @@ bool mmrt_server_over_capacity(struct server *s, struct mmrt_runtime *rt);
 /* Queues a JSON response (body is consumed) with the status, counting it in the metrics. */
 enum MHD_Result mmrt_http_json(struct server *s, struct MHD_Connection *mc, unsigned status,
                                char *body);
+/* The same with one more header (skipped when value is NULL or ""). */
+enum MHD_Result mmrt_http_json_header(struct server *s, struct MHD_Connection *mc,
+                                      unsigned status, char *body, const char *name,
+                                      const char *value);
 /* An OpenAI error object as the response. */
 enum MHD_Result mmrt_http_error(struct server *s, struct MHD_Connection *mc, unsigned status,
                                 const char *type, const char *code, const char *param,

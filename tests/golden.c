@@ -546,3 +546,15 @@ void golden_expect_refused(struct mmrt_runtime *rt, const struct mmrt_request *r
     assert_int_equal(cap.n_pixel_calls, 0);
     golden_capture_free(&cap);
 }
+
+void golden_cases_load(const char *fixture, struct golden_cases *c)
+{
+    memset(c, 0, sizeof *c);
+    c->json = golden_expected_json(fixture);
+    const json_t *list = json_object_get(c->json, "cases");
+    for (size_t i = 0; i < json_array_size(list) && c->n < GOLDEN_MAX_CASES; i++) {
+        c->req[c->n] = golden_case_request(json_array_get(list, i), &c->images[c->n]);
+        c->n++;
+    }
+    assert_true(c->n >= 2);
+}

@@ -100,6 +100,17 @@ struct golden_images {
  * *images. */
 struct mmrt_request golden_case_request(const json_t *c, struct golden_images *images);
 
+/* Every case of a fixture's expected.json as requests (at least two, at most
+ * GOLDEN_MAX_CASES; fails the test otherwise). json_decref(c->json) when done. */
+#define GOLDEN_MAX_CASES 16
+struct golden_cases {
+    json_t *json;
+    int n;
+    struct mmrt_request req[GOLDEN_MAX_CASES];
+    struct golden_images images[GOLDEN_MAX_CASES];
+};
+void golden_cases_load(const char *fixture, struct golden_cases *c);
+
 /* The greedy tokens of case c, as transformers chose them: its "greedy_tokens", up to and
  * including "natural_eos_index" when that is set (the reference ran with EOS stopping off;
  * mmrt stops at the first EOS). fixture and case name the failure. */

@@ -23,26 +23,7 @@
 #include "formats/file.h"
 #include "golden.h"
 
-#define MAX_CASES 16
-
-struct cases {
-    json_t *json;
-    int n;
-    struct mmrt_request req[MAX_CASES];
-    struct golden_images images[MAX_CASES];
-};
-
-static void cases_load(const char *fixture, struct cases *c)
-{
-    memset(c, 0, sizeof *c);
-    c->json = golden_expected_json(fixture);
-    const json_t *list = json_object_get(c->json, "cases");
-    for (size_t i = 0; i < json_array_size(list) && c->n < MAX_CASES; i++) {
-        c->req[c->n] = golden_case_request(json_array_get(list, i), &c->images[c->n]);
-        c->n++;
-    }
-    assert_true(c->n >= 2);
-}
+#define MAX_CASES GOLDEN_MAX_CASES
 
 struct setup {
     const char *vision_plugin; /* NULL: both stages on one CPU device */
@@ -82,7 +63,7 @@ static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
 }
 
 /* Each request alone, traced. */
-static void run_solo(struct mmrt_runtime *rt, const struct cases *c, struct golden_capture *caps)
+static void run_solo(struct mmrt_runtime *rt, const struct golden_cases *c, struct golden_capture *caps)
 {
     for (int i = 0; i < c->n; i++) {
         struct mmrt_model_trace trace;
@@ -157,8 +138,8 @@ static void assert_pages_back(struct mmrt_runtime *rt)
 /* Every case of the fixture batched against alone, on one runtime. */
 static void check_batch(const char *fixture, const struct setup *s, bool expect_preemption)
 {
-    struct cases c;
-    cases_load(fixture, &c);
+    struct golden_cases c;
+    golden_cases_load(fixture, &c);
     struct mmrt_runtime *rt = open_rt(fixture, s);
     struct golden_capture solo[MAX_CASES] = { { 0 } }, batch[MAX_CASES] = { { 0 } };
     struct mmrt_result res[MAX_CASES] = { { 0 } };
@@ -272,8 +253,8 @@ static void test_kv_f16(void **state)
     (void)state;
     check_batch("llava-tiny", &(struct setup){ .kv_f16 = true }, false);
     check_batch("qwen2vl-tiny", &(struct setup){ .kv_f16 = true, .prefill_chunk = 16 }, false);
-    struct cases c;
-    cases_load("fuyu-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("fuyu-tiny", &c);
     struct mmrt_runtime *f32 = open_rt("fuyu-tiny", &(struct setup){ 0 });
     struct mmrt_runtime *f16 = open_rt("fuyu-tiny", &(struct setup){ .kv_f16 = true });
     struct mmrt_memory_report a = { .struct_size = sizeof a }, b = { .struct_size = sizeof b };
@@ -307,8 +288,8 @@ static void test_chunked_matches_whole(void **state)
     (void)state;
     const char *fixtures[] = { "llava-next-tiny", "fuyu-tiny", "qwen2vl-tiny" };
     for (int f = 0; f < 3; f++) {
-        struct cases c;
-        cases_load(fixtures[f], &c);
+        struct golden_cases c;
+        golden_cases_load(fixtures[f], &c);
         struct mmrt_runtime *whole = open_rt(fixtures[f], &(struct setup){ 0 });
         struct mmrt_runtime *cut = open_rt(fixtures[f], &(struct setup){ .prefill_chunk = 5 });
         struct golden_capture a[MAX_CASES] = { { 0 } }, b[MAX_CASES] = { { 0 } };
@@ -329,8 +310,8 @@ static void test_chunked_matches_whole(void **state)
 static void test_batch_failures_stay_local(void **state)
 {
     (void)state;
-    struct cases c;
-    cases_load("llava-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
     struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .max_batch = 4 });
     const int n = 6;
     struct golden_capture solo[MAX_CASES] = { { 0 } }, batch[MAX_CASES] = { { 0 } };
@@ -371,7 +352,7 @@ static void test_batch_failures_stay_local(void **state)
 
 struct submitter {
     struct mmrt_runtime *rt;
-    const struct cases *c;
+    const struct golden_cases *c;
     int first, n;                 /* cases [first, first + n) */
     struct golden_capture *caps;
     struct mmrt_job *jobs[MAX_CASES];
@@ -392,8 +373,8 @@ static void *submit_some(void *arg)
 static void test_submit_from_threads(void **state)
 {
     (void)state;
-    struct cases c;
-    cases_load("llava-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
     struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ 0 });
     struct golden_capture solo[MAX_CASES] = { { 0 } }, got[MAX_CASES] = { { 0 } };
     run_solo(rt, &c, solo);
@@ -446,8 +427,8 @@ static bool cancel_token(void *user, int32_t id, const char *text)
 static void test_cancel_job(void **state)
 {
     (void)state;
-    struct cases c;
-    cases_load("qwen2vl-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("qwen2vl-tiny", &c);
     struct mmrt_runtime *rt = open_rt("qwen2vl-tiny", &(struct setup){ 0 });
     struct golden_capture solo[MAX_CASES] = { { 0 } }, got[MAX_CASES] = { { 0 } };
     run_solo(rt, &c, solo);
@@ -534,8 +515,8 @@ static void expect_invalid(struct mmrt_runtime *rt, const struct mmrt_request *r
 static void test_request_forms(void **state)
 {
     (void)state;
-    struct cases c;
-    cases_load("qwen2vl-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("qwen2vl-tiny", &c);
     struct mmrt_runtime *rt = open_rt("qwen2vl-tiny", &(struct setup){ 0 });
     const struct mmrt_request *base = &c.req[0];
     struct golden_capture want = { 0 }, got = { 0 };

@@ -22,8 +22,7 @@
 #include "golden.h"
 #include "request_util.h"
 
-#define MAX_CASES 16
-
+#define MAX_CASES GOLDEN_MAX_CASES
 struct setup {
     int64_t chunk, page, kv_tokens;
     int max_batch;
@@ -86,24 +85,6 @@ static void assert_pages_back(struct mmrt_runtime *rt)
     assert_int_equal(mr.kv_pages_used, 0); /* cached prefixes are not a request's pages */
 }
 
-struct cases {
-    json_t *json;
-    int n;
-    struct mmrt_request req[MAX_CASES];
-    struct golden_images images[MAX_CASES];
-};
-
-static void cases_load(const char *fixture, struct cases *c)
-{
-    memset(c, 0, sizeof *c);
-    c->json = golden_expected_json(fixture);
-    const json_t *list = json_object_get(c->json, "cases");
-    for (size_t i = 0; i < json_array_size(list) && c->n < MAX_CASES; i++) {
-        c->req[c->n] = golden_case_request(json_array_get(list, i), &c->images[c->n]);
-        c->n++;
-    }
-    assert_true(c->n >= 2);
-}
 
 /* The largest multiple of chunk and page ≤ min(limit, n_prompt − 1). */
 static int64_t reusable(int64_t n_prompt, int64_t limit, int64_t chunk, int64_t page)
@@ -118,8 +99,8 @@ static int64_t reusable(int64_t n_prompt, int64_t limit, int64_t chunk, int64_t 
 
 static void check_repeat(const char *fixture, const struct setup *s)
 {
-    struct cases c;
-    cases_load(fixture, &c);
+    struct golden_cases c;
+    golden_cases_load(fixture, &c);
     struct setup off = *s;
     off.off = true;
     struct mmrt_runtime *on = open_rt(fixture, s), *ref = open_rt(fixture, &off);
@@ -330,8 +311,8 @@ static void test_other_image_qwen2vl(void **state)
 static void test_eviction_tiny_store(void **state)
 {
     (void)state;
-    struct cases c;
-    cases_load("llava-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
     const struct setup s = { .chunk = 8, .page = 4, .kv_tokens = 96, .max_batch = 1 };
     struct setup off = s;
     off.off = true;
@@ -360,8 +341,8 @@ static void test_eviction_tiny_store(void **state)
  * again, and give the bits of the run without the cache. */
 static void check_batch(const struct setup *s, int warm, bool want_preemption)
 {
-    struct cases c;
-    cases_load("llava-tiny", &c);
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
     struct setup off = *s;
     off.off = true;
     struct mmrt_runtime *on = open_rt("llava-tiny", s), *ref = open_rt("llava-tiny", &off);
