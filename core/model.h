@@ -15,6 +15,7 @@
 #include "device.h"
 #include "error.h"
 #include "mmrt/mmrt.h"
+#include "quant.h"
 
 struct mmrt_model; /* owned by the implementation */
 struct mmrt_decoder;
@@ -121,6 +122,8 @@ struct mmrt_model_options {
                                (core/kv_cache.h) */
     int64_t kv_page_tokens; /* positions per KV page, a power of two; 0 = 16 */
     bool kv_f16;            /* the KV cache in F16 ([model] kv_dtype = f16), else F32 */
+    enum mmrt_weight_format weights; /* matmul weights as stored or quantized at load
+                                        ([model] weights; core/quant.h) */
     /* What the engine runs at most in one forward, for pool_mb = auto (pool_budget.h):
      * prefill rows (the larger of step_tokens and prefill_chunk) and decode rows
      * (max_batch); 0 = a whole prompt in one forward, one decode row. */

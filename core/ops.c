@@ -205,12 +205,22 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
     switch (op) {
     case MMRT_OP_MATMUL:
         REQUIRE(a->dtype == MMRT_DTYPE_F32 && contiguous(a), "x must be contiguous F32", a);
-        REQUIRE(b->n_dims == 2 && is_weight_dtype(b->dtype) && contiguous(b),
-                "w must be a contiguous 2-D F32/F16/BF16 [N, K]", b);
+        REQUIRE(b->n_dims == 2 && (is_weight_dtype(b->dtype) || b->dtype == MMRT_DTYPE_I8) &&
+                    contiguous(b),
+                "w must be a contiguous 2-D F32/F16/BF16/I8 [N, K]", b);
         REQUIRE(b->ne[1] == inner(a), "w's inner dim must equal x's inner dim", b);
         st = check_row_weight(op, "bias", c, b->ne[0], err);
         if (st != MMRT_OK)
             return st;
+        {
+            const struct mmrt_tensor *s = n_src > 3 ? src[3] : NULL;
+            if (b->dtype == MMRT_DTYPE_I8)
+                REQUIRE(s && s->dtype == MMRT_DTYPE_F32 && contiguous(s) &&
+                            numel(s) == b->ne[0],
+                        "an I8 w needs src3 = its scales, contiguous F32 [N]", s);
+            else
+                REQUIRE(!s, "src3 (scales) goes only with an I8 w", s);
+        }
         REQUIRE(y->dtype == MMRT_DTYPE_F32 && contiguous(y) && rows(y) == rows(a) &&
                     inner(y) == b->ne[0],
                 "dst must be contiguous F32 [rows of x, N]", y);
@@ -483,10 +493,12 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
 #define no_params ((const struct mmrt_scale_params *)NULL)
 
 mmrt_status mmrt_op_matmul(struct mmrt_dev *dev, const struct mmrt_tensor *x,
-                           const struct mmrt_tensor *w, const struct mmrt_tensor *b,
+                           const struct mmrt_weight *w, const struct mmrt_tensor *b,
                            const struct mmrt_tensor *y, struct mmrt_error *err)
 {
-    LAUNCH(MMRT_OP_MATMUL, no_params, x, w, b);
+    if (w->t.dtype == MMRT_DTYPE_I8)
+        LAUNCH(MMRT_OP_MATMUL, no_params, x, &w->t, b, &w->scale);
+    LAUNCH(MMRT_OP_MATMUL, no_params, x, &w->t, b);
 }
 
 mmrt_status mmrt_op_add(struct mmrt_dev *dev, const struct mmrt_tensor *a,

@@ -32,9 +32,18 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                              const struct mmrt_tensor *dst, const void *params,
                              uint32_t params_size, struct mmrt_error *err);
 
+/* A matrix as MATMUL takes it: t [N, K] in a float dtype, or quantized (t I8 and scale its
+ * per-row F32 scales [N]; plugin.h MMRT_OP_MATMUL). Models hold every matmul weight in one,
+ * so how a weight is stored is decided where it is loaded (models/weights.h), never in model
+ * code. */
+struct mmrt_weight {
+    struct mmrt_tensor t;
+    struct mmrt_tensor scale; /* used only when t.dtype is MMRT_DTYPE_I8 */
+};
+
 /* y[rows, N] = x[rows, K] · w[N, K]ᵀ (+ b[N]); b may be NULL. */
 mmrt_status mmrt_op_matmul(struct mmrt_dev *dev, const struct mmrt_tensor *x,
-                           const struct mmrt_tensor *w, const struct mmrt_tensor *b,
+                           const struct mmrt_weight *w, const struct mmrt_tensor *b,
                            const struct mmrt_tensor *y, struct mmrt_error *err);
 /* y = a + b / y = a * b, b the same shape as a or one row broadcast. */
 mmrt_status mmrt_op_add(struct mmrt_dev *dev, const struct mmrt_tensor *a,

@@ -246,6 +246,11 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                  (int)cfg->kv_dtype);
         return at(src, src->conf ? src->conf->kv_dtype_line : 0, err, MMRT_ERR_CONFIG, what);
     }
+    if (cfg->weights != MMRT_WEIGHTS_CHECKPOINT && cfg->weights != MMRT_WEIGHTS_INT8) {
+        snprintf(what, sizeof what, "[model] weights %d is neither MMRT_WEIGHTS_CHECKPOINT "
+                 "nor MMRT_WEIGHTS_INT8", (int)cfg->weights);
+        return at(src, src->conf ? src->conf->weights_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
     const struct mmrt_conf_scheduler *cs = src->conf ? &src->conf->scheduler : NULL;
     if (cfg->max_batch < 0 || cfg->max_batch > MMRT_SMALL_M) {
         snprintf(what, sizeof what, "[scheduler] max_batch %d must be 1 … %d (0 = %d)",
@@ -295,7 +300,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
                                                   .kv_page_tokens = cfg->kv_page_tokens,
-                                                  .kv_f16 = cfg->kv_dtype == MMRT_KV_F16 };
+                                                  .kv_f16 = cfg->kv_dtype == MMRT_KV_F16,
+                                                  .weights = cfg->weights };
     {
         /* The engine's defaults, resolved here so pool_mb = auto sizes for what it runs. */
         const int64_t batch = cfg->max_batch ? cfg->max_batch : MMRT_ENGINE_DEFAULT_BATCH;
@@ -613,6 +619,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .vision_cache_entries = conf->cache.vision_entries,
         .vision_cache_mb = conf->cache.vision_mb,
         .prefix_cache = conf->cache.prefix,
+        .weights = conf->weights,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);

@@ -113,23 +113,32 @@ mmrt_status mmrt_clip_load(struct mmrt_clip *m, struct mmrt_weights *w, struct m
                      suffix);                                                                  \
             LOAD(mmrt_weights_load, dst, nd, __VA_ARGS__);                                     \
         } while (0)
+#define MATRIX(dst, suffix, n, k)                                                              \
+        do {                                                                                   \
+            snprintf(name, sizeof name, "vision_tower.encoder.layers.%lld.%s", (long long)i,   \
+                     suffix);                                                                  \
+            st = mmrt_weights_load_matrix(w, dev, n, k, &(dst), err, "%s", name);              \
+            if (st != MMRT_OK)                                                                 \
+                goto fail;                                                                     \
+        } while (0)
         LAYER(L->ln1_w, 1, "layer_norm1.weight", D);
         LAYER(L->ln1_b, 1, "layer_norm1.bias", D);
-        LAYER(L->wq, 2, "self_attn.q_proj.weight", D, D);
+        MATRIX(L->wq, "self_attn.q_proj.weight", D, D);
         LAYER(L->bq, 1, "self_attn.q_proj.bias", D);
-        LAYER(L->wk, 2, "self_attn.k_proj.weight", D, D);
+        MATRIX(L->wk, "self_attn.k_proj.weight", D, D);
         LAYER(L->bk, 1, "self_attn.k_proj.bias", D);
-        LAYER(L->wv, 2, "self_attn.v_proj.weight", D, D);
+        MATRIX(L->wv, "self_attn.v_proj.weight", D, D);
         LAYER(L->bv, 1, "self_attn.v_proj.bias", D);
-        LAYER(L->wo, 2, "self_attn.out_proj.weight", D, D);
+        MATRIX(L->wo, "self_attn.out_proj.weight", D, D);
         LAYER(L->bo, 1, "self_attn.out_proj.bias", D);
         LAYER(L->ln2_w, 1, "layer_norm2.weight", D);
         LAYER(L->ln2_b, 1, "layer_norm2.bias", D);
-        LAYER(L->fc1_w, 2, "mlp.fc1.weight", I, D);
+        MATRIX(L->fc1_w, "mlp.fc1.weight", I, D);
         LAYER(L->fc1_b, 1, "mlp.fc1.bias", I);
-        LAYER(L->fc2_w, 2, "mlp.fc2.weight", D, I);
+        MATRIX(L->fc2_w, "mlp.fc2.weight", D, I);
         LAYER(L->fc2_b, 1, "mlp.fc2.bias", D);
 #undef LAYER
+#undef MATRIX
         m->n_loaded = i + 1;
     }
 #undef NAMED

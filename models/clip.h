@@ -28,8 +28,8 @@ mmrt_status mmrt_clip_config_parse(const json_t *cfg, const char *what,
                                    struct mmrt_clip_config *out, struct mmrt_error *err);
 
 struct mmrt_clip_layer {
-    struct mmrt_tensor ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b;
-    struct mmrt_tensor fc1_w, fc1_b, fc2_w, fc2_b;
+    struct mmrt_tensor ln1_w, ln1_b, bq, bk, bv, bo, ln2_w, ln2_b, fc1_b, fc2_b;
+    struct mmrt_weight wq, wk, wv, wo, fc1_w, fc2_w;
 };
 
 struct mmrt_clip {

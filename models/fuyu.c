@@ -60,7 +60,8 @@ struct mmrt_model {
     struct mmrt_dev *vision, *language;
     struct mmrt_weights *w;
     struct mmrt_persimmon lm;
-    struct mmrt_tensor proj_w, proj_b;  /* vision_embed_tokens [D, P·P·C], [D] */
+    struct mmrt_weight proj_w;          /* vision_embed_tokens [D, P·P·C] */
+    struct mmrt_tensor proj_b;          /* [D] */
     int64_t patch, channels;
     int32_t image_token_id, newline_id, bos_image_id, boa_id;
     int32_t eos[MAX_EOS];
@@ -336,9 +337,10 @@ static mmrt_status fuyu_load(const char *dir, const json_t *config,
         st = mmrt_weights_open(dir, false, &m->w, err);
     if (st != MMRT_OK)
         goto fail;
+    mmrt_weights_set_format(m->w, m->opts.weights);
     const int64_t D = lcfg.hidden, K = patch * patch * channels;
-    st = mmrt_weights_load(m->w, vision, 2, (const int64_t[]){ D, K }, &m->proj_w, err,
-                           "vision_embed_tokens.weight");
+    st = mmrt_weights_load_matrix(m->w, vision, D, K, &m->proj_w, err,
+                                  "vision_embed_tokens.weight");
     if (st == MMRT_OK)
         st = mmrt_weights_load(m->w, vision, 1, (const int64_t[]){ D }, &m->proj_b, err,
                                "vision_embed_tokens.bias");

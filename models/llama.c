@@ -280,12 +280,18 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
         if (st != MMRT_OK)                                                                     \
             goto fail;                                                                         \
     } while (0)
+#define MATRIX(dst, name, n, k)                                                                \
+    do {                                                                                       \
+        st = mmrt_weights_load_matrix(w, dev, n, k, &(dst), err, "%s", name);                  \
+        if (st != MMRT_OK)                                                                     \
+            goto fail;                                                                         \
+    } while (0)
     char name[256];
     LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
     LOAD(m->norm, 1, "language_model.norm.weight", D);
     const bool tied = !mmrt_weights_find(w, "lm_head.weight") && cfg->tie_word_embeddings;
     if (!tied)
-        LOAD(m->lm_head, 2, "lm_head.weight", V, D);
+        MATRIX(m->lm_head, "lm_head.weight", V, D);
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         struct mmrt_llama_layer *L = &m->layers[i];
 #define LAYER(dst, nd, suffix, ...)                                                            \
@@ -293,11 +299,16 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
             snprintf(name, sizeof name, "language_model.layers.%lld.%s", (long long)i, suffix); \
             LOAD(dst, nd, name, __VA_ARGS__);                                                  \
         } while (0)
+#define LAYER_MATRIX(dst, suffix, n, k)                                                        \
+        do {                                                                                   \
+            snprintf(name, sizeof name, "language_model.layers.%lld.%s", (long long)i, suffix); \
+            MATRIX(dst, name, n, k);                                                           \
+        } while (0)
         LAYER(L->attn_norm, 1, "input_layernorm.weight", D);
-        LAYER(L->wq, 2, "self_attn.q_proj.weight", QD, D);
-        LAYER(L->wk, 2, "self_attn.k_proj.weight", KD, D);
-        LAYER(L->wv, 2, "self_attn.v_proj.weight", KD, D);
-        LAYER(L->wo, 2, "self_attn.o_proj.weight", D, QD);
+        LAYER_MATRIX(L->wq, "self_attn.q_proj.weight", QD, D);
+        LAYER_MATRIX(L->wk, "self_attn.k_proj.weight", KD, D);
+        LAYER_MATRIX(L->wv, "self_attn.v_proj.weight", KD, D);
+        LAYER_MATRIX(L->wo, "self_attn.o_proj.weight", D, QD);
         if (cfg->attention_bias || cfg->qkv_bias) {
             LAYER(L->bq, 1, "self_attn.q_proj.bias", QD);
             LAYER(L->bk, 1, "self_attn.k_proj.bias", KD);
@@ -306,20 +317,22 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
         if (cfg->attention_bias)
             LAYER(L->bo, 1, "self_attn.o_proj.bias", D);
         LAYER(L->mlp_norm, 1, "post_attention_layernorm.weight", D);
-        LAYER(L->wg, 2, "mlp.gate_proj.weight", I, D);
-        LAYER(L->wu, 2, "mlp.up_proj.weight", I, D);
-        LAYER(L->wd, 2, "mlp.down_proj.weight", D, I);
+        LAYER_MATRIX(L->wg, "mlp.gate_proj.weight", I, D);
+        LAYER_MATRIX(L->wu, "mlp.up_proj.weight", I, D);
+        LAYER_MATRIX(L->wd, "mlp.down_proj.weight", D, I);
         if (cfg->mlp_bias)
             return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "decoder: mlp_bias is not supported");
 #undef LAYER
+#undef LAYER_MATRIX
     }
 #undef LOAD
+#undef MATRIX
     /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
     st = mmrt_weights_commit(w, err);
     if (st != MMRT_OK)
         goto fail;
     if (tied)
-        m->lm_head = m->embed;
+        m->lm_head.t = m->embed; /* stays in the checkpoint's dtype: GET_ROWS reads it too */
     st = mmrt_decoder_kv_create(dev, cfg->n_layers, cfg->n_kv_heads, cfg->head_dim, cfg->max_positions,
                                 opts, &m->kv, err);
     if (st != MMRT_OK)

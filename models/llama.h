@@ -61,8 +61,8 @@ mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const 
                                     struct mmrt_llama_config *out, struct mmrt_error *err);
 
 struct mmrt_llama_layer {
-    struct mmrt_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, bo;
-    struct mmrt_tensor mlp_norm, wg, wu, wd;
+    struct mmrt_tensor attn_norm, bq, bk, bv, bo, mlp_norm;
+    struct mmrt_weight wq, wk, wv, wo, wg, wu, wd;
 };
 
 struct mmrt_llama {
@@ -70,7 +70,7 @@ struct mmrt_llama {
     struct mmrt_dev *dev;
     struct mmrt_tensor embed;   /* [vocab, hidden] */
     struct mmrt_tensor norm;    /* [hidden] */
-    struct mmrt_tensor lm_head; /* [vocab, hidden]; the embedding when tied */
+    struct mmrt_weight lm_head; /* [vocab, hidden]; the embedding when tied */
     struct mmrt_llama_layer *layers;
     struct mmrt_kv_pages kv;    /* the paged K/V store every sequence draws from */
     struct mmrt_decoder dec;    /* what the engine runs (decoder.h); self = this struct */

@@ -308,6 +308,7 @@ mmrt_status mmrt_llava_load_towers(const char *dir, const struct mmrt_clip_confi
         st = mmrt_weights_open(dir, false, out->w, err);
     if (st != MMRT_OK)
         return st;
+    mmrt_weights_set_format(*out->w, out->format);
     int64_t max_layer = 0;
     for (int i = 0; i < n_feature_layers; i++)
         if (feature_layers[i] > max_layer)
@@ -317,11 +318,11 @@ mmrt_status mmrt_llava_load_towers(const char *dir, const struct mmrt_clip_confi
         return st;
     const int64_t Dv = ccfg->hidden * n_feature_layers, Dt = lcfg->hidden;
     struct mmrt_weights *w = *out->w;
-    st = mmrt_weights_load(w, vision, 2, (const int64_t[]){ Dt, Dv }, out->proj1_w, err,
-                           "multi_modal_projector.linear_1.weight");
+    st = mmrt_weights_load_matrix(w, vision, Dt, Dv, out->proj1_w, err,
+                                  "multi_modal_projector.linear_1.weight");
     if (st == MMRT_OK)
-        st = mmrt_weights_load(w, vision, 2, (const int64_t[]){ Dt, Dt }, out->proj2_w, err,
-                               "multi_modal_projector.linear_2.weight");
+        st = mmrt_weights_load_matrix(w, vision, Dt, Dt, out->proj2_w, err,
+                                      "multi_modal_projector.linear_2.weight");
     if (st == MMRT_OK && proj_bias)
         st = mmrt_weights_load(w, vision, 1, (const int64_t[]){ Dt }, out->proj1_b, err,
                                "multi_modal_projector.linear_1.bias");

@@ -68,7 +68,9 @@ struct mmrt_llava_towers {
     struct mmrt_tokenizer **tok;
     struct mmrt_weights **w;
     struct mmrt_clip *clip;
-    struct mmrt_tensor *proj1_w, *proj1_b, *proj2_w, *proj2_b; /* biases untouched if none */
+    struct mmrt_weight *proj1_w, *proj2_w;
+    struct mmrt_tensor *proj1_b, *proj2_b; /* untouched if none */
+    enum mmrt_weight_format format;        /* of every matmul weight ([model] weights) */
 };
 
 /* What LLaVA-1.5 and NeXT load the same way, in this order so that nothing reaches a

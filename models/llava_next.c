@@ -58,7 +58,8 @@ struct mmrt_model {
     struct mmrt_weights *w;
     struct mmrt_clip clip;
     struct mmrt_llama lm;
-    struct mmrt_tensor proj1_w, proj1_b, proj2_w, proj2_b; /* biases absent when disabled */
+    struct mmrt_weight proj1_w, proj2_w;
+    struct mmrt_tensor proj1_b, proj2_b; /* absent when disabled */
     enum mmrt_op proj_act;
     int64_t feature_layers[MMRT_LLAVA_MAX_FEATURE_LAYERS]; /* hidden_states indices, 0 … L */
     int n_feature_layers;
@@ -212,6 +213,7 @@ static mmrt_status next_load(const char *dir, const json_t *config,
     struct mmrt_llava_towers towers = {
         .tok = &m->tok, .w = &m->w, .clip = &m->clip, .proj1_w = &m->proj1_w,
         .proj1_b = &m->proj1_b, .proj2_w = &m->proj2_w, .proj2_b = &m->proj2_b,
+        .format = m->opts.weights,
     };
     st = mmrt_llava_load_towers(dir, &ccfg, &lcfg, m->proj_act, lc.proj_bias, m->feature_layers,
                                 m->n_feature_layers, vision, language, &towers, err);

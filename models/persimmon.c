@@ -169,12 +169,18 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
         if (st != MMRT_OK)                                                                     \
             goto fail;                                                                         \
     } while (0)
+#define MATRIX(dst, nm, n, k)                                                                  \
+    do {                                                                                       \
+        st = mmrt_weights_load_matrix(w, dev, n, k, &(dst), err, "%s", nm);                    \
+        if (st != MMRT_OK)                                                                     \
+            goto fail;                                                                         \
+    } while (0)
     LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
     LOAD(m->final_w, 1, "language_model.final_layernorm.weight", D);
     LOAD(m->final_b, 1, "language_model.final_layernorm.bias", D);
     const bool tied = !mmrt_weights_find(w, "lm_head.weight") && cfg->tie_word_embeddings;
     if (!tied)
-        LOAD(m->lm_head, 2, "lm_head.weight", V, D);
+        MATRIX(m->lm_head, "lm_head.weight", V, D);
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         struct mmrt_persimmon_layer *L = &m->layers[i];
 #define LAYER(dst, nd, suffix, ...)                                                            \
@@ -182,9 +188,14 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
             snprintf(name, sizeof name, "language_model.layers.%lld.%s", (long long)i, suffix); \
             LOAD(dst, nd, name, __VA_ARGS__);                                                  \
         } while (0)
+#define LAYER_MATRIX(dst, suffix, n, k)                                                        \
+        do {                                                                                   \
+            snprintf(name, sizeof name, "language_model.layers.%lld.%s", (long long)i, suffix); \
+            MATRIX(dst, name, n, k);                                                           \
+        } while (0)
         LAYER(L->ln_in_w, 1, "input_layernorm.weight", D);
         LAYER(L->ln_in_b, 1, "input_layernorm.bias", D);
-        LAYER(L->qkv_w, 2, "self_attn.query_key_value.weight", 3 * D, D);
+        LAYER_MATRIX(L->qkv_w, "self_attn.query_key_value.weight", 3 * D, D);
         LAYER(L->qkv_b, 1, "self_attn.query_key_value.bias", 3 * D);
         if (cfg->qk_layernorm) {
             LAYER(L->q_ln_w, 1, "self_attn.q_layernorm.weight", hd);
@@ -192,23 +203,25 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
             LAYER(L->k_ln_w, 1, "self_attn.k_layernorm.weight", hd);
             LAYER(L->k_ln_b, 1, "self_attn.k_layernorm.bias", hd);
         }
-        LAYER(L->dense_w, 2, "self_attn.dense.weight", D, D);
+        LAYER_MATRIX(L->dense_w, "self_attn.dense.weight", D, D);
         LAYER(L->dense_b, 1, "self_attn.dense.bias", D);
         LAYER(L->ln_post_w, 1, "post_attention_layernorm.weight", D);
         LAYER(L->ln_post_b, 1, "post_attention_layernorm.bias", D);
-        LAYER(L->up_w, 2, "mlp.dense_h_to_4h.weight", I, D);
+        LAYER_MATRIX(L->up_w, "mlp.dense_h_to_4h.weight", I, D);
         LAYER(L->up_b, 1, "mlp.dense_h_to_4h.bias", I);
-        LAYER(L->down_w, 2, "mlp.dense_4h_to_h.weight", D, I);
+        LAYER_MATRIX(L->down_w, "mlp.dense_4h_to_h.weight", D, I);
         LAYER(L->down_b, 1, "mlp.dense_4h_to_h.bias", D);
 #undef LAYER
+#undef LAYER_MATRIX
     }
 #undef LOAD
+#undef MATRIX
     /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
     st = mmrt_weights_commit(w, err);
     if (st != MMRT_OK)
         goto fail;
     if (tied)
-        m->lm_head = m->embed;
+        m->lm_head.t = m->embed; /* stays in the checkpoint's dtype: GET_ROWS reads it too */
     st = mmrt_decoder_kv_create(dev, cfg->n_layers, cfg->n_heads, cfg->head_dim, cfg->max_positions,
                                 opts, &m->kv, err);
     if (st != MMRT_OK)

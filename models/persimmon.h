@@ -43,11 +43,14 @@ mmrt_status mmrt_persimmon_config_parse(const json_t *cfg, const json_t *top, co
 
 struct mmrt_persimmon_layer {
     struct mmrt_tensor ln_in_w, ln_in_b;
-    struct mmrt_tensor qkv_w, qkv_b;        /* [3·hidden, hidden], [3·hidden]; per-head q,k,v */
+    struct mmrt_weight qkv_w;               /* [3·hidden, hidden]; per-head q,k,v */
+    struct mmrt_tensor qkv_b;               /* [3·hidden] */
     struct mmrt_tensor q_ln_w, q_ln_b, k_ln_w, k_ln_b; /* [head_dim]; absent without qk LN */
-    struct mmrt_tensor dense_w, dense_b;
+    struct mmrt_weight dense_w;
+    struct mmrt_tensor dense_b;
     struct mmrt_tensor ln_post_w, ln_post_b;
-    struct mmrt_tensor up_w, up_b, down_w, down_b;
+    struct mmrt_weight up_w, down_w;
+    struct mmrt_tensor up_b, down_b;
 };
 
 struct mmrt_persimmon {
@@ -55,7 +58,7 @@ struct mmrt_persimmon {
     struct mmrt_dev *dev;
     struct mmrt_tensor embed;                /* [vocab, hidden] */
     struct mmrt_tensor final_w, final_b;     /* [hidden] */
-    struct mmrt_tensor lm_head;              /* [vocab, hidden]; the embedding when tied */
+    struct mmrt_weight lm_head;              /* [vocab, hidden]; the embedding when tied */
     struct mmrt_persimmon_layer *layers;
     struct mmrt_kv_pages kv;                 /* the paged K/V store */
     struct mmrt_decoder dec;                 /* what the engine runs (decoder.h) */

@@ -126,10 +126,16 @@ mmrt_status mmrt_qwen2vl_vision_load(struct mmrt_qwen2vl_vision *v, struct mmrt_
         if (st != MMRT_OK)                                                                     \
             goto fail;                                                                         \
     } while (0)
+#define MATRIX(dst, n, k)                                                                      \
+    do {                                                                                       \
+        st = mmrt_weights_load_matrix(w, dev, n, k, &(dst), err, "%s", name);                  \
+        if (st != MMRT_OK)                                                                     \
+            goto fail;                                                                         \
+    } while (0)
     char name[256];
     /* The Conv3d kernel [E, C, T, P, P] is a matmul weight over the flattened patch. */
     st = mmrt_weights_load_as(w, dev, 5, NE(E, C, T, P, P), 2, NE(E, C * T * P * P),
-                              &v->patch_w, err, "visual.patch_embed.proj.weight");
+                              &v->patch_w.t, err, "visual.patch_embed.proj.weight");
     if (st != MMRT_OK)
         goto fail;
     for (int64_t i = 0; i < cfg->depth; i++) {
@@ -139,19 +145,25 @@ mmrt_status mmrt_qwen2vl_vision_load(struct mmrt_qwen2vl_vision *v, struct mmrt_
             snprintf(name, sizeof name, "visual.blocks.%lld.%s", (long long)i, suffix);         \
             LOAD(dst, nd, __VA_ARGS__);                                                        \
         } while (0)
+#define BLOCK_MATRIX(dst, suffix, n, k)                                                        \
+        do {                                                                                   \
+            snprintf(name, sizeof name, "visual.blocks.%lld.%s", (long long)i, suffix);         \
+            MATRIX(dst, n, k);                                                                 \
+        } while (0)
         BLOCK(B->norm1_w, "norm1.weight", 1, E);
         BLOCK(B->norm1_b, "norm1.bias", 1, E);
-        BLOCK(B->qkv_w, "attn.qkv.weight", 2, 3 * E, E);
+        BLOCK_MATRIX(B->qkv_w, "attn.qkv.weight", 3 * E, E);
         BLOCK(B->qkv_b, "attn.qkv.bias", 1, 3 * E);
-        BLOCK(B->proj_w, "attn.proj.weight", 2, E, E);
+        BLOCK_MATRIX(B->proj_w, "attn.proj.weight", E, E);
         BLOCK(B->proj_b, "attn.proj.bias", 1, E);
         BLOCK(B->norm2_w, "norm2.weight", 1, E);
         BLOCK(B->norm2_b, "norm2.bias", 1, E);
-        BLOCK(B->fc1_w, "mlp.fc1.weight", 2, I, E);
+        BLOCK_MATRIX(B->fc1_w, "mlp.fc1.weight", I, E);
         BLOCK(B->fc1_b, "mlp.fc1.bias", 1, I);
-        BLOCK(B->fc2_w, "mlp.fc2.weight", 2, E, I);
+        BLOCK_MATRIX(B->fc2_w, "mlp.fc2.weight", E, I);
         BLOCK(B->fc2_b, "mlp.fc2.bias", 1, E);
 #undef BLOCK
+#undef BLOCK_MATRIX
     }
 #define MERGER(dst, suffix, nd, ...)                                                           \
     do {                                                                                       \
@@ -160,12 +172,15 @@ mmrt_status mmrt_qwen2vl_vision_load(struct mmrt_qwen2vl_vision *v, struct mmrt_
     } while (0)
     MERGER(v->ln_q_w, "ln_q.weight", 1, E);
     MERGER(v->ln_q_b, "ln_q.bias", 1, E);
-    MERGER(v->mlp0_w, "mlp.0.weight", 2, ME, ME);
+    snprintf(name, sizeof name, "visual.merger.mlp.0.weight");
+    MATRIX(v->mlp0_w, ME, ME);
     MERGER(v->mlp0_b, "mlp.0.bias", 1, ME);
-    MERGER(v->mlp2_w, "mlp.2.weight", 2, D, ME);
+    snprintf(name, sizeof name, "visual.merger.mlp.2.weight");
+    MATRIX(v->mlp2_w, D, ME);
     MERGER(v->mlp2_b, "mlp.2.bias", 1, D);
 #undef MERGER
 #undef LOAD
+#undef MATRIX
 #undef NE
     return MMRT_OK;
 fail:

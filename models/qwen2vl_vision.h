@@ -57,18 +57,18 @@ mmrt_status mmrt_qwen2vl_vision_config_parse(const json_t *cfg, const char *what
                                              struct mmrt_error *err);
 
 struct mmrt_qwen2vl_vision_block {
-    struct mmrt_tensor norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b;
-    struct mmrt_tensor norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+    struct mmrt_tensor norm1_w, norm1_b, qkv_b, proj_b, norm2_w, norm2_b, fc1_b, fc2_b;
+    struct mmrt_weight qkv_w, proj_w, fc1_w, fc2_w;
 };
 
 struct mmrt_qwen2vl_vision {
     struct mmrt_qwen2vl_vision_config cfg;
     struct mmrt_dev *dev;
-    struct mmrt_tensor patch_w;                 /* [E, C·T·P·P] */
+    struct mmrt_weight patch_w;                 /* [E, C·T·P·P], as stored */
     struct mmrt_qwen2vl_vision_block *blocks;   /* [depth] */
     struct mmrt_tensor ln_q_w, ln_q_b;          /* [E] */
-    struct mmrt_tensor mlp0_w, mlp0_b;          /* [m²E, m²E], [m²E] */
-    struct mmrt_tensor mlp2_w, mlp2_b;          /* [D, m²E], [D] */
+    struct mmrt_weight mlp0_w, mlp2_w;          /* [m²E, m²E], [D, m²E] */
+    struct mmrt_tensor mlp0_b, mlp2_b;          /* [m²E], [D] */
 };
 
 /* Loads the tower's weights (canonical names visual.*) onto dev, each shape checked against

@@ -21,10 +21,19 @@
 #include <string.h>
 
 #include "log.h"
+#include "quant.h"
 
 struct entry {
     char *name;
     const struct mmrt_st_tensor *t;
+};
+
+/* What a pending tensor's device bytes are made of. */
+enum conversion {
+    CONV_NONE,      /* the stored bytes (mappable) */
+    CONV_F32,       /* widened to F32 */
+    CONV_I8_VALUES, /* a matrix's INT8 codes (core/quant.h) */
+    CONV_I8_SCALES, /* the same matrix's per-row scales */
 };
 
 /* A loaded tensor waiting for mmrt_weights_commit. */
@@ -32,7 +41,8 @@ struct pending {
     struct mmrt_dev *dev;
     const struct mmrt_st_tensor *t;
     struct mmrt_tensor *out;  /* the caller's descriptor, filled by commit */
-    enum mmrt_dtype dtype;    /* on the device: the stored dtype, or F32 when converting */
+    enum conversion conv;
+    enum mmrt_dtype dtype;    /* on the device */
     int n_dims;
     int64_t ne[MMRT_MAX_DIMS];
     uint64_t nbytes;          /* on the device */
@@ -58,6 +68,7 @@ struct mmrt_weights {
     /* What commit placed, per tensor, so close can take it off the devices' counts. */
     struct placed { struct mmrt_dev *dev; uint64_t nbytes; bool mapped; } *placed;
     size_t n_placed, cap_placed;
+    enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
 };
 
 static int starts(const char *s, const char *prefix)
@@ -214,7 +225,7 @@ static int reserve(void **arr, size_t *cap, size_t n, size_t size)
  * commit as a device tensor of shape[n_dims] (the same element count). */
 static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
                         const int64_t *ckpt_shape, int n_dims, const int64_t *shape,
-                        bool to_f32, struct mmrt_tensor *out, struct mmrt_error *err,
+                        enum conversion conv, struct mmrt_tensor *out, struct mmrt_error *err,
                         const char *name)
 {
     const struct mmrt_st_tensor *t = mmrt_weights_find(w, name);
@@ -251,7 +262,10 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
     p->dev = dev;
     p->t = t;
     p->out = out;
-    p->dtype = to_f32 ? MMRT_DTYPE_F32 : (enum mmrt_dtype)t->dtype;
+    p->conv = conv;
+    p->dtype = conv == CONV_NONE       ? (enum mmrt_dtype)t->dtype
+               : conv == CONV_I8_VALUES ? MMRT_DTYPE_I8
+                                        : MMRT_DTYPE_F32;
     p->n_dims = n_dims;
     for (int i = 0; i < n_dims; i++)
         p->ne[i] = shape[i];
@@ -259,7 +273,12 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
         p->ne[0] = 1;
         p->n_dims = 1;
     }
-    p->nbytes = t->n_elements * mmrt_dtype_size(p->dtype);
+    if (conv == CONV_I8_SCALES) { /* one per row of the [N, K] matrix */
+        p->n_dims = 1;
+        p->ne[0] = shape[0];
+    }
+    p->nbytes = (conv == CONV_I8_SCALES ? (uint64_t)shape[0] : t->n_elements) *
+                mmrt_dtype_size(p->dtype);
     /* The shape is known now; the storage (buffer NULL until commit) is not, so any use of
      * the descriptor before commit is refused by the operator checks. */
     mmrt_tensor_init(out, NULL, 0, p->dtype, p->n_dims, p->ne);
@@ -294,10 +313,59 @@ static mmrt_status adopted_arena(struct mmrt_weights *w, struct mmrt_dev *dev, c
     return MMRT_OK;
 }
 
+/* Whether p's device bytes are the stored ones (so they can stay in the mapping). */
+static bool stored_bytes(const struct pending *p)
+{
+    return p->conv == CONV_NONE || (p->conv == CONV_F32 && p->t->dtype == MMRT_DTYPE_F32);
+}
+
+/* Quantizes the matrix of p a few rows at a time (so a large one never needs a float copy of
+ * itself) and uploads its codes or its scales into dst. */
+static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending *p,
+                                    const struct mmrt_tensor *dst, struct mmrt_error *err)
+{
+    const int64_t N = p->t->shape[0], K = p->t->shape[1];
+    const int64_t chunk = K > 0 && K < (1 << 20) ? (1 << 20) / K + 1 : 1;
+    float *f = malloc((size_t)(chunk * K) * sizeof *f + 1);
+    int8_t *q = malloc((size_t)(chunk * K) + 1);
+    float *scale = malloc((size_t)chunk * sizeof *scale);
+    mmrt_status st = f && q && scale ? MMRT_OK
+                                     : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory",
+                                                      w->path);
+    for (int64_t r0 = 0; st == MMRT_OK && r0 < N; r0 += chunk) {
+        const int64_t rows = N - r0 < chunk ? N - r0 : chunk;
+        st = mmrt_safetensors_read_f32_range(p->t, (uint64_t)(r0 * K), f, (size_t)(rows * K),
+                                             err);
+        int64_t bad = 0;
+        if (st == MMRT_OK && !mmrt_quant_i8_rows(f, rows, K, q, scale, &bad)) {
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "
+                                "finite to be quantized", p->t->file, p->t->name,
+                                (double)f[bad], (long long)(r0 + bad / K), (long long)(bad % K));
+            break;
+        }
+        if (st != MMRT_OK)
+            break;
+        if (p->conv == CONV_I8_VALUES) {
+            struct mmrt_tensor v = mmrt_tensor_rows(dst, r0, rows);
+            st = mmrt_dev_upload(p->dev, &v, q, (uint64_t)(rows * K), err);
+        } else {
+            struct mmrt_tensor v = mmrt_tensor_rows(dst, r0, rows);
+            st = mmrt_dev_upload(p->dev, &v, scale, (uint64_t)rows * sizeof *scale, err);
+        }
+    }
+    free(f);
+    free(q);
+    free(scale);
+    return st;
+}
+
 static mmrt_status upload_tensor(struct mmrt_weights *w, const struct pending *p,
                                  const struct mmrt_tensor *dst, struct mmrt_error *err)
 {
-    if (p->dtype == (enum mmrt_dtype)p->t->dtype)
+    if (p->conv == CONV_I8_VALUES || p->conv == CONV_I8_SCALES)
+        return upload_quantized(w, p, dst, err);
+    if (stored_bytes(p))
         return mmrt_dev_upload(p->dev, dst, p->t->data, p->t->nbytes, err);
     float *tmp = malloc(p->t->n_elements ? p->t->n_elements * sizeof(float) : 1);
     if (!tmp)
@@ -335,7 +403,7 @@ static mmrt_status commit_device(struct mmrt_weights *w, struct mmrt_dev *dev, b
         struct pending *p = &w->pending[i];
         const void *base;
         uint64_t size;
-        if (p->dev != dev || p->dtype != (enum mmrt_dtype)p->t->dtype || p->nbytes == 0 ||
+        if (p->dev != dev || !stored_bytes(p) || p->nbytes == 0 ||
             p->t->file_offset % mmrt_dtype_size(p->dtype) != 0 || !mmrt_dev_can_adopt(dev) ||
             !mmrt_safetensors_mapping(w->st, p->t, &base, &size))
             continue;
@@ -434,7 +502,7 @@ mmrt_status mmrt_weights_load(struct mmrt_weights *w, struct mmrt_dev *dev, int 
     va_start(ap, name);
     vsnprintf(buf, sizeof buf, name, ap);
     va_end(ap);
-    return load(w, dev, n_dims, shape, n_dims, shape, false, out, err, buf);
+    return load(w, dev, n_dims, shape, n_dims, shape, CONV_NONE, out, err, buf);
 }
 
 mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,
@@ -446,7 +514,7 @@ mmrt_status mmrt_weights_load_f32(struct mmrt_weights *w, struct mmrt_dev *dev, 
     va_start(ap, name);
     vsnprintf(buf, sizeof buf, name, ap);
     va_end(ap);
-    return load(w, dev, n_dims, shape, n_dims, shape, true, out, err, buf);
+    return load(w, dev, n_dims, shape, n_dims, shape, CONV_F32, out, err, buf);
 }
 
 mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
@@ -459,5 +527,34 @@ mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, i
     va_start(ap, name);
     vsnprintf(buf, sizeof buf, name, ap);
     va_end(ap);
-    return load(w, dev, ckpt_dims, ckpt_shape, n_dims, shape, false, out, err, buf);
+    return load(w, dev, ckpt_dims, ckpt_shape, n_dims, shape, CONV_NONE, out, err, buf);
+}
+
+void mmrt_weights_set_format(struct mmrt_weights *w, enum mmrt_weight_format format)
+{
+    w->format = format;
+}
+
+mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N,
+                                     int64_t K, struct mmrt_weight *out, struct mmrt_error *err,
+                                     const char *name, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, name);
+    vsnprintf(buf, sizeof buf, name, ap);
+    va_end(ap);
+    memset(out, 0, sizeof *out);
+    const int64_t shape[2] = { N, K };
+    if (w->format == MMRT_WEIGHTS_CHECKPOINT)
+        return load(w, dev, 2, shape, 2, shape, CONV_NONE, &out->t, err, buf);
+    if (dev->api->hdr.abi_minor < 3) /* I8 MATMUL weights came with ABI 1.3 */
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "[model] weights = %s: device %s has a plugin of ABI %u.%u, "
+                              "quantized weights need 1.3", mmrt_weight_format_name(w->format),
+                              dev->name, (unsigned)dev->api->hdr.abi_major,
+                              (unsigned)dev->api->hdr.abi_minor);
+    mmrt_status st = load(w, dev, 2, shape, 2, shape, CONV_I8_VALUES, &out->t, err, buf);
+    return st == MMRT_OK ? load(w, dev, 2, shape, 2, shape, CONV_I8_SCALES, &out->scale, err, buf)
+                         : st;
 }

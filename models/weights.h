@@ -31,6 +31,8 @@
 #include "device.h"
 #include "error.h"
 #include "formats/safetensors.h"
+#include "ops.h"
+#include "quant.h"
 
 struct mmrt_weights;
 
@@ -74,6 +76,20 @@ mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, i
                                  const int64_t *ckpt_shape, int n_dims, const int64_t *shape,
                                  struct mmrt_tensor *out, struct mmrt_error *err,
                                  const char *name, ...) __attribute__((format(printf, 9, 10)));
+
+/* How the matrices loaded from now on by mmrt_weights_load_matrix are held (core/quant.h);
+ * MMRT_WEIGHTS_CHECKPOINT until set. */
+void mmrt_weights_set_format(struct mmrt_weights *w, enum mmrt_weight_format format);
+
+/* Loads the 2-D matmul weight `name` [N, K] (checked as mmrt_weights_load does) into *out in
+ * the set's format: as stored, or quantized on the way to the device (INT8: out->t I8 and
+ * out->scale F32 [N], neither mappable, so a quantized weight costs its own bytes and not
+ * the checkpoint's). A value that is not finite is refused naming the tensor and its index.
+ * Usable after commit, as above. */
+mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N,
+                                     int64_t K, struct mmrt_weight *out, struct mmrt_error *err,
+                                     const char *name, ...)
+    __attribute__((format(printf, 7, 8)));
 
 /* Canonical spelling of a checkpoint key (models.md §1.7), written into buf. */
 void mmrt_weights_canonical_name(const char *name, bool bare_model_is_lm, char *buf,

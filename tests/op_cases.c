@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "op_cases.h"
+#include "quant.h"
 #include "ref_ops.h"
 
 const enum mmrt_dtype op_weight_dtypes[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
@@ -166,6 +167,22 @@ void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n)
     for (int64_t i = 0; i < n; i++)
         h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
     return h;
+}
+
+void op_quantize_i8(int64_t N, int64_t K, float hi, struct op_qmatrix *out)
+{
+    float *w = op_rand_f(N * K, -hi, hi);
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t k = 0; k < K; k++)
+            w[r * K + k] = r % 7 == 6 ? 0.0f : ldexpf(w[r * K + k], -(int)(r % 7));
+    out->q = op_alloc((size_t)(N * K));
+    out->scale = op_alloc((size_t)N * sizeof(float));
+    out->deq = op_alloc((size_t)(N * K) * sizeof(float));
+    int64_t bad = 0;
+    assert_true(mmrt_quant_i8_rows(w, N, K, out->q, out->scale, &bad));
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t k = 0; k < K; k++)
+            out->deq[r * K + k] = (float)out->q[r * K + k] * out->scale[r];
 }
 
 void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d)

@@ -75,6 +75,18 @@ void op_round_to(enum mmrt_dtype dt, float *v, int64_t n);
  * (round to nearest even); op_alloc'ed. */
 void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n);
 
+/* A quantized MATMUL weight (plugin.h: I8 codes with one F32 scale per row), made by the
+ * runtime's own quantizer (core/quant.h) from random values whose rows differ in magnitude
+ * (row r in ±(hi · 2^-(r mod 7))), with every seventh row all zero; op_alloc'ed host copies of
+ * the codes [N·K], the scales [N] and the values they stand for, q·s [N·K] (what a
+ * reference multiplies by). */
+struct op_qmatrix {
+    int8_t *q;
+    float *scale;
+    float *deq;
+};
+void op_quantize_i8(int64_t N, int64_t K, float hi, struct op_qmatrix *out);
+
 /* What COPY stores for one element converted from sdt to ddt (the harness conversions; I32
  * only to I32). */
 void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d);

@@ -16,6 +16,8 @@
  * and the batch-invariance contract of MATMUL (CPU_GEMV_MAX_M): for M = 1…32 every row is
  * bit-identical to that row computed alone, for M > 32 every row is bit-identical whatever
  * M (and, on the portable table, still equal to M = 1).
+ * I8 weights (plugin.h, quantized by core/quant.h) go through the same shapes on every table,
+ * with the same row invariance for M ≤ 32.
  * bf16_dot rounds the activations to bf16, so its MATMUL is held to a measured bound instead
  * (BF16_DOT_TOL, about 8 times the worst error seen on these shapes, 1.8e-3); the error it reaches is
  * printed so docs/BENCHMARKS.md can quote it.
@@ -32,6 +34,7 @@
 #include <string.h>
 
 #include "plugin_harness.h"
+#include "quant.h"
 #include "ref_ops.h"
 
 #define BF16_DOT_TOL 1.5e-2
@@ -188,6 +191,78 @@ static void test_matmul_all_isas(void **state)
                 free(y);
                 free(ref);
             }
+        harness_close(&h);
+    }
+}
+
+/* I8 weights (per-row scales, core/quant.h) on every table: the mm_cases against the
+ * dequantized reference, and each row of an M ≤ 32 launch bit-identical to that row alone. */
+static void test_matmul_i8_all_isas(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++) {
+            int64_t M = mm_cases[c][0], K = mm_cases[c][1], N = mm_cases[c][2];
+            g_rng = 300 + c;
+            float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32), *w = rand_vec(N * K, -1, 1,
+                                                                             MMRT_DTYPE_F32);
+            int8_t *q = malloc((size_t)(N * K) + 1);
+            float *scale = malloc((size_t)N * sizeof *scale + 1);
+            float *deq = malloc((size_t)(N * K) * sizeof *deq + 1);
+            assert_true(q && scale && deq);
+            int64_t bad;
+            assert_true(mmrt_quant_i8_rows(w, N, K, q, scale, &bad));
+            for (int64_t j = 0; j < N * K; j++)
+                deq[j] = (float)q[j] * scale[j / (K ? K : 1)];
+            struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
+            struct harness_tensor tw, ts, ty;
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_I8, 2, (const int64_t[]){ N, K },
+                                                &tw), MMRT_OK);
+            assert_int_equal(harness_upload(&h, &tw, q), MMRT_OK);
+            ts = put(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, scale);
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N },
+                                                &ty), MMRT_OK);
+            struct harness_tensor *src[4] = { &tx, &tw, NULL, &ts };
+            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, src, 4, &ty, NULL, 0), MMRT_OK);
+            float *y = get(&h, &ty);
+            double *ref = malloc((size_t)(M * N + 1) * sizeof *ref);
+            assert_non_null(ref);
+            ref_matmul(x, deq, NULL, M, K, N, ref);
+            double e = rel_err(y, ref, M * N);
+            if (!(e <= 1e-5))
+                fail_msg("isa %s MATMUL I8 M=%lld K=%lld N=%lld: error %.3g > 1e-5", isas[i],
+                         (long long)M, (long long)K, (long long)N, e);
+            for (int64_t r = 0; M <= ROW_INV_MAX_M && r < M; r++) {
+                struct harness_tensor t1 = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, K },
+                                               x + r * K), y1;
+                assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
+                                                    (const int64_t[]){ 1, N }, &y1), MMRT_OK);
+                struct harness_tensor *s1[4] = { &t1, &tw, NULL, &ts };
+                assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, s1, 4, &y1, NULL, 0), MMRT_OK);
+                float *g1 = get(&h, &y1);
+                if (memcmp(g1, y + r * N, (size_t)N * sizeof(float)) != 0)
+                    fail_msg("isa %s MATMUL I8 M=%lld K=%lld N=%lld: row %lld differs from the "
+                             "row alone", isas[i], (long long)M, (long long)K, (long long)N,
+                             (long long)r);
+                free(g1);
+                harness_tensor_free(&h, &t1);
+                harness_tensor_free(&h, &y1);
+            }
+            harness_tensor_free(&h, &tx);
+            harness_tensor_free(&h, &tw);
+            harness_tensor_free(&h, &ts);
+            harness_tensor_free(&h, &ty);
+            free(x);
+            free(w);
+            free(q);
+            free(scale);
+            free(deq);
+            free(y);
+            free(ref);
+        }
         harness_close(&h);
     }
 }
@@ -521,6 +596,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_all_isas),
+        cmocka_unit_test(test_matmul_i8_all_isas),
         cmocka_unit_test(test_attention_all_isas),
         cmocka_unit_test(test_activations_all_isas),
         cmocka_unit_test(test_thread_invariance_all_isas),

@@ -129,6 +129,88 @@ static void test_matmul(void **state)
     op_release_all();
 }
 
+/* ---- MATMUL with I8 weights (plugin.h): tolerance 1e-5 against the dequantized weights -----
+ * Shapes on both sides of the GEMV/GEMM line (M ≤ 32 / M > 32), K tails of every width, rows
+ * of different scales and zero rows; every row of an M ≤ 32 launch bit-identical to the same
+ * row launched alone (continuous batching relies on it, as for the float weights); the
+ * launches the contract forbids refused. */
+
+static struct harness_tensor *tq8(int64_t N, int64_t K, struct op_qmatrix *qm,
+                                  struct harness_tensor **scales)
+{
+    op_quantize_i8(N, K, 2.0f, qm);
+    struct harness_tensor *t = tnew(MMRT_DTYPE_I8, SHAPE(N, K));
+    assert_int_equal(harness_upload(&H, t, qm->q), MMRT_OK);
+    *scales = tnew(MMRT_DTYPE_F32, SHAPE(N));
+    assert_int_equal(harness_upload(&H, *scales, qm->scale), MMRT_OK);
+    return t;
+}
+
+static void test_matmul_i8(void **state)
+{
+    (void)state;
+    static const int64_t cases[][3] = { /* M, K, N */
+        { 1, 1, 1 },    { 1, 13, 7 },     { 3, 8, 5 },    { 17, 65, 33 }, { 64, 257, 96 },
+        { 5, 1000, 130 }, { 2, 4099, 3 }, { 33, 256, 16 }, { 1, 300, 513 }, { 32, 72, 40 },
+        { 37, 31, 19 }, { 100, 130, 70 },
+    };
+    op_rng_seed(11);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2];
+        int bias_mode = (int)(c % 3); /* none, F16, F32 */
+        float *x, *b = NULL;
+        struct op_qmatrix qm;
+        struct harness_tensor *ts, *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        struct harness_tensor *tw = tq8(N, K, &qm, &ts), *tb = NULL;
+        if (bias_mode)
+            tb = trand(bias_mode == 1 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, -1, 1, &b, SHAPE(N));
+        struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(M, N));
+        struct harness_tensor *src[4] = { tx, tw, tb, ts };
+        assert_int_equal(run(MMRT_OP_MATMUL, src, 4, ty, NULL, 0), MMRT_OK);
+        double *ref = op_ref_buf(M * N);
+        ref_matmul(x, qm.deq, b, M, K, N, ref);
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL I8 M=%lld K=%lld N=%lld bias %d", (long long)M,
+                 (long long)K, (long long)N, bias_mode);
+        const float *y = download_f32(ty);
+        op_check_close(what, y, ref, M * N, 1e-5);
+        if (M > 1 && M <= 32) { /* the small-M path: each row as if alone */
+            for (int64_t m = 0; m < M; m += M - 1) {
+                struct harness_tensor *x1 = tnew(MMRT_DTYPE_F32, SHAPE(1, K));
+                assert_int_equal(harness_upload(&H, x1, x + m * K), MMRT_OK);
+                struct harness_tensor *y1 = tnew(MMRT_DTYPE_F32, SHAPE(1, N));
+                struct harness_tensor *s1[4] = { x1, tw, tb, ts };
+                assert_int_equal(run(MMRT_OP_MATMUL, s1, 4, y1, NULL, 0), MMRT_OK);
+                const float *got = download_f32(y1);
+                for (int64_t n = 0; n < N; n++)
+                    if (memcmp(&got[n], &y[m * N + n], sizeof(float)) != 0)
+                        fail_msg("%s: row %lld alone gave %.9g at column %lld, %.9g in the "
+                                 "batch", what, (long long)m, (double)got[n], (long long)n,
+                                 (double)y[m * N + n]);
+            }
+        }
+        op_release_all();
+    }
+
+    /* What the contract refuses: an I8 W without scales, scales with a float W, scales of the
+     * wrong length or dtype. */
+    float *x, *wf;
+    struct op_qmatrix qm;
+    struct harness_tensor *ts, *tx = trand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(2, 16));
+    struct harness_tensor *tw = tq8(8, 16, &qm, &ts);
+    struct harness_tensor *twf = trand(MMRT_DTYPE_F16, -1, 1, &wf, SHAPE(8, 16));
+    struct harness_tensor *short_s = tnew(MMRT_DTYPE_F32, SHAPE(7));
+    struct harness_tensor *f16_s = tnew(MMRT_DTYPE_F16, SHAPE(8));
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(2, 8));
+    struct harness_tensor *no_s[2] = { tx, tw }, *float_s[4] = { tx, twf, NULL, ts },
+                          *bad_n[4] = { tx, tw, NULL, short_s }, *bad_t[4] = { tx, tw, NULL, f16_s };
+    assert_int_equal(run(MMRT_OP_MATMUL, no_s, 2, ty, NULL, 0), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(run(MMRT_OP_MATMUL, float_s, 4, ty, NULL, 0), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(run(MMRT_OP_MATMUL, bad_n, 4, ty, NULL, 0), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(run(MMRT_OP_MATMUL, bad_t, 4, ty, NULL, 0), MMRT_ERR_INVALID_ARG);
+    op_release_all();
+}
+
 /* ---- ADD, MUL: tolerance 1e-6 (one rounding per element) ------------------------------ */
 
 static void test_add_mul(void **state)
@@ -2174,6 +2256,7 @@ int main(void)
         cmocka_unit_test(test_device_options),
         cmocka_unit_test(test_device_memory),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_i8),
         cmocka_unit_test(test_add_mul),
         cmocka_unit_test(test_scale),
         cmocka_unit_test(test_unary),

@@ -254,7 +254,8 @@ static void test_device_and_dispatch(void **state)
     int64_t yne[2] = { 3, 4 };
     assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, wne, &w, &err), MMRT_OK);
     assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, yne, &y4, &err), MMRT_OK);
-    assert_int_equal(mmrt_op_matmul(dev, &x.t, &w.t, NULL, &y4.t, &err), MMRT_ERR_UNSUPPORTED);
+    const struct mmrt_weight wm = { .t = w.t };
+    assert_int_equal(mmrt_op_matmul(dev, &x.t, &wm, NULL, &y4.t, &err), MMRT_ERR_UNSUPPORTED);
     assert_string_equal(err.msg, "device s1 (plugin stub) has no operator MATMUL");
     enum mmrt_op need[] = { MMRT_OP_MATMUL, MMRT_OP_ADD, MMRT_OP_ROPE, MMRT_OP_MATMUL };
     assert_int_equal(mmrt_dev_require_ops(dev, "stage language", need, 4, &err),

@@ -631,6 +631,16 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
         else
             fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'f32' or 'f16'",
                  p->section, key, (int)n, v);
+    } else if (strcmp(key, "weights") == 0) {
+        if (!once(p, key, n, &c->weights_line))
+            return;
+        if (n == 10 && memcmp(v, "checkpoint", 10) == 0)
+            c->weights = MMRT_WEIGHTS_CHECKPOINT;
+        else if (n == 4 && memcmp(v, "int8", 4) == 0)
+            c->weights = MMRT_WEIGHTS_INT8;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'checkpoint' or "
+                 "'int8'", p->section, key, (int)n, v);
     } else if (strcmp(key, "oversize_images") == 0) {
         if (!once(p, key, n, &c->oversize_images_line))
             return;

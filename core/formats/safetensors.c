@@ -982,9 +982,24 @@ mmrt_status mmrt_safetensors_read_f32(const struct mmrt_st_tensor *t, float *dst
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "%s: tensor %s has %llu elements, the "
                               "destination %zu", t->file, quote(q, t->name),
                               (unsigned long long)t->n_elements, n);
+    return mmrt_safetensors_read_f32_range(t, 0, dst, n, err);
+}
+
+mmrt_status mmrt_safetensors_read_f32_range(const struct mmrt_st_tensor *t, uint64_t first,
+                                            float *dst, size_t n, struct mmrt_error *err)
+{
+    if (!t || (!dst && n))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "safetensors read: tensor and dst are "
+                              "required");
+    char q[ST_QUOTE_MAX];
+    if (first > t->n_elements || (uint64_t)n > t->n_elements - first)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "%s: tensor %s has %llu elements, not "
+                              "[%llu, %llu + %zu)", t->file, quote(q, t->name),
+                              (unsigned long long)t->n_elements, (unsigned long long)first,
+                              (unsigned long long)first, n);
     /* Bytewise little-endian loads: the data has no alignment (S7) and this works on any
      * host byte order. */
-    const uint8_t *p = t->data;
+    const uint8_t *p = (const uint8_t *)t->data + first * mmrt_dtype_size((enum mmrt_dtype)t->dtype);
     switch (t->dtype) {
     case MMRT_DTYPE_F32:
         for (size_t i = 0; i < n; i++, p += 4) {

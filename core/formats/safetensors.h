@@ -185,4 +185,10 @@ int mmrt_safetensors_mapping(const struct mmrt_safetensors *st, const struct mmr
 mmrt_status mmrt_safetensors_read_f32(const struct mmrt_st_tensor *t, float *dst, size_t n,
                                       struct mmrt_error *err);
 
+/* Elements [first, first + n) of t (in row-major order) as float32, as above; the range must
+ * lie inside the tensor (MMRT_ERR_INVALID_ARG otherwise). For converting a large weight a few
+ * rows at a time. */
+mmrt_status mmrt_safetensors_read_f32_range(const struct mmrt_st_tensor *t, uint64_t first,
+                                            float *dst, size_t n, struct mmrt_error *err);
+
 #endif /* MMRT_FORMATS_SAFETENSORS_H */

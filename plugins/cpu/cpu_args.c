@@ -229,6 +229,10 @@ void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n)
         for (; i < n; i++)
             dst[i] = cpu_bf16_to_f32(s[i]);
         break;
+    case MMRT_DTYPE_I8:
+        for (; i < n; i++)
+            dst[i] = (float)((const int8_t *)src)[i];
+        break;
     default:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;

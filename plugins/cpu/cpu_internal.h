@@ -316,6 +316,7 @@ struct cpu_op {
 #define CPU_DT_F16 (1u << MMRT_DTYPE_F16)
 #define CPU_DT_BF16 (1u << MMRT_DTYPE_BF16)
 #define CPU_DT_I32 (1u << MMRT_DTYPE_I32)
+#define CPU_DT_I8 (1u << MMRT_DTYPE_I8)
 #define CPU_DT_WEIGHT (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_BF16)
 
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
@@ -433,6 +434,7 @@ static inline float cpu_load_weight(const void *p, int dtype, int64_t i)
     switch (dtype) {
     case MMRT_DTYPE_F16: return cpu_f16_to_f32(((const uint16_t *)p)[i]);
     case MMRT_DTYPE_BF16: return cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MMRT_DTYPE_I8: return (float)((const int8_t *)p)[i];
     default: return ((const float *)p)[i];
     }
 }
@@ -483,11 +485,12 @@ static inline float cpu_dot_f32(const float *restrict a, const float *restrict b
 /* ---- the GEMM shared by MATMUL and PATCH_EMBED (cpu_ops_matmul.c) -------------------- */
 
 /* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]); x and y contiguous f32, w and b (may be NULL) of
- * their own weight dtype, all contiguous. Runs on dev's pool. Fails only when the packing
- * scratch cannot be allocated (MMRT_ERR_NO_MEMORY, message in dev->err). */
+ * their own weight dtype, all contiguous; an I8 w comes with its per-row scales (scale[N],
+ * else NULL), applied to each finished sum before the bias. Runs on dev's pool. Fails only
+ * when the packing scratch cannot be allocated (MMRT_ERR_NO_MEMORY, message in dev->err). */
 mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
-                     const void *w, int w_dtype, int64_t N, const void *b, int b_dtype,
-                     float *y);
+                     const void *w, int w_dtype, const float *scale, int64_t N, const void *b,
+                     int b_dtype, float *y);
 
 /* dev->xpack with at least nbytes (64-byte aligned), grown if needed; NULL after writing a
  * message into dev->err when it cannot be allocated. Valid until the next call. */

@@ -33,6 +33,8 @@ static inline __attribute__((always_inline)) __m256 wload8(const void *p, const 
     case MMRT_DTYPE_BF16:
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    case MMRT_DTYPE_I8: /* a quantized weight's codes; its scale is applied to the sums */
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
     default:
         return _mm256_loadu_ps((const float *)p);
     }
@@ -43,7 +45,7 @@ static inline __attribute__((always_inline)) __m256 load8(const void *p, int dt,
 {
     if (n < 8) {
         uint32_t buf[8] = { 0 };
-        memcpy(buf, p, (size_t)n * (dt == MMRT_DTYPE_F32 ? 4 : 2));
+        memcpy(buf, p, (size_t)n * mmrt_dtype_size((enum mmrt_dtype)dt));
         return wload8(buf, dt);
     }
     return wload8(p, dt);
@@ -192,7 +194,7 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
           const int G, int64_t k0, int64_t k1, int first, int last, __m256 *save, float *y,
           int64_t ldy, const char *pf)
 {
-    const int64_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m256 acc[GV_G][8];
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++)
@@ -298,6 +300,12 @@ static void gemv_bf16(const float *x, int64_t ldx, int64_t M, int64_t K, const c
     gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_BF16, rowb, n, y, ldy);
 }
 
+static void gemv_i8(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                    int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_I8, rowb, n, y, ldy);
+}
+
 static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
 {
@@ -308,6 +316,7 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
     switch (dtype) {
     case MMRT_DTYPE_F16: gemv_f16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     case MMRT_DTYPE_BF16: gemv_bf16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
+    case MMRT_DTYPE_I8: gemv_i8(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     default: gemv_f32(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     }
 }
@@ -469,7 +478,7 @@ static void gelu(const float *x, float *dst, int64_t n)
 static void to_f32(const void *src, int dtype, float *dst, int64_t n)
 {
     const char *p = src;
-    const int64_t es = dtype == MMRT_DTYPE_F32 ? 4 : 2;
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, wload8(p + i * es, dtype));

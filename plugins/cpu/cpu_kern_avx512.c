@@ -39,7 +39,7 @@
 
 /* ---- loading a weight-dtype vector ------------------------------------------------------ */
 
-/* 16 elements (mask m) of a F32, F16 or BF16 array starting at p, as f32. */
+/* 16 elements (mask m) of a F32, F16, BF16 or I8 array starting at p, as f32. */
 static inline __attribute__((always_inline)) __m512 load16(const void *p, int dt, __mmask16 m)
 {
     switch (dt) {
@@ -48,6 +48,8 @@ static inline __attribute__((always_inline)) __m512 load16(const void *p, int dt
     case MMRT_DTYPE_BF16:
         return _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    case MMRT_DTYPE_I8: /* a quantized weight's codes; its scale is applied to the sums */
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
     default:
         return _mm512_maskz_loadu_ps(m, p);
     }
@@ -195,7 +197,7 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
           const int G, int64_t k0, int64_t k1, int first, int last, __m512 *save, float *y,
           int64_t ldy, const char *pf)
 {
-    const int64_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m512 acc[GV_G][8];
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++)
@@ -311,6 +313,12 @@ static void gemv_bf16(const float *x, int64_t ldx, int64_t M, int64_t K, const c
     gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_BF16, rowb, n, y, ldy);
 }
 
+static void gemv_i8(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
+                    int64_t rowb, int64_t n, float *y, int64_t ldy)
+{
+    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_I8, rowb, n, y, ldy);
+}
+
 static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
 {
@@ -321,6 +329,7 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
     switch (dtype) {
     case MMRT_DTYPE_F16: gemv_f16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     case MMRT_DTYPE_BF16: gemv_bf16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
+    case MMRT_DTYPE_I8: gemv_i8(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     default: gemv_f32(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
     }
 }
@@ -463,7 +472,7 @@ static void gelu(const float *x, float *dst, int64_t n)
 static void to_f32(const void *src, int dtype, float *dst, int64_t n)
 {
     const char *p = src;
-    const int64_t es = dtype == MMRT_DTYPE_F32 ? 4 : 2;
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         _mm512_mask_storeu_ps(dst + i, m, load16(p + i * es, dtype, m));

@@ -78,6 +78,7 @@ struct gemm_ctx {
     struct mmrt_device *dev;
     const float *x;
     const char *w;
+    const float *scale;
     const char *b;
     float *y;
     int64_t M, K, N, n_mtiles;
@@ -151,6 +152,10 @@ static void gemm_task(void *vctx, int tid, int64_t begin, int64_t end)
                     yr[j] += cpu_dot_f32(xr, wp + j * ldw, kl);
             }
         }
+        if (c->scale)
+            for (int64_t m = m0; m < m1; m++)
+                for (int64_t j = 0; j < nn; j++)
+                    c->y[m * N + n0 + j] *= c->scale[n0 + j];
         if (c->b) {
             for (int64_t m = m0; m < m1; m++)
                 for (int64_t j = 0; j < nn; j++)
@@ -167,6 +172,7 @@ struct gemv_ctx {
     const struct cpu_kernels *kt;
     const float *x;
     const void *w, *b;
+    const float *scale;
     float *y;
     int64_t M, K, N;
     int w_dtype, b_dtype;
@@ -178,6 +184,10 @@ static void gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
     c->kt->gemv(c->x, c->K, c->M, c->K, c->w, c->w_dtype, c->K, n0, n1, c->y, c->N);
+    if (c->scale)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                c->y[m * c->N + n] *= c->scale[n];
     if (c->b)
         for (int64_t m = 0; m < c->M; m++)
             for (int64_t n = n0; n < n1; n++)
@@ -191,6 +201,7 @@ struct blk_ctx {
     const struct cpu_kernels *kt;
     const float *x;
     const char *w, *b;
+    const float *scale;
     float *y;
     void *xp;               /* packed x: [n_kb][n_panels][panel_elems] (f32 or u32 pairs) */
     int64_t M, K, N;
@@ -271,10 +282,17 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
         if (c->b)
             cpu_weight_to_f32(c->b + (size_t)n0 * mmrt_dtype_size((enum mmrt_dtype)c->b_dtype),
                               c->b_dtype, bias, ncols);
+        const float *sc = c->scale ? c->scale + n0 : NULL;
         for (int64_t m = m0; m < m1; m++) {
             float *yr = c->y + m * N + n0;
             const float *cr = cblk + (m - m0) * CPU_GEMM_NC;
-            if (c->b)
+            if (sc && c->b)
+                for (int64_t j = 0; j < ncols; j++)
+                    yr[j] = cr[j] * sc[j] + bias[j];
+            else if (sc)
+                for (int64_t j = 0; j < ncols; j++)
+                    yr[j] = cr[j] * sc[j];
+            else if (c->b)
                 for (int64_t j = 0; j < ncols; j++)
                     yr[j] = cr[j] + bias[j];
             else
@@ -284,8 +302,8 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
 }
 
 mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
-                     const void *w, int w_dtype, int64_t N, const void *b, int b_dtype,
-                     float *y)
+                     const void *w, int w_dtype, const float *scale, int64_t N, const void *b,
+                     int b_dtype, float *y)
 {
     const struct cpu_kernels *kt = &dev->kern;
     if (M == 0 || N == 0)
@@ -299,7 +317,7 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
             return MMRT_OK;
         }
         struct gemv_ctx c = {
-            .kt = kt, .x = x, .w = w, .b = b, .y = y, .M = M, .K = K, .N = N,
+            .kt = kt, .x = x, .w = w, .b = b, .scale = scale, .y = y, .M = M, .K = K, .N = N,
             .w_dtype = w_dtype, .b_dtype = b_dtype,
         };
         cpu_parallel_for(&dev->pool, (N + GEMV_ROWS - 1) / GEMV_ROWS,
@@ -308,7 +326,7 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
     }
     if (!kt->micro) {
         struct gemm_ctx c = {
-            .dev = dev, .x = x, .w = w, .b = b, .y = y, .M = M, .K = K, .N = N,
+            .dev = dev, .x = x, .w = w, .scale = scale, .b = b, .y = y, .M = M, .K = K, .N = N,
             .n_mtiles = (M + CPU_MM_MB - 1) / CPU_MM_MB,
             .w_dtype = w_dtype, .b_dtype = b_dtype,
             .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype),
@@ -321,7 +339,8 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
 
     bool bf = dev->bf16_dot && w_dtype == MMRT_DTYPE_BF16 && kt->micro_bf16;
     struct blk_ctx c = {
-        .dev = dev, .kt = kt, .x = x, .w = w, .b = b, .y = y, .M = M, .K = K, .N = N,
+        .dev = dev, .kt = kt, .x = x, .w = w, .b = b, .scale = scale, .y = y,
+        .M = M, .K = K, .N = N,
         .kcb = bf ? 2 * CPU_GEMM_KC : CPU_GEMM_KC,
         .w_dtype = w_dtype, .b_dtype = b_dtype, .mr = kt->mr, .nr = kt->nr,
         .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype), .bf = bf,
@@ -346,21 +365,35 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
 mmrt_status cpu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cpu_op o;
-    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 3, &o);
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 4, &o);
     if (st != MMRT_OK)
         return st;
-    const struct cpu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    const struct cpu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
+                          *y = &o.dst;
 
     if ((st = cpu_need_dtype(&o, "src0 (x)", x, CPU_DT_F32)) ||
         (st = cpu_need_contig(&o, "src0 (x)", x)) ||
         (st = cpu_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = cpu_need_dtype(&o, "src1 (W)", w, CPU_DT_WEIGHT)) ||
+        (st = cpu_need_dtype(&o, "src1 (W)", w, CPU_DT_WEIGHT | CPU_DT_I8)) ||
         (st = cpu_need_contig(&o, "src1 (W)", w)))
         return st;
     int64_t K = cpu_inner(x), M = cpu_rows(x), N = w->ne[0];
     if (w->ne[1] != K)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
                        "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
+    if (w->dtype == MMRT_DTYPE_I8) {
+        if (!s->data)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
+        if ((st = cpu_need_dtype(&o, "src3 (scales)", s, CPU_DT_F32)) ||
+            (st = cpu_need_contig(&o, "src3 (scales)", s)) ||
+            (st = cpu_need_disjoint(&o, "src3 (scales)", s, false)))
+            return st;
+        if (s->numel != N)
+            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) has %" PRId64 " elements, W "
+                           "has %" PRId64 " rows", s->numel, N);
+    } else if (s->data) {
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) goes only with an I8 W");
+    }
     if (b->data) {
         if ((st = cpu_need_dtype(&o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
             (st = cpu_need_contig(&o, "src2 (bias)", b)))
@@ -379,8 +412,8 @@ mmrt_status cpu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *ar
         (st = cpu_need_disjoint(&o, "src2 (bias)", b, false)))
         return st;
 
-    return cpu_gemm(dev, (const float *)x->data, M, K, w->data, w->dtype, N, b->data, b->dtype,
-                    (float *)y->data);
+    return cpu_gemm(dev, (const float *)x->data, M, K, w->data, w->dtype,
+                    (const float *)s->data, N, b->data, b->dtype, (float *)y->data);
 }
 
 /* ---- PATCH_EMBED ---------------------------------------------------------------------- */
@@ -471,7 +504,8 @@ mmrt_status cpu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_arg
         .n_px = W / P, .n_patches = n_patches,
     };
     cpu_parallel_for(&dev->pool, B * n_patches, (double)(C * P * P), im2col_task, &ic);
-    st = cpu_gemm(dev, cols, B * n_patches, C * P * P, w->data, w->dtype, O, b->data, b->dtype,
+    st = cpu_gemm(dev, cols, B * n_patches, C * P * P, w->data, w->dtype, NULL, O, b->data,
+                  b->dtype,
                   (float *)y->data);
     free(cols);
     return st;

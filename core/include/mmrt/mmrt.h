@@ -94,6 +94,15 @@ enum mmrt_kv_dtype {
     MMRT_KV_F16 = 1,
 };
 
+/* How the checkpoint's matrices (every matmul weight of the towers, the projector and the
+ * decoder, the LM head too unless it is the tied embedding) are held on their devices. */
+enum mmrt_weight_format {
+    MMRT_WEIGHTS_CHECKPOINT = 0, /* as stored: F32, F16 or BF16 (mapped in place where the
+                                    device can) */
+    MMRT_WEIGHTS_INT8 = 1,       /* INT8, one scale per output channel, quantized at load
+                                    (docs/QUANTIZATION.md): about half the bytes of F16 */
+};
+
 struct mmrt_config {
     uint32_t struct_size;              /* sizeof(struct mmrt_config), or 0 (see mmrt_request) */
     const char *model_path;            /* checkpoint directory; NULL = devices only */
@@ -146,6 +155,9 @@ struct mmrt_config {
      * needs them. 0 (the default) or positive = on, negative = off. INI: [cache] prefix =
      * on | off. Figures: mmrt_stats prefix_cache_hits, prefix_cache_reused_tokens. */
     int prefix_cache;
+    /* Matmul weights as stored or quantized at load. INI: [model] weights = checkpoint |
+     * int8. */
+    enum mmrt_weight_format weights;
 };
 
 struct mmrt_runtime;

@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 2
+#define MMRT_ABI_MINOR 3
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -122,7 +122,13 @@ enum mmrt_op {
      * Batch invariance (specs/engine.md): output row m depends only on x row m, W and b, and
      * on whether M ≤ 32 (a plugin may use one reduction order for up to 32 rows, e.g. a
      * GEMV, and another above) — never on M otherwise, the other rows or the thread count.
-     * The engine keeps a request's rows on one side of that line whatever runs with it. */
+     * The engine keeps a request's rows on one side of that line whatever runs with it.
+     * Quantized weights (ABI 1.3): W may be I8 [N, K] with src3 = scales, F32 [N], contiguous;
+     * W's element (n, k) stands for W[n, k] · scales[n] (symmetric, one scale per output
+     * channel). A plugin may form Σₖ x·W[n, k] first and scale the sum (the scale is exact
+     * to factor out in real arithmetic; only the rounding differs). src3 is present exactly
+     * when W is I8. I8 is a MATMUL weight dtype only: no other op takes it. A plugin without
+     * an I8 kernel refuses with MMRT_ERR_UNSUPPORTED naming it. */
     MMRT_OP_MATMUL = 0,
     /* dst = src0 + src1. src1 (F32 or weight dtype) has the shape of src0, or is one row
      * [N] broadcast over every row of src0. */
@@ -402,10 +408,10 @@ static inline const char *mmrt_op_name_of(int op)
     return op >= 0 && op < MMRT_OP_COUNT ? names[op] : "unknown op";
 }
 
-/* "F32", "F16", "BF16", "I32"; "an unknown dtype" otherwise. */
+/* "F32", "F16", "BF16", "I32", "I8"; "an unknown dtype" otherwise. */
 static inline const char *mmrt_dtype_name_of(int dtype)
 {
-    static const char *const names[] = { "F32", "F16", "BF16", "I32" };
+    static const char *const names[] = { "F32", "F16", "BF16", "I32", "I8" };
     MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_DTYPE_COUNT, "every dtype a name");
     return dtype >= 0 && dtype < MMRT_DTYPE_COUNT ? names[dtype] : "an unknown dtype";
 }
