@@ -63,7 +63,7 @@ struct options {
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
     int concurrency;
-    bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache;
+    bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache, int8;
     int threads;
 };
 
@@ -88,6 +88,8 @@ static void usage(FILE *f)
             "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
             "                      1..32; default: the round's requests, at most 32)\n"
             "  --kv-dtype T        f32|f16 KV cache ([model] kv_dtype; default f32)\n"
+            "  --weights W         checkpoint|int8: matmul weights as --dtype writes them, or\n"
+            "                      quantized at load ([model] weights; default checkpoint)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -506,6 +508,7 @@ int main(int argc, char **argv)
         { "concurrency", required_argument, NULL, 'N' },
         { "mix", no_argument, NULL, 'X' },            { "kv-dtype", required_argument, NULL, 'K' },
         { "vision-cache", no_argument, NULL, 'V' },
+        { "weights", required_argument, NULL, 'W' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -548,6 +551,14 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             o.kv_f16 = strcmp(optarg, "f16") == 0;
+            break;
+        case 'W':
+            if (strcmp(optarg, "checkpoint") != 0 && strcmp(optarg, "int8") != 0) {
+                fprintf(stderr, "mmrt-bench: --weights \"%s\": expected checkpoint or int8\n",
+                        optarg);
+                bad = 1;
+            }
+            o.int8 = strcmp(optarg, "int8") == 0;
             break;
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
         case 'h': usage(stdout); return 0;
@@ -640,7 +651,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "mmrt-bench: out of memory\n");
         goto out;
     }
-    const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2;
+    const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2, kv_bytes = o.kv_f16 ? 2 : 4;
+    const double mm_bytes = o.int8 ? 1.0 : (double)w_bytes;
     const uint64_t ckpt_bytes = stage_weight_bytes(tensors, n_tensors, w_bytes, true, true);
     uint64_t dev_weights[MAX_DEVS] = { 0 };
     for (int i = 0; i < pl.n_dev; i++)
@@ -653,16 +665,19 @@ int main(int argc, char **argv)
     /* The largest image and prompt a round holds size the KV store and the pools. */
     const int max_image = mix_image(&o, 3), max_prompt = mix_prompt(&o, 12);
     bench_work_compute(s, o.layers, max_image, max_prompt + TEMPLATE_TOKENS, o.gen_tokens,
-                       w_bytes, 4, &est);
+                       w_bytes, mm_bytes, kv_bytes, &est);
     int64_t ctx = est.n_image_tokens + max_prompt + TEMPLATE_TOKENS + o.gen_tokens;
     bench_work_compute(s, o.layers, o.image_size, o.prompt_tokens + TEMPLATE_TOKENS,
-                       o.gen_tokens, w_bytes, 4, &est);
+                       o.gen_tokens, w_bytes, mm_bytes, kv_bytes, &est);
     const int64_t n_prompt_est = est.n_image_tokens + o.prompt_tokens + TEMPLATE_TOKENS;
-    bench_work_compute(s, o.layers, o.image_size, n_prompt_est, o.gen_tokens, w_bytes, 4, &est);
+    bench_work_compute(s, o.layers, o.image_size, n_prompt_est, o.gen_tokens, w_bytes, mm_bytes,
+                       kv_bytes, &est);
     /* A round's requests decode together: KV for each running one's context, not the
      * model's whole context (the KV store and the longest prefill auto sizes for). */
     const int64_t kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency);
-    const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16 };
+    const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16,
+                                              .weights = o.int8 ? MMRT_WEIGHTS_INT8
+                                                                : MMRT_WEIGHTS_CHECKPOINT };
     struct mmrt_pool_budget budget = { 0 };
     uint64_t pool_mb[MAX_DEVS] = { 0 };
     if (supported) {
@@ -887,6 +902,7 @@ int main(int argc, char **argv)
         .max_kv_tokens = kv_tokens,
         .max_batch = concurrency,
         .kv_dtype = o.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
+        .weights = o.int8 ? MMRT_WEIGHTS_INT8 : MMRT_WEIGHTS_CHECKPOINT,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -989,7 +1005,8 @@ int main(int argc, char **argv)
     free(v);
 
     struct bench_work wk;
-    bench_work_compute(s, o.layers, o.image_size, n_prompt, n_gen, w_bytes, 4, &wk);
+    bench_work_compute(s, o.layers, o.image_size, n_prompt, n_gen, w_bytes, mm_bytes, kv_bytes,
+                       &wk);
     bool vis_cpu = strcmp(pl.dev[pl.vision].plugin, "cpu") == 0;
     bool lang_cpu = strcmp(pl.dev[pl.language].plugin, "cpu") == 0;
     const char *vb = dev_option(&pl, pl.vision, "bf16_dot");
@@ -1051,7 +1068,7 @@ int main(int argc, char **argv)
     }
 
     json_t *rec = json_pack(
-        "{s:s,s:s,s:s,s:{s:s,s:i,s:i},s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:i,s:i,s:i,s:i,s:i,s:i,"
+        "{s:s,s:s,s:s,s:{s:s,s:i,s:i},s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,"
         "s:s,s:s,s:s,s:i,s:i,s:f,s:f,"
         "s:{s:f,s:f,s:f,s:s,s:i,s:f,s:f,s:f},"
         "s:{s:f,s:f,s:f,s:f,s:I,s:I},"
@@ -1061,7 +1078,8 @@ int main(int argc, char **argv)
         "machine", "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", n_threads,
         "command", cmd, "shape", s->name, "hf_id", s->hf_id, "model_type", s->model_type,
         "vision_layers", (json_int_t)v_layers, "text_layers", (json_int_t)t_layers,
-        "dtype", dt_names[o.dtype], "image_size", o.image_size,
+        "dtype", dt_names[o.dtype], "weights", o.int8 ? "int8" : "checkpoint",
+        "image_size", o.image_size,
         "prompt_tokens", o.prompt_tokens, "gen_tokens", o.gen_tokens, "batch", o.batch,
         "repeat", o.repeat, "warmup", o.warmup,
         "checkpoint", ckpt, "image", images[0], "prompt", prompt,
@@ -1151,11 +1169,11 @@ int main(int argc, char **argv)
         struct bench_image_plan ip;
         vision_desc(s, v_layers, vd, sizeof vd);
         bench_image_plan(s, o.image_size, &ip);
-        printf("shape %s (%s): %s, text %lld/%lld layers, %s weights; image %d×%d → %lld×%lld "
-               "patches, %lld image tokens; prompt %d tokens (%d user + image + template); %d "
-               "generated\n",
+        printf("shape %s (%s): %s, text %lld/%lld layers, %s weights%s; image %d×%d → "
+               "%lld×%lld patches, %lld image tokens; prompt %d tokens (%d user + image + "
+               "template); %d generated\n",
                s->name, s->hf_id, vd, (long long)t_layers, (long long)s->t_layers,
-               dt_names[o.dtype], o.image_size, o.image_size, (long long)ip.cols,
+               dt_names[o.dtype], o.int8 ? " quantized to int8 at load" : "", o.image_size, o.image_size, (long long)ip.cols,
                (long long)ip.rows, (long long)ip.n_image_tokens, n_prompt, o.prompt_tokens,
                n_gen);
         printf("limits (best of %d probes around the rounds, %s loops, %d threads): read "

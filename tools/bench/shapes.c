@@ -230,8 +230,8 @@ static void decoder_layer(const struct bench_shape *s, double *params, double *t
 }
 
 void bench_work_compute(const struct bench_shape *s, int64_t layers, int64_t image_size,
-                        int64_t n_prompt, int64_t n_gen, int w_bytes, int kv_bytes,
-                        struct bench_work *out)
+                        int64_t n_prompt, int64_t n_gen, int w_bytes, double mm_bytes,
+                        int kv_bytes, struct bench_work *out)
 {
     memset(out, 0, sizeof *out);
     int64_t vl, tl;
@@ -283,7 +283,8 @@ void bench_work_compute(const struct bench_shape *s, int64_t layers, int64_t ima
         vision_params = patch_k * D + D;
         break;
     }
-    out->vision_weight_bytes = (uint64_t)(vision_params * w_bytes);
+    /* Every weight counted as a matrix one: the vectors (norms, biases) are < 0.1 %. */
+    out->vision_weight_bytes = (uint64_t)(vision_params * mm_bytes);
 
     /* Prefill and decode. */
     double layer_params, token_flop;
@@ -292,10 +293,10 @@ void bench_work_compute(const struct bench_shape *s, int64_t layers, int64_t ima
     double Sp = (double)n_prompt;
     out->prefill_flop = (double)tl * (Sp * token_flop + 2 * QD * Sp * (Sp + 1)) + 2 * D * V;
     double weights = (double)tl * layer_params + final_norm + V * D; /* + LM head */
-    out->decode_weight_bytes = (weights + D) * w_bytes; /* + the one embedding row */
+    out->decode_weight_bytes = weights * mm_bytes + D * w_bytes; /* + one embedding row */
     /* Decode step j (j = 1 … n_gen−1) runs at position n_prompt + j − 1 and reads that many
      * cached positions plus its own. */
     double mean_ctx = n_gen > 1 ? Sp + (double)(n_gen - 1) / 2.0 : Sp;
     out->decode_bytes = out->decode_weight_bytes + (double)tl * 2 * mean_ctx * KD * kv_bytes;
-    out->language_weight_bytes = (uint64_t)((weights + V * D) * w_bytes);
+    out->language_weight_bytes = (uint64_t)(weights * mm_bytes + V * D * w_bytes);
 }

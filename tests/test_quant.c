@@ -1,0 +1,278 @@
+/*
+ * tests/test_quant.c — quantized weights end to end: the quantizer's rules (core/quant.h),
+ * [model] weights = int8 on every model type against the same checkpoint as stored, and the
+ * checkpoints it must refuse.
+ *
+ * Accuracy is measured the way docs/QUANTIZATION.md reports it: for every case of the four
+ * fixtures, the next-token distributions of the INT8 run against those of the run as stored,
+ * step by step while the two greedy continuations agree (a step after they part would compare
+ * different contexts): top-1 agreement over those steps and the mean KL(stored ‖ int8).
+ * The mean KL is held to the bound docs/QUANTIZATION.md sets for INT8 (≤ 0.005). Top-1 is
+ * held to 95 % here, not the 99 % the docs set for a trained model: these are random-weight
+ * models with hidden size 32, whose best two logits are often within 0.1 of each other (the
+ * test prints the largest margin that flipped), so a near tie flips on an error far below
+ * what KL shows; the 99 % bound is the demo model's (a trained distribution). The figures
+ * are printed for the docs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "golden.h"
+#include "quant.h"
+
+/* ---- the quantizer ---------------------------------------------------------------------- */
+
+static void test_quant_rules(void **state)
+{
+    (void)state;
+    /* Row 0: max 127 → scale 1, codes exact; ties round away from zero. Row 1: all zero.
+     * Row 2: max |−2.54| → scale 0.02; −2.54 → −127 and 2.53 → 127 (126.5 rounds up). */
+    const float w[3][4] = { { 127.0f, -0.5f, 0.5f, 1.5f },
+                            { 0.0f, 0.0f, 0.0f, 0.0f },
+                            { -2.54f, 2.53f, 0.01f, -0.03f } };
+    int8_t q[12];
+    float s[3];
+    int64_t bad = -1;
+    assert_true(mmrt_quant_i8_rows(&w[0][0], 3, 4, q, s, &bad));
+    assert_true(s[0] == 1.0f);
+    assert_int_equal(q[0], 127);
+    assert_int_equal(q[1], -1);
+    assert_int_equal(q[2], 1);
+    assert_int_equal(q[3], 2);
+    assert_true(s[1] == 0.0f);
+    for (int i = 4; i < 8; i++)
+        assert_int_equal(q[i], 0);
+    assert_true(fabsf(s[2] - 0.02f) < 1e-9f);
+    assert_int_equal(q[8], -127);
+    assert_int_equal(q[9], 127);
+    assert_int_equal(q[10], 1);
+    assert_int_equal(q[11], -2);
+    /* Every weight within half a step of its code, over random rows of every magnitude. */
+    enum { R = 64, K = 200 };
+    static float rw[R * K];
+    static int8_t rq[R * K];
+    float rs[R];
+    uint64_t x = 7;
+    for (int i = 0; i < R * K; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        rw[i] = ldexpf((float)((double)(x >> 11) / 9007199254740992.0 * 2 - 1), -(i / K % 40));
+    }
+    assert_true(mmrt_quant_i8_rows(rw, R, K, rq, rs, &bad));
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < K; k++) {
+            double e = fabs((double)rq[r * K + k] * rs[r] - rw[r * K + k]);
+            if (!(e <= 0.5000001 * rs[r]))
+                fail_msg("row %d col %d: %.9g quantized to %d × %.9g", r, k,
+                         (double)rw[r * K + k], rq[r * K + k], (double)rs[r]);
+        }
+    /* A non-finite value is refused at its index. */
+    float nan_row[5] = { 1, 2, 3, NAN, 5 };
+    assert_false(mmrt_quant_i8_rows(nan_row, 1, 5, q, s, &bad));
+    assert_int_equal(bad, 3);
+    float inf_rows[2][2] = { { 1, 2 }, { -INFINITY, 0 } };
+    assert_false(mmrt_quant_i8_rows(&inf_rows[0][0], 2, 2, q, s, &bad));
+    assert_int_equal(bad, 2);
+}
+
+/* ---- INT8 against the checkpoint as stored ---------------------------------------------- */
+
+static struct mmrt_runtime *open_with(const char *dir, enum mmrt_weight_format f)
+{
+    struct mmrt_device_config dev = { .name = "cpu0", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
+                               .n_devices = 1, .weights = f };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048] = "";
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+        fail_msg("%s (%s): %s", dir, mmrt_weight_format_name(f), err);
+    return rt;
+}
+
+static double softmax_kl(const float *p_logits, const float *q_logits, int64_t n)
+{
+    double pm = -INFINITY, qm = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        pm = fmax(pm, p_logits[i]);
+        qm = fmax(qm, q_logits[i]);
+    }
+    double ps = 0, qs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ps += exp(p_logits[i] - pm);
+        qs += exp(q_logits[i] - qm);
+    }
+    double kl = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double lp = p_logits[i] - pm - log(ps), lq = q_logits[i] - qm - log(qs);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
+static int64_t argmax(const float *v, int64_t n)
+{
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[b])
+            b = i;
+    return b;
+}
+
+struct agreement {
+    int steps, agree;
+    double kl_sum, kl_max;
+    double flip_margin; /* the largest top-1 − top-2 logit margin (stored run) that flipped */
+};
+
+/* The stored run's margin between its best logit and the INT8 run's choice. */
+static double margin(const float *ref, int64_t n, int64_t other)
+{
+    return (double)ref[argmax(ref, n)] - (double)ref[other];
+}
+
+static uint64_t weight_bytes(struct mmrt_runtime *rt)
+{
+    struct mmrt_memory_report mr = { .struct_size = sizeof mr };
+    assert_int_equal(mmrt_device_memory(rt, 0, &mr), MMRT_OK);
+    return mr.weight_bytes;
+}
+
+static void compare_fixture(const char *fixture, struct agreement *a)
+{
+    char dir[4096];
+    golden_fixture_path(dir, sizeof dir, fixture);
+    struct mmrt_runtime *ref = open_with(dir, MMRT_WEIGHTS_CHECKPOINT);
+    struct mmrt_runtime *q8 = open_with(dir, MMRT_WEIGHTS_INT8);
+    const uint64_t b_ref = weight_bytes(ref), b_q8 = weight_bytes(q8);
+    struct golden_cases cases;
+    golden_cases_load(fixture, &cases);
+    struct agreement f = { 0 };
+    for (int c = 0; c < cases.n; c++) {
+        struct golden_capture cr = { 0 }, cq = { 0 };
+        struct mmrt_result rr = { 0 }, rq = { 0 };
+        golden_run(ref, &cases.req[c], &cr, &rr);
+        golden_run(q8, &cases.req[c], &cq, &rq);
+        assert_int_equal(cr.vocab, cq.vocab);
+        for (int s = 0; s < GOLDEN_MAX_STEPS && cr.logits[s] && cq.logits[s]; s++) {
+            const bool same = argmax(cr.logits[s], cr.vocab) == argmax(cq.logits[s], cq.vocab);
+            const double kl = softmax_kl(cr.logits[s], cq.logits[s], cr.vocab);
+            f.steps++;
+            f.agree += same;
+            f.kl_sum += kl;
+            f.kl_max = fmax(f.kl_max, kl);
+            if (!same)
+                f.flip_margin = fmax(f.flip_margin,
+                                     margin(cr.logits[s], cr.vocab, argmax(cq.logits[s], cq.vocab)));
+            if (!same || s >= cr.n_tokens || s >= cq.n_tokens || cr.tokens[s] != cq.tokens[s])
+                break; /* the continuations part here: later contexts differ */
+        }
+        golden_capture_free(&cr);
+        golden_capture_free(&cq);
+    }
+    json_decref(cases.json);
+    print_message("%-16s int8: %d/%d steps top-1 agree (flips at margins ≤ %.2g), mean KL "
+                  "%.2e (max %.2e); weights %llu → %llu bytes (%.3f×)\n",
+                  fixture, f.agree, f.steps, f.flip_margin, f.kl_sum / f.steps, f.kl_max,
+                  (unsigned long long)b_ref, (unsigned long long)b_q8,
+                  (double)b_q8 / (double)b_ref);
+    /* The matrices shrink to a byte per element; what stays (embeddings, norms, biases and
+     * the per-row scales) keeps the total above a quarter of F32, under the stored size. */
+    assert_true(b_q8 < b_ref);
+    a->steps += f.steps;
+    a->agree += f.agree;
+    a->kl_sum += f.kl_sum;
+    a->kl_max = fmax(a->kl_max, f.kl_max);
+    a->flip_margin = fmax(a->flip_margin, f.flip_margin);
+    mmrt_destroy(ref);
+    mmrt_destroy(q8);
+}
+
+static void test_int8_matches_checkpoint(void **state)
+{
+    (void)state;
+    static const char *const fixtures[] = { "llava-tiny", "llava-tiny-bf16", "llava-next-tiny",
+                                            "qwen2vl-tiny", "fuyu-tiny" };
+    struct agreement a = { 0 };
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        compare_fixture(fixtures[i], &a);
+    const double top1 = (double)a.agree / a.steps, kl = a.kl_sum / a.steps;
+    print_message("all fixtures int8: top-1 agreement %.4f over %d steps, mean KL %.2e\n", top1,
+                  a.steps, kl);
+    if (!(top1 >= 0.95) || !(kl <= 0.005))
+        fail_msg("int8: top-1 agreement %.4f (want ≥ 0.95), mean KL %.3g (want ≤ 0.005)", top1,
+                 kl);
+}
+
+/* ---- what quantizing refuses ------------------------------------------------------------ */
+
+/* Writes a NaN over element `index` of tensor `name` in golden_scratch/model.safetensors. */
+static void poison(const char *name, int64_t index)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t len8[8];
+    assert_int_equal(pread(fd, len8, 8, 0), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    char *hdr = calloc(1, (size_t)hlen + 1);
+    assert_non_null(hdr);
+    assert_int_equal(pread(fd, hdr, (size_t)hlen, 8), (ssize_t)hlen);
+    json_error_t je;
+    json_t *h = json_loads(hdr, 0, &je);
+    assert_non_null(h);
+    json_t *t = json_object_get(h, name);
+    assert_non_null(t);
+    const char *dt = json_string_value(json_object_get(t, "dtype"));
+    const uint64_t start = (uint64_t)json_integer_value(
+        json_array_get(json_object_get(t, "data_offsets"), 0));
+    const uint64_t at = 8 + hlen + start;
+    if (strcmp(dt, "F32") == 0) {
+        const float v = NAN;
+        assert_int_equal(pwrite(fd, &v, 4, (off_t)(at + (uint64_t)index * 4)), 4);
+    } else { /* F16 / BF16: both spell a quiet NaN 0x7e00 / 0x7fc0 */
+        const uint16_t v = strcmp(dt, "F16") == 0 ? 0x7e00 : 0x7fc0;
+        assert_int_equal(pwrite(fd, &v, 2, (off_t)(at + (uint64_t)index * 2)), 2);
+    }
+    json_decref(h);
+    free(hdr);
+    close(fd);
+}
+
+static void test_int8_refuses_non_finite(void **state)
+{
+    (void)state;
+    golden_scratch_make("llava-tiny");
+    poison("language_model.model.layers.1.mlp.up_proj.weight", 3 * 32 + 5);
+    struct mmrt_device_config dev = { .name = "cpu0", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = golden_scratch,
+                               .devices = &dev, .n_devices = 1, .weights = MMRT_WEIGHTS_INT8 };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048] = "";
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_FORMAT);
+    assert_null(rt);
+    if (!strstr(err, "language_model.model.layers.1.mlp.up_proj.weight") ||
+        !strstr(err, "[3, 5]") || !strstr(err, "finite"))
+        fail_msg("message does not name the tensor and the element: %s", err);
+}
+
+int main(void)
+{
+    mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quant_rules),
+        cmocka_unit_test(test_int8_matches_checkpoint),
+        cmocka_unit_test_teardown(test_int8_refuses_non_finite, golden_scratch_drop),
+    };
+    return cmocka_run_group_tests_name("quant", tests, NULL, NULL);
+}
