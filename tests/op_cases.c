@@ -1000,3 +1000,173 @@ void op_case_attention_paged(const struct op_checks *chk, double tol)
         op_release_all();
     }
 }
+
+/* ---- MATMUL with I8 weights ------------------------------------------------------------- */
+
+struct op_pair *op_pair_quantized(int64_t N, int64_t K, float hi, struct op_qmatrix *qm,
+                                  struct op_pair **scales)
+{
+    op_quantize_i8(N, K, hi, qm);
+    struct op_pair *w = op_pair_new(MMRT_DTYPE_I8, SHAPE(N, K));
+    op_pair_upload(w, qm->q);
+    *scales = op_pair_new(MMRT_DTYPE_F32, SHAPE(N));
+    op_pair_upload(*scales, qm->scale);
+    return w;
+}
+
+/* One launch of x [M, K] against (w, s) [N, K] with bias mode 0 none, 1 F16, 2 F32, checked
+ * against the reference; the M ≤ 32 rows first, middle and last again alone, on both plugins. */
+static void matmul_i8_run(const struct op_checks *chk, const char *what, const float *x,
+                          struct op_pair *tx, struct op_pair *tw, struct op_pair *ts,
+                          const float *deq, int64_t M, int64_t K, int64_t N, int bias_mode,
+                          double tol)
+{
+    float *b = NULL;
+    struct op_pair *tb = NULL;
+    if (bias_mode)
+        tb = op_pair_rand(bias_mode == 1 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, -1, 1, &b, SHAPE(N));
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(M, N));
+    struct op_pair *src[4] = { tx, tw, tb, ts };
+    op_pair_run(MMRT_OP_MATMUL, src, 4, ty, NULL, 0);
+    double *ref = op_ref_buf(M * N);
+    ref_matmul(x, deq, b, M, K, N, ref);
+    void *g, *c;
+    op_pair_download_both(ty, &g, &c);
+    chk->close(MMRT_OP_MATMUL, what, g, c, ref, M * N, tol);
+    if (M < 2 || M > 32)
+        return;
+    const int64_t rows[3] = { 0, M / 2, M - 1 };
+    for (int i = 0; i < 3; i++) {
+        if (i > 0 && rows[i] == rows[i - 1])
+            continue;
+        struct op_pair *x1 = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, K));
+        op_pair_upload(x1, x + rows[i] * K);
+        struct op_pair *y1 = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, N));
+        struct op_pair *s1[4] = { x1, tw, tb, ts };
+        op_pair_run(MMRT_OP_MATMUL, s1, 4, y1, NULL, 0);
+        void *g1, *c1;
+        op_pair_download_both(y1, &g1, &c1);
+        char inv[256];
+        snprintf(inv, sizeof inv, "%s: row %lld alone on %s", what, (long long)rows[i],
+                 op_pair_dut_name());
+        op_paged_same_bits(inv, (const float *)g + rows[i] * N, g1, N);
+        snprintf(inv, sizeof inv, "%s: row %lld alone on the CPU plugin", what,
+                 (long long)rows[i]);
+        op_paged_same_bits(inv, (const float *)c + rows[i] * N, c1, N);
+    }
+}
+
+/* A refusal on plugin d: the status and a message naming MATMUL and `needle`. */
+static void matmul_i8_refused(int d, struct op_pair *const *src, int n_src, struct op_pair *dst,
+                              const char *needle)
+{
+    mmrt_status st = op_pair_run_on(d, MMRT_OP_MATMUL, src, n_src, dst, NULL, 0);
+    const char *who = d == OP_DUT ? g_dut_name : "CPU plugin";
+    const char *msg = g_h[d]->plugin->last_error(g_h[d]->dev);
+    if (st != MMRT_ERR_INVALID_ARG)
+        fail_msg("%s MATMUL I8 (%s): status %d, want %d (%s)", who, needle, (int)st,
+                 (int)MMRT_ERR_INVALID_ARG, msg);
+    if (!strstr(msg, "MATMUL") || !strstr(msg, needle))
+        fail_msg("%s MATMUL I8: message \"%s\" should name MATMUL and \"%s\"", who, msg,
+                 needle);
+}
+
+void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol_large)
+{
+    static const struct {
+        int64_t M, K, N;
+        bool big;
+    } cases[] = {
+        { 1, 1, 1, false },     { 1, 13, 7, false },     { 3, 8, 5, false },
+        { 4, 100, 9, false },   { 5, 64, 65, false },    { 8, 128, 129, false },
+        { 9, 129, 128, false }, { 17, 65, 33, false },   { 32, 72, 40, false },
+        { 33, 256, 16, false }, { 64, 257, 96, false },  { 2, 4099, 3, false },
+        { 1, 300, 513, false }, { 37, 31, 19, false },   { 100, 130, 70, false },
+        { 131, 129, 67, false }, { 2, 0, 3, false },     { 65, 17, 1, false },
+        { 31, 48, 24, false },  { 1, 4096, 256, true },  { 300, 1000, 200, true },
+        { 129, 4096, 65, true },
+    };
+    op_rng_seed(31);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t M = cases[c].M, K = cases[c].K, N = cases[c].N;
+        if (cases[c].big && !chk->big)
+            continue;
+        int bias_mode = (int)(c % 3);
+        float *x;
+        struct op_qmatrix qm;
+        struct op_pair *ts, *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        struct op_pair *tw = op_pair_quantized(N, K, 2.0f, &qm, &ts);
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL I8 M=%lld K=%lld N=%lld bias %d", (long long)M,
+                 (long long)K, (long long)N, bias_mode);
+        matmul_i8_run(chk, what, x, tx, tw, ts, qm.deq, M, K, N, bias_mode,
+                      M <= 32 ? tol_small : tol_large);
+        op_release_all();
+    }
+
+    /* Random shapes around the tile, warp and work-group edges. */
+    for (int c = 0; c < 12; c++) {
+        static const int64_t edges[] = { 1, 3, 4, 5, 8, 9, 16, 31, 32, 33, 64, 65, 129 };
+        int64_t M = edges[op_rng_int(0, 12)], N = edges[op_rng_int(0, 12)];
+        int64_t K = op_rng_int(1, 700);
+        float *x;
+        struct op_qmatrix qm;
+        struct op_pair *ts, *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        struct op_pair *tw = op_pair_quantized(N, K, 4.0f, &qm, &ts);
+        int bias_mode = op_rng_int(0, 2);
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL I8 random M=%lld K=%lld N=%lld bias %d",
+                 (long long)M, (long long)K, (long long)N, bias_mode);
+        matmul_i8_run(chk, what, x, tx, tw, ts, qm.deq, M, K, N, bias_mode,
+                      M <= 32 ? tol_small : tol_large);
+        op_release_all();
+    }
+
+    /* W at an odd byte offset (no vector alignment) and the scales one float in, each inside
+     * a bigger arena; K a multiple of 16, so only the offset stops a 16-byte path. */
+    for (int big_m = 0; big_m < 2; big_m++) {
+        const int64_t M = big_m ? 40 : 3, K = 48, N = 9;
+        float *x;
+        struct op_qmatrix qm;
+        op_quantize_i8(N, K, 1.0f, &qm);
+        struct op_pair *wbuf = op_pair_new(MMRT_DTYPE_I8, SHAPE(N * K + 5));
+        int8_t *wb = op_alloc((size_t)(N * K + 5));
+        memset(wb, 0x7f, (size_t)(N * K + 5));
+        memcpy(wb + 5, qm.q, (size_t)(N * K));
+        op_pair_upload(wbuf, wb);
+        struct op_pair *sbuf = op_pair_new(MMRT_DTYPE_F32, SHAPE(N + 2));
+        float *sb = op_alloc((size_t)(N + 2) * sizeof(float));
+        sb[0] = sb[N + 1] = NAN;
+        memcpy(sb + 1, qm.scale, (size_t)N * sizeof(float));
+        op_pair_upload(sbuf, sb);
+        struct op_pair tw = op_pair_view(wbuf, MMRT_DTYPE_I8, SHAPE(N, K),
+                                         (const int64_t[]){ K, 1 }, 5);
+        struct op_pair ts = op_pair_view(sbuf, MMRT_DTYPE_F32, SHAPE(N), (const int64_t[]){ 4 }, 4);
+        struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL I8 M=%lld W at byte offset 5", (long long)M);
+        matmul_i8_run(chk, what, x, tx, &tw, &ts, qm.deq, M, K, N, 2,
+                      M <= 32 ? tol_small : tol_large);
+        op_release_all();
+    }
+
+    /* What the contract refuses, on both plugins. */
+    float *x, *wf;
+    struct op_qmatrix qm;
+    struct op_pair *ts, *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(2, 16));
+    struct op_pair *tw = op_pair_quantized(8, 16, 1.0f, &qm, &ts);
+    struct op_pair *twf = op_pair_rand(MMRT_DTYPE_F16, -1, 1, &wf, SHAPE(8, 16));
+    struct op_pair *short_s = op_pair_new(MMRT_DTYPE_F32, SHAPE(7));
+    struct op_pair *f16_s = op_pair_new(MMRT_DTYPE_F16, SHAPE(8));
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 8));
+    struct op_pair *no_s[4] = { tx, tw, NULL, NULL }, *float_s[4] = { tx, twf, NULL, ts },
+                   *bad_n[4] = { tx, tw, NULL, short_s }, *bad_t[4] = { tx, tw, NULL, f16_s };
+    for (int d = 0; d < 2; d++) {
+        matmul_i8_refused(d, no_s, 2, ty, "src3 (scales) is absent");
+        matmul_i8_refused(d, no_s, 4, ty, "src3 (scales) is absent");
+        matmul_i8_refused(d, float_s, 4, ty, "src3 (scales) goes only with an I8 W");
+        matmul_i8_refused(d, bad_n, 4, ty, "src3 (scales) has 7 elements");
+        matmul_i8_refused(d, bad_t, 4, ty, "src3 (scales) has dtype F16");
+    }
+    op_release_all();
+}

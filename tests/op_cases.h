@@ -179,6 +179,22 @@ void op_case_rope_multi(const struct op_checks *chk, double tol);
  * nobody writes. Then the decode pattern: the same launch after a new index upload. */
 void op_case_set_rows(const struct op_checks *chk);
 
+/* An I8 MATMUL weight on both plugins: op_quantize_i8(N, K, hi, qm), the codes uploaded as an
+ * I8 [N, K] pair (returned) and the scales as an F32 [N] pair (*scales). */
+struct op_pair *op_pair_quantized(int64_t N, int64_t K, float hi, struct op_qmatrix *qm,
+                                  struct op_pair **scales);
+
+/* MATMUL with I8 weights over op_pair (plugin.h, ABI 1.3), against the double reference on
+ * the dequantized weights: shapes on both sides of every small-M line (4, 8, 32), K and N tails
+ * off every vector width and tile, rows of different scales and zero rows, bias none / F16 /
+ * F32, K = 0, W and scales at odd offsets inside bigger arenas; held to tol_small for M ≤ 32
+ * and tol_large above (big cases only with checks.big). Then batch invariance: for
+ * 1 < M ≤ 32, rows launched alone give the bits of the batch on the device under test and on
+ * the CPU plugin. Then the launches the contract forbids, refused on both plugins with
+ * MMRT_ERR_INVALID_ARG and a message naming MATMUL and the operand: an I8 W without scales,
+ * scales with an F16 W, scales of the wrong length and of the wrong dtype. */
+void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol_large);
+
 /* ---- ATTENTION_PAGED ------------------------------------------------------------------------ */
 
 /* How a case places its sequences' keys in the page pool. */

@@ -26,6 +26,11 @@
  *   1e-3 / 8e-3  F16 / BF16 GEMMs with gemm_precision=fast: one rounding of the activations
  *         (2^-11 / 2^-8 relative) per product, averaging out over K to ~3e-4 / 2.5e-3 of the
  *         largest output, with a margin
+ *   I8 weights (MATMUL with scales, op_case_matmul_i8), against the dequantized weights:
+ *         1e-5 for M ≤ 32 (the I8 GEMV: f32 sums of x · code, then one rounded multiply by
+ *         the scale; rows bit-identical alone), 3e-5 above (the codes widen to f16 exactly
+ *         and take the F16 tensor-core route, so the F16 GEMM bound applies), 1e-3 with
+ *         gemm_precision=fast (the F16 fast bound)
  *
  * Without a CUDA device the test prints "SKIPPED: no CUDA device (…)" and exits 77.
  * MMRT_TEST_CUDA_PLUGIN=cpu runs the whole file with the CPU plugin as the device under test,
@@ -264,6 +269,14 @@ static void test_matmul(void **state)
     op_release_all();
 }
 
+/* MATMUL with I8 weights: the I8 GEMV for M ≤ 32, the F16 route on widened codes above. */
+static void test_matmul_i8(void **state)
+{
+    (void)state;
+    need_dut();
+    op_case_matmul_i8(&g_checks, 1e-5, 3e-5);
+}
+
 /* gemm_precision=fast on a second device instance: one rounding of the activations. */
 static void test_matmul_fast(void **state)
 {
@@ -309,6 +322,39 @@ static void test_matmul_fast(void **state)
             harness_tensor_free(&F, &ty);
             op_release_all();
         }
+    /* I8 weights on the fast route: codes exact in f16, activations rounded once. */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t M = cases[k][0], K = cases[k][1], N = cases[k][2];
+        float *x = op_rand_f(M * K, -1, 1);
+        struct op_qmatrix qm;
+        op_quantize_i8(N, K, 2.0f, &qm);
+        struct harness_tensor tx, tw, ts, ty;
+        assert_int_equal(harness_tensor_new(&F, MMRT_DTYPE_F32, SHAPE(M, K), &tx), MMRT_OK);
+        assert_int_equal(harness_tensor_new(&F, MMRT_DTYPE_I8, SHAPE(N, K), &tw), MMRT_OK);
+        assert_int_equal(harness_tensor_new(&F, MMRT_DTYPE_F32, SHAPE(N), &ts), MMRT_OK);
+        assert_int_equal(harness_tensor_new(&F, MMRT_DTYPE_F32, SHAPE(M, N), &ty), MMRT_OK);
+        assert_int_equal(harness_upload(&F, &tx, x), MMRT_OK);
+        assert_int_equal(harness_upload(&F, &tw, qm.q), MMRT_OK);
+        assert_int_equal(harness_upload(&F, &ts, qm.scale), MMRT_OK);
+        struct harness_tensor *src[4] = { &tx, &tw, NULL, &ts };
+        assert_int_equal(harness_run(&F, MMRT_OP_MATMUL, src, 4, &ty, NULL, 0), MMRT_OK);
+        float *got = op_alloc((size_t)(M * N) * 4);
+        assert_int_equal(harness_download(&F, &ty, got), MMRT_OK);
+        double *ref = op_ref_buf(M * N);
+        ref_matmul(x, qm.deq, NULL, M, K, N, ref);
+        float *rf = op_alloc((size_t)(M * N) * 4);
+        for (int64_t i = 0; i < M * N; i++)
+            rf[i] = (float)ref[i];
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL fast M=%lld K=%lld N=%lld W I8", (long long)M,
+                 (long long)K, (long long)N);
+        check3("MATMUL_FAST", what, got, rf, ref, M * N, 1e-3, 1e-6, 0);
+        harness_tensor_free(&F, &tx);
+        harness_tensor_free(&F, &tw);
+        harness_tensor_free(&F, &ts);
+        harness_tensor_free(&F, &ty);
+        op_release_all();
+    }
     harness_close(&F);
 }
 
@@ -1455,7 +1501,8 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),       cmocka_unit_test(test_matmul_fast),
+        cmocka_unit_test(test_matmul),       cmocka_unit_test(test_matmul_i8),
+        cmocka_unit_test(test_matmul_fast),
         cmocka_unit_test(test_patch_embed),  cmocka_unit_test(test_add_mul),
         cmocka_unit_test(test_scale_unary),  cmocka_unit_test(test_norms),
         cmocka_unit_test(test_softmax),      cmocka_unit_test(test_argmax),

@@ -173,6 +173,19 @@ static void test_matmul(void **state)
     op_release_all();
 }
 
+/* ---- MATMUL with I8 weights (plugin.h, ABI 1.3): op_cases.c's op_case_matmul_i8 -------
+ * Tolerance 1e-5 on both sides of the small-M line, against the reference on the dequantized
+ * weights: the kernels sum x · code in f32 as for a float W (the codes convert exactly) and
+ * round once more when the sum is scaled. Rows of an M ≤ 32 launch equal the row alone bit
+ * for bit (OCL_MM_INVARIANT_M). */
+
+static void test_matmul_i8(void **state)
+{
+    (void)state;
+    need_device();
+    op_case_matmul_i8(&g_checks, 1e-5, 1e-5);
+}
+
 /* ---- ADD, MUL: tolerance 1e-6 (one IEEE rounding per element on both plugins) --------- */
 
 static void test_add_mul(void **state)
@@ -1429,6 +1442,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plugin_table),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_i8),
         cmocka_unit_test(test_add_mul),
         cmocka_unit_test(test_scale),
         cmocka_unit_test(test_unary),

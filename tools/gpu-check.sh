@@ -144,8 +144,9 @@ gcc \$cf -mavx2 -mfma -mf16c -c '$here/plugins/cpu/cpu_kern_avx2.c' -o cpu_k2.o;
 gcc \$cf \$x5 -c '$here/plugins/cpu/cpu_kern_avx512.c' -o cpu_k5.o; \
 gcc \$cf \$x5 -mavx512bf16 -c '$here/plugins/cpu/cpu_kern_avx512bf16.c' -o cpu_k6.o; \
 gcc -shared -o '$d/libmmrt_cpu.so' cpu_cpu_*.o cpu_k2.o cpu_k5.o cpu_k6.o -pthread -lm; \
-gcc -std=c11 -O2 -D_GNU_SOURCE -I'$here/core/include' -I'$here/tests' '$here/tests/test_cuda_ops.c' \
-'$here/tests/ref_ops.c' '$here/tests/op_cases.c' '$here/tests/plugin_harness.c' -o '$d/test_cuda_ops' -lcmocka -ldl -lm"
+gcc -std=c11 -O2 -D_GNU_SOURCE -I'$here/core/include' -I'$here/core' -I'$here/tests' '$here/tests/test_cuda_ops.c' \
+'$here/tests/ref_ops.c' '$here/tests/op_cases.c' '$here/tests/plugin_harness.c' '$here/core/quant.c' \
+-o '$d/test_cuda_ops' -lcmocka -ldl -lm"
   [ $dry -eq 0 ] && add direct_build "$(result $rc)" "$secs" "fallback build (CMake failed)"
 fi
 

@@ -10,6 +10,21 @@
  * stored values, f32 sums; only the summation order differs). x rows are re-read by every
  * warp, from L1/L2.
  *
+ * I8 GEMV (M ≤ CU_GEMV_I8_MAX_M, the decode of a quantized model): the same warp per column
+ * n, now reading 16 codes per 16-byte load, and blockIdx.y picking a group of CU_GEMV_MAX_M
+ * rows, so up to 32 rows run in one launch with 8 accumulators per lane. Lane l owns the
+ * 16-code chunks l, l + 32, … of the row and sums x · code over each chunk in k order; the
+ * codes convert to f32 exactly. When W or K rules the 16-byte loads out, the scalar path
+ * walks the very same chunks in the same order (and the K % 16 tail, one code per lane,
+ * comes after them), then the fixed butterfly; so a row's sum depends on x, W and K only —
+ * not on M, its place in the group, or the alignment of x or W — and every row of an M ≤ 32
+ * launch is bit-identical to the row alone (plugin.h batch invariance). The sum is then
+ * multiplied by the row's scale and the bias added, both correctly rounded.
+ *
+ * I8 for larger M goes through cuBLAS (cuda_ops_gemm.c): i8_to_f16 widens a block of codes
+ * to f16 — exactly, |code| ≤ 127 — into scratch, the F16 tensor-core route multiplies, and
+ * scale_cols applies the scales and the bias to the finished f32 sums.
+ *
  * prep: the left operand for cuBLAS. cublasGemmEx wants A and B of one dtype, and the
  * weights must stay in theirs, so the f32 activations (or PATCH_EMBED's im2col rows) are
  * converted to the weight dtype — once (hi), or as a hi + lo pair whose sum carries ~16
@@ -126,6 +141,108 @@ cudaError_t launch_gemv_dt(float *y, const float *x, const void *w, const void *
     return cudaGetLastError();
 }
 
+/* The 4 codes in one 32-bit word (little-endian byte order), as f32. */
+__device__ __forceinline__ void unpack_i8x4(uint32_t u, float *wf)
+{
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+        wf[b] = (float)(int8_t)(uint8_t)(u >> (8 * b));
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads)
+gemv_i8_kernel(float *y, const float *x, const int8_t *w, const float *scale, const void *b,
+               int b_dt, int M, int64_t K, int64_t N)
+{
+    constexpr int G = CU_GEMV_MAX_M; /* rows per group, one group per blockIdx.y */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int m0 = (int)blockIdx.y * G, rows = M - m0 < G ? M - m0 : G;
+    const float *xg = x + (int64_t)m0 * K;
+    float *yg = y + (int64_t)m0 * N;
+    const int64_t n_chunks = K / 16;
+    for (int64_t n = (int64_t)blockIdx.x * kGemvWarps + warp; n < N;
+         n += (int64_t)gridDim.x * kGemvWarps) {
+        float acc[G];
+#pragma unroll
+        for (int m = 0; m < G; m++)
+            acc[m] = 0.0f;
+        const int8_t *wr = w + n * K;
+        for (int64_t v = lane; v < n_chunks; v += 32) {
+            float wf[16];
+            if (VEC) {
+                const uint4 raw = __ldg(reinterpret_cast<const uint4 *>(wr) + v);
+                unpack_i8x4(raw.x, wf);
+                unpack_i8x4(raw.y, wf + 4);
+                unpack_i8x4(raw.z, wf + 8);
+                unpack_i8x4(raw.w, wf + 12);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 16; j++)
+                    wf[j] = (float)wr[v * 16 + j];
+            }
+#pragma unroll
+            for (int m = 0; m < G; m++) {
+                if (m < rows) {
+                    const float *xr = xg + m * K + v * 16;
+                    if (VEC) {
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            float4 xv = __ldg(reinterpret_cast<const float4 *>(xr) + j);
+                            acc[m] = fmaf(xv.x, wf[4 * j], acc[m]);
+                            acc[m] = fmaf(xv.y, wf[4 * j + 1], acc[m]);
+                            acc[m] = fmaf(xv.z, wf[4 * j + 2], acc[m]);
+                            acc[m] = fmaf(xv.w, wf[4 * j + 3], acc[m]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 16; j++)
+                            acc[m] = fmaf(xr[j], wf[j], acc[m]);
+                    }
+                }
+            }
+        }
+        const int64_t kt = n_chunks * 16 + lane; /* the K % 16 tail: one code per lane */
+        if (kt < K) {
+            const float wv = (float)wr[kt];
+#pragma unroll
+            for (int m = 0; m < G; m++)
+                if (m < rows)
+                    acc[m] = fmaf(xg[m * K + kt], wv, acc[m]);
+        }
+        const float sc = scale[n];
+        const float bias = b ? load_wr(b, b_dt, n) : 0.0f;
+#pragma unroll
+        for (int m = 0; m < G; m++) {
+            if (m < rows) { /* uniform: rows depends on blockIdx.y only */
+                float s = __fmul_rn(warp_sum(acc[m]), sc);
+                if (lane == 0)
+                    yg[m * N + n] = b ? __fadd_rn(s, bias) : s;
+            }
+        }
+    }
+}
+
+/* dst[i] = f16(code i): exact, every code being an integer of magnitude ≤ 128. */
+__global__ void __launch_bounds__(kThreads)
+i8_to_f16_kernel(uint16_t *dst, const int8_t *src, int64_t n)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = f32_to_f16_rn((float)src[i]);
+}
+
+/* y[m, n] = y[m, n] · scale[n] (+ b[n]), each step correctly rounded. */
+__global__ void __launch_bounds__(kThreads)
+scale_cols_kernel(float *y, const float *scale, const void *b, int b_dt, int64_t M, int64_t N)
+{
+    const int64_t n_all = M * N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += stride) {
+        const int64_t n = i % N;
+        float v = __fmul_rn(y[i], scale[n]);
+        y[i] = b ? __fadd_rn(v, load_wr(b, b_dt, n)) : v;
+    }
+}
+
 /* One block per row of A; threads along K. */
 template <int OUT, bool SPLIT, bool PATCH>
 __global__ void __launch_bounds__(kThreads) prep_kernel(cu_prep_desc d)
@@ -218,6 +335,49 @@ extern "C" cudaError_t cu_launch_gemv(float *y, const float *x, const void *w, i
     default:
         return launch_gemv_dt<MMRT_DTYPE_F32>(y, x, w, b, b_dtype, m, K, N, vec, stream);
     }
+}
+
+extern "C" cudaError_t cu_launch_gemv_i8(float *y, const float *x, const int8_t *w,
+                                         const float *scale, const void *b, int b_dtype,
+                                         int64_t M, int64_t K, int64_t N, cudaStream_t stream)
+{
+    if (M <= 0 || N <= 0)
+        return cudaSuccess;
+    /* 16-byte words of codes and of x: every W row and x row on a 16-byte boundary. The
+     * scalar path sums in the same order, so the choice never changes a result. */
+    bool vec = (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0 && K % 16 == 0;
+    dim3 grid(grid_for(N, kGemvWarps, (int64_t)1 << 30),
+              (unsigned)((M + CU_GEMV_MAX_M - 1) / CU_GEMV_MAX_M));
+    int m = (int)M;
+    if (vec) {
+        auto k = gemv_i8_kernel<true>;
+        CU_LAUNCH(k, grid, kThreads, 0, stream, y, x, w, scale, b, b_dtype, m, K, N);
+    } else {
+        auto k = gemv_i8_kernel<false>;
+        CU_LAUNCH(k, grid, kThreads, 0, stream, y, x, w, scale, b, b_dtype, m, K, N);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_launch_i8_to_f16(uint16_t *dst, const int8_t *src, int64_t n,
+                                           cudaStream_t stream)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    auto k = i8_to_f16_kernel;
+    CU_LAUNCH(k, grid_for(n, kThreads), kThreads, 0, stream, dst, src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_launch_scale_cols(float *y, const float *scale, const void *b,
+                                            int b_dtype, int64_t M, int64_t N,
+                                            cudaStream_t stream)
+{
+    if (M <= 0 || N <= 0)
+        return cudaSuccess;
+    auto k = scale_cols_kernel;
+    CU_LAUNCH(k, grid_for(M * N, kThreads), kThreads, 0, stream, y, scale, b, b_dtype, M, N);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t cu_launch_prep(const struct cu_prep_desc *d, cudaStream_t stream)

@@ -8,8 +8,8 @@
  * what is left for the device to check is only what lives in device memory (token ids,
  * cu_seqlens, kv_lens, page ids), reported through struct cu_err_word.
  *
- * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, operand
- * preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
+ * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, I8
+ * GEMV, operand preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
  * addresses (arena base + offset); strides and extents are in elements unless named nb.
  */
 #ifndef MMRT_CUDA_KERNELS_H
@@ -139,6 +139,25 @@ cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const float *src
  * own dtype, products accumulated in f32 (decode: bandwidth-bound and as exact as the CPU). */
 cudaError_t cu_launch_gemv(float *y, const float *x, const void *w, int w_dtype, const void *b,
                            int b_dtype, int64_t M, int64_t K, int64_t N, cudaStream_t stream);
+
+/* Largest M the I8 GEMV takes (in groups of CU_GEMV_MAX_M rows): the batch-invariance line
+ * of plugin.h, so every row of an I8 launch with M ≤ 32 is the row alone, bit for bit. */
+#define CU_GEMV_I8_MAX_M 32
+/* y[M, N] = (x[M, K] · q[N, K]ᵀ) · scale[N] (+ b[N]) for M ≤ CU_GEMV_I8_MAX_M, q the I8 codes
+ * of a quantized weight (plugin.h MATMUL): codes read once per row group, 16 at a time when
+ * aligned, sums in f32 in an order fixed by K alone, then one rounded multiply by the row's
+ * scale and one rounded add of the bias. */
+cudaError_t cu_launch_gemv_i8(float *y, const float *x, const int8_t *w, const float *scale,
+                              const void *b, int b_dtype, int64_t M, int64_t K, int64_t N,
+                              cudaStream_t stream);
+/* dst[i] = the f16 bits of code src[i] for i < n: exact (integers of magnitude ≤ 128), so
+ * cuBLAS can multiply a block of an I8 weight on the F16 route with nothing rounded. */
+cudaError_t cu_launch_i8_to_f16(uint16_t *dst, const int8_t *src, int64_t n,
+                                cudaStream_t stream);
+/* y[m, n] = y[m, n] · scale[n] (+ b[n]) for m < M, n < N (b NULL: no bias): the I8 GEMM's
+ * epilogue on the finished f32 sums. */
+cudaError_t cu_launch_scale_cols(float *y, const float *scale, const void *b, int b_dtype,
+                                 int64_t M, int64_t N, cudaStream_t stream);
 
 /* Writes rows [r0, r0 + rows) of the GEMM's left operand A [M, K] into hi (and lo), as
  * out_dtype: A is x [M, K] (x != NULL) or the im2col rows of a PATCH_EMBED image (img).

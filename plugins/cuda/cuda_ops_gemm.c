@@ -27,6 +27,21 @@
  *   The converted A needs scratch; rows are processed in chunks that fit
  *   CU_GEMM_SCRATCH_BYTES, so any M works with fixed memory (and inside a captured graph).
  *   Bias: y is first filled with b (or zeros) and every GEMM adds with beta = 1.
+ *
+ * I8 weights (plugin.h ABI 1.3: codes q[N, K] and one F32 scale per row):
+ *   M ≤ CU_GEMV_I8_MAX_M (32)    the I8 GEMV kernel: codes read 16 at a time, f32 sums in an
+ *                                order fixed by K, then · scale (+ b). Rows are bit-identical
+ *                                to the row alone for every M ≤ 32 (batch invariance).
+ *   larger M                     the F16 route above with the codes as the weight: blocks of
+ *                                W rows are widened to f16 into the first half of the scratch
+ *                                (exact: |q| ≤ 127, so nothing about W is rounded), A is
+ *                                prepared into the second half (hi + lo or hi alone, as
+ *                                gemm_precision says), cuBLAS sums x · q into zeroed y, and
+ *                                scale_cols multiplies by the scales and adds the bias. The
+ *                                accuracy is the F16 route's (~3e-5 high, ~1e-3 fast); scaling
+ *                                the codes into f16 instead would round every weight to 11
+ *                                bits. W blocks are converted once when all of W fits in half
+ *                                the scratch, else once per A chunk.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -49,17 +64,18 @@ static mmrt_status blas_failed(struct cu_op *o, cublasStatus_t s)
                    "%s: cublasGemmEx failed: %s", o->name, cublasGetStatusString(s));
 }
 
-/* y[M, N] (+)= alpha · A[rows, K] · W[N, K]ᵀ with beta = 1 (y already holds the bias). */
+/* y[rows, N] (+)= alpha · A[rows, K] · W[N, K]ᵀ with beta = 1 (y already holds the bias);
+ * y's rows are ldy floats apart (N, or more for a block of columns). */
 static mmrt_status gemm_blas(struct cu_op *o, const void *A, int a_dtype, int64_t rows,
                              int64_t K, const void *w, int w_dtype, int64_t N, float alpha,
-                             float *y)
+                             float *y, int64_t ldy)
 {
     const float one = 1.0f;
     /* Row-major y = A · Wᵀ is column-major yᵀ[N, rows] = W[K, N]ᵀ · Aᵀ[K, rows]. */
     cublasStatus_t s = cublasGemmEx(o->dev->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)rows,
                                     (int)K, &alpha, w, cu_blas_type(w_dtype), (int)K, A,
-                                    cu_blas_type(a_dtype), (int)K, &one, y, CUDA_R_32F, (int)N,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                    cu_blas_type(a_dtype), (int)K, &one, y, CUDA_R_32F,
+                                    (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return s == CUBLAS_STATUS_SUCCESS ? MMRT_OK : blas_failed(o, s);
 }
 
@@ -90,7 +106,7 @@ static mmrt_status gemm(struct cu_op *o, const float *x, const struct cu_prep_de
         for (int64_t r0 = 0; r0 < M; r0 += INT_MAX) {
             int64_t rows = M - r0 < INT_MAX ? M - r0 : INT_MAX;
             mmrt_status st = gemm_blas(o, x + r0 * K, MMRT_DTYPE_F32, rows, K, w, w_dtype, N, 1.0f,
-                                       y + r0 * N);
+                                       y + r0 * N, N);
             if (st != MMRT_OK)
                 return st;
         }
@@ -134,32 +150,122 @@ static mmrt_status gemm(struct cu_op *o, const float *x, const struct cu_prep_de
         if ((e = cu_launch_prep(&d, dev->stream)) != cudaSuccess)
             return cu_launch_failed(o, e, "prep");
         mmrt_status st = gemm_blas(o, d.hi, w_dtype, rows, K, w, w_dtype, N, 1.0f / hi_scale,
-                                   y + r0 * N);
+                                   y + r0 * N, N);
         if (st == MMRT_OK && split)
             st = gemm_blas(o, d.lo, w_dtype, rows, K, w, w_dtype, N, 1.0f / lo_scale,
-                           y + r0 * N);
+                           y + r0 * N, N);
         if (st != MMRT_OK)
             return st;
     }
     return MMRT_OK;
 }
 
+/* MATMUL with an I8 W: y = (x · qᵀ) · scale (+ b); see the file comment. */
+static mmrt_status gemm_i8(struct cu_op *o, const float *x, int64_t M, int64_t K,
+                           const int8_t *w, const float *scale, int64_t N, const void *b,
+                           int b_dtype, float *y)
+{
+    struct mmrt_device *dev = o->dev;
+    cudaError_t e;
+    if (M == 0 || N == 0)
+        return MMRT_OK;
+    if (N > INT_MAX || K > INT_MAX)
+        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "N %" PRId64 " or K %" PRId64 " exceeds cuBLAS's "
+                      "int dimensions", N, K);
+    if (K > 0 && M <= CU_GEMV_I8_MAX_M) {
+        e = cu_launch_gemv_i8(y, x, w, scale, b, b_dtype, M, K, N, dev->stream);
+        return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "gemv_i8");
+    }
+    if (K == 0) { /* an empty sum: y = 0 · scale + b */
+        e = cu_launch_fill_rows(y, b, b_dtype, M, N, dev->stream);
+        return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "fill_rows");
+    }
+    if ((e = cu_launch_fill_rows(y, NULL, MMRT_DTYPE_F32, M, N, dev->stream)) != cudaSuccess)
+        return cu_launch_failed(o, e, "fill_rows");
+
+    const size_t half = CU_GEMM_SCRATCH_BYTES / 2; /* both halves 256-byte aligned */
+    const bool split = dev->gemm_split;
+    const size_t row_bytes = (size_t)K * 2 * (split ? 2 : 1);
+    int64_t a_chunk = (int64_t)((half - 256) / row_bytes);
+    int64_t w_chunk = (int64_t)(half / ((size_t)K * 2));
+    if (a_chunk < 1 || w_chunk < 1)
+        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "K %" PRId64 " needs %zu bytes of scratch per row, "
+                      "more than the plugin's %zu", K, row_bytes * 2, CU_GEMM_SCRATCH_BYTES);
+    if (a_chunk > INT_MAX)
+        a_chunk = INT_MAX;
+    if (w_chunk > N)
+        w_chunk = N;
+    const float hi_scale = split ? 1.0f / 256.0f : 1.0f, lo_scale = split ? 8.0f : 1.0f;
+    uint16_t *wq = dev->gemm_scratch;
+    char *hi = (char *)dev->gemm_scratch + half;
+    const bool w_once = w_chunk == N; /* all of W converted once, before the row chunks */
+    if (w_once && (e = cu_launch_i8_to_f16(wq, w, N * K, dev->stream)) != cudaSuccess)
+        return cu_launch_failed(o, e, "i8_to_f16");
+    for (int64_t r0 = 0; r0 < M; r0 += a_chunk) {
+        const int64_t rows = M - r0 < a_chunk ? M - r0 : a_chunk;
+        struct cu_prep_desc d;
+        memset(&d, 0, sizeof d);
+        d.x = x;
+        d.r0 = r0;
+        d.rows = rows;
+        d.K = K;
+        d.out_dtype = MMRT_DTYPE_F16;
+        d.split = split;
+        d.hi_scale = hi_scale;
+        d.lo_scale = lo_scale;
+        d.hi = hi;
+        d.lo = hi + (((size_t)rows * K * 2 + 255) & ~(size_t)255);
+        if ((e = cu_launch_prep(&d, dev->stream)) != cudaSuccess)
+            return cu_launch_failed(o, e, "prep");
+        for (int64_t n0 = 0; n0 < N; n0 += w_chunk) {
+            const int64_t cols = N - n0 < w_chunk ? N - n0 : w_chunk;
+            if (!w_once && (e = cu_launch_i8_to_f16(wq, w + n0 * K, cols * K, dev->stream)) !=
+                               cudaSuccess)
+                return cu_launch_failed(o, e, "i8_to_f16");
+            const uint16_t *wb = w_once ? wq + n0 * K : wq;
+            float *yb = y + r0 * N + n0;
+            mmrt_status st = gemm_blas(o, d.hi, MMRT_DTYPE_F16, rows, K, wb, MMRT_DTYPE_F16,
+                                       cols, 1.0f / hi_scale, yb, N);
+            if (st == MMRT_OK && split)
+                st = gemm_blas(o, d.lo, MMRT_DTYPE_F16, rows, K, wb, MMRT_DTYPE_F16, cols,
+                               1.0f / lo_scale, yb, N);
+            if (st != MMRT_OK)
+                return st;
+        }
+    }
+    e = cu_launch_scale_cols(y, scale, b, b_dtype, M, N, dev->stream);
+    return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "scale_cols");
+}
+
 mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
-    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 3, &o);
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 4, &o);
     if (st != MMRT_OK)
         return st;
-    const struct cu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    const struct cu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
+                         *y = &o.dst;
     if ((st = cu_need_dtype(&o, "src0 (x)", x, CU_DT_F32)) ||
         (st = cu_need_contig(&o, "src0 (x)", x)) || (st = cu_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = cu_need_dtype(&o, "src1 (W)", w, CU_DT_WEIGHT)) ||
+        (st = cu_need_dtype(&o, "src1 (W)", w, CU_DT_WEIGHT | CU_DT_I8)) ||
         (st = cu_need_contig(&o, "src1 (W)", w)))
         return st;
     int64_t K = cu_inner(x), M = cu_rows(x), N = w->ne[0];
     if (w->ne[1] != K)
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
                       "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
+    if (w->dtype == MMRT_DTYPE_I8) {
+        if (!s->data)
+            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
+        if ((st = cu_need_dtype(&o, "src3 (scales)", s, CU_DT_F32)) ||
+            (st = cu_need_contig(&o, "src3 (scales)", s)))
+            return st;
+        if (s->numel != N)
+            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) has %" PRId64 " elements, W "
+                          "has %" PRId64 " rows", s->numel, N);
+    } else if (s->data) {
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) goes only with an I8 W");
+    }
     if (b->data) {
         if ((st = cu_need_dtype(&o, "src2 (bias)", b, CU_DT_WEIGHT)) ||
             (st = cu_need_contig(&o, "src2 (bias)", b)))
@@ -175,8 +281,12 @@ mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *arg
                       "%" PRId64 " rows of %" PRId64, M, N, cu_rows(y), cu_inner(y));
     if ((st = cu_need_disjoint(&o, "src0 (x)", x, false)) ||
         (st = cu_need_disjoint(&o, "src1 (W)", w, false)) ||
-        (st = cu_need_disjoint(&o, "src2 (bias)", b, false)))
+        (st = cu_need_disjoint(&o, "src2 (bias)", b, false)) ||
+        (st = cu_need_disjoint(&o, "src3 (scales)", s, false)))
         return st;
+    if (w->dtype == MMRT_DTYPE_I8)
+        return gemm_i8(&o, (const float *)x->data, M, K, (const int8_t *)w->data,
+                       (const float *)s->data, N, b->data, b->dtype, (float *)y->data);
     return gemm(&o, (const float *)x->data, NULL, M, K, w->data, w->dtype, N, b->data, b->dtype,
                 (float *)y->data);
 }

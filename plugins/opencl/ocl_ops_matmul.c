@@ -5,22 +5,30 @@
  * kernel streams W once with coalesced reads; beyond that the 64 × 64 local-memory tile. Both
  * exist once per W dtype. Up to OCL_MM_INVARIANT_M rows (a batched decode step) the small-M
  * kernel runs over groups of OCL_MM_SMALL_M rows, so every row gets the arithmetic it gets
- * alone (plugin.h batch invariance: a row may depend on M only across M = 32). PATCH_EMBED gathers the non-overlapping patches into rows
- * (k_im2col; for stride = kernel that is a permutation of the image, so the scratch is exactly
- * the image's size) and runs the same GEMM against the weight seen as [O, C·P·P].
+ * alone (plugin.h batch invariance: a row may depend on M only across M = 32). An I8 W comes
+ * with its scales (src3), which its kernels apply to each finished sum before the bias; the
+ * float kernels take the same arguments and ignore them. PATCH_EMBED gathers the
+ * non-overlapping patches into rows (k_im2col; for stride = kernel that is a permutation of
+ * the image, so the scratch is exactly the image's size) and runs the same GEMM against the
+ * weight seen as [O, C·P·P].
  */
 #include <inttypes.h>
 
 #include "ocl_internal.h"
 
-/* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) with x, y contiguous F32 given as (buffer, byte
- * offset), w and b contiguous weights (b->mem NULL when absent). */
+/* y[M, N] = x[M, K] · w[N, K]ᵀ (· s[N]) (+ b[N]) with x, y contiguous F32 given as (buffer,
+ * byte offset), w and b contiguous weights (b->mem NULL when absent), s the F32 scales of an
+ * I8 w (s->mem NULL for a float w). */
 static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x,
                                uint64_t x_off, int64_t M, int64_t K, const struct ocl_view *w,
-                               int64_t N, const struct ocl_view *b, const struct ocl_view *y)
+                               const struct ocl_view *s, int64_t N, const struct ocl_view *b,
+                               const struct ocl_view *y)
 {
     bool small = M <= OCL_MM_SMALL_M;
-    int which = w->dtype == MMRT_DTYPE_F16 ? 1 : w->dtype == MMRT_DTYPE_BF16 ? 2 : 0;
+    int which = w->dtype == MMRT_DTYPE_F16    ? 1
+                : w->dtype == MMRT_DTYPE_BF16 ? 2
+                : w->dtype == MMRT_DTYPE_I8   ? 3
+                                              : 0;
     enum ocl_kernel id = (enum ocl_kernel)((small ? OCL_K_MM_SMALL_F32 : OCL_K_MM_TILED_F32) +
                                            which);
     struct ocl_call c;
@@ -30,6 +38,7 @@ static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x
     ocl_arg_mem(&c, x);
     ocl_arg_long(&c, (int64_t)x_off);
     ocl_arg_view(&c, w);
+    ocl_arg_view(&c, s);
     ocl_arg_view(&c, b);
     ocl_arg_int(&c, b->dtype);
     ocl_arg_int(&c, b->mem != NULL);
@@ -50,20 +59,21 @@ static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x
 }
 
 static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint64_t x_off,
-                        int64_t M, int64_t K, const struct ocl_view *w, int64_t N,
-                        const struct ocl_view *b, const struct ocl_view *y)
+                        int64_t M, int64_t K, const struct ocl_view *w,
+                        const struct ocl_view *s, int64_t N, const struct ocl_view *b,
+                        const struct ocl_view *y)
 {
     if (M == 0 || N == 0)
         return MMRT_OK;
     if (M <= OCL_MM_SMALL_M || M > OCL_MM_INVARIANT_M)
-        return gemm_launch(dev, op, x, x_off, M, K, w, N, b, y);
+        return gemm_launch(dev, op, x, x_off, M, K, w, s, N, b, y);
     mmrt_status st = MMRT_OK;
     for (int64_t m0 = 0; st == MMRT_OK && m0 < M; m0 += OCL_MM_SMALL_M) {
         const int64_t rows = M - m0 < OCL_MM_SMALL_M ? M - m0 : OCL_MM_SMALL_M;
         struct ocl_view yr = *y;
         yr.offset += (uint64_t)(m0 * N) * sizeof(float);
-        st = gemm_launch(dev, op, x, x_off + (uint64_t)(m0 * K) * sizeof(float), rows, K, w, N,
-                         b, &yr);
+        st = gemm_launch(dev, op, x, x_off + (uint64_t)(m0 * K) * sizeof(float), rows, K, w, s,
+                         N, b, &yr);
     }
     return st;
 }
@@ -71,20 +81,33 @@ static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint6
 mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
-    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_MATMUL, 2, 3, &o);
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_MATMUL, 2, 4, &o);
     if (st != MMRT_OK)
         return st;
-    const struct ocl_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
+    const struct ocl_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
+                          *y = &o.dst;
     if ((st = ocl_need_dtype(&o, "src0 (x)", x, OCL_DT_F32)) ||
         (st = ocl_need_contig(&o, "src0 (x)", x)) ||
         (st = ocl_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = ocl_need_dtype(&o, "src1 (W)", w, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_dtype(&o, "src1 (W)", w, OCL_DT_WEIGHT | OCL_DT_I8)) ||
         (st = ocl_need_contig(&o, "src1 (W)", w)))
         return st;
     int64_t K = ocl_inner(x), M = ocl_rows(x), N = w->ne[0];
     if (w->ne[1] != K)
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
                        "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
+    if (w->dtype == MMRT_DTYPE_I8) {
+        if (!s->mem)
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
+        if ((st = ocl_need_dtype(&o, "src3 (scales)", s, OCL_DT_F32)) ||
+            (st = ocl_need_contig(&o, "src3 (scales)", s)))
+            return st;
+        if (s->numel != N)
+            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) has %" PRId64 " elements, W "
+                           "has %" PRId64 " rows", s->numel, N);
+    } else if (s->mem) {
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) goes only with an I8 W");
+    }
     if (b->mem) {
         if ((st = ocl_need_dtype(&o, "src2 (bias)", b, OCL_DT_WEIGHT)) ||
             (st = ocl_need_contig(&o, "src2 (bias)", b)))
@@ -100,9 +123,10 @@ mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *ar
                        "got %" PRId64 " rows of %" PRId64, M, N, ocl_rows(y), ocl_inner(y));
     if ((st = ocl_need_disjoint(&o, "src0 (x)", x, false)) ||
         (st = ocl_need_disjoint(&o, "src1 (W)", w, false)) ||
-        (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)))
+        (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)) ||
+        (st = ocl_need_disjoint(&o, "src3 (scales)", s, false)))
         return st;
-    return gemm(dev, o.name, x->mem, x->offset, M, K, w, N, b, y);
+    return gemm(dev, o.name, x->mem, x->offset, M, K, w, s, N, b, y);
 }
 
 mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args)
@@ -176,5 +200,6 @@ mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_arg
     w2.ne[1] = plen;
     w2.nb[0] = plen * (int64_t)mmrt_dtype_size((enum mmrt_dtype)w->dtype);
     w2.nb[1] = (int64_t)mmrt_dtype_size((enum mmrt_dtype)w->dtype);
-    return gemm(dev, o.name, cols, 0, B * n_patches, plen, &w2, O, b, y);
+    const struct ocl_view no_scales = { .mem = NULL };
+    return gemm(dev, o.name, cols, 0, B * n_patches, plen, &w2, &no_scales, O, b, y);
 }

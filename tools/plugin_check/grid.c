@@ -24,7 +24,7 @@ static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MM
 
 static const char *dt_name(enum mmrt_dtype dt)
 {
-    static const char *const names[] = {"F32", "F16", "BF16", "I32"};
+    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8"};
     return (unsigned)dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
 }
 
@@ -125,6 +125,47 @@ static mmrt_status grid_matmul(struct chk *c, struct mmrt_error *err)
         kt_rand(&k, x, -1, 1);
         kt_rand(&k, w, -1, 1);
         kase_run(&k, (const struct kt *[]){x, w}, 2, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* I8 weights (plugin.h, ABI 1.3), the row (MATMUL, I8): codes and per-row scales from the
+ * runtime's quantizer, rows of different magnitudes and zero rows; M on both sides of the
+ * small-M lines plugins use (4, 8, 32), K off every vector width (1, 13, 31 … 4099), N off
+ * every tile, with and without a bias. */
+static mmrt_status grid_matmul_i8(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t M, K, N;
+        int quick;
+    } cases[] = {
+        {1, 1, 1, Q},       {1, 13, 7, Q},       {4, 64, 5, 0},       {5, 257, 33, Q},
+        {8, 1000, 130, 0},  {9, 129, 128, 0},    {32, 4099, 3, 0},    {33, 1031, 257, Q},
+        {1, 4096, 1031, 0}, {17, 768, 131, 0},   {129, 768, 131, 0},  {37, 31, 19, Q},
+        {2, 1, 3, 0},       {64, 2048, 97, 0},   {1, 11008, 127, 0},  {3, 48, 9, 0},
+    };
+    static const char *const bias_names[] = {"none", "F16", "F32"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!want(c, cases[i].quick))
+            continue;
+        int64_t M = cases[i].M, K = cases[i].K, N = cases[i].N;
+        int bias = (int)(i % 3);
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_MATMUL, "I8", i, "M=%lld K=%lld N=%lld bias=%s",
+                   (long long)M, (long long)K, (long long)N, bias_names[bias]);
+        struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, K));
+        struct kt *w = kt_new(&k, MMRT_DTYPE_I8, SHAPE(N, K));
+        struct kt *s = kt_new(&k, MMRT_DTYPE_F32, SHAPE(N));
+        struct kt *b =
+            bias ? kt_new(&k, bias == 1 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, SHAPE(N)) : NULL;
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, N));
+        kt_rand(&k, x, -1, 1);
+        kt_quantize(&k, w, s, 2.0f);
+        if (b)
+            kt_rand(&k, b, -1, 1);
+        kase_run(&k, (const struct kt *[]){x, w, b, s}, 4, y, NULL, 0);
         kase_check(&k, y);
         END_CASE();
     }
@@ -1422,7 +1463,10 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
 mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
 {
     switch (op) {
-    case MMRT_OP_MATMUL: return grid_matmul(c, err);
+    case MMRT_OP_MATMUL: {
+        mmrt_status st = grid_matmul(c, err);
+        return st == MMRT_OK ? grid_matmul_i8(c, err) : st;
+    }
     case MMRT_OP_ADD:
     case MMRT_OP_MUL: return grid_binary(c, op, err);
     case MMRT_OP_SCALE: return grid_scale(c, err);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ops.h"
+#include "quant.h"
 #include "tensor.h"
 
 /* ---- the watchdog ------------------------------------------------------------------------ */
@@ -144,6 +145,7 @@ static double get_elem(const unsigned char *p, enum mmrt_dtype dt)
     case MMRT_DTYPE_F16: memcpy(&h, p, 2); return chk_f16_to_f32(h);
     case MMRT_DTYPE_BF16: memcpy(&h, p, 2); return chk_bf16_to_f32(h);
     case MMRT_DTYPE_I32: memcpy(&i, p, 4); return i;
+    case MMRT_DTYPE_I8: return *(const int8_t *)p;
     default: return NAN;
     }
 }
@@ -157,6 +159,9 @@ static float put_elem(unsigned char *p, enum mmrt_dtype dt, float v)
     case MMRT_DTYPE_F16: h = chk_f32_to_f16(v); memcpy(p, &h, 2); return chk_f16_to_f32(h);
     case MMRT_DTYPE_BF16: h = chk_f32_to_bf16(v); memcpy(p, &h, 2); return chk_bf16_to_f32(h);
     case MMRT_DTYPE_I32: i = (int32_t)v; memcpy(p, &i, 4); return (float)i;
+    case MMRT_DTYPE_I8:
+        *(int8_t *)p = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : lrintf(v));
+        return *(const int8_t *)p;
     default: return v;
     }
 }
@@ -171,6 +176,8 @@ static void poison(unsigned char *p, uint64_t nbytes, enum mmrt_dtype dt)
             memcpy(p + i, &nan32, 4);
         else if (dt == MMRT_DTYPE_I32)
             memcpy(p + i, &i32, 4);
+        else if (dt == MMRT_DTYPE_I8)
+            p[i] = 0x80u;
         else
             memcpy(p + i, &nan16, 2);
     }
@@ -441,6 +448,30 @@ void kt_set_raw(struct kase *k, struct kt *t, const void *elems)
     while (walk_next(&w, &off))
         memcpy(b->host + off, (const unsigned char *)elems + es * (size_t)i++, es);
     b->dirty = true;
+}
+
+void kt_quantize(struct kase *k, struct kt *w, struct kt *scales, float hi)
+{
+    if (k->st != MMRT_OK)
+        return;
+    const int64_t N = w->v[0].ne[0], K = w->v[0].ne[1];
+    float *v = kase_floats(k, N * K), *s = kase_floats(k, N);
+    int8_t *q = (int8_t *)kase_floats(k, (N * K + 3) / 4); /* bytes in float-sized storage */
+    if (!v || !s || !q)
+        return;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t i = 0; i < K; i++) {
+            float x = kase_float(k, -hi, hi);
+            v[r * K + i] = r % 7 == 6 ? 0.0f : ldexpf(x, -(int)(r % 5));
+        }
+    int64_t bad = 0;
+    if (!mmrt_quant_i8_rows(v, N, K, q, s, &bad)) {
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "checker: weight %lld is not finite",
+                  (long long)bad);
+        return;
+    }
+    kt_set_raw(k, w, q);
+    kt_set_raw(k, scales, s);
 }
 
 /* ---- running and comparing ------------------------------------------------------------------ */

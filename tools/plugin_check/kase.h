@@ -22,7 +22,8 @@
  * Watchdog: with chk.case_timeout_s set, a case that does not finish in time (a kernel that
  * never returns cannot be cancelled) prints which case hung and exits with CHK_EXIT_FAIL.
  *
- * Poison: every allocation starts as NaN (F32/F16/BF16) or 0x7fffffff (I32) on both devices.
+ * Poison: every allocation starts as NaN (F32/F16/BF16), 0x7fffffff (I32) or -128 (I8, the
+ * code core/quant.h never writes) on both devices.
  * A kernel that reads a cell outside its view gets NaN into its result; one that writes
  * outside its dst view changes bytes that must stay equal between the devices.
  */
@@ -95,6 +96,12 @@ struct kt *kt_view(struct kase *k, const struct kt *parent, int n_dims, const in
 void kt_rand(struct kase *k, struct kt *t, float lo, float hi);
 void kt_set(struct kase *k, struct kt *t, float *v);
 void kt_set_raw(struct kase *k, struct kt *t, const void *elems);
+
+/* A quantized MATMUL weight (plugin.h, ABI 1.3): random values in ±hi whose rows differ in
+ * magnitude (row r scaled by 2^-(r mod 5)) with every seventh row zero, quantized by the
+ * runtime's own quantizer (core/quant.h); the codes go into w (I8 [N, K], contiguous) and the
+ * per-row scales into scales (F32 [N]). */
+void kt_quantize(struct kase *k, struct kt *w, struct kt *scales, float hi);
 
 /* Random numbers from the case's stream: uniform float in [lo, hi), int in [lo, hi]
  * (hi − lo < 2³¹). */

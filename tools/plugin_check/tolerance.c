@@ -21,6 +21,10 @@ static const struct chk_tolerance table[] = {
     {MMRT_OP_MATMUL, NULL, 5e-5,
      "f32 dot products of up to 4099 terms summed in any order (tiles, split-K): each order "
      "is within ~1e-5 of exact"},
+    {MMRT_OP_MATMUL, "I8", 5e-5,
+     "the codes convert to f32 exactly, so the same dot products as a float W plus one "
+     "rounding where a row's sum is scaled (or the codes carried in F16 through tensor "
+     "cores, as for F16 weights); a lost or misplaced scale costs ~1"},
     {MMRT_OP_ADD, NULL, 1e-6,
      "one correctly rounded f32 add per element: should match bit for bit; 1e-6 allows only "
      "a few ulp"},

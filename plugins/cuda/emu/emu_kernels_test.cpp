@@ -6,7 +6,8 @@
  * It calls the launchers of cuda_kernels.h directly with host memory ("device" pointers are
  * host pointers under the emulator). Shapes are small — every CUDA thread is a host thread —
  * but chosen to cross the tile boundaries of each kernel. cuBLAS is not emulated: the GEMM
- * path is checked here only through its operand preparation (hi + lo must reproduce x).
+ * path is checked here only through its operand preparation (hi + lo must reproduce x) and,
+ * for I8 weights, the code widening and the scale epilogue around it.
  *
  * Output: one line per check, then "N passed, N failed"; exit status 1 on any failure.
  */
@@ -574,6 +575,78 @@ static void test_gemv(void)
             }
 }
 
+/* The I8 GEMV against the reference on the dequantized weights, with and without the
+ * 16-byte path (W one byte off, K off 16), up to 33 rows; then batch invariance: each row
+ * alone, with x at an address that rules the 16-byte path out, gives the same bits. Then the
+ * large-M helpers: codes widened to f16 exactly, and the scale + bias epilogue. */
+static void test_gemv_i8(void)
+{
+    const int64_t cases[][3] = {{1, 1, 1},   {1, 64, 63},  {2, 65, 64}, {8, 128, 65},
+                                {9, 129, 9}, {17, 256, 33}, {32, 48, 7}, {5, 4, 130},
+                                {32, 1000, 3}};
+    for (auto &cs : cases)
+        for (int misalign = 0; misalign < 2; misalign++) {
+            int64_t M = cs[0], K = cs[1], N = cs[2];
+            auto x = rand_vec(M * K + 4, -1, 1);
+            auto wf = rand_vec(N * K, -127.4f, 127.4f);
+            auto sc = rand_vec(N, 1e-3f, 2e-2f);
+            auto b = rand_vec(N, -1, 1);
+            std::vector<uint8_t> walign(N * K + 64);
+            uint8_t *base = walign.data() + (64 - (uintptr_t)walign.data() % 64) % 64;
+            int8_t *wq = reinterpret_cast<int8_t *>(base + misalign);
+            std::vector<float> deq(N * K);
+            for (int64_t i = 0; i < N * K; i++) {
+                wq[i] = (int8_t)lrintf(wf[i]);
+                deq[i] = (float)wq[i] * sc[i / K];
+            }
+            std::vector<float> y(M * N, NAN);
+            bool bias = (K + misalign) % 2 == 0;
+            cu_launch_gemv_i8(y.data(), x.data(), wq, sc.data(), bias ? b.data() : nullptr,
+                              MMRT_DTYPE_F32, M, K, N, nullptr);
+            std::vector<double> ref(M * N);
+            ref_matmul(x.data(), deq.data(), bias ? b.data() : nullptr, M, K, N, ref.data());
+            char what[128];
+            snprintf(what, sizeof what, "GEMV I8 M %lld K %lld N %lld %s bias %d", (long long)M,
+                     (long long)K, (long long)N, misalign ? "scalar" : "vec", bias);
+            check(what, y.data(), ref.data(), M * N, 1e-5);
+            bool same = true;
+            for (int64_t m = 0; m < M && same; m += M > 2 ? M / 2 : 1) {
+                std::vector<float> x1(K + 4), y1(N, NAN);
+                memcpy(x1.data() + 1, x.data() + m * K, (size_t)K * sizeof(float));
+                cu_launch_gemv_i8(y1.data(), x1.data() + 1, wq, sc.data(),
+                                  bias ? b.data() : nullptr, MMRT_DTYPE_F32, 1, K, N, nullptr);
+                same = memcmp(y1.data(), y.data() + m * N, (size_t)N * sizeof(float)) == 0;
+            }
+            snprintf(what, sizeof what, "GEMV I8 M %lld K %lld N %lld %s: rows alone, same bits",
+                     (long long)M, (long long)K, (long long)N, misalign ? "scalar" : "vec");
+            expect(what, same);
+        }
+
+    std::vector<int8_t> codes(300);
+    for (size_t i = 0; i < codes.size(); i++)
+        codes[i] = (int8_t)(i % 256 - 128);
+    std::vector<uint16_t> h(codes.size(), 0xffff);
+    cu_launch_i8_to_f16(h.data(), codes.data(), (int64_t)codes.size(), nullptr);
+    bool exact = true;
+    for (size_t i = 0; i < codes.size(); i++)
+        exact = exact && f16_f(h[i]) == (float)codes[i];
+    expect("I8 -> F16 widening is exact for every code", exact);
+
+    const int64_t M = 3, N = 5;
+    auto y = rand_vec(M * N, -100, 100), sc = rand_vec(N, 1e-3f, 1e-2f), b = rand_vec(N, -1, 1);
+    std::vector<uint16_t> b16(N);
+    for (int64_t n = 0; n < N; n++) {
+        b16[n] = h_f16(b[n]);
+        b[n] = f16_f(b16[n]);
+    }
+    auto want = y;
+    for (int64_t i = 0; i < M * N; i++)
+        want[i] = y[i] * sc[i % N] + b[i % N];
+    cu_launch_scale_cols(y.data(), sc.data(), b16.data(), MMRT_DTYPE_F16, M, N, nullptr);
+    expect("I8 epilogue y * scale + F16 bias, correctly rounded",
+           memcmp(y.data(), want.data(), want.size() * sizeof(float)) == 0);
+}
+
 static void test_prep(void)
 {
     /* x must be reproduced by hi / hi_scale + lo / lo_scale to the promised precision. */
@@ -1024,6 +1097,7 @@ int main(int argc, char **argv)
     if (!*only || strstr(only, "attention")) test_attention();
     if (!*only || strstr(only, "attention")) test_attention_paged();
     if (!*only || strstr(only, "gemv")) test_gemv();
+    if (!*only || strstr(only, "gemv")) test_gemv_i8();
     if (!*only || strstr(only, "prep")) test_prep();
     if (!*only || strstr(only, "rows")) test_rows();
     if (!*only || strstr(only, "elementwise")) test_elementwise();

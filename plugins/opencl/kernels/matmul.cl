@@ -1,6 +1,11 @@
 /*
- * matmul.cl — y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) with x and y contiguous F32, W F32, F16 or
- * BF16 (one kernel per W dtype, so the inner loops carry no dtype branch), b any weight dtype.
+ * matmul.cl — y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) with x and y contiguous F32, W F32, F16,
+ * BF16 or I8 (one kernel per W dtype, so the inner loops carry no dtype branch), b any float
+ * weight dtype. An I8 W (plugin.h, ABI 1.3) holds codes that stand for W[n, k] · s[n] with
+ * the F32 scales s[N]: its kernels convert the codes to f32 exactly (char / char4 loads), sum
+ * x · code like any other dtype, and multiply each finished sum by s[n] before the bias — one
+ * rounding more than a float W, and W read as 1 byte per weight. Every kernel takes the scales
+ * (sb, s_off); the float ones never read them.
  * PATCH_EMBED runs the same kernels on the gathered patches (k_im2col).
  *
  * k_mm_tiled_*: a work-group of MM_L × MM_L (16 × 16) items computes an MM_T × MM_T (64 × 64)
@@ -13,9 +18,10 @@
  *
  * k_mm_small_*: for M ≤ MM_SMALL_M (decode: a tile would be mostly padding). A work-group of
  * MM_SMALL_WG items computes MM_SMALL_N consecutive outputs for all M rows: item l takes the
- * float4 chunks k = 4l, 4l + 4·WG, … of the W rows (contiguous vector loads on a CPU,
- * coalesced on a GPU), the K % 4 tail goes one element per item, and a local tree sums the
- * partials.
+ * 4-element chunks k = 4l, 4l + 4·WG, … of the W rows (contiguous vector loads on a CPU,
+ * coalesced on a GPU: per step the group reads 4·WG consecutive elements of a row, 256 bytes
+ * for I8), the K % 4 tail goes one element per item, and a local tree sums the partials. A
+ * row's arithmetic does not depend on how many rows the launch has.
  *
  * Accumulation is f32 with contraction allowed (fma where the device has it); the summation
  * order differs from the CPU plugin's, so results agree to f32 rounding over K, not bit for bit.
@@ -34,12 +40,15 @@
 #define LOAD4_F32(w, i) vload4(0, (w) + (i))
 #define LOAD4_F16(w, i) f16x4_to_f32(vload4(0, (w) + (i)))
 #define LOAD4_BF16(w, i) as_float4(convert_uint4(vload4(0, (w) + (i))) << 16)
+#define LOAD_I8(w, i) ((float)(w)[i]) /* the code; its scale multiplies the finished sum */
+#define LOAD4_I8(w, i) convert_float4(vload4(0, (w) + (i)))
 
-#define DEFINE_MATMUL(SUFFIX, WT, LOADW, LOADW4)                                                \
+#define DEFINE_MATMUL(SUFFIX, WT, LOADW, LOADW4, SCALED)                                       \
 __kernel __attribute__((reqd_work_group_size(MM_L, MM_L, 1)))                                  \
 void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uchar *wb,      \
-                         long w_off, __global const uchar *bb, long b_off, int b_dt,          \
-                         int has_b, __global uchar *yb, long y_off, long M, long K, long N)   \
+                         long w_off, __global const uchar *sb, long s_off,                     \
+                         __global const uchar *bb, long b_off, int b_dt, int has_b,            \
+                         __global uchar *yb, long y_off, long M, long K, long N)               \
 {                                                                                              \
     __local float xs[MM_KP][MM_T + MM_PAD], ws[MM_KP][MM_T + MM_PAD];                          \
     __global const float *x = (__global const float *)(xb + x_off);                           \
@@ -64,23 +73,27 @@ void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uc
     }                                                                                          \
     __global float *y = (__global float *)(yb + y_off);                                       \
     long n = n0 + 4 * tx;                                                                      \
-    float bias[4], out[4];                                                                     \
-    for (int j = 0; j < 4; j++)                                                                \
+    float bias[4], scale[4], out[4];                                                           \
+    for (int j = 0; j < 4; j++) {                                                              \
         bias[j] = has_b && n + j < N ? load_w(bb + b_off, b_dt, n + j) : 0.0f;                 \
+        scale[j] = SCALED && n + j < N ? ((__global const float *)(sb + s_off))[n + j]         \
+                                       : 1.0f;                                                 \
+    }                                                                                          \
     for (int i = 0; i < 4; i++) {                                                              \
         long m = m0 + ty + MM_L * i;                                                           \
         if (m >= M)                                                                            \
             continue;                                                                          \
         vstore4(acc[i], 0, out);                                                               \
         for (int j = 0; j < 4 && n + j < N; j++)                                               \
-            y[m * N + n + j] = out[j] + bias[j];                                               \
+            y[m * N + n + j] = (SCALED ? out[j] * scale[j] : out[j]) + bias[j];                \
     }                                                                                          \
 }                                                                                              \
                                                                                                \
 __kernel __attribute__((reqd_work_group_size(MM_SMALL_WG, 1, 1)))                              \
 void k_mm_small_##SUFFIX(__global const uchar *xb, long x_off, __global const uchar *wb,      \
-                         long w_off, __global const uchar *bb, long b_off, int b_dt,          \
-                         int has_b, __global uchar *yb, long y_off, long M, long K, long N)   \
+                         long w_off, __global const uchar *sb, long s_off,                     \
+                         __global const uchar *bb, long b_off, int b_dt, int has_b,            \
+                         __global uchar *yb, long y_off, long M, long K, long N)               \
 {                                                                                              \
     __local float red[MM_SMALL_M * MM_SMALL_N][MM_SMALL_WG];                                   \
     __global const float *x = (__global const float *)(xb + x_off);                           \
@@ -121,15 +134,20 @@ void k_mm_small_##SUFFIX(__global const uchar *xb, long x_off, __global const uc
     if (lid < MM_SMALL_M * MM_SMALL_N) {                                                       \
         int m = lid / MM_SMALL_N, j = lid % MM_SMALL_N;                                        \
         long n = n0 + j;                                                                       \
-        if (m < M && n < N)                                                                    \
+        if (m < M && n < N) {                                                                  \
+            float sum = red[lid][0];                                                           \
+            if (SCALED)                                                                        \
+                sum *= ((__global const float *)(sb + s_off))[n];                              \
             ((__global float *)(yb + y_off))[m * N + n] =                                      \
-                red[lid][0] + (has_b ? load_w(bb + b_off, b_dt, n) : 0.0f);                    \
+                sum + (has_b ? load_w(bb + b_off, b_dt, n) : 0.0f);                            \
+        }                                                                                      \
     }                                                                                          \
 }
 
-DEFINE_MATMUL(f32, float, LOAD_F32, LOAD4_F32)
-DEFINE_MATMUL(f16, ushort, LOAD_F16, LOAD4_F16)
-DEFINE_MATMUL(bf16, ushort, LOAD_BF16, LOAD4_BF16)
+DEFINE_MATMUL(f32, float, LOAD_F32, LOAD4_F32, 0)
+DEFINE_MATMUL(f16, ushort, LOAD_F16, LOAD4_F16, 0)
+DEFINE_MATMUL(bf16, ushort, LOAD_BF16, LOAD4_BF16, 0)
+DEFINE_MATMUL(i8, char, LOAD_I8, LOAD4_I8, 1)
 
 /* PATCH_EMBED's gather: row r = (b, py, px) of cols [B·nP, C·P·P] holds that patch in
  * (c, kh, kw) order, the order of the flattened conv weight [O, C·P·P]. Item (k, r). */
