@@ -205,21 +205,40 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
     switch (op) {
     case MMRT_OP_MATMUL:
         REQUIRE(a->dtype == MMRT_DTYPE_F32 && contiguous(a), "x must be contiguous F32", a);
-        REQUIRE(b->n_dims == 2 && (is_weight_dtype(b->dtype) || b->dtype == MMRT_DTYPE_I8) &&
-                    contiguous(b),
-                "w must be a contiguous 2-D F32/F16/BF16/I8 [N, K]", b);
-        REQUIRE(b->ne[1] == inner(a), "w's inner dim must equal x's inner dim", b);
+        REQUIRE(b->n_dims == 2 && (is_weight_dtype(b->dtype) || b->dtype == MMRT_DTYPE_I8 ||
+                                   b->dtype == MMRT_DTYPE_U4) && contiguous(b),
+                "w must be a contiguous 2-D F32/F16/BF16/I8 [N, K] or U4 [N, K/2]", b);
+        if (b->dtype == MMRT_DTYPE_U4)
+            REQUIRE(inner(a) % 32 == 0 && b->ne[1] * 2 == inner(a),
+                    "a U4 w must be [N, K/2] for an x inner dim K that is a multiple of 32", b);
+        else
+            REQUIRE(b->ne[1] == inner(a), "w's inner dim must equal x's inner dim", b);
         st = check_row_weight(op, "bias", c, b->ne[0], err);
         if (st != MMRT_OK)
             return st;
         {
             const struct mmrt_tensor *s = n_src > 3 ? src[3] : NULL;
-            if (b->dtype == MMRT_DTYPE_I8)
+            const struct mmrt_tensor *z = n_src > 4 ? src[4] : NULL;
+            if (b->dtype == MMRT_DTYPE_I8) {
                 REQUIRE(s && s->dtype == MMRT_DTYPE_F32 && contiguous(s) &&
                             numel(s) == b->ne[0],
                         "an I8 w needs src3 = its scales, contiguous F32 [N]", s);
-            else
-                REQUIRE(!s, "src3 (scales) goes only with an I8 w", s);
+                REQUIRE(!z, "src4 (zero points) goes only with a U4 w", z);
+            } else if (b->dtype == MMRT_DTYPE_U4) {
+                const int64_t K = inner(a);
+                REQUIRE(s && s->dtype == MMRT_DTYPE_F32 && contiguous(s) && s->n_dims == 2 &&
+                            s->ne[0] == b->ne[0] && s->ne[1] >= 1 && K % s->ne[1] == 0 &&
+                            (K / s->ne[1]) % 32 == 0,
+                        "a U4 w needs src3 = its group scales, contiguous F32 [N, G] with K / G "
+                        "a multiple of 32", s);
+                REQUIRE(z && z->dtype == MMRT_DTYPE_F32 && contiguous(z) && z->n_dims == 2 &&
+                            z->ne[0] == s->ne[0] && z->ne[1] == s->ne[1],
+                        "a U4 w needs src4 = its zero points, contiguous F32 of the scales' "
+                        "shape", z);
+            } else {
+                REQUIRE(!s, "src3 (scales) goes only with an I8 or U4 w", s);
+                REQUIRE(!z, "src4 (zero points) goes only with a U4 w", z);
+            }
         }
         REQUIRE(y->dtype == MMRT_DTYPE_F32 && contiguous(y) && rows(y) == rows(a) &&
                     inner(y) == b->ne[0],
@@ -498,6 +517,8 @@ mmrt_status mmrt_op_matmul(struct mmrt_dev *dev, const struct mmrt_tensor *x,
 {
     if (w->t.dtype == MMRT_DTYPE_I8)
         LAUNCH(MMRT_OP_MATMUL, no_params, x, &w->t, b, &w->scale);
+    if (w->t.dtype == MMRT_DTYPE_U4)
+        LAUNCH(MMRT_OP_MATMUL, no_params, x, &w->t, b, &w->scale, &w->zero);
     LAUNCH(MMRT_OP_MATMUL, no_params, x, &w->t, b);
 }
 

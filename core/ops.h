@@ -32,13 +32,15 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                              const struct mmrt_tensor *dst, const void *params,
                              uint32_t params_size, struct mmrt_error *err);
 
-/* A matrix as MATMUL takes it: t [N, K] in a float dtype, or quantized (t I8 and scale its
- * per-row F32 scales [N]; plugin.h MMRT_OP_MATMUL). Models hold every matmul weight in one,
+/* A matrix as MATMUL takes it: t [N, K] in a float dtype, or quantized (t I8 with its
+ * per-row F32 scales [N], or t U4 [N, K/2] with group scales and zero points [N, G]; plugin.h
+ * MMRT_OP_MATMUL). Models hold every matmul weight in one,
  * so how a weight is stored is decided where it is loaded (models/weights.h), never in model
  * code. */
 struct mmrt_weight {
     struct mmrt_tensor t;
-    struct mmrt_tensor scale; /* used only when t.dtype is MMRT_DTYPE_I8 */
+    struct mmrt_tensor scale; /* I8: [N]; U4: [N, G] */
+    struct mmrt_tensor zero;  /* U4 only: [N, G] */
 };
 
 /* y[rows, N] = x[rows, K] · w[N, K]ᵀ (+ b[N]); b may be NULL. */

@@ -8,6 +8,15 @@
  * (ties away from zero) and clamped to ±127, so -128 is never used and the code is symmetric.
  * A row of zeros gets scale 0 and zero codes. The relative error of a weight is at most
  * half a step, max|w| / 254.
+ *
+ * INT4 (plugin.h, U4 weights): asymmetric, per group of `group` consecutive weights of a row
+ * (32, 64 or 128 …, a multiple of 32 dividing K), codes 0 … 15 packed as plugin.h lays them
+ * out. The range [lo, hi] of a group always holds 0 (so 0 is exact and a constant group is
+ * exact); the clipping range is chosen to minimise the group's squared error: for
+ * α = 1, 0.95, …, 0.55, the range α·[lo, hi] gives scale = α(hi − lo) / 15, zero =
+ * round(−α·lo / scale) in [0, 15], code = clamp(round(w / scale) + zero, 0, 15), and the α
+ * with the least Σ (w − (code − zero)·scale)² wins (the first on a tie). Zero points are
+ * whole numbers held as floats.
  */
 #ifndef MMRT_CORE_QUANT_H
 #define MMRT_CORE_QUANT_H
@@ -17,13 +26,30 @@
 
 #include "mmrt/mmrt.h" /* enum mmrt_weight_format */
 
-/* The [model] weights spelling of f ("checkpoint", "int8"). */
+/* The [model] weights spelling of f ("checkpoint", "int8", "int4", "int4-g64", …). */
 const char *mmrt_weight_format_name(enum mmrt_weight_format f);
+
+/* Weights per INT4 group of f (0 when f is not INT4). */
+int64_t mmrt_weight_format_group(enum mmrt_weight_format f);
 
 /* Quantizes rows × k floats (row-major) into q (rows × k) and scale (rows). Returns false,
  * with *bad the index of the first one, when a value is not finite (nothing sensible can be
  * quantized from it); q and scale are then partly written. */
 bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, float *scale,
                         int64_t *bad);
+
+/* Quantizes rows × k floats into codes (rows × k/2 bytes, plugin.h's U4 layout), scale and
+ * zero (rows × k/group each). k and group must be multiples of 32 with group dividing k, and
+ * group at most 4096.
+ * False, with *bad the index of the first one, on a value that is not finite. */
+bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, uint8_t *codes,
+                        float *scale, float *zero, int64_t *bad);
+
+/* Code k of a U4 row (plugin.h's layout). */
+static inline unsigned mmrt_q4_code(const uint8_t *row, int64_t k)
+{
+    const uint8_t b = row[(k / 32) * 16 + (k % 16)];
+    return (k % 32) < 16 ? b & 0xFu : b >> 4;
+}
 
 #endif

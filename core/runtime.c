@@ -246,9 +246,9 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                  (int)cfg->kv_dtype);
         return at(src, src->conf ? src->conf->kv_dtype_line : 0, err, MMRT_ERR_CONFIG, what);
     }
-    if (cfg->weights != MMRT_WEIGHTS_CHECKPOINT && cfg->weights != MMRT_WEIGHTS_INT8) {
-        snprintf(what, sizeof what, "[model] weights %d is neither MMRT_WEIGHTS_CHECKPOINT "
-                 "nor MMRT_WEIGHTS_INT8", (int)cfg->weights);
+    if (cfg->weights < MMRT_WEIGHTS_CHECKPOINT || cfg->weights > MMRT_WEIGHTS_INT4_G32) {
+        snprintf(what, sizeof what, "[model] weights %d is not an enum mmrt_weight_format",
+                 (int)cfg->weights);
         return at(src, src->conf ? src->conf->weights_line : 0, err, MMRT_ERR_CONFIG, what);
     }
     const struct mmrt_conf_scheduler *cs = src->conf ? &src->conf->scheduler : NULL;

@@ -34,6 +34,9 @@ enum conversion {
     CONV_F32,       /* widened to F32 */
     CONV_I8_VALUES, /* a matrix's INT8 codes (core/quant.h) */
     CONV_I8_SCALES, /* the same matrix's per-row scales */
+    CONV_Q4_CODES,  /* a matrix's INT4 codes (plugin.h U4 layout) */
+    CONV_Q4_SCALES, /* its group scales [N, G] */
+    CONV_Q4_ZEROS,  /* its group zero points [N, G] */
 };
 
 /* A loaded tensor waiting for mmrt_weights_commit. */
@@ -69,7 +72,22 @@ struct mmrt_weights {
     struct placed { struct mmrt_dev *dev; uint64_t nbytes; bool mapped; } *placed;
     size_t n_placed, cap_placed;
     enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
+    /* The INT4 form of the matrix last quantized, so its codes, scales and zero points (three
+     * tensors, committed one after the other) come from one quantization. */
+    struct q4_cache {
+        const struct mmrt_st_tensor *t;
+        uint8_t *codes;
+        float *scale, *zero;
+    } q4;
 };
+
+static void q4_cache_drop(struct mmrt_weights *w)
+{
+    free(w->q4.codes);
+    free(w->q4.scale);
+    free(w->q4.zero);
+    memset(&w->q4, 0, sizeof w->q4);
+}
 
 static int starts(const char *s, const char *prefix)
 {
@@ -115,6 +133,7 @@ void mmrt_weights_close(struct mmrt_weights *w)
 {
     if (!w)
         return;
+    q4_cache_drop(w);
     for (size_t i = 0; i < w->n_placed; i++) {
         struct mmrt_dev_weight_stats *ws = &w->placed[i].dev->weights;
         ws->tensor_bytes -= w->placed[i].nbytes;
@@ -265,6 +284,7 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
     p->conv = conv;
     p->dtype = conv == CONV_NONE       ? (enum mmrt_dtype)t->dtype
                : conv == CONV_I8_VALUES ? MMRT_DTYPE_I8
+               : conv == CONV_Q4_CODES  ? MMRT_DTYPE_U4
                                         : MMRT_DTYPE_F32;
     p->n_dims = n_dims;
     for (int i = 0; i < n_dims; i++)
@@ -273,12 +293,19 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
         p->ne[0] = 1;
         p->n_dims = 1;
     }
+    uint64_t n_elements = t->n_elements;
     if (conv == CONV_I8_SCALES) { /* one per row of the [N, K] matrix */
         p->n_dims = 1;
         p->ne[0] = shape[0];
+        n_elements = (uint64_t)shape[0];
+    } else if (conv == CONV_Q4_CODES) { /* two codes a byte */
+        p->ne[1] = shape[1] / 2;
+        n_elements = t->n_elements / 2;
+    } else if (conv == CONV_Q4_SCALES || conv == CONV_Q4_ZEROS) { /* [N, G] */
+        p->ne[1] = shape[1] / mmrt_weight_format_group(w->format);
+        n_elements = (uint64_t)(p->ne[0] * p->ne[1]);
     }
-    p->nbytes = (conv == CONV_I8_SCALES ? (uint64_t)shape[0] : t->n_elements) *
-                mmrt_dtype_size(p->dtype);
+    p->nbytes = n_elements * mmrt_dtype_size(p->dtype);
     /* The shape is known now; the storage (buffer NULL until commit) is not, so any use of
      * the descriptor before commit is refused by the operator checks. */
     mmrt_tensor_init(out, NULL, 0, p->dtype, p->n_dims, p->ne);
@@ -360,11 +387,49 @@ static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending
     return st;
 }
 
+/* The INT4 form of p's matrix (quantized once for its three tensors) into dst. */
+static mmrt_status upload_q4(struct mmrt_weights *w, const struct pending *p,
+                             const struct mmrt_tensor *dst, struct mmrt_error *err)
+{
+    const int64_t N = p->t->shape[0], K = p->t->shape[1];
+    const int64_t group = mmrt_weight_format_group(w->format), G = K / group;
+    if (w->q4.t != p->t) {
+        q4_cache_drop(w);
+        float *f = malloc((size_t)(N * K) * sizeof *f + 1);
+        w->q4.codes = malloc((size_t)(N * K / 2) + 1);
+        w->q4.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
+        w->q4.zero = malloc((size_t)(N * G) * sizeof(float) + 1);
+        mmrt_status st = f && w->q4.codes && w->q4.scale && w->q4.zero
+                             ? mmrt_safetensors_read_f32(p->t, f, p->t->n_elements, err)
+                             : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory",
+                                              w->path);
+        int64_t bad = 0;
+        if (st == MMRT_OK &&
+            !mmrt_quant_q4_rows(f, N, K, group, w->q4.codes, w->q4.scale, w->q4.zero, &bad))
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "
+                                "finite to be quantized", p->t->file, p->t->name,
+                                (double)f[bad], (long long)(bad / K), (long long)(bad % K));
+        free(f);
+        if (st != MMRT_OK) {
+            q4_cache_drop(w);
+            return st;
+        }
+        w->q4.t = p->t;
+    }
+    if (p->conv == CONV_Q4_CODES)
+        return mmrt_dev_upload(p->dev, dst, w->q4.codes, (uint64_t)(N * K / 2), err);
+    return mmrt_dev_upload(p->dev, dst, p->conv == CONV_Q4_SCALES ? w->q4.scale : w->q4.zero,
+                           (uint64_t)(N * G) * sizeof(float), err);
+}
+
 static mmrt_status upload_tensor(struct mmrt_weights *w, const struct pending *p,
                                  const struct mmrt_tensor *dst, struct mmrt_error *err)
 {
     if (p->conv == CONV_I8_VALUES || p->conv == CONV_I8_SCALES)
         return upload_quantized(w, p, dst, err);
+    if (p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES || p->conv == CONV_Q4_ZEROS)
+        return upload_q4(w, p, dst, err);
     if (stored_bytes(p))
         return mmrt_dev_upload(p->dev, dst, p->t->data, p->t->nbytes, err);
     float *tmp = malloc(p->t->n_elements ? p->t->n_elements * sizeof(float) : 1);
@@ -489,6 +554,7 @@ mmrt_status mmrt_weights_commit(struct mmrt_weights *w, struct mmrt_error *err)
         }
         w->n_pending = 0;
     }
+    q4_cache_drop(w);
     free(mapped);
     return st;
 }
@@ -554,7 +620,24 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
                               "quantized weights need 1.3", mmrt_weight_format_name(w->format),
                               dev->name, (unsigned)dev->api->hdr.abi_major,
                               (unsigned)dev->api->hdr.abi_minor);
-    mmrt_status st = load(w, dev, 2, shape, 2, shape, CONV_I8_VALUES, &out->t, err, buf);
-    return st == MMRT_OK ? load(w, dev, 2, shape, 2, shape, CONV_I8_SCALES, &out->scale, err, buf)
-                         : st;
+    if (w->format == MMRT_WEIGHTS_INT8) {
+        mmrt_status st = load(w, dev, 2, shape, 2, shape, CONV_I8_VALUES, &out->t, err, buf);
+        return st == MMRT_OK
+                   ? load(w, dev, 2, shape, 2, shape, CONV_I8_SCALES, &out->scale, err, buf)
+                   : st;
+    }
+    /* INT4: the U4 layout needs K in whole blocks of 32 and whole groups. */
+    const int64_t group = mmrt_weight_format_group(w->format);
+    if (K % 32 != 0 || K % group != 0) {
+        mmrt_log(MMRT_LOG_INFO, "weights", "%s: '%s' [%lld, %lld] stays as stored: its %lld "
+                 "inputs are not whole groups of %lld", w->path, buf, (long long)N, (long long)K,
+                 (long long)K, (long long)group);
+        return load(w, dev, 2, shape, 2, shape, CONV_NONE, &out->t, err, buf);
+    }
+    mmrt_status st = load(w, dev, 2, shape, 2, shape, CONV_Q4_CODES, &out->t, err, buf);
+    if (st == MMRT_OK)
+        st = load(w, dev, 2, shape, 2, shape, CONV_Q4_SCALES, &out->scale, err, buf);
+    if (st == MMRT_OK)
+        st = load(w, dev, 2, shape, 2, shape, CONV_Q4_ZEROS, &out->zero, err, buf);
+    return st;
 }

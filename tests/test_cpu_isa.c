@@ -267,6 +267,97 @@ static void test_matmul_i8_all_isas(void **state)
     }
 }
 
+/* U4 weights (groups of 32 and 64, core/quant.h) on every table: against the dequantized
+ * reference, on both sides of the GEMV line, and each row of an M ≤ 32 launch bit-identical to
+ * that row alone. */
+static void test_matmul_u4_all_isas(void **state)
+{
+    (void)state;
+    static const int64_t cases[][4] = { /* M, K, N, group */
+        { 1, 32, 1, 32 },   { 1, 256, 13, 64 }, { 3, 128, 33, 32 }, { 17, 512, 45, 64 },
+        { 32, 96, 20, 32 }, { 33, 128, 19, 32 }, { 64, 320, 70, 64 }, { 2, 4096, 9, 128 },
+    };
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
+            const int64_t G = K / gs;
+            g_rng = 500 + c;
+            float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32);
+            float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32);
+            float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
+            uint8_t *q = malloc((size_t)(N * K / 2));
+            float *scale = malloc((size_t)(N * G) * sizeof *scale);
+            float *zero = malloc((size_t)(N * G) * sizeof *zero);
+            float *deq = malloc((size_t)(N * K) * sizeof *deq);
+            assert_true(q && scale && zero && deq);
+            int64_t bad;
+            assert_true(mmrt_quant_q4_rows(w, N, K, gs, q, scale, zero, &bad));
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++)
+                    deq[n * K + k] = ((float)mmrt_q4_code(q + n * (K / 2), k) -
+                                      zero[n * G + k / gs]) * scale[n * G + k / gs];
+            struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
+            struct harness_tensor tb = put(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, b);
+            struct harness_tensor ts = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, scale);
+            struct harness_tensor tz = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, zero);
+            struct harness_tensor tw, ty;
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_U4, 2,
+                                                (const int64_t[]){ N, K / 2 }, &tw), MMRT_OK);
+            assert_int_equal(harness_upload(&h, &tw, q), MMRT_OK);
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N },
+                                                &ty), MMRT_OK);
+            struct harness_tensor *src[5] = { &tx, &tw, &tb, &ts, &tz };
+            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, src, 5, &ty, NULL, 0), MMRT_OK);
+            float *y = get(&h, &ty);
+            double *ref = malloc((size_t)(M * N) * sizeof *ref);
+            assert_non_null(ref);
+            ref_matmul(x, deq, b, M, K, N, ref);
+            double e = rel_err(y, ref, M * N);
+            if (!(e <= 1e-5))
+                fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld g%lld: error %.3g > 1e-5",
+                         isas[i], (long long)M, (long long)K, (long long)N, (long long)gs, e);
+            for (int64_t r = 0; M <= ROW_INV_MAX_M && r < M; r++) {
+                struct harness_tensor t1 = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, K },
+                                               x + r * K), y1;
+                assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
+                                                    (const int64_t[]){ 1, N }, &y1), MMRT_OK);
+                struct harness_tensor *s1[5] = { &t1, &tw, &tb, &ts, &tz };
+                assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, s1, 5, &y1, NULL, 0), MMRT_OK);
+                float *g1 = get(&h, &y1);
+                if (memcmp(g1, y + r * N, (size_t)N * sizeof(float)) != 0)
+                    fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld: row %lld differs from the "
+                             "row alone", isas[i], (long long)M, (long long)K, (long long)N,
+                             (long long)r);
+                free(g1);
+                harness_tensor_free(&h, &t1);
+                harness_tensor_free(&h, &y1);
+            }
+            struct harness_tensor *bad_src[4] = { &tx, &tw, &tb, &ts }; /* no zero points */
+            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, bad_src, 4, &ty, NULL, 0),
+                             MMRT_ERR_INVALID_ARG);
+            harness_tensor_free(&h, &tx);
+            harness_tensor_free(&h, &tb);
+            harness_tensor_free(&h, &ts);
+            harness_tensor_free(&h, &tz);
+            harness_tensor_free(&h, &tw);
+            harness_tensor_free(&h, &ty);
+            free(x);
+            free(w);
+            free(b);
+            free(q);
+            free(scale);
+            free(zero);
+            free(deq);
+            free(y);
+            free(ref);
+        }
+        harness_close(&h);
+    }
+}
+
 /* ---- ATTENTION --------------------------------------------------------------------------- */
 
 struct acase {
@@ -597,6 +688,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_i8_all_isas),
+        cmocka_unit_test(test_matmul_u4_all_isas),
         cmocka_unit_test(test_attention_all_isas),
         cmocka_unit_test(test_activations_all_isas),
         cmocka_unit_test(test_thread_invariance_all_isas),

@@ -83,6 +83,65 @@ static void test_quant_rules(void **state)
     assert_int_equal(bad, 2);
 }
 
+/* INT4: a group's range holds 0, so a constant group and zeros are exact; every weight lies
+ * within half a step of its code unless the chosen clipping cut it, and the clipping never
+ * makes a group's squared error worse than the full range would. */
+static void test_quant_q4_rules(void **state)
+{
+    (void)state;
+    enum { R = 9, K = 128, GS = 32, G = K / GS };
+    static float w[R * K];
+    uint64_t x = 11;
+    for (int i = 0; i < R * K; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2 - 1) * (float)(1 + i / K);
+    }
+    for (int k = 0; k < GS; k++) {
+        w[0 * K + k] = 0.75f;  /* constant group */
+        w[1 * K + k] = 0.0f;   /* zero group */
+        w[2 * K + k] = -3.0f;  /* negative constant */
+    }
+    w[3 * K + 7] = 40.0f; /* an outlier the clipping may cut */
+    static uint8_t q[R * K / 2];
+    float sc[R * G], zp[R * G];
+    int64_t bad;
+    assert_true(mmrt_quant_q4_rows(w, R, K, GS, q, sc, zp, &bad));
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) {
+            double err = 0, full = 0;
+            float lo = 0, hi = 0;
+            for (int k = g * GS; k < (g + 1) * GS; k++) {
+                lo = fminf(lo, w[r * K + k]);
+                hi = fmaxf(hi, w[r * K + k]);
+            }
+            const double fs = (hi - lo) / 15.0;
+            const double fz = fs > 0 ? fmin(15, fmax(0, round(-lo / fs))) : 0;
+            for (int k = g * GS; k < (g + 1) * GS; k++) {
+                const unsigned c = mmrt_q4_code(q + r * (K / 2), k);
+                const double v = ((double)c - zp[r * G + g]) * sc[r * G + g];
+                err += (v - w[r * K + k]) * (v - w[r * K + k]);
+                double fc = fs > 0 ? fmin(15, fmax(0, round(w[r * K + k] / fs) + fz)) : 0;
+                double fv = (fc - fz) * fs;
+                full += (fv - w[r * K + k]) * (fv - w[r * K + k]);
+            }
+            if (!(err <= full * (1 + 1e-6) + 1e-12 * GS * (double)(hi - lo) * (hi - lo)))
+                fail_msg("row %d group %d: error %.3g worse than the full range's %.3g", r, g,
+                         err, full);
+            assert_true(zp[r * G + g] == floorf(zp[r * G + g]) && zp[r * G + g] >= 0 &&
+                        zp[r * G + g] <= 15);
+        }
+    for (int k = 0; k < GS; k++) {
+        const unsigned c0 = mmrt_q4_code(q, k), c2 = mmrt_q4_code(q + 2 * (K / 2), k);
+        assert_true(((float)c0 - zp[0]) * sc[0] == 0.75f);
+        assert_true(sc[G] == 0.0f && mmrt_q4_code(q + K / 2, k) == 0);
+        assert_true(((float)c2 - zp[2 * G]) * sc[2 * G] == -3.0f);
+    }
+    float nan_w[64] = { 0 };
+    nan_w[40] = NAN;
+    assert_false(mmrt_quant_q4_rows(nan_w, 1, 64, 32, q, sc, zp, &bad));
+    assert_int_equal(bad, 40);
+}
+
 /* ---- INT8 against the checkpoint as stored ---------------------------------------------- */
 
 static struct mmrt_runtime *open_with(const char *dir, enum mmrt_weight_format f)
@@ -145,12 +204,13 @@ static uint64_t weight_bytes(struct mmrt_runtime *rt)
     return mr.weight_bytes;
 }
 
-static void compare_fixture(const char *fixture, struct agreement *a)
+static void compare_fixture(const char *fixture, enum mmrt_weight_format fmt,
+                            struct agreement *a)
 {
     char dir[4096];
     golden_fixture_path(dir, sizeof dir, fixture);
     struct mmrt_runtime *ref = open_with(dir, MMRT_WEIGHTS_CHECKPOINT);
-    struct mmrt_runtime *q8 = open_with(dir, MMRT_WEIGHTS_INT8);
+    struct mmrt_runtime *q8 = open_with(dir, fmt);
     const uint64_t b_ref = weight_bytes(ref), b_q8 = weight_bytes(q8);
     struct golden_cases cases;
     golden_cases_load(fixture, &cases);
@@ -178,9 +238,9 @@ static void compare_fixture(const char *fixture, struct agreement *a)
         golden_capture_free(&cq);
     }
     json_decref(cases.json);
-    print_message("%-16s int8: %d/%d steps top-1 agree (flips at margins ≤ %.2g), mean KL "
+    print_message("%-16s %s: %d/%d steps top-1 agree (flips at margins ≤ %.2g), mean KL "
                   "%.2e (max %.2e); weights %llu → %llu bytes (%.3f×)\n",
-                  fixture, f.agree, f.steps, f.flip_margin, f.kl_sum / f.steps, f.kl_max,
+                  fixture, mmrt_weight_format_name(fmt), f.agree, f.steps, f.flip_margin, f.kl_sum / f.steps, f.kl_max,
                   (unsigned long long)b_ref, (unsigned long long)b_q8,
                   (double)b_q8 / (double)b_ref);
     /* The matrices shrink to a byte per element; what stays (embeddings, norms, biases and
@@ -195,20 +255,143 @@ static void compare_fixture(const char *fixture, struct agreement *a)
     mmrt_destroy(q8);
 }
 
+static const char *const fixtures[] = { "llava-tiny", "llava-tiny-bf16", "llava-next-tiny",
+                                        "qwen2vl-tiny", "fuyu-tiny" };
+
+static void check_format(enum mmrt_weight_format fmt, double min_top1, double max_kl)
+{
+    struct agreement a = { 0 };
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        compare_fixture(fixtures[i], fmt, &a);
+    const double top1 = (double)a.agree / a.steps, kl = a.kl_sum / a.steps;
+    print_message("all fixtures %s: top-1 agreement %.4f over %d steps, mean KL %.2e\n",
+                  mmrt_weight_format_name(fmt), top1, a.steps, kl);
+    if (!(top1 >= min_top1) || !(kl <= max_kl))
+        fail_msg("%s: top-1 agreement %.4f (want ≥ %.2f), mean KL %.3g (want ≤ %.3g)",
+                 mmrt_weight_format_name(fmt), top1, min_top1, kl, max_kl);
+}
+
 static void test_int8_matches_checkpoint(void **state)
 {
     (void)state;
-    static const char *const fixtures[] = { "llava-tiny", "llava-tiny-bf16", "llava-next-tiny",
-                                            "qwen2vl-tiny", "fuyu-tiny" };
+    check_format(MMRT_WEIGHTS_INT8, 0.95, 0.005);
+}
+
+/* ---- INT4: exactly the quantizer's weights, end to end ------------------------------------
+ * On hidden-32 random models 4-bit noise does not average out (each weight is off by about
+ * 7 % of its group's spread), so their distance from the stored model says little (it is
+ * printed for docs/QUANTIZATION.md: top-1 0.50 and mean KL 0.11 at groups of 32, the same
+ * ratio to INT8's KL as the squared steps). What the test holds instead is that the INT4
+ * runtime computes exactly with the weights the quantizer made: a copy of the checkpoint
+ * whose matrices are replaced by their dequantized INT4 values, run as stored, must give the
+ * INT4 run's logits to 1e-4 and its tokens. */
+
+/* The matrices the loader quantizes in a LLaVA checkpoint: 2-D weights other than the token
+ * and position embeddings. */
+static bool quantized_name(const char *name, const json_t *t)
+{
+    const size_t n = strlen(name);
+    return json_array_size(json_object_get(t, "shape")) == 2 && n > 7 &&
+           strcmp(name + n - 7, ".weight") == 0 && !strstr(name, "embed_tokens") &&
+           !strstr(name, "position_embedding");
+}
+
+/* Rewrites every matrix of golden_scratch/model.safetensors (F32) as its INT4 values. */
+static void dequantize_scratch(int64_t group)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t len8[8];
+    assert_int_equal(pread(fd, len8, 8, 0), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    char *hdr = calloc(1, (size_t)hlen + 1);
+    assert_non_null(hdr);
+    assert_int_equal(pread(fd, hdr, (size_t)hlen, 8), (ssize_t)hlen);
+    json_error_t je;
+    json_t *h = json_loads(hdr, 0, &je);
+    assert_non_null(h);
+    const char *name;
+    json_t *t;
+    int n_done = 0;
+    json_object_foreach(h, name, t) {
+        if (strcmp(name, "__metadata__") == 0 || !quantized_name(name, t))
+            continue;
+        assert_string_equal(json_string_value(json_object_get(t, "dtype")), "F32");
+        const int64_t N = json_integer_value(json_array_get(json_object_get(t, "shape"), 0));
+        const int64_t K = json_integer_value(json_array_get(json_object_get(t, "shape"), 1));
+        if (K % 32 != 0 || K % group != 0)
+            continue; /* stays as stored, as the loader leaves it */
+        const off_t at = (off_t)(8 + hlen + (uint64_t)json_integer_value(json_array_get(
+                                                  json_object_get(t, "data_offsets"), 0)));
+        const int64_t G = K / group;
+        float *w = malloc((size_t)(N * K) * sizeof *w);
+        uint8_t *q = malloc((size_t)(N * K / 2));
+        float *sc = malloc((size_t)(N * G) * sizeof *sc), *zp = malloc((size_t)(N * G) * sizeof *zp);
+        assert_true(w && q && sc && zp);
+        assert_int_equal(pread(fd, w, (size_t)(N * K) * 4, at), (ssize_t)(N * K) * 4);
+        int64_t bad;
+        assert_true(mmrt_quant_q4_rows(w, N, K, group, q, sc, zp, &bad));
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++)
+                w[n * K + k] = ((float)mmrt_q4_code(q + n * (K / 2), k) - zp[n * G + k / group]) *
+                               sc[n * G + k / group];
+        assert_int_equal(pwrite(fd, w, (size_t)(N * K) * 4, at), (ssize_t)(N * K) * 4);
+        free(w);
+        free(q);
+        free(sc);
+        free(zp);
+        n_done++;
+    }
+    assert_true(n_done > 10);
+    json_decref(h);
+    free(hdr);
+    close(fd);
+}
+
+static void test_int4_computes_its_weights(void **state)
+{
+    (void)state;
     struct agreement a = { 0 };
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
-        compare_fixture(fixtures[i], &a);
-    const double top1 = (double)a.agree / a.steps, kl = a.kl_sum / a.steps;
-    print_message("all fixtures int8: top-1 agreement %.4f over %d steps, mean KL %.2e\n", top1,
-                  a.steps, kl);
-    if (!(top1 >= 0.95) || !(kl <= 0.005))
-        fail_msg("int8: top-1 agreement %.4f (want ≥ 0.95), mean KL %.3g (want ≤ 0.005)", top1,
-                 kl);
+        compare_fixture(fixtures[i], MMRT_WEIGHTS_INT4_G32, &a);
+    print_message("all fixtures int4-g32: top-1 agreement %.4f over %d steps, mean KL %.2e "
+                  "(measured, not bounded: see above)\n", (double)a.agree / a.steps, a.steps,
+                  a.kl_sum / a.steps);
+
+    golden_scratch_make("llava-tiny");
+    dequantize_scratch(32);
+    char dir[4096];
+    golden_fixture_path(dir, sizeof dir, "llava-tiny");
+    struct mmrt_runtime *q4 = open_with(dir, MMRT_WEIGHTS_INT4_G32);
+    struct mmrt_runtime *deq = open_with(golden_scratch, MMRT_WEIGHTS_CHECKPOINT);
+    struct golden_cases cases;
+    golden_cases_load("llava-tiny", &cases);
+    double worst = 0;
+    for (int c = 0; c < cases.n; c++) {
+        struct golden_capture cq = { 0 }, cd = { 0 };
+        struct mmrt_result rq = { 0 }, rd = { 0 };
+        golden_run(q4, &cases.req[c], &cq, &rq);
+        golden_run(deq, &cases.req[c], &cd, &rd);
+        assert_int_equal(cq.n_tokens, cd.n_tokens);
+        assert_memory_equal(cq.tokens, cd.tokens, (size_t)cq.n_tokens * sizeof(int32_t));
+        for (int s = 0; s < GOLDEN_MAX_STEPS && cd.logits[s]; s++) {
+            assert_non_null(cq.logits[s]);
+            worst = fmax(worst, golden_rel_err(cq.logits[s], cd.logits[s], cd.vocab));
+        }
+        golden_capture_free(&cq);
+        golden_capture_free(&cd);
+    }
+    json_decref(cases.json);
+    mmrt_destroy(q4);
+    mmrt_destroy(deq);
+    print_message("int4-g32 against its dequantized checkpoint: worst logits error %.2e\n",
+                  worst);
+    if (!(worst <= 1e-4))
+        fail_msg("int4-g32 logits differ from the dequantized checkpoint's by %.3g", worst);
 }
 
 /* ---- what quantizing refuses ------------------------------------------------------------ */
@@ -271,7 +454,9 @@ int main(void)
     mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_rules),
+        cmocka_unit_test(test_quant_q4_rules),
         cmocka_unit_test(test_int8_matches_checkpoint),
+        cmocka_unit_test_teardown(test_int4_computes_its_weights, golden_scratch_drop),
         cmocka_unit_test_teardown(test_int8_refuses_non_finite, golden_scratch_drop),
     };
     return cmocka_run_group_tests_name("quant", tests, NULL, NULL);

@@ -638,9 +638,17 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
             c->weights = MMRT_WEIGHTS_CHECKPOINT;
         else if (n == 4 && memcmp(v, "int8", 4) == 0)
             c->weights = MMRT_WEIGHTS_INT8;
+        else if ((n == 4 && memcmp(v, "int4", 4) == 0) ||
+                 (n == 9 && memcmp(v, "int4-g128", 9) == 0))
+            c->weights = MMRT_WEIGHTS_INT4;
+        else if (n == 8 && memcmp(v, "int4-g64", 8) == 0)
+            c->weights = MMRT_WEIGHTS_INT4_G64;
+        else if (n == 8 && memcmp(v, "int4-g32", 8) == 0)
+            c->weights = MMRT_WEIGHTS_INT4_G32;
         else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'checkpoint' or "
-                 "'int8'", p->section, key, (int)n, v);
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'checkpoint', "
+                 "'int8', 'int4' (groups of 128), 'int4-g64' or 'int4-g32'", p->section, key,
+                 (int)n, v);
     } else if (strcmp(key, "oversize_images") == 0) {
         if (!once(p, key, n, &c->oversize_images_line))
             return;

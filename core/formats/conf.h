@@ -15,8 +15,9 @@
  *                              ; the paged KV cache
  *     kv_page_tokens = 16      ; optional, a power of two 1..4096, default 16
  *     kv_dtype = f32           ; optional, f32 | f16, default f32: what the KV cache stores
- *     weights = checkpoint     ; optional, checkpoint | int8: matmul weights as stored or
- *                              ; quantized at load
+ *     weights = checkpoint     ; optional, checkpoint | int8 | int4 (= int4-g128) |
+ *                              ; int4-g64 | int4-g32: matmul weights as stored or quantized
+ *                              ; at load
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so

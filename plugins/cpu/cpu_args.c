@@ -238,3 +238,45 @@ void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n)
         break;
     }
 }
+
+void cpu_q4_dequant(const uint8_t *row, const float *scale, const float *zero, int64_t gs,
+                    int64_t k0, int64_t n, float *dst)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = k0 + i, g = k / gs;
+        dst[i] = ((float)cpu_q4_code(row, k) - zero[g]) * scale[g];
+    }
+}
+
+void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, float *xsum)
+{
+    const int64_t gs = K / G;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t g = 0; g < G; g++) {
+            float s = 0;
+            for (int64_t k = g * gs; k < (g + 1) * gs; k++)
+                s += x[m * ldx + k];
+            xsum[m * G + g] = s;
+        }
+}
+
+void cpu_gemv_q4_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                          const float *scale, const float *zero, int64_t G, const float *xsum,
+                          int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    const int64_t gs = K / G;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *row = w + n * (K / 2);
+        for (int64_t m = 0; m < M; m++) {
+            const float *xr = x + m * ldx;
+            float tot = 0;
+            for (int64_t g = 0; g < G; g++) {
+                float acc = 0;
+                for (int64_t k = g * gs; k < (g + 1) * gs; k++)
+                    acc += (float)cpu_q4_code(row, k) * xr[k];
+                tot += scale[n * G + g] * (acc - zero[n * G + g] * xsum[m * G + g]);
+            }
+            y[m * ldy + n] = tot;
+        }
+    }
+}

@@ -192,6 +192,12 @@ struct cpu_kernels {
      * n0 ≤ n < n1 (no bias). Lanes along k, fixed reduction: see the ISA file. */
     void (*gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
+    /* The same for U4 weights (plugin.h layout; w at row 0, K/2 bytes a row; scale and zero
+     * [N][G]; xsum[m·G + g] = Σ of x row m over group g, in cpu_q4_xsum's order):
+     * y = Σ_g scale·(Σ_{k∈g} code·x − zero·xsum). Each y row depends on its x row alone. */
+    void (*gemv_q4)(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                    const float *scale, const float *zero, int64_t G, const float *xsum,
+                    int64_t n0, int64_t n1, float *y, int64_t ldy);
     /* x[i] *= s for i < n; returns the largest result (NaN never chosen; −inf when n = 0
      * or every value is NaN). */
     float (*scale_max)(float *x, float s, int64_t n);
@@ -317,6 +323,7 @@ struct cpu_op {
 #define CPU_DT_BF16 (1u << MMRT_DTYPE_BF16)
 #define CPU_DT_I32 (1u << MMRT_DTYPE_I32)
 #define CPU_DT_I8 (1u << MMRT_DTYPE_I8)
+#define CPU_DT_U4 (1u << MMRT_DTYPE_U4)
 #define CPU_DT_WEIGHT (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_BF16)
 
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
@@ -441,6 +448,28 @@ static inline float cpu_load_weight(const void *p, int dtype, int64_t i)
 
 /* dst[0..n) = (float)src[0..n) for a weight-dtype source. */
 void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n);
+
+/* Code k of a U4 row (plugin.h: blocks of 32 codes in 16 bytes, byte j holding code j low
+ * and code j + 16 high). */
+static inline unsigned cpu_q4_code(const uint8_t *row, int64_t k)
+{
+    const uint8_t b = row[(k / 32) * 16 + (k % 16)];
+    return (k % 32) < 16 ? b & 0xFu : (unsigned)(b >> 4);
+}
+
+/* dst[i] = the weight that code k0 + i of a U4 row stands for, (code − zero[g])·scale[g] with
+ * g = (k0 + i) / gs, for i < n (the dequantized panel of the GEMM paths). */
+void cpu_q4_dequant(const uint8_t *row, const float *scale, const float *zero, int64_t gs,
+                    int64_t k0, int64_t n, float *dst);
+
+/* xsum[m·G + g] = Σ_{k ∈ group g} x[m·ldx + k], summed in k order, for m < M. */
+void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, float *xsum);
+
+/* The portable U4 GEMV (see struct cpu_kernels), also the reference order of the ISA ones'
+ * outer loops. */
+void cpu_gemv_q4_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                          const float *scale, const float *zero, int64_t G, const float *xsum,
+                          int64_t n0, int64_t n1, float *y, int64_t ldy);
 
 /* ---- f32 dot product ------------------------------------------------------------------ */
 

@@ -321,6 +321,53 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
     }
 }
 
+/* ---- U4 GEMV ------------------------------------------------------------------------------ */
+
+/* As in cpu_kern_avx512.c at 8 lanes: each 8 bytes of a block give codes j…j+7 (low nibbles)
+ * and j+16…j+23 (high), so a block of 32 is two loads and four FMAs into two accumulators. */
+static inline float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
+                           const float *xs, int64_t G, int64_t gs)
+{
+    const __m256i m4 = _mm256_set1_epi32(15);
+    __m256 tot = _mm256_setzero_ps();
+    float zc = 0;
+    for (int64_t g = 0; g < G; g++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
+            const uint8_t *b = w + k / 2;
+            __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
+            __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8)));
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, m4)),
+                                 _mm256_loadu_ps(x + k), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)),
+                                 _mm256_loadu_ps(x + k + 16), a1);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, m4)),
+                                 _mm256_loadu_ps(x + k + 8), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)),
+                                 _mm256_loadu_ps(x + k + 24), a1);
+        }
+        tot = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(s[g]), tot);
+        zc += z[g] * s[g] * xs[g];
+    }
+    return hsum8(tot) - zc;
+}
+
+/* Blocks of 4 W rows, each read once from memory and reused from cache for every x row. */
+static void gemv_q4(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                    const float *scale, const float *zero, int64_t G, const float *xsum,
+                    int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    const int64_t gs = K / G;
+    for (int64_t n = n0; n < n1; n += 4) {
+        const int64_t nb = n1 - n < 4 ? n1 - n : 4;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t r = 0; r < nb; r++)
+                y[m * ldy + n + r] = q4_dot(x + m * ldx, w + (n + r) * (K / 2),
+                                            scale + (n + r) * G, zero + (n + r) * G,
+                                            xsum + m * G, G, gs);
+    }
+}
+
 /* ---- dot, axpy -------------------------------------------------------------------------- */
 
 static float dot(const float *a, const float *b, int64_t n)
@@ -495,6 +542,7 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
+    .gemv_q4 = gemv_q4,
     .scale_max = scale_max,
     .scale_d = scale_d,
     .dot = dot,

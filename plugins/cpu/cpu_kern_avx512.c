@@ -334,6 +334,49 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
     }
 }
 
+/* ---- U4 GEMV ------------------------------------------------------------------------------ */
+
+/* One U4 row against one x row: per group, 16 bytes give 32 codes (low nibbles = codes 0…15
+ * of the block, high = 16…31) widened in registers, two accumulators over the group, then
+ * the group's scale into a running vector; the zero points' share Σ zero·scale·xsum is
+ * scalar. The order depends on K and the group size only. */
+static inline float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
+                           const float *xs, int64_t G, int64_t gs)
+{
+    const __m512i m4 = _mm512_set1_epi32(15);
+    __m512 tot = _mm512_setzero_ps();
+    float zc = 0;
+    for (int64_t g = 0; g < G; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
+            __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + k / 2)));
+            a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m4)),
+                                 _mm512_loadu_ps(x + k), a0);
+            a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)),
+                                 _mm512_loadu_ps(x + k + 16), a1);
+        }
+        tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(s[g]), tot);
+        zc += z[g] * s[g] * xs[g];
+    }
+    return _mm512_reduce_add_ps(tot) - zc;
+}
+
+/* Blocks of 4 W rows, each read once from memory and reused from cache for every x row. */
+static void gemv_q4(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                    const float *scale, const float *zero, int64_t G, const float *xsum,
+                    int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    const int64_t gs = K / G;
+    for (int64_t n = n0; n < n1; n += 4) {
+        const int64_t nb = n1 - n < 4 ? n1 - n : 4;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t r = 0; r < nb; r++)
+                y[m * ldy + n + r] = q4_dot(x + m * ldx, w + (n + r) * (K / 2),
+                                            scale + (n + r) * G, zero + (n + r) * G,
+                                            xsum + m * G, G, gs);
+    }
+}
+
 /* ---- dot, axpy ----------------------------------------------------------------------------- */
 
 static float dot(const float *a, const float *b, int64_t n)
@@ -488,6 +531,7 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
+    .gemv_q4 = gemv_q4,
     .scale_max = scale_max,
     .scale_d = scale_d,
     .dot = dot,

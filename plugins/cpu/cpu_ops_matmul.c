@@ -360,24 +360,166 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
     return MMRT_OK;
 }
 
+/* ---- MATMUL with U4 weights ------------------------------------------------------------- */
+
+struct q4_ctx {
+    struct mmrt_device *dev;
+    const float *x, *scale, *zero, *xsum;
+    const uint8_t *w;
+    const char *b;
+    float *y;
+    int64_t M, K, N, G;
+    int b_dtype;
+};
+
+/* GEMV (M ≤ CPU_GEMV_MAX_M): the table's U4 kernel over a range of W rows, then the bias. */
+static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct q4_ctx *c = vctx;
+    (void)tid;
+    int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
+    c->dev->kern.gemv_q4(c->x, c->K, c->M, c->K, c->w, c->scale, c->zero, c->G, c->xsum, n0,
+                         n1, c->y, c->N);
+    if (c->b)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                c->y[m * c->N + n] += cpu_load_weight(c->b, c->b_dtype, n);
+}
+
+/* Larger M (prefill, vision): W is dequantized once into F32 in per-call scratch and the
+ * float GEMM runs on it; the dequantization is O(N·K), the product O(M·N·K). */
+static void q4_dequant_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct q4_ctx *c = vctx;
+    (void)tid;
+    float *dst = (float *)c->y; /* the scratch, see matmul_u4 */
+    const int64_t gs = c->K / c->G;
+    for (int64_t n = begin; n < end; n++)
+        cpu_q4_dequant(c->w + n * (c->K / 2), c->scale + n * c->G, c->zero + n * c->G, gs, 0,
+                       c->K, dst + n * c->K);
+}
+
+static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const struct cpu_view *w,
+                             const struct cpu_view *b, const struct cpu_view *s,
+                             const struct cpu_view *z, const struct cpu_view *y, int64_t M,
+                             int64_t K, int64_t N)
+{
+    mmrt_status st;
+    if (K % 32 != 0 || w->ne[1] * 2 != K)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but "
+                       "x's inner dim is %" PRId64 " (U4 wants [N, K/2] with K a multiple of "
+                       "32)", w->ne[0], w->ne[1], K);
+    if (!s->data || !z->data)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
+                       s->data ? 4 : 3, s->data ? "zero points" : "scales");
+    if ((st = cpu_need_dtype(o, "src3 (scales)", s, CPU_DT_F32)) ||
+        (st = cpu_need_contig(o, "src3 (scales)", s)) ||
+        (st = cpu_need_rank(o, "src3 (scales)", s, 2)) ||
+        (st = cpu_need_dtype(o, "src4 (zero points)", z, CPU_DT_F32)) ||
+        (st = cpu_need_contig(o, "src4 (zero points)", z)) ||
+        (st = cpu_need_rank(o, "src4 (zero points)", z, 2)))
+        return st;
+    const int64_t G = s->ne[1];
+    if (s->ne[0] != N || G < 1 || K % G != 0 || (K / G) % 32 != 0)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src3 (scales) is [%" PRId64 ", %" PRId64 "]: "
+                       "want [%" PRId64 ", G] with K / G a multiple of 32 (K = %" PRId64 ")",
+                       s->ne[0], s->ne[1], N, K);
+    if (z->ne[0] != N || z->ne[1] != G)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (zero points) is [%" PRId64 ", %" PRId64
+                       "], the scales [%" PRId64 ", %" PRId64 "]", z->ne[0], z->ne[1], N, G);
+    if (b->data) {
+        if ((st = cpu_need_dtype(o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
+            (st = cpu_need_contig(o, "src2 (bias)", b)))
+            return st;
+        if (b->numel != N)
+            return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W has "
+                           "%" PRId64 " rows", b->numel, N);
+    }
+    if ((st = cpu_need_dtype(o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(o, "dst", y)))
+        return st;
+    if (cpu_rows(y) != M || cpu_inner(y) != N)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
+                       "%" PRId64 " rows of %" PRId64, M, N, cpu_rows(y), cpu_inner(y));
+    if ((st = cpu_need_disjoint(o, "src0 (x)", x, false)) ||
+        (st = cpu_need_disjoint(o, "src1 (W)", w, false)) ||
+        (st = cpu_need_disjoint(o, "src2 (bias)", b, false)) ||
+        (st = cpu_need_disjoint(o, "src3 (scales)", s, false)) ||
+        (st = cpu_need_disjoint(o, "src4 (zero points)", z, false)))
+        return st;
+    struct mmrt_device *dev = o->dev;
+    struct q4_ctx c = {
+        .dev = dev, .x = (const float *)x->data, .scale = (const float *)s->data,
+        .zero = (const float *)z->data, .w = (const uint8_t *)w->data, .b = b->data,
+        .y = (float *)y->data, .M = M, .K = K, .N = N, .G = G, .b_dtype = b->dtype,
+    };
+    if (M == 0 || N == 0)
+        return MMRT_OK;
+    if (M <= CPU_GEMV_MAX_M) {
+        float *xsum = malloc((size_t)(M * G) * sizeof *xsum);
+        if (!xsum)
+            return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %" PRId64 " group sums", M * G);
+        cpu_q4_xsum(c.x, K, M, K, G, xsum);
+        c.xsum = xsum;
+        cpu_parallel_for(&dev->pool, (N + GEMV_ROWS - 1) / GEMV_ROWS,
+                         (double)GEMV_ROWS * (double)K * (double)M, q4_gemv_task, &c);
+        free(xsum);
+        return MMRT_OK;
+    }
+    /* W rows in blocks of at most 16 MiB of floats, each block's columns of y through a
+     * scratch [M, nb] (each output is the GEMM's one FMA chain in k order whatever the block). */
+    int64_t nb = ((int64_t)1 << 22) / K;
+    nb = nb < 64 ? 64 : nb;
+    nb = nb > N ? N : nb;
+    float *wf = malloc((size_t)(nb * K) * sizeof *wf);
+    float *yb = nb < N ? malloc((size_t)(M * nb) * sizeof *yb) : NULL;
+    if (!wf || (nb < N && !yb)) {
+        free(wf);
+        free(yb);
+        return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate the dequantized U4 block (%" PRId64
+                       " × %" PRId64 " floats)", nb, K);
+    }
+    const size_t bes = b->data ? mmrt_dtype_size((enum mmrt_dtype)b->dtype) : 0;
+    for (int64_t n0 = 0; n0 < N && st == MMRT_OK; n0 += nb) {
+        const int64_t n = N - n0 < nb ? N - n0 : nb;
+        struct q4_ctx d = c;
+        d.w = c.w + n0 * (K / 2);
+        d.scale = c.scale + n0 * G;
+        d.zero = c.zero + n0 * G;
+        d.y = wf;
+        cpu_parallel_for(&dev->pool, n, (double)K, q4_dequant_task, &d);
+        float *dst = yb ? yb : c.y;
+        st = cpu_gemm(dev, c.x, M, K, wf, MMRT_DTYPE_F32, NULL, n,
+                      b->data ? b->data + (size_t)n0 * bes : NULL, b->dtype, dst);
+        for (int64_t m = 0; yb && st == MMRT_OK && m < M; m++)
+            memcpy(c.y + m * N + n0, yb + m * n, (size_t)n * sizeof(float));
+    }
+    free(wf);
+    free(yb);
+    return st;
+}
+
 /* ---- MATMUL --------------------------------------------------------------------------- */
 
 mmrt_status cpu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cpu_op o;
-    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 4, &o);
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 5, &o);
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
-                          *y = &o.dst;
+                          *z = &o.src[4], *y = &o.dst;
 
     if ((st = cpu_need_dtype(&o, "src0 (x)", x, CPU_DT_F32)) ||
         (st = cpu_need_contig(&o, "src0 (x)", x)) ||
         (st = cpu_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = cpu_need_dtype(&o, "src1 (W)", w, CPU_DT_WEIGHT | CPU_DT_I8)) ||
+        (st = cpu_need_dtype(&o, "src1 (W)", w, CPU_DT_WEIGHT | CPU_DT_I8 | CPU_DT_U4)) ||
         (st = cpu_need_contig(&o, "src1 (W)", w)))
         return st;
     int64_t K = cpu_inner(x), M = cpu_rows(x), N = w->ne[0];
+    if (w->dtype == MMRT_DTYPE_U4)
+        return matmul_u4(&o, x, w, b, s, z, y, M, K, N);
+    if (z->data)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src4 (zero points) goes only with a U4 W");
     if (w->ne[1] != K)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
                        "inner dim is %" PRId64, w->ne[0], w->ne[1], K);

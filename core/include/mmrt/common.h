@@ -47,8 +47,8 @@ typedef enum mmrt_status {
 /*
  * Element types of tensors. The byte size of one element is mmrt_dtype_size(); all of them
  * are little-endian. Weights may be F32, F16 or BF16; activations are F32; ids and positions
- * are I32. I8 (ABI 1.3) holds quantized weights: signed 8-bit values that mean nothing without
- * their scales (MMRT_OP_MATMUL in plugin.h says where those are).
+ * are I32. I8 and U4 (ABI 1.3) hold quantized weights: codes that mean nothing without their
+ * scales (MMRT_OP_MATMUL in plugin.h says where those are and how U4 packs two per byte).
  */
 enum mmrt_dtype {
     MMRT_DTYPE_F32 = 0,
@@ -56,6 +56,7 @@ enum mmrt_dtype {
     MMRT_DTYPE_BF16 = 2,
     MMRT_DTYPE_I32 = 3,
     MMRT_DTYPE_I8 = 4,
+    MMRT_DTYPE_U4 = 5, /* one byte = two unsigned 4-bit codes (see plugin.h MATMUL) */
     MMRT_DTYPE_COUNT
 };
 
@@ -82,6 +83,7 @@ static inline size_t mmrt_dtype_size(enum mmrt_dtype dtype)
     case MMRT_DTYPE_BF16: return 2;
     case MMRT_DTYPE_I32: return 4;
     case MMRT_DTYPE_I8: return 1;
+    case MMRT_DTYPE_U4: return 1; /* an element is a byte holding two codes */
     default: return 0;
     }
 }

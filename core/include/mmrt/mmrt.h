@@ -101,6 +101,10 @@ enum mmrt_weight_format {
                                     device can) */
     MMRT_WEIGHTS_INT8 = 1,       /* INT8, one scale per output channel, quantized at load
                                     (docs/QUANTIZATION.md): about half the bytes of F16 */
+    MMRT_WEIGHTS_INT4 = 2,       /* INT4 in groups of 128 with a scale and a zero point each,
+                                    quantized at load: about 0.28 × the bytes of F16 */
+    MMRT_WEIGHTS_INT4_G64 = 3,   /* the same in groups of 64 */
+    MMRT_WEIGHTS_INT4_G32 = 4,   /* the same in groups of 32 */
 };
 
 struct mmrt_config {
@@ -156,7 +160,7 @@ struct mmrt_config {
      * on | off. Figures: mmrt_stats prefix_cache_hits, prefix_cache_reused_tokens. */
     int prefix_cache;
     /* Matmul weights as stored or quantized at load. INI: [model] weights = checkpoint |
-     * int8. */
+     * int8 | int4 | int4-g64 | int4-g32. */
     enum mmrt_weight_format weights;
 };
 

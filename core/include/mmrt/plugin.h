@@ -128,7 +128,14 @@ enum mmrt_op {
      * channel). A plugin may form Σₖ x·W[n, k] first and scale the sum (the scale is exact
      * to factor out in real arithmetic; only the rounding differs). src3 is present exactly
      * when W is I8. I8 is a MATMUL weight dtype only: no other op takes it. A plugin without
-     * an I8 kernel refuses with MMRT_ERR_UNSUPPORTED naming it. */
+     * an I8 kernel refuses with MMRT_ERR_UNSUPPORTED naming it.
+     * Or W may be U4 (ABI 1.3), 4-bit codes in groups with a scale and a zero point each:
+     * W is [N, K/2] bytes, K a multiple of 32; each row is K/32 blocks of 16 bytes, byte j
+     * of a block holding code j of the block in its low nibble and code j + 16 in its high
+     * one (codes 0 … 15). src3 = scales and src4 = zero points, both F32 [N, G], contiguous,
+     * G ≥ 1 with a group size gs = K / G that is a multiple of 32; code c at (n, k) stands
+     * for (c − zero[n, k / gs]) · scale[n, k / gs]. src3 and src4 are present exactly when W
+     * is U4; like I8, U4 is a MATMUL weight dtype only. */
     MMRT_OP_MATMUL = 0,
     /* dst = src0 + src1. src1 (F32 or weight dtype) has the shape of src0, or is one row
      * [N] broadcast over every row of src0. */
@@ -408,10 +415,10 @@ static inline const char *mmrt_op_name_of(int op)
     return op >= 0 && op < MMRT_OP_COUNT ? names[op] : "unknown op";
 }
 
-/* "F32", "F16", "BF16", "I32", "I8"; "an unknown dtype" otherwise. */
+/* "F32", "F16", "BF16", "I32", "I8", "U4"; "an unknown dtype" otherwise. */
 static inline const char *mmrt_dtype_name_of(int dtype)
 {
-    static const char *const names[] = { "F32", "F16", "BF16", "I32", "I8" };
+    static const char *const names[] = { "F32", "F16", "BF16", "I32", "I8", "U4" };
     MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_DTYPE_COUNT, "every dtype a name");
     return dtype >= 0 && dtype < MMRT_DTYPE_COUNT ? names[dtype] : "an unknown dtype";
 }
