@@ -15,6 +15,8 @@
  *                              ; the paged KV cache
  *     kv_page_tokens = 16      ; optional, a power of two 1..4096, default 16
  *     kv_dtype = f32           ; optional, f32 | f16, default f32: what the KV cache stores
+ *     exif_orientation = ignore ; optional, ignore | apply, default ignore (as transformers):
+ *                              ; whether images are turned upright by their EXIF tag
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -233,6 +235,8 @@ struct mmrt_conf {
     int kv_page_tokens_line;
     enum mmrt_kv_dtype kv_dtype; /* [model] kv_dtype */
     int kv_dtype_line;
+    enum mmrt_exif_orientation exif_orientation; /* [model] exif_orientation */
+    int exif_orientation_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;
