@@ -129,6 +129,9 @@ struct mmrt_model_options {
      * (max_batch); 0 = a whole prompt in one forward, one decode row. */
     int64_t max_prefill_rows;
     int64_t max_decode_rows;
+    /* [model] exif_orientation: MMRT_EXIF_IGNORE (the default, as transformers) or
+     * MMRT_EXIF_APPLY; encode() passes it to the decoder through mmrt_model_image_limits. */
+    enum mmrt_exif_orientation exif_orientation;
 };
 
 struct mmrt_model_type {
@@ -191,6 +194,11 @@ void mmrt_runtime_engine_stats(const struct mmrt_runtime *rt, struct mmrt_engine
  * file's, read once, and the path names them in messages. */
 struct mmrt_image;
 struct mmrt_image_limits;
+
+/* The decode limits every model's encode() uses: mmrt_image_limits_default() with the
+ * model's settings applied (opts NULL = the defaults: EXIF orientation ignored). */
+void mmrt_model_image_limits(const struct mmrt_model_options *opts,
+                             struct mmrt_image_limits *out);
 
 /* Decodes image i of req (its bytes in memory when it has them, else its file). */
 mmrt_status mmrt_request_image_load(const struct mmrt_request *req, int i,

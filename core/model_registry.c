@@ -85,6 +85,13 @@ const char *mmrt_request_image_name(const struct mmrt_request *req, int i, char 
     return buf;
 }
 
+void mmrt_model_image_limits(const struct mmrt_model_options *opts,
+                             struct mmrt_image_limits *out)
+{
+    mmrt_image_limits_default(out);
+    out->apply_exif_orientation = opts && opts->exif_orientation == MMRT_EXIF_APPLY;
+}
+
 mmrt_status mmrt_request_image_load(const struct mmrt_request *req, int i,
                                     const struct mmrt_image_limits *limits,
                                     struct mmrt_image **out, struct mmrt_error *err)

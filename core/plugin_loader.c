@@ -25,6 +25,12 @@
 #ifndef MMRT_PLUGIN_INSTALL_DIR
 #define MMRT_PLUGIN_INSTALL_DIR "/usr/local/lib/mmrt"
 #endif
+/* The plugin folder relative to the installed executables' folder ("../lib/mmrt"), so an
+ * installed tree moved to another prefix (or installed with cmake --install --prefix) still
+ * finds its plugins. */
+#ifndef MMRT_PLUGIN_REL_DIR
+#define MMRT_PLUGIN_REL_DIR "../lib/mmrt"
+#endif
 
 const char *mmrt_op_name(enum mmrt_op op)
 {
@@ -266,8 +272,28 @@ static mmrt_status search_dirs(char ***out, struct mmrt_error *err)
     if (ok && len > 0) {
         exe[len] = '\0';
         char *slash = strrchr(exe, '/');
-        if (slash)
+        if (slash) {
             ok = dir_list_add(&l, exe, (size_t)(slash - exe));
+            char rel[PATH_MAX + sizeof MMRT_PLUGIN_REL_DIR + 1];
+            int n = snprintf(rel, sizeof rel, "%.*s/%s", (int)(slash - exe), exe,
+                             MMRT_PLUGIN_REL_DIR);
+            if (ok && n > 0 && (size_t)n < sizeof rel)
+                ok = dir_list_add(&l, rel, (size_t)n);
+        }
+    }
+    /* <the folder of libmmrt.so>/mmrt, for a program that embeds an installed libmmrt from
+     * any prefix; only when this code runs from a shared library (a program linked with the
+     * static core has its own folder above). */
+    static const char anchor = 0; /* any object of this library, for dladdr */
+    Dl_info info;
+    const char *slash;
+    if (ok && dladdr(&anchor, &info) && info.dli_fname &&
+        (slash = strrchr(info.dli_fname, '/')) && strstr(slash, ".so")) {
+        char lib[PATH_MAX + 8];
+        int n = snprintf(lib, sizeof lib, "%.*s/mmrt", (int)(slash - info.dli_fname),
+                         info.dli_fname);
+        if (n > 0 && (size_t)n < sizeof lib)
+            ok = dir_list_add(&l, lib, (size_t)n);
     }
     /* Always added, so the array exists whatever the environment says. */
     if (ok)

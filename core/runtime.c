@@ -188,6 +188,7 @@ static mmrt_status vision_cache_setup(struct mmrt_runtime *rt, const struct mmrt
     const struct mmrt_vision_settings s = {
         .model_dir = rt->model_path, .model_type = rt->model_type->model_type,
         .max_image_tokens = cfg->max_image_tokens, .oversize_images = (int)cfg->oversize_images,
+        .exif_orientation = (int)cfg->exif_orientation,
         .plugin = rt->vision->api->name, .plugin_version = rt->vision->api->version,
         .device_index = rt->vision->index, .options = vision->options,
         .n_options = vision->n_options,
@@ -251,6 +252,12 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                  (int)cfg->weights);
         return at(src, src->conf ? src->conf->weights_line : 0, err, MMRT_ERR_CONFIG, what);
     }
+    if (cfg->exif_orientation != MMRT_EXIF_IGNORE && cfg->exif_orientation != MMRT_EXIF_APPLY) {
+        snprintf(what, sizeof what, "[model] exif_orientation %d is neither MMRT_EXIF_IGNORE "
+                 "nor MMRT_EXIF_APPLY", (int)cfg->exif_orientation);
+        return at(src, src->conf ? src->conf->exif_orientation_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
     const struct mmrt_conf_scheduler *cs = src->conf ? &src->conf->scheduler : NULL;
     if (cfg->max_batch < 0 || cfg->max_batch > MMRT_SMALL_M) {
         snprintf(what, sizeof what, "[scheduler] max_batch %d must be 1 … %d (0 = %d)",
@@ -301,7 +308,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .max_kv_tokens = cfg->max_kv_tokens,
                                                   .kv_page_tokens = cfg->kv_page_tokens,
                                                   .kv_f16 = cfg->kv_dtype == MMRT_KV_F16,
-                                                  .weights = cfg->weights };
+                                                  .weights = cfg->weights,
+                                                  .exif_orientation = cfg->exif_orientation };
     {
         /* The engine's defaults, resolved here so pool_mb = auto sizes for what it runs. */
         const int64_t batch = cfg->max_batch ? cfg->max_batch : MMRT_ENGINE_DEFAULT_BATCH;
@@ -620,6 +628,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .vision_cache_mb = conf->cache.vision_mb,
         .prefix_cache = conf->cache.prefix,
         .weights = conf->weights,
+        .exif_orientation = conf->exif_orientation,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);

@@ -125,6 +125,7 @@ mmrt_status mmrt_vision_settings_digest(const struct mmrt_vision_settings *s,
         st = put_file(&h, dir, "processor_config.json", false, err);
     put_int(&h, "max_image_tokens", s->max_image_tokens);
     put_int(&h, "oversize_images", s->oversize_images);
+    put_int(&h, "exif_orientation", s->exif_orientation);
     put_str(&h, "plugin", s->plugin);
     put_str(&h, "plugin version", s->plugin_version);
     put_int(&h, "device index", s->device_index);

@@ -80,6 +80,7 @@ struct mmrt_vision_settings {
     int device_index;
     const struct mmrt_option *options; /* the vision device's plugin options, any order */
     int n_options;
+    int exif_orientation;       /* enum mmrt_exif_orientation: an applied tag turns the pixels */
 };
 
 /* The settings digest. Reads model_dir's config.json and, where present, its

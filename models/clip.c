@@ -143,6 +143,11 @@ mmrt_status mmrt_clip_load(struct mmrt_clip *m, struct mmrt_weights *w, struct m
     }
 #undef NAMED
 #undef LOAD
+    /* The layers after the last one whose hidden states the model reads, and the final
+     * layer norm, belong to the tower (transformers loads them) but change nothing here. */
+    for (int64_t i = n_layers; i < cfg->n_layers; i++)
+        mmrt_weights_skip(w, "vision_tower.encoder.layers.%lld.", (long long)i);
+    mmrt_weights_skip(w, "vision_tower.post_layernorm.");
     return MMRT_OK;
 fail:
     mmrt_clip_unload(m);

@@ -484,7 +484,7 @@ static mmrt_status fuyu_encode(struct mmrt_model *m, const struct mmrt_request *
     struct mmrt_image *img = NULL;
     float *patches = NULL, *emb = NULL, *span = NULL;
     struct mmrt_image_limits lim;
-    mmrt_image_limits_default(&lim);
+    mmrt_model_image_limits(&m->opts, &lim);
     mmrt_status st = mmrt_request_image_load(req, 0, &lim, &img, err);
     if (st != MMRT_OK)
         return st;

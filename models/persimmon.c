@@ -220,6 +220,10 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
     st = mmrt_weights_commit(w, err);
     if (st != MMRT_OK)
         goto fail;
+    /* Every model loads its decoder last: the checkpoint is fully read now. */
+    mmrt_weights_check_layers(w, "language_model.layers", cfg->n_layers, "input_layernorm.weight",
+                              "num_hidden_layers");
+    mmrt_weights_report_unused(w);
     if (tied)
         m->lm_head.t = m->embed; /* stays in the checkpoint's dtype: GET_ROWS reads it too */
     st = mmrt_decoder_kv_create(dev, cfg->n_layers, cfg->n_heads, cfg->head_dim, cfg->max_positions,

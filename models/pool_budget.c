@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "clip.h"
+#include "formats/file.h"
 #include "formats/json.h"
 #include "llama.h"
 #include "kv_cache.h"
@@ -112,10 +113,10 @@ static mmrt_status load_processor(const char *dir, json_t **root, const json_t *
     static const char *const names[2] = { "preprocessor_config.json", "processor_config.json" };
     for (int i = 0; i < 2; i++) {
         snprintf(path, size, "%s/%s", dir, names[i]);
-        FILE *f = fopen(path, "rb");
-        if (!f)
+        /* lstat only: an fopen probe would wait forever on a FIFO; the reader below
+         * refuses whatever is not a regular file, by name. */
+        if (!mmrt_file_exists(path))
             continue;
-        fclose(f);
         mmrt_status st = mmrt_json_load_file(path, 1 << 20, 0, root, err);
         if (st != MMRT_OK)
             return st;

@@ -401,7 +401,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
         goto out;
     }
     struct mmrt_image_limits lim;
-    mmrt_image_limits_default(&lim);
+    mmrt_model_image_limits(&m->opts, &lim);
     int64_t n_tokens = 0;
     for (int i = 0; i < n; i++) {
         plans[i].max_pixels = pp->max_pixels;

@@ -49,7 +49,8 @@ const struct mmrt_st_tensor *mmrt_weights_find(const struct mmrt_weights *w, con
 
 /* Loads tensor `name` onto dev in its checkpoint dtype after checking that its shape is
  * exactly shape[n_dims] (a checkpoint with a missing tensor or another shape is refused with
- * the file, the tensor name and both shapes). `name` is printf-formatted. */
+ * the file, the tensor name and both shapes), and that it holds no NaN or ±Inf (refused
+ * naming the tensor, the element and its byte offset). `name` is printf-formatted. */
 mmrt_status mmrt_weights_load(struct mmrt_weights *w, struct mmrt_dev *dev, int n_dims,
                               const int64_t *shape, struct mmrt_tensor *out,
                               struct mmrt_error *err, const char *name, ...)
@@ -90,6 +91,24 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
                                      int64_t K, struct mmrt_weight *out, struct mmrt_error *err,
                                      const char *name, ...)
     __attribute__((format(printf, 7, 8)));
+/* Marks every checkpoint tensor whose canonical name starts with the printf-formatted prefix
+ * as known to the model though not loaded (e.g. the CLIP layers after LLaVA's feature
+ * layer: transformers holds them, mmrt skips the work), so mmrt_weights_report_unused does
+ * not name them. */
+void mmrt_weights_skip(struct mmrt_weights *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Logs one warning naming the checkpoint tensors nothing loaded or skipped (as transformers
+ * warns "Some weights of the model checkpoint were not used"): layer runs collapse to
+ * "language_model.layers.2-3.* (18 tensors)". Call it once every weight is loaded: the
+ * decoders (llama.c, persimmon.c) do, since every model loads its decoder last. */
+void mmrt_weights_report_unused(const struct mmrt_weights *w);
+
+/* Logs a warning when the checkpoint has layers PREFIX.N.PROBE beyond the n_layers
+ * config.json's `key` asks for, naming both counts (the extra layers are then also in
+ * mmrt_weights_report_unused's line). */
+void mmrt_weights_check_layers(const struct mmrt_weights *w, const char *prefix,
+                               int64_t n_layers, const char *probe, const char *key);
 
 /* Canonical spelling of a checkpoint key (models.md §1.7), written into buf. */
 void mmrt_weights_canonical_name(const char *name, bool bare_model_is_lm, char *buf,

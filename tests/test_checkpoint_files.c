@@ -73,6 +73,29 @@ static void test_fifos_are_named(void **state)
     }
 }
 
+/* pool_mb = auto sizes the pools from config.json and the processor config before any
+ * model code runs: those readers too must name a FIFO instead of waiting on it. */
+static void test_fifos_with_auto_pool(void **state)
+{
+    (void)state;
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        golden_scratch_make(fixtures[f].name);
+        replace_with_fifo(fixtures[f].processor);
+        struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 0 };
+        struct mmrt_config cfg = { .model_path = golden_scratch, .devices = &dev,
+                                   .n_devices = 1 };
+        struct mmrt_runtime *rt = NULL;
+        char err[2048] = "", want[600];
+        mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
+        mmrt_destroy(rt);
+        snprintf(want, sizeof want, "%s/%s: not a regular file (it is a FIFO)", golden_scratch,
+                 fixtures[f].processor);
+        if (st != MMRT_ERR_IO || !strstr(err, want))
+            fail_msg("%s: got %d: %s", fixtures[f].name, st, err);
+        golden_scratch_drop(NULL);
+    }
+}
+
 static void test_config_not_an_object(void **state)
 {
     (void)state;
@@ -134,6 +157,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fifos_are_named),
+        cmocka_unit_test(test_fifos_with_auto_pool),
         cmocka_unit_test(test_config_not_an_object),
         cmocka_unit_test(test_eos_not_wrapped),
     };

@@ -354,8 +354,8 @@ static void test_defaults_and_paths(void **state)
     mmrt_conf_destroy(c);
 }
 
-/* [model] max_image_tokens and oversize_images: values, lines, and the defaults when only
- * `path` is given. */
+/* [model] max_image_tokens, oversize_images and exif_orientation: values, lines, and the
+ * defaults when only `path` is given. */
 static void test_model_image_budget(void **state)
 {
     (void)state;
@@ -383,6 +383,19 @@ static void test_model_image_budget(void **state)
     assert_int_equal(c->max_image_tokens, 0);
     assert_int_equal(c->max_image_tokens_line, 3);
     assert_int_equal(c->oversize_images, MMRT_OVERSIZE_REFUSE);
+    assert_int_equal(c->exif_orientation, MMRT_EXIF_IGNORE); /* the default: as transformers */
+    assert_int_equal(c->exif_orientation_line, 0);
+    mmrt_conf_destroy(c);
+
+    text = "[model]\npath = m\nexif_orientation = apply\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->exif_orientation, MMRT_EXIF_APPLY);
+    assert_int_equal(c->exif_orientation_line, 3);
+    mmrt_conf_destroy(c);
+    text = "[model]\npath = m\nexif_orientation = \"ignore\"\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->exif_orientation, MMRT_EXIF_IGNORE);
+    assert_int_equal(c->exif_orientation_line, 3);
     mmrt_conf_destroy(c);
 }
 
@@ -611,6 +624,14 @@ static const struct error_case ERRORS[] = {
     {M("oversize_images = 1"), MMRT_ERR_CONFIG,
      "t.ini:3: [model] oversize_images = '1': expected 'refuse' or 'downscale'"},
     {M("oversize_images = \"\""), MMRT_ERR_CONFIG, "t.ini:3: [model] oversize_images: empty value"},
+    {M("exif_orientation = rotate"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] exif_orientation = 'rotate': expected 'ignore' or 'apply'"},
+    {M("exif_orientation = Apply"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] exif_orientation = 'Apply': expected 'ignore' or 'apply'"},
+    {M("exif_orientation = 1"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] exif_orientation = '1': expected 'ignore' or 'apply'"},
+    {M("exif_orientation = apply\nexif_orientation = ignore"), MMRT_ERR_CONFIG,
+     "t.ini:4: [model] duplicate key 'exif_orientation' (first on line 3)"},
     {M("oversize_images = refuse\noversize_images = downscale"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'oversize_images' (first on line 3)"},
     {"[model]\nmax_image_tokens = 10\n" D, MMRT_ERR_CONFIG,

@@ -158,6 +158,16 @@ static struct mmrt_image *decode_fixture(const char *name, const struct mmrt_ima
     return img;
 }
 
+/* The default limits with EXIF orientation applied (the default ignores it, as
+ * transformers does). */
+static const struct mmrt_image_limits *exif_on(void)
+{
+    static struct mmrt_image_limits lim;
+    mmrt_image_limits_default(&lim);
+    lim.apply_exif_orientation = true;
+    return &lim;
+}
+
 /* Decodes expecting `want`; checks the message is one non-empty line and *out untouched. */
 static void decode_fails(const uint8_t *b, size_t n, const struct mmrt_image_limits *lim,
                          mmrt_status want, const char *needle)
@@ -185,73 +195,6 @@ static int max_diff(const uint8_t *a, const uint8_t *b, size_t n)
     return m;
 }
 
-/* A growing byte buffer for hand-built files. */
-struct buf {
-    uint8_t *p;
-    size_t n, cap;
-};
-
-static void put(struct buf *b, const void *d, size_t n)
-{
-    if (n == 0)
-        return;
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void put_be32(struct buf *b, uint32_t v)
-{
-    uint8_t x[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
-    put(b, x, 4);
-}
-
-static void put_chunk(struct buf *b, const char *type, const uint8_t *d, size_t n)
-{
-    put_be32(b, (uint32_t)n);
-    put(b, type, 4);
-    put(b, d, n);
-    uLong crc = crc32(0, (const Bytef *)type, 4);
-    if (n)
-        crc = crc32(crc, d, (uInt)n);
-    put_be32(b, (uint32_t)crc);
-}
-
-/* An 8-bit RGB PNG of w × h whose IDAT holds `rows` rows of data (fewer than h makes a
- * header-only bomb), with an optional eXIf chunk. */
-static uint8_t *make_png(uint32_t w, uint32_t h, uint32_t rows, const uint8_t *rgb,
-                         const uint8_t *exif, size_t exif_n, size_t *len)
-{
-    struct buf b = {0};
-    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    put(&b, sig, 8);
-    uint8_t ihdr[13] = {(uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w,
-                        (uint8_t)(h >> 24), (uint8_t)(h >> 16), (uint8_t)(h >> 8), (uint8_t)h,
-                        8, 2, 0, 0, 0};
-    put_chunk(&b, "IHDR", ihdr, 13);
-    if (exif)
-        put_chunk(&b, "eXIf", exif, exif_n);
-    size_t raw_n = (size_t)rows * (1 + (size_t)w * 3);
-    uint8_t *raw = calloc(raw_n ? raw_n : 1, 1);
-    assert_non_null(raw);
-    for (uint32_t y = 0; y < rows && rgb; y++)
-        memcpy(raw + (size_t)y * (1 + w * 3) + 1, rgb + (size_t)y * w * 3, (size_t)w * 3);
-    uLongf zn = compressBound(raw_n);
-    uint8_t *z = malloc(zn);
-    assert_non_null(z);
-    assert_int_equal(compress2(z, &zn, raw, raw_n, 9), Z_OK);
-    put_chunk(&b, "IDAT", z, zn);
-    put_chunk(&b, "IEND", NULL, 0);
-    free(raw);
-    free(z);
-    *len = b.n;
-    return b.p;
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* decoding every fixture                                                                   */
 
@@ -265,7 +208,7 @@ static void test_fixtures_match_pil(void **state)
     for (size_t i = 0; i < json_array_size(list); i++) {
         const json_t *e = json_array_get(list, i);
         const char *file = fx_str(e, "file");
-        struct mmrt_image *img = decode_fixture(file, NULL);
+        struct mmrt_image *img = decode_fixture(file, exif_on());
         size_t n;
         uint8_t *want = fx_read(fx_str(e, "rgb"), &n);
         assert_int_equal(img->width, fx_int(e, "width"));
@@ -379,25 +322,174 @@ static void test_exif_orientation(void **state)
         struct mmrt_image *stored = decode_fixture(name, &off);
         /* the tag does not change the stored pixels */
         assert_memory_equal(stored->pixels, raw->pixels, (size_t)raw->width * raw->height * 3);
-        struct mmrt_image *shown = decode_fixture(name, NULL);
+        struct mmrt_image *shown = decode_fixture(name, exif_on());
         check_layout(raw, shown, o);
         check_red_corner(shown, o);
         mmrt_image_destroy(stored);
         mmrt_image_destroy(shown);
     }
     /* big-endian TIFF in the APP1 segment, and PNG eXIf before and after IDAT */
-    struct mmrt_image *shown = decode_fixture("orient6mm_24x16.jpg", NULL);
+    struct mmrt_image *shown = decode_fixture("orient6mm_24x16.jpg", exif_on());
     check_layout(raw, shown, 6);
     mmrt_image_destroy(shown);
     mmrt_image_destroy(raw);
     raw = decode_fixture("orient8_24x16.png", &off);
-    shown = decode_fixture("orient8_24x16.png", NULL);
+    shown = decode_fixture("orient8_24x16.png", exif_on());
     check_layout(raw, shown, 8);
     check_red_corner(shown, 8);
     mmrt_image_destroy(shown);
-    shown = decode_fixture("orient5late_24x16.png", NULL);
+    shown = decode_fixture("orient5late_24x16.png", exif_on());
     check_layout(raw, shown, 5);
     mmrt_image_destroy(shown);
+    mmrt_image_destroy(raw);
+}
+
+/* The default is what transformers sees: the tag is ignored, the stored pixels come back. */
+static void test_exif_ignored_by_default(void **state)
+{
+    (void)state;
+    struct mmrt_image_limits def;
+    mmrt_image_limits_default(&def);
+    assert_false(def.apply_exif_orientation);
+    struct mmrt_image *raw = decode_fixture("orient1_24x16.jpg", NULL);
+    for (int o = 2; o <= 8; o++) {
+        char name[64];
+        snprintf(name, sizeof name, "orient%d_24x16.jpg", o);
+        struct mmrt_image *img = decode_fixture(name, NULL);
+        assert_int_equal(img->width, raw->width);
+        assert_memory_equal(img->pixels, raw->pixels, (size_t)raw->width * raw->height * 3);
+        mmrt_image_destroy(img);
+    }
+    mmrt_image_destroy(raw);
+}
+
+/* JPEGs written here with one APP1 segment: every orientation in both byte orders is applied
+ * (and ignored by default); a damaged EXIF block or APP1 segment never fails the decode and
+ * never rotates, wherever the damage is. */
+static void test_exif_jpeg_made_here(void **state)
+{
+    (void)state;
+    enum { W = 24, H = 16 };
+    uint8_t rgb[W * H * 3];
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t *p = rgb + (y * W + x) * 3;
+            p[0] = (uint8_t)(x * 10);
+            p[1] = (uint8_t)(y * 15);
+            p[2] = (uint8_t)(x < 4 && y < 4 ? 255 : 0);
+        }
+    size_t n;
+    uint8_t *plain = fx_make_jpeg(W, H, rgb, NULL, 0, &n);
+    struct mmrt_image *raw = decode_ok(plain, n, "plain", NULL);
+    free(plain);
+    uint8_t app1[40];
+    for (int be = 0; be < 2; be++)
+        for (int o = 1; o <= 8; o++) {
+            size_t an = fx_exif_orientation(o, be, app1);
+            uint8_t *j = fx_make_jpeg(W, H, rgb, app1, an, &n);
+            struct mmrt_image *stored = decode_ok(j, n, "tagged", NULL);
+            assert_memory_equal(stored->pixels, raw->pixels, sizeof rgb);
+            struct mmrt_image *shown = decode_ok(j, n, "tagged", exif_on());
+            check_layout(raw, shown, o);
+            mmrt_image_destroy(stored);
+            mmrt_image_destroy(shown);
+            free(j);
+        }
+    /* Damage: (offset in the APP1 payload, value); the payload is "Exif\0\0" + TIFF. */
+    static const struct {
+        size_t at;
+        uint8_t v;
+    } bad[] = {
+        {0, 'e'},   /* not "Exif" */
+        {5, 1},     /* "Exif\0\1" */
+        {7, 'M'},   /* "IM": no byte order */
+        {8, 43},    /* not 42 */
+        {10, 0xf0}, /* IFD0 offset past the block */
+        {10, 0xff}, /* … far past it (0xffff0008 in 32 bits) */
+        {13, 0xff},
+        {14, 0},    /* no entries */
+        {18, 7},    /* type UNDEFINED */
+        {20, 3},    /* three SHORTs: not inline */
+        {24, 9},    /* orientation 9 */
+        {24, 0},    /* orientation 0 */
+        {25, 1},    /* orientation 0x0106 */
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        size_t an = fx_exif_orientation(6, false, app1);
+        app1[bad[c].at] = bad[c].v;
+        uint8_t *j = fx_make_jpeg(W, H, rgb, app1, an, &n);
+        struct mmrt_image *img = decode_ok(j, n, "damaged", exif_on());
+        if (img->width != W || memcmp(img->pixels, raw->pixels, sizeof rgb) != 0)
+            fail_msg("EXIF damage %zu (byte %zu = %u) rotated the image", c, bad[c].at,
+                     bad[c].v);
+        mmrt_image_destroy(img);
+        free(j);
+    }
+    /* Cut short: every length of the payload, down to an empty APP1. */
+    for (size_t cut = 0; cut < 26; cut++) {
+        fx_exif_orientation(6, cut % 2, app1);
+        uint8_t *j = fx_make_jpeg(W, H, rgb, app1, cut, &n);
+        struct mmrt_image *img = decode_ok(j, n, "cut", exif_on());
+        assert_int_equal(img->width, W);
+        mmrt_image_destroy(img);
+        free(j);
+    }
+    /* The APP1 segment's own length claims more than the file has (the walk stops; libjpeg
+     * then refuses the file, by name, without a crash), or less than its header. */
+    size_t an = fx_exif_orientation(6, false, app1);
+    uint8_t *j = fx_make_jpeg(W, H, rgb, app1, an, &n);
+    size_t seg = 0;
+    for (size_t i = 2; i + 3 < n; i++)
+        if (j[i] == 0xFF && j[i + 1] == 0xE1) {
+            seg = i;
+            break;
+        }
+    assert_true(seg > 0);
+    const uint8_t lens[][2] = {{0xff, 0xff}, {0, 0}, {0, 1}, {0, 7}};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        uint8_t *d = malloc(n);
+        assert_non_null(d);
+        memcpy(d, j, n);
+        d[seg + 2] = lens[k][0];
+        d[seg + 3] = lens[k][1];
+        struct mmrt_image *img = NULL;
+        struct mmrt_error err = {0};
+        mmrt_status st = mmrt_image_decode(d, n, "seglen", exif_on(), &img, &err);
+        if (st == MMRT_OK) {
+            assert_int_equal(img->width, W); /* never rotated by a broken segment */
+            mmrt_image_destroy(img);
+        } else {
+            assert_int_equal(st, MMRT_ERR_FORMAT);
+            assert_null(img);
+        }
+        free(d);
+    }
+    /* Two APP1 Exif segments: the first one counts (as PIL). */
+    uint8_t two[64];
+    size_t a1 = fx_exif_orientation(1, false, two);
+    uint8_t *j2 = NULL;
+    {
+        /* a file whose first APP1 says 1 and a second one (spliced in after it) says 6 */
+        uint8_t *f1 = fx_make_jpeg(W, H, rgb, two, a1, &n);
+        size_t s1 = 0;
+        for (size_t i = 2; i + 3 < n; i++)
+            if (f1[i] == 0xFF && f1[i + 1] == 0xE1) {
+                s1 = i;
+                break;
+            }
+        const size_t seg_n = 2 + ((size_t)f1[s1 + 2] << 8 | f1[s1 + 3]);
+        j2 = malloc(n + seg_n);
+        assert_non_null(j2);
+        memcpy(j2, f1, s1 + seg_n);
+        memcpy(j2 + s1 + seg_n, j + seg, seg_n); /* the orientation-6 segment */
+        memcpy(j2 + s1 + 2 * seg_n, f1 + s1 + seg_n, n - s1 - seg_n);
+        struct mmrt_image *img = decode_ok(j2, n + seg_n, "two", exif_on());
+        assert_int_equal(img->width, W);
+        mmrt_image_destroy(img);
+        free(f1);
+    }
+    free(j2);
+    free(j);
     mmrt_image_destroy(raw);
 }
 
@@ -438,8 +530,8 @@ static void test_exif_malformed(void **state)
         bad[cases[c].at] = cases[c].v;
         size_t n = cases[c].n ? cases[c].n : sizeof good;
         size_t len;
-        uint8_t *png = make_png(4, 3, 3, rgb, bad, n, &len);
-        struct mmrt_image *img = decode_ok(png, len, "exif", NULL);
+        uint8_t *png = fx_make_png(4, 3, 3, rgb, bad, n, &len);
+        struct mmrt_image *img = decode_ok(png, len, "exif", exif_on());
         if (img->width != (cases[c].rotated ? 3u : 4u))
             fail_msg("EXIF case %zu: width %u", c, img->width);
         if (!cases[c].rotated)
@@ -448,8 +540,8 @@ static void test_exif_malformed(void **state)
         free(png);
     }
     size_t len;
-    uint8_t *png = make_png(4, 3, 3, rgb, good, sizeof good, &len);
-    struct mmrt_image *img = decode_ok(png, len, "exif", NULL);
+    uint8_t *png = fx_make_png(4, 3, 3, rgb, good, sizeof good, &len);
+    struct mmrt_image *img = decode_ok(png, len, "exif", exif_on());
     assert_int_equal(img->width, 3); /* the control: rotated */
     mmrt_image_destroy(img);
     free(png);
@@ -489,7 +581,7 @@ static void test_pixel_limit_before_allocation(void **state)
 {
     (void)state;
     size_t len;
-    uint8_t *png = make_png(16000, 16000, 1, NULL, NULL, 0, &len);
+    uint8_t *png = fx_make_png(16000, 16000, 1, NULL, NULL, 0, &len);
     assert_true(len < 200);
     clock_t t0 = clock();
     arm(0);
@@ -504,13 +596,13 @@ static void test_pixel_limit_before_allocation(void **state)
     free(png);
 
     /* max_side (refused inside spng's IHDR check), aspect ratio, zero size */
-    png = make_png(40000, 2, 1, NULL, NULL, 0, &len);
+    png = fx_make_png(40000, 2, 1, NULL, NULL, 0, &len);
     decode_fails(png, len, NULL, MMRT_ERR_LIMIT, "max_side");
     free(png);
-    png = make_png(20000, 1, 1, NULL, NULL, 0, &len);
+    png = fx_make_png(20000, 1, 1, NULL, NULL, 0, &len);
     decode_fails(png, len, NULL, MMRT_ERR_LIMIT, "max_aspect");
     free(png);
-    png = make_png(0, 5, 1, NULL, NULL, 0, &len);
+    png = fx_make_png(0, 5, 1, NULL, NULL, 0, &len);
     decode_fails(png, len, NULL, MMRT_ERR_FORMAT, NULL);
     free(png);
 
@@ -648,8 +740,7 @@ static size_t png_idat_end(const uint8_t *b, size_t n)
 static void test_truncation(void **state)
 {
     (void)state;
-    struct mmrt_image_limits lim;
-    mmrt_image_limits_default(&lim);
+    struct mmrt_image_limits lim = *exif_on();
     for (size_t f = 0; f < sizeof k_hostile / sizeof k_hostile[0]; f++) {
         size_t n;
         uint8_t *b = fx_read(k_hostile[f], &n);
@@ -768,13 +859,13 @@ static void test_allocation_failure_sweep(void **state)
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         size_t n;
         uint8_t *b = fx_read(files[f], &n);
-        struct mmrt_image *ref = decode_ok(b, n, files[f], NULL);
+        struct mmrt_image *ref = decode_ok(b, n, files[f], exif_on());
         long live0 = g_live, k;
         for (k = 1; k < 1000; k++) {
             struct mmrt_image *img = NULL;
             struct mmrt_error err = {0};
             arm(k);
-            mmrt_status st = mmrt_image_decode(b, n, files[f], NULL, &img, &err);
+            mmrt_status st = mmrt_image_decode(b, n, files[f], exif_on(), &img, &err);
             int fired = g_fired;
             arm(0);
             if (!fired) {
@@ -883,6 +974,8 @@ int main(void)
         cmocka_unit_test(test_fixtures_match_pil),
         cmocka_unit_test(test_alpha_composite_table),
         cmocka_unit_test(test_exif_orientation),
+        cmocka_unit_test(test_exif_ignored_by_default),
+        cmocka_unit_test(test_exif_jpeg_made_here),
         cmocka_unit_test(test_exif_malformed),
         cmocka_unit_test(test_unsupported_and_empty),
         cmocka_unit_test(test_pixel_limit_before_allocation),

@@ -111,8 +111,8 @@ static void test_key_properties(void **state)
     digest_or_fail(&t, d);
     assert_memory_equal(base, d, 32); /* options in any order */
     /* Each setting that changes features changes the digest. */
-    struct mmrt_vision_settings changed[7];
-    for (int i = 0; i < 7; i++)
+    struct mmrt_vision_settings changed[8];
+    for (int i = 0; i < 8; i++)
         changed[i] = s;
     changed[0].options = other;
     changed[1].max_image_tokens = 100;
@@ -121,7 +121,8 @@ static void test_key_properties(void **state)
     changed[4].device_index = 1;
     changed[5].model_dir = qdir;
     changed[6].plugin_version = "2";
-    for (int i = 0; i < 7; i++) {
+    changed[7].exif_orientation = MMRT_EXIF_APPLY;
+    for (int i = 0; i < 8; i++) {
         digest_or_fail(&changed[i], d);
         if (memcmp(base, d, 32) == 0)
             fail_msg("setting %d does not change the digest", i);

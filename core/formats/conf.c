@@ -659,6 +659,16 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
         else
             fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'refuse' or "
                  "'downscale'", p->section, key, (int)n, v);
+    } else if (strcmp(key, "exif_orientation") == 0) {
+        if (!once(p, key, n, &c->exif_orientation_line))
+            return;
+        if (n == 6 && memcmp(v, "ignore", 6) == 0)
+            c->exif_orientation = MMRT_EXIF_IGNORE;
+        else if (n == 5 && memcmp(v, "apply", 5) == 0)
+            c->exif_orientation = MMRT_EXIF_APPLY;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'ignore' or "
+                 "'apply'", p->section, key, (int)n, v);
     } else {
         unknown_key(p, key, v, n);
     }

@@ -18,6 +18,8 @@
  *     weights = checkpoint     ; optional, checkpoint | int8 | int4 (= int4-g128) |
  *                              ; int4-g64 | int4-g32: matmul weights as stored or quantized
  *                              ; at load
+ *     exif_orientation = ignore ; optional, ignore | apply, default ignore (as transformers):
+ *                              ; whether images are turned upright by their EXIF tag
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -238,6 +240,8 @@ struct mmrt_conf {
     int kv_dtype_line;
     enum mmrt_weight_format weights; /* [model] weights */
     int weights_line;
+    enum mmrt_exif_orientation exif_orientation; /* [model] exif_orientation */
+    int exif_orientation_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;

@@ -92,7 +92,7 @@ void mmrt_image_limits_default(struct mmrt_image_limits *limits)
     limits->max_aspect = MMRT_IMAGE_DEFAULT_MAX_ASPECT;
     limits->max_jpeg_scans = MMRT_IMAGE_DEFAULT_MAX_JPEG_SCANS;
     limits->max_input_bytes = MMRT_IMAGE_DEFAULT_MAX_INPUT_BYTES;
-    limits->apply_exif_orientation = true;
+    limits->apply_exif_orientation = false; /* transformers does not rotate */
     limits->alpha = MMRT_IMAGE_ALPHA_WHITE;
     limits->budget = NULL;
 }

@@ -13,7 +13,7 @@
  *       decoded image, until it is destroyed) are charged to a per-request and/or global
  *       budget, so concurrent images cannot exhaust memory together.
  *   I4  Progressive JPEG scans are capped (max_jpeg_scans) by a libjpeg progress monitor.
- *   I5  EXIF orientation applied (option), alpha composited onto white, grayscale and palette
+ *   I5  EXIF orientation applied on request (default off, as transformers), alpha composited onto white, grayscale and palette
  *       converted to RGB.
  *
  * Libraries: libspng (PNG; image-size and chunk-cache limits set, its allocations routed
@@ -50,9 +50,9 @@
  *     it and Debian 12's 2.1.5 gave identical pixels on every fixture (baseline 4:2:0, 4:2:2,
  *     4:4:4, progressive, gray, CMYK) and on a 3001×1999 progressive photo-like test.
  *   - EXIF orientation: PIL's Image.open does NOT rotate, so transformers does not either.
- *     `apply_exif_orientation` (default on, for user-facing loading) applies the 8 standard
- *     transforms like PIL's ImageOps.exif_transpose; turn it off for bit-parity with a
- *     reference that ignores EXIF. Orientation comes from the first APP1 "Exif" segment of a
+ *     `apply_exif_orientation` is therefore off by default (bit-parity with the reference);
+ *     on ([model] exif_orientation = apply) it applies the 8 standard transforms like PIL's
+ *     ImageOps.exif_transpose, for photos whose camera stored them sideways. Orientation comes from the first APP1 "Exif" segment of a
  *     JPEG or the eXIf chunk of a PNG; malformed EXIF is ignored (orientation 1), never fatal.
  *
  * ## Strictness
@@ -123,7 +123,7 @@ struct mmrt_image_limits {
     uint32_t max_aspect;          /* longer side / shorter side; default 10000; 0 = no limit */
     uint32_t max_jpeg_scans;      /* progressive scans (I4); default 100 */
     size_t max_input_bytes;       /* encoded size; default 256 MiB */
-    bool apply_exif_orientation;  /* default true (transformers: false, see above) */
+    bool apply_exif_orientation;  /* default false, as transformers (see above) */
     enum mmrt_image_alpha alpha;  /* default MMRT_IMAGE_ALPHA_WHITE */
     struct mmrt_image_budget *budget; /* optional, default NULL */
 };

@@ -89,6 +89,13 @@ enum mmrt_oversize_images {
                                     it (docs/CONFIG.md); otherwise refused */
 };
 
+/* What the vision stage does with an image's EXIF Orientation tag (JPEG APP1, PNG eXIf). */
+enum mmrt_exif_orientation {
+    MMRT_EXIF_IGNORE = 0, /* pixels as stored, as the transformers processors see them
+                             (PIL's Image.open does not rotate; the default) */
+    MMRT_EXIF_APPLY = 1,  /* turned upright first, like PIL's ImageOps.exif_transpose */
+};
+
 enum mmrt_kv_dtype {
     MMRT_KV_F32 = 0,
     MMRT_KV_F16 = 1,
@@ -162,6 +169,12 @@ struct mmrt_config {
     /* Matmul weights as stored or quantized at load. INI: [model] weights = checkpoint |
      * int8 | int4 | int4-g64 | int4-g32. */
     enum mmrt_weight_format weights;
+    /* EXIF orientation of input images (docs/CONFIG.md "Images"): MMRT_EXIF_IGNORE (0, the
+     * default: what transformers' processors see, so its outputs are reproduced) or
+     * MMRT_EXIF_APPLY (a photo stored sideways is turned upright before preprocessing). A
+     * malformed EXIF block never fails a request: it reads as "no orientation". Any other
+     * value is MMRT_ERR_CONFIG. INI: [model] exif_orientation = ignore | apply. */
+    enum mmrt_exif_orientation exif_orientation;
 };
 
 struct mmrt_runtime;

@@ -1,5 +1,6 @@
 /*
- * tools/mmrt.c — the mmrt command line, a thin layer over mmrt.h.
+ * tools/mmrt_cli.c — the mmrt command-line front end, a thin layer over mmrt.h (the
+ * runtime itself is core/runtime.c behind libmmrt).
  *
  * Exit status: 0 success; 1 a request failed at run time; 2 usage or configuration error
  * (bad deploy.ini, unknown key, plugin that cannot load, device that cannot be opened) —
