@@ -73,21 +73,21 @@ struct mmrt_weights {
     struct placed { struct mmrt_dev *dev; uint64_t nbytes; bool mapped; } *placed;
     size_t n_placed, cap_placed;
     enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
-    /* The INT4 form of the matrix last quantized, so its codes, scales and zero points (three
-     * tensors, committed one after the other) come from one quantization. */
-    struct q4_cache {
+    /* The quantized form of the matrix last quantized, so its codes, scales and zero points
+     * (tensors committed one after the other) come from one pass over it. */
+    struct q_cache {
         const struct mmrt_st_tensor *t;
-        uint8_t *codes;
-        float *scale, *zero;
-    } q4;
+        uint8_t *codes;     /* I8 or U4 codes */
+        float *scale, *zero; /* zero: U4 only */
+    } q;
 };
 
-static void q4_cache_drop(struct mmrt_weights *w)
+static void q_cache_drop(struct mmrt_weights *w)
 {
-    free(w->q4.codes);
-    free(w->q4.scale);
-    free(w->q4.zero);
-    memset(&w->q4, 0, sizeof w->q4);
+    free(w->q.codes);
+    free(w->q.scale);
+    free(w->q.zero);
+    memset(&w->q, 0, sizeof w->q);
 }
 
 static int starts(const char *s, const char *prefix)
@@ -134,7 +134,7 @@ void mmrt_weights_close(struct mmrt_weights *w)
 {
     if (!w)
         return;
-    q4_cache_drop(w);
+    q_cache_drop(w);
     for (size_t i = 0; i < w->n_placed; i++) {
         struct mmrt_dev_weight_stats *ws = &w->placed[i].dev->weights;
         ws->tensor_bytes -= w->placed[i].nbytes;
@@ -532,90 +532,74 @@ static bool stored_bytes(const struct pending *p)
     return p->conv == CONV_NONE || (p->conv == CONV_F32 && p->t->dtype == MMRT_DTYPE_F32);
 }
 
-/* Quantizes the matrix of p a few rows at a time (so a large one never needs a float copy of
- * itself) and uploads its codes or its scales into dst. */
-static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending *p,
-                                    const struct mmrt_tensor *dst, struct mmrt_error *err)
+/* The quantized form of p's matrix in w->q (made once for its two or three tensors, which
+ * commit uploads one after the other), a few rows at a time so that even an LM head never
+ * needs a float copy of itself. */
+static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending *p,
+                                   struct mmrt_error *err)
 {
+    if (w->q.t == p->t)
+        return MMRT_OK;
+    q_cache_drop(w);
+    const bool q4 = p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES ||
+                    p->conv == CONV_Q4_ZEROS;
     const int64_t N = p->t->shape[0], K = p->t->shape[1];
-    const int64_t chunk = K > 0 && K < (1 << 20) ? (1 << 20) / K + 1 : 1;
-    float *f = malloc((size_t)(chunk * K) * sizeof *f + 1);
-    int8_t *q = malloc((size_t)(chunk * K) + 1);
-    float *scale = malloc((size_t)chunk * sizeof *scale);
-    mmrt_status st = f && q && scale ? MMRT_OK
-                                     : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory",
-                                                      w->path);
+    const int64_t group = q4 ? mmrt_weight_format_group(w->format) : K;
+    const int64_t G = K / group, code_bytes = q4 ? K / 2 : K;
+    const int64_t chunk = K < (1 << 20) ? (1 << 20) / K + 1 : 1;
+    float *f = malloc((size_t)((chunk < N ? chunk : N) * K) * sizeof *f + 1);
+    w->q.codes = malloc((size_t)(N * code_bytes) + 1);
+    w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
+    w->q.zero = q4 ? malloc((size_t)(N * G) * sizeof(float) + 1) : NULL;
+    mmrt_status st = f && w->q.codes && w->q.scale && (w->q.zero || !q4)
+                         ? MMRT_OK
+                         : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
     for (int64_t r0 = 0; st == MMRT_OK && r0 < N; r0 += chunk) {
         const int64_t rows = N - r0 < chunk ? N - r0 : chunk;
         st = mmrt_safetensors_read_f32_range(p->t, (uint64_t)(r0 * K), f, (size_t)(rows * K),
                                              err);
         int64_t bad = 0;
-        if (st == MMRT_OK && !mmrt_quant_i8_rows(f, rows, K, q, scale, &bad)) {
+        const bool ok =
+            st != MMRT_OK ||
+            (q4 ? mmrt_quant_q4_rows(f, rows, K, group, w->q.codes + r0 * code_bytes,
+                                     w->q.scale + r0 * G, w->q.zero + r0 * G, &bad)
+                : mmrt_quant_i8_rows(f, rows, K, (int8_t *)w->q.codes + r0 * code_bytes,
+                                     w->q.scale + r0, &bad));
+        if (!ok)
             st = mmrt_error_set(err, MMRT_ERR_FORMAT,
                                 "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "
                                 "finite to be quantized", p->t->file, p->t->name,
                                 (double)f[bad], (long long)(r0 + bad / K), (long long)(bad % K));
-            break;
-        }
-        if (st != MMRT_OK)
-            break;
-        if (p->conv == CONV_I8_VALUES) {
-            struct mmrt_tensor v = mmrt_tensor_rows(dst, r0, rows);
-            st = mmrt_dev_upload(p->dev, &v, q, (uint64_t)(rows * K), err);
-        } else {
-            struct mmrt_tensor v = mmrt_tensor_rows(dst, r0, rows);
-            st = mmrt_dev_upload(p->dev, &v, scale, (uint64_t)rows * sizeof *scale, err);
-        }
     }
     free(f);
-    free(q);
-    free(scale);
-    return st;
+    if (st != MMRT_OK) {
+        q_cache_drop(w);
+        return st;
+    }
+    w->q.t = p->t;
+    return MMRT_OK;
 }
 
-/* The INT4 form of p's matrix (quantized once for its three tensors) into dst. */
-static mmrt_status upload_q4(struct mmrt_weights *w, const struct pending *p,
-                             const struct mmrt_tensor *dst, struct mmrt_error *err)
+/* Uploads the part of p's quantized matrix that p is (codes, scales or zero points). */
+static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending *p,
+                                    const struct mmrt_tensor *dst, struct mmrt_error *err)
 {
-    const int64_t N = p->t->shape[0], K = p->t->shape[1];
-    const int64_t group = mmrt_weight_format_group(w->format), G = K / group;
-    if (w->q4.t != p->t) {
-        q4_cache_drop(w);
-        float *f = malloc((size_t)(N * K) * sizeof *f + 1);
-        w->q4.codes = malloc((size_t)(N * K / 2) + 1);
-        w->q4.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
-        w->q4.zero = malloc((size_t)(N * G) * sizeof(float) + 1);
-        mmrt_status st = f && w->q4.codes && w->q4.scale && w->q4.zero
-                             ? mmrt_safetensors_read_f32(p->t, f, p->t->n_elements, err)
-                             : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory",
-                                              w->path);
-        int64_t bad = 0;
-        if (st == MMRT_OK &&
-            !mmrt_quant_q4_rows(f, N, K, group, w->q4.codes, w->q4.scale, w->q4.zero, &bad))
-            st = mmrt_error_set(err, MMRT_ERR_FORMAT,
-                                "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "
-                                "finite to be quantized", p->t->file, p->t->name,
-                                (double)f[bad], (long long)(bad / K), (long long)(bad % K));
-        free(f);
-        if (st != MMRT_OK) {
-            q4_cache_drop(w);
-            return st;
-        }
-        w->q4.t = p->t;
-    }
-    if (p->conv == CONV_Q4_CODES)
-        return mmrt_dev_upload(p->dev, dst, w->q4.codes, (uint64_t)(N * K / 2), err);
-    return mmrt_dev_upload(p->dev, dst, p->conv == CONV_Q4_SCALES ? w->q4.scale : w->q4.zero,
-                           (uint64_t)(N * G) * sizeof(float), err);
+    mmrt_status st = quantize_matrix(w, p, err);
+    if (st != MMRT_OK)
+        return st;
+    const void *src = w->q.scale;
+    if (p->conv == CONV_I8_VALUES || p->conv == CONV_Q4_CODES)
+        src = w->q.codes;
+    else if (p->conv == CONV_Q4_ZEROS)
+        src = w->q.zero;
+    return mmrt_dev_upload(p->dev, dst, src, p->nbytes, err);
 }
 
 static mmrt_status upload_tensor(struct mmrt_weights *w, const struct pending *p,
                                  const struct mmrt_tensor *dst, struct mmrt_error *err)
 {
-    if (p->conv == CONV_I8_VALUES || p->conv == CONV_I8_SCALES)
+    if (p->conv != CONV_NONE && p->conv != CONV_F32)
         return upload_quantized(w, p, dst, err);
-    if (p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES || p->conv == CONV_Q4_ZEROS)
-        return upload_q4(w, p, dst, err);
     if (stored_bytes(p))
         return mmrt_dev_upload(p->dev, dst, p->t->data, p->t->nbytes, err);
     float *tmp = malloc(p->t->n_elements ? p->t->n_elements * sizeof(float) : 1);
@@ -740,7 +724,7 @@ mmrt_status mmrt_weights_commit(struct mmrt_weights *w, struct mmrt_error *err)
         }
         w->n_pending = 0;
     }
-    q4_cache_drop(w);
+    q_cache_drop(w);
     free(mapped);
     return st;
 }

@@ -412,7 +412,22 @@ static void test_model_kv_keys(void **state)
     assert_int_equal(c->max_kv_tokens_line, 3);
     assert_int_equal(c->kv_page_tokens, 32);
     assert_int_equal(c->kv_page_tokens_line, 4);
+    assert_int_equal(c->weights, MMRT_WEIGHTS_CHECKPOINT); /* the default */
     mmrt_conf_destroy(c);
+    static const struct { const char *v; enum mmrt_weight_format f; } formats[] = {
+        { "checkpoint", MMRT_WEIGHTS_CHECKPOINT }, { "int8", MMRT_WEIGHTS_INT8 },
+        { "int4", MMRT_WEIGHTS_INT4 },             { "int4-g128", MMRT_WEIGHTS_INT4 },
+        { "int4-g64", MMRT_WEIGHTS_INT4_G64 },     { "int4-g32", MMRT_WEIGHTS_INT4_G32 },
+    };
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        char t[160];
+        snprintf(t, sizeof t, "[model]\npath = m\nweights = %s\n[device.d]\nplugin = cpu\n",
+                 formats[i].v);
+        c = parse_ok(t, strlen(t), "t.ini");
+        assert_int_equal(c->weights, formats[i].f);
+        assert_int_equal(c->weights_line, 3);
+        mmrt_conf_destroy(c);
+    }
     text = "[model]\npath = m\nkv_page_tokens = 1\n[device.d]\nplugin = cpu\n";
     c = parse_ok(text, strlen(text), "t.ini");
     assert_int_equal(c->kv_page_tokens, 1);
@@ -491,6 +506,11 @@ struct error_case {
 static const struct error_case ERRORS[] = {
     {"[model]\npath = m\nkv_dtype = int8\n" D, MMRT_ERR_CONFIG,
      "t.ini:3: [model] kv_dtype = 'int8': expected 'f32' or 'f16'"},
+    {"[model]\npath = m\nweights = int3\n" D, MMRT_ERR_CONFIG,
+     "t.ini:3: [model] weights = 'int3': expected 'checkpoint', 'int8', 'int4' (groups of 128), "
+     "'int4-g64' or 'int4-g32'"},
+    {"[model]\npath = m\nweights = int8\nweights = int4\n" D, MMRT_ERR_CONFIG,
+     "t.ini:4: [model] duplicate key 'weights' (first on line 3)"},
     /* [scheduler] */
     {SCHED("max_batch = 0"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '0': outside [1, 32]"},
     {SCHED("max_batch = 33"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '33': outside [1, 32]"},

@@ -229,8 +229,8 @@ static void compare_fixture(const char *fixture, enum mmrt_weight_format fmt,
             f.kl_sum += kl;
             f.kl_max = fmax(f.kl_max, kl);
             if (!same)
-                f.flip_margin = fmax(f.flip_margin,
-                                     margin(cr.logits[s], cr.vocab, argmax(cq.logits[s], cq.vocab)));
+                f.flip_margin = fmax(f.flip_margin, margin(cr.logits[s], cr.vocab,
+                                                           argmax(cq.logits[s], cq.vocab)));
             if (!same || s >= cr.n_tokens || s >= cq.n_tokens || cr.tokens[s] != cq.tokens[s])
                 break; /* the continuations part here: later contexts differ */
         }
@@ -240,7 +240,8 @@ static void compare_fixture(const char *fixture, enum mmrt_weight_format fmt,
     json_decref(cases.json);
     print_message("%-16s %s: %d/%d steps top-1 agree (flips at margins ≤ %.2g), mean KL "
                   "%.2e (max %.2e); weights %llu → %llu bytes (%.3f×)\n",
-                  fixture, mmrt_weight_format_name(fmt), f.agree, f.steps, f.flip_margin, f.kl_sum / f.steps, f.kl_max,
+                  fixture, mmrt_weight_format_name(fmt), f.agree, f.steps, f.flip_margin,
+                  f.kl_sum / f.steps, f.kl_max,
                   (unsigned long long)b_ref, (unsigned long long)b_q8,
                   (double)b_q8 / (double)b_ref);
     /* The matrices shrink to a byte per element; what stays (embeddings, norms, biases and
@@ -286,6 +287,30 @@ static void test_int8_matches_checkpoint(void **state)
  * whose matrices are replaced by their dequantized INT4 values, run as stored, must give the
  * INT4 run's logits to 1e-4 and its tokens. */
 
+/* golden_scratch/model.safetensors opened for writing: its header as JSON, *fd, and *data0 the
+ * file offset of the data section (tensor offsets count from there). */
+static json_t *scratch_header(int *fd, uint64_t *data0)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    *fd = open(path, O_RDWR);
+    assert_true(*fd >= 0);
+    uint8_t len8[8];
+    assert_int_equal(pread(*fd, len8, 8, 0), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    char *hdr = calloc(1, (size_t)hlen + 1);
+    assert_non_null(hdr);
+    assert_int_equal(pread(*fd, hdr, (size_t)hlen, 8), (ssize_t)hlen);
+    json_error_t je;
+    json_t *h = json_loads(hdr, 0, &je);
+    free(hdr);
+    assert_non_null(h);
+    *data0 = 8 + hlen;
+    return h;
+}
+
 /* The matrices the loader quantizes in a LLaVA checkpoint: 2-D weights other than the token
  * and position embeddings. */
 static bool quantized_name(const char *name, const json_t *t)
@@ -299,21 +324,9 @@ static bool quantized_name(const char *name, const json_t *t)
 /* Rewrites every matrix of golden_scratch/model.safetensors (F32) as its INT4 values. */
 static void dequantize_scratch(int64_t group)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    uint8_t len8[8];
-    assert_int_equal(pread(fd, len8, 8, 0), 8);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | len8[i];
-    char *hdr = calloc(1, (size_t)hlen + 1);
-    assert_non_null(hdr);
-    assert_int_equal(pread(fd, hdr, (size_t)hlen, 8), (ssize_t)hlen);
-    json_error_t je;
-    json_t *h = json_loads(hdr, 0, &je);
-    assert_non_null(h);
+    uint64_t data0;
+    int fd;
+    json_t *h = scratch_header(&fd, &data0);
     const char *name;
     json_t *t;
     int n_done = 0;
@@ -325,12 +338,13 @@ static void dequantize_scratch(int64_t group)
         const int64_t K = json_integer_value(json_array_get(json_object_get(t, "shape"), 1));
         if (K % 32 != 0 || K % group != 0)
             continue; /* stays as stored, as the loader leaves it */
-        const off_t at = (off_t)(8 + hlen + (uint64_t)json_integer_value(json_array_get(
-                                                  json_object_get(t, "data_offsets"), 0)));
+        const off_t at = (off_t)(data0 + (uint64_t)json_integer_value(json_array_get(
+                                             json_object_get(t, "data_offsets"), 0)));
         const int64_t G = K / group;
         float *w = malloc((size_t)(N * K) * sizeof *w);
         uint8_t *q = malloc((size_t)(N * K / 2));
-        float *sc = malloc((size_t)(N * G) * sizeof *sc), *zp = malloc((size_t)(N * G) * sizeof *zp);
+        float *sc = malloc((size_t)(N * G) * sizeof *sc);
+        float *zp = malloc((size_t)(N * G) * sizeof *zp);
         assert_true(w && q && sc && zp);
         assert_int_equal(pread(fd, w, (size_t)(N * K) * 4, at), (ssize_t)(N * K) * 4);
         int64_t bad;
@@ -348,7 +362,6 @@ static void dequantize_scratch(int64_t group)
     }
     assert_true(n_done > 10);
     json_decref(h);
-    free(hdr);
     close(fd);
 }
 
@@ -399,27 +412,15 @@ static void test_int4_computes_its_weights(void **state)
 /* Writes a NaN over element `index` of tensor `name` in golden_scratch/model.safetensors. */
 static void poison(const char *name, int64_t index)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    uint8_t len8[8];
-    assert_int_equal(pread(fd, len8, 8, 0), 8);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | len8[i];
-    char *hdr = calloc(1, (size_t)hlen + 1);
-    assert_non_null(hdr);
-    assert_int_equal(pread(fd, hdr, (size_t)hlen, 8), (ssize_t)hlen);
-    json_error_t je;
-    json_t *h = json_loads(hdr, 0, &je);
-    assert_non_null(h);
+    uint64_t data0;
+    int fd;
+    json_t *h = scratch_header(&fd, &data0);
     json_t *t = json_object_get(h, name);
     assert_non_null(t);
     const char *dt = json_string_value(json_object_get(t, "dtype"));
     const uint64_t start = (uint64_t)json_integer_value(
         json_array_get(json_object_get(t, "data_offsets"), 0));
-    const uint64_t at = 8 + hlen + start;
+    const uint64_t at = data0 + start;
     if (strcmp(dt, "F32") == 0) {
         const float v = NAN;
         assert_int_equal(pwrite(fd, &v, 4, (off_t)(at + (uint64_t)index * 4)), 4);
@@ -428,7 +429,6 @@ static void poison(const char *name, int64_t index)
         assert_int_equal(pwrite(fd, &v, 2, (off_t)(at + (uint64_t)index * 2)), 2);
     }
     json_decref(h);
-    free(hdr);
     close(fd);
 }
 

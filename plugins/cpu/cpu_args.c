@@ -260,23 +260,15 @@ void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, f
         }
 }
 
-void cpu_gemv_q4_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
-                          const float *scale, const float *zero, int64_t G, const float *xsum,
-                          int64_t n0, int64_t n1, float *y, int64_t ldy)
+float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,
+                          const float *zero, const float *xsum, int64_t G, int64_t gs)
 {
-    const int64_t gs = K / G;
-    for (int64_t n = n0; n < n1; n++) {
-        const uint8_t *row = w + n * (K / 2);
-        for (int64_t m = 0; m < M; m++) {
-            const float *xr = x + m * ldx;
-            float tot = 0;
-            for (int64_t g = 0; g < G; g++) {
-                float acc = 0;
-                for (int64_t k = g * gs; k < (g + 1) * gs; k++)
-                    acc += (float)cpu_q4_code(row, k) * xr[k];
-                tot += scale[n * G + g] * (acc - zero[n * G + g] * xsum[m * G + g]);
-            }
-            y[m * ldy + n] = tot;
-        }
+    float tot = 0;
+    for (int64_t g = 0; g < G; g++) {
+        float acc = 0;
+        for (int64_t k = g * gs; k < (g + 1) * gs; k++)
+            acc += (float)cpu_q4_code(w, k) * x[k];
+        tot += scale[g] * (acc - zero[g] * xsum[g]);
     }
+    return tot;
 }

@@ -192,12 +192,12 @@ struct cpu_kernels {
      * n0 ≤ n < n1 (no bias). Lanes along k, fixed reduction: see the ISA file. */
     void (*gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
-    /* The same for U4 weights (plugin.h layout; w at row 0, K/2 bytes a row; scale and zero
-     * [N][G]; xsum[m·G + g] = Σ of x row m over group g, in cpu_q4_xsum's order):
-     * y = Σ_g scale·(Σ_{k∈g} code·x − zero·xsum). Each y row depends on its x row alone. */
-    void (*gemv_q4)(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
-                    const float *scale, const float *zero, int64_t G, const float *xsum,
-                    int64_t n0, int64_t n1, float *y, int64_t ldy);
+    /* One U4 row w (plugin.h layout, K = G·gs codes) against one x row: Σ_g scale[g]·(Σ_{k∈g}
+     * code·x − zero[g]·xsum[g]), xsum the x row's group sums (cpu_q4_xsum). The order depends
+     * on G and gs alone, so a row's result never depends on the batch (cpu_ops_matmul.c
+     * drives it over W-row blocks). */
+    float (*q4_dot)(const float *x, const uint8_t *w, const float *scale, const float *zero,
+                    const float *xsum, int64_t G, int64_t gs);
     /* x[i] *= s for i < n; returns the largest result (NaN never chosen; −inf when n = 0
      * or every value is NaN). */
     float (*scale_max)(float *x, float s, int64_t n);
@@ -465,11 +465,9 @@ void cpu_q4_dequant(const uint8_t *row, const float *scale, const float *zero, i
 /* xsum[m·G + g] = Σ_{k ∈ group g} x[m·ldx + k], summed in k order, for m < M. */
 void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, float *xsum);
 
-/* The portable U4 GEMV (see struct cpu_kernels), also the reference order of the ISA ones'
- * outer loops. */
-void cpu_gemv_q4_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
-                          const float *scale, const float *zero, int64_t G, const float *xsum,
-                          int64_t n0, int64_t n1, float *y, int64_t ldy);
+/* The portable table's q4_dot (see struct cpu_kernels). */
+float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,
+                          const float *zero, const float *xsum, int64_t G, int64_t gs);
 
 /* ---- f32 dot product ------------------------------------------------------------------ */
 

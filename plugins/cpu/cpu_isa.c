@@ -66,7 +66,7 @@ const struct cpu_kernels cpu_kernels_portable = {
     .dot = cpu_dot_f32,
     .axpy = axpy_portable,
     .to_f32 = cpu_weight_to_f32,
-    .gemv_q4 = cpu_gemv_q4_portable,
+    .q4_dot = cpu_q4_dot_portable,
     .exp_sum = exp_sum_portable,
     .x_sigmoid = x_sigmoid_portable,
 };

@@ -325,7 +325,7 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
 
 /* As in cpu_kern_avx512.c at 8 lanes: each 8 bytes of a block give codes j…j+7 (low nibbles)
  * and j+16…j+23 (high), so a block of 32 is two loads and four FMAs into two accumulators. */
-static inline float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
+static float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
                            const float *xs, int64_t G, int64_t gs)
 {
     const __m256i m4 = _mm256_set1_epi32(15);
@@ -352,21 +352,6 @@ static inline float q4_dot(const float *x, const uint8_t *w, const float *s, con
     return hsum8(tot) - zc;
 }
 
-/* Blocks of 4 W rows, each read once from memory and reused from cache for every x row. */
-static void gemv_q4(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
-                    const float *scale, const float *zero, int64_t G, const float *xsum,
-                    int64_t n0, int64_t n1, float *y, int64_t ldy)
-{
-    const int64_t gs = K / G;
-    for (int64_t n = n0; n < n1; n += 4) {
-        const int64_t nb = n1 - n < 4 ? n1 - n : 4;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t r = 0; r < nb; r++)
-                y[m * ldy + n + r] = q4_dot(x + m * ldx, w + (n + r) * (K / 2),
-                                            scale + (n + r) * G, zero + (n + r) * G,
-                                            xsum + m * G, G, gs);
-    }
-}
 
 /* ---- dot, axpy -------------------------------------------------------------------------- */
 
@@ -542,7 +527,7 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
-    .gemv_q4 = gemv_q4,
+    .q4_dot = q4_dot,
     .scale_max = scale_max,
     .scale_d = scale_d,
     .dot = dot,

@@ -340,7 +340,7 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
  * of the block, high = 16…31) widened in registers, two accumulators over the group, then
  * the group's scale into a running vector; the zero points' share Σ zero·scale·xsum is
  * scalar. The order depends on K and the group size only. */
-static inline float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
+static float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
                            const float *xs, int64_t G, int64_t gs)
 {
     const __m512i m4 = _mm512_set1_epi32(15);
@@ -361,21 +361,6 @@ static inline float q4_dot(const float *x, const uint8_t *w, const float *s, con
     return _mm512_reduce_add_ps(tot) - zc;
 }
 
-/* Blocks of 4 W rows, each read once from memory and reused from cache for every x row. */
-static void gemv_q4(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
-                    const float *scale, const float *zero, int64_t G, const float *xsum,
-                    int64_t n0, int64_t n1, float *y, int64_t ldy)
-{
-    const int64_t gs = K / G;
-    for (int64_t n = n0; n < n1; n += 4) {
-        const int64_t nb = n1 - n < 4 ? n1 - n : 4;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t r = 0; r < nb; r++)
-                y[m * ldy + n + r] = q4_dot(x + m * ldx, w + (n + r) * (K / 2),
-                                            scale + (n + r) * G, zero + (n + r) * G,
-                                            xsum + m * G, G, gs);
-    }
-}
 
 /* ---- dot, axpy ----------------------------------------------------------------------------- */
 
@@ -531,7 +516,7 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
-    .gemv_q4 = gemv_q4,
+    .q4_dot = q4_dot,
     .scale_max = scale_max,
     .scale_d = scale_d,
     .dot = dot,

@@ -372,14 +372,24 @@ struct q4_ctx {
     int b_dtype;
 };
 
-/* GEMV (M ≤ CPU_GEMV_MAX_M): the table's U4 kernel over a range of W rows, then the bias. */
+/* GEMV (M ≤ CPU_GEMV_MAX_M): the table's U4 row dot over a range of W rows, in blocks of
+ * GEMV_ROWS rows that are read from memory once and from cache for every x row; then the
+ * bias. */
 static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct q4_ctx *c = vctx;
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
-    c->dev->kern.gemv_q4(c->x, c->K, c->M, c->K, c->w, c->scale, c->zero, c->G, c->xsum, n0,
-                         n1, c->y, c->N);
+    const int64_t G = c->G, gs = c->K / G;
+    for (int64_t n = n0; n < n1; n += GEMV_ROWS) {
+        const int64_t nb = n1 - n < GEMV_ROWS ? n1 - n : GEMV_ROWS;
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t r = 0; r < nb; r++)
+                c->y[m * c->N + n + r] =
+                    c->dev->kern.q4_dot(c->x + m * c->K, c->w + (n + r) * (c->K / 2),
+                                        c->scale + (n + r) * G, c->zero + (n + r) * G,
+                                        c->xsum + m * G, G, gs);
+    }
     if (c->b)
         for (int64_t m = 0; m < c->M; m++)
             for (int64_t n = n0; n < n1; n++)
