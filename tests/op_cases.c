@@ -185,6 +185,22 @@ void op_quantize_i8(int64_t N, int64_t K, float hi, struct op_qmatrix *out)
             out->deq[r * K + k] = (float)out->q[r * K + k] * out->scale[r];
 }
 
+void op_quantize_u4(int64_t N, int64_t K, int64_t gs, float hi, struct op_q4matrix *out)
+{
+    float *w = op_rand_f(N * K, -hi, hi);
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t k = 0; k < K; k++)
+            w[r * K + k] = r % 7 == 6 ? 0.0f : ldexpf(w[r * K + k], -(int)(r % 7));
+    const int64_t G = K / gs;
+    out->q = op_alloc((size_t)(N * K / 2));
+    out->scale = op_alloc((size_t)(N * G) * sizeof(float));
+    out->zero = op_alloc((size_t)(N * G) * sizeof(float));
+    out->deq = op_alloc((size_t)(N * K) * sizeof(float));
+    int64_t bad = 0;
+    assert_true(mmrt_quant_q4_rows(w, N, K, gs, out->q, out->scale, out->zero, &bad));
+    ref_u4_dequant(out->q, out->scale, out->zero, N, K, gs, out->deq);
+}
+
 void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d)
 {
     float f;
@@ -1014,20 +1030,22 @@ struct op_pair *op_pair_quantized(int64_t N, int64_t K, float hi, struct op_qmat
     return w;
 }
 
-/* One launch of x [M, K] against (w, s) [N, K] with bias mode 0 none, 1 F16, 2 F32, checked
- * against the reference; the M ≤ 32 rows first, middle and last again alone, on both plugins. */
-static void matmul_i8_run(const struct op_checks *chk, const char *what, const float *x,
-                          struct op_pair *tx, struct op_pair *tw, struct op_pair *ts,
-                          const float *deq, int64_t M, int64_t K, int64_t N, int bias_mode,
-                          double tol)
+/* One launch of x [M, K] against a quantized W (w, s and, for U4, z) with bias mode 0 none,
+ * 1 F16, 2 F32, checked against the reference on deq [N, K]; the M ≤ 32 rows first, middle
+ * and last again alone, on both plugins. */
+static void matmul_q_run(const struct op_checks *chk, const char *what, const float *x,
+                         struct op_pair *tx, struct op_pair *tw, struct op_pair *ts,
+                         struct op_pair *tz, const float *deq, int64_t M, int64_t K, int64_t N,
+                         int bias_mode, double tol)
 {
     float *b = NULL;
     struct op_pair *tb = NULL;
     if (bias_mode)
         tb = op_pair_rand(bias_mode == 1 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, -1, 1, &b, SHAPE(N));
     struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(M, N));
-    struct op_pair *src[4] = { tx, tw, tb, ts };
-    op_pair_run(MMRT_OP_MATMUL, src, 4, ty, NULL, 0);
+    const int n_src = tz ? 5 : 4;
+    struct op_pair *src[5] = { tx, tw, tb, ts, tz };
+    op_pair_run(MMRT_OP_MATMUL, src, n_src, ty, NULL, 0);
     double *ref = op_ref_buf(M * N);
     ref_matmul(x, deq, b, M, K, N, ref);
     void *g, *c;
@@ -1042,8 +1060,8 @@ static void matmul_i8_run(const struct op_checks *chk, const char *what, const f
         struct op_pair *x1 = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, K));
         op_pair_upload(x1, x + rows[i] * K);
         struct op_pair *y1 = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, N));
-        struct op_pair *s1[4] = { x1, tw, tb, ts };
-        op_pair_run(MMRT_OP_MATMUL, s1, 4, y1, NULL, 0);
+        struct op_pair *s1[5] = { x1, tw, tb, ts, tz };
+        op_pair_run(MMRT_OP_MATMUL, s1, n_src, y1, NULL, 0);
         void *g1, *c1;
         op_pair_download_both(y1, &g1, &c1);
         char inv[256];
@@ -1057,17 +1075,17 @@ static void matmul_i8_run(const struct op_checks *chk, const char *what, const f
 }
 
 /* A refusal on plugin d: the status and a message naming MATMUL and `needle`. */
-static void matmul_i8_refused(int d, struct op_pair *const *src, int n_src, struct op_pair *dst,
+static void matmul_q_refused(int d, struct op_pair *const *src, int n_src, struct op_pair *dst,
                               const char *needle)
 {
     mmrt_status st = op_pair_run_on(d, MMRT_OP_MATMUL, src, n_src, dst, NULL, 0);
     const char *who = d == OP_DUT ? g_dut_name : "CPU plugin";
     const char *msg = g_h[d]->plugin->last_error(g_h[d]->dev);
     if (st != MMRT_ERR_INVALID_ARG)
-        fail_msg("%s MATMUL I8 (%s): status %d, want %d (%s)", who, needle, (int)st,
+        fail_msg("%s MATMUL quantized W (%s): status %d, want %d (%s)", who, needle, (int)st,
                  (int)MMRT_ERR_INVALID_ARG, msg);
     if (!strstr(msg, "MATMUL") || !strstr(msg, needle))
-        fail_msg("%s MATMUL I8: message \"%s\" should name MATMUL and \"%s\"", who, msg,
+        fail_msg("%s MATMUL quantized W: message \"%s\" should name MATMUL and \"%s\"", who, msg,
                  needle);
 }
 
@@ -1099,7 +1117,7 @@ void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol
         char what[128];
         snprintf(what, sizeof what, "MATMUL I8 M=%lld K=%lld N=%lld bias %d", (long long)M,
                  (long long)K, (long long)N, bias_mode);
-        matmul_i8_run(chk, what, x, tx, tw, ts, qm.deq, M, K, N, bias_mode,
+        matmul_q_run(chk, what, x, tx, tw, ts, NULL, qm.deq, M, K, N, bias_mode,
                       M <= 32 ? tol_small : tol_large);
         op_release_all();
     }
@@ -1117,7 +1135,7 @@ void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol
         char what[128];
         snprintf(what, sizeof what, "MATMUL I8 random M=%lld K=%lld N=%lld bias %d",
                  (long long)M, (long long)K, (long long)N, bias_mode);
-        matmul_i8_run(chk, what, x, tx, tw, ts, qm.deq, M, K, N, bias_mode,
+        matmul_q_run(chk, what, x, tx, tw, ts, NULL, qm.deq, M, K, N, bias_mode,
                       M <= 32 ? tol_small : tol_large);
         op_release_all();
     }
@@ -1145,7 +1163,7 @@ void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol
         struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
         char what[128];
         snprintf(what, sizeof what, "MATMUL I8 M=%lld W at byte offset 5", (long long)M);
-        matmul_i8_run(chk, what, x, tx, &tw, &ts, qm.deq, M, K, N, 2,
+        matmul_q_run(chk, what, x, tx, &tw, &ts, NULL, qm.deq, M, K, N, 2,
                       M <= 32 ? tol_small : tol_large);
         op_release_all();
     }
@@ -1162,11 +1180,152 @@ void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol
     struct op_pair *no_s[4] = { tx, tw, NULL, NULL }, *float_s[4] = { tx, twf, NULL, ts },
                    *bad_n[4] = { tx, tw, NULL, short_s }, *bad_t[4] = { tx, tw, NULL, f16_s };
     for (int d = 0; d < 2; d++) {
-        matmul_i8_refused(d, no_s, 2, ty, "src3 (scales) is absent");
-        matmul_i8_refused(d, no_s, 4, ty, "src3 (scales) is absent");
-        matmul_i8_refused(d, float_s, 4, ty, "src3 (scales) goes only with an I8 W");
-        matmul_i8_refused(d, bad_n, 4, ty, "src3 (scales) has 7 elements");
-        matmul_i8_refused(d, bad_t, 4, ty, "src3 (scales) has dtype F16");
+        matmul_q_refused(d, no_s, 2, ty, "src3 (scales) is absent");
+        matmul_q_refused(d, no_s, 4, ty, "src3 (scales) is absent");
+        matmul_q_refused(d, float_s, 4, ty, "src3 (scales) goes only with an I8 W");
+        matmul_q_refused(d, bad_n, 4, ty, "src3 (scales) has 7 elements");
+        matmul_q_refused(d, bad_t, 4, ty, "src3 (scales) has dtype F16");
+    }
+    op_release_all();
+}
+
+/* ---- MATMUL with U4 weights ------------------------------------------------------------- */
+
+struct op_pair *op_pair_quantized_u4(int64_t N, int64_t K, int64_t gs, float hi,
+                                     struct op_q4matrix *qm, struct op_pair **scales,
+                                     struct op_pair **zeros)
+{
+    op_quantize_u4(N, K, gs, hi, qm);
+    struct op_pair *w = op_pair_new(MMRT_DTYPE_U4, SHAPE(N, K / 2));
+    op_pair_upload(w, qm->q);
+    *scales = op_pair_new(MMRT_DTYPE_F32, SHAPE(N, K / gs));
+    op_pair_upload(*scales, qm->scale);
+    *zeros = op_pair_new(MMRT_DTYPE_F32, SHAPE(N, K / gs));
+    op_pair_upload(*zeros, qm->zero);
+    return w;
+}
+
+void op_case_matmul_u4(const struct op_checks *chk, double tol_small, double tol_large)
+{
+    static const struct {
+        int64_t M, K, N, gs;
+        bool big;
+    } cases[] = {
+        { 1, 32, 1, 32, false },    { 1, 64, 7, 32, false },    { 3, 128, 5, 64, false },
+        { 4, 256, 9, 128, false },  { 5, 96, 65, 32, false },   { 8, 128, 129, 128, false },
+        { 9, 192, 33, 64, false },  { 17, 64, 31, 64, false },  { 32, 256, 40, 32, false },
+        { 33, 128, 16, 128, false }, { 33, 96, 67, 32, false }, { 70, 320, 70, 64, false },
+        { 70, 256, 3, 256, false }, { 1, 1024, 513, 128, false }, { 64, 160, 96, 32, false },
+        { 100, 384, 130, 128, false }, { 2, 4096, 3, 128, false }, { 31, 64, 1, 64, false },
+        { 65, 32, 1, 32, false },   { 1, 4096, 256, 128, true }, { 300, 1024, 200, 64, true },
+        { 129, 4096, 65, 128, true },
+    };
+    op_rng_seed(41);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t M = cases[c].M, K = cases[c].K, N = cases[c].N, gs = cases[c].gs;
+        if (cases[c].big && !chk->big)
+            continue;
+        int bias_mode = (int)(c % 3);
+        float *x;
+        struct op_q4matrix qm;
+        struct op_pair *ts, *tz, *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        struct op_pair *tw = op_pair_quantized_u4(N, K, gs, 2.0f, &qm, &ts, &tz);
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL U4 M=%lld K=%lld N=%lld g%lld bias %d",
+                 (long long)M, (long long)K, (long long)N, (long long)gs, bias_mode);
+        matmul_q_run(chk, what, x, tx, tw, ts, tz, qm.deq, M, K, N, bias_mode,
+                     M <= 32 ? tol_small : tol_large);
+        op_release_all();
+    }
+
+    /* Random shapes around the tile, warp and work-group edges, every group size. */
+    for (int c = 0; c < 12; c++) {
+        static const int64_t edges[] = { 1, 3, 4, 5, 8, 9, 16, 31, 32, 33, 64, 65, 70, 129 };
+        static const int64_t groups[] = { 32, 64, 128 };
+        int64_t M = edges[op_rng_int(0, 13)], N = edges[op_rng_int(0, 13)];
+        int64_t gs = groups[op_rng_int(0, 2)], K = gs * op_rng_int(1, 6);
+        float *x;
+        struct op_q4matrix qm;
+        struct op_pair *ts, *tz, *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        struct op_pair *tw = op_pair_quantized_u4(N, K, gs, 4.0f, &qm, &ts, &tz);
+        int bias_mode = op_rng_int(0, 2);
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL U4 random M=%lld K=%lld N=%lld g%lld bias %d",
+                 (long long)M, (long long)K, (long long)N, (long long)gs, bias_mode);
+        matmul_q_run(chk, what, x, tx, tw, ts, tz, qm.deq, M, K, N, bias_mode,
+                     M <= 32 ? tol_small : tol_large);
+        op_release_all();
+    }
+
+    /* W at an odd byte offset (no 16-byte loads), scales and zero points one float in, each
+     * inside a bigger arena whose other bytes would poison a stray read. */
+    for (int big_m = 0; big_m < 2; big_m++) {
+        const int64_t M = big_m ? 40 : 3, K = 128, N = 9, gs = 64, G = K / gs;
+        float *x;
+        struct op_q4matrix qm;
+        op_quantize_u4(N, K, gs, 1.0f, &qm);
+        struct op_pair *wbuf = op_pair_new(MMRT_DTYPE_U4, SHAPE(N * K / 2 + 5));
+        uint8_t *wb = op_alloc((size_t)(N * K / 2 + 5));
+        memset(wb, 0xff, (size_t)(N * K / 2 + 5));
+        memcpy(wb + 5, qm.q, (size_t)(N * K / 2));
+        op_pair_upload(wbuf, wb);
+        struct op_pair *sbuf = op_pair_new(MMRT_DTYPE_F32, SHAPE(N * G + 2));
+        struct op_pair *zbuf = op_pair_new(MMRT_DTYPE_F32, SHAPE(N * G + 2));
+        float *sb = op_alloc((size_t)(N * G + 2) * sizeof(float));
+        float *zb = op_alloc((size_t)(N * G + 2) * sizeof(float));
+        sb[0] = sb[N * G + 1] = zb[0] = zb[N * G + 1] = NAN;
+        memcpy(sb + 1, qm.scale, (size_t)(N * G) * sizeof(float));
+        memcpy(zb + 1, qm.zero, (size_t)(N * G) * sizeof(float));
+        op_pair_upload(sbuf, sb);
+        op_pair_upload(zbuf, zb);
+        struct op_pair tw = op_pair_view(wbuf, MMRT_DTYPE_U4, SHAPE(N, K / 2),
+                                         (const int64_t[]){ K / 2, 1 }, 5);
+        struct op_pair ts = op_pair_view(sbuf, MMRT_DTYPE_F32, SHAPE(N, G),
+                                         (const int64_t[]){ G * 4, 4 }, 4);
+        struct op_pair tz = op_pair_view(zbuf, MMRT_DTYPE_F32, SHAPE(N, G),
+                                         (const int64_t[]){ G * 4, 4 }, 4);
+        struct op_pair *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(M, K));
+        char what[128];
+        snprintf(what, sizeof what, "MATMUL U4 M=%lld W at byte offset 5", (long long)M);
+        matmul_q_run(chk, what, x, tx, &tw, &ts, &tz, qm.deq, M, K, N, 2,
+                     M <= 32 ? tol_small : tol_large);
+        op_release_all();
+    }
+
+    /* What the contract refuses, on both plugins. x is [2, 64] against W [8, 64/2]. */
+    float *x, *wf;
+    struct op_q4matrix qm;
+    struct op_pair *ts, *tz, *tx = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &x, SHAPE(2, 64));
+    struct op_pair *tw = op_pair_quantized_u4(8, 64, 32, 1.0f, &qm, &ts, &tz);
+    struct op_pair *twf = op_pair_rand(MMRT_DTYPE_F16, -1, 1, &wf, SHAPE(8, 64));
+    struct op_pair *x48 = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &wf, SHAPE(2, 48));
+    struct op_pair *w48 = op_pair_new(MMRT_DTYPE_U4, SHAPE(8, 24));
+    struct op_pair *s48 = op_pair_new(MMRT_DTYPE_F32, SHAPE(8, 1));
+    struct op_pair *x96 = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &wf, SHAPE(2, 96));
+    struct op_pair *w96 = op_pair_new(MMRT_DTYPE_U4, SHAPE(8, 48));
+    struct op_pair *s96 = op_pair_new(MMRT_DTYPE_F32, SHAPE(8, 2)); /* groups of 48 */
+    struct op_pair *s3 = op_pair_new(MMRT_DTYPE_F32, SHAPE(8, 3));  /* 3 does not divide 64 */
+    struct op_pair *s7 = op_pair_new(MMRT_DTYPE_F32, SHAPE(7, 2));
+    struct op_pair *z1 = op_pair_new(MMRT_DTYPE_F32, SHAPE(8, 1));
+    struct op_pair *f16_s = op_pair_new(MMRT_DTYPE_F16, SHAPE(8, 2));
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 8));
+    struct op_pair *no_z[5] = { tx, tw, NULL, ts, NULL }, *no_s[5] = { tx, tw, NULL, NULL, tz },
+                   *k48[5] = { x48, w48, NULL, s48, s48 },
+                   *g48[5] = { x96, w96, NULL, s96, s96 }, *g3[5] = { tx, tw, NULL, s3, s3 },
+                   *bad_n[5] = { tx, tw, NULL, s7, s7 }, *bad_z[5] = { tx, tw, NULL, ts, z1 },
+                   *bad_t[5] = { tx, tw, NULL, f16_s, tz }, *float_z[5] = { tx, twf, NULL, NULL, tz };
+    for (int d = 0; d < 2; d++) {
+        matmul_q_refused(d, no_z, 4, ty, "src4 (zero points) is absent");
+        matmul_q_refused(d, no_z, 5, ty, "src4 (zero points) is absent");
+        matmul_q_refused(d, no_s, 5, ty, "src3 (scales) is absent");
+        matmul_q_refused(d, no_s, 2, ty, "src3 (scales) is absent");
+        matmul_q_refused(d, k48, 5, ty, "K a multiple of 32");
+        matmul_q_refused(d, g48, 5, ty, "K / G a multiple of 32");
+        matmul_q_refused(d, g3, 5, ty, "K / G a multiple of 32");
+        matmul_q_refused(d, bad_n, 5, ty, "want [8, G]");
+        matmul_q_refused(d, bad_z, 5, ty, "src4 (zero points) is [8, 1]");
+        matmul_q_refused(d, bad_t, 5, ty, "src3 (scales) has dtype F16");
+        matmul_q_refused(d, float_z, 5, ty, "src4 (zero points) goes only with a U4 W");
     }
     op_release_all();
 }

@@ -87,6 +87,17 @@ struct op_qmatrix {
 };
 void op_quantize_i8(int64_t N, int64_t K, float hi, struct op_qmatrix *out);
 
+/* The same for a U4 weight (plugin.h: packed 4-bit codes with an F32 scale and zero point
+ * per group of gs weights of a row), made by core/quant.h from the same kind of rows; the
+ * codes [N·K/2] bytes, scales and zero points [N·K/gs], and what they stand for (ref_ops.c's
+ * ref_u4_dequant) [N·K]. */
+struct op_q4matrix {
+    uint8_t *q;
+    float *scale, *zero;
+    float *deq;
+};
+void op_quantize_u4(int64_t N, int64_t K, int64_t gs, float hi, struct op_q4matrix *out);
+
 /* What COPY stores for one element converted from sdt to ddt (the harness conversions; I32
  * only to I32). */
 void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, void *d);
@@ -194,6 +205,24 @@ struct op_pair *op_pair_quantized(int64_t N, int64_t K, float hi, struct op_qmat
  * MMRT_ERR_INVALID_ARG and a message naming MATMUL and the operand: an I8 W without scales,
  * scales with an F16 W, scales of the wrong length and of the wrong dtype. */
 void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol_large);
+
+/* A U4 MATMUL weight on both plugins: op_quantize_u4(N, K, gs, hi, qm), the codes uploaded as
+ * a U4 [N, K/2] pair (returned), scales and zero points as F32 [N, K/gs] pairs. */
+struct op_pair *op_pair_quantized_u4(int64_t N, int64_t K, int64_t gs, float hi,
+                                     struct op_q4matrix *qm, struct op_pair **scales,
+                                     struct op_pair **zeros);
+
+/* MATMUL with U4 weights over op_pair (plugin.h, ABI 1.3), against the double reference on
+ * the dequantized weights: groups of 32, 64 and 128 (and one group per row), M on both sides
+ * of every small-M line (1, 3, 4, 5, 8, 32, 33, 70 …), N off every tile and work-group, bias
+ * none / F16 / F32, W, scales and zero points at odd offsets inside bigger arenas; held to
+ * tol_small for M ≤ 32 and tol_large above (big cases only with checks.big). Rows of an
+ * M ≤ 32 launch give the bits of the row alone on both plugins. Then the launches the
+ * contract forbids, refused on both plugins with MMRT_ERR_INVALID_ARG and a message naming
+ * MATMUL and the operand: scales or zero points absent, a group size that is not a multiple
+ * of 32 or does not divide K, K not a multiple of 32, scales or zero points of the wrong
+ * shape or dtype, zero points with a float W. */
+void op_case_matmul_u4(const struct op_checks *chk, double tol_small, double tol_large);
 
 /* ---- ATTENTION_PAGED ------------------------------------------------------------------------ */
 

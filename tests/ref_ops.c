@@ -19,6 +19,20 @@ void ref_matmul(const float *x, const float *w, const float *b, int64_t M, int64
         }
 }
 
+void ref_u4_dequant(const uint8_t *codes, const float *scale, const float *zero, int64_t N,
+                    int64_t K, int64_t gs, float *w)
+{
+    const int64_t G = K / gs;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t blk = 0; blk < K / 32; blk++)
+            for (int64_t j = 0; j < 16; j++) {
+                const uint8_t b = codes[n * (K / 2) + blk * 16 + j];
+                const int64_t k = blk * 32 + j, g = n * G + k / gs;
+                w[n * K + k] = ((float)(b & 15) - zero[g]) * scale[g];
+                w[n * K + k + 16] = ((float)(b >> 4) - zero[g]) * scale[g];
+            }
+}
+
 void ref_binary(const float *a, const float *b, int64_t n, int64_t b_period, int mul, double *y)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -18,6 +18,13 @@
 void ref_matmul(const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
                 double *y);
 
+/* What a U4 MATMUL weight stands for (plugin.h): codes [N, K/2] bytes in plugin.h's layout,
+ * scale and zero [N, K / gs]; w[n, k] = (code − zero) · scale rounded once to f32, the value
+ * the plugins multiply with. The nibbles are decoded here, not by core/quant.h, so a layout
+ * mistake in the quantizer and in a kernel cannot cancel out. Written into w [N, K]. */
+void ref_u4_dequant(const uint8_t *codes, const float *scale, const float *zero, int64_t N,
+                    int64_t K, int64_t gs, float *w);
+
 /* y[i] = a[i] (+ or ·) b[i % b_period]; mul selects ·. */
 void ref_binary(const float *a, const float *b, int64_t n, int64_t b_period, int mul, double *y);
 

@@ -186,6 +186,19 @@ static void test_matmul_i8(void **state)
     op_case_matmul_i8(&g_checks, 1e-5, 1e-5);
 }
 
+/* ---- MATMUL with U4 weights (plugin.h, ABI 1.3): op_cases.c's op_case_matmul_u4 -------
+ * Tolerance 1e-5 on both sides of the small-M line, against the reference on the dequantized
+ * weights: the tiled kernel stages exactly the reference's (code − zero) · scale, the small-M
+ * kernel sums x · (code − zero) over each 32-code block and scales the block's sum (one
+ * rounding more per block). Rows of an M ≤ 32 launch equal the row alone bit for bit. */
+
+static void test_matmul_u4(void **state)
+{
+    (void)state;
+    need_device();
+    op_case_matmul_u4(&g_checks, 1e-5, 1e-5);
+}
+
 /* ---- ADD, MUL: tolerance 1e-6 (one IEEE rounding per element on both plugins) --------- */
 
 static void test_add_mul(void **state)
@@ -1443,6 +1456,7 @@ int main(void)
         cmocka_unit_test(test_plugin_table),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_i8),
+        cmocka_unit_test(test_matmul_u4),
         cmocka_unit_test(test_add_mul),
         cmocka_unit_test(test_scale),
         cmocka_unit_test(test_unary),
@@ -1468,6 +1482,9 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_build_failure),
     };
+    const char *filter = getenv("MMRT_TEST_FILTER"); /* e.g. "test_matmul*", as test_cuda_ops */
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     int failures = cmocka_run_group_tests(tests, group_setup, group_teardown);
     return failures == 0 && !g_have_ocl ? SKIP_CODE : failures;
 }

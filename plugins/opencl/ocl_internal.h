@@ -82,10 +82,12 @@ enum ocl_kernel {
     OCL_K_MM_TILED_F16,
     OCL_K_MM_TILED_BF16,
     OCL_K_MM_TILED_I8,
+    OCL_K_MM_TILED_U4,
     OCL_K_MM_SMALL_F32, /* the small-M kernels in the order of the tiled ones */
     OCL_K_MM_SMALL_F16,
     OCL_K_MM_SMALL_BF16,
     OCL_K_MM_SMALL_I8,
+    OCL_K_MM_SMALL_U4,
     OCL_K_IM2COL,
     OCL_K_COPY,
     OCL_K_GET_ROWS_CHECK,
@@ -228,6 +230,7 @@ struct ocl_op {
 #define OCL_DT_BF16 (1u << MMRT_DTYPE_BF16)
 #define OCL_DT_I32 (1u << MMRT_DTYPE_I32)
 #define OCL_DT_I8 (1u << MMRT_DTYPE_I8)
+#define OCL_DT_U4 (1u << MMRT_DTYPE_U4)
 #define OCL_DT_WEIGHT (OCL_DT_F32 | OCL_DT_F16 | OCL_DT_BF16)
 
 /* Copies args (honouring its struct_size), checks it launches `op` with n_required ≤ n_src ≤

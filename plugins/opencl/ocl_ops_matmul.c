@@ -6,7 +6,9 @@
  * exist once per W dtype. Up to OCL_MM_INVARIANT_M rows (a batched decode step) the small-M
  * kernel runs over groups of OCL_MM_SMALL_M rows, so every row gets the arithmetic it gets
  * alone (plugin.h batch invariance: a row may depend on M only across M = 32). An I8 W comes
- * with its scales (src3), which its kernels apply to each finished sum before the bias; the
+ * with its scales (src3), which its kernels apply to each finished sum before the bias; a U4
+ * W with its group scales and zero points (src3, src4), which its kernels apply per 32-code
+ * block (small M) or while staging W tiles (tiled), so W stays packed in device memory; the
  * float kernels take the same arguments and ignore them. PATCH_EMBED gathers the
  * non-overlapping patches into rows (k_im2col; for stride = kernel that is a permutation of
  * the image, so the scratch is exactly the image's size) and runs the same GEMM against the
@@ -16,19 +18,26 @@
 
 #include "ocl_internal.h"
 
-/* y[M, N] = x[M, K] · w[N, K]ᵀ (· s[N]) (+ b[N]) with x, y contiguous F32 given as (buffer,
- * byte offset), w and b contiguous weights (b->mem NULL when absent), s the F32 scales of an
- * I8 w (s->mem NULL for a float w). */
+/* A MATMUL weight as the kernels take it: W, and for I8 its scales, for U4 its scales and
+ * zero points [N, G] (absent views, mem NULL, where the dtype has none; G 1 then). */
+struct mm_weight {
+    const struct ocl_view *w, *s, *z;
+    int64_t G;
+};
+
+/* y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) with x, y contiguous F32 given as (buffer, byte
+ * offset), q->w and b contiguous (b->mem NULL when absent). */
 static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x,
-                               uint64_t x_off, int64_t M, int64_t K, const struct ocl_view *w,
-                               const struct ocl_view *s, int64_t N, const struct ocl_view *b,
-                               const struct ocl_view *y)
+                               uint64_t x_off, int64_t M, int64_t K, const struct mm_weight *q,
+                               int64_t N, const struct ocl_view *b, const struct ocl_view *y)
 {
     bool small = M <= OCL_MM_SMALL_M;
-    int which = w->dtype == MMRT_DTYPE_F16    ? 1
-                : w->dtype == MMRT_DTYPE_BF16 ? 2
-                : w->dtype == MMRT_DTYPE_I8   ? 3
-                                              : 0;
+    const int dt = q->w->dtype;
+    int which = dt == MMRT_DTYPE_F16    ? 1
+                : dt == MMRT_DTYPE_BF16 ? 2
+                : dt == MMRT_DTYPE_I8   ? 3
+                : dt == MMRT_DTYPE_U4   ? 4
+                                        : 0;
     enum ocl_kernel id = (enum ocl_kernel)((small ? OCL_K_MM_SMALL_F32 : OCL_K_MM_TILED_F32) +
                                            which);
     struct ocl_call c;
@@ -37,8 +46,10 @@ static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x
         return st;
     ocl_arg_mem(&c, x);
     ocl_arg_long(&c, (int64_t)x_off);
-    ocl_arg_view(&c, w);
-    ocl_arg_view(&c, s);
+    ocl_arg_view(&c, q->w);
+    ocl_arg_view(&c, q->s);
+    ocl_arg_view(&c, q->z);
+    ocl_arg_long(&c, q->G);
     ocl_arg_view(&c, b);
     ocl_arg_int(&c, b->dtype);
     ocl_arg_int(&c, b->mem != NULL);
@@ -59,44 +70,81 @@ static mmrt_status gemm_launch(struct mmrt_device *dev, const char *op, cl_mem x
 }
 
 static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint64_t x_off,
-                        int64_t M, int64_t K, const struct ocl_view *w,
-                        const struct ocl_view *s, int64_t N, const struct ocl_view *b,
-                        const struct ocl_view *y)
+                        int64_t M, int64_t K, const struct mm_weight *q, int64_t N,
+                        const struct ocl_view *b, const struct ocl_view *y)
 {
     if (M == 0 || N == 0)
         return MMRT_OK;
     if (M <= OCL_MM_SMALL_M || M > OCL_MM_INVARIANT_M)
-        return gemm_launch(dev, op, x, x_off, M, K, w, s, N, b, y);
+        return gemm_launch(dev, op, x, x_off, M, K, q, N, b, y);
     mmrt_status st = MMRT_OK;
     for (int64_t m0 = 0; st == MMRT_OK && m0 < M; m0 += OCL_MM_SMALL_M) {
         const int64_t rows = M - m0 < OCL_MM_SMALL_M ? M - m0 : OCL_MM_SMALL_M;
         struct ocl_view yr = *y;
         yr.offset += (uint64_t)(m0 * N) * sizeof(float);
-        st = gemm_launch(dev, op, x, x_off + (uint64_t)(m0 * K) * sizeof(float), rows, K, w, s,
+        st = gemm_launch(dev, op, x, x_off + (uint64_t)(m0 * K) * sizeof(float), rows, K, q,
                          N, b, &yr);
     }
     return st;
 }
 
+/* The U4 operands (plugin.h): W [N, K/2] for K a multiple of 32, scales and zero points
+ * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The messages are
+ * the CPU plugin's, so a caller sees one wording whichever device refuses. */
+static mmrt_status check_u4(struct ocl_op *o, const struct ocl_view *w, const struct ocl_view *s,
+                            const struct ocl_view *z, int64_t K, int64_t N, int64_t *G)
+{
+    mmrt_status st;
+    if (K % 32 != 0 || w->ne[1] * 2 != K)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but "
+                       "x's inner dim is %" PRId64 " (U4 wants [N, K/2] with K a multiple of 32)",
+                       w->ne[0], w->ne[1], K);
+    if (!s->mem || !z->mem)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
+                       s->mem ? 4 : 3, s->mem ? "zero points" : "scales");
+    if ((st = ocl_need_dtype(o, "src3 (scales)", s, OCL_DT_F32)) ||
+        (st = ocl_need_contig(o, "src3 (scales)", s)) ||
+        (st = ocl_need_rank(o, "src3 (scales)", s, 2)) ||
+        (st = ocl_need_dtype(o, "src4 (zero points)", z, OCL_DT_F32)) ||
+        (st = ocl_need_contig(o, "src4 (zero points)", z)) ||
+        (st = ocl_need_rank(o, "src4 (zero points)", z, 2)))
+        return st;
+    const int64_t g = s->ne[1];
+    if (s->ne[0] != N || g < 1 || K % g != 0 || (K / g) % 32 != 0)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src3 (scales) is [%" PRId64 ", %" PRId64 "]: "
+                       "want [%" PRId64 ", G] with K / G a multiple of 32 (K = %" PRId64 ")",
+                       s->ne[0], s->ne[1], N, K);
+    if (z->ne[0] != N || z->ne[1] != g)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src4 (zero points) is [%" PRId64 ", %" PRId64
+                       "], the scales [%" PRId64 ", %" PRId64 "]", z->ne[0], z->ne[1], N, g);
+    *G = g;
+    return MMRT_OK;
+}
+
 mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
-    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_MATMUL, 2, 4, &o);
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_MATMUL, 2, 5, &o);
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
-                          *y = &o.dst;
+                          *z = &o.src[4], *y = &o.dst;
     if ((st = ocl_need_dtype(&o, "src0 (x)", x, OCL_DT_F32)) ||
         (st = ocl_need_contig(&o, "src0 (x)", x)) ||
         (st = ocl_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = ocl_need_dtype(&o, "src1 (W)", w, OCL_DT_WEIGHT | OCL_DT_I8)) ||
+        (st = ocl_need_dtype(&o, "src1 (W)", w, OCL_DT_WEIGHT | OCL_DT_I8 | OCL_DT_U4)) ||
         (st = ocl_need_contig(&o, "src1 (W)", w)))
         return st;
-    int64_t K = ocl_inner(x), M = ocl_rows(x), N = w->ne[0];
-    if (w->ne[1] != K)
+    int64_t K = ocl_inner(x), M = ocl_rows(x), N = w->ne[0], G = 1;
+    if (w->dtype == MMRT_DTYPE_U4) {
+        if ((st = check_u4(&o, w, s, z, K, N, &G)))
+            return st;
+    } else if (z->mem) {
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src4 (zero points) goes only with a U4 W");
+    } else if (w->ne[1] != K) {
         return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
                        "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
-    if (w->dtype == MMRT_DTYPE_I8) {
+    } else if (w->dtype == MMRT_DTYPE_I8) {
         if (!s->mem)
             return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
         if ((st = ocl_need_dtype(&o, "src3 (scales)", s, OCL_DT_F32)) ||
@@ -124,9 +172,11 @@ mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *ar
     if ((st = ocl_need_disjoint(&o, "src0 (x)", x, false)) ||
         (st = ocl_need_disjoint(&o, "src1 (W)", w, false)) ||
         (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)) ||
-        (st = ocl_need_disjoint(&o, "src3 (scales)", s, false)))
+        (st = ocl_need_disjoint(&o, "src3 (scales)", s, false)) ||
+        (st = ocl_need_disjoint(&o, "src4 (zero points)", z, false)))
         return st;
-    return gemm(dev, o.name, x->mem, x->offset, M, K, w, s, N, b, y);
+    const struct mm_weight q = {w, s, z, G};
+    return gemm(dev, o.name, x->mem, x->offset, M, K, &q, N, b, y);
 }
 
 mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args *args)
@@ -200,6 +250,7 @@ mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_arg
     w2.ne[1] = plen;
     w2.nb[0] = plen * (int64_t)mmrt_dtype_size((enum mmrt_dtype)w->dtype);
     w2.nb[1] = (int64_t)mmrt_dtype_size((enum mmrt_dtype)w->dtype);
-    const struct ocl_view no_scales = { .mem = NULL };
-    return gemm(dev, o.name, cols, 0, B * n_patches, plen, &w2, &no_scales, O, b, y);
+    const struct ocl_view none = { .mem = NULL };
+    const struct mm_weight q = {&w2, &none, &none, 1};
+    return gemm(dev, o.name, cols, 0, B * n_patches, plen, &q, O, b, y);
 }

@@ -1,11 +1,14 @@
 /*
  * matmul.cl — y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) with x and y contiguous F32, W F32, F16,
- * BF16 or I8 (one kernel per W dtype, so the inner loops carry no dtype branch), b any float
+ * BF16, I8 or U4 (one kernel per W dtype, so the inner loops carry no dtype branch), b any float
  * weight dtype. An I8 W (plugin.h, ABI 1.3) holds codes that stand for W[n, k] · s[n] with
  * the F32 scales s[N]: its kernels convert the codes to f32 exactly (char / char4 loads), sum
  * x · code like any other dtype, and multiply each finished sum by s[n] before the bias — one
- * rounding more than a float W, and W read as 1 byte per weight. Every kernel takes the scales
- * (sb, s_off); the float ones never read them.
+ * rounding more than a float W, and W read as 1 byte per weight. A U4 W (plugin.h) is packed
+ * 4-bit codes [N, K/2] with F32 scales and zero points [N, G]: the tiled kernel dequantizes
+ * while it stages W (a K panel of 16 lies inside one group, gs being a multiple of 32), the
+ * small-M one has its own loop over packed 16-byte blocks (k_mm_small_u4). Every kernel takes
+ * the scales, zero points and G (MM_ARGS); the float ones never read them.
  * PATCH_EMBED runs the same kernels on the gathered patches (k_im2col).
  *
  * k_mm_tiled_*: a work-group of MM_L × MM_L (16 × 16) items computes an MM_T × MM_T (64 × 64)
@@ -43,16 +46,44 @@
 #define LOAD_I8(w, i) ((float)(w)[i]) /* the code; its scale multiplies the finished sum */
 #define LOAD4_I8(w, i) convert_float4(vload4(0, (w) + (i)))
 
-#define DEFINE_MATMUL(SUFFIX, WT, LOADW, LOADW4, SCALED)                                       \
+/* Every MATMUL kernel has the same arguments: x, W, the scales (I8: [N]; U4: [N, G]), the zero
+ * points (U4 only) with G, the bias, y, and M, K, N. A kernel ignores what its W dtype lacks. */
+#define MM_ARGS                                                                                \
+    __global const uchar *xb, long x_off, __global const uchar *wb, long w_off,                \
+        __global const uchar *sb, long s_off, __global const uchar *zb, long z_off, long G,    \
+        __global const uchar *bb, long b_off, int b_dt, int has_b, __global uchar *yb,         \
+        long y_off, long M, long K, long N
+
+/* W element (n, k) as f32 before any per-row scale, for the tiled kernels' staging; w, K, sc,
+ * zp and G are the kernel's. */
+#define LOADNK_F32(n, k) ((w)[(n) * K + (k)])
+#define LOADNK_F16(n, k) f16_to_f32((w)[(n) * K + (k)])
+#define LOADNK_BF16(n, k) bf16_to_f32((w)[(n) * K + (k)])
+#define LOADNK_I8(n, k) ((float)(w)[(n) * K + (k)])
+#define LOADNK_U4(n, k) u4_weight(w, (n), (k), K, sc, zp, G)
+
+/* What code k of U4 row n stands for (plugin.h's layout: byte k % 16 of block k / 32, low
+ * nibble for the first 16 codes of the block). The value is rounded once, as (code − zero) ·
+ * scale in f32, which is how the reference dequantizes too. */
+float u4_weight(__global const uchar *w, long n, long k, long K, __global const float *sc,
+                __global const float *zp, long G)
+{
+    uchar b = w[n * (K / 2) + (k / 32) * 16 + (k % 16)];
+    float c = (float)((k % 32) < 16 ? (b & 0xF) : (b >> 4));
+    long g = n * G + k / (K / G);
+    return (c - zp[g]) * sc[g];
+}
+
+#define DEFINE_MM_TILED(SUFFIX, WT, LOADNK, SCALED)                                            \
 __kernel __attribute__((reqd_work_group_size(MM_L, MM_L, 1)))                                  \
-void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uchar *wb,      \
-                         long w_off, __global const uchar *sb, long s_off,                     \
-                         __global const uchar *bb, long b_off, int b_dt, int has_b,            \
-                         __global uchar *yb, long y_off, long M, long K, long N)               \
+void k_mm_tiled_##SUFFIX(MM_ARGS)                                                              \
 {                                                                                              \
     __local float xs[MM_KP][MM_T + MM_PAD], ws[MM_KP][MM_T + MM_PAD];                          \
     __global const float *x = (__global const float *)(xb + x_off);                           \
     __global const WT *w = (__global const WT *)(wb + w_off);                                 \
+    __global const float *sc = (__global const float *)(sb + s_off);                          \
+    __global const float *zp = (__global const float *)(zb + z_off);                          \
+    (void)zp;                                                                                  \
     int tx = get_local_id(0), ty = get_local_id(1), lid = ty * MM_L + tx;                      \
     long n0 = get_group_id(0) * MM_T, m0 = get_group_id(1) * MM_T;                             \
     float4 acc[4] = { (float4)0.0f, (float4)0.0f, (float4)0.0f, (float4)0.0f };               \
@@ -61,7 +92,7 @@ void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uc
             int e = lid + r * MM_L * MM_L, row = e / MM_KP, kk = e % MM_KP;                    \
             long gk = k0 + kk, gm = m0 + row, gn = n0 + row;                                   \
             xs[kk][row] = gm < M && gk < K ? x[gm * K + gk] : 0.0f;                            \
-            ws[kk][row] = gn < N && gk < K ? LOADW(w, gn * K + gk) : 0.0f;                     \
+            ws[kk][row] = gn < N && gk < K ? LOADNK(gn, gk) : 0.0f;                            \
         }                                                                                      \
         barrier(CLK_LOCAL_MEM_FENCE);                                                          \
         for (int kk = 0; kk < MM_KP; kk++) {                                                   \
@@ -76,8 +107,7 @@ void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uc
     float bias[4], scale[4], out[4];                                                           \
     for (int j = 0; j < 4; j++) {                                                              \
         bias[j] = has_b && n + j < N ? load_w(bb + b_off, b_dt, n + j) : 0.0f;                 \
-        scale[j] = SCALED && n + j < N ? ((__global const float *)(sb + s_off))[n + j]         \
-                                       : 1.0f;                                                 \
+        scale[j] = SCALED && n + j < N ? sc[n + j] : 1.0f;                                     \
     }                                                                                          \
     for (int i = 0; i < 4; i++) {                                                              \
         long m = m0 + ty + MM_L * i;                                                           \
@@ -87,13 +117,33 @@ void k_mm_tiled_##SUFFIX(__global const uchar *xb, long x_off, __global const uc
         for (int j = 0; j < 4 && n + j < N; j++)                                               \
             y[m * N + n + j] = (SCALED ? out[j] * scale[j] : out[j]) + bias[j];                \
     }                                                                                          \
-}                                                                                              \
-                                                                                               \
+}
+
+/* The small-M kernels' last step: a local tree over the items' partial sums, then · scale
+ * (I8) and + bias per output. `red` and the partials are the kernel's. */
+#define MM_SMALL_FINISH(SCALED)                                                                \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                              \
+    for (int stride = MM_SMALL_WG / 2; stride > 0; stride >>= 1) {                             \
+        if (lid < stride)                                                                      \
+            for (int q = 0; q < MM_SMALL_M * MM_SMALL_N; q++)                                  \
+                red[q][lid] += red[q][lid + stride];                                           \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
+    }                                                                                          \
+    if (lid < MM_SMALL_M * MM_SMALL_N) {                                                       \
+        int m = lid / MM_SMALL_N, j = lid % MM_SMALL_N;                                        \
+        long n = n0 + j;                                                                       \
+        if (m < M && n < N) {                                                                  \
+            float sum = red[lid][0];                                                           \
+            if (SCALED)                                                                        \
+                sum *= ((__global const float *)(sb + s_off))[n];                              \
+            ((__global float *)(yb + y_off))[m * N + n] =                                      \
+                sum + (has_b ? load_w(bb + b_off, b_dt, n) : 0.0f);                            \
+        }                                                                                      \
+    }
+
+#define DEFINE_MM_SMALL(SUFFIX, WT, LOADW, LOADW4, SCALED)                                     \
 __kernel __attribute__((reqd_work_group_size(MM_SMALL_WG, 1, 1)))                              \
-void k_mm_small_##SUFFIX(__global const uchar *xb, long x_off, __global const uchar *wb,      \
-                         long w_off, __global const uchar *sb, long s_off,                     \
-                         __global const uchar *bb, long b_off, int b_dt, int has_b,            \
-                         __global uchar *yb, long y_off, long M, long K, long N)               \
+void k_mm_small_##SUFFIX(MM_ARGS)                                                              \
 {                                                                                              \
     __local float red[MM_SMALL_M * MM_SMALL_N][MM_SMALL_WG];                                   \
     __global const float *x = (__global const float *)(xb + x_off);                           \
@@ -124,30 +174,64 @@ void k_mm_small_##SUFFIX(__global const uchar *xb, long x_off, __global const uc
                 s += x[m * K + kt] * LOADW(w, (n0 + j) * K + kt);                              \
             red[m * MM_SMALL_N + j][lid] = s;                                                  \
         }                                                                                      \
-    barrier(CLK_LOCAL_MEM_FENCE);                                                              \
-    for (int stride = MM_SMALL_WG / 2; stride > 0; stride >>= 1) {                             \
-        if (lid < stride)                                                                      \
-            for (int q = 0; q < MM_SMALL_M * MM_SMALL_N; q++)                                  \
-                red[q][lid] += red[q][lid + stride];                                           \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                          \
-    }                                                                                          \
-    if (lid < MM_SMALL_M * MM_SMALL_N) {                                                       \
-        int m = lid / MM_SMALL_N, j = lid % MM_SMALL_N;                                        \
-        long n = n0 + j;                                                                       \
-        if (m < M && n < N) {                                                                  \
-            float sum = red[lid][0];                                                           \
-            if (SCALED)                                                                        \
-                sum *= ((__global const float *)(sb + s_off))[n];                              \
-            ((__global float *)(yb + y_off))[m * N + n] =                                      \
-                sum + (has_b ? load_w(bb + b_off, b_dt, n) : 0.0f);                            \
-        }                                                                                      \
-    }                                                                                          \
+    MM_SMALL_FINISH(SCALED)                                                                    \
 }
 
-DEFINE_MATMUL(f32, float, LOAD_F32, LOAD4_F32, 0)
-DEFINE_MATMUL(f16, ushort, LOAD_F16, LOAD4_F16, 0)
-DEFINE_MATMUL(bf16, ushort, LOAD_BF16, LOAD4_BF16, 0)
-DEFINE_MATMUL(i8, char, LOAD_I8, LOAD4_I8, 1)
+DEFINE_MM_TILED(f32, float, LOADNK_F32, 0)
+DEFINE_MM_TILED(f16, ushort, LOADNK_F16, 0)
+DEFINE_MM_TILED(bf16, ushort, LOADNK_BF16, 0)
+DEFINE_MM_TILED(i8, char, LOADNK_I8, 1)
+DEFINE_MM_TILED(u4, uchar, LOADNK_U4, 0)
+DEFINE_MM_SMALL(f32, float, LOAD_F32, LOAD4_F32, 0)
+DEFINE_MM_SMALL(f16, ushort, LOAD_F16, LOAD4_F16, 0)
+DEFINE_MM_SMALL(bf16, ushort, LOAD_BF16, LOAD4_BF16, 0)
+DEFINE_MM_SMALL(i8, char, LOAD_I8, LOAD4_I8, 1)
+
+/* U4, M ≤ MM_SMALL_M: the float kernels' work split with the U4 block as the unit. Item l
+ * takes the 16-byte blocks l, l + WG, … of each of the group's MM_SMALL_N W rows (one
+ * vload16 of packed codes: per step the group reads WG · 16 consecutive bytes of a row, so W
+ * is streamed once at its packed size), turns the block's 32 codes into code − zero in f32
+ * (exact for whole zero points) and multiplies them into the matching 32 floats of each x
+ * row; the block's sum, in a fixed order, is scaled once by the group's scale. K is a
+ * multiple of 32, so there is no tail; the reduction and the bias are the float kernels'. */
+__kernel __attribute__((reqd_work_group_size(MM_SMALL_WG, 1, 1)))
+void k_mm_small_u4(MM_ARGS)
+{
+    __local float red[MM_SMALL_M * MM_SMALL_N][MM_SMALL_WG];
+    __global const float *x = (__global const float *)(xb + x_off);
+    __global const uchar *w = wb + w_off;
+    __global const float *sc = (__global const float *)(sb + s_off);
+    __global const float *zp = (__global const float *)(zb + z_off);
+    int lid = get_local_id(0);
+    long n0 = get_group_id(0) * MM_SMALL_N;
+    long n_blocks = K / 32, gs = K / G, row_bytes = K / 2;
+    float4 acc[MM_SMALL_M][MM_SMALL_N];
+    for (int m = 0; m < MM_SMALL_M; m++)
+        for (int j = 0; j < MM_SMALL_N; j++)
+            acc[m][j] = (float4)0.0f;
+    for (long blk = lid; blk < n_blocks; blk += MM_SMALL_WG) {
+        long k = blk * 32, g = k / gs;
+        for (int j = 0; j < MM_SMALL_N && n0 + j < N; j++) {
+            long n = n0 + j;
+            uchar16 q = vload16(0, w + n * row_bytes + blk * 16);
+            float z = zp[n * G + g], s = sc[n * G + g];
+            float16 lo = convert_float16(q & (uchar16)0xF) - z;
+            float16 hi = convert_float16(q >> (uchar16)4) - z;
+            for (int m = 0; m < MM_SMALL_M && m < M; m++) {
+                __global const float *xr = x + m * K + k;
+                float16 p = vload16(0, xr) * lo + vload16(1, xr) * hi;
+                float4 t = (p.s0123 + p.s4567) + (p.s89ab + p.scdef);
+                acc[m][j] += t * s;
+            }
+        }
+    }
+    for (int m = 0; m < MM_SMALL_M; m++)
+        for (int j = 0; j < MM_SMALL_N; j++) {
+            float4 a = acc[m][j];
+            red[m * MM_SMALL_N + j][lid] = (a.s0 + a.s1) + (a.s2 + a.s3);
+        }
+    MM_SMALL_FINISH(0)
+}
 
 /* PATCH_EMBED's gather: row r = (b, py, px) of cols [B·nP, C·P·P] holds that patch in
  * (c, kh, kw) order, the order of the flattened conv weight [O, C·P·P]. Item (k, r). */
