@@ -1313,7 +1313,8 @@ void op_case_matmul_u4(const struct op_checks *chk, double tol_small, double tol
                    *k48[5] = { x48, w48, NULL, s48, s48 },
                    *g48[5] = { x96, w96, NULL, s96, s96 }, *g3[5] = { tx, tw, NULL, s3, s3 },
                    *bad_n[5] = { tx, tw, NULL, s7, s7 }, *bad_z[5] = { tx, tw, NULL, ts, z1 },
-                   *bad_t[5] = { tx, tw, NULL, f16_s, tz }, *float_z[5] = { tx, twf, NULL, NULL, tz };
+                   *bad_t[5] = { tx, tw, NULL, f16_s, tz },
+                   *float_z[5] = { tx, twf, NULL, NULL, tz };
     for (int d = 0; d < 2; d++) {
         matmul_q_refused(d, no_z, 4, ty, "src4 (zero points) is absent");
         matmul_q_refused(d, no_z, 5, ty, "src4 (zero points) is absent");
