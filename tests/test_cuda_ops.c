@@ -31,6 +31,11 @@
  *         the scale; rows bit-identical alone), 3e-5 above (the codes widen to f16 exactly
  *         and take the F16 tensor-core route, so the F16 GEMM bound applies), 1e-3 with
  *         gemm_precision=fast (the F16 fast bound)
+ *   U4 weights (op_case_matmul_u4), against the dequantized weights: 1e-5 for M ≤ 32 (the U4
+ *         GEMV: f32 sums of x · (code − zero) per 32-code block, scaled once per block), 3e-4
+ *         above: the dequantized weights are rounded to f16 (2^-12 relative each, row by row
+ *         after a power-of-two normalisation), which over K averages to ~1e-4 of the largest
+ *         output, on top of the F16 route's 3e-5
  *
  * Without a CUDA device the test prints "SKIPPED: no CUDA device (…)" and exits 77.
  * MMRT_TEST_CUDA_PLUGIN=cpu runs the whole file with the CPU plugin as the device under test,
@@ -275,6 +280,15 @@ static void test_matmul_i8(void **state)
     (void)state;
     need_dut();
     op_case_matmul_i8(&g_checks, 1e-5, 3e-5);
+}
+
+/* MATMUL with U4 weights: the U4 GEMV for M ≤ 32, f16-dequantized rows on the F16 route
+ * above. */
+static void test_matmul_u4(void **state)
+{
+    (void)state;
+    need_dut();
+    op_case_matmul_u4(&g_checks, 1e-5, 3e-4);
 }
 
 /* gemm_precision=fast on a second device instance: one rounding of the activations. */
@@ -1502,6 +1516,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),       cmocka_unit_test(test_matmul_i8),
+        cmocka_unit_test(test_matmul_u4),
         cmocka_unit_test(test_matmul_fast),
         cmocka_unit_test(test_patch_embed),  cmocka_unit_test(test_add_mul),
         cmocka_unit_test(test_scale_unary),  cmocka_unit_test(test_norms),

@@ -25,6 +25,12 @@
  * to f16 — exactly, |code| ≤ 127 — into scratch, the F16 tensor-core route multiplies, and
  * scale_cols applies the scales and the bias to the finished f32 sums.
  *
+ * U4 GEMV (M ≤ CU_GEMV_I8_MAX_M): the I8 GEMV's grid with the packed 16-byte block of 32
+ * codes as each lane's unit (gemv_u4_kernel); the same batch invariance. U4 for larger M:
+ * u4_to_f16 dequantizes a block of rows into f16 scratch, each row divided by a power of two
+ * that brings it into [−1, 1] (rowscale), the F16 route multiplies, and scale_cols multiplies
+ * the power back and adds the bias.
+ *
  * prep: the left operand for cuBLAS. cublasGemmEx wants A and B of one dtype, and the
  * weights must stay in theirs, so the f32 activations (or PATCH_EMBED's im2col rows) are
  * converted to the weight dtype — once (hi), or as a hi + lo pair whose sum carries ~16
@@ -243,6 +249,140 @@ scale_cols_kernel(float *y, const float *scale, const void *b, int b_dt, int64_t
     }
 }
 
+/* The 8 codes in one 32-bit word of a U4 block, as code − zero in f32 (exact for whole zero
+ * points): byte b holds code b in its low nibble and code b + 16 in its high one, so word i
+ * (bytes 4i … 4i + 3) gives lo[4i …] and hi[4i …]. */
+__device__ __forceinline__ void unpack_u4x8(uint32_t u, float z, float *lo, float *hi)
+{
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        lo[b] = __fsub_rn((float)((u >> (8 * b)) & 15u), z);
+        hi[b] = __fsub_rn((float)((u >> (8 * b + 4)) & 15u), z);
+    }
+}
+
+/* U4 GEMV: the I8 GEMV's warp per column n and group of CU_GEMV_MAX_M rows per blockIdx.y,
+ * with the 16-byte U4 block (32 codes, one scale and zero point) as the lane's unit: lane l
+ * takes blocks l, l + 32, … of the packed row, so a warp reads 512 consecutive bytes per step
+ * and W is streamed once at its packed size. Per block and x row it sums x · (code − zero)
+ * over the 32 codes in k order and adds that sum times the group's scale to the row's
+ * accumulator; the scalar path (W or x not 16-byte aligned) loads the same values one by one
+ * and computes the very same expression, so a row's result depends on x, W and K only. */
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads)
+gemv_u4_kernel(float *y, const float *x, const uint8_t *w, const float *scale, const float *zero,
+               int64_t G, const void *b, int b_dt, int M, int64_t K, int64_t N)
+{
+    constexpr int R = CU_GEMV_MAX_M; /* rows per group, one group per blockIdx.y */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int m0 = (int)blockIdx.y * R, rows = M - m0 < R ? M - m0 : R;
+    const float *xg = x + (int64_t)m0 * K;
+    float *yg = y + (int64_t)m0 * N;
+    const int64_t n_blocks = K / 32, gs = K / G;
+    for (int64_t n = (int64_t)blockIdx.x * kGemvWarps + warp; n < N;
+         n += (int64_t)gridDim.x * kGemvWarps) {
+        float acc[R];
+#pragma unroll
+        for (int m = 0; m < R; m++)
+            acc[m] = 0.0f;
+        const uint8_t *wr = w + n * (K / 2);
+        for (int64_t v = lane; v < n_blocks; v += 32) {
+            const int64_t g = n * G + v * 32 / gs;
+            const float z = zero[g], sc = scale[g];
+            float lo[16], hi[16];
+            if (VEC) {
+                const uint4 raw = __ldg(reinterpret_cast<const uint4 *>(wr) + v);
+                unpack_u4x8(raw.x, z, lo, hi);
+                unpack_u4x8(raw.y, z, lo + 4, hi + 4);
+                unpack_u4x8(raw.z, z, lo + 8, hi + 8);
+                unpack_u4x8(raw.w, z, lo + 12, hi + 12);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    const uint8_t q = wr[v * 16 + j];
+                    lo[j] = __fsub_rn((float)(q & 15u), z);
+                    hi[j] = __fsub_rn((float)(q >> 4), z);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < R; m++) {
+                if (m < rows) {
+                    const float *xr = xg + m * K + v * 32;
+                    float p = 0.0f;
+                    if (VEC) {
+#pragma unroll
+                        for (int j = 0; j < 8; j++) {
+                            const float4 xv = __ldg(reinterpret_cast<const float4 *>(xr) + j);
+                            const float *c = j < 4 ? lo + 4 * j : hi + 4 * (j - 4);
+                            p = fmaf(xv.x, c[0], p);
+                            p = fmaf(xv.y, c[1], p);
+                            p = fmaf(xv.z, c[2], p);
+                            p = fmaf(xv.w, c[3], p);
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 16; j++)
+                            p = fmaf(xr[j], lo[j], p);
+#pragma unroll
+                        for (int j = 0; j < 16; j++)
+                            p = fmaf(xr[16 + j], hi[j], p);
+                    }
+                    acc[m] = fmaf(p, sc, acc[m]);
+                }
+            }
+        }
+        const float bias = b ? load_wr(b, b_dt, n) : 0.0f;
+#pragma unroll
+        for (int m = 0; m < R; m++) {
+            if (m < rows) { /* uniform: rows depends on blockIdx.y only */
+                float s = warp_sum(acc[m]);
+                if (lane == 0)
+                    yg[m * N + n] = b ? __fadd_rn(s, bias) : s;
+            }
+        }
+    }
+}
+
+/* One block per U4 row: the row's factor p = 2^e ≥ max |(code − zero) · scale| (from the
+ * groups' scales and zero points: a power of two, so dividing by it is exact), then every
+ * weight as f16((code − zero) · scale / p). The f16 values span at most [−1, 1], so no row
+ * overflows f16 or sinks into its subnormals as a whole, whatever its magnitude; each weight
+ * is rounded once to 11 bits. rowscale[r] = p, which the epilogue multiplies back. */
+__global__ void __launch_bounds__(kThreads)
+u4_to_f16_kernel(uint16_t *dst, float *rowscale, const uint8_t *w, const float *scale,
+                 const float *zero, int64_t G, int64_t K, int64_t rows)
+{
+    const int64_t gs = K / G;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *sr = scale + r * G, *zr = zero + r * G;
+        float bound = 0.0f;
+        for (int64_t g = threadIdx.x; g < G; g += blockDim.x) {
+            const float z = zr[g];
+            bound = max_(bound, fabsf(sr[g]) * max_(fabsf(z), fabsf(15.0f - z)));
+        }
+        bound = block_max(bound);
+        float p = 1.0f;
+        if (bound > 0.0f && bound <= 0x1p126f) { /* p and 1 / p stay normal */
+            int e;
+            frexpf(bound, &e); /* bound = f · 2^e, f in [0.5, 1) */
+            p = ldexpf(1.0f, e);
+        }
+        const float inv = 1.0f / p; /* exact: p is a power of two within f32's range */
+        if (threadIdx.x == 0)
+            rowscale[r] = p;
+        const uint8_t *wr = w + r * (K / 2);
+        for (int64_t i = threadIdx.x; i < K / 2; i += blockDim.x) {
+            const uint8_t q = wr[i];
+            const int64_t k = (i / 16) * 32 + i % 16, g = k / gs;
+            const float z = zr[g], sc = sr[g];
+            const float lo = __fmul_rn(__fsub_rn((float)(q & 15u), z), sc);
+            const float hi = __fmul_rn(__fsub_rn((float)(q >> 4), z), sc);
+            dst[r * K + k] = f32_to_f16_rn(__fmul_rn(lo, inv));
+            dst[r * K + k + 16] = f32_to_f16_rn(__fmul_rn(hi, inv));
+        }
+    }
+}
+
 /* One block per row of A; threads along K. */
 template <int OUT, bool SPLIT, bool PATCH>
 __global__ void __launch_bounds__(kThreads) prep_kernel(cu_prep_desc d)
@@ -366,6 +506,41 @@ extern "C" cudaError_t cu_launch_i8_to_f16(uint16_t *dst, const int8_t *src, int
         return cudaSuccess;
     auto k = i8_to_f16_kernel;
     CU_LAUNCH(k, grid_for(n, kThreads), kThreads, 0, stream, dst, src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_launch_gemv_u4(float *y, const float *x, const uint8_t *w,
+                                         const float *scale, const float *zero, int64_t G,
+                                         const void *b, int b_dtype, int64_t M, int64_t K,
+                                         int64_t N, cudaStream_t stream)
+{
+    if (M <= 0 || N <= 0)
+        return cudaSuccess;
+    /* Every packed row is a multiple of 16 bytes and every x row of 128 (K % 32 == 0), so
+     * the bases decide; the scalar path sums in the same order. */
+    bool vec = (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
+    dim3 grid(grid_for(N, kGemvWarps, (int64_t)1 << 30),
+              (unsigned)((M + CU_GEMV_MAX_M - 1) / CU_GEMV_MAX_M));
+    int m = (int)M;
+    if (vec) {
+        auto k = gemv_u4_kernel<true>;
+        CU_LAUNCH(k, grid, kThreads, 0, stream, y, x, w, scale, zero, G, b, b_dtype, m, K, N);
+    } else {
+        auto k = gemv_u4_kernel<false>;
+        CU_LAUNCH(k, grid, kThreads, 0, stream, y, x, w, scale, zero, G, b, b_dtype, m, K, N);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cu_launch_u4_to_f16(uint16_t *dst, float *rowscale, const uint8_t *w,
+                                           const float *scale, const float *zero, int64_t G,
+                                           int64_t K, int64_t rows, cudaStream_t stream)
+{
+    if (rows <= 0 || K <= 0)
+        return cudaSuccess;
+    auto k = u4_to_f16_kernel;
+    CU_LAUNCH(k, grid_for(rows, 1, 65536), kThreads, 0, stream, dst, rowscale, w, scale, zero, G,
+              K, rows);
     return cudaGetLastError();
 }
 

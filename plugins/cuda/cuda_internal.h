@@ -8,7 +8,8 @@
  *   cuda_args.c       argument resolution and checks shared by every op (cf. cpu_args.c)
  *   cuda_ops.c        elementwise, row ops, ROPE, ROPE_MULTI, ATTENTION, ATTENTION_PAGED,
  *                     GET_ROWS, SET_ROWS, COPY, CONCAT
- *   cuda_ops_gemm.c   MATMUL and PATCH_EMBED: GEMV kernels (float and I8 weights) or cuBLAS
+ *   cuda_ops_gemm.c   MATMUL and PATCH_EMBED: GEMV kernels (float, I8 and U4 weights) or
+ *                     cuBLAS
  *   cuda_kernels.cu, cuda_gemm.cu, cuda_attention.cu   the device code (cuda_kernels.h)
  *
  * Threading: a device is driven by one host thread at a time (plugin.h), but not always the
@@ -133,6 +134,7 @@ struct cu_op {
 #define CU_DT_BF16 (1u << MMRT_DTYPE_BF16)
 #define CU_DT_I32 (1u << MMRT_DTYPE_I32)
 #define CU_DT_I8 (1u << MMRT_DTYPE_I8)
+#define CU_DT_U4 (1u << MMRT_DTYPE_U4)
 #define CU_DT_WEIGHT (CU_DT_F32 | CU_DT_F16 | CU_DT_BF16)
 
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with

@@ -9,7 +9,7 @@
  * cu_seqlens, kv_lens, page ids), reported through struct cu_err_word.
  *
  * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, I8
- * GEMV, operand preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
+ * and U4 GEMV, operand preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
  * addresses (arena base + offset); strides and extents are in elements unless named nb.
  */
 #ifndef MMRT_CUDA_KERNELS_H
@@ -158,6 +158,22 @@ cudaError_t cu_launch_i8_to_f16(uint16_t *dst, const int8_t *src, int64_t n,
  * epilogue on the finished f32 sums. */
 cudaError_t cu_launch_scale_cols(float *y, const float *scale, const void *b, int b_dtype,
                                  int64_t M, int64_t N, cudaStream_t stream);
+
+/* y[M, N] = x[M, K] · W[N, K]ᵀ (+ b[N]) for M ≤ CU_GEMV_I8_MAX_M with W a U4 weight (plugin.h
+ * MATMUL): w the packed codes [N, K/2] bytes, K a multiple of 32, scale and zero [N, G] with
+ * K / G a multiple of 32. Codes read once per row group, 16 bytes (one block of 32) at a time
+ * when aligned; per block Σ x · (code − zero) in k order, times the group's scale, summed in
+ * f32 in an order fixed by K; the rows of an M ≤ 32 launch are the rows alone, bit for bit. */
+cudaError_t cu_launch_gemv_u4(float *y, const float *x, const uint8_t *w, const float *scale,
+                              const float *zero, int64_t G, const void *b, int b_dtype,
+                              int64_t M, int64_t K, int64_t N, cudaStream_t stream);
+/* dst[r, k] = the f16 bits of (code − zero) · scale / rowscale[r] for rows r < rows of a U4
+ * weight (w [rows, K/2], scale and zero [rows, G]), rowscale[r] being the power of two that
+ * brings row r into [−1, 1] (1 for a row of zeros), written too: the large-M U4 route's
+ * operand for the F16 GEMM, whose epilogue (scale_cols with rowscale) undoes the factor. */
+cudaError_t cu_launch_u4_to_f16(uint16_t *dst, float *rowscale, const uint8_t *w,
+                                const float *scale, const float *zero, int64_t G, int64_t K,
+                                int64_t rows, cudaStream_t stream);
 
 /* Writes rows [r0, r0 + rows) of the GEMM's left operand A [M, K] into hi (and lo), as
  * out_dtype: A is x [M, K] (x != NULL) or the im2col rows of a PATCH_EMBED image (img).

@@ -42,6 +42,19 @@
  *                                the codes into f16 instead would round every weight to 11
  *                                bits. W blocks are converted once when all of W fits in half
  *                                the scratch, else once per A chunk.
+ *
+ * U4 weights (plugin.h ABI 1.3: packed codes [N, K/2], scales and zero points [N, G]):
+ *   M ≤ CU_GEMV_I8_MAX_M (32)    the U4 GEMV kernel: 16 bytes (32 codes) per lane and step,
+ *                                Σ x · (code − zero) per block times the group's scale, an
+ *                                order fixed by K; rows bit-identical to the row alone.
+ *   larger M                     the I8 route's structure with u4_to_f16 as the widening:
+ *                                each W row is dequantized into f16 after division by a
+ *                                power of two p ≥ its largest |weight| (so any magnitude fits
+ *                                f16's range), and scale_cols multiplies p back (exact) and
+ *                                adds the bias. Unlike the I8 codes, the dequantized weights
+ *                                are not integers: each is rounded once to 11 bits (2^-12
+ *                                relative), ~1/100 of the INT4 step itself; with gemm_precision
+ *                                high the route is within ~1e-4 of the f32 reference.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -160,12 +173,22 @@ static mmrt_status gemm(struct cu_op *o, const float *x, const struct cu_prep_de
     return MMRT_OK;
 }
 
-/* MATMUL with an I8 W: y = (x · qᵀ) · scale (+ b); see the file comment. */
-static mmrt_status gemm_i8(struct cu_op *o, const float *x, int64_t M, int64_t K,
-                           const int8_t *w, const float *scale, int64_t N, const void *b,
-                           int b_dtype, float *y)
+/* A quantized MATMUL weight: I8 codes [N, K] with scales [N], or U4 codes [N, K/2] with
+ * scales and zero points [N, G]. */
+struct qweight {
+    int dtype;
+    const void *w;
+    const float *scale, *zero;
+    int64_t G;
+};
+
+/* MATMUL with a quantized W; see the file comment. */
+static mmrt_status gemm_quant(struct cu_op *o, const float *x, int64_t M, int64_t K,
+                              const struct qweight *q, int64_t N, const void *b, int b_dtype,
+                              float *y)
 {
     struct mmrt_device *dev = o->dev;
+    const bool u4 = q->dtype == MMRT_DTYPE_U4;
     cudaError_t e;
     if (M == 0 || N == 0)
         return MMRT_OK;
@@ -173,10 +196,15 @@ static mmrt_status gemm_i8(struct cu_op *o, const float *x, int64_t M, int64_t K
         return cu_bad(o, MMRT_ERR_UNSUPPORTED, "N %" PRId64 " or K %" PRId64 " exceeds cuBLAS's "
                       "int dimensions", N, K);
     if (K > 0 && M <= CU_GEMV_I8_MAX_M) {
-        e = cu_launch_gemv_i8(y, x, w, scale, b, b_dtype, M, K, N, dev->stream);
+        if (u4) {
+            e = cu_launch_gemv_u4(y, x, q->w, q->scale, q->zero, q->G, b, b_dtype, M, K, N,
+                                  dev->stream);
+            return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "gemv_u4");
+        }
+        e = cu_launch_gemv_i8(y, x, q->w, q->scale, b, b_dtype, M, K, N, dev->stream);
         return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "gemv_i8");
     }
-    if (K == 0) { /* an empty sum: y = 0 · scale + b */
+    if (K == 0) { /* an empty sum: y = 0 · scale + b (U4 has K ≥ 32) */
         e = cu_launch_fill_rows(y, b, b_dtype, M, N, dev->stream);
         return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "fill_rows");
     }
@@ -184,23 +212,25 @@ static mmrt_status gemm_i8(struct cu_op *o, const float *x, int64_t M, int64_t K
         return cu_launch_failed(o, e, "fill_rows");
 
     const size_t half = CU_GEMM_SCRATCH_BYTES / 2; /* both halves 256-byte aligned */
+    /* U4: the rows' powers of two (u4_to_f16) lead the W half, 256-byte aligned. */
+    const size_t rs_bytes = u4 ? ((size_t)N * sizeof(float) + 255) & ~(size_t)255 : 0;
     const bool split = dev->gemm_split;
     const size_t row_bytes = (size_t)K * 2 * (split ? 2 : 1);
     int64_t a_chunk = (int64_t)((half - 256) / row_bytes);
-    int64_t w_chunk = (int64_t)(half / ((size_t)K * 2));
+    int64_t w_chunk = rs_bytes < half ? (int64_t)((half - rs_bytes) / ((size_t)K * 2)) : 0;
     if (a_chunk < 1 || w_chunk < 1)
-        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "K %" PRId64 " needs %zu bytes of scratch per row, "
-                      "more than the plugin's %zu", K, row_bytes * 2, CU_GEMM_SCRATCH_BYTES);
+        return cu_bad(o, MMRT_ERR_UNSUPPORTED, "K %" PRId64 " and N %" PRId64 " need more than "
+                      "the plugin's %zu bytes of scratch (%zu per row of x)", K, N,
+                      CU_GEMM_SCRATCH_BYTES, row_bytes * 2);
     if (a_chunk > INT_MAX)
         a_chunk = INT_MAX;
     if (w_chunk > N)
         w_chunk = N;
     const float hi_scale = split ? 1.0f / 256.0f : 1.0f, lo_scale = split ? 8.0f : 1.0f;
-    uint16_t *wq = dev->gemm_scratch;
+    float *rowscale = dev->gemm_scratch;
+    uint16_t *wq = (uint16_t *)((char *)dev->gemm_scratch + rs_bytes);
     char *hi = (char *)dev->gemm_scratch + half;
     const bool w_once = w_chunk == N; /* all of W converted once, before the row chunks */
-    if (w_once && (e = cu_launch_i8_to_f16(wq, w, N * K, dev->stream)) != cudaSuccess)
-        return cu_launch_failed(o, e, "i8_to_f16");
     for (int64_t r0 = 0; r0 < M; r0 += a_chunk) {
         const int64_t rows = M - r0 < a_chunk ? M - r0 : a_chunk;
         struct cu_prep_desc d;
@@ -219,9 +249,18 @@ static mmrt_status gemm_i8(struct cu_op *o, const float *x, int64_t M, int64_t K
             return cu_launch_failed(o, e, "prep");
         for (int64_t n0 = 0; n0 < N; n0 += w_chunk) {
             const int64_t cols = N - n0 < w_chunk ? N - n0 : w_chunk;
-            if (!w_once && (e = cu_launch_i8_to_f16(wq, w + n0 * K, cols * K, dev->stream)) !=
-                               cudaSuccess)
-                return cu_launch_failed(o, e, "i8_to_f16");
+            if (!w_once || r0 == 0) {
+                if (u4)
+                    e = cu_launch_u4_to_f16(wq, rowscale + n0,
+                                            (const uint8_t *)q->w + n0 * (K / 2),
+                                            q->scale + n0 * q->G, q->zero + n0 * q->G, q->G, K,
+                                            cols, dev->stream);
+                else
+                    e = cu_launch_i8_to_f16(wq, (const int8_t *)q->w + n0 * K, cols * K,
+                                            dev->stream);
+                if (e != cudaSuccess)
+                    return cu_launch_failed(o, e, u4 ? "u4_to_f16" : "i8_to_f16");
+            }
             const uint16_t *wb = w_once ? wq + n0 * K : wq;
             float *yb = y + r0 * N + n0;
             mmrt_status st = gemm_blas(o, d.hi, MMRT_DTYPE_F16, rows, K, wb, MMRT_DTYPE_F16,
@@ -233,28 +272,66 @@ static mmrt_status gemm_i8(struct cu_op *o, const float *x, int64_t M, int64_t K
                 return st;
         }
     }
-    e = cu_launch_scale_cols(y, scale, b, b_dtype, M, N, dev->stream);
+    e = cu_launch_scale_cols(y, u4 ? rowscale : q->scale, b, b_dtype, M, N, dev->stream);
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "scale_cols");
+}
+
+/* The U4 operands (plugin.h): W [N, K/2] for K a multiple of 32, scales and zero points
+ * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The messages are
+ * the CPU plugin's, so a caller sees one wording whichever device refuses. */
+static mmrt_status check_u4(struct cu_op *o, const struct cu_view *w, const struct cu_view *s,
+                            const struct cu_view *z, int64_t K, int64_t N, int64_t *G)
+{
+    mmrt_status st;
+    if (K % 32 != 0 || w->ne[1] * 2 != K)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but "
+                      "x's inner dim is %" PRId64 " (U4 wants [N, K/2] with K a multiple of 32)",
+                      w->ne[0], w->ne[1], K);
+    if (!s->data || !z->data)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
+                      s->data ? 4 : 3, s->data ? "zero points" : "scales");
+    if ((st = cu_need_dtype(o, "src3 (scales)", s, CU_DT_F32)) ||
+        (st = cu_need_contig(o, "src3 (scales)", s)) ||
+        (st = cu_need_rank(o, "src3 (scales)", s, 2)) ||
+        (st = cu_need_dtype(o, "src4 (zero points)", z, CU_DT_F32)) ||
+        (st = cu_need_contig(o, "src4 (zero points)", z)) ||
+        (st = cu_need_rank(o, "src4 (zero points)", z, 2)))
+        return st;
+    const int64_t g = s->ne[1];
+    if (s->ne[0] != N || g < 1 || K % g != 0 || (K / g) % 32 != 0)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src3 (scales) is [%" PRId64 ", %" PRId64 "]: "
+                      "want [%" PRId64 ", G] with K / G a multiple of 32 (K = %" PRId64 ")",
+                      s->ne[0], s->ne[1], N, K);
+    if (z->ne[0] != N || z->ne[1] != g)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (zero points) is [%" PRId64 ", %" PRId64
+                      "], the scales [%" PRId64 ", %" PRId64 "]", z->ne[0], z->ne[1], N, g);
+    *G = g;
+    return MMRT_OK;
 }
 
 mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
-    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 4, &o);
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_MATMUL, 2, 5, &o);
     if (st != MMRT_OK)
         return st;
     const struct cu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
-                         *y = &o.dst;
+                         *z = &o.src[4], *y = &o.dst;
     if ((st = cu_need_dtype(&o, "src0 (x)", x, CU_DT_F32)) ||
         (st = cu_need_contig(&o, "src0 (x)", x)) || (st = cu_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = cu_need_dtype(&o, "src1 (W)", w, CU_DT_WEIGHT | CU_DT_I8)) ||
+        (st = cu_need_dtype(&o, "src1 (W)", w, CU_DT_WEIGHT | CU_DT_I8 | CU_DT_U4)) ||
         (st = cu_need_contig(&o, "src1 (W)", w)))
         return st;
-    int64_t K = cu_inner(x), M = cu_rows(x), N = w->ne[0];
-    if (w->ne[1] != K)
+    int64_t K = cu_inner(x), M = cu_rows(x), N = w->ne[0], G = 1;
+    if (w->dtype == MMRT_DTYPE_U4) {
+        if ((st = check_u4(&o, w, s, z, K, N, &G)))
+            return st;
+    } else if (z->data) {
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src4 (zero points) goes only with a U4 W");
+    } else if (w->ne[1] != K) {
         return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
                       "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
-    if (w->dtype == MMRT_DTYPE_I8) {
+    } else if (w->dtype == MMRT_DTYPE_I8) {
         if (!s->data)
             return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
         if ((st = cu_need_dtype(&o, "src3 (scales)", s, CU_DT_F32)) ||
@@ -282,11 +359,15 @@ mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *arg
     if ((st = cu_need_disjoint(&o, "src0 (x)", x, false)) ||
         (st = cu_need_disjoint(&o, "src1 (W)", w, false)) ||
         (st = cu_need_disjoint(&o, "src2 (bias)", b, false)) ||
-        (st = cu_need_disjoint(&o, "src3 (scales)", s, false)))
+        (st = cu_need_disjoint(&o, "src3 (scales)", s, false)) ||
+        (st = cu_need_disjoint(&o, "src4 (zero points)", z, false)))
         return st;
-    if (w->dtype == MMRT_DTYPE_I8)
-        return gemm_i8(&o, (const float *)x->data, M, K, (const int8_t *)w->data,
-                       (const float *)s->data, N, b->data, b->dtype, (float *)y->data);
+    if (w->dtype == MMRT_DTYPE_I8 || w->dtype == MMRT_DTYPE_U4) {
+        const struct qweight q = {w->dtype, w->data, (const float *)s->data,
+                                  (const float *)z->data, G};
+        return gemm_quant(&o, (const float *)x->data, M, K, &q, N, b->data, b->dtype,
+                          (float *)y->data);
+    }
     return gemm(&o, (const float *)x->data, NULL, M, K, w->data, w->dtype, N, b->data, b->dtype,
                 (float *)y->data);
 }

@@ -7,7 +7,8 @@
  * host pointers under the emulator). Shapes are small — every CUDA thread is a host thread —
  * but chosen to cross the tile boundaries of each kernel. cuBLAS is not emulated: the GEMM
  * path is checked here only through its operand preparation (hi + lo must reproduce x) and,
- * for I8 weights, the code widening and the scale epilogue around it.
+ * for I8 weights, the code widening and the scale epilogue around it, for U4 weights their
+ * dequantization into f16 rows with a power of two each.
  *
  * Output: one line per check, then "N passed, N failed"; exit status 1 on any failure.
  */
@@ -647,6 +648,100 @@ static void test_gemv_i8(void)
            memcmp(y.data(), want.data(), want.size() * sizeof(float)) == 0);
 }
 
+/* A random U4 weight [N, K] in groups of gs: codes 0 … 15, whole zero points 0 … 15, scales
+ * of different magnitudes per row (every fifth row's groups zero: scale 0), written at byte
+ * offset `misalign` of a 64-byte aligned buffer; deq gets what it stands for (ref_ops.c). */
+struct U4W {
+    std::vector<uint8_t> buf;
+    uint8_t *q;
+    std::vector<float> scale, zero, deq;
+};
+static void make_u4(U4W &u, int64_t N, int64_t K, int64_t gs, int misalign)
+{
+    const int64_t G = K / gs;
+    u.buf.assign((size_t)(N * K / 2) + 64, 0);
+    u.q = u.buf.data() + (64 - (uintptr_t)u.buf.data() % 64) % 64 + misalign;
+    for (int64_t i = 0; i < N * K / 2; i++)
+        u.q[i] = (uint8_t)(rng_u64() & 0xff);
+    u.scale.resize(N * G);
+    u.zero.resize(N * G);
+    for (int64_t i = 0; i < N * G; i++) {
+        const int64_t r = i / G;
+        u.scale[i] = r % 5 == 4 ? 0.0f : ldexpf(rng_f(1e-3f, 2e-2f), -(int)(r % 3) * 6);
+        u.zero[i] = (float)(rng_u64() % 16);
+    }
+    u.deq.resize(N * K);
+    ref_u4_dequant(u.q, u.scale.data(), u.zero.data(), N, K, gs, u.deq.data());
+}
+
+/* The U4 GEMV against the reference on the dequantized weights, with and without the
+ * 16-byte path (W one byte off), groups of 32 / 64 / 128, up to 33 rows; rows alone, with x
+ * one float off (scalar path), give the same bits. Then the large-M widening: every f16
+ * weight times its row's power of two is the weight to 2^-11, the power brings the row into
+ * [−1, 1], and a row of zeros gets 1. */
+static void test_gemv_u4(void)
+{
+    const int64_t cases[][4] = {{1, 32, 1, 32},   {1, 64, 63, 32},  {2, 128, 64, 64},
+                                {8, 256, 65, 128}, {9, 96, 9, 32},   {17, 256, 33, 64},
+                                {32, 64, 7, 64},  {5, 1024, 13, 128}, {32, 512, 3, 32}};
+    for (auto &cs : cases)
+        for (int misalign = 0; misalign < 2; misalign++) {
+            const int64_t M = cs[0], K = cs[1], N = cs[2], gs = cs[3];
+            auto x = rand_vec(M * K + 4, -1, 1);
+            auto b = rand_vec(N, -1, 1);
+            U4W u;
+            make_u4(u, N, K, gs, misalign);
+            std::vector<float> y(M * N, NAN);
+            bool bias = (K / 32 + misalign) % 2 == 0;
+            cu_launch_gemv_u4(y.data(), x.data(), u.q, u.scale.data(), u.zero.data(), K / gs,
+                              bias ? b.data() : nullptr, MMRT_DTYPE_F32, M, K, N, nullptr);
+            std::vector<double> ref(M * N);
+            ref_matmul(x.data(), u.deq.data(), bias ? b.data() : nullptr, M, K, N, ref.data());
+            char what[128];
+            snprintf(what, sizeof what, "GEMV U4 M %lld K %lld N %lld g%lld %s bias %d",
+                     (long long)M, (long long)K, (long long)N, (long long)gs,
+                     misalign ? "scalar" : "vec", bias);
+            check(what, y.data(), ref.data(), M * N, 1e-5);
+            bool same = true;
+            for (int64_t m = 0; m < M && same; m += M > 2 ? M / 2 : 1) {
+                std::vector<float> x1(K + 4), y1(N, NAN);
+                memcpy(x1.data() + 1, x.data() + m * K, (size_t)K * sizeof(float));
+                cu_launch_gemv_u4(y1.data(), x1.data() + 1, u.q, u.scale.data(), u.zero.data(),
+                                  K / gs, bias ? b.data() : nullptr, MMRT_DTYPE_F32, 1, K, N,
+                                  nullptr);
+                same = memcmp(y1.data(), y.data() + m * N, (size_t)N * sizeof(float)) == 0;
+            }
+            snprintf(what, sizeof what, "GEMV U4 M %lld K %lld N %lld %s: rows alone, same bits",
+                     (long long)M, (long long)K, (long long)N, misalign ? "scalar" : "vec");
+            expect(what, same);
+        }
+
+    const int64_t N = 11, K = 256, gs = 64;
+    U4W u;
+    make_u4(u, N, K, gs, 3);
+    std::vector<uint16_t> h(N * K, 0xffff);
+    std::vector<float> rs(N, NAN);
+    cu_launch_u4_to_f16(h.data(), rs.data(), u.q, u.scale.data(), u.zero.data(), K / gs, K, N,
+                        nullptr);
+    bool close = true, fits = true, zero_row = true;
+    for (int64_t n = 0; n < N; n++) {
+        int e;
+        fits = fits && frexpf(rs[n], &e) == 0.5f; /* a power of two */
+        double amax = 0;
+        for (int64_t k = 0; k < K; k++) {
+            const double want = u.deq[n * K + k], got = (double)f16_f(h[n * K + k]) * rs[n];
+            amax = fmax(amax, fabs(want));
+            close = close && fabs(got - want) <= fabs(want) * 0x1p-11 + rs[n] * 0x1p-25;
+        }
+        fits = fits && amax <= rs[n] && (amax == 0 || amax > rs[n] / 32);
+        if (n % 5 == 4)
+            zero_row = zero_row && rs[n] == 1.0f && amax == 0;
+    }
+    expect("U4 -> F16 widening: each weight to 2^-11 of itself", close);
+    expect("U4 -> F16 widening: row powers of two bound each row", fits);
+    expect("U4 -> F16 widening: a row of zeros gets 1", zero_row);
+}
+
 static void test_prep(void)
 {
     /* x must be reproduced by hi / hi_scale + lo / lo_scale to the promised precision. */
@@ -1098,6 +1193,7 @@ int main(int argc, char **argv)
     if (!*only || strstr(only, "attention")) test_attention_paged();
     if (!*only || strstr(only, "gemv")) test_gemv();
     if (!*only || strstr(only, "gemv")) test_gemv_i8();
+    if (!*only || strstr(only, "gemv")) test_gemv_u4();
     if (!*only || strstr(only, "prep")) test_prep();
     if (!*only || strstr(only, "rows")) test_rows();
     if (!*only || strstr(only, "elementwise")) test_elementwise();
