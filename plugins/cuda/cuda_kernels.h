@@ -9,8 +9,9 @@
  * cu_seqlens, kv_lens, page ids), reported through struct cu_err_word.
  *
  * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, I8
- * and U4 GEMV, operand preparation for cuBLAS), cuda_attention.cu (flash attention). Pointers are device
- * addresses (arena base + offset); strides and extents are in elements unless named nb.
+ * and U4 GEMV, operand preparation for cuBLAS), cuda_attention.cu (flash attention).
+ * Pointers are device addresses (arena base + offset); strides and extents are in elements
+ * unless named nb.
  */
 #ifndef MMRT_CUDA_KERNELS_H
 #define MMRT_CUDA_KERNELS_H
