@@ -24,7 +24,7 @@ static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MM
 
 static const char *dt_name(enum mmrt_dtype dt)
 {
-    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8"};
+    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8", "U4"};
     return (unsigned)dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
 }
 
@@ -166,6 +166,50 @@ static mmrt_status grid_matmul_i8(struct chk *c, struct mmrt_error *err)
         if (b)
             kt_rand(&k, b, -1, 1);
         kase_run(&k, (const struct kt *[]){x, w, b, s}, 4, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
+/* U4 weights (plugin.h, ABI 1.3), the row (MATMUL, U4): packed codes, scales and zero points
+ * from the runtime's quantizer in groups of 32, 64 and 128 (and one group per row), rows of
+ * different magnitudes and zero rows; M on both sides of the small-M lines (4, 8, 32), N off
+ * every tile and warp, with and without a bias. */
+static mmrt_status grid_matmul_u4(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t M, K, N, group;
+        int quick;
+    } cases[] = {
+        {1, 32, 1, 32, Q},      {1, 256, 7, 64, Q},     {3, 128, 33, 128, 0},
+        {4, 64, 5, 32, 0},      {5, 384, 65, 128, Q},   {8, 1024, 130, 64, 0},
+        {9, 192, 129, 64, 0},   {32, 4096, 3, 128, 0},  {33, 1024, 257, 128, Q},
+        {1, 4096, 1031, 128, 0}, {17, 768, 131, 32, 0}, {70, 512, 67, 64, Q},
+        {129, 768, 131, 128, 0}, {2, 96, 3, 32, 0},     {64, 2048, 97, 64, 0},
+        {1, 11008, 127, 128, 0}, {3, 320, 9, 320, 0},
+    };
+    static const char *const bias_names[] = {"none", "F16", "F32"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!want(c, cases[i].quick))
+            continue;
+        int64_t M = cases[i].M, K = cases[i].K, N = cases[i].N, gs = cases[i].group;
+        int bias = (int)(i % 3);
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_MATMUL, "U4", i, "M=%lld K=%lld N=%lld group=%lld bias=%s",
+                   (long long)M, (long long)K, (long long)N, (long long)gs, bias_names[bias]);
+        struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, K));
+        struct kt *w = kt_new(&k, MMRT_DTYPE_U4, SHAPE(N, K / 2));
+        struct kt *s = kt_new(&k, MMRT_DTYPE_F32, SHAPE(N, K / gs));
+        struct kt *z = kt_new(&k, MMRT_DTYPE_F32, SHAPE(N, K / gs));
+        struct kt *b =
+            bias ? kt_new(&k, bias == 1 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, SHAPE(N)) : NULL;
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, N));
+        kt_rand(&k, x, -1, 1);
+        kt_quantize_u4(&k, w, s, z, gs, 2.0f);
+        if (b)
+            kt_rand(&k, b, -1, 1);
+        kase_run(&k, (const struct kt *[]){x, w, b, s, z}, 5, y, NULL, 0);
         kase_check(&k, y);
         END_CASE();
     }
@@ -1465,7 +1509,9 @@ mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
     switch (op) {
     case MMRT_OP_MATMUL: {
         mmrt_status st = grid_matmul(c, err);
-        return st == MMRT_OK ? grid_matmul_i8(c, err) : st;
+        if (st == MMRT_OK)
+            st = grid_matmul_i8(c, err);
+        return st == MMRT_OK ? grid_matmul_u4(c, err) : st;
     }
     case MMRT_OP_ADD:
     case MMRT_OP_MUL: return grid_binary(c, op, err);

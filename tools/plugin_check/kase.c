@@ -178,6 +178,8 @@ static void poison(unsigned char *p, uint64_t nbytes, enum mmrt_dtype dt)
             memcpy(p + i, &i32, 4);
         else if (dt == MMRT_DTYPE_I8)
             p[i] = 0x80u;
+        else if (dt == MMRT_DTYPE_U4)
+            p[i] = 0xffu; /* every byte is a valid code pair: the codes are always written whole */
         else
             memcpy(p + i, &nan16, 2);
     }
@@ -472,6 +474,32 @@ void kt_quantize(struct kase *k, struct kt *w, struct kt *scales, float hi)
     }
     kt_set_raw(k, w, q);
     kt_set_raw(k, scales, s);
+}
+
+void kt_quantize_u4(struct kase *k, struct kt *w, struct kt *scales, struct kt *zeros,
+                    int64_t group, float hi)
+{
+    if (k->st != MMRT_OK)
+        return;
+    const int64_t N = w->v[0].ne[0], K = w->v[0].ne[1] * 2, G = K / group;
+    float *v = kase_floats(k, N * K), *s = kase_floats(k, N * G), *z = kase_floats(k, N * G);
+    uint8_t *q = (uint8_t *)kase_floats(k, (N * K / 2 + 3) / 4); /* bytes in float storage */
+    if (!v || !s || !z || !q)
+        return;
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t i = 0; i < K; i++) {
+            float x = kase_float(k, -hi, hi);
+            v[r * K + i] = r % 7 == 6 ? 0.0f : ldexpf(x, -(int)(r % 5));
+        }
+    int64_t bad = 0;
+    if (!mmrt_quant_q4_rows(v, N, K, group, q, s, z, &bad)) {
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "checker: weight %lld is not finite",
+                  (long long)bad);
+        return;
+    }
+    kt_set_raw(k, w, q);
+    kt_set_raw(k, scales, s);
+    kt_set_raw(k, zeros, z);
 }
 
 /* ---- running and comparing ------------------------------------------------------------------ */

@@ -22,8 +22,8 @@
  * Watchdog: with chk.case_timeout_s set, a case that does not finish in time (a kernel that
  * never returns cannot be cancelled) prints which case hung and exits with CHK_EXIT_FAIL.
  *
- * Poison: every allocation starts as NaN (F32/F16/BF16), 0x7fffffff (I32) or -128 (I8, the
- * code core/quant.h never writes) on both devices.
+ * Poison: every allocation starts as NaN (F32/F16/BF16), 0x7fffffff (I32), -128 (I8, the
+ * code core/quant.h never writes) or 0xff (U4, whose bytes are all valid) on both devices.
  * A kernel that reads a cell outside its view gets NaN into its result; one that writes
  * outside its dst view changes bytes that must stay equal between the devices.
  */
@@ -102,6 +102,11 @@ void kt_set_raw(struct kase *k, struct kt *t, const void *elems);
  * runtime's own quantizer (core/quant.h); the codes go into w (I8 [N, K], contiguous) and the
  * per-row scales into scales (F32 [N]). */
 void kt_quantize(struct kase *k, struct kt *w, struct kt *scales, float hi);
+
+/* The same rows quantized to U4 in groups of `group` (core/quant.h): the packed codes into w
+ * (U4 [N, K/2], contiguous), scales and zero points into scales and zeros (F32 [N, K/group]). */
+void kt_quantize_u4(struct kase *k, struct kt *w, struct kt *scales, struct kt *zeros,
+                    int64_t group, float hi);
 
 /* Random numbers from the case's stream: uniform float in [lo, hi), int in [lo, hi]
  * (hi − lo < 2³¹). */

@@ -25,6 +25,10 @@ static const struct chk_tolerance table[] = {
      "the codes convert to f32 exactly, so the same dot products as a float W plus one "
      "rounding where a row's sum is scaled (or the codes carried in F16 through tensor "
      "cores, as for F16 weights); a lost or misplaced scale costs ~1"},
+    {MMRT_OP_MATMUL, "U4", 3e-4,
+     "f32 dot products of the dequantized weights (code − zero) · scale; a GPU may carry the "
+     "dequantized weights in F16 through tensor cores (2^-12 relative per weight, ~1e-4 of "
+     "the largest output over K); a swapped nibble, group or zero point costs ~1"},
     {MMRT_OP_ADD, NULL, 1e-6,
      "one correctly rounded f32 add per element: should match bit for bit; 1e-6 allows only "
      "a few ulp"},
