@@ -47,6 +47,7 @@
 #include "mmrt/mmrt.h"
 #include "model.h"
 #include "pool_budget.h"
+#include "quant.h"
 
 enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2 };
 
@@ -63,7 +64,8 @@ struct options {
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
     int concurrency;
-    bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache, int8;
+    bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache;
+    enum mmrt_weight_format weights; /* --weights */
     int threads;
 };
 
@@ -88,8 +90,9 @@ static void usage(FILE *f)
             "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
             "                      1..32; default: the round's requests, at most 32)\n"
             "  --kv-dtype T        f32|f16 KV cache ([model] kv_dtype; default f32)\n"
-            "  --weights W         checkpoint|int8: matmul weights as --dtype writes them, or\n"
-            "                      quantized at load ([model] weights; default checkpoint)\n"
+            "  --weights W         checkpoint|int8|int4|int4-g64|int4-g32: matmul weights as\n"
+            "                      --dtype writes them, or quantized at load ([model] weights;\n"
+            "                      default checkpoint)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -552,14 +555,25 @@ int main(int argc, char **argv)
             }
             o.kv_f16 = strcmp(optarg, "f16") == 0;
             break;
-        case 'W':
-            if (strcmp(optarg, "checkpoint") != 0 && strcmp(optarg, "int8") != 0) {
-                fprintf(stderr, "mmrt-bench: --weights \"%s\": expected checkpoint or int8\n",
-                        optarg);
+        case 'W': {
+            /* The [model] weights spellings, from the runtime's own names. */
+            static const enum mmrt_weight_format formats[] = {
+                MMRT_WEIGHTS_CHECKPOINT, MMRT_WEIGHTS_INT8, MMRT_WEIGHTS_INT4,
+                MMRT_WEIGHTS_INT4_G64, MMRT_WEIGHTS_INT4_G32,
+            };
+            size_t f = 0;
+            while (f < sizeof formats / sizeof formats[0] &&
+                   strcmp(optarg, mmrt_weight_format_name(formats[f])) != 0)
+                f++;
+            if (f == sizeof formats / sizeof formats[0]) {
+                fprintf(stderr, "mmrt-bench: --weights \"%s\": expected checkpoint, int8, int4, "
+                        "int4-g64 or int4-g32\n", optarg);
                 bad = 1;
+            } else {
+                o.weights = formats[f];
             }
-            o.int8 = strcmp(optarg, "int8") == 0;
             break;
+        }
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -652,7 +666,11 @@ int main(int argc, char **argv)
         goto out;
     }
     const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2, kv_bytes = o.kv_f16 ? 2 : 4;
-    const double mm_bytes = o.int8 ? 1.0 : (double)w_bytes;
+    /* INT4: half a byte of packed code per weight plus an F32 scale and zero point per group. */
+    const int64_t q4_group = mmrt_weight_format_group(o.weights);
+    const double mm_bytes = o.weights == MMRT_WEIGHTS_INT8 ? 1.0
+                            : q4_group > 0 ? 0.5 + 8.0 / (double)q4_group
+                                           : (double)w_bytes;
     const uint64_t ckpt_bytes = stage_weight_bytes(tensors, n_tensors, w_bytes, true, true);
     uint64_t dev_weights[MAX_DEVS] = { 0 };
     for (int i = 0; i < pl.n_dev; i++)
@@ -676,8 +694,7 @@ int main(int argc, char **argv)
      * model's whole context (the KV store and the longest prefill auto sizes for). */
     const int64_t kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency);
     const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16,
-                                              .weights = o.int8 ? MMRT_WEIGHTS_INT8
-                                                                : MMRT_WEIGHTS_CHECKPOINT };
+                                              .weights = o.weights };
     struct mmrt_pool_budget budget = { 0 };
     uint64_t pool_mb[MAX_DEVS] = { 0 };
     if (supported) {
@@ -902,7 +919,7 @@ int main(int argc, char **argv)
         .max_kv_tokens = kv_tokens,
         .max_batch = concurrency,
         .kv_dtype = o.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
-        .weights = o.int8 ? MMRT_WEIGHTS_INT8 : MMRT_WEIGHTS_CHECKPOINT,
+        .weights = o.weights,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -1078,7 +1095,7 @@ int main(int argc, char **argv)
         "machine", "cpu", cpu, "cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "threads", n_threads,
         "command", cmd, "shape", s->name, "hf_id", s->hf_id, "model_type", s->model_type,
         "vision_layers", (json_int_t)v_layers, "text_layers", (json_int_t)t_layers,
-        "dtype", dt_names[o.dtype], "weights", o.int8 ? "int8" : "checkpoint",
+        "dtype", dt_names[o.dtype], "weights", mmrt_weight_format_name(o.weights),
         "image_size", o.image_size,
         "prompt_tokens", o.prompt_tokens, "gen_tokens", o.gen_tokens, "batch", o.batch,
         "repeat", o.repeat, "warmup", o.warmup,
@@ -1169,12 +1186,16 @@ int main(int argc, char **argv)
         struct bench_image_plan ip;
         vision_desc(s, v_layers, vd, sizeof vd);
         bench_image_plan(s, o.image_size, &ip);
+        char quant_note[48] = "";
+        if (o.weights != MMRT_WEIGHTS_CHECKPOINT)
+            snprintf(quant_note, sizeof quant_note, " quantized to %s at load",
+                     mmrt_weight_format_name(o.weights));
         printf("shape %s (%s): %s, text %lld/%lld layers, %s weights%s; image %d×%d → "
                "%lld×%lld patches, %lld image tokens; prompt %d tokens (%d user + image + "
                "template); %d generated\n",
                s->name, s->hf_id, vd, (long long)t_layers, (long long)s->t_layers,
-               dt_names[o.dtype], o.int8 ? " quantized to int8 at load" : "", o.image_size, o.image_size, (long long)ip.cols,
-               (long long)ip.rows, (long long)ip.n_image_tokens, n_prompt, o.prompt_tokens,
+               dt_names[o.dtype], quant_note, o.image_size, o.image_size,
+               (long long)ip.cols,               (long long)ip.rows, (long long)ip.n_image_tokens, n_prompt, o.prompt_tokens,
                n_gen);
         printf("limits (best of %d probes around the rounds, %s loops, %d threads): read "
                "%.1f GB/s, f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n", lim.n_calls, lim.isa,
