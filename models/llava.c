@@ -109,10 +109,15 @@ static mmrt_status llava_load(const char *dir, const json_t *config,
                                           &m->pp, &ow, &oh, err);
     if (st != MMRT_OK)
         goto fail;
-    if (!m->pp.do_center_crop || ow != ccfg.image_size || oh != ccfg.image_size) {
+    /* Every image must come out at the tower's size whatever its own: a centre crop does
+     * that, and so does an exact resize without a crop (the whole picture, squashed). */
+    const bool fixed_size = m->pp.do_center_crop ||
+                            (m->pp.do_resize && m->pp.resize_mode == MMRT_RESIZE_EXACT);
+    if (!fixed_size || ow != ccfg.image_size || oh != ccfg.image_size) {
         st = mmrt_error_set(err, MMRT_ERR_FORMAT,
                             "%s: preprocessing must produce %lld×%lld images (the vision "
-                            "tower's image_size), it produces %u×%u", path,
+                            "tower's image_size) from any input: a centre crop or an exact "
+                            "resize; it produces %u×%u", path,
                             (long long)ccfg.image_size, (long long)ccfg.image_size, ow, oh);
         goto fail;
     }

@@ -107,6 +107,20 @@ static void test_bad_configs(void **state)
     golden_set_config("model_type", json_string("llava_unknown"));
     golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "model_type 'llava_unknown' is not supported");
     golden_set_config("model_type", json_string("llava"));
+    /* The tower takes one image size: a shortest-edge resize needs the crop after it, an
+     * exact resize to the tower's size (the whole picture, as the demo model is trained) does
+     * not. */
+    golden_set_json("processor_config.json", "image_processor/do_center_crop", json_false());
+    golden_expect_load_error(MMRT_ERR_FORMAT, "preprocessing must produce 28×28 images");
+    golden_set_json("processor_config.json", "image_processor/size",
+                    json_pack("{s:i, s:i}", "height", 28, "width", 28));
+    golden_expect_loads();
+    golden_set_json("processor_config.json", "image_processor/size",
+                    json_pack("{s:i, s:i}", "height", 28, "width", 24));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "it produces 24×28");
+    golden_set_json("processor_config.json", "image_processor/size",
+                    json_pack("{s:i}", "shortest_edge", 28));
+    golden_set_json("processor_config.json", "image_processor/do_center_crop", json_true());
     /* Everything restored: it loads again. */
     golden_expect_loads();
 }
