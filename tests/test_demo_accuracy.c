@@ -1,0 +1,189 @@
+/*
+ * tests/test_demo_accuracy.c — the built-in demo model (demo/llava-shapes, trained by
+ * tools/train_demo.py) answers its held-out questions: exact-answer accuracy no lower than
+ * the committed model's on the CPU plugin, the same answers with the vision stage on OpenCL,
+ * and on every item the greedy tokens transformers gave with the same checkpoint (recorded by
+ * the training script in demo/heldout/heldout.json).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "golden.h"
+#include "mmrt/mmrt.h"
+#include "request_util.h"
+
+/* The share of held-out questions the committed model answers exactly (186 of 240; which
+ * kinds it misses: docs/DEMO.md), as a floor so that no change to mmrt lowers it. Issue #15
+ * asks for 0.95, which this model does not reach yet: raise the floor with the model. */
+#define DEMO_MIN_ACCURACY 0.775
+#define DEMO_MAX_TOKENS 32 /* the longest held-out answer (four shapes described) is 16 */
+
+struct answer {
+    char text[256];
+    size_t len;
+    int32_t ids[DEMO_MAX_TOKENS];
+    int n_ids;
+};
+
+static bool collect(void *user, int32_t id, const char *text)
+{
+    struct answer *a = user;
+    size_t n = strlen(text);
+    if (a->len + n < sizeof a->text) {
+        memcpy(a->text + a->len, text, n + 1);
+        a->len += n;
+    }
+    if (id >= 0 && a->n_ids < DEMO_MAX_TOKENS)
+        a->ids[a->n_ids++] = id;
+    return true;
+}
+
+/* The answer without the space the model puts after "ASSISTANT:" (transformers' .strip()). */
+static const char *trimmed(struct answer *a)
+{
+    char *s = a->text;
+    while (*s == ' ' || *s == '\n')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    return s;
+}
+
+static void demo_path(char *buf, size_t size, const char *rel)
+{
+    snprintf(buf, size, "%s/demo/%s", golden_src_dir(), rel);
+}
+
+static json_t *load_items(void)
+{
+    char path[4096];
+    demo_path(path, sizeof path, "heldout/heldout.json");
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s:%d: %s", path, jerr.line, jerr.text);
+    json_t *items = json_object_get(root, "items");
+    assert_true(json_is_array(items));
+    assert_true(json_array_size(items) >= 200);
+    json_incref(items);
+    json_decref(root);
+    return items;
+}
+
+/* Runs every held-out item; answers[i] receives item i's answer. */
+static void run_all(struct mmrt_runtime *rt, const json_t *items, struct answer *answers)
+{
+    char img[4096], rel[512];
+    size_t i;
+    const json_t *it;
+    json_array_foreach(items, i, it) {
+        snprintf(rel, sizeof rel, "heldout/%s", json_string_value(json_object_get(it, "image")));
+        demo_path(img, sizeof img, rel);
+        struct mmrt_request req = {
+            .struct_size = sizeof req,
+            .prompt = json_string_value(json_object_get(it, "question")),
+            .images = TEST_FILE(img),
+            .n_images = 1,
+            .max_tokens = DEMO_MAX_TOKENS,
+            .top_p = 1.0f,
+        };
+        struct mmrt_result res = { .struct_size = sizeof res };
+        memset(&answers[i], 0, sizeof answers[i]);
+        if (mmrt_run(rt, &req, collect, &answers[i], &res) != MMRT_OK)
+            fail_msg("%s: %s", rel, res.error);
+        assert_int_equal(res.finish_reason, MMRT_FINISH_EOS);
+    }
+}
+
+static struct mmrt_runtime *open_demo(const char *vision_plugin)
+{
+    char dir[4096];
+    demo_path(dir, sizeof dir, "llava-shapes");
+    return golden_open_or_fail(dir, vision_plugin);
+}
+
+static void test_heldout_cpu(void **state)
+{
+    (void)state;
+    json_t *items = load_items();
+    const size_t n = json_array_size(items);
+    struct answer *answers = calloc(n, sizeof *answers);
+    assert_non_null(answers);
+    struct mmrt_runtime *rt = open_demo(NULL);
+    run_all(rt, items, answers);
+    mmrt_destroy(rt);
+
+    size_t correct = 0, i;
+    const json_t *it;
+    json_array_foreach(items, i, it) {
+        const char *got = trimmed(&answers[i]);
+        const char *want = json_string_value(json_object_get(it, "answer"));
+        const char *hf = json_string_value(json_object_get(it, "transformers_answer"));
+        const json_t *hf_ids = json_object_get(it, "transformers_tokens");
+        /* the same greedy tokens as transformers (the EOS that ended both is not listed) */
+        if ((size_t)answers[i].n_ids != json_array_size(hf_ids) + 1)
+            fail_msg("%s: %d tokens, transformers gave %zu", json_string_value(
+                         json_object_get(it, "image")), answers[i].n_ids - 1,
+                     json_array_size(hf_ids));
+        for (size_t k = 0; k < json_array_size(hf_ids); k++)
+            if (answers[i].ids[k] != json_integer_value(json_array_get(hf_ids, k)))
+                fail_msg("%s: token %zu is %d, transformers gave %lld",
+                         json_string_value(json_object_get(it, "image")), k, answers[i].ids[k],
+                         (long long)json_integer_value(json_array_get(hf_ids, k)));
+        assert_string_equal(got, hf);
+        correct += strcmp(got, want) == 0;
+    }
+    const double acc = (double)correct / (double)n;
+    print_message("demo held-out accuracy on the CPU plugin: %zu/%zu = %.3f (at least %.2f)\n",
+                  correct, n, acc, DEMO_MIN_ACCURACY);
+    assert_true(acc >= DEMO_MIN_ACCURACY);
+    free(answers);
+    json_decref(items);
+}
+
+/* The vision stage on OpenCL gives the same answers as the CPU plugin on every item. */
+static void test_heldout_vision_on_opencl(void **state)
+{
+    (void)state;
+    golden_require_plugin("opencl");
+    json_t *items = load_items();
+    const size_t n = json_array_size(items);
+    struct answer *cpu = calloc(n, sizeof *cpu), *ocl = calloc(n, sizeof *ocl);
+    assert_non_null(cpu);
+    assert_non_null(ocl);
+    struct mmrt_runtime *rt = open_demo(NULL);
+    run_all(rt, items, cpu);
+    mmrt_destroy(rt);
+    rt = open_demo("opencl");
+    run_all(rt, items, ocl);
+    mmrt_destroy(rt);
+    size_t i;
+    const json_t *it;
+    json_array_foreach(items, i, it) {
+        const char *name = json_string_value(json_object_get(it, "image"));
+        if (strcmp(trimmed(&cpu[i]), trimmed(&ocl[i])) != 0)
+            fail_msg("%s: \"%s\" on the CPU, \"%s\" with the vision stage on OpenCL", name,
+                     cpu[i].text, ocl[i].text);
+    }
+    free(cpu);
+    free(ocl);
+    json_decref(items);
+}
+
+int main(void)
+{
+    mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_heldout_cpu),
+        cmocka_unit_test(test_heldout_vision_on_opencl),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
