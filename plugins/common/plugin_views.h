@@ -140,4 +140,36 @@ static inline const char *mmrt_pv_dtype_list(unsigned mask, char *buf, size_t si
     return buf;
 }
 
+/* The shapes of a U4 MATMUL's operands (plugin.h), in the order the plugins check them: W
+ * [N, K/2] with K a multiple of 32 (mmrt_pv_u4_w), then the scales and zero points [N, G]
+ * with K / G a multiple of 32 (mmrt_pv_u4_groups, which sets *G). Whether the operands are
+ * present, F32 and contiguous is the plugin's own check of its views. */
+#define MMRT_PV_BAD(...) (snprintf(why, why_size, __VA_ARGS__), MMRT_ERR_INVALID_ARG)
+static inline mmrt_status mmrt_pv_u4_w(int64_t K, const int64_t *w_ne, char *why,
+                                       size_t why_size)
+{
+    if (K % 32 != 0 || w_ne[1] * 2 != K)
+        return MMRT_PV_BAD("src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but x's inner dim is %"
+                           PRId64 " (U4 wants [N, K/2] with K a multiple of 32)", w_ne[0],
+                           w_ne[1], K);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_u4_groups(int64_t K, int64_t N, const int64_t *s_ne,
+                                            const int64_t *z_ne, int64_t *G, char *why,
+                                            size_t why_size)
+{
+    const int64_t g = s_ne[1];
+    if (s_ne[0] != N || g < 1 || K % g != 0 || (K / g) % 32 != 0)
+        return MMRT_PV_BAD("src3 (scales) is [%" PRId64 ", %" PRId64 "]: want [%" PRId64
+                           ", G] with K / G a multiple of 32 (K = %" PRId64 ")", s_ne[0],
+                           s_ne[1], N, K);
+    if (z_ne[0] != N || z_ne[1] != g)
+        return MMRT_PV_BAD("src4 (zero points) is [%" PRId64 ", %" PRId64 "], the scales [%"
+                           PRId64 ", %" PRId64 "]", z_ne[0], z_ne[1], N, g);
+    *G = g;
+    return MMRT_OK;
+}
+#undef MMRT_PV_BAD
+
 #endif

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 
 #include "cpu_internal.h"
+#include "plugin_views.h"
 
 void *cpu_xpack(struct mmrt_device *dev, size_t nbytes, const char *what)
 {
@@ -415,10 +416,10 @@ static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const s
                              int64_t K, int64_t N)
 {
     mmrt_status st;
-    if (K % 32 != 0 || w->ne[1] * 2 != K)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but "
-                       "x's inner dim is %" PRId64 " (U4 wants [N, K/2] with K a multiple of "
-                       "32)", w->ne[0], w->ne[1], K);
+    int64_t G = 0;
+    char why[256];
+    if (mmrt_pv_u4_w(K, w->ne, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (!s->data || !z->data)
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
                        s->data ? 4 : 3, s->data ? "zero points" : "scales");
@@ -429,14 +430,8 @@ static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const s
         (st = cpu_need_contig(o, "src4 (zero points)", z)) ||
         (st = cpu_need_rank(o, "src4 (zero points)", z, 2)))
         return st;
-    const int64_t G = s->ne[1];
-    if (s->ne[0] != N || G < 1 || K % G != 0 || (K / G) % 32 != 0)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src3 (scales) is [%" PRId64 ", %" PRId64 "]: "
-                       "want [%" PRId64 ", G] with K / G a multiple of 32 (K = %" PRId64 ")",
-                       s->ne[0], s->ne[1], N, K);
-    if (z->ne[0] != N || z->ne[1] != G)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (zero points) is [%" PRId64 ", %" PRId64
-                       "], the scales [%" PRId64 ", %" PRId64 "]", z->ne[0], z->ne[1], N, G);
+    if (mmrt_pv_u4_groups(K, N, s->ne, z->ne, &G, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (b->data) {
         if ((st = cpu_need_dtype(o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
             (st = cpu_need_contig(o, "src2 (bias)", b)))

@@ -61,6 +61,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "plugin_views.h"
 
 static cudaDataType cu_blas_type(int dtype)
 {
@@ -277,16 +278,15 @@ static mmrt_status gemm_quant(struct cu_op *o, const float *x, int64_t M, int64_
 }
 
 /* The U4 operands (plugin.h): W [N, K/2] for K a multiple of 32, scales and zero points
- * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The messages are
- * the CPU plugin's, so a caller sees one wording whichever device refuses. */
+ * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The shape checks
+ * are plugin_views.h's, so a caller sees one wording whichever device refuses. */
 static mmrt_status check_u4(struct cu_op *o, const struct cu_view *w, const struct cu_view *s,
                             const struct cu_view *z, int64_t K, int64_t N, int64_t *G)
 {
     mmrt_status st;
-    if (K % 32 != 0 || w->ne[1] * 2 != K)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but "
-                      "x's inner dim is %" PRId64 " (U4 wants [N, K/2] with K a multiple of 32)",
-                      w->ne[0], w->ne[1], K);
+    char why[256];
+    if (mmrt_pv_u4_w(K, w->ne, why, sizeof why) != MMRT_OK)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (!s->data || !z->data)
         return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
                       s->data ? 4 : 3, s->data ? "zero points" : "scales");
@@ -297,15 +297,8 @@ static mmrt_status check_u4(struct cu_op *o, const struct cu_view *w, const stru
         (st = cu_need_contig(o, "src4 (zero points)", z)) ||
         (st = cu_need_rank(o, "src4 (zero points)", z, 2)))
         return st;
-    const int64_t g = s->ne[1];
-    if (s->ne[0] != N || g < 1 || K % g != 0 || (K / g) % 32 != 0)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src3 (scales) is [%" PRId64 ", %" PRId64 "]: "
-                      "want [%" PRId64 ", G] with K / G a multiple of 32 (K = %" PRId64 ")",
-                      s->ne[0], s->ne[1], N, K);
-    if (z->ne[0] != N || z->ne[1] != g)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (zero points) is [%" PRId64 ", %" PRId64
-                      "], the scales [%" PRId64 ", %" PRId64 "]", z->ne[0], z->ne[1], N, g);
-    *G = g;
+    if (mmrt_pv_u4_groups(K, N, s->ne, z->ne, G, why, sizeof why) != MMRT_OK)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 
 #include "ocl_internal.h"
+#include "plugin_views.h"
 
 /* A MATMUL weight as the kernels take it: W, and for I8 its scales, for U4 its scales and
  * zero points [N, G] (absent views, mem NULL, where the dtype has none; G 1 then). */
@@ -89,16 +90,15 @@ static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint6
 }
 
 /* The U4 operands (plugin.h): W [N, K/2] for K a multiple of 32, scales and zero points
- * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The messages are
- * the CPU plugin's, so a caller sees one wording whichever device refuses. */
+ * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The shape checks
+ * are plugin_views.h's, so a caller sees one wording whichever device refuses. */
 static mmrt_status check_u4(struct ocl_op *o, const struct ocl_view *w, const struct ocl_view *s,
                             const struct ocl_view *z, int64_t K, int64_t N, int64_t *G)
 {
     mmrt_status st;
-    if (K % 32 != 0 || w->ne[1] * 2 != K)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but "
-                       "x's inner dim is %" PRId64 " (U4 wants [N, K/2] with K a multiple of 32)",
-                       w->ne[0], w->ne[1], K);
+    char why[256];
+    if (mmrt_pv_u4_w(K, w->ne, why, sizeof why) != MMRT_OK)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (!s->mem || !z->mem)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
                        s->mem ? 4 : 3, s->mem ? "zero points" : "scales");
@@ -109,15 +109,8 @@ static mmrt_status check_u4(struct ocl_op *o, const struct ocl_view *w, const st
         (st = ocl_need_contig(o, "src4 (zero points)", z)) ||
         (st = ocl_need_rank(o, "src4 (zero points)", z, 2)))
         return st;
-    const int64_t g = s->ne[1];
-    if (s->ne[0] != N || g < 1 || K % g != 0 || (K / g) % 32 != 0)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src3 (scales) is [%" PRId64 ", %" PRId64 "]: "
-                       "want [%" PRId64 ", G] with K / G a multiple of 32 (K = %" PRId64 ")",
-                       s->ne[0], s->ne[1], N, K);
-    if (z->ne[0] != N || z->ne[1] != g)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src4 (zero points) is [%" PRId64 ", %" PRId64
-                       "], the scales [%" PRId64 ", %" PRId64 "]", z->ne[0], z->ne[1], N, g);
-    *G = g;
+    if (mmrt_pv_u4_groups(K, N, s->ne, z->ne, G, why, sizeof why) != MMRT_OK)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
