@@ -152,6 +152,15 @@ struct mmrt_model_type {
     mmrt_status (*encode)(struct mmrt_model *model, const struct mmrt_request *req,
                           const struct mmrt_model_trace *trace, struct mmrt_vision_output *out,
                           struct mmrt_error *err);
+    /* Vision stage of n requests together (optional; NULL: the runtime calls encode() once
+     * per request). outs[i], sts[i] and errs[i] are request i's, as encode() would give
+     * them: a request that fails (a bad image, over the budget) fails alone, and every
+     * output is bit-identical to encode()'s for the same request — a model runs images
+     * through one pass only where each image's rows stay above MMRT_SMALL_M in every matrix
+     * product (plugin.h, batch invariance). No trace: traced runs take encode(). */
+    void (*encode_batch)(struct mmrt_model *model, const struct mmrt_request *const *reqs,
+                         int n, struct mmrt_vision_output *outs, mmrt_status *sts,
+                         struct mmrt_error *errs);
     /* Language stage, the part that differs between models: the chat template, where the
      * image embeddings go and the rotary positions, for one request (vision from encode()).
      * The engine (engine.h) does the rest: prefill, batched decode, sampling, stopping. */

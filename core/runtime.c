@@ -32,6 +32,9 @@
 #include "pool_budget.h"
 #include "vision_cache.h"
 
+/* [scheduler] vision_batch when not set: a burst of up to 8 requests shares one vision
+ * stage (docs/ENGINE.md "The vision stage" measures it). */
+#define MMRT_DEFAULT_VISION_BATCH 8
 #define MAX_DEVICES 64
 
 _Static_assert((int)MMRT_LEVEL1_DEFAULT == (int)MMRT_POOL_LEVEL1_DEFAULT &&
@@ -49,6 +52,8 @@ struct mmrt_runtime {
     struct mmrt_model *model;  /* loaded when model_path is set */
     struct mmrt_model_options model_opts; /* [model] settings, handed to the model */
     struct mmrt_engine_options engine_opts; /* [scheduler] settings */
+    int vision_batch;          /* [scheduler] vision_batch: jobs whose vision runs together */
+    uint64_t vision_batches, vision_batch_jobs; /* the worker's vision stages (under drive) */
     struct mmrt_language lang; /* the model's language stage, borrowed by the engine */
     struct mmrt_engine *engine; /* every request's language stage; NULL without a model */
     struct mmrt_vision_cache *vcache; /* the vision-feature cache; NULL when off */
@@ -275,6 +280,11 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                  "default)", (long long)cfg->step_tokens, MMRT_CONF_MAX_STEP_TOKENS);
         return at(src, cs ? cs->step_tokens_line : 0, err, MMRT_ERR_CONFIG, what);
     }
+    if (cfg->vision_batch < 0 || cfg->vision_batch > MMRT_CONF_MAX_VISION_BATCH) {
+        snprintf(what, sizeof what, "[scheduler] vision_batch %d must be 1 … %d (0 = %d)",
+                 cfg->vision_batch, MMRT_CONF_MAX_VISION_BATCH, MMRT_DEFAULT_VISION_BATCH);
+        return at(src, cs ? cs->vision_batch_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
     const struct mmrt_conf_cache *cc = src->conf ? &src->conf->cache : NULL;
     if (cfg->vision_cache_entries > MMRT_CONF_MAX_VISION_ENTRIES) {
         snprintf(what, sizeof what, "[cache] vision_entries %lld must be at most %d (0 = %d, "
@@ -297,6 +307,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     pthread_cond_init(&rt->done, NULL);
     pthread_mutex_init(&rt->stats_lock, NULL);
     rt->locks_ready = true;
+    rt->vision_batch = cfg->vision_batch ? cfg->vision_batch : MMRT_DEFAULT_VISION_BATCH;
     rt->engine_opts = (struct mmrt_engine_options){ .max_batch = cfg->max_batch,
                                                     .prefill_chunk = cfg->prefill_chunk,
                                                     .step_tokens = cfg->step_tokens,
@@ -629,6 +640,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .prefix_cache = conf->cache.prefix,
         .weights = conf->weights,
         .exif_orientation = conf->exif_orientation,
+        .vision_batch = conf->scheduler.vision_batch,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, out, &e);
@@ -1037,6 +1049,47 @@ mmrt_status mmrt_runtime_vision(struct mmrt_runtime *rt, const struct mmrt_reque
     return st;
 }
 
+void mmrt_runtime_vision_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
+                               struct mmrt_vision_output *outs, mmrt_status *sts,
+                               struct mmrt_error *errs)
+{
+    struct req_view rv[MMRT_CONF_MAX_VISION_BATCH];
+    const struct mmrt_request *run[MMRT_CONF_MAX_VISION_BATCH];
+    struct mmrt_vision_output got[MMRT_CONF_MAX_VISION_BATCH];
+    mmrt_status got_st[MMRT_CONF_MAX_VISION_BATCH];
+    int idx[MMRT_CONF_MAX_VISION_BATCH], k = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        sts[i] = i >= MMRT_CONF_MAX_VISION_BATCH
+                     ? mmrt_error_set(&errs[i], MMRT_ERR_INVALID_ARG, "more than %d requests",
+                                      MMRT_CONF_MAX_VISION_BATCH)
+                 : !rt->model ? mmrt_error_set(&errs[i], MMRT_ERR_CONFIG, "%s: no [model] "
+                                               "configured", rt->source)
+                              : normalize_request(rt, &reqs[i], &rv[i], &errs[i]);
+        if (sts[i] == MMRT_OK) {
+            idx[k] = i;
+            run[k++] = &rv[i].r;
+        }
+    }
+    if (k == 0)
+        return;
+    struct mmrt_error *got_err = calloc((size_t)k, sizeof *got_err);
+    if (!got_err) {
+        for (int j = 0; j < k; j++)
+            sts[idx[j]] = mmrt_error_set(&errs[idx[j]], MMRT_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    pthread_mutex_lock(&rt->drive);
+    mmrt_vision_front_encode_batch(&rt->vfront, run, k, NULL, got, got_st, got_err);
+    pthread_mutex_unlock(&rt->drive);
+    for (int j = 0; j < k; j++) {
+        outs[idx[j]] = got[j];
+        sts[idx[j]] = got_st[j];
+        errs[idx[j]] = got_err[j];
+    }
+    free(got_err);
+}
+
 /* Hands one encoded request to the engine: the model's prompt, then submission. vis moves
  * into the engine either way. */
 static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
@@ -1379,53 +1432,76 @@ static void job_finish(struct mmrt_job *j, mmrt_status st, const char *msg)
     pthread_mutex_unlock(&rt->jobs_lock);
 }
 
-/* A taken job's vision stage and submission to the engine (the worker holds drive). Returns
- * false when the job ended there. */
-static bool job_start(struct mmrt_runtime *rt, struct mmrt_job *j)
+/* Taken jobs' vision stages, run together (the worker holds drive: one call of the vision
+ * front, so a model with encode_batch runs their images through one pass of its tower), and
+ * their submission to the engine. Each job ends here or joins `*active`. */
+static void jobs_start(struct mmrt_runtime *rt, struct mmrt_job *batch, struct mmrt_job **active)
 {
-    struct mmrt_error err = { 0 };
-    struct mmrt_vision_output vis = { 0 };
-    const struct mmrt_request *r = &j->req;
-    pthread_mutex_lock(&rt->jobs_lock);
-    const bool cancelled = j->cancel;
-    pthread_mutex_unlock(&rt->jobs_lock);
-    if (cancelled) {
-        job_finish(j, MMRT_ERR_CANCELLED, "cancelled");
-        return false;
-    }
-    j->result.vision_start_ms = mmrt_now_ms() - j->t0;
-    j->result.queue_ms = j->result.vision_start_ms;
-    /* The keys go back to the job under jobs_lock: mmrt_job_image_key reads them from other
-     * threads. The copy is the worker's own while it runs. */
-    struct mmrt_vision_key *keys = NULL;
-    if (mmrt_vision_front_applies(&rt->vfront, r) &&
-        (keys = malloc((size_t)r->n_images * sizeof *keys)))
-        memcpy(keys, j->keys, (size_t)r->n_images * sizeof *keys);
-    mmrt_status st = encode_cached(rt, r, NULL, keys, &vis, &err);
-    if (keys) {
+    struct mmrt_job *jobs[MMRT_CONF_MAX_VISION_BATCH];
+    const struct mmrt_request *reqs[MMRT_CONF_MAX_VISION_BATCH];
+    /* The keys go back to each job under jobs_lock: mmrt_job_image_key reads them from other
+     * threads. These copies are the worker's own while the stage runs. */
+    struct mmrt_vision_key *keys[MMRT_CONF_MAX_VISION_BATCH];
+    struct mmrt_vision_output vis[MMRT_CONF_MAX_VISION_BATCH];
+    mmrt_status sts[MMRT_CONF_MAX_VISION_BATCH];
+    struct mmrt_error errs[MMRT_CONF_MAX_VISION_BATCH];
+    int n = 0;
+    while (batch) {
+        struct mmrt_job *j = batch;
+        batch = j->next;
         pthread_mutex_lock(&rt->jobs_lock);
-        memcpy(j->keys, keys, (size_t)r->n_images * sizeof *keys);
+        const bool cancelled = j->cancel;
         pthread_mutex_unlock(&rt->jobs_lock);
-        free(keys);
+        if (cancelled) {
+            job_finish(j, MMRT_ERR_CANCELLED, "cancelled");
+            continue;
+        }
+        const struct mmrt_request *r = &j->req;
+        j->result.vision_start_ms = mmrt_now_ms() - j->t0;
+        j->result.queue_ms = j->result.vision_start_ms;
+        keys[n] = NULL;
+        if (mmrt_vision_front_applies(&rt->vfront, r) &&
+            (keys[n] = malloc((size_t)r->n_images * sizeof *keys[n])))
+            memcpy(keys[n], j->keys, (size_t)r->n_images * sizeof *keys[n]);
+        memset(&errs[n], 0, sizeof errs[n]);
+        jobs[n] = j;
+        reqs[n++] = r;
     }
-    j->result.vision_end_ms = mmrt_now_ms() - j->t0;
-    j->result.language_start_ms = j->result.vision_end_ms;
-    struct mmrt_seq *seq = NULL;
-    if (st == MMRT_OK)
-        st = submit(rt, r, &vis, NULL, j->cb.on_token, j->cb.user, &j->result, &seq, &err);
-    mmrt_vision_output_free(&vis);
-    if (st != MMRT_OK) {
-        job_finish(j, st, err.msg);
-        return false;
+    if (n == 0)
+        return;
+    mmrt_vision_front_encode_batch(&rt->vfront, reqs, n, keys, vis, sts, errs);
+    rt->vision_batches++;
+    rt->vision_batch_jobs += (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        struct mmrt_job *j = jobs[i];
+        if (keys[i]) {
+            pthread_mutex_lock(&rt->jobs_lock);
+            memcpy(j->keys, keys[i], (size_t)j->req.n_images * sizeof *keys[i]);
+            pthread_mutex_unlock(&rt->jobs_lock);
+            free(keys[i]);
+        }
+        j->result.vision_end_ms = mmrt_now_ms() - j->t0;
+        j->result.language_start_ms = j->result.vision_end_ms;
+        struct mmrt_seq *seq = NULL;
+        mmrt_status st = sts[i];
+        if (st == MMRT_OK)
+            st = submit(rt, &j->req, &vis[i], NULL, j->cb.on_token, j->cb.user, &j->result,
+                        &seq, &errs[i]);
+        mmrt_vision_output_free(&vis[i]);
+        if (st != MMRT_OK) {
+            job_finish(j, st, errs[i].msg);
+            continue;
+        }
+        if (j->cb.on_accepted)
+            j->cb.on_accepted(j->cb.user, j->result.n_prompt_tokens);
+        pthread_mutex_lock(&rt->jobs_lock);
+        j->seq = seq;
+        if (j->cancel)
+            mmrt_engine_cancel(seq);
+        pthread_mutex_unlock(&rt->jobs_lock);
+        j->next = *active;
+        *active = j;
     }
-    if (j->cb.on_accepted)
-        j->cb.on_accepted(j->cb.user, j->result.n_prompt_tokens);
-    pthread_mutex_lock(&rt->jobs_lock);
-    j->seq = seq;
-    if (j->cancel)
-        mmrt_engine_cancel(seq);
-    pthread_mutex_unlock(&rt->jobs_lock);
-    return true;
 }
 
 /* The vision cache's figures (its own lock: live from any thread); 0 when it is off. */
@@ -1456,6 +1532,8 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->preemptions = es.preemptions;
     n->prefix_cache_hits = es.prefix_hits;
     n->prefix_cache_reused_tokens = es.prefix_reused_tokens;
+    n->vision_batches = rt->vision_batches;
+    n->vision_batch_requests = rt->vision_batch_jobs;
     const struct mmrt_dev *lang = rt->language;
     n->kv_pages_used = lang->kv.pages_used;
     n->kv_pages_total = lang->kv.pages_total;
@@ -1487,9 +1565,10 @@ static void *worker_main(void *arg)
 {
     struct mmrt_runtime *rt = arg;
     struct mmrt_job *active = NULL; /* in the engine; only this thread touches the list */
-    /* Taken from pending, vision stage not yet run, oldest first. One starts per engine step:
-     * a burst of new requests then costs the running streams one vision stage between two
-     * tokens, not one per request, and the first of the burst reaches its prefill sooner. */
+    /* Taken from pending, vision stage not yet run, oldest first. Up to vision_batch of them
+     * start per engine step, their vision stages run together: a burst of new requests then
+     * costs the running streams one (batched) vision stage between two tokens, not one per
+     * request, and the burst reaches its prefill together. */
     struct mmrt_job *fresh = NULL;
     pthread_mutex_lock(&rt->jobs_lock);
     for (;;) {
@@ -1511,12 +1590,12 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&rt->jobs_lock);
         worker_drive(rt);
         if (fresh) {
-            struct mmrt_job *j = fresh;
-            fresh = j->next;
-            if (job_start(rt, j)) {
-                j->next = active;
-                active = j;
-            }
+            struct mmrt_job *batch = fresh, **cut = &fresh;
+            for (int k = 0; k < rt->vision_batch && *cut; k++)
+                cut = &(*cut)->next;
+            fresh = *cut;
+            *cut = NULL;
+            jobs_start(rt, batch, &active);
         }
         struct mmrt_error err = { 0 };
         struct mmrt_job *finished = NULL;

@@ -439,7 +439,13 @@ struct work {
     size_t *sizes;
     struct mmrt_image_input *sub_images;   /* the missing images */
     struct mmrt_message *sub_messages;
+    struct mmrt_request sub;               /* the request of the missing images alone */
     struct mmrt_vision_output fresh;       /* encode() of the missing images */
+    enum {
+        W_MODEL,   /* the model encodes the request as given: no cache, or off the path */
+        W_MISSING, /* the model encodes sub, the images the cache lacks */
+        W_HITS,    /* every image hit */
+    } mode;
 };
 
 static void work_free(const struct mmrt_vision_front *f, struct work *w)
@@ -484,9 +490,8 @@ static bool look_up(const struct mmrt_vision_front *f, const struct mmrt_request
     return true;
 }
 
-/* encode() on the images that missed, their pieces stored. False: take the whole path. */
-static bool encode_missing(const struct mmrt_vision_front *f, const struct mmrt_request *req,
-                           struct work *w, int n_miss)
+/* w->sub: a copy of req holding only the images that missed. False: take the whole path. */
+static bool missing_request(const struct mmrt_request *req, struct work *w, int n_miss)
 {
     w->sub_images = calloc((size_t)n_miss, sizeof *w->sub_images);
     w->sub_messages = calloc((size_t)req->n_messages + 1, sizeof *w->sub_messages);
@@ -516,9 +521,14 @@ static bool encode_missing(const struct mmrt_vision_front *f, const struct mmrt_
     sub.images = w->sub_images;
     sub.n_images = n_miss;
     sub.messages = w->sub_messages;
-    struct mmrt_error e = { 0 };
-    if (f->type->encode(f->model, &sub, NULL, &w->fresh, &e) != MMRT_OK)
-        return false;
+    w->sub = sub;
+    return true;
+}
+
+/* The pieces of the missing images, from w->fresh (the model's output for w->sub), stored.
+ * False: take the whole path. */
+static bool store_fresh(const struct mmrt_vision_front *f, struct work *w, int n_miss)
+{
     const struct mmrt_vision_output *v = &w->fresh;
     if (v->dim < 1 || !v->features || v->n_images < 1)
         return false;
@@ -528,7 +538,7 @@ static bool encode_missing(const struct mmrt_vision_front *f, const struct mmrt_
     if (whole && (n_miss != 1 || v->tokens_per_image || v->grid_thw))
         return false;
     int64_t row = 0;
-    j = 0;
+    int j = 0;
     for (int i = 0; i < w->n; i++) {
         if (w->hits[i])
             continue;
@@ -605,43 +615,132 @@ static bool assemble(const struct mmrt_vision_front *f, struct work *w,
     return true;
 }
 
-mmrt_status mmrt_vision_front_encode(const struct mmrt_vision_front *f,
-                                     const struct mmrt_request *req,
-                                     struct mmrt_vision_key *keys,
-                                     struct mmrt_vision_output *out, struct mmrt_error *err)
+/* Keys, lookups and what the model must encode for req: w->mode. */
+static void plan(const struct mmrt_vision_front *f, const struct mmrt_request *req,
+                 struct mmrt_vision_key *keys, struct work *w)
 {
+    w->mode = W_MODEL;
     if (!mmrt_vision_front_applies(f, req))
-        return f->type->encode(f->model, req, NULL, out, err);
+        return;
     const int n = req->n_images;
-    struct work w = { .n = n };
-    w.own_keys = keys ? NULL : calloc((size_t)n, sizeof *w.own_keys);
-    w.keys = keys ? keys : w.own_keys;
-    w.hits = calloc((size_t)n, sizeof *w.hits);
-    w.all = calloc((size_t)n, sizeof *w.all);
-    w.bytes = calloc((size_t)n, sizeof *w.bytes);
-    w.sizes = calloc((size_t)n, sizeof *w.sizes);
-    bool ok = w.keys && w.hits && w.all && w.bytes && w.sizes && look_up(f, req, &w);
+    w->n = n;
+    w->own_keys = keys ? NULL : calloc((size_t)n, sizeof *w->own_keys);
+    w->keys = keys ? keys : w->own_keys;
+    w->hits = calloc((size_t)n, sizeof *w->hits);
+    w->all = calloc((size_t)n, sizeof *w->all);
+    w->bytes = calloc((size_t)n, sizeof *w->bytes);
+    w->sizes = calloc((size_t)n, sizeof *w->sizes);
+    if (!w->keys || !w->hits || !w->all || !w->bytes || !w->sizes || !look_up(f, req, w))
+        return;
     int n_miss = 0;
     int64_t hit_rows = 0;
-    for (int i = 0; ok && i < n; i++) {
-        if (w.hits[i]) {
-            w.all[i] = *w.hits[i];
-            hit_rows += mmrt_vision_piece_rows(w.hits[i]);
+    for (int i = 0; i < n; i++) {
+        if (w->hits[i]) {
+            w->all[i] = *w->hits[i];
+            hit_rows += mmrt_vision_piece_rows(w->hits[i]);
         } else {
             n_miss++;
         }
     }
     /* The hits alone over the budget: no use encoding the others first. */
-    if (ok && n > 1 && f->max_image_tokens > 0 && hit_rows > f->max_image_tokens)
-        ok = false;
-    if (ok && n_miss > 0)
-        ok = encode_missing(f, req, &w, n_miss);
-    struct mmrt_vision_output v = { 0 };
-    if (ok)
-        ok = assemble(f, &w, &v);
-    work_free(f, &w);
-    if (!ok)
-        return f->type->encode(f->model, req, NULL, out, err);
-    *out = v;
-    return MMRT_OK;
+    if (n > 1 && f->max_image_tokens > 0 && hit_rows > f->max_image_tokens)
+        return;
+    if (n_miss == 0)
+        w->mode = W_HITS;
+    else if (missing_request(req, w, n_miss))
+        w->mode = W_MISSING;
+}
+
+static int count_missing(const struct work *w)
+{
+    int n_miss = 0;
+    for (int i = 0; i < w->n; i++)
+        n_miss += !w->hits[i];
+    return n_miss;
+}
+
+/* The model's vision stage of reqs[0 … n), together where it has encode_batch. */
+static void model_encode(const struct mmrt_vision_front *f,
+                         const struct mmrt_request *const *reqs, int n,
+                         struct mmrt_vision_output *outs, mmrt_status *sts,
+                         struct mmrt_error *errs)
+{
+    if (n > 1 && f->type->encode_batch) {
+        f->type->encode_batch(f->model, reqs, n, outs, sts, errs);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        sts[i] = f->type->encode(f->model, reqs[i], NULL, &outs[i], &errs[i]);
+}
+
+void mmrt_vision_front_encode_batch(const struct mmrt_vision_front *f,
+                                    const struct mmrt_request *const *reqs, int n,
+                                    struct mmrt_vision_key *const *keys,
+                                    struct mmrt_vision_output *outs, mmrt_status *sts,
+                                    struct mmrt_error *errs)
+{
+    struct work *ws = calloc((size_t)n, sizeof *ws);
+    const struct mmrt_request **run = calloc((size_t)n, sizeof *run);
+    int *run_of = calloc((size_t)n, sizeof *run_of);
+    struct mmrt_vision_output *fresh = calloc((size_t)n, sizeof *fresh);
+    mmrt_status *fresh_st = calloc((size_t)n, sizeof *fresh_st);
+    struct mmrt_error *fresh_err = calloc((size_t)n, sizeof *fresh_err);
+    if (!ws || !run || !run_of || !fresh || !fresh_st || !fresh_err) {
+        /* No room to plan: the model alone, each request as given (nothing cached). */
+        for (int i = 0; i < n; i++)
+            sts[i] = f->type->encode(f->model, reqs[i], NULL, &outs[i], &errs[i]);
+        goto out;
+    }
+    /* What the model must run for each request: the request, its missing images, or
+     * nothing; then all of that in one call, so that a model that can batches the images of
+     * different requests through one pass. */
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        plan(f, reqs[i], keys ? keys[i] : NULL, &ws[i]);
+        if (ws[i].mode == W_HITS)
+            continue;
+        run_of[i] = k;
+        run[k++] = ws[i].mode == W_MISSING ? &ws[i].sub : reqs[i];
+    }
+    model_encode(f, run, k, fresh, fresh_st, fresh_err);
+    for (int i = 0; i < n; i++) {
+        struct work *w = &ws[i];
+        memset(&outs[i], 0, sizeof outs[i]);
+        if (w->mode == W_MODEL) {
+            outs[i] = fresh[run_of[i]];
+            sts[i] = fresh_st[run_of[i]];
+            errs[i] = fresh_err[run_of[i]];
+            continue;
+        }
+        bool ok = true;
+        if (w->mode == W_MISSING) {
+            w->fresh = fresh[run_of[i]]; /* work_free releases it */
+            ok = fresh_st[run_of[i]] == MMRT_OK && store_fresh(f, w, count_missing(w));
+        }
+        struct mmrt_vision_output v = { 0 };
+        if (ok)
+            ok = assemble(f, w, &v);
+        /* Off the plain path: the model on the whole request, in its own words. */
+        sts[i] = ok ? MMRT_OK : f->type->encode(f->model, reqs[i], NULL, &v, &errs[i]);
+        outs[i] = v;
+    }
+out:
+    for (int i = 0; ws && i < n; i++)
+        work_free(f, &ws[i]);
+    free(ws);
+    free(run);
+    free(run_of);
+    free(fresh);
+    free(fresh_st);
+    free(fresh_err);
+}
+
+mmrt_status mmrt_vision_front_encode(const struct mmrt_vision_front *f,
+                                     const struct mmrt_request *req,
+                                     struct mmrt_vision_key *keys,
+                                     struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    mmrt_status st;
+    mmrt_vision_front_encode_batch(f, &req, 1, &keys, out, &st, err);
+    return st;
 }

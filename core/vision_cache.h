@@ -208,11 +208,29 @@ mmrt_status mmrt_vision_front_encode(const struct mmrt_vision_front *f,
                                      struct mmrt_vision_key *keys,
                                      struct mmrt_vision_output *out, struct mmrt_error *err);
 
+/* mmrt_vision_front_encode for n requests at once: request i's output, status and message
+ * in outs[i], sts[i] and errs[i], each exactly what mmrt_vision_front_encode gives it alone
+ * (keys NULL, or keys[i] as its keys, each may be NULL). The images every request lacks in
+ * the cache (or the whole request, off the cache's path) go to the model in one call, so a
+ * model with encode_batch (model.h) runs them through its tower together. */
+void mmrt_vision_front_encode_batch(const struct mmrt_vision_front *f,
+                                    const struct mmrt_request *const *reqs, int n,
+                                    struct mmrt_vision_key *const *keys,
+                                    struct mmrt_vision_output *outs, mmrt_status *sts,
+                                    struct mmrt_error *errs);
+
 /* ---- for tests (implemented in runtime.c) ---- */
 
 /* The vision stage mmrt_run gives req (through the cache when it applies), into *out (the
  * caller frees it with mmrt_vision_output_free). Takes the runtime's drive lock. */
 mmrt_status mmrt_runtime_vision(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                 struct mmrt_vision_output *out, struct mmrt_error *err);
+
+/* The vision stages of reqs[0 … n) run together, as the worker runs a vision batch
+ * (mmrt_vision_front_encode_batch): outs[i], sts[i] and errs[i] are request i's (the caller
+ * frees every outs[i]). n ≤ 32. Takes the runtime's drive lock. */
+void mmrt_runtime_vision_batch(struct mmrt_runtime *rt, const struct mmrt_request *reqs, int n,
+                               struct mmrt_vision_output *outs, mmrt_status *sts,
+                               struct mmrt_error *errs);
 
 #endif /* MMRT_CORE_VISION_CACHE_H */

@@ -170,11 +170,15 @@ mmrt_status mmrt_clip_forward(struct mmrt_clip *m, const struct mmrt_tensor *pix
     if (n_layers < 0 || n_layers > m->n_loaded)
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "vision tower: %lld layers asked, %lld "
                               "loaded", (long long)n_layers, (long long)m->n_loaded);
-    const int64_t D = c->hidden, H = c->n_heads, hd = D / H;
+    const int64_t D = c->hidden, H = c->n_heads, hd = D / H, B = pixels->ne[0];
     const int64_t N = (c->image_size / c->patch) * (c->image_size / c->patch), T = N + 1;
+    const int64_t R = B * T; /* rows of every product: the images one after the other */
+    if (B < 1 || B > MMRT_CLIP_MAX_BATCH)
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "vision tower: %lld images in one pass "
+                              "(1 … %d)", (long long)B, MMRT_CLIP_MAX_BATCH);
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, dev);
-    struct mmrt_tensor patches, x, q, k, v, att, o, f;
+    struct mmrt_tensor patches, x, q, k, v, att, o, f, cu;
     mmrt_status st = MMRT_OK;
 #define TRY(call)                                                                              \
     do {                                                                                       \
@@ -183,32 +187,48 @@ mmrt_status mmrt_clip_forward(struct mmrt_clip *m, const struct mmrt_tensor *pix
             goto done;                                                                         \
     } while (0)
 #define NE(...) ((const int64_t[]){ __VA_ARGS__ })
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(1, N, D), &patches, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(T, D), &x, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(T, H, hd), &q, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(T, H, hd), &k, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(T, H, hd), &v, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(T, H, hd), &att, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(T, D), &o, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(T, c->intermediate), &f, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(B, N, D), &patches, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(R, D), &x, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(R, H, hd), &q, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(R, H, hd), &k, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(R, H, hd), &v, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 3, NE(R, H, hd), &att, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(R, D), &o, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(R, c->intermediate), &f, err));
+    /* Several images attend each within itself: one packed sequence per image. One image
+     * passes no cu_seqlens, as before; ATTENTION gives a sequence the same bits either way
+     * (plugin.h, batch invariance). */
+    const struct mmrt_tensor *cu_q = NULL;
+    if (B > 1) {
+        int32_t bounds[MMRT_CLIP_MAX_BATCH + 1];
+        for (int64_t b = 0; b <= B; b++)
+            bounds[b] = (int32_t)(b * T);
+        TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_I32, 1, NE(B + 1), &cu, err));
+        TRY(mmrt_dev_upload(dev, &cu, bounds, (uint64_t)(B + 1) * sizeof bounds[0], err));
+        cu_q = &cu;
+    }
     const struct mmrt_tensor *h = out; /* the residual stream lives in the output */
     TRY(mmrt_op_patch_embed(dev, pixels, &m->patch_w, NULL, (int)c->patch, &patches, err));
-    struct mmrt_tensor p2 = mmrt_tensor_reshape(&patches, 2, NE(N, D));
-    TRY(mmrt_op_concat(dev, &m->class_emb, &p2, 0, &x, err));
-    TRY(mmrt_op_add(dev, &x, &m->pos_emb, &x, err));
+    struct mmrt_tensor p2 = mmrt_tensor_reshape(&patches, 2, NE(B * N, D));
+    for (int64_t b = 0; b < B; b++) {
+        struct mmrt_tensor xb = mmrt_tensor_rows(&x, b * T, T);
+        struct mmrt_tensor pb = mmrt_tensor_rows(&p2, b * N, N);
+        TRY(mmrt_op_concat(dev, &m->class_emb, &pb, 0, &xb, err));
+        TRY(mmrt_op_add(dev, &xb, &m->pos_emb, &xb, err));
+    }
     TRY(mmrt_op_layernorm(dev, &x, &m->pre_ln_w, &m->pre_ln_b, (float)c->ln_eps, h, err));
-    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 0, 1 };
-    struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(T, D));
-    struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(T, D));
-    struct mmrt_tensor v2 = mmrt_tensor_reshape(&v, 2, NE(T, D));
-    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(T, D));
+    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 0, (int32_t)B };
+    struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(R, D));
+    struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(R, D));
+    struct mmrt_tensor v2 = mmrt_tensor_reshape(&v, 2, NE(R, D));
+    struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(R, D));
     for (int64_t l = 0; l < n_layers; l++) {
         const struct mmrt_clip_layer *L = &m->layers[l];
         TRY(mmrt_op_layernorm(dev, h, &L->ln1_w, &L->ln1_b, (float)c->ln_eps, &x, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wq, &L->bq, &q2, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wk, &L->bk, &k2, err));
         TRY(mmrt_op_matmul(dev, &x, &L->wv, &L->bv, &v2, err));
-        TRY(mmrt_op_attention(dev, &q, &k, &v, NULL, NULL, &ap, &att, err));
+        TRY(mmrt_op_attention(dev, &q, &k, &v, cu_q, cu_q, &ap, &att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->wo, &L->bo, &o, err));
         TRY(mmrt_op_add(dev, h, &o, h, err));
         TRY(mmrt_op_layernorm(dev, h, &L->ln2_w, &L->ln2_b, (float)c->ln_eps, &x, err));

@@ -50,8 +50,14 @@ mmrt_status mmrt_clip_load(struct mmrt_clip *m, struct mmrt_weights *w, struct m
                            struct mmrt_error *err);
 void mmrt_clip_unload(struct mmrt_clip *m);
 
-/* hidden_states[n_layers] for pixels [1, channels, image_size, image_size] F32 (on the
- * tower's device), into out [n_patches + 1, hidden] F32. n_layers ≤ m->n_loaded. */
+/* Images one pass of the tower takes together (mmrt_clip_forward). */
+#define MMRT_CLIP_MAX_BATCH 32
+
+/* hidden_states[n_layers] for pixels [B, channels, image_size, image_size] F32 (on the
+ * tower's device; 1 ≤ B ≤ MMRT_CLIP_MAX_BATCH), into out [B · (n_patches + 1), hidden] F32,
+ * image b's rows after image b − 1's. n_layers ≤ m->n_loaded. Each image attends within
+ * itself, and the matrix products see B · (n_patches + 1) rows: an image's rows are the bits
+ * it gets alone whenever n_patches + 1 > MMRT_SMALL_M (plugin.h, batch invariance). */
 mmrt_status mmrt_clip_forward(struct mmrt_clip *m, const struct mmrt_tensor *pixels,
                               int64_t n_layers, const struct mmrt_tensor *out,
                               struct mmrt_error *err);

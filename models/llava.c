@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "clip.h"
+#include "engine.h"
 #include "log.h"
 #include "formats/image.h"
 #include "formats/json.h"
@@ -148,9 +149,12 @@ static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
     return t->buffer ? t : NULL;
 }
 
-/* Vision stage: pixels [3, S, S] on the host → features [n_image_tokens, Dt] on the host. */
-static mmrt_status encode_image(struct mmrt_model *m, const float *pixels, float *features,
-                                struct mmrt_error *err)
+/* Vision stage of B images: pixels [B, 3, S, S] on the host → features [B · n_image_tokens,
+ * Dt] on the host, image b's after image b − 1's. Every product runs over the B images' rows
+ * together; with more than MMRT_SMALL_M rows per image in each (the tower's and the
+ * projector's) an image's features are the bits it gets alone. */
+static mmrt_status encode_images(struct mmrt_model *m, const float *pixels, int64_t B,
+                                 float *features, struct mmrt_error *err)
 {
     const struct mmrt_clip_config *c = &m->clip.cfg;
     const int64_t S = c->image_size, T = (S / c->patch) * (S / c->patch) + 1;
@@ -168,27 +172,29 @@ static mmrt_status encode_image(struct mmrt_model *m, const float *pixels, float
             goto out;                                                                          \
     } while (0)
 #define NE(...) ((const int64_t[]){ __VA_ARGS__ })
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(1, c->channels, S, S), &px, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(T, Dv), &hid, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(N, Dv * K), &feat, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(N, Dt), &y1, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(N, Dt), &y2, err));
-    TRY(mmrt_dev_upload(dev, &px, pixels, (uint64_t)(c->channels * S * S) * sizeof(float),
-                        err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(B, c->channels, S, S), &px, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(B * T, Dv), &hid, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(B * N, Dv * K), &feat, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(B * N, Dt), &y1, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(B * N, Dt), &y2, err));
+    TRY(mmrt_dev_upload(dev, &px, pixels,
+                        (uint64_t)(B * c->channels * S * S) * sizeof(float), err));
     for (int64_t i = 0; i < K; i++) {
         /* Each selected hidden state lands in its channel slice of feat. A list of layers
          * re-runs the tower per entry; LLaVA checkpoints use a single layer. */
         TRY(mmrt_clip_forward(&m->clip, &px, m->feature_layers[i], &hid, err));
-        struct mmrt_tensor sel = mmrt_tensor_rows(&hid, m->keep_cls ? 0 : 1, N);
-        struct mmrt_tensor dst = feat;
-        dst.ne[1] = Dv;
-        dst.offset += (uint64_t)(i * Dv) * sizeof(float);
-        TRY(mmrt_op_copy(dev, &sel, &dst, err));
+        for (int64_t b = 0; b < B; b++) {
+            struct mmrt_tensor sel = mmrt_tensor_rows(&hid, b * T + (m->keep_cls ? 0 : 1), N);
+            struct mmrt_tensor dst = mmrt_tensor_rows(&feat, b * N, N);
+            dst.ne[1] = Dv;
+            dst.offset += (uint64_t)(i * Dv) * sizeof(float);
+            TRY(mmrt_op_copy(dev, &sel, &dst, err));
+        }
     }
     TRY(mmrt_op_matmul(dev, &feat, &m->proj1_w, opt(&m->proj1_b), &y1, err));
     TRY(mmrt_op_unary(dev, m->proj_act, &y1, &y1, err));
     TRY(mmrt_op_matmul(dev, &y1, &m->proj2_w, opt(&m->proj2_b), &y2, err));
-    TRY(mmrt_dev_download(dev, &y2, features, (uint64_t)(N * Dt) * sizeof(float), err));
+    TRY(mmrt_dev_download(dev, &y2, features, (uint64_t)(B * N * Dt) * sizeof(float), err));
 #undef TRY
 #undef NE
 out:
@@ -196,20 +202,15 @@ out:
     return st;
 }
 
-/* Vision stage: every image of the request → features on the host. */
-static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request *req,
-                                const struct mmrt_model_trace *trace,
-                                struct mmrt_vision_output *out, struct mmrt_error *err)
+/* The request's one image decoded and preprocessed into pixels [3, S, S]; an image over the
+ * token budget is refused here, before preprocessing. */
+static mmrt_status load_pixels(struct mmrt_model *m, const struct mmrt_request *req,
+                               float *pixels, struct mmrt_error *err)
 {
-    const int64_t S_img = m->clip.cfg.image_size, Dt = m->lm.cfg.hidden;
-    memset(out, 0, sizeof *out);
-    if (req->n_images == 0)
-        return MMRT_OK;
-    double t0 = mmrt_now_ms();
+    const int64_t S = m->clip.cfg.image_size;
     char name_buf[64];
     const char *name = mmrt_request_image_name(req, 0, name_buf, sizeof name_buf);
     struct mmrt_image *img = NULL;
-    float *pixels = NULL, *features = NULL;
     struct mmrt_image_limits lim;
     mmrt_model_image_limits(&m->opts, &lim);
     mmrt_status st = mmrt_request_image_load(req, 0, &lim, &img, err);
@@ -223,22 +224,38 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
                  "so oversize_images = downscale cannot help", (long long)m->n_image_tokens);
         st = mmrt_token_budget_refuse(&b, 1, 1, name, img->width, img->height, 0, 0,
                                       m->n_image_tokens, 0, hint, err);
-        goto out;
+    } else {
+        st = mmrt_preprocess_clip(img, &m->pp, pixels, (size_t)(3 * S * S), err);
     }
+    mmrt_image_destroy(img);
+    return st;
+}
+
+/* Vision stage: every image of the request → features on the host. */
+static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request *req,
+                                const struct mmrt_model_trace *trace,
+                                struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    const int64_t S_img = m->clip.cfg.image_size, Dt = m->lm.cfg.hidden;
+    memset(out, 0, sizeof *out);
+    if (req->n_images == 0)
+        return MMRT_OK;
+    double t0 = mmrt_now_ms();
     size_t n_px = (size_t)(3 * S_img * S_img);
-    pixels = malloc(n_px * sizeof *pixels);
-    features = malloc((size_t)(m->n_image_tokens * Dt) * sizeof *features);
+    float *pixels = malloc(n_px * sizeof *pixels);
+    float *features = malloc((size_t)(m->n_image_tokens * Dt) * sizeof *features);
+    mmrt_status st;
     if (!pixels || !features) {
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
         goto out;
     }
-    st = mmrt_preprocess_clip(img, &m->pp, pixels, n_px, err);
+    st = load_pixels(m, req, pixels, err);
     if (st != MMRT_OK)
         goto out;
     if (trace && trace->pixel_values)
         trace->pixel_values(trace->user, 0, pixels, 4, (const int64_t[]){ 1, 3, S_img, S_img });
     double t1 = mmrt_now_ms();
-    st = encode_image(m, pixels, features, err);
+    st = encode_images(m, pixels, 1, features, err);
     if (st != MMRT_OK)
         goto out;
     if (trace && trace->image_features)
@@ -251,10 +268,91 @@ static mmrt_status llava_encode(struct mmrt_model *m, const struct mmrt_request 
     out->preprocess_ms = t1 - t0;
     out->vision_ms = mmrt_now_ms() - t1;
 out:
-    mmrt_image_destroy(img);
     free(pixels);
     free(features);
     return st;
+}
+
+/* Vision stage of several requests (model.h encode_batch): each request's image decoded and
+ * preprocessed on its own (a bad one fails only its request), then one pass of the tower and
+ * the projector over all of them when every image has more than MMRT_SMALL_M rows in each
+ * product, so that each gets exactly its encode() features; otherwise, or when the pass
+ * fails (a pool too small for the batch), one pass per image. */
+static void llava_encode_batch(struct mmrt_model *m, const struct mmrt_request *const *reqs,
+                               int n, struct mmrt_vision_output *outs, mmrt_status *sts,
+                               struct mmrt_error *errs)
+{
+    const struct mmrt_clip_config *c = &m->clip.cfg;
+    const int64_t S = c->image_size, T = (S / c->patch) * (S / c->patch) + 1;
+    const int64_t N = m->n_image_tokens, Dt = m->lm.cfg.hidden;
+    const size_t n_px = (size_t)(3 * S * S), n_feat = (size_t)(N * Dt);
+    float *pixels = malloc((size_t)n * n_px * sizeof *pixels);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    double *pre_ms = malloc((size_t)n * sizeof *pre_ms);
+    float **feats = calloc((size_t)n, sizeof *feats);
+    if (!pixels || !idx || !pre_ms || !feats) {
+        for (int i = 0; i < n; i++)
+            sts[i] = llava_encode(m, reqs[i], NULL, &outs[i], &errs[i]);
+        goto out;
+    }
+    int k = 0; /* requests with an image ready for the tower, in pixels' order */
+    for (int i = 0; i < n; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        sts[i] = MMRT_OK;
+        if (reqs[i]->n_images == 0)
+            continue;
+        const double t = mmrt_now_ms();
+        if (!(feats[k] = malloc(n_feat * sizeof(float))))
+            sts[i] = mmrt_error_set(&errs[i], MMRT_ERR_NO_MEMORY, "image: out of memory");
+        else
+            sts[i] = load_pixels(m, reqs[i], pixels + (size_t)k * n_px, &errs[i]);
+        if (sts[i] != MMRT_OK) {
+            free(feats[k]);
+            feats[k] = NULL;
+            continue;
+        }
+        pre_ms[k] = mmrt_now_ms() - t;
+        idx[k++] = i;
+    }
+    const double t1 = mmrt_now_ms();
+    bool done = false;
+    if (k > 1 && T > MMRT_SMALL_M && N > MMRT_SMALL_M) {
+        float *all = malloc((size_t)k * n_feat * sizeof *all);
+        struct mmrt_error e = { 0 };
+        mmrt_status st = all ? MMRT_OK : MMRT_ERR_NO_MEMORY;
+        for (int j = 0; st == MMRT_OK && j < k; j += MMRT_CLIP_MAX_BATCH) {
+            const int b = k - j < MMRT_CLIP_MAX_BATCH ? k - j : MMRT_CLIP_MAX_BATCH;
+            st = encode_images(m, pixels + (size_t)j * n_px, b, all + (size_t)j * n_feat, &e);
+        }
+        if (st == MMRT_OK) {
+            for (int j = 0; j < k; j++)
+                memcpy(feats[j], all + (size_t)j * n_feat, n_feat * sizeof(float));
+            done = true;
+        } else {
+            mmrt_log(MMRT_LOG_DEBUG, "llava", "%d images in one pass failed (%s); one pass "
+                     "each", k, e.msg);
+        }
+        free(all);
+    }
+    for (int j = 0; !done && j < k; j++)
+        sts[idx[j]] = encode_images(m, pixels + (size_t)j * n_px, 1, feats[j], &errs[idx[j]]);
+    const double vision_ms = mmrt_now_ms() - t1;
+    for (int j = 0; j < k; j++) {
+        if (sts[idx[j]] != MMRT_OK)
+            continue;
+        outs[idx[j]] = (struct mmrt_vision_output){
+            .n_images = 1, .n_tokens = N, .dim = Dt, .features = feats[j],
+            .preprocess_ms = pre_ms[j], .vision_ms = vision_ms,
+        };
+        feats[j] = NULL;
+    }
+out:
+    for (int j = 0; feats && j < n; j++)
+        free(feats[j]);
+    free(feats);
+    free(pixels);
+    free(idx);
+    free(pre_ms);
 }
 
 static struct mmrt_llava_lm llava_lm(struct mmrt_model *m)
@@ -284,6 +382,7 @@ const struct mmrt_model_type mmrt_llava_model_type = {
     .load = llava_load,
     .destroy = llava_destroy,
     .encode = llava_encode,
+    .encode_batch = llava_encode_batch,
     .prepare = llava_prepare,
     .language = llava_language,
 };

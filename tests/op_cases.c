@@ -1017,6 +1017,68 @@ void op_case_attention_paged(const struct op_checks *chk, double tol)
     }
 }
 
+/* ---- ATTENTION: a packed sequence gives its bits alone ------------------------------------ */
+
+void op_case_attention_packed(void)
+{
+    static const struct {
+        int Hq, Hkv, D, n_seq, causal;
+        int32_t lq[4], lk[4];
+        enum mmrt_dtype kv;
+    } cases[] = {
+        /* images of a vision batch: CLIP-like rows per image, bidirectional */
+        { 4, 4, 32, 3, 0, { 65, 17, 129 }, { 65, 17, 129 }, MMRT_DTYPE_F32 },
+        { 16, 16, 64, 2, 0, { 257, 577 }, { 257, 577 }, MMRT_DTYPE_F16 },
+        /* prefill chunks with a past, GQA, decode rows among them */
+        { 8, 2, 64, 4, 1, { 40, 1, 33, 7 }, { 90, 300, 33, 7 }, MMRT_DTYPE_F32 },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int Hq = cases[c].Hq, Hkv = cases[c].Hkv, D = cases[c].D, n = cases[c].n_seq;
+        int32_t cu_q[5] = { 0 }, cu_k[5] = { 0 };
+        for (int s = 0; s < n; s++) {
+            cu_q[s + 1] = cu_q[s] + cases[c].lq[s];
+            cu_k[s + 1] = cu_k[s] + cases[c].lk[s];
+        }
+        const int64_t T = cu_q[n], S = cu_k[n], qrow = (int64_t)Hq * D, krow = (int64_t)Hkv * D;
+        op_rng_seed(900 + c);
+        float *q, *k, *v;
+        struct op_pair *tq = op_pair_rand(MMRT_DTYPE_F32, -1, 1, &q, SHAPE(T, Hq, D));
+        struct op_pair *tk = op_pair_rand(cases[c].kv, -1, 1, &k, SHAPE(S, Hkv, D));
+        struct op_pair *tv = op_pair_rand(cases[c].kv, -1, 1, &v, SHAPE(S, Hkv, D));
+        struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, Hq, D));
+        struct op_pair *cq = op_pair_i32(cu_q, n + 1), *ck = op_pair_i32(cu_k, n + 1);
+        struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), cases[c].causal, n };
+        op_pair_run(MMRT_OP_ATTENTION, (struct op_pair *const[]){ tq, tk, tv, cq, ck }, 5, ty,
+                    &p, sizeof p);
+        void *packed[2];
+        op_pair_download_both(ty, &packed[OP_DUT], &packed[OP_CPU]);
+        for (int s = 0; s < n; s++) {
+            const int64_t lq = cases[c].lq[s], lk = cases[c].lk[s];
+            struct op_pair *aq = op_pair_new(MMRT_DTYPE_F32, SHAPE(lq, Hq, D));
+            struct op_pair *ak = op_pair_new(cases[c].kv, SHAPE(lk, Hkv, D));
+            struct op_pair *av = op_pair_new(cases[c].kv, SHAPE(lk, Hkv, D));
+            struct op_pair *ay = op_pair_new(MMRT_DTYPE_F32, SHAPE(lq, Hq, D));
+            op_pair_upload(aq, op_encode(MMRT_DTYPE_F32, q + cu_q[s] * qrow, lq * qrow));
+            op_pair_upload(ak, op_encode(cases[c].kv, k + cu_k[s] * krow, lk * krow));
+            op_pair_upload(av, op_encode(cases[c].kv, v + cu_k[s] * krow, lk * krow));
+            struct mmrt_attention_params pa = { p.scale, p.causal, 1 };
+            op_pair_run(MMRT_OP_ATTENTION, (struct op_pair *const[]){ aq, ak, av }, 3, ay, &pa,
+                        sizeof pa);
+            void *alone[2];
+            op_pair_download_both(ay, &alone[OP_DUT], &alone[OP_CPU]);
+            for (int d = 0; d < 2; d++) {
+                char what[160];
+                snprintf(what, sizeof what, "ATTENTION case %zu: sequence %d of %d (%lld "
+                         "queries, %lld keys) alone on %s", c, s, n, (long long)lq,
+                         (long long)lk, d == OP_DUT ? op_pair_dut_name() : "the CPU plugin");
+                op_paged_same_bits(what, (const float *)packed[d] + cu_q[s] * qrow, alone[d],
+                                   lq * qrow);
+            }
+        }
+        op_release_all();
+    }
+}
+
 /* ---- MATMUL with I8 weights ------------------------------------------------------------- */
 
 struct op_pair *op_pair_quantized(int64_t N, int64_t K, float hi, struct op_qmatrix *qm,

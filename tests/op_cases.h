@@ -224,6 +224,12 @@ struct op_pair *op_pair_quantized_u4(int64_t N, int64_t K, int64_t gs, float hi,
  * shape or dtype, zero points with a float W. */
 void op_case_matmul_u4(const struct op_checks *chk, double tol_small, double tol_large);
 
+/* ATTENTION's batch invariance (plugin.h): each sequence of a packed launch (images of a
+ * vision batch; prefill chunks with a past, GQA, decode rows) run again alone, without
+ * cu_seqlens, gives the bits of its rows in the packed launch, on the device under test and
+ * on the CPU plugin. */
+void op_case_attention_packed(void);
+
 /* ---- ATTENTION_PAGED ------------------------------------------------------------------------ */
 
 /* How a case places its sequences' keys in the page pool. */

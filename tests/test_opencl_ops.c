@@ -683,6 +683,14 @@ static void test_attention_paged(void **state)
     op_case_attention_paged(&g_checks, 2e-5);
 }
 
+/* ATTENTION: a sequence packed with others gives its bits alone (the vision batch's rule). */
+static void test_attention_packed(void **state)
+{
+    (void)state;
+    need_device();
+    op_case_attention_packed();
+}
+
 /* ---- GET_ROWS: exact ------------------------------------------------------------------ */
 
 static void test_get_rows(void **state)
@@ -1469,6 +1477,7 @@ int main(void)
         cmocka_unit_test(test_attention_random),
         cmocka_unit_test(test_attention_empty_rows),
         cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_attention_packed),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_patch_embed),

@@ -567,6 +567,9 @@ static void scheduler_key(struct parser *p, const char *key, const char *v, size
     } else if (strcmp(key, "step_tokens") == 0) {
         if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_STEP_TOKENS, &x, &s->step_tokens_line))
             s->step_tokens = (int64_t)x;
+    } else if (strcmp(key, "vision_batch") == 0) {
+        if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_VISION_BATCH, &x, &s->vision_batch_line))
+            s->vision_batch = (int)x;
     } else {
         unknown_key(p, key, v, n);
     }

@@ -40,6 +40,8 @@
  *     prefill_chunk = 512   ; optional, 1..1048576, default 512: prompt tokens per chunk
  *     step_tokens = 528     ; optional, 1..1048576, default prefill_chunk + max_batch:
  *                           ; token rows one engine step runs
+ *     vision_batch = 8      ; optional, 1..32, default 8: waiting requests whose vision
+ *                           ; stages run together (one pass of the tower where they can)
  *
  *     [server]              ; optional: read by `mmrt serve` (docs/SERVING.md), not by the
  *     port = 8080           ; runtime; keys are 1..63 of [A-Za-z0-9_.-], kept as text with
@@ -135,6 +137,7 @@
 #define MMRT_CONF_MAX_BATCH 32                /* largest max_batch (core/engine.h) */
 #define MMRT_CONF_MAX_PREFILL_CHUNK (1 << 20)
 #define MMRT_CONF_MAX_STEP_TOKENS (1 << 20)
+#define MMRT_CONF_MAX_VISION_BATCH 32
 #define MMRT_CONF_MAX_VISION_ENTRIES (1 << 24) /* largest [cache] vision_entries */
 #define MMRT_CONF_MAX_VISION_MB (1 << 24)      /* largest [cache] vision_mb */
 
@@ -198,6 +201,8 @@ struct mmrt_conf_scheduler {
     int prefill_chunk_line;
     int64_t step_tokens;
     int step_tokens_line;
+    int vision_batch;
+    int vision_batch_line;
 };
 
 /* A key of an application section ([server]), as text. */

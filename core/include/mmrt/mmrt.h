@@ -175,6 +175,12 @@ struct mmrt_config {
      * malformed EXIF block never fails a request: it reads as "no orientation". Any other
      * value is MMRT_ERR_CONFIG. INI: [model] exif_orientation = ignore | apply. */
     enum mmrt_exif_orientation exif_orientation;
+    /* Requests whose vision stages run together (docs/ENGINE.md "The vision stage"): the
+     * runtime's worker takes up to this many submitted requests waiting for their vision
+     * stage at once, and a model that can (LLaVA-1.5) runs their images through one pass of
+     * the tower; each request still gets the features it would get alone. 1 … 32; 0 = the
+     * default (8). INI: [scheduler] vision_batch. Figures: mmrt_stats vision_batches. */
+    int vision_batch;
 };
 
 struct mmrt_runtime;
@@ -524,6 +530,9 @@ struct mmrt_runtime_stats {
     /* Prefix reuse (mmrt_config.prefix_cache): requests that shared a cached prompt
      * prefix, and the prompt positions they did not prefill because of it. */
     uint64_t prefix_cache_hits, prefix_cache_reused_tokens;
+    /* The worker's vision stages ([scheduler] vision_batch): how many ran, and the submitted
+     * requests they encoded; their ratio is the mean vision batch. */
+    uint64_t vision_batches, vision_batch_requests;
 };
 
 MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);

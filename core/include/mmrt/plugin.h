@@ -181,6 +181,12 @@ enum mmrt_op {
      * Query head h reads kv head h / (Hq/Hkv) (contiguous groups, Hq % Hkv == 0). D ≤ 256.
      * Causal: query i of a sequence with Lq queries and Lk keys sees keys j ≤ i + (Lk − Lq)
      * (the queries are the last Lq positions). A query that sees no key gets zeros.
+     * Batch invariance (specs/engine.md), as ATTENTION_PAGED: a query row's result depends
+     * only on that row, its sequence's Lq and Lk and that sequence's keys and values — not
+     * on T, S or the other sequences of the launch — so a sequence packed with others gives
+     * the bits it gets alone without cu_seqlens. The runtime packs the images of a vision
+     * batch this way. (The CUDA plugin splits long key ranges by the launch's size and does
+     * not keep this yet: docs/CUDA.md.)
      * Params: mmrt_attention_params. */
     MMRT_OP_ATTENTION = 14,
     /* dst[t, :] = table[ids[t], :]. src0 = table [V, N] (weight dtype), src1 = ids I32 [T];
