@@ -50,6 +50,9 @@
 #define MMRT_SMALL_M 32
 
 #define MMRT_ENGINE_DEFAULT_BATCH 16
+/* [scheduler] vision_batch when not set: the runtime's worker starts up to this many waiting
+ * requests per step, their vision stages together (docs/ENGINE.md "The vision stage"). */
+#define MMRT_DEFAULT_VISION_BATCH 8
 #define MMRT_ENGINE_DEFAULT_CHUNK 512
 #define MMRT_ENGINE_DEFAULT_PREFIXES 256
 

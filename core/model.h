@@ -129,6 +129,10 @@ struct mmrt_model_options {
      * (max_batch); 0 = a whole prompt in one forward, one decode row. */
     int64_t max_prefill_rows;
     int64_t max_decode_rows;
+    /* Requests whose vision stages may share a pass of the tower ([scheduler]
+     * vision_batch; 0 = 1): how many images (LLaVA-1.5) or tiles (LLaVA-NeXT) one pass takes
+     * at most, and what pool_mb = auto sizes the vision stage for. */
+    int vision_batch;
     /* [model] exif_orientation: MMRT_EXIF_IGNORE (the default, as transformers) or
      * MMRT_EXIF_APPLY; encode() passes it to the decoder through mmrt_model_image_limits. */
     enum mmrt_exif_orientation exif_orientation;

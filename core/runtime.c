@@ -32,9 +32,6 @@
 #include "pool_budget.h"
 #include "vision_cache.h"
 
-/* [scheduler] vision_batch when not set: a burst of up to 8 requests shares one vision
- * stage (docs/ENGINE.md "The vision stage" measures it). */
-#define MMRT_DEFAULT_VISION_BATCH 8
 #define MAX_DEVICES 64
 
 _Static_assert((int)MMRT_LEVEL1_DEFAULT == (int)MMRT_POOL_LEVEL1_DEFAULT &&
@@ -320,7 +317,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .kv_page_tokens = cfg->kv_page_tokens,
                                                   .kv_f16 = cfg->kv_dtype == MMRT_KV_F16,
                                                   .weights = cfg->weights,
-                                                  .exif_orientation = cfg->exif_orientation };
+                                                  .exif_orientation = cfg->exif_orientation,
+                                                  .vision_batch = rt->vision_batch };
     {
         /* The engine's defaults, resolved here so pool_mb = auto sizes for what it runs. */
         const int64_t batch = cfg->max_batch ? cfg->max_batch : MMRT_ENGINE_DEFAULT_BATCH;

@@ -274,10 +274,10 @@ out:
 }
 
 /* Vision stage of several requests (model.h encode_batch): each request's image decoded and
- * preprocessed on its own (a bad one fails only its request), then one pass of the tower and
- * the projector over all of them when every image has more than MMRT_SMALL_M rows in each
- * product, so that each gets exactly its encode() features; otherwise, or when the pass
- * fails (a pool too small for the batch), one pass per image. */
+ * preprocessed on its own (a bad one fails only its request), then passes of the tower and
+ * the projector over up to vision_batch of them when every image has more than MMRT_SMALL_M
+ * rows in each product, so that each gets exactly its encode() features; otherwise, or when
+ * a pass fails (a pool too small for it), one pass per image. */
 static void llava_encode_batch(struct mmrt_model *m, const struct mmrt_request *const *reqs,
                                int n, struct mmrt_vision_output *outs, mmrt_status *sts,
                                struct mmrt_error *errs)
@@ -320,8 +320,11 @@ static void llava_encode_batch(struct mmrt_model *m, const struct mmrt_request *
         float *all = malloc((size_t)k * n_feat * sizeof *all);
         struct mmrt_error e = { 0 };
         mmrt_status st = all ? MMRT_OK : MMRT_ERR_NO_MEMORY;
-        for (int j = 0; st == MMRT_OK && j < k; j += MMRT_CLIP_MAX_BATCH) {
-            const int b = k - j < MMRT_CLIP_MAX_BATCH ? k - j : MMRT_CLIP_MAX_BATCH;
+        /* images per pass: what the vision pool was sized for (pool_budget.h) */
+        int per_pass = m->opts.vision_batch < 1 ? 1 : m->opts.vision_batch;
+        per_pass = per_pass > MMRT_CLIP_MAX_BATCH ? MMRT_CLIP_MAX_BATCH : per_pass;
+        for (int j = 0; st == MMRT_OK && j < k; j += per_pass) {
+            const int b = k - j < per_pass ? k - j : per_pass;
             st = encode_images(m, pixels + (size_t)j * n_px, b, all + (size_t)j * n_feat, &e);
         }
         if (st == MMRT_OK) {

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "clip.h"
+#include "engine.h"
 #include "log.h"
 #include "formats/image.h"
 #include "formats/json.h"
@@ -400,13 +401,27 @@ static const struct mmrt_tensor *opt(const struct mmrt_tensor *t)
     return t->buffer ? t : NULL;
 }
 
-/* Vision tower + projector for n patches [n][3][S][S] on the host → proj [n·g², Dt] host. */
-static mmrt_status encode_patches(struct mmrt_model *m, const float *pixels, int64_t n,
-                                  float *proj, struct mmrt_error *err)
+/* Tower + projector for the tiles of nr requests: request i's n_tiles[i] tiles [n][3][S][S]
+ * follow request i − 1's in pixels; proj[i] receives its [n_tiles[i] · g², Dt] on the host.
+ * The tower takes up to the model's vision_batch tiles per pass — tiles of different
+ * requests alike — when a tile has more than MMRT_SMALL_M rows (so a tile's hidden states
+ * are its bits alone, plugin.h batch invariance); the projector runs per request, over its
+ * own tiles, as encode() alone does. */
+static mmrt_status encode_tiles(struct mmrt_model *m, const float *pixels, int nr,
+                                const int64_t *n_tiles, float *const *proj,
+                                struct mmrt_error *err)
 {
     const struct mmrt_clip_config *c = &m->clip.cfg;
     const int64_t S = c->image_size, P = m->grid * m->grid, T = P + 1;
     const int64_t Dv = c->hidden, Dt = m->lm.cfg.hidden, K = m->n_feature_layers;
+    int64_t n = 0, most = 0;
+    for (int r = 0; r < nr; r++) {
+        n += n_tiles[r];
+        most = n_tiles[r] > most ? n_tiles[r] : most;
+    }
+    int64_t per_pass = T > MMRT_SMALL_M ? m->opts.vision_batch : 1;
+    per_pass = per_pass < 1 ? 1 : per_pass > MMRT_CLIP_MAX_BATCH ? MMRT_CLIP_MAX_BATCH : per_pass;
+    per_pass = per_pass > n ? n : per_pass;
     struct mmrt_dev *dev = m->vision;
     struct mmrt_scratch s;
     mmrt_scratch_init(&s, dev);
@@ -419,29 +434,40 @@ static mmrt_status encode_patches(struct mmrt_model *m, const float *pixels, int
             goto out;                                                                          \
     } while (0)
 #define NE(...) ((const int64_t[]){ __VA_ARGS__ })
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(1, c->channels, S, S), &px, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(T, Dv), &hid, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 4, NE(per_pass, c->channels, S, S), &px, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(per_pass * T, Dv), &hid, err));
     TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(n * P, Dv * K), &feat, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(n * P, Dt), &y1, err));
-    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(n * P, Dt), &y2, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(most * P, Dt), &y1, err));
+    TRY(mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, NE(most * P, Dt), &y2, err));
     const uint64_t per = (uint64_t)(c->channels * S * S);
-    for (int64_t t = 0; t < n; t++) {
-        TRY(mmrt_dev_upload(dev, &px, pixels + t * (int64_t)per, per * sizeof(float), err));
+    for (int64_t t = 0; t < n; t += per_pass) {
+        const int64_t b = n - t < per_pass ? n - t : per_pass;
+        struct mmrt_tensor pxb = mmrt_tensor_rows(&px, 0, b);
+        struct mmrt_tensor hidb = mmrt_tensor_rows(&hid, 0, b * T);
+        TRY(mmrt_dev_upload(dev, &pxb, pixels + t * (int64_t)per, b * per * sizeof(float),
+                            err));
         for (int64_t i = 0; i < K; i++) {
-            /* Each selected hidden state (CLS dropped) lands in its channel slice of this
-             * patch's rows of feat; the projector then runs once over all patches. */
-            TRY(mmrt_clip_forward(&m->clip, &px, m->feature_layers[i], &hid, err));
-            struct mmrt_tensor sel = mmrt_tensor_rows(&hid, 1, P);
-            struct mmrt_tensor dst = mmrt_tensor_rows(&feat, t * P, P);
-            dst.ne[1] = Dv;
-            dst.offset += (uint64_t)(i * Dv) * sizeof(float);
-            TRY(mmrt_op_copy(dev, &sel, &dst, err));
+            /* Each selected hidden state (CLS dropped) lands in its channel slice of its
+             * tile's rows of feat; the projector then runs over each request's tiles. */
+            TRY(mmrt_clip_forward(&m->clip, &pxb, m->feature_layers[i], &hidb, err));
+            for (int64_t j = 0; j < b; j++) {
+                struct mmrt_tensor sel = mmrt_tensor_rows(&hidb, j * T + 1, P);
+                struct mmrt_tensor dst = mmrt_tensor_rows(&feat, (t + j) * P, P);
+                dst.ne[1] = Dv;
+                dst.offset += (uint64_t)(i * Dv) * sizeof(float);
+                TRY(mmrt_op_copy(dev, &sel, &dst, err));
+            }
         }
     }
-    TRY(mmrt_op_matmul(dev, &feat, &m->proj1_w, opt(&m->proj1_b), &y1, err));
-    TRY(mmrt_op_unary(dev, m->proj_act, &y1, &y1, err));
-    TRY(mmrt_op_matmul(dev, &y1, &m->proj2_w, opt(&m->proj2_b), &y2, err));
-    TRY(mmrt_dev_download(dev, &y2, proj, (uint64_t)(n * P * Dt) * sizeof(float), err));
+    for (int r = 0, first = 0; r < nr; first += (int)n_tiles[r++]) {
+        const int64_t rows = n_tiles[r] * P;
+        struct mmrt_tensor fr = mmrt_tensor_rows(&feat, first * P, rows);
+        struct mmrt_tensor a = mmrt_tensor_rows(&y1, 0, rows), o = mmrt_tensor_rows(&y2, 0, rows);
+        TRY(mmrt_op_matmul(dev, &fr, &m->proj1_w, opt(&m->proj1_b), &a, err));
+        TRY(mmrt_op_unary(dev, m->proj_act, &a, &a, err));
+        TRY(mmrt_op_matmul(dev, &a, &m->proj2_w, opt(&m->proj2_b), &o, err));
+        TRY(mmrt_dev_download(dev, &o, proj[r], (uint64_t)(rows * Dt) * sizeof(float), err));
+    }
 #undef TRY
 #undef NE
 out:
@@ -481,20 +507,31 @@ static mmrt_status pack(const struct mmrt_model *m, const float *proj, int64_t H
     return MMRT_OK;
 }
 
-/* Vision stage: the request's image → packed features on the host. */
-static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *req,
-                               const struct mmrt_model_trace *trace,
-                               struct mmrt_vision_output *out, struct mmrt_error *err)
+/* A request's image ready for the tower: its tiles' pixels and where they fall. Owned;
+ * next_prep_free releases it. */
+struct next_prep {
+    float *pixels;          /* [n][3][S][S]: the base image, then the grid's tiles */
+    int64_t n, nph, npw;    /* tiles, and the grid's rows and columns */
+    uint32_t width, height; /* the image's size (after any downscale) */
+    double preprocess_ms;
+};
+
+static void next_prep_free(struct next_prep *p)
 {
-    const int64_t S = m->tile, Dt = m->lm.cfg.hidden, P = m->grid * m->grid;
-    memset(out, 0, sizeof *out);
-    if (req->n_images == 0)
-        return MMRT_OK;
-    double t0 = mmrt_now_ms();
+    free(p->pixels);
+    memset(p, 0, sizeof *p);
+}
+
+/* Decoding, the token budget, the best grid and the tiles of req's image into *p. */
+static mmrt_status next_pixels(struct mmrt_model *m, const struct mmrt_request *req,
+                               struct next_prep *p, struct mmrt_error *err)
+{
+    const int64_t S = m->tile;
+    memset(p, 0, sizeof *p);
+    const double t0 = mmrt_now_ms();
     char name_buf[64];
     const char *name = mmrt_request_image_name(req, 0, name_buf, sizeof name_buf);
     struct mmrt_image *img = NULL;
-    float *pixels = NULL, *proj = NULL, *features = NULL;
     struct mmrt_image_limits lim;
     mmrt_model_image_limits(&m->opts, &lim);
     mmrt_status st = mmrt_request_image_load(req, 0, &lim, &img, err);
@@ -507,39 +544,135 @@ static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *
     int64_t bh, bw;
     select_best(m, img->height, img->width, &bh, &bw);
     const int64_t nph = bh / S, npw = bw / S, n = 1 + nph * npw;
-    pixels = malloc((size_t)(n * 3 * S * S) * sizeof *pixels);
-    proj = malloc((size_t)(n * P * Dt) * sizeof *proj);
-    if (!pixels || !proj) {
+    float *pixels = malloc((size_t)(n * 3 * S * S) * sizeof *pixels);
+    if (!pixels)
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
+    else
+        st = make_patches(m, img, bh, bw, pixels, err);
+    if (st == MMRT_OK)
+        *p = (struct next_prep){ .pixels = pixels, .n = n, .nph = nph, .npw = npw,
+                                 .width = img->width, .height = img->height,
+                                 .preprocess_ms = mmrt_now_ms() - t0 };
+    else
+        free(pixels);
+    mmrt_image_destroy(img);
+    return st;
+}
+
+/* Vision stage: the request's image → packed features on the host. */
+static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *req,
+                               const struct mmrt_model_trace *trace,
+                               struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    const int64_t S = m->tile, Dt = m->lm.cfg.hidden, P = m->grid * m->grid;
+    memset(out, 0, sizeof *out);
+    if (req->n_images == 0)
+        return MMRT_OK;
+    struct next_prep p;
+    mmrt_status st = next_pixels(m, req, &p, err);
+    if (st != MMRT_OK)
+        return st;
+    if (trace && trace->pixel_values)
+        trace->pixel_values(trace->user, 0, p.pixels, 4, (const int64_t[]){ p.n, 3, S, S });
+    double t1 = mmrt_now_ms();
+    float *proj = malloc((size_t)(p.n * P * Dt) * sizeof *proj), *features = NULL;
+    int64_t n_tokens = 0;
+    if (!proj)
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
+    if (st == MMRT_OK)
+        st = encode_tiles(m, p.pixels, 1, &p.n, &proj, err);
+    if (st == MMRT_OK)
+        st = pack(m, proj, p.height, p.width, p.nph, p.npw, &features, &n_tokens, err);
+    if (st == MMRT_OK) {
+        if (trace && trace->image_features)
+            trace->image_features(trace->user, 0, features, n_tokens, Dt);
+        *out = (struct mmrt_vision_output){ .n_images = 1, .n_tokens = n_tokens, .dim = Dt,
+                                            .features = features,
+                                            .preprocess_ms = p.preprocess_ms,
+                                            .vision_ms = mmrt_now_ms() - t1 };
+    }
+    free(proj);
+    next_prep_free(&p);
+    return st;
+}
+
+/* Vision stage of several requests (model.h encode_batch): each request's image decoded
+ * and tiled on its own (a bad one fails only its request), then every tile through the
+ * tower in passes of vision_batch tiles (encode_tiles), each request's projector and
+ * packing its own. When the shared run fails (a pool too small for it), each request alone. */
+static void next_encode_batch(struct mmrt_model *m, const struct mmrt_request *const *reqs,
+                              int n, struct mmrt_vision_output *outs, mmrt_status *sts,
+                              struct mmrt_error *errs)
+{
+    const int64_t S = m->tile, Dt = m->lm.cfg.hidden, P = m->grid * m->grid;
+    const size_t per = (size_t)(3 * S * S);
+    struct next_prep *p = calloc((size_t)n, sizeof *p);
+    int64_t *tiles = calloc((size_t)n, sizeof *tiles);
+    float **proj = calloc((size_t)n, sizeof *proj);
+    int *idx = calloc((size_t)n, sizeof *idx);
+    float *pixels = NULL;
+    if (!p || !tiles || !proj || !idx) {
+        for (int i = 0; i < n; i++)
+            sts[i] = next_encode(m, reqs[i], NULL, &outs[i], &errs[i]);
         goto out;
     }
-    st = make_patches(m, img, bh, bw, pixels, err);
-    if (st != MMRT_OK)
-        goto out;
-    if (trace && trace->pixel_values)
-        trace->pixel_values(trace->user, 0, pixels, 4, (const int64_t[]){ n, 3, S, S });
-    double t1 = mmrt_now_ms();
-    int64_t n_tokens = 0;
-    st = encode_patches(m, pixels, n, proj, err);
-    if (st == MMRT_OK)
-        st = pack(m, proj, img->height, img->width, nph, npw, &features, &n_tokens, err);
-    if (st != MMRT_OK)
-        goto out;
-    if (trace && trace->image_features)
-        trace->image_features(trace->user, 0, features, n_tokens, Dt);
-    out->features = features;
-    features = NULL;
-    out->n_images = 1;
-    out->n_tokens = n_tokens;
-    out->dim = Dt;
-    out->preprocess_ms = t1 - t0;
-    out->vision_ms = mmrt_now_ms() - t1;
+    int k = 0;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        sts[i] = MMRT_OK;
+        if (reqs[i]->n_images == 0)
+            continue;
+        sts[i] = next_pixels(m, reqs[i], &p[i], &errs[i]);
+        if (sts[i] == MMRT_OK && !(proj[k] = malloc((size_t)(p[i].n * P * Dt) * sizeof(float))))
+            sts[i] = mmrt_error_set(&errs[i], MMRT_ERR_NO_MEMORY, "image: out of memory");
+        if (sts[i] != MMRT_OK)
+            continue;
+        tiles[k] = p[i].n;
+        total += p[i].n;
+        idx[k++] = i;
+    }
+    const double t1 = mmrt_now_ms();
+    struct mmrt_error e = { 0 };
+    mmrt_status st = MMRT_ERR_NO_MEMORY;
+    if (k > 0 && (pixels = malloc((size_t)total * per * sizeof *pixels))) {
+        size_t at = 0;
+        for (int j = 0; j < k; j++) {
+            memcpy(pixels + at, p[idx[j]].pixels, (size_t)tiles[j] * per * sizeof *pixels);
+            at += (size_t)tiles[j] * per;
+        }
+        st = encode_tiles(m, pixels, k, tiles, proj, &e);
+    }
+    if (k > 0 && st != MMRT_OK)
+        mmrt_log(MMRT_LOG_DEBUG, "llava_next", "%d images in shared passes failed (%s); one "
+                 "request at a time", k, e.msg);
+    const double vision_ms = mmrt_now_ms() - t1;
+    for (int j = 0; j < k; j++) {
+        const int i = idx[j];
+        if (st != MMRT_OK) {
+            sts[i] = next_encode(m, reqs[i], NULL, &outs[i], &errs[i]);
+            continue;
+        }
+        float *features = NULL;
+        int64_t n_tokens = 0;
+        sts[i] = pack(m, proj[j], p[i].height, p[i].width, p[i].nph, p[i].npw, &features,
+                      &n_tokens, &errs[i]);
+        if (sts[i] == MMRT_OK)
+            outs[i] = (struct mmrt_vision_output){ .n_images = 1, .n_tokens = n_tokens,
+                                                   .dim = Dt, .features = features,
+                                                   .preprocess_ms = p[i].preprocess_ms,
+                                                   .vision_ms = vision_ms };
+    }
 out:
-    mmrt_image_destroy(img);
-    free(pixels);
+    for (int i = 0; p && i < n; i++)
+        next_prep_free(&p[i]);
+    for (int j = 0; proj && j < n; j++)
+        free(proj[j]);
+    free(p);
+    free(tiles);
     free(proj);
-    free(features);
-    return st;
+    free(idx);
+    free(pixels);
 }
 
 static struct mmrt_llava_lm next_lm(struct mmrt_model *m)
@@ -569,6 +702,7 @@ const struct mmrt_model_type mmrt_llava_next_model_type = {
     .load = next_load,
     .destroy = next_destroy,
     .encode = next_encode,
+    .encode_batch = next_encode_batch,
     .prepare = next_prepare,
     .language = next_language,
 };

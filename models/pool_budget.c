@@ -156,12 +156,17 @@ static mmrt_status llava_budget(bool next, const char *what, const json_t *confi
         tiles = 1 + most;
     }
     const int64_t Dv = c->hidden, Dt = lc.text.hidden, K = lc.n_feature_layers;
-    out->vision_rows = tiles * T;
-    /* llava.c / llava_next.c: pixels, the tower's hidden states, the selected features of
-     * every tile and the projector's two outputs, with one CLIP layer's scratch. */
-    out->vision_bytes = blk(c->channels * S, S, 4) + blk(T, Dv, 4) +
-                        blk(tiles * T, Dv * K, 4) + 2 * blk(tiles * T, Dt, 4) +
-                        clip_forward(c, T);
+    /* A pass of the tower takes up to vision_batch images (LLaVA-1.5, each with its
+     * projector rows) or tiles (NeXT: the tiles of up to vision_batch requests have their
+     * features gathered, and each request's projector runs on its own). */
+    const int64_t vb = opts && opts->vision_batch > 1 ? opts->vision_batch : 1;
+    const int64_t feat_rows = vb * tiles * T, proj_rows = (next ? tiles : vb) * T;
+    out->vision_rows = vb * tiles * T;
+    /* llava.c / llava_next.c: pixels, the tower's hidden states, the selected features and
+     * the projector's two outputs, with one CLIP layer's scratch. */
+    out->vision_bytes = blk(vb * c->channels * S, S, 4) + blk(vb * T, Dv, 4) +
+                        blk(feat_rows, Dv * K, 4) + 2 * blk(proj_rows, Dt, 4) +
+                        clip_forward(c, vb * T);
     const struct lm_dims d = llama_dims(&lc.text);
     lm_budget(&d, opts, out);
     return MMRT_OK;
@@ -188,8 +193,9 @@ static mmrt_status qwen2vl_budget(const char *dir, int64_t max_images, const cha
         return st;
     const struct lm_dims d = llama_dims(&tc);
     lm_budget(&d, opts, out);
-    /* All of a request's images go through the tower in one forward (qwen2vl.c), so the
-     * bound is on the request: the positions it may fill (the context and the KV store),
+    /* A request's images may go through the tower in one forward, and requests share a
+     * forward only up to the largest one's patches (qwen2vl.c q_tower), so the bound is on
+     * the request: the positions it may fill (the context and the KV store),
      * max_image_tokens ... */
     int64_t tokens = out->language_rows;
     if (opts && opts->max_image_tokens > 0)

@@ -19,8 +19,12 @@
  * What counts as the largest request:
  *   language rows = min(context, KV positions): the longest prompt the KV store admits,
  *                   prefilled in one forward; KV positions = max_kv_tokens, or the context.
- *   vision rows   = LLaVA-1.5: its fixed patches; LLaVA-NeXT: the base tile plus the tiles
- *                   of its largest image_grid_pinpoints entry; Qwen2-VL: the image tokens a
+ *   vision rows   = LLaVA-1.5: its fixed patches, times vision_batch (the images one pass
+ *                   of the tower takes); LLaVA-NeXT: the base tile plus the tiles of its
+ *                   largest image_grid_pinpoints entry, times vision_batch (the tower takes
+ *                   that many tiles per pass, their requests' features gathered); Qwen2-VL
+ *                   (whose shared passes never exceed the largest request's patches): the
+ *                   image tokens a
  *                   request may carry, all its images in one forward: min(language rows,
  *                   max_image_tokens, images per request × the processor's max_pixels /
  *                   (patch · merge)²), times merge²;

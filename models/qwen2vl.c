@@ -8,7 +8,8 @@
  *   decode → smart_resize plan → the token budget (below), before any resampling
  *   → PIL bicubic resize → rescale, normalize → frame
  *   repeated to temporal_patch_size → patches in merge-window order (core/preprocess.c)
- *   → all images' patches through the tower at once (attention never crosses images)
+ *   → the images through the tower (q_tower: packed together where each image keeps the
+ *   bits it gets alone; attention never crosses images)
  *   → features [Σ tokens_i, hidden] with tokens_i = t·h·w / merge², handed over with each
  *   image's count and grid (struct mmrt_vision_output, per-image layout).
  *
@@ -51,6 +52,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
@@ -364,14 +366,32 @@ static mmrt_status fit_budget(const struct mmrt_model *m, const struct mmrt_toke
     return MMRT_OK;
 }
 
-static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req,
-                            const struct mmrt_model_trace *trace,
-                            struct mmrt_vision_output *out, struct mmrt_error *err)
+/* A request's images ready for the tower: pixels of every image one after the other, each
+ * image's grid and token count. Owned; q_prep_free releases it. */
+struct q_prep {
+    int n;
+    float *pixels;   /* [n_patches, K] */
+    int32_t *grid;   /* [n][3] */
+    int64_t *tokens; /* [n] */
+    int64_t n_patches, n_tokens;
+    double preprocess_ms;
+};
+
+static void q_prep_free(struct q_prep *p)
 {
-    memset(out, 0, sizeof *out);
+    free(p->pixels);
+    free(p->grid);
+    free(p->tokens);
+    memset(p, 0, sizeof *p);
+}
+
+/* Decoding, the token budget and preprocessing of every image of req (n ≥ 1) into *p. */
+static mmrt_status q_pixels(struct mmrt_model *m, const struct mmrt_request *req,
+                            const struct mmrt_model_trace *trace, struct q_prep *p,
+                            struct mmrt_error *err)
+{
+    memset(p, 0, sizeof *p);
     const int n = req->n_images;
-    if (n == 0)
-        return MMRT_OK;
     if (n > MAX_IMAGES)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request has %d images; Qwen2-VL takes at most %d", n, MAX_IMAGES);
@@ -381,7 +401,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     for (int i = 0; i < n; i++)
         paths[i] = mmrt_request_image_name(req, i, name_buf[i], sizeof name_buf[i]);
     const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
-    const int64_t D = m->lm.cfg.hidden, m2 = (int64_t)pp->merge_size * pp->merge_size;
+    const int64_t m2 = (int64_t)pp->merge_size * pp->merge_size;
     const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
     /* The prompt needs the template's tokens too; the context bound only refuses what cannot
      * fit at all. */
@@ -394,7 +414,7 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
     int32_t *grid = calloc((size_t)n * 3, sizeof *grid);
     int64_t *tokens = calloc((size_t)n, sizeof *tokens);
     struct plan *plans = calloc((size_t)n, sizeof *plans);
-    float *pixels = NULL, *features = NULL;
+    float *pixels = NULL;
     mmrt_status st = MMRT_OK;
     if (!imgs || !grid || !tokens || !plans) {
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "images: out of memory");
@@ -448,14 +468,10 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
         }
     }
     int64_t n_patches = 0;
-    n_tokens = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         n_patches += (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
-        n_tokens += tokens[i];
-    }
     pixels = malloc((size_t)(n_patches * K) * sizeof *pixels);
-    features = malloc((size_t)(n_tokens * D) * sizeof *features);
-    if (!pixels || !features) {
+    if (!pixels) {
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "images: out of memory");
         goto out;
     }
@@ -474,38 +490,12 @@ static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req
         imgs[i] = NULL;
         at += np;
     }
-    double t1 = mmrt_now_ms();
-    /* One tower pass per image, so an image's features are a function of that image alone:
-     * in one pass over every image, the matrix products run over all their patches at once
-     * and may take another kernel path (MATMUL's M ≤ 32 line, cuBLAS's choice by shape),
-     * changing the image's features in their last bits with its company. The vision cache
-     * (core/vision_cache.h) hands out features per image, and they must be the bits the
-     * request gives without it. Attention was already per image. */
-    int64_t px = 0, row = 0;
-    for (int i = 0; st == MMRT_OK && i < n; i++) {
-        st = mmrt_qwen2vl_vision_forward(&m->vt, pixels + px * K, 1, grid + 3 * i,
-                                         features + row * D, err);
-        px += (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
-        row += tokens[i];
-    }
-    if (st != MMRT_OK)
-        goto out;
-    at = 0;
-    for (int i = 0; trace && trace->image_features && i < n; i++) {
-        trace->image_features(trace->user, i, features + at * D, tokens[i], D);
-        at += tokens[i];
-    }
-    out->n_images = n;
-    out->n_tokens = n_tokens;
-    out->dim = D;
-    out->features = features;
-    out->tokens_per_image = tokens;
-    out->grid_thw = grid;
-    out->preprocess_ms = t1 - t0;
-    out->vision_ms = mmrt_now_ms() - t1;
-    features = NULL;
-    tokens = NULL;
+    *p = (struct q_prep){ .n = n, .pixels = pixels, .grid = grid, .tokens = tokens,
+                          .n_patches = n_patches, .n_tokens = n_tokens,
+                          .preprocess_ms = mmrt_now_ms() - t0 };
+    pixels = NULL;
     grid = NULL;
+    tokens = NULL;
 out:
     for (int i = 0; imgs && i < n; i++)
         mmrt_image_destroy(imgs[i]);
@@ -514,8 +504,181 @@ out:
     free(tokens);
     free(plans);
     free(pixels);
-    free(features);
     return st;
+}
+
+/* The tower over n images (pixels, grids and token counts one after the other) into
+ * features [Σ tokens, D]. An image's features must be a function of that image alone — the
+ * vision cache (core/vision_cache.h) hands them out per image, and batched requests must get
+ * their solo bits — so images go through a pass together only when each has more than
+ * MMRT_SMALL_M merged rows (and 4× as many patch rows): then every matrix product of every
+ * image stays on one side of MATMUL's M ≤ 32 line whatever its company, and attention never
+ * crosses images (one packed sequence per frame, plugin.h batch invariance). A pass takes
+ * at most max_patches (the largest request's own: what pool_mb = auto sized the vision pool
+ * for). Smaller images run alone, as does every image when a packed pass fails. */
+static mmrt_status q_tower(struct mmrt_model *m, const float *pixels, int n,
+                           const int32_t *grid, const int64_t *tokens, int64_t max_patches,
+                           float *features, struct mmrt_error *err)
+{
+    const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
+    const int64_t D = m->lm.cfg.hidden;
+    const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
+    int64_t px = 0, row = 0;
+    for (int i = 0; i < n;) {
+        /* images [i, j) in one pass: a run of large ones, or one image */
+        int j = i + 1;
+        int64_t patches = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+        int64_t rows = tokens[i];
+        if (tokens[i] > MMRT_SMALL_M) {
+            while (j < n && tokens[j] > MMRT_SMALL_M) {
+                const int64_t np = (int64_t)grid[3 * j] * grid[3 * j + 1] * grid[3 * j + 2];
+                if (patches + np > max_patches)
+                    break;
+                patches += np;
+                rows += tokens[j++];
+            }
+        }
+        struct mmrt_error e = { 0 };
+        mmrt_status st = mmrt_qwen2vl_vision_forward(&m->vt, pixels + px * K, j - i,
+                                                     grid + 3 * i, features + row * D,
+                                                     j - i > 1 ? &e : err);
+        if (st != MMRT_OK && j - i == 1)
+            return st;
+        if (st != MMRT_OK) { /* the packed pass did not fit: one pass each */
+            mmrt_log(MMRT_LOG_DEBUG, "qwen2vl", "%d images in one pass failed (%s); one pass "
+                     "each", j - i, e.msg);
+            j = i + 1;
+            patches = (int64_t)grid[3 * i] * grid[3 * i + 1] * grid[3 * i + 2];
+            rows = tokens[i];
+            st = mmrt_qwen2vl_vision_forward(&m->vt, pixels + px * K, 1, grid + 3 * i,
+                                             features + row * D, err);
+            if (st != MMRT_OK)
+                return st;
+        }
+        px += patches;
+        row += rows;
+        i = j;
+    }
+    return MMRT_OK;
+}
+
+static mmrt_status q_encode(struct mmrt_model *m, const struct mmrt_request *req,
+                            const struct mmrt_model_trace *trace,
+                            struct mmrt_vision_output *out, struct mmrt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (req->n_images == 0)
+        return MMRT_OK;
+    const int64_t D = m->lm.cfg.hidden;
+    struct q_prep p;
+    mmrt_status st = q_pixels(m, req, trace, &p, err);
+    if (st != MMRT_OK)
+        return st;
+    double t1 = mmrt_now_ms();
+    float *features = malloc((size_t)(p.n_tokens * D) * sizeof *features);
+    if (!features)
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "images: out of memory");
+    else
+        st = q_tower(m, p.pixels, p.n, p.grid, p.tokens, p.n_patches, features, err);
+    if (st != MMRT_OK) {
+        free(features);
+        q_prep_free(&p);
+        return st;
+    }
+    int64_t at = 0;
+    for (int i = 0; trace && trace->image_features && i < p.n; i++) {
+        trace->image_features(trace->user, i, features + at * D, p.tokens[i], D);
+        at += p.tokens[i];
+    }
+    *out = (struct mmrt_vision_output){
+        .n_images = p.n, .n_tokens = p.n_tokens, .dim = D, .features = features,
+        .tokens_per_image = p.tokens, .grid_thw = p.grid, .preprocess_ms = p.preprocess_ms,
+        .vision_ms = mmrt_now_ms() - t1,
+    };
+    p.tokens = NULL;
+    p.grid = NULL;
+    q_prep_free(&p);
+    return MMRT_OK;
+}
+
+/* Vision stage of several requests (model.h encode_batch): each request's images prepared
+ * on its own (a bad one fails only its request), then every request's images through the
+ * tower together, packed as q_tower allows. */
+static void q_encode_batch(struct mmrt_model *m, const struct mmrt_request *const *reqs, int n,
+                           struct mmrt_vision_output *outs, mmrt_status *sts,
+                           struct mmrt_error *errs)
+{
+    const int64_t D = m->lm.cfg.hidden;
+    const struct mmrt_qwen2vl_preprocess_config *pp = &m->pp;
+    const int64_t K = 3 * (int64_t)pp->temporal_patch_size * pp->patch_size * pp->patch_size;
+    struct q_prep *p = calloc((size_t)n, sizeof *p);
+    if (!p) {
+        for (int i = 0; i < n; i++)
+            sts[i] = q_encode(m, reqs[i], NULL, &outs[i], &errs[i]);
+        return;
+    }
+    int n_img = 0;
+    int64_t n_patches = 0, n_tokens = 0, largest = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&outs[i], 0, sizeof outs[i]);
+        sts[i] = reqs[i]->n_images ? q_pixels(m, reqs[i], NULL, &p[i], &errs[i]) : MMRT_OK;
+        n_img += p[i].n;
+        n_patches += p[i].n_patches;
+        n_tokens += p[i].n_tokens;
+        largest = p[i].n_patches > largest ? p[i].n_patches : largest;
+    }
+    const double t1 = mmrt_now_ms();
+    float *pixels = malloc((size_t)(n_patches * K) * sizeof *pixels + 1);
+    int32_t *grid = malloc((size_t)n_img * 3 * sizeof *grid + 1);
+    int64_t *tokens = malloc((size_t)n_img * sizeof *tokens + 1);
+    float *features = malloc((size_t)(n_tokens * D) * sizeof *features + 1);
+    struct mmrt_error e = { 0 };
+    mmrt_status st = MMRT_ERR_NO_MEMORY;
+    if (pixels && grid && tokens && features) {
+        int64_t px = 0;
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            memcpy(pixels + px * K, p[i].pixels, (size_t)(p[i].n_patches * K) * sizeof *pixels);
+            memcpy(grid + 3 * k, p[i].grid, (size_t)p[i].n * 3 * sizeof *grid);
+            memcpy(tokens + k, p[i].tokens, (size_t)p[i].n * sizeof *tokens);
+            px += p[i].n_patches;
+            k += p[i].n;
+        }
+        st = n_img ? q_tower(m, pixels, n_img, grid, tokens, largest, features, &e) : MMRT_OK;
+    }
+    const double vision_ms = mmrt_now_ms() - t1;
+    int64_t row = 0;
+    for (int i = 0; i < n; i++) {
+        if (sts[i] != MMRT_OK || p[i].n == 0) {
+            row += p[i].n_tokens;
+            continue;
+        }
+        float *f = NULL;
+        if (st != MMRT_OK) {
+            /* The pass over everyone failed (out of memory, a device error): each request
+             * alone, in its own words. */
+            sts[i] = q_encode(m, reqs[i], NULL, &outs[i], &errs[i]);
+        } else if (!(f = malloc((size_t)(p[i].n_tokens * D) * sizeof *f))) {
+            sts[i] = mmrt_error_set(&errs[i], MMRT_ERR_NO_MEMORY, "images: out of memory");
+        } else {
+            memcpy(f, features + row * D, (size_t)(p[i].n_tokens * D) * sizeof *f);
+            outs[i] = (struct mmrt_vision_output){
+                .n_images = p[i].n, .n_tokens = p[i].n_tokens, .dim = D, .features = f,
+                .tokens_per_image = p[i].tokens, .grid_thw = p[i].grid,
+                .preprocess_ms = p[i].preprocess_ms, .vision_ms = vision_ms,
+            };
+            p[i].tokens = NULL;
+            p[i].grid = NULL;
+        }
+        row += p[i].n_tokens;
+    }
+    for (int i = 0; i < n; i++)
+        q_prep_free(&p[i]);
+    free(p);
+    free(pixels);
+    free(grid);
+    free(tokens);
+    free(features);
 }
 
 /* ---- language stage ---- */
@@ -714,6 +877,7 @@ const struct mmrt_model_type mmrt_qwen2vl_model_type = {
     .load = q_load,
     .destroy = q_destroy,
     .encode = q_encode,
+    .encode_batch = q_encode_batch,
     .prepare = q_prepare,
     .language = q_language,
     .max_images = MAX_IMAGES,

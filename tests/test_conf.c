@@ -440,7 +440,7 @@ static void test_scheduler_keys(void **state)
 {
     (void)state;
     const char *text = "[device.d]\nplugin = cpu\n[scheduler]\nmax_batch = 8\n"
-                       "prefill_chunk = 256\nstep_tokens = 300\n";
+                       "prefill_chunk = 256\nstep_tokens = 300\nvision_batch = 5\n";
     struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
     assert_int_equal(c->scheduler.line, 3);
     assert_int_equal(c->scheduler.max_batch, 8);
@@ -449,6 +449,8 @@ static void test_scheduler_keys(void **state)
     assert_int_equal(c->scheduler.prefill_chunk_line, 5);
     assert_int_equal(c->scheduler.step_tokens, 300);
     assert_int_equal(c->scheduler.step_tokens_line, 6);
+    assert_int_equal(c->scheduler.vision_batch, 5);
+    assert_int_equal(c->scheduler.vision_batch_line, 7);
     mmrt_conf_destroy(c);
     text = "[device.d]\nplugin = cpu\n";
     c = parse_ok(text, strlen(text), "t.ini");
@@ -516,6 +518,8 @@ static const struct error_case ERRORS[] = {
     {SCHED("max_batch = 33"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] max_batch = '33': outside [1, 32]"},
     {SCHED("prefill_chunk = -4"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] prefill_chunk = '-4': outside [1, 1048576]"},
     {SCHED("step_tokens = x"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] step_tokens = 'x': not a decimal integer"},
+    {SCHED("vision_batch = 0"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] vision_batch = '0': outside [1, 32]"},
+    {SCHED("vision_batch = 33"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] vision_batch = '33': outside [1, 32]"},
     {SCHED("group = none"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] unknown key 'group' (value 'none')"},
     {D "[scheduler]\n[scheduler]\n", MMRT_ERR_CONFIG,
      "t.ini:4: duplicate section [scheduler] (first on line 3)"},

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "golden.h"
+#include "image_fixtures.h"
 #include "mmrt/mmrt.h"
 #include "request_util.h"
 #include "vision_cache.h"
@@ -181,16 +182,32 @@ static void test_failures_stay_alone(void **state)
     }
 }
 
-/* The tiny fixture's images have 17 tower rows: one pass each, the same bits. */
+/* N_REQ in-memory PNGs of the sizes wh (pixels from the index), freed by the caller. */
+static void make_pngs(const uint32_t (*wh)[2], uint8_t **png, size_t *len)
+{
+    for (int i = 0; i < N_REQ; i++) {
+        const size_t n = (size_t)wh[i][0] * wh[i][1] * 3;
+        uint8_t *rgb = malloc(n);
+        assert_non_null(rgb);
+        for (size_t b = 0; b < n; b++)
+            rgb[b] = (uint8_t)((b * (7 + 2 * (size_t)i)) ^ (b >> 9));
+        png[i] = fx_make_png(wh[i][0], wh[i][1], wh[i][1], rgb, NULL, 0, &len[i]);
+        free(rgb);
+    }
+}
+
+/* The tiny fixtures' images and tiles have 17 tower rows: one pass each, the same bits.
+ * LLaVA-NeXT's images of several aspect ratios (so grids and tile counts) in one batch,
+ * each with its own projector pass and packing. */
 static void test_small_images_one_pass_each(void **state)
 {
     (void)state;
     char model[4096], imgs[4096];
     golden_fixture_path(model, sizeof model, "llava-tiny");
     golden_fixture_path(imgs, sizeof imgs, "llava-images");
-    static const char *const names[N_REQ] = { "grad_80x60.png", "grad_80x60.png",
-                                              "grad_80x60.png", "grad_80x60.png",
-                                              "grad_80x60.png", "grad_80x60.png" };
+    static const char *const names[N_REQ] = { "grad_80x60.png", "grad_36x100.png",
+                                              "grad_64x64.png", "grad_45x90.png",
+                                              "grad_80x60.png", "grad_64x64.png" };
     struct reqs q;
     make_reqs(&q, imgs, names);
     struct mmrt_runtime *alone = open_rt(model, (struct rt_opts){ NULL, -1, 1 });
@@ -198,6 +215,113 @@ static void test_small_images_one_pass_each(void **state)
     batch_matches_alone(rt, alone, &q);
     mmrt_destroy(rt);
     mmrt_destroy(alone);
+
+    static const uint32_t wh[N_REQ][2] = { { 120, 40 }, { 30, 90 }, { 64, 64 },
+                                           { 100, 40 }, { 37, 53 }, { 90, 31 } };
+    uint8_t *png[N_REQ];
+    size_t len[N_REQ];
+    make_pngs(wh, png, len);
+    for (int i = 0; i < N_REQ; i++)
+        q.imgs[i] = (struct mmrt_image_input){ .data = png[i], .size = len[i] };
+    golden_fixture_path(model, sizeof model, "llava-next-tiny");
+    alone = open_rt(model, (struct rt_opts){ NULL, -1, 1 });
+    rt = open_rt(model, (struct rt_opts){ NULL, -1, 8 });
+    batch_matches_alone(rt, alone, &q);
+    mmrt_destroy(rt);
+    mmrt_destroy(alone);
+    for (int i = 0; i < N_REQ; i++)
+        free(png[i]);
+}
+
+/* Qwen2-VL packs images of different sizes into one pass (attention per image): requests of
+ * one and of two images, large (48 … 100 tokens, packed) and small (8 tokens, alone) ones
+ * mixed, a request without images and one whose image does not decode, each as alone. The
+ * fixture's processor is widened (max_pixels) so that its images can exceed MMRT_SMALL_M
+ * tokens. */
+static void test_qwen2vl_packs_mixed_sizes(void **state)
+{
+    (void)state;
+    golden_scratch_make("qwen2vl-tiny");
+    golden_set_json("processor_config.json", "image_processor/size/longest_edge",
+                    json_integer(200704));
+    static const uint32_t wh[][2] = { { 224, 168 }, { 98, 70 }, { 280, 280 }, { 196, 252 },
+                                      { 168, 224 } };
+    enum { N_IMG = sizeof wh / sizeof wh[0] };
+    uint8_t *png[N_IMG];
+    size_t len[N_IMG];
+    for (int i = 0; i < N_IMG; i++) {
+        const size_t n = (size_t)wh[i][0] * wh[i][1] * 3;
+        uint8_t *rgb = malloc(n);
+        assert_non_null(rgb);
+        for (size_t b = 0; b < n; b++)
+            rgb[b] = (uint8_t)((b * (7 + 2 * (size_t)i)) ^ (b >> 9));
+        png[i] = fx_make_png(wh[i][0], wh[i][1], wh[i][1], rgb, NULL, 0, &len[i]);
+        free(rgb);
+    }
+    static const uint8_t junk[] = { 0x89, 'P', 'N', 'G', 1, 2, 3 };
+    struct mmrt_image_input in[] = {
+        { .data = png[0], .size = len[0] }, { .data = png[1], .size = len[1] }, /* r0 */
+        { .data = png[2], .size = len[2] },                                     /* r1 */
+        { .data = png[3], .size = len[3] }, { .data = png[4], .size = len[4] }, /* r2 */
+        { .data = junk, .size = sizeof junk },                                  /* r4 */
+        { .data = png[1], .size = len[1] },                                     /* r5 */
+    };
+    struct mmrt_request r[N_REQ];
+    static const int first[N_REQ] = { 0, 2, 3, 0, 5, 6 }, count[N_REQ] = { 2, 1, 2, 0, 1, 1 };
+    for (int i = 0; i < N_REQ; i++)
+        r[i] = (struct mmrt_request){ .struct_size = sizeof r[i], .prompt = "Compare.",
+                                      .images = count[i] ? &in[first[i]] : NULL,
+                                      .n_images = count[i], .max_tokens = 4, .top_p = 1.0f };
+    struct mmrt_runtime *alone = open_rt(golden_scratch, (struct rt_opts){ NULL, -1, 1 });
+    for (int64_t cache = -1; cache <= 0; cache++) {
+        struct mmrt_runtime *rt = open_rt(golden_scratch, (struct rt_opts){ NULL, cache, 8 });
+        struct mmrt_vision_output got[N_REQ], want;
+        mmrt_status sts[N_REQ];
+        struct mmrt_error errs[N_REQ];
+        mmrt_runtime_vision_batch(rt, r, N_REQ, got, sts, errs);
+        for (int i = 0; i < N_REQ; i++) {
+            struct mmrt_error e = { 0 };
+            const mmrt_status st = mmrt_runtime_vision(alone, &r[i], &want, &e);
+            assert_int_equal(sts[i], st);
+            if (st != MMRT_OK) {
+                assert_string_equal(errs[i].msg, e.msg);
+            } else {
+                same_vision(i, &got[i], &want);
+                if (want.n_images) {
+                    assert_memory_equal(got[i].tokens_per_image, want.tokens_per_image,
+                                        (size_t)want.n_images * sizeof(int64_t));
+                    assert_memory_equal(got[i].grid_thw, want.grid_thw,
+                                        (size_t)want.n_images * 3 * sizeof(int32_t));
+                }
+            }
+            mmrt_vision_output_free(&got[i]);
+            mmrt_vision_output_free(&want);
+        }
+        mmrt_destroy(rt);
+    }
+    /* A request of two large images packs them even alone: its features are those of each
+     * image in a request of its own, one after the other. */
+    struct mmrt_vision_output two, one[2];
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_runtime_vision(alone, &r[2], &two, &e), MMRT_OK);
+    int64_t row = 0;
+    for (int k = 0; k < 2; k++) {
+        struct mmrt_request rk = r[2];
+        rk.images = &in[3 + k];
+        rk.n_images = 1;
+        assert_int_equal(mmrt_runtime_vision(alone, &rk, &one[k], &e), MMRT_OK);
+        assert_true(one[k].n_tokens > 32);
+        const size_t n = (size_t)(one[k].n_tokens * one[k].dim) * sizeof(float);
+        if (memcmp(two.features + row * two.dim, one[k].features, n) != 0)
+            fail_msg("image %d packed with another differs from alone", k + 1);
+        row += one[k].n_tokens;
+        mmrt_vision_output_free(&one[k]);
+    }
+    assert_int_equal(row, two.n_tokens);
+    mmrt_vision_output_free(&two);
+    mmrt_destroy(alone);
+    for (int i = 0; i < N_IMG; i++)
+        free(png[i]);
 }
 
 /* ---- through the worker ---- */
@@ -317,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_demo_batch_vision_on_opencl),
         cmocka_unit_test(test_failures_stay_alone),
         cmocka_unit_test(test_small_images_one_pass_each),
+        cmocka_unit_test_teardown(test_qwen2vl_packs_mixed_sizes, golden_scratch_drop),
         cmocka_unit_test(test_worker_batches_a_burst),
         cmocka_unit_test(test_config_refused),
     };
