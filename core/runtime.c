@@ -61,9 +61,19 @@ struct mmrt_runtime {
     pthread_mutex_t jobs_lock;   /* pending, stop, and every job's seq / cancel / done */
     pthread_cond_t work, done;
     struct mmrt_job *pending;    /* submitted, not yet taken by the worker (newest first) */
+    /* With the stages on two devices, the worker's vision thread encodes the pending jobs
+     * (taken oldest first) and hands them over in `ready` (oldest first) while the worker
+     * steps the engine; vision_taken counts the jobs it holds in between. All under
+     * jobs_lock. */
+    struct mmrt_job *ready;
+    int vision_taken;
+    /* Every vision stage (model encode on the vision device) runs under vision_lock: the
+     * worker's vision thread, mmrt_run_batch's and the callers of mmrt_run may each run one. */
+    pthread_mutex_t vision_lock;
     bool locks_ready, worker_started, stop;
     pthread_t worker;
     uint64_t n_outstanding;      /* submitted jobs not finished (under jobs_lock) */
+    struct mmrt_job *finished;   /* done, not yet waited for (under jobs_lock) */
     /* What mmrt_stats and mmrt_device_memory report while the worker holds `drive`: the
      * worker publishes them after every step (under stats_lock). */
     pthread_mutex_t stats_lock;
@@ -132,6 +142,7 @@ void mmrt_destroy(struct mmrt_runtime *rt)
         pthread_mutex_destroy(&rt->jobs_lock);
         pthread_mutex_destroy(&rt->drive);
         pthread_mutex_destroy(&rt->stats_lock);
+        pthread_mutex_destroy(&rt->vision_lock);
     }
     free(rt);
 }
@@ -299,6 +310,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     if (!rt)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
     pthread_mutex_init(&rt->drive, NULL);
+    pthread_mutex_init(&rt->vision_lock, NULL);
     pthread_mutex_init(&rt->jobs_lock, NULL);
     pthread_cond_init(&rt->work, NULL);
     pthread_cond_init(&rt->done, NULL);
@@ -1026,9 +1038,26 @@ static mmrt_status encode_cached(struct mmrt_runtime *rt, const struct mmrt_requ
                                  struct mmrt_vision_key *keys, struct mmrt_vision_output *out,
                                  struct mmrt_error *err)
 {
-    if (trace)
-        return rt->model_type->encode(rt->model, req, trace, out, err);
-    return mmrt_vision_front_encode(&rt->vfront, req, keys, out, err);
+    pthread_mutex_lock(&rt->vision_lock);
+    const mmrt_status st = trace ? rt->model_type->encode(rt->model, req, trace, out, err)
+                                 : mmrt_vision_front_encode(&rt->vfront, req, keys, out, err);
+    pthread_mutex_unlock(&rt->vision_lock);
+    return st;
+}
+
+/* The vision stages of n requests together, through the cache (vision_cache.h). */
+static void encode_batch_cached(struct mmrt_runtime *rt, const struct mmrt_request *const *reqs,
+                                int n, struct mmrt_vision_key *const *keys,
+                                struct mmrt_vision_output *outs, mmrt_status *sts,
+                                struct mmrt_error *errs)
+{
+    pthread_mutex_lock(&rt->vision_lock);
+    mmrt_vision_front_encode_batch(&rt->vfront, reqs, n, keys, outs, sts, errs);
+    pthread_mutex_unlock(&rt->vision_lock);
+    pthread_mutex_lock(&rt->stats_lock);
+    rt->vision_batches++;
+    rt->vision_batch_jobs += (uint64_t)n;
+    pthread_mutex_unlock(&rt->stats_lock);
 }
 
 mmrt_status mmrt_runtime_vision(struct mmrt_runtime *rt, const struct mmrt_request *req,
@@ -1077,9 +1106,7 @@ void mmrt_runtime_vision_batch(struct mmrt_runtime *rt, const struct mmrt_reques
             sts[idx[j]] = mmrt_error_set(&errs[idx[j]], MMRT_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    pthread_mutex_lock(&rt->drive);
-    mmrt_vision_front_encode_batch(&rt->vfront, run, k, NULL, got, got_st, got_err);
-    pthread_mutex_unlock(&rt->drive);
+    encode_batch_cached(rt, run, k, NULL, got, got_st, got_err);
     for (int j = 0; j < k; j++) {
         outs[idx[j]] = got[j];
         sts[idx[j]] = got_st[j];
@@ -1199,27 +1226,60 @@ struct batch_slot {
     int index;
 };
 
-static void encode_one(struct batch *b, int i)
+/* The vision stages of requests [first, first + count): together, as the worker's
+ * (jobs_encode), unless traced (a trace watches one request's own encode()). Returns the
+ * first request not encoded. */
+static int encode_some(struct batch *b, int first, int count)
 {
-    struct mmrt_error err = { 0 };
-    struct mmrt_result *r = &b->results[i];
-    if (r->status != MMRT_OK) /* refused before its vision stage */
-        return;
-    r->vision_start_ms = mmrt_now_ms() - b->t0;
-    mmrt_status st = encode_cached(b->rt, &b->reqs[i].r, b->traces ? &b->traces[i] : NULL,
-                                   NULL, &b->vis[i], &err);
-    r->vision_end_ms = mmrt_now_ms() - b->t0;
-    if (st != MMRT_OK)
-        result_error(r, st, err.msg);
+    const int end = first + count < b->n ? first + count : b->n;
+    const struct mmrt_request *reqs[MMRT_CONF_MAX_VISION_BATCH];
+    int idx[MMRT_CONF_MAX_VISION_BATCH], k = 0;
+    for (int i = first; i < end; i++) {
+        struct mmrt_result *r = &b->results[i];
+        if (r->status != MMRT_OK) /* refused before its vision stage */
+            continue;
+        r->vision_start_ms = mmrt_now_ms() - b->t0;
+        if (b->traces) {
+            struct mmrt_error err = { 0 };
+            mmrt_status st = encode_cached(b->rt, &b->reqs[i].r, &b->traces[i], NULL,
+                                           &b->vis[i], &err);
+            r->vision_end_ms = mmrt_now_ms() - b->t0;
+            if (st != MMRT_OK)
+                result_error(r, st, err.msg);
+            continue;
+        }
+        idx[k] = i;
+        reqs[k++] = &b->reqs[i].r;
+    }
+    if (k > 0) {
+        mmrt_status sts[MMRT_CONF_MAX_VISION_BATCH];
+        struct mmrt_vision_output vis[MMRT_CONF_MAX_VISION_BATCH];
+        struct mmrt_error *errs = calloc((size_t)k, sizeof *errs);
+        if (!errs) {
+            for (int j = 0; j < k; j++)
+                result_error(&b->results[idx[j]], MMRT_ERR_NO_MEMORY, "out of memory");
+            return end;
+        }
+        encode_batch_cached(b->rt, reqs, k, NULL, vis, sts, errs);
+        for (int j = 0; j < k; j++) {
+            struct mmrt_result *r = &b->results[idx[j]];
+            r->vision_end_ms = mmrt_now_ms() - b->t0;
+            b->vis[idx[j]] = vis[j];
+            if (sts[j] != MMRT_OK)
+                result_error(r, sts[j], errs[j].msg);
+        }
+        free(errs);
+    }
+    return end;
 }
 
 static void *vision_worker(void *arg)
 {
     struct batch *b = arg;
-    for (int i = 0; i < b->n; i++) {
-        encode_one(b, i);
+    for (int i = 0; i < b->n;) {
+        i = encode_some(b, i, b->rt->vision_batch);
         pthread_mutex_lock(&b->lock);
-        b->n_encoded = i + 1;
+        b->n_encoded = i;
         pthread_cond_signal(&b->ready);
         pthread_mutex_unlock(&b->lock);
     }
@@ -1280,9 +1340,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
             encoded = b.n_encoded;
             pthread_mutex_unlock(&b.lock);
         } else {
-            if (submitted < n)
-                encode_one(&b, submitted);
-            encoded = submitted < n ? submitted + 1 : submitted;
+            encoded = submitted < n ? encode_some(&b, submitted, rt->vision_batch) : submitted;
         }
         for (; submitted < encoded; submitted++) {
             struct mmrt_result *r = &results[submitted];
@@ -1385,8 +1443,16 @@ struct mmrt_job {
     struct mmrt_vision_key *keys;
     struct mmrt_job_callbacks cb;
     struct mmrt_result result;
+    /* Its vision stage's outcome, from the stage to the job's submission to the engine
+     * (owned by whichever thread holds the job). */
+    struct mmrt_vision_output vis;
+    mmrt_status vis_st;
+    struct mmrt_error vis_err;
     struct mmrt_seq *seq;       /* while the engine runs it (under jobs_lock) */
     bool cancel, done;          /* under jobs_lock */
+    /* Once done and until waited for, in rt->finished (under jobs_lock), so that
+     * mmrt_destroy frees the jobs nobody waits for. */
+    struct mmrt_job *fin_prev, *fin_next;
     double t0;
     struct mmrt_job *next;
 };
@@ -1407,6 +1473,7 @@ static void job_free(struct mmrt_job *j)
     free(j->msgs);
     free(j->imgs);
     free(j->keys);
+    mmrt_vision_output_free(&j->vis);
     free(j);
 }
 
@@ -1426,32 +1493,39 @@ static void job_finish(struct mmrt_job *j, mmrt_status st, const char *msg)
     pthread_mutex_lock(&rt->jobs_lock);
     rt->n_outstanding--;
     j->done = true;
+    j->fin_prev = NULL;
+    j->fin_next = rt->finished;
+    if (rt->finished)
+        rt->finished->fin_prev = j;
+    rt->finished = j;
     pthread_cond_broadcast(&rt->done);
     pthread_mutex_unlock(&rt->jobs_lock);
 }
 
-/* Taken jobs' vision stages, run together (the worker holds drive: one call of the vision
- * front, so a model with encode_batch runs their images through one pass of its tower), and
- * their submission to the engine. Each job ends here or joins `*active`. */
-static void jobs_start(struct mmrt_runtime *rt, struct mmrt_job *batch, struct mmrt_job **active)
+/* The vision stages of the taken jobs `batch` (a list, at most MMRT_CONF_MAX_VISION_BATCH),
+ * run together: one call of the vision front, so a model with encode_batch runs their images
+ * through shared passes of its tower. Each job keeps its outcome (vis, vis_st, vis_err) for
+ * job_submit; a job cancelled before its stage skips it (vis_st MMRT_ERR_CANCELLED). Runs on
+ * the worker (holding drive) or on its vision thread. */
+static void jobs_encode(struct mmrt_runtime *rt, struct mmrt_job *batch)
 {
     struct mmrt_job *jobs[MMRT_CONF_MAX_VISION_BATCH];
     const struct mmrt_request *reqs[MMRT_CONF_MAX_VISION_BATCH];
     /* The keys go back to each job under jobs_lock: mmrt_job_image_key reads them from other
-     * threads. These copies are the worker's own while the stage runs. */
+     * threads. These copies are this thread's own while the stage runs. */
     struct mmrt_vision_key *keys[MMRT_CONF_MAX_VISION_BATCH];
     struct mmrt_vision_output vis[MMRT_CONF_MAX_VISION_BATCH];
     mmrt_status sts[MMRT_CONF_MAX_VISION_BATCH];
     struct mmrt_error errs[MMRT_CONF_MAX_VISION_BATCH];
     int n = 0;
-    while (batch) {
-        struct mmrt_job *j = batch;
-        batch = j->next;
+    for (struct mmrt_job *j = batch; j && n < MMRT_CONF_MAX_VISION_BATCH; j = j->next) {
         pthread_mutex_lock(&rt->jobs_lock);
         const bool cancelled = j->cancel;
         pthread_mutex_unlock(&rt->jobs_lock);
+        memset(&j->vis, 0, sizeof j->vis);
+        j->vis_st = MMRT_OK;
         if (cancelled) {
-            job_finish(j, MMRT_ERR_CANCELLED, "cancelled");
+            j->vis_st = mmrt_error_set(&j->vis_err, MMRT_ERR_CANCELLED, "cancelled");
             continue;
         }
         const struct mmrt_request *r = &j->req;
@@ -1467,9 +1541,7 @@ static void jobs_start(struct mmrt_runtime *rt, struct mmrt_job *batch, struct m
     }
     if (n == 0)
         return;
-    mmrt_vision_front_encode_batch(&rt->vfront, reqs, n, keys, vis, sts, errs);
-    rt->vision_batches++;
-    rt->vision_batch_jobs += (uint64_t)n;
+    encode_batch_cached(rt, reqs, n, keys, vis, sts, errs);
     for (int i = 0; i < n; i++) {
         struct mmrt_job *j = jobs[i];
         if (keys[i]) {
@@ -1479,27 +1551,101 @@ static void jobs_start(struct mmrt_runtime *rt, struct mmrt_job *batch, struct m
             free(keys[i]);
         }
         j->result.vision_end_ms = mmrt_now_ms() - j->t0;
-        j->result.language_start_ms = j->result.vision_end_ms;
-        struct mmrt_seq *seq = NULL;
-        mmrt_status st = sts[i];
-        if (st == MMRT_OK)
-            st = submit(rt, &j->req, &vis[i], NULL, j->cb.on_token, j->cb.user, &j->result,
-                        &seq, &errs[i]);
-        mmrt_vision_output_free(&vis[i]);
-        if (st != MMRT_OK) {
-            job_finish(j, st, errs[i].msg);
-            continue;
-        }
-        if (j->cb.on_accepted)
-            j->cb.on_accepted(j->cb.user, j->result.n_prompt_tokens);
-        pthread_mutex_lock(&rt->jobs_lock);
-        j->seq = seq;
-        if (j->cancel)
-            mmrt_engine_cancel(seq);
-        pthread_mutex_unlock(&rt->jobs_lock);
-        j->next = *active;
-        *active = j;
+        j->vis = vis[i];
+        j->vis_st = sts[i];
+        j->vis_err = errs[i];
     }
+}
+
+/* An encoded job to the engine (the worker holds drive): it joins `*active`, or ends here
+ * with its vision stage's or its submission's error. */
+static void job_submit(struct mmrt_runtime *rt, struct mmrt_job *j, struct mmrt_job **active)
+{
+    j->result.language_start_ms = mmrt_now_ms() - j->t0;
+    struct mmrt_seq *seq = NULL;
+    mmrt_status st = j->vis_st;
+    if (st == MMRT_OK)
+        st = submit(rt, &j->req, &j->vis, NULL, j->cb.on_token, j->cb.user, &j->result, &seq,
+                    &j->vis_err);
+    mmrt_vision_output_free(&j->vis);
+    if (st != MMRT_OK) {
+        job_finish(j, st, j->vis_err.msg);
+        return;
+    }
+    if (j->cb.on_accepted)
+        j->cb.on_accepted(j->cb.user, j->result.n_prompt_tokens);
+    pthread_mutex_lock(&rt->jobs_lock);
+    j->seq = seq;
+    if (j->cancel)
+        mmrt_engine_cancel(seq);
+    pthread_mutex_unlock(&rt->jobs_lock);
+    j->next = *active;
+    *active = j;
+}
+
+/* Moves rt->pending (newest first) to the end of *queue (oldest first). Under jobs_lock. */
+static void take_pending(struct mmrt_runtime *rt, struct mmrt_job **queue)
+{
+    struct mmrt_job *taken = NULL;
+    while (rt->pending) {
+        struct mmrt_job *j = rt->pending;
+        rt->pending = j->next;
+        j->next = taken;
+        taken = j;
+    }
+    while (*queue)
+        queue = &(*queue)->next;
+    *queue = taken;
+}
+
+/* Cuts the first `most` jobs off *queue and returns them as a list. */
+static struct mmrt_job *cut_front(struct mmrt_job **queue, int most)
+{
+    struct mmrt_job *front = *queue, **cut = queue;
+    for (int k = 0; k < most && *cut; k++)
+        cut = &(*cut)->next;
+    *queue = *cut;
+    *cut = NULL;
+    return front;
+}
+
+/* The worker's vision thread (stages on two devices): encodes the submitted jobs, oldest
+ * first, up to vision_batch at once, while the worker steps the engine on the language
+ * device, and hands them over in rt->ready. On stop it returns what it holds to pending. */
+static void *vision_main(void *arg)
+{
+    struct mmrt_runtime *rt = arg;
+    struct mmrt_job *queue = NULL; /* taken from pending, oldest first */
+    pthread_mutex_lock(&rt->jobs_lock);
+    for (;;) {
+        while (!rt->stop && !rt->pending && !queue)
+            pthread_cond_wait(&rt->work, &rt->jobs_lock);
+        if (rt->stop)
+            break;
+        take_pending(rt, &queue);
+        struct mmrt_job *batch = cut_front(&queue, rt->vision_batch);
+        int n = 0;
+        for (struct mmrt_job *j = batch; j; j = j->next)
+            n++;
+        rt->vision_taken += n;
+        pthread_mutex_unlock(&rt->jobs_lock);
+        jobs_encode(rt, batch);
+        pthread_mutex_lock(&rt->jobs_lock);
+        struct mmrt_job **tail = &rt->ready;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = batch;
+        rt->vision_taken -= n;
+        pthread_cond_broadcast(&rt->work);
+    }
+    while (queue) { /* back to pending, where the worker's exit finds them */
+        struct mmrt_job *j = queue;
+        queue = j->next;
+        j->next = rt->pending;
+        rt->pending = j;
+    }
+    pthread_mutex_unlock(&rt->jobs_lock);
+    return NULL;
 }
 
 /* The vision cache's figures (its own lock: live from any thread); 0 when it is off. */
@@ -1559,41 +1705,54 @@ static void worker_release(struct mmrt_runtime *rt)
     pthread_mutex_unlock(&rt->drive);
 }
 
+/* Frees a list of jobs that never reached the engine, cancelled by the runtime's end. */
+static void jobs_drop(struct mmrt_job *list)
+{
+    while (list) {
+        struct mmrt_job *j = list;
+        list = j->next;
+        if (j->cb.on_done) {
+            result_error(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
+            j->cb.on_done(j->cb.user);
+        }
+        job_free(j);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct mmrt_runtime *rt = arg;
     struct mmrt_job *active = NULL; /* in the engine; only this thread touches the list */
-    /* Taken from pending, vision stage not yet run, oldest first. Up to vision_batch of them
-     * start per engine step, their vision stages run together: a burst of new requests then
-     * costs the running streams one (batched) vision stage between two tokens, not one per
-     * request, and the burst reaches its prefill together. */
+    /* Stages on one device: the worker runs the vision stages itself, between two engine
+     * steps. `fresh` holds the jobs taken from pending, oldest first; up to vision_batch of
+     * them start per step, their vision stages together: a burst of new requests then costs
+     * the running streams one (batched) vision stage between two tokens, not one per
+     * request, and the burst reaches its prefill together. Stages on two devices: the vision
+     * thread encodes while this one steps the engine, and its jobs arrive in rt->ready. */
     struct mmrt_job *fresh = NULL;
+    pthread_t vision;
+    const bool own_vision = rt->vision != rt->language &&
+                            pthread_create(&vision, NULL, vision_main, rt) == 0;
     pthread_mutex_lock(&rt->jobs_lock);
     for (;;) {
-        while (!rt->stop && !rt->pending && !active && !fresh)
+        while (!rt->stop && !active && !fresh && !rt->ready && (own_vision || !rt->pending))
             pthread_cond_wait(&rt->work, &rt->jobs_lock);
         if (rt->stop)
             break;
-        struct mmrt_job *taken = NULL; /* pending is newest first: reverse it */
-        while (rt->pending) {
-            struct mmrt_job *j = rt->pending;
-            rt->pending = j->next;
-            j->next = taken;
-            taken = j;
-        }
-        struct mmrt_job **tail = &fresh;
-        while (*tail)
-            tail = &(*tail)->next;
-        *tail = taken;
+        struct mmrt_job *encoded = rt->ready;
+        rt->ready = NULL;
+        if (!own_vision)
+            take_pending(rt, &fresh);
         pthread_mutex_unlock(&rt->jobs_lock);
         worker_drive(rt);
         if (fresh) {
-            struct mmrt_job *batch = fresh, **cut = &fresh;
-            for (int k = 0; k < rt->vision_batch && *cut; k++)
-                cut = &(*cut)->next;
-            fresh = *cut;
-            *cut = NULL;
-            jobs_start(rt, batch, &active);
+            encoded = cut_front(&fresh, rt->vision_batch);
+            jobs_encode(rt, encoded);
+        }
+        while (encoded) {
+            struct mmrt_job *j = encoded;
+            encoded = j->next;
+            job_submit(rt, j, &active);
         }
         struct mmrt_error err = { 0 };
         struct mmrt_job *finished = NULL;
@@ -1622,22 +1781,20 @@ static void *worker_main(void *arg)
             job_finish(j, j->result.status, j->result.error);
         }
         pthread_mutex_lock(&rt->jobs_lock);
-        if (!rt->pending && !active && !fresh) {
+        if (!rt->pending && !active && !fresh && !rt->ready && !rt->vision_taken) {
             pthread_mutex_lock(&rt->stats_lock);
             rt->worker_busy = false;
             pthread_mutex_unlock(&rt->stats_lock);
         }
     }
-    /* Stopping (mmrt_destroy): what is still queued or running is cancelled and freed. */
-    struct mmrt_job *left = rt->pending;
-    rt->pending = NULL;
-    if (fresh) { /* the never-started ones go with the queued ones */
-        struct mmrt_job **tail = &fresh;
-        while (*tail)
-            tail = &(*tail)->next;
-        *tail = left;
-        left = fresh;
-    }
+    /* Stopping (mmrt_destroy): the vision thread gives back what it holds; then what is still
+     * queued, encoded or running is cancelled and freed. */
+    pthread_mutex_unlock(&rt->jobs_lock);
+    if (own_vision)
+        pthread_join(vision, NULL);
+    pthread_mutex_lock(&rt->jobs_lock);
+    struct mmrt_job *left = rt->pending, *encoded = rt->ready;
+    rt->pending = rt->ready = NULL;
     pthread_mutex_unlock(&rt->jobs_lock);
     pthread_mutex_lock(&rt->drive);
     while (active) {
@@ -1651,15 +1808,9 @@ static void *worker_main(void *arg)
         job_free(j);
     }
     pthread_mutex_unlock(&rt->drive);
-    while (left) {
-        struct mmrt_job *j = left;
-        left = j->next;
-        if (j->cb.on_done) {
-            result_error(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
-            j->cb.on_done(j->cb.user);
-        }
-        job_free(j);
-    }
+    jobs_drop(fresh);
+    jobs_drop(encoded);
+    jobs_drop(left);
     return NULL;
 }
 
@@ -1673,6 +1824,11 @@ static void stop_worker(struct mmrt_runtime *rt)
     pthread_mutex_unlock(&rt->jobs_lock);
     pthread_join(rt->worker, NULL);
     rt->worker_started = false;
+    while (rt->finished) { /* done, never waited for: mmrt_destroy frees them */
+        struct mmrt_job *j = rt->finished;
+        rt->finished = j->fin_next;
+        job_free(j);
+    }
 }
 
 static char *dup_or_null(const char *s, bool *failed)
@@ -1767,7 +1923,7 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
         rt->progress_ms = mmrt_now_ms();
     }
     pthread_mutex_unlock(&rt->stats_lock);
-    pthread_cond_signal(&rt->work);
+    pthread_cond_broadcast(&rt->work); /* the worker, or its vision thread */
     pthread_mutex_unlock(&rt->jobs_lock);
     *out = j;
     return MMRT_OK;
@@ -1872,6 +2028,12 @@ mmrt_status mmrt_wait(struct mmrt_job *job, struct mmrt_result *result)
     pthread_mutex_lock(&rt->jobs_lock);
     while (!job->done)
         pthread_cond_wait(&rt->done, &rt->jobs_lock);
+    if (job->fin_prev)
+        job->fin_prev->fin_next = job->fin_next;
+    else
+        rt->finished = job->fin_next;
+    if (job->fin_next)
+        job->fin_next->fin_prev = job->fin_prev;
     pthread_mutex_unlock(&rt->jobs_lock);
     const mmrt_status st = job->result.status;
     if (result && (!result->struct_size || result->struct_size >= RESULT_V1_END))

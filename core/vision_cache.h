@@ -193,10 +193,10 @@ bool mmrt_vision_front_applies(const struct mmrt_vision_front *f,
  * (each user turn's n_images recounted; a path image handed over as the bytes its key was
  * computed from, with its path kept for messages, so the file is read once), the missing
  * pieces are inserted, and the output is the pieces in the request's order. A model's
- * vision stage gives each image features that depend on that image alone (Qwen2-VL, the one
- * model with several images per request, runs its tower once per image for this; held by
- * tests/test_vision_cache.c), so the result is bit-identical to encode() on the whole
- * request.
+ * vision stage gives each image features that depend on that image alone (images share a
+ * pass of a tower only where each keeps its alone bits, model.h encode_batch; held by
+ * tests/test_vision_cache.c and tests/test_vision_batch.c), so the result is bit-identical
+ * to encode() on the whole request.
  *
  * Anything off the plain path runs encode() on the whole request as given, so the request
  * fails (or succeeds) in the model's own words, with its image numbers: a path whose file

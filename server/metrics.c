@@ -214,6 +214,12 @@ char *mmrt_metrics_render(struct mmrt_metrics *m, struct mmrt_runtime *rt, int r
         one(&t, "mmrt_prefix_cache_reused_tokens_total", "counter",
             "Prompt tokens shared from cached prefixes, not prefilled.",
             (double)st.prefix_cache_reused_tokens);
+        one(&t, "mmrt_vision_batches_total", "counter",
+            "Vision stages the worker ran (each for up to [scheduler] vision_batch requests).",
+            (double)st.vision_batches);
+        one(&t, "mmrt_vision_batch_requests_total", "counter",
+            "Requests those vision stages encoded (÷ batches = the mean vision batch).",
+            (double)st.vision_batch_requests);
         const int n = mmrt_device_count(rt);
         static const struct {
             const char *name, *help;

@@ -21,13 +21,21 @@
 
 #define FIXTURE "llava-tiny"
 
+/* The vision stage's plugin when not the CPU's: the stages on two devices, where the
+ * runtime's worker encodes on a vision thread of its own. */
+static const char *g_vision_plugin;
+
 static struct mmrt_runtime *open_rt(int64_t max_kv_tokens)
 {
     char dir[4096];
     golden_fixture_path(dir, sizeof dir, FIXTURE);
-    const struct mmrt_device_config dev = { .name = "cpu0", .plugin = "cpu", .pool_mb = 64 };
+    const struct mmrt_device_config devs[2] = {
+        { .name = "cpu0", .plugin = "cpu", .pool_mb = 64 },
+        { .name = "vis", .plugin = g_vision_plugin, .pool_mb = 64 },
+    };
     const struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir,
-                                     .devices = &dev, .n_devices = 1,
+                                     .devices = devs, .n_devices = g_vision_plugin ? 2 : 1,
+                                     .vision_device = g_vision_plugin ? "vis" : NULL,
                                      .max_kv_tokens = max_kv_tokens, .kv_page_tokens = 16 };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
@@ -343,6 +351,47 @@ static void test_job_callbacks_and_stats(void **state)
     json_decref(fc.json);
 }
 
+/* The same with the vision stage on OpenCL: the worker's vision thread encodes while it
+ * steps the engine on the CPU, and everything above holds; a job's tokens are those of its
+ * solo run. */
+static void test_job_callbacks_split_stages(void **state)
+{
+    g_vision_plugin = "opencl";
+    test_job_callbacks_and_stats(state);
+    struct fixture_case fc;
+    case_load(&fc);
+    struct mmrt_runtime *rt = open_rt(0);
+    enum { N = 6 };
+    struct stream solo, got[N];
+    struct mmrt_result res;
+    fc.req.max_tokens = 10;
+    run(rt, &fc.req, &solo, &res);
+    struct mmrt_job *jobs[N];
+    for (int i = 0; i < N; i++) {
+        memset(&got[i], 0, sizeof got[i]);
+        assert_int_equal(mmrt_submit(rt, &fc.req, on_text, &got[i], &jobs[i], NULL, 0),
+                         MMRT_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        res = (struct mmrt_result){ .struct_size = sizeof res };
+        assert_int_equal(mmrt_wait(jobs[i], &res), MMRT_OK);
+        assert_int_equal(got[i].n_ids, solo.n_ids);
+        assert_memory_equal(got[i].ids, solo.ids, (size_t)solo.n_ids * sizeof solo.ids[0]);
+        assert_true(res.vision_end_ms <= res.language_start_ms);
+    }
+    struct mmrt_runtime_stats st = { .struct_size = sizeof st };
+    assert_int_equal(mmrt_stats(rt, &st), MMRT_OK);
+    assert_int_equal(st.vision_batch_requests, N);
+    assert_true(st.vision_batches >= 1 && st.vision_batches <= N);
+    /* Destroyed with jobs waiting for (or in) their vision stage: each still ends. */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(mmrt_submit(rt, &fc.req, on_text, &got[i], &jobs[i], NULL, 0),
+                         MMRT_OK);
+    mmrt_destroy(rt);
+    json_decref(fc.json);
+    g_vision_plugin = NULL;
+}
+
 int main(void)
 {
     mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
@@ -350,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_job_callbacks_and_stats),
+        cmocka_unit_test(test_job_callbacks_split_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

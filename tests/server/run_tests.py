@@ -333,6 +333,7 @@ def test_load(s, images):
             got[i] = (text, usage.completion_tokens)
         except Exception as e:  # noqa: BLE001 (collected, reported below)
             errors.append((i, repr(e)))
+    before = s.metrics()
     ts = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
     for t in ts:
         t.start()
@@ -342,6 +343,13 @@ def test_load(s, images):
     for i in range(len(reqs)):
         assert got[i] == solo[i], (i, got[i], solo[i])
     assert s.get("/health/ready")[0] == 200 and s.get("/health/live")[0] == 200
+    # Every request went through one of the worker's vision stages, several to a stage at
+    # most [scheduler] vision_batch (8).
+    m = s.metrics()
+    batches = m["mmrt_vision_batches_total"] - before["mmrt_vision_batches_total"]
+    encoded = (m["mmrt_vision_batch_requests_total"] -
+               before["mmrt_vision_batch_requests_total"])
+    assert encoded == len(reqs) and len(reqs) / 8 <= batches <= len(reqs), (batches, encoded)
 
 
 def test_malformed(s, images):

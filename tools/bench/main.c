@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "engine.h"
 #include "formats/conf.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
@@ -64,6 +65,7 @@ struct options {
     enum bench_dtype dtype;
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
     int concurrency;
+    int vision_batch; /* [scheduler] vision_batch; 0 = the runtime's default */
     bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache;
     enum mmrt_weight_format weights; /* --weights */
     int threads;
@@ -90,6 +92,8 @@ static void usage(FILE *f)
             "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
             "                      1..32; default: the round's requests, at most 32)\n"
             "  --kv-dtype T        f32|f16 KV cache ([model] kv_dtype; default f32)\n"
+            "  --vision-batch N    requests whose vision stages run together ([scheduler]\n"
+            "                      vision_batch, 1..32; default the runtime's, 8)\n"
             "  --weights W         checkpoint|int8|int4|int4-g64|int4-g32: matmul weights as\n"
             "                      --dtype writes them, or quantized at load ([model] weights;\n"
             "                      default checkpoint)\n"
@@ -511,6 +515,7 @@ int main(int argc, char **argv)
         { "concurrency", required_argument, NULL, 'N' },
         { "mix", no_argument, NULL, 'X' },            { "kv-dtype", required_argument, NULL, 'K' },
         { "vision-cache", no_argument, NULL, 'V' },
+        { "vision-batch", required_argument, NULL, 'B' },
         { "weights", required_argument, NULL, 'W' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
@@ -548,6 +553,7 @@ int main(int argc, char **argv)
         case 'N': bad = parse_int("--concurrency", optarg, 1, 32, &o.concurrency); break;
         case 'X': o.mix = true; break;
         case 'V': o.vision_cache = true; break;
+        case 'B': bad = parse_int("--vision-batch", optarg, 1, 32, &o.vision_batch); break;
         case 'K':
             if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
                 fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32 or f16\n", optarg);
@@ -693,8 +699,10 @@ int main(int argc, char **argv)
     /* A round's requests decode together: KV for each running one's context, not the
      * model's whole context (the KV store and the longest prefill auto sizes for). */
     const int64_t kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency);
-    const struct mmrt_model_options mopts = { .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16,
-                                              .weights = o.weights };
+    const struct mmrt_model_options mopts = {
+        .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16, .weights = o.weights,
+        .vision_batch = o.vision_batch ? o.vision_batch : MMRT_DEFAULT_VISION_BATCH,
+    };
     struct mmrt_pool_budget budget = { 0 };
     uint64_t pool_mb[MAX_DEVS] = { 0 };
     if (supported) {
@@ -920,6 +928,7 @@ int main(int argc, char **argv)
         .max_batch = concurrency,
         .kv_dtype = o.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
         .weights = o.weights,
+        .vision_batch = o.vision_batch,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -1157,6 +1166,15 @@ int main(int argc, char **argv)
                                   concurrency, "mix", o.mix, "ttft_ms", "p50", tq[0], "p90",
                                   tq[1], "p99", tq[2], "inter_token_ms", "p50", iq[0], "p90",
                                   iq[1], "p99", iq[2]));
+    /* The vision stages of the whole run (warm-up and the vision-cache phase included). */
+    struct mmrt_runtime_stats rs = { .struct_size = sizeof rs };
+    if (mmrt_stats(rt, &rs) != MMRT_OK)
+        memset(&rs, 0, sizeof rs);
+    json_object_set_new(json_object_get(rec, "throughput"), "vision_batches",
+                        json_pack("{s:i,s:I,s:I}", "vision_batch",
+                                  o.vision_batch ? o.vision_batch : MMRT_DEFAULT_VISION_BATCH,
+                                  "stages", (json_int_t)rs.vision_batches, "requests",
+                                  (json_int_t)rs.vision_batch_requests));
     if (o.vision_cache) {
         const double ratio = cph.hit_ttft_ms / cph.miss_ttft_ms;
         json_object_set_new(rec, "vision_cache",
@@ -1239,6 +1257,10 @@ int main(int argc, char **argv)
         printf("time to first token from the round's start: p50 %.0f ms, p90 %.0f ms, p99 "
                "%.0f ms; between tokens: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n", tq[0], tq[1],
                tq[2], iq[0], iq[1], iq[2]);
+        printf("vision stages: %llu for %llu requests (vision_batch %d)\n",
+               (unsigned long long)rs.vision_batches,
+               (unsigned long long)rs.vision_batch_requests,
+               o.vision_batch ? o.vision_batch : MMRT_DEFAULT_VISION_BATCH);
         if (o.vision_cache)
             printf("vision cache: time to first token (median of %d images, each a miss then a "
                    "hit, 1 token): miss %.1f ms, hit %.1f ms, hit/miss %.2f (limit 0.50: %s); "
