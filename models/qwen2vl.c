@@ -638,6 +638,8 @@ static void q_encode_batch(struct mmrt_model *m, const struct mmrt_request *cons
         int64_t px = 0;
         int k = 0;
         for (int i = 0; i < n; i++) {
+            if (p[i].n == 0) /* no images, or failed */
+                continue;
             memcpy(pixels + px * K, p[i].pixels, (size_t)(p[i].n_patches * K) * sizeof *pixels);
             memcpy(grid + 3 * k, p[i].grid, (size_t)p[i].n * 3 * sizeof *grid);
             memcpy(tokens + k, p[i].tokens, (size_t)p[i].n * sizeof *tokens);
