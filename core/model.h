@@ -94,6 +94,21 @@ mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n
 
 #define MMRT_MAX_EOS 8
 
+struct mmrt_st_tensor;
+
+/* A matrix the loader quantized ([model] weights), as mmrt_model_options.on_quantized sees
+ * it: the checkpoint tensor it came from, rows × cols, and its codes (I8 [rows, cols], or the
+ * U4 bytes [rows, cols / 2] of plugin.h), scales ([rows], or [rows, cols / group]) and, for
+ * 4-bit, zero points. Borrowed for the call. */
+struct mmrt_quantized_matrix {
+    const struct mmrt_st_tensor *tensor;
+    int64_t rows, cols;
+    int64_t group; /* weights per group of 4-bit codes; 0 for INT8 */
+    const void *codes;
+    const float *scale, *zero;
+};
+typedef void (*mmrt_quantized_fn)(void *user, const struct mmrt_quantized_matrix *m);
+
 /* A model's language stage as the engine sees it. */
 struct mmrt_language {
     const struct mmrt_decoder *decoder;
@@ -136,6 +151,10 @@ struct mmrt_model_options {
     /* [model] exif_orientation: MMRT_EXIF_IGNORE (the default, as transformers) or
      * MMRT_EXIF_APPLY; encode() passes it to the decoder through mmrt_model_image_limits. */
     enum mmrt_exif_orientation exif_orientation;
+    /* Told about every matrix quantized at load (NULL: nobody), on the loading thread: how
+     * mmrt-quantize gets exactly the codes the runtime would use. */
+    mmrt_quantized_fn on_quantized;
+    void *on_quantized_user;
 };
 
 struct mmrt_model_type {

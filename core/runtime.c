@@ -30,6 +30,7 @@
 #include "model.h"
 #include "plugin_loader.h"
 #include "pool_budget.h"
+#include "quant.h"
 #include "vision_cache.h"
 
 #define MAX_DEVICES 64
@@ -88,6 +89,42 @@ struct mmrt_runtime {
     struct mmrt_image_input run_input; /* [run] image, what run.images points at */
     struct mmrt_error last;
 };
+
+/* config.json's quantization_config: absent (float weights, maybe quantized at load), or
+ * mmrt's own layout (docs/QUANTIZATION.md "Checkpoint layout": quant_method "mmrt", weights
+ * one of the [model] weights formats). Any other method or width is refused by key and value
+ * before anything is loaded. */
+static mmrt_status check_quantization_config(const json_t *root, const char *path,
+                                             struct mmrt_error *err)
+{
+    const json_t *qc = json_object_get(root, "quantization_config");
+    if (!qc || json_is_null(qc))
+        return MMRT_OK;
+    if (!json_is_object(qc))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: quantization_config is a JSON %s, "
+                              "not an object", path, mmrt_json_type_name(qc));
+    const json_t *m = json_object_get(qc, "quant_method");
+    if (!json_is_string(m) || strcmp(json_string_value(m), "mmrt") != 0)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: quantization_config.quant_method %s%s%s is not supported "
+                              "(mmrt loads its own layout, \"mmrt\", written by mmrt-quantize; "
+                              "docs/QUANTIZATION.md)", path, json_is_string(m) ? "\"" : "",
+                              json_is_string(m) ? json_string_value(m)
+                                                : m ? "(not a string)" : "(missing)",
+                              json_is_string(m) ? "\"" : "");
+    const json_t *f = json_object_get(qc, "weights");
+    const char *name = json_string_value(f);
+    bool known = false;
+    for (int i = MMRT_WEIGHTS_INT8; name && i <= MMRT_WEIGHTS_INT4_G32; i++)
+        known |= strcmp(name, mmrt_weight_format_name((enum mmrt_weight_format)i)) == 0;
+    if (!known)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: quantization_config.weights %s%s%s is not one mmrt runs "
+                              "(int8, int4, int4-g64, int4-g32)", path, name ? "\"" : "",
+                              name ? name : f ? "(not a string)" : "(missing)",
+                              name ? "\"" : "");
+    return MMRT_OK;
+}
 
 /* Where each piece of the configuration came from, for FILE:LINE messages. */
 struct config_lines {
@@ -438,6 +475,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
             st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                                 "%s: model_type '%s' is not supported by this build (%s)",
                                 cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
+        if (st == MMRT_OK)
+            st = check_quantization_config(root, cfg_path, err);
         bool any_auto = false;
         for (int i = 0; i < cfg->n_devices; i++)
             any_auto |= cfg->devices[i].pool_mb == 0;

@@ -337,7 +337,7 @@ static mmrt_status fuyu_load(const char *dir, const json_t *config,
         st = mmrt_weights_open(dir, false, &m->w, err);
     if (st != MMRT_OK)
         goto fail;
-    mmrt_weights_set_format(m->w, m->opts.weights);
+    mmrt_weights_set_options(m->w, &m->opts);
     const int64_t D = lcfg.hidden, K = patch * patch * channels;
     st = mmrt_weights_load_matrix(m->w, vision, D, K, &m->proj_w, err,
                                   "vision_embed_tokens.weight");

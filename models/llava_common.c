@@ -308,7 +308,7 @@ mmrt_status mmrt_llava_load_towers(const char *dir, const struct mmrt_clip_confi
         st = mmrt_weights_open(dir, false, out->w, err);
     if (st != MMRT_OK)
         return st;
-    mmrt_weights_set_format(*out->w, out->format);
+    mmrt_weights_set_options(*out->w, out->opts);
     int64_t max_layer = 0;
     for (int i = 0; i < n_feature_layers; i++)
         if (feature_layers[i] > max_layer)

@@ -70,7 +70,7 @@ struct mmrt_llava_towers {
     struct mmrt_clip *clip;
     struct mmrt_weight *proj1_w, *proj2_w;
     struct mmrt_tensor *proj1_b, *proj2_b; /* untouched if none */
-    enum mmrt_weight_format format;        /* of every matmul weight ([model] weights) */
+    const struct mmrt_model_options *opts; /* [model] weights and the quantization observer */
 };
 
 /* What LLaVA-1.5 and NeXT load the same way, in this order so that nothing reaches a

@@ -214,7 +214,7 @@ static mmrt_status next_load(const char *dir, const json_t *config,
     struct mmrt_llava_towers towers = {
         .tok = &m->tok, .w = &m->w, .clip = &m->clip, .proj1_w = &m->proj1_w,
         .proj1_b = &m->proj1_b, .proj2_w = &m->proj2_w, .proj2_b = &m->proj2_b,
-        .format = m->opts.weights,
+        .opts = &m->opts,
     };
     st = mmrt_llava_load_towers(dir, &ccfg, &lcfg, m->proj_act, lc.proj_bias, m->feature_layers,
                                 m->n_feature_layers, vision, language, &towers, err);

@@ -255,7 +255,7 @@ static mmrt_status q_load(const char *dir, const json_t *config,
     if (st == MMRT_OK)
         st = mmrt_weights_open(dir, true, &m->w, err);
     if (st == MMRT_OK)
-        mmrt_weights_set_format(m->w, m->opts.weights);
+        mmrt_weights_set_options(m->w, &m->opts);
     if (st == MMRT_OK)
         st = mmrt_qwen2vl_vision_load(&m->vt, m->w, vision, &vc, err);
     if (st == MMRT_OK)

@@ -32,6 +32,7 @@ struct entry {
 /* What a pending tensor's device bytes are made of. */
 enum conversion {
     CONV_NONE,      /* the stored bytes (mappable) */
+    CONV_CODES,     /* the stored bytes of a pre-quantized matrix's I8 or U4 codes */
     CONV_F32,       /* widened to F32 */
     CONV_I8_VALUES, /* a matrix's INT8 codes (core/quant.h) */
     CONV_I8_SCALES, /* the same matrix's per-row scales */
@@ -73,6 +74,8 @@ struct mmrt_weights {
     struct placed { struct mmrt_dev *dev; uint64_t nbytes; bool mapped; } *placed;
     size_t n_placed, cap_placed;
     enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
+    mmrt_quantized_fn on_quantized; /* told every matrix quantized at load (mmrt-quantize) */
+    void *on_quantized_user;
     /* The quantized form of the matrix last quantized, so its codes, scales and zero points
      * (tensors committed one after the other) come from one pass over it. */
     struct q_cache {
@@ -456,6 +459,16 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
                               "with %llu", t->file, t->name,
                               (unsigned long long)t->n_elements, n_dims,
                               (unsigned long long)n_view);
+    const bool integer = t->dtype == MMRT_DTYPE_I8 || t->dtype == MMRT_DTYPE_U4;
+    if (integer != (conv == CONV_CODES))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              integer ? "%s: tensor '%s' holds %s codes, but mmrt reads it as "
+                                        "weights of its own (codes are read only as a "
+                                        "quantized matrix, docs/QUANTIZATION.md)"
+                                      : "%s: tensor '%s' holds %s values where the codes of "
+                                        "a quantized matrix belong",
+                              t->file, t->name, t->dtype == MMRT_DTYPE_I8 ? "I8" : integer
+                              ? "U8 (4-bit)" : mmrt_dtype_name_of(t->dtype));
     mmrt_status st = check_finite(t, err);
     if (st != MMRT_OK)
         return st;
@@ -468,7 +481,7 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
     p->t = t;
     p->out = out;
     p->conv = conv;
-    p->dtype = conv == CONV_NONE       ? (enum mmrt_dtype)t->dtype
+    p->dtype = conv == CONV_NONE || conv == CONV_CODES ? (enum mmrt_dtype)t->dtype
                : conv == CONV_I8_VALUES ? MMRT_DTYPE_I8
                : conv == CONV_Q4_CODES  ? MMRT_DTYPE_U4
                                         : MMRT_DTYPE_F32;
@@ -529,7 +542,8 @@ static mmrt_status adopted_arena(struct mmrt_weights *w, struct mmrt_dev *dev, c
 /* Whether p's device bytes are the stored ones (so they can stay in the mapping). */
 static bool stored_bytes(const struct pending *p)
 {
-    return p->conv == CONV_NONE || (p->conv == CONV_F32 && p->t->dtype == MMRT_DTYPE_F32);
+    return p->conv == CONV_NONE || p->conv == CONV_CODES ||
+           (p->conv == CONV_F32 && p->t->dtype == MMRT_DTYPE_F32);
 }
 
 /* The quantized form of p's matrix in w->q (made once for its two or three tensors, which
@@ -577,6 +591,10 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
         return st;
     }
     w->q.t = p->t;
+    if (w->on_quantized)
+        w->on_quantized(w->on_quantized_user, &(const struct mmrt_quantized_matrix){
+            .tensor = p->t, .rows = N, .cols = K, .group = q4 ? group : 0,
+            .codes = w->q.codes, .scale = w->q.scale, .zero = w->q.zero });
     return MMRT_OK;
 }
 
@@ -598,7 +616,7 @@ static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending
 static mmrt_status upload_tensor(struct mmrt_weights *w, const struct pending *p,
                                  const struct mmrt_tensor *dst, struct mmrt_error *err)
 {
-    if (p->conv != CONV_NONE && p->conv != CONV_F32)
+    if (p->conv != CONV_NONE && p->conv != CONV_F32 && p->conv != CONV_CODES)
         return upload_quantized(w, p, dst, err);
     if (stored_bytes(p))
         return mmrt_dev_upload(p->dev, dst, p->t->data, p->t->nbytes, err);
@@ -766,9 +784,75 @@ mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, i
     return load(w, dev, ckpt_dims, ckpt_shape, n_dims, shape, CONV_NONE, out, err, buf);
 }
 
-void mmrt_weights_set_format(struct mmrt_weights *w, enum mmrt_weight_format format)
+void mmrt_weights_set_options(struct mmrt_weights *w, const struct mmrt_model_options *opts)
 {
-    w->format = format;
+    w->format = opts ? opts->weights : MMRT_WEIGHTS_CHECKPOINT;
+    w->on_quantized = opts ? opts->on_quantized : NULL;
+    w->on_quantized_user = opts ? opts->on_quantized_user : NULL;
+}
+
+/* A zero-point tensor must hold whole numbers 0 … 15 (what a 4-bit code can be offset by):
+ * anything else is a broken or hostile file, refused by name before it reaches a kernel. */
+static mmrt_status check_zero_points(const struct mmrt_st_tensor *t, struct mmrt_error *err)
+{
+    for (uint64_t i = 0; i < t->n_elements; i++) {
+        float z;
+        memcpy(&z, (const uint8_t *)t->data + i * sizeof z, sizeof z);
+        if (!(z >= 0.0f && z <= 15.0f) || z != (float)(int)z)
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: tensor '%s' holds %g at element %llu (byte offset %llu "
+                                  "in the file): a zero point must be a whole number 0 … 15",
+                                  t->file, t->name, (double)z, (unsigned long long)i,
+                                  (unsigned long long)(t->file_offset + i * sizeof z));
+    }
+    return MMRT_OK;
+}
+
+/* A matrix stored quantized (docs/QUANTIZATION.md "Checkpoint layout"): codes `name` (I8
+ * [N, K], or U8 [N, K/2] for 4-bit), F32 scales `name`_scale ([N], or [N, G]) and, for 4-bit,
+ * F32 zero points `name`_zero [N, G]; K / G a multiple of 32 that divides K. Every shape and
+ * zero point is checked before anything is placed; the bytes stay in the mapping. */
+static mmrt_status load_stored_codes(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N,
+                                     int64_t K, const struct mmrt_st_tensor *codes,
+                                     struct mmrt_weight *out, struct mmrt_error *err,
+                                     const char *name)
+{
+    char sname[560], zname[560];
+    snprintf(sname, sizeof sname, "%s_scale", name);
+    snprintf(zname, sizeof zname, "%s_zero", name);
+    const struct mmrt_st_tensor *sc = mmrt_weights_find(w, sname);
+    const bool q4 = codes->dtype == MMRT_DTYPE_U4;
+    if (!sc)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' holds %s codes but the "
+                              "checkpoint has no '%s' (its scales)", codes->file, codes->name,
+                              q4 ? "4-bit" : "I8", sname);
+    if (!q4) {
+        const int64_t cs[2] = { N, K }, ss[1] = { N };
+        mmrt_status st = load(w, dev, 2, cs, 2, cs, CONV_CODES, &out->t, err, name);
+        return st == MMRT_OK ? load(w, dev, 1, ss, 1, ss, CONV_NONE, &out->scale, err, sname)
+                             : st;
+    }
+    const int64_t G = sc->n_dims == 2 ? sc->shape[1] : 0;
+    if (G < 1 || K % G != 0 || (K / G) % 32 != 0 || K % 32 != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: tensor '%s' has %lld groups per row: groups of 4-bit codes "
+                              "must be a multiple of 32 weights dividing the %lld inputs of "
+                              "'%s'", sc->file, sc->name, (long long)G, (long long)K, name);
+    const struct mmrt_st_tensor *zp = mmrt_weights_find(w, zname);
+    if (!zp)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' holds 4-bit codes but "
+                              "the checkpoint has no '%s' (its zero points)", codes->file,
+                              codes->name, zname);
+    const int64_t cs[2] = { N, K / 2 }, gs[2] = { N, G };
+    mmrt_status st = load(w, dev, 2, cs, 2, cs, CONV_CODES, &out->t, err, name);
+    if (st == MMRT_OK)
+        st = load(w, dev, 2, gs, 2, gs, CONV_NONE, &out->scale, err, sname);
+    if (st == MMRT_OK)
+        st = load(w, dev, 2, gs, 2, gs, CONV_NONE, &out->zero, err, zname);
+    if (st == MMRT_OK && (sc->dtype != MMRT_DTYPE_F32 || zp->dtype != MMRT_DTYPE_F32))
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: the scales and zero points of '%s' must "
+                            "be F32", codes->file, name);
+    return st == MMRT_OK ? check_zero_points(zp, err) : st;
 }
 
 mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N,
@@ -782,6 +866,16 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
     va_end(ap);
     memset(out, 0, sizeof *out);
     const int64_t shape[2] = { N, K };
+    const struct mmrt_st_tensor *stored = mmrt_weights_find(w, buf);
+    if (stored && (stored->dtype == MMRT_DTYPE_I8 || stored->dtype == MMRT_DTYPE_U4)) {
+        if (dev->api->hdr.abi_minor < 3)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                  "%s: '%s' is stored quantized: device %s has a plugin of ABI "
+                                  "%u.%u, quantized weights need 1.3", w->path, buf, dev->name,
+                                  (unsigned)dev->api->hdr.abi_major,
+                                  (unsigned)dev->api->hdr.abi_minor);
+        return load_stored_codes(w, dev, N, K, stored, out, err, buf);
+    }
     if (w->format == MMRT_WEIGHTS_CHECKPOINT)
         return load(w, dev, 2, shape, 2, shape, CONV_NONE, &out->t, err, buf);
     if (dev->api->hdr.abi_minor < 3) /* I8 MATMUL weights came with ABI 1.3 */

@@ -32,6 +32,7 @@
 #include "error.h"
 #include "formats/safetensors.h"
 #include "ops.h"
+#include "model.h"
 #include "quant.h"
 
 struct mmrt_weights;
@@ -78,12 +79,17 @@ mmrt_status mmrt_weights_load_as(struct mmrt_weights *w, struct mmrt_dev *dev, i
                                  struct mmrt_tensor *out, struct mmrt_error *err,
                                  const char *name, ...) __attribute__((format(printf, 9, 10)));
 
-/* How the matrices loaded from now on by mmrt_weights_load_matrix are held (core/quant.h);
- * MMRT_WEIGHTS_CHECKPOINT until set. */
-void mmrt_weights_set_format(struct mmrt_weights *w, enum mmrt_weight_format format);
+/* The model's settings the set follows from now on (NULL = the defaults): opts->weights,
+ * how mmrt_weights_load_matrix holds float matrices (core/quant.h; MMRT_WEIGHTS_CHECKPOINT
+ * until set), and opts->on_quantized, told about each matrix it quantizes. */
+void mmrt_weights_set_options(struct mmrt_weights *w, const struct mmrt_model_options *opts);
 
-/* Loads the 2-D matmul weight `name` [N, K] (checked as mmrt_weights_load does) into *out in
- * the set's format: as stored, or quantized on the way to the device (INT8: out->t I8 and
+/* Loads the 2-D matmul weight `name` [N, K] (checked as mmrt_weights_load does) into *out.
+ * A matrix the checkpoint stores quantized (I8 or U8 codes with their `name`_scale and, for
+ * 4-bit, `name`_zero tensors: docs/QUANTIZATION.md "Checkpoint layout", what mmrt-quantize
+ * writes) is taken as stored, mapped in place where the device adopts host memory; its
+ * shapes, group size and zero points are checked by name first. A float matrix follows the
+ * set's format: as stored, or quantized on the way to the device (INT8: out->t I8 and
  * out->scale F32 [N], neither mappable, so a quantized weight costs its own bytes and not
  * the checkpoint's). A value that is not finite is refused naming the tensor and its index.
  * Usable after commit, as above. */
