@@ -18,11 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
+
+#include "tool_run.h"
 
 static char out[1 << 20], err_text[1 << 16];
 static char cache_dir[256];
@@ -31,36 +32,7 @@ static char cache_dir[256];
  * Returns the exit status. */
 static int run_bench(const char *const *args)
 {
-    char exe[4096];
-    snprintf(exe, sizeof exe, "%s/bin/mmrt-bench", getenv("MMRT_BUILD_DIR"));
-    char out_path[300], err_path[300];
-    snprintf(out_path, sizeof out_path, "%s/stdout", cache_dir);
-    snprintf(err_path, sizeof err_path, "%s/stderr", cache_dir);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr))
-            _exit(126);
-        const char *argv[32] = { exe };
-        for (int i = 0; args[i] && i < 30; i++)
-            argv[i + 1] = args[i];
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    FILE *f = fopen(out_path, "r");
-    size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-    out[n] = '\0';
-    if (f)
-        fclose(f);
-    f = fopen(err_path, "r");
-    n = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
-    err_text[n] = '\0';
-    if (f)
-        fclose(f);
-    return WEXITSTATUS(status);
+    return tool_run("mmrt-bench", args, cache_dir, out, sizeof out, err_text, sizeof err_text);
 }
 
 static const char *const tiny_args[] = {
@@ -503,7 +475,7 @@ static void test_refusals(void **state)
 
     /* A cache folder that cannot be made (its parent is a file), for each family. */
     char bad[400];
-    snprintf(bad, sizeof bad, "%s/stdout/cache", cache_dir);
+    snprintf(bad, sizeof bad, "%s/mmrt-bench.stdout/cache", cache_dir); /* tool_run.c's file */
     static const char *const shapes[] = { "tiny", "tiny-fuyu", "fuyu-8b" };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         rc = run_bench((const char *[]){ "--shape", shapes[i], "--layers", "1", "--cache", bad,

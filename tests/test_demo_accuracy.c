@@ -126,16 +126,24 @@ static struct mmrt_runtime *open_demo(const char *vision_plugin)
     return golden_open_or_fail(dir, vision_plugin);
 }
 
+/* The checkpoint's answers to every item (each ended by EOS), the vision stage on
+ * vision_plugin (NULL: the CPU plugin); free() them. */
+static struct answer *demo_answers(const json_t *items, const char *vision_plugin)
+{
+    struct answer *answers = calloc(json_array_size(items) + 1, sizeof *answers);
+    assert_non_null(answers);
+    struct mmrt_runtime *rt = open_demo(vision_plugin);
+    run_all(rt, items, answers, true);
+    mmrt_destroy(rt);
+    return answers;
+}
+
 static void test_heldout_cpu(void **state)
 {
     (void)state;
     json_t *items = load_items();
     const size_t n = json_array_size(items);
-    struct answer *answers = calloc(n, sizeof *answers);
-    assert_non_null(answers);
-    struct mmrt_runtime *rt = open_demo(NULL);
-    run_all(rt, items, answers, true);
-    mmrt_destroy(rt);
+    struct answer *answers = demo_answers(items, NULL);
 
     size_t correct = 0, i;
     const json_t *it;
@@ -171,16 +179,7 @@ static void test_heldout_vision_on_opencl(void **state)
     (void)state;
     golden_require_plugin("opencl");
     json_t *items = load_items();
-    const size_t n = json_array_size(items);
-    struct answer *cpu = calloc(n, sizeof *cpu), *ocl = calloc(n, sizeof *ocl);
-    assert_non_null(cpu);
-    assert_non_null(ocl);
-    struct mmrt_runtime *rt = open_demo(NULL);
-    run_all(rt, items, cpu, true);
-    mmrt_destroy(rt);
-    rt = open_demo("opencl");
-    run_all(rt, items, ocl, true);
-    mmrt_destroy(rt);
+    struct answer *cpu = demo_answers(items, NULL), *ocl = demo_answers(items, "opencl");
     size_t i;
     const json_t *it;
     json_array_foreach(items, i, it) {
@@ -211,11 +210,7 @@ static void test_heldout_quantized(void **state)
     };
     json_t *items = load_items();
     const size_t n = json_array_size(items);
-    struct answer *answers = calloc(n, sizeof *answers);
-    assert_non_null(answers);
-    struct mmrt_runtime *rt = open_demo(NULL);
-    run_all(rt, items, answers, true);
-    mmrt_destroy(rt);
+    struct answer *answers = demo_answers(items, NULL);
     const double base = (double)count_correct(items, answers) / (double)n;
 
     char dir[4096], err[2048];
@@ -225,7 +220,7 @@ static void test_heldout_quantized(void **state)
         struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir,
                                    .devices = &dev, .n_devices = 1,
                                    .weights = formats[f].format };
-        rt = NULL;
+        struct mmrt_runtime *rt = NULL;
         if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
             fail_msg("%s with %s weights: %s", dir, formats[f].name, err);
         run_all(rt, items, answers, false);

@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -28,6 +27,7 @@
 #include "golden.h"
 #include "mmrt/mmrt.h"
 #include "request_util.h"
+#include "tool_run.h"
 #include "vision_cache.h"
 
 static char g_tmp[256];
@@ -51,29 +51,7 @@ static int teardown(void **state)
 /* Runs bin/mmrt-quantize with args (NULL-terminated), stderr into g_err; its exit status. */
 static int run_tool(const char *const *args)
 {
-    char exe[4096], err_path[400];
-    snprintf(exe, sizeof exe, "%s/bin/mmrt-quantize", getenv("MMRT_BUILD_DIR"));
-    snprintf(err_path, sizeof err_path, "%s/stderr", g_tmp);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(err_path, "w", stderr))
-            _exit(126);
-        const char *argv[16] = { exe };
-        for (int i = 0; args[i] && i < 14; i++)
-            argv[i + 1] = args[i];
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    FILE *f = fopen(err_path, "r");
-    size_t n = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-    g_err[n] = '\0';
-    if (f)
-        fclose(f);
-    return WEXITSTATUS(status);
+    return tool_run("mmrt-quantize", args, g_tmp, NULL, 0, g_err, sizeof g_err);
 }
 
 static void demo_dir(char *buf, size_t size, const char *rel)

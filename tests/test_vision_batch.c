@@ -92,6 +92,18 @@ static void make_reqs(struct reqs *q, const char *img_dir, const char *const *na
     }
 }
 
+static const char *const g_heldout[N_REQ] = { "000.png", "001.png", "002.png",
+                                              "003.png", "004.png", "005.png" };
+
+/* The demo model's directory, and N_REQ requests on its first held-out pictures. */
+static void demo_reqs(char *model, size_t size, struct reqs *q)
+{
+    char imgs[4096];
+    demo_dir(model, size, "llava-shapes");
+    demo_dir(imgs, sizeof imgs, "heldout");
+    make_reqs(q, imgs, g_heldout);
+}
+
 /* Every request of q through mmrt_runtime_vision_batch against mmrt_runtime_vision alone
  * on `alone` (a runtime without the cache, so alone is the model's own work). */
 static void batch_matches_alone(struct mmrt_runtime *rt, struct mmrt_runtime *alone,
@@ -114,18 +126,13 @@ static void batch_matches_alone(struct mmrt_runtime *rt, struct mmrt_runtime *al
     }
 }
 
-static const char *const g_heldout[N_REQ] = { "000.png", "001.png", "002.png",
-                                              "003.png", "004.png", "005.png" };
-
 /* One pass of the tower over six pictures: each its own bits, cache off and on (a second
  * batch mixes hits and misses). */
 static void demo_batch(const char *vision_plugin)
 {
-    char model[4096], imgs[4096];
-    demo_dir(model, sizeof model, "llava-shapes");
-    demo_dir(imgs, sizeof imgs, "heldout");
+    char model[4096];
     struct reqs q;
-    make_reqs(&q, imgs, g_heldout);
+    demo_reqs(model, sizeof model, &q);
     struct mmrt_runtime *alone = open_rt(model, (struct rt_opts){ vision_plugin, -1, 1 });
     struct mmrt_runtime *off = open_rt(model, (struct rt_opts){ vision_plugin, -1, 8 });
     batch_matches_alone(off, alone, &q);
@@ -163,11 +170,9 @@ static void test_demo_batch_vision_on_opencl(void **state)
 static void test_failures_stay_alone(void **state)
 {
     (void)state;
-    char model[4096], imgs[4096];
-    demo_dir(model, sizeof model, "llava-shapes");
-    demo_dir(imgs, sizeof imgs, "heldout");
+    char model[4096];
     struct reqs q;
-    make_reqs(&q, imgs, g_heldout);
+    demo_reqs(model, sizeof model, &q);
     static const uint8_t junk[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 1, 2, 3 };
     q.imgs[1] = (struct mmrt_image_input){ .data = junk, .size = sizeof junk };
     q.r[3].images = NULL;
@@ -182,10 +187,10 @@ static void test_failures_stay_alone(void **state)
     }
 }
 
-/* N_REQ in-memory PNGs of the sizes wh (pixels from the index), freed by the caller. */
-static void make_pngs(const uint32_t (*wh)[2], uint8_t **png, size_t *len)
+/* n in-memory PNGs of the sizes wh (pixels from the index), freed by the caller. */
+static void make_pngs(int n_png, const uint32_t (*wh)[2], uint8_t **png, size_t *len)
 {
-    for (int i = 0; i < N_REQ; i++) {
+    for (int i = 0; i < n_png; i++) {
         const size_t n = (size_t)wh[i][0] * wh[i][1] * 3;
         uint8_t *rgb = malloc(n);
         assert_non_null(rgb);
@@ -220,7 +225,7 @@ static void test_small_images_one_pass_each(void **state)
                                            { 100, 40 }, { 37, 53 }, { 90, 31 } };
     uint8_t *png[N_REQ];
     size_t len[N_REQ];
-    make_pngs(wh, png, len);
+    make_pngs(N_REQ, wh, png, len);
     for (int i = 0; i < N_REQ; i++)
         q.imgs[i] = (struct mmrt_image_input){ .data = png[i], .size = len[i] };
     golden_fixture_path(model, sizeof model, "llava-next-tiny");
@@ -249,15 +254,7 @@ static void test_qwen2vl_packs_mixed_sizes(void **state)
     enum { N_IMG = sizeof wh / sizeof wh[0] };
     uint8_t *png[N_IMG];
     size_t len[N_IMG];
-    for (int i = 0; i < N_IMG; i++) {
-        const size_t n = (size_t)wh[i][0] * wh[i][1] * 3;
-        uint8_t *rgb = malloc(n);
-        assert_non_null(rgb);
-        for (size_t b = 0; b < n; b++)
-            rgb[b] = (uint8_t)((b * (7 + 2 * (size_t)i)) ^ (b >> 9));
-        png[i] = fx_make_png(wh[i][0], wh[i][1], wh[i][1], rgb, NULL, 0, &len[i]);
-        free(rgb);
-    }
+    make_pngs(N_IMG, wh, png, len);
     static const uint8_t junk[] = { 0x89, 'P', 'N', 'G', 1, 2, 3 };
     struct mmrt_image_input in[] = {
         { .data = png[0], .size = len[0] }, { .data = png[1], .size = len[1] }, /* r0 */
@@ -368,11 +365,9 @@ static void *blocker_main(void *arg)
 static void test_worker_batches_a_burst(void **state)
 {
     (void)state;
-    char model[4096], imgs[4096];
-    demo_dir(model, sizeof model, "llava-shapes");
-    demo_dir(imgs, sizeof imgs, "heldout");
+    char model[4096];
     struct reqs q;
-    make_reqs(&q, imgs, g_heldout);
+    demo_reqs(model, sizeof model, &q);
     struct tokens solo[N_REQ], got[N_REQ];
     struct mmrt_runtime *rt = open_rt(model, (struct rt_opts){ NULL, -1, 4 });
     for (int i = 0; i < N_REQ; i++) {
