@@ -50,9 +50,12 @@
 #define MMRT_SMALL_M 32
 
 #define MMRT_ENGINE_DEFAULT_BATCH 16
-/* [scheduler] vision_batch when not set: the runtime's worker starts up to this many waiting
- * requests per step, their vision stages together (docs/ENGINE.md "The vision stage"). */
-#define MMRT_DEFAULT_VISION_BATCH 8
+/* [scheduler] vision_batch when not set: the waiting requests the runtime's worker starts per
+ * step, their vision stages together (docs/ENGINE.md "The vision stage"). One: on the CPU
+ * plugin, shared passes of a 7B-class tower measured a few per cent slower than one pass per
+ * image (docs/BENCHMARKS.md), and the first request of a burst would wait for the whole
+ * batch; a deployment whose measurement says otherwise (a GPU, a small tower) sets it. */
+#define MMRT_DEFAULT_VISION_BATCH 1
 #define MMRT_ENGINE_DEFAULT_CHUNK 512
 #define MMRT_ENGINE_DEFAULT_PREFIXES 256
 

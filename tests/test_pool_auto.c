@@ -33,6 +33,9 @@
 
 static const char *src_dir;
 
+/* [scheduler] vision_batch of the runtimes these tests make (the estimate counts it). */
+#define POOL_TEST_VISION_BATCH 8
+
 static void quiet(void *user, enum mmrt_log_level level, const char *who, const char *msg)
 {
     (void)user;
@@ -68,7 +71,7 @@ static void estimate(const char *dir, const char *type, struct mmrt_pool_budget 
     const struct mmrt_model_options o = {
         .max_prefill_rows = MMRT_ENGINE_DEFAULT_CHUNK + MMRT_ENGINE_DEFAULT_BATCH,
         .max_decode_rows = MMRT_ENGINE_DEFAULT_BATCH,
-        .vision_batch = MMRT_DEFAULT_VISION_BATCH,
+        .vision_batch = POOL_TEST_VISION_BATCH,
     };
     assert_int_equal(mmrt_pool_budget_estimate(type, dir, root, &o, b, &err), MMRT_OK);
     json_decref(root);
@@ -97,7 +100,8 @@ static void run_largest(const struct fixture *f, enum mmrt_level1 level1)
 
     struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 0,
                                       .level1 = level1 };
-    struct mmrt_config cfg = { .model_path = dir, .devices = &dev, .n_devices = 1 };
+    struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
+                               .n_devices = 1, .vision_batch = POOL_TEST_VISION_BATCH };
     struct mmrt_runtime *rt = NULL;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_OK);
     struct mmrt_memory_report mr = { .struct_size = sizeof mr };
@@ -143,24 +147,24 @@ static void run_largest(const struct fixture *f, enum mmrt_level1 level1)
 /* The pool's peak after a vision batch of n demo requests with [scheduler] vision_batch vb. */
 static uint64_t vision_batch_peak(const char *dir, int vb, int n)
 {
-    char err[1024] = "", img[MMRT_DEFAULT_VISION_BATCH][4200];
+    char err[1024] = "", img[POOL_TEST_VISION_BATCH][4200];
     struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 0 };
     struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
                                .n_devices = 1, .vision_cache_entries = -1,
                                .vision_batch = vb };
     struct mmrt_runtime *rt = NULL;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_OK);
-    struct mmrt_image_input in[MMRT_DEFAULT_VISION_BATCH];
-    struct mmrt_request reqs[MMRT_DEFAULT_VISION_BATCH];
+    struct mmrt_image_input in[POOL_TEST_VISION_BATCH];
+    struct mmrt_request reqs[POOL_TEST_VISION_BATCH];
     for (int i = 0; i < n; i++) {
         snprintf(img[i], sizeof img[i], "%s/demo/heldout/%03d.png", src_dir, i);
         in[i] = (struct mmrt_image_input){ .path = img[i] };
         reqs[i] = (struct mmrt_request){ .images = &in[i], .n_images = 1, .prompt = "Hi",
                                          .max_tokens = 1, .top_p = 1.0f };
     }
-    struct mmrt_vision_output outs[MMRT_DEFAULT_VISION_BATCH];
-    mmrt_status sts[MMRT_DEFAULT_VISION_BATCH];
-    struct mmrt_error errs[MMRT_DEFAULT_VISION_BATCH];
+    struct mmrt_vision_output outs[POOL_TEST_VISION_BATCH];
+    mmrt_status sts[POOL_TEST_VISION_BATCH];
+    struct mmrt_error errs[POOL_TEST_VISION_BATCH];
     mmrt_runtime_vision_batch(rt, reqs, n, outs, sts, errs);
     for (int i = 0; i < n; i++) {
         if (sts[i] != MMRT_OK)
@@ -173,7 +177,7 @@ static uint64_t vision_batch_peak(const char *dir, int vb, int n)
     return mr.pool_peak_bytes_held;
 }
 
-/* A vision batch of the default size on the demo model (whose images share passes of the
+/* A vision batch of eight on the demo model (whose images share passes of the
  * tower: 65 rows each) fits the automatic pool: its peak stays within the estimate, and is
  * above the peak of the same requests one pass each (so the pass was shared). */
 static void test_auto_fits_a_vision_batch(void **state)
@@ -183,9 +187,9 @@ static void test_auto_fits_a_vision_batch(void **state)
     snprintf(dir, sizeof dir, "%s/demo/llava-shapes", src_dir);
     struct mmrt_pool_budget b;
     estimate(dir, "llava", &b);
-    const uint64_t shared = vision_batch_peak(dir, MMRT_DEFAULT_VISION_BATCH,
-                                              MMRT_DEFAULT_VISION_BATCH);
-    const uint64_t each = vision_batch_peak(dir, 1, MMRT_DEFAULT_VISION_BATCH);
+    const uint64_t shared = vision_batch_peak(dir, POOL_TEST_VISION_BATCH,
+                                              POOL_TEST_VISION_BATCH);
+    const uint64_t each = vision_batch_peak(dir, 1, POOL_TEST_VISION_BATCH);
     const uint64_t covered = b.kv_bytes + b.language_bytes + b.vision_bytes;
     if (shared > covered)
         fail_msg("vision batch: peak %llu bytes held, more than the %llu the estimate counts",

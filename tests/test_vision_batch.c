@@ -422,7 +422,7 @@ static void test_config_refused(void **state)
                                .n_devices = 1, .vision_batch = 33 };
     struct mmrt_runtime *rt = NULL;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
-    assert_string_equal(err, "config: [scheduler] vision_batch 33 must be 1 … 32 (0 = 8)");
+    assert_string_equal(err, "config: [scheduler] vision_batch 33 must be 1 … 32 (0 = 1)");
     cfg.vision_batch = -1;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
     assert_null(rt);

@@ -40,7 +40,7 @@
  *     prefill_chunk = 512   ; optional, 1..1048576, default 512: prompt tokens per chunk
  *     step_tokens = 528     ; optional, 1..1048576, default prefill_chunk + max_batch:
  *                           ; token rows one engine step runs
- *     vision_batch = 8      ; optional, 1..32, default 8: waiting requests whose vision
+ *     vision_batch = 8      ; optional, 1..32, default 1: waiting requests whose vision
  *                           ; stages run together (one pass of the tower where they can)
  *
  *     [server]              ; optional: read by `mmrt serve` (docs/SERVING.md), not by the

@@ -344,7 +344,7 @@ def test_load(s, images):
         assert got[i] == solo[i], (i, got[i], solo[i])
     assert s.get("/health/ready")[0] == 200 and s.get("/health/live")[0] == 200
     # Every request went through one of the worker's vision stages, several to a stage at
-    # most [scheduler] vision_batch (8).
+    # most [scheduler] vision_batch (8 in this server's configuration).
     m = s.metrics()
     batches = m["mmrt_vision_batches_total"] - before["mmrt_vision_batches_total"]
     encoded = (m["mmrt_vision_batch_requests_total"] -
@@ -566,7 +566,8 @@ def main():
                    ("grad_80x60.png", "grad_64x64.png", "grad_45x90.png", "grad_36x100.png")]
     images = [data_uri(p) for p in image_paths]
     failures = 0
-    s = Server(args, "main", server_keys="connection_timeout_s = 2\nmax_body_mb = 2\n")
+    s = Server(args, "main", server_keys="connection_timeout_s = 2\nmax_body_mb = 2\n",
+               scheduler="vision_batch = 8\n")
     steps = [
         ("answers", lambda: test_answers(s, images)),
         ("errors", lambda: test_errors(s, images)),

@@ -93,7 +93,7 @@ static void usage(FILE *f)
             "                      1..32; default: the round's requests, at most 32)\n"
             "  --kv-dtype T        f32|f16 KV cache ([model] kv_dtype; default f32)\n"
             "  --vision-batch N    requests whose vision stages run together ([scheduler]\n"
-            "                      vision_batch, 1..32; default the runtime's, 8)\n"
+            "                      vision_batch, 1..32; default the runtime's, 1)\n"
             "  --weights W         checkpoint|int8|int4|int4-g64|int4-g32: matmul weights as\n"
             "                      --dtype writes them, or quantized at load ([model] weights;\n"
             "                      default checkpoint)\n"

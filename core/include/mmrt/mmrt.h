@@ -179,7 +179,8 @@ struct mmrt_config {
      * runtime's worker takes up to this many submitted requests waiting for their vision
      * stage at once, and a model that can (LLaVA-1.5) runs their images through one pass of
      * the tower; each request still gets the features it would get alone. 1 … 32; 0 = the
-     * default (8). INI: [scheduler] vision_batch. Figures: mmrt_stats vision_batches. */
+     * default (1: docs/ENGINE.md says why). INI: [scheduler] vision_batch. Figures:
+     * mmrt_stats vision_batches. */
     int vision_batch;
 };
 
