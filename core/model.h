@@ -108,6 +108,11 @@ struct mmrt_quantized_matrix {
     const float *scale, *zero;
 };
 typedef void (*mmrt_quantized_fn)(void *user, const struct mmrt_quantized_matrix *m);
+/* The format of the float matrix `name` (canonical, models/weights.h), given the model's
+ * [model] weights `def`: how mmrt-quantize mixes formats (an INT8 vision tower beside an INT4
+ * language model, a few sensitive matrices kept as stored). */
+typedef enum mmrt_weight_format (*mmrt_format_fn)(void *user, const char *name,
+                                                  enum mmrt_weight_format def);
 
 /* A model's language stage as the engine sees it. */
 struct mmrt_language {
@@ -155,6 +160,9 @@ struct mmrt_model_options {
      * mmrt-quantize gets exactly the codes the runtime would use. */
     mmrt_quantized_fn on_quantized;
     void *on_quantized_user;
+    /* Each float matrix's own format (NULL: `weights` for all), on the loading thread. */
+    mmrt_format_fn format_of;
+    void *format_of_user;
 };
 
 struct mmrt_model_type {
@@ -212,6 +220,12 @@ mmrt_status mmrt_run_batch_traced(struct mmrt_runtime *rt, const struct mmrt_req
                                   int n, const struct mmrt_model_trace *traces,
                                   mmrt_batch_token_fn on_token, void *user,
                                   struct mmrt_result *results);
+
+/* mmrt_create with the loader's callbacks of hooks (on_quantized, format_of; the other members
+ * are ignored) handed to the model. Internal: for tools built on the runtime, mmrt-quantize. */
+mmrt_status mmrt_create_hooked(const struct mmrt_config *config,
+                               const struct mmrt_model_options *hooks,
+                               struct mmrt_runtime **out, char *err, size_t err_size);
 
 /* The engine's counters (engine.h) since the runtime was made; zeros without a model. */
 struct mmrt_engine_stats;

@@ -255,8 +255,11 @@ static mmrt_status vision_cache_setup(struct mmrt_runtime *rt, const struct mmrt
     return st;
 }
 
+/* hooks (may be NULL): the loader's callbacks for the model (on_quantized, format_of), for
+ * tools that build on the runtime (mmrt-quantize); the rest of it is ignored. */
 static mmrt_status create(const struct mmrt_config *cfg, const struct config_lines *src,
-                          struct mmrt_runtime **out, struct mmrt_error *err)
+                          const struct mmrt_model_options *hooks, struct mmrt_runtime **out,
+                          struct mmrt_error *err)
 {
     mmrt_status st = MMRT_OK;
     json_t *root = NULL; /* config.json, from the model's type to its load */
@@ -368,6 +371,12 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .weights = cfg->weights,
                                                   .exif_orientation = cfg->exif_orientation,
                                                   .vision_batch = rt->vision_batch };
+    if (hooks) {
+        rt->model_opts.on_quantized = hooks->on_quantized;
+        rt->model_opts.on_quantized_user = hooks->on_quantized_user;
+        rt->model_opts.format_of = hooks->format_of;
+        rt->model_opts.format_of_user = hooks->format_of_user;
+    }
     {
         /* The engine's defaults, resolved here so pool_mb = auto sizes for what it runs. */
         const int64_t batch = cfg->max_batch ? cfg->max_batch : MMRT_ENGINE_DEFAULT_BATCH;
@@ -581,8 +590,9 @@ fail:
     return st;
 }
 
-mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **out, char *err,
-                        size_t err_size)
+static mmrt_status create_checked(const struct mmrt_config *config,
+                                  const struct mmrt_model_options *hooks,
+                                  struct mmrt_runtime **out, char *err, size_t err_size)
 {
     struct mmrt_error e = { 0 };
     struct config_lines src = { 0 };
@@ -603,10 +613,23 @@ mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **
     }
     struct mmrt_config c = { 0 };
     memcpy(&c, config, size < sizeof c ? size : sizeof c);
-    mmrt_status st = create(&c, &src, out, &e);
+    mmrt_status st = create(&c, &src, hooks, out, &e);
     if (st != MMRT_OK)
         copy_error(err, err_size, &e);
     return st;
+}
+
+mmrt_status mmrt_create(const struct mmrt_config *config, struct mmrt_runtime **out, char *err,
+                        size_t err_size)
+{
+    return create_checked(config, NULL, out, err, err_size);
+}
+
+mmrt_status mmrt_create_hooked(const struct mmrt_config *config,
+                               const struct mmrt_model_options *hooks,
+                               struct mmrt_runtime **out, char *err, size_t err_size)
+{
+    return create_checked(config, hooks, out, err, err_size);
 }
 
 mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
@@ -692,7 +715,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .vision_batch = conf->scheduler.vision_batch,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
-    st = create(&cfg, &src, out, &e);
+    st = create(&cfg, &src, NULL, out, &e);
     if (st == MMRT_OK) {
         struct mmrt_runtime *rt = *out;
         const struct mmrt_conf_run *r = &conf->run;

@@ -51,6 +51,7 @@ struct pending {
     int n_dims;
     int64_t ne[MMRT_MAX_DIMS];
     uint64_t nbytes;          /* on the device */
+    enum mmrt_weight_format format; /* a matrix quantized at load: how */
 };
 
 /* A weight arena the set holds, with what it accounted on its device. */
@@ -76,6 +77,9 @@ struct mmrt_weights {
     enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
     mmrt_quantized_fn on_quantized; /* told every matrix quantized at load (mmrt-quantize) */
     void *on_quantized_user;
+    mmrt_format_fn format_of;       /* a matrix's own format, overriding `format` */
+    void *format_of_user;
+    enum mmrt_weight_format matrix_format; /* of the matrix mmrt_weights_load_matrix loads */
     /* The quantized form of the matrix last quantized, so its codes, scales and zero points
      * (tensors committed one after the other) come from one pass over it. */
     struct q_cache {
@@ -481,6 +485,7 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
     p->t = t;
     p->out = out;
     p->conv = conv;
+    p->format = w->matrix_format;
     p->dtype = conv == CONV_NONE || conv == CONV_CODES ? (enum mmrt_dtype)t->dtype
                : conv == CONV_I8_VALUES ? MMRT_DTYPE_I8
                : conv == CONV_Q4_CODES  ? MMRT_DTYPE_U4
@@ -501,7 +506,7 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
         p->ne[1] = shape[1] / 2;
         n_elements = t->n_elements / 2;
     } else if (conv == CONV_Q4_SCALES || conv == CONV_Q4_ZEROS) { /* [N, G] */
-        p->ne[1] = shape[1] / mmrt_weight_format_group(w->format);
+        p->ne[1] = shape[1] / mmrt_weight_format_group(w->matrix_format);
         n_elements = (uint64_t)(p->ne[0] * p->ne[1]);
     }
     p->nbytes = n_elements * mmrt_dtype_size(p->dtype);
@@ -558,7 +563,7 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
     const bool q4 = p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES ||
                     p->conv == CONV_Q4_ZEROS;
     const int64_t N = p->t->shape[0], K = p->t->shape[1];
-    const int64_t group = q4 ? mmrt_weight_format_group(w->format) : K;
+    const int64_t group = q4 ? mmrt_weight_format_group(p->format) : K;
     const int64_t G = K / group, code_bytes = q4 ? K / 2 : K;
     const int64_t chunk = K < (1 << 20) ? (1 << 20) / K + 1 : 1;
     float *f = malloc((size_t)((chunk < N ? chunk : N) * K) * sizeof *f + 1);
@@ -789,6 +794,8 @@ void mmrt_weights_set_options(struct mmrt_weights *w, const struct mmrt_model_op
     w->format = opts ? opts->weights : MMRT_WEIGHTS_CHECKPOINT;
     w->on_quantized = opts ? opts->on_quantized : NULL;
     w->on_quantized_user = opts ? opts->on_quantized_user : NULL;
+    w->format_of = opts ? opts->format_of : NULL;
+    w->format_of_user = opts ? opts->format_of_user : NULL;
 }
 
 /* A zero-point tensor must hold whole numbers 0 … 15 (what a 4-bit code can be offset by):
@@ -876,22 +883,28 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
                                   (unsigned)dev->api->hdr.abi_minor);
         return load_stored_codes(w, dev, N, K, stored, out, err, buf);
     }
-    if (w->format == MMRT_WEIGHTS_CHECKPOINT)
+    const enum mmrt_weight_format f =
+        w->format_of ? w->format_of(w->format_of_user, buf, w->format) : w->format;
+    if (f < MMRT_WEIGHTS_CHECKPOINT || f > MMRT_WEIGHTS_INT4_G32)
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "%s: format %d for '%s'", w->path, (int)f,
+                              buf);
+    w->matrix_format = f;
+    if (f == MMRT_WEIGHTS_CHECKPOINT)
         return load(w, dev, 2, shape, 2, shape, CONV_NONE, &out->t, err, buf);
     if (dev->api->hdr.abi_minor < 3) /* I8 MATMUL weights came with ABI 1.3 */
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                               "[model] weights = %s: device %s has a plugin of ABI %u.%u, "
-                              "quantized weights need 1.3", mmrt_weight_format_name(w->format),
+                              "quantized weights need 1.3", mmrt_weight_format_name(f),
                               dev->name, (unsigned)dev->api->hdr.abi_major,
                               (unsigned)dev->api->hdr.abi_minor);
-    if (w->format == MMRT_WEIGHTS_INT8) {
+    if (f == MMRT_WEIGHTS_INT8) {
         mmrt_status st = load(w, dev, 2, shape, 2, shape, CONV_I8_VALUES, &out->t, err, buf);
         return st == MMRT_OK
                    ? load(w, dev, 2, shape, 2, shape, CONV_I8_SCALES, &out->scale, err, buf)
                    : st;
     }
     /* INT4: the U4 layout needs K in whole blocks of 32 and whole groups. */
-    const int64_t group = mmrt_weight_format_group(w->format);
+    const int64_t group = mmrt_weight_format_group(f);
     if (K % 32 != 0 || K % group != 0) {
         mmrt_log(MMRT_LOG_INFO, "weights", "%s: '%s' [%lld, %lld] stays as stored: its %lld "
                  "inputs are not whole groups of %lld", w->path, buf, (long long)N, (long long)K,

@@ -8,6 +8,8 @@
  *   - Hostile or broken files are refused by name before anything runs: a zero point that is
  *     not a whole number 0 … 15, a scale tensor of another shape, codes where a float weight
  *     belongs, a quantization_config of another method or width, a missing scale tensor.
+ *   - Mixed formats (an INT8 vision side, an INT4 language model) and the report: every
+ *     matrix ranked once, the top ones kept as stored, the rest in its side's codes.
  *   - The tool refuses an existing output directory and unknown formats, and leaves nothing
  *     behind when it fails.
  */
@@ -29,6 +31,7 @@
 #include "request_util.h"
 #include "tool_run.h"
 #include "vision_cache.h"
+#include "weights.h"
 
 static char g_tmp[256];
 static char g_err[1 << 14];
@@ -68,7 +71,7 @@ static void quantize_demo(const char *format, const char *name, char *out, size_
     const char *args[] = { "--model", model, "--out", out, "--weights", format, NULL };
     if (run_tool(args) != 0)
         fail_msg("mmrt-quantize --weights %s: %s", format, g_err);
-    assert_non_null(strstr(g_err, "matrices as"));
+    assert_non_null(strstr(g_err, "matrices quantized"));
 }
 
 static struct mmrt_runtime *open_rt(const char *dir, enum mmrt_weight_format weights,
@@ -299,6 +302,80 @@ static void test_broken_files_refused_by_name(void **state)
     }
 }
 
+/* An INT8 vision side beside an INT4 language model, the two matrices the report ranks most
+ * sensitive kept as stored: the report ranks every matrix once, the kept ones are the
+ * report's first two and stay float in the file, every other matrix has its side's codes,
+ * and the checkpoint runs. */
+static void test_mixed_formats_and_report(void **state)
+{
+    (void)state;
+    char model[4096], calib[600], out[600], cmd[14000];
+    demo_dir(model, sizeof model, "llava-shapes");
+    snprintf(calib, sizeof calib, "%s/calib", g_tmp);
+    snprintf(out, sizeof out, "%s/mixed", g_tmp);
+    snprintf(cmd, sizeof cmd, "mkdir '%s' && cp '%s/../heldout/000.png' '%s/../heldout/001.png' "
+             "'%s/../heldout/002.png' '%s'", calib, model, model, model, calib);
+    assert_int_equal(system(cmd), 0);
+    static char report[1 << 16];
+    const char *args[] = { "--model", model, "--out", out, "--weights", "int4",
+                           "--vision-weights", "int8", "--keep-float-top", "2", "--report",
+                           "--calib", calib, NULL };
+    if (tool_run("mmrt-quantize", args, g_tmp, report, sizeof report, g_err, sizeof g_err))
+        fail_msg("mmrt-quantize: %s", g_err);
+    /* the ranking: one line per matrix, the first two kept */
+    char kept[2][256] = { "", "" };
+    int lines = 0, n_kept = 0;
+    for (char *l = strtok(report, "\n"); l; l = strtok(NULL, "\n")) {
+        if (strstr(l, ".weight ") && (strstr(l, "language_model.") || strstr(l, "vision_tower.") ||
+                                      strstr(l, "multi_modal_projector.") || strstr(l, "lm_head")))
+            lines++;
+        if (strstr(l, "(kept as stored)") && n_kept < 2)
+            sscanf(l, "%255s", kept[n_kept++]);
+        if (strncmp(l, "all together", 12) == 0)
+            assert_non_null(strstr(l, "2 kept as stored"));
+    }
+    assert_int_equal(n_kept, 2);
+    /* every quantized matrix X (it has X_scale) holds its side's codes; the kept two are
+     * float and have none */
+    uint64_t data = 0;
+    json_t *h = header_of(out, &data);
+    int quantized = 0, floats = 0;
+    const char *key;
+    json_t *e;
+    json_object_foreach(h, key, e) {
+        const char *dt = json_string_value(json_object_get(e, "dtype"));
+        char canon[1100], scale[1200];
+        mmrt_weights_canonical_name(key, false, canon, sizeof canon);
+        snprintf(scale, sizeof scale, "%s_scale", key);
+        const bool has_scale = json_object_get(h, scale) != NULL;
+        if (strcmp(canon, kept[0]) == 0 || strcmp(canon, kept[1]) == 0) {
+            assert_string_equal(dt, "F16");
+            assert_false(has_scale);
+            floats++;
+        } else if (has_scale) {
+            const bool vision = strncmp(canon, "vision_tower.", 13) == 0 ||
+                                strncmp(canon, "multi_modal_projector.", 22) == 0;
+            if (strcmp(dt, vision ? "I8" : "U8") != 0)
+                fail_msg("%s is %s, expected %s", key, dt, vision ? "I8" : "U8");
+            quantized++;
+        }
+    }
+    json_decref(h);
+    assert_int_equal(floats, 2);
+    assert_int_equal(quantized + floats, lines);
+    struct mmrt_runtime *rt = open_rt(out, MMRT_WEIGHTS_CHECKPOINT, MMRT_OK, NULL);
+    char img[700];
+    snprintf(img, sizeof img, "%s/000.png", calib);
+    struct mmrt_request req = { .struct_size = sizeof req, .prompt = "Describe the picture.",
+                                .images = TEST_FILE(img), .n_images = 1, .max_tokens = 20,
+                                .top_p = 1.0f };
+    struct tokens t = { 0 };
+    struct mmrt_result res = { .struct_size = sizeof res };
+    assert_int_equal(mmrt_run(rt, &req, test_collect, &t, &res), MMRT_OK);
+    assert_true(t.n > 2);
+    mmrt_destroy(rt);
+}
+
 /* The tool's own refusals: an output that exists, an unknown format, a checkpoint that is
  * quantized already; none leaves a directory behind. */
 static void test_tool_refusals(void **state)
@@ -328,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_int8_as_at_load),
         cmocka_unit_test(test_int4_as_at_load),
         cmocka_unit_test(test_broken_files_refused_by_name),
+        cmocka_unit_test(test_mixed_formats_and_report),
         cmocka_unit_test(test_tool_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +34,9 @@
 #include "formats/json.h"
 #include "formats/safetensors.h"
 #include "model.h"
-#include "pool_budget.h"
 #include "quant.h"
+
+static bool ends_with(const char *s, const char *suffix);
 
 /* buf = a "/" b; false when it does not fit (paths are checked against PATH_MAX first). */
 static bool join(char *buf, size_t size, const char *a, const char *b)
@@ -114,25 +116,329 @@ static const struct rec *rec_find(const struct recs *r, const char *name)
     return NULL;
 }
 
-/* Loads the model in `dir` on a CPU device with opts (on_quantized may record). */
-static mmrt_status load_model(const char *dir, const json_t *config,
-                              const struct mmrt_model_type *type,
-                              const struct mmrt_model_options *opts, struct mmrt_error *err)
+/* ---- which matrices get which format ---- */
+
+#define MAX_KEEP 256
+
+/* The formats a run of the loader gives each float matrix (mmrt_format_fn). */
+struct choice {
+    enum mmrt_weight_format lm, vision; /* the language side's, and the vision side's */
+    const char *keep[MAX_KEEP];         /* canonical-name prefixes kept as stored */
+    int n_keep;
+    const char *only;                   /* set: this matrix alone is quantized (the report) */
+    /* every matrix the loader asked about, canonical names, in load order (owned) */
+    char **seen;
+    int n_seen, cap_seen;
+    bool failed;
+};
+
+static bool starts_with(const char *s, const char *prefix)
 {
-    struct mmrt_pool_budget b;
-    mmrt_status st = mmrt_pool_budget_estimate(type->model_type, dir, config, opts, &b, err);
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The vision stage's matrices (canonical names, models/weights.h): tower and projector. */
+static bool is_vision(const char *name)
+{
+    return starts_with(name, "vision_tower.") || starts_with(name, "multi_modal_projector.") ||
+           starts_with(name, "visual.") || starts_with(name, "vision_embed_tokens.");
+}
+
+static enum mmrt_weight_format format_of(void *user, const char *name,
+                                         enum mmrt_weight_format def)
+{
+    (void)def;
+    struct choice *c = user;
+    bool known = false;
+    for (int i = 0; i < c->n_seen && !known; i++)
+        known = strcmp(c->seen[i], name) == 0;
+    if (!known && !c->failed) {
+        if (c->n_seen == c->cap_seen) {
+            const int cap = c->cap_seen ? 2 * c->cap_seen : 64;
+            char **v = realloc(c->seen, (size_t)cap * sizeof *v);
+            c->failed = !v;
+            if (v) {
+                c->seen = v;
+                c->cap_seen = cap;
+            }
+        }
+        if (!c->failed && !(c->seen[c->n_seen] = strdup(name)))
+            c->failed = true;
+        if (!c->failed)
+            c->n_seen++;
+    }
+    const enum mmrt_weight_format f = is_vision(name) ? c->vision : c->lm;
+    if (c->only)
+        return strcmp(name, c->only) == 0 ? f : MMRT_WEIGHTS_CHECKPOINT;
+    for (int i = 0; i < c->n_keep; i++)
+        if (starts_with(name, c->keep[i]))
+            return MMRT_WEIGHTS_CHECKPOINT;
+    return f;
+}
+
+static void choice_free(struct choice *c)
+{
+    for (int i = 0; i < c->n_seen; i++)
+        free(c->seen[i]);
+    free(c->seen);
+    c->seen = NULL;
+    c->n_seen = c->cap_seen = 0;
+}
+
+/* A runtime on the CPU plugin for the checkpoint in dir, its matrices as `c` says (c NULL:
+ * as stored), each quantized one told to `recs` (may be NULL). */
+static mmrt_status open_runtime(const char *dir, struct choice *c, struct recs *recs,
+                                struct mmrt_runtime **rt, struct mmrt_error *err)
+{
+    struct mmrt_device_config dev = { .name = "cpu0", .plugin = "cpu" };
+    const struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir,
+                                     .devices = &dev, .n_devices = 1, .max_kv_tokens = 4096,
+                                     .vision_cache_entries = -1, .prefix_cache = -1 };
+    const struct mmrt_model_options hooks = {
+        .on_quantized = recs ? on_quantized : NULL, .on_quantized_user = recs,
+        .format_of = c ? format_of : NULL, .format_of_user = c,
+    };
+    char msg[MMRT_ERROR_MAX];
+    const mmrt_status st = mmrt_create_hooked(&cfg, &hooks, rt, msg, sizeof msg);
     if (st != MMRT_OK)
-        return st;
-    struct mmrt_dev *dev = NULL;
-    st = mmrt_dev_open("cpu0", "cpu", 0, mmrt_pool_budget_mb(&b, true, true) << 20, NULL, 0,
-                       &dev, err);
-    if (st != MMRT_OK)
-        return st;
-    struct mmrt_model *model = NULL;
-    st = type->load(dir, config, opts, dev, dev, &model, err);
+        return mmrt_error_set(err, st, "%s", msg);
+    if (c && c->failed) {
+        mmrt_destroy(*rt);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
+    }
+    return MMRT_OK;
+}
+
+/* ---- the report: the model's output when a matrix alone is quantized ---- */
+
+#define MAX_CALIB 64
+#define MAX_STEPS 16 /* answer tokens compared per calibration image */
+
+/* The greedy answer of the model as stored to each calibration image: every step's
+ * next-token distribution and the token it chose. */
+struct calib {
+    const char *prompt;
+    char *images[MAX_CALIB];
+    int n;
+    int64_t vocab;
+    float *ref;   /* [n][MAX_STEPS][vocab] probabilities */
+    int32_t *ref_ids; /* [n][MAX_STEPS], -1 past the answer's end */
+};
+
+struct capture {
+    float *p; /* [MAX_STEPS][vocab] */
+    int32_t *ids; /* [MAX_STEPS] */
+    int64_t vocab;
+    int n_ids;
+    bool bad;
+};
+
+static void capture_logits(void *user, int step, const float *logits, int64_t vocab)
+{
+    struct capture *c = user;
+    if (step < 0 || step >= MAX_STEPS)
+        return;
+    if (vocab != c->vocab) {
+        c->bad = true;
+        return;
+    }
+    float *p = c->p + (size_t)step * (size_t)vocab;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < vocab; v++)
+        mx = logits[v] > mx ? logits[v] : mx;
+    for (int64_t v = 0; v < vocab; v++)
+        sum += exp((double)logits[v] - mx);
+    for (int64_t v = 0; v < vocab; v++)
+        p[v] = (float)(exp((double)logits[v] - mx) / sum);
+}
+
+static bool capture_token(void *user, int32_t id, const char *text)
+{
+    (void)text;
+    struct capture *c = user;
+    if (id >= 0 && c->n_ids < MAX_STEPS)
+        c->ids[c->n_ids++] = id;
+    return true;
+}
+
+/* Each calibration image's greedy answer on rt (at most MAX_STEPS tokens): every step's
+ * distribution into probs, the tokens into ids. */
+static mmrt_status answers(struct mmrt_runtime *rt, const struct calib *k, float *probs,
+                           int32_t *ids, struct mmrt_error *err)
+{
+    for (int i = 0; i < k->n; i++) {
+        struct mmrt_image_input img = { .path = k->images[i] };
+        struct mmrt_request req = { .struct_size = sizeof req, .prompt = k->prompt,
+                                    .images = &img, .n_images = 1, .max_tokens = MAX_STEPS,
+                                    .temperature = 0.0f, .top_p = 1.0f };
+        struct capture cap = { .p = probs + (size_t)i * MAX_STEPS * (size_t)k->vocab,
+                               .ids = ids + (size_t)i * MAX_STEPS, .vocab = k->vocab };
+        for (int s = 0; s < MAX_STEPS; s++)
+            cap.ids[s] = -1;
+        const struct mmrt_model_trace trace = { .user = &cap, .logits = capture_logits };
+        struct mmrt_result res = { .struct_size = sizeof res };
+        const mmrt_status st = mmrt_run_traced(rt, &req, &trace, capture_token, &cap, &res);
+        if (st != MMRT_OK)
+            return mmrt_error_set(err, st, "%s: %s", k->images[i], res.error);
+        if (cap.bad)
+            return mmrt_error_set(err, MMRT_ERR_INTERNAL, "%s: logits of another vocabulary",
+                                  k->images[i]);
+    }
+    return MMRT_OK;
+}
+
+/* Against the model as stored, over every answer position while the answer so far is the
+ * stored model's: mean KL(stored ‖ quantized) and top-1 agreement of the next token. */
+struct fidelity {
+    double kl, top1;
+    int positions;
+};
+
+static mmrt_status measure(const char *dir, struct choice *c, const struct calib *k,
+                           struct fidelity *out, struct mmrt_error *err)
+{
+    struct mmrt_runtime *rt = NULL;
+    mmrt_status st = open_runtime(dir, c, NULL, &rt, err);
+    const size_t per = (size_t)MAX_STEPS * (size_t)k->vocab;
+    float *p = st == MMRT_OK ? malloc((size_t)k->n * per * sizeof *p) : NULL;
+    int32_t *ids = st == MMRT_OK ? malloc((size_t)k->n * MAX_STEPS * sizeof *ids) : NULL;
+    if (st == MMRT_OK && (!p || !ids))
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
     if (st == MMRT_OK)
-        type->destroy(model);
-    mmrt_dev_close(dev);
+        st = answers(rt, k, p, ids, err);
+    if (st == MMRT_OK) {
+        double kl = 0;
+        int same = 0, n = 0;
+        for (int i = 0; i < k->n; i++) {
+            const int32_t *ri = k->ref_ids + (size_t)i * MAX_STEPS;
+            const int32_t *qi = ids + (size_t)i * MAX_STEPS;
+            /* step s is compared when both answers reached it along the same tokens */
+            for (int s = 0; s < MAX_STEPS && ri[s] >= 0 && qi[s] >= 0; s++) {
+                const float *r = k->ref + (size_t)i * per + (size_t)s * (size_t)k->vocab;
+                const float *q = p + (size_t)i * per + (size_t)s * (size_t)k->vocab;
+                for (int64_t v = 0; v < k->vocab; v++)
+                    if (r[v] > 0)
+                        kl += r[v] * (log((double)r[v]) - log(q[v] > 1e-30f ? q[v] : 1e-30));
+                same += qi[s] == ri[s];
+                n++;
+                if (qi[s] != ri[s])
+                    break;
+            }
+        }
+        *out = (struct fidelity){ n ? kl / n : 0, n ? (double)same / n : 1, n };
+    }
+    free(p);
+    free(ids);
+    mmrt_destroy(rt);
+    return st;
+}
+
+struct ranked {
+    const char *name;
+    struct fidelity f;
+};
+
+static int by_kl_desc(const void *a, const void *b)
+{
+    const double x = ((const struct ranked *)a)->f.kl, y = ((const struct ranked *)b)->f.kl;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The report: every matrix quantized alone, ranked by the KL it causes; the `keep_top` most
+ * sensitive ones join c's kept list. The ranking is printed to stdout. */
+static mmrt_status sensitivity(const char *dir, struct choice *c, const struct calib *k,
+                               int keep_top, bool print, struct ranked **out_rank,
+                               struct mmrt_error *err)
+{
+    const int n = c->n_seen;
+    struct ranked *rank = calloc((size_t)n + 1, sizeof *rank);
+    if (!rank)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
+    mmrt_status st = MMRT_OK;
+    for (int i = 0; st == MMRT_OK && i < n; i++) {
+        c->only = c->seen[i];
+        rank[i].name = c->seen[i];
+        st = measure(dir, c, k, &rank[i].f, err);
+    }
+    c->only = NULL;
+    if (st != MMRT_OK) {
+        free(rank);
+        return st;
+    }
+    qsort(rank, (size_t)n, sizeof *rank, by_kl_desc);
+    if (print) {
+        printf("matrix (quantized alone)                               mean KL   top-1\n");
+        for (int i = 0; i < n; i++)
+            printf("%-52s %9.2e %6.1f%%%s\n", rank[i].name, rank[i].f.kl,
+                   100 * rank[i].f.top1, i < keep_top ? "  (kept as stored)" : "");
+    }
+    for (int i = 0; i < keep_top && i < n && c->n_keep < MAX_KEEP; i++)
+        c->keep[c->n_keep++] = rank[i].name;
+    *out_rank = rank;
+    return MMRT_OK;
+}
+
+/* The calibration set: up to MAX_CALIB PNG/JPEG files of dir, in name order. */
+static mmrt_status calib_load(const char *dir, struct calib *k, struct mmrt_error *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return mmrt_error_set(err, MMRT_ERR_IO, "--calib %s: %s", dir, strerror(errno));
+    for (struct dirent *e; (e = readdir(d)) && k->n < MAX_CALIB;) {
+        const char *n = e->d_name;
+        if (!ends_with(n, ".png") && !ends_with(n, ".jpg") && !ends_with(n, ".jpeg"))
+            continue;
+        char p[8192];
+        if (!join(p, sizeof p, dir, n) || !(k->images[k->n] = strdup(p)))
+            break;
+        k->n++;
+    }
+    closedir(d);
+    if (k->n == 0)
+        return mmrt_error_set(err, MMRT_ERR_NOT_FOUND, "--calib %s: no .png or .jpg file", dir);
+    /* name order, so a report does not depend on the directory's order */
+    for (int i = 1; i < k->n; i++)
+        for (int j = i; j > 0 && strcmp(k->images[j - 1], k->images[j]) > 0; j--) {
+            char *t = k->images[j];
+            k->images[j] = k->images[j - 1];
+            k->images[j - 1] = t;
+        }
+    return MMRT_OK;
+}
+
+static void calib_free(struct calib *k)
+{
+    for (int i = 0; i < k->n; i++)
+        free(k->images[i]);
+    free(k->ref);
+    free(k->ref_ids);
+}
+
+/* The reference: the model as stored, its greedy answers and their distributions. */
+static mmrt_status calib_reference(const char *dir, const json_t *config, struct calib *k,
+                                   struct mmrt_error *err)
+{
+    struct mmrt_runtime *rt = NULL;
+    mmrt_status st = open_runtime(dir, NULL, NULL, &rt, err);
+    if (st != MMRT_OK)
+        return st;
+    /* vocabulary: the LM head's rows, as config.json gives them */
+    const json_t *tc = json_object_get(config, "text_config");
+    json_int_t vocab = json_integer_value(json_object_get(json_is_object(tc) ? tc : config,
+                                                          "vocab_size"));
+    if (vocab <= 0)
+        vocab = json_integer_value(json_object_get(config, "vocab_size"));
+    k->vocab = vocab;
+    k->ref = vocab > 0 ? malloc((size_t)k->n * MAX_STEPS * (size_t)vocab * sizeof *k->ref)
+                       : NULL;
+    k->ref_ids = malloc((size_t)k->n * MAX_STEPS * sizeof *k->ref_ids);
+    if (vocab <= 0)
+        st = mmrt_error_set(err, MMRT_ERR_FORMAT, "config.json: no vocab_size");
+    else if (!k->ref || !k->ref_ids)
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
+    else
+        st = answers(rt, k, k->ref, k->ref_ids, err);
+    mmrt_destroy(rt);
     return st;
 }
 
@@ -347,49 +653,111 @@ static void remove_flat_dir(const char *dir)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mmrt-quantize --model DIR --out NEW_DIR [--weights FORMAT]\n"
+    fprintf(f, "usage: mmrt-quantize --model DIR --out NEW_DIR [options]\n"
+               "       mmrt-quantize --model DIR --report --calib IMAGES_DIR [options]\n"
                "Writes a copy of the checkpoint in DIR with its matmul weights stored\n"
                "quantized in mmrt's layout (docs/QUANTIZATION.md), which mmrt maps in place.\n"
-               "  --weights int8 | int4 (groups of 128, the default) | int4-g64 | int4-g32\n"
-               "NEW_DIR must not exist.\n");
+               "  --weights F          int8 | int4 (groups of 128, the default) | int4-g64 |\n"
+               "                       int4-g32: the language model's matrices\n"
+               "  --vision-weights F   the vision tower's and projector's (default: --weights;\n"
+               "                       also checkpoint: kept as stored)\n"
+               "  --keep-float PREFIX  matrices whose name starts so stay as stored (repeatable)\n"
+               "  --report             each matrix quantized alone, ranked by the mean KL of the\n"
+               "                       next-token distribution over the greedy answers to\n"
+               "                       --calib's images (stdout), and the whole choice's figures\n"
+               "  --keep-float-top N   the N matrices the report ranks highest stay as stored\n"
+               "  --calib DIR          calibration pictures (.png, .jpg; up to %d)\n"
+               "  --prompt TEXT        the calibration question (default \"Describe the "
+               "picture.\")\n"
+               "NEW_DIR must not exist.\n", MAX_CALIB);
+}
+
+/* A --weights / --vision-weights value; checkpoint only where allow_stored. */
+static bool parse_format(const char *s, bool allow_stored, enum mmrt_weight_format *out)
+{
+    for (int i = allow_stored ? MMRT_WEIGHTS_CHECKPOINT : MMRT_WEIGHTS_INT8;
+         i <= MMRT_WEIGHTS_INT4_G32; i++)
+        if (strcmp(s, mmrt_weight_format_name((enum mmrt_weight_format)i)) == 0) {
+            *out = (enum mmrt_weight_format)i;
+            return true;
+        }
+    return false;
 }
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *out = NULL, *fmt_name = "int4";
+    const char *dir = NULL, *out = NULL, *fmt_name = "int4", *vis_name = NULL, *calib_dir = NULL;
+    const char *prompt = "Describe the picture.";
+    bool report = false;
+    int keep_top = 0;
+    struct choice c = { 0 };
     static const struct option longopts[] = {
-        { "model", required_argument, NULL, 'm' }, { "out", required_argument, NULL, 'o' },
-        { "weights", required_argument, NULL, 'w' }, { "help", no_argument, NULL, 'h' },
+        { "model", required_argument, NULL, 'm' },
+        { "out", required_argument, NULL, 'o' },
+        { "weights", required_argument, NULL, 'w' },
+        { "vision-weights", required_argument, NULL, 'v' },
+        { "keep-float", required_argument, NULL, 'k' },
+        { "keep-float-top", required_argument, NULL, 't' },
+        { "report", no_argument, NULL, 'r' },
+        { "calib", required_argument, NULL, 'c' },
+        { "prompt", required_argument, NULL, 'p' },
+        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     for (int opt; (opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1;) {
+        char *end = NULL;
         switch (opt) {
         case 'm': dir = optarg; break;
         case 'o': out = optarg; break;
         case 'w': fmt_name = optarg; break;
+        case 'v': vis_name = optarg; break;
+        case 'k':
+            if (c.n_keep == MAX_KEEP) {
+                fprintf(stderr, "mmrt-quantize: more than %d --keep-float\n", MAX_KEEP);
+                return 2;
+            }
+            c.keep[c.n_keep++] = optarg;
+            break;
+        case 't':
+            keep_top = (int)strtol(optarg, &end, 10);
+            if (!*optarg || *end || keep_top < 0 || keep_top > MAX_KEEP) {
+                fprintf(stderr, "mmrt-quantize: --keep-float-top '%s': expected 0 … %d\n",
+                        optarg, MAX_KEEP);
+                return 2;
+            }
+            break;
+        case 'r': report = true; break;
+        case 'c': calib_dir = optarg; break;
+        case 'p': prompt = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!dir || !out || optind != argc) {
+    if (!dir || (!out && !report) || optind != argc) {
         usage(stderr);
         return 2;
     }
-    enum mmrt_weight_format fmt = MMRT_WEIGHTS_CHECKPOINT;
-    for (int i = MMRT_WEIGHTS_INT8; i <= MMRT_WEIGHTS_INT4_G32; i++)
-        if (strcmp(fmt_name, mmrt_weight_format_name((enum mmrt_weight_format)i)) == 0)
-            fmt = (enum mmrt_weight_format)i;
-    if (fmt == MMRT_WEIGHTS_CHECKPOINT) {
+    if (!parse_format(fmt_name, false, &c.lm)) {
         fprintf(stderr, "mmrt-quantize: --weights '%s': expected int8, int4, int4-g64 or "
                         "int4-g32\n", fmt_name);
         return 2;
     }
-    if (mmrt_file_exists(out)) {
-        fprintf(stderr, "mmrt-quantize: %s exists; give a new directory\n", out);
+    c.vision = c.lm;
+    if (vis_name && !parse_format(vis_name, true, &c.vision)) {
+        fprintf(stderr, "mmrt-quantize: --vision-weights '%s': expected checkpoint, int8, "
+                        "int4, int4-g64 or int4-g32\n", vis_name);
         return 2;
     }
-    if (strlen(dir) > 4000 || strlen(out) > 4000) {
+    if ((report || keep_top > 0) && !calib_dir) {
+        fprintf(stderr, "mmrt-quantize: --report and --keep-float-top need --calib DIR\n");
+        return 2;
+    }
+    if (strlen(dir) > 4000 || (out && strlen(out) > 4000)) {
         fprintf(stderr, "mmrt-quantize: paths of more than 4000 bytes are not supported\n");
+        return 2;
+    }
+    if (out && mmrt_file_exists(out)) {
+        fprintf(stderr, "mmrt-quantize: %s exists; give a new directory\n", out);
         return 2;
     }
     struct mmrt_error err = { 0 };
@@ -399,79 +767,112 @@ int main(int argc, char **argv)
     struct recs recs = { 0 };
     struct mmrt_safetensors *src = NULL;
     struct out_tensor *tensors = NULL;
+    struct calib k = { .prompt = prompt };
+    struct ranked *rank = NULL;
+    struct mmrt_runtime *rt = NULL;
     size_t n_tensors = 0;
     bool made_tmp = false;
-    snprintf(tmp, sizeof tmp, "%s.partial-%ld", out, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.partial-%ld", out ? out : dir, (long)getpid());
     mmrt_status st = mmrt_json_load_file(path, 1 << 24, 0, &config, &err);
     const char *type_name = NULL;
-    const struct mmrt_model_type *type = NULL;
     if (st == MMRT_OK && !json_is_object(config))
         st = mmrt_error_set(&err, MMRT_ERR_FORMAT, "%s: the top level is not an object", path);
     if (st == MMRT_OK)
         st = mmrt_json_opt_string(config, "model_type", path, NULL, &type_name, &err);
-    if (st == MMRT_OK && !(type = type_name ? mmrt_model_type_find(type_name) : NULL))
+    if (st == MMRT_OK && !(type_name ? mmrt_model_type_find(type_name) : NULL))
         st = mmrt_error_set(&err, MMRT_ERR_UNSUPPORTED, "%s: model_type '%s' is not one mmrt "
                             "runs (%s)", path, type_name ? type_name : "(missing)",
                             mmrt_model_types_supported());
     if (st == MMRT_OK && json_object_get(config, "quantization_config"))
         st = mmrt_error_set(&err, MMRT_ERR_UNSUPPORTED, "%s: the checkpoint is quantized "
                             "already (quantization_config)", path);
-    /* The model as mmrt loads it with [model] weights set, the loader's matrices recorded.
-     * A small KV store: the tool runs nothing. */
-    struct mmrt_model_options opts = { .weights = fmt, .on_quantized = on_quantized,
-                                       .on_quantized_user = &recs, .max_kv_tokens = 16 };
-    if (st == MMRT_OK) {
+    /* The report: the matrices the loader knows (one load lists them), each quantized alone
+     * against the model as stored; the most sensitive may stay as stored. */
+    if (st == MMRT_OK && (report || keep_top > 0)) {
+        st = open_runtime(dir, &c, NULL, &rt, &err);
+        mmrt_destroy(rt);
+        rt = NULL;
+        if (st == MMRT_OK)
+            st = calib_load(calib_dir, &k, &err);
+        if (st == MMRT_OK)
+            st = calib_reference(dir, config, &k, &err);
+        if (st == MMRT_OK) {
+            fprintf(stderr, "mmrt-quantize: %d matrices, each quantized alone, on the answers "
+                            "to %d calibration images\n", c.n_seen, k.n);
+            st = sensitivity(dir, &c, &k, keep_top, report, &rank, &err);
+        }
+        struct fidelity whole = { 0 };
+        if (st == MMRT_OK)
+            st = measure(dir, &c, &k, &whole, &err);
+        if (st == MMRT_OK && report)
+            printf("all together (%s, vision %s, %d kept as stored): mean KL %.2e, top-1 "
+                   "%.1f%% over %d answer positions of %d images\n", fmt_name,
+                   mmrt_weight_format_name(c.vision), c.n_keep, whole.kl, 100 * whole.top1,
+                   whole.positions, k.n);
+    }
+    /* The model as mmrt loads it with these formats, the loader's matrices recorded. */
+    if (st == MMRT_OK && out) {
         fprintf(stderr, "mmrt-quantize: quantizing %s (%s) to %s\n", dir, type_name, fmt_name);
-        st = load_model(dir, config, type, &opts, &err);
+        st = open_runtime(dir, &c, &recs, &rt, &err);
+        mmrt_destroy(rt);
+        rt = NULL;
+        if (st == MMRT_OK && recs.failed)
+            st = mmrt_error_set(&err, MMRT_ERR_NO_MEMORY, "out of memory holding the codes");
+        if (st == MMRT_OK && recs.n == 0)
+            st = mmrt_error_set(&err, MMRT_ERR_UNSUPPORTED, "%s: no matrix was quantized", dir);
+        if (st == MMRT_OK)
+            st = mmrt_safetensors_open(dir, NULL, &src, &err);
+        if (st == MMRT_OK)
+            st = plan_tensors(src, &recs, &tensors, &n_tensors, &err);
+        if (st == MMRT_OK && mkdir(tmp, 0755) != 0)
+            st = mmrt_error_set(&err, MMRT_ERR_IO, "%s: %s", tmp, strerror(errno));
+        made_tmp = st == MMRT_OK;
+        if (st == MMRT_OK) {
+            join(path, sizeof path, tmp, "model.safetensors");
+            st = write_safetensors(path, tensors, n_tensors, fmt_name, &err);
+        }
+        if (st == MMRT_OK)
+            st = copy_others(dir, tmp, &err);
+        if (st == MMRT_OK) {
+            json_t *qc = json_pack("{s:s,s:s,s:s,s:I,s:i}", "quant_method", "mmrt", "weights",
+                                   fmt_name, "vision_weights",
+                                   mmrt_weight_format_name(c.vision), "group_size",
+                                   (json_int_t)mmrt_weight_format_group(c.lm),
+                                   "kept_as_stored", c.n_keep);
+            join(path, sizeof path, tmp, "config.json");
+            if (!qc || json_object_set_new(config, "quantization_config", qc) ||
+                json_dump_file(config, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
+                st = mmrt_error_set(&err, MMRT_ERR_IO, "%s: cannot write", path);
+        }
+        /* The check: the written checkpoint loads as mmrt will load it. */
+        if (st == MMRT_OK) {
+            st = open_runtime(tmp, NULL, NULL, &rt, &err);
+            mmrt_destroy(rt);
+            rt = NULL;
+            if (st != MMRT_OK)
+                mmrt_error_prefix(&err, st, "the written checkpoint does not load");
+        }
+        if (st == MMRT_OK && rename(tmp, out) != 0)
+            st = mmrt_error_set(&err, MMRT_ERR_IO, "%s: %s", out, strerror(errno));
+        if (st != MMRT_OK && made_tmp)
+            remove_flat_dir(tmp);
     }
-    if (st == MMRT_OK && recs.failed)
-        st = mmrt_error_set(&err, MMRT_ERR_NO_MEMORY, "out of memory holding the codes");
-    if (st == MMRT_OK && recs.n == 0)
-        st = mmrt_error_set(&err, MMRT_ERR_UNSUPPORTED, "%s: no matrix was quantized", dir);
-    if (st == MMRT_OK)
-        st = mmrt_safetensors_open(dir, NULL, &src, &err);
-    if (st == MMRT_OK)
-        st = plan_tensors(src, &recs, &tensors, &n_tensors, &err);
-    if (st == MMRT_OK && mkdir(tmp, 0755) != 0)
-        st = mmrt_error_set(&err, MMRT_ERR_IO, "%s: %s", tmp, strerror(errno));
-    made_tmp = st == MMRT_OK;
-    if (st == MMRT_OK) {
-        join(path, sizeof path, tmp, "model.safetensors");
-        st = write_safetensors(path, tensors, n_tensors, fmt_name, &err);
-    }
-    if (st == MMRT_OK)
-        st = copy_others(dir, tmp, &err);
-    if (st == MMRT_OK) {
-        json_t *qc = json_pack("{s:s,s:s,s:I}", "quant_method", "mmrt", "weights", fmt_name,
-                               "group_size", (json_int_t)mmrt_weight_format_group(fmt));
-        join(path, sizeof path, tmp, "config.json");
-        if (!qc || json_object_set_new(config, "quantization_config", qc) ||
-            json_dump_file(config, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-            st = mmrt_error_set(&err, MMRT_ERR_IO, "%s: cannot write", path);
-    }
-    /* The check: the written checkpoint loads as mmrt will load it. */
-    if (st == MMRT_OK) {
-        const struct mmrt_model_options plain = { .max_kv_tokens = 16 };
-        st = load_model(tmp, config, type, &plain, &err);
-        if (st != MMRT_OK)
-            mmrt_error_prefix(&err, st, "the written checkpoint does not load");
-    }
-    if (st == MMRT_OK && rename(tmp, out) != 0)
-        st = mmrt_error_set(&err, MMRT_ERR_IO, "%s: %s", out, strerror(errno));
-    if (st != MMRT_OK && made_tmp)
-        remove_flat_dir(tmp);
-    if (st == MMRT_OK) {
+    if (st == MMRT_OK && out) {
         uint64_t before = 0, after = 0;
         for (size_t i = 0; i < mmrt_safetensors_count(src); i++)
             before += mmrt_safetensors_at(src, i)->nbytes;
         for (size_t i = 0; i < n_tensors; i++)
             after += tensors[i].nbytes;
-        fprintf(stderr, "mmrt-quantize: wrote %s: %zu matrices as %s, %.1f MB of tensors "
-                        "(%.1f MB before, %.2f×)\n", out, recs.n, fmt_name, (double)after / 1e6,
-                (double)before / 1e6, (double)after / (double)before);
-    } else {
+        fprintf(stderr, "mmrt-quantize: wrote %s: %zu matrices quantized (%s, vision %s), "
+                        "%.1f MB of tensors (%.1f MB before, %.2f×)\n", out, recs.n, fmt_name,
+                mmrt_weight_format_name(c.vision), (double)after / 1e6, (double)before / 1e6,
+                (double)after / (double)before);
+    } else if (st != MMRT_OK) {
         fprintf(stderr, "mmrt-quantize: %s\n", err.msg);
     }
+    free(rank);
+    calib_free(&k);
+    choice_free(&c);
     out_free(tensors, n_tensors);
     mmrt_safetensors_close(src);
     recs_free(&recs);
