@@ -2237,7 +2237,10 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                .max_batch = rt->engine_opts.max_batch,
                                .prefill_chunk = rt->engine_opts.prefill_chunk,
                                .step_tokens = rt->engine_opts.step_tokens,
-                               .vision_cache_entries = -1 /* traced: no use */ };
+                               .vision_cache_entries = -1, /* traced: no use */
+                               /* the same model: quantized the same way, the same images */
+                               .weights = rt->model_opts.weights,
+                               .exif_orientation = rt->model_opts.exif_orientation };
     char msg[MMRT_ERROR_MAX];
     st = mmrt_create(&cfg, &ref, msg, sizeof msg);
     if (st != MMRT_OK) {

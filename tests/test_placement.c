@@ -99,6 +99,39 @@ static void check_placement(const char *vp, const char *lp)
     mmrt_destroy(rt);
 }
 
+/* --check with quantized weights: the CPU reference quantizes them the same way, so the
+ * placement is compared with the same model (before, it met the checkpoint's float weights
+ * and failed on the quantization error alone). */
+static void test_check_quantized(void **state)
+{
+    (void)state;
+    static const enum mmrt_weight_format formats[] = { MMRT_WEIGHTS_INT8, MMRT_WEIGHTS_INT4_G32 };
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        struct mmrt_device_config devs[2] = {
+            { .name = "v", .plugin = "opencl", .pool_mb = 32 },
+            { .name = "l", .plugin = "cpu", .pool_mb = 32 },
+        };
+        struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = model,
+                                   .devices = devs, .n_devices = 2, .vision_device = "v",
+                                   .language_device = "l", .weights = formats[f] };
+        struct mmrt_runtime *rt = NULL;
+        char err[2048];
+        if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK)
+            fail_msg("%s", err);
+        struct mmrt_request req = { .images = TEST_FILE(images[0]), .n_images = 1,
+                                    .prompt = prompt, .max_tokens = N_TOKENS, .top_p = 1.0f };
+        struct mmrt_check_report rep;
+        if (mmrt_check(rt, &req, &rep) != MMRT_OK)
+            fail_msg("check: %s", mmrt_last_error(rt));
+        print_message("%s: features rel %.2g, logits rel %.2g, divergence %d\n",
+                      formats[f] == MMRT_WEIGHTS_INT8 ? "int8" : "int4-g32", rep.features_max_rel,
+                      rep.logits_max_rel, rep.first_divergence);
+        assert_true(rep.pass);
+        assert_int_equal(rep.first_divergence, -1);
+        mmrt_destroy(rt);
+    }
+}
+
 static void test_vision_on_opencl(void **state)
 {
     (void)state;
@@ -246,6 +279,7 @@ int main(void)
     mmrt_destroy(rt);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vision_on_opencl),
+        cmocka_unit_test(test_check_quantized),
         cmocka_unit_test(test_language_on_opencl),
         cmocka_unit_test(test_batch_overlaps_stages),
         cmocka_unit_test(test_batch_overlaps_on_one_device),
