@@ -799,7 +799,8 @@ mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i, struct mmrt_p
     return MMRT_OK;
 }
 
-static void memory_report(const struct mmrt_dev *dev, struct mmrt_memory_report *out);
+static void memory_report(struct mmrt_runtime *rt, const struct mmrt_dev *dev,
+                          struct mmrt_memory_report *out);
 
 mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memory_report *out)
 {
@@ -819,18 +820,26 @@ mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memor
     if (rt->worker_driving)
         full = rt->snap_mem[i];
     else
-        memory_report(rt->devices[i], &full);
+        memory_report(rt, rt->devices[i], &full);
     pthread_mutex_unlock(&rt->stats_lock);
     full.struct_size = out->struct_size;
     memcpy(out, &full, out->struct_size < sizeof full ? out->struct_size : sizeof full);
     return MMRT_OK;
 }
 
-/* Everything mmrt_device_memory reports of dev (the caller holds drive). */
-static void memory_report(const struct mmrt_dev *dev, struct mmrt_memory_report *out)
+/* Everything mmrt_device_memory reports of dev (the caller holds drive). The vision device's
+ * pool is also used by vision stages that run without drive (the worker's vision thread, a
+ * batch's): it is read under vision_lock. */
+static void memory_report(struct mmrt_runtime *rt, const struct mmrt_dev *dev,
+                          struct mmrt_memory_report *out)
 {
     struct mmrt_pool_stats ps;
+    const bool vision = dev == rt->vision;
+    if (vision)
+        pthread_mutex_lock(&rt->vision_lock);
     mmrt_pool_stats(dev->pool, &ps);
+    if (vision)
+        pthread_mutex_unlock(&rt->vision_lock);
     *out = (struct mmrt_memory_report){
         .struct_size = sizeof *out,
         .weight_bytes = dev->weights.tensor_bytes,
@@ -1731,7 +1740,7 @@ static void publish_locked(struct mmrt_runtime *rt)
     struct mmrt_engine_stats es = { 0 };
     mmrt_runtime_engine_stats(rt, &es);
     for (int i = 0; i < rt->n_devices; i++)
-        memory_report(rt->devices[i], &rt->snap_mem[i]);
+        memory_report(rt, rt->devices[i], &rt->snap_mem[i]);
     struct mmrt_runtime_stats *n = &rt->snap;
     n->requests_running = (uint64_t)es.running;
     n->engine_steps = es.steps;
