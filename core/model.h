@@ -160,6 +160,9 @@ struct mmrt_model_options {
      * mmrt-quantize gets exactly the codes the runtime would use. */
     mmrt_quantized_fn on_quantized;
     void *on_quantized_user;
+    /* AWQ as published (config.json quantization_config, quant_method "awq"): its group
+     * size; 0 = not an AWQ checkpoint. Its qweight / qzeros / scales are repacked at load. */
+    int64_t awq_group;
     /* Each float matrix's own format (NULL: `weights` for all), on the loading thread. */
     mmrt_format_fn format_of;
     void *format_of_user;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -90,13 +91,62 @@ struct mmrt_runtime {
     struct mmrt_error last;
 };
 
-/* config.json's quantization_config: absent (float weights, maybe quantized at load), or
- * mmrt's own layout (docs/QUANTIZATION.md "Checkpoint layout": quant_method "mmrt", weights
- * one of the [model] weights formats). Any other method or width is refused by key and value
- * before anything is loaded. */
-static mmrt_status check_quantization_config(const json_t *root, const char *path,
-                                             struct mmrt_error *err)
+/* One quantization_config key that must hold `want` (a string, compared without case, or an
+ * integer when want is NULL and number ≥ 0); MMRT_ERR_UNSUPPORTED naming key and value. */
+static mmrt_status qc_expect(const json_t *qc, const char *path, const char *key,
+                             const char *want, long long number, struct mmrt_error *err)
 {
+    const json_t *v = json_object_get(qc, key);
+    char got[96];
+    if (json_is_string(v))
+        snprintf(got, sizeof got, "\"%.80s\"", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(got, sizeof got, "%lld", (long long)json_integer_value(v));
+    else if (json_is_boolean(v))
+        snprintf(got, sizeof got, "%s", json_is_true(v) ? "true" : "false");
+    else
+        snprintf(got, sizeof got, "%s", v ? "(another type)" : "(missing)");
+    const bool ok = want ? json_is_string(v) && strcasecmp(json_string_value(v), want) == 0
+                         : json_is_integer(v) && json_integer_value(v) == number;
+    if (ok)
+        return MMRT_OK;
+    return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.%s %s is not "
+                          "one mmrt runs (expected %s%s%s)", path, key, got, want ? "\"" : "",
+                          want ? want : "", want ? "\"" : "");
+}
+
+/* AWQ as published (quant_method "awq"): 4-bit GEMM packing with zero points, groups that
+ * are a multiple of 32 (mmrt's U4 layout) — anything else is refused by key and value.
+ * *group receives the group size. */
+static mmrt_status check_awq(const json_t *qc, const char *path, int64_t *group,
+                             struct mmrt_error *err)
+{
+    mmrt_status st = qc_expect(qc, path, "bits", NULL, 4, err);
+    if (st == MMRT_OK && json_object_get(qc, "version"))
+        st = qc_expect(qc, path, "version", "gemm", 0, err);
+    const json_t *zp = json_object_get(qc, "zero_point");
+    if (st == MMRT_OK && zp && !json_is_true(zp))
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.zero_point "
+                            "%s is not one mmrt runs (expected true)", path,
+                            json_is_false(zp) ? "false" : "(not a boolean)");
+    const json_t *g = json_object_get(qc, "group_size");
+    const long long gs = json_is_integer(g) ? (long long)json_integer_value(g) : -1;
+    if (st == MMRT_OK && (gs < 32 || gs % 32 != 0 || gs > 4096))
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.group_size "
+                            "%lld is not one mmrt runs (a multiple of 32, up to 4096)", path,
+                            gs);
+    *group = gs;
+    return st;
+}
+
+/* config.json's quantization_config: absent (float weights, maybe quantized at load), mmrt's
+ * own layout (docs/QUANTIZATION.md "Checkpoint layout": quant_method "mmrt", weights one of
+ * the [model] weights formats), or AWQ as published (*awq_group set). Any other method or
+ * width is refused by key and value before anything is loaded. */
+static mmrt_status check_quantization_config(const json_t *root, const char *path,
+                                             int64_t *awq_group, struct mmrt_error *err)
+{
+    *awq_group = 0;
     const json_t *qc = json_object_get(root, "quantization_config");
     if (!qc || json_is_null(qc))
         return MMRT_OK;
@@ -104,11 +154,14 @@ static mmrt_status check_quantization_config(const json_t *root, const char *pat
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: quantization_config is a JSON %s, "
                               "not an object", path, mmrt_json_type_name(qc));
     const json_t *m = json_object_get(qc, "quant_method");
+    if (json_is_string(m) && strcasecmp(json_string_value(m), "awq") == 0)
+        return check_awq(qc, path, awq_group, err);
     if (!json_is_string(m) || strcmp(json_string_value(m), "mmrt") != 0)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                               "%s: quantization_config.quant_method %s%s%s is not supported "
-                              "(mmrt loads its own layout, \"mmrt\", written by mmrt-quantize; "
-                              "docs/QUANTIZATION.md)", path, json_is_string(m) ? "\"" : "",
+                              "(mmrt loads \"awq\" and its own layout, \"mmrt\", written by "
+                              "mmrt-quantize; docs/QUANTIZATION.md)", path,
+                              json_is_string(m) ? "\"" : "",
                               json_is_string(m) ? json_string_value(m)
                                                 : m ? "(not a string)" : "(missing)",
                               json_is_string(m) ? "\"" : "");
@@ -485,7 +538,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                 "%s: model_type '%s' is not supported by this build (%s)",
                                 cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
         if (st == MMRT_OK)
-            st = check_quantization_config(root, cfg_path, err);
+            st = check_quantization_config(root, cfg_path, &rt->model_opts.awq_group, err);
         bool any_auto = false;
         for (int i = 0; i < cfg->n_devices; i++)
             any_auto |= cfg->devices[i].pool_mb == 0;

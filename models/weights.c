@@ -39,6 +39,9 @@ enum conversion {
     CONV_Q4_CODES,  /* a matrix's INT4 codes (plugin.h U4 layout) */
     CONV_Q4_SCALES, /* its group scales [N, G] */
     CONV_Q4_ZEROS,  /* its group zero points [N, G] */
+    CONV_AWQ_CODES, /* an AWQ matrix repacked (qweight, qzeros, scales): its U4 codes */
+    CONV_AWQ_SCALES,
+    CONV_AWQ_ZEROS,
 };
 
 /* A loaded tensor waiting for mmrt_weights_commit. */
@@ -52,6 +55,7 @@ struct pending {
     int64_t ne[MMRT_MAX_DIMS];
     uint64_t nbytes;          /* on the device */
     enum mmrt_weight_format format; /* a matrix quantized at load: how */
+    const struct mmrt_st_tensor *awq_zeros, *awq_scales; /* CONV_AWQ_*: with t = qweight */
 };
 
 /* A weight arena the set holds, with what it accounted on its device. */
@@ -77,6 +81,7 @@ struct mmrt_weights {
     enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
     mmrt_quantized_fn on_quantized; /* told every matrix quantized at load (mmrt-quantize) */
     void *on_quantized_user;
+    int64_t awq_group;              /* an AWQ checkpoint's group size; 0 = not AWQ */
     mmrt_format_fn format_of;       /* a matrix's own format, overriding `format` */
     void *format_of_user;
     enum mmrt_weight_format matrix_format; /* of the matrix mmrt_weights_load_matrix loads */
@@ -428,6 +433,30 @@ static mmrt_status check_finite(const struct mmrt_st_tensor *t, struct mmrt_erro
                           (unsigned long long)(t->file_offset + i * size));
 }
 
+/* Records e's tensor for commit as a device tensor of `dtype` [ne] made by `conv` (its
+ * descriptor's shape filled now); false when out of memory. */
+static bool push_pending(struct mmrt_weights *w, struct entry *e, struct mmrt_dev *dev,
+                         struct mmrt_tensor *out, enum conversion conv, enum mmrt_dtype dtype,
+                         int n_dims, const int64_t *ne, struct mmrt_error *err)
+{
+    (void)err;
+    if (!reserve((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending))
+        return false;
+    e->read = true;
+    struct pending *p = &w->pending[w->n_pending];
+    *p = (struct pending){ .dev = dev, .t = e->t, .out = out, .conv = conv, .dtype = dtype,
+                           .n_dims = n_dims, .format = w->matrix_format };
+    uint64_t n = 1;
+    for (int i = 0; i < n_dims; i++)
+        n *= (uint64_t)(p->ne[i] = ne[i]);
+    p->nbytes = n * mmrt_dtype_size(dtype);
+    /* The shape is known now; the storage (buffer NULL until commit) is not, so any use of
+     * the descriptor before commit is refused by the operator checks. */
+    mmrt_tensor_init(out, NULL, 0, dtype, n_dims, p->ne);
+    w->n_pending++;
+    return true;
+}
+
 /* Checks the checkpoint tensor `name` against ckpt_shape[ckpt_dims] and records it for
  * commit as a device tensor of shape[n_dims] (the same element count). */
 static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_dims,
@@ -463,7 +492,8 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
                               "with %llu", t->file, t->name,
                               (unsigned long long)t->n_elements, n_dims,
                               (unsigned long long)n_view);
-    const bool integer = t->dtype == MMRT_DTYPE_I8 || t->dtype == MMRT_DTYPE_U4;
+    const bool integer = t->dtype == MMRT_DTYPE_I8 || t->dtype == MMRT_DTYPE_U4 ||
+                         t->dtype == MMRT_DTYPE_I32;
     if (integer != (conv == CONV_CODES))
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               integer ? "%s: tensor '%s' holds %s codes, but mmrt reads it as "
@@ -471,50 +501,34 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
                                         "quantized matrix, docs/QUANTIZATION.md)"
                                       : "%s: tensor '%s' holds %s values where the codes of "
                                         "a quantized matrix belong",
-                              t->file, t->name, t->dtype == MMRT_DTYPE_I8 ? "I8" : integer
-                              ? "U8 (4-bit)" : mmrt_dtype_name_of(t->dtype));
+                              t->file, t->name, t->dtype == MMRT_DTYPE_I8    ? "I8"
+                                                : t->dtype == MMRT_DTYPE_I32 ? "I32"
+                                                : integer ? "U8 (4-bit)"
+                                                          : mmrt_dtype_name_of(t->dtype));
     mmrt_status st = check_finite(t, err);
     if (st != MMRT_OK)
         return st;
-    if (!reserve((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending))
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
-    e->read = true;
-    struct pending *p = &w->pending[w->n_pending];
-    memset(p, 0, sizeof *p);
-    p->dev = dev;
-    p->t = t;
-    p->out = out;
-    p->conv = conv;
-    p->format = w->matrix_format;
-    p->dtype = conv == CONV_NONE || conv == CONV_CODES ? (enum mmrt_dtype)t->dtype
-               : conv == CONV_I8_VALUES ? MMRT_DTYPE_I8
-               : conv == CONV_Q4_CODES  ? MMRT_DTYPE_U4
-                                        : MMRT_DTYPE_F32;
-    p->n_dims = n_dims;
+    const enum mmrt_dtype dtype = conv == CONV_NONE || conv == CONV_CODES
+                                      ? (enum mmrt_dtype)t->dtype
+                                  : conv == CONV_I8_VALUES ? MMRT_DTYPE_I8
+                                  : conv == CONV_Q4_CODES  ? MMRT_DTYPE_U4
+                                                           : MMRT_DTYPE_F32;
+    int dims = n_dims;
+    int64_t ne[MMRT_MAX_DIMS];
     for (int i = 0; i < n_dims; i++)
-        p->ne[i] = shape[i];
+        ne[i] = shape[i];
     if (n_dims == 0) { /* a scalar becomes a one-element vector */
-        p->ne[0] = 1;
-        p->n_dims = 1;
+        ne[0] = 1;
+        dims = 1;
     }
-    uint64_t n_elements = t->n_elements;
-    if (conv == CONV_I8_SCALES) { /* one per row of the [N, K] matrix */
-        p->n_dims = 1;
-        p->ne[0] = shape[0];
-        n_elements = (uint64_t)shape[0];
-    } else if (conv == CONV_Q4_CODES) { /* two codes a byte */
-        p->ne[1] = shape[1] / 2;
-        n_elements = t->n_elements / 2;
-    } else if (conv == CONV_Q4_SCALES || conv == CONV_Q4_ZEROS) { /* [N, G] */
-        p->ne[1] = shape[1] / mmrt_weight_format_group(w->matrix_format);
-        n_elements = (uint64_t)(p->ne[0] * p->ne[1]);
-    }
-    p->nbytes = n_elements * mmrt_dtype_size(p->dtype);
-    /* The shape is known now; the storage (buffer NULL until commit) is not, so any use of
-     * the descriptor before commit is refused by the operator checks. */
-    mmrt_tensor_init(out, NULL, 0, p->dtype, p->n_dims, p->ne);
-    w->n_pending++;
-    return MMRT_OK;
+    if (conv == CONV_I8_SCALES) /* one per row of the [N, K] matrix */
+        dims = 1;
+    else if (conv == CONV_Q4_CODES) /* two codes a byte */
+        ne[1] = shape[1] / 2;
+    else if (conv == CONV_Q4_SCALES || conv == CONV_Q4_ZEROS) /* [N, G] */
+        ne[1] = shape[1] / mmrt_weight_format_group(w->matrix_format);
+    return push_pending(w, e, dev, out, conv, dtype, dims, ne, err) ? MMRT_OK
+           : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
 }
 
 /* Adopted arena of the mapping `base` on dev, adopting it the first time. 0 with *arena NULL
@@ -554,12 +568,67 @@ static bool stored_bytes(const struct pending *p)
 /* The quantized form of p's matrix in w->q (made once for its two or three tensors, which
  * commit uploads one after the other), a few rows at a time so that even an LM head never
  * needs a float copy of itself. */
+/* AWQ's GEMM packing (the AutoAWQ layout transformers loads): qweight I32 [K, N/8] holds
+ * input k's outputs 8c … 8c + 7 in one int32, output 8c + AWQ_ORDER[i] in bits 4i … 4i + 3;
+ * qzeros I32 [K/g, N/8] the same for the zero points; scales [K/g, N]. W[n, k] =
+ * (q − z) · s with z and s of k's group: exactly mmrt's U4 (plugin.h), transposed and
+ * repacked. */
+static const int awq_order[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
+
+static uint32_t le32(const struct mmrt_st_tensor *t, uint64_t i)
+{
+    const uint8_t *b = (const uint8_t *)t->data + 4 * i;
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static mmrt_status repack_awq(struct mmrt_weights *w, const struct pending *p,
+                              struct mmrt_error *err)
+{
+    const struct mmrt_st_tensor *qw = p->t, *qz = p->awq_zeros, *sc = p->awq_scales;
+    const int64_t K = qw->shape[0], N = qw->shape[1] * 8, g = w->awq_group, G = K / g;
+    w->q.codes = calloc((size_t)(N * K / 2) + 1, 1);
+    w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
+    w->q.zero = malloc((size_t)(N * G) * sizeof(float) + 1);
+    float *s = malloc((size_t)(N * G) * sizeof(float) + 1);
+    mmrt_status st = w->q.codes && w->q.scale && w->q.zero && s
+                         ? mmrt_safetensors_read_f32(sc, s, (size_t)(N * G), err)
+                         : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    for (int64_t k = 0; st == MMRT_OK && k < K; k++)
+        for (int64_t c = 0; c < N / 8; c++) {
+            const uint32_t word = le32(qw, (uint64_t)(k * (N / 8) + c));
+            for (int i = 0; i < 8; i++) {
+                const int64_t n = 8 * c + awq_order[i];
+                const uint8_t code = (uint8_t)((word >> (4 * i)) & 0xFu);
+                uint8_t *b = w->q.codes + n * (K / 2) + (k / 32) * 16 + k % 16;
+                *b |= (uint8_t)(k % 32 < 16 ? code : code << 4);
+            }
+        }
+    for (int64_t gi = 0; st == MMRT_OK && gi < G; gi++)
+        for (int64_t c = 0; c < N / 8; c++) {
+            const uint32_t word = le32(qz, (uint64_t)(gi * (N / 8) + c));
+            for (int i = 0; i < 8; i++) {
+                const int64_t n = 8 * c + awq_order[i];
+                w->q.zero[n * G + gi] = (float)((word >> (4 * i)) & 0xFu);
+                w->q.scale[n * G + gi] = s[gi * N + n];
+            }
+        }
+    free(s);
+    if (st != MMRT_OK) {
+        q_cache_drop(w);
+        return st;
+    }
+    w->q.t = p->t;
+    return MMRT_OK;
+}
+
 static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending *p,
                                    struct mmrt_error *err)
 {
     if (w->q.t == p->t)
         return MMRT_OK;
     q_cache_drop(w);
+    if (p->conv == CONV_AWQ_CODES || p->conv == CONV_AWQ_SCALES || p->conv == CONV_AWQ_ZEROS)
+        return repack_awq(w, p, err);
     const bool q4 = p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES ||
                     p->conv == CONV_Q4_ZEROS;
     const int64_t N = p->t->shape[0], K = p->t->shape[1];
@@ -611,9 +680,9 @@ static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending
     if (st != MMRT_OK)
         return st;
     const void *src = w->q.scale;
-    if (p->conv == CONV_I8_VALUES || p->conv == CONV_Q4_CODES)
+    if (p->conv == CONV_I8_VALUES || p->conv == CONV_Q4_CODES || p->conv == CONV_AWQ_CODES)
         src = w->q.codes;
-    else if (p->conv == CONV_Q4_ZEROS)
+    else if (p->conv == CONV_Q4_ZEROS || p->conv == CONV_AWQ_ZEROS)
         src = w->q.zero;
     return mmrt_dev_upload(p->dev, dst, src, p->nbytes, err);
 }
@@ -794,6 +863,7 @@ void mmrt_weights_set_options(struct mmrt_weights *w, const struct mmrt_model_op
     w->format = opts ? opts->weights : MMRT_WEIGHTS_CHECKPOINT;
     w->on_quantized = opts ? opts->on_quantized : NULL;
     w->on_quantized_user = opts ? opts->on_quantized_user : NULL;
+    w->awq_group = opts ? opts->awq_group : 0;
     w->format_of = opts ? opts->format_of : NULL;
     w->format_of_user = opts ? opts->format_of_user : NULL;
 }
@@ -811,6 +881,65 @@ static mmrt_status check_zero_points(const struct mmrt_st_tensor *t, struct mmrt
                                   "in the file): a zero point must be a whole number 0 … 15",
                                   t->file, t->name, (double)z, (unsigned long long)i,
                                   (unsigned long long)(t->file_offset + i * sizeof z));
+    }
+    return MMRT_OK;
+}
+
+/* An AWQ matrix as published: `name` is "X.weight" and the checkpoint holds X.qweight (I32
+ * [K, N/8]), X.qzeros (I32 [K/g, N/8]) and X.scales (float [K/g, N]). Every shape is checked
+ * by name before anything is placed; the three become one U4 matrix at commit (repack_awq). */
+static mmrt_status load_awq(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N, int64_t K,
+                            struct mmrt_weight *out, struct mmrt_error *err, const char *name)
+{
+    const size_t len = strlen(name);
+    char qn[560], zn[560], sn[560];
+    snprintf(qn, sizeof qn, "%.*s.qweight", (int)(len - 7), name);
+    snprintf(zn, sizeof zn, "%.*s.qzeros", (int)(len - 7), name);
+    snprintf(sn, sizeof sn, "%.*s.scales", (int)(len - 7), name);
+    struct entry *eq = find_entry(w, qn), *ez = find_entry(w, zn), *es = find_entry(w, sn);
+    const int64_t g = w->awq_group, G = K / g;
+    if (!eq || !ez || !es)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: checkpoint has no '%s' (an AWQ "
+                              "matrix is its .qweight, .qzeros and .scales)", w->path,
+                              !eq ? qn : !ez ? zn : sn);
+    if (K % g != 0 || K % 32 != 0 || N % 8 != 0)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: '%s' [%lld, %lld]: its %lld inputs "
+                              "are not whole groups of %lld (quantization_config.group_size), "
+                              "or its outputs not whole int32 words of eight", eq->t->file, qn,
+                              (long long)N, (long long)K, (long long)K, (long long)g);
+    const struct {
+        const struct entry *e;
+        bool integer;
+        int64_t rows, cols;
+    } want[3] = { { eq, true, K, N / 8 }, { ez, true, G, N / 8 }, { es, false, G, N } };
+    for (int i = 0; i < 3; i++) {
+        const struct mmrt_st_tensor *t = want[i].e->t;
+        const bool is_int = t->dtype == MMRT_DTYPE_I32;
+        const bool is_float = t->dtype == MMRT_DTYPE_F32 || t->dtype == MMRT_DTYPE_F16 ||
+                              t->dtype == MMRT_DTYPE_BF16;
+        if (t->n_dims != 2 || t->shape[0] != want[i].rows || t->shape[1] != want[i].cols ||
+            (want[i].integer ? !is_int : !is_float))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                  "%s: tensor '%s' must be %s [%lld, %lld] (AWQ, %lld inputs, "
+                                  "%lld outputs, groups of %lld)", t->file, t->name,
+                                  want[i].integer ? "I32" : "F16, BF16 or F32",
+                                  (long long)want[i].rows, (long long)want[i].cols, (long long)K,
+                                  (long long)N, (long long)g);
+    }
+    mmrt_status st = check_finite(es->t, err);
+    if (st != MMRT_OK)
+        return st;
+    const int64_t codes[2] = { N, K / 2 }, groups[2] = { N, G };
+    w->matrix_format = MMRT_WEIGHTS_INT4; /* what its codes are; the group is the checkpoint's */
+    if (!push_pending(w, eq, dev, &out->t, CONV_AWQ_CODES, MMRT_DTYPE_U4, 2, codes, err) ||
+        !push_pending(w, eq, dev, &out->scale, CONV_AWQ_SCALES, MMRT_DTYPE_F32, 2, groups,
+                      err) ||
+        !push_pending(w, eq, dev, &out->zero, CONV_AWQ_ZEROS, MMRT_DTYPE_F32, 2, groups, err))
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+    ez->read = es->read = true;
+    for (size_t i = w->n_pending - 3; i < w->n_pending; i++) {
+        w->pending[i].awq_zeros = ez->t;
+        w->pending[i].awq_scales = es->t;
     }
     return MMRT_OK;
 }
@@ -874,15 +1003,21 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
     memset(out, 0, sizeof *out);
     const int64_t shape[2] = { N, K };
     const struct mmrt_st_tensor *stored = mmrt_weights_find(w, buf);
-    if (stored && (stored->dtype == MMRT_DTYPE_I8 || stored->dtype == MMRT_DTYPE_U4)) {
-        if (dev->api->hdr.abi_minor < 3)
-            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                                  "%s: '%s' is stored quantized: device %s has a plugin of ABI "
-                                  "%u.%u, quantized weights need 1.3", w->path, buf, dev->name,
-                                  (unsigned)dev->api->hdr.abi_major,
-                                  (unsigned)dev->api->hdr.abi_minor);
+    const size_t len = strlen(buf);
+    const bool codes = stored && (stored->dtype == MMRT_DTYPE_I8 ||
+                                  stored->dtype == MMRT_DTYPE_U4);
+    const bool awq = !stored && w->awq_group > 0 && len > 7 &&
+                     strcmp(buf + len - 7, ".weight") == 0;
+    if ((codes || awq) && dev->api->hdr.abi_minor < 3)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: '%s' is stored quantized: device %s has a plugin of ABI "
+                              "%u.%u, quantized weights need 1.3", w->path, buf, dev->name,
+                              (unsigned)dev->api->hdr.abi_major,
+                              (unsigned)dev->api->hdr.abi_minor);
+    if (codes)
         return load_stored_codes(w, dev, N, K, stored, out, err, buf);
-    }
+    if (awq)
+        return load_awq(w, dev, N, K, out, err, buf);
     const enum mmrt_weight_format f =
         w->format_of ? w->format_of(w->format_of_user, buf, w->format) : w->format;
     if (f < MMRT_WEIGHTS_CHECKPOINT || f > MMRT_WEIGHTS_INT4_G32)

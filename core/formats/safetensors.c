@@ -69,7 +69,7 @@ struct st_index_entry {
 };
 
 static const char *const unsupported_dtypes[] = {
-    "BOOL", "I16", "U16", "I32", "U32", "I64", "U64", "F64", "C64",
+    "BOOL", "I16", "U16", "U32", "I64", "U64", "F64", "C64",
     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2",
 };
 
@@ -218,11 +218,16 @@ static mmrt_status parse_dtype(const char *what, const char *q, const json_t *v,
         *dtype = MMRT_DTYPE_U4;
         return MMRT_OK;
     }
+    /* AWQ's packed codes and zero points (eight 4-bit values to an int32) */
+    if (!strcmp(s, "I32")) {
+        *dtype = MMRT_DTYPE_I32;
+        return MMRT_OK;
+    }
     for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof *unsupported_dtypes; i++)
         if (!strcmp(s, unsupported_dtypes[i]))
             return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                                   "%s: tensor %s: dtype %s is not supported (F32, F16, BF16, "
-                                  "I8, U8)",
+                                  "I8, U8, I32)",
                                   what, q, s);
     return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor %s: unknown dtype %s", what, q,
                           quote(qd, s));

@@ -14,9 +14,10 @@
  *
  * Every file is treated as hostile. A file is accepted only if the reference validator
  * (huggingface/safetensors, Rust) would accept it, and additionally only when (a) every
- * dtype is F32, F16, BF16, I8 or U8 — the other real dtypes are refused by name as
- * unsupported; I8 and U8 are the codes of quantized matrices, U8 read as MMRT_DTYPE_U4 (a
- * byte of two 4-bit codes, mmrt's only byte tensor) —
+ * dtype is F32, F16, BF16, I8, U8 or I32 — the other real dtypes are refused by name as
+ * unsupported; I8, U8 and I32 hold the codes of quantized matrices, U8 read as
+ * MMRT_DTYPE_U4 (a byte of two 4-bit codes, mmrt's only byte tensor), I32 as AWQ packs them
+ * —
  * (b) it stays within struct mmrt_st_limits, (c) every tensor entry has exactly the three
  * members above (the reference ignores extra members; no known writer emits any, and a
  * closed schema leaves nothing for a crafted file to hide in), (d) "__metadata__", when
@@ -110,7 +111,7 @@ struct mmrt_st_limits {
  */
 struct mmrt_st_tensor {
     const char *name;                /* NUL-terminated UTF-8 as in the header */
-    int32_t dtype;                   /* enum mmrt_dtype: F32, F16, BF16, I8, or U4 (file U8) */
+    int32_t dtype;                   /* enum mmrt_dtype: F32, F16, BF16, I8, I32, or U4 (U8) */
     int32_t n_dims;                  /* 0 (a scalar, shape []) … MMRT_ST_MAX_RANK */
     int64_t shape[MMRT_ST_MAX_RANK]; /* [n_dims], outermost first (row-major); rest 0 */
     uint64_t n_elements;             /* product of shape (1 for a scalar, 0 if a dim is 0) */
