@@ -68,6 +68,17 @@ struct st_index_entry {
     size_t shard;
 };
 
+/* The dtypes mmrt reads: the float ones, and the integer codes of quantized matrices
+ * (docs/QUANTIZATION.md): I8 codes, U8 bytes of two 4-bit codes each (mmrt's U4), and AWQ's
+ * int32 words of eight 4-bit codes. */
+static const struct {
+    const char *name;
+    int32_t dtype;
+} supported_dtypes[] = {
+    { "F32", MMRT_DTYPE_F32 }, { "F16", MMRT_DTYPE_F16 }, { "BF16", MMRT_DTYPE_BF16 },
+    { "I8", MMRT_DTYPE_I8 },   { "U8", MMRT_DTYPE_U4 },   { "I32", MMRT_DTYPE_I32 },
+};
+
 static const char *const unsupported_dtypes[] = {
     "BOOL", "I16", "U16", "U32", "I64", "U64", "F64", "C64",
     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2",
@@ -196,33 +207,11 @@ static mmrt_status parse_dtype(const char *what, const char *q, const json_t *v,
                               "%s: tensor %s: \"dtype\" is a JSON %s, not a string", what, q,
                               json_type_name(v));
     const char *s = json_string_value(v);
-    if (!strcmp(s, "F32")) {
-        *dtype = MMRT_DTYPE_F32;
-        return MMRT_OK;
-    }
-    if (!strcmp(s, "F16")) {
-        *dtype = MMRT_DTYPE_F16;
-        return MMRT_OK;
-    }
-    if (!strcmp(s, "BF16")) {
-        *dtype = MMRT_DTYPE_BF16;
-        return MMRT_OK;
-    }
-    /* The two integer dtypes of quantized matrices (docs/QUANTIZATION.md "Checkpoint
-     * layout"): I8 codes, and U8 bytes that each hold two 4-bit codes (mmrt's U4). */
-    if (!strcmp(s, "I8")) {
-        *dtype = MMRT_DTYPE_I8;
-        return MMRT_OK;
-    }
-    if (!strcmp(s, "U8")) {
-        *dtype = MMRT_DTYPE_U4;
-        return MMRT_OK;
-    }
-    /* AWQ's packed codes and zero points (eight 4-bit values to an int32) */
-    if (!strcmp(s, "I32")) {
-        *dtype = MMRT_DTYPE_I32;
-        return MMRT_OK;
-    }
+    for (size_t i = 0; i < sizeof supported_dtypes / sizeof *supported_dtypes; i++)
+        if (!strcmp(s, supported_dtypes[i].name)) {
+            *dtype = supported_dtypes[i].dtype;
+            return MMRT_OK;
+        }
     for (size_t i = 0; i < sizeof unsupported_dtypes / sizeof *unsupported_dtypes; i++)
         if (!strcmp(s, unsupported_dtypes[i]))
             return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
