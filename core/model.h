@@ -96,6 +96,13 @@ mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n
 
 struct mmrt_st_tensor;
 
+/* How a published 4-bit checkpoint packs its matrices (docs/QUANTIZATION.md). */
+struct mmrt_packed_format {
+    enum { MMRT_PACKED_NONE, MMRT_PACKED_AWQ, MMRT_PACKED_GPTQ } kind;
+    int64_t group;       /* inputs per group; 0 = one group for a whole row (GPTQ's -1) */
+    bool zero_minus_one; /* GPTQ's first checkpoint format stores each zero point minus one */
+};
+
 /* A matrix the loader quantized ([model] weights), as mmrt_model_options.on_quantized sees
  * it: the checkpoint tensor it came from, rows × cols, and its codes (I8 [rows, cols], or the
  * U4 bytes [rows, cols / 2] of plugin.h), scales ([rows], or [rows, cols / group]) and, for
@@ -160,9 +167,9 @@ struct mmrt_model_options {
      * mmrt-quantize gets exactly the codes the runtime would use. */
     mmrt_quantized_fn on_quantized;
     void *on_quantized_user;
-    /* AWQ as published (config.json quantization_config, quant_method "awq"): its group
-     * size; 0 = not an AWQ checkpoint. Its qweight / qzeros / scales are repacked at load. */
-    int64_t awq_group;
+    /* A published 4-bit packing (config.json quantization_config: AWQ or GPTQ), whose
+     * qweight / qzeros / scales (/ g_idx) are repacked into U4 at load; kind NONE otherwise. */
+    struct mmrt_packed_format packed;
     /* Each float matrix's own format (NULL: `weights` for all), on the loading thread. */
     mmrt_format_fn format_of;
     void *format_of_user;

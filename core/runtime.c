@@ -110,17 +110,36 @@ static mmrt_status qc_expect(const json_t *qc, const char *path, const char *key
                          : json_is_integer(v) && json_integer_value(v) == number;
     if (ok)
         return MMRT_OK;
+    char expected[96];
+    if (want)
+        snprintf(expected, sizeof expected, "\"%s\"", want);
+    else
+        snprintf(expected, sizeof expected, "%lld", number);
     return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.%s %s is not "
-                          "one mmrt runs (expected %s%s%s)", path, key, got, want ? "\"" : "",
-                          want ? want : "", want ? "\"" : "");
+                          "one mmrt runs (expected %s)", path, key, got, expected);
+}
+
+/* A group_size key: a multiple of 32 up to 4096 (mmrt's U4 groups), or -1 where allow_row
+ * (GPTQ: one group per row); *group gets it, 0 for -1. */
+static mmrt_status qc_group(const json_t *qc, const char *path, bool allow_row, int64_t *group,
+                            struct mmrt_error *err)
+{
+    const json_t *g = json_object_get(qc, "group_size");
+    const long long gs = json_is_integer(g) ? (long long)json_integer_value(g) : -2;
+    *group = gs > 0 ? gs : 0;
+    if ((gs >= 32 && gs % 32 == 0 && gs <= 4096) || (allow_row && gs == -1))
+        return MMRT_OK;
+    return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.group_size %lld "
+                          "is not one mmrt runs (a multiple of 32, up to 4096%s)", path, gs,
+                          allow_row ? ", or -1" : "");
 }
 
 /* AWQ as published (quant_method "awq"): 4-bit GEMM packing with zero points, groups that
- * are a multiple of 32 (mmrt's U4 layout) — anything else is refused by key and value.
- * *group receives the group size. */
-static mmrt_status check_awq(const json_t *qc, const char *path, int64_t *group,
+ * are a multiple of 32 (mmrt's U4 layout) — anything else is refused by key and value. */
+static mmrt_status check_awq(const json_t *qc, const char *path, struct mmrt_packed_format *out,
                              struct mmrt_error *err)
 {
+    out->kind = MMRT_PACKED_AWQ;
     mmrt_status st = qc_expect(qc, path, "bits", NULL, 4, err);
     if (st == MMRT_OK && json_object_get(qc, "version"))
         st = qc_expect(qc, path, "version", "gemm", 0, err);
@@ -129,24 +148,35 @@ static mmrt_status check_awq(const json_t *qc, const char *path, int64_t *group,
         st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.zero_point "
                             "%s is not one mmrt runs (expected true)", path,
                             json_is_false(zp) ? "false" : "(not a boolean)");
-    const json_t *g = json_object_get(qc, "group_size");
-    const long long gs = json_is_integer(g) ? (long long)json_integer_value(g) : -1;
-    if (st == MMRT_OK && (gs < 32 || gs % 32 != 0 || gs > 4096))
-        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.group_size "
-                            "%lld is not one mmrt runs (a multiple of 32, up to 4096)", path,
-                            gs);
-    *group = gs;
-    return st;
+    return st == MMRT_OK ? qc_group(qc, path, false, &out->group, err) : st;
+}
+
+/* GPTQ as published (quant_method "gptq"): 4 bits, groups a multiple of 32 or one per row,
+ * checkpoint_format "gptq" (zero points stored minus one, the default) or "gptq_v2". Whether
+ * act-order reorders the inputs is read from each matrix's g_idx at load. */
+static mmrt_status check_gptq(const json_t *qc, const char *path,
+                              struct mmrt_packed_format *out, struct mmrt_error *err)
+{
+    out->kind = MMRT_PACKED_GPTQ;
+    out->zero_minus_one = true;
+    mmrt_status st = qc_expect(qc, path, "bits", NULL, 4, err);
+    const json_t *f = json_object_get(qc, "checkpoint_format");
+    if (st == MMRT_OK && f && !(json_is_string(f) && !strcmp(json_string_value(f), "gptq")))
+        st = qc_expect(qc, path, "checkpoint_format", "gptq_v2", 0, err);
+    if (st == MMRT_OK && f)
+        out->zero_minus_one = strcmp(json_string_value(f), "gptq") == 0;
+    return st == MMRT_OK ? qc_group(qc, path, true, &out->group, err) : st;
 }
 
 /* config.json's quantization_config: absent (float weights, maybe quantized at load), mmrt's
  * own layout (docs/QUANTIZATION.md "Checkpoint layout": quant_method "mmrt", weights one of
- * the [model] weights formats), or AWQ as published (*awq_group set). Any other method or
- * width is refused by key and value before anything is loaded. */
+ * the [model] weights formats), or AWQ or GPTQ as published (*packed set). Any other method
+ * or width is refused by key and value before anything is loaded. */
 static mmrt_status check_quantization_config(const json_t *root, const char *path,
-                                             int64_t *awq_group, struct mmrt_error *err)
+                                             struct mmrt_packed_format *packed,
+                                             struct mmrt_error *err)
 {
-    *awq_group = 0;
+    *packed = (struct mmrt_packed_format){ .kind = MMRT_PACKED_NONE };
     const json_t *qc = json_object_get(root, "quantization_config");
     if (!qc || json_is_null(qc))
         return MMRT_OK;
@@ -155,12 +185,14 @@ static mmrt_status check_quantization_config(const json_t *root, const char *pat
                               "not an object", path, mmrt_json_type_name(qc));
     const json_t *m = json_object_get(qc, "quant_method");
     if (json_is_string(m) && strcasecmp(json_string_value(m), "awq") == 0)
-        return check_awq(qc, path, awq_group, err);
+        return check_awq(qc, path, packed, err);
+    if (json_is_string(m) && strcasecmp(json_string_value(m), "gptq") == 0)
+        return check_gptq(qc, path, packed, err);
     if (!json_is_string(m) || strcmp(json_string_value(m), "mmrt") != 0)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                               "%s: quantization_config.quant_method %s%s%s is not supported "
-                              "(mmrt loads \"awq\" and its own layout, \"mmrt\", written by "
-                              "mmrt-quantize; docs/QUANTIZATION.md)", path,
+                              "(mmrt loads \"awq\", \"gptq\" and its own layout, \"mmrt\", "
+                              "written by mmrt-quantize; docs/QUANTIZATION.md)", path,
                               json_is_string(m) ? "\"" : "",
                               json_is_string(m) ? json_string_value(m)
                                                 : m ? "(not a string)" : "(missing)",
@@ -538,7 +570,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                 "%s: model_type '%s' is not supported by this build (%s)",
                                 cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
         if (st == MMRT_OK)
-            st = check_quantization_config(root, cfg_path, &rt->model_opts.awq_group, err);
+            st = check_quantization_config(root, cfg_path, &rt->model_opts.packed, err);
         bool any_auto = false;
         for (int i = 0; i < cfg->n_devices; i++)
             any_auto |= cfg->devices[i].pool_mb == 0;

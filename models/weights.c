@@ -39,9 +39,9 @@ enum conversion {
     CONV_Q4_CODES,  /* a matrix's INT4 codes (plugin.h U4 layout) */
     CONV_Q4_SCALES, /* its group scales [N, G] */
     CONV_Q4_ZEROS,  /* its group zero points [N, G] */
-    CONV_AWQ_CODES, /* an AWQ matrix repacked (qweight, qzeros, scales): its U4 codes */
-    CONV_AWQ_SCALES,
-    CONV_AWQ_ZEROS,
+    CONV_PACKED_CODES, /* an AWQ or GPTQ matrix repacked (qweight, qzeros, scales): U4 codes */
+    CONV_PACKED_SCALES,
+    CONV_PACKED_ZEROS,
 };
 
 /* A loaded tensor waiting for mmrt_weights_commit. */
@@ -55,7 +55,7 @@ struct pending {
     int64_t ne[MMRT_MAX_DIMS];
     uint64_t nbytes;          /* on the device */
     enum mmrt_weight_format format; /* a matrix quantized at load: how */
-    const struct mmrt_st_tensor *awq_zeros, *awq_scales; /* CONV_AWQ_*: with t = qweight */
+    const struct mmrt_st_tensor *pk_zeros, *pk_scales; /* CONV_PACKED_*: with t = qweight */
 };
 
 /* A weight arena the set holds, with what it accounted on its device. */
@@ -81,7 +81,7 @@ struct mmrt_weights {
     enum mmrt_weight_format format; /* of the matrices loaded by mmrt_weights_load_matrix */
     mmrt_quantized_fn on_quantized; /* told every matrix quantized at load (mmrt-quantize) */
     void *on_quantized_user;
-    int64_t awq_group;              /* an AWQ checkpoint's group size; 0 = not AWQ */
+    struct mmrt_packed_format packed; /* a published 4-bit packing (AWQ, GPTQ), or none */
     mmrt_format_fn format_of;       /* a matrix's own format, overriding `format` */
     void *format_of_user;
     enum mmrt_weight_format matrix_format; /* of the matrix mmrt_weights_load_matrix loads */
@@ -568,11 +568,15 @@ static bool stored_bytes(const struct pending *p)
 /* The quantized form of p's matrix in w->q (made once for its two or three tensors, which
  * commit uploads one after the other), a few rows at a time so that even an LM head never
  * needs a float copy of itself. */
-/* AWQ's GEMM packing (the AutoAWQ layout transformers loads): qweight I32 [K, N/8] holds
- * input k's outputs 8c … 8c + 7 in one int32, output 8c + AWQ_ORDER[i] in bits 4i … 4i + 3;
- * qzeros I32 [K/g, N/8] the same for the zero points; scales [K/g, N]. W[n, k] =
- * (q − z) · s with z and s of k's group: exactly mmrt's U4 (plugin.h), transposed and
- * repacked. */
+/* The published 4-bit packings, both W[n, k] = (q − z) · s with z and s of k's group, so both
+ * exactly mmrt's U4 (plugin.h), transposed and repacked:
+ *   AWQ (AutoAWQ's GEMM layout, what transformers loads): qweight I32 [K, N/8] holds input
+ *     k's outputs 8c … 8c + 7 in one int32, output 8c + AWQ_ORDER[i] in bits 4i … 4i + 3;
+ *     qzeros I32 [G, N/8] the zero points packed the same way.
+ *   GPTQ: qweight I32 [K/8, N] holds inputs 8r … 8r + 7 of output n, input 8r + i in bits
+ *     4i … 4i + 3; qzeros I32 [G, N/8] outputs 8c + i in bits 4i, each zero point minus one
+ *     (mod 16) in its first checkpoint format.
+ * scales [G, N] in both. */
 static const int awq_order[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
 
 static uint32_t le32(const struct mmrt_st_tensor *t, uint64_t i)
@@ -581,11 +585,28 @@ static uint32_t le32(const struct mmrt_st_tensor *t, uint64_t i)
     return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-static mmrt_status repack_awq(struct mmrt_weights *w, const struct pending *p,
-                              struct mmrt_error *err)
+/* Inputs and outputs of a packed matrix, from its qweight's shape. */
+static void packed_dims(const struct mmrt_weights *w, const struct mmrt_st_tensor *qw,
+                        int64_t *K, int64_t *N)
 {
-    const struct mmrt_st_tensor *qw = p->t, *qz = p->awq_zeros, *sc = p->awq_scales;
-    const int64_t K = qw->shape[0], N = qw->shape[1] * 8, g = w->awq_group, G = K / g;
+    const bool awq = w->packed.kind == MMRT_PACKED_AWQ;
+    *K = awq ? qw->shape[0] : qw->shape[0] * 8;
+    *N = awq ? qw->shape[1] * 8 : qw->shape[1];
+}
+
+static int64_t packed_group(const struct mmrt_weights *w, int64_t K)
+{
+    return w->packed.group > 0 ? w->packed.group : K;
+}
+
+static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struct mmrt_error *err)
+{
+    const struct mmrt_st_tensor *qw = p->t, *qz = p->pk_zeros, *sc = p->pk_scales;
+    const bool awq = w->packed.kind == MMRT_PACKED_AWQ;
+    int64_t K, N;
+    packed_dims(w, qw, &K, &N);
+    const int64_t G = K / packed_group(w, K);
+    const unsigned zero_add = !awq && w->packed.zero_minus_one ? 1u : 0u;
     w->q.codes = calloc((size_t)(N * K / 2) + 1, 1);
     w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
     w->q.zero = malloc((size_t)(N * G) * sizeof(float) + 1);
@@ -593,22 +614,25 @@ static mmrt_status repack_awq(struct mmrt_weights *w, const struct pending *p,
     mmrt_status st = w->q.codes && w->q.scale && w->q.zero && s
                          ? mmrt_safetensors_read_f32(sc, s, (size_t)(N * G), err)
                          : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
-    for (int64_t k = 0; st == MMRT_OK && k < K; k++)
-        for (int64_t c = 0; c < N / 8; c++) {
-            const uint32_t word = le32(qw, (uint64_t)(k * (N / 8) + c));
-            for (int i = 0; i < 8; i++) {
-                const int64_t n = 8 * c + awq_order[i];
-                const uint8_t code = (uint8_t)((word >> (4 * i)) & 0xFu);
-                uint8_t *b = w->q.codes + n * (K / 2) + (k / 32) * 16 + k % 16;
-                *b |= (uint8_t)(k % 32 < 16 ? code : code << 4);
-            }
+    for (uint64_t word_i = 0; st == MMRT_OK && word_i < qw->n_elements; word_i++) {
+        const uint32_t word = le32(qw, word_i);
+        for (int i = 0; i < 8; i++) {
+            /* the code of input k, output n */
+            const int64_t k = awq ? (int64_t)(word_i / (uint64_t)(N / 8))
+                                  : (int64_t)(word_i / (uint64_t)N) * 8 + i;
+            const int64_t n = awq ? (int64_t)(word_i % (uint64_t)(N / 8)) * 8 + awq_order[i]
+                                  : (int64_t)(word_i % (uint64_t)N);
+            const uint8_t code = (uint8_t)((word >> (4 * i)) & 0xFu);
+            uint8_t *b = w->q.codes + n * (K / 2) + (k / 32) * 16 + k % 16;
+            *b |= (uint8_t)(k % 32 < 16 ? code : code << 4);
         }
+    }
     for (int64_t gi = 0; st == MMRT_OK && gi < G; gi++)
         for (int64_t c = 0; c < N / 8; c++) {
             const uint32_t word = le32(qz, (uint64_t)(gi * (N / 8) + c));
             for (int i = 0; i < 8; i++) {
-                const int64_t n = 8 * c + awq_order[i];
-                w->q.zero[n * G + gi] = (float)((word >> (4 * i)) & 0xFu);
+                const int64_t n = 8 * c + (awq ? awq_order[i] : i);
+                w->q.zero[n * G + gi] = (float)((((word >> (4 * i)) & 0xFu) + zero_add) & 0xFu);
                 w->q.scale[n * G + gi] = s[gi * N + n];
             }
         }
@@ -627,8 +651,9 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
     if (w->q.t == p->t)
         return MMRT_OK;
     q_cache_drop(w);
-    if (p->conv == CONV_AWQ_CODES || p->conv == CONV_AWQ_SCALES || p->conv == CONV_AWQ_ZEROS)
-        return repack_awq(w, p, err);
+    if (p->conv == CONV_PACKED_CODES || p->conv == CONV_PACKED_SCALES ||
+        p->conv == CONV_PACKED_ZEROS)
+        return repack(w, p, err);
     const bool q4 = p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES ||
                     p->conv == CONV_Q4_ZEROS;
     const int64_t N = p->t->shape[0], K = p->t->shape[1];
@@ -680,9 +705,9 @@ static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending
     if (st != MMRT_OK)
         return st;
     const void *src = w->q.scale;
-    if (p->conv == CONV_I8_VALUES || p->conv == CONV_Q4_CODES || p->conv == CONV_AWQ_CODES)
+    if (p->conv == CONV_I8_VALUES || p->conv == CONV_Q4_CODES || p->conv == CONV_PACKED_CODES)
         src = w->q.codes;
-    else if (p->conv == CONV_Q4_ZEROS || p->conv == CONV_AWQ_ZEROS)
+    else if (p->conv == CONV_Q4_ZEROS || p->conv == CONV_PACKED_ZEROS)
         src = w->q.zero;
     return mmrt_dev_upload(p->dev, dst, src, p->nbytes, err);
 }
@@ -863,7 +888,7 @@ void mmrt_weights_set_options(struct mmrt_weights *w, const struct mmrt_model_op
     w->format = opts ? opts->weights : MMRT_WEIGHTS_CHECKPOINT;
     w->on_quantized = opts ? opts->on_quantized : NULL;
     w->on_quantized_user = opts ? opts->on_quantized_user : NULL;
-    w->awq_group = opts ? opts->awq_group : 0;
+    w->packed = opts ? opts->packed : (struct mmrt_packed_format){ .kind = MMRT_PACKED_NONE };
     w->format_of = opts ? opts->format_of : NULL;
     w->format_of_user = opts ? opts->format_of_user : NULL;
 }
@@ -885,33 +910,61 @@ static mmrt_status check_zero_points(const struct mmrt_st_tensor *t, struct mmrt
     return MMRT_OK;
 }
 
-/* An AWQ matrix as published: `name` is "X.weight" and the checkpoint holds X.qweight (I32
- * [K, N/8]), X.qzeros (I32 [K/g, N/8]) and X.scales (float [K/g, N]). Every shape is checked
- * by name before anything is placed; the three become one U4 matrix at commit (repack_awq). */
-static mmrt_status load_awq(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N, int64_t K,
-                            struct mmrt_weight *out, struct mmrt_error *err, const char *name)
+/* GPTQ's g_idx [K] (the group of each input): mmrt's U4 groups are runs of consecutive
+ * inputs, so it must be k / g — what GPTQ writes without act-order, and with act-order when
+ * the exporter put the inputs back in order. Otherwise the inputs would have to be permuted
+ * before the product: refused by name. */
+static mmrt_status check_gidx(const struct mmrt_st_tensor *t, int64_t K, int64_t g,
+                              struct mmrt_error *err)
 {
+    if (t->dtype != MMRT_DTYPE_I32 || t->n_dims != 1 || t->shape[0] != K)
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' must be I32 [%lld] (GPTQ, "
+                              "one group index per input)", t->file, t->name, (long long)K);
+    for (int64_t k = 0; k < K; k++)
+        if ((int64_t)(int32_t)le32(t, (uint64_t)k) != k / g)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                  "%s: tensor '%s' puts input %lld in group %d, not %lld: "
+                                  "act-order GPTQ (desc_act) with its inputs reordered needs "
+                                  "them permuted before each product, which mmrt does not do "
+                                  "yet", t->file, t->name, (long long)k,
+                                  (int)(int32_t)le32(t, (uint64_t)k), (long long)(k / g));
+    return MMRT_OK;
+}
+
+/* A matrix packed as published (AWQ or GPTQ): `name` is "X.weight" and the checkpoint holds
+ * X.qweight, X.qzeros and X.scales (and GPTQ's X.g_idx). Every shape is checked by name
+ * before anything is placed; the three become one U4 matrix at commit (repack). */
+static mmrt_status load_packed(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N,
+                               int64_t K, struct mmrt_weight *out, struct mmrt_error *err,
+                               const char *name)
+{
+    const bool awq = w->packed.kind == MMRT_PACKED_AWQ;
+    const char *method = awq ? "AWQ" : "GPTQ", *a_method = awq ? "an AWQ" : "a GPTQ";
     const size_t len = strlen(name);
-    char qn[560], zn[560], sn[560];
+    char qn[560], zn[560], sn[560], gn[560];
     snprintf(qn, sizeof qn, "%.*s.qweight", (int)(len - 7), name);
     snprintf(zn, sizeof zn, "%.*s.qzeros", (int)(len - 7), name);
     snprintf(sn, sizeof sn, "%.*s.scales", (int)(len - 7), name);
+    snprintf(gn, sizeof gn, "%.*s.g_idx", (int)(len - 7), name);
     struct entry *eq = find_entry(w, qn), *ez = find_entry(w, zn), *es = find_entry(w, sn);
-    const int64_t g = w->awq_group, G = K / g;
+    struct entry *eg = awq ? NULL : find_entry(w, gn);
+    const int64_t g = packed_group(w, K), G = K / g;
     if (!eq || !ez || !es)
-        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: checkpoint has no '%s' (an AWQ "
-                              "matrix is its .qweight, .qzeros and .scales)", w->path,
-                              !eq ? qn : !ez ? zn : sn);
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: checkpoint has no '%s' (%s matrix "
+                              "is its .qweight, .qzeros and .scales)", w->path,
+                              !eq ? qn : !ez ? zn : sn, a_method);
     if (K % g != 0 || K % 32 != 0 || N % 8 != 0)
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: '%s' [%lld, %lld]: its %lld inputs "
-                              "are not whole groups of %lld (quantization_config.group_size), "
-                              "or its outputs not whole int32 words of eight", eq->t->file, qn,
-                              (long long)N, (long long)K, (long long)K, (long long)g);
+                              "are not whole groups of %lld (quantization_config.group_size) "
+                              "of whole 32-weight blocks, or its outputs not whole int32 words",
+                              eq->t->file, qn, (long long)N, (long long)K, (long long)K,
+                              (long long)g);
     const struct {
         const struct entry *e;
         bool integer;
         int64_t rows, cols;
-    } want[3] = { { eq, true, K, N / 8 }, { ez, true, G, N / 8 }, { es, false, G, N } };
+    } want[3] = { { eq, true, awq ? K : K / 8, awq ? N / 8 : N }, { ez, true, G, N / 8 },
+                  { es, false, G, N } };
     for (int i = 0; i < 3; i++) {
         const struct mmrt_st_tensor *t = want[i].e->t;
         const bool is_int = t->dtype == MMRT_DTYPE_I32;
@@ -920,26 +973,31 @@ static mmrt_status load_awq(struct mmrt_weights *w, struct mmrt_dev *dev, int64_
         if (t->n_dims != 2 || t->shape[0] != want[i].rows || t->shape[1] != want[i].cols ||
             (want[i].integer ? !is_int : !is_float))
             return mmrt_error_set(err, MMRT_ERR_FORMAT,
-                                  "%s: tensor '%s' must be %s [%lld, %lld] (AWQ, %lld inputs, "
+                                  "%s: tensor '%s' must be %s [%lld, %lld] (%s, %lld inputs, "
                                   "%lld outputs, groups of %lld)", t->file, t->name,
                                   want[i].integer ? "I32" : "F16, BF16 or F32",
-                                  (long long)want[i].rows, (long long)want[i].cols, (long long)K,
-                                  (long long)N, (long long)g);
+                                  (long long)want[i].rows, (long long)want[i].cols, method,
+                                  (long long)K, (long long)N, (long long)g);
     }
     mmrt_status st = check_finite(es->t, err);
+    if (st == MMRT_OK && eg)
+        st = check_gidx(eg->t, K, g, err);
     if (st != MMRT_OK)
         return st;
     const int64_t codes[2] = { N, K / 2 }, groups[2] = { N, G };
     w->matrix_format = MMRT_WEIGHTS_INT4; /* what its codes are; the group is the checkpoint's */
-    if (!push_pending(w, eq, dev, &out->t, CONV_AWQ_CODES, MMRT_DTYPE_U4, 2, codes, err) ||
-        !push_pending(w, eq, dev, &out->scale, CONV_AWQ_SCALES, MMRT_DTYPE_F32, 2, groups,
+    if (!push_pending(w, eq, dev, &out->t, CONV_PACKED_CODES, MMRT_DTYPE_U4, 2, codes, err) ||
+        !push_pending(w, eq, dev, &out->scale, CONV_PACKED_SCALES, MMRT_DTYPE_F32, 2, groups,
                       err) ||
-        !push_pending(w, eq, dev, &out->zero, CONV_AWQ_ZEROS, MMRT_DTYPE_F32, 2, groups, err))
+        !push_pending(w, eq, dev, &out->zero, CONV_PACKED_ZEROS, MMRT_DTYPE_F32, 2, groups,
+                      err))
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
     ez->read = es->read = true;
+    if (eg)
+        eg->read = true;
     for (size_t i = w->n_pending - 3; i < w->n_pending; i++) {
-        w->pending[i].awq_zeros = ez->t;
-        w->pending[i].awq_scales = es->t;
+        w->pending[i].pk_zeros = ez->t;
+        w->pending[i].pk_scales = es->t;
     }
     return MMRT_OK;
 }
@@ -1006,9 +1064,9 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
     const size_t len = strlen(buf);
     const bool codes = stored && (stored->dtype == MMRT_DTYPE_I8 ||
                                   stored->dtype == MMRT_DTYPE_U4);
-    const bool awq = !stored && w->awq_group > 0 && len > 7 &&
-                     strcmp(buf + len - 7, ".weight") == 0;
-    if ((codes || awq) && dev->api->hdr.abi_minor < 3)
+    const bool packed = !stored && w->packed.kind != MMRT_PACKED_NONE && len > 7 &&
+                        strcmp(buf + len - 7, ".weight") == 0;
+    if ((codes || packed) && dev->api->hdr.abi_minor < 3)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                               "%s: '%s' is stored quantized: device %s has a plugin of ABI "
                               "%u.%u, quantized weights need 1.3", w->path, buf, dev->name,
@@ -1016,8 +1074,8 @@ mmrt_status mmrt_weights_load_matrix(struct mmrt_weights *w, struct mmrt_dev *de
                               (unsigned)dev->api->hdr.abi_minor);
     if (codes)
         return load_stored_codes(w, dev, N, K, stored, out, err, buf);
-    if (awq)
-        return load_awq(w, dev, N, K, out, err, buf);
+    if (packed)
+        return load_packed(w, dev, N, K, out, err, buf);
     const enum mmrt_weight_format f =
         w->format_of ? w->format_of(w->format_of_user, buf, w->format) : w->format;
     if (f < MMRT_WEIGHTS_CHECKPOINT || f > MMRT_WEIGHTS_INT4_G32)

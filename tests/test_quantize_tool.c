@@ -280,7 +280,7 @@ static void test_broken_files_refused_by_name(void **state)
     static const struct {
         const char *key, *value, *part;
     } cfgs[] = {
-        { "quant_method", "gptq", "quantization_config.quant_method \"gptq\" is not supported" },
+        { "quant_method", "exl2", "quantization_config.quant_method \"exl2\" is not supported" },
         { "weights", "int3", "quantization_config.weights \"int3\" is not one mmrt runs" },
         { "quant_method", NULL, "quantization_config.quant_method (missing)" },
     };

@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Write the AWQ test fixture: the demo model (demo/llava-shapes) with its language model's
-linear layers in AWQ's published GEMM layout, and the same model with those weights
-dequantized, in float, for tests/test_awq.c to compare mmrt's AWQ loading with.
+"""Write the fixtures of published 4-bit checkpoints: the demo model (demo/llava-shapes) with
+its language model's linear layers quantized once and packed two ways, AWQ's GEMM layout and
+GPTQ's, and the same model with those weights dequantized, in float, for
+tests/test_packed_checkpoints.c to compare mmrt's loading of both with.
 
-    python3 tools/make_awq_fixture.py                 # numpy only
-    python3 tools/make_awq_fixture.py --check-with awq  # also against AutoAWQ's dequantization
+    python3 tools/make_packed_fixtures.py                  # numpy only
+    python3 tools/make_packed_fixtures.py --check-with awq # also AutoAWQ's dequantization
 
-The layout (AutoAWQ's WQLinear_GEMM, which transformers loads for quant_method "awq",
-version "gemm"): for a linear layer of K inputs and N outputs and groups of g inputs,
+For a linear layer of K inputs and N outputs and groups of g inputs, both store
+W[n, k] = (q - z) * s with z, s of k's group, scales f16 [K/g, N], and:
 
+  AWQ (AutoAWQ's WQLinear_GEMM, which transformers loads for quant_method "awq", version
+  "gemm"):
     qweight  int32 [K, N/8]   output 8c + ORDER[i] of input k in bits 4i … 4i+3 of [k, c],
                               ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
     qzeros   int32 [K/g, N/8] the zero points, packed the same way
-    scales   f16   [K/g, N]
-    W[n, k] = (q - z) * s   with z, s of k's group
+  GPTQ (AutoGPTQ / GPTQModel, quant_method "gptq", checkpoint_format "gptq"):
+    qweight  int32 [K/8, N]   input 8r + i of output n in bits 4i … 4i+3 of [r, n]
+    qzeros   int32 [K/g, N/8] output 8c + i's zero point MINUS ONE (mod 16) in bits 4i
+    g_idx    int32 [K]        the group of each input, k // g (no act-order)
 
 The quantization here is plain round-to-nearest with each group's min/max range (what AWQ's
 search adds, a per-channel scaling folded into the previous layer, changes the values, not
@@ -39,8 +44,9 @@ import numpy as np
 ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 GROUP = 64
 SRC = "demo/llava-shapes"
-OUT = "tests/fixtures/awq-shapes"
-OUT_DEQUANT = "tests/fixtures/awq-shapes-dequant"
+OUT_AWQ = "tests/fixtures/packed-awq"
+OUT_GPTQ = "tests/fixtures/packed-gptq"
+OUT_DEQUANT = "tests/fixtures/packed-dequant"
 DTYPES = {"F16": np.float16, "F32": np.float32, "BF16": None, "I32": np.int32}
 
 
@@ -90,12 +96,21 @@ def quantize(w: np.ndarray, g: int):
     return codes.reshape(n, k), zeros, scales
 
 
-def pack(cols: np.ndarray) -> np.ndarray:
-    """cols [R, N] values 0..15 -> int32 [R, N/8] in AWQ's order."""
+def pack(cols: np.ndarray, order=ORDER) -> np.ndarray:
+    """cols [R, N] values 0..15 -> int32 [R, N/8], column 8c + order[i] in bits 4i."""
     r, n = cols.shape
     out = np.zeros((r, n // 8), dtype=np.uint32)
-    for i, o in enumerate(ORDER):
+    for i, o in enumerate(order):
         out |= (cols[:, o::8].astype(np.uint32) & 0xF) << np.uint32(4 * i)
+    return out.view(np.int32)
+
+
+def pack_rows(rows: np.ndarray) -> np.ndarray:
+    """rows [K, N] values 0..15 -> int32 [K/8, N], row 8r + i in bits 4i (GPTQ's qweight)."""
+    k, n = rows.shape
+    out = np.zeros((k // 8, n), dtype=np.uint32)
+    for i in range(8):
+        out |= (rows[i::8, :].astype(np.uint32) & 0xF) << np.uint32(4 * i)
     return out.view(np.int32)
 
 
@@ -108,21 +123,34 @@ def main() -> int:
     ap.add_argument("--check-with", choices=["awq"], help="compare with AutoAWQ's dequantize_gemm")
     args = ap.parse_args()
     src = read_safetensors(os.path.join(SRC, "model.safetensors"))
-    awq, dequant = {}, {}
+    awq, gptq, dequant = {}, {}, {}
     for name, t in src.items():
         if not is_lm_linear(name):
-            awq[name] = dequant[name] = t
+            awq[name] = gptq[name] = dequant[name] = t
             continue
         codes, zeros, scales = quantize(t, GROUP)
         base = name[: -len(".weight")]
         awq[base + ".qweight"] = pack(codes.T.copy())            # [K, N/8]
         awq[base + ".qzeros"] = pack(zeros.T.copy())             # [K/g, N/8]
         awq[base + ".scales"] = scales.T.copy()                  # [K/g, N] f16
+        gptq[base + ".qweight"] = pack_rows(codes.T.copy())      # [K/8, N]
+        gptq[base + ".qzeros"] = pack(((zeros - 1) & 0xF).T.copy(), order=range(8))
+        gptq[base + ".scales"] = scales.T.copy()
+        gptq[base + ".g_idx"] = (np.arange(codes.shape[1]) // GROUP).astype(np.int32)
         rep = np.repeat(np.arange(codes.shape[1] // GROUP), GROUP)
         dequant[name] = ((codes - zeros[:, rep]) * scales.astype(np.float32)[:, rep]).astype(np.float32)
         if args.check_with:
             check_with_autoawq(awq, base, dequant[name])
-    for out, tensors, qc in ((OUT, awq, True), (OUT_DEQUANT, dequant, False)):
+    configs = {
+        OUT_AWQ: {"quant_method": "awq", "bits": 4, "group_size": GROUP, "zero_point": True,
+                  "version": "gemm",
+                  "modules_to_not_convert": ["vision_tower", "multi_modal_projector", "lm_head"]},
+        OUT_GPTQ: {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False,
+                   "sym": False, "checkpoint_format": "gptq", "true_sequential": True},
+        OUT_DEQUANT: None,
+    }
+    for out, tensors in ((OUT_AWQ, awq), (OUT_GPTQ, gptq), (OUT_DEQUANT, dequant)):
+        qc = configs[out]
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         for f in sorted(os.listdir(SRC)):
@@ -132,14 +160,13 @@ def main() -> int:
         with open(os.path.join(SRC, "config.json")) as f:
             config = json.load(f)
         if qc:
-            config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": GROUP,
-                                             "zero_point": True, "version": "gemm",
-                                             "modules_to_not_convert": ["vision_tower", "multi_modal_projector", "lm_head"]}
+            config["quantization_config"] = qc
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
         write_safetensors(os.path.join(out, "model.safetensors"), tensors)
-    print(f"wrote {OUT} and {OUT_DEQUANT}: {sum(is_lm_linear(n) for n in src)} AWQ matrices, groups of {GROUP}")
+    print(f"wrote {OUT_AWQ}, {OUT_GPTQ} and {OUT_DEQUANT}: {sum(is_lm_linear(n) for n in src)} "
+          f"matrices, groups of {GROUP}")
     return 0
 
 

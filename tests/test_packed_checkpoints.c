@@ -1,14 +1,15 @@
 /*
- * tests/test_awq.c — AWQ checkpoints loaded as published (quant_method "awq", GEMM layout).
+ * tests/test_packed_checkpoints.c — AWQ and GPTQ checkpoints loaded as published.
  *
- * tests/fixtures/awq-shapes is the demo model with its language model's 28 linear layers in
- * AWQ's layout (qweight / qzeros / scales, groups of 64), written by tools/make_awq_fixture.py,
- * which checks its packing against AutoAWQ's own dequantize_gemm; awq-shapes-dequant is the
- * same model with those weights dequantized to f32 by the script. mmrt repacks the AWQ
- * tensors into its U4 layout at load, so both must give the same answers: every logit of
- * every step within 1e-5 (relative to the step's largest) and the same tokens, on the CPU
- * plugin and with the language stage on OpenCL. Then the configurations and tensors mmrt
- * cannot run are refused by key and value or by tensor name.
+ * tests/fixtures/packed-awq and packed-gptq are the demo model with its language model's 28
+ * linear layers quantized once (groups of 64) and packed in AWQ's GEMM layout and in GPTQ's
+ * (zero points minus one, g_idx), written by tools/make_packed_fixtures.py, which checks the
+ * AWQ packing against AutoAWQ's own dequantize_gemm; packed-dequant is the same model with
+ * those weights dequantized to f32 by the script. mmrt repacks both into its U4 layout at
+ * load, so all three must give the same answers: every logit of every step within 1e-5
+ * (relative to the step's largest) and the same tokens, on the CPU plugin and with the
+ * language stage on OpenCL. Then the configurations and tensors mmrt cannot run are refused
+ * by key and value or by tensor name.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -85,11 +86,11 @@ static void answer(struct mmrt_runtime *rt, int item, struct answer *a)
         fail_msg("item %d: %s", item, res.error);
 }
 
-/* The AWQ checkpoint on `language_plugin` against the dequantized one on the CPU plugin. */
-static void awq_against_dequantized(const char *language_plugin)
+/* A packed checkpoint on `language_plugin` against the dequantized one on the CPU plugin. */
+static void packed_against_dequantized(const char *fixture, const char *language_plugin)
 {
-    struct mmrt_runtime *awq = open_fixture("awq-shapes", language_plugin);
-    struct mmrt_runtime *ref = open_fixture("awq-shapes-dequant", NULL);
+    struct mmrt_runtime *awq = open_fixture(fixture, language_plugin);
+    struct mmrt_runtime *ref = open_fixture("packed-dequant", NULL);
     double worst = 0;
     for (int i = 0; i < N_ITEMS; i++) {
         struct answer a, b;
@@ -106,8 +107,9 @@ static void awq_against_dequantized(const char *language_plugin)
         free(a.logits);
         free(b.logits);
     }
-    print_message("AWQ (language on %s) against the dequantized weights: worst logit rel %.2g "
-                  "over %d items\n", language_plugin ? language_plugin : "cpu", worst, N_ITEMS);
+    print_message("%s (language on %s) against the dequantized weights: worst logit rel %.2g "
+                  "over %d items\n", fixture, language_plugin ? language_plugin : "cpu", worst,
+                  N_ITEMS);
     assert_true(worst <= 1e-5);
     /* the codes are repacked copies, not the file's int32 words */
     struct mmrt_memory_report m = { .struct_size = sizeof m };
@@ -120,14 +122,16 @@ static void awq_against_dequantized(const char *language_plugin)
 static void test_cpu(void **state)
 {
     (void)state;
-    awq_against_dequantized(NULL);
+    packed_against_dequantized("packed-awq", NULL);
+    packed_against_dequantized("packed-gptq", NULL);
 }
 
 static void test_language_on_opencl(void **state)
 {
     (void)state;
     golden_require_plugin("opencl");
-    awq_against_dequantized("opencl");
+    packed_against_dequantized("packed-awq", "opencl");
+    packed_against_dequantized("packed-gptq", "opencl");
 }
 
 /* What mmrt cannot run is refused before anything is loaded, by key and value. */
@@ -149,7 +153,7 @@ static void test_config_refused(void **state)
     };
     json_t *values[4] = { json_integer(8), json_string("gemv"), json_false(), json_integer(48) };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        golden_scratch_make("awq-shapes");
+        golden_scratch_make("packed-awq");
         char key[64];
         snprintf(key, sizeof key, "quantization_config/%s", cases[i].key);
         golden_set_config(key, values[i]);
@@ -163,12 +167,12 @@ static void test_config_refused(void **state)
 static void test_tensors_refused_by_name(void **state)
 {
     (void)state;
-    golden_scratch_make("awq-shapes");
+    golden_scratch_make("packed-awq");
     golden_set_config("quantization_config/group_size", json_integer(32));
     golden_expect_load_error(MMRT_ERR_FORMAT, ".qzeros' must be I32 [4, 16]");
     golden_scratch_drop(NULL);
     /* the fixture's first layer's gate projection without its qzeros: renamed in the header */
-    golden_scratch_make("awq-shapes");
+    golden_scratch_make("packed-awq");
     char path[600];
     snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
     FILE *f = fopen(path, "r+b");
@@ -188,6 +192,55 @@ static void test_tensors_refused_by_name(void **state)
     golden_scratch_drop(NULL);
 }
 
+/* GPTQ: another width or checkpoint format refused by key and value; a g_idx that reorders
+ * the inputs (act-order) refused by tensor name, input and group; one group per row (-1)
+ * read as such (so the fixture's 64-input groups no longer fit its scales, named). */
+static void test_gptq_refused(void **state)
+{
+    (void)state;
+    golden_scratch_make("packed-gptq");
+    golden_set_config("quantization_config/bits", json_integer(3));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "quantization_config.bits 3 is not one mmrt "
+                                                   "runs (expected 4)");
+    golden_scratch_drop(NULL);
+    golden_scratch_make("packed-gptq");
+    golden_set_config("quantization_config/checkpoint_format", json_string("marlin"));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "quantization_config.checkpoint_format "
+                                                   "\"marlin\" is not one mmrt runs");
+    golden_scratch_drop(NULL);
+    golden_scratch_make("packed-gptq");
+    golden_set_config("quantization_config/group_size", json_integer(-1));
+    golden_expect_load_error(MMRT_ERR_FORMAT, ".qzeros' must be I32 [1, 16]");
+    golden_scratch_drop(NULL);
+    /* act-order: input 0 of the first layer's gate projection moved to group 1 */
+    golden_scratch_make("packed-gptq");
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | (uint8_t)buf[i];
+    json_error_t je;
+    json_t *h = json_loadb(buf + 8, (size_t)hlen, 0, &je);
+    assert_non_null(h);
+    const json_t *e = json_object_get(h, "language_model.model.layers.0.mlp.gate_proj.g_idx");
+    assert_non_null(e);
+    const long off = (long)(8 + hlen) +
+                     (long)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
+    json_decref(h);
+    const int32_t one = 1;
+    assert_int_equal(fseek(f, off, SEEK_SET), 0);
+    assert_int_equal(fwrite(&one, sizeof one, 1, f), 1);
+    fclose(f);
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "gate_proj.g_idx' puts input 0 in group 1, "
+                                                   "not 0: act-order GPTQ");
+    golden_scratch_drop(NULL);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
@@ -196,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_language_on_opencl),
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_tensors_refused_by_name),
+        cmocka_unit_test(test_gptq_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
