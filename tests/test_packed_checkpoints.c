@@ -134,6 +134,38 @@ static void test_language_on_opencl(void **state)
     packed_against_dequantized("packed-gptq", "opencl");
 }
 
+/* The first 64 KiB of golden_scratch/model.safetensors (its header), and where its tensor
+ * data begins. */
+static const char *scratch_head(uint64_t *data_start)
+{
+    static char head[1 << 16];
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    const size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    head[n] = '\0';
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--)
+        len = len << 8 | (uint8_t)head[i];
+    assert_true(8 + len < n);
+    *data_start = 8 + len;
+    return head;
+}
+
+/* Overwrites size bytes of golden_scratch/model.safetensors at offset. */
+static void scratch_write(long offset, const void *bytes, size_t size)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+    assert_int_equal(fwrite(bytes, 1, size, f), size);
+    fclose(f);
+}
+
 /* What mmrt cannot run is refused before anything is loaded, by key and value. */
 static void test_config_refused(void **state)
 {
@@ -173,19 +205,12 @@ static void test_tensors_refused_by_name(void **state)
     golden_scratch_drop(NULL);
     /* the fixture's first layer's gate projection without its qzeros: renamed in the header */
     golden_scratch_make("packed-awq");
-    char path[600];
-    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    const size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
+    uint64_t data = 0;
+    const char *head = scratch_head(&data);
     const char *from = "layers.0.mlp.gate_proj.qzeros";
-    char *at = strstr(buf + 8, from);
+    const char *at = strstr(head + 8, from);
     assert_non_null(at);
-    assert_int_equal(fseek(f, (long)(at - buf) + (long)strlen(from) - 6, SEEK_SET), 0);
-    assert_int_equal(fwrite("qzeroX", 1, 6, f), 6);
-    fclose(f);
+    scratch_write((long)(at - head) + (long)strlen(from) - 6, "qzeroX", 6);
     golden_expect_load_error(MMRT_ERR_FORMAT, "has no 'language_model.layers.0.mlp.gate_proj."
                                               "qzeros' (an AWQ matrix is its .qweight, .qzeros "
                                               "and .scales)");
@@ -214,28 +239,18 @@ static void test_gptq_refused(void **state)
     golden_scratch_drop(NULL);
     /* act-order: input 0 of the first layer's gate projection moved to group 1 */
     golden_scratch_make("packed-gptq");
-    char path[600];
-    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    const size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | (uint8_t)buf[i];
+    uint64_t data = 0;
+    const char *head = scratch_head(&data);
     json_error_t je;
-    json_t *h = json_loadb(buf + 8, (size_t)hlen, 0, &je);
+    json_t *h = json_loadb(head + 8, (size_t)(data - 8), 0, &je);
     assert_non_null(h);
     const json_t *e = json_object_get(h, "language_model.model.layers.0.mlp.gate_proj.g_idx");
     assert_non_null(e);
-    const long off = (long)(8 + hlen) +
-                     (long)json_integer_value(json_array_get(json_object_get(e, "data_offsets"), 0));
+    const long off = (long)data + (long)json_integer_value(
+                                      json_array_get(json_object_get(e, "data_offsets"), 0));
     json_decref(h);
     const int32_t one = 1;
-    assert_int_equal(fseek(f, off, SEEK_SET), 0);
-    assert_int_equal(fwrite(&one, sizeof one, 1, f), 1);
-    fclose(f);
+    scratch_write(off, &one, sizeof one);
     golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "gate_proj.g_idx' puts input 0 in group 1, "
                                                    "not 0: act-order GPTQ");
     golden_scratch_drop(NULL);
