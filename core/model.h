@@ -98,9 +98,10 @@ struct mmrt_st_tensor;
 
 /* How a published 4-bit checkpoint packs its matrices (docs/QUANTIZATION.md). */
 struct mmrt_packed_format {
-    enum { MMRT_PACKED_NONE, MMRT_PACKED_AWQ, MMRT_PACKED_GPTQ } kind;
-    int64_t group;       /* inputs per group; 0 = one group for a whole row (GPTQ's -1) */
+    enum { MMRT_PACKED_NONE, MMRT_PACKED_AWQ, MMRT_PACKED_GPTQ, MMRT_PACKED_CT } kind;
+    int64_t group;       /* inputs per group; 0 = one group for a whole row */
     bool zero_minus_one; /* GPTQ's first checkpoint format stores each zero point minus one */
+    bool symmetric;      /* compressed-tensors without zero points: every zero point is 8 */
 };
 
 /* A matrix the loader quantized ([model] weights), as mmrt_model_options.on_quantized sees

@@ -93,8 +93,9 @@ struct mmrt_runtime {
 
 /* One quantization_config key that must hold `want` (a string, compared without case, or an
  * integer when want is NULL and number ≥ 0); MMRT_ERR_UNSUPPORTED naming key and value. */
-static mmrt_status qc_expect(const json_t *qc, const char *path, const char *key,
-                             const char *want, long long number, struct mmrt_error *err)
+static mmrt_status qc_expect(const json_t *qc, const char *path, const char *scope,
+                             const char *key, const char *want, long long number,
+                             struct mmrt_error *err)
 {
     const json_t *v = json_object_get(qc, key);
     char got[96];
@@ -115,22 +116,22 @@ static mmrt_status qc_expect(const json_t *qc, const char *path, const char *key
         snprintf(expected, sizeof expected, "\"%s\"", want);
     else
         snprintf(expected, sizeof expected, "%lld", number);
-    return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.%s %s is not "
-                          "one mmrt runs (expected %s)", path, key, got, expected);
+    return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: %s.%s %s is not one mmrt runs "
+                          "(expected %s)", path, scope, key, got, expected);
 }
 
 /* A group_size key: a multiple of 32 up to 4096 (mmrt's U4 groups), or -1 where allow_row
  * (GPTQ: one group per row); *group gets it, 0 for -1. */
-static mmrt_status qc_group(const json_t *qc, const char *path, bool allow_row, int64_t *group,
-                            struct mmrt_error *err)
+static mmrt_status qc_group(const json_t *qc, const char *path, const char *scope,
+                            bool allow_row, int64_t *group, struct mmrt_error *err)
 {
     const json_t *g = json_object_get(qc, "group_size");
     const long long gs = json_is_integer(g) ? (long long)json_integer_value(g) : -2;
     *group = gs > 0 ? gs : 0;
     if ((gs >= 32 && gs % 32 == 0 && gs <= 4096) || (allow_row && gs == -1))
         return MMRT_OK;
-    return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.group_size %lld "
-                          "is not one mmrt runs (a multiple of 32, up to 4096%s)", path, gs,
+    return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: %s.group_size %lld is not one mmrt "
+                          "runs (a multiple of 32, up to 4096%s)", path, scope, gs,
                           allow_row ? ", or -1" : "");
 }
 
@@ -140,15 +141,16 @@ static mmrt_status check_awq(const json_t *qc, const char *path, struct mmrt_pac
                              struct mmrt_error *err)
 {
     out->kind = MMRT_PACKED_AWQ;
-    mmrt_status st = qc_expect(qc, path, "bits", NULL, 4, err);
+    mmrt_status st = qc_expect(qc, path, "quantization_config", "bits", NULL, 4, err);
     if (st == MMRT_OK && json_object_get(qc, "version"))
-        st = qc_expect(qc, path, "version", "gemm", 0, err);
+        st = qc_expect(qc, path, "quantization_config", "version", "gemm", 0, err);
     const json_t *zp = json_object_get(qc, "zero_point");
     if (st == MMRT_OK && zp && !json_is_true(zp))
         st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.zero_point "
                             "%s is not one mmrt runs (expected true)", path,
                             json_is_false(zp) ? "false" : "(not a boolean)");
-    return st == MMRT_OK ? qc_group(qc, path, false, &out->group, err) : st;
+    return st == MMRT_OK ? qc_group(qc, path, "quantization_config", false, &out->group, err)
+                         : st;
 }
 
 /* GPTQ as published (quant_method "gptq"): 4 bits, groups a multiple of 32 or one per row,
@@ -159,13 +161,72 @@ static mmrt_status check_gptq(const json_t *qc, const char *path,
 {
     out->kind = MMRT_PACKED_GPTQ;
     out->zero_minus_one = true;
-    mmrt_status st = qc_expect(qc, path, "bits", NULL, 4, err);
+    mmrt_status st = qc_expect(qc, path, "quantization_config", "bits", NULL, 4, err);
     const json_t *f = json_object_get(qc, "checkpoint_format");
     if (st == MMRT_OK && f && !(json_is_string(f) && !strcmp(json_string_value(f), "gptq")))
-        st = qc_expect(qc, path, "checkpoint_format", "gptq_v2", 0, err);
+        st = qc_expect(qc, path, "quantization_config", "checkpoint_format", "gptq_v2", 0, err);
     if (st == MMRT_OK && f)
         out->zero_minus_one = strcmp(json_string_value(f), "gptq") == 0;
-    return st == MMRT_OK ? qc_group(qc, path, true, &out->group, err) : st;
+    return st == MMRT_OK ? qc_group(qc, path, "quantization_config", true, &out->group, err)
+                         : st;
+}
+
+/* compressed-tensors' pack-quantized INT4 (what llm-compressor writes for W4A16): every
+ * config group's weights 4-bit ints, per group of a multiple of 32 or per channel, the same
+ * in every group, and no activation quantization. */
+static mmrt_status check_ct(const json_t *qc, const char *path, struct mmrt_packed_format *out,
+                            struct mmrt_error *err)
+{
+    out->kind = MMRT_PACKED_CT;
+    mmrt_status st =
+        qc_expect(qc, path, "quantization_config", "format", "pack-quantized", 0, err);
+    const json_t *groups = json_object_get(qc, "config_groups");
+    if (st == MMRT_OK && (!json_is_object(groups) || json_object_size(groups) == 0))
+        st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config.config_groups "
+                            "is missing or empty", path);
+    const char *name;
+    const json_t *g;
+    bool first = true;
+    json_object_foreach((json_t *)groups, name, g) {
+        if (st != MMRT_OK)
+            break;
+        char key[160];
+        const json_t *wts = json_object_get(g, "weights");
+        const json_t *act = json_object_get(g, "input_activations");
+        if (act && !json_is_null(act)) {
+            st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config."
+                                "config_groups.%.60s.input_activations: activations quantized "
+                                "too are not one mmrt runs (weights only, W4A16)", path, name);
+            break;
+        }
+        if (!json_is_object(wts)) {
+            st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config."
+                                "config_groups.%.60s.weights is missing", path, name);
+            break;
+        }
+        snprintf(key, sizeof key, "quantization_config.config_groups.%.60s.weights", name);
+        st = qc_expect(wts, path, key, "num_bits", NULL, 4, err);
+        if (st == MMRT_OK)
+            st = qc_expect(wts, path, key, "type", "int", 0, err);
+        const json_t *strat = json_object_get(wts, "strategy");
+        const bool channel = json_is_string(strat) && !strcmp(json_string_value(strat), "channel");
+        if (st == MMRT_OK && !channel)
+            st = qc_expect(wts, path, key, "strategy", "group", 0, err);
+        int64_t gs = 0;
+        if (st == MMRT_OK && !channel)
+            st = qc_group(wts, path, key, false, &gs, err);
+        const bool sym = json_is_true(json_object_get(wts, "symmetric"));
+        if (st == MMRT_OK && !first && (gs != out->group || sym != out->symmetric))
+            st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: quantization_config."
+                                "config_groups.%.60s quantizes its weights otherwise than the "
+                                "first group: mmrt reads one scheme per checkpoint", path, name);
+        if (st != MMRT_OK)
+            break;
+        out->group = gs;
+        out->symmetric = sym;
+        first = false;
+    }
+    return st;
 }
 
 /* config.json's quantization_config: absent (float weights, maybe quantized at load), mmrt's
@@ -188,11 +249,14 @@ static mmrt_status check_quantization_config(const json_t *root, const char *pat
         return check_awq(qc, path, packed, err);
     if (json_is_string(m) && strcasecmp(json_string_value(m), "gptq") == 0)
         return check_gptq(qc, path, packed, err);
+    if (json_is_string(m) && strcmp(json_string_value(m), "compressed-tensors") == 0)
+        return check_ct(qc, path, packed, err);
     if (!json_is_string(m) || strcmp(json_string_value(m), "mmrt") != 0)
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                               "%s: quantization_config.quant_method %s%s%s is not supported "
-                              "(mmrt loads \"awq\", \"gptq\" and its own layout, \"mmrt\", "
-                              "written by mmrt-quantize; docs/QUANTIZATION.md)", path,
+                              "(mmrt loads \"awq\", \"gptq\", \"compressed-tensors\" and its own "
+                              "layout, \"mmrt\", written by mmrt-quantize; docs/QUANTIZATION.md)",
+                              path,
                               json_is_string(m) ? "\"" : "",
                               json_is_string(m) ? json_string_value(m)
                                                 : m ? "(not a string)" : "(missing)",

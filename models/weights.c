@@ -493,7 +493,7 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
                               (unsigned long long)t->n_elements, n_dims,
                               (unsigned long long)n_view);
     const bool integer = t->dtype == MMRT_DTYPE_I8 || t->dtype == MMRT_DTYPE_U4 ||
-                         t->dtype == MMRT_DTYPE_I32;
+                         t->dtype == MMRT_DTYPE_I32 || t->dtype == MMRT_ST_DTYPE_I64;
     if (integer != (conv == CONV_CODES))
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               integer ? "%s: tensor '%s' holds %s codes, but mmrt reads it as "
@@ -503,6 +503,7 @@ static mmrt_status load(struct mmrt_weights *w, struct mmrt_dev *dev, int ckpt_d
                                         "a quantized matrix belong",
                               t->file, t->name, t->dtype == MMRT_DTYPE_I8    ? "I8"
                                                 : t->dtype == MMRT_DTYPE_I32 ? "I32"
+                                                : t->dtype == MMRT_ST_DTYPE_I64 ? "I64"
                                                 : integer ? "U8 (4-bit)"
                                                           : mmrt_dtype_name_of(t->dtype));
     mmrt_status st = check_finite(t, err);
@@ -576,7 +577,11 @@ static bool stored_bytes(const struct pending *p)
  *   GPTQ: qweight I32 [K/8, N] holds inputs 8r … 8r + 7 of output n, input 8r + i in bits
  *     4i … 4i + 3; qzeros I32 [G, N/8] outputs 8c + i in bits 4i, each zero point minus one
  *     (mod 16) in its first checkpoint format.
- * scales [G, N] in both. */
+ *   compressed-tensors pack-quantized: weight_packed I32 [N, K/8] holds inputs 8w … 8w + 7
+ *     of output n, input 8w + i in bits 4i (codes offset by 8 from the signed values, the same
+ *     thing); weight_zero_point I32 [N/8, G] outputs 8w + i in bits 4i, or none when
+ *     symmetric (every zero point 8).
+ * scales [G, N] for AWQ and GPTQ, weight_scale [N, G] for compressed-tensors. */
 static const int awq_order[8] = { 0, 2, 4, 6, 1, 3, 5, 7 };
 
 static uint32_t le32(const struct mmrt_st_tensor *t, uint64_t i)
@@ -589,9 +594,31 @@ static uint32_t le32(const struct mmrt_st_tensor *t, uint64_t i)
 static void packed_dims(const struct mmrt_weights *w, const struct mmrt_st_tensor *qw,
                         int64_t *K, int64_t *N)
 {
-    const bool awq = w->packed.kind == MMRT_PACKED_AWQ;
-    *K = awq ? qw->shape[0] : qw->shape[0] * 8;
-    *N = awq ? qw->shape[1] * 8 : qw->shape[1];
+    switch (w->packed.kind) {
+    case MMRT_PACKED_AWQ: *K = qw->shape[0]; *N = qw->shape[1] * 8; break;
+    case MMRT_PACKED_GPTQ: *K = qw->shape[0] * 8; *N = qw->shape[1]; break;
+    default: *K = qw->shape[1] * 8; *N = qw->shape[0]; break;
+    }
+}
+
+/* Input k and output n of nibble i of word word_i of a packed qweight [K, N]. */
+static void packed_code_at(const struct mmrt_weights *w, uint64_t word_i, int i, int64_t K,
+                           int64_t N, int64_t *k, int64_t *n)
+{
+    switch (w->packed.kind) {
+    case MMRT_PACKED_AWQ:
+        *k = (int64_t)(word_i / (uint64_t)(N / 8));
+        *n = (int64_t)(word_i % (uint64_t)(N / 8)) * 8 + awq_order[i];
+        break;
+    case MMRT_PACKED_GPTQ:
+        *k = (int64_t)(word_i / (uint64_t)N) * 8 + i;
+        *n = (int64_t)(word_i % (uint64_t)N);
+        break;
+    default:
+        *n = (int64_t)(word_i / (uint64_t)(K / 8));
+        *k = (int64_t)(word_i % (uint64_t)(K / 8)) * 8 + i;
+        break;
+    }
 }
 
 static int64_t packed_group(const struct mmrt_weights *w, int64_t K)
@@ -602,11 +629,11 @@ static int64_t packed_group(const struct mmrt_weights *w, int64_t K)
 static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struct mmrt_error *err)
 {
     const struct mmrt_st_tensor *qw = p->t, *qz = p->pk_zeros, *sc = p->pk_scales;
-    const bool awq = w->packed.kind == MMRT_PACKED_AWQ;
+    const bool awq = w->packed.kind == MMRT_PACKED_AWQ, ct = w->packed.kind == MMRT_PACKED_CT;
     int64_t K, N;
     packed_dims(w, qw, &K, &N);
     const int64_t G = K / packed_group(w, K);
-    const unsigned zero_add = !awq && w->packed.zero_minus_one ? 1u : 0u;
+    const unsigned zero_add = w->packed.kind == MMRT_PACKED_GPTQ && w->packed.zero_minus_one;
     w->q.codes = calloc((size_t)(N * K / 2) + 1, 1);
     w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
     w->q.zero = malloc((size_t)(N * G) * sizeof(float) + 1);
@@ -617,11 +644,8 @@ static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struc
     for (uint64_t word_i = 0; st == MMRT_OK && word_i < qw->n_elements; word_i++) {
         const uint32_t word = le32(qw, word_i);
         for (int i = 0; i < 8; i++) {
-            /* the code of input k, output n */
-            const int64_t k = awq ? (int64_t)(word_i / (uint64_t)(N / 8))
-                                  : (int64_t)(word_i / (uint64_t)N) * 8 + i;
-            const int64_t n = awq ? (int64_t)(word_i % (uint64_t)(N / 8)) * 8 + awq_order[i]
-                                  : (int64_t)(word_i % (uint64_t)N);
+            int64_t k, n; /* the code of input k, output n */
+            packed_code_at(w, word_i, i, K, N, &k, &n);
             const uint8_t code = (uint8_t)((word >> (4 * i)) & 0xFu);
             uint8_t *b = w->q.codes + n * (K / 2) + (k / 32) * 16 + k % 16;
             *b |= (uint8_t)(k % 32 < 16 ? code : code << 4);
@@ -629,11 +653,14 @@ static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struc
     }
     for (int64_t gi = 0; st == MMRT_OK && gi < G; gi++)
         for (int64_t c = 0; c < N / 8; c++) {
-            const uint32_t word = le32(qz, (uint64_t)(gi * (N / 8) + c));
+            /* AWQ and GPTQ: qzeros [G, N/8]; compressed-tensors: [N/8, G], or none */
+            const uint32_t word = !qz ? 0x88888888u
+                                  : le32(qz, ct ? (uint64_t)(c * G + gi)
+                                                : (uint64_t)(gi * (N / 8) + c));
             for (int i = 0; i < 8; i++) {
                 const int64_t n = 8 * c + (awq ? awq_order[i] : i);
                 w->q.zero[n * G + gi] = (float)((((word >> (4 * i)) & 0xFu) + zero_add) & 0xFu);
-                w->q.scale[n * G + gi] = s[gi * N + n];
+                w->q.scale[n * G + gi] = ct ? s[n * G + gi] : s[gi * N + n];
             }
         }
     free(s);
@@ -931,28 +958,64 @@ static mmrt_status check_gidx(const struct mmrt_st_tensor *t, int64_t K, int64_t
     return MMRT_OK;
 }
 
-/* A matrix packed as published (AWQ or GPTQ): `name` is "X.weight" and the checkpoint holds
- * X.qweight, X.qzeros and X.scales (and GPTQ's X.g_idx). Every shape is checked by name
- * before anything is placed; the three become one U4 matrix at commit (repack). */
+/* compressed-tensors' weight_shape: the original [N, K] as two integers (I32 or I64). */
+static mmrt_status check_shape_tensor(const struct mmrt_st_tensor *t, int64_t N, int64_t K,
+                                      struct mmrt_error *err)
+{
+    int64_t v[2] = { -1, -1 };
+    const bool ok_type = t->n_dims == 1 && t->shape[0] == 2 &&
+                         (t->dtype == MMRT_DTYPE_I32 || t->dtype == MMRT_ST_DTYPE_I64);
+    for (int i = 0; ok_type && i < 2; i++) {
+        const uint8_t *b = (const uint8_t *)t->data + i * (t->dtype == MMRT_DTYPE_I32 ? 4 : 8);
+        uint64_t x = 0;
+        for (int j = (t->dtype == MMRT_DTYPE_I32 ? 3 : 7); j >= 0; j--)
+            x = x << 8 | b[j];
+        v[i] = t->dtype == MMRT_DTYPE_I32 ? (int64_t)(int32_t)(uint32_t)x : (int64_t)x;
+    }
+    if (ok_type && v[0] == N && v[1] == K)
+        return MMRT_OK;
+    return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' must be the integers [%lld, "
+                          "%lld] (compressed-tensors' weight_shape, as config.json implies)",
+                          t->file, t->name, (long long)N, (long long)K);
+}
+
+/* A matrix packed as published (AWQ, GPTQ, compressed-tensors): `name` is "X.weight" and the
+ * checkpoint holds its codes, zero points (unless symmetric) and scales (and GPTQ's g_idx,
+ * compressed-tensors' weight_shape). Every shape is checked by name before anything is
+ * placed; they become one U4 matrix at commit (repack). */
 static mmrt_status load_packed(struct mmrt_weights *w, struct mmrt_dev *dev, int64_t N,
                                int64_t K, struct mmrt_weight *out, struct mmrt_error *err,
                                const char *name)
 {
-    const bool awq = w->packed.kind == MMRT_PACKED_AWQ;
-    const char *method = awq ? "AWQ" : "GPTQ", *a_method = awq ? "an AWQ" : "a GPTQ";
+    const int kind = w->packed.kind;
+    const bool ct = kind == MMRT_PACKED_CT;
+    static const char *const methods[] = { "", "AWQ", "GPTQ", "compressed-tensors" };
+    static const char *const a_methods[] = { "", "an AWQ", "a GPTQ", "a compressed-tensors" };
+    static const char *const parts[] = {
+        "", ".qweight, .qzeros and .scales", ".qweight, .qzeros, .scales and .g_idx",
+        ".weight_packed, .weight_scale, .weight_shape and, unless symmetric, .weight_zero_point",
+    };
+    const char *method = methods[kind], *a_method = a_methods[kind];
+    /* the tensors' suffixes: codes, zero points, scales, and the extra one (GPTQ's g_idx,
+     * compressed-tensors' weight_shape) */
+    const char *const sfx[4] = { ct ? "weight_packed" : "qweight",
+                                 ct ? "weight_zero_point" : "qzeros",
+                                 ct ? "weight_scale" : "scales", ct ? "weight_shape" : "g_idx" };
     const size_t len = strlen(name);
     char qn[560], zn[560], sn[560], gn[560];
-    snprintf(qn, sizeof qn, "%.*s.qweight", (int)(len - 7), name);
-    snprintf(zn, sizeof zn, "%.*s.qzeros", (int)(len - 7), name);
-    snprintf(sn, sizeof sn, "%.*s.scales", (int)(len - 7), name);
-    snprintf(gn, sizeof gn, "%.*s.g_idx", (int)(len - 7), name);
-    struct entry *eq = find_entry(w, qn), *ez = find_entry(w, zn), *es = find_entry(w, sn);
-    struct entry *eg = awq ? NULL : find_entry(w, gn);
+    snprintf(qn, sizeof qn, "%.*s.%s", (int)(len - 7), name, sfx[0]);
+    snprintf(zn, sizeof zn, "%.*s.%s", (int)(len - 7), name, sfx[1]);
+    snprintf(sn, sizeof sn, "%.*s.%s", (int)(len - 7), name, sfx[2]);
+    snprintf(gn, sizeof gn, "%.*s.%s", (int)(len - 7), name, sfx[3]);
+    const bool no_zeros = ct && w->packed.symmetric;
+    struct entry *eq = find_entry(w, qn), *ez = no_zeros ? NULL : find_entry(w, zn);
+    struct entry *es = find_entry(w, sn);
+    struct entry *eg = kind == MMRT_PACKED_AWQ ? NULL : find_entry(w, gn);
     const int64_t g = packed_group(w, K), G = K / g;
-    if (!eq || !ez || !es)
+    if (!eq || (!ez && !no_zeros) || !es || (ct && !eg))
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: checkpoint has no '%s' (%s matrix "
-                              "is its .qweight, .qzeros and .scales)", w->path,
-                              !eq ? qn : !ez ? zn : sn, a_method);
+                              "is its %s)", w->path, !eq ? qn : !es ? sn : !eg && ct ? gn : zn,
+                              a_method, parts[kind]);
     if (K % g != 0 || K % 32 != 0 || N % 8 != 0)
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: '%s' [%lld, %lld]: its %lld inputs "
                               "are not whole groups of %lld (quantization_config.group_size) "
@@ -963,9 +1026,15 @@ static mmrt_status load_packed(struct mmrt_weights *w, struct mmrt_dev *dev, int
         const struct entry *e;
         bool integer;
         int64_t rows, cols;
-    } want[3] = { { eq, true, awq ? K : K / 8, awq ? N / 8 : N }, { ez, true, G, N / 8 },
-                  { es, false, G, N } };
+    } want[3] = {
+        { eq, true, kind == MMRT_PACKED_AWQ ? K : kind == MMRT_PACKED_GPTQ ? K / 8 : N,
+          kind == MMRT_PACKED_AWQ ? N / 8 : kind == MMRT_PACKED_GPTQ ? N : K / 8 },
+        { ez, true, ct ? N / 8 : G, ct ? G : N / 8 },
+        { es, false, ct ? N : G, ct ? G : N },
+    };
     for (int i = 0; i < 3; i++) {
+        if (!want[i].e)
+            continue;
         const struct mmrt_st_tensor *t = want[i].e->t;
         const bool is_int = t->dtype == MMRT_DTYPE_I32;
         const bool is_float = t->dtype == MMRT_DTYPE_F32 || t->dtype == MMRT_DTYPE_F16 ||
@@ -981,7 +1050,7 @@ static mmrt_status load_packed(struct mmrt_weights *w, struct mmrt_dev *dev, int
     }
     mmrt_status st = check_finite(es->t, err);
     if (st == MMRT_OK && eg)
-        st = check_gidx(eg->t, K, g, err);
+        st = ct ? check_shape_tensor(eg->t, N, K, err) : check_gidx(eg->t, K, g, err);
     if (st != MMRT_OK)
         return st;
     const int64_t codes[2] = { N, K / 2 }, groups[2] = { N, G };
@@ -992,11 +1061,13 @@ static mmrt_status load_packed(struct mmrt_weights *w, struct mmrt_dev *dev, int
         !push_pending(w, eq, dev, &out->zero, CONV_PACKED_ZEROS, MMRT_DTYPE_F32, 2, groups,
                       err))
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
-    ez->read = es->read = true;
+    es->read = true;
+    if (ez)
+        ez->read = true;
     if (eg)
         eg->read = true;
     for (size_t i = w->n_pending - 3; i < w->n_pending; i++) {
-        w->pending[i].pk_zeros = ez->t;
+        w->pending[i].pk_zeros = ez ? ez->t : NULL;
         w->pending[i].pk_scales = es->t;
     }
     return MMRT_OK;

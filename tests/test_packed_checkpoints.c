@@ -1,10 +1,12 @@
 /*
- * tests/test_packed_checkpoints.c — AWQ and GPTQ checkpoints loaded as published.
+ * tests/test_packed_checkpoints.c — AWQ, GPTQ and compressed-tensors checkpoints loaded as
+ * published.
  *
- * tests/fixtures/packed-awq and packed-gptq are the demo model with its language model's 28
- * linear layers quantized once (groups of 64) and packed in AWQ's GEMM layout and in GPTQ's
- * (zero points minus one, g_idx), written by tools/make_packed_fixtures.py, which checks the
- * AWQ packing against AutoAWQ's own dequantize_gemm; packed-dequant is the same model with
+ * tests/fixtures/packed-awq, packed-gptq and packed-ct are the demo model with its language
+ * model's 28 linear layers quantized once (groups of 64) and packed in AWQ's GEMM layout, in
+ * GPTQ's (zero points minus one, g_idx) and in compressed-tensors' pack-quantized, written by
+ * tools/make_packed_fixtures.py, which checks the AWQ and compressed-tensors packings against
+ * the libraries' own unpacking; packed-dequant is the same model with
  * those weights dequantized to f32 by the script. mmrt repacks both into its U4 layout at
  * load, so all three must give the same answers: every logit of every step within 1e-5
  * (relative to the step's largest) and the same tokens, on the CPU plugin and with the
@@ -124,6 +126,7 @@ static void test_cpu(void **state)
     (void)state;
     packed_against_dequantized("packed-awq", NULL);
     packed_against_dequantized("packed-gptq", NULL);
+    packed_against_dequantized("packed-ct", NULL);
 }
 
 static void test_language_on_opencl(void **state)
@@ -132,6 +135,7 @@ static void test_language_on_opencl(void **state)
     golden_require_plugin("opencl");
     packed_against_dequantized("packed-awq", "opencl");
     packed_against_dequantized("packed-gptq", "opencl");
+    packed_against_dequantized("packed-ct", "opencl");
 }
 
 /* The first 64 KiB of golden_scratch/model.safetensors (its header), and where its tensor
@@ -256,6 +260,52 @@ static void test_gptq_refused(void **state)
     golden_scratch_drop(NULL);
 }
 
+/* compressed-tensors: another width, format or activation quantization refused by key and
+ * value; a weight_shape that disagrees with config.json by tensor name. */
+static void test_compressed_tensors_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        const char *text;
+        long long number;
+        const char *part;
+    } cases[] = {
+        { "config_groups/group_0/weights/num_bits", NULL, 8,
+          "quantization_config.config_groups.group_0.weights.num_bits 8 is not one mmrt runs" },
+        { "format", "float-quantized", 0,
+          "quantization_config.format \"float-quantized\" is not one mmrt runs" },
+        { "config_groups/group_0/input_activations", "x", 0,
+          "input_activations: activations quantized too are not one mmrt runs" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        golden_scratch_make("packed-ct");
+        char key[160];
+        snprintf(key, sizeof key, "quantization_config/%s", cases[i].key);
+        golden_set_config(key, cases[i].text ? json_string(cases[i].text)
+                                             : json_integer(cases[i].number));
+        golden_expect_load_error(MMRT_ERR_UNSUPPORTED, cases[i].part);
+        golden_scratch_drop(NULL);
+    }
+    golden_scratch_make("packed-ct");
+    uint64_t data = 0;
+    const char *head = scratch_head(&data);
+    json_error_t je;
+    json_t *h = json_loadb(head + 8, (size_t)(data - 8), 0, &je);
+    assert_non_null(h);
+    const json_t *e =
+        json_object_get(h, "language_model.model.layers.0.mlp.gate_proj.weight_shape");
+    assert_non_null(e);
+    const long off = (long)data + (long)json_integer_value(
+                                      json_array_get(json_object_get(e, "data_offsets"), 0));
+    json_decref(h);
+    const int64_t wrong = 385;
+    scratch_write(off, &wrong, sizeof wrong);
+    golden_expect_load_error(MMRT_ERR_FORMAT, "gate_proj.weight_shape' must be the integers "
+                                              "[384, 128]");
+    golden_scratch_drop(NULL);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
@@ -265,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_tensors_refused_by_name),
         cmocka_unit_test(test_gptq_refused),
+        cmocka_unit_test(test_compressed_tensors_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@ GPTQ's, and the same model with those weights dequantized, in float, for
 tests/test_packed_checkpoints.c to compare mmrt's loading of both with.
 
     python3 tools/make_packed_fixtures.py                  # numpy only
-    python3 tools/make_packed_fixtures.py --check-with awq # also AutoAWQ's dequantization
+    python3 tools/make_packed_fixtures.py --check-with awq --check-with ct
+                           # also against AutoAWQ's dequantize_gemm and compressed-tensors'
+                           # unpack_from_int32 (pip install --no-deps autoawq compressed-tensors)
 
 For a linear layer of K inputs and N outputs and groups of g inputs, both store
 W[n, k] = (q - z) * s with z, s of k's group, scales f16 [K/g, N], and:
@@ -19,6 +21,12 @@ W[n, k] = (q - z) * s with z, s of k's group, scales f16 [K/g, N], and:
     qweight  int32 [K/8, N]   input 8r + i of output n in bits 4i … 4i+3 of [r, n]
     qzeros   int32 [K/g, N/8] output 8c + i's zero point MINUS ONE (mod 16) in bits 4i
     g_idx    int32 [K]        the group of each input, k // g (no act-order)
+  compressed-tensors pack-quantized (llm-compressor's W4A16, asymmetric here):
+    weight_packed      int32 [N, K/8]   input 8w + i of output n in bits 4i of [n, w]
+                                        (the signed values + 8: the same codes)
+    weight_zero_point  int32 [N/8, K/g] output 8w + i's zero point in bits 4i of [w, g]
+    weight_scale       f16   [N, K/g]
+    weight_shape       int64 [2]        N, K
 
 The quantization here is plain round-to-nearest with each group's min/max range (what AWQ's
 search adds, a per-channel scaling folded into the previous layer, changes the values, not
@@ -46,8 +54,9 @@ GROUP = 64
 SRC = "demo/llava-shapes"
 OUT_AWQ = "tests/fixtures/packed-awq"
 OUT_GPTQ = "tests/fixtures/packed-gptq"
+OUT_CT = "tests/fixtures/packed-ct"
 OUT_DEQUANT = "tests/fixtures/packed-dequant"
-DTYPES = {"F16": np.float16, "F32": np.float32, "BF16": None, "I32": np.int32}
+DTYPES = {"F16": np.float16, "F32": np.float32, "BF16": None, "I32": np.int32, "I64": np.int64}
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -65,7 +74,8 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
-    names = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}
+    names = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32",
+             np.dtype(np.int64): "I64"}
     header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
     for name in sorted(tensors):
         t = np.ascontiguousarray(tensors[name])
@@ -120,13 +130,14 @@ def is_lm_linear(name: str) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check-with", choices=["awq"], help="compare with AutoAWQ's dequantize_gemm")
+    ap.add_argument("--check-with", choices=["awq", "ct"], action="append", default=[],
+                    help="compare with AutoAWQ's dequantize_gemm / compressed-tensors' unpacking")
     args = ap.parse_args()
     src = read_safetensors(os.path.join(SRC, "model.safetensors"))
-    awq, gptq, dequant = {}, {}, {}
+    awq, gptq, ct, dequant = {}, {}, {}, {}
     for name, t in src.items():
         if not is_lm_linear(name):
-            awq[name] = gptq[name] = dequant[name] = t
+            awq[name] = gptq[name] = ct[name] = dequant[name] = t
             continue
         codes, zeros, scales = quantize(t, GROUP)
         base = name[: -len(".weight")]
@@ -137,19 +148,31 @@ def main() -> int:
         gptq[base + ".qzeros"] = pack(((zeros - 1) & 0xF).T.copy(), order=range(8))
         gptq[base + ".scales"] = scales.T.copy()
         gptq[base + ".g_idx"] = (np.arange(codes.shape[1]) // GROUP).astype(np.int32)
+        ct[base + ".weight_packed"] = pack(codes, order=range(8))          # [N, K/8]
+        ct[base + ".weight_zero_point"] = pack(zeros.T.copy(), order=range(8)).T.copy()  # [N/8, G]
+        ct[base + ".weight_scale"] = scales.copy()                         # [N, G] f16
+        ct[base + ".weight_shape"] = np.array(codes.shape, dtype=np.int64)
         rep = np.repeat(np.arange(codes.shape[1] // GROUP), GROUP)
         dequant[name] = ((codes - zeros[:, rep]) * scales.astype(np.float32)[:, rep]).astype(np.float32)
-        if args.check_with:
+        if "awq" in args.check_with:
             check_with_autoawq(awq, base, dequant[name])
+        if "ct" in args.check_with:
+            check_with_compressed_tensors(ct, base, codes, zeros)
     configs = {
         OUT_AWQ: {"quant_method": "awq", "bits": 4, "group_size": GROUP, "zero_point": True,
                   "version": "gemm",
                   "modules_to_not_convert": ["vision_tower", "multi_modal_projector", "lm_head"]},
         OUT_GPTQ: {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False,
                    "sym": False, "checkpoint_format": "gptq", "true_sequential": True},
+        OUT_CT: {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                 "config_groups": {"group_0": {
+                     "targets": ["Linear"], "input_activations": None, "output_activations": None,
+                     "weights": {"num_bits": 4, "type": "int", "symmetric": False,
+                                 "strategy": "group", "group_size": GROUP}}},
+                 "ignore": ["lm_head", "re:.*vision_tower.*", "re:.*multi_modal_projector.*"]},
         OUT_DEQUANT: None,
     }
-    for out, tensors in ((OUT_AWQ, awq), (OUT_GPTQ, gptq), (OUT_DEQUANT, dequant)):
+    for out, tensors in ((OUT_AWQ, awq), (OUT_GPTQ, gptq), (OUT_CT, ct), (OUT_DEQUANT, dequant)):
         qc = configs[out]
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
@@ -165,8 +188,8 @@ def main() -> int:
             json.dump(config, f, indent=2)
             f.write("\n")
         write_safetensors(os.path.join(out, "model.safetensors"), tensors)
-    print(f"wrote {OUT_AWQ}, {OUT_GPTQ} and {OUT_DEQUANT}: {sum(is_lm_linear(n) for n in src)} "
-          f"matrices, groups of {GROUP}")
+    print(f"wrote {OUT_AWQ}, {OUT_GPTQ}, {OUT_CT} and {OUT_DEQUANT}: "
+          f"{sum(is_lm_linear(n) for n in src)} matrices, groups of {GROUP}")
     return 0
 
 
@@ -186,6 +209,25 @@ def check_with_autoawq(awq: dict, base: str, want: np.ndarray) -> None:
     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
     if err > 2e-3:
         sys.exit(f"{base}: AutoAWQ's dequantize_gemm differs from the layout written here (rel {err:.3g})")
+
+
+def check_with_compressed_tensors(ct: dict, base: str, codes: np.ndarray, zeros: np.ndarray) -> None:
+    import torch
+    found = importlib.util.find_spec("compressed_tensors")
+    if not found or not found.submodule_search_locations:
+        sys.exit("--check-with ct: compressed-tensors is not installed (pip install --no-deps compressed-tensors)")
+    path = os.path.join(found.submodule_search_locations[0], "compressors", "pack_quantized", "helpers.py")
+    spec = importlib.util.spec_from_file_location("ct_pack_helpers", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    w = mod.unpack_from_int32(torch.from_numpy(ct[base + ".weight_packed"].copy()), 4,
+                              torch.Size(codes.shape), packed_dim=1)
+    z = mod.unpack_from_int32(torch.from_numpy(ct[base + ".weight_zero_point"].copy()), 4,
+                              torch.Size(zeros.shape), packed_dim=0)
+    # the library's values are signed: the codes minus 8
+    if not np.array_equal(w.numpy().astype(np.int64), codes - 8) or \
+            not np.array_equal(z.numpy().astype(np.int64), zeros - 8):
+        sys.exit(f"{base}: compressed-tensors' unpack_from_int32 differs from the layout written here")
 
 
 if __name__ == "__main__":

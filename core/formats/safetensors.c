@@ -77,10 +77,16 @@ static const struct {
 } supported_dtypes[] = {
     { "F32", MMRT_DTYPE_F32 }, { "F16", MMRT_DTYPE_F16 }, { "BF16", MMRT_DTYPE_BF16 },
     { "I8", MMRT_DTYPE_I8 },   { "U8", MMRT_DTYPE_U4 },   { "I32", MMRT_DTYPE_I32 },
+    { "I64", MMRT_ST_DTYPE_I64 },
 };
 
+size_t mmrt_st_dtype_size(int32_t dtype)
+{
+    return dtype == MMRT_ST_DTYPE_I64 ? 8 : mmrt_dtype_size((enum mmrt_dtype)dtype);
+}
+
 static const char *const unsupported_dtypes[] = {
-    "BOOL", "I16", "U16", "U32", "I64", "U64", "F64", "C64",
+    "BOOL", "I16", "U16", "U32", "U64", "F64", "C64",
     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2",
 };
 
@@ -216,7 +222,7 @@ static mmrt_status parse_dtype(const char *what, const char *q, const json_t *v,
         if (!strcmp(s, unsupported_dtypes[i]))
             return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                                   "%s: tensor %s: dtype %s is not supported (F32, F16, BF16, "
-                                  "I8, U8, I32)",
+                                  "I8, U8, I32, I64)",
                                   what, q, s);
     return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor %s: unknown dtype %s", what, q,
                           quote(qd, s));
@@ -296,7 +302,7 @@ static mmrt_status parse_entry(const char *what, const char *name, const json_t 
     }
     format_shape(shp, sizeof shp, dims, (int)rank);
     uint64_t nbytes;
-    if (__builtin_mul_overflow(n_elements, (uint64_t)mmrt_dtype_size(dtype), &nbytes))
+    if (__builtin_mul_overflow(n_elements, (uint64_t)mmrt_st_dtype_size(dtype), &nbytes))
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor %s: byte count of shape %s "
                               "(%llu elements) overflows 64 bits", what, q, shp,
                               (unsigned long long)n_elements);
@@ -1004,7 +1010,7 @@ mmrt_status mmrt_safetensors_read_f32_range(const struct mmrt_st_tensor *t, uint
                               (unsigned long long)first, n);
     /* Bytewise little-endian loads: the data has no alignment (S7) and this works on any
      * host byte order. */
-    const uint8_t *p = (const uint8_t *)t->data + first * mmrt_dtype_size((enum mmrt_dtype)t->dtype);
+    const uint8_t *p = (const uint8_t *)t->data + first * mmrt_st_dtype_size(t->dtype);
     switch (t->dtype) {
     case MMRT_DTYPE_F32:
         for (size_t i = 0; i < n; i++, p += 4) {

@@ -14,10 +14,10 @@
  *
  * Every file is treated as hostile. A file is accepted only if the reference validator
  * (huggingface/safetensors, Rust) would accept it, and additionally only when (a) every
- * dtype is F32, F16, BF16, I8, U8 or I32 — the other real dtypes are refused by name as
- * unsupported; I8, U8 and I32 hold the codes of quantized matrices, U8 read as
- * MMRT_DTYPE_U4 (a byte of two 4-bit codes, mmrt's only byte tensor), I32 as AWQ packs them
- * —
+ * dtype is F32, F16, BF16, I8, U8, I32 or I64 — the other real dtypes are refused by name
+ * as unsupported; the integer ones belong to quantized matrices (U8 read as MMRT_DTYPE_U4, a
+ * byte of two 4-bit codes; I32 as AWQ, GPTQ and compressed-tensors pack them; I64 as
+ * MMRT_ST_DTYPE_I64, their shape bookkeeping) —
  * (b) it stays within struct mmrt_st_limits, (c) every tensor entry has exactly the three
  * members above (the reference ignores extra members; no known writer emits any, and a
  * closed schema leaves nothing for a crafted file to hide in), (d) "__metadata__", when
@@ -105,13 +105,22 @@ struct mmrt_st_limits {
     int32_t max_rank;            /* 1 … MMRT_ST_MAX_RANK (default 8); larger is refused */
 };
 
+/* An st_tensor dtype beyond enum mmrt_dtype: int64, which no kernel reads; a quantized
+ * checkpoint's bookkeeping (compressed-tensors' weight_shape) is the only use. Its element
+ * size is mmrt_st_dtype_size's. */
+#define MMRT_ST_DTYPE_I64 64
+
+/* Bytes of one element of an st_tensor dtype (an enum mmrt_dtype or MMRT_ST_DTYPE_I64). */
+size_t mmrt_st_dtype_size(int32_t dtype);
+
 /*
  * One tensor of an open set. Every pointer is owned by the set and valid until
  * mmrt_safetensors_close().
  */
 struct mmrt_st_tensor {
     const char *name;                /* NUL-terminated UTF-8 as in the header */
-    int32_t dtype;                   /* enum mmrt_dtype: F32, F16, BF16, I8, I32, or U4 (U8) */
+    int32_t dtype;                   /* enum mmrt_dtype: F32, F16, BF16, I8, I32, or U4 (U8);
+                                        or MMRT_ST_DTYPE_I64 */
     int32_t n_dims;                  /* 0 (a scalar, shape []) … MMRT_ST_MAX_RANK */
     int64_t shape[MMRT_ST_MAX_RANK]; /* [n_dims], outermost first (row-major); rest 0 */
     uint64_t n_elements;             /* product of shape (1 for a scalar, 0 if a dim is 0) */
