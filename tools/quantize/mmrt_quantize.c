@@ -461,7 +461,9 @@ static const char *st_dtype(int32_t dtype)
     case MMRT_DTYPE_F16: return "F16";
     case MMRT_DTYPE_BF16: return "BF16";
     case MMRT_DTYPE_I8: return "I8";
-    default: return "U8";
+    case MMRT_DTYPE_I32: return "I32";
+    case MMRT_ST_DTYPE_I64: return "I64";
+    default: return "U8"; /* MMRT_DTYPE_U4: bytes of two codes */
     }
 }
 
