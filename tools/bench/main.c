@@ -1157,15 +1157,20 @@ int main(int argc, char **argv)
     const double iq[3] = { quantile(lat.gaps, lat.n_gaps, 0.5),
                            quantile(lat.gaps, lat.n_gaps, 0.9),
                            quantile(lat.gaps, lat.n_gaps, 0.99) };
+    /* null where a figure does not exist (no decode window or no gaps with one token each):
+     * json_pack refuses NaN, and the whole block would silently go missing */
     json_object_set_new(rec, "throughput",
-                        json_pack("{s:f,s:f,s:f,s:f,s:i,s:i,s:b,s:{s:f,s:f,s:f},"
-                                  "s:{s:f,s:f,s:f}}",
-                                  "tokens_per_s", thr, "decode_window_tokens_per_s", dwin,
-                                  "requests_per_s", rps, "round_ms",
-                                  round_ms / o.repeat, "requests", o.batch, "concurrency",
-                                  concurrency, "mix", o.mix, "ttft_ms", "p50", tq[0], "p90",
-                                  tq[1], "p99", tq[2], "inter_token_ms", "p50", iq[0], "p90",
-                                  iq[1], "p99", iq[2]));
+                        json_pack("{s:o,s:o,s:o,s:o,s:i,s:i,s:b,s:{s:o,s:o,s:o},"
+                                  "s:{s:o,s:o,s:o}}",
+                                  "tokens_per_s", num_or_null(thr),
+                                  "decode_window_tokens_per_s", num_or_null(dwin),
+                                  "requests_per_s", num_or_null(rps), "round_ms",
+                                  num_or_null(round_ms / o.repeat), "requests", o.batch,
+                                  "concurrency", concurrency, "mix", o.mix, "ttft_ms", "p50",
+                                  num_or_null(tq[0]), "p90", num_or_null(tq[1]), "p99",
+                                  num_or_null(tq[2]), "inter_token_ms", "p50",
+                                  num_or_null(iq[0]), "p90", num_or_null(iq[1]), "p99",
+                                  num_or_null(iq[2])));
     /* The vision stages of the whole run (warm-up and the vision-cache phase included). */
     struct mmrt_runtime_stats rs = { .struct_size = sizeof rs };
     if (mmrt_stats(rt, &rs) != MMRT_OK)
