@@ -72,6 +72,10 @@ struct mmrt_runtime {
     /* Every vision stage (model encode on the vision device) runs under vision_lock: the
      * worker's vision thread, mmrt_run_batch's and the callers of mmrt_run may each run one. */
     pthread_mutex_t vision_lock;
+    /* The vision device's pool figures as last read (under stats_lock): what a reader gets
+     * while a vision stage holds vision_lock, so that /metrics and the health probes never
+     * wait for a tower pass. */
+    struct mmrt_pool_stats vision_pool_seen;
     bool locks_ready, worker_started, stop;
     pthread_t worker;
     uint64_t n_outstanding;      /* submitted jobs not finished (under jobs_lock) */
@@ -242,8 +246,8 @@ static mmrt_status check_quantization_config(const json_t *root, const char *pat
     if (!qc || json_is_null(qc))
         return MMRT_OK;
     if (!json_is_object(qc))
-        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: quantization_config is a JSON %s, "
-                              "not an object", path, mmrt_json_type_name(qc));
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: quantization_config is %s, not an "
+                              "object", path, mmrt_json_type_name(qc));
     const json_t *m = json_object_get(qc, "quant_method");
     if (json_is_string(m) && strcasecmp(json_string_value(m), "awq") == 0)
         return check_awq(qc, path, packed, err);
@@ -976,19 +980,23 @@ mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i, struct mmrt_memor
     return MMRT_OK;
 }
 
-/* Everything mmrt_device_memory reports of dev (the caller holds drive). The vision device's
- * pool is also used by vision stages that run without drive (the worker's vision thread, a
- * batch's): it is read under vision_lock. */
+/* Everything mmrt_device_memory reports of dev (the caller holds drive, or stats_lock). The
+ * vision device's pool is also used by vision stages that run without drive (the worker's
+ * vision thread, a batch's): it is read only when vision_lock is free, and otherwise the
+ * figures of its last read stand in (a reader must not wait for a tower pass). */
 static void memory_report(struct mmrt_runtime *rt, const struct mmrt_dev *dev,
                           struct mmrt_memory_report *out)
 {
     struct mmrt_pool_stats ps;
-    const bool vision = dev == rt->vision;
-    if (vision)
-        pthread_mutex_lock(&rt->vision_lock);
-    mmrt_pool_stats(dev->pool, &ps);
-    if (vision)
+    if (dev != rt->vision) {
+        mmrt_pool_stats(dev->pool, &ps);
+    } else if (pthread_mutex_trylock(&rt->vision_lock) == 0) {
+        mmrt_pool_stats(dev->pool, &ps);
         pthread_mutex_unlock(&rt->vision_lock);
+        rt->vision_pool_seen = ps;
+    } else {
+        ps = rt->vision_pool_seen;
+    }
     *out = (struct mmrt_memory_report){
         .struct_size = sizeof *out,
         .weight_bytes = dev->weights.tensor_bytes,

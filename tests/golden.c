@@ -424,6 +424,84 @@ void golden_set_config(const char *keys, json_t *value)
     golden_set_json("config.json", keys, value);
 }
 
+static void st_path(char *buf, size_t size, const char *dir)
+{
+    snprintf(buf, size, "%s/model.safetensors", dir);
+}
+
+json_t *golden_st_header(const char *dir, uint64_t *data_start)
+{
+    char path[4200];
+    st_path(path, sizeof path, dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t len[8];
+    assert_int_equal(fread(len, 1, 8, f), 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len[i];
+    assert_true(n < (1u << 26));
+    char *text = malloc(n + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, n, f), n);
+    text[n] = '\0';
+    fclose(f);
+    json_error_t je;
+    json_t *h = json_loads(text, 0, &je);
+    free(text);
+    assert_non_null(h);
+    if (data_start)
+        *data_start = 8 + n;
+    return h;
+}
+
+long golden_st_offset(const char *dir, const char *name)
+{
+    uint64_t data = 0;
+    json_t *h = golden_st_header(dir, &data);
+    const json_t *e = json_object_get(h, name);
+    if (!e)
+        fail_msg("%s/model.safetensors has no tensor '%s'", dir, name);
+    const long off = (long)data + (long)json_integer_value(
+                                      json_array_get(json_object_get(e, "data_offsets"), 0));
+    json_decref(h);
+    return off;
+}
+
+void golden_st_write(const char *dir, long offset, const void *bytes, size_t size)
+{
+    char path[4200];
+    st_path(path, sizeof path, dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+    assert_int_equal(fwrite(bytes, 1, size, f), size);
+    fclose(f);
+}
+
+void golden_st_replace(const char *dir, const char *anchor, const char *from, const char *to)
+{
+    assert_int_equal(strlen(from), strlen(to));
+    uint64_t data = 0;
+    json_decref(golden_st_header(dir, &data));
+    char path[4200];
+    st_path(path, sizeof path, dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *head = malloc(data + 1);
+    assert_non_null(head);
+    assert_int_equal(fread(head, 1, data, f), data);
+    fclose(f);
+    head[data] = '\0';
+    const char *a = strstr(head + 8, anchor);
+    assert_non_null(a);
+    const char *at = strstr(a, from);
+    assert_non_null(at);
+    const long off = (long)(at - head);
+    free(head);
+    golden_st_write(dir, off, to, strlen(to));
+}
+
 void golden_expect_load_error(mmrt_status want, const char *part)
 {
     char err[2048] = "";

@@ -202,6 +202,22 @@ void golden_set_json(const char *file, const char *keys, json_t *value);
 /* golden_set_json("config.json", keys, value). */
 void golden_set_config(const char *keys, json_t *value);
 
+/* ---- editing a checkpoint's model.safetensors in place (broken-file tests) ---- */
+
+/* The parsed header of dir/model.safetensors (the caller json_decref()s it) and, when
+ * data_start is not NULL, where its data buffer starts. */
+json_t *golden_st_header(const char *dir, uint64_t *data_start);
+
+/* Where tensor `name`'s bytes start in dir/model.safetensors. */
+long golden_st_offset(const char *dir, const char *name);
+
+/* Overwrites size bytes of dir/model.safetensors at offset. */
+void golden_st_write(const char *dir, long offset, const void *bytes, size_t size);
+
+/* In dir/model.safetensors' header, the first `from` after `anchor` becomes `to`, of the
+ * same length (so the file stays valid JSON-wise and every offset stays). */
+void golden_st_replace(const char *dir, const char *anchor, const char *from, const char *to);
+
 /* Opening golden_scratch (golden_open, one device) fails with `want`, the message containing
  * `part`. */
 void golden_expect_load_error(mmrt_status want, const char *part);

@@ -138,38 +138,6 @@ static void test_language_on_opencl(void **state)
     packed_against_dequantized("packed-ct", "opencl");
 }
 
-/* The first 64 KiB of golden_scratch/model.safetensors (its header), and where its tensor
- * data begins. */
-static const char *scratch_head(uint64_t *data_start)
-{
-    static char head[1 << 16];
-    char path[600];
-    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    const size_t n = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
-    head[n] = '\0';
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; i--)
-        len = len << 8 | (uint8_t)head[i];
-    assert_true(8 + len < n);
-    *data_start = 8 + len;
-    return head;
-}
-
-/* Overwrites size bytes of golden_scratch/model.safetensors at offset. */
-static void scratch_write(long offset, const void *bytes, size_t size)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
-    assert_int_equal(fwrite(bytes, 1, size, f), size);
-    fclose(f);
-}
-
 /* What mmrt cannot run is refused before anything is loaded, by key and value. */
 static void test_config_refused(void **state)
 {
@@ -187,6 +155,11 @@ static void test_config_refused(void **state)
         { "group_size", MMRT_ERR_UNSUPPORTED,
           "quantization_config.group_size 48 is not one mmrt runs" },
     };
+    golden_scratch_make("packed-awq");
+    golden_set_config("quantization_config", json_string("awq"));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "quantization_config is a string, not an "
+                                              "object");
+    golden_scratch_drop(NULL);
     json_t *values[4] = { json_integer(8), json_string("gemv"), json_false(), json_integer(48) };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         golden_scratch_make("packed-awq");
@@ -209,12 +182,7 @@ static void test_tensors_refused_by_name(void **state)
     golden_scratch_drop(NULL);
     /* the fixture's first layer's gate projection without its qzeros: renamed in the header */
     golden_scratch_make("packed-awq");
-    uint64_t data = 0;
-    const char *head = scratch_head(&data);
-    const char *from = "layers.0.mlp.gate_proj.qzeros";
-    const char *at = strstr(head + 8, from);
-    assert_non_null(at);
-    scratch_write((long)(at - head) + (long)strlen(from) - 6, "qzeroX", 6);
+    golden_st_replace(golden_scratch, "layers.0.mlp.gate_proj.qzeros", "qzeros", "qzeroX");
     golden_expect_load_error(MMRT_ERR_FORMAT, "has no 'language_model.layers.0.mlp.gate_proj."
                                               "qzeros' (an AWQ matrix is its .qweight, .qzeros "
                                               "and .scales)");
@@ -243,18 +211,11 @@ static void test_gptq_refused(void **state)
     golden_scratch_drop(NULL);
     /* act-order: input 0 of the first layer's gate projection moved to group 1 */
     golden_scratch_make("packed-gptq");
-    uint64_t data = 0;
-    const char *head = scratch_head(&data);
-    json_error_t je;
-    json_t *h = json_loadb(head + 8, (size_t)(data - 8), 0, &je);
-    assert_non_null(h);
-    const json_t *e = json_object_get(h, "language_model.model.layers.0.mlp.gate_proj.g_idx");
-    assert_non_null(e);
-    const long off = (long)data + (long)json_integer_value(
-                                      json_array_get(json_object_get(e, "data_offsets"), 0));
-    json_decref(h);
     const int32_t one = 1;
-    scratch_write(off, &one, sizeof one);
+    golden_st_write(golden_scratch,
+                    golden_st_offset(golden_scratch,
+                                     "language_model.model.layers.0.mlp.gate_proj.g_idx"),
+                    &one, sizeof one);
     golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "gate_proj.g_idx' puts input 0 in group 1, "
                                                    "not 0: act-order GPTQ");
     golden_scratch_drop(NULL);
@@ -288,19 +249,11 @@ static void test_compressed_tensors_refused(void **state)
         golden_scratch_drop(NULL);
     }
     golden_scratch_make("packed-ct");
-    uint64_t data = 0;
-    const char *head = scratch_head(&data);
-    json_error_t je;
-    json_t *h = json_loadb(head + 8, (size_t)(data - 8), 0, &je);
-    assert_non_null(h);
-    const json_t *e =
-        json_object_get(h, "language_model.model.layers.0.mlp.gate_proj.weight_shape");
-    assert_non_null(e);
-    const long off = (long)data + (long)json_integer_value(
-                                      json_array_get(json_object_get(e, "data_offsets"), 0));
-    json_decref(h);
     const int64_t wrong = 385;
-    scratch_write(off, &wrong, sizeof wrong);
+    golden_st_write(golden_scratch,
+                    golden_st_offset(golden_scratch,
+                                     "language_model.model.layers.0.mlp.gate_proj.weight_shape"),
+                    &wrong, sizeof wrong);
     golden_expect_load_error(MMRT_ERR_FORMAT, "gate_proj.weight_shape' must be the integers "
                                               "[384, 128]");
     golden_scratch_drop(NULL);

@@ -153,44 +153,6 @@ static void test_int4_as_at_load(void **state)
 
 /* ---- broken files ---- */
 
-/* Reads the safetensors header of dir/model.safetensors: the JSON object and where the data
- * buffer starts. */
-static json_t *header_of(const char *dir, uint64_t *data_start)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    uint8_t len[8];
-    assert_int_equal(fread(len, 1, 8, f), 8);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | len[i];
-    char *text = malloc(n + 1);
-    assert_non_null(text);
-    assert_int_equal(fread(text, 1, n, f), n);
-    text[n] = '\0';
-    fclose(f);
-    json_error_t je;
-    json_t *h = json_loads(text, 0, &je);
-    free(text);
-    assert_non_null(h);
-    *data_start = 8 + n;
-    return h;
-}
-
-/* Overwrites `size` bytes at `offset` of dir/model.safetensors. */
-static void patch_file(const char *dir, uint64_t offset, const void *bytes, size_t size)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, (long)offset, SEEK_SET), 0);
-    assert_int_equal(fwrite(bytes, 1, size, f), size);
-    fclose(f);
-}
-
 /* A fresh copy of the int4 checkpoint under name. */
 static void copy_of(const char *src, const char *name, char *dst, size_t size)
 {
@@ -198,28 +160,6 @@ static void copy_of(const char *src, const char *name, char *dst, size_t size)
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", src, dst);
     assert_int_equal(system(cmd), 0);
-}
-
-/* Rewrites dir/model.safetensors' header text: the first `from` after `anchor` becomes `to`,
- * of the same length (so every offset stays). */
-static void patch_header_text(const char *dir, const char *anchor, const char *from,
-                              const char *to)
-{
-    assert_int_equal(strlen(from), strlen(to));
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    char *a = strstr(buf + 8, anchor);
-    assert_non_null(a);
-    char *at = strstr(a, from);
-    assert_non_null(at);
-    assert_int_equal(fseek(f, (long)(at - buf), SEEK_SET), 0);
-    assert_int_equal(fwrite(to, 1, strlen(to), f), strlen(to));
-    fclose(f);
 }
 
 static void set_config(const char *dir, const char *key, json_t *value)
@@ -240,13 +180,7 @@ static void test_broken_files_refused_by_name(void **state)
     char q4[512], bad[600];
     quantize_demo("int4", "base", q4, sizeof q4);
     const char *zname = "language_model.model.layers.1.mlp.up_proj.weight_zero";
-    uint64_t data = 0;
-    json_t *h = header_of(q4, &data);
-    const json_t *ze = json_object_get(h, zname);
-    assert_non_null(ze);
-    const uint64_t zoff = data + (uint64_t)json_integer_value(
-                                     json_array_get(json_object_get(ze, "data_offsets"), 0));
-    json_decref(h);
+    const long zoff = golden_st_offset(q4, zname);
 
     /* A zero point of 16, and one of 2.5. */
     static const float zs[] = { 16.0f, 2.5f };
@@ -254,25 +188,25 @@ static void test_broken_files_refused_by_name(void **state)
         char name[32];
         snprintf(name, sizeof name, "zero%zu", i);
         copy_of(q4, name, bad, sizeof bad);
-        patch_file(bad, zoff + 4 * 7, &zs[i], sizeof zs[i]);
+        golden_st_write(bad, zoff + 4 * 7, &zs[i], sizeof zs[i]);
         open_rt(bad, MMRT_WEIGHTS_CHECKPOINT, MMRT_ERR_FORMAT,
                 "'language_model.model.layers.1.mlp.up_proj.weight_zero' holds ");
     }
     /* Scales of another shape (the same element count, so the file itself is valid). */
     copy_of(q4, "shape", bad, sizeof bad);
-    patch_header_text(bad, "\"language_model.model.layers.1.mlp.up_proj.weight_scale\"",
+    golden_st_replace(bad, "\"language_model.model.layers.1.mlp.up_proj.weight_scale\"",
                       "\"shape\":[384,1]", "\"shape\":[1,384]");
     open_rt(bad, MMRT_WEIGHTS_CHECKPOINT, MMRT_ERR_FORMAT, "up_proj.weight_scale");
     /* Codes where float values belong: a matrix's F32 scales [384, 1] relabelled I8
      * [384, 4] (the same 1536 bytes, so the file itself is valid). */
     copy_of(q4, "codes", bad, sizeof bad);
-    patch_header_text(bad, "\"language_model.model.layers.1.mlp.up_proj.weight_scale\"",
+    golden_st_replace(bad, "\"language_model.model.layers.1.mlp.up_proj.weight_scale\"",
                       "\"dtype\":\"F32\",\"shape\":[384,1]", "\"dtype\":\"I8\", \"shape\":[384,4]");
     open_rt(bad, MMRT_WEIGHTS_CHECKPOINT, MMRT_ERR_FORMAT,
             "'language_model.model.layers.1.mlp.up_proj.weight_scale' holds I8 codes");
     /* A missing scale tensor: its name changed to one nothing reads. */
     copy_of(q4, "noscale", bad, sizeof bad);
-    patch_header_text(bad, "\"language_model.model.layers.1.mlp.up_proj.weight_scale\"",
+    golden_st_replace(bad, "\"language_model.model.layers.1.mlp.up_proj.weight_scale\"",
                       "weight_scale", "weight_scalX");
     open_rt(bad, MMRT_WEIGHTS_CHECKPOINT, MMRT_ERR_FORMAT,
             "has no 'language_model.layers.1.mlp.up_proj.weight_scale'");
@@ -337,8 +271,7 @@ static void test_mixed_formats_and_report(void **state)
     assert_int_equal(n_kept, 2);
     /* every quantized matrix X (it has X_scale) holds its side's codes; the kept two are
      * float and have none */
-    uint64_t data = 0;
-    json_t *h = header_of(out, &data);
+    json_t *h = golden_st_header(out, NULL);
     int quantized = 0, floats = 0;
     const char *key;
     json_t *e;

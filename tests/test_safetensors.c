@@ -567,6 +567,37 @@ static void test_s2_json(void **state)
 
 /* ---- S3: dtype and shape ---- */
 
+/* The integer dtypes of quantized matrices: I8 and U8 one byte an element (U8 read as U4,
+ * bytes of two 4-bit codes), I32 four, I64 eight (MMRT_ST_DTYPE_I64); a byte count that does
+ * not match the element size is refused as for the float dtypes (S4). */
+static void test_s3_integer_dtypes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        int32_t dtype;
+        size_t size;
+    } d[] = { { "I8", MMRT_DTYPE_I8, 1 }, { "U8", MMRT_DTYPE_U4, 1 },
+              { "I32", MMRT_DTYPE_I32, 4 }, { "I64", MMRT_ST_DTYPE_I64, 8 } };
+    char hdr[256];
+    for (size_t i = 0; i < ARRAY_LEN(d); i++) {
+        fmt(hdr, sizeof hdr, "{'t':{'dtype':'%s','shape':[3],'data_offsets':[0,%zu]}}",
+            d[i].name, 3 * d[i].size);
+        struct mmrt_safetensors *st = parse_ok(build(hdr, 3 * d[i].size), NULL);
+        const struct mmrt_st_tensor *t = mmrt_safetensors_at(st, 0);
+        assert_int_equal(t->dtype, d[i].dtype);
+        assert_int_equal(t->nbytes, 3 * d[i].size);
+        assert_int_equal(mmrt_st_dtype_size(t->dtype), d[i].size);
+        float f;
+        struct mmrt_error err = { 0 };
+        assert_int_equal(mmrt_safetensors_read_f32(t, &f, 1, &err), MMRT_ERR_INVALID_ARG);
+        mmrt_safetensors_close(st);
+        fmt(hdr, sizeof hdr, "{'t':{'dtype':'%s','shape':[3],'data_offsets':[0,%zu]}}",
+            d[i].name, 3 * d[i].size + 1);
+        refuse(d[i].name, build(hdr, 3 * d[i].size + 1), MMRT_ERR_FORMAT, "tensor \"t\"");
+    }
+}
+
 static void test_s3_dtype(void **state)
 {
     (void)state;
@@ -1340,6 +1371,7 @@ int main(void)
         cmocka_unit_test(test_s1_header_length),
         cmocka_unit_test(test_s2_json),
         cmocka_unit_test(test_s3_dtype),
+        cmocka_unit_test(test_s3_integer_dtypes),
         cmocka_unit_test(test_s3_shape),
         cmocka_unit_test(test_s4_offsets),
         cmocka_unit_test(test_s5_tiling),

@@ -126,6 +126,7 @@ struct choice {
     const char *keep[MAX_KEEP];         /* canonical-name prefixes kept as stored */
     int n_keep;
     const char *only;                   /* set: this matrix alone is quantized (the report) */
+    bool listing;                       /* a load that only lists the matrices: none quantized */
     /* every matrix the loader asked about, canonical names, in load order (owned) */
     char **seen;
     int n_seen, cap_seen;
@@ -168,6 +169,8 @@ static enum mmrt_weight_format format_of(void *user, const char *name,
             c->n_seen++;
     }
     const enum mmrt_weight_format f = is_vision(name) ? c->vision : c->lm;
+    if (c->listing)
+        return MMRT_WEIGHTS_CHECKPOINT;
     if (c->only)
         return strcmp(name, c->only) == 0 ? f : MMRT_WEIGHTS_CHECKPOINT;
     for (int i = 0; i < c->n_keep; i++)
@@ -791,7 +794,9 @@ int main(int argc, char **argv)
     /* The report: the matrices the loader knows (one load lists them), each quantized alone
      * against the model as stored; the most sensitive may stay as stored. */
     if (st == MMRT_OK && (report || keep_top > 0)) {
+        c.listing = true; /* the names only: quantizing every matrix here would be wasted */
         st = open_runtime(dir, &c, NULL, &rt, &err);
+        c.listing = false;
         mmrt_destroy(rt);
         rt = NULL;
         if (st == MMRT_OK)
