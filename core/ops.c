@@ -61,16 +61,10 @@ static int is_weight_dtype(int32_t dt)
     return dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_F16 || dt == MMRT_DTYPE_BF16;
 }
 
-static const char *dtype_name(int32_t dt)
-{
-    static const char *names[] = { "F32", "F16", "BF16", "I32" };
-    return dt >= 0 && dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
-}
-
 static void shape_str(const struct mmrt_tensor *t, char *buf, size_t size)
 {
     size_t used = 0;
-    used += (size_t)snprintf(buf, size, "%s [", dtype_name(t->dtype));
+    used += (size_t)snprintf(buf, size, "%s [", mmrt_dtype_name_of(t->dtype));
     for (int i = 0; i < t->n_dims && used < size; i++)
         used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
                                  (long long)t->ne[i]);

@@ -248,6 +248,16 @@ static void test_device_and_dispatch(void **state)
     assert_false(log_has("call op"));
     assert_non_null(strstr(err.msg, "device s1: SCALE: dst must be contiguous F32 with src0's "
                                     "shape (got F32 [5])"));
+    /* Refusals name every dtype, the quantized ones too. */
+    struct mmrt_dev_tensor q8, q4;
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_I8, 2, ne, &q8, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_U4, 2, ne, &q4, &err), MMRT_OK);
+    assert_int_equal(mmrt_op_scale(dev, &q8.t, 1.0f, &x.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SCALE: src0 must be contiguous F32 (got I8 [3, 5])"));
+    assert_int_equal(mmrt_op_scale(dev, &q4.t, 1.0f, &x.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SCALE: src0 must be contiguous F32 (got U4 [3, 5])"));
+    mmrt_dev_tensor_free(dev, &q8);
+    mmrt_dev_tensor_free(dev, &q4);
     /* An op the plugin lacks is refused by name. */
     int64_t wne[2] = { 4, 5 };
     struct mmrt_dev_tensor w, y4;
