@@ -158,7 +158,7 @@ static int n_required_src(enum mmrt_op op)
     switch (op) {
     case MMRT_OP_MATMUL: case MMRT_OP_ADD: case MMRT_OP_MUL: case MMRT_OP_SWIGLU:
     case MMRT_OP_ROPE: case MMRT_OP_GET_ROWS: case MMRT_OP_PATCH_EMBED: case MMRT_OP_CONCAT:
-    case MMRT_OP_ROPE_MULTI: case MMRT_OP_SET_ROWS:
+    case MMRT_OP_ROPE_MULTI: case MMRT_OP_SET_ROWS: case MMRT_OP_GATHER_HEADS:
         return 2;
     case MMRT_OP_ATTENTION:
         return 3;
@@ -455,6 +455,22 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         REQUIRE(y->dtype == MMRT_DTYPE_I32 && contiguous(y) && numel(y) == rows(a),
                 "dst must be contiguous I32 [rows]", y);
         return MMRT_OK;
+    case MMRT_OP_GATHER_HEADS:
+        REQUIRE(a->n_dims == 3 && is_weight_dtype(a->dtype) && contiguous(a),
+                "table must be a contiguous F32/F16/BF16 [R, H, D]", a);
+        REQUIRE(b->n_dims == 3 && b->dtype == MMRT_DTYPE_I32 && contiguous(b) &&
+                    b->ne[1] == a->ne[1] && b->ne[2] >= 1,
+                "idx must be contiguous I32 [N, H, G] with the table's H and G ≥ 1", b);
+        REQUIRE(y->n_dims == 3 && y->dtype == MMRT_DTYPE_F32 && contiguous(y) &&
+                    y->ne[0] == b->ne[0] && y->ne[1] == a->ne[1] && y->ne[2] == a->ne[2],
+                "dst must be contiguous F32 [N, H, D] (N from idx, H and D from the table)", y);
+        return MMRT_OK;
+    case MMRT_OP_L2_NORM:
+        REQUIRE(a->dtype == MMRT_DTYPE_F32 && contiguous(a), "src must be contiguous F32", a);
+        REQUIRE(y->n_dims == 1 && y->dtype == MMRT_DTYPE_F32 && contiguous(y) &&
+                    y->ne[0] == rows(a),
+                "dst must be contiguous F32 [rows], 1-D, one norm per row of src", y);
+        return MMRT_OK;
     case MMRT_OP_COUNT:
         break;
     }
@@ -654,4 +670,17 @@ mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,
                            const struct mmrt_tensor *y, struct mmrt_error *err)
 {
     LAUNCH(MMRT_OP_ARGMAX, no_params, x);
+}
+
+mmrt_status mmrt_op_gather_heads(struct mmrt_dev *dev, const struct mmrt_tensor *table,
+                                 const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
+                                 struct mmrt_error *err)
+{
+    LAUNCH(MMRT_OP_GATHER_HEADS, no_params, table, idx);
+}
+
+mmrt_status mmrt_op_l2_norm(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                            const struct mmrt_tensor *y, struct mmrt_error *err)
+{
+    LAUNCH(MMRT_OP_L2_NORM, no_params, x);
 }

@@ -111,5 +111,17 @@ mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *val
                              struct mmrt_error *err);
 mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,
                            const struct mmrt_tensor *y, struct mmrt_error *err);
+/* plugin.h MMRT_OP_GATHER_HEADS (ABI 1.4): y[n, h, :] = the average of the rows
+ * table[idx[n, h, g], h, :] whose index lies in [0, R), summed in g order and divided once;
+ * bit-exact on every plugin. table [R, H, D] F32/F16/BF16, idx I32 [N, H, G] (G ≥ 1, entries
+ * < 0 are padding), y F32 [N, H, D], all contiguous. A device whose plugin predates ABI 1.4
+ * refuses it (MMRT_ERR_UNSUPPORTED, "has no operator GATHER_HEADS"). */
+mmrt_status mmrt_op_gather_heads(struct mmrt_dev *dev, const struct mmrt_tensor *table,
+                                 const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
+                                 struct mmrt_error *err);
+/* plugin.h MMRT_OP_L2_NORM (ABI 1.4): y[r] = sqrt(Σ x[r, :]²) for each row of x (F32,
+ * contiguous, rows = every dim but the last); y is F32 [rows], 1-D, whatever x's rank. */
+mmrt_status mmrt_op_l2_norm(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                            const struct mmrt_tensor *y, struct mmrt_error *err);
 
 #endif

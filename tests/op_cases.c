@@ -1,6 +1,6 @@
 /*
- * tests/op_cases.c — the operator tests' shared helpers and the ROPE_MULTI / SET_ROWS cases
- * of the device tests (see op_cases.h). Bookkeeping is two fixed arrays, host buffers and
+ * tests/op_cases.c — the operator tests' shared helpers and the ROPE_MULTI, SET_ROWS,
+ * ATTENTION_PAGED, GATHER_HEADS and L2_NORM cases of the device tests (see op_cases.h). Bookkeeping is two fixed arrays, host buffers and
  * (harness, tensor) pairs, emptied together by op_release_all; op_pair structs are host
  * buffers themselves, so they outlive the tensors they hold until the same release.
  */
@@ -1390,5 +1390,262 @@ void op_case_matmul_u4(const struct op_checks *chk, double tol_small, double tol
         matmul_q_refused(d, bad_t, 5, ty, "src3 (scales) has dtype F16");
         matmul_q_refused(d, float_z, 5, ty, "src4 (zero points) goes only with a U4 W");
     }
+    op_release_all();
+}
+
+/* ---- GATHER_HEADS ------------------------------------------------------------------------ */
+
+const struct op_gather_case op_gather_cases[] = {
+    { 1, 1, 1, 1, 1, false, false },
+    { 64, 8, 128, 40, 1, false, false },   /* keep rows one by one (D = 128, 8 KV heads) */
+    { 24, 2, 40, 48, 1, true, false },     /* every row twice, reversed */
+    { 64, 2, 40, 17, 4, false, false },    /* 2×2 pooling, ragged */
+    { 300, 4, 128, 33, 9, false, false },  /* 3×3 pooling, ragged */
+    { 16, 3, 7, 9, 4, false, false },      /* D off every vector width */
+    { 50, 1, 257, 5, 2, false, false },    /* a row wider than a warp's or work-group's pass */
+    { 5, 2, 64, 8, 9, false, false },      /* more entries than table rows */
+    { 2304, 8, 128, 576, 4, false, true }, /* a 48×48 image pooled 2×2 */
+};
+const size_t op_n_gather_cases = sizeof op_gather_cases / sizeof op_gather_cases[0];
+
+void op_gather_build(const struct op_gather_case *gc, enum mmrt_dtype dt, uint64_t seed,
+                     struct op_gather_data *d)
+{
+    const int64_t R = gc->R, H = gc->H, D = gc->D, N = gc->N, G = gc->G;
+    op_rng_seed(seed);
+    d->table = op_rand_f((R + 2) * H * D, -100, 100);
+    d->table[0] = -0.0f;
+    op_round_to(dt, d->table, R * H * D);
+    for (int64_t i = R * H * D; i < (R + 2) * H * D; i++)
+        d->table[i] = NAN;
+    d->idx = op_alloc((size_t)(N * H * G) * sizeof(int32_t));
+    static const int32_t skipped[] = { INT32_MAX, -1, INT32_MIN };
+    for (int64_t grp = 0; grp < N * H; grp++) {
+        int32_t *ix = d->idx + grp * G;
+        const int64_t n = grp / H;
+        if (gc->reversed) {
+            ix[0] = (int32_t)(R - 1 - n % R);
+            continue;
+        }
+        const int keep = G > 1 ? op_rng_int(1, (int)G) : 1;
+        for (int64_t g = 0; g < G; g++)
+            ix[g] = g < keep ? op_rng_int(0, (int)R - 1) : -1;
+        for (int64_t g = G - 1; g > 0; g--) { /* the padding anywhere in the group */
+            int64_t j = op_rng_int(0, (int)g);
+            int32_t t = ix[g];
+            ix[g] = ix[j];
+            ix[j] = t;
+        }
+        if (grp % 7 == 5)
+            ix[op_rng_int(0, (int)G - 1)] = (int32_t)(R + grp % 2);
+        if (grp % 11 == 10)
+            ix[op_rng_int(0, (int)G - 1)] = skipped[(grp / 11) % 3];
+    }
+    if (!gc->reversed) {
+        d->idx[0] = 0; /* the −0 goes first */
+        if (G == 1 && N > 1)
+            d->idx[H] = d->idx[0];
+        if (N * H > 2)
+            for (int64_t g = 0; g < G; g++)
+                d->idx[2 * G + g] = g % 2 ? INT32_MIN : -1;
+    }
+    d->want = op_alloc((size_t)(N * H * D) * sizeof(float));
+    ref_gather_heads(d->table, d->idx, R, H, D, N, G, d->want);
+}
+
+/* The case's tensors on both plugins, uploaded: the table a view of its allocation's first R
+ * rows, dst filled with NaN. */
+static void gather_pairs(const struct op_gather_case *gc, enum mmrt_dtype dt,
+                         const struct op_gather_data *d, struct op_pair *tab, struct op_pair **idx,
+                         struct op_pair **y)
+{
+    const int64_t R = gc->R, H = gc->H, D = gc->D, N = gc->N, G = gc->G;
+    const int64_t es = (int64_t)mmrt_dtype_size(dt);
+    struct op_pair *base = op_pair_new(dt, SHAPE(R + 2, H, D));
+    op_pair_upload(base, op_encode(dt, d->table, (R + 2) * H * D));
+    *tab = op_pair_view(base, dt, SHAPE(R, H, D), (const int64_t[]){ H * D * es, D * es, es }, 0);
+    *idx = op_pair_new(MMRT_DTYPE_I32, SHAPE(N, H, G));
+    op_pair_upload(*idx, d->idx);
+    *y = op_pair_new(MMRT_DTYPE_F32, SHAPE(N, H, D));
+    float *nan = op_alloc((size_t)(N * H * D) * sizeof(float));
+    for (int64_t i = 0; i < N * H * D; i++)
+        nan[i] = NAN;
+    op_pair_upload(*y, nan);
+}
+
+void op_case_gather_heads(const struct op_checks *chk)
+{
+    for (size_t k = 0; k < op_n_gather_cases; k++)
+        for (int t = 0; t < 3; t++) {
+            const struct op_gather_case *gc = &op_gather_cases[k];
+            if (gc->big && !chk->big)
+                continue;
+            enum mmrt_dtype dt = op_weight_dtypes[t];
+            struct op_gather_data d;
+            op_gather_build(gc, dt, 230 + k, &d);
+            struct op_pair tab, *idx, *y;
+            gather_pairs(gc, dt, &d, &tab, &idx, &y);
+            struct op_pair *src[2] = { &tab, idx };
+            op_pair_run(MMRT_OP_GATHER_HEADS, src, 2, y, NULL, 0);
+            void *g, *c;
+            op_pair_download_both(y, &g, &c);
+            char what[128];
+            snprintf(what, sizeof what, "GATHER_HEADS case %zu table [%lld, %lld, %lld] %s G %lld",
+                     k, (long long)gc->R, (long long)gc->H, (long long)gc->D,
+                     mmrt_dtype_name_of(dt), (long long)gc->G);
+            chk->bytes(MMRT_OP_GATHER_HEADS, what, g, c, d.want,
+                       (size_t)(gc->N * gc->H * gc->D) * sizeof(float));
+            op_release_all();
+        }
+
+    /* The indices live in device memory: the same launch after a new upload reads them. */
+    const struct op_gather_case *gc = &op_gather_cases[3];
+    struct op_gather_data d, d2;
+    op_gather_build(gc, MMRT_DTYPE_F16, 77, &d);
+    op_gather_build(gc, MMRT_DTYPE_F16, 77, &d2); /* the same table… */
+    for (int64_t i = 0; i < gc->N * gc->H * gc->G; i++) /* … other rows */
+        d2.idx[i] = d.idx[gc->N * gc->H * gc->G - 1 - i];
+    ref_gather_heads(d2.table, d2.idx, gc->R, gc->H, gc->D, gc->N, gc->G, d2.want);
+    struct op_pair tab, *idx, *y;
+    gather_pairs(gc, MMRT_DTYPE_F16, &d, &tab, &idx, &y);
+    struct op_pair *src[2] = { &tab, idx };
+    op_pair_run(MMRT_OP_GATHER_HEADS, src, 2, y, NULL, 0);
+    op_pair_upload(idx, d2.idx);
+    op_pair_run(MMRT_OP_GATHER_HEADS, src, 2, y, NULL, 0);
+    void *g, *c;
+    op_pair_download_both(y, &g, &c);
+    chk->bytes(MMRT_OP_GATHER_HEADS, "GATHER_HEADS after a new idx upload", g, c, d2.want,
+               (size_t)(gc->N * gc->H * gc->D) * sizeof(float));
+    op_release_all();
+}
+
+/* ---- L2_NORM ----------------------------------------------------------------------------- */
+
+const struct op_l2_case op_l2_cases[] = {
+    { 2, { 1, 1 }, false },    { 2, { 7, 128 }, false },  { 3, { 33, 8, 128 }, false },
+    { 3, { 5, 3, 40 }, false }, { 2, { 9, 7 }, false },   { 2, { 5, 4099 }, false },
+    { 1, { 7 }, false },       { 2, { 300, 8 }, false },  { 2, { 4, 0 }, false },
+    { 2, { 3, 1000 }, false }, { 3, { 2304, 8, 128 }, true },
+};
+const size_t op_n_l2_cases = sizeof op_l2_cases / sizeof op_l2_cases[0];
+
+float *op_l2_values(int64_t rows, int64_t n)
+{
+    float *v = op_alloc((size_t)(rows * n) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        const float amp = r % 5 == 4 ? 0.0f : ldexpf(1.0f, (int)(r % 41) - 20);
+        for (int64_t k = 0; k < n; k++)
+            v[r * n + k] = amp * op_rng_f(-1, 1);
+    }
+    return v;
+}
+
+void op_l2_rows_close(const char *what, const float *got, const double *ref, int64_t rows,
+                      double tol)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double e = fabs((double)got[r] - ref[r]);
+        if (ref[r] == 0 ? got[r] != 0 : !(e <= tol * ref[r]))
+            fail_msg("%s: row %lld is %.9g, reference %.9g (relative error %.3g, tolerance %.1g)",
+                     what, (long long)r, (double)got[r], ref[r], ref[r] ? e / ref[r] : e, tol);
+    }
+}
+
+void op_case_l2_norm(const struct op_checks *chk, double tol)
+{
+    op_rng_seed(24);
+    for (size_t k = 0; k < op_n_l2_cases; k++) {
+        const struct op_l2_case *lc = &op_l2_cases[k];
+        if (lc->big && !chk->big)
+            continue;
+        int64_t rows = 1, n = lc->ne[lc->n_dims - 1];
+        for (int i = 0; i < lc->n_dims - 1; i++)
+            rows *= lc->ne[i];
+        struct op_pair *x = op_pair_new(MMRT_DTYPE_F32, lc->n_dims, lc->ne);
+        float *v = op_l2_values(rows, n);
+        op_pair_upload(x, v);
+        struct op_pair *y = op_pair_new(MMRT_DTYPE_F32, SHAPE(rows)), *src[1] = { x };
+        op_pair_run(MMRT_OP_L2_NORM, src, 1, y, NULL, 0);
+        double *ref = op_ref_buf(rows);
+        ref_l2_norm(v, rows, n, ref);
+        void *g, *c;
+        op_pair_download_both(y, &g, &c);
+        char what[96];
+        snprintf(what, sizeof what, "L2_NORM case %zu: %lld rows of %lld (%d dims)", k,
+                 (long long)rows, (long long)n, lc->n_dims);
+        chk->close(MMRT_OP_L2_NORM, what, g, c, ref, rows, tol);
+        op_l2_rows_close(what, g, ref, rows, tol);
+        op_release_all();
+    }
+}
+
+/* ---- refusals ------------------------------------------------------------------------------ */
+
+static void expect_refused(struct harness *h, mmrt_status st, const char *op, const char *needle)
+{
+    const char *msg = h->plugin->last_error(h->dev);
+    if (st != MMRT_ERR_INVALID_ARG)
+        fail_msg("%s (%s): status %d, want MMRT_ERR_INVALID_ARG (%s)", op, needle, (int)st, msg);
+    if (!strstr(msg, op) || !strstr(msg, needle))
+        fail_msg("%s: message \"%s\" should name the op and say \"%s\"", op, msg, needle);
+}
+
+void op_gather_l2_refusals(struct harness *h)
+{
+    const enum mmrt_dtype F32 = MMRT_DTYPE_F32, I32 = MMRT_DTYPE_I32;
+    const enum mmrt_op GH = MMRT_OP_GATHER_HEADS, L2 = MMRT_OP_L2_NORM;
+    const char *gh = "GATHER_HEADS", *l2 = "L2_NORM";
+    struct harness_tensor *tab = op_tensor_new(h, MMRT_DTYPE_F16, SHAPE(6, 2, 8));
+    struct harness_tensor *idx = op_tensor_new(h, I32, SHAPE(4, 2, 3));
+    struct harness_tensor *y = op_tensor_new(h, F32, SHAPE(4, 2, 8));
+    int32_t iv[24];
+    for (int i = 0; i < 24; i++)
+        iv[i] = i % 7 - 1;
+    assert_int_equal(harness_upload(h, idx, iv), MMRT_OK);
+    struct harness_tensor *ok[2] = { tab, idx };
+    assert_int_equal(harness_run(h, GH, ok, 2, y, NULL, 0), MMRT_OK);
+
+    struct harness_tensor *tab2 = op_tensor_new(h, F32, SHAPE(12, 8)), *s1[2] = { tab2, idx };
+    expect_refused(h, harness_run(h, GH, s1, 2, y, NULL, 0), gh, "src0 (table) must have 3 dims");
+    struct harness_tensor *tabi = op_tensor_new(h, I32, SHAPE(6, 2, 8)), *s2[2] = { tabi, idx };
+    expect_refused(h, harness_run(h, GH, s2, 2, y, NULL, 0), gh, "src0 (table) has dtype I32");
+    struct harness_tensor *wide = op_tensor_new(h, MMRT_DTYPE_F16, SHAPE(6, 2, 9));
+    struct harness_tensor strided =
+        op_view(wide, MMRT_DTYPE_F16, SHAPE(6, 2, 8), (const int64_t[]){ 18 * 2, 9 * 2, 2 }, 0);
+    struct harness_tensor *s3[2] = { &strided, idx };
+    expect_refused(h, harness_run(h, GH, s3, 2, y, NULL, 0), gh,
+                   "src0 (table) must be contiguous");
+    struct harness_tensor *idxf = op_tensor_new(h, F32, SHAPE(4, 2, 3)), *s4[2] = { tab, idxf };
+    expect_refused(h, harness_run(h, GH, s4, 2, y, NULL, 0), gh, "src1 (idx) has dtype F32");
+    struct harness_tensor *idx3 = op_tensor_new(h, I32, SHAPE(4, 3, 1)), *s5[2] = { tab, idx3 };
+    expect_refused(h, harness_run(h, GH, s5, 2, y, NULL, 0), gh,
+                   "src1 (idx) has 3 heads, src0 (table) 2");
+    struct harness_tensor *idx0 = op_tensor_new(h, I32, SHAPE(4, 2, 0)), *s6[2] = { tab, idx0 };
+    expect_refused(h, harness_run(h, GH, s6, 2, y, NULL, 0), gh, "G = 0");
+    struct harness_tensor *y5 = op_tensor_new(h, F32, SHAPE(5, 2, 8));
+    expect_refused(h, harness_run(h, GH, ok, 2, y5, NULL, 0), gh, "dst must be [N 4, H 2, D 8]");
+    struct harness_tensor *yh = op_tensor_new(h, MMRT_DTYPE_F16, SHAPE(4, 2, 8));
+    expect_refused(h, harness_run(h, GH, ok, 2, yh, NULL, 0), gh, "dst has dtype F16");
+    /* dst over the table's own bytes (an F32 table read as its own output) */
+    struct harness_tensor *tf = op_tensor_new(h, F32, SHAPE(6, 2, 8)), *s7[2] = { tf, idx };
+    struct harness_tensor yin =
+        op_view(tf, F32, SHAPE(4, 2, 8), (const int64_t[]){ 16 * 4, 8 * 4, 4 }, 16 * 4);
+    expect_refused(h, harness_run(h, GH, s7, 2, &yin, NULL, 0), gh, "dst overlaps src0 (table)");
+
+    struct harness_tensor *x = op_tensor_new(h, F32, SHAPE(4, 8));
+    struct harness_tensor *n4 = op_tensor_new(h, F32, SHAPE(4)), *sx[1] = { x };
+    assert_int_equal(harness_run(h, L2, sx, 1, n4, NULL, 0), MMRT_OK);
+    struct harness_tensor *xh = op_tensor_new(h, MMRT_DTYPE_F16, SHAPE(4, 8)), *sh[1] = { xh };
+    expect_refused(h, harness_run(h, L2, sh, 1, n4, NULL, 0), l2, "src0 has dtype F16");
+    struct harness_tensor *n41 = op_tensor_new(h, F32, SHAPE(4, 1));
+    expect_refused(h, harness_run(h, L2, sx, 1, n41, NULL, 0), l2, "dst must have 1 dims");
+    struct harness_tensor *n5 = op_tensor_new(h, F32, SHAPE(5));
+    expect_refused(h, harness_run(h, L2, sx, 1, n5, NULL, 0), l2,
+                   "dst has 5 elements, src0 has 4 rows");
+    struct harness_tensor *ni = op_tensor_new(h, I32, SHAPE(4));
+    expect_refused(h, harness_run(h, L2, sx, 1, ni, NULL, 0), l2, "dst has dtype I32");
+    struct harness_tensor xin =
+        op_view(x, F32, SHAPE(4), (const int64_t[]){ 4 }, 0); /* dst = x's first row */
+    expect_refused(h, harness_run(h, L2, sx, 1, &xin, NULL, 0), l2, "dst overlaps src0");
     op_release_all();
 }

@@ -345,4 +345,62 @@ void op_paged_graph_replay(struct harness *h);
  * order, must give the same bits on the device under test (and on the CPU plugin). */
 void op_case_attention_paged(const struct op_checks *chk, double tol);
 
+/* ---- GATHER_HEADS, L2_NORM (ABI 1.4) ------------------------------------------------------ */
+
+/* A GATHER_HEADS case: table [R, H, D], idx [N, H, G]. reversed (G = 1, N = 2R): the groups
+ * of head h name rows R−1, R−2, …, 0 and then the same again — every row twice, in an order
+ * unlike the table's. big cases only with checks.big. */
+struct op_gather_case {
+    int64_t R, H, D, N, G;
+    bool reversed, big;
+};
+extern const struct op_gather_case op_gather_cases[];
+extern const size_t op_n_gather_cases;
+
+/* A case's host values, op_alloc'ed: table [(R + 2)·H·D] rounded to dt, its first value −0
+ * (which a G = 1 copy keeps) and its two rows past R NaN (read only by a kernel that fails to
+ * skip an entry ≥ R); idx [N·H·G]: G = 1 draws rows with repeats (group H, the next token of
+ * head 0, repeats group 0), G > 1 keeps 1 … G rows per group with −1 padding in random places;
+ * group 2 is padding only (−1 and INT32_MIN: zeros), every seventh group holds an entry R or
+ * R + 1 and every eleventh INT32_MAX, all skipped like padding; want [N·H·D] is
+ * ref_gather_heads, the bits every plugin must give. */
+struct op_gather_data {
+    float *table;
+    int32_t *idx;
+    float *want;
+};
+void op_gather_build(const struct op_gather_case *gc, enum mmrt_dtype dt, uint64_t seed,
+                     struct op_gather_data *d);
+
+/* GATHER_HEADS over op_pair, bit-exact against want for every case and table dtype (the
+ * table a view of the first R rows of its allocation, dst prefilled with NaN so a group of
+ * padding must write its zeros); then one launch again after a new idx upload (the indices
+ * are read from device memory at each launch). */
+void op_case_gather_heads(const struct op_checks *chk);
+
+/* L2_NORM shapes; src [ne…], dst [rows]. */
+struct op_l2_case {
+    int n_dims;
+    int64_t ne[3];
+    bool big;
+};
+extern const struct op_l2_case op_l2_cases[];
+extern const size_t op_n_l2_cases;
+/* rows·n values from the random stream: row r in ±2^((r mod 41) − 20), every fifth row
+ * zero; op_alloc'ed. */
+float *op_l2_values(int64_t rows, int64_t n);
+/* Fails unless every got[r] is within tol · ref[r] of ref[r] (so rows of every magnitude are
+ * judged on their own scale) and exactly 0 where ref[r] is 0. */
+void op_l2_rows_close(const char *what, const float *got, const double *ref, int64_t rows,
+                      double tol);
+
+/* L2_NORM over op_pair: chk->close against ref_l2_norm with tol, then op_l2_rows_close on
+ * the device under test. */
+void op_case_l2_norm(const struct op_checks *chk, double tol);
+
+/* Launches of GATHER_HEADS and L2_NORM that plugin.h rules out, on h alone: each must be
+ * MMRT_ERR_INVALID_ARG with a message naming the op and the operand (the in-tree plugins
+ * word them alike). Releases what it allocated. */
+void op_gather_l2_refusals(struct harness *h);
+
 #endif

@@ -174,6 +174,37 @@ void ref_set_rows(const float *values, const int32_t *idx, int64_t T, int64_t n,
                 y[idx[t] * n + k] = values[t * n + k];
 }
 
+void ref_gather_heads(const float *table, const int32_t *idx, int64_t R, int64_t H, int64_t D,
+                      int64_t N, int64_t G, float *y)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t h = 0; h < H; h++) {
+            const int32_t *ix = idx + (n * H + h) * G;
+            float *yr = y + (n * H + h) * D;
+            int64_t c = 0;
+            for (int64_t g = 0; g < G; g++) {
+                if (ix[g] < 0 || ix[g] >= R)
+                    continue;
+                const float *row = table + ((int64_t)ix[g] * H + h) * D;
+                for (int64_t d = 0; d < D; d++)
+                    yr[d] = c == 0 ? row[d] : yr[d] + row[d];
+                c++;
+            }
+            for (int64_t d = 0; d < D; d++)
+                yr[d] = c == 0 ? 0.0f : c == 1 ? yr[d] : yr[d] / (float)c;
+        }
+}
+
+void ref_l2_norm(const float *x, int64_t rows, int64_t n, double *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t k = 0; k < n; k++)
+            s += (double)x[r * n + k] * x[r * n + k];
+        y[r] = sqrt(s);
+    }
+}
+
 void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
                    int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
                    int n_seq, double scale, int causal, double *y)

@@ -80,6 +80,17 @@ void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B
 void ref_set_rows(const float *values, const int32_t *idx, int64_t T, int64_t n, int64_t R,
                   double *y);
 
+/* GATHER_HEADS, which plugin.h defines as an exact f32 computation, so the reference does
+ * it in f32 in that order and its result is what every plugin must give bit for bit:
+ * y[n, h, :] = the kept rows table[idx[n, h, g], h, :] (0 ≤ idx < R) summed in g order from
+ * the first kept one, divided by their count c when c ≥ 2; +0 when none is kept.
+ * table [R, H, D], idx [N, H, G], y [N, H, D]. */
+void ref_gather_heads(const float *table, const int32_t *idx, int64_t R, int64_t H, int64_t D,
+                      int64_t N, int64_t G, float *y);
+
+/* L2_NORM: y[r] = sqrt(Σ x[r, k]²) over rows of x [rows, n]. */
+void ref_l2_norm(const float *x, int64_t rows, int64_t n, double *y);
+
 /* Index of the first maximum of row [n], NaN skipped, 0 when all are NaN. */
 int32_t ref_argmax(const float *row, int64_t n);
 

@@ -1404,6 +1404,110 @@ static void test_argmax(void **state)
     }
 }
 
+/* ---- GATHER_HEADS: exact, L2_NORM: 1e-6 per row ---------------------------------------- */
+
+/* Every case of op_cases.c for every table dtype, bit for bit against ref_gather_heads (the
+ * f32 operations plugin.h fixes), on the default kernel table and with 1 and 3 threads: the
+ * result must not depend on how the rows are split. dst starts as NaN, so a group of padding
+ * must write its zeros; the table's rows past R are NaN, so an entry ≥ R must be skipped. */
+static void gather_on(struct harness *h, const char *label)
+{
+    for (size_t k = 0; k < op_n_gather_cases; k++)
+        for (int t = 0; t < 3; t++) {
+            const struct op_gather_case *gc = &op_gather_cases[k];
+            const int64_t R = gc->R, H_ = gc->H, D = gc->D, N = gc->N, G = gc->G;
+            enum mmrt_dtype dt = op_weight_dtypes[t];
+            const int64_t es = (int64_t)mmrt_dtype_size(dt);
+            struct op_gather_data d;
+            op_gather_build(gc, dt, 230 + k, &d);
+            struct harness_tensor *base = op_tensor_new(h, dt, SHAPE(R + 2, H_, D));
+            assert_int_equal(harness_upload(h, base, op_encode(dt, d.table, (R + 2) * H_ * D)),
+                             MMRT_OK);
+            struct harness_tensor tab = op_view(base, dt, SHAPE(R, H_, D),
+                                                (const int64_t[]){ H_ * D * es, D * es, es }, 0);
+            struct harness_tensor *idx = op_tensor_new(h, MMRT_DTYPE_I32, SHAPE(N, H_, G));
+            assert_int_equal(harness_upload(h, idx, d.idx), MMRT_OK);
+            struct harness_tensor *y = op_tensor_new(h, MMRT_DTYPE_F32, SHAPE(N, H_, D));
+            float *got = op_alloc((size_t)(N * H_ * D) * 4);
+            for (int64_t i = 0; i < N * H_ * D; i++)
+                got[i] = NAN;
+            assert_int_equal(harness_upload(h, y, got), MMRT_OK);
+            struct harness_tensor *src[2] = { &tab, idx };
+            assert_int_equal(harness_run(h, MMRT_OP_GATHER_HEADS, src, 2, y, NULL, 0), MMRT_OK);
+            assert_int_equal(harness_download(h, y, got), MMRT_OK);
+            for (int64_t i = 0; i < N * H_ * D; i++)
+                if (memcmp(&got[i], &d.want[i], 4) != 0)
+                    fail_msg("GATHER_HEADS (%s) case %zu %s: element %lld (n %lld, h %lld) is "
+                             "%.9g, want %.9g", label, k, mmrt_dtype_name_of(dt), (long long)i,
+                             (long long)(i / (H_ * D)), (long long)(i / D % H_), (double)got[i],
+                             (double)d.want[i]);
+            op_release_all();
+        }
+}
+
+static void test_gather_heads(void **state)
+{
+    (void)state;
+    gather_on(&H, "3 threads");
+    struct harness one;
+    struct mmrt_option opt = { "threads", "1" };
+    assert_int_equal(harness_open(&one, harness_plugin_path("cpu"), &opt, 1), MMRT_OK);
+    gather_on(&one, "1 thread");
+    harness_close(&one);
+}
+
+/* Σ x² in double, then one rounding of its square root: within an ulp or so of the exact
+ * norm on every row, whatever its magnitude. */
+static void test_l2_norm(void **state)
+{
+    (void)state;
+    op_rng_seed(24);
+    for (size_t k = 0; k < op_n_l2_cases; k++) {
+        const struct op_l2_case *lc = &op_l2_cases[k];
+        int64_t rows = 1, n = lc->ne[lc->n_dims - 1];
+        for (int i = 0; i < lc->n_dims - 1; i++)
+            rows *= lc->ne[i];
+        float *v = op_l2_values(rows, n);
+        struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, lc->n_dims, lc->ne);
+        upload(tx, v);
+        struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(rows)), *src[1] = { tx };
+        assert_int_equal(run(MMRT_OP_L2_NORM, src, 1, ty, NULL, 0), MMRT_OK);
+        double *ref = op_ref_buf(rows);
+        ref_l2_norm(v, rows, n, ref);
+        char what[96];
+        snprintf(what, sizeof what, "L2_NORM case %zu: %lld rows of %lld", k, (long long)rows,
+                 (long long)n);
+        op_l2_rows_close(what, download_f32(ty), ref, rows, 1e-6);
+        op_release_all();
+    }
+    /* NaN propagates, ±inf gives +inf. */
+    float odd[3][4] = { { 1, NAN, 2, 3 }, { -INFINITY, 1, 2, 3 }, { -3, 4, 0, 0 } };
+    struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(3, 4)), *src[1] = { tx };
+    upload(tx, &odd[0][0]);
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(3));
+    assert_int_equal(run(MMRT_OP_L2_NORM, src, 1, ty, NULL, 0), MMRT_OK);
+    float *got = download_f32(ty);
+    assert_true(isnan(got[0]));
+    assert_true(isinf(got[1]) && got[1] > 0);
+    assert_true(got[2] == 5.0f);
+    op_release_all();
+}
+
+/* The shared refusals of op_cases.c, on the reference plugin. */
+static void test_gather_l2_refusals(void **state)
+{
+    (void)state;
+    op_gather_l2_refusals(&H);
+    /* The device still computes after them. */
+    float x[4] = { 3, 4, 0, 0 };
+    struct harness_tensor *tx = tnew(MMRT_DTYPE_F32, SHAPE(1, 4)), *src[1] = { tx };
+    upload(tx, x);
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(1));
+    assert_int_equal(run(MMRT_OP_L2_NORM, src, 1, ty, NULL, 0), MMRT_OK);
+    assert_true(download_f32(ty)[0] == 5.0f);
+    op_release_all();
+}
+
 /* ---- refusals ------------------------------------------------------------------------- */
 
 /* After every refusal: the error names the op, and the device still computes correctly. */
@@ -2281,6 +2385,9 @@ int main(void)
         cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_set_rows_duplicates),
         cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_gather_heads),
+        cmocka_unit_test(test_l2_norm),
+        cmocka_unit_test(test_gather_l2_refusals),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_rope_multi_set_rows_refusals),
         cmocka_unit_test(test_thread_count_invariance),

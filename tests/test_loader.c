@@ -388,6 +388,139 @@ static void test_validate_rope_multi_set_rows(void **state)
     mmrt_dev_close(dev);
 }
 
+/* The operator front's checks of GATHER_HEADS and L2_NORM (ABI 1.4): each broken launch is
+ * refused naming the op, what was wrong and the operand's dtype and extents, before the
+ * plugin sees it; a well-formed one passes validation and is then refused only because the
+ * stub has no such kernel. */
+static void test_validate_gather_heads_l2_norm(void **state)
+{
+    (void)state;
+    struct mmrt_dev *dev = open_stub(4 << 20);
+    struct mmrt_error err = { 0 };
+    struct mmrt_dev_tensor tab, tab16, tab2, tabi8, idx, idx3, idx0, idxf, idx2d, y, y5, yh, y2d,
+        x, x1, n4, n5, n41, nh;
+    struct {
+        struct mmrt_dev_tensor *t;
+        enum mmrt_dtype dt;
+        int n_dims;
+        int64_t ne[3];
+    } all[] = {
+        { &tab, MMRT_DTYPE_F32, 3, { 6, 2, 8 } },   { &tab16, MMRT_DTYPE_BF16, 3, { 6, 2, 8 } },
+        { &tab2, MMRT_DTYPE_F16, 2, { 12, 8 } },    { &tabi8, MMRT_DTYPE_I8, 3, { 6, 2, 8 } },
+        { &idx, MMRT_DTYPE_I32, 3, { 4, 2, 3 } },   { &idx3, MMRT_DTYPE_I32, 3, { 4, 3, 3 } },
+        { &idx0, MMRT_DTYPE_I32, 3, { 4, 2, 0 } },  { &idxf, MMRT_DTYPE_F32, 3, { 4, 2, 3 } },
+        { &idx2d, MMRT_DTYPE_I32, 2, { 8, 3 } },    { &y, MMRT_DTYPE_F32, 3, { 4, 2, 8 } },
+        { &y5, MMRT_DTYPE_F32, 3, { 5, 2, 8 } },    { &yh, MMRT_DTYPE_F16, 3, { 4, 2, 8 } },
+        { &y2d, MMRT_DTYPE_F32, 2, { 8, 8 } },      { &x, MMRT_DTYPE_F32, 3, { 2, 2, 8 } },
+        { &x1, MMRT_DTYPE_F32, 1, { 8 } },          { &n4, MMRT_DTYPE_F32, 1, { 4 } },
+        { &n5, MMRT_DTYPE_F32, 1, { 5 } },          { &n41, MMRT_DTYPE_F32, 2, { 2, 2 } },
+        { &nh, MMRT_DTYPE_F16, 3, { 2, 2, 8 } },
+    };
+    size_t n_all = sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n_all; i++)
+        assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
+                                               all[i].t, &err), MMRT_OK);
+    log_reset();
+
+    assert_int_equal(mmrt_op_gather_heads(dev, &tab.t, &idx.t, &y.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device s1 (plugin stub) has no operator GATHER_HEADS");
+    assert_int_equal(mmrt_op_gather_heads(dev, &tab16.t, &idx.t, &y.t, &err),
+                     MMRT_ERR_UNSUPPORTED);
+    static const struct {
+        int tab, idx, y; /* indices into all[] */
+        const char *why;
+    } bad[] = {
+        { 2, 4, 9, "device s1: GATHER_HEADS: table must be a contiguous F32/F16/BF16 [R, H, D] "
+                   "(got F16 [12, 8])" },
+        { 3, 4, 9, "GATHER_HEADS: table must be a contiguous F32/F16/BF16 [R, H, D] (got I8 "
+                   "[6, 2, 8])" },
+        { 0, 5, 9, "GATHER_HEADS: idx must be contiguous I32 [N, H, G] with the table's H and "
+                   "G ≥ 1 (got I32 [4, 3, 3])" },
+        { 0, 6, 9, "GATHER_HEADS: idx must be contiguous I32 [N, H, G] with the table's H and "
+                   "G ≥ 1 (got I32 [4, 2, 0])" },
+        { 0, 7, 9, "GATHER_HEADS: idx must be contiguous I32 [N, H, G] with the table's H and "
+                   "G ≥ 1 (got F32 [4, 2, 3])" },
+        { 0, 8, 9, "GATHER_HEADS: idx must be contiguous I32 [N, H, G] with the table's H and "
+                   "G ≥ 1 (got I32 [8, 3])" },
+        { 0, 4, 10, "GATHER_HEADS: dst must be contiguous F32 [N, H, D] (N from idx, H and D "
+                    "from the table) (got F32 [5, 2, 8])" },
+        { 0, 4, 11, "GATHER_HEADS: dst must be contiguous F32 [N, H, D] (N from idx, H and D "
+                    "from the table) (got F16 [4, 2, 8])" },
+        { 0, 4, 12, "GATHER_HEADS: dst must be contiguous F32 [N, H, D] (N from idx, H and D "
+                    "from the table) (got F32 [8, 8])" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(mmrt_op_gather_heads(dev, &all[bad[i].tab].t->t, &all[bad[i].idx].t->t,
+                                              &all[bad[i].y].t->t, &err),
+                         MMRT_ERR_INVALID_ARG);
+        if (!strstr(err.msg, bad[i].why))
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].why);
+    }
+    /* A strided table (every other head of a [6, 4, 8] buffer) is not contiguous. */
+    struct mmrt_tensor strided = tab.t;
+    strided.nb[0] *= 2;
+    assert_int_equal(mmrt_op_gather_heads(dev, &strided, &idx.t, &y.t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "GATHER_HEADS: table must be a contiguous"));
+
+    /* L2_NORM: dst is 1-D [rows] whatever src's rank. */
+    assert_int_equal(mmrt_op_l2_norm(dev, &x.t, &n4.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device s1 (plugin stub) has no operator L2_NORM");
+    struct mmrt_tensor one = n4.t;
+    one.ne[0] = 1;
+    assert_int_equal(mmrt_op_l2_norm(dev, &x1.t, &one, &err), MMRT_ERR_UNSUPPORTED);
+    assert_int_equal(mmrt_op_l2_norm(dev, &x.t, &n41.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "device s1: L2_NORM: dst must be contiguous F32 [rows], 1-D, "
+                                    "one norm per row of src (got F32 [2, 2])"));
+    assert_int_equal(mmrt_op_l2_norm(dev, &x.t, &n5.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "L2_NORM: dst must be contiguous F32 [rows], 1-D, one norm "
+                                    "per row of src (got F32 [5])"));
+    assert_int_equal(mmrt_op_l2_norm(dev, &nh.t, &n4.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "L2_NORM: src must be contiguous F32 (got F16 [2, 2, 8])"));
+    assert_false(log_has("call op")); /* nothing reached the plugin */
+
+    for (size_t i = 0; i < n_all; i++)
+        mmrt_dev_tensor_free(dev, all[i].t);
+    mmrt_dev_close(dev);
+}
+
+/* A plugin built against ABI 1.3 declares 23 ops; whatever its table holds past them (here a
+ * SCALE kernel in the GATHER_HEADS and L2_NORM slots) is never read: the loader gives NULL for
+ * the ops of later minors, and the front refuses them by name. */
+static void test_older_minor_lacks_newer_ops(void **state)
+{
+    (void)state;
+    struct mmrt_loaded_plugin *p = NULL;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), &p, &err), MMRT_OK);
+    assert_int_equal(p->api.hdr.abi_minor, 3);
+    assert_non_null(p->api.ops[MMRT_OP_SCALE]);
+    assert_non_null(p->api.ops[MMRT_OP_ADD]);
+    for (int op = MMRT_OP_GATHER_HEADS; op < MMRT_OP_COUNT; op++)
+        assert_null(p->api.ops[op]);
+    struct mmrt_dev *dev = NULL;
+    assert_int_equal(mmrt_dev_open_plugin("old", p, 1, 1 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL, 0,
+                                          &dev, &err),
+                     MMRT_OK);
+    struct mmrt_dev_tensor x, y;
+    int64_t ne[2] = { 2, 4 }, nr[1] = { 2 };
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, ne, &x, &err), MMRT_OK);
+    assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 1, nr, &y, &err), MMRT_OK);
+    log_reset();
+    assert_int_equal(mmrt_op_l2_norm(dev, &x.t, &y.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device old (plugin stub) has no operator L2_NORM");
+    assert_false(log_has("call op"));
+    enum mmrt_op need[] = { MMRT_OP_SCALE, MMRT_OP_GATHER_HEADS, MMRT_OP_L2_NORM };
+    assert_int_equal(mmrt_dev_require_ops(dev, "image-KV compression", need, 3, &err),
+                     MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device old (plugin stub) lacks operators needed by "
+                                 "image-KV compression: GATHER_HEADS, L2_NORM");
+    mmrt_dev_tensor_free(dev, &x);
+    mmrt_dev_tensor_free(dev, &y);
+    mmrt_dev_close(dev);
+    mmrt_plugin_release(p);
+}
+
 static void test_device_errors(void **state)
 {
     (void)state;
@@ -482,6 +615,8 @@ int main(void)
         cmocka_unit_test_setup(test_load_by_name_and_share, setup),
         cmocka_unit_test_setup(test_device_and_dispatch, setup),
         cmocka_unit_test_setup(test_validate_rope_multi_set_rows, setup),
+        cmocka_unit_test_setup(test_validate_gather_heads_l2_norm, setup),
+        cmocka_unit_test_setup(test_older_minor_lacks_newer_ops, setup),
         cmocka_unit_test_setup(test_device_errors, setup),
         cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
     };

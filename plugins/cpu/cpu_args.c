@@ -206,25 +206,16 @@ void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n)
     switch (dtype) {
     case MMRT_DTYPE_F16:
         for (; i + 4 <= n; i += 4) {
-            cpu_v4h h;
-            memcpy(&h, s + i, sizeof h);
-            cpu_v4u w = __builtin_convertvector(h, cpu_v4u) << 16;
-            cpu_v4u sign = w & 0x80000000u, two_w = w + w;
-            cpu_v4f normal = (cpu_v4f)((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-            cpu_v4f subnormal = (cpu_v4f)((two_w >> 17) | (126u << 23)) - 0.5f;
-            cpu_v4u is_sub = (cpu_v4u)(two_w < (1u << 27));
-            cpu_v4u r = sign | (is_sub & (cpu_v4u)subnormal) | (~is_sub & (cpu_v4u)normal);
-            memcpy(dst + i, &r, sizeof r);
+            cpu_v4f v = cpu_f16x4_to_f32(s + i);
+            memcpy(dst + i, &v, sizeof v);
         }
         for (; i < n; i++)
             dst[i] = cpu_f16_to_f32(s[i]);
         break;
     case MMRT_DTYPE_BF16:
         for (; i + 4 <= n; i += 4) {
-            cpu_v4h h;
-            memcpy(&h, s + i, sizeof h);
-            cpu_v4u r = __builtin_convertvector(h, cpu_v4u) << 16;
-            memcpy(dst + i, &r, sizeof r);
+            cpu_v4f v = cpu_bf16x4_to_f32(s + i);
+            memcpy(dst + i, &v, sizeof v);
         }
         for (; i < n; i++)
             dst[i] = cpu_bf16_to_f32(s[i]);

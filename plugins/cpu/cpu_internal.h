@@ -10,7 +10,8 @@
  *   cpu_args.c             argument resolution and checks shared by every kernel
  *   cpu_ops_matmul.c       MATMUL, PATCH_EMBED (one blocked GEMM)
  *   cpu_ops_elementwise.c  ADD, MUL, SCALE, the activations, SWIGLU
- *   cpu_ops_rows.c         LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, GET_ROWS, SET_ROWS
+ *   cpu_ops_rows.c         LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, L2_NORM, GET_ROWS,
+ *                          GATHER_HEADS, SET_ROWS
  *   cpu_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION
  *   cpu_ops_copy.c         COPY, CONCAT
  *   cpu_graph.c            graph capture and replay (option graph = 1), the op dispatcher
@@ -484,6 +485,27 @@ static inline cpu_v4f cpu_v4f_load(const float *p)
     return v;
 }
 
+/* Four halves at p widened exactly: cpu_f16_to_f32's arithmetic in vector form. */
+static inline cpu_v4f cpu_f16x4_to_f32(const uint16_t *p)
+{
+    cpu_v4h h;
+    memcpy(&h, p, sizeof h);
+    cpu_v4u w = __builtin_convertvector(h, cpu_v4u) << 16;
+    cpu_v4u sign = w & 0x80000000u, two_w = w + w;
+    cpu_v4f normal = (cpu_v4f)((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    cpu_v4f subnormal = (cpu_v4f)((two_w >> 17) | (126u << 23)) - 0.5f;
+    cpu_v4u is_sub = (cpu_v4u)(two_w < (1u << 27));
+    return (cpu_v4f)(sign | (is_sub & (cpu_v4u)subnormal) | (~is_sub & (cpu_v4u)normal));
+}
+
+/* Four bf16 values at p widened (exact: the bits move up). */
+static inline cpu_v4f cpu_bf16x4_to_f32(const uint16_t *p)
+{
+    cpu_v4h h;
+    memcpy(&h, p, sizeof h);
+    return (cpu_v4f)(__builtin_convertvector(h, cpu_v4u) << 16);
+}
+
 /* Sum of eight partial sums in a fixed order, so results do not depend on anything but n. */
 static inline float cpu_hsum8(const float a[8])
 {
@@ -548,5 +570,7 @@ mmrt_status cpu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *ar
 mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cpu_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_CPU_INTERNAL_H */

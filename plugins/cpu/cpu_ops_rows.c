@@ -1,6 +1,7 @@
 /*
- * plugins/cpu/cpu_ops_rows.c — the row-wise ops: LAYERNORM, RMSNORM, SOFTMAX, ARGMAX and
- * GET_ROWS, each parallel over rows, and SET_ROWS (the row scatter), parallel over columns.
+ * plugins/cpu/cpu_ops_rows.c — the row-wise ops: LAYERNORM, RMSNORM, SOFTMAX, ARGMAX,
+ * L2_NORM, GET_ROWS and GATHER_HEADS, each parallel over rows, and SET_ROWS (the row scatter),
+ * parallel over columns.
  *
  * Norm moments and softmax sums are accumulated in double: cheap here, and it makes the
  * statistic itself exact to f32 precision, so the result stays within an ulp or two of what
@@ -411,5 +412,187 @@ mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
         .n = n, .R = d->ne[0], .dtype = d->dtype,
     };
     cpu_parallel_for(&dev->pool, n, (double)T, set_rows_task, &c);
+    return MMRT_OK;
+}
+
+/* ---- GATHER_HEADS ---------------------------------------------------------------------- */
+
+/* One item is one output row (n, h). Its D floats in dst are the accumulator: the first kept
+ * table row is widened into them, each later one added in g order, then they are divided
+ * once by the count when it is ≥ 2 — the exact sequence of f32 operations plugin.h fixes, so
+ * every plugin gives these bits. Four elements at a time with the table's F16 / BF16 widened
+ * in registers; the lanes are separate elements, so vectorising changes no bit. */
+struct gather_ctx {
+    const char *table;  /* [R][H][D], dtype */
+    const int32_t *idx; /* [N][H][G] */
+    float *y;           /* [N][H][D] */
+    int64_t R, H, D, G;
+    size_t row_bytes;   /* D elements of the table */
+    int dtype;
+};
+
+/* y[0, D) = row widened to f32, or y += it when add. */
+static void gather_row(float *restrict y, const char *restrict row, int dtype, int64_t D,
+                       bool add)
+{
+    int64_t d = 0;
+    if (dtype == MMRT_DTYPE_F32) {
+        const float *r = (const float *)row;
+        if (!add) {
+            memcpy(y, r, (size_t)D * sizeof(float));
+            return;
+        }
+        for (; d + 4 <= D; d += 4) {
+            cpu_v4f v = cpu_v4f_load(y + d) + cpu_v4f_load(r + d);
+            memcpy(y + d, &v, sizeof v);
+        }
+        for (; d < D; d++)
+            y[d] += r[d];
+        return;
+    }
+    const uint16_t *r = (const uint16_t *)row;
+    const bool f16 = dtype == MMRT_DTYPE_F16;
+    for (; d + 4 <= D; d += 4) {
+        cpu_v4f v = f16 ? cpu_f16x4_to_f32(r + d) : cpu_bf16x4_to_f32(r + d);
+        if (add)
+            v = cpu_v4f_load(y + d) + v;
+        memcpy(y + d, &v, sizeof v);
+    }
+    for (; d < D; d++) {
+        float v = f16 ? cpu_f16_to_f32(r[d]) : cpu_bf16_to_f32(r[d]);
+        y[d] = add ? y[d] + v : v;
+    }
+}
+
+static void gather_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct gather_ctx *c = vctx;
+    const int64_t D = c->D;
+    (void)tid;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t h = it % c->H;
+        const int32_t *ix = c->idx + it * c->G;
+        float *y = c->y + it * D;
+        int64_t kept = 0;
+        for (int64_t g = 0; g < c->G; g++) {
+            const int64_t r = ix[g];
+            if (r < 0 || r >= c->R)
+                continue; /* padding, or the caller's out-of-range entry: skipped alike */
+            gather_row(y, c->table + (size_t)(r * c->H + h) * c->row_bytes, c->dtype, D,
+                       kept > 0);
+            kept++;
+        }
+        if (kept == 0) {
+            memset(y, 0, (size_t)D * sizeof(float));
+        } else if (kept > 1) {
+            const float n = (float)kept; /* a correctly rounded division, never 1/n */
+            int64_t d = 0;
+            for (; d + 4 <= D; d += 4) {
+                cpu_v4f v = cpu_v4f_load(y + d) / n;
+                memcpy(y + d, &v, sizeof v);
+            }
+            for (; d < D; d++)
+                y[d] /= n;
+        }
+    }
+}
+
+mmrt_status cpu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    if ((st = cpu_need_rank(&o, "src0 (table)", tab, 3)) ||
+        (st = cpu_need_dtype(&o, "src0 (table)", tab, CPU_DT_WEIGHT)) ||
+        (st = cpu_need_contig(&o, "src0 (table)", tab)) ||
+        (st = cpu_need_rank(&o, "src1 (idx)", idx, 3)) ||
+        (st = cpu_need_dtype(&o, "src1 (idx)", idx, CPU_DT_I32)) ||
+        (st = cpu_need_contig(&o, "src1 (idx)", idx)) ||
+        (st = cpu_need_rank(&o, "dst", y, 3)) || (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "dst", y)) ||
+        (st = cpu_need_disjoint(&o, "src0 (table)", tab, false)) ||
+        (st = cpu_need_disjoint(&o, "src1 (idx)", idx, false)))
+        return st;
+    const int64_t R = tab->ne[0], H = tab->ne[1], D = tab->ne[2], N = idx->ne[0], G = idx->ne[2];
+    if (idx->ne[1] != H)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " heads, src0 (table) %"
+                       PRId64, idx->ne[1], H);
+    if (G < 1)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has no entries per group (G = 0; "
+                       "G must be ≥ 1)");
+    if (y->ne[0] != N || y->ne[1] != H || y->ne[2] != D)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [N %" PRId64 ", H %" PRId64 ", D %"
+                       PRId64 "], got [%" PRId64 ", %" PRId64 ", %" PRId64 "]", N, H, D, y->ne[0],
+                       y->ne[1], y->ne[2]);
+    if (N == 0 || H == 0 || D == 0)
+        return MMRT_OK;
+    struct gather_ctx c = {
+        .table = tab->data, .idx = (const int32_t *)idx->data, .y = (float *)y->data,
+        .R = R, .H = H, .D = D, .G = G,
+        .row_bytes = (size_t)D * mmrt_dtype_size((enum mmrt_dtype)tab->dtype),
+        .dtype = tab->dtype,
+    };
+    cpu_parallel_for(&dev->pool, N * H, (double)(G * D), gather_task, &c);
+    return MMRT_OK;
+}
+
+/* ---- L2_NORM ------------------------------------------------------------------------------ */
+
+typedef double rows_v4d __attribute__((vector_size(32)));
+
+/* Σ x[i]² in double over eight lanes (lane l takes i ≡ l mod 8, the tail goes to lanes 0…),
+ * added in a fixed tree: each square of an f32 is exact in double, so the sum is within an
+ * ulp or so of exact, and the order depends on n alone. */
+static double sum_squares(const float *x, int64_t n)
+{
+    rows_v4d lo = { 0 }, hi = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        rows_v4d a = __builtin_convertvector(cpu_v4f_load(x + i), rows_v4d);
+        rows_v4d b = __builtin_convertvector(cpu_v4f_load(x + i + 4), rows_v4d);
+        lo += a * a;
+        hi += b * b;
+    }
+    double acc[8];
+    memcpy(acc, &lo, sizeof lo);
+    memcpy(acc + 4, &hi, sizeof hi);
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += (double)x[i] * (double)x[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+struct l2_ctx {
+    const float *x;
+    float *y;
+    int64_t n;
+};
+
+static void l2_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct l2_ctx *c = vctx;
+    (void)tid;
+    for (int64_t r = begin; r < end; r++)
+        c->y[r] = (float)sqrt(sum_squares(c->x + r * c->n, c->n));
+}
+
+mmrt_status cpu_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cpu_op o;
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_L2_NORM, 1, 1, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cpu_view *x = &o.src[0], *y = &o.dst;
+    if ((st = cpu_need_dtype(&o, "src0", x, CPU_DT_F32)) || (st = cpu_need_contig(&o, "src0", x)) ||
+        (st = cpu_need_rank(&o, "dst", y, 1)) || (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) ||
+        (st = cpu_need_contig(&o, "dst", y)) || (st = cpu_need_disjoint(&o, "src0", x, false)))
+        return st;
+    const int64_t rows = cpu_rows(x), n = cpu_inner(x);
+    if (y->ne[0] != rows)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %" PRId64 " elements, src0 has %" PRId64
+                       " rows", y->ne[0], rows);
+    struct l2_ctx c = { .x = (const float *)x->data, .y = (float *)y->data, .n = n };
+    cpu_parallel_for(&dev->pool, rows, (double)n, l2_task, &c);
     return MMRT_OK;
 }

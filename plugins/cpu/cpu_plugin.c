@@ -535,6 +535,8 @@ const mmrt_kernel_fn cpu_kernel_table[MMRT_OP_COUNT] = {
     [MMRT_OP_ROPE_MULTI] = cpu_op_rope_multi,
     [MMRT_OP_SET_ROWS] = cpu_op_set_rows,
     [MMRT_OP_ATTENTION_PAGED] = cpu_op_attention_paged,
+    [MMRT_OP_GATHER_HEADS] = cpu_op_gather_heads,
+    [MMRT_OP_L2_NORM] = cpu_op_l2_norm,
 };
 
 /* What the core calls: each op enters through cpu_dispatch with its own slot, which runs the
@@ -567,6 +569,8 @@ CPU_ENTRY(MMRT_OP_ARGMAX, entry_argmax)
 CPU_ENTRY(MMRT_OP_ROPE_MULTI, entry_rope_multi)
 CPU_ENTRY(MMRT_OP_SET_ROWS, entry_set_rows)
 CPU_ENTRY(MMRT_OP_ATTENTION_PAGED, entry_attention_paged)
+CPU_ENTRY(MMRT_OP_GATHER_HEADS, entry_gather_heads)
+CPU_ENTRY(MMRT_OP_L2_NORM, entry_l2_norm)
 #undef CPU_ENTRY
 
 static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
@@ -593,6 +597,8 @@ static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_ROPE_MULTI] = entry_rope_multi,
     [MMRT_OP_SET_ROWS] = entry_set_rows,
     [MMRT_OP_ATTENTION_PAGED] = entry_attention_paged,
+    [MMRT_OP_GATHER_HEADS] = entry_gather_heads,
+    [MMRT_OP_L2_NORM] = entry_l2_norm,
 };
 
 static const struct mmrt_plugin cpu_plugin = {

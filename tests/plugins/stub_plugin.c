@@ -15,7 +15,9 @@
  *   4 NULL required member (download), 5 no device, 6 entry returns NULL,
  *   7 oldest accepted layout (struct ends at last_error: no ops, keys or shutdown),
  *   8 loads and works, but its ADD is slightly wrong (src1 scaled by 1 + 2⁻¹²): the plugin
- *     checker must FAIL it.
+ *     checker must FAIL it,
+ *   9 built as an ABI 1.3 plugin (abi_minor 3, n_ops 23: no GATHER_HEADS or L2_NORM) whose
+ *     table nonetheless holds kernels past n_ops, which the loader must never read.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -289,7 +291,19 @@ static mmrt_status op_add(struct mmrt_device *dev, const struct mmrt_op_args *ar
 static const mmrt_kernel_fn stub_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_SCALE] = op_scale,
     [MMRT_OP_ADD] = op_add,
+#if STUB_VARIANT == 9
+    [MMRT_OP_GATHER_HEADS] = op_scale, /* past n_ops: traps */
+    [MMRT_OP_L2_NORM] = op_scale,
+#endif
 };
+
+#if STUB_VARIANT == 9
+#define STUB_ABI_MINOR 3
+#define STUB_N_OPS MMRT_OP_GATHER_HEADS /* the op count of ABI 1.3 */
+#else
+#define STUB_ABI_MINOR MMRT_ABI_MINOR
+#define STUB_N_OPS MMRT_OP_COUNT
+#endif
 
 static const char *const stub_keys[] = { "mode", "fail", NULL };
 
@@ -305,7 +319,7 @@ static const struct mmrt_plugin stub_plugin = {
         .abi_minor = 0,
 #else
         .abi_major = MMRT_ABI_MAJOR,
-        .abi_minor = MMRT_ABI_MINOR,
+        .abi_minor = STUB_ABI_MINOR,
 #endif
 #if STUB_VARIANT == 2
         .struct_size = 16,
@@ -332,7 +346,7 @@ static const struct mmrt_plugin stub_plugin = {
     .last_error = last_error,
     /* Variant 7 declares a struct that ends before these; the loader must not read them. */
     .ops = stub_ops,
-    .n_ops = MMRT_OP_COUNT,
+    .n_ops = STUB_N_OPS,
     .option_keys = stub_keys,
     .shutdown = shutdown,
 };

@@ -1504,6 +1504,128 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
     return MMRT_OK;
 }
 
+/* ---- GATHER_HEADS ------------------------------------------------------------------------ */
+
+/* Image-token KV compression: rows kept one by one (G = 1: any order, repeats) and pooled
+ * groups (G = 2, 4, 9) that are ragged (−1 and INT32_MIN padding), one group that is all
+ * padding (zeros), and entries R, R + 1 and INT32_MAX that must be skipped like padding. The
+ * table is the first R rows of an allocation whose two rows past R are never written (NaN),
+ * so reading an entry that should have been skipped poisons the result; its first value is −0,
+ * which a G = 1 copy keeps. Head dims 1, 7, 40 (off every vector width), 64, 128, 257.
+ * Bit-exact: plugin.h fixes the order of the f32 additions and the one division. */
+static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int64_t R, H, D, N, G;
+        int quick;
+    } cases[] = {
+        {1, 1, 1, 1, 1, Q},     {64, 8, 128, 40, 1, Q}, {64, 2, 40, 17, 4, Q},
+        {300, 4, 128, 33, 9, 0}, {16, 3, 7, 9, 4, 0},   {576, 8, 128, 144, 4, 0},
+        {50, 1, 257, 5, 2, 0},   {5, 2, 64, 8, 9, 0},
+    };
+    uint64_t serial = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+            if (!want(c, cases[i].quick))
+                continue;
+            const int64_t R = cases[i].R, H = cases[i].H, D = cases[i].D, N = cases[i].N,
+                          G = cases[i].G;
+            struct kase k;
+            kase_begin(&k, c, MMRT_OP_GATHER_HEADS, dt_name(weight_dts[d]), serial,
+                       "table [%lld, %lld, %lld], idx [%lld, %lld, %lld]%s", (long long)R,
+                       (long long)H, (long long)D, (long long)N, (long long)H, (long long)G,
+                       G > 1 ? ", ragged" : "");
+            struct kt *base = kt_new(&k, weight_dts[d], SHAPE(R + 2, H, D));
+            struct kt *tab =
+                base ? kt_view(&k, base, SHAPE(R, H, D), (const int64_t[]){H * D, D, 1}, 0) : NULL;
+            struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(N, H, G));
+            struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(N, H, D));
+            float *tv = kase_floats(&k, R * H * D);
+            int32_t *iv = kase_ints(&k, N * H * G);
+            if (tv && iv) {
+                for (int64_t j = 0; j < R * H * D; j++)
+                    tv[j] = kase_float(&k, -100, 100);
+                tv[0] = -0.0f;
+                kt_set(&k, tab, tv);
+                static const int32_t skipped[] = {-1, INT32_MIN, -1, INT32_MAX};
+                for (int64_t r = 0; r < N * H; r++) {
+                    int32_t *grp = iv + r * G;
+                    int keep = G > 1 ? kase_int(&k, 1, (int)G) : 1;
+                    for (int64_t g = 0; g < G; g++)
+                        grp[g] = g < keep ? kase_int(&k, 0, (int)R - 1) : -1;
+                    for (int64_t g = G - 1; g > 0; g--) { /* padding anywhere in the group */
+                        int64_t j = kase_int(&k, 0, (int)g);
+                        int32_t t = grp[g];
+                        grp[g] = grp[j];
+                        grp[j] = t;
+                    }
+                    if (G > 1 && r % 5 == 2)
+                        grp[kase_int(&k, 0, (int)G - 1)] = skipped[(r / 5) % 4];
+                    if (r % 7 == 3)
+                        grp[kase_int(&k, 0, (int)G - 1)] = (int32_t)(R + r % 2);
+                }
+                iv[0] = 0; /* row 0 of head 0 (its −0) first, and again for n = 1 when G = 1 */
+                if (G == 1 && N > 1)
+                    iv[H * G] = 0;
+                if (N * H > 2)
+                    for (int64_t g = 0; g < G; g++) /* a group of nothing but padding */
+                        iv[2 * G + g] = g % 2 ? INT32_MIN : -1;
+                kt_set_raw(&k, idx, iv);
+            }
+            kase_run(&k, (const struct kt *[]){tab, idx}, 2, y, NULL, 0);
+            kase_check(&k, y);
+            END_CASE();
+        }
+    return MMRT_OK;
+}
+
+/* ---- L2_NORM ----------------------------------------------------------------------------- */
+
+/* Norms of K rows ([T, H, D] and [rows, N]): N of 1, 7, 40, 128 and 4099 (off every vector
+ * width and work-group), rows that are all zero (exactly 0), a row of N = 0 (0), wide value
+ * ranges within f32's squares. */
+static mmrt_status grid_l2_norm(struct chk *c, struct mmrt_error *err)
+{
+    static const struct {
+        int n_dims;
+        int64_t ne[3];
+        int quick;
+    } cases[] = {
+        {2, {1, 1}, Q},   {2, {7, 128}, Q}, {3, {33, 8, 128}, Q}, {3, {5, 3, 40}, 0},
+        {2, {5, 4099}, 0}, {1, {7}, 0},     {2, {300, 8}, 0},     {2, {4, 0}, 0},
+        {3, {576, 8, 128}, 0},
+    };
+    uint64_t serial = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
+        if (!want(c, cases[i].quick))
+            continue;
+        const int nd = cases[i].n_dims;
+        int64_t rows = 1, n = cases[i].ne[nd - 1];
+        for (int j = 0; j < nd - 1; j++)
+            rows *= cases[i].ne[j];
+        struct kase k;
+        kase_begin(&k, c, MMRT_OP_L2_NORM, "F32", serial, "%lld rows of %lld (%d dims)",
+                   (long long)rows, (long long)n, nd);
+        k.zeros_exact = true; /* a row of zeros has norm exactly 0 */
+        struct kt *x = kt_new(&k, MMRT_DTYPE_F32, nd, cases[i].ne);
+        struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(rows));
+        float *v = kase_floats(&k, rows * n);
+        if (v) {
+            for (int64_t r = 0; r < rows; r++) {
+                /* magnitudes from 2^-20 to 2^20 by row, zeros every fifth row */
+                float amp = r % 5 == 4 ? 0.0f : ldexpf(1.0f, (int)(r % 41) - 20);
+                for (int64_t j = 0; j < n; j++)
+                    v[r * n + j] = amp * kase_float(&k, -1, 1);
+            }
+            kt_set(&k, x, v);
+        }
+        kase_run(&k, (const struct kt *[]){x}, 1, y, NULL, 0);
+        kase_check(&k, y);
+        END_CASE();
+    }
+    return MMRT_OK;
+}
+
 mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
 {
     switch (op) {
@@ -1535,6 +1657,8 @@ mmrt_status chk_run_op(struct chk *c, enum mmrt_op op, struct mmrt_error *err)
     case MMRT_OP_ROPE_MULTI: return grid_rope_multi(c, err);
     case MMRT_OP_SET_ROWS: return grid_set_rows(c, err);
     case MMRT_OP_ATTENTION_PAGED: return grid_attention_paged(c, err);
+    case MMRT_OP_GATHER_HEADS: return grid_gather_heads(c, err);
+    case MMRT_OP_L2_NORM: return grid_l2_norm(c, err);
     case MMRT_OP_COUNT: break;
     }
     return mmrt_error_set(err, MMRT_ERR_INTERNAL, "no cases for operator %d", (int)op);

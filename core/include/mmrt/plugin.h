@@ -20,7 +20,9 @@
  *   Op parameter structs are versioned the same way through mmrt_op_args.params_size.
  *   Operators are added by appending to enum mmrt_op; an op whose semantics change gets a new
  *   enum value, so a plugin built against an older header can never silently compute the old
- *   meaning of an op.
+ *   meaning of an op. Such a plugin's n_ops is its header's MMRT_OP_COUNT, so the ops added
+ *   since read as NULL (not supported) and a placement or launch that needs them is refused
+ *   by name; nothing else changes for it.
  *
  * Memory addressing
  *   Device memory is a set of arenas that the plugin hands out (arena_alloc). The core
@@ -58,7 +60,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 3
+#define MMRT_ABI_MINOR 4
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -250,6 +252,34 @@ enum mmrt_op {
      * launch, bit for bit: reduce over a sequence's keys in key order with a blocking that
      * does not depend on any of those. Params: mmrt_attention_params (n_seq ≥ 1). */
     MMRT_OP_ATTENTION_PAGED = 22,
+    /* Per-head row gather with averaging (ABI 1.4), for image-token KV-cache compression:
+     * after prefill the engine keeps, per layer and KV head, a subset of the image tokens'
+     * K/V rows (G = 1) or averages of groups of them (2×2 pooling: G = 4), chosen by score.
+     * src0 = table [R, H, D], F32, F16 or BF16, contiguous (in use a KV page store
+     * [n_pages, page_tokens, Hkv, D] viewed as [n_pages·page_tokens, Hkv, D]); src1 = idx
+     * I32 [N, H, G], G ≥ 1, contiguous and in device memory (so the rows a later upload
+     * names are read, as SET_ROWS's indices); dst F32 [N, H, D] contiguous, overlapping
+     * neither source. No params.
+     *   dst[n, h, :] = (Σ over the kept g of table[idx[n, h, g], h, :]) / c
+     * where an entry is kept when 0 ≤ idx[n, h, g] < R and c counts the kept entries.
+     * Bit-exact on every plugin (mmrt-plugin-check compares exactly), so the arithmetic is
+     * fixed: each kept row is widened to f32 (exact), the sum starts from the first kept row
+     * and adds the others in g order with rounded f32 additions (no other order, no
+     * contraction), then, only when c ≥ 2, is divided by (float)c with one correctly rounded
+     * f32 division (not a multiplication by a reciprocal, no fast-math). So c = 1 copies the
+     * row exactly (−0 stays −0) and c = 0 gives +0. NaN payloads are not specified.
+     * Negative entries are padding for ragged groups (fewer than G rows to average); an
+     * entry ≥ R is the caller's error and is skipped like padding, because a device cannot
+     * report it without a synchronisation (the same reasoning as SET_ROWS). */
+    MMRT_OP_GATHER_HEADS = 23,
+    /* Row L2 norms (ABI 1.4): dst[r] = sqrt(Σₖ x[r, k]²) for every row r of src0 [rows, N]
+     * (F32, contiguous, any rank; rows is the product of all dims but the last, so a 1-D
+     * src0 is one row). dst is F32 [rows], always 1-D and contiguous whatever src0's rank
+     * (a caller wanting [T, H] views those bytes so), and does not overlap src0. N = 0 gives
+     * 0; NaN propagates. Accumulated in f32 or better in any order, so plugins agree only to
+     * a tolerance; an f32 accumulation overflows to +inf where Σ x² exceeds FLT_MAX, a
+     * double one does not. The engine scores image-token K rows with it. No params. */
+    MMRT_OP_L2_NORM = 24,
     MMRT_OP_COUNT /* number of ops this header knows; never stored in a plugin struct */
 };
 
@@ -415,7 +445,7 @@ static inline const char *mmrt_op_name_of(int op)
         "MATMUL", "ADD", "MUL", "SCALE", "LAYERNORM", "RMSNORM", "GELU", "GELU_TANH",
         "QUICK_GELU", "SILU", "SWIGLU", "RELU2", "SOFTMAX", "ROPE", "ATTENTION", "GET_ROWS",
         "PATCH_EMBED", "CONCAT", "COPY", "ARGMAX", "ROPE_MULTI", "SET_ROWS",
-        "ATTENTION_PAGED",
+        "ATTENTION_PAGED", "GATHER_HEADS", "L2_NORM",
     };
     MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_OP_COUNT, "every op needs a name");
     return op >= 0 && op < MMRT_OP_COUNT ? names[op] : "unknown op";
