@@ -738,6 +738,35 @@ static void test_set_rows(void **state)
     op_case_set_rows(&g_checks);
 }
 
+/* ---- GATHER_HEADS: exact; L2_NORM: 1e-5 ----------------------------------------------
+ * GATHER_HEADS: op_cases.c's cases (G = 1 copies in any order with repeats, ragged 2×2 and
+ * 3×3 pools, a group of padding, entries ≥ R skipped, D = 1, 7, 40, 64, 128, 257) for every
+ * table dtype, byte for byte against ref_gather_heads and the CPU plugin: the kernel does the
+ * f32 additions in g order and one correctly rounded division, as plugin.h fixes. L2_NORM:
+ * the squares summed in double (fp64) or f32 by a work-group tree, within 1e-5 of the
+ * reference on every row. Then the launches both must refuse, worded as on the CPU. */
+
+static void test_gather_heads(void **state)
+{
+    (void)state;
+    need_device();
+    op_case_gather_heads(&g_checks);
+}
+
+static void test_l2_norm(void **state)
+{
+    (void)state;
+    need_device();
+    op_case_l2_norm(&g_checks, 1e-5);
+}
+
+static void test_gather_l2_refusals(void **state)
+{
+    (void)state;
+    need_device();
+    op_gather_l2_refusals(&H[OCL]);
+}
+
 /* ---- PATCH_EMBED: tolerance 1e-5 (the MATMUL kernels over K = C·P·P ≤ 2352) ----------- */
 
 static void test_patch_embed(void **state)
@@ -1480,6 +1509,9 @@ int main(void)
         cmocka_unit_test(test_attention_packed),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_set_rows),
+        cmocka_unit_test(test_gather_heads),
+        cmocka_unit_test(test_l2_norm),
+        cmocka_unit_test(test_gather_l2_refusals),
         cmocka_unit_test(test_patch_embed),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_copy_conversions),

@@ -8,10 +8,11 @@
  *   ocl_program.c          the embedded kernels: lazy build, kernel cache, launches, the
  *                          device error buffer behind asynchronous errors
  *   ocl_args.c             argument resolution and checks shared by every op
- *   ocl_ops_elementwise.c  ADD, MUL, SCALE, activations, SWIGLU, norms, SOFTMAX, ARGMAX
+ *   ocl_ops_elementwise.c  ADD, MUL, SCALE, activations, SWIGLU, norms, SOFTMAX, ARGMAX,
+ *                          L2_NORM
  *   ocl_ops_matmul.c       MATMUL, PATCH_EMBED
  *   ocl_ops_attention.c    ROPE, ROPE_MULTI, ATTENTION, ATTENTION_PAGED
- *   ocl_ops_copy.c         COPY, CONCAT, GET_ROWS, SET_ROWS
+ *   ocl_ops_copy.c         COPY, CONCAT, GET_ROWS, SET_ROWS, GATHER_HEADS
  *   kernels/NAME.cl        the OpenCL C, embedded at build time by embed_cl.cmake
  *
  * Asynchronous errors: a kernel cannot return a status, so the ops whose validity depends on
@@ -39,8 +40,8 @@
 
 /* Work-group shapes, passed to the kernels as -D build options so host grids and kernel
  * loops cannot drift apart (see kernels/common.cl). */
-#define OCL_WG_1D 256       /* elementwise, COPY, GET_ROWS, SET_ROWS */
-#define OCL_WG_ROW 256      /* one work-group per row: norms, SOFTMAX, ARGMAX */
+#define OCL_WG_1D 256       /* elementwise, COPY, GET_ROWS, SET_ROWS, GATHER_HEADS */
+#define OCL_WG_ROW 256      /* one work-group per row: norms, SOFTMAX, ARGMAX, L2_NORM */
 #define OCL_WG_ROPE 64      /* ROPE, ROPE_MULTI */
 #define OCL_ATT_BQ 32       /* ATTENTION queries per work-group */
 #define OCL_ATT_BK 64       /* most keys per ATTENTION tile */
@@ -93,6 +94,8 @@ enum ocl_kernel {
     OCL_K_GET_ROWS_CHECK,
     OCL_K_GET_ROWS,
     OCL_K_SET_ROWS,
+    OCL_K_L2_NORM,
+    OCL_K_GATHER_HEADS,
     OCL_K_COUNT
 };
 
@@ -124,6 +127,7 @@ struct mmrt_device {
     uint32_t alignment;
     bool fp64;                    /* cl_khr_fp64 */
     bool fp32_div_sqrt;           /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT */
+    bool fp32_denorm;             /* CL_FP_DENORM: f32 subnormals are kept, not flushed */
     struct ocl_arena *arenas;     /* [n_arenas] live arenas, unordered */
     size_t n_arenas, cap_arenas;
 
@@ -298,5 +302,7 @@ mmrt_status ocl_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args
 mmrt_status ocl_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status ocl_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status ocl_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_OCL_INTERNAL_H */

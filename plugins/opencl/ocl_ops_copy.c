@@ -1,6 +1,6 @@
 /*
  * plugins/opencl/ocl_ops_copy.c — host side of COPY, CONCAT, GET_ROWS and SET_ROWS
- * (kernels/copy.cl).
+ * (kernels/copy.cl), and of GATHER_HEADS (kernels/rows.cl).
  *
  * COPY and CONCAT are one strided element copy (k_copy): the views are padded to 4-D with
  * leading extents of 1 and passed with byte strides. CONCAT copies each source into its slice
@@ -13,6 +13,11 @@
  * SET_ROWS also reads its indices from device memory, but plugin.h makes an index outside
  * [0, R) a no-op rather than an error (a captured decode step cannot report one), so it is
  * one launch with nothing to check on the device.
+ *
+ * GATHER_HEADS skips entries outside [0, R) the same way. Its result must be the bits
+ * plugin.h fixes, which takes a correctly rounded division (fp64, or f32 division built with
+ * -cl-fp32-correctly-rounded-divide-sqrt) and f32 additions that keep subnormals; a device
+ * without them refuses the op with MMRT_ERR_UNSUPPORTED rather than give other bits.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -219,5 +224,56 @@ mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
     ocl_arg_int(&c, (int32_t)T);
     ocl_arg_long(&c, R);
     size_t local[2] = {OCL_WG_1D, 1}, global[2] = {(size_t)n, (size_t)T};
+    return ocl_call_run(&c, 2, global, local, false);
+}
+
+mmrt_status ocl_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    if ((st = ocl_need_rank(&o, "src0 (table)", tab, 3)) ||
+        (st = ocl_need_dtype(&o, "src0 (table)", tab, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_contig(&o, "src0 (table)", tab)) ||
+        (st = ocl_need_rank(&o, "src1 (idx)", idx, 3)) ||
+        (st = ocl_need_dtype(&o, "src1 (idx)", idx, OCL_DT_I32)) ||
+        (st = ocl_need_contig(&o, "src1 (idx)", idx)) ||
+        (st = ocl_need_rank(&o, "dst", y, 3)) || (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "dst", y)) ||
+        (st = ocl_need_disjoint(&o, "src0 (table)", tab, false)) ||
+        (st = ocl_need_disjoint(&o, "src1 (idx)", idx, false)))
+        return st;
+    const int64_t R = tab->ne[0], H = tab->ne[1], D = tab->ne[2], N = idx->ne[0], G = idx->ne[2];
+    if (idx->ne[1] != H)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " heads, src0 (table) %"
+                       PRId64, idx->ne[1], H);
+    if (G < 1)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has no entries per group (G = 0; "
+                       "G must be ≥ 1)");
+    if (y->ne[0] != N || y->ne[1] != H || y->ne[2] != D)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [N %" PRId64 ", H %" PRId64 ", D %"
+                       PRId64 "], got [%" PRId64 ", %" PRId64 ", %" PRId64 "]", N, H, D, y->ne[0],
+                       y->ne[1], y->ne[2]);
+    if (!dev->fp32_denorm || (!dev->fp64 && !dev->fp32_div_sqrt))
+        return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%s %s, so the averages could not be the exact "
+                       "f32 results plugin.h requires", dev->name,
+                       !dev->fp32_denorm ? "flushes f32 subnormals"
+                                         : "has neither fp64 nor correctly rounded f32 division");
+    if (N == 0 || H == 0 || D == 0)
+        return MMRT_OK;
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_GATHER_HEADS)))
+        return st;
+    ocl_arg_view(&c, tab);
+    ocl_arg_int(&c, tab->dtype);
+    ocl_arg_view(&c, idx);
+    ocl_arg_view(&c, y);
+    ocl_arg_long(&c, R);
+    ocl_arg_long(&c, H);
+    ocl_arg_long(&c, D);
+    ocl_arg_long(&c, G);
+    size_t local[2] = {OCL_WG_1D, 1}, global[2] = {(size_t)D, (size_t)(N * H)};
     return ocl_call_run(&c, 2, global, local, false);
 }

@@ -1,6 +1,6 @@
 /*
  * plugins/opencl/ocl_ops_elementwise.c — host side of ADD, MUL, SCALE, the activations,
- * SWIGLU (kernels/elementwise.cl) and of LAYERNORM, RMSNORM, SOFTMAX, ARGMAX
+ * SWIGLU (kernels/elementwise.cl) and of LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, L2_NORM
  * (kernels/rows.cl): argument checks as in the CPU reference, then one launch — one
  * work-item per element, or one work-group per row.
  */
@@ -271,5 +271,31 @@ mmrt_status ocl_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *ar
     ocl_arg_view(&c, x);
     ocl_arg_view(&c, y);
     ocl_arg_long(&c, n);
+    return run_rows(&c, rows);
+}
+
+mmrt_status ocl_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct ocl_op o;
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_L2_NORM, 1, 1, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct ocl_view *x = &o.src[0], *y = &o.dst;
+    if ((st = ocl_need_dtype(&o, "src0", x, OCL_DT_F32)) || (st = ocl_need_contig(&o, "src0", x)) ||
+        (st = ocl_need_rank(&o, "dst", y, 1)) || (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
+        (st = ocl_need_contig(&o, "dst", y)) || (st = ocl_need_disjoint(&o, "src0", x, false)))
+        return st;
+    int64_t rows = ocl_rows(x), n = ocl_inner(x);
+    if (y->ne[0] != rows)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %" PRId64 " elements, src0 has %" PRId64
+                       " rows", y->ne[0], rows);
+    if (rows == 0)
+        return MMRT_OK;
+    struct ocl_call c;
+    if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_L2_NORM)))
+        return st;
+    ocl_arg_view(&c, x);
+    ocl_arg_view(&c, y);
+    ocl_arg_long(&c, n); /* n = 0 still launches: those rows get 0 */
     return run_rows(&c, rows);
 }

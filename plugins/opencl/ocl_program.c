@@ -51,6 +51,8 @@ static const char *const kernel_names[OCL_K_COUNT] = {
     [OCL_K_GET_ROWS_CHECK] = "k_get_rows_check",
     [OCL_K_GET_ROWS] = "k_get_rows",
     [OCL_K_SET_ROWS] = "k_set_rows",
+    [OCL_K_L2_NORM] = "k_l2_norm",
+    [OCL_K_GATHER_HEADS] = "k_gather_heads",
 };
 
 /* Sends the build log to the host's log sink, one line per log line (a long log is cut). */

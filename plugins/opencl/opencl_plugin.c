@@ -325,6 +325,7 @@ static mmrt_status ocl_query_device(struct mmrt_device *dev, cl_platform_id plat
     dev->local_mem_bytes = local;
     dev->max_work_group = max_wg;
     dev->fp32_div_sqrt = (fp32 & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+    dev->fp32_denorm = (fp32 & CL_FP_DENORM) != 0;
     /* OpenCL 1.2 reports a double config only with cl_khr_fp64; 0 means none. */
     dev->fp64 = fp64 != 0;
     /* The ABI wants bytes; the core's pool also wants cache-line granularity at least. */
@@ -744,6 +745,8 @@ static const mmrt_kernel_fn ocl_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_ROPE_MULTI] = ocl_op_rope_multi,
     [MMRT_OP_SET_ROWS] = ocl_op_set_rows,
     [MMRT_OP_ATTENTION_PAGED] = ocl_op_attention_paged,
+    [MMRT_OP_GATHER_HEADS] = ocl_op_gather_heads,
+    [MMRT_OP_L2_NORM] = ocl_op_l2_norm,
 };
 
 static const struct mmrt_plugin ocl_plugin = {

@@ -1,8 +1,9 @@
 /*
- * rows.cl — LAYERNORM, RMSNORM, SOFTMAX and ARGMAX: one work-group of WG_ROW items per row of
- * a contiguous [rows, n] tensor. Item l handles elements l, l + WG_ROW, … in every pass, so an
- * element is only ever read and written by the same item and in-place runs need no global
- * fences; the row statistics come from tree reductions in local memory (wg_sum, wg_max).
+ * rows.cl — LAYERNORM, RMSNORM, SOFTMAX, ARGMAX and L2_NORM: one work-group of WG_ROW items
+ * per row of a contiguous [rows, n] tensor. Item l handles elements l, l + WG_ROW, … in every
+ * pass, so an element is only ever read and written by the same item and in-place runs need
+ * no global fences; the row statistics come from tree reductions in local memory (wg_sum,
+ * wg_max). Also GATHER_HEADS, one work-item per output element (no reduction across items).
  *
  * Statistics accumulate in acc_t (double where the device has fp64, see common.cl) and each
  * output is then formed in f32 the way the CPU reference writes it: LayerNorm
@@ -133,4 +134,61 @@ void k_argmax(__global const uchar *xb, long x_off, __global uchar *yb, long y_o
     }
     if (lid == 0)
         ((__global int *)(yb + y_off))[row] = si[0] < 0 ? 0 : si[0];
+}
+
+/* L2_NORM: y[row] = sqrt(Σ x²), the squares summed in acc_t (double where the device has
+ * fp64: each square of an f32 is then exact). A row of n = 0 gives 0. */
+__kernel __attribute__((reqd_work_group_size(WG_ROW, 1, 1)))
+void k_l2_norm(__global const uchar *xb, long x_off, __global uchar *yb, long y_off, long n)
+{
+    __local acc_t red[WG_ROW];
+    long row = get_group_id(0);
+    int lid = get_local_id(0);
+    __global const float *x = (__global const float *)(xb + x_off) + row * n;
+
+    acc_t ss = 0;
+    for (long i = lid; i < n; i += WG_ROW)
+        ss += (acc_t)x[i] * x[i];
+    acc_t s = wg_sum(red, ss);
+    if (lid == 0)
+        ((__global float *)(yb + y_off))[row] = (float)sqrt(s);
+}
+
+/* GATHER_HEADS: item (d, n·H + h) forms dst[n, h, d] in exactly the f32 operations plugin.h
+ * fixes: the first kept row's element, then + each later kept one in g order (FP_CONTRACT is
+ * off), then one correctly rounded division by the count when it is ≥ 2. With fp64 the
+ * quotient is formed in double and rounded once to f32, which is the correctly rounded f32
+ * quotient (53 ≥ 2·24 + 2 bits, so the double rounding is innocuous); without fp64 the host
+ * launches this only when the program was built with -cl-fp32-correctly-rounded-divide-sqrt.
+ * Entries < 0 (padding) or ≥ R are skipped; none kept gives +0. */
+__kernel __attribute__((reqd_work_group_size(WG_1D, 1, 1)))
+void k_gather_heads(__global const uchar *tb, long t_off, int t_dt, __global const uchar *ib,
+                    long i_off, __global uchar *yb, long y_off, long R, long H, long D, long G)
+{
+    long d = get_global_id(0), it = get_global_id(1);
+    if (d >= D)
+        return;
+    long h = it % H;
+    __global const int *ix = (__global const int *)(ib + i_off) + it * G;
+    __global const uchar *t = tb + t_off;
+    float s = 0.0f;
+    int c = 0;
+    for (long g = 0; g < G; g++) {
+        long r = ix[g];
+        if (r < 0 || r >= R)
+            continue;
+        float v = load_w(t, t_dt, (r * H + h) * D + d);
+        s = c == 0 ? v : s + v;
+        c++;
+    }
+    float out = s;
+    if (c == 0)
+        out = 0.0f;
+    else if (c > 1)
+#if OCL_FP64
+        out = (float)((double)s / (double)c);
+#else
+        out = s / (float)c;
+#endif
+    ((__global float *)(yb + y_off))[it * D + d] = out;
 }
