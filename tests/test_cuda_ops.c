@@ -31,6 +31,10 @@
  *         the scale; rows bit-identical alone), 3e-5 above (the codes widen to f16 exactly
  *         and take the F16 tensor-core route, so the F16 GEMM bound applies), 1e-3 with
  *         gemm_precision=fast (the F16 fast bound)
+ *   exact GATHER_HEADS (op_case_gather_heads): plugin.h fixes its f32 operations (sum in g
+ *         order with __fadd_rn, one __fdiv_rn), so the GPU must give the CPU's bits
+ *   1e-6  L2_NORM (op_case_l2_norm), per row: the squares are exact in double and summed
+ *         there, so only the final rounding to f32 is left
  *   U4 weights (op_case_matmul_u4), against the dequantized weights: 1e-5 for M ≤ 32 (the U4
  *         GEMV: f32 sums of x · (code − zero) per 32-code block, scaled once per block), 3e-4
  *         above: the dequantized weights are rounded to f16 (2^-12 relative each, row by row
@@ -881,6 +885,32 @@ static void test_set_rows(void **state)
     op_case_set_rows(&g_checks);
 }
 
+/* ---- GATHER_HEADS: exact; L2_NORM: 1e-6 per row ----------------------------------------- */
+
+/* The shared cases (op_cases.h): every table dtype, G = 1 / 2 / 4 / 9, ragged groups, entries
+ * ≥ R skipped, a 48×48 image pooled 2×2 unless MMRT_TEST_QUICK; then a new idx upload. */
+static void test_gather_heads(void **state)
+{
+    (void)state;
+    need_dut();
+    op_case_gather_heads(&g_checks);
+}
+
+static void test_l2_norm(void **state)
+{
+    (void)state;
+    need_dut();
+    op_case_l2_norm(&g_checks, 1e-6);
+}
+
+/* The launches plugin.h rules out, refused with the CPU plugin's words. */
+static void test_gather_l2_refusals(void **state)
+{
+    (void)state;
+    need_dut();
+    op_gather_l2_refusals(&G);
+}
+
 /* A status the device reports either at the launch or at the next synchronize (the GPU
  * checks device-memory values asynchronously). Returns that status; last_error in err. */
 static mmrt_status launch_then_sync(struct harness *h, enum mmrt_op op,
@@ -1528,6 +1558,8 @@ int main(void)
         cmocka_unit_test(test_attention_paged_device_checks),
         cmocka_unit_test(test_graph_capture_paged),
         cmocka_unit_test(test_set_rows),
+        cmocka_unit_test(test_gather_heads), cmocka_unit_test(test_l2_norm),
+        cmocka_unit_test(test_gather_l2_refusals),
         cmocka_unit_test(test_device_checks), cmocka_unit_test(test_copy),
         cmocka_unit_test(test_concat),       cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_graph_capture_mrope),

@@ -171,7 +171,10 @@ elif [ $dry -eq 0 ]; then
   att=$(grep 'OPSTAT ATTENTION ' "$logdir/cuda_ops.log" | awk '{print $4}')
   paged=$(grep 'OPSTAT ATTENTION_PAGED ' "$logdir/cuda_ops.log" | awk '{print $4}')
   mm=$(grep 'OPSTAT MATMUL ' "$logdir/cuda_ops.log" | awk '{print $4}')
-  add cuda_ops "$(result $rc)" "$secs" "${passed:-0} tests passed, $fails failed; worst err attention ${att:-?} paged ${paged:-?} matmul ${mm:-?}"
+  # GATHER_HEADS is exact: its err_vs_ref column is 1 when any case was not bit-exact, else 0.
+  gather=$(grep 'OPSTAT GATHER_HEADS ' "$logdir/cuda_ops.log" | awk '{print $4}')
+  l2=$(grep 'OPSTAT L2_NORM ' "$logdir/cuda_ops.log" | awk '{print $4}')
+  add cuda_ops "$(result $rc)" "$secs" "${passed:-0} tests passed, $fails failed; worst err attention ${att:-?} paged ${paged:-?} matmul ${mm:-?} l2_norm ${l2:-?}; gather_heads inexact: ${gather:-?}"
   grep '^OPSTAT' "$logdir/cuda_ops.log" > "$logdir/opstat.txt" 2>/dev/null
   grep -B2 -A8 '\[  FAILED  \]\|\[  ERROR   \]\|Failure\|failed:' "$logdir/cuda_ops.log" | head -80 > "$logdir/cuda_ops.failures.txt"
 fi

@@ -7,7 +7,7 @@
  *                     error word, graph capture, the op table
  *   cuda_args.c       argument resolution and checks shared by every op (cf. cpu_args.c)
  *   cuda_ops.c        elementwise, row ops, ROPE, ROPE_MULTI, ATTENTION, ATTENTION_PAGED,
- *                     GET_ROWS, SET_ROWS, COPY, CONCAT
+ *                     GET_ROWS, SET_ROWS, COPY, CONCAT, GATHER_HEADS, L2_NORM
  *   cuda_ops_gemm.c   MATMUL and PATCH_EMBED: GEMV kernels (float, I8 and U4 weights) or
  *                     cuBLAS
  *   cuda_kernels.cu, cuda_gemm.cu, cuda_attention.cu   the device code (cuda_kernels.h)
@@ -198,5 +198,7 @@ mmrt_status cu_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args)
 mmrt_status cu_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args);
 mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args);
+mmrt_status cu_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *args);
 
 #endif /* MMRT_CUDA_INTERNAL_H */

@@ -1,8 +1,8 @@
 /*
  * plugins/cuda/cuda_kernels.cu — the memory-bound kernels of the CUDA plugin: the overlapping
- * byte move, elementwise ops, row ops (norms, softmax, argmax, get_rows), strided COPY,
- * ROPE / ROPE_MULTI and SET_ROWS. GEMM support lives in cuda_gemm.cu, attention in
- * cuda_attention.cu.
+ * byte move, elementwise ops, row ops (norms, softmax, argmax, l2_norm, get_rows,
+ * gather_heads), strided COPY, ROPE / ROPE_MULTI and SET_ROWS. GEMM support lives in
+ * cuda_gemm.cu, attention in cuda_attention.cu.
  *
  * Numerics follow the CPU reference plugin operation for operation wherever that is cheap, so
  * that the two plugins differ only by summation order: statistics (norm moments, softmax
@@ -12,7 +12,8 @@
  * functions, within 2 ulp of glibc's.
  *
  * Launch shapes: elementwise and copies are grid-stride loops of 256 threads; row ops run
- * one block of 256 threads per row (rows are hidden sizes or vocabularies, thousands wide).
+ * one block of 256 threads per row (rows are hidden sizes or vocabularies, thousands wide),
+ * except GATHER_HEADS and L2_NORM, whose rows are head dims (~128): one warp per row there.
  *
  * cu_move_bytes: one block walks the range in tiles, in the direction that only overwrites
  * bytes already read (forward when dst < src, backward otherwise). A barrier between loading
@@ -469,6 +470,78 @@ cudaError_t launch_set_rows_t(void *dst, int64_t R, const float *src, const int3
     return cudaGetLastError();
 }
 
+/* ---- GATHER_HEADS, L2_NORM --------------------------------------------------------------- */
+
+constexpr int kWarpRows = kThreads / 32; /* rows per block: one warp each */
+
+/* Lane l of a row's warp forms elements l, l + 32, … of it, each in exactly the f32
+ * operations plugin.h fixes: no warp-level arithmetic, so no order to get wrong. The
+ * explicit _rn intrinsics keep nvcc from contracting or reassociating anything; the
+ * division is IEEE (__fdiv_rn), never a reciprocal. */
+template <int DT>
+__global__ void __launch_bounds__(kThreads)
+gather_heads_kernel(float *y, const void *table, int64_t R, int64_t H, int64_t D,
+                    const int32_t *idx, int64_t rows, int64_t G)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t it = (int64_t)blockIdx.x * kWarpRows + warp; it < rows;
+         it += (int64_t)gridDim.x * kWarpRows) {
+        const int64_t h = it % H;
+        const int32_t *ix = idx + it * G;
+        float *yr = y + it * D;
+        for (int64_t d = lane; d < D; d += 32) {
+            float s = 0.0f;
+            int c = 0;
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t r = ix[g];
+                if (r < 0 || r >= R)
+                    continue; /* padding, or an entry past the table: skipped alike */
+                const int64_t j = (r * H + h) * D + d;
+                float v;
+                if (DT == MMRT_DTYPE_F16)
+                    v = f16_to_f32_exact(static_cast<const uint16_t *>(table)[j]);
+                else if (DT == MMRT_DTYPE_BF16)
+                    v = bf16_to_f32(static_cast<const uint16_t *>(table)[j]);
+                else
+                    v = static_cast<const float *>(table)[j];
+                s = c == 0 ? v : __fadd_rn(s, v);
+                c++;
+            }
+            yr[d] = c == 0 ? 0.0f : c == 1 ? s : __fdiv_rn(s, (float)c);
+        }
+    }
+}
+
+template <int DT>
+cudaError_t launch_gather_heads_t(float *y, const void *table, int64_t R, int64_t H, int64_t D,
+                                  const int32_t *idx, int64_t rows, int64_t G,
+                                  cudaStream_t stream)
+{
+    auto k = gather_heads_kernel<DT>;
+    CU_LAUNCH(k, grid_for(rows, kWarpRows, 65536), kThreads, 0, stream, y, table, R, H, D, idx,
+              rows, G);
+    return cudaGetLastError();
+}
+
+/* Every lane of a warp works on the same row, so all 32 reach the butterfly together. */
+__global__ void __launch_bounds__(kThreads)
+l2_norm_kernel(float *y, const float *x, int64_t rows, int64_t n)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t r = (int64_t)blockIdx.x * kWarpRows + warp; r < rows;
+         r += (int64_t)gridDim.x * kWarpRows) {
+        const float *xr = x + r * n;
+        double s = 0.0;
+        for (int64_t i = lane; i < n; i += 32) {
+            const double v = xr[i];
+            s += v * v; /* exact square: a contracted fma gives the same sum */
+        }
+        s = warp_sum(s);
+        if (lane == 0)
+            y[r] = (float)sqrt(s);
+    }
+}
+
 } // namespace
 
 /* ---- launchers ------------------------------------------------------------------------- */
@@ -621,4 +694,30 @@ extern "C" cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const
     case MMRT_DTYPE_BF16: return launch_set_rows_t<MMRT_DTYPE_BF16>(dst, R, src, idx, T, n, stream);
     default: return launch_set_rows_t<MMRT_DTYPE_F32>(dst, R, src, idx, T, n, stream);
     }
+}
+
+extern "C" cudaError_t cu_launch_gather_heads(float *y, const void *table, int dtype, int64_t R,
+                                              int64_t H, int64_t D, const int32_t *idx,
+                                              int64_t rows, int64_t G, cudaStream_t stream)
+{
+    if (rows <= 0 || D <= 0)
+        return cudaSuccess;
+    switch (dtype) {
+    case MMRT_DTYPE_F16:
+        return launch_gather_heads_t<MMRT_DTYPE_F16>(y, table, R, H, D, idx, rows, G, stream);
+    case MMRT_DTYPE_BF16:
+        return launch_gather_heads_t<MMRT_DTYPE_BF16>(y, table, R, H, D, idx, rows, G, stream);
+    default:
+        return launch_gather_heads_t<MMRT_DTYPE_F32>(y, table, R, H, D, idx, rows, G, stream);
+    }
+}
+
+extern "C" cudaError_t cu_launch_l2_norm(float *y, const float *x, int64_t rows, int64_t n,
+                                         cudaStream_t stream)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    auto k = l2_norm_kernel;
+    CU_LAUNCH(k, grid_for(rows, kWarpRows, 65536), kThreads, 0, stream, y, x, rows, n);
+    return cudaGetLastError();
 }

@@ -8,7 +8,8 @@
  * what is left for the device to check is only what lives in device memory (token ids,
  * cu_seqlens, kv_lens, page ids), reported through struct cu_err_word.
  *
- * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows), cuda_gemm.cu (GEMV, I8
+ * Files: cuda_kernels.cu (copies, elementwise, rows, rope, set_rows, gather_heads, l2_norm),
+ * cuda_gemm.cu (GEMV, I8
  * and U4 GEMV, operand preparation for cuBLAS), cuda_attention.cu (flash attention).
  * Pointers are device addresses (arena base + offset); strides and extents are in elements
  * unless named nb.
@@ -131,6 +132,22 @@ cudaError_t cu_launch_rope(const struct cu_rope_desc *d, cudaStream_t stream);
  * idx only on the device: safe to capture. */
 cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const float *src,
                                const int32_t *idx, int64_t T, int64_t n, cudaStream_t stream);
+
+/* ---- GATHER_HEADS, L2_NORM (ABI 1.4) ----------------------------------------------------- */
+
+/* For every output row it = n·H + h < rows (= N·H) of y [N, H, D]: the table rows
+ * table[idx[it·G + g], h, :] (table [R, H, D] of dtype F32, F16 or BF16) whose index lies in
+ * [0, R), widened exactly, summed from the first kept one in g order (__fadd_rn), then divided
+ * once by their count when it is ≥ 2 (__fdiv_rn): the bits plugin.h fixes, the CPU plugin's.
+ * None kept gives +0. One warp per output row. Reads idx only on the device: safe to
+ * capture. */
+cudaError_t cu_launch_gather_heads(float *y, const void *table, int dtype, int64_t R,
+                                   int64_t H, int64_t D, const int32_t *idx, int64_t rows,
+                                   int64_t G, cudaStream_t stream);
+/* y[r] = sqrt(Σₖ x[r, k]²) for r < rows, x [rows, n] F32: one warp per row, the squares
+ * (exact in double) summed in double. n = 0 gives 0. */
+cudaError_t cu_launch_l2_norm(float *y, const float *x, int64_t rows, int64_t n,
+                              cudaStream_t stream);
 
 /* ---- GEMM support (cuda_gemm.cu) ------------------------------------------------------- */
 

@@ -7,7 +7,8 @@
  * would also break graph capture, so two checks move onto the GPU: GET_ROWS ids and ATTENTION
  * cu_seqlens. Their violations reach the caller as MMRT_ERR_INVALID_ARG from the next
  * synchronize() or download(), with the offending value in last_error (see cuda_plugin.c).
- * SET_ROWS needs no such check: plugin.h makes an index outside [0, R) a no-op.
+ * SET_ROWS and GATHER_HEADS need no such check: plugin.h makes an index outside [0, R) a
+ * no-op for one and padding for the other.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -397,6 +398,62 @@ mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *a
     cudaError_t e = cu_launch_set_rows(y->data, y->dtype, R, (const float *)val->data,
                                        (const int32_t *)idx->data, T, n, dev->stream);
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "set_rows");
+}
+
+/* ---- GATHER_HEADS, L2_NORM -------------------------------------------------------------- */
+
+mmrt_status cu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 2, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cu_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    if ((st = cu_need_rank(&o, "src0 (table)", tab, 3)) ||
+        (st = cu_need_dtype(&o, "src0 (table)", tab, CU_DT_WEIGHT)) ||
+        (st = cu_need_contig(&o, "src0 (table)", tab)) ||
+        (st = cu_need_rank(&o, "src1 (idx)", idx, 3)) ||
+        (st = cu_need_dtype(&o, "src1 (idx)", idx, CU_DT_I32)) ||
+        (st = cu_need_contig(&o, "src1 (idx)", idx)) || (st = cu_need_rank(&o, "dst", y, 3)) ||
+        (st = check_dst_f32(&o)) || (st = cu_need_disjoint(&o, "src0 (table)", tab, false)) ||
+        (st = cu_need_disjoint(&o, "src1 (idx)", idx, false)))
+        return st;
+    const int64_t R = tab->ne[0], H = tab->ne[1], D = tab->ne[2], N = idx->ne[0], G = idx->ne[2];
+    if (idx->ne[1] != H)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " heads, src0 (table) %"
+                      PRId64, idx->ne[1], H);
+    if (G < 1)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has no entries per group (G = 0; "
+                      "G must be ≥ 1)");
+    if (y->ne[0] != N || y->ne[1] != H || y->ne[2] != D)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [N %" PRId64 ", H %" PRId64 ", D %"
+                      PRId64 "], got [%" PRId64 ", %" PRId64 ", %" PRId64 "]", N, H, D, y->ne[0],
+                      y->ne[1], y->ne[2]);
+    /* The entries stay on the device (a captured step reads what a later upload wrote); one
+     * outside [0, R) is skipped like padding, as plugin.h says. */
+    cudaError_t e = cu_launch_gather_heads((float *)y->data, tab->data, tab->dtype, R, H, D,
+                                           (const int32_t *)idx->data, N * H, G, dev->stream);
+    return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "gather_heads");
+}
+
+mmrt_status cu_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    struct cu_op o;
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_L2_NORM, 1, 1, &o);
+    if (st != MMRT_OK)
+        return st;
+    const struct cu_view *x = &o.src[0], *y = &o.dst;
+    if ((st = cu_need_dtype(&o, "src0", x, CU_DT_F32)) || (st = cu_need_contig(&o, "src0", x)) ||
+        (st = cu_need_rank(&o, "dst", y, 1)) || (st = check_dst_f32(&o)) ||
+        (st = cu_need_disjoint(&o, "src0", x, false)))
+        return st;
+    const int64_t rows = cu_rows(x), n = cu_inner(x);
+    if (y->ne[0] != rows)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %" PRId64 " elements, src0 has %" PRId64
+                      " rows", y->ne[0], rows);
+    cudaError_t e = cu_launch_l2_norm((float *)y->data, (const float *)x->data, rows, n,
+                                      dev->stream);
+    return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "l2_norm");
 }
 
 /* ---- ATTENTION ------------------------------------------------------------------------ */

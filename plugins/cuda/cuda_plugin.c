@@ -865,6 +865,8 @@ CU_ENTRY(cu_op_argmax)
 CU_ENTRY(cu_op_rope_multi)
 CU_ENTRY(cu_op_set_rows)
 CU_ENTRY(cu_op_attention_paged)
+CU_ENTRY(cu_op_gather_heads)
+CU_ENTRY(cu_op_l2_norm)
 
 static const mmrt_kernel_fn cu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_MATMUL] = cu_op_matmul_entry,
@@ -890,6 +892,8 @@ static const mmrt_kernel_fn cu_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_ROPE_MULTI] = cu_op_rope_multi_entry,
     [MMRT_OP_SET_ROWS] = cu_op_set_rows_entry,
     [MMRT_OP_ATTENTION_PAGED] = cu_op_attention_paged_entry,
+    [MMRT_OP_GATHER_HEADS] = cu_op_gather_heads_entry,
+    [MMRT_OP_L2_NORM] = cu_op_l2_norm_entry,
 };
 
 static const struct mmrt_plugin cu_plugin = {

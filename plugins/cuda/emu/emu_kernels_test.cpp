@@ -1186,6 +1186,110 @@ static void test_set_rows(void)
         }
 }
 
+/* ---- GATHER_HEADS, L2_NORM -------------------------------------------------------------- */
+
+static void test_gather_heads(void)
+{
+    /* Every table dtype; D = 1, 7, 40, 128 and 257 (several lane passes, a tail); G = 1 in any
+     * order with repeats, G = 2, 4 and 9 with −1 / INT32_MIN padding in random places, a group
+     * of nothing but padding (zeros), entries R, R + 1 and INT32_MAX skipped — the two table
+     * rows past R hold NaN, so reading one shows; more output rows than a block's eight warps.
+     * Bit for bit against ref_gather_heads, the f32 operations plugin.h fixes; dst starts as
+     * NaN, so every element must be written. */
+    struct { int64_t R, H, D, N, G; } shapes[] = {
+        {1, 1, 1, 1, 1}, {64, 8, 128, 5, 1}, {64, 2, 40, 17, 4}, {30, 4, 128, 3, 9},
+        {16, 3, 7, 9, 4}, {9, 1, 257, 5, 2},
+    };
+    const int dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+    for (auto &sh : shapes)
+        for (int dt : dts) {
+            const int64_t R = sh.R, H = sh.H, D = sh.D, N = sh.N, G = sh.G;
+            const int64_t nt = (R + 2) * H * D;
+            auto tf = rand_vec(nt, -100, 100);
+            tf[0] = -0.0f; /* a G = 1 copy keeps it */
+            std::vector<uint16_t> th(nt);
+            for (int64_t i = 0; i < nt; i++) {
+                if (i >= R * H * D)
+                    tf[i] = NAN;
+                if (dt == MMRT_DTYPE_F16) {
+                    th[i] = h_f16(tf[i]);
+                    tf[i] = f16_f(th[i]);
+                } else if (dt == MMRT_DTYPE_BF16) {
+                    th[i] = h_bf16(tf[i]);
+                    tf[i] = bf16_f(th[i]);
+                }
+            }
+            std::vector<int32_t> idx(N * H * G);
+            for (int64_t grp = 0; grp < N * H; grp++) {
+                int32_t *ix = &idx[grp * G];
+                int64_t keep = G > 1 ? 1 + (int64_t)(rng_u64() % (uint64_t)G) : 1;
+                for (int64_t g = 0; g < G; g++)
+                    ix[g] = g < keep ? (int32_t)(rng_u64() % (uint64_t)R) : -1;
+                for (int64_t g = G - 1; g > 0; g--) {
+                    int64_t j = (int64_t)(rng_u64() % (uint64_t)(g + 1));
+                    int32_t t = ix[g];
+                    ix[g] = ix[j];
+                    ix[j] = t;
+                }
+                if (grp % 7 == 5)
+                    ix[rng_u64() % (uint64_t)G] = (int32_t)(R + grp % 2);
+                if (grp % 11 == 10)
+                    ix[rng_u64() % (uint64_t)G] = grp % 2 ? INT32_MAX : INT32_MIN;
+            }
+            idx[0] = 0;
+            if (G == 1 && N > 1)
+                idx[H] = 0; /* a repeat */
+            if (N * H > 2)
+                for (int64_t g = 0; g < G; g++)
+                    idx[2 * G + g] = -1;
+            std::vector<float> y(N * H * D, NAN), want(N * H * D);
+            const void *table = dt == MMRT_DTYPE_F32 ? (const void *)tf.data()
+                                                     : (const void *)th.data();
+            cu_launch_gather_heads(y.data(), table, dt, R, H, D, idx.data(), N * H, G, nullptr);
+            ref_gather_heads(tf.data(), idx.data(), R, H, D, N, G, want.data());
+            int64_t bad = -1;
+            for (int64_t i = 0; i < N * H * D && bad < 0; i++)
+                if (memcmp(&y[i], &want[i], 4) != 0)
+                    bad = i;
+            char what[112];
+            snprintf(what, sizeof what, "GATHER_HEADS table [%lld, %lld, %lld] dt %d G %lld%s",
+                     (long long)R, (long long)H, (long long)D, dt, (long long)G,
+                     bad < 0 ? " bit-exact" : " (first wrong element below)");
+            expect(what, bad < 0);
+            if (bad >= 0)
+                printf("  element %lld: got %.9g, want %.9g\n", (long long)bad, (double)y[bad],
+                       (double)want[bad]);
+        }
+}
+
+static void test_l2_norm(void)
+{
+    /* Rows of 1 … 4099 (off the warp width), rows of every magnitude from 2^-20 to 2^20 and
+     * zero rows (exactly 0), n = 0 (0), more rows than a block's eight warps. Each row within
+     * 1e-6 of the double reference, relative to itself. */
+    const int64_t cases[][2] = {{1, 1}, {3, 7}, {9, 128}, {5, 4099}, {4, 0}, {17, 40}, {41, 33}};
+    for (auto &cs : cases) {
+        const int64_t rows = cs[0], n = cs[1];
+        std::vector<float> x(rows * n + 1);
+        for (int64_t r = 0; r < rows; r++) {
+            float amp = r % 5 == 4 ? 0.0f : ldexpf(1.0f, (int)(r % 41) - 20);
+            for (int64_t k = 0; k < n; k++)
+                x[r * n + k] = amp * rng_f(-1, 1);
+        }
+        std::vector<float> y(rows, NAN);
+        std::vector<double> ref(rows);
+        cu_launch_l2_norm(y.data(), x.data(), rows, n, nullptr);
+        ref_l2_norm(x.data(), rows, n, ref.data());
+        bool ok = true;
+        for (int64_t r = 0; r < rows; r++)
+            ok &= ref[r] == 0 ? y[r] == 0.0f : fabs((double)y[r] - ref[r]) <= 1e-6 * ref[r];
+        char what[64];
+        snprintf(what, sizeof what, "L2_NORM [%lld, %lld] every row within 1e-6", (long long)rows,
+                 (long long)n);
+        expect(what, ok);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
@@ -1201,6 +1305,8 @@ int main(int argc, char **argv)
     if (!*only || strstr(only, "rope")) test_rope();
     if (!*only || strstr(only, "rope_multi")) test_rope_multi();
     if (!*only || strstr(only, "set_rows")) test_set_rows();
+    if (!*only || strstr(only, "gather_heads")) test_gather_heads();
+    if (!*only || strstr(only, "l2_norm")) test_l2_norm();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
