@@ -1525,7 +1525,7 @@ const struct op_l2_case op_l2_cases[] = {
     { 2, { 1, 1 }, false },    { 2, { 7, 128 }, false },  { 3, { 33, 8, 128 }, false },
     { 3, { 5, 3, 40 }, false }, { 2, { 9, 7 }, false },   { 2, { 5, 4099 }, false },
     { 1, { 7 }, false },       { 2, { 300, 8 }, false },  { 2, { 4, 0 }, false },
-    { 2, { 3, 1000 }, false }, { 3, { 2304, 8, 128 }, true },
+    { 2, { 3, 1000 }, false }, { 2, { 0, 128 }, false }, { 3, { 2304, 8, 128 }, true },
 };
 const size_t op_n_l2_cases = sizeof op_l2_cases / sizeof op_l2_cases[0];
 

@@ -362,7 +362,8 @@ extern const size_t op_n_gather_cases;
  * skip an entry ≥ R); idx [N·H·G]: G = 1 draws rows with repeats (group H, the next token of
  * head 0, repeats group 0), G > 1 keeps 1 … G rows per group with −1 padding in random places;
  * group 2 is padding only (−1 and INT32_MIN: zeros), every seventh group holds an entry R or
- * R + 1 and every eleventh INT32_MAX, all skipped like padding; want [N·H·D] is
+ * R + 1 and every eleventh INT32_MAX, −1 or INT32_MIN in turn, all skipped like padding (the
+ * reversed case has none of these: it reads every row twice); want [N·H·D] is
  * ref_gather_heads, the bits every plugin must give. */
 struct op_gather_data {
     float *table;
