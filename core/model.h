@@ -73,9 +73,17 @@ struct mmrt_prompt_splice {
     int64_t row, n_rows, src_row;
 };
 
+/* Where one image's patch tokens sit in a prompt: cell (y, x) of its h × w patch grid is
+ * prompt row row + y · stride + x (w ≤ stride; the rows a stride skips, such as LLaVA-NeXT's
+ * image_newline or Fuyu's |NEWLINE|, are not patches). Image-token KV compression
+ * (core/kv_compress.h) chooses among these rows only and keeps every other row. */
+struct mmrt_prompt_grid {
+    int64_t row, h, w, stride;
+};
+
 /* What the language stage runs for one request: token ids after template and placeholder
- * expansion, the splices of image features into them, and the rotary positions. Built by a
- * model's prepare(); mmrt_prompt_free() releases it. */
+ * expansion, the splices of image features into them, the rotary positions and the image
+ * patch grids. Built by a model's prepare(); mmrt_prompt_free() releases it. */
 struct mmrt_prompt {
     int32_t *ids;               /* [n_ids], malloc'ed */
     int64_t n_ids;
@@ -84,6 +92,8 @@ struct mmrt_prompt {
     int64_t rope_delta;         /* the token at slot n ≥ n_ids is at position n + rope_delta */
     struct mmrt_prompt_splice *splices; /* malloc'ed, in row order */
     int n_splices;
+    struct mmrt_prompt_grid *grids; /* malloc'ed, in row order, disjoint */
+    int n_grids;
 };
 
 void mmrt_prompt_free(struct mmrt_prompt *p);
@@ -91,6 +101,10 @@ void mmrt_prompt_free(struct mmrt_prompt *p);
 /* Appends a splice (rows in increasing order); MMRT_ERR_NO_MEMORY on failure. */
 mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n_rows,
                                    int64_t src_row, struct mmrt_error *err);
+
+/* Appends an image's patch grid (after the previous one); MMRT_ERR_NO_MEMORY on failure. */
+mmrt_status mmrt_prompt_add_grid(struct mmrt_prompt *p, int64_t row, int64_t h, int64_t w,
+                                 int64_t stride, struct mmrt_error *err);
 
 #define MMRT_MAX_EOS 8
 
@@ -216,6 +230,10 @@ struct mmrt_model_type {
      * refuses requests with more, and hands a one-image request to a model that takes one
      * through image_path only, so such models never read image_paths. */
     int max_images;
+    /* prepare() describes every image's patch grid (mmrt_prompt.grids), so image-token KV
+     * compression can tell image rows from text; without it [model] image_kv_keep < 1 is a
+     * configuration error. */
+    bool image_grids;
 };
 
 struct mmrt_runtime;

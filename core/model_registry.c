@@ -60,6 +60,7 @@ void mmrt_prompt_free(struct mmrt_prompt *p)
     free(p->ids);
     free(p->pos);
     free(p->splices);
+    free(p->grids);
     memset(p, 0, sizeof *p);
 }
 
@@ -72,6 +73,17 @@ mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
     g[p->n_splices++] = (struct mmrt_prompt_splice){ row, n_rows, src_row };
     p->splices = g;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_prompt_add_grid(struct mmrt_prompt *p, int64_t row, int64_t h, int64_t w,
+                                 int64_t stride, struct mmrt_error *err)
+{
+    struct mmrt_prompt_grid *g = realloc(p->grids, (size_t)(p->n_grids + 1) * sizeof *g);
+    if (!g)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");
+    g[p->n_grids++] = (struct mmrt_prompt_grid){ row, h, w, stride };
+    p->grids = g;
     return MMRT_OK;
 }
 

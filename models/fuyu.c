@@ -652,6 +652,8 @@ static mmrt_status fuyu_prepare(struct mmrt_model *m, const struct mmrt_request 
     /* The span starts at position 0, one row of cols patches and a |NEWLINE| per patch row. */
     for (int64_t r = 0; st == MMRT_OK && r < rows; r++)
         st = mmrt_prompt_add_splice(out, r * (cols + 1), cols, r * (cols + 1), err);
+    if (st == MMRT_OK && rows > 0)
+        st = mmrt_prompt_add_grid(out, 0, rows, cols, cols + 1, err);
     if (st != MMRT_OK)
         mmrt_prompt_free(out);
     return st;
@@ -669,5 +671,6 @@ const struct mmrt_model_type mmrt_fuyu_model_type = {
     .destroy = fuyu_destroy,
     .encode = fuyu_encode,
     .prepare = fuyu_prepare,
+    .image_grids = true,
     .language = fuyu_language,
 };

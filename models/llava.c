@@ -48,6 +48,7 @@ struct mmrt_model {
     int n_feature_layers;
     bool keep_cls;                              /* strategy "full" */
     int64_t n_image_tokens;                     /* per image */
+    int64_t grid;                               /* patches per side of the image */
     int32_t image_token_id;
     int32_t eos[MMRT_LLAVA_MAX_EOS];
     int n_eos;
@@ -98,6 +99,7 @@ static mmrt_status llava_load(const char *dir, const json_t *config,
     memcpy(m->feature_layers, lc.feature_layers, sizeof m->feature_layers);
     m->n_feature_layers = lc.n_feature_layers;
     const int64_t grid = ccfg.image_size / ccfg.patch;
+    m->grid = grid;
     m->n_image_tokens = grid * grid + (m->keep_cls ? 1 : 0);
 
     /* Preprocessing and tokenizer, before any device memory is touched. */
@@ -362,7 +364,8 @@ static struct mmrt_llava_lm llava_lm(struct mmrt_model *m)
 {
     return (struct mmrt_llava_lm){ .lm = &m->lm, .tok = m->tok,
                                    .image_token_id = m->image_token_id, .eos = m->eos,
-                                   .n_eos = m->n_eos };
+                                   .n_eos = m->n_eos, .grid = m->grid,
+                                   .grid_offset = m->keep_cls ? 1 : 0 };
 }
 
 /* Language stage: the template and where the features go (llava_common.c). */
@@ -387,5 +390,6 @@ const struct mmrt_model_type mmrt_llava_model_type = {
     .encode = llava_encode,
     .encode_batch = llava_encode_batch,
     .prepare = llava_prepare,
+    .image_grids = true,
     .language = llava_language,
 };

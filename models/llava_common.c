@@ -252,6 +252,29 @@ static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const struct mmrt
     return MMRT_OK;
 }
 
+/* The image's patch grids in the prompt (mmrt_llava_lm.grid). Features whose layout does not
+ * match (a NeXT output without its map's grid) describe no grid: that prompt keeps every
+ * image row's K/V. */
+static mmrt_status add_grids(const struct mmrt_llava_lm *m, const struct mmrt_vision_output *vis,
+                             int64_t image_pos, struct mmrt_prompt *out, struct mmrt_error *err)
+{
+    const int64_t g = m->grid, base = m->grid_offset + g * g;
+    if (g < 1 || vis->n_tokens < base)
+        return MMRT_OK;
+    if (!m->packed_map)
+        return vis->n_tokens == base
+                   ? mmrt_prompt_add_grid(out, image_pos + m->grid_offset, g, g, g, err)
+                   : MMRT_OK;
+    if (!vis->grid_thw)
+        return MMRT_OK;
+    const int64_t rows = vis->grid_thw[1], cols = vis->grid_thw[2];
+    if (rows < 1 || cols < 1 || base + rows * (cols + 1) != vis->n_tokens)
+        return MMRT_OK;
+    mmrt_status st = mmrt_prompt_add_grid(out, image_pos + m->grid_offset, g, g, g, err);
+    return st == MMRT_OK ? mmrt_prompt_add_grid(out, image_pos + base, rows, cols, cols + 1, err)
+                         : st;
+}
+
 mmrt_status mmrt_llava_prepare(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
                                const struct mmrt_vision_output *vis, struct mmrt_prompt *out,
                                struct mmrt_error *err)
@@ -266,6 +289,8 @@ mmrt_status mmrt_llava_prepare(const struct mmrt_llava_lm *m, const struct mmrt_
                                   &out->n_ids, &image_pos, err);
     if (st == MMRT_OK && image_pos >= 0)
         st = mmrt_prompt_add_splice(out, image_pos, vis->n_tokens, 0, err);
+    if (st == MMRT_OK && image_pos >= 0)
+        st = add_grids(m, vis, image_pos, out, err);
     if (st != MMRT_OK)
         mmrt_prompt_free(out);
     return st;

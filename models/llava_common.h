@@ -93,6 +93,12 @@ struct mmrt_llava_lm {
     int32_t image_token_id;
     const int32_t *eos;
     int n_eos;
+    /* The patch grid (model.h mmrt_prompt_grid): grid × grid patches after grid_offset
+     * rows (a kept CLS row) of an image's features; with packed_map (LLaVA-NeXT) they are
+     * the base tile, followed by the unpadded map whose rows and columns are the vision
+     * output's grid_thw[1], [2], each row followed by an image_newline row. */
+    int64_t grid, grid_offset;
+    bool packed_map;
 };
 
 /* The language stage of one request (model.h prepare()): renders "USER: <image>\n{prompt}

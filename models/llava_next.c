@@ -476,9 +476,11 @@ out:
 }
 
 /* pack_image_features for one image: base rows, then the unpadded tile map row by row with
- * image_newline after each row. Writes *n_tokens rows of Dt to *out (malloc'ed). */
+ * image_newline after each row. Writes *n_tokens rows of Dt to *out and the map's grid
+ * (1, rows, columns) to *grid (both malloc'ed): where the patches are for image-token KV
+ * compression (next_prepare). */
 static mmrt_status pack(const struct mmrt_model *m, const float *proj, int64_t H0, int64_t W0,
-                        int64_t nph, int64_t npw, float **out, int64_t *n_tokens,
+                        int64_t nph, int64_t npw, float **out, int64_t *n_tokens, int32_t **grid,
                         struct mmrt_error *err)
 {
     const int64_t g = m->grid, P = g * g, Dt = m->lm.cfg.hidden;
@@ -486,8 +488,15 @@ static mmrt_status pack(const struct mmrt_model *m, const float *proj, int64_t H
     unpad(H0, W0, g * nph, g * npw, &r0, &r1, &c0, &c1);
     const int64_t n = P + (r1 - r0) * (c1 - c0 + 1);
     float *f = malloc((size_t)(n * Dt) * sizeof *f);
-    if (!f)
+    int32_t *thw = malloc(3 * sizeof *thw);
+    if (!f || !thw) {
+        free(f);
+        free(thw);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image features: out of memory");
+    }
+    thw[0] = 1;
+    thw[1] = (int32_t)(r1 - r0);
+    thw[2] = (int32_t)(c1 - c0);
     const size_t row = (size_t)Dt * sizeof(float);
     memcpy(f, proj, (size_t)P * row);
     float *dst = f + P * Dt;
@@ -504,6 +513,7 @@ static mmrt_status pack(const struct mmrt_model *m, const float *proj, int64_t H
     }
     *out = f;
     *n_tokens = n;
+    *grid = thw;
     return MMRT_OK;
 }
 
@@ -576,18 +586,19 @@ static mmrt_status next_encode(struct mmrt_model *m, const struct mmrt_request *
         trace->pixel_values(trace->user, 0, p.pixels, 4, (const int64_t[]){ p.n, 3, S, S });
     double t1 = mmrt_now_ms();
     float *proj = malloc((size_t)(p.n * P * Dt) * sizeof *proj), *features = NULL;
+    int32_t *grid = NULL;
     int64_t n_tokens = 0;
     if (!proj)
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "image: out of memory");
     if (st == MMRT_OK)
         st = encode_tiles(m, p.pixels, 1, &p.n, &proj, err);
     if (st == MMRT_OK)
-        st = pack(m, proj, p.height, p.width, p.nph, p.npw, &features, &n_tokens, err);
+        st = pack(m, proj, p.height, p.width, p.nph, p.npw, &features, &n_tokens, &grid, err);
     if (st == MMRT_OK) {
         if (trace && trace->image_features)
             trace->image_features(trace->user, 0, features, n_tokens, Dt);
         *out = (struct mmrt_vision_output){ .n_images = 1, .n_tokens = n_tokens, .dim = Dt,
-                                            .features = features,
+                                            .features = features, .grid_thw = grid,
                                             .preprocess_ms = p.preprocess_ms,
                                             .vision_ms = mmrt_now_ms() - t1 };
     }
@@ -654,12 +665,14 @@ static void next_encode_batch(struct mmrt_model *m, const struct mmrt_request *c
             continue;
         }
         float *features = NULL;
+        int32_t *grid = NULL;
         int64_t n_tokens = 0;
         sts[i] = pack(m, proj[j], p[i].height, p[i].width, p[i].nph, p[i].npw, &features,
-                      &n_tokens, &errs[i]);
+                      &n_tokens, &grid, &errs[i]);
         if (sts[i] == MMRT_OK)
             outs[i] = (struct mmrt_vision_output){ .n_images = 1, .n_tokens = n_tokens,
                                                    .dim = Dt, .features = features,
+                                                   .grid_thw = grid,
                                                    .preprocess_ms = p[i].preprocess_ms,
                                                    .vision_ms = vision_ms };
     }
@@ -679,7 +692,7 @@ static struct mmrt_llava_lm next_lm(struct mmrt_model *m)
 {
     return (struct mmrt_llava_lm){ .lm = &m->lm, .tok = m->tok,
                                    .image_token_id = m->image_token_id, .eos = m->eos,
-                                   .n_eos = m->n_eos };
+                                   .n_eos = m->n_eos, .grid = m->grid, .packed_map = true };
 }
 
 /* Language stage: the template and where the features go (llava_common.c). */
@@ -704,5 +717,6 @@ const struct mmrt_model_type mmrt_llava_next_model_type = {
     .encode = next_encode,
     .encode_batch = next_encode_batch,
     .prepare = next_prepare,
+    .image_grids = true,
     .language = next_language,
 };

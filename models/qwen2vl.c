@@ -862,6 +862,11 @@ static mmrt_status q_prepare(struct mmrt_model *m, const struct mmrt_request *re
         const int64_t nt = mmrt_vision_output_tokens(vis, i);
         st = mmrt_prompt_add_splice(out, span[i], nt, src, err);
         src += nt;
+        /* The merged grid, frame after frame (get_rope_index's order). */
+        const int64_t merge = m->pp.merge_size, t = vis->grid_thw[3 * i],
+                      H = vis->grid_thw[3 * i + 1] / merge, W = vis->grid_thw[3 * i + 2] / merge;
+        for (int64_t f = 0; st == MMRT_OK && f < t; f++)
+            st = mmrt_prompt_add_grid(out, span[i] + f * H * W, H, W, W, err);
     }
     if (st != MMRT_OK)
         mmrt_prompt_free(out);
@@ -881,6 +886,7 @@ const struct mmrt_model_type mmrt_qwen2vl_model_type = {
     .encode = q_encode,
     .encode_batch = q_encode_batch,
     .prepare = q_prepare,
+    .image_grids = true,
     .language = q_language,
     .max_images = MAX_IMAGES,
 };
