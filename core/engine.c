@@ -28,7 +28,8 @@ struct mmrt_seq {
     int max_tokens, n_gen;
     struct mmrt_sampler sampler;
     struct mmrt_tokenizer_stream *stream;
-    struct mmrt_kv_cache kv;     /* kv.n_past: positions whose K/V are in the pages */
+    struct mmrt_kv_cache kv;     /* kv.n_past: cache rows filled (slots − dropped) */
+    int64_t dropped;             /* image rows compression removed (slot − row) */
     const struct mmrt_model_trace *trace;
     mmrt_token_fn on_token;
     void *user;
@@ -246,11 +247,11 @@ static void fwd_fill(struct fwd *f, const struct part *parts, int n_parts)
         const struct part *p = &parts[b];
         const struct mmrt_seq *s = p->s;
         h[f->off_cu + b] = (int32_t)m;
-        h[f->off_len + b] = (int32_t)(p->first + p->n);
+        h[f->off_len + b] = (int32_t)(p->first + p->n - s->dropped);
         int32_t *table = h + f->off_table + (int64_t)b * f->W;
         for (int64_t i = 0; i < f->W; i++)
             table[i] = i < s->kv.n_held ? s->kv.page_ids[i] : 0;
-        mmrt_kv_cache_rows(&s->kv, p->first, p->n, h + f->off_rows + m);
+        mmrt_kv_cache_rows(&s->kv, p->first - s->dropped, p->n, h + f->off_rows + m);
         for (int64_t i = 0; i < p->n; i++) {
             const int64_t slot = p->first + i;
             h[m + i] = s->tokens[slot];
@@ -619,6 +620,22 @@ static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_p
                                   (long long)sp->src_row, (long long)p->n_ids,
                                   (long long)rows);
     }
+    /* The patch grids: inside the prompt, in row order, disjoint (kv_compress.h relies on
+     * it). Every extent is bounded by the prompt first, so the products cannot overflow. */
+    int64_t end = 0;
+    for (int i = 0; i < p->n_grids; i++) {
+        const struct mmrt_prompt_grid *g = &p->grids[i];
+        const bool fits = g->h >= 1 && g->w >= 1 && g->stride >= g->w && g->row >= end &&
+                          g->row < p->n_ids && g->h <= p->n_ids && g->stride <= p->n_ids &&
+                          g->row + (g->h - 1) * g->stride + g->w <= p->n_ids;
+        if (!fits)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                                  "image grid %d (%lld × %lld patches from row %lld, stride "
+                                  "%lld) lies outside the prompt of %lld or overlaps the one "
+                                  "before", i, (long long)g->h, (long long)g->w,
+                                  (long long)g->row, (long long)g->stride, (long long)p->n_ids);
+        end = g->row + (g->h - 1) * g->stride + g->w;
+    }
     return MMRT_OK;
 }
 
@@ -908,6 +925,7 @@ static bool running(const struct mmrt_seq *s)
 static void preempt(struct mmrt_engine *e, struct mmrt_seq *s)
 {
     mmrt_kv_cache_drop(&s->kv);
+    s->dropped = 0;
     s->state = SEQ_WAITING;
     s->admitted = 0;
     e->stats.preemptions++;
@@ -1026,7 +1044,7 @@ static void decode_step(struct mmrt_engine *e)
                 break;
         }
         if (s->state == SEQ_DECODE)
-            e->parts[B++] = (struct part){ s, s->kv.n_past, 1, true };
+            e->parts[B++] = (struct part){ s, s->kv.n_past + s->dropped, 1, true };
     }
     /* A sequence preempted after its page check may sit in parts: drop it. */
     int k = 0;
@@ -1051,7 +1069,7 @@ static void decode_step(struct mmrt_engine *e)
         s->graph |= graph;
         if (atomic_load(&s->cancel))
             continue; /* finished at the next step */
-        if (s->kv.n_past < s->n_known) {
+        if (s->kv.n_past + s->dropped < s->n_known) {
             e->stats.replay_rows++; /* recomputing a preempted sequence */
             continue;
         }
@@ -1065,6 +1083,39 @@ static int64_t chunk_len(const struct mmrt_engine *e, const struct mmrt_seq *s)
     const int64_t c = e->o.prefill_chunk, at = s->kv.n_past;
     const int64_t end = (at / c + 1) * c;
     return (end < s->prompt.n_ids ? end : s->prompt.n_ids) - at;
+}
+
+/* Image-token KV compression of s, whose prompt is now in its cache. Copying the pages s
+ * shares needs free pages; lacking them is met as a decode step meets it (cached prefixes go
+ * first, then the youngest running sequence, s itself if it is the youngest), never by
+ * skipping: a request compresses the same way whatever runs beside it. */
+static void compress(struct mmrt_engine *e, struct mmrt_seq *s)
+{
+    if (!mmrt_kv_compress_on(&e->o.image_kv) || s->prompt.n_grids == 0)
+        return;
+    for (;;) {
+        struct mmrt_error err = { 0 };
+        int64_t dropped = 0;
+        bool ruined = false;
+        mmrt_status st = mmrt_kv_compress(e->dec->kv, &s->kv, &s->prompt, &e->o.image_kv,
+                                          e->o.prefill_chunk, &dropped, &ruined, &err);
+        if (st == MMRT_OK) {
+            s->dropped = dropped;
+            e->stats.image_kv_compressions += dropped > 0;
+            e->stats.image_kv_dropped_tokens += (uint64_t)dropped;
+            return;
+        }
+        if (st != MMRT_ERR_LIMIT || ruined) {
+            finish(e, s, st, err.msg);
+            return;
+        }
+        if (prefix_evict(e))
+            continue;
+        struct mmrt_seq *y = youngest_running(e);
+        preempt(e, y);
+        if (y == s)
+            return;
+    }
 }
 
 static void prefill_run(struct mmrt_engine *e, const struct part *parts, int n)
@@ -1099,6 +1150,11 @@ static void prefill_run(struct mmrt_engine *e, const struct part *parts, int n)
             take_token(e, s, row); /* a fresh prompt's first token */
         /* else: resumed after preemption; its generated tokens replay as decode rows */
     }
+    /* Compression last: finding pages for it may preempt any running sequence, one of these
+     * parts too, whose bookkeeping above must be complete by then. */
+    for (int i = 0; i < n; i++)
+        if (parts[i].logits && parts[i].s->state == SEQ_DECODE && parts[i].s->dropped == 0)
+            compress(e, parts[i].s);
 }
 
 /* Prefill chunks of the oldest prefilling sequences within the step's token budget. Chunks
@@ -1189,6 +1245,11 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
     if (o.step_tokens < 1)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[scheduler] step_tokens %lld must be at "
                               "least 1", (long long)o.step_tokens);
+    if (!(o.image_kv.keep >= 0 && o.image_kv.keep <= 1) ||
+        o.image_kv.policy < MMRT_IMAGE_KV_DEFAULT || o.image_kv.policy > MMRT_IMAGE_KV_POOL2X2)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "engine: image_kv_keep %g must be in [0, 1] "
+                              "and image_kv_policy %d a policy", o.image_kv.keep,
+                              (int)o.image_kv.policy);
     if (o.prefix_entries > MAX_PREFIXES)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "engine: prefix_entries %d must be at most "
                               "%d", o.prefix_entries, MAX_PREFIXES);

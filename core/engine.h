@@ -33,6 +33,11 @@
  * would compute itself: the same rows, cut into the same chunks from position 0, whose
  * queries attend only keys inside the prefix.
  *
+ * Image-token KV compression (kv_compress.h): with opts.image_kv on, a sequence's image rows
+ * are compacted right after its prompt's last prefill chunk. From then on its cache holds
+ * fewer rows than its slots: `dropped` of them are gone, so slot n (its rotary position is
+ * still n's) is cache row n − dropped, and attention sees n + 1 − dropped keys.
+ *
  * Threads: the engine is driven by one thread at a time (its caller's); token callbacks run
  * on that thread, inside mmrt_engine_step(). mmrt_engine_cancel() is safe from any thread.
  */
@@ -42,6 +47,7 @@
 #include <stdbool.h>
 
 #include "decoder.h"
+#include "kv_compress.h"
 #include "model.h"
 
 /* Rows up to which a decode forward is guaranteed the kernels' small-M path (plugin.h
@@ -68,6 +74,8 @@ struct mmrt_engine_options {
     int prefix_entries;     /* prompt prefixes whose K/V pages are kept for reuse (LRU; their
                                pages also go, oldest first, whenever a request needs them):
                                0 = MMRT_ENGINE_DEFAULT_PREFIXES, < 0 = no reuse */
+    /* Image-token KV compression after each prefill (kv_compress.h); keep 0 = off. */
+    struct mmrt_kv_compress_opts image_kv;
 };
 
 /* Counters since creation, for mmrt-bench and the tests. */
@@ -83,6 +91,8 @@ struct mmrt_engine_stats {
     uint64_t prefix_evictions;          /* cached prefixes dropped (LRU or for pages) */
     int prefix_entries;                 /* now: cached prefixes */
     int64_t prefix_pages;               /* now: pages the cached prefixes hold */
+    uint64_t image_kv_compressions;     /* sequences whose image K/V were compressed */
+    uint64_t image_kv_dropped_tokens;   /* image rows those gave up (per layer and head) */
 };
 
 struct mmrt_engine;

@@ -227,6 +227,45 @@ void mmrt_kv_cache_share(struct mmrt_kv_cache *c, const int32_t *ids, int64_t n)
     c->n_past = c->n_held * c->pages->page_tokens;
 }
 
+mmrt_status mmrt_kv_cache_unshare(struct mmrt_kv_cache *c, int64_t from, int64_t to,
+                                  int32_t *old, struct mmrt_error *err)
+{
+    struct mmrt_kv_pages *p = c->pages;
+    int64_t shared = 0;
+    for (int64_t j = from; j < to; j++)
+        shared += p->refs[c->page_ids[j]] > 1 || p->pins[c->page_ids[j]] > 0;
+    if (shared > p->n_free)
+        return mmrt_error_set(err, MMRT_ERR_LIMIT, "KV cache full: %lld pages to copy, %lld "
+                              "free", (long long)shared, (long long)p->n_free);
+    for (int64_t j = from; j < to; j++) {
+        const int32_t id = c->page_ids[j];
+        old[j - from] = id;
+        if (p->refs[id] > 1 || p->pins[id] > 0) {
+            const int32_t fresh = p->free_pages[--p->n_free];
+            page_hold(p, fresh);
+            c->page_ids[j] = fresh;
+        }
+    }
+    return MMRT_OK;
+}
+
+void mmrt_kv_cache_unshare_done(struct mmrt_kv_cache *c, int64_t from, int64_t to,
+                                const int32_t *old)
+{
+    for (int64_t j = from; j < to; j++)
+        if (old[j - from] != c->page_ids[j])
+            page_release(c->pages, old[j - from]);
+}
+
+void mmrt_kv_cache_truncate(struct mmrt_kv_cache *c, int64_t n_tokens)
+{
+    const int64_t P = c->pages->page_tokens, keep = (n_tokens + P - 1) / P;
+    while (c->n_held > keep)
+        page_release(c->pages, c->page_ids[--c->n_held]);
+    if (c->n_past > n_tokens)
+        c->n_past = n_tokens;
+}
+
 int64_t mmrt_kv_cache_pages_needed(const struct mmrt_kv_cache *c, int64_t n_tokens)
 {
     const int64_t need = (n_tokens + c->pages->page_tokens - 1) / c->pages->page_tokens;

@@ -109,6 +109,19 @@ void mmrt_kv_cache_share(struct mmrt_kv_cache *c, const int32_t *ids, int64_t n)
 void mmrt_kv_page_pin(struct mmrt_kv_pages *p, int32_t id);
 void mmrt_kv_page_unpin(struct mmrt_kv_pages *p, int32_t id);
 
+/* Makes pages [from, to) of c's table the sequence's own, for rewriting them in place
+ * (image-token KV compression): each page another sequence or a cached prefix also holds is
+ * replaced in the table by a free page. old[j − from] gets the id the table had, and c keeps
+ * its hold on a replaced page until mmrt_kv_cache_unshare_done(), so the old contents stay
+ * readable meanwhile. Not enough free pages is MMRT_ERR_LIMIT and changes nothing. */
+mmrt_status mmrt_kv_cache_unshare(struct mmrt_kv_cache *c, int64_t from, int64_t to,
+                                  int32_t *old, struct mmrt_error *err);
+/* Gives up the holds mmrt_kv_cache_unshare() kept (old as it filled it). */
+void mmrt_kv_cache_unshare_done(struct mmrt_kv_cache *c, int64_t from, int64_t to,
+                                const int32_t *old);
+/* Keeps positions [0, n_tokens) only: the pages past them go back (compression). */
+void mmrt_kv_cache_truncate(struct mmrt_kv_cache *c, int64_t n_tokens);
+
 /* Pages positions [0, n_tokens) need beyond what the sequence holds. */
 int64_t mmrt_kv_cache_pages_needed(const struct mmrt_kv_cache *c, int64_t n_tokens);
 

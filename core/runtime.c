@@ -464,6 +464,19 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->exif_orientation_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
+    if (!(cfg->image_kv_keep >= 0 && cfg->image_kv_keep <= 1)) {
+        snprintf(what, sizeof what, "[model] image_kv_keep %g must be in (0, 1] (1 = off; 0 = "
+                 "the default, off)", cfg->image_kv_keep);
+        return at(src, src->conf ? src->conf->image_kv_keep_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
+    if (cfg->image_kv_policy < MMRT_IMAGE_KV_DEFAULT ||
+        cfg->image_kv_policy > MMRT_IMAGE_KV_POOL2X2) {
+        snprintf(what, sizeof what, "[model] image_kv_policy %d is not an enum "
+                 "mmrt_image_kv_policy", (int)cfg->image_kv_policy);
+        return at(src, src->conf ? src->conf->image_kv_policy_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
     const struct mmrt_conf_scheduler *cs = src->conf ? &src->conf->scheduler : NULL;
     if (cfg->max_batch < 0 || cfg->max_batch > MMRT_SMALL_M) {
         snprintf(what, sizeof what, "[scheduler] max_batch %d must be 1 … %d (0 = %d)",
@@ -515,7 +528,10 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                     .step_tokens = cfg->step_tokens,
                                                     .use_graph = true,
                                                     .prefix_entries =
-                                                        cfg->prefix_cache < 0 ? -1 : 0 };
+                                                        cfg->prefix_cache < 0 ? -1 : 0,
+                                                    .image_kv = {
+                                                        .keep = cfg->image_kv_keep,
+                                                        .policy = cfg->image_kv_policy } };
     rt->model_opts = (struct mmrt_model_options){ .max_image_tokens = cfg->max_image_tokens,
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
@@ -637,6 +653,14 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
             st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                                 "%s: model_type '%s' is not supported by this build (%s)",
                                 cfg_path, type ? type : "(missing)", mmrt_model_types_supported());
+        if (st == MMRT_OK && cfg->image_kv_keep > 0 && cfg->image_kv_keep < 1 &&
+            !rt->model_type->image_grids) {
+            snprintf(what, sizeof what, "[model] image_kv_keep %g: model_type '%s' does not say "
+                     "which prompt rows are image tokens, so they cannot be compressed",
+                     cfg->image_kv_keep, type);
+            st = at(src, src->conf ? src->conf->image_kv_keep_line : 0, err, MMRT_ERR_CONFIG,
+                    what);
+        }
         if (st == MMRT_OK)
             st = check_quantization_config(root, cfg_path, &rt->model_opts.packed, err);
         bool any_auto = false;
@@ -724,6 +748,13 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                   rt->language, &rt->model, err);
         json_decref(root);
         root = NULL;
+        /* Compression runs its own operators on the language device (a plugin older than
+         * ABI 1.4 has none): refused here, not in the middle of a request. */
+        static const enum mmrt_op compress_ops[] = { MMRT_OP_GATHER_HEADS, MMRT_OP_L2_NORM,
+                                                     MMRT_OP_SET_ROWS };
+        if (st == MMRT_OK && mmrt_kv_compress_on(&rt->engine_opts.image_kv))
+            st = mmrt_dev_require_ops(rt->language, "image-token KV compression ([model] "
+                                      "image_kv_keep)", compress_ops, 3, err);
         if (st == MMRT_OK) {
             rt->model_type->language(rt->model, &rt->lang);
             st = mmrt_engine_create(&rt->lang, &rt->engine_opts, &rt->engine, err);
@@ -866,6 +897,8 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .weights = conf->weights,
         .exif_orientation = conf->exif_orientation,
         .vision_batch = conf->scheduler.vision_batch,
+        .image_kv_keep = conf->image_kv_keep,
+        .image_kv_policy = conf->image_kv_policy,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, NULL, out, &e);
@@ -1906,6 +1939,8 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->prefix_cache_reused_tokens = es.prefix_reused_tokens;
     n->vision_batches = rt->vision_batches;
     n->vision_batch_requests = rt->vision_batch_jobs;
+    n->image_kv_compressions = es.image_kv_compressions;
+    n->image_kv_dropped_tokens = es.image_kv_dropped_tokens;
     const struct mmrt_dev *lang = rt->language;
     n->kv_pages_used = lang->kv.pages_used;
     n->kv_pages_total = lang->kv.pages_total;
@@ -2406,7 +2441,10 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                .vision_cache_entries = -1, /* traced: no use */
                                /* the same model: quantized the same way, the same images */
                                .weights = rt->model_opts.weights,
-                               .exif_orientation = rt->model_opts.exif_orientation };
+                               .exif_orientation = rt->model_opts.exif_orientation,
+                               /* compressed as configured: the same rows kept */
+                               .image_kv_keep = rt->engine_opts.image_kv.keep,
+                               .image_kv_policy = rt->engine_opts.image_kv.policy };
     char msg[MMRT_ERROR_MAX];
     st = mmrt_create(&cfg, &ref, msg, sizeof msg);
     if (st != MMRT_OK) {

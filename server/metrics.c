@@ -220,6 +220,12 @@ char *mmrt_metrics_render(struct mmrt_metrics *m, struct mmrt_runtime *rt, int r
         one(&t, "mmrt_vision_batch_requests_total", "counter",
             "Requests those vision stages encoded (÷ batches = the mean vision batch).",
             (double)st.vision_batch_requests);
+        one(&t, "mmrt_image_kv_compressions_total", "counter",
+            "Sequences whose image-token K/V were compressed after prefill.",
+            (double)st.image_kv_compressions);
+        one(&t, "mmrt_image_kv_dropped_tokens_total", "counter",
+            "Image positions those sequences' KV caches gave up.",
+            (double)st.image_kv_dropped_tokens);
         const int n = mmrt_device_count(rt);
         static const struct {
             const char *name, *help;

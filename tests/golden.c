@@ -361,17 +361,26 @@ void golden_check_prompt_ids(const struct golden_case *gc)
     }
 }
 
-void golden_require_plugin(const char *plugin)
+bool golden_have_plugin(const char *plugin)
 {
     struct mmrt_device_config dev = { .name = "o", .plugin = plugin, .pool_mb = 1 };
     struct mmrt_config cfg = { .devices = &dev, .n_devices = 1 };
     struct mmrt_runtime *rt = NULL;
     char err[1024];
     if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK) {
-        print_message("no %s device, skipped: %s\n", plugin, err);
-        skip();
+        print_message("no %s device: %s\n", plugin, err);
+        return false;
     }
     mmrt_destroy(rt);
+    return true;
+}
+
+void golden_require_plugin(const char *plugin)
+{
+    if (!golden_have_plugin(plugin)) {
+        print_message("skipped\n");
+        skip();
+    }
 }
 
 /* ---- scratch checkpoints and bad input ---- */

@@ -181,7 +181,9 @@ bool golden_check_fixture(const struct golden_model *model, const char *fixture,
 /* The prompt ids the capture holds are case c's "input_ids". */
 void golden_check_prompt_ids(const struct golden_case *gc);
 
-/* skip() the current test unless a runtime with one `plugin` device can be made. */
+/* Whether a runtime with one `plugin` device can be made (the reason is printed when not). */
+bool golden_have_plugin(const char *plugin);
+/* skip() the current test unless it can. */
 void golden_require_plugin(const char *plugin);
 
 /* ---- scratch checkpoints and bad input ---- */

@@ -396,6 +396,16 @@ static void test_model_image_budget(void **state)
     c = parse_ok(text, strlen(text), "t.ini");
     assert_int_equal(c->exif_orientation, MMRT_EXIF_IGNORE);
     assert_int_equal(c->exif_orientation_line, 3);
+    assert_true(c->image_kv_keep == 0); /* absent: off */
+    assert_int_equal(c->image_kv_policy, MMRT_IMAGE_KV_DEFAULT);
+    mmrt_conf_destroy(c);
+    text = "[model]\npath = m\nimage_kv_keep = 0.25\nimage_kv_policy = key_norm_low\n"
+           "[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_true(c->image_kv_keep == 0.25);
+    assert_int_equal(c->image_kv_keep_line, 3);
+    assert_int_equal(c->image_kv_policy, MMRT_IMAGE_KV_KEY_NORM_LOW);
+    assert_int_equal(c->image_kv_policy_line, 4);
     mmrt_conf_destroy(c);
 }
 
@@ -656,6 +666,17 @@ static const struct error_case ERRORS[] = {
      "t.ini:3: [model] exif_orientation = '1': expected 'ignore' or 'apply'"},
     {M("exif_orientation = apply\nexif_orientation = ignore"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'exif_orientation' (first on line 3)"},
+    {M("image_kv_keep = 0"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] image_kv_keep = '0': outside (0, 1]"},
+    {M("image_kv_keep = 1.5"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] image_kv_keep = '1.5': outside (0, 1]"},
+    {M("image_kv_keep = half"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] image_kv_keep = 'half': not a decimal number"},
+    {M("image_kv_policy = l2"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] image_kv_policy = 'l2': expected 'key_norm_high', 'key_norm_low', "
+     "'random' or 'pool2x2'"},
+    {M("image_kv_policy = random\nimage_kv_policy = pool2x2"), MMRT_ERR_CONFIG,
+     "t.ini:4: [model] duplicate key 'image_kv_policy' (first on line 3)"},
     {M("oversize_images = refuse\noversize_images = downscale"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'oversize_images' (first on line 3)"},
     {"[model]\nmax_image_tokens = 10\n" D, MMRT_ERR_CONFIG,

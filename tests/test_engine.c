@@ -31,6 +31,9 @@ struct setup {
     int max_batch;
     int64_t prefill_chunk, max_kv_tokens, kv_page_tokens;
     bool kv_f16;
+    double image_kv_keep;      /* 0: no image-token KV compression */
+    enum mmrt_image_kv_policy image_kv_policy;
+    bool no_prefix_cache;
 };
 
 static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
@@ -49,11 +52,14 @@ static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
         if (strcmp(devs[i].plugin, "cpu") == 0)
             devs[i].options = &graph_on, devs[i].n_options = 1;
     struct mmrt_config cfg = {
+        .struct_size = sizeof cfg,
         .model_path = dir, .devices = devs, .n_devices = s->vision_plugin ? 2 : 1,
         .vision_device = s->vision_plugin ? "v" : NULL, .max_batch = s->max_batch,
         .prefill_chunk = s->prefill_chunk, .max_kv_tokens = s->max_kv_tokens,
         .kv_page_tokens = s->kv_page_tokens,
         .kv_dtype = s->kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
+        .image_kv_keep = s->image_kv_keep, .image_kv_policy = s->image_kv_policy,
+        .prefix_cache = s->no_prefix_cache ? -1 : 0,
     };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
@@ -171,6 +177,10 @@ static void check_batch(const char *fixture, const struct setup *s, bool expect_
                 (unsigned long long)(after.replay_rows - before.replay_rows), after.max_running,
                 (unsigned long long)(after.prefix_hits - before.prefix_hits),
                 (unsigned long long)(after.prefix_reused_tokens - before.prefix_reused_tokens));
+    if (s->image_kv_keep > 0 && s->image_kv_keep < 1) {
+        assert_true(after.image_kv_compressions > before.image_kv_compressions);
+        assert_true(after.image_kv_dropped_tokens > before.image_kv_dropped_tokens);
+    }
     if (expect_preemption) {
         assert_true(after.preemptions > before.preemptions);
         assert_true(after.replay_rows > before.replay_rows);
@@ -236,6 +246,76 @@ static void test_batch_preempted(void **state)
                 &(struct setup){ .max_kv_tokens = 136, .kv_page_tokens = 8,
                                  .prefill_chunk = 16 },
                 true);
+}
+
+/* Image-token KV compression: every policy on every model type, batched against alone (the
+ * compacted cache is the sequence's own business), with a captured decode step, with the
+ * prompt prefixes cached by the solo runs shared by the batch (their pages are copied, not
+ * rewritten), and preempted sequences that compress again on resume. */
+static void test_batch_image_kv(void **state)
+{
+    (void)state;
+    check_batch("llava-tiny", &(struct setup){ .image_kv_keep = 0.5,
+                                               .image_kv_policy = MMRT_IMAGE_KV_RANDOM }, false);
+    check_batch("llava-next-tiny",
+                &(struct setup){ .image_kv_keep = 0.25,
+                                 .image_kv_policy = MMRT_IMAGE_KV_POOL2X2 }, false);
+    check_batch("qwen2vl-tiny",
+                &(struct setup){ .image_kv_keep = 0.25, .prefill_chunk = 16,
+                                 .image_kv_policy = MMRT_IMAGE_KV_KEY_NORM_LOW }, false);
+    check_batch("fuyu-tiny", &(struct setup){ .image_kv_keep = 0.1, .graph = true,
+                                              .image_kv_policy = MMRT_IMAGE_KV_KEY_NORM_HIGH },
+                false);
+    check_batch("llava-tiny",
+                &(struct setup){ .max_kv_tokens = 96, .kv_page_tokens = 4,
+                                 .image_kv_keep = 0.75, .prefill_chunk = 8,
+                                 .image_kv_policy = MMRT_IMAGE_KV_KEY_NORM_HIGH }, true);
+    /* The store of the model's context only: the copies of shared pages run short of free
+     * pages in the batch and take them from cached prefixes and younger sequences. */
+    check_batch("llava-tiny", &(struct setup){ .kv_page_tokens = 4, .image_kv_keep = 0.75,
+                                               .prefill_chunk = 8,
+                                               .image_kv_policy = MMRT_IMAGE_KV_RANDOM },
+                false);
+    check_batch("qwen2vl-tiny",
+                &(struct setup){ .kv_f16 = true, .image_kv_keep = 0.5, .kv_page_tokens = 8,
+                                 .prefill_chunk = 8, .image_kv_policy = MMRT_IMAGE_KV_POOL2X2 },
+                false);
+}
+
+/* Compression changes what decode attends to, and nothing before it: the first token comes
+ * from the prefill's logits, bit for bit those of the uncompressed run; later steps differ
+ * (at a keep ratio this low on the tiny fixtures, somewhere). The pages it frees are back in
+ * the store while the request decodes. */
+static void test_image_kv_effect(void **state)
+{
+    (void)state;
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
+    struct mmrt_runtime *full = open_rt("llava-tiny", &(struct setup){ 0 });
+    struct mmrt_runtime *cut = open_rt("llava-tiny",
+                                       &(struct setup){ .image_kv_keep = 0.1,
+                                                        .image_kv_policy =
+                                                            MMRT_IMAGE_KV_KEY_NORM_HIGH });
+    struct golden_capture a[MAX_CASES] = { { 0 } }, b[MAX_CASES] = { { 0 } };
+    run_solo(full, &c, a);
+    run_solo(cut, &c, b);
+    bool differ = false;
+    for (int i = 0; i < c.n; i++) {
+        assert_non_null(a[i].logits[0]);
+        assert_memory_equal(a[i].logits[0], b[i].logits[0], (size_t)a[i].vocab * sizeof(float));
+        for (int s = 1; s < GOLDEN_MAX_STEPS && a[i].logits[s] && b[i].logits[s]; s++)
+            differ |= memcmp(a[i].logits[s], b[i].logits[s],
+                             (size_t)a[i].vocab * sizeof(float)) != 0;
+    }
+    assert_true(differ);
+    struct mmrt_engine_stats st;
+    mmrt_runtime_engine_stats(cut, &st);
+    assert_true(st.image_kv_dropped_tokens > 0);
+    free_caps(a, c.n);
+    free_caps(b, c.n);
+    mmrt_destroy(full);
+    mmrt_destroy(cut);
+    json_decref(c.json);
 }
 
 static void test_batch_vision_on_opencl(void **state)
@@ -629,6 +709,16 @@ static void test_bad_scheduler_config(void **state)
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "prefill_chunk -1"));
     cfg.prefill_chunk = 0;
+    cfg.struct_size = sizeof cfg; /* the members below came after the first layout */
+    cfg.image_kv_keep = 1.5;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "image_kv_keep 1.5 must be in (0, 1]"));
+    cfg.image_kv_keep = 0.5;
+    cfg.image_kv_policy = (enum mmrt_image_kv_policy)9;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "image_kv_policy 9"));
+    cfg.image_kv_keep = 0;
+    cfg.image_kv_policy = MMRT_IMAGE_KV_DEFAULT;
     cfg.struct_size = 4; /* a layout older than the first */
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "struct_size 4 is smaller than the first layout"));
@@ -646,6 +736,8 @@ int main(void)
         cmocka_unit_test(test_batch_chunked),
         cmocka_unit_test(test_batch_graph),
         cmocka_unit_test(test_batch_preempted),
+        cmocka_unit_test(test_batch_image_kv),
+        cmocka_unit_test(test_image_kv_effect),
         cmocka_unit_test(test_batch_vision_on_opencl),
         cmocka_unit_test(test_chunked_matches_whole),
         cmocka_unit_test(test_kv_f16),

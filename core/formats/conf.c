@@ -672,6 +672,27 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
         else
             fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'ignore' or "
                  "'apply'", p->section, key, (int)n, v);
+    } else if (strcmp(key, "image_kv_keep") == 0) {
+        if (once(p, key, n, &c->image_kv_keep_line))
+            parse_real(p, key, v, n, 0, true, 1, &c->image_kv_keep);
+    } else if (strcmp(key, "image_kv_policy") == 0) {
+        if (!once(p, key, n, &c->image_kv_policy_line))
+            return;
+        static const struct { const char *name; enum mmrt_image_kv_policy policy; } names[] = {
+            { "key_norm_high", MMRT_IMAGE_KV_KEY_NORM_HIGH },
+            { "key_norm_low", MMRT_IMAGE_KV_KEY_NORM_LOW },
+            { "random", MMRT_IMAGE_KV_RANDOM },
+            { "pool2x2", MMRT_IMAGE_KV_POOL2X2 },
+        };
+        size_t i = 0;
+        while (i < sizeof names / sizeof names[0] &&
+               !(strlen(names[i].name) == n && memcmp(names[i].name, v, n) == 0))
+            i++;
+        if (i < sizeof names / sizeof names[0])
+            c->image_kv_policy = names[i].policy;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'key_norm_high', "
+                 "'key_norm_low', 'random' or 'pool2x2'", p->section, key, (int)n, v);
     } else {
         unknown_key(p, key, v, n);
     }

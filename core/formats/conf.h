@@ -20,6 +20,10 @@
  *                              ; at load
  *     exif_orientation = ignore ; optional, ignore | apply, default ignore (as transformers):
  *                              ; whether images are turned upright by their EXIF tag
+ *     image_kv_keep = 0.5      ; optional, (0, 1], default 1 (= off): fraction of the image
+ *                              ; tokens' K/V each layer and head keeps after prefill
+ *     image_kv_policy = random ; optional, key_norm_high | key_norm_low | random | pool2x2,
+ *                              ; default: the one docs/BENCHMARKS.md measured best
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -247,6 +251,10 @@ struct mmrt_conf {
     int weights_line;
     enum mmrt_exif_orientation exif_orientation; /* [model] exif_orientation */
     int exif_orientation_line;
+    double image_kv_keep;     /* [model] image_kv_keep, (0, 1]; 0 = absent */
+    int image_kv_keep_line;
+    enum mmrt_image_kv_policy image_kv_policy; /* [model] image_kv_policy */
+    int image_kv_policy_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;

@@ -101,6 +101,16 @@ enum mmrt_kv_dtype {
     MMRT_KV_F16 = 1,
 };
 
+/* Which image tokens' K/V survive image-token KV compression (docs/ENGINE.md "Image-token
+ * KV compression"), per layer and KV head. */
+enum mmrt_image_kv_policy {
+    MMRT_IMAGE_KV_DEFAULT = 0,       /* the policy docs/BENCHMARKS.md measured best */
+    MMRT_IMAGE_KV_KEY_NORM_HIGH = 1, /* the keys with the largest L2 norms */
+    MMRT_IMAGE_KV_KEY_NORM_LOW = 2,  /* the keys with the smallest L2 norms (Devoto et al.) */
+    MMRT_IMAGE_KV_RANDOM = 3,        /* a seeded uniform choice: the baseline */
+    MMRT_IMAGE_KV_POOL2X2 = 4,       /* averages of patch-grid neighbourhoods (2×2 at 0.25) */
+};
+
 /* How the checkpoint's matrices (every matmul weight of the towers, the projector and the
  * decoder, the LM head too unless it is the tied embedding) are held on their devices. */
 enum mmrt_weight_format {
@@ -182,6 +192,15 @@ struct mmrt_config {
      * default (1: docs/ENGINE.md says why). INI: [scheduler] vision_batch. Figures:
      * mmrt_stats vision_batches. */
     int vision_batch;
+    /* Image-token KV compression (docs/ENGINE.md "Image-token KV compression"): after a
+     * request's prefill, every layer and KV head keeps this fraction of its image tokens'
+     * keys and values (text tokens are always kept), chosen by image_kv_policy; the pages
+     * freed return to the store. 0 < keep ≤ 1; 0 = the default, 1 = off. Anything else, or
+     * a model whose image tokens cannot be identified, is MMRT_ERR_CONFIG.
+     * INI: [model] image_kv_keep = R, image_kv_policy = key_norm_high | key_norm_low |
+     * random | pool2x2. Figures: mmrt_stats image_kv_dropped_tokens. */
+    double image_kv_keep;
+    enum mmrt_image_kv_policy image_kv_policy;
 };
 
 struct mmrt_runtime;
@@ -534,6 +553,9 @@ struct mmrt_runtime_stats {
     /* The worker's vision stages ([scheduler] vision_batch): how many ran, and the submitted
      * requests they encoded; their ratio is the mean vision batch. */
     uint64_t vision_batches, vision_batch_requests;
+    /* Image-token KV compression (mmrt_config.image_kv_keep): sequences compressed, and
+     * the image positions whose K/V they gave up (per sequence, the same in every layer). */
+    uint64_t image_kv_compressions, image_kv_dropped_tokens;
 };
 
 MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);
