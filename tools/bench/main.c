@@ -69,6 +69,8 @@ struct options {
     bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache;
     enum mmrt_weight_format weights; /* --weights */
     int threads;
+    double image_kv_keep;            /* --image-kv-keep; 0 = off */
+    enum mmrt_image_kv_policy image_kv_policy;
 };
 
 static void usage(FILE *f)
@@ -97,6 +99,11 @@ static void usage(FILE *f)
             "  --weights W         checkpoint|int8|int4|int4-g64|int4-g32: matmul weights as\n"
             "                      --dtype writes them, or quantized at load ([model] weights;\n"
             "                      default checkpoint)\n"
+            "  --image-kv-keep R   image-token KV compression after prefill: each layer and\n"
+            "                      head keeps R (0 < R ≤ 1) of the image tokens' K/V ([model]\n"
+            "                      image_kv_keep; default 1, off)\n"
+            "  --image-kv-policy P key_norm_high|key_norm_low|random|pool2x2 ([model]\n"
+            "                      image_kv_policy; default the runtime's)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -517,6 +524,8 @@ int main(int argc, char **argv)
         { "vision-cache", no_argument, NULL, 'V' },
         { "vision-batch", required_argument, NULL, 'B' },
         { "weights", required_argument, NULL, 'W' },
+        { "image-kv-keep", required_argument, NULL, 'R' },
+        { "image-kv-policy", required_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -581,6 +590,34 @@ int main(int argc, char **argv)
             break;
         }
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
+        case 'R': {
+            char *end;
+            o.image_kv_keep = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.image_kv_keep > 0 && o.image_kv_keep <= 1)) {
+                fprintf(stderr, "mmrt-bench: --image-kv-keep \"%s\": expected a number in "
+                        "(0, 1]\n", optarg);
+                bad = 1;
+            }
+            break;
+        }
+        case 'P': {
+            static const enum mmrt_image_kv_policy policies[] = {
+                MMRT_IMAGE_KV_KEY_NORM_HIGH, MMRT_IMAGE_KV_KEY_NORM_LOW, MMRT_IMAGE_KV_RANDOM,
+                MMRT_IMAGE_KV_POOL2X2,
+            };
+            size_t f = 0;
+            while (f < sizeof policies / sizeof policies[0] &&
+                   strcmp(optarg, mmrt_image_kv_policy_name(policies[f])) != 0)
+                f++;
+            if (f == sizeof policies / sizeof policies[0]) {
+                fprintf(stderr, "mmrt-bench: --image-kv-policy \"%s\": expected key_norm_high, "
+                        "key_norm_low, random or pool2x2\n", optarg);
+                bad = 1;
+            } else {
+                o.image_kv_policy = policies[f];
+            }
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -929,6 +966,8 @@ int main(int argc, char **argv)
         .kv_dtype = o.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
         .weights = o.weights,
         .vision_batch = o.vision_batch,
+        .image_kv_keep = o.image_kv_keep,
+        .image_kv_policy = o.image_kv_policy,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -1180,6 +1219,12 @@ int main(int argc, char **argv)
                                   o.vision_batch ? o.vision_batch : MMRT_DEFAULT_VISION_BATCH,
                                   "stages", (json_int_t)rs.vision_batches, "requests",
                                   (json_int_t)rs.vision_batch_requests));
+    json_object_set_new(json_object_get(rec, "throughput"), "image_kv",
+                        json_pack("{s:f,s:s,s:I,s:I}", "keep",
+                                  o.image_kv_keep > 0 ? o.image_kv_keep : 1.0, "policy",
+                                  mmrt_image_kv_policy_name(o.image_kv_policy), "compressions",
+                                  (json_int_t)rs.image_kv_compressions, "dropped_tokens",
+                                  (json_int_t)rs.image_kv_dropped_tokens));
     if (o.vision_cache) {
         const double ratio = cph.hit_ttft_ms / cph.miss_ttft_ms;
         json_object_set_new(rec, "vision_cache",
@@ -1266,6 +1311,12 @@ int main(int argc, char **argv)
                (unsigned long long)rs.vision_batches,
                (unsigned long long)rs.vision_batch_requests,
                o.vision_batch ? o.vision_batch : MMRT_DEFAULT_VISION_BATCH);
+        if (o.image_kv_keep > 0 && o.image_kv_keep < 1)
+            printf("image-token KV compression: keep %g (%s), %llu sequences compressed, "
+                   "%llu image positions dropped\n", o.image_kv_keep,
+                   mmrt_image_kv_policy_name(o.image_kv_policy),
+                   (unsigned long long)rs.image_kv_compressions,
+                   (unsigned long long)rs.image_kv_dropped_tokens);
         if (o.vision_cache)
             printf("vision cache: time to first token (median of %d images, each a miss then a "
                    "hit, 1 token): miss %.1f ms, hit %.1f ms, hit/miss %.2f (limit 0.50: %s); "

@@ -1,0 +1,390 @@
+/*
+ * tools/bench/image_kv_eval.c — mmrt-image-kv-eval: what image-token KV compression costs in
+ * answers (docs/BENCHMARKS.md "Image-token KV compression"), every policy at every keep ratio
+ * against the uncompressed cache of the same model on the same plugin.
+ *
+ *   mmrt-image-kv-eval [--plugin NAME] [--keeps R,R,…] [--policies P,P,…] [--limit N]
+ *                      MODEL_DIR ITEMS_JSON
+ *
+ * ITEMS_JSON is either the demo model's held-out set ({"items": [{"image", "question",
+ * "answer"}, …]}, images relative to the file) or a fixture's expected.json ({"cases":
+ * [{"image" or "images": [one], "prompt"}, …]}, images relative to the working directory;
+ * cases with other shapes are skipped). Every item is answered greedily (at most MAX_STEPS tokens) with the
+ * cache uncompressed, then once per policy and keep ratio. Per setting it prints:
+ *   - accuracy: exact answers (after trimming blanks), where the items carry answers;
+ *   - top-1 and mean KL(uncompressed ‖ compressed) of the next-token distribution over the
+ *     answer positions reached along the uncompressed answer's tokens (the position where the
+ *     answers part is counted, the ones after it are not: the contexts differ from there), as
+ *     mmrt-quantize --report measures weights;
+ *   - the image positions dropped per request.
+ * Defaults: keeps 0.75,0.5,0.25,0.1; all four policies; the CPU plugin.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "model.h"
+#include "mmrt/mmrt.h"
+
+#define MAX_STEPS 24
+#define MAX_SETTINGS 32
+
+struct item {
+    char *image, *prompt, *answer; /* answer NULL: none given */
+};
+
+struct run {
+    float *p;      /* [n_items][MAX_STEPS][vocab] probabilities */
+    int32_t *ids;  /* [n_items][MAX_STEPS], −1 past the end */
+    char **text;   /* [n_items] */
+    int64_t vocab;
+    uint64_t dropped;
+};
+
+struct capture {
+    float *p;
+    int32_t *ids;
+    int64_t vocab;
+    int n_ids;
+    char text[512];
+    size_t len;
+};
+
+static void on_logits(void *user, int step, const float *logits, int64_t vocab)
+{
+    struct capture *c = user;
+    if (step < 0 || step >= MAX_STEPS || vocab != c->vocab)
+        return;
+    float *p = c->p + (size_t)step * (size_t)vocab;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < vocab; v++)
+        mx = logits[v] > mx ? logits[v] : mx;
+    for (int64_t v = 0; v < vocab; v++)
+        sum += exp((double)logits[v] - mx);
+    for (int64_t v = 0; v < vocab; v++)
+        p[v] = (float)(exp((double)logits[v] - mx) / sum);
+}
+
+static bool on_token(void *user, int32_t id, const char *text)
+{
+    struct capture *c = user;
+    if (id >= 0 && c->n_ids < MAX_STEPS)
+        c->ids[c->n_ids++] = id;
+    const size_t n = strlen(text);
+    if (c->len + n < sizeof c->text) {
+        memcpy(c->text + c->len, text, n + 1);
+        c->len += n;
+    }
+    return true;
+}
+
+static char *trim(const char *s)
+{
+    while (*s == ' ' || *s == '\n')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n'))
+        n--;
+    char *t = malloc(n + 1);
+    if (t) {
+        memcpy(t, s, n);
+        t[n] = '\0';
+    }
+    return t;
+}
+
+static int load_items(const char *path, struct item **out, int limit)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        fprintf(stderr, "mmrt-image-kv-eval: %s:%d: %s\n", path, jerr.line, jerr.text);
+        return -1;
+    }
+    const json_t *list = json_object_get(root, "items");
+    const bool demo = list != NULL;
+    if (!demo)
+        list = json_object_get(root, "cases");
+    if (!json_is_array(list)) {
+        fprintf(stderr, "mmrt-image-kv-eval: %s: neither \"items\" nor \"cases\" is an array\n",
+                path);
+        json_decref(root);
+        return -1;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[1] = '\0';
+    else
+        dir[0] = '\0';
+    struct item *items = calloc(json_array_size(list) + 1, sizeof *items);
+    int n = 0;
+    size_t i;
+    const json_t *it;
+    json_array_foreach(list, i, it) {
+        if (!items || (limit > 0 && n == limit))
+            break;
+        const char *img = json_string_value(json_object_get(it, "image"));
+        const json_t *imgs = json_object_get(it, "images"); /* Qwen2-VL's cases */
+        if (!img && json_is_array(imgs) && json_array_size(imgs) == 1)
+            img = json_string_value(json_array_get(imgs, 0));
+        const char *q = json_string_value(json_object_get(it, demo ? "question" : "prompt"));
+        if (!img || !q)
+            continue;
+        char full[8192];
+        snprintf(full, sizeof full, "%s%s", demo ? dir : "", img);
+        const char *ans = json_string_value(json_object_get(it, "answer"));
+        items[n].image = strdup(full);
+        items[n].prompt = strdup(q);
+        items[n].answer = ans ? strdup(ans) : NULL;
+        n++;
+    }
+    json_decref(root);
+    *out = items;
+    return items ? n : -1;
+}
+
+static int answer_all(const char *dir, const char *plugin, double keep,
+                      enum mmrt_image_kv_policy policy, const struct item *items, int n,
+                      int64_t vocab, struct run *r)
+{
+    struct mmrt_device_config dev = { .name = "d", .plugin = plugin };
+    struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
+                               .n_devices = 1, .image_kv_keep = keep,
+                               .image_kv_policy = policy, .vision_cache_entries = 0 };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK) {
+        fprintf(stderr, "mmrt-image-kv-eval: %s\n", err);
+        return -1;
+    }
+    r->vocab = vocab;
+    const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
+    r->p = calloc((size_t)n * per, sizeof *r->p);
+    r->ids = malloc((size_t)n * MAX_STEPS * sizeof *r->ids);
+    r->text = calloc((size_t)n, sizeof *r->text);
+    if (!r->p || !r->ids || !r->text) {
+        fprintf(stderr, "mmrt-image-kv-eval: out of memory\n");
+        mmrt_destroy(rt);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        struct capture c = { .p = r->p + (size_t)i * per, .ids = r->ids + i * MAX_STEPS,
+                             .vocab = vocab };
+        for (int s = 0; s < MAX_STEPS; s++)
+            c.ids[s] = -1;
+        struct mmrt_image_input img = { .path = items[i].image };
+        struct mmrt_request req = { .struct_size = sizeof req, .prompt = items[i].prompt,
+                                    .images = &img, .n_images = 1, .max_tokens = MAX_STEPS,
+                                    .top_p = 1.0f };
+        const struct mmrt_model_trace trace = { .user = &c, .logits = on_logits };
+        struct mmrt_result res = { .struct_size = sizeof res };
+        if (mmrt_run_traced(rt, &req, &trace, on_token, &c, &res) != MMRT_OK) {
+            fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", items[i].image, res.error);
+            mmrt_destroy(rt);
+            return -1;
+        }
+        r->text[i] = trim(c.text);
+    }
+    struct mmrt_engine_stats es;
+    mmrt_runtime_engine_stats(rt, &es);
+    r->dropped = es.image_kv_dropped_tokens;
+    mmrt_destroy(rt);
+    return 0;
+}
+
+static void run_free(struct run *r, int n)
+{
+    for (int i = 0; r->text && i < n; i++)
+        free(r->text[i]);
+    free(r->text);
+    free(r->p);
+    free(r->ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* The vocabulary of the model: the first logits row of one short run tells it. */
+static void on_vocab(void *user, int step, const float *logits, int64_t vocab)
+{
+    (void)step;
+    (void)logits;
+    *(int64_t *)user = vocab;
+}
+
+static int64_t vocab_of(const char *dir, const char *plugin, const struct item *it)
+{
+    struct mmrt_device_config dev = { .name = "d", .plugin = plugin };
+    struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
+                               .n_devices = 1 };
+    struct mmrt_runtime *rt = NULL;
+    char err[2048];
+    if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK) {
+        fprintf(stderr, "mmrt-image-kv-eval: %s\n", err);
+        return -1;
+    }
+    int64_t v = -1;
+    struct mmrt_image_input img = { .path = it->image };
+    struct mmrt_request req = { .struct_size = sizeof req, .prompt = it->prompt,
+                                .images = &img, .n_images = 1, .max_tokens = 1,
+                                .top_p = 1.0f };
+    const struct mmrt_model_trace trace = { .user = &v, .logits = on_vocab };
+    struct mmrt_result res = { .struct_size = sizeof res };
+    if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
+        fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", it->image, res.error);
+    mmrt_destroy(rt);
+    return v;
+}
+
+static bool parse_list(const char *s, double *out, int *n, int max)
+{
+    *n = 0;
+    while (*s && *n < max) {
+        char *end;
+        out[(*n)++] = strtod(s, &end);
+        if (end == s || (*end && *end != ','))
+            return false;
+        s = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
+static bool policy_of(const char *s, size_t n, enum mmrt_image_kv_policy *out)
+{
+    static const enum mmrt_image_kv_policy all[] = {
+        MMRT_IMAGE_KV_KEY_NORM_HIGH, MMRT_IMAGE_KV_KEY_NORM_LOW, MMRT_IMAGE_KV_RANDOM,
+        MMRT_IMAGE_KV_POOL2X2,
+    };
+    for (size_t i = 0; i < 4; i++) {
+        const char *name = mmrt_image_kv_policy_name(all[i]);
+        if (strlen(name) == n && memcmp(name, s, n) == 0) {
+            *out = all[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+int main(int argc, char **argv)
+{
+    const char *plugin = "cpu";
+    double keeps[8] = { 0.75, 0.5, 0.25, 0.1 };
+    int n_keeps = 4, limit = 0;
+    enum mmrt_image_kv_policy policies[4] = {
+        MMRT_IMAGE_KV_KEY_NORM_HIGH, MMRT_IMAGE_KV_KEY_NORM_LOW, MMRT_IMAGE_KV_RANDOM,
+        MMRT_IMAGE_KV_POOL2X2,
+    };
+    int n_policies = 4;
+    int a = 1;
+    for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
+        if (strcmp(argv[a], "--plugin") == 0) {
+            plugin = argv[a + 1];
+        } else if (strcmp(argv[a], "--keeps") == 0) {
+            if (!parse_list(argv[a + 1], keeps, &n_keeps, 8)) {
+                fprintf(stderr, "mmrt-image-kv-eval: --keeps '%s': expected numbers like "
+                                "0.5,0.25\n", argv[a + 1]);
+                return 2;
+            }
+        } else if (strcmp(argv[a], "--policies") == 0) {
+            n_policies = 0;
+            for (const char *s = argv[a + 1]; *s && n_policies < 4;) {
+                const char *comma = strchr(s, ',');
+                const size_t len = comma ? (size_t)(comma - s) : strlen(s);
+                if (!policy_of(s, len, &policies[n_policies++])) {
+                    fprintf(stderr, "mmrt-image-kv-eval: --policies: unknown policy '%.*s' "
+                                    "(key_norm_high, key_norm_low, random, pool2x2)\n",
+                            (int)len, s);
+                    return 2;
+                }
+                s += len + (comma != NULL);
+            }
+        } else if (strcmp(argv[a], "--limit") == 0) {
+            limit = atoi(argv[a + 1]);
+        } else {
+            fprintf(stderr, "mmrt-image-kv-eval: unknown option %s\n", argv[a]);
+            return 2;
+        }
+    }
+    if (argc - a != 2) {
+        fprintf(stderr, "usage: mmrt-image-kv-eval [--plugin NAME] [--keeps R,…] "
+                        "[--policies P,…] [--limit N] MODEL_DIR ITEMS_JSON\n");
+        return 2;
+    }
+    const char *dir = argv[a], *path = argv[a + 1];
+    struct item *items = NULL;
+    const int n = load_items(path, &items, limit);
+    if (n <= 0) {
+        if (n == 0)
+            fprintf(stderr, "mmrt-image-kv-eval: %s: no item with one image and a prompt\n",
+                    path);
+        return 1;
+    }
+    const int64_t vocab = vocab_of(dir, plugin, &items[0]);
+    if (vocab < 1)
+        return 1;
+    struct run base = { 0 };
+    if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, items, n, vocab, &base) != 0)
+        return 1;
+    int correct0 = 0, with_answers = 0;
+    for (int i = 0; i < n; i++)
+        if (items[i].answer) {
+            with_answers++;
+            correct0 += strcmp(base.text[i], items[i].answer) == 0;
+        }
+    printf("%s on %s, %d items, greedy answers of at most %d tokens\n", dir, plugin, n,
+           MAX_STEPS);
+    printf("| policy | keep | accuracy | top-1 | mean KL | image positions dropped per request |\n");
+    printf("|---|---|---|---|---|---|\n");
+    if (with_answers)
+        printf("| (uncompressed) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
+               100.0 * correct0 / with_answers, correct0, with_answers);
+    const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
+    int rc = 0;
+    for (int p = 0; p < n_policies && rc == 0; p++)
+        for (int k = 0; k < n_keeps && rc == 0; k++) {
+            struct run r = { 0 };
+            if (answer_all(dir, plugin, keeps[k], policies[p], items, n, vocab, &r) != 0) {
+                rc = 1;
+                break;
+            }
+            double kl = 0;
+            int same = 0, positions = 0, correct = 0;
+            for (int i = 0; i < n; i++) {
+                const int32_t *bi = base.ids + i * MAX_STEPS, *ri = r.ids + i * MAX_STEPS;
+                for (int s = 0; s < MAX_STEPS && bi[s] >= 0 && ri[s] >= 0; s++) {
+                    const float *q0 = base.p + (size_t)i * per + (size_t)s * (size_t)vocab;
+                    const float *q1 = r.p + (size_t)i * per + (size_t)s * (size_t)vocab;
+                    for (int64_t v = 0; v < vocab; v++)
+                        if (q0[v] > 0)
+                            kl += q0[v] * (log((double)q0[v]) -
+                                           log(q1[v] > 1e-30f ? (double)q1[v] : 1e-30));
+                    same += bi[s] == ri[s];
+                    positions++;
+                    if (bi[s] != ri[s])
+                        break;
+                }
+                correct += items[i].answer && strcmp(r.text[i], items[i].answer) == 0;
+            }
+            char acc[64] = "–";
+            if (with_answers)
+                snprintf(acc, sizeof acc, "%.1f%% (%d/%d)", 100.0 * correct / with_answers,
+                         correct, with_answers);
+            printf("| %s | %g | %s | %.1f%% | %.3g | %.1f |\n",
+                   mmrt_image_kv_policy_name(policies[p]), keeps[k], acc,
+                   positions ? 100.0 * same / positions : 100.0, positions ? kl / positions : 0,
+                   (double)r.dropped / n);
+            fflush(stdout);
+            run_free(&r, n);
+        }
+    run_free(&base, n);
+    for (int i = 0; i < n; i++) {
+        free(items[i].image);
+        free(items[i].prompt);
+        free(items[i].answer);
+    }
+    free(items);
+    return rc;
+}
