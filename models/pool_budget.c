@@ -84,6 +84,7 @@ static void lm_budget(const struct lm_dims *d, const struct mmrt_model_options *
     const int64_t B = opts && opts->max_decode_rows > 0 ? opts->max_decode_rows : 1;
     const int64_t W = (min64(d->context, kv) + page - 1) / page;
     out->language_rows = rows;
+    out->positions = min64(d->context, kv);
     out->language_bytes = lm_forward(d, rows, min64(rows, B), W) + lm_forward(d, B, B, W);
 }
 
@@ -197,7 +198,7 @@ static mmrt_status qwen2vl_budget(const char *dir, int64_t max_images, const cha
      * forward only up to the largest one's patches (qwen2vl.c q_tower), so the bound is on
      * the request: the positions it may fill (the context and the KV store),
      * max_image_tokens ... */
-    int64_t tokens = out->language_rows;
+    int64_t tokens = out->positions;
     if (opts && opts->max_image_tokens > 0)
         tokens = min64(tokens, opts->max_image_tokens);
     /* ... and the images a request may carry, each at most the processor's max_pixels. */
@@ -263,7 +264,7 @@ static mmrt_status fuyu_budget(const char *dir, const char *what, const json_t *
     /* The patches of the target size (an image is fitted into it), at most the positions a
      * request may fill (the context and the KV store) and max_image_tokens. */
     int64_t N = ((th + patch - 1) / patch) * ((tw + patch - 1) / patch);
-    N = min64(N, out->language_rows);
+    N = min64(N, out->positions);
     if (opts && opts->max_image_tokens > 0)
         N = min64(N, opts->max_image_tokens);
     out->vision_rows = N;

@@ -57,7 +57,9 @@
 
 struct mmrt_pool_budget {
     int64_t vision_rows;     /* rows of the vision stage's largest forward (patches) */
-    int64_t language_rows;   /* rows of the longest prefill */
+    int64_t language_rows;   /* rows of the longest prefill forward (a chunk) */
+    int64_t positions;       /* positions one request may fill: the context, at most the
+                                KV store (what bounds its image tokens, not the chunk) */
     int64_t kv_tokens;       /* positions of the KV store it was sized for */
     uint64_t kv_bytes;       /* the KV store, as the pool holds it (power-of-two blocks) */
     uint64_t vision_bytes;   /* peak activations of the vision stage (power-of-two blocks) */

@@ -206,6 +206,37 @@ static void test_auto_fits_the_largest_request(void **state)
     }
 }
 
+/* The vision stage's share is bounded by the image tokens one request may carry (the
+ * context, the KV store, max_image_tokens, the processor's largest image), never by how
+ * the engine cuts prompts into prefill chunks: a Qwen2-VL image of 1,600 tokens once got a
+ * pool sized for a 528-row chunk's worth of patches and failed on the CPU. */
+static void test_vision_not_bounded_by_the_chunk(void **state)
+{
+    (void)state;
+    static const char *const models[][2] = { { "qwen2vl-tiny", "qwen2_vl" },
+                                             { "fuyu-tiny", "fuyu" } };
+    for (size_t m = 0; m < 2; m++) {
+        char dir[4096], cfg[4200];
+        snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", src_dir, models[m][0]);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        json_t *root = NULL;
+        struct mmrt_error err = { 0 };
+        assert_int_equal(mmrt_json_load_file(cfg, 1 << 24, 0, &root, &err), MMRT_OK);
+        struct mmrt_model_options whole = { .max_decode_rows = 1 };
+        struct mmrt_model_options chunked = { .max_prefill_rows = 4, .max_decode_rows = 1 };
+        struct mmrt_pool_budget a, b;
+        assert_int_equal(mmrt_pool_budget_estimate(models[m][1], dir, root, &whole, &a, &err),
+                         MMRT_OK);
+        assert_int_equal(mmrt_pool_budget_estimate(models[m][1], dir, root, &chunked, &b, &err),
+                         MMRT_OK);
+        json_decref(root);
+        assert_int_equal(b.language_rows, 4);
+        assert_true(a.vision_rows > 4 * 4);
+        assert_int_equal(b.vision_rows, a.vision_rows);
+        assert_true(b.vision_bytes == a.vision_bytes);
+    }
+}
+
 /* The KV store's packing: a 7B layer's 12 MiB (768 positions) in 512 + 256 + 16 MiB, not
  * 64 blocks of 16; power-of-two tensors in one block; a cap on the block size. */
 static void test_kv_store_plan(void **state)
@@ -303,6 +334,7 @@ int main(void)
     mmrt_set_log_sink(quiet, NULL, MMRT_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_fits_the_largest_request),
+        cmocka_unit_test(test_vision_not_bounded_by_the_chunk),
         cmocka_unit_test(test_auto_fits_a_vision_batch),
         cmocka_unit_test(test_kv_store_plan),
         cmocka_unit_test(test_auto_too_large_is_refused),
