@@ -250,6 +250,9 @@ fi
 # (cuBLAS picks GEMM algorithms by shape, so a failure here measures how far batch
 # invariance is from holding on the GPU; the log names the first differing step.)
 if [ $dry -eq 1 ] || [ -x "$build/bin/test_engine" ]; then
+  # image-token KV compression: compacted page stores row by row against the host plan
+  run_step kv_compress_cuda 60 "env $env_for_tests '$build/bin/test_kv_compress'"
+  [ $dry -eq 0 ] && add kv_compress_cuda "$(result $rc)" "$secs" "$(grep -m1 -o 'PASSED  \] [0-9]* test(s)' "$logdir/kv_compress_cuda.log")"
   run_step engine_cuda 150 "env $env_for_tests MMRT_TEST_PLUGIN=cuda '$build/bin/test_engine'"
   [ $dry -eq 0 ] && add engine_cuda "$(result $rc)" "$secs" "$(grep -m1 -o 'PASSED  \] [0-9]* test(s)' "$logdir/engine_cuda.log"); $(grep -m1 -o 'differ from its solo run (rel [^)]*)' "$logdir/engine_cuda.log")"
 else

@@ -20,12 +20,12 @@
  * Defaults: keeps 0.75,0.5,0.25,0.1; all four policies; the CPU plugin.
  */
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "fidelity.h"
 #include "model.h"
 #include "mmrt/mmrt.h"
 
@@ -56,16 +56,8 @@ struct capture {
 static void on_logits(void *user, int step, const float *logits, int64_t vocab)
 {
     struct capture *c = user;
-    if (step < 0 || step >= MAX_STEPS || vocab != c->vocab)
-        return;
-    float *p = c->p + (size_t)step * (size_t)vocab;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t v = 0; v < vocab; v++)
-        mx = logits[v] > mx ? logits[v] : mx;
-    for (int64_t v = 0; v < vocab; v++)
-        sum += exp((double)logits[v] - mx);
-    for (int64_t v = 0; v < vocab; v++)
-        p[v] = (float)(exp((double)logits[v] - mx) / sum);
+    if (step >= 0 && step < MAX_STEPS && vocab == c->vocab)
+        fidelity_softmax(logits, vocab, c->p + (size_t)step * (size_t)vocab);
 }
 
 static bool on_token(void *user, int32_t id, const char *text)
@@ -350,31 +342,22 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            double kl = 0;
-            int same = 0, positions = 0, correct = 0;
+            struct fidelity_sum f = { 0 };
+            int correct = 0;
             for (int i = 0; i < n; i++) {
-                const int32_t *bi = base.ids + i * MAX_STEPS, *ri = r.ids + i * MAX_STEPS;
-                for (int s = 0; s < MAX_STEPS && bi[s] >= 0 && ri[s] >= 0; s++) {
-                    const float *q0 = base.p + (size_t)i * per + (size_t)s * (size_t)vocab;
-                    const float *q1 = r.p + (size_t)i * per + (size_t)s * (size_t)vocab;
-                    for (int64_t v = 0; v < vocab; v++)
-                        if (q0[v] > 0)
-                            kl += q0[v] * (log((double)q0[v]) -
-                                           log(q1[v] > 1e-30f ? (double)q1[v] : 1e-30));
-                    same += bi[s] == ri[s];
-                    positions++;
-                    if (bi[s] != ri[s])
-                        break;
-                }
+                fidelity_add(&f, base.p + (size_t)i * per, base.ids + i * MAX_STEPS,
+                             r.p + (size_t)i * per, r.ids + i * MAX_STEPS, MAX_STEPS, vocab);
                 correct += items[i].answer && strcmp(r.text[i], items[i].answer) == 0;
             }
+            const int positions = f.positions;
             char acc[64] = "–";
             if (with_answers)
                 snprintf(acc, sizeof acc, "%.1f%% (%d/%d)", 100.0 * correct / with_answers,
                          correct, with_answers);
             printf("| %s | %g | %s | %.1f%% | %.3g | %.1f |\n",
                    mmrt_image_kv_policy_name(policies[p]), keeps[k], acc,
-                   positions ? 100.0 * same / positions : 100.0, positions ? kl / positions : 0,
+                   positions ? 100.0 * f.same / positions : 100.0,
+                   positions ? f.kl / positions : 0,
                    (double)r.dropped / n);
             fflush(stdout);
             run_free(&r, n);

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "fidelity.h"
 #include "formats/file.h"
 #include "formats/json.h"
 #include "formats/safetensors.h"
@@ -245,14 +246,7 @@ static void capture_logits(void *user, int step, const float *logits, int64_t vo
         c->bad = true;
         return;
     }
-    float *p = c->p + (size_t)step * (size_t)vocab;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t v = 0; v < vocab; v++)
-        mx = logits[v] > mx ? logits[v] : mx;
-    for (int64_t v = 0; v < vocab; v++)
-        sum += exp((double)logits[v] - mx);
-    for (int64_t v = 0; v < vocab; v++)
-        p[v] = (float)(exp((double)logits[v] - mx) / sum);
+    fidelity_softmax(logits, vocab, c->p + (size_t)step * (size_t)vocab);
 }
 
 static bool capture_token(void *user, int32_t id, const char *text)
@@ -310,25 +304,12 @@ static mmrt_status measure(const char *dir, struct choice *c, const struct calib
     if (st == MMRT_OK)
         st = answers(rt, k, p, ids, err);
     if (st == MMRT_OK) {
-        double kl = 0;
-        int same = 0, n = 0;
-        for (int i = 0; i < k->n; i++) {
-            const int32_t *ri = k->ref_ids + (size_t)i * MAX_STEPS;
-            const int32_t *qi = ids + (size_t)i * MAX_STEPS;
-            /* step s is compared when both answers reached it along the same tokens */
-            for (int s = 0; s < MAX_STEPS && ri[s] >= 0 && qi[s] >= 0; s++) {
-                const float *r = k->ref + (size_t)i * per + (size_t)s * (size_t)k->vocab;
-                const float *q = p + (size_t)i * per + (size_t)s * (size_t)k->vocab;
-                for (int64_t v = 0; v < k->vocab; v++)
-                    if (r[v] > 0)
-                        kl += r[v] * (log((double)r[v]) - log(q[v] > 1e-30f ? q[v] : 1e-30));
-                same += qi[s] == ri[s];
-                n++;
-                if (qi[s] != ri[s])
-                    break;
-            }
-        }
-        *out = (struct fidelity){ n ? kl / n : 0, n ? (double)same / n : 1, n };
+        struct fidelity_sum f = { 0 };
+        for (int i = 0; i < k->n; i++)
+            fidelity_add(&f, k->ref + (size_t)i * per, k->ref_ids + (size_t)i * MAX_STEPS,
+                         p + (size_t)i * per, ids + (size_t)i * MAX_STEPS, MAX_STEPS, k->vocab);
+        const int n = f.positions;
+        *out = (struct fidelity){ n ? f.kl / n : 0, n ? (double)f.same / n : 1, n };
     }
     free(p);
     free(ids);
