@@ -2,7 +2,7 @@
  * tests/test_kv_compress.c — image-token KV compression (core/kv_compress.h): the plans every
  * policy makes, and the compaction of a real page store on the CPU and OpenCL plugins, row
  * for row against the plan applied on the host (shared and pinned pages copied, never
- * written; freed pages back in the store).
+ * written; freed pages back in the store); on CUDA too where a GPU is found.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -495,6 +495,13 @@ static void test_store_opencl(void **state)
     store_on("opencl");
 }
 
+/* Skips without a GPU; tools/gpu-check.sh runs it where there is one. */
+static void test_store_cuda(void **state)
+{
+    (void)state;
+    store_on("cuda");
+}
+
 /* No free page to copy a shared page into: nothing happens, the cache stays valid. */
 static void test_no_page_for_a_copy(void **state)
 {
@@ -545,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_store_cpu),
         cmocka_unit_test(test_store_opencl),
+        cmocka_unit_test(test_store_cuda),
         cmocka_unit_test(test_no_page_for_a_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
