@@ -91,27 +91,25 @@ struct scored {
     int32_t cell;
 };
 
-/* Largest first; NaN last; ties by cell. */
-static int by_score_desc(const void *a, const void *b)
+/* Orders by score, ascending (dir 1) or descending (dir −1); NaN last; ties by cell. */
+static int by_score(const struct scored *x, const struct scored *y, int dir)
 {
-    const struct scored *x = a, *y = b;
     const bool nx = isnan(x->score), ny = isnan(y->score);
     if (nx != ny)
         return nx ? 1 : -1;
     if (!nx && x->score != y->score)
-        return x->score > y->score ? -1 : 1;
+        return x->score < y->score ? -dir : dir;
     return (x->cell > y->cell) - (x->cell < y->cell);
+}
+
+static int by_score_desc(const void *a, const void *b)
+{
+    return by_score(a, b, -1);
 }
 
 static int by_score_asc(const void *a, const void *b)
 {
-    const struct scored *x = a, *y = b;
-    const bool nx = isnan(x->score), ny = isnan(y->score);
-    if (nx != ny)
-        return nx ? 1 : -1;
-    if (!nx && x->score != y->score)
-        return x->score < y->score ? -1 : 1;
-    return (x->cell > y->cell) - (x->cell < y->cell);
+    return by_score(a, b, 1);
 }
 
 /* Marks the k cells of grid g (n cells from global cell `off`) that head h keeps. */
