@@ -5,6 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Messages echo names and values read from hostile files (a model_type, a device name, a
+ * JSON key); a control byte among them would break the one-line promise of error.h or drive
+ * a terminal. They become '?' (as json.c and safetensors.c already did for their own text). */
+static void flatten(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
 {
     if (err) {
@@ -12,6 +22,7 @@ mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const cha
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        flatten(err->msg);
         err->status = status;
     }
     return status;
@@ -39,6 +50,7 @@ mmrt_status mmrt_error_prefix(struct mmrt_error *err, mmrt_status status, const 
     memmove(err->msg + plen, err->msg, keep);
     memcpy(err->msg, prefix, plen < sizeof err->msg - 1 ? plen : sizeof err->msg - 1);
     err->msg[plen + keep < sizeof err->msg ? plen + keep : sizeof err->msg - 1] = '\0';
+    flatten(err->msg);
     if (err->status == MMRT_OK)
         err->status = status;
     return err->status;

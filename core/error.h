@@ -19,7 +19,10 @@ struct mmrt_error {
 };
 
 /* Sets err (if not NULL) to status and the printf-formatted message; returns status, so
- * callers can write `return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: …", path);`. */
+ * callers can write `return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: …", path);`.
+ * Control bytes (below 0x20, and 0x7f) in the result become '?', so a name or value echoed
+ * from a hostile file cannot break the message's one line; the same holds for
+ * mmrt_error_prefix. */
 mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

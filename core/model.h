@@ -118,6 +118,16 @@ struct mmrt_packed_format {
     bool symmetric;      /* compressed-tensors without zero points: every zero point is 8 */
 };
 
+/* config.json's quantization_config (root: the parsed config.json; path names it in
+ * messages): absent or null gives kind NONE; quant_method "mmrt" with a known `weights`
+ * gives NONE too (the float loader reads mmrt's own layout); "awq", "gptq" and
+ * "compressed-tensors" fill *packed when their bits, group size and format are ones mmrt
+ * runs. Anything else is MMRT_ERR_FORMAT / MMRT_ERR_UNSUPPORTED naming the key and value.
+ * *packed is scratch on failure. Internal (core/runtime.c; the config.json fuzz target). */
+mmrt_status mmrt_quantization_config_check(const json_t *root, const char *path,
+                                           struct mmrt_packed_format *packed,
+                                           struct mmrt_error *err);
+
 /* A matrix the loader quantized ([model] weights), as mmrt_model_options.on_quantized sees
  * it: the checkpoint tensor it came from, rows × cols, and its codes (I8 [rows, cols], or the
  * U4 bytes [rows, cols / 2] of plugin.h), scales ([rows], or [rows, cols / group]) and, for

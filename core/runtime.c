@@ -236,10 +236,10 @@ static mmrt_status check_ct(const json_t *qc, const char *path, struct mmrt_pack
 /* config.json's quantization_config: absent (float weights, maybe quantized at load), mmrt's
  * own layout (docs/QUANTIZATION.md "Checkpoint layout": quant_method "mmrt", weights one of
  * the [model] weights formats), or AWQ or GPTQ as published (*packed set). Any other method
- * or width is refused by key and value before anything is loaded. */
-static mmrt_status check_quantization_config(const json_t *root, const char *path,
-                                             struct mmrt_packed_format *packed,
-                                             struct mmrt_error *err)
+ * or width is refused by key and value before anything is loaded (declared in model.h). */
+mmrt_status mmrt_quantization_config_check(const json_t *root, const char *path,
+                                           struct mmrt_packed_format *packed,
+                                           struct mmrt_error *err)
 {
     *packed = (struct mmrt_packed_format){ .kind = MMRT_PACKED_NONE };
     const json_t *qc = json_object_get(root, "quantization_config");
@@ -662,7 +662,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                     what);
         }
         if (st == MMRT_OK)
-            st = check_quantization_config(root, cfg_path, &rt->model_opts.packed, err);
+            st = mmrt_quantization_config_check(root, cfg_path, &rt->model_opts.packed, err);
         bool any_auto = false;
         for (int i = 0; i < cfg->n_devices; i++)
             any_auto |= cfg->devices[i].pool_mb == 0;

@@ -173,6 +173,13 @@ static mmrt_status parse_fields(const json_t *cfg, const json_t *top, const char
                               what, (long long)c.hidden, (long long)c.n_heads);
     INT("head_dim", 1, 256, c.hidden / c.n_heads, head_dim);
 #undef INT
+    /* The default (hidden / heads) is not range-checked by the getter: hold it to the same
+     * attention limit as an explicit head_dim. */
+    if (c.head_dim > 256)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "%s: head dim %lld (hidden_size %lld / num_attention_heads %lld) is "
+                              "above the attention limit of 256; set head_dim", what,
+                              (long long)c.head_dim, (long long)c.hidden, (long long)c.n_heads);
     if (c.n_heads % c.n_kv_heads != 0)
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: num_attention_heads %lld is not a multiple of "
@@ -196,6 +203,10 @@ static mmrt_status parse_fields(const json_t *cfg, const json_t *top, const char
                               rope_type, qwen2 ? " and mrope" : "");
     if (!(c.rope_theta > 0))
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: rope theta must be positive", what);
+    /* rms(h) = h / sqrt(mean(h²) + eps): an eps of 0 divides a zero row by zero. */
+    if (!(c.rms_eps > 0))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: \"rms_norm_eps\" = %g must be positive", what, c.rms_eps);
     if (qwen2) {
         /* Qwen2VLAttention: q/k/v with bias, o_proj without; no attention_bias key. */
         c.qkv_bias = true;

@@ -55,8 +55,9 @@ struct mmrt_llama_config {
  *     qwen2_vl_text, model_type optional) or, when absent, the top level as hub files have
  *     it (models.md §1.6 rule 2).
  * `top` (may be NULL) is consulted for tie_word_embeddings. Refuses zero or huge sizes,
- * hidden % heads != 0, heads % kv_heads != 0, non-finite or non-positive theta/eps,
- * unsupported rope scaling. `what` names the source in messages. */
+ * hidden % heads != 0, heads % kv_heads != 0, a head dim above 256 (given, or hidden / heads
+ * by default), non-finite or non-positive theta/eps, unsupported rope scaling. `what` names
+ * the source in messages. *out is written only on success. */
 mmrt_status mmrt_llama_config_parse(const json_t *cfg, const json_t *top, const char *what,
                                     struct mmrt_llama_config *out, struct mmrt_error *err);
 

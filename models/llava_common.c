@@ -16,7 +16,9 @@
 mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
                                     struct mmrt_llava_config *out, struct mmrt_error *err)
 {
-    memset(out, 0, sizeof *out);
+    /* Read into a local copy: *out is written only on success (STYLE.md "Errors"). */
+    struct mmrt_llava_config c;
+    memset(&c, 0, sizeof c);
     const json_t *vcfg = json_object_get(config, "vision_config");
     const json_t *tcfg = json_object_get(config, "text_config");
     if ((vcfg && !json_is_object(vcfg)) || (tcfg && !json_is_object(tcfg)))
@@ -28,9 +30,9 @@ mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
     char vwhat[4300], twhat[4300];
     snprintf(vwhat, sizeof vwhat, "%s: vision_config", what);
     snprintf(twhat, sizeof twhat, "%s: text_config", what);
-    mmrt_status st = mmrt_clip_config_parse(vcfg ? vcfg : empty, vwhat, &out->clip, err);
+    mmrt_status st = mmrt_clip_config_parse(vcfg ? vcfg : empty, vwhat, &c.clip, err);
     if (st == MMRT_OK)
-        st = mmrt_llama_config_parse(tcfg ? tcfg : empty, config, twhat, &out->text, err);
+        st = mmrt_llama_config_parse(tcfg ? tcfg : empty, config, twhat, &c.text, err);
     json_decref(empty);
     if (st != MMRT_OK)
         return st;
@@ -43,31 +45,32 @@ mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
                                &image_token, err);
     if (st != MMRT_OK)
         return st;
-    if (image_token >= out->text.vocab)
+    if (image_token >= c.text.vocab)
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: image_token_index %lld is not below the vocab_size %lld", what,
-                              image_token, (long long)out->text.vocab);
-    out->image_token_id = (int32_t)image_token;
+                              image_token, (long long)c.text.vocab);
+    c.image_token_id = (int32_t)image_token;
     const char *act = NULL, *strategy = NULL;
     st = mmrt_json_opt_string(config, "projector_hidden_act", what, "gelu", &act, err);
     if (st == MMRT_OK)
-        st = mmrt_llava_act_from_name(act, what, &out->proj_act, err);
+        st = mmrt_llava_act_from_name(act, what, &c.proj_act, err);
     if (st == MMRT_OK)
         st = mmrt_json_opt_string(config, "vision_feature_select_strategy", what, "default",
                                   &strategy, err);
     if (st == MMRT_OK)
         st = mmrt_json_opt_bool(config, "multimodal_projector_bias", what, true,
-                                &out->proj_bias, err);
+                                &c.proj_bias, err);
     if (st == MMRT_OK)
-        st = mmrt_llava_parse_feature_layers(config, what, out->clip.n_layers,
-                                             out->feature_layers, &out->n_feature_layers, err);
+        st = mmrt_llava_parse_feature_layers(config, what, c.clip.n_layers,
+                                             c.feature_layers, &c.n_feature_layers, err);
     if (st != MMRT_OK)
         return st;
     if (strcmp(strategy, "default") != 0 && strcmp(strategy, "full") != 0)
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: vision_feature_select_strategy '%s' (default or full)", what,
                               strategy);
-    out->keep_cls = strcmp(strategy, "full") == 0;
+    c.keep_cls = strcmp(strategy, "full") == 0;
+    *out = c;
     return MMRT_OK;
 }
 

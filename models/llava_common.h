@@ -37,7 +37,8 @@ struct mmrt_llava_config {
 };
 
 /* Reads *out from config.json (`what` names it in messages); refuses malformed sections,
- * an image token outside the vocabulary and strategies other than default / full. */
+ * an image token outside the vocabulary and strategies other than default / full. *out is
+ * written only on success. */
 mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
                                     struct mmrt_llava_config *out, struct mmrt_error *err);
 

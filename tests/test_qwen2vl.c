@@ -235,6 +235,17 @@ static void restore(const char *file)
 static void test_bad_configs(void **state)
 {
     (void)state;
+    /* Found by fuzz_config_json: an eps of 0 and a default head dim above the limit. */
+    golden_set_config("text_config/rms_norm_eps", json_real(0));
+    golden_expect_load_error(MMRT_ERR_FORMAT, "\"rms_norm_eps\" = 0 must be positive");
+    restore("config.json");
+    golden_set_config("text_config/head_dim", NULL);
+    golden_set_config("text_config/hidden_size", json_integer(1024));
+    golden_set_config("text_config/num_attention_heads", json_integer(2));
+    golden_set_config("text_config/num_key_value_heads", json_integer(2));
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "head dim 512 (hidden_size 1024 / "
+                             "num_attention_heads 2) is above the attention limit of 256");
+    restore("config.json");
     golden_set_config("text_config/rope_parameters/mrope_section", json_pack("[i,i]", 2, 2));
     golden_expect_load_error(MMRT_ERR_FORMAT, "\"mrope_section\" must be a list of 3 integers");
     golden_set_config("text_config/rope_parameters/mrope_section",
