@@ -41,17 +41,10 @@
 #include "persimmon.h"
 #include "pool_budget.h"
 #include "qwen2vl_vision.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Names the failed check on stderr (kept in libFuzzer's log), then traps. */
-#define CHECK(c)                                                                   \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            __builtin_trap();                                                      \
-        }                                                                          \
-    } while (0)
 
 #define CONFIG_MAX_BYTES (16u << 20) /* core/runtime.c */
 
@@ -60,14 +53,8 @@ static char g_path[64];
 
 static void check_message(const struct mmrt_error *err, mmrt_status st)
 {
-    const size_t len = strnlen(err->msg, sizeof err->msg);
     CHECK(st < 0 && err->status == st);
-    CHECK(len > 0 && len < sizeof err->msg);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)err->msg[i] < 0x20 || err->msg[i] == 0x7f) {
-            fprintf(stderr, "message with a control byte at %zu: %s\n", i, err->msg);
-            CHECK(!"a one-line message of printable text");
-        }
+    fuzz_check_message(err);
 }
 
 /* Runs a reader into *out, filled with a pattern first; on failure *out must still hold it. */

@@ -20,31 +20,12 @@
 #include <string.h>
 
 #include "formats/conf.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Names the failed check on stderr (kept in libFuzzer's log), then traps. */
-#define CHECK(c)                                                                   \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            __builtin_trap();                                                      \
-        }                                                                          \
-    } while (0)
 
 #define NAME "fuzz/deploy.ini"
-
-/* One line of printable text (UTF-8 allowed, no control bytes). */
-static void check_message(const struct mmrt_error *err)
-{
-    const size_t len = strnlen(err->msg, sizeof err->msg);
-    CHECK(len > 0 && len < sizeof err->msg);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)err->msg[i] < 0x20 || err->msg[i] == 0x7f) {
-            fprintf(stderr, "message with a control byte at %zu: %s\n", i, err->msg);
-            CHECK(!"a one-line message of printable text");
-        }
-}
 
 static bool name_ok(const char *s, size_t max, bool dots)
 {
@@ -184,7 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(conf == &sentinel);
         CHECK(st == MMRT_ERR_CONFIG || st == MMRT_ERR_LIMIT || st == MMRT_ERR_NO_MEMORY);
         CHECK(err.status == st);
-        check_message(&err);
+        fuzz_check_message(&err);
         CHECK(strncmp(err.msg, NAME ":", sizeof NAME) == 0);
         return 0;
     }

@@ -36,17 +36,10 @@
 #include <unistd.h>
 
 #include "formats/safetensors.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Names the failed check on stderr (kept in libFuzzer's log), then traps. */
-#define CHECK(c)                                                                   \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            __builtin_trap();                                                      \
-        }                                                                          \
-    } while (0)
 
 #define SHARD1 "model-00001-of-00002.safetensors"
 #define SHARD2 "model-00002-of-00002.safetensors"
@@ -140,16 +133,6 @@ static void setup(void)
     g_ready = true;
 }
 
-static void check_message(const struct mmrt_error *err)
-{
-    const size_t len = strnlen(err->msg, sizeof err->msg);
-    CHECK(len > 0 && len < sizeof err->msg);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)err->msg[i] < 0x20 || err->msg[i] == 0x7f) {
-            fprintf(stderr, "message with a control byte at %zu: %s\n", i, err->msg);
-            CHECK(!"a one-line message of printable text");
-        }
-}
 
 static void check_accepted(const struct mmrt_safetensors *st)
 {
@@ -199,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(st == sentinel && err.status == s);
         CHECK(s == MMRT_ERR_FORMAT || s == MMRT_ERR_LIMIT || s == MMRT_ERR_UNSUPPORTED ||
               s == MMRT_ERR_IO || s == MMRT_ERR_NOT_FOUND || s == MMRT_ERR_NO_MEMORY);
-        check_message(&err);
+        fuzz_check_message(&err);
         CHECK(strncmp(err.msg, g_index, strlen(g_index)) == 0);
         return 0;
     }
