@@ -138,6 +138,29 @@ static void choose(enum mmrt_image_kv_policy policy, int64_t n, int64_t k, int64
         keep[(off + tmp[i].cell) * H + h] = 1;
 }
 
+/* What a plan of o over the grids looks like whatever the scores (the same in every layer):
+ * the first row rewritten (the page boundary at or below the first patch), the patch cells,
+ * the rows kept and the sources per kept row. */
+static void layout(const struct mmrt_kv_compress_opts *o, const struct mmrt_prompt_grid *grids,
+                   int n_grids, int64_t n_rows, int64_t page_tokens, int64_t *first,
+                   int64_t *n_cells, int64_t *n_out, int64_t *G)
+{
+    const bool pool = resolved(o->policy) == MMRT_IMAGE_KV_POOL2X2;
+    *first = grids[0].row / page_tokens * page_tokens;
+    *n_cells = 0, *n_out = n_rows, *G = 1;
+    for (int g = 0; g < n_grids; g++) {
+        const struct mmrt_prompt_grid *q = &grids[g];
+        *n_cells += q->h * q->w;
+        *n_out -= q->h * q->w - mmrt_kv_compress_grid_kept(o, q->h, q->w);
+        if (pool) {
+            int64_t oh, ow;
+            mmrt_kv_compress_pool_dims(q->h, q->w, o->keep, &oh, &ow);
+            const int64_t area = widest_bin(oh, q->h) * widest_bin(ow, q->w);
+            *G = area > *G ? area : *G;
+        }
+    }
+}
+
 mmrt_status mmrt_kv_plan_layer(const struct mmrt_kv_compress_opts *o,
                                const struct mmrt_prompt_grid *grids, int n_grids,
                                int64_t n_rows, int64_t page_tokens, int64_t H, int64_t layer,
@@ -155,19 +178,8 @@ mmrt_status mmrt_kv_plan_layer(const struct mmrt_kv_compress_opts *o,
     if (by_norm && !scores)
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "KV compression: %s needs key norms",
                               mmrt_image_kv_policy_name(policy));
-    const int64_t first = grids[0].row / page_tokens * page_tokens;
-    int64_t n_cells = 0, n_out = n_rows, G = 1;
-    for (int g = 0; g < n_grids; g++) {
-        const struct mmrt_prompt_grid *q = &grids[g];
-        n_cells += q->h * q->w;
-        n_out -= q->h * q->w - mmrt_kv_compress_grid_kept(o, q->h, q->w);
-        if (pool) {
-            int64_t oh, ow;
-            mmrt_kv_compress_pool_dims(q->h, q->w, o->keep, &oh, &ow);
-            const int64_t area = widest_bin(oh, q->h) * widest_bin(ow, q->w);
-            G = area > G ? area : G;
-        }
-    }
+    int64_t first, n_cells, n_out, G;
+    layout(o, grids, n_grids, n_rows, page_tokens, &first, &n_cells, &n_out, &G);
     if (n_out == n_rows)
         return MMRT_OK;
     const int64_t span = n_rows - first, n_dst = n_out - first;
@@ -299,22 +311,12 @@ mmrt_status mmrt_kv_compress(struct mmrt_kv_pages *p, struct mmrt_kv_cache *c,
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "KV compression: the cache holds %lld "
                               "rows, the prompt %lld", (long long)n_rows,
                               (long long)prompt->n_ids);
-    /* The layout is the same in every layer: plan layer 0 with equal scores for its sizes. */
-    int64_t n_cells = 0;
-    for (int g = 0; g < n_grids; g++)
-        n_cells += grids[g].h * grids[g].w;
-    float *zero = by_norm ? calloc((size_t)(n_cells * H), sizeof *zero) : NULL;
-    if (by_norm && !zero)
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV compression: out of memory");
-    struct mmrt_kv_plan plan;
-    mmrt_status st = mmrt_kv_plan_layer(o, grids, n_grids, n_rows, P, H, 0, zero, &plan, err);
-    free(zero);
-    if (st != MMRT_OK)
-        return st;
-    const int64_t first = plan.first, n_out = plan.n_out, G = plan.G;
-    mmrt_kv_plan_free(&plan);
+    int64_t first, n_cells, n_out, G;
+    layout(o, grids, n_grids, n_rows, P, &first, &n_cells, &n_out, &G);
     if (n_out == n_rows)
         return MMRT_OK;
+    mmrt_status st = MMRT_OK;
+    struct mmrt_kv_plan plan = { 0 };
     const int64_t from = first / P, to = (n_out + P - 1) / P, n_dst = n_out - first;
     int64_t C = chunk_rows > 0 ? chunk_rows : 1;
     const int64_t most = n_dst > n_cells ? n_dst : n_cells;

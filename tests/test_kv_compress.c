@@ -302,18 +302,15 @@ static mmrt_status fill(struct mmrt_kv_pages *p, const struct mmrt_kv_cache *c, 
     return st;
 }
 
-/* Row r of sequence c, layer l, as f32 [NH][HD] (the store may be F16). */
-static void read_row(struct mmrt_kv_pages *p, const struct mmrt_kv_cache *c, int64_t l, int v,
-                     int64_t r, float *out)
+/* Store row `row` of layer l's K (v = 0) or V, as f32 [NH][HD] (the store may be F16). */
+static void read_store_row(struct mmrt_kv_pages *p, int64_t l, int v, int64_t row, float *out)
 {
     struct mmrt_error err = { 0 };
-    int32_t sr;
-    mmrt_kv_cache_rows(c, r, 1, &sr);
     const struct mmrt_tensor all = mmrt_kv_pages_rows_view(p, l, v);
-    const struct mmrt_tensor row = mmrt_tensor_rows(&all, sr, 1);
+    const struct mmrt_tensor one = mmrt_tensor_rows(&all, row, 1);
     const size_t es = mmrt_dtype_size(all.dtype);
     uint8_t raw[NH * HD * 4];
-    assert_int_equal(mmrt_dev_download(p->dev, &row, raw, (uint64_t)(NH * HD) * es, &err),
+    assert_int_equal(mmrt_dev_download(p->dev, &one, raw, (uint64_t)(NH * HD) * es, &err),
                      MMRT_OK);
     for (int64_t i = 0; i < NH * HD; i++) {
         if (all.dtype == MMRT_DTYPE_F32) {
@@ -324,6 +321,15 @@ static void read_row(struct mmrt_kv_pages *p, const struct mmrt_kv_cache *c, int
             out[i] = harness_f16_to_f32(b);
         }
     }
+}
+
+/* Row r of sequence c. */
+static void read_row(struct mmrt_kv_pages *p, const struct mmrt_kv_cache *c, int64_t l, int v,
+                     int64_t r, float *out)
+{
+    int32_t sr;
+    mmrt_kv_cache_rows(c, r, 1, &sr);
+    read_store_row(p, l, v, sr, out);
 }
 
 /* What the store holds for (l, v, r, h, i) before compression: val rounded to the store. */
@@ -440,22 +446,10 @@ static void check_store(const char *plugin, bool f16, enum mmrt_image_kv_policy 
                 assert_true(got[h * HD + i] == stored(f16, 1, 1, r, h, i));
     }
     for (int64_t k = 0; k < PT; k++) {
-        const struct mmrt_tensor all = mmrt_kv_pages_rows_view(&p, 0, false);
-        const struct mmrt_tensor row = mmrt_tensor_rows(&all, pinned * PT + k, 1);
         float got[NH * HD];
-        uint8_t raw[NH * HD * 4];
-        const size_t es = mmrt_dtype_size(all.dtype);
-        assert_int_equal(mmrt_dev_download(dev, &row, raw, (uint64_t)(NH * HD) * es, &err),
-                         MMRT_OK);
-        for (int64_t i = 0; i < NH * HD; i++) {
-            uint16_t b;
-            memcpy(&b, raw + 2 * i, 2);
-            if (f16)
-                got[i] = harness_f16_to_f32(b);
-            else
-                memcpy(&got[i], raw + 4 * i, 4);
+        read_store_row(&p, 0, 0, pinned * PT + k, got);
+        for (int64_t i = 0; i < NH * HD; i++)
             assert_true(got[i] == stored(f16, 0, 0, 4 * PT + k, i / HD, i % HD));
-        }
     }
     /* Pages: what the sequence holds now, plus the copies' originals still held by the
      * others, minus what compression gave back. */

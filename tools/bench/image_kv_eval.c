@@ -294,7 +294,14 @@ int main(int argc, char **argv)
                 s += len + (comma != NULL);
             }
         } else if (strcmp(argv[a], "--limit") == 0) {
-            limit = atoi(argv[a + 1]);
+            char *end;
+            const long v = strtol(argv[a + 1], &end, 10);
+            if (end == argv[a + 1] || *end || v < 1 || v > 1000000) {
+                fprintf(stderr, "mmrt-image-kv-eval: --limit '%s': expected 1 … 1000000 "
+                                "items\n", argv[a + 1]);
+                return 2;
+            }
+            limit = (int)v;
         } else {
             fprintf(stderr, "mmrt-image-kv-eval: unknown option %s\n", argv[a]);
             return 2;
