@@ -549,7 +549,7 @@ static float *matmul_rows(struct harness *h, const float *x, int64_t M, int64_t 
 }
 
 /* A decode step over B sequences is one MATMUL with M = B rows; a sequence's logits must not
- * change with B. K = 2053 is not a multiple of 8 or 16 and spans three of the GEMV's K
+ * change with B. K = 2053 is not a multiple of 8 or 16 and spans five of the GEMV's K
  * chunks; N = 45 leaves edge blocks of 8, 4 and 1 W rows; 3 threads split the rows. */
 static void test_row_invariance_all_isas(void **state)
 {

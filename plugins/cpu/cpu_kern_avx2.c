@@ -8,9 +8,9 @@
  * 8 × 8 blocks in registers; GEMV as in the AVX-512 file (blocks of W rows read once, x rows
  * in passes over the block while it is hot, K chunks, one instantiation per dtype, every row
  * bit-identical for every M ≤ 32) with 8 lanes along k, four W rows × two x rows per pass
- * (eight W rows for M = 1) to fit 16 registers, and a fixed reduction. AVX2 has no 16-bit
- * masked load, so K tails go through a small zeroed stack buffer (never a read past the end
- * of a row).
+ * (eight W rows for M = 1; three x rows over a widened block when M > 2) to fit 16
+ * registers, and a fixed reduction. AVX2 has no 16-bit masked load, so K tails go through a
+ * small zeroed stack buffer (never a read past the end of a row).
  *
  * exp: the same Cephes scheme as the AVX-512 file, but 2^n is built in the exponent field,
  * which covers n ∈ [−126, 128]: below x = −87.33 the result is 0 (expf would give a subnormal
@@ -180,19 +180,23 @@ static void micro(const float *xp, const float *wp, int64_t ldw, int64_t kc, flo
 
 /* ---- GEMV ------------------------------------------------------------------------------- */
 
-/* As in cpu_kern_avx512.c at 8 lanes, with 16 ymm registers: GV_R = 4 W rows × GV_G = 2 x
- * rows per pass (8 accumulators + 2 x + 1 W vector), 8 W rows for M = 1; K chunks of GV_KC
- * (a multiple of 8) when M > GV_G, the partial sums kept in `save` between chunks (exact). */
+/* As in cpu_kern_avx512.c at 8 lanes, with 16 ymm registers: GV_R = 4 W rows × up to GV_G = 2
+ * x rows in one pass over K (8 accumulators + 2 x + 1 W vector), 8 W rows for M = 1. More x
+ * rows take the widened path: blocks of GW_R = 4 W rows widened to f32 once per K chunk of
+ * GW_KC (a multiple of 8) into an L1 buffer, passes of up to GW_G = 3 x rows over it (12
+ * accumulators, 3 x vectors, W as the FMAs' memory operand), partial sums kept in `save`
+ * between chunks (exact). */
 #define GV_R 4
 #define GV_G 2
-#define GV_KC 1024
+#define GW_R 4
+#define GW_G 3
+#define GW_KC 512
 
-/* One pass over k in [k0, k1) for G x rows and R W rows; see gemv_pass in cpu_kern_avx512.c.
- * The K tail (only in the last chunk) goes through zeroed stack buffers, as load8 does. */
+/* One pass over all K for G x rows and R W rows; see gemv_pass in cpu_kern_avx512.c. The K
+ * tail goes through zeroed stack buffers, as load8 does. */
 static inline __attribute__((always_inline)) void
 gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb, const int R,
-          const int G, int64_t k0, int64_t k1, int first, int last, __m256 *save, float *y,
-          int64_t ldy, const char *pf)
+          const int G, int64_t K, float *y, int64_t ldy, const char *pf)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m256 acc[GV_G][8];
@@ -200,9 +204,9 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            acc[g][r] = first ? _mm256_setzero_ps() : save[g * GV_R + r];
-    int64_t k = k0;
-    for (; k + 8 <= k1; k += 8) {
+            acc[g][r] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
         if (pf) {
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
@@ -220,8 +224,8 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
                 acc[g][r] = _mm256_fmadd_ps(xv[g], wv, acc[g][r]);
         }
     }
-    if (k < k1) {
-        int64_t n = k1 - k;
+    if (k < K) {
+        int64_t n = K - k;
         __m256 xv[GV_G];
 #pragma GCC unroll 2
         for (int g = 0; g < G; g++)
@@ -237,34 +241,125 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            y[g * ldy + r] = hsum8(acc[g][r]);
+}
+
+/* buf[r · GW_KC + (k − k0)] = W[r, k] as f32 for k in [k0, k1), the tail zero-filled. */
+static inline __attribute__((always_inline)) void
+gemv_widen(const char *w, const int dt, int64_t rowb, const int R, int64_t k0, int64_t k1,
+           float *buf)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const char *wr = w + r * rowb;
+        float *br = buf + r * GW_KC - k0;
+        int64_t k = k0;
+        for (; k + 8 <= k1; k += 8)
+            _mm256_storeu_ps(br + k, wload8(wr + k * es, dt));
+        if (k < k1)
+            _mm256_storeu_ps(br + k, load8(wr + k * es, dt, k1 - k));
+    }
+}
+
+/* One pass of G x rows over a widened chunk of n columns (x already offset to the chunk). */
+static inline __attribute__((always_inline)) void
+gemv_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const int G,
+               int64_t n, int first, int last, __m256 *save, float *y, int64_t ldy,
+               struct cpu_gemv_prefetch *pf)
+{
+    __m256 acc[GW_G][GW_R];
+#pragma GCC unroll 3
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[g][r] = first ? _mm256_setzero_ps() : save[g * GW_R + r];
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        if (pf->base)
+            cpu_gemv_prefetch_step(pf, R);
+        __m256 xv[GW_G];
+#pragma GCC unroll 3
+        for (int g = 0; g < G; g++)
+            xv[g] = _mm256_loadu_ps(x + g * ldx + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 wv = _mm256_loadu_ps(buf + r * GW_KC + k);
+#pragma GCC unroll 3
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm256_fmadd_ps(xv[g], wv, acc[g][r]);
+        }
+    }
+    if (k < n) {
+        __m256 xv[GW_G];
+#pragma GCC unroll 3
+        for (int g = 0; g < G; g++)
+            xv[g] = loadf8(x + g * ldx + k, n - k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 wv = _mm256_loadu_ps(buf + r * GW_KC + k);
+#pragma GCC unroll 3
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm256_fmadd_ps(xv[g], wv, acc[g][r]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             if (last)
                 y[g * ldy + r] = hsum8(acc[g][r]);
             else
-                save[g * GV_R + r] = acc[g][r];
+                save[g * GW_R + r] = acc[g][r];
         }
+}
+
+/* One block of R ≤ GW_R W rows against M > GV_G x rows, chunk by chunk, the x rows split into
+ * passes of near-equal size. */
+static inline __attribute__((always_inline)) void
+gemv_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+               int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+{
+    __m256 save[CPU_GEMV_MAX_M * GW_R];
+    float buf[GW_R * GW_KC] __attribute__((aligned(32)));
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
+    const int64_t passes = (M + GW_G - 1) / GW_G;
+    for (int64_t k0 = 0; k0 < K; k0 += GW_KC) {
+        const int64_t k1 = K - k0 < GW_KC ? K : k0 + GW_KC;
+        const int first = k0 == 0, last = k1 == K;
+        gemv_widen(w, dt, rowb, R, k0, k1, buf);
+        struct cpu_gemv_prefetch pfc = {
+            .base = pf ? pf + k0 * es : NULL, .rowb = rowb,
+            .total = R * (((k1 - k0) * es + 63) / 64), .steps = passes * ((k1 - k0) / 8),
+        };
+        for (int64_t p = 0, m0 = 0; p < passes; p++) {
+            const int64_t g = (M - m0) / (passes - p) + ((M - m0) % (passes - p) != 0);
+            const float *xg = x + m0 * ldx + k0;
+            float *yg = y + m0 * ldy;
+            __m256 *sg = save + m0 * GW_R;
+#define GW_PASS(G) gemv_wide_pass(xg, ldx, buf, R, G, k1 - k0, first, last, sg, yg, ldy, &pfc)
+            switch (g) {
+            case 1: GW_PASS(1); break;
+            case 2: GW_PASS(2); break;
+            default: GW_PASS(3); break;
+            }
+#undef GW_PASS
+            m0 += g;
+        }
+    }
 }
 
 static inline __attribute__((always_inline)) void
 gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
           int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
 {
-    __m256 save[CPU_GEMV_MAX_M * GV_R];
-    const int64_t kc = M <= GV_G ? K : GV_KC;
-    for (int64_t k0 = 0; k0 < K; k0 += kc) {
-        int64_t k1 = K - k0 < kc ? K : k0 + kc;
-        int first = k0 == 0, last = k1 == K;
-        for (int64_t m0 = 0; m0 < M; m0 += GV_G) {
-            const float *xg = x + m0 * ldx;
-            float *yg = y + m0 * ldy;
-            __m256 *sg = save + m0 * GV_R;
-            const char *p = m0 == 0 ? pf : NULL;
-            if (M - m0 < 2)
-                gemv_pass(xg, ldx, w, dt, rowb, R, 1, k0, k1, first, last, sg, yg, ldy, p);
-            else
-                gemv_pass(xg, ldx, w, dt, rowb, R, 2, k0, k1, first, last, sg, yg, ldy, p);
-        }
-    }
+    if (M > GV_G)
+        gemv_rows_wide(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
+    else if (M == 2)
+        gemv_pass(x, ldx, w, dt, rowb, R, 2, K, y, ldy, pf);
+    else
+        gemv_pass(x, ldx, w, dt, rowb, R, 1, K, y, ldy, pf);
 }
 
 static inline __attribute__((always_inline)) void
@@ -273,7 +368,7 @@ gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const 
 {
     int64_t j = 0;
     for (; M == 1 && j + 8 <= n; j += 8)
-        gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, 0, K, 1, 1, NULL, y + j, ldy,
+        gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, K, y + j, ldy,
                   j + 16 <= n ? w + (j + 8) * rowb : NULL);
     for (; j + GV_R <= n; j += GV_R)
         gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,

@@ -11,16 +11,18 @@
  * a fraction of an instruction to pack; each packed element then serves every x row.
  *
  * GEMV (M ≤ CPU_GEMV_MAX_M = 32): blocks of four W rows (eight when M = 1), 16 lanes along k,
- * one accumulator per (x row, W row). A block's first pass takes up to four x rows and reads
- * the W rows from memory, converting F16/BF16 in registers and prefetching the next block's
- * rows into L2; the remaining x rows run over the same W rows while they are still in L1/L2.
- * For M > 4 the block is walked in K chunks of 1024 so that chunk (16 KiB at most) stays in
- * L1 across the passes; the partial sums wait in a stack buffer between chunks. Lane l of an
- * accumulator sums the terms k ≡ l (mod 16) in k order (the K tail is read with a mask, so it
- * lands in lanes 0…), then _mm512_reduce_add_ps sums the lanes in its fixed tree order. None
- * of this depends on M or on which x rows share a pass, so each row's result is bit-identical
- * for every M ≤ 32 (the contract of CPU_GEMV_MAX_M). The dtype is dispatched once per call to
- * one instantiation per dtype; in the loops it is a constant.
+ * one accumulator per (x row, W row). Up to four x rows take one pass over K that reads the W
+ * rows from memory, converting F16/BF16/I8 in registers and prefetching the next block's rows
+ * into L2. More x rows (a decode step over a batch) would convert every W vector once per
+ * group of four, and the conversions take the FMA ports: instead each block is widened to f32
+ * once per K chunk of 512 into an L1 buffer, and passes of up to six x rows (24 accumulators)
+ * run over it, the partial sums waiting in a stack buffer between chunks; the next block is
+ * prefetched a few lines per k step over all of a chunk's passes. Lane l of an accumulator
+ * sums the terms k ≡ l (mod 16) in k order (the K tail is read with a mask, so it lands in
+ * lanes 0…), then _mm512_reduce_add_ps sums the lanes in its fixed tree order. Widening is
+ * exact and none of this depends on M or on which x rows share a pass, so each row's result
+ * is bit-identical for every M ≤ 32 (the contract of CPU_GEMV_MAX_M). The dtype is dispatched
+ * once per call to one instantiation per dtype; in the loops it is a constant.
  *
  * Elementwise helpers: exp is the Cephes expf scheme (round x·log2 e to n, reduce with a
  * two-part ln 2, degree-6 polynomial, scale by 2^n with vscalefps, which also gives 0 for
@@ -178,24 +180,20 @@ static void micro(const float *xp, const float *wp, int64_t ldw, int64_t kc, flo
 
 /* ---- GEMV -------------------------------------------------------------------------------- */
 
-/* See the file comment. GV_R W rows per block (8 for M = 1), up to GV_G x rows per pass; when
- * M > GV_G the block is walked in K chunks of GV_KC (a multiple of 16, so chunk boundaries
- * never move a k to another lane) and the partial sums wait in `save` between chunks —
- * storing and reloading an f32 is exact, so the result is the same chain as without chunks. */
+/* See the file comment. GV_R W rows per block (8 for M = 1), up to GV_G x rows in the one
+ * pass over K; more x rows take the widened path below. */
 #define GV_R 4
 #define GV_G 4
-#define GV_KC 1024
 
-/* One pass: acc[g][r] over k in [k0, k1) for G x rows and R W rows (G, R, dt constant after
+/* One pass: acc[g][r] over all K for G x rows and R W rows (G, R, dt constant after
  * inlining, so the accumulators are registers and the conversion is resolved at compile
- * time). first: start from 0, else from save; last: reduce into y, else store into save.
- * pf, when not NULL, is the next W block: its rows are prefetched into L2 while this block
- * streams, so twice as many rows have misses in flight (1 × 4096 × 11008 F16, one thread,
- * alternating builds on the shared machine: 4.2–4.8 ms per call with it, 6.3 without). */
+ * time), reduced into y. pf, when not NULL, is the next W block: its rows are prefetched
+ * into L2 while this block streams, so twice as many rows have misses in flight
+ * (1 × 4096 × 11008 F16, one thread, alternating builds on the shared machine: 4.2–4.8 ms per
+ * call with it, 6.3 without). */
 static inline __attribute__((always_inline)) void
 gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb, const int R,
-          const int G, int64_t k0, int64_t k1, int first, int last, __m512 *save, float *y,
-          int64_t ldy, const char *pf)
+          const int G, int64_t K, float *y, int64_t ldy, const char *pf)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m512 acc[GV_G][8];
@@ -203,9 +201,9 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            acc[g][r] = first ? _mm512_setzero_ps() : save[g * GV_R + r];
-    int64_t k = k0;
-    for (; k + 16 <= k1; k += 16) {
+            acc[g][r] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
         if (pf) {
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
@@ -223,8 +221,8 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
                 acc[g][r] = _mm512_fmadd_ps(xv[g], wv, acc[g][r]);
         }
     }
-    if (k < k1) { /* only the last chunk ends inside a vector: k1 = K */
-        __mmask16 mk = tail_mask(k1 - k);
+    if (k < K) { /* the tail lands in lanes 0…, the rest of each lane adds 0 · 0 */
+        __mmask16 mk = tail_mask(K - k);
         __m512 xv[GV_G];
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++)
@@ -240,40 +238,156 @@ gemv_pass(const float *x, int64_t ldx, const char *w, const int dt, int64_t rowb
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            y[g * ldy + r] = _mm512_reduce_add_ps(acc[g][r]);
+}
+
+/* ---- GEMV over more x rows than one pass takes (M > GV_G) --------------------------------
+ *
+ * Re-running the 4 × 4 pass over every group of four x rows converts each F16/BF16/I8 W vector
+ * once per group: vcvtph2ps is two uops on the ports the FMAs use, so at M = 16 a quarter of
+ * those ports went to conversions and the kernel reached about half of the FMA peak. Here each
+ * block of GW_R W rows is widened to f32 once per K chunk into a buffer that stays in L1, and
+ * passes of up to GW_G x rows (GW_G · GW_R = 24 accumulators, 6 x vectors and one W vector:
+ * 31 zmm) read it from there, so the ports do FMAs only. The widening is exact and every
+ * accumulator still sums lane l = k mod 16 in k order (chunks are multiples of 16), so the
+ * results are the bits of the single-pass path above, whatever M or the grouping. */
+#define GW_R 4
+#define GW_G 6
+#define GW_KC 512
+
+/* buf[r · GW_KC + (k − k0)] = W[r, k] as f32 for k in [k0, k1); the last vector of a chunk
+ * that ends inside one is zero-filled, as the masked loads of gemv_pass give. */
+static inline __attribute__((always_inline)) void
+gemv_widen(const char *w, const int dt, int64_t rowb, const int R, int64_t k0, int64_t k1,
+           float *buf)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        const char *wr = w + r * rowb;
+        float *br = buf + r * GW_KC - k0;
+        int64_t k = k0;
+        for (; k + 16 <= k1; k += 16)
+            _mm512_storeu_ps(br + k, load16(wr + k * es, dt, 0xffff));
+        if (k < k1)
+            _mm512_storeu_ps(br + k, load16(wr + k * es, dt, tail_mask(k1 - k)));
+    }
+}
+
+/* One pass of G x rows over a widened chunk of n columns (x already offset to the chunk).
+ * pf, when not NULL, is the next W block at this chunk: its lines are prefetched into L2
+ * while this pass computes, so the next block's widening reads from L2. */
+static inline __attribute__((always_inline)) void
+gemv_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const int G,
+               int64_t n, int first, int last, __m512 *save, float *y, int64_t ldy,
+               struct cpu_gemv_prefetch *pf)
+{
+    __m512 acc[GW_G][GW_R];
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[g][r] = first ? _mm512_setzero_ps() : save[g * GW_R + r];
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        if (pf->base)
+            cpu_gemv_prefetch_step(pf, R);
+        __m512 xv[GW_G];
+#pragma GCC unroll 6
+        for (int g = 0; g < G; g++)
+            xv[g] = _mm512_loadu_ps(x + g * ldx + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 wv = _mm512_loadu_ps(buf + r * GW_KC + k);
+#pragma GCC unroll 6
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm512_fmadd_ps(xv[g], wv, acc[g][r]);
+        }
+    }
+    if (k < n) {
+        __mmask16 mk = tail_mask(n - k);
+        __m512 xv[GW_G];
+#pragma GCC unroll 6
+        for (int g = 0; g < G; g++)
+            xv[g] = _mm512_maskz_loadu_ps(mk, x + g * ldx + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 wv = _mm512_loadu_ps(buf + r * GW_KC + k);
+#pragma GCC unroll 6
+            for (int g = 0; g < G; g++)
+                acc[g][r] = _mm512_fmadd_ps(xv[g], wv, acc[g][r]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             if (last)
                 y[g * ldy + r] = _mm512_reduce_add_ps(acc[g][r]);
             else
-                save[g * GV_R + r] = acc[g][r];
+                save[g * GW_R + r] = acc[g][r];
         }
 }
 
-/* One block of R W rows against all M x rows: W is read from memory by the first x group
- * and from L1 by the others (the chunk is at most R · GV_KC · 4 bytes = 16 KiB). */
+/* One block of R ≤ GW_R W rows against M > GV_G x rows, chunk by chunk. The x rows are split
+ * into passes of near-equal size (16 rows: 6 + 5 + 5, not 6 + 6 + 4) so no pass is left with
+ * a row or two. F32 W is read in place: there is nothing to widen. */
+static inline __attribute__((always_inline)) void
+gemv_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+               int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+{
+    __m512 save[CPU_GEMV_MAX_M * GW_R];
+    float buf[GW_R * GW_KC] __attribute__((aligned(64)));
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
+    const int64_t passes = (M + GW_G - 1) / GW_G;
+    for (int64_t k0 = 0; k0 < K; k0 += GW_KC) {
+        const int64_t k1 = K - k0 < GW_KC ? K : k0 + GW_KC;
+        const int first = k0 == 0, last = k1 == K;
+        gemv_widen(w, dt, rowb, R, k0, k1, buf);
+        struct cpu_gemv_prefetch pfc = {
+            .base = pf ? pf + k0 * es : NULL, .rowb = rowb,
+            .total = R * (((k1 - k0) * es + 63) / 64), .steps = passes * ((k1 - k0) / 16),
+        };
+        for (int64_t p = 0, m0 = 0; p < passes; p++) {
+            const int64_t g = (M - m0) / (passes - p) + ((M - m0) % (passes - p) != 0);
+            const float *xg = x + m0 * ldx + k0;
+            float *yg = y + m0 * ldy;
+            __m512 *sg = save + m0 * GW_R;
+#define GW_PASS(G)                                                                              \
+    gemv_wide_pass(xg, ldx, buf, R, G, k1 - k0, first, last, sg, yg, ldy, &pfc)
+            switch (g) {
+            case 1: GW_PASS(1); break;
+            case 2: GW_PASS(2); break;
+            case 3: GW_PASS(3); break;
+            case 4: GW_PASS(4); break;
+            case 5: GW_PASS(5); break;
+            default: GW_PASS(6); break;
+            }
+#undef GW_PASS
+            m0 += g;
+        }
+    }
+}
+
+/* One block of R W rows against all M ≤ GV_G x rows in one pass over K, reading W from
+ * memory (no chunks, nothing saved). */
 static inline __attribute__((always_inline)) void
 gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
           int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
 {
-    __m512 save[CPU_GEMV_MAX_M * GV_R];
-    const int64_t kc = M <= GV_G ? K : GV_KC;
-    for (int64_t k0 = 0; k0 < K; k0 += kc) {
-        int64_t k1 = K - k0 < kc ? K : k0 + kc;
-        int first = k0 == 0, last = k1 == K;
-        for (int64_t m0 = 0; m0 < M; m0 += GV_G) {
-            const float *xg = x + m0 * ldx;
-            float *yg = y + m0 * ldy;
-            __m512 *sg = save + m0 * GV_R;
-            const char *p = m0 == 0 ? pf : NULL;
-#define GV_PASS(G) gemv_pass(xg, ldx, w, dt, rowb, R, G, k0, k1, first, last, sg, yg, ldy, p)
-            switch (M - m0 < GV_G ? M - m0 : GV_G) {
-            case 1: GV_PASS(1); break;
-            case 2: GV_PASS(2); break;
-            case 3: GV_PASS(3); break;
-            default: GV_PASS(4); break;
-            }
-#undef GV_PASS
-        }
+    if (M > GV_G) {
+        gemv_rows_wide(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
+        return;
     }
+#define GV_PASS(G) gemv_pass(x, ldx, w, dt, rowb, R, G, K, y, ldy, pf)
+    switch (M) {
+    case 1: GV_PASS(1); break;
+    case 2: GV_PASS(2); break;
+    case 3: GV_PASS(3); break;
+    default: GV_PASS(4); break;
+    }
+#undef GV_PASS
 }
 
 /* W rows [0, n) of w for one dtype. */
@@ -286,8 +400,11 @@ gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const 
      * (plugin MATMUL 1 x 4096 x 11008 F16, 2 threads, interleaved A/B runs): more
      * independent streams keep more misses in flight. 12 rows was no better. */
     for (; M == 1 && j + 8 <= n; j += 8)
-        gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, 0, K, 1, 1, NULL, y + j, ldy,
+        gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, K, y + j, ldy,
                   j + 16 <= n ? w + (j + 8) * rowb : NULL);
+    for (; M > GV_G && j + GW_R <= n; j += GW_R)
+        gemv_rows_wide(x, ldx, M, K, w + j * rowb, dt, rowb, GW_R, y + j, ldy,
+                       j + 2 * GW_R <= n ? w + (j + GW_R) * rowb : NULL);
     for (; j + GV_R <= n; j += GV_R)
         gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,
                   j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL);
