@@ -1867,8 +1867,12 @@ static float *paged_as_attention(const struct op_paged_case *pc, const struct op
 }
 
 /* Beyond the shared cases: the streaming / blocked boundary (4 and 5 queries) with pages
- * smaller than a micro-panel, many query blocks, GQA 8 with 64 queries. */
+ * smaller than a micro-panel, many query blocks, GQA 8 with 64 queries; and decode batches
+ * of many sequences of ragged lengths (GQA with F16 pages of 5; MHA with F32), whose rows must
+ * be the bits each sequence gets alone. */
 static const struct op_paged_entry cpu_paged_cases[] = {
+    { { 14, 7, 64, 5, 8, { 1, 1, 2, 1, 4, 1, 3, 1 }, { 40, 7, 33, 1, 50, 19, 24, 64 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 }, 4, 3, false },
+    { { 32, 32, 32, 16, 4, { 1, 1, 1, 1 }, { 30, 17, 45, 2 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 }, 2, 1, false },
     { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 }, 1, 16, false },
     { { 8, 8, 96, 7, 2, { 1, 129 }, { 1, 129 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 }, 1, 1, false },
     { { 8, 1, 64, 16, 2, { 64, 3 }, { 100, 3 }, 0, MMRT_DTYPE_F16, OP_PAGES_SHARED, 2 }, 0, 5, false },
