@@ -228,13 +228,12 @@ struct cpu_kernels {
     /* x[i] = (float)((double)x[i] · a), i < n: softmax normalisation as the reference does
      * it (e · (1/Σ) with Σ in double). */
     void (*scale_d)(float *x, double a, int64_t n);
-    /* Σ a[k]·b[k] over n f32 values, in this table's lane order. */
-    float (*dot)(const float *a, const float *b, int64_t n);
-    /* y[i] += a · x[i], i < n. */
-    void (*axpy)(float *y, float a, const float *x, int64_t n);
-    /* dst[i] = (f32) src[i] for i < n, src F32, F16 or BF16: exact (an F16 KV row, converted
-     * in registers where the table has a vector conversion). */
-    void (*to_f32)(const void *src, int dtype, float *dst, int64_t n);
+    /* Σ a[k]·b[k] over n values in this table's lane order; b is F32, F16 or BF16 (b_dtype),
+     * widened exactly to f32 in registers, so a K row of an F16 KV page costs no pass through
+     * memory and gives the bits its f32 copy gives. */
+    float (*dot)(const float *a, const void *b, int b_dtype, int64_t n);
+    /* y[i] += a · x[i], i < n, x F32, F16 or BF16 (x_dtype) widened exactly, as dot. */
+    void (*axpy)(float *y, float a, const void *x, int x_dtype, int64_t n);
     /* y[i] = exp(x[i] − m) for i < n and returns their sum in double (softmax). */
     double (*exp_sum)(const float *x, float m, float *y, int64_t n);
     /* dst[i] = x[i]·sigmoid(a·x[i]) (· mul[i] when mul is not NULL), i < n. */

@@ -450,27 +450,50 @@ static float q4_dot(const float *x, const uint8_t *w, const float *s, const floa
 
 /* ---- dot, axpy -------------------------------------------------------------------------- */
 
-static float dot(const float *a, const float *b, int64_t n)
+/* dot and axpy for one dtype of b / x, as in cpu_kern_avx512.c. */
+static inline __attribute__((always_inline)) float dot_dt(const float *a, const char *b,
+                                                          const int dt, int64_t n)
 {
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= n; k += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), wload8(b + k * es, dt), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), wload8(b + (k + 8) * es, dt), s1);
     }
     for (; k < n; k += 8) {
         int64_t m = n - k < 8 ? n - k : 8;
-        s0 = _mm256_fmadd_ps(loadf8(a + k, m), loadf8(b + k, m), s0);
+        s0 = _mm256_fmadd_ps(loadf8(a + k, m), load8(b + k * es, dt, m), s0);
     }
     return hsum8(_mm256_add_ps(s0, s1));
 }
 
-static void axpy(float *y, float a, const float *x, int64_t n)
+static float dot(const float *a, const void *b, int b_dtype, int64_t n)
 {
+    switch (b_dtype) {
+    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n);
+    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n);
+    default: return dot_dt(a, b, MMRT_DTYPE_F32, n);
+    }
+}
+
+static inline __attribute__((always_inline)) void axpy_dt(float *y, float a, const char *x,
+                                                          const int dt, int64_t n)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m256 av = _mm256_set1_ps(a);
     for (int64_t k = 0; k < n; k += 8) {
         int64_t m = n - k < 8 ? n - k : 8;
-        storef8(y + k, _mm256_fmadd_ps(av, loadf8(x + k, m), loadf8(y + k, m)), m);
+        storef8(y + k, _mm256_fmadd_ps(av, load8(x + k * es, dt, m), loadf8(y + k, m)), m);
+    }
+}
+
+static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
+{
+    switch (x_dtype) {
+    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
+    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
+    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
     }
 }
 
@@ -602,17 +625,6 @@ static void gelu(const float *x, float *dst, int64_t n)
     }
 }
 
-static void to_f32(const void *src, int dtype, float *dst, int64_t n)
-{
-    const char *p = src;
-    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, wload8(p + i * es, dtype));
-    if (i < n)
-        storef8(dst + i, load8(p + i * es, dtype, n - i), n - i);
-}
-
 const struct cpu_kernels cpu_kernels_avx2 = {
     .name = "avx2",
     .mr = MR,
@@ -627,7 +639,6 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .scale_d = scale_d,
     .dot = dot,
     .axpy = axpy,
-    .to_f32 = to_f32,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

@@ -481,28 +481,53 @@ static float q4_dot(const float *x, const uint8_t *w, const float *s, const floa
 
 /* ---- dot, axpy ----------------------------------------------------------------------------- */
 
-static float dot(const float *a, const float *b, int64_t n)
+/* dot and axpy for one dtype of b / x (a constant after inlining). For F32 these are the
+ * loads of an f32 row; for F16 and BF16 the same lanes get the exactly widened values. */
+static inline __attribute__((always_inline)) float dot_dt(const float *a, const char *b,
+                                                          const int dt, int64_t n)
 {
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), s1);
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), load16(b + k * es, dt, 0xffff), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), load16(b + (k + 16) * es, dt, 0xffff),
+                             s1);
     }
     for (; k < n; k += 16) {
         __mmask16 m = tail_mask(n - k);
-        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), s0);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), load16(b + k * es, dt, m), s0);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-static void axpy(float *y, float a, const float *x, int64_t n)
+static float dot(const float *a, const void *b, int b_dtype, int64_t n)
 {
+    switch (b_dtype) {
+    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n);
+    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n);
+    default: return dot_dt(a, b, MMRT_DTYPE_F32, n);
+    }
+}
+
+static inline __attribute__((always_inline)) void axpy_dt(float *y, float a, const char *x,
+                                                          const int dt, int64_t n)
+{
+    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
     __m512 av = _mm512_set1_ps(a);
     for (int64_t k = 0; k < n; k += 16) {
         __mmask16 m = tail_mask(n - k);
         __m512 yv = _mm512_maskz_loadu_ps(m, y + k);
-        _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + k), yv));
+        _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(av, load16(x + k * es, dt, m), yv));
+    }
+}
+
+static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
+{
+    switch (x_dtype) {
+    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
+    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
+    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
     }
 }
 
@@ -614,16 +639,6 @@ static void gelu(const float *x, float *dst, int64_t n)
     }
 }
 
-static void to_f32(const void *src, int dtype, float *dst, int64_t n)
-{
-    const char *p = src;
-    const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(dst + i, m, load16(p + i * es, dtype, m));
-    }
-}
-
 const struct cpu_kernels cpu_kernels_avx512 = {
     .name = "avx512",
     .mr = MR,
@@ -638,7 +653,6 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .scale_d = scale_d,
     .dot = dot,
     .axpy = axpy,
-    .to_f32 = to_f32,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

@@ -548,7 +548,6 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     const struct cpu_kernels *kt = c->kt;
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
     const int64_t D = c->D, R = it->nq * c->n_rep;
-    float tmp[CPU_MAX_HEAD_DIM];
     float *acc = base, *sc = acc + R * D;
     int64_t nv[CPU_ATTN_DOT_MAX_Q], n_keys = 0;
     for (int64_t tl = 0; tl < it->nq; tl++) {
@@ -561,17 +560,13 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     kv_walk_init(&w, c, K, it->seq, it->g, 0);
     kv_walk_init(&ahead, c, K, it->seq, it->g, CPU_ATTN_PREFETCH_ROWS);
     for (int64_t j = 0; j < n_keys; j++) {
-        const char *src = kv_walk_next(&w);
-        const float *kr = (const float *)src;
+        const char *kr = kv_walk_next(&w);
         if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
             prefetch_row(kv_walk_next(&ahead), kbytes);
-        if (K->dtype != MMRT_DTYPE_F32) {
-            kt->to_f32(src, K->dtype, tmp, D);
-            kr = tmp;
-        }
         for (int64_t r = 0; r < R; r++)
             if (j < nv[r / c->n_rep])
-                sc[r * c->max_lk + j] = kt->dot(c->q + row_offset(c, it, r), kr, D) * c->scale;
+                sc[r * c->max_lk + j] =
+                    kt->dot(c->q + row_offset(c, it, r), kr, K->dtype, D) * c->scale;
     }
     double inv[CPU_ATTN_DOT_MAX_Q * 64];
     for (int64_t r = 0; r < R; r++) {
@@ -583,17 +578,13 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     kv_walk_init(&w, c, V, it->seq, it->g, 0);
     kv_walk_init(&ahead, c, V, it->seq, it->g, CPU_ATTN_PREFETCH_ROWS);
     for (int64_t j = 0; j < n_keys; j++) {
-        const char *src = kv_walk_next(&w);
-        const float *vr = (const float *)src;
+        const char *vr = kv_walk_next(&w);
         if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
             prefetch_row(kv_walk_next(&ahead), vbytes);
-        if (V->dtype != MMRT_DTYPE_F32) {
-            kt->to_f32(src, V->dtype, tmp, D);
-            vr = tmp;
-        }
         for (int64_t r = 0; r < R; r++)
             if (j < nv[r / c->n_rep])
-                kt->axpy(acc + r * D, (float)(sc[r * c->max_lk + j] * inv[r]), vr, D);
+                kt->axpy(acc + r * D, (float)(sc[r * c->max_lk + j] * inv[r]), vr, V->dtype,
+                         D);
     }
     for (int64_t r = 0; r < R; r++)
         memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
