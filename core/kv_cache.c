@@ -345,7 +345,7 @@ mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct 
     if (st != MMRT_OK)
         return st;
     const struct mmrt_attention_params ap = {
-        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, (int32_t)s->kv_len.ne[0]
+        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, (int32_t)s->kv_len.ne[0], 0
     };
     return mmrt_op_attention_paged(dev, q, &p->k[layer].t, &p->v[layer].t, &s->cu_q,
                                    &s->kv_len, &s->table, &ap, out, err);
