@@ -187,16 +187,17 @@ enum mmrt_op {
      * p = i + (Lk − Lq) sees keys p − window < j ≤ p, i.e. the last `window` keys up to and
      * including its own position (Mistral's sliding_window; a query with p < window sees all
      * keys 0 … p, as without a window). window is counted in key positions of the sequence,
-     * never in cache rows. Keys before the window are not read at all, so a long context
-     * costs only the window. window 0 means no window; window > 0 with causal 0 is
-     * MMRT_ERR_INVALID_ARG (no bidirectional window is defined). A caller whose params_size
-     * stops before `window` (an ABI ≤ 1.4 caller) asks for no window.
+     * never in cache rows. Keys before every window of a sequence must not affect any row
+     * even when they hold NaN (the in-tree conformance cases put NaN there): skip them rather
+     * than read and mask them, which also makes a long context cost only the window. window
+     * 0 means no window; window > 0 with causal 0 is MMRT_ERR_INVALID_ARG (no bidirectional
+     * window is defined). A caller whose params_size stops before `window` (an ABI ≤ 1.4
+     * caller) asks for no window.
      * Batch invariance (specs/engine.md), as ATTENTION_PAGED: a query row's result depends
      * only on that row, its sequence's Lq and Lk, the window and that sequence's keys and
-     * values — not
-     * on T, S or the other sequences of the launch — so a sequence packed with others gives
-     * the bits it gets alone without cu_seqlens. The runtime packs the images of a vision
-     * batch this way. (The CUDA plugin splits long key ranges by the launch's size and does
+     * values — not on T, S or the other sequences of the launch — so a sequence packed with
+     * others gives the bits it gets alone without cu_seqlens. The runtime packs the images of
+     * a vision batch this way. (The CUDA plugin splits long key ranges by the launch's size and does
      * not keep this yet: docs/CUDA.md.)
      * Params: mmrt_attention_params. */
     MMRT_OP_ATTENTION = 14,
