@@ -70,6 +70,10 @@ struct mmrt_decoder {
     int64_t vocab, hidden;
     int64_t max_positions;         /* the model's context */
     int n_axes;                    /* 0: plain RoPE (pos [M]); else pos is [M, n_axes] */
+    /* Sliding-window attention of every layer, in positions (a query at p sees p − window <
+     * j ≤ p; 0 = none). It needs cache row = position, so the runtime refuses features that
+     * move rows (image-token KV compression) with a window (core/runtime.c). */
+    int32_t window;
     /* Activations for steps of at most max_rows rows and max_out logits rows, from the
      * device pool; they live until ws_destroy. */
     mmrt_status (*ws_create)(void *self, int64_t max_rows, int64_t max_out,

@@ -333,7 +333,7 @@ struct mmrt_tensor mmrt_kv_pages_rows_view(const struct mmrt_kv_pages *p, int64_
 
 mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct mmrt_tensor *q,
                            const struct mmrt_tensor *k, const struct mmrt_tensor *v,
-                           const struct mmrt_kv_step *s, float scale,
+                           const struct mmrt_kv_step *s, float scale, int32_t window,
                            const struct mmrt_tensor *out, struct mmrt_error *err)
 {
     struct mmrt_dev *dev = p->dev;
@@ -345,7 +345,8 @@ mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct 
     if (st != MMRT_OK)
         return st;
     const struct mmrt_attention_params ap = {
-        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, (int32_t)s->kv_len.ne[0]
+        scale > 0 ? scale : 1.0f / sqrtf((float)p->head_dim), 1, (int32_t)s->kv_len.ne[0],
+        window
     };
     return mmrt_op_attention_paged(dev, q, &p->k[layer].t, &p->v[layer].t, &s->cu_q,
                                    &s->kv_len, &s->table, &ap, out, err);

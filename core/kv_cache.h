@@ -148,10 +148,15 @@ struct mmrt_kv_step {
 
 /* Writes k and v ([M, kv heads, hd] F32) at the step's store rows of layer l, then attends q
  * ([M, heads, hd]) over each sequence's pages: causal, var-length, scale 1/sqrt(hd) unless
- * `scale` is given (> 0). One definition for prefill chunks and batched decode. */
+ * `scale` is given (> 0), and with window > 0 each query sees only the last `window` positions
+ * up to its own (Mistral's sliding window, plugin.h MMRT_OP_ATTENTION; 0 = every earlier
+ * position). The window counts positions, which are page-table places: a sequence's cache
+ * rows must hold positions 0 … kv_len − 1 in order (image-token KV compression, which moves
+ * rows, is refused with a window: core/runtime.c). One definition for prefill chunks and
+ * batched decode. */
 mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct mmrt_tensor *q,
                            const struct mmrt_tensor *k, const struct mmrt_tensor *v,
-                           const struct mmrt_kv_step *s, float scale,
+                           const struct mmrt_kv_step *s, float scale, int32_t window,
                            const struct mmrt_tensor *out, struct mmrt_error *err);
 
 #endif

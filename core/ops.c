@@ -333,10 +333,13 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "dst must be contiguous F32/F16/BF16 [R, …] with the values' inner extents", y);
         return MMRT_OK;
     case MMRT_OP_ATTENTION: {
-        st = need_params(op, params, params_size, sizeof(struct mmrt_attention_params), err);
+        /* An ABI 1.4 caller's params end before window, which then reads as 0. */
+        st = need_params(op, params, params_size, MMRT_ATTENTION_PARAMS_V14_SIZE, err);
         if (st != MMRT_OK)
             return st;
-        const struct mmrt_attention_params *p = params;
+        struct mmrt_attention_params pv;
+        mmrt_attention_params_read(params, params_size, &pv);
+        const struct mmrt_attention_params *p = &pv;
         const struct mmrt_tensor *cq = n_src > 3 ? src[3] : NULL, *ck = n_src > 4 ? src[4] : NULL;
         REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && contiguous(a),
                 "q must be contiguous F32 [T, Hq, D]", a);
@@ -356,6 +359,8 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         REQUIRE((cq == NULL) == (ck == NULL), "cu_seqlens_q and cu_seqlens_k go together", NULL);
         REQUIRE(p->causal == 0 || p->causal == 1, "causal must be 0 or 1", NULL);
         REQUIRE(isfinite(p->scale), "scale must be finite", NULL);
+        REQUIRE(p->window >= 0, "window must be ≥ 0 (0 = no sliding window)", NULL);
+        REQUIRE(p->window == 0 || p->causal == 1, "a sliding window needs causal = 1", NULL);
         if (cq) {
             REQUIRE(p->n_seq >= 1, "n_seq must be ≥ 1", NULL);
             REQUIRE(cq->dtype == MMRT_DTYPE_I32 && contiguous(cq) && numel(cq) == p->n_seq + 1,
@@ -368,10 +373,13 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         return MMRT_OK;
     }
     case MMRT_OP_ATTENTION_PAGED: {
-        st = need_params(op, params, params_size, sizeof(struct mmrt_attention_params), err);
+        /* An ABI 1.4 caller's params end before window, which then reads as 0. */
+        st = need_params(op, params, params_size, MMRT_ATTENTION_PARAMS_V14_SIZE, err);
         if (st != MMRT_OK)
             return st;
-        const struct mmrt_attention_params *p = params;
+        struct mmrt_attention_params pv;
+        mmrt_attention_params_read(params, params_size, &pv);
+        const struct mmrt_attention_params *p = &pv;
         const struct mmrt_tensor *cq = src[3], *lens = src[4], *table = src[5];
         REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && contiguous(a),
                 "q must be contiguous F32 [T, Hq, D]", a);
@@ -388,6 +396,8 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "dst must be contiguous F32 with q's shape", y);
         REQUIRE(p->causal == 0 || p->causal == 1, "causal must be 0 or 1", NULL);
         REQUIRE(isfinite(p->scale), "scale must be finite", NULL);
+        REQUIRE(p->window >= 0, "window must be ≥ 0 (0 = no sliding window)", NULL);
+        REQUIRE(p->window == 0 || p->causal == 1, "a sliding window needs causal = 1", NULL);
         REQUIRE(p->n_seq >= 1, "n_seq must be ≥ 1", NULL);
         REQUIRE(cq->dtype == MMRT_DTYPE_I32 && contiguous(cq) && numel(cq) == p->n_seq + 1,
                 "cu_seqlens_q must be contiguous I32 [n_seq + 1]", cq);
@@ -490,6 +500,17 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
         return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
                               "device %s (plugin %s) has no operator %s", dev->name,
                               dev->api->name, mmrt_op_name(op));
+    /* A plugin built before ABI 1.5 reads 12 bytes of attention params and would silently
+     * attend to every key: a window is refused there rather than ignored. */
+    struct mmrt_attention_params ap;
+    if ((op == MMRT_OP_ATTENTION || op == MMRT_OP_ATTENTION_PAGED) &&
+        mmrt_attention_params_read(params, params_size, &ap) && ap.window > 0 &&
+        dev->api->hdr.abi_minor < 5)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "device %s: plugin %s has ABI %u.%u; %s with a sliding window "
+                              "needs 1.5", dev->name, dev->api->name,
+                              (unsigned)dev->api->hdr.abi_major,
+                              (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
     struct mmrt_op_args args = {
         .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
         .op = op,

@@ -755,10 +755,24 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         if (st == MMRT_OK && mmrt_kv_compress_on(&rt->engine_opts.image_kv))
             st = mmrt_dev_require_ops(rt->language, "image-token KV compression ([model] "
                                       "image_kv_keep)", compress_ops, 3, err);
-        if (st == MMRT_OK) {
+        if (st == MMRT_OK)
             rt->model_type->language(rt->model, &rt->lang);
-            st = mmrt_engine_create(&rt->lang, &rt->engine_opts, &rt->engine, err);
+        /* A sliding window counts positions, and compression moves the kept rows of a
+         * sequence down over the dropped ones, so cache row and position part: the window
+         * would then cover other tokens than transformers' does. Known only once config.json
+         * was read, so refused here, with the setting's line. */
+        if (st == MMRT_OK && mmrt_kv_compress_on(&rt->engine_opts.image_kv) &&
+            rt->lang.decoder->window > 0) {
+            snprintf(what, sizeof what, "[model] image_kv_keep %g: the language model attends "
+                     "through a sliding window of %d positions (config.json sliding_window), "
+                     "which image-token KV compression would shift onto other tokens; set "
+                     "image_kv_keep = 1 (off) for this model", rt->engine_opts.image_kv.keep,
+                     (int)rt->lang.decoder->window);
+            st = at(src, src->conf ? src->conf->image_kv_keep_line : 0, err, MMRT_ERR_CONFIG,
+                    what);
         }
+        if (st == MMRT_OK)
+            st = mmrt_engine_create(&rt->lang, &rt->engine_opts, &rt->engine, err);
         if (st == MMRT_OK)
             st = vision_cache_setup(rt, cfg, &cfg->devices[stage_ix[0]], err);
         if (st != MMRT_OK)

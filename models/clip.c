@@ -217,7 +217,7 @@ mmrt_status mmrt_clip_forward(struct mmrt_clip *m, const struct mmrt_tensor *pix
         TRY(mmrt_op_add(dev, &xb, &m->pos_emb, &xb, err));
     }
     TRY(mmrt_op_layernorm(dev, &x, &m->pre_ln_w, &m->pre_ln_b, (float)c->ln_eps, h, err));
-    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 0, (int32_t)B };
+    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 0, (int32_t)B, 0 };
     struct mmrt_tensor q2 = mmrt_tensor_reshape(&q, 2, NE(R, D));
     struct mmrt_tensor k2 = mmrt_tensor_reshape(&k, 2, NE(R, D));
     struct mmrt_tensor v2 = mmrt_tensor_reshape(&v, 2, NE(R, D));

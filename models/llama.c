@@ -139,6 +139,36 @@ static mmrt_status check_qwen2_attention(const json_t *cfg, const char *what,
     return MMRT_OK;
 }
 
+/* MistralConfig.sliding_window: every layer of MistralModel attends through it (transformers'
+ * sliding-window causal mask: key j is seen from position p when p − window < j ≤ p). An
+ * absent key is the class default, 4096, as transformers reads such a config.json; null is no
+ * window. 0 or less would hide every key (transformers then softmaxes a row of masked
+ * scores into garbage), so it is refused; so is anything but an integer. */
+#define MISTRAL_DEFAULT_SLIDING_WINDOW 4096
+static mmrt_status parse_sliding_window(const json_t *cfg, const char *what, int32_t *out,
+                                        struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(cfg, "sliding_window");
+    *out = 0;
+    if (!v) {
+        *out = MISTRAL_DEFAULT_SLIDING_WINDOW;
+        return MMRT_OK;
+    }
+    if (json_is_null(v))
+        return MMRT_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        json_integer_value(v) > INT32_MAX) {
+        char got[64] = "not an integer";
+        if (json_is_integer(v))
+            snprintf(got, sizeof got, "%lld", (long long)json_integer_value(v));
+        return mmrt_error_set(err, MMRT_ERR_FORMAT,
+                              "%s: \"sliding_window\" must be an integer from 1 to %d (positions "
+                              "each query sees), or null for none; got %s", what, INT32_MAX, got);
+    }
+    *out = (int32_t)json_integer_value(v);
+    return MMRT_OK;
+}
+
 /* The fields of one text config; qwen2 selects the Qwen2VLTextConfig defaults and rules. */
 static mmrt_status parse_fields(const json_t *cfg, const json_t *top, const char *what,
                                 bool qwen2, bool mistral, struct mmrt_llama_config *out,
@@ -207,6 +237,11 @@ static mmrt_status parse_fields(const json_t *cfg, const json_t *top, const char
     if (!(c.rms_eps > 0))
         return mmrt_error_set(err, MMRT_ERR_FORMAT,
                               "%s: \"rms_norm_eps\" = %g must be positive", what, c.rms_eps);
+    if (mistral) {
+        st = parse_sliding_window(cfg, what, &c.sliding_window, err);
+        if (st != MMRT_OK)
+            return st;
+    }
     if (qwen2) {
         /* Qwen2VLAttention: q/k/v with bias, o_proj without; no attention_bias key. */
         c.qkv_bias = true;
@@ -276,6 +311,15 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
                             const struct mmrt_model_options *opts, struct mmrt_error *err)
 {
     memset(m, 0, sizeof *m);
+    /* A plugin older than ABI 1.5 reads no window from the attention params and would attend
+     * to every earlier position. */
+    if (cfg->sliding_window > 0 && dev->api->hdr.abi_minor < 5)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "decoder: sliding_window %d needs sliding-window attention "
+                              "(plugin ABI 1.5); device %s has a plugin of ABI %u.%u",
+                              (int)cfg->sliding_window, dev->name,
+                              (unsigned)dev->api->hdr.abi_major,
+                              (unsigned)dev->api->hdr.abi_minor);
     m->cfg = *cfg;
     m->dev = dev;
     const int64_t D = cfg->hidden, V = cfg->vocab, I = cfg->intermediate;
@@ -355,7 +399,8 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
     m->dec = (struct mmrt_decoder){
         .self = m, .dev = dev, .kv = &m->kv, .embed = &m->embed, .vocab = V, .hidden = D,
         .max_positions = cfg->max_positions, .n_axes = cfg->n_mrope_axes,
-        .ws_create = ws_create, .ws_destroy = mmrt_decoder_ws_free, .issue = issue,
+        .window = cfg->sliding_window, .ws_create = ws_create,
+        .ws_destroy = mmrt_decoder_ws_free, .issue = issue,
     };
     return MMRT_OK;
 fail:
@@ -444,7 +489,9 @@ static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mm
             TRY(mmrt_op_rope(dev, &q, &io->pos, &rope, &q, err));
             TRY(mmrt_op_rope(dev, &k, &io->pos, &rope, &k, err));
         }
-        TRY(mmrt_kv_attend(&m->kv, l, &q, &k, &v, &io->kv, 0, &att, err));
+        /* Mistral's window (0 otherwise) goes into every layer's attention, whichever kind of
+         * step this is: the kernels count it in positions of the sequence. */
+        TRY(mmrt_kv_attend(&m->kv, l, &q, &k, &v, &io->kv, 0, c->sliding_window, &att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->wo, opt(&L->bo), &o, err));
         TRY(mmrt_op_add(dev, h, &o, h, err));
         TRY(mmrt_op_rmsnorm(dev, h, &L->mlp_norm, eps, &x, err));

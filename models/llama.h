@@ -43,11 +43,17 @@ struct mmrt_llama_config {
     int64_t bos_id, eos_id, pad_id; /* -1 when absent */
     int n_mrope_axes;           /* 0: plain RoPE; 3: M-RoPE over (t, h, w) (Qwen2-VL) */
     int32_t mrope_section[3];   /* frequency pairs per axis, summing to head_dim / 2 */
+    int32_t sliding_window;     /* Mistral: every layer's query at position p sees positions
+                                   p − sliding_window < j ≤ p; 0 = all earlier positions */
 };
 
 /* Reads a text config (`cfg`, e.g. config.json's text_config) with the class defaults of
  * models.md for missing keys:
- *   model_type llama / mistral (§2.1): plain RoPE, attention_bias as configured;
+ *   model_type llama / mistral (§2.1): plain RoPE, attention_bias as configured; mistral
+ *     also reads sliding_window: an integer ≥ 1, null for none, and when the key is absent
+ *     MistralConfig's default 4096 (transformers 5 applies that default to a config.json
+ *     without the key; llava-hf's mistral checkpoints spell null). A llama config has no
+ *     window whatever it says (LlamaConfig has no such field);
  *   model_type qwen2_vl_text (§4.1): Qwen2VLTextConfig defaults, qkv_bias, M-RoPE with
  *     mrope_section from rope_parameters or rope_scaling (rope type "mrope" or "default";
  *     required, and must sum to head_dim / 2), hidden_act silu, no sliding window;

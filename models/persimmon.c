@@ -332,7 +332,7 @@ static mmrt_status issue(void *self, struct mmrt_decoder_ws *ws, const struct mm
         }
         TRY(mmrt_op_rope(dev, &q, &io->pos, &rope, &q, err));
         TRY(mmrt_op_rope(dev, &k, &io->pos, &rope, &k, err));
-        TRY(mmrt_kv_attend(&m->kv, l, &q, &k, &v, &io->kv, scale, &att, err));
+        TRY(mmrt_kv_attend(&m->kv, l, &q, &k, &v, &io->kv, scale, 0, &att, err));
         TRY(mmrt_op_matmul(dev, &att2, &L->dense_w, &L->dense_b, &o, err));
         TRY(mmrt_op_add(dev, h, &o, h, err));
         TRY(mmrt_op_layernorm(dev, h, &L->ln_post_w, &L->ln_post_b, eps, &x, err));

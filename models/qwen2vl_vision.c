@@ -295,7 +295,7 @@ mmrt_status mmrt_qwen2vl_vision_forward(struct mmrt_qwen2vl_vision *v, const flo
         .theta = (float)c->rope_theta, .n_rot = (int32_t)hd, .freq_dim = (int32_t)(hd / 2),
         .restart = 1, .n_axes = 2, .sections = { (int32_t)(hd / 4), (int32_t)(hd / 4) },
     };
-    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 0, (int32_t)n_frames };
+    const struct mmrt_attention_params ap = { 1.0f / sqrtf((float)hd), 0, (int32_t)n_frames, 0 };
     const struct mmrt_tensor qv = qkv_part(&qkv, 0, H, hd), kv = qkv_part(&qkv, 1, H, hd);
     const struct mmrt_tensor vv = qkv_part(&qkv, 2, H, hd);
     const struct mmrt_tensor att2 = mmrt_tensor_reshape(&att, 2, NE(N, E));

@@ -735,6 +735,13 @@ void op_paged_build(const struct op_paged_case *pc, uint64_t seed, struct op_pag
     float *k = op_rand_f(d->S * row, -1, 1), *v = op_rand_f(d->S * row, -1, 1);
     op_round_to(pc->kv_dtype, k, d->S * row);
     op_round_to(pc->kv_dtype, v, d->S * row);
+    for (int s = 0; pc->window > 0 && pc->causal && pc->order != OP_PAGES_SHARED &&
+                    s < pc->n_seq; s++) {
+        /* The first query sits at position Lk − Lq and sees from Lk − Lq + 1 − window on. */
+        int64_t unseen = pc->lq[s] ? pc->lk[s] - pc->lq[s] + 1 - pc->window : pc->lk[s];
+        for (int64_t i = 0; i < unseen * row; i++)
+            k[d->cu_k[s] * row + i] = v[d->cu_k[s] * row + i] = NAN;
+    }
     for (int s = 1; pc->order == OP_PAGES_SHARED && s < pc->n_seq; s += 2) {
         int64_t lk = pc->lk[s] < pc->lk[0] ? pc->lk[s] : pc->lk[0];
         size_t nbytes = (size_t)(lk / pc->page_tokens * pc->page_tokens * row) * sizeof(float);
@@ -788,7 +795,7 @@ void op_paged_pairs(const struct op_paged_case *pc, const struct op_paged_data *
     pp->src[5] = op_pair_new(MMRT_DTYPE_I32, SHAPE(pc->n_seq, d->max_pages));
     op_pair_upload(pp->src[5], d->table);
     pp->y = op_pair_new(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
-    pp->p = (struct mmrt_attention_params){ d->scale, pc->causal, pc->n_seq };
+    pp->p = (struct mmrt_attention_params){ d->scale, pc->causal, pc->n_seq, pc->window };
 }
 
 static void paged_indices_on(struct harness *h, struct harness_tensor **src, const int32_t *cu_q,
@@ -833,7 +840,7 @@ void op_paged_graph_replay(struct harness *h)
 {
     const struct mmrt_plugin *pl = h->plugin;
     const struct op_paged_case pc = { 4, 2, 32, 3, 3, { 1, 5, 1 }, { 9, 12, 4 }, 1,
-                                      MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 };
+                                      MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1, 0 };
     struct op_paged_data d;
     op_paged_build(&pc, 8, &d);
     struct harness_tensor *src[6], *y;
@@ -847,7 +854,7 @@ void op_paged_graph_replay(struct harness *h)
         memcpy(table2 + s * mp, d.table + ((s + 1) % 3) * mp, (size_t)mp * sizeof(int32_t));
     const int32_t *cu[2] = { d.cu_q, cu_q2 }, *lens[2] = { d.kv_lens, lens2 };
     const int32_t *table[2] = { d.table, table2 };
-    struct mmrt_attention_params p = { d.scale, pc.causal, pc.n_seq };
+    struct mmrt_attention_params p = { d.scale, pc.causal, pc.n_seq, pc.window };
     float *eager[2];
     for (int step = 0; step < 2; step++) {
         paged_indices_on(h, src, cu[step], lens[step], table[step]);
@@ -894,10 +901,10 @@ static struct op_pair *paged_run(const struct op_paged_case *pc, const struct op
 static void paged_describe(char *what, size_t size, const char *prefix,
                            const struct op_paged_case *pc)
 {
-    int used = snprintf(what, size, "%s Hq %d Hkv %d D %d pages of %d, %s, %s, order %d, Lq/Lk",
-                        prefix, pc->Hq, pc->Hkv, pc->D, pc->page_tokens,
+    int used = snprintf(what, size, "%s Hq %d Hkv %d D %d pages of %d, %s, %s, window %d, "
+                        "order %d, Lq/Lk", prefix, pc->Hq, pc->Hkv, pc->D, pc->page_tokens,
                         mmrt_dtype_name_of(pc->kv_dtype), pc->causal ? "causal" : "bidirectional",
-                        (int)pc->order);
+                        pc->window, (int)pc->order);
     for (int s = 0; s < pc->n_seq && used > 0 && (size_t)used < size; s++)
         used += snprintf(what + used, size - (size_t)used, " %d/%d", pc->lq[s], pc->lk[s]);
 }
@@ -906,16 +913,28 @@ static void paged_describe(char *what, size_t size, const char *prefix,
 #define F16 MMRT_DTYPE_F16
 const struct op_paged_entry op_paged_cases[] = {
     /* Hq Hkv D  pt n_seq lq             lk                    causal kv  order       amp  alone */
-    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F16, OP_PAGES_SHUFFLED, 1 }, 0, 3, false },
-    { { 4, 4, 64, 1, 2, { 1, 6 }, { 5, 6 }, 1, F32, OP_PAGES_SHUFFLED, 1 }, 1, 16, false },
-    { { 8, 2, 80, 3, 4, { 1, 9, 1, 0 }, { 20, 30, 7, 5 }, 1, F32, OP_PAGES_SHARED, 1 }, 1, 16, false },
-    { { 2, 1, 128, 16, 3, { 5, 1, 3 }, { 0, 40, 3 }, 1, F16, OP_PAGES_SHARED, 1 }, 1, 1, false },
-    { { 6, 3, 8, 3, 2, { 7, 4 }, { 7, 11 }, 0, F16, OP_PAGES_IN_ORDER, 1 }, 1, 16, false },
-    { { 4, 1, 256, 16, 2, { 33, 1 }, { 70, 129 }, 1, F32, OP_PAGES_SHUFFLED, 1 }, 0, 3, false },
-    { { 2, 2, 3, 3, 1, { 4 }, { 9 }, 0, F32, OP_PAGES_IN_ORDER, 1 }, 0, 1, false },
-    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, F16, OP_PAGES_SHARED, 3 }, 2, 3, false },
-    { { 2, 2, 64, 16, 2, { 70, 1 }, { 200, 90 }, 0, F32, OP_PAGES_SHARED, 1 }, 0, 1, false },
-    { { 32, 8, 128, 16, 4, { 1, 1, 1, 64 }, { 1000, 513, 37, 200 }, 1, F16, OP_PAGES_SHUFFLED, 1 }, 3, 3, true },
+    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F16, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
+    { { 4, 4, 64, 1, 2, { 1, 6 }, { 5, 6 }, 1, F32, OP_PAGES_SHUFFLED, 1, 0 }, 1, 16, false },
+    { { 8, 2, 80, 3, 4, { 1, 9, 1, 0 }, { 20, 30, 7, 5 }, 1, F32, OP_PAGES_SHARED, 1, 0 }, 1, 16, false },
+    { { 2, 1, 128, 16, 3, { 5, 1, 3 }, { 0, 40, 3 }, 1, F16, OP_PAGES_SHARED, 1, 0 }, 1, 1, false },
+    { { 6, 3, 8, 3, 2, { 7, 4 }, { 7, 11 }, 0, F16, OP_PAGES_IN_ORDER, 1, 0 }, 1, 16, false },
+    { { 4, 1, 256, 16, 2, { 33, 1 }, { 70, 129 }, 1, F32, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
+    { { 2, 2, 3, 3, 1, { 4 }, { 9 }, 0, F32, OP_PAGES_IN_ORDER, 1, 0 }, 0, 1, false },
+    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, F16, OP_PAGES_SHARED, 3, 0 }, 2, 3, false },
+    { { 2, 2, 64, 16, 2, { 70, 1 }, { 200, 90 }, 0, F32, OP_PAGES_SHARED, 1, 0 }, 0, 1, false },
+    { { 32, 8, 128, 16, 4, { 1, 1, 1, 64 }, { 1000, 513, 37, 200 }, 1, F16, OP_PAGES_SHUFFLED, 1, 0 }, 3, 3, true },
+    /* Sliding windows (ABI 1.5). Decode rows whose window starts mid-page (keys 30…, 9…) and
+     * one whose window covers all its keys; then window 1 (a query sees itself) over a mix of
+     * decode and a prefill chunk; windows ≥ Lk (no key dropped); GQA 8 with shared prefix
+     * pages; a prefill over several query blocks with a window shorter than a block; rows
+     * that see no key (Lq > Lk); and long decode. */
+    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F16, OP_PAGES_SHUFFLED, 1, 7 }, 0, 3, false },
+    { { 8, 2, 80, 3, 4, { 1, 9, 1, 0 }, { 20, 30, 7, 5 }, 1, F32, OP_PAGES_SHUFFLED, 1, 1 }, 1, 16, false },
+    { { 4, 4, 64, 5, 2, { 6, 12 }, { 6, 12 }, 1, F32, OP_PAGES_IN_ORDER, 1, 12 }, 1, 3, false },
+    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, F16, OP_PAGES_SHARED, 3, 33 }, 2, 5, false },
+    { { 16, 2, 64, 7, 2, { 70, 3 }, { 150, 3 }, 1, F32, OP_PAGES_SHUFFLED, 1, 20 }, 0, 16, false },
+    { { 2, 1, 32, 4, 2, { 6, 2 }, { 3, 9 }, 1, F32, OP_PAGES_SHUFFLED, 1, 2 }, 0, 1, false },
+    { { 32, 8, 128, 16, 4, { 1, 1, 1, 64 }, { 1000, 513, 37, 200 }, 1, F16, OP_PAGES_SHUFFLED, 1, 100 }, 0, 3, true },
 };
 #undef F32
 #undef F16
@@ -930,7 +949,7 @@ void op_paged_zero_rows(const char *what, const float *got, const double *ref, i
 }
 
 const struct op_paged_case op_paged_bad_case = { 2, 1, 16, 4, 2, { 2, 1 }, { 6, 5 }, 1,
-                                                 MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 };
+                                                 MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 0 };
 const struct op_paged_bad op_paged_bad[] = {
     { 5, 0, 1, 9, "src5 (page_table) entry [0, 1] is 9" },
     { 5, 1, 0, -1, "src5 (page_table) entry [1, 0] is -1" },
@@ -948,7 +967,7 @@ void op_paged_bad_setup(struct harness *h, struct op_paged_bad_run *r)
     const struct op_paged_case *pc = &op_paged_bad_case;
     op_paged_build(pc, 7, &r->d);
     op_paged_tensors(h, pc, &r->d, r->src, &r->y);
-    r->p = (struct mmrt_attention_params){ r->d.scale, pc->causal, pc->n_seq };
+    r->p = (struct mmrt_attention_params){ r->d.scale, pc->causal, pc->n_seq, 0 };
     r->n = r->d.T * pc->Hq * pc->D;
     r->sentinel = op_rand_f(r->n, 5, 6);
     assert_int_equal(harness_upload(h, r->y, r->sentinel), MMRT_OK);
@@ -990,7 +1009,7 @@ void op_case_attention_paged(const struct op_checks *chk, double tol)
         double *ref = op_ref_buf(d.T * row);
         ref_attention_paged(d.q, d.k_pages, d.v_pages, d.T, pc->Hq, pc->Hkv, pc->D,
                             pc->page_tokens, d.cu_q, d.kv_lens, d.table, d.max_pages, pc->n_seq,
-                            d.scale, pc->causal, ref);
+                            d.scale, pc->causal, pc->window, ref);
         void *g, *cpu;
         op_pair_download_both(ty, &g, &cpu);
         char what[256];
@@ -1025,12 +1044,14 @@ void op_case_attention_packed(void)
         int Hq, Hkv, D, n_seq, causal;
         int32_t lq[4], lk[4];
         enum mmrt_dtype kv;
+        int window;
     } cases[] = {
         /* images of a vision batch: CLIP-like rows per image, bidirectional */
-        { 4, 4, 32, 3, 0, { 65, 17, 129 }, { 65, 17, 129 }, MMRT_DTYPE_F32 },
-        { 16, 16, 64, 2, 0, { 257, 577 }, { 257, 577 }, MMRT_DTYPE_F16 },
-        /* prefill chunks with a past, GQA, decode rows among them */
-        { 8, 2, 64, 4, 1, { 40, 1, 33, 7 }, { 90, 300, 33, 7 }, MMRT_DTYPE_F32 },
+        { 4, 4, 32, 3, 0, { 65, 17, 129 }, { 65, 17, 129 }, MMRT_DTYPE_F32, 0 },
+        { 16, 16, 64, 2, 0, { 257, 577 }, { 257, 577 }, MMRT_DTYPE_F16, 0 },
+        /* prefill chunks with a past, GQA, decode rows among them; then with a window */
+        { 8, 2, 64, 4, 1, { 40, 1, 33, 7 }, { 90, 300, 33, 7 }, MMRT_DTYPE_F32, 0 },
+        { 8, 2, 64, 4, 1, { 40, 1, 33, 7 }, { 90, 300, 33, 7 }, MMRT_DTYPE_F16, 16 },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int Hq = cases[c].Hq, Hkv = cases[c].Hkv, D = cases[c].D, n = cases[c].n_seq;
@@ -1047,7 +1068,8 @@ void op_case_attention_packed(void)
         struct op_pair *tv = op_pair_rand(cases[c].kv, -1, 1, &v, SHAPE(S, Hkv, D));
         struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, Hq, D));
         struct op_pair *cq = op_pair_i32(cu_q, n + 1), *ck = op_pair_i32(cu_k, n + 1);
-        struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), cases[c].causal, n };
+        struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), cases[c].causal, n,
+                                           cases[c].window };
         op_pair_run(MMRT_OP_ATTENTION, (struct op_pair *const[]){ tq, tk, tv, cq, ck }, 5, ty,
                     &p, sizeof p);
         void *packed[2];
@@ -1061,7 +1083,7 @@ void op_case_attention_packed(void)
             op_pair_upload(aq, op_encode(MMRT_DTYPE_F32, q + cu_q[s] * qrow, lq * qrow));
             op_pair_upload(ak, op_encode(cases[c].kv, k + cu_k[s] * krow, lk * krow));
             op_pair_upload(av, op_encode(cases[c].kv, v + cu_k[s] * krow, lk * krow));
-            struct mmrt_attention_params pa = { p.scale, p.causal, 1 };
+            struct mmrt_attention_params pa = { p.scale, p.causal, 1, p.window };
             op_pair_run(MMRT_OP_ATTENTION, (struct op_pair *const[]){ aq, ak, av }, 3, ay, &pa,
                         sizeof pa);
             void *alone[2];

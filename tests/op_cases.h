@@ -248,11 +248,15 @@ struct op_paged_case {
     enum mmrt_dtype kv_dtype; /* F32 or F16, both pools */
     enum op_page_order order;
     float q_amp;              /* |q| range: larger makes softmax peakier */
+    int window;               /* sliding window (causal only); 0 = none */
 };
 
 /* A case's host values. The pool's spare pages and the rows past each sequence's last key
  * hold NaN and the table's entries past a sequence's last page hold INT32_MAX, so reading
- * anything the op must not read poisons the result. k and v hold the same keys gathered in
+ * anything the op must not read poisons the result. With a window, so do (k and v alike)
+ * each sequence's keys before the first one its first query sees, which no query sees: a
+ * plugin must skip them, not read and mask them (except in OP_PAGES_SHARED cases, whose
+ * sequences share the prefix pages). k and v hold the same keys gathered in
  * key order, cu_k their sequence offsets: what ATTENTION (and ref_attention) take. All
  * buffers are op_alloc'ed. */
 struct op_paged_data {

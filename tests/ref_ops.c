@@ -207,7 +207,7 @@ void ref_l2_norm(const float *x, int64_t rows, int64_t n, double *y)
 
 void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
                    int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
-                   int n_seq, double scale, int causal, double *y)
+                   int n_seq, double scale, int causal, int64_t window, double *y)
 {
     int32_t whole_q[2] = { 0, (int32_t)T }, whole_k[2] = { 0, (int32_t)S };
     if (!cu_q) {
@@ -224,17 +224,22 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
                 const float *qr = q + (t * Hq + h) * D;
                 double *yr = y + (t * Hq + h) * D;
                 double m = -INFINITY, sum = 0;
+                /* Keys [j0, j0 + n): from the window's first key (0 without one) up to the
+                 * query's own position (the last key without causality). */
+                const int64_t pos = i + (lk - lq);
+                const int64_t j0 = causal && window > 0 && pos - window + 1 > 0
+                                       ? pos - window + 1 : 0;
                 int64_t n = 0;
-                for (int64_t j = 0; j < lk; j++) {
-                    if (causal && j > i + (lk - lq))
+                for (int64_t j = j0; j < lk; j++) {
+                    if (causal && j > pos)
                         break;
                     const float *kr = k + ((cu_k[s] + j) * Hkv + g) * D;
                     double d = 0;
                     for (int64_t c = 0; c < D; c++)
                         d += (double)qr[c] * kr[c];
-                    p[j] = d * scale;
-                    if (p[j] > m)
-                        m = p[j];
+                    p[n] = d * scale;
+                    if (p[n] > m)
+                        m = p[n];
                     n++;
                 }
                 for (int64_t c = 0; c < D; c++)
@@ -244,7 +249,7 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
                     sum += p[j];
                 }
                 for (int64_t j = 0; j < n; j++) {
-                    const float *vr = v + ((cu_k[s] + j) * Hkv + g) * D;
+                    const float *vr = v + ((cu_k[s] + j0 + j) * Hkv + g) * D;
                     for (int64_t c = 0; c < D; c++)
                         yr[c] += p[j] / sum * vr[c];
                 }
@@ -258,7 +263,8 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
 void ref_attention_paged(const float *q, const float *k_pages, const float *v_pages,
                          int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_tokens,
                          const int32_t *cu_q, const int32_t *kv_lens, const int32_t *page_table,
-                         int64_t max_pages, int n_seq, double scale, int causal, double *y)
+                         int64_t max_pages, int n_seq, double scale, int causal,
+                         int64_t window, double *y)
 {
     int32_t *cu_k = malloc(sizeof(int32_t) * (size_t)(n_seq + 1));
     cu_k[0] = 0;
@@ -274,7 +280,7 @@ void ref_attention_paged(const float *q, const float *k_pages, const float *v_pa
             memcpy(k + (cu_k[s] + j) * row, k_pages + src, sizeof(float) * (size_t)row);
             memcpy(v + (cu_k[s] + j) * row, v_pages + src, sizeof(float) * (size_t)row);
         }
-    ref_attention(q, k, v, T, S, Hq, Hkv, D, cu_q, cu_k, n_seq, scale, causal, y);
+    ref_attention(q, k, v, T, S, Hq, Hkv, D, cu_q, cu_k, n_seq, scale, causal, window, y);
     free(k);
     free(v);
     free(cu_k);

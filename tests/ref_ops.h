@@ -57,10 +57,11 @@ void ref_rope_multi(const float *x, const int32_t *pos, int64_t T, int64_t H, in
                     float theta, double *y);
 
 /* Attention: q [T, Hq, D], k and v [S, Hkv, D], cu_q / cu_k [n_seq + 1] (NULL: one
- * sequence), y [T, Hq, D]. */
+ * sequence), y [T, Hq, D]. window > 0 (causal only): query i at position
+ * p = i + (Lk − Lq) sees keys p − window < j ≤ p (plugin.h MMRT_OP_ATTENTION); 0 = none. */
 void ref_attention(const float *q, const float *k, const float *v, int64_t T, int64_t S,
                    int64_t Hq, int64_t Hkv, int64_t D, const int32_t *cu_q, const int32_t *cu_k,
-                   int n_seq, double scale, int causal, double *y);
+                   int n_seq, double scale, int causal, int64_t window, double *y);
 
 /* Paged attention (ATTENTION_PAGED): q [T, Hq, D], k_pages and v_pages [n_pages,
  * page_tokens, Hkv, D], cu_q [n_seq + 1], kv_lens [n_seq], page_table [n_seq, max_pages]
@@ -68,7 +69,8 @@ void ref_attention(const float *q, const float *k, const float *v, int64_t T, in
 void ref_attention_paged(const float *q, const float *k_pages, const float *v_pages,
                          int64_t T, int64_t Hq, int64_t Hkv, int64_t D, int64_t page_tokens,
                          const int32_t *cu_q, const int32_t *kv_lens, const int32_t *page_table,
-                         int64_t max_pages, int n_seq, double scale, int causal, double *y);
+                         int64_t max_pages, int n_seq, double scale, int causal,
+                         int64_t window, double *y);
 
 /* Patch embedding: img [B, C, H, W], w [O, C, P, P], b [O] or NULL, y [B, (H/P)(W/P), O]. */
 void ref_patch_embed(const float *img, const float *w, const float *b, int64_t B, int64_t C,

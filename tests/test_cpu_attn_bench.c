@@ -19,7 +19,7 @@
  *
  * usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] [--kv f32|f16]
  *                       [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P]
- *                       [--copies C] [--repeat R] B…
+ *                       [--window W] [--copies C] [--repeat R] B…
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -57,7 +57,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] "
                     "[--kv f32|f16] [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P] "
-                    "[--copies C] [--repeat R] B…\n");
+                    "[--window W] [--copies C] [--repeat R] B…\n");
     return 2;
 }
 
@@ -106,10 +106,10 @@ static int launch_fill(struct harness *h, struct launch *l, int64_t s0, int64_t 
 }
 
 static int launch_run(struct harness *h, struct launch *l, struct harness_tensor *kp,
-                      struct harness_tensor *vp, int64_t B, float scale)
+                      struct harness_tensor *vp, int64_t B, float scale, int32_t window)
 {
     struct harness_tensor *src[6] = { &l->q, kp, vp, &l->cu, &l->lens, &l->table };
-    struct mmrt_attention_params p = { scale, 1, (int32_t)B };
+    struct mmrt_attention_params p = { scale, 1, (int32_t)B, window };
     return harness_run(h, MMRT_OP_ATTENTION_PAGED, src, 6, &l->y, &p, sizeof p) != MMRT_OK;
 }
 
@@ -117,6 +117,7 @@ int main(int argc, char **argv)
 {
     const char *isa = "auto", *threads = NULL, *kvname = "f32";
     int64_t H = 32, G = 0, D = 128, keys = 629, page = 16, Bs[32];
+    int32_t window = 0;
     int n_b = 0, repeat = 5, copies = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -137,6 +138,8 @@ int main(int argc, char **argv)
             keys = atoll(argv[++i]);
         else if (strcmp(a, "--page") == 0 && more)
             page = atoll(argv[++i]);
+        else if (strcmp(a, "--window") == 0 && more)
+            window = (int32_t)atoi(argv[++i]);
         else if (strcmp(a, "--copies") == 0 && more)
             copies = atoi(argv[++i]);
         else if (strcmp(a, "--repeat") == 0 && more)
@@ -152,7 +155,7 @@ int main(int argc, char **argv)
                          : strcmp(kvname, "f16") == 0 ? MMRT_DTYPE_F16
                                                       : (enum mmrt_dtype)-1;
     if ((int)kv < 0 || H < 1 || G < 1 || H % G != 0 || D < 1 || D > 256 || keys < 1 ||
-        page < 1 || repeat < 1 || copies < 1 || copies > 64)
+        page < 1 || window < 0 || repeat < 1 || copies < 1 || copies > 64)
         return usage();
     if (n_b == 0) {
         Bs[0] = 1, Bs[1] = 8, Bs[2] = 16;
@@ -216,7 +219,9 @@ int main(int argc, char **argv)
     free(pool);
 
     const float scale = 1.0f / sqrtf((float)D);
-    const double kv_bytes = 2.0 * (double)keys * (double)row * (double)es; /* per sequence */
+    /* K/V bytes one decode query reads per sequence: its window's keys. */
+    const int64_t read_keys = window > 0 && window < keys ? window : keys;
+    const double kv_bytes = 2.0 * (double)read_keys * (double)row * (double)es;
     printf("cpu-attn-bench: isa %s, threads %s, %lld heads (%lld kv) × %lld, %lld keys in "
            "pages of %lld, %s K/V (%.1f MiB per sequence), %d copies, best of %d\n", isa,
            threads ? threads : "default", (long long)H, (long long)G, (long long)D,
@@ -231,7 +236,7 @@ int main(int argc, char **argv)
         return 1;
     for (int64_t s = 0; s < n_seq; s++)
         if (launch_fill(&h, &one, s, 1, HD, keys, max_pages, q, perm) ||
-            launch_run(&h, &one, &kp, &vp, 1, scale) ||
+            launch_run(&h, &one, &kp, &vp, 1, scale, window) ||
             harness_download(&h, &one.y, alone + s * HD))
             return 1;
     launch_free(&h, &one);
@@ -245,7 +250,7 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
             double t0 = now_s();
-            if (launch_run(&h, &l[rep % copies], &kp, &vp, B, scale))
+            if (launch_run(&h, &l[rep % copies], &kp, &vp, B, scale, window))
                 return 1;
             double t = now_s() - t0;
             if (rep > 0 && t < best)

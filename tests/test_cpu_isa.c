@@ -366,19 +366,25 @@ struct acase {
     int32_t lq[4], lk[4];
     int causal;
     enum mmrt_dtype kv;
+    int window; /* sliding window; 0 = none */
 };
 
 static const struct acase attn_cases[] = {
-    { 4, 2, 128, 1, { 1 }, { 37 }, 1, MMRT_DTYPE_F16 },          /* decode, GQA 2 */
-    { 8, 1, 64, 1, { 3 }, { 50 }, 1, MMRT_DTYPE_F32 },           /* 3 queries, GQA 8 */
-    { 4, 4, 64, 1, { 40 }, { 40 }, 0, MMRT_DTYPE_F32 },          /* vision-like */
-    { 8, 2, 80, 1, { 33 }, { 33 }, 1, MMRT_DTYPE_F16 },          /* blocked, D not ÷ NR */
-    { 4, 1, 64, 1, { 5 }, { 20 }, 1, MMRT_DTYPE_F32 },           /* chunked prefill */
-    { 2, 2, 256, 3, { 5, 1, 12 }, { 5, 1, 12 }, 0, MMRT_DTYPE_F32 },
-    { 6, 3, 8, 4, { 3, 1, 0, 5 }, { 10, 1, 0, 2 }, 1, MMRT_DTYPE_F16 }, /* empty rows */
-    { 1, 1, 3, 1, { 4 }, { 9 }, 0, MMRT_DTYPE_F32 },             /* odd D */
-    { 2, 1, 16, 1, { 2 }, { 0 }, 0, MMRT_DTYPE_F32 },            /* no keys */
-    { 2, 1, 64, 1, { 130 }, { 130 }, 1, MMRT_DTYPE_F32 },        /* several blocks */
+    { 4, 2, 128, 1, { 1 }, { 37 }, 1, MMRT_DTYPE_F16, 0 },          /* decode, GQA 2 */
+    { 8, 1, 64, 1, { 3 }, { 50 }, 1, MMRT_DTYPE_F32, 0 },           /* 3 queries, GQA 8 */
+    { 4, 4, 64, 1, { 40 }, { 40 }, 0, MMRT_DTYPE_F32, 0 },          /* vision-like */
+    { 8, 2, 80, 1, { 33 }, { 33 }, 1, MMRT_DTYPE_F16, 0 },          /* blocked, D not ÷ NR */
+    { 4, 1, 64, 1, { 5 }, { 20 }, 1, MMRT_DTYPE_F32, 0 },           /* chunked prefill */
+    { 2, 2, 256, 3, { 5, 1, 12 }, { 5, 1, 12 }, 0, MMRT_DTYPE_F32, 0 },
+    { 6, 3, 8, 4, { 3, 1, 0, 5 }, { 10, 1, 0, 2 }, 1, MMRT_DTYPE_F16, 0 }, /* empty rows */
+    { 1, 1, 3, 1, { 4 }, { 9 }, 0, MMRT_DTYPE_F32, 0 },             /* odd D */
+    { 2, 1, 16, 1, { 2 }, { 0 }, 0, MMRT_DTYPE_F32, 0 },            /* no keys */
+    { 2, 1, 64, 1, { 130 }, { 130 }, 1, MMRT_DTYPE_F32, 0 },        /* several blocks */
+    /* sliding windows on every path: decode (streaming), 3 queries, blocks */
+    { 4, 2, 128, 1, { 1 }, { 37 }, 1, MMRT_DTYPE_F16, 6 },
+    { 8, 1, 64, 1, { 3 }, { 50 }, 1, MMRT_DTYPE_F32, 2 },
+    { 2, 1, 64, 1, { 130 }, { 130 }, 1, MMRT_DTYPE_F32, 17 },
+    { 8, 2, 80, 2, { 33, 1 }, { 60, 9 }, 1, MMRT_DTYPE_F16, 1 },
 };
 
 static float *attention_case(struct harness *h, const struct acase *ac, uint64_t seed,
@@ -403,7 +409,8 @@ static float *attention_case(struct harness *h, const struct acase *ac, uint64_t
     struct harness_tensor ty;
     assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_F32, 3, (const int64_t[]){ T, Hq, D }, &ty),
                      MMRT_OK);
-    struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), ac->causal, ac->n_seq };
+    struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), ac->causal, ac->n_seq,
+                                       ac->window };
     struct harness_tensor *src[5] = { &tq, &tk, &tv, &tcq, &tck };
     assert_int_equal(harness_run(h, MMRT_OP_ATTENTION, src, 5, &ty, &p, sizeof p), MMRT_OK);
     float *y = get(h, &ty);
@@ -411,7 +418,7 @@ static float *attention_case(struct harness *h, const struct acase *ac, uint64_t
         *ref = malloc((size_t)(T * Hq * D + 1) * sizeof(double));
         assert_non_null(*ref);
         ref_attention(q, k, v, T, S, Hq, Hkv, D, cu_q, cu_k, ac->n_seq, p.scale, ac->causal,
-                      *ref);
+                      ac->window, *ref);
     }
     struct harness_tensor *all[6] = { &tq, &tk, &tv, &tcq, &tck, &ty };
     for (int i = 0; i < 6; i++)

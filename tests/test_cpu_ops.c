@@ -747,6 +747,7 @@ struct attn_case {
     enum kv_layout layout;
     float q_amp;           /* |q| range: larger makes softmax peakier */
     float scale;           /* 0: 1/sqrt(D) */
+    int window;            /* sliding window (causal only); 0 = none */
 };
 
 /* Places dense kv values [S, Hkv, D] into a base tensor with the given layout and returns the
@@ -842,38 +843,47 @@ static float *attention_case(const struct attn_case *ac, uint64_t seed, bool che
         tck = tnew_i32(cu_k, n_seq + 1);
     }
     float scale = ac->scale != 0 ? ac->scale : 1.0f / sqrtf((float)D);
-    struct mmrt_attention_params p = { scale, ac->causal, n_seq };
+    struct mmrt_attention_params p = { scale, ac->causal, n_seq, ac->window };
     struct harness_tensor *src[5] = { tq, &kv_k, &kv_v, tcq, tck };
     assert_int_equal(run(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p), MMRT_OK);
     float *got = download_f32(ty);
     if (check) {
         double *ref = op_ref_buf(T * Hq * D);
         ref_attention(q, k, v, T, S, Hq, Hkv, D, ac->n_seq ? cu_q : NULL,
-                      ac->n_seq ? cu_k : NULL, n_seq, scale, ac->causal, ref);
-        char what[160];
+                      ac->n_seq ? cu_k : NULL, n_seq, scale, ac->causal, ac->window, ref);
+        char what[192];
         snprintf(what, sizeof what, "ATTENTION seed %llu (T %lld S %lld Hq %lld Hkv %lld D %lld "
-                 "n_seq %d causal %d kv %s layout %d)", (unsigned long long)seed, (long long)T,
-                 (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq, ac->causal,
-                 mmrt_dtype_name_of(ac->kv_dtype), (int)ac->layout);
+                 "n_seq %d causal %d window %d kv %s layout %d)", (unsigned long long)seed,
+                 (long long)T, (long long)S, (long long)Hq, (long long)Hkv, (long long)D,
+                 ac->n_seq, ac->causal, ac->window, mmrt_dtype_name_of(ac->kv_dtype),
+                 (int)ac->layout);
         op_check_close(what, got, ref, T * Hq * D, 1e-5);
     }
     return got;
 }
 
 static const struct attn_case attn_cases[] = {
-    /* Hq Hkv D  n_seq lq            lk             causal kv                layout      q_amp scale */
-    { 4, 4, 64,  0, { 7 },          { 7 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0 },
-    { 8, 2, 80,  0, { 33 },         { 33 },         1, MMRT_DTYPE_F16, KV_DENSE,      1, 0 },
-    { 4, 2, 128, 0, { 1 },          { 37 },         1, MMRT_DTYPE_F16, KV_CACHE,      1, 0 }, /* decode */
-    { 4, 1, 64,  0, { 5 },          { 20 },         1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 1, 0 }, /* chunked prefill */
-    { 2, 2, 256, 3, { 5, 1, 12 },   { 5, 1, 12 },   0, MMRT_DTYPE_F32, KV_FUSED,      1, 0 }, /* vision blocks */
-    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 }, { 10, 1, 0, 4, 2 }, 1, MMRT_DTYPE_F16, KV_CACHE, 1, 0 },
-    { 2, 1, 64,  0, { 300 },        { 300 },        1, MMRT_DTYPE_F32, KV_DENSE,      1, 0 }, /* long */
-    { 1, 1, 3,   0, { 4 },          { 9 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0 }, /* odd D */
-    { 4, 2, 64,  0, { 9 },          { 9 },          1, MMRT_DTYPE_F32, KV_FUSED,      4, 0.3f }, /* peaky */
-    { 2, 1, 16,  0, { 2 },          { 0 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0 }, /* no keys */
-    { 8, 2, 128, 0, { 16 },         { 16 },         1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0 }, /* GQA 4 */
-    { 4, 4, 256, 2, { 3, 2 },       { 40, 7 },      1, MMRT_DTYPE_F16, KV_FUSED,      1, 0 },
+    /* Hq Hkv D  n_seq lq            lk             causal kv                layout      q_amp scale window */
+    { 4, 4, 64,  0, { 7 },          { 7 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 },
+    { 8, 2, 80,  0, { 33 },         { 33 },         1, MMRT_DTYPE_F16, KV_DENSE,      1, 0, 0 },
+    { 4, 2, 128, 0, { 1 },          { 37 },         1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0 }, /* decode */
+    { 4, 1, 64,  0, { 5 },          { 20 },         1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 1, 0, 0 }, /* chunked prefill */
+    { 2, 2, 256, 3, { 5, 1, 12 },   { 5, 1, 12 },   0, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 0 }, /* vision blocks */
+    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 }, { 10, 1, 0, 4, 2 }, 1, MMRT_DTYPE_F16, KV_CACHE, 1, 0, 0 },
+    { 2, 1, 64,  0, { 300 },        { 300 },        1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* long */
+    { 1, 1, 3,   0, { 4 },          { 9 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* odd D */
+    { 4, 2, 64,  0, { 9 },          { 9 },          1, MMRT_DTYPE_F32, KV_FUSED,      4, 0.3f, 0 }, /* peaky */
+    { 2, 1, 16,  0, { 2 },          { 0 },          0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* no keys */
+    { 8, 2, 128, 0, { 16 },         { 16 },         1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0, 0 }, /* GQA 4 */
+    { 4, 4, 256, 2, { 3, 2 },       { 40, 7 },      1, MMRT_DTYPE_F16, KV_FUSED,      1, 0, 0 },
+    /* Sliding windows: decode from a cache (window mid-range, and ≥ Lk), a prefill with a
+     * past over several query blocks, window 1, packed sequences with an empty one, GQA. */
+    { 4, 2, 128, 0, { 1 },          { 37 },         1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 5 },
+    { 4, 2, 128, 0, { 1 },          { 37 },         1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 40 },
+    { 8, 2, 64,  0, { 70 },         { 100 },        1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 1, 0, 13 },
+    { 2, 1, 64,  0, { 9 },          { 9 },          1, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 1 },
+    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 }, { 10, 1, 0, 4, 2 }, 1, MMRT_DTYPE_F16, KV_CACHE, 1, 0, 3 },
+    { 8, 1, 96,  2, { 2, 33 },      { 50, 40 },     1, MMRT_DTYPE_F16, KV_DENSE,      1, 0, 8 },
 };
 
 static void test_attention(void **state)
@@ -883,6 +893,70 @@ static void test_attention(void **state)
         attention_case(&attn_cases[c], 100 + c, true);
         op_release_all();
     }
+}
+
+/* Decode rows of one sequence (Lq queries, Lk keys) with window w, on the CPU plugin, params
+ * of `size` bytes: the output. */
+static float *window_run(float *q, const float *k, const float *v, int64_t Lq, int64_t Lk,
+                         int64_t Hq, int64_t Hkv, int64_t D, int32_t w, uint32_t size)
+{
+    struct harness_tensor *tq = tnew(MMRT_DTYPE_F32, SHAPE(Lq, Hq, D));
+    struct harness_tensor *tk = tnew(MMRT_DTYPE_F16, SHAPE(Lk, Hkv, D));
+    struct harness_tensor *tv = tnew(MMRT_DTYPE_F16, SHAPE(Lk, Hkv, D));
+    struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(Lq, Hq, D));
+    upload(tq, q);
+    assert_int_equal(harness_upload(&H, tk, op_encode(MMRT_DTYPE_F16, k, Lk * Hkv * D)), MMRT_OK);
+    assert_int_equal(harness_upload(&H, tv, op_encode(MMRT_DTYPE_F16, v, Lk * Hkv * D)), MMRT_OK);
+    struct mmrt_attention_params p = { 1.0f / sqrtf((float)D), 1, 1, w };
+    struct harness_tensor *src[3] = { tq, tk, tv };
+    assert_int_equal(run(MMRT_OP_ATTENTION, src, 3, ty, &p, size), MMRT_OK);
+    return download_f32(ty);
+}
+
+/* The window's bits: a decode query with window w gives exactly what it gives without one over
+ * its last w keys alone (the keys before are skipped, not masked), on the streaming and the
+ * blocked path (1 and 9 queries; the blocked rows compared with a cut of the same length); a
+ * window ≥ Lk changes nothing; and an ABI 1.4 caller's 12-byte params read as no window
+ * whatever follows them. */
+static void test_attention_window_bits(void **state)
+{
+    (void)state;
+    const int64_t Hq = 8, Hkv = 2, D = 64, Lk = 300, w = 37;
+    op_rng_seed(41);
+    float *q = op_rand_f(9 * Hq * D, -1, 1), *k = op_rand_f(Lk * Hkv * D, -1, 1);
+    float *v = op_rand_f(Lk * Hkv * D, -1, 1);
+    op_round_to(MMRT_DTYPE_F16, k, Lk * Hkv * D);
+    op_round_to(MMRT_DTYPE_F16, v, Lk * Hkv * D);
+    const size_t full = sizeof(struct mmrt_attention_params);
+    /* One query: position Lk − 1 sees keys Lk − w … Lk − 1. */
+    float *win = window_run(q, k, v, 1, Lk, Hq, Hkv, D, (int32_t)w, full);
+    const int64_t cut = (Lk - w) * Hkv * D;
+    float *alone = window_run(q, k + cut, v + cut, 1, w, Hq, Hkv, D, 0, full);
+    op_paged_same_bits("ATTENTION decode with window 37 vs its 37 keys alone", win, alone, Hq * D);
+    float *wide = window_run(q, k, v, 1, Lk, Hq, Hkv, D, (int32_t)Lk, full);
+    float *none = window_run(q, k, v, 1, Lk, Hq, Hkv, D, 0, full);
+    op_paged_same_bits("ATTENTION decode with window Lk vs none", wide, none, Hq * D);
+    float *old = window_run(q, k, v, 1, Lk, Hq, Hkv, D, 5, MMRT_ATTENTION_PARAMS_V14_SIZE);
+    op_paged_same_bits("ATTENTION with 12-byte params vs window 0", old, none, Hq * D);
+    bool differs = false;
+    for (int64_t i = 0; i < Hq * D; i++)
+        differs |= win[i] != none[i];
+    assert_true(differs);
+    /* Nine queries (the blocked path with the micro-kernel table): the last sees the same
+     * 37 keys as a decode over them alone. */
+    float *win9 = window_run(q, k, v, 9, Lk, Hq, Hkv, D, (int32_t)w, full);
+    float *ref = op_alloc((size_t)(9 * Hq * D) * sizeof(float));
+    for (int64_t i = 0; i < 9; i++) {
+        const int64_t first = (Lk - 9 + i + 1 - w) * Hkv * D;
+        float *one = window_run(q + i * Hq * D, k + first, v + first, 1, w, Hq, Hkv, D, 0, full);
+        memcpy(ref + i * Hq * D, one, (size_t)(Hq * D) * sizeof(float));
+    }
+    double *dref = op_ref_buf(9 * Hq * D);
+    for (int64_t i = 0; i < 9 * Hq * D; i++)
+        dref[i] = ref[i];
+    op_check_close("ATTENTION 9 queries with window 37 vs each query over its keys", win9, dref,
+                   9 * Hq * D, 1e-6);
+    op_release_all();
 }
 
 /* A query that sees no key (causal with Lq > Lk) must be exactly zero. */
@@ -1587,7 +1661,7 @@ static void test_refusals(void **state)
     expect_refusal(run(MMRT_OP_SOFTMAX, sm, 1, y48, NULL, 0), MMRT_ERR_INVALID_ARG, "SOFTMAX",
                    "params");
     struct harness_tensor *att[3] = { q, kv, kv };
-    struct mmrt_attention_params ap = { 0.35f, 1, 1 };
+    struct mmrt_attention_params ap = { 0.35f, 1, 1, 0 };
     expect_refusal(run(MMRT_OP_ATTENTION, att, 3, yq, &ap, 8), MMRT_ERR_INVALID_ARG, "ATTENTION",
                    "params");
     rp.n_rot = 7;
@@ -1615,7 +1689,7 @@ static void test_refusals(void **state)
     int32_t cuq[3] = { 0, 2, 3 }, cuk_bad[3] = { 0, 3, 4 }, cuk_dec[3] = { 0, 6, 5 };
     struct harness_tensor *tcq = tnew_i32(cuq, 3), *tck = tnew_i32(cuk_bad, 3);
     struct harness_tensor *tcd = tnew_i32(cuk_dec, 3);
-    struct mmrt_attention_params ap2 = { 0.35f, 1, 2 };
+    struct mmrt_attention_params ap2 = { 0.35f, 1, 2, 0 };
     struct harness_tensor *attcu[5] = { q, kv, kv, tcq, tck };
     expect_refusal(run(MMRT_OP_ATTENTION, attcu, 5, yq, &ap2, sizeof ap2), MMRT_ERR_INVALID_ARG,
                    "ATTENTION", "cu_seqlens_k");
@@ -1625,6 +1699,14 @@ static void test_refusals(void **state)
     attcu[4] = NULL;
     expect_refusal(run(MMRT_OP_ATTENTION, attcu, 5, yq, &ap2, sizeof ap2), MMRT_ERR_INVALID_ARG,
                    "ATTENTION", "both");
+    /* A sliding window: bidirectional or negative is refused. */
+    struct mmrt_attention_params apw = { 0.35f, 0, 1, 3 };
+    expect_refusal(run(MMRT_OP_ATTENTION, att, 3, yq, &apw, sizeof apw), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "window 3 needs causal = 1");
+    apw.causal = 1;
+    apw.window = -2;
+    expect_refusal(run(MMRT_OP_ATTENTION, att, 3, yq, &apw, sizeof apw), MMRT_ERR_INVALID_ARG,
+                   "ATTENTION", "window -2 must be ≥ 0");
 
     /* Descriptors that do not fit their arena, misaligned, foreign or self-overlapping. */
     struct harness_tensor big =
@@ -1834,7 +1916,7 @@ static void paged_tensors(const struct op_paged_case *pc, const struct op_paged_
                           struct paged_tensors *pt)
 {
     op_paged_tensors(&H, pc, d, pt->src, &pt->y);
-    pt->p = (struct mmrt_attention_params){ d->scale, pc->causal, pc->n_seq };
+    pt->p = (struct mmrt_attention_params){ d->scale, pc->causal, pc->n_seq, pc->window };
 }
 
 static float *paged_run_cpu(const struct op_paged_case *pc, const struct op_paged_data *d)
@@ -1861,7 +1943,7 @@ static float *paged_as_attention(const struct op_paged_case *pc, const struct op
     struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
     struct harness_tensor *src[5] = { tq, tk, tv, tnew_i32(d->cu_q, pc->n_seq + 1),
                                       tnew_i32(d->cu_k, pc->n_seq + 1) };
-    struct mmrt_attention_params p = { d->scale, pc->causal, pc->n_seq };
+    struct mmrt_attention_params p = { d->scale, pc->causal, pc->n_seq, pc->window };
     assert_int_equal(run(MMRT_OP_ATTENTION, src, 5, ty, &p, sizeof p), MMRT_OK);
     return download_f32(ty);
 }
@@ -1871,11 +1953,11 @@ static float *paged_as_attention(const struct op_paged_case *pc, const struct op
  * of many sequences of ragged lengths (GQA with F16 pages of 5; MHA with F32), whose rows must
  * be the bits each sequence gets alone. */
 static const struct op_paged_entry cpu_paged_cases[] = {
-    { { 14, 7, 64, 5, 8, { 1, 1, 2, 1, 4, 1, 3, 1 }, { 40, 7, 33, 1, 50, 19, 24, 64 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 }, 4, 3, false },
-    { { 32, 32, 32, 16, 4, { 1, 1, 1, 1 }, { 30, 17, 45, 2 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 }, 2, 1, false },
-    { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1 }, 1, 16, false },
-    { { 8, 8, 96, 7, 2, { 1, 129 }, { 1, 129 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1 }, 1, 1, false },
-    { { 8, 1, 64, 16, 2, { 64, 3 }, { 100, 3 }, 0, MMRT_DTYPE_F16, OP_PAGES_SHARED, 2 }, 0, 5, false },
+    { { 14, 7, 64, 5, 8, { 1, 1, 2, 1, 4, 1, 3, 1 }, { 40, 7, 33, 1, 50, 19, 24, 64 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1, 0 }, 4, 3, false },
+    { { 32, 32, 32, 16, 4, { 1, 1, 1, 1 }, { 30, 17, 45, 2 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 0 }, 2, 1, false },
+    { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1, 0 }, 1, 16, false },
+    { { 8, 8, 96, 7, 2, { 1, 129 }, { 1, 129 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 0 }, 1, 1, false },
+    { { 8, 1, 64, 16, 2, { 64, 3 }, { 100, 3 }, 0, MMRT_DTYPE_F16, OP_PAGES_SHARED, 2, 0 }, 0, 5, false },
 };
 
 static const struct op_paged_entry *paged_entry(size_t c)
@@ -1898,7 +1980,7 @@ static void paged_checks_on(const char *isa)
         double *ref = op_ref_buf(n);
         ref_attention_paged(d.q, d.k_pages, d.v_pages, d.T, pc->Hq, pc->Hkv, pc->D,
                             pc->page_tokens, d.cu_q, d.kv_lens, d.table, d.max_pages, pc->n_seq,
-                            d.scale, pc->causal, ref);
+                            d.scale, pc->causal, pc->window, ref);
         char what[128];
         snprintf(what, sizeof what, "ATTENTION_PAGED case %zu (isa %s)", c, isa);
         op_check_close(what, got, ref, n, 1e-5);
@@ -2376,6 +2458,7 @@ int main(void)
         cmocka_unit_test(test_rope_multi_is_rope),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_empty_rows),
+        cmocka_unit_test(test_attention_window_bits),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_paged_invariance),
         cmocka_unit_test(test_attention_paged_bad_values),

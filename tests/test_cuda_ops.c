@@ -677,6 +677,7 @@ struct attn_case {
     enum mmrt_dtype k_dt, v_dt; /* KV_FUSED uses k_dt for both */
     enum kv_layout layout;
     float q_amp;
+    int window; /* sliding window (causal only); 0 = none */
 };
 
 /* Places dense values [S, Hkv, D] into a new base tensor of the layout; returns the view.
@@ -746,7 +747,7 @@ static void attention_case(const struct attn_case *ac, uint64_t seed, bool check
     struct op_pair *tcq = ac->n_seq ? op_pair_i32(cu_q, n_seq + 1) : NULL;
     struct op_pair *tck = ac->n_seq ? op_pair_i32(cu_k, n_seq + 1) : NULL;
     float scale = 1.0f / sqrtf((float)D);
-    struct mmrt_attention_params p = { scale, ac->causal, n_seq };
+    struct mmrt_attention_params p = { scale, ac->causal, n_seq, ac->window };
     struct op_pair *src[5] = { tq, &vk, &vv, tcq, tck };
     op_pair_run(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p);
     void *g, *c;
@@ -757,51 +758,61 @@ static void attention_case(const struct attn_case *ac, uint64_t seed, bool check
         return;
     double *ref = op_ref_buf(T * Hq * D);
     ref_attention(q, k, v, T, S, Hq, Hkv, D, ac->n_seq ? cu_q : NULL, ac->n_seq ? cu_k : NULL,
-                  n_seq, scale, ac->causal, ref);
-    char what[200];
+                  n_seq, scale, ac->causal, ac->window, ref);
+    char what[224];
     snprintf(what, sizeof what, "ATTENTION seed %llu (T %lld S %lld Hq %lld Hkv %lld D %lld n_seq "
-             "%d causal %d k %s v %s layout %d)", (unsigned long long)seed, (long long)T,
-             (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq, ac->causal,
-             mmrt_dtype_name_of(kdt), mmrt_dtype_name_of(vdt), (int)ac->layout);
+             "%d causal %d window %d k %s v %s layout %d)", (unsigned long long)seed,
+             (long long)T, (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq,
+             ac->causal, ac->window, mmrt_dtype_name_of(kdt), mmrt_dtype_name_of(vdt),
+             (int)ac->layout);
     check3("ATTENTION", what, g, c, ref, T * Hq * D, 2e-5, 1e-5, 0);
 }
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
 static const struct attn_case attn_cases[] = {
-    /* Hq Hkv D  n_seq lq                    lk                      causal k   v  layout q_amp */
-    { 4, 4, 64,  0, { 7 },                  { 7 },                   0, F32, F32, KV_DENSE, 1 },
-    { 8, 2, 80,  0, { 33 },                 { 33 },                  1, F16, F16, KV_DENSE, 1 },
-    { 4, 2, 128, 0, { 1 },                  { 37 },                  1, F16, F16, KV_CACHE, 1 },
-    { 4, 1, 64,  0, { 5 },                  { 20 },                  1, F32, F32, KV_HEAD_MAJOR, 1 },
-    { 2, 2, 256, 3, { 5, 1, 12 },           { 5, 1, 12 },            0, F32, F32, KV_FUSED, 1 },
-    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 },      { 10, 1, 0, 4, 2 },      1, F16, F16, KV_CACHE, 1 },
-    { 2, 1, 64,  0, { 300 },                { 300 },                 1, F32, F32, KV_DENSE, 1 },
-    { 1, 1, 3,   0, { 4 },                  { 9 },                   0, F32, F32, KV_DENSE, 1 },
-    { 4, 2, 64,  0, { 9 },                  { 9 },                   1, F32, F32, KV_FUSED, 4 },
-    { 2, 1, 16,  0, { 2 },                  { 0 },                   0, F32, F32, KV_DENSE, 1 },
-    { 8, 2, 128, 0, { 16 },                 { 16 },                  1, F16, F16, KV_HEAD_MAJOR, 1 },
-    { 4, 4, 256, 2, { 3, 2 },               { 40, 7 },               1, F16, F16, KV_FUSED, 1 },
+    /* Hq Hkv D  n_seq lq                    lk                      causal k   v  layout q_amp window */
+    { 4, 4, 64,  0, { 7 },                  { 7 },                   0, F32, F32, KV_DENSE, 1, 0 },
+    { 8, 2, 80,  0, { 33 },                 { 33 },                  1, F16, F16, KV_DENSE, 1, 0 },
+    { 4, 2, 128, 0, { 1 },                  { 37 },                  1, F16, F16, KV_CACHE, 1, 0 },
+    { 4, 1, 64,  0, { 5 },                  { 20 },                  1, F32, F32, KV_HEAD_MAJOR, 1, 0 },
+    { 2, 2, 256, 3, { 5, 1, 12 },           { 5, 1, 12 },            0, F32, F32, KV_FUSED, 1, 0 },
+    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 },      { 10, 1, 0, 4, 2 },      1, F16, F16, KV_CACHE, 1, 0 },
+    { 2, 1, 64,  0, { 300 },                { 300 },                 1, F32, F32, KV_DENSE, 1, 0 },
+    { 1, 1, 3,   0, { 4 },                  { 9 },                   0, F32, F32, KV_DENSE, 1, 0 },
+    { 4, 2, 64,  0, { 9 },                  { 9 },                   1, F32, F32, KV_FUSED, 4, 0 },
+    { 2, 1, 16,  0, { 2 },                  { 0 },                   0, F32, F32, KV_DENSE, 1, 0 },
+    { 8, 2, 128, 0, { 16 },                 { 16 },                  1, F16, F16, KV_HEAD_MAJOR, 1, 0 },
+    { 4, 4, 256, 2, { 3, 2 },               { 40, 7 },               1, F16, F16, KV_FUSED, 1, 0 },
     /* tile edges: 63/64/65 and 127/128/129 rows and keys, packed, every head dim */
-    { 2, 2, 64,  7, { 1, 63, 64, 65, 127, 128, 129 }, { 1, 63, 64, 65, 127, 128, 129 }, 1, F32, F32, KV_DENSE, 1 },
-    { 4, 2, 80,  7, { 1, 63, 64, 65, 127, 128, 129 }, { 1, 63, 64, 65, 127, 128, 129 }, 0, F16, F16, KV_CACHE, 1 },
-    { 2, 1, 128, 4, { 63, 64, 65, 0 },      { 129, 64, 200, 3 },     1, F16, F32, KV_DENSE, 1 },
-    { 2, 2, 256, 3, { 65, 33, 1 },          { 65, 100, 257 },        1, F32, F16, KV_HEAD_MAJOR, 1 },
+    { 2, 2, 64,  7, { 1, 63, 64, 65, 127, 128, 129 }, { 1, 63, 64, 65, 127, 128, 129 }, 1, F32, F32, KV_DENSE, 1, 0 },
+    { 4, 2, 80,  7, { 1, 63, 64, 65, 127, 128, 129 }, { 1, 63, 64, 65, 127, 128, 129 }, 0, F16, F16, KV_CACHE, 1, 0 },
+    { 2, 1, 128, 4, { 63, 64, 65, 0 },      { 129, 64, 200, 3 },     1, F16, F32, KV_DENSE, 1, 0 },
+    { 2, 2, 256, 3, { 65, 33, 1 },          { 65, 100, 257 },        1, F32, F16, KV_HEAD_MAJOR, 1, 0 },
     /* generic head dims */
-    { 3, 1, 100, 2, { 17, 40 },             { 17, 40 },              1, F32, F32, KV_DENSE, 1 },
-    { 2, 2, 200, 1, { 70 },                 { 70 },                  0, F16, F16, KV_DENSE, 1 },
-    { 4, 4, 32,  0, { 129 },                { 129 },                 1, F32, F32, KV_DENSE, 1 },
+    { 3, 1, 100, 2, { 17, 40 },             { 17, 40 },              1, F32, F32, KV_DENSE, 1, 0 },
+    { 2, 2, 200, 1, { 70 },                 { 70 },                  0, F16, F16, KV_DENSE, 1, 0 },
+    { 4, 4, 32,  0, { 129 },                { 129 },                 1, F32, F32, KV_DENSE, 1, 0 },
     /* GQA 8, chunked prefill (Lq < Lk), causal with Lq > Lk (empty rows) */
-    { 32, 4, 128, 0, { 65 },                { 300 },                 1, F16, F16, KV_CACHE, 1 },
-    { 8, 1, 64,  2, { 40, 10 },             { 20, 10 },              1, F32, F32, KV_DENSE, 1 },
+    { 32, 4, 128, 0, { 65 },                { 300 },                 1, F16, F16, KV_CACHE, 1, 0 },
+    { 8, 1, 64,  2, { 40, 10 },             { 20, 10 },              1, F32, F32, KV_DENSE, 1, 0 },
     /* decode against long caches: split-KV on a GPU (few rows, many keys) */
-    { 32, 8, 128, 4, { 1, 1, 1, 1 },        { 1000, 37, 513, 2048 }, 1, F16, F16, KV_CACHE, 1 },
-    { 32, 32, 128, 1, { 1 },                { 3000 },                1, F16, F16, KV_DENSE, 1 },
-    { 16, 16, 80, 2, { 1, 1 },              { 700, 1500 },           1, F32, F32, KV_HEAD_MAJOR, 1 },
-    { 8, 8, 256, 1, { 2 },                  { 1200 },                1, F32, F32, KV_DENSE, 1 },
+    { 32, 8, 128, 4, { 1, 1, 1, 1 },        { 1000, 37, 513, 2048 }, 1, F16, F16, KV_CACHE, 1, 0 },
+    { 32, 32, 128, 1, { 1 },                { 3000 },                1, F16, F16, KV_DENSE, 1, 0 },
+    { 16, 16, 80, 2, { 1, 1 },              { 700, 1500 },           1, F32, F32, KV_HEAD_MAJOR, 1, 0 },
+    { 8, 8, 256, 1, { 2 },                  { 1200 },                1, F32, F32, KV_DENSE, 1, 0 },
     /* vision-like: bidirectional, one long sequence; and a peaky softmax */
-    { 16, 16, 64, 0, { 577 },               { 577 },                 0, F32, F32, KV_DENSE, 1 },
-    { 4, 2, 128, 0, { 200 },                { 200 },                 1, F32, F32, KV_FUSED, 6 },
+    { 16, 16, 64, 0, { 577 },               { 577 },                 0, F32, F32, KV_DENSE, 1, 0 },
+    { 4, 2, 128, 0, { 200 },                { 200 },                 1, F32, F32, KV_FUSED, 6, 0 },
+    /* sliding windows: decode mid-tile and split-KV with a window, prefill tiles with windows
+     * shorter and longer than a tile, window 1, tile edges, GQA 8 */
+    { 32, 8, 128, 4, { 1, 1, 1, 1 },        { 1000, 37, 513, 2048 }, 1, F16, F16, KV_CACHE, 1, 100 },
+    { 32, 32, 128, 1, { 1 },                { 3000 },                1, F16, F16, KV_DENSE, 1, 4096 },
+    { 2, 1, 64,  0, { 300 },                { 300 },                 1, F32, F32, KV_DENSE, 1, 20 },
+    { 2, 2, 96,  0, { 129 },                { 200 },                 1, F16, F32, KV_HEAD_MAJOR, 1, 100 },
+    { 2, 1, 16,  0, { 9 },                  { 9 },                   1, F32, F32, KV_FUSED, 1, 1 },
+    { 2, 2, 64,  7, { 1, 63, 64, 65, 127, 128, 129 }, { 1, 63, 64, 65, 127, 128, 129 }, 1, F32, F32, KV_DENSE, 1, 64 },
+    { 32, 4, 128, 0, { 65 },                { 300 },                 1, F16, F16, KV_CACHE, 1, 33 },
 };
 #undef F32
 #undef F16
@@ -959,7 +970,7 @@ static void test_device_checks(void **state)
     struct op_pair *to = op_pair_new(MMRT_DTYPE_F32, SHAPE(4, 2, 64));
     int32_t cq[3] = { 0, 2, 4 }, ck[3] = { 0, 3, 5 }; /* S = 6 */
     struct op_pair *tcq = op_pair_i32(cq, 3), *tck = op_pair_i32(ck, 3);
-    struct mmrt_attention_params p = { 0.125f, 1, 2 };
+    struct mmrt_attention_params p = { 0.125f, 1, 2, 0 };
     struct harness_tensor *asrc[5] = { &tq->t[OP_DUT], &tk->t[OP_DUT], &tk->t[OP_DUT],
                                        &tcq->t[OP_DUT], &tck->t[OP_DUT] };
     assert_int_equal(launch_then_sync(&G, MMRT_OP_ATTENTION, asrc, 5, &to->t[OP_DUT], &p, sizeof p,
@@ -1226,7 +1237,7 @@ static mmrt_status step_ops(struct step *s, const float *b_host)
     struct harness_tensor *r[2] = { s->q, s->pos };
     if ((st = harness_run(&G, MMRT_OP_ROPE, r, 2, s->qr, &rp, sizeof rp)) != MMRT_OK)
         return st;
-    struct mmrt_attention_params ap = { 0.125f, 1, 2 };
+    struct mmrt_attention_params ap = { 0.125f, 1, 2, 0 };
     struct harness_tensor *a[5] = { s->qr, s->k, s->v, s->cq, s->ck };
     if ((st = harness_run(&G, MMRT_OP_ATTENTION, a, 5, s->att, &ap, sizeof ap)) != MMRT_OK)
         return st;
@@ -1400,7 +1411,7 @@ static void mstep_ops(struct mstep *m)
     struct mmrt_rope_multi_params rp = { 1e6f, MS_D, MS_D, 0, 3, { 8, 12, 12 } };
     /* The whole cache as two packed sequences (plugin.h: cu_seqlens end at the key count):
      * the query's keys [0, len), then the unused rest with no query (the old decode step). */
-    struct mmrt_attention_params ap = { 0.125f, 1, 2 };
+    struct mmrt_attention_params ap = { 0.125f, 1, 2, 0 };
     struct harness_tensor *r1[2] = { m->q, m->pos }, *r2[2] = { m->kn, m->pos };
     struct harness_tensor *s1[2] = { m->kr, m->slot }, *s2[2] = { m->vn, m->slot };
     struct harness_tensor *a[5] = { m->qr, m->kc, m->vc, m->cq, m->ck };

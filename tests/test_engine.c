@@ -248,6 +248,25 @@ static void test_batch_preempted(void **state)
                 true);
 }
 
+/* Mistral's sliding window (llava-tiny-swa, window 12): batched requests give their solo bits
+ * (the window is per sequence, in positions), also with prompts in chunks shorter than the
+ * window and pages of 4 (windows start mid-page), with the decode step captured, with the
+ * solo runs' cached prompt prefixes shared by the batch, and when the youngest is preempted
+ * and recomputed. */
+static void test_batch_sliding_window(void **state)
+{
+    (void)state;
+    check_batch("llava-tiny-swa", &(struct setup){ 0 }, false);
+    check_batch("llava-tiny-swa",
+                &(struct setup){ .prefill_chunk = 5, .kv_page_tokens = 4, .graph = true }, false);
+    /* prompts of 33 … 45 positions plus 16 generated: 96 positions hold two */
+    check_batch("llava-tiny-swa",
+                &(struct setup){ .max_kv_tokens = 96, .kv_page_tokens = 4, .prefill_chunk = 16 },
+                true);
+    check_batch("llava-tiny-swa", &(struct setup){ .kv_f16 = true, .no_prefix_cache = true },
+                false);
+}
+
 /* Image-token KV compression: every policy on every model type, batched against alone (the
  * compacted cache is the sequence's own business), with a captured decode step, with the
  * prompt prefixes cached by the solo runs shared by the batch (their pages are copied, not
@@ -736,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_batch_chunked),
         cmocka_unit_test(test_batch_graph),
         cmocka_unit_test(test_batch_preempted),
+        cmocka_unit_test(test_batch_sliding_window),
         cmocka_unit_test(test_batch_image_kv),
         cmocka_unit_test(test_image_kv_effect),
         cmocka_unit_test(test_batch_vision_on_opencl),

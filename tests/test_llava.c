@@ -64,6 +64,192 @@ static void test_alt_configuration(void **state)
     check_fixture("llava-tiny-alt");
 }
 
+/* ---- Mistral's sliding window: llava-tiny-swa (text_config mistral, sliding_window 12,
+ * prompts of 33 … 45 positions and 16 tokens generated) ---- */
+
+static void test_sliding_window(void **state)
+{
+    (void)state;
+    check_fixture("llava-tiny-swa");
+}
+
+/* The captured decode step carries the window too (it is the same decoder issue()). */
+static void test_sliding_window_graph(void **state)
+{
+    (void)state;
+    golden_cpu_graph = true;
+    check_fixture("llava-tiny-swa");
+    golden_cpu_graph = false;
+}
+
+/* Both stages on OpenCL: the window lives in the language stage's attention. The suite's own
+ * MMRT_TEST_PLUGIN (tools/gpu-check.sh sets cuda) comes back in the teardown. */
+static char saved_plugin[64];
+static bool had_plugin;
+
+static int restore_test_plugin(void **state)
+{
+    (void)state;
+    if (had_plugin)
+        setenv("MMRT_TEST_PLUGIN", saved_plugin, 1);
+    else
+        unsetenv("MMRT_TEST_PLUGIN");
+    return 0;
+}
+
+static void test_sliding_window_opencl(void **state)
+{
+    (void)state;
+    golden_require_plugin("opencl");
+    const char *was = getenv("MMRT_TEST_PLUGIN");
+    had_plugin = was != NULL;
+    snprintf(saved_plugin, sizeof saved_plugin, "%s", was ? was : "");
+    setenv("MMRT_TEST_PLUGIN", "opencl", 1);
+    check_fixture("llava-tiny-swa");
+}
+
+static int make_swa_scratch(void **state)
+{
+    (void)state;
+    golden_scratch_make("llava-tiny-swa");
+    return 0;
+}
+
+/* golden_scratch (llava-tiny-swa with its config edited) runs every case the way transformers
+ * runs the same files with full attention: each case's greedy tokens are its
+ * "full_attention" tokens (up to the first EOS, where mmrt stops), and they are other tokens
+ * than the windowed reference's in every case; the first step's logits are far from the
+ * windowed ones. So the window the fixture holds is really what makes its answers. */
+static void expect_full_attention(const char *what)
+{
+    struct golden_cases c;
+    golden_cases_load("llava-tiny-swa", &c);
+    char path[4096];
+    golden_fixture_path(path, sizeof path, "llava-tiny-swa/expected.safetensors");
+    struct mmrt_safetensors *ref = NULL;
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_safetensors_open(path, NULL, &ref, &e), MMRT_OK);
+    struct mmrt_runtime *rt = golden_open_or_fail(golden_scratch, NULL);
+    const json_t *cases = json_object_get(c.json, "cases");
+    int other = 0;
+    for (int i = 0; i < c.n; i++) {
+        const json_t *jc = json_array_get(cases, (size_t)i);
+        const json_t *full = json_object_get(json_object_get(jc, "full_attention"),
+                                             "greedy_tokens");
+        assert_true(json_array_size(full) == GOLDEN_MAX_STEPS);
+        int32_t want[GOLDEN_MAX_STEPS];
+        int n_want = 0;
+        for (size_t k = 0; k < GOLDEN_MAX_STEPS; k++) {
+            want[n_want++] = (int32_t)json_integer_value(json_array_get(full, k));
+            if (want[n_want - 1] == 2) /* </s>: mmrt stops there */
+                break;
+        }
+        struct golden_capture cap = { 0 };
+        struct mmrt_result res = { 0 };
+        golden_run(rt, &c.req[i], &cap, &res);
+        if (cap.n_tokens != n_want ||
+            memcmp(cap.tokens, want, (size_t)n_want * sizeof want[0]) != 0)
+            fail_msg("%s: case %d: %d tokens, not the %d of full attention (first %d, want %d)",
+                     what, i, cap.n_tokens, n_want, cap.n_tokens ? cap.tokens[0] : -1, want[0]);
+        const json_t *windowed = json_object_get(jc, "greedy_tokens");
+        for (int k = 0; k < n_want; k++)
+            if (json_integer_value(json_array_get(windowed, (size_t)k)) != want[k]) {
+                other++;
+                break;
+            }
+        char name[64];
+        snprintf(name, sizeof name, "case%d.logits_steps", i);
+        float *steps = golden_expected_tensor(ref, name, GOLDEN_MAX_STEPS * cap.vocab);
+        double d = golden_rel_err(cap.logits[0], steps, cap.vocab);
+        if (!(d > 100 * GOLDEN_REL_TOL))
+            fail_msg("%s: case %d: prefill logits only %.3g from the windowed reference", what, i,
+                     d);
+        free(steps);
+        golden_capture_free(&cap);
+    }
+    assert_int_equal(other, c.n);
+    print_message("%s: %d cases as transformers with full attention, all other tokens than "
+                  "with the window\n", what, c.n);
+    mmrt_destroy(rt);
+    mmrt_safetensors_close(ref);
+    json_decref(c.json);
+}
+
+/* sliding_window as transformers reads it (MistralConfig): null is no window, a missing key
+ * the class default 4096 (beyond every position here: full attention), a llama text config
+ * has none whatever it says (LlamaConfig has no such field; checked with transformers 5.25),
+ * and anything but an integer ≥ 1 is refused naming the key. */
+static void test_sliding_window_config(void **state)
+{
+    (void)state;
+    golden_set_config("text_config/sliding_window", json_null());
+    expect_full_attention("sliding_window null");
+    golden_set_config("text_config/sliding_window", NULL);
+    expect_full_attention("sliding_window absent (MistralConfig's 4096)");
+    static const char *const bad[] = { "0", "-3", "2147483648", "\"12\"", "2.5", "true", "[12]" };
+    static const char *const got[] = { "got 0", "got -3", "got 2147483648", "got not an integer",
+                                       "got not an integer", "got not an integer",
+                                       "got not an integer" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_error_t je;
+        json_t *v = json_loads(bad[i], JSON_DECODE_ANY, &je);
+        assert_non_null(v);
+        golden_set_config("text_config/sliding_window", v);
+        char want[256];
+        snprintf(want, sizeof want, "text_config: \"sliding_window\" must be an integer from 1 "
+                 "to 2147483647 (positions each query sees), or null for none; %s", got[i]);
+        golden_expect_load_error(MMRT_ERR_FORMAT, want);
+    }
+    golden_set_config("text_config/sliding_window", json_integer(12));
+    golden_set_config("text_config/model_type", json_string("llama"));
+    expect_full_attention("model_type llama with sliding_window 12");
+    golden_set_config("text_config/model_type", json_string("mistral"));
+    golden_expect_loads();
+}
+
+/* Image-token KV compression moves kept rows over dropped ones, so cache rows stop being
+ * positions, and the window counts positions: the combination is refused when the runtime is
+ * made, with the INI line of image_kv_keep (exit 2), or "config:" for a config struct. */
+static void test_sliding_window_refuses_image_kv(void **state)
+{
+    (void)state;
+    char ini[512], err[2048], want[1024];
+    snprintf(ini, sizeof ini, "%s/swa.ini", golden_scratch);
+    static const char *const texts[] = {
+        "[model]\npath = .\nimage_kv_keep = 0.5\n[device.c]\nplugin = cpu\npool_mb = 64\n",
+        "[model]\npath = .\nimage_kv_keep = 1\n[device.c]\nplugin = cpu\npool_mb = 64\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(ini, "w");
+        assert_non_null(f);
+        fputs(texts[k], f);
+        assert_int_equal(fclose(f), 0);
+        struct mmrt_runtime *rt = NULL;
+        mmrt_status st = mmrt_create_from_file(ini, &rt, err, sizeof err);
+        if (k == 1) { /* 1 = off: nothing to refuse */
+            if (st != MMRT_OK)
+                fail_msg("%s", err);
+            mmrt_destroy(rt);
+            continue;
+        }
+        assert_int_equal(st, MMRT_ERR_CONFIG);
+        assert_null(rt);
+        snprintf(want, sizeof want, "%s:3: [model] image_kv_keep 0.5: the language model attends "
+                 "through a sliding window of 12 positions (config.json sliding_window), which "
+                 "image-token KV compression would shift onto other tokens; set image_kv_keep = "
+                 "1 (off) for this model", ini);
+        assert_string_equal(err, want);
+    }
+    struct mmrt_device_config dev = { .name = "c", .plugin = "cpu", .pool_mb = 64 };
+    struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = golden_scratch,
+                               .devices = &dev, .n_devices = 1, .image_kv_keep = 0.25 };
+    struct mmrt_runtime *rt = NULL;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_null(rt);
+    assert_non_null(strstr(err, "config: [model] image_kv_keep 0.25: the language model attends "
+                                "through a sliding window of 12 positions"));
+}
+
 /* ---- bad checkpoints: a copy of llava-tiny with one file changed ---- */
 
 static int make_scratch(void **state)
@@ -243,6 +429,13 @@ int main(void)
         cmocka_unit_test_teardown(test_cpu_graph, golden_cpu_graph_off),
         cmocka_unit_test(test_tiny_bf16),
         cmocka_unit_test(test_alt_configuration),
+        cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test_teardown(test_sliding_window_graph, golden_cpu_graph_off),
+        cmocka_unit_test_teardown(test_sliding_window_opencl, restore_test_plugin),
+        cmocka_unit_test_setup_teardown(test_sliding_window_config, make_swa_scratch,
+                                        golden_scratch_drop),
+        cmocka_unit_test_setup_teardown(test_sliding_window_refuses_image_kv, make_swa_scratch,
+                                        golden_scratch_drop),
         cmocka_unit_test_setup_teardown(test_bad_configs, make_scratch, golden_scratch_drop),
         cmocka_unit_test_setup_teardown(test_bad_checkpoint_files, make_scratch,
                                         golden_scratch_drop),

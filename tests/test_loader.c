@@ -521,6 +521,107 @@ static void test_older_minor_lacks_newer_ops(void **state)
     mmrt_plugin_release(p);
 }
 
+/* The front's checks of the sliding window (ABI 1.5) on both attention operators: a negative
+ * window and a bidirectional one are refused by name; an ABI 1.4 caller's 12-byte params pass
+ * (window 0); and a plugin built before 1.5, whose kernel would ignore the window, is never
+ * launched with one (the abi13 stub has an ATTENTION_PAGED that only logs its call). */
+static void test_validate_attention_window(void **state)
+{
+    (void)state;
+    struct mmrt_error err = { 0 };
+    struct mmrt_loaded_plugin *old = NULL;
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), &old, &err), MMRT_OK);
+    struct mmrt_dev *devs[2] = { open_stub(4 << 20), NULL };
+    assert_int_equal(mmrt_dev_open_plugin("old", old, 1, 4 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL,
+                                          0, &devs[1], &err),
+                     MMRT_OK);
+    for (int d = 0; d < 2; d++) {
+        struct mmrt_dev *dev = devs[d];
+        struct mmrt_dev_tensor q, kp, cq, lens, table, y;
+        struct {
+            struct mmrt_dev_tensor *t;
+            enum mmrt_dtype dt;
+            int n_dims;
+            int64_t ne[4];
+        } all[] = {
+            { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },  { &kp, MMRT_DTYPE_F32, 4, { 2, 4, 2, 8 } },
+            { &cq, MMRT_DTYPE_I32, 1, { 2 } },       { &lens, MMRT_DTYPE_I32, 1, { 1 } },
+            { &table, MMRT_DTYPE_I32, 2, { 1, 2 } }, { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
+        };
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
+                                                   all[i].t, &err), MMRT_OK);
+        const struct mmrt_tensor *src[6] = { &q.t, &kp.t, &kp.t, &cq.t, &lens.t, &table.t };
+        log_reset();
+        static const struct {
+            struct mmrt_attention_params p;
+            const char *why;
+        } bad[] = {
+            { { 0.35f, 1, 1, -1 }, "ATTENTION_PAGED: window must be ≥ 0 (0 = no sliding "
+                                   "window)" },
+            { { 0.35f, 0, 1, 4 }, "ATTENTION_PAGED: a sliding window needs causal = 1" },
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
+                                                     &table.t, &bad[i].p, &y.t, &err),
+                             MMRT_ERR_INVALID_ARG);
+            if (!strstr(err.msg, bad[i].why))
+                fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].why);
+        }
+        /* ATTENTION shares the checks. */
+        const struct mmrt_attention_params bidir = { 0.35f, 0, 1, 2 };
+        struct mmrt_tensor k3 = kp.t;
+        k3.n_dims = 3;
+        k3.ne[0] = 8;
+        k3.ne[1] = 2;
+        k3.ne[2] = 8;
+        k3.nb[0] = 64;
+        k3.nb[1] = 32;
+        k3.nb[2] = 4;
+        assert_int_equal(mmrt_op_attention(dev, &q.t, &k3, &k3, NULL, NULL, &bidir, &y.t, &err),
+                         MMRT_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "ATTENTION: a sliding window needs causal = 1"));
+        /* 11 bytes are too few; an ABI 1.4 caller's 12 pass as window 0. */
+        const struct mmrt_attention_params w4 = { 0.35f, 1, 1, 4 };
+        assert_int_equal(mmrt_op_launch(dev, MMRT_OP_ATTENTION_PAGED, src, 6, &y.t, &w4, 11,
+                                        &err),
+                         MMRT_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "ATTENTION_PAGED: params missing or shorter than 12 "
+                                        "bytes"));
+        assert_false(log_has("call op"));
+        mmrt_status st = mmrt_op_launch(dev, MMRT_OP_ATTENTION_PAGED, src, 6, &y.t, &w4,
+                                        MMRT_ATTENTION_PARAMS_V14_SIZE, &err);
+        if (d == 0) { /* the current stub has no ATTENTION_PAGED: validation passed */
+            assert_int_equal(st, MMRT_ERR_UNSUPPORTED);
+            assert_string_equal(err.msg, "device s1 (plugin stub) has no operator "
+                                         "ATTENTION_PAGED");
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                mmrt_dev_tensor_free(dev, all[i].t);
+            continue;
+        }
+        assert_int_equal(st, MMRT_OK);
+        assert_true(log_has("call op ATTENTION_PAGED params_size=12"));
+        log_reset();
+        const struct mmrt_attention_params w0 = { 0.35f, 1, 1, 0 };
+        assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
+                                                 &table.t, &w0, &y.t, &err),
+                         MMRT_OK);
+        assert_true(log_has("call op ATTENTION_PAGED params_size=16"));
+        log_reset();
+        assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
+                                                 &table.t, &w4, &y.t, &err),
+                         MMRT_ERR_UNSUPPORTED);
+        assert_string_equal(err.msg, "device old: plugin stub has ABI 1.3; ATTENTION_PAGED with "
+                                     "a sliding window needs 1.5");
+        assert_false(log_has("call op"));
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            mmrt_dev_tensor_free(dev, all[i].t);
+    }
+    mmrt_dev_close(devs[0]);
+    mmrt_dev_close(devs[1]);
+    mmrt_plugin_release(old);
+}
+
 static void test_device_errors(void **state)
 {
     (void)state;
@@ -617,6 +718,7 @@ int main(void)
         cmocka_unit_test_setup(test_validate_rope_multi_set_rows, setup),
         cmocka_unit_test_setup(test_validate_gather_heads_l2_norm, setup),
         cmocka_unit_test_setup(test_older_minor_lacks_newer_ops, setup),
+        cmocka_unit_test_setup(test_validate_attention_window, setup),
         cmocka_unit_test_setup(test_device_errors, setup),
         cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
     };

@@ -494,6 +494,7 @@ struct attn_case {
     float q_amp;
     float scale;           /* 0: 1/sqrt(D) */
     int mixed;             /* v in the other KV dtype than k (not with KV_FUSED) */
+    int window;            /* sliding window (causal only); 0 = none */
 };
 
 /* k or v values [S, Hkv, D] placed in a fresh base tensor with the given layout; returns the
@@ -574,45 +575,55 @@ static float *attention_case(const struct attn_case *ac, uint64_t seed)
         tck = op_pair_i32(cu_k, n_seq + 1);
     }
     float scale = ac->scale != 0 ? ac->scale : 1.0f / sqrtf((float)D);
-    struct mmrt_attention_params p = { scale, ac->causal, n_seq };
+    struct mmrt_attention_params p = { scale, ac->causal, n_seq, ac->window };
     struct op_pair *src[5] = { tq, &kv_k, &kv_v, tcq, tck };
     op_pair_run(MMRT_OP_ATTENTION, src, ac->n_seq ? 5 : 3, ty, &p, sizeof p);
     float *got = op_pair_download(OCL, ty);
     double *ref = op_ref_buf(T * Hq * D);
     ref_attention(q, k, v, T, S, Hq, Hkv, D, ac->n_seq ? cu_q : NULL, ac->n_seq ? cu_k : NULL,
-                  n_seq, scale, ac->causal, ref);
-    char what[192];
+                  n_seq, scale, ac->causal, ac->window, ref);
+    char what[224];
     snprintf(what, sizeof what, "ATTENTION seed %llu (T %lld S %lld Hq %lld Hkv %lld D %lld "
-             "n_seq %d causal %d k %s v %s layout %d)", (unsigned long long)seed, (long long)T,
-             (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq, ac->causal,
-             mmrt_dtype_name_of(ac->kv_dtype), mmrt_dtype_name_of(vdt), (int)ac->layout);
+             "n_seq %d causal %d window %d k %s v %s layout %d)", (unsigned long long)seed,
+             (long long)T, (long long)S, (long long)Hq, (long long)Hkv, (long long)D, ac->n_seq,
+             ac->causal, ac->window, mmrt_dtype_name_of(ac->kv_dtype), mmrt_dtype_name_of(vdt),
+             (int)ac->layout);
     check_both(MMRT_OP_ATTENTION, what, got, op_pair_download(CPU, ty), ref, T * Hq * D, 2e-5);
     return got;
 }
 
 static const struct attn_case attn_cases[] = {
-    /* Hq Hkv D  n_seq lq                  lk                   causal kv          layout   q_amp scale mixed */
-    { 4, 4, 64,  0, { 7 },               { 7 },               0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 },
-    { 8, 2, 80,  0, { 33 },              { 33 },              1, MMRT_DTYPE_F16, KV_DENSE,      1, 0, 0 },
-    { 4, 2, 128, 0, { 1 },               { 37 },              1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0 }, /* decode */
-    { 4, 1, 64,  0, { 5 },               { 20 },              1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 1, 0, 0 }, /* chunked prefill */
-    { 2, 2, 256, 3, { 5, 1, 12 },        { 5, 1, 12 },        0, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 0 }, /* vision blocks */
-    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 },   { 10, 1, 0, 4, 2 },  1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0 },
-    { 2, 1, 64,  0, { 300 },             { 300 },             1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* long */
-    { 1, 1, 3,   0, { 4 },               { 9 },               0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* odd D */
-    { 4, 2, 64,  0, { 9 },               { 9 },               1, MMRT_DTYPE_F32, KV_FUSED,      4, 0.3f, 0 }, /* peaky */
-    { 2, 1, 16,  0, { 2 },               { 0 },               0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* no keys */
-    { 8, 2, 128, 0, { 16 },              { 16 },              1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0, 0 }, /* GQA 4 */
-    { 4, 4, 256, 2, { 3, 2 },            { 40, 7 },           1, MMRT_DTYPE_F16, KV_FUSED,      1, 0, 0 },
+    /* Hq Hkv D  n_seq lq                  lk                   causal kv          layout   q_amp scale mixed window */
+    { 4, 4, 64,  0, { 7 },               { 7 },               0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0, 0 },
+    { 8, 2, 80,  0, { 33 },              { 33 },              1, MMRT_DTYPE_F16, KV_DENSE,      1, 0, 0, 0 },
+    { 4, 2, 128, 0, { 1 },               { 37 },              1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0, 0 }, /* decode */
+    { 4, 1, 64,  0, { 5 },               { 20 },              1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 1, 0, 0, 0 }, /* chunked prefill */
+    { 2, 2, 256, 3, { 5, 1, 12 },        { 5, 1, 12 },        0, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 0, 0 }, /* vision blocks */
+    { 6, 3, 8,   5, { 3, 1, 0, 4, 5 },   { 10, 1, 0, 4, 2 },  1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0, 0 },
+    { 2, 1, 64,  0, { 300 },             { 300 },             1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0, 0 }, /* long */
+    { 1, 1, 3,   0, { 4 },               { 9 },               0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0, 0 }, /* odd D */
+    { 4, 2, 64,  0, { 9 },               { 9 },               1, MMRT_DTYPE_F32, KV_FUSED,      4, 0.3f, 0, 0 }, /* peaky */
+    { 2, 1, 16,  0, { 2 },               { 0 },               0, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0, 0 }, /* no keys */
+    { 8, 2, 128, 0, { 16 },              { 16 },              1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0, 0, 0 }, /* GQA 4 */
+    { 4, 4, 256, 2, { 3, 2 },            { 40, 7 },           1, MMRT_DTYPE_F16, KV_FUSED,      1, 0, 0, 0 },
     /* Beyond the CPU suite: tiles and blocks. */
-    { 8, 1, 128, 0, { 1 },               { 700 },             1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0 }, /* GQA 8 decode, long */
-    { 2, 2, 80,  0, { 97 },              { 131 },             1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 2, 0, 0 }, /* Lq < Lk, 4 blocks */
-    { 3, 3, 64,  6, { 1, 1, 1, 1, 1, 1 }, { 50, 3, 129, 1, 64, 9 }, 1, MMRT_DTYPE_F16, KV_DENSE, 1, 0, 0 }, /* batched decode */
-    { 4, 2, 256, 4, { 33, 31, 65, 2 },   { 33, 31, 65, 2 },   1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0 }, /* packed prefill */
-    { 2, 1, 128, 2, { 64, 40 },          { 64, 40 },          0, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 0 }, /* bidirectional */
-    { 16, 2, 64, 0, { 37 },              { 37 },              0, MMRT_DTYPE_F16, KV_DENSE,      1, 0, 0 }, /* GQA 8 */
-    { 1, 1, 256, 0, { 40 },              { 200 },             0, MMRT_DTYPE_F32, KV_CACHE,      3, 0, 0 },
-    { 4, 2, 64,  2, { 20, 9 },           { 30, 9 },           1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0, 1 }, /* k F16, v F32 */
+    { 8, 1, 128, 0, { 1 },               { 700 },             1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0, 0 }, /* GQA 8 decode, long */
+    { 2, 2, 80,  0, { 97 },              { 131 },             1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 2, 0, 0, 0 }, /* Lq < Lk, 4 blocks */
+    { 3, 3, 64,  6, { 1, 1, 1, 1, 1, 1 }, { 50, 3, 129, 1, 64, 9 }, 1, MMRT_DTYPE_F16, KV_DENSE, 1, 0, 0, 0 }, /* batched decode */
+    { 4, 2, 256, 4, { 33, 31, 65, 2 },   { 33, 31, 65, 2 },   1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0, 0 }, /* packed prefill */
+    { 2, 1, 128, 2, { 64, 40 },          { 64, 40 },          0, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 0, 0 }, /* bidirectional */
+    { 16, 2, 64, 0, { 37 },              { 37 },              0, MMRT_DTYPE_F16, KV_DENSE,      1, 0, 0, 0 }, /* GQA 8 */
+    { 1, 1, 256, 0, { 40 },              { 200 },             0, MMRT_DTYPE_F32, KV_CACHE,      3, 0, 0, 0 },
+    { 4, 2, 64,  2, { 20, 9 },           { 30, 9 },           1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0, 1, 0 }, /* k F16, v F32 */
+    /* Sliding windows: decode with the window mid-tile, several query blocks with a window
+     * shorter than a block and one longer than a tile, window 1, batched decode of varied
+     * lengths, mixed K/V dtypes. */
+    { 8, 1, 128, 0, { 1 },               { 700 },             1, MMRT_DTYPE_F16, KV_CACHE,      1, 0, 0, 77 },
+    { 2, 2, 80,  0, { 97 },              { 131 },             1, MMRT_DTYPE_F32, KV_HEAD_MAJOR, 2, 0, 0, 9 },
+    { 4, 2, 64,  0, { 70 },              { 200 },             1, MMRT_DTYPE_F32, KV_DENSE,      1, 0, 0, 150 },
+    { 2, 1, 32,  0, { 20 },              { 20 },              1, MMRT_DTYPE_F32, KV_FUSED,      1, 0, 0, 1 },
+    { 3, 3, 64,  6, { 1, 1, 1, 1, 1, 1 }, { 50, 3, 129, 1, 64, 9 }, 1, MMRT_DTYPE_F16, KV_DENSE, 1, 0, 0, 8 },
+    { 4, 2, 64,  2, { 20, 9 },           { 30, 9 },           1, MMRT_DTYPE_F16, KV_HEAD_MAJOR, 1, 0, 1, 4 },
 };
 
 static void test_attention(void **state)
@@ -644,6 +655,7 @@ static void test_attention_random(void **state)
             ac.lk[s] = op_rng_int(0, 3) == 0 ? ac.lq[s] : op_rng_int(0, 70);
         }
         ac.causal = op_rng_int(0, 1);
+        ac.window = ac.causal && c % 3 == 1 ? op_rng_int(1, 40) : 0;
         ac.kv_dtype = op_rng_int(0, 1) ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
         ac.layout = (enum kv_layout)op_rng_int(0, 3);
         ac.mixed = ac.layout != KV_FUSED && op_rng_int(0, 3) == 0;
@@ -1200,7 +1212,7 @@ static void test_attention_async_error(void **state)
                                             "cu_seqlens_q) entry 0 is 1" };
     for (int c = 0; c < 3; c++) {
         struct op_pair *cq = op_pair_i32(cases[c][0], 3), *ck = op_pair_i32(cases[c][1], 3);
-        struct mmrt_attention_params p = { 0.25f, 1, 2 };
+        struct mmrt_attention_params p = { 0.25f, 1, 2, 0 };
         struct op_pair *src[5] = { tq, tk, tv, cq, ck };
         assert_int_equal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, src, 5, ty, &p, sizeof p), MMRT_OK);
         assert_int_equal(H[OCL].plugin->synchronize(H[OCL].dev), MMRT_ERR_INVALID_ARG);
@@ -1241,7 +1253,7 @@ static void test_attention_paged_async_error(void **state)
     double *ref = op_ref_buf(r.n);
     ref_attention_paged(r.d.q, r.d.k_pages, r.d.v_pages, r.d.T, pc->Hq, pc->Hkv, pc->D,
                         pc->page_tokens, r.d.cu_q, r.d.kv_lens, r.d.table, r.d.max_pages,
-                        pc->n_seq, r.d.scale, pc->causal, ref);
+                        pc->n_seq, r.d.scale, pc->causal, 0, ref);
     float *got = op_alloc((size_t)r.n * sizeof(float));
     assert_int_equal(harness_download(&H[OCL], r.y, got), MMRT_OK);
     op_check_close("ATTENTION_PAGED after the errors", got, ref, r.n, 2e-5);
@@ -1316,7 +1328,7 @@ static void test_refusals(void **state)
     struct op_pair *k300 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 300));
     struct op_pair *o300 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 300)),
                    *at[3] = { q300, k300, k300 };
-    struct mmrt_attention_params ap = { 1.0f, 0, 1 };
+    struct mmrt_attention_params ap = { 1.0f, 0, 1, 0 };
     expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, at, 3, o300, &ap, sizeof ap),
                    MMRT_ERR_INVALID_ARG, "ATTENTION", "head dim 300");
     struct op_pair *kb = op_pair_new(MMRT_DTYPE_BF16, SHAPE(2, 1, 300)), *atb[3] = { q300, kb, kb };
@@ -1328,6 +1340,15 @@ static void test_refusals(void **state)
     struct op_pair *o16 = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 1, 16));
     expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, atc, 5, o16, &ap, sizeof ap),
                    MMRT_ERR_INVALID_ARG, "ATTENTION", "both");
+    /* A sliding window: bidirectional or negative is refused. */
+    struct op_pair *at16[3] = { q16, q16, q16 };
+    struct mmrt_attention_params apw = { 1.0f, 0, 1, 3 };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, at16, 3, o16, &apw, sizeof apw),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION", "window 3 needs causal = 1");
+    apw.causal = 1;
+    apw.window = -2;
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION, at16, 3, o16, &apw, sizeof apw),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION", "window -2 must be ≥ 0");
 
     /* Views: odd offset, foreign buffer, overlap, rank, dtype. */
     struct op_pair odd = op_pair_view(x, MMRT_DTYPE_F32, SHAPE(7), (const int64_t[]){ 4 }, 2);

@@ -221,7 +221,9 @@ if [ $dry -eq 1 ] || [ -x "$build/bin/test_llava" ]; then
   run_step llava_cuda 150 "env $env_for_tests MMRT_TEST_PLUGIN=cuda '$build/bin/test_llava'"
   if [ $dry -eq 0 ]; then
     if grep -q MMRT_TEST_PLUGIN "$here/tests/test_llava.c"; then how="both stages on cuda"; else how="test_llava.c ignores MMRT_TEST_PLUGIN: ran on cpu"; fi
-    add llava_cuda "$(result $rc)" "$secs" "$how; $(grep -m1 -o 'PASSED  \] [0-9]* test(s)' "$logdir/llava_cuda.log")"
+    # llava-tiny-swa is Mistral with sliding_window 12: the window's kernels against transformers
+    swa=$(grep -m1 -o 'llava-tiny-swa: 12 cases, worst relative error: [^;]*' "$logdir/llava_cuda.log" | sed 's/.*error: //')
+    add llava_cuda "$(result $rc)" "$secs" "$how; $(grep -m1 -o 'PASSED  \] [0-9]* test(s)' "$logdir/llava_cuda.log"); sliding window: ${swa:-not run}"
   fi
 else
   add llava_cuda "SKIP" 0 "no test_llava"

@@ -276,6 +276,7 @@ LLAVA_VARIANTS = {
                     shard="100KB"),
     "bf16": dict(dir="llava-tiny-bf16", base="tiny", layout="legacy", files="hub", dtype="bfloat16", shard=None),
     "alt": dict(dir="llava-tiny-alt", base="alt", layout="new", files="hub", dtype="float32", shard=None),
+    "swa": dict(dir="llava-tiny-swa", base="swa", layout="saved", files="v5", dtype="float32", shard=None),
 }
 
 LLAVA_BASES = {
@@ -306,6 +307,24 @@ LLAVA_BASES = {
         vision_feature_layer=-1, strategy="full",
         crop=70,
     ),
+    # A Mistral text model (model_type "mistral") with a sliding window of 12 positions: the
+    # prompts are 31-35 positions long and 16 tokens are generated, so from the prefill's
+    # last rows on every query sees less than the whole sequence. Three layers, so the last
+    # prompt row still hears the image through the windows of earlier rows (36 positions of
+    # reach). make_llava checks that the same weights with full attention choose other
+    # tokens and logits, i.e. that the fixture really holds the window.
+    "swa": dict(
+        seed=83,   # every greedy step's top-1 margin > 2e-3 relative, with the window and without
+        text_class="mistral",
+        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                    image_size=28, patch_size=7, projection_dim=32, hidden_act="quick_gelu",
+                    layer_norm_eps=1e-5),
+        text=dict(vocab_size=392, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  rms_norm_eps=1e-5, rope_theta=20000.0, sliding_window=12),
+        vision_feature_layer=-2, strategy="default",
+        crop=28,
+    ),
 }
 
 PERTURB_SCALE = 0.2
@@ -313,8 +332,9 @@ PERTURB_SCALE = 0.2
 
 def llava_config(base: dict):
     vc = T.CLIPVisionConfig(**base["vision"])
-    tc = T.LlamaConfig(**base["text"], bos_token_id=1, eos_token_id=2, pad_token_id=LLAMA_TRAINED_VOCAB + 1,
-                       tie_word_embeddings=False)
+    text_class = T.MistralConfig if base.get("text_class") == "mistral" else T.LlamaConfig
+    tc = text_class(**base["text"], bos_token_id=1, eos_token_id=2, pad_token_id=LLAMA_TRAINED_VOCAB + 1,
+                    tie_word_embeddings=False)
     n_patches = (base["vision"]["image_size"] // base["vision"]["patch_size"]) ** 2
     n_img = n_patches if base["strategy"] == "default" else n_patches + 1
     cfg = T.LlavaConfig(vision_config=vc, text_config=tc, image_token_index=LLAMA_TRAINED_VOCAB,
@@ -674,6 +694,11 @@ def spec_llava_forward(ckpt: Path, input_ids, pixel_values):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps_t) * w[p + ".weight"]
 
     mask = torch.full((S, S), float("-inf")).triu(1)
+    # Mistral's sliding window (MistralConfig's default 4096 when the key is absent, none when
+    # null): position i sees keys j with i - window < j <= i.
+    window = tc.get("sliding_window", 4096) if tc.get("model_type") == "mistral" else None
+    if window is not None:
+        mask = mask + torch.full((S, S), float("-inf")).tril(-window)
     x = e
     for i in range(tc["num_hidden_layers"]):
         p = f"language_model.layers.{i}"
@@ -733,6 +758,24 @@ def make_llava(out_dir: Path, variant: str) -> dict:
     if not type(reloaded.image_processor).__name__.endswith("Pil"):
         raise RuntimeError(f"reloaded image processor is {type(reloaded.image_processor).__name__}")
 
+    # A sliding-window text model is also run with full attention (the same files, the window
+    # switched off in the config): the fixture must only be accepted if that changes what
+    # transformers computes, or it would not hold a port to the window at all.
+    window = getattr(ref.config.text_config, "sliding_window", None)
+    ref_full = None
+    if window is not None:
+        cfg_full = T.AutoConfig.from_pretrained(str(out))
+        cfg_full.text_config.sliding_window = None
+        ref_full = T.LlavaForConditionalGeneration.from_pretrained(
+            str(out), config=cfg_full, attn_implementation="eager", dtype=torch.float32).eval()
+        # transformers' own mask for the windowed model: position i sees p - window < j <= i
+        from transformers.masking_utils import sliding_window_causal_mask_function
+        f = sliding_window_causal_mask_function(window)
+        for i in range(3 * window):
+            seen = [j for j in range(3 * window) if bool(f(*(torch.tensor(x) for x in (0, 0, i, j))))]
+            if seen != list(range(max(0, i - window + 1), i + 1)):
+                raise RuntimeError(f"sliding window mask of query {i}: {seen}")
+
     images = ensure_llava_images()
     cases, tensors = [], {}
     spec_err = {"vision_hidden": 0.0, "image_features": 0.0, "logits_last": 0.0}
@@ -772,6 +815,20 @@ def make_llava(out_dir: Path, variant: str) -> dict:
             tokens, steps, margins, stop = llava_greedy(ref, inputs, eos)
             if rel_err(steps[0], logits_last) > 1e-5:
                 raise RuntimeError("logits_steps[0] != prefill logits")
+            full = None
+            if ref_full is not None:
+                if len(ids) + N_GREEDY <= 2 * window:
+                    raise RuntimeError(f"case {i}: {len(ids)} + {N_GREEDY} positions do not pass "
+                                       f"the window of {window} well")
+                f_tokens, f_steps, f_margins, _ = llava_greedy(ref_full, inputs, eos)
+                full = {"greedy_tokens": f_tokens, "min_top1_margin_rel": min(f_margins),
+                        "logits_max_rel_diff": max(rel_err(steps[k], f_steps[k])
+                                                   for k in range(N_GREEDY)),
+                        "logits_last_rel_diff": rel_err(steps[0], f_steps[0])}
+                # the prefill's last row already sees less than the prompt
+                if full["logits_last_rel_diff"] < 100 * TOL_REL:
+                    raise RuntimeError(f"case {i}: full attention changes the prefill logits by "
+                                       f"only {full['logits_last_rel_diff']:.3g}")
 
             s_sel, s_feats, s_logits = spec_llava_forward(out, inputs["input_ids"], pv)
             spec_err["vision_hidden"] = max(spec_err["vision_hidden"], rel_err(s_sel, sel))
@@ -801,8 +858,15 @@ def make_llava(out_dir: Path, variant: str) -> dict:
                 "natural_eos_index": stop,
                 "min_top1_margin_rel": min(margins),
             })
+            if full is not None:
+                cases[-1]["full_attention"] = full
     if max(spec_err.values()) > 1e-5:
         raise RuntimeError(f"spec re-implementation disagrees with transformers: {spec_err}")
+    n_other = sum(c["full_attention"]["greedy_tokens"] != c["greedy_tokens"]
+                  for c in cases if "full_attention" in c)
+    if ref_full is not None and n_other < len(cases) // 2:
+        raise RuntimeError(f"full attention changes the greedy tokens of only {n_other} of "
+                           f"{len(cases)} cases")
     save_file(tensors, str(out / "expected.safetensors"), metadata={"format": "pt"})
 
     vis = base["vision"]
@@ -852,6 +916,16 @@ def make_llava(out_dir: Path, variant: str) -> dict:
         },
         "checks_passed": {
             "spec_reimplementation_max_rel_err": spec_err,
+            **({"sliding_window_exercised": {
+                "sliding_window": window,
+                "rule": "transformers' sliding-window causal mask: position i sees keys j with "
+                        "i - sliding_window < j <= i (checked against masking_utils); the same "
+                        "files with sliding_window null (full attention) choose other greedy "
+                        "tokens in the cases counted here, and every case's prefill logits "
+                        "differ by more than 100x the tolerance (cases[].full_attention)",
+                "cases_with_other_greedy_tokens": n_other,
+                "min_prefill_logits_rel_diff": min(c["full_attention"]["logits_last_rel_diff"]
+                                                   for c in cases)}} if ref_full is not None else {}),
             "pixel_values_bit_exact_vs_spec_port_of_pil_bicubic": True,
             "tokenizer_json_equals_hf_ids": True,
             "processor_reload_equal": True,

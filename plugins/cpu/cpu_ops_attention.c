@@ -17,7 +17,11 @@
  * ATTENTION and ATTENTION_PAGED follow the order of HF's eager attention in every path:
  * scores = (q·k) · scale in f32, softmax with the row max subtracted (sum of the exponentials
  * in double), probabilities normalised before the weighted sum of v rows, accumulated in f32.
- * Query t of sequence s sees keys j < (t − cu_q[s]) + (Lk − Lq) + 1 when causal. The two ops
+ * Query t of sequence s sees keys j < (t − cu_q[s]) + (Lk − Lq) + 1 when causal, and with a
+ * sliding window only the last `window` of those (key_range): a row's keys are always one
+ * contiguous range [lo, hi) in key order, and nothing before lo is read — a path reads from
+ * the smallest lo of the rows it serves, so a long context with a window costs the window,
+ * not the context. The two ops
  * differ only in where key j of a sequence lives (struct kv_tensor, kv_rows): row cu_k[s] + j
  * of a strided tensor, or row j % page_tokens of page page_table[s][j / page_tokens]. Every
  * path walks a sequence's keys in key order and reaches them only through kv_rows, so the
@@ -40,9 +44,10 @@
  *     and one score row of per-thread scratch; the reference the others are tested against.
  *
  * A row's arithmetic depends only on its path and, on the blocked path, on its place in its
- * sequence's query blocks (rows a block's last query sees but this one does not add exact
- * zeros), so one launch may mix decode and prefill sequences and each gets what it would get
- * alone.
+ * sequence's query blocks (keys other rows of its block see but this one does not add exact
+ * zeros, before or after its own range), so one launch may mix decode and prefill sequences
+ * and each gets what it would get alone. With a window, each row's softmax and sums start at
+ * its own first key whatever the block, stream or page layout around it.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -288,6 +293,9 @@ struct attn_ctx {
     float *scratch;               /* [n_threads][per_thread] */
     size_t per_thread;            /* floats */
     int64_t n_seq, Hq, D, n_rep, max_lk;
+    int64_t max_span;             /* most keys one item (or portable row) reads: max_lk, or
+                                     less with a window */
+    int64_t window;               /* sliding window in key positions; 0: none */
     float scale;
     bool causal;
 };
@@ -297,14 +305,20 @@ static int64_t seq_keys(const struct attn_ctx *c, int64_t s)
     return c->table ? c->kv_lens[s] : c->cu_k[s + 1] - c->cu_k[s];
 }
 
-/* Keys visible to query token t of sequence s. */
-static int64_t visible(const struct attn_ctx *c, int64_t s, int64_t t)
+/* Keys visible to query token t of sequence s: [*lo, hi), hi returned. Causal: hi is the
+ * query's position p + 1 = (t − cu_q[s]) + (Lk − Lq) + 1 clamped to [0, Lk], and a window
+ * keeps the last `window` of them (p − window < j ≤ p). Both ends never decrease with t. */
+static int64_t key_range(const struct attn_ctx *c, int64_t s, int64_t t, int64_t *lo)
 {
     int64_t lq = c->cu_q[s + 1] - c->cu_q[s], lk = seq_keys(c, s);
+    *lo = 0;
     if (!c->causal)
         return lk;
     int64_t lim = (t - c->cu_q[s]) + (lk - lq) + 1;
-    return lim < 0 ? 0 : lim < lk ? lim : lk;
+    lim = lim < 0 ? 0 : lim < lk ? lim : lk;
+    if (c->window > 0 && lim > c->window)
+        *lo = lim - c->window;
+    return lim;
 }
 
 /* Row j of (sequence s, kv head g) of x, and in *run how many rows from j on follow it
@@ -395,7 +409,8 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
             else
                 hi = mid;
         }
-        int64_t n_keys = visible(c, lo, t);
+        int64_t j0;
+        const int64_t n_keys = key_range(c, lo, t, &j0) - j0; /* keys j0 … j0 + n_keys − 1 */
         float *out = c->y + u * D;
         if (n_keys == 0) {
             memset(out, 0, (size_t)D * sizeof(float));
@@ -404,7 +419,7 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
         const float *qr = c->q + u * D;
         int64_t kvh = h / c->n_rep;
         struct kv_walk w;
-        kv_walk_init(&w, c, &c->kv[0], lo, kvh, 0);
+        kv_walk_init(&w, c, &c->kv[0], lo, kvh, j0);
         float m = -INFINITY;
         for (int64_t j = 0; j < n_keys; j++) {
             const float *kr = kv_row_f32(kv_walk_next(&w), c->kv[0].dtype, D, tmp);
@@ -420,7 +435,7 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
         double inv = 1.0 / sum;
         for (int64_t i = 0; i < D; i++)
             acc[i] = 0.0f;
-        kv_walk_init(&w, c, &c->kv[1], lo, kvh, 0);
+        kv_walk_init(&w, c, &c->kv[1], lo, kvh, j0);
         for (int64_t j = 0; j < n_keys; j++) {
             float pj = (float)(sc[j] * inv);
             const float *vr = kv_row_f32(kv_walk_next(&w), c->kv[1].dtype, D, tmp);
@@ -450,7 +465,7 @@ static int64_t row_offset(const struct attn_ctx *c, const struct attn_item *it, 
 static size_t blocked_scratch(const struct attn_ctx *c, int64_t R)
 {
     const int64_t MR = c->kt->mr, NR = c->kt->nr, D = c->D;
-    int64_t Rp = round_up(R, MR), Kn = round_up(c->max_lk, NR), Dp = round_up(D, NR);
+    int64_t Rp = round_up(R, MR), Kn = round_up(c->max_span, NR), Dp = round_up(D, NR);
     return (size_t)(Rp * D + Kn * D + 2 * Rp * Kn + Dp * Kn + Rp * Dp + NR * D + 16);
 }
 
@@ -460,8 +475,12 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
     const int64_t MR = kt->mr, NR = kt->nr, D = c->D;
     const int64_t R = it->nq * c->n_rep, Rp = round_up(R, MR), Dp = round_up(D, NR);
-    const int64_t n_keys = visible(c, it->seq, it->q0 + it->nq - 1);
-    if (n_keys == 0) {
+    /* The block reads keys [j0, j0 + n_keys): from its first query's first key to its last
+     * query's last (both ends grow with the query). */
+    int64_t j0, unused;
+    key_range(c, it->seq, it->q0, &j0);
+    const int64_t n_keys = key_range(c, it->seq, it->q0 + it->nq - 1, &unused) - j0;
+    if (n_keys <= 0) {
         for (int64_t r = 0; r < R; r++)
             memset(c->y + row_offset(c, it, r), 0, (size_t)D * sizeof(float));
         return;
@@ -485,23 +504,26 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
         kt->pack_x(qsrc + p * ldq, ldq, R - p < MR ? R - p : MR, D, xq + p * D);
     for (int64_t j = 0; j < Kn; j += NR) {
         int64_t cols = n_keys - j < NR ? n_keys - j : NR, ld;
-        const char *rows = kv_block(c, K, it->seq, it->g, j, cols, gathered, &ld);
+        const char *rows = kv_block(c, K, it->seq, it->g, j0 + j, cols, gathered, &ld);
         kt->pack_w(rows, K->dtype, ld, cols, D, kp + j * D);
     }
     /* S = Q·Kᵀ, tile by tile. */
     for (int64_t p = 0; p < Rp; p += MR)
         for (int64_t j = 0; j < Kn; j += NR)
             kt->micro(xq + p * D, kp + j * D, NR, D, sc + p * Kn + j, Kn, 0);
-    /* Softmax per row in place (zero beyond the visible keys), then the rows become the
-     * x panels of P·V. */
+    /* Softmax per row in place over its own keys [lo, hi) (zero outside them), then the
+     * rows become the x panels of P·V. */
     for (int64_t r = 0; r < R; r++) {
-        int64_t nv = visible(c, it->seq, it->q0 + r / c->n_rep);
+        int64_t lo, hi = key_range(c, it->seq, it->q0 + r / c->n_rep, &lo);
+        lo -= j0; /* a row that sees no key has lo = hi = 0, and so has the block's first */
+        hi -= j0;
         float *row = sc + r * Kn;
-        if (nv > 0) {
-            float m = kt->scale_max(row, c->scale, nv);
-            kt->scale_d(row, 1.0 / kt->exp_sum(row, m, row, nv), nv);
+        if (hi > lo) {
+            float m = kt->scale_max(row + lo, c->scale, hi - lo);
+            kt->scale_d(row + lo, 1.0 / kt->exp_sum(row + lo, m, row + lo, hi - lo), hi - lo);
         }
-        memset(row + nv, 0, (size_t)(Kn - nv) * sizeof(float));
+        memset(row, 0, (size_t)lo * sizeof(float));
+        memset(row + hi, 0, (size_t)(Kn - hi) * sizeof(float));
     }
     for (int64_t p = 0; p < Rp; p += MR)
         kt->pack_x(sc + p * Kn, Kn, R - p < MR ? R - p : MR, n_keys, pp + p * Kn);
@@ -511,7 +533,7 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
      * follows them.) */
     const int64_t ves = (int64_t)mmrt_dtype_size((enum mmrt_dtype)V->dtype);
     for (int64_t j = 0, run; j < n_keys; j += run) {
-        const char *rows = kv_rows(c, V, it->seq, it->g, j, &run);
+        const char *rows = kv_rows(c, V, it->seq, it->g, j0 + j, &run);
         run = n_keys - j < run ? n_keys - j : run;
         for (int64_t d = 0; d < Dp; d += NR)
             kt->pack_rows(rows + d * ves, V->dtype, V->nb0 / ves, run, D - d < NR ? D - d : NR,
@@ -540,7 +562,7 @@ static inline void prefetch_row(const char *row, int64_t row_bytes)
 /* Floats of per-thread scratch a streaming item of up to R rows needs. */
 static size_t stream_scratch(const struct attn_ctx *c, int64_t R)
 {
-    return (size_t)(R * c->D + R * c->max_lk + 16);
+    return (size_t)(R * c->D + R * c->max_span + 16);
 }
 
 static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *it, float *base)
@@ -549,42 +571,45 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
     const int64_t D = c->D, R = it->nq * c->n_rep;
     float *acc = base, *sc = acc + R * D;
-    int64_t nv[CPU_ATTN_DOT_MAX_Q], n_keys = 0;
+    /* Query tl sees keys [lo[tl], hi[tl]); the item walks [j0, j1), the union (both ends grow
+     * with the query). Scores are stored at j − j0. */
+    int64_t lo[CPU_ATTN_DOT_MAX_Q], hi[CPU_ATTN_DOT_MAX_Q], j0 = INT64_MAX, j1 = 0;
     for (int64_t tl = 0; tl < it->nq; tl++) {
-        nv[tl] = visible(c, it->seq, it->q0 + tl);
-        n_keys = nv[tl] > n_keys ? nv[tl] : n_keys;
+        hi[tl] = key_range(c, it->seq, it->q0 + tl, &lo[tl]);
+        j0 = lo[tl] < j0 ? lo[tl] : j0;
+        j1 = hi[tl] > j1 ? hi[tl] : j1;
     }
     const int64_t kbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)K->dtype);
     const int64_t vbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)V->dtype);
+    const int64_t ld = c->max_span;
     struct kv_walk w, ahead;
-    kv_walk_init(&w, c, K, it->seq, it->g, 0);
-    kv_walk_init(&ahead, c, K, it->seq, it->g, CPU_ATTN_PREFETCH_ROWS);
-    for (int64_t j = 0; j < n_keys; j++) {
+    kv_walk_init(&w, c, K, it->seq, it->g, j0);
+    kv_walk_init(&ahead, c, K, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
+    for (int64_t j = j0; j < j1; j++) {
         const char *kr = kv_walk_next(&w);
-        if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
+        if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), kbytes);
         for (int64_t r = 0; r < R; r++)
-            if (j < nv[r / c->n_rep])
-                sc[r * c->max_lk + j] =
+            if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
+                sc[r * ld + j - j0] =
                     kt->dot(c->q + row_offset(c, it, r), kr, K->dtype, D) * c->scale;
     }
     double inv[CPU_ATTN_DOT_MAX_Q * 64];
     for (int64_t r = 0; r < R; r++) {
-        int64_t n = nv[r / c->n_rep];
-        float *row = sc + r * c->max_lk, m = kt->scale_max(row, 1.0f, n);
+        int64_t n = hi[r / c->n_rep] - lo[r / c->n_rep];
+        float *row = sc + r * ld + (lo[r / c->n_rep] - j0), m = kt->scale_max(row, 1.0f, n);
         inv[r] = n ? 1.0 / kt->exp_sum(row, m, row, n) : 0.0;
     }
     memset(acc, 0, (size_t)(R * D) * sizeof(float));
-    kv_walk_init(&w, c, V, it->seq, it->g, 0);
-    kv_walk_init(&ahead, c, V, it->seq, it->g, CPU_ATTN_PREFETCH_ROWS);
-    for (int64_t j = 0; j < n_keys; j++) {
+    kv_walk_init(&w, c, V, it->seq, it->g, j0);
+    kv_walk_init(&ahead, c, V, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
+    for (int64_t j = j0; j < j1; j++) {
         const char *vr = kv_walk_next(&w);
-        if (j + CPU_ATTN_PREFETCH_ROWS < n_keys)
+        if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), vbytes);
         for (int64_t r = 0; r < R; r++)
-            if (j < nv[r / c->n_rep])
-                kt->axpy(acc + r * D, (float)(sc[r * c->max_lk + j] * inv[r]), vr, V->dtype,
-                         D);
+            if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
+                kt->axpy(acc + r * D, (float)(sc[r * ld + j - j0] * inv[r]), vr, V->dtype, D);
     }
     for (int64_t r = 0; r < R; r++)
         memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
@@ -615,10 +640,19 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
     if (qb < 1)
         qb = 1;
     int64_t n_items = 0, stream_rows = 0, blocked_rows = 0;
+    c->max_span = 0; /* the widest key range of any item, for the score scratch */
     for (int64_t s = 0; s < c->n_seq; s++) {
         int64_t lq = c->cu_q[s + 1] - c->cu_q[s];
         if (lq == 0)
             continue;
+        /* An item's queries [b, b + n) read keys from b's first to the last one's last. */
+        const int64_t step = can_stream && lq <= CPU_ATTN_DOT_MAX_Q ? lq : qb;
+        for (int64_t b = c->cu_q[s]; b < c->cu_q[s + 1]; b += step) {
+            int64_t e = b + step < c->cu_q[s + 1] ? b + step : c->cu_q[s + 1], j0, unused;
+            key_range(c, s, b, &j0);
+            int64_t span = key_range(c, s, e - 1, &unused) - j0;
+            c->max_span = span > c->max_span ? span : c->max_span;
+        }
         if (can_stream && lq <= CPU_ATTN_DOT_MAX_Q) {
             n_items += Hkv;
             stream_rows = lq * c->n_rep > stream_rows ? lq * c->n_rep : stream_rows;
@@ -628,6 +662,8 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
             blocked_rows = rows > blocked_rows ? rows : blocked_rows;
         }
     }
+    if (c->max_span < 1)
+        c->max_span = 1;
     size_t per_stream = stream_rows ? stream_scratch(c, stream_rows) : 0;
     size_t per_blocked = blocked_rows ? blocked_scratch(c, blocked_rows) : 0;
     c->per_thread = per_stream > per_blocked ? per_stream : per_blocked;
@@ -658,7 +694,7 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
     }
     c->items = items;
     int64_t rows = stream_rows > blocked_rows ? stream_rows : blocked_rows;
-    cpu_parallel_for(&dev->pool, n_items, 4.0 * (double)c->D * (double)(c->max_lk + 1) *
+    cpu_parallel_for(&dev->pool, n_items, 4.0 * (double)c->D * (double)(c->max_span + 1) *
                      (double)rows, attn_items_task, c);
 out:
     free(items);
@@ -680,13 +716,17 @@ static mmrt_status attention_run(struct mmrt_device *dev, struct cpu_op *o, stru
         c->kt = &dev->kern;
         return attention_kernels(dev, o, c);
     }
-    c->per_thread = (size_t)c->max_lk;
+    /* A portable row scores at most its window's keys. */
+    c->max_span = c->window > 0 && c->window < c->max_lk ? c->window : c->max_lk;
+    c->per_thread = (size_t)c->max_span;
     size_t nbytes = (size_t)dev->pool.n_threads * c->per_thread * sizeof(float);
     c->scratch = malloc(nbytes);
     if (!c->scratch)
         return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of score rows", nbytes);
-    /* Per item: a full score row and weighted sum; causal rows average half of that. */
-    double cost = 2.0 * (double)c->D * (double)(c->max_lk + 1) * (c->causal ? 0.5 : 1.0);
+    /* Per item: a full score row and weighted sum; causal rows without a window average half
+     * of that. */
+    double cost = 2.0 * (double)c->D * (double)(c->max_span + 1) *
+                  (c->causal && c->max_span == c->max_lk ? 0.5 : 1.0);
     cpu_parallel_for(&dev->pool, T * c->Hq, cost, attn_portable_task, c);
     free(c->scratch);
     return MMRT_OK;
@@ -732,6 +772,22 @@ static mmrt_status check_attention_shape(struct cpu_op *o, const struct mmrt_att
                        p->causal);
     if (!isfinite(p->scale))
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
+    if (p->window < 0)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " must be ≥ 0 (0 = none)",
+                       p->window);
+    if (p->window > 0 && p->causal != 1)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " needs causal = 1 (no "
+                       "bidirectional window is defined)", p->window);
+    return MMRT_OK;
+}
+
+/* The attention params of a launch: ABI 1.4 callers' 12 bytes read as window 0. */
+static mmrt_status attention_params(struct cpu_op *o, struct mmrt_attention_params *p)
+{
+    if (!mmrt_attention_params_read(o->params, o->params_size, p))
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "params %s (%u bytes, need %u)",
+                       o->params ? "too short" : "missing", o->params_size,
+                       MMRT_ATTENTION_PARAMS_V14_SIZE);
     return MMRT_OK;
 }
 
@@ -750,7 +806,7 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         return st;
     const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct cpu_view *cq = &o.src[3], *ck = &o.src[4];
-    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
+    if ((st = attention_params(&o, &p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
         (st = cpu_need_contig(&o, "src0 (q)", q)) || (st = cpu_need_rank(&o, "src1 (k)", k, 3)) ||
         (st = cpu_need_dtype(&o, "src1 (k)", k, CPU_DT_F32 | CPU_DT_F16)) ||
@@ -794,7 +850,7 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     struct attn_ctx c = {
         .q = (const float *)q->data, .y = (float *)y->data, .kv = { kv_of(k, 0), kv_of(v, 0) },
         .cu_q = cu_q, .cu_k = cu_k, .n_seq = cq->data ? p.n_seq : 1, .Hq = Hq, .D = D,
-        .n_rep = Hq / Hkv, .scale = p.scale, .causal = p.causal == 1,
+        .n_rep = Hq / Hkv, .scale = p.scale, .causal = p.causal == 1, .window = p.window,
     };
     return attention_run(dev, &o, &c, T);
 }
@@ -849,7 +905,7 @@ mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
-    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
+    if ((st = attention_params(&o, &p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
         (st = cpu_need_contig(&o, "src0 (q)", q)) ||
         (st = cpu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
@@ -884,7 +940,7 @@ mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
         .cu_q = (const int32_t *)o.src[3].data, .kv_lens = (const int32_t *)o.src[4].data,
         .table = (const int32_t *)o.src[5].data, .max_pages = o.src[5].ne[1],
         .page_tokens = page_tokens, .n_seq = p.n_seq, .Hq = Hq, .D = D, .n_rep = Hq / Hkv,
-        .scale = p.scale, .causal = p.causal == 1,
+        .scale = p.scale, .causal = p.causal == 1, .window = p.window,
     };
     return attention_run(dev, &o, &c, T);
 }

@@ -21,8 +21,12 @@
  * and an error, never a stray memory access.
  *
  * Causal rule (plugin.h): query i of a sequence with Lq queries and Lk keys sees keys
- * j < i + (Lk − Lq) + 1. A block stops at the last key its last row can see; a row that sees
- * no key keeps l = 0 and writes zeros.
+ * j < i + (Lk − Lq) + 1, and with a sliding window (ABI 1.5) only the last `window` of those,
+ * j ≥ i + (Lk − Lq) + 1 − window. A block stops at the last key its last row can see and
+ * starts at the tile (a multiple of BN) holding the first key its first row sees; keys before
+ * that first key are not loaded (zeros in shared memory), so pages wholly before a window are
+ * never touched and a long context with a window costs the window. A row that sees no key
+ * keeps l = 0 and writes zeros.
  *
  * Thread layout (128 threads = 16 × 8): thread (ty, tx) owns rows ty + 16a (a < BM/16) and,
  * for the scores, key columns tx + 8b (b < BN/8); for the output, dims 32c + 4tx … + 3
@@ -49,9 +53,10 @@
  * and exit, so nothing is read outside the pool. The paged launch is batch-invariant
  * (specs/engine.md): a row's arithmetic depends on the key tile width BN and on nothing else
  * of the launch — the q·k order, the per-tile max and sum and the P·V chain are the same for
- * every row slot of every BM — so BN is fixed per head dim (paged_tiles), the tiles start at
- * key 0 of the sequence whatever the page size, a tile a row sees no key of leaves its state
- * as it was, and there is no split-KV (its chunks and merge would depend on the batch).
+ * every row slot of every BM — so BN is fixed per head dim (paged_tiles), the tiles lie at
+ * multiples of BN of the sequence's keys whatever the page size or the block's first row, a
+ * tile a row sees no key of leaves its state as it was, and there is no split-KV (its chunks
+ * and merge would depend on the batch).
  */
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -299,21 +304,26 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
         lim[a] = rho >= rows ? 0 : d.causal ? rho / n_rep + (Lk - Lq) + 1 : Lk;
     }
 
-    /* This block's key range: up to what its last row sees, then this split's chunk. */
-    int64_t kmax = Lk;
+    /* This block's key range: from the first key its first row sees (kmin; its tile, kfirst,
+     * at a multiple of BN) up to what its last row sees, then this split's chunk. */
+    int64_t kmax = Lk, kmin = 0;
     if (d.causal) {
         int64_t last = min_<int64_t>(rho0 + BM, rows) - 1;
         kmax = min_<int64_t>(max_<int64_t>(last / n_rep + (Lk - Lq) + 1, 0), Lk);
+        int64_t first = rho0 / n_rep + (Lk - Lq) + 1;
+        if (d.window > 0 && first > d.window)
+            kmin = first - d.window;
     }
-    int64_t chunk = (kmax + n_split - 1) / n_split;
+    const int64_t kfirst = kmin / BN * BN;
+    int64_t chunk = (max_<int64_t>(kmax - kfirst, 0) + n_split - 1) / n_split;
     chunk = (chunk + BN - 1) / BN * BN;
-    const int64_t kbeg = (int64_t)z * chunk, kend = min_<int64_t>(kbeg + chunk, kmax);
+    const int64_t kbeg = kfirst + (int64_t)z * chunk, kend = min_<int64_t>(kbeg + chunk, kmax);
 
     for (int64_t j0 = kbeg; j0 < kend; j0 += BN) {
         __syncthreads(); /* the last tile's P·V is done with sV / sP (and sQ is written) */
         for (int jj = warp; jj < BN; jj += kThreads / 32) {
             int64_t j = j0 + jj, kb = 0, vb = 0;
-            bool ok = j < kend;
+            bool ok = j >= kmin && j < kend;
             if (!Paged || ok) /* a page lookup past the last key could leave the table */
                 key_rows<Paged>(d, seq, k0, j, g, &kb, &vb);
             for (int dd = lane; dd < DM; dd += 32) {
@@ -359,7 +369,8 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
 #pragma unroll
             for (int b = 0; b < C::CN; b++) {
                 int64_t j = j0 + tx + 8 * b;
-                bool vis = j < kend && j < lim[a];
+                /* j ≥ lim − window, written so that no per-row lower bound is kept */
+                bool vis = j < kend && j < lim[a] && (d.window == 0 || j + d.window >= lim[a]);
                 s[a][b] = vis ? __fmul_rn(s[a][b], d.scale) : -CU_INF;
                 mt = s[a][b] > mt ? s[a][b] : mt;
             }
@@ -499,7 +510,11 @@ cudaError_t launch_attn(const cu_attn_desc *d, cudaStream_t stream)
     /* Split the keys when the row tiles alone leave most multiprocessors idle and there are
      * enough keys per sequence to be worth a second pass. */
     int n_split = 1;
-    const int64_t blocks = base_tiles * d->Hkv, avg_keys = d->S / n_seq;
+    const int64_t blocks = base_tiles * d->Hkv;
+    /* A block with a window reads at most window + BM keys, whatever the sequence's length. */
+    const int64_t avg_keys = d->window > 0 && d->causal
+                                 ? min_<int64_t>(d->S / n_seq, (int64_t)d->window + BM)
+                                 : d->S / n_seq;
     const int64_t n_sm = d->n_sm > 0 ? d->n_sm : 1;
     if (!Paged && d->ws && blocks < 2 * n_sm && avg_keys >= 4 * BN) {
         int64_t want = (2 * n_sm + blocks - 1) / blocks;

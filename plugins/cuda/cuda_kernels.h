@@ -227,6 +227,7 @@ struct cu_attn_desc {
     int64_t k_s0, k_s1, v_s0, v_s1; /* token and head strides in elements */
     int32_t Hq, Hkv, D, n_seq;
     int32_t k_dtype, v_dtype, causal;
+    int32_t window;     /* sliding window in key positions (causal only); 0 = none */
     float scale;
     float *ws;          /* split-KV workspace, ws_floats floats (may be NULL / 0) */
     int64_t ws_floats;

@@ -489,6 +489,22 @@ static mmrt_status check_heads(struct cu_op *o, const struct mmrt_attention_para
                       p->causal);
     if (!isfinite(p->scale))
         return cu_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
+    if (p->window < 0)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " must be ≥ 0 (0 = none)",
+                      p->window);
+    if (p->window > 0 && p->causal != 1)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " needs causal = 1 (no "
+                      "bidirectional window is defined)", p->window);
+    return MMRT_OK;
+}
+
+/* The attention params of a launch: ABI 1.4 callers' 12 bytes read as window 0. */
+static mmrt_status attention_params(struct cu_op *o, struct mmrt_attention_params *p)
+{
+    if (!mmrt_attention_params_read(o->params, o->params_size, p))
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "params %s (%u bytes, need %u)",
+                      o->params ? "too short" : "missing", o->params_size,
+                      MMRT_ATTENTION_PARAMS_V14_SIZE);
     return MMRT_OK;
 }
 
@@ -501,7 +517,7 @@ mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *
         return st;
     const struct cu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct cu_view *cq = &o.src[3], *ck = &o.src[4];
-    if ((st = cu_op_params(&o, &p, sizeof p)) || (st = cu_need_rank(&o, "src0 (q)", q, 3)) ||
+    if ((st = attention_params(&o, &p)) || (st = cu_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = cu_need_dtype(&o, "src0 (q)", q, CU_DT_F32)) ||
         (st = cu_need_contig(&o, "src0 (q)", q)) || (st = cu_need_rank(&o, "src1 (k)", k, 3)) ||
         (st = cu_need_dtype(&o, "src1 (k)", k, CU_DT_F32 | CU_DT_F16)) ||
@@ -550,8 +566,8 @@ mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *
         .v_s1 = v->nb[1] / ves,
         .Hq = (int32_t)Hq, .Hkv = (int32_t)Hkv, .D = (int32_t)D,
         .n_seq = cq->data ? p.n_seq : 1,
-        .k_dtype = k->dtype, .v_dtype = v->dtype, .causal = p.causal, .scale = p.scale,
-        .ws = dev->attn_ws, .ws_floats = (int64_t)(CU_ATTN_WS_BYTES / sizeof(float)),
+        .k_dtype = k->dtype, .v_dtype = v->dtype, .causal = p.causal, .window = p.window,
+        .scale = p.scale, .ws = dev->attn_ws, .ws_floats = (int64_t)(CU_ATTN_WS_BYTES / sizeof(float)),
         .n_sm = dev->n_sm, .err = dev->err_dev,
     };
     cudaError_t e = cu_launch_attention(&d, dev->stream);
@@ -577,7 +593,7 @@ mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_
         return st;
     const struct cu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2];
     const struct cu_view *cq = &o.src[3], *lens = &o.src[4], *table = &o.src[5];
-    if ((st = cu_op_params(&o, &p, sizeof p)) || (st = cu_need_rank(&o, "src0 (q)", q, 3)) ||
+    if ((st = attention_params(&o, &p)) || (st = cu_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = cu_need_dtype(&o, "src0 (q)", q, CU_DT_F32)) ||
         (st = cu_need_contig(&o, "src0 (q)", q)) ||
         (st = cu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
@@ -623,8 +639,8 @@ mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_
         .k_s0 = k->nb[1] / es, .k_s1 = k->nb[2] / es, .v_s0 = v->nb[1] / es,
         .v_s1 = v->nb[2] / es,
         .Hq = (int32_t)Hq, .Hkv = (int32_t)Hkv, .D = (int32_t)D, .n_seq = p.n_seq,
-        .k_dtype = k->dtype, .v_dtype = v->dtype, .causal = p.causal, .scale = p.scale,
-        .n_sm = dev->n_sm, .err = dev->err_dev,
+        .k_dtype = k->dtype, .v_dtype = v->dtype, .causal = p.causal, .window = p.window,
+        .scale = p.scale, .n_sm = dev->n_sm, .err = dev->err_dev,
         .kv_lens = (const int32_t *)lens->data, .page_table = (const int32_t *)table->data,
         .max_pages = table->ne[1], .page_tokens = page_tokens, .n_pages = n_pages,
         .k_sp = k->nb[0] / es, .v_sp = v->nb[0] / es,

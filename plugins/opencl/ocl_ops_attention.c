@@ -233,6 +233,22 @@ static mmrt_status check_heads(struct ocl_op *o, const struct mmrt_attention_par
                        p->causal);
     if (!isfinite(p->scale))
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
+    if (p->window < 0)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " must be ≥ 0 (0 = none)",
+                       p->window);
+    if (p->window > 0 && p->causal != 1)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " needs causal = 1 (no "
+                       "bidirectional window is defined)", p->window);
+    return MMRT_OK;
+}
+
+/* The attention params of a launch: ABI 1.4 callers' 12 bytes read as window 0. */
+static mmrt_status attention_params(struct ocl_op *o, struct mmrt_attention_params *p)
+{
+    if (!mmrt_attention_params_read(o->params, o->params_size, p))
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "params %s (%u bytes, need %u)",
+                       o->params ? "too short" : "missing", o->params_size,
+                       MMRT_ATTENTION_PARAMS_V14_SIZE);
     return MMRT_OK;
 }
 
@@ -262,7 +278,7 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         return st;
     const struct ocl_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct ocl_view *cq = &o.src[3], *ck = &o.src[4];
-    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
+    if ((st = attention_params(&o, &p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
         (st = ocl_need_contig(&o, "src0 (q)", q)) || (st = ocl_need_rank(&o, "src1 (k)", k, 3)) ||
         (st = ocl_need_dtype(&o, "src1 (k)", k, OCL_DT_F32 | OCL_DT_F16)) ||
@@ -343,6 +359,7 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     ocl_arg_int(&c, (int32_t)D);
     ocl_arg_float(&c, p.scale);
     ocl_arg_int(&c, p.causal);
+    ocl_arg_int(&c, p.window);
     ocl_arg_int(&c, tile_keys(dev, D));
     return run_blocks(&c, T, has_cu ? p.n_seq : 0, Hq);
 }
@@ -370,7 +387,7 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
         return st;
     const struct ocl_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct ocl_view *cq = &o.src[3], *lens = &o.src[4], *table = &o.src[5];
-    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
+    if ((st = attention_params(&o, &p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
         (st = ocl_need_contig(&o, "src0 (q)", q)) ||
         (st = ocl_need_rank(&o, "src1 (k_pages)", k, 4)) ||
@@ -448,6 +465,7 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
     ocl_arg_int(&c, (int32_t)D);
     ocl_arg_float(&c, p.scale);
     ocl_arg_int(&c, p.causal);
+    ocl_arg_int(&c, p.window);
     ocl_arg_int(&c, tile_keys(dev, D));
     return run_blocks(&c, T, p.n_seq, Hq);
 }

@@ -17,7 +17,9 @@
  *   8 loads and works, but its ADD is slightly wrong (src1 scaled by 1 + 2⁻¹²): the plugin
  *     checker must FAIL it,
  *   9 built as an ABI 1.3 plugin (abi_minor 3, n_ops 23: no GATHER_HEADS or L2_NORM) whose
- *     table nonetheless holds kernels past n_ops, which the loader must never read.
+ *     table nonetheless holds kernels past n_ops, which the loader must never read, and an
+ *     ATTENTION_PAGED that only logs its call: a kernel of before ABI 1.5, which reads no
+ *     sliding window, so the core must never launch it with one.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -288,10 +290,20 @@ static mmrt_status op_add(struct mmrt_device *dev, const struct mmrt_op_args *ar
     return MMRT_OK;
 }
 
+#if STUB_VARIANT == 9
+static mmrt_status op_attention_paged_old(struct mmrt_device *dev, const struct mmrt_op_args *args)
+{
+    (void)dev;
+    say("call op ATTENTION_PAGED params_size=%u", (unsigned)args->params_size);
+    return MMRT_OK;
+}
+#endif
+
 static const mmrt_kernel_fn stub_ops[MMRT_OP_COUNT] = {
     [MMRT_OP_SCALE] = op_scale,
     [MMRT_OP_ADD] = op_add,
 #if STUB_VARIANT == 9
+    [MMRT_OP_ATTENTION_PAGED] = op_attention_paged_old,
     [MMRT_OP_GATHER_HEADS] = op_scale, /* past n_ops: traps */
     [MMRT_OP_L2_NORM] = op_scale,
 #endif

@@ -635,35 +635,44 @@ struct attn_case {
     float q_amp; /* |q| range: larger makes softmax peakier */
     float scale; /* 0: 1/sqrt(D) */
     int quick;
+    int window;  /* sliding window (ABI 1.5, causal only); 0 = none */
 };
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
 static const struct attn_case attn_cases[] = {
     /* Hq Hkv D  n_seq lq                lk                 causal kv  layout        amp sc  */
-    {4, 4, 64, 0, {7}, {7}, 0, F32, KV_DENSE, 1, 0, Q},
-    {8, 2, 80, 0, {33}, {33}, 1, F16, KV_DENSE, 1, 0, 0},
-    {4, 2, 128, 0, {1}, {37}, 1, F16, KV_CACHE, 1, 0, Q},              /* decode */
-    {32, 8, 128, 0, {1}, {1000}, 1, F16, KV_CACHE, 1, 0, 0},           /* decode, long */
-    {28, 4, 128, 0, {1}, {999}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0},       /* GQA 7 */
-    {8, 1, 64, 0, {1}, {513}, 1, F32, KV_FUSED, 1, 0, 0},              /* GQA 8 */
-    {4, 1, 64, 0, {5}, {20}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0},          /* chunked prefill */
-    {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, F32, KV_FUSED, 1, 0, 0}, /* vision blocks */
-    {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F16, KV_CACHE, 1, 0, Q}, /* empty */
-    {2, 1, 64, 0, {300}, {300}, 1, F32, KV_DENSE, 1, 0, 0},            /* long */
-    {1, 1, 3, 0, {4}, {9}, 0, F32, KV_DENSE, 1, 0, 0},                 /* odd D */
-    {4, 2, 64, 0, {9}, {9}, 1, F32, KV_FUSED, 4, 0.3f, Q},             /* peaky */
-    {2, 1, 16, 0, {2}, {0}, 0, F32, KV_DENSE, 1, 0, Q},                /* no keys */
-    {8, 2, 128, 0, {16}, {16}, 1, F16, KV_HEAD_MAJOR, 1, 0, 0},        /* GQA 4 */
-    {4, 4, 256, 2, {3, 2}, {40, 7}, 1, F16, KV_FUSED, 1, 0, 0},
-    {4, 4, 64, 0, {577}, {577}, 0, F32, KV_QKV, 1, 0, 0},              /* CLIP-L/14 @336 */
-    {8, 8, 96, 0, {129}, {129}, 1, F16, KV_DENSE, 1, 0, 0},
-    {12, 2, 80, 0, {129}, {193}, 1, F32, KV_CACHE, 1, 0, 0},           /* GQA 6, with past */
-    {4, 1, 128, 4, {1, 1, 1, 1}, {17, 256, 1, 700}, 1, F16, KV_CACHE, 1, 0, 0}, /* batch */
-    {16, 2, 64, 3, {100, 129, 7}, {100, 129, 7}, 1, F32, KV_QKV, 1, 0, 0}, /* packed */
-    {8, 8, 256, 0, {7}, {7}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0},
-    {2, 2, 96, 2, {7, 7}, {7, 7}, 0, F16, KV_DENSE, 2, 0, Q},
-    {16, 16, 64, 0, {577}, {577}, 0, F16, KV_FUSED, 1, 0, 0},          /* all CLIP-L heads */
+    {4, 4, 64, 0, {7}, {7}, 0, F32, KV_DENSE, 1, 0, Q, 0},
+    {8, 2, 80, 0, {33}, {33}, 1, F16, KV_DENSE, 1, 0, 0, 0},
+    {4, 2, 128, 0, {1}, {37}, 1, F16, KV_CACHE, 1, 0, Q, 0},              /* decode */
+    {32, 8, 128, 0, {1}, {1000}, 1, F16, KV_CACHE, 1, 0, 0, 0},           /* decode, long */
+    {28, 4, 128, 0, {1}, {999}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0, 0},       /* GQA 7 */
+    {8, 1, 64, 0, {1}, {513}, 1, F32, KV_FUSED, 1, 0, 0, 0},              /* GQA 8 */
+    {4, 1, 64, 0, {5}, {20}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0, 0},          /* chunked prefill */
+    {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, F32, KV_FUSED, 1, 0, 0, 0}, /* vision blocks */
+    {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F16, KV_CACHE, 1, 0, Q, 0}, /* empty */
+    {2, 1, 64, 0, {300}, {300}, 1, F32, KV_DENSE, 1, 0, 0, 0},            /* long */
+    {1, 1, 3, 0, {4}, {9}, 0, F32, KV_DENSE, 1, 0, 0, 0},                 /* odd D */
+    {4, 2, 64, 0, {9}, {9}, 1, F32, KV_FUSED, 4, 0.3f, Q, 0},             /* peaky */
+    {2, 1, 16, 0, {2}, {0}, 0, F32, KV_DENSE, 1, 0, Q, 0},                /* no keys */
+    {8, 2, 128, 0, {16}, {16}, 1, F16, KV_HEAD_MAJOR, 1, 0, 0, 0},        /* GQA 4 */
+    {4, 4, 256, 2, {3, 2}, {40, 7}, 1, F16, KV_FUSED, 1, 0, 0, 0},
+    {4, 4, 64, 0, {577}, {577}, 0, F32, KV_QKV, 1, 0, 0, 0},              /* CLIP-L/14 @336 */
+    {8, 8, 96, 0, {129}, {129}, 1, F16, KV_DENSE, 1, 0, 0, 0},
+    {12, 2, 80, 0, {129}, {193}, 1, F32, KV_CACHE, 1, 0, 0, 0},           /* GQA 6, with past */
+    {4, 1, 128, 4, {1, 1, 1, 1}, {17, 256, 1, 700}, 1, F16, KV_CACHE, 1, 0, 0, 0}, /* batch */
+    {16, 2, 64, 3, {100, 129, 7}, {100, 129, 7}, 1, F32, KV_QKV, 1, 0, 0, 0}, /* packed */
+    {8, 8, 256, 0, {7}, {7}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0, 0},
+    {2, 2, 96, 2, {7, 7}, {7, 7}, 0, F16, KV_DENSE, 2, 0, Q, 0},
+    {16, 16, 64, 0, {577}, {577}, 0, F16, KV_FUSED, 1, 0, 0, 0},          /* all CLIP-L heads */
+    /* sliding windows: decode with the window mid-cache, long decode, a prefill with a past
+     * over several blocks, window 1, packed sequences with an empty one, GQA 7 */
+    {4, 2, 128, 0, {1}, {37}, 1, F16, KV_CACHE, 1, 0, Q, 5},
+    {32, 8, 128, 0, {1}, {1000}, 1, F16, KV_CACHE, 1, 0, 0, 257},
+    {12, 2, 80, 0, {129}, {193}, 1, F32, KV_CACHE, 1, 0, 0, 31},
+    {2, 1, 64, 0, {9}, {9}, 1, F32, KV_FUSED, 1, 0, Q, 1},
+    {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F16, KV_CACHE, 1, 0, 0, 3},
+    {28, 4, 128, 0, {64}, {999}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0, 100},
 };
 #undef F32
 #undef F16
@@ -722,10 +731,13 @@ static mmrt_status grid_attention(struct chk *c, struct mmrt_error *err)
         int64_t T = cu_q[n_seq], S = cu_k[n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
         float scale = ac->scale != 0 ? ac->scale : 1.0f / sqrtf((float)D);
         struct kase k;
+        char win[32] = "";
+        if (ac->window)
+            snprintf(win, sizeof win, ", window %d", ac->window);
         kase_begin(&k, c, MMRT_OP_ATTENTION, dt_name(ac->kv), serial,
-                   "Hq=%lld Hkv=%lld D=%lld Lq/Lk=%s%s %s, %s%s", (long long)Hq, (long long)Hkv,
+                   "Hq=%lld Hkv=%lld D=%lld Lq/Lk=%s%s %s%s, %s%s", (long long)Hq, (long long)Hkv,
                    (long long)D, lens, ac->n_seq ? " (cu_seqlens)" : "",
-                   ac->causal ? "causal" : "bidirectional", kv_layout_names[ac->layout],
+                   ac->causal ? "causal" : "bidirectional", win, kv_layout_names[ac->layout],
                    ac->q_amp > 1 ? ", peaky" : "");
         k.zeros_exact = true; /* a query that sees no key gets exactly 0 */
         struct kt *q, *kk, *vv, *fused = NULL;
@@ -749,7 +761,7 @@ static mmrt_status grid_attention(struct chk *c, struct mmrt_error *err)
             kt_rand(&k, kk, -1, 1);
             kt_rand(&k, vv, -1, 1);
         }
-        struct mmrt_attention_params p = {scale, ac->causal, n_seq};
+        struct mmrt_attention_params p = {scale, ac->causal, n_seq, ac->window};
         kase_run(&k, (const struct kt *[]){q, kk, vv, cq, ck}, ac->n_seq ? 5 : 3, y, &p,
                  sizeof p);
         kase_check(&k, y);
@@ -774,23 +786,31 @@ struct paged_case {
     enum mmrt_dtype kv;
     enum page_order order;
     int quick;
+    int window; /* sliding window (ABI 1.5, causal only); 0 = none */
 };
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
 static const struct paged_case paged_cases[] = {
     /* Hq Hkv D pt n_seq lq               lk                  causal kv order            quick */
-    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F16, PAGES_SHUFFLED, Q}, /* decode, ragged */
-    {4, 4, 64, 1, 2, {1, 6}, {5, 6}, 1, F32, PAGES_SHUFFLED, Q},          /* pages of 1 */
-    {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F32, PAGES_SHARED, Q}, /* mixed, shared */
-    {2, 1, 128, 16, 3, {5, 1, 3}, {0, 40, 3}, 1, F16, PAGES_SHARED, 0},   /* Lk = 0 */
-    {6, 3, 8, 3, 2, {7, 4}, {7, 11}, 0, F16, PAGES_IN_ORDER, Q},          /* bidirectional */
-    {4, 1, 256, 16, 2, {33, 1}, {70, 129}, 1, F32, PAGES_SHUFFLED, 0},
-    {1, 1, 3, 3, 1, {4}, {9}, 0, F32, PAGES_IN_ORDER, 0},                 /* odd D */
-    {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F16, PAGES_SHARED, 0},  /* GQA 8 */
-    {2, 2, 64, 16, 2, {70, 1}, {200, 90}, 0, F32, PAGES_SHARED, 0},
-    {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F16, PAGES_SHUFFLED, 0},
-    {12, 2, 96, 7, 5, {1, 3, 0, 17, 1}, {129, 3, 0, 140, 64}, 1, F32, PAGES_SHUFFLED, 0},
+    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F16, PAGES_SHUFFLED, Q, 0}, /* decode, ragged */
+    {4, 4, 64, 1, 2, {1, 6}, {5, 6}, 1, F32, PAGES_SHUFFLED, Q, 0},          /* pages of 1 */
+    {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F32, PAGES_SHARED, Q, 0}, /* mixed, shared */
+    {2, 1, 128, 16, 3, {5, 1, 3}, {0, 40, 3}, 1, F16, PAGES_SHARED, 0, 0},   /* Lk = 0 */
+    {6, 3, 8, 3, 2, {7, 4}, {7, 11}, 0, F16, PAGES_IN_ORDER, Q, 0},          /* bidirectional */
+    {4, 1, 256, 16, 2, {33, 1}, {70, 129}, 1, F32, PAGES_SHUFFLED, 0, 0},
+    {1, 1, 3, 3, 1, {4}, {9}, 0, F32, PAGES_IN_ORDER, 0, 0},                 /* odd D */
+    {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F16, PAGES_SHARED, 0, 0},  /* GQA 8 */
+    {2, 2, 64, 16, 2, {70, 1}, {200, 90}, 0, F32, PAGES_SHARED, 0, 0},
+    {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F16, PAGES_SHUFFLED, 0, 0},
+    {12, 2, 96, 7, 5, {1, 3, 0, 17, 1}, {129, 3, 0, 140, 64}, 1, F32, PAGES_SHUFFLED, 0, 0},
+    /* sliding windows: decode rows whose window starts mid-page and one that covers all
+     * keys; window 1 over decode and a prefill chunk with shared prefix pages; GQA 8 with a
+     * window ≥ some sequences' keys; long decode with a batch */
+    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F16, PAGES_SHUFFLED, Q, 7},
+    {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F32, PAGES_SHARED, Q, 1},
+    {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F16, PAGES_SHUFFLED, 0, 33},
+    {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F16, PAGES_SHUFFLED, 0, 100},
 };
 
 /* The batch-invariance cases: sequence `seq` of a batch (pages of pt, shuffled) run again
@@ -800,10 +820,12 @@ static const struct {
     int seq;
     int64_t alone_pt;
 } paged_invariance[] = {
-    {{8, 2, 64, 16, 3, {1, 20, 1}, {50, 60, 9}, 1, F16, PAGES_SHUFFLED, Q}, 1, 3},
-    {{8, 2, 64, 3, 3, {1, 20, 1}, {50, 60, 9}, 1, F32, PAGES_SHUFFLED, Q}, 0, 1},
-    {{4, 4, 128, 1, 2, {40, 1}, {40, 300}, 0, F32, PAGES_SHUFFLED, 0}, 0, 16},
-    {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F16, PAGES_SHUFFLED, 0}, 2, 5},
+    {{8, 2, 64, 16, 3, {1, 20, 1}, {50, 60, 9}, 1, F16, PAGES_SHUFFLED, Q, 0}, 1, 3},
+    {{8, 2, 64, 3, 3, {1, 20, 1}, {50, 60, 9}, 1, F32, PAGES_SHUFFLED, Q, 0}, 0, 1},
+    {{4, 4, 128, 1, 2, {40, 1}, {40, 300}, 0, F32, PAGES_SHUFFLED, 0, 0}, 0, 16},
+    {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F16, PAGES_SHUFFLED, 0, 0}, 2, 5},
+    {{8, 2, 64, 5, 3, {1, 20, 1}, {50, 60, 9}, 1, F16, PAGES_SHUFFLED, Q, 12}, 1, 16},
+    {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F32, PAGES_SHUFFLED, 0, 9}, 2, 3},
 };
 #undef F32
 #undef F16
@@ -898,7 +920,8 @@ static void paged_place(struct kase *k, const struct paged_case *pc, struct kt *
     kt_set_raw(k, L->cq, L->cu);
     kt_set_raw(k, L->lens, lens);
     kt_set_raw(k, L->table, table);
-    L->p = (struct mmrt_attention_params){1.0f / sqrtf((float)pc->D), pc->causal, pc->n_seq};
+    L->p = (struct mmrt_attention_params){1.0f / sqrtf((float)pc->D), pc->causal, pc->n_seq,
+                                          pc->window};
 }
 
 static void paged_run(struct kase *k, const struct paged_launch *L)
@@ -929,6 +952,8 @@ static int paged_desc(char *buf, size_t size, const struct paged_case *pc)
     if (used > 0 && (size_t)used < size)
         used += snprintf(buf + used, size - (size_t)used, " %s",
                          pc->causal ? "causal" : "bidirectional");
+    if (pc->window && used > 0 && (size_t)used < size)
+        used += snprintf(buf + used, size - (size_t)used, ", window %d", pc->window);
     return used;
 }
 

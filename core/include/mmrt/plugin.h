@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 4
+#define MMRT_ABI_MINOR 5
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -183,11 +183,21 @@ enum mmrt_op {
      * Query head h reads kv head h / (Hq/Hkv) (contiguous groups, Hq % Hkv == 0). D ≤ 256.
      * Causal: query i of a sequence with Lq queries and Lk keys sees keys j ≤ i + (Lk − Lq)
      * (the queries are the last Lq positions). A query that sees no key gets zeros.
+     * Sliding window (ABI 1.5, p.window > 0, causal only): query i at position
+     * p = i + (Lk − Lq) sees keys p − window < j ≤ p, i.e. the last `window` keys up to and
+     * including its own position (Mistral's sliding_window; a query with p < window sees all
+     * keys 0 … p, as without a window). window is counted in key positions of the sequence,
+     * never in cache rows. Keys before every window of a sequence must not affect any row
+     * even when they hold NaN (the in-tree conformance cases put NaN there): skip them rather
+     * than read and mask them, which also makes a long context cost only the window. window
+     * 0 means no window; window > 0 with causal 0 is MMRT_ERR_INVALID_ARG (no bidirectional
+     * window is defined). A caller whose params_size stops before `window` (an ABI ≤ 1.4
+     * caller) asks for no window.
      * Batch invariance (specs/engine.md), as ATTENTION_PAGED: a query row's result depends
-     * only on that row, its sequence's Lq and Lk and that sequence's keys and values — not
-     * on T, S or the other sequences of the launch — so a sequence packed with others gives
-     * the bits it gets alone without cu_seqlens. The runtime packs the images of a vision
-     * batch this way. (The CUDA plugin splits long key ranges by the launch's size and does
+     * only on that row, its sequence's Lq and Lk, the window and that sequence's keys and
+     * values — not on T, S or the other sequences of the launch — so a sequence packed with
+     * others gives the bits it gets alone without cu_seqlens. The runtime packs the images of
+     * a vision batch this way. (The CUDA plugin splits long key ranges by the launch's size and does
      * not keep this yet: docs/CUDA.md.)
      * Params: mmrt_attention_params. */
     MMRT_OP_ATTENTION = 14,
@@ -240,14 +250,19 @@ enum mmrt_op {
      * a later upload wrote. Key j of sequence s is row j % page_tokens of page
      * page_table[s, j / page_tokens]; entries past the last page a sequence uses are never
      * read. A page may appear in several rows (shared prefixes) and pages may come in any
-     * order. dst = [T, Hq, D] F32. Heads, D ≤ 256 and causality as for ATTENTION, with
-     * Lq = cu_seqlens_q[s+1] − cu_seqlens_q[s] and Lk = kv_lens[s] (Lk = 0: zeros).
+     * order. dst = [T, Hq, D] F32. Heads, D ≤ 256, causality and the sliding window as for
+     * ATTENTION, with Lq = cu_seqlens_q[s+1] − cu_seqlens_q[s] and Lk = kv_lens[s] (Lk = 0:
+     * zeros). The window counts key positions j, i.e. places in the sequence's page table
+     * order, so it may start in the middle of a page; the pages wholly before it are never
+     * read (their table entries must still be valid ids: the checks below do not depend on
+     * the window).
      * cu_seqlens_q must run from 0 to T without decreasing, 0 ≤ Lk ≤ max_pages·page_tokens,
      * and every page read must lie in [0, n_pages); anything else is MMRT_ERR_INVALID_ARG,
      * reported by the launch where the plugin can see the values and otherwise by the next
      * synchronize or download (as ATTENTION's cu_seqlens are).
      * Batch invariance (specs/engine.md): a query row's result depends only on that row, its
-     * sequence's Lq and Lk, and the contents of that sequence's keys and values 0 … Lk−1. It
+     * sequence's Lq and Lk, the window, and the contents of that sequence's keys and values
+     * 0 … Lk−1 (with a window, of those it sees). It
      * must not change with the page ids, the page size, T or the other sequences of the
      * launch, bit for bit: reduce over a sequence's keys in key order with a blocking that
      * does not depend on any of those. Params: mmrt_attention_params (n_seq ≥ 1). */
@@ -308,7 +323,15 @@ struct mmrt_attention_params {
     float scale;    /* multiplies q·k, usually 1/sqrt(D) */
     int32_t causal; /* 0 = bidirectional, 1 = causal as described at MMRT_OP_ATTENTION */
     int32_t n_seq;  /* number of packed sequences; 1 when cu_seqlens are absent */
+    /* ABI 1.5: sliding window in key positions (MMRT_OP_ATTENTION); 0 = none, ≥ 0, causal
+     * only. Readers treat a params_size that ends before it as 0. */
+    int32_t window;
 };
+/* params_size of an ABI ≤ 1.4 writer: everything before `window`. */
+#define MMRT_ATTENTION_PARAMS_V14_SIZE 12u
+MMRT_STATIC_ASSERT(offsetof(struct mmrt_attention_params, window) ==
+                       MMRT_ATTENTION_PARAMS_V14_SIZE,
+                   "window must follow the ABI 1.4 members");
 
 struct mmrt_patch_params { int32_t patch; };
 struct mmrt_concat_params { int32_t axis; };
@@ -457,6 +480,21 @@ static inline const char *mmrt_dtype_name_of(int dtype)
     static const char *const names[] = { "F32", "F16", "BF16", "I32", "I8", "U4" };
     MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_DTYPE_COUNT, "every dtype a name");
     return dtype >= 0 && dtype < MMRT_DTYPE_COUNT ? names[dtype] : "an unknown dtype";
+}
+
+/* An operator's mmrt_attention_params as this header knows them: the caller's bytes up to
+ * min(size, sizeof *out), the members past them zero (an ABI 1.4 caller's 12 bytes read as
+ * window 0). Returns 0, leaving *out zeroed, when params is NULL or shorter than the ABI 1.0
+ * members; 1 otherwise. Every plugin reads attention params through it, so none rejects an
+ * older caller or reads past a shorter struct. */
+static inline int mmrt_attention_params_read(const void *params, uint32_t size,
+                                             struct mmrt_attention_params *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!params || size < MMRT_ATTENTION_PARAMS_V14_SIZE)
+        return 0;
+    memcpy(out, params, size < sizeof *out ? size : sizeof *out);
+    return 1;
 }
 
 /* The first thing mmrt_plugin_init does: refuse a host of another ABI major (saying why

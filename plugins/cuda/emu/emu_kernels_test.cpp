@@ -144,6 +144,7 @@ struct AttnCase {
     std::vector<int> lq, lk;
     int causal, f16, n_sm; /* n_sm small forces split-KV when rows are few */
     int layout;            /* 0 dense; 1 head-major cache with padding; 2 fused k|v */
+    int window;            /* sliding window (causal only); 0 = none */
 };
 
 static void run_attention(const AttnCase &c, int idx)
@@ -157,6 +158,13 @@ static void run_attention(const AttnCase &c, int idx)
     int64_t T = cq[n_seq], S = ck[n_seq], Hq = c.Hq, Hkv = c.Hkv, D = c.D;
     auto q = rand_vec(T * Hq * D, -1.5f, 1.5f);
     auto k = rand_vec(S * Hkv * D, -1, 1), v = rand_vec(S * Hkv * D, -1, 1);
+    /* With a window, the keys no query of a sequence sees (before its first query's window)
+     * are NaN: a kernel that loads and masks them, rather than skipping them, fails. */
+    for (int s = 0; c.window > 0 && c.causal && s < n_seq; s++) {
+        int64_t unseen = c.lq[s] ? c.lk[s] - c.lq[s] + 1 - c.window : c.lk[s];
+        for (int64_t i = 0; i < unseen * Hkv * D; i++)
+            k[ck[s] * Hkv * D + i] = v[ck[s] * Hkv * D + i] = NAN;
+    }
     if (c.f16)
         for (auto *a : {&k, &v})
             for (auto &x : *a)
@@ -225,6 +233,7 @@ static void run_attention(const AttnCase &c, int idx)
     d.n_seq = n_seq;
     d.k_dtype = d.v_dtype = c.f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
     d.causal = c.causal;
+    d.window = c.window;
     d.scale = 1.0f / sqrtf((float)D);
     d.ws = ws.data();
     d.ws_floats = (int64_t)ws.size();
@@ -233,13 +242,13 @@ static void run_attention(const AttnCase &c, int idx)
     cu_launch_attention(&d, nullptr);
     std::vector<double> ref(T * Hq * D + 1, 0.0);
     ref_attention(q.data(), k.data(), v.data(), T, S, Hq, Hkv, D, c.n_seq ? cq.data() : nullptr,
-                  c.n_seq ? ck.data() : nullptr, n_seq, d.scale, c.causal, ref.data());
-    char what[200];
+                  c.n_seq ? ck.data() : nullptr, n_seq, d.scale, c.causal, c.window, ref.data());
+    char what[220];
     snprintf(what, sizeof what,
-             "ATTENTION #%d T %lld S %lld Hq %lld Hkv %lld D %lld n_seq %d causal %d %s sm %d "
-             "layout %d",
+             "ATTENTION #%d T %lld S %lld Hq %lld Hkv %lld D %lld n_seq %d causal %d window %d %s "
+             "sm %d layout %d",
              idx, (long long)T, (long long)S, (long long)Hq, (long long)Hkv, (long long)D,
-             c.n_seq, c.causal, c.f16 ? "f16" : "f32", c.n_sm, c.layout);
+             c.n_seq, c.causal, c.window, c.f16 ? "f16" : "f32", c.n_sm, c.layout);
     check(what, y.data(), ref.data(), T * Hq * D, 2e-5);
     expect("ATTENTION error word clear", err.code == 0);
 }
@@ -247,28 +256,39 @@ static void run_attention(const AttnCase &c, int idx)
 static void test_attention(void)
 {
     std::vector<AttnCase> cases = {
-        {4, 4, 64, 0, {7}, {7}, 0, 0, 132, 0},
-        {8, 2, 80, 0, {33}, {33}, 1, 1, 132, 0},
-        {4, 2, 128, 0, {1}, {37}, 1, 1, 132, 1},                   /* decode */
-        {4, 1, 64, 0, {5}, {20}, 1, 0, 132, 1},                    /* chunked prefill */
-        {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, 0, 132, 2},      /* vision blocks */
-        {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, 1, 132, 1},
-        {2, 1, 64, 0, {130}, {130}, 1, 0, 132, 0},                 /* > 2 row tiles */
-        {1, 1, 3, 0, {4}, {9}, 0, 0, 132, 0},                      /* odd D */
-        {2, 1, 16, 0, {2}, {0}, 0, 0, 132, 0},                     /* no keys */
-        {8, 2, 128, 0, {16}, {16}, 1, 1, 132, 1},                  /* GQA 4 */
-        {4, 4, 256, 2, {3, 2}, {40, 7}, 1, 1, 132, 2},
-        {2, 2, 96, 0, {65}, {129}, 1, 0, 132, 0},                  /* tile edges, Lq < Lk */
-        {2, 1, 100, 4, {1, 63, 64, 65}, {1, 63, 64, 65}, 1, 0, 132, 0},
-        {3, 1, 200, 2, {17, 33}, {17, 33}, 0, 1, 132, 0},
-        {4, 4, 128, 0, {1}, {300}, 1, 0, 4, 1},                    /* split-KV decode */
-        {8, 2, 64, 3, {1, 1, 1}, {200, 97, 300}, 1, 1, 4, 1},      /* split, var-len */
-        {2, 2, 80, 2, {2, 1}, {260, 130}, 0, 0, 2, 0},             /* split, bidirectional */
-        {4, 1, 256, 0, {1}, {150}, 1, 0, 2, 0},                    /* split, D 256 */
-        {2, 1, 64, 2, {7, 3}, {2, 300}, 1, 0, 2, 0},               /* split with empty rows */
-        {4, 4, 128, 0, {1}, {2000}, 1, 0, 64, 1},                  /* 15 splits */
-        {8, 2, 64, 3, {1, 1, 1}, {700, 97, 900}, 1, 1, 64, 1},     /* 4 splits, var-len */
-        {2, 1, 64, 0, {40}, {1500}, 1, 0, 64, 0},                  /* prefill tiles, split */
+        {4, 4, 64, 0, {7}, {7}, 0, 0, 132, 0, 0},
+        {8, 2, 80, 0, {33}, {33}, 1, 1, 132, 0, 0},
+        {4, 2, 128, 0, {1}, {37}, 1, 1, 132, 1, 0},                   /* decode */
+        {4, 1, 64, 0, {5}, {20}, 1, 0, 132, 1, 0},                    /* chunked prefill */
+        {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, 0, 132, 2, 0},      /* vision blocks */
+        {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, 1, 132, 1, 0},
+        {2, 1, 64, 0, {130}, {130}, 1, 0, 132, 0, 0},                 /* > 2 row tiles */
+        {1, 1, 3, 0, {4}, {9}, 0, 0, 132, 0, 0},                      /* odd D */
+        {2, 1, 16, 0, {2}, {0}, 0, 0, 132, 0, 0},                     /* no keys */
+        {8, 2, 128, 0, {16}, {16}, 1, 1, 132, 1, 0},                  /* GQA 4 */
+        {4, 4, 256, 2, {3, 2}, {40, 7}, 1, 1, 132, 2, 0},
+        {2, 2, 96, 0, {65}, {129}, 1, 0, 132, 0, 0},                  /* tile edges, Lq < Lk */
+        {2, 1, 100, 4, {1, 63, 64, 65}, {1, 63, 64, 65}, 1, 0, 132, 0, 0},
+        {3, 1, 200, 2, {17, 33}, {17, 33}, 0, 1, 132, 0, 0},
+        {4, 4, 128, 0, {1}, {300}, 1, 0, 4, 1, 0},                    /* split-KV decode */
+        {8, 2, 64, 3, {1, 1, 1}, {200, 97, 300}, 1, 1, 4, 1, 0},      /* split, var-len */
+        {2, 2, 80, 2, {2, 1}, {260, 130}, 0, 0, 2, 0, 0},             /* split, bidirectional */
+        {4, 1, 256, 0, {1}, {150}, 1, 0, 2, 0, 0},                    /* split, D 256 */
+        {2, 1, 64, 2, {7, 3}, {2, 300}, 1, 0, 2, 0, 0},               /* split with empty rows */
+        {4, 4, 128, 0, {1}, {2000}, 1, 0, 64, 1, 0},                  /* 15 splits */
+        {8, 2, 64, 3, {1, 1, 1}, {700, 97, 900}, 1, 1, 64, 1, 0},     /* 4 splits, var-len */
+        {2, 1, 64, 0, {40}, {1500}, 1, 0, 64, 0, 0},                  /* prefill tiles, split */
+        /* Sliding windows: decode mid-tile, prefill tiles with a window shorter than a tile
+         * and one longer, window 1, split-KV with a window (chunks start at the window's
+         * tile), var-length batches, GQA. */
+        {4, 2, 128, 0, {1}, {300}, 1, 1, 132, 1, 37},
+        {2, 1, 64, 0, {130}, {130}, 1, 0, 132, 0, 20},
+        {2, 2, 96, 0, {65}, {129}, 1, 0, 132, 0, 100},
+        {2, 1, 16, 0, {9}, {9}, 1, 0, 132, 2, 1},
+        {4, 4, 128, 0, {1}, {2000}, 1, 0, 64, 1, 500},           /* split + window */
+        {8, 2, 64, 3, {1, 1, 1}, {700, 97, 900}, 1, 1, 64, 1, 64},
+        {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, 1, 132, 1, 3},
+        {2, 1, 64, 0, {40}, {1500}, 1, 0, 64, 0, 70},            /* prefill tiles, split */
     };
     for (size_t i = 0; i < cases.size(); i++)
         run_attention(cases[i], (int)i);
@@ -306,7 +326,7 @@ static void test_attention(void)
  * size and a permutation of page ids (spare pages and rows past a sequence's end are NaN,
  * table entries past its last page INT32_MAX). */
 struct Paged {
-    int Hq = 0, Hkv = 0, D = 0, pt = 0, causal = 0, f16 = 0;
+    int Hq = 0, Hkv = 0, D = 0, pt = 0, causal = 0, f16 = 0, window = 0;
     std::vector<int> lq, lk;
     std::vector<float> q;                 /* [T, Hq, D] */
     std::vector<std::vector<float>> k, v; /* per sequence [Lk, Hkv, D] */
@@ -371,9 +391,10 @@ static void paged_layout(Paged &c, uint64_t perm_seed)
 }
 
 static Paged paged_make(int Hq, int Hkv, int D, int pt, int causal, int f16, std::vector<int> lq,
-                        std::vector<int> lk)
+                        std::vector<int> lk, int window = 0)
 {
     Paged c;
+    c.window = window;
     c.Hq = Hq;
     c.Hkv = Hkv;
     c.D = D;
@@ -392,6 +413,10 @@ static Paged paged_make(int Hq, int Hkv, int D, int pt, int causal, int f16, std
         for (auto *a : {&c.k.back(), &c.v.back()})
             for (auto &x : *a)
                 x = f16 ? f16_f(h_f16(x)) : x;
+        /* Keys before the sequence's first window are NaN: they must be skipped. */
+        int64_t unseen = window > 0 && causal ? (lq[s] ? lk[s] - lq[s] + 1 - window : lk[s]) : 0;
+        for (int64_t i = 0; i < unseen * row; i++)
+            c.k.back()[i] = c.v.back()[i] = NAN;
     }
     paged_layout(c, 77 + lk.size());
     return c;
@@ -417,6 +442,7 @@ static std::vector<float> paged_run(const Paged &c, cu_err_word *err)
     d.n_seq = (int)c.lq.size();
     d.k_dtype = d.v_dtype = c.f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
     d.causal = c.causal;
+    d.window = c.window;
     d.scale = 1.0f / sqrtf((float)c.D);
     d.n_sm = 2; /* few SMs: ATTENTION would split these keys; the paged op never does */
     d.err = err;
@@ -434,31 +460,41 @@ static void test_attention_paged(void)
     struct PCase {
         int Hq, Hkv, D, pt, causal, f16;
         std::vector<int> lq, lk;
-        int alone, alone_pt;
+        int alone, alone_pt, window;
     };
     std::vector<PCase> cases = {
-        {4, 2, 64, 16, 1, 1, {1, 1, 1}, {37, 16, 1}, 0, 3},       /* decode, ragged pages */
-        {4, 4, 64, 1, 1, 0, {1, 6}, {5, 6}, 1, 16},              /* pages of one token */
-        {8, 2, 80, 3, 1, 0, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, 16}, /* decode + prefill chunk */
-        {2, 1, 128, 16, 1, 1, {5, 1, 3}, {0, 40, 3}, 1, 1},       /* no keys: zeros */
-        {6, 3, 8, 3, 0, 1, {7, 4}, {7, 11}, 1, 16},               /* bidirectional */
-        {2, 1, 256, 16, 1, 0, {33, 1}, {70, 129}, 0, 3},          /* D 256, > 2 row tiles */
-        {2, 2, 3, 3, 0, 0, {4}, {9}, 0, 1},                       /* odd D */
-        {4, 1, 100, 16, 1, 1, {1, 40}, {300, 64}, 1, 3},          /* generic D */
-        {4, 2, 96, 7, 1, 0, {2, 17}, {90, 40}, 0, 1},             /* D 96 decode tile */
+        {4, 2, 64, 16, 1, 1, {1, 1, 1}, {37, 16, 1}, 0, 3, 0},       /* decode, ragged pages */
+        {4, 4, 64, 1, 1, 0, {1, 6}, {5, 6}, 1, 16, 0},              /* pages of one token */
+        {8, 2, 80, 3, 1, 0, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, 16, 0}, /* decode + prefill chunk */
+        {2, 1, 128, 16, 1, 1, {5, 1, 3}, {0, 40, 3}, 1, 1, 0},       /* no keys: zeros */
+        {6, 3, 8, 3, 0, 1, {7, 4}, {7, 11}, 1, 16, 0},               /* bidirectional */
+        {2, 1, 256, 16, 1, 0, {33, 1}, {70, 129}, 0, 3, 0},          /* D 256, > 2 row tiles */
+        {2, 2, 3, 3, 0, 0, {4}, {9}, 0, 1, 0},                       /* odd D */
+        {4, 1, 100, 16, 1, 1, {1, 40}, {300, 64}, 1, 3, 0},          /* generic D */
+        {4, 2, 96, 7, 1, 0, {2, 17}, {90, 40}, 0, 1, 0},             /* D 96 decode tile */
+        /* Sliding windows: decode with the window starting mid-page, a prefill chunk and
+         * decode rows, window 1, window ≥ Lk, rows that see nothing. */
+        {4, 2, 64, 16, 1, 1, {1, 1, 1}, {37, 16, 1}, 0, 3, 7},
+        {8, 2, 80, 3, 1, 0, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, 16, 1},
+        {4, 1, 100, 16, 1, 1, {1, 40}, {300, 64}, 1, 3, 33},
+        {2, 1, 256, 16, 1, 0, {33, 1}, {70, 129}, 0, 3, 200},
+        {2, 1, 32, 4, 1, 0, {6, 2}, {3, 9}, 0, 1, 2},
+        {4, 2, 96, 7, 1, 0, {2, 70}, {90, 150}, 1, 5, 20},
     };
     for (size_t i = 0; i < cases.size(); i++) {
         const PCase &pc = cases[i];
-        Paged c = paged_make(pc.Hq, pc.Hkv, pc.D, pc.pt, pc.causal, pc.f16, pc.lq, pc.lk);
+        Paged c = paged_make(pc.Hq, pc.Hkv, pc.D, pc.pt, pc.causal, pc.f16, pc.lq, pc.lk,
+                             pc.window);
         cu_err_word err = {};
         std::vector<float> y = paged_run(c, &err);
         std::vector<double> ref(c.T * c.Hq * c.D + 1, 0.0);
         ref_attention_paged(c.q.data(), c.kpf.data(), c.vpf.data(), c.T, c.Hq, c.Hkv, c.D, c.pt,
                             c.cq.data(), c.lens.data(), c.table.data(), c.max_pages,
-                            (int)c.lq.size(), 1.0f / sqrtf((float)c.D), c.causal, ref.data());
-        char what[160];
-        snprintf(what, sizeof what, "ATTENTION_PAGED #%zu Hq %d Hkv %d D %d pages of %d %s", i,
-                 pc.Hq, pc.Hkv, pc.D, pc.pt, pc.f16 ? "f16" : "f32");
+                            (int)c.lq.size(), 1.0f / sqrtf((float)c.D), c.causal, c.window,
+                            ref.data());
+        char what[180];
+        snprintf(what, sizeof what, "ATTENTION_PAGED #%zu Hq %d Hkv %d D %d pages of %d %s "
+                 "window %d", i, pc.Hq, pc.Hkv, pc.D, pc.pt, pc.f16 ? "f16" : "f32", pc.window);
         check(what, y.data(), ref.data(), c.T * c.Hq * c.D, 2e-5);
         bool zeros = true;
         for (int64_t e = 0; e < c.T * c.Hq * c.D; e++)

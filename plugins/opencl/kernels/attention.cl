@@ -19,8 +19,11 @@
  * decreasing); when they are invalid it raises OCL_ERR_CU_SEQLENS and this kernel does nothing.
  *
  * Causal: query i of a sequence with Lq queries and Lk keys sees keys j < i + (Lk − Lq) + 1,
- * a prefix, so a tile is visible to an item up to some count. A query that sees no key
- * writes zeros.
+ * and with a sliding window (ABI 1.5) only the last `window` of those: one range
+ * [first, limit) per item, both ends growing with i. A query that sees no key writes zeros.
+ * The group walks the keys from its first query's first key to its last query's last; the
+ * tiles stay at multiples of bk (the first one is cut at the front: keys before the group's
+ * first are never loaded), so a long context with a window costs the window.
  *
  * Paged (ATTENTION_PAGED): key j of sequence s is row j % page_tokens of page
  * table[s][j / page_tokens]; only the tile loads look the page up. k_check_paged validates
@@ -28,10 +31,11 @@
  * raises OCL_ERR_PAGED; k_attention_paged then does nothing, so no read leaves the pool.
  *
  * Batch invariance: an item's arithmetic depends only on its own query, its sequence's Lq and
- * Lk and the tile size bk, which the host derives from the head dim and the device alone. The
- * tiles start at key 0 of the sequence whatever the page size, and a tile the item sees no key
- * of changes nothing, so the result does not depend on the other queries of its group, the
- * other sequences of the launch, the page ids or the page size.
+ * Lk, the window and the tile size bk, which the host derives from the head dim and the
+ * device alone. The tiles lie at multiples of bk of the sequence's keys whatever the page size,
+ * and a tile the item sees no key of changes nothing, so the result does not depend on the
+ * other queries of its group, the other sequences of the launch, the page ids or the page
+ * size.
  *
  * Cost model: one query per item suits prefill and vision encoders (many queries share each
  * K/V tile). A decode step has one query per sequence, so one item of each group computes
@@ -113,15 +117,19 @@ void att_block(__global const float *qall, __global float *yall,
                __global const uchar *vbase, long v_nb0, int v_f16,
                int paged, __global const int *pages, long page_tokens, long page_elems,
                long q0, long lq, long lk, long qs, int h, int Hq, int D, float scale,
-               int causal, int bk, __local float *ks, __local float *vs)
+               int causal, int window, int bk, __local float *ks, __local float *vs)
 {
     int lid = get_local_id(0);
     long i = qs + lid; /* this item's query, within the sequence */
     bool active = i < lq;
     long last = min(qs + ATT_BQ, lq) - 1;
-    /* Keys visible to this item, and to the block's last (most-seeing) query. */
+    /* Keys visible to this item, [first, limit); the block reads [kmin, kmax), from its first
+     * query's first key to its last (most-seeing) query's last. */
     long limit = causal ? clamp(i + (lk - lq) + 1, 0L, lk) : lk;
     long kmax = causal ? clamp(last + (lk - lq) + 1, 0L, lk) : lk;
+    long kfirst = causal ? clamp(qs + (lk - lq) + 1, 0L, lk) : lk;
+    long first = window > 0 && limit > window ? limit - window : 0;
+    long kmin = window > 0 && kfirst > window ? kfirst - window : 0;
 
     /* q and the accumulator as float4 lanes over the head dim padded to DP = 4·D4 with zeros
      * (the tile rows are padded the same way, so the padding adds exact zeros): the inner
@@ -145,10 +153,11 @@ void att_block(__global const float *qall, __global float *yall,
         acc[d4] = (float4)0.0f;
     }
 
-    for (long j0 = 0; j0 < kmax; j0 += bk) {
+    for (long j0 = kmin / bk * bk; j0 < kmax; j0 += bk) {
         int nt = (int)min((long)bk, kmax - j0);
+        int lead = (int)max(kmin - j0, 0L); /* keys of the first tile before kmin: not read */
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
-        for (int jj = 0; jj < nt; jj++) {
+        for (int jj = lead; jj < nt; jj++) {
             long kr = att_key(j0 + jj, k_nb0, paged, pages, page_tokens, page_elems);
             long vr = att_key(j0 + jj, v_nb0, paged, pages, page_tokens, page_elems);
             for (int d = lid; d < DP; d += ATT_BQ) {
@@ -157,10 +166,12 @@ void att_block(__global const float *qall, __global float *yall,
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* Barriers stay outside this branch: every item runs every iteration. */
+        /* Barriers stay outside this branch: every item runs every iteration. This item's
+         * keys in the tile are [ja, nv) (ja ≥ lead: its first key is at or after kmin). */
+        int ja = active ? (int)clamp(first - j0, 0L, (long)nt) : 0;
         int nv = active ? (int)clamp(limit - j0, 0L, (long)nt) : 0;
         float mt = -INFINITY;
-        for (int jj = 0; jj < nv; jj++) {
+        for (int jj = ja; jj < nv; jj++) {
             __local const float *kr = ks + jj * DP;
             float4 dot4 = (float4)0.0f;
             for (int d4 = 0; d4 < D4; d4++)
@@ -169,12 +180,12 @@ void att_block(__global const float *qall, __global float *yall,
             mt = fmax(mt, sc[jj]);
         }
         float mn = fmax(m, mt);
-        if (nv > 0 && mn != -INFINITY) { /* else nothing visible, or every score −inf */
-            float corr = exp(m - mn);    /* 0 on the first visible tile (m = −inf) */
+        if (nv > ja && mn != -INFINITY) { /* else nothing visible, or every score −inf */
+            float corr = exp(m - mn);     /* 0 on the first visible tile (m = −inf) */
             l *= corr;
             for (int d4 = 0; d4 < D4; d4++)
                 acc[d4] *= corr;
-            for (int jj = 0; jj < nv; jj++) {
+            for (int jj = ja; jj < nv; jj++) {
                 float p = exp(sc[jj] - mn);
                 __local const float *vr = vs + jj * DP;
                 l += p;
@@ -210,7 +221,7 @@ void k_attention(__global const uchar *qb, long q_off,
                  __global const uchar *cqb, long cq_off, __global const uchar *ckb, long ck_off,
                  int has_cu, int n_seq, __global uchar *yb, long y_off,
                  __global const int *err, long T, long S, int Hq, int n_rep, int D, float scale,
-                 int causal, int bk)
+                 int causal, int window, int bk)
 {
     __local float ks[OCL_KV_FLOATS / 2], vs[OCL_KV_FLOATS / 2];
     long blk = get_group_id(0);
@@ -238,7 +249,7 @@ void k_attention(__global const uchar *qb, long q_off,
     __global const uchar *vbase = vb + v_off + (k0 * v_nb0 + kvh * v_nb1) * (v_f16 ? 2 : 4);
     att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off), kbase, k_nb0,
               k_f16, vbase, v_nb0, v_f16, 0, err, 1, 0, q0, lq, lk, qs, h, Hq, D, scale, causal,
-              bk, ks, vs);
+              window, bk, ks, vs);
 }
 
 /* Validates a paged launch's index tensors (one work-item): cu_seqlens_q [n_seq + 1] from 0
@@ -306,7 +317,7 @@ void k_attention_paged(__global const uchar *qb, long q_off, __global const ucha
                        long l_off, __global const uchar *tb, long t_off, int n_seq,
                        long max_pages, long page_tokens, __global uchar *yb, long y_off,
                        __global const int *err, int Hq, int Hkv, int D, float scale, int causal,
-                       int bk)
+                       int window, int bk)
 {
     __local float ks[OCL_KV_FLOATS / 2], vs[OCL_KV_FLOATS / 2];
     long blk = get_group_id(0);
@@ -326,5 +337,5 @@ void k_attention_paged(__global const uchar *qb, long q_off, __global const ucha
     att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off),
               kb + k_off + kvh * D * es, row, kv_f16, vb + v_off + kvh * D * es, row, kv_f16, 1,
               pages, page_tokens, page_tokens * row, q0, lq, lens[s], qs, h, Hq, D, scale,
-              causal, bk, ks, vs);
+              causal, window, bk, ks, vs);
 }
