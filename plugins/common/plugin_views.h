@@ -13,6 +13,7 @@
 #define MMRT_PLUGIN_VIEWS_H
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +89,7 @@ static inline mmrt_status mmrt_pv_check(const char *what, const struct mmrt_tens
                            "arena of %" PRIu64 " bytes", what, t->offset, t->offset, s->span,
                            arena_bytes);
     return MMRT_OK;
+
 #undef MMRT_PV_BAD
 }
 
@@ -168,6 +170,34 @@ static inline mmrt_status mmrt_pv_u4_groups(int64_t K, int64_t N, const int64_t 
         return MMRT_PV_BAD("src4 (zero points) is [%" PRId64 ", %" PRId64 "], the scales [%"
                            PRId64 ", %" PRId64 "]", z_ne[0], z_ne[1], N, g);
     *G = g;
+    return MMRT_OK;
+}
+
+/* An attention launch's params (plugin.h, MMRT_OP_ATTENTION / _PAGED): read, an ABI 1.4
+ * caller's 12 bytes meaning window 0 (mmrt_pv_attention_params), and then, once the plugin
+ * has checked the shapes, the values every plugin holds them to (mmrt_pv_attention_values). */
+static inline mmrt_status mmrt_pv_attention_params(const void *params, uint32_t size,
+                                                   struct mmrt_attention_params *p, char *why,
+                                                   size_t why_size)
+{
+    if (!mmrt_attention_params_read(params, size, p))
+        return MMRT_PV_BAD("params %s (%u bytes, need %u)", params ? "too short" : "missing",
+                           size, (unsigned)MMRT_ATTENTION_PARAMS_V14_SIZE);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_attention_values(const struct mmrt_attention_params *p,
+                                                   char *why, size_t why_size)
+{
+    if (p->causal != 0 && p->causal != 1)
+        return MMRT_PV_BAD("causal is %" PRId32 ", expected 0 or 1", p->causal);
+    if (!isfinite(p->scale))
+        return MMRT_PV_BAD("scale %g is not finite", (double)p->scale);
+    if (p->window < 0)
+        return MMRT_PV_BAD("window %" PRId32 " must be ≥ 0 (0 = none)", p->window);
+    if (p->window > 0 && p->causal != 1)
+        return MMRT_PV_BAD("window %" PRId32 " needs causal = 1 (no bidirectional window is "
+                           "defined)", p->window);
     return MMRT_OK;
 }
 #undef MMRT_PV_BAD

@@ -54,6 +54,7 @@
 #include <stdlib.h>
 
 #include "cpu_internal.h"
+#include "plugin_views.h"
 
 /* ---- ROPE, ROPE_MULTI ------------------------------------------------------------------ */
 
@@ -767,27 +768,18 @@ static mmrt_status check_attention_shape(struct cpu_op *o, const struct mmrt_att
                        PRId64 " kv heads", Hq, Hkv);
     if (!cpu_same_shape(&o->src[0], &o->dst))
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    if (p->causal != 0 && p->causal != 1)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "causal is %" PRId32 ", expected 0 or 1",
-                       p->causal);
-    if (!isfinite(p->scale))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "scale %g is not finite", (double)p->scale);
-    if (p->window < 0)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " must be ≥ 0 (0 = none)",
-                       p->window);
-    if (p->window > 0 && p->causal != 1)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "window %" PRId32 " needs causal = 1 (no "
-                       "bidirectional window is defined)", p->window);
+    char why[256];
+    if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
 /* The attention params of a launch: ABI 1.4 callers' 12 bytes read as window 0. */
 static mmrt_status attention_params(struct cpu_op *o, struct mmrt_attention_params *p)
 {
-    if (!mmrt_attention_params_read(o->params, o->params_size, p))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "params %s (%u bytes, need %u)",
-                       o->params ? "too short" : "missing", o->params_size,
-                       MMRT_ATTENTION_PARAMS_V14_SIZE);
+    char why[128];
+    if (mmrt_pv_attention_params(o->params, o->params_size, p, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
