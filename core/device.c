@@ -241,15 +241,6 @@ mmrt_status mmrt_dev_download(struct mmrt_dev *dev, const struct mmrt_tensor *t,
     return MMRT_OK;
 }
 
-mmrt_status mmrt_dev_synchronize(struct mmrt_dev *dev, struct mmrt_error *err)
-{
-    mmrt_status st = dev->api->synchronize(dev->handle);
-    if (st != MMRT_OK)
-        return mmrt_error_set(err, st, "device %s: %s", dev->name,
-                              dev->api->last_error(dev->handle));
-    return MMRT_OK;
-}
-
 bool mmrt_dev_can_capture(const struct mmrt_dev *dev)
 {
     /* the loader zero-extends a shorter plugin struct and accepts all four members or none */

@@ -123,8 +123,6 @@ mmrt_status mmrt_dev_upload(struct mmrt_dev *dev, const struct mmrt_tensor *t, c
                             uint64_t nbytes, struct mmrt_error *err);
 mmrt_status mmrt_dev_download(struct mmrt_dev *dev, const struct mmrt_tensor *t, void *dst,
                               uint64_t nbytes, struct mmrt_error *err);
-mmrt_status mmrt_dev_synchronize(struct mmrt_dev *dev, struct mmrt_error *err);
-
 /* Graph capture (plugin.h): true when the plugin records graphs (and the plugin struct
  * is new enough to carry the members). */
 bool mmrt_dev_can_capture(const struct mmrt_dev *dev);

@@ -560,13 +560,6 @@ mmrt_status mmrt_op_add(struct mmrt_dev *dev, const struct mmrt_tensor *a,
     LAUNCH(MMRT_OP_ADD, no_params, a, b);
 }
 
-mmrt_status mmrt_op_mul(struct mmrt_dev *dev, const struct mmrt_tensor *a,
-                        const struct mmrt_tensor *b, const struct mmrt_tensor *y,
-                        struct mmrt_error *err)
-{
-    LAUNCH(MMRT_OP_MUL, no_params, a, b);
-}
-
 mmrt_status mmrt_op_scale(struct mmrt_dev *dev, const struct mmrt_tensor *x, float scale,
                           const struct mmrt_tensor *y, struct mmrt_error *err)
 {
@@ -605,13 +598,6 @@ mmrt_status mmrt_op_swiglu(struct mmrt_dev *dev, const struct mmrt_tensor *gate,
                            struct mmrt_error *err)
 {
     LAUNCH(MMRT_OP_SWIGLU, no_params, gate, up);
-}
-
-mmrt_status mmrt_op_softmax(struct mmrt_dev *dev, const struct mmrt_tensor *x, float scale,
-                            const struct mmrt_tensor *y, struct mmrt_error *err)
-{
-    const struct mmrt_scale_params p = { scale }, *pp = &p;
-    LAUNCH(MMRT_OP_SOFTMAX, pp, x);
 }
 
 mmrt_status mmrt_op_rope(struct mmrt_dev *dev, const struct mmrt_tensor *x,
@@ -685,12 +671,6 @@ mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *val
                              struct mmrt_error *err)
 {
     LAUNCH(MMRT_OP_SET_ROWS, no_params, values, idx);
-}
-
-mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,
-                           const struct mmrt_tensor *y, struct mmrt_error *err)
-{
-    LAUNCH(MMRT_OP_ARGMAX, no_params, x);
 }
 
 mmrt_status mmrt_op_gather_heads(struct mmrt_dev *dev, const struct mmrt_tensor *table,

@@ -21,7 +21,9 @@
 #include "device.h"
 
 /* Generic entry: validates `op` with its sources (NULL for absent optional ones) and
- * parameter struct, then launches it. The typed wrappers below are the usual way in. */
+ * parameter struct, then launches it. The typed wrappers below are the usual way in; ops the
+ * runtime never launches (MUL, SOFTMAX, ARGMAX: plugins implement them for the ABI and
+ * mmrt-plugin-check tests them) have none. */
 mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
                            const struct mmrt_tensor *const *src, int n_src,
                            const struct mmrt_tensor *dst, const void *params,
@@ -51,9 +53,6 @@ mmrt_status mmrt_op_matmul(struct mmrt_dev *dev, const struct mmrt_tensor *x,
 mmrt_status mmrt_op_add(struct mmrt_dev *dev, const struct mmrt_tensor *a,
                         const struct mmrt_tensor *b, const struct mmrt_tensor *y,
                         struct mmrt_error *err);
-mmrt_status mmrt_op_mul(struct mmrt_dev *dev, const struct mmrt_tensor *a,
-                        const struct mmrt_tensor *b, const struct mmrt_tensor *y,
-                        struct mmrt_error *err);
 mmrt_status mmrt_op_scale(struct mmrt_dev *dev, const struct mmrt_tensor *x, float scale,
                           const struct mmrt_tensor *y, struct mmrt_error *err);
 /* w and b may be NULL. */
@@ -69,8 +68,6 @@ mmrt_status mmrt_op_unary(struct mmrt_dev *dev, enum mmrt_op op, const struct mm
 mmrt_status mmrt_op_swiglu(struct mmrt_dev *dev, const struct mmrt_tensor *gate,
                            const struct mmrt_tensor *up, const struct mmrt_tensor *y,
                            struct mmrt_error *err);
-mmrt_status mmrt_op_softmax(struct mmrt_dev *dev, const struct mmrt_tensor *x, float scale,
-                            const struct mmrt_tensor *y, struct mmrt_error *err);
 mmrt_status mmrt_op_rope(struct mmrt_dev *dev, const struct mmrt_tensor *x,
                          const struct mmrt_tensor *pos, const struct mmrt_rope_params *p,
                          const struct mmrt_tensor *y, struct mmrt_error *err);
@@ -109,8 +106,6 @@ mmrt_status mmrt_op_rope_multi(struct mmrt_dev *dev, const struct mmrt_tensor *x
 mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *values,
                              const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
                              struct mmrt_error *err);
-mmrt_status mmrt_op_argmax(struct mmrt_dev *dev, const struct mmrt_tensor *x,
-                           const struct mmrt_tensor *y, struct mmrt_error *err);
 /* plugin.h MMRT_OP_GATHER_HEADS (ABI 1.4): y[n, h, :] = the average of the rows
  * table[idx[n, h, g], h, :] whose index lies in [0, R), summed in g order and divided once;
  * bit-exact on every plugin. table [R, H, D] F32/F16/BF16, idx I32 [N, H, G] (G ≥ 1, entries

@@ -39,14 +39,6 @@ void mmrt_tensor_init(struct mmrt_tensor *t, void *buffer, uint64_t offset,
     }
 }
 
-int64_t mmrt_tensor_numel(const struct mmrt_tensor *t)
-{
-    int64_t n = 1;
-    for (int i = 0; i < t->n_dims; i++)
-        n *= t->ne[i];
-    return n;
-}
-
 struct mmrt_tensor mmrt_tensor_reshape(const struct mmrt_tensor *t, int n_dims,
                                        const int64_t *ne)
 {

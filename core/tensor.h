@@ -17,9 +17,6 @@ mmrt_status mmrt_tensor_nbytes(enum mmrt_dtype dtype, int n_dims, const int64_t 
 void mmrt_tensor_init(struct mmrt_tensor *t, void *buffer, uint64_t offset,
                       enum mmrt_dtype dtype, int n_dims, const int64_t *ne);
 
-/* Number of elements. */
-int64_t mmrt_tensor_numel(const struct mmrt_tensor *t);
-
 /* The same contiguous storage seen with another shape of equal element count. The caller
  * guarantees t is contiguous (all model activations are). */
 struct mmrt_tensor mmrt_tensor_reshape(const struct mmrt_tensor *t, int n_dims,

@@ -331,11 +331,6 @@ void mmrt_weights_check_layers(const struct mmrt_weights *w, const char *prefix,
                  n - 1 > n_layers ? (long long)(n - 1) : 0LL);
 }
 
-const char *mmrt_weights_path(const struct mmrt_weights *w)
-{
-    return w->path;
-}
-
 static void shape_str(int n_dims, const int64_t *shape, char *buf, size_t size)
 {
     size_t used = (size_t)snprintf(buf, size, "[");

@@ -120,7 +120,4 @@ void mmrt_weights_check_layers(const struct mmrt_weights *w, const char *prefix,
 void mmrt_weights_canonical_name(const char *name, bool bare_model_is_lm, char *buf,
                                  size_t size);
 
-/* Path of the checkpoint, for messages. */
-const char *mmrt_weights_path(const struct mmrt_weights *w);
-
 #endif
