@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "plugin_loader.h"
+#include "plugin_views.h"
 
 static int64_t numel(const struct mmrt_tensor *t)
 {
@@ -196,6 +197,7 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
 
     const struct mmrt_tensor *a = src[0], *b = n_src > 1 ? src[1] : NULL,
                              *c = n_src > 2 ? src[2] : NULL, *y = dst;
+    char why[160]; /* a parameter value the shared contract (plugin_views.h) refuses */
     switch (op) {
     case MMRT_OP_MATMUL:
         REQUIRE(a->dtype == MMRT_DTYPE_F32 && contiguous(a), "x must be contiguous F32", a);
@@ -255,7 +257,8 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         if (st != MMRT_OK)
             return st;
         float eps = ((const struct mmrt_norm_params *)params)->eps;
-        REQUIRE(isfinite(eps) && eps >= 0, "eps must be finite and ≥ 0", NULL);
+        if (mmrt_pv_norm_eps(eps, why, sizeof why) != MMRT_OK)
+            return bad(err, op, why, NULL);
         st = check_same_f32(op, a, y, err);
         if (st == MMRT_OK)
             st = check_row_weight(op, "weight", b, inner(a), err);
@@ -287,11 +290,9 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                     (contiguous(y) || (y->buffer == a->buffer && y->offset == a->offset &&
                                        memcmp(y->nb, a->nb, sizeof y->nb) == 0)),
                 "dst must be contiguous F32 with x's shape, or x itself", y);
-        REQUIRE(p->n_rot >= 2 && p->n_rot % 2 == 0 && p->n_rot <= a->ne[2],
-                "n_rot must be even and within 2…D", a);
-        REQUIRE(p->mode == MMRT_ROPE_NEOX || p->mode == MMRT_ROPE_INTERLEAVED,
-                "mode must be NEOX or INTERLEAVED", NULL);
-        REQUIRE(isfinite(p->theta) && p->theta > 0, "theta must be finite and > 0", NULL);
+        if (mmrt_pv_rope_rot(p->n_rot, a->ne[2], p->theta, why, sizeof why) != MMRT_OK ||
+            mmrt_pv_rope_mode(p->mode, why, sizeof why) != MMRT_OK)
+            return bad(err, op, why, NULL);
         return MMRT_OK;
     }
     case MMRT_OP_ROPE_MULTI: {
@@ -310,11 +311,10 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                     (contiguous(y) || (y->buffer == a->buffer && y->offset == a->offset &&
                                        memcmp(y->nb, a->nb, sizeof y->nb) == 0)),
                 "dst must be contiguous F32 with x's shape, or x itself", y);
-        REQUIRE(p->n_rot >= 2 && p->n_rot % 2 == 0 && p->n_rot <= a->ne[2],
-                "n_rot must be even and within 2…D", a);
+        if (mmrt_pv_rope_rot(p->n_rot, a->ne[2], p->theta, why, sizeof why) != MMRT_OK)
+            return bad(err, op, why, NULL);
         REQUIRE(p->freq_dim >= 1, "freq_dim must be ≥ 1", NULL);
         REQUIRE(p->restart == 0 || p->restart == 1, "restart must be 0 or 1", NULL);
-        REQUIRE(isfinite(p->theta) && p->theta > 0, "theta must be finite and > 0", NULL);
         int64_t pairs = 0;
         for (int i = 0; i < p->n_axes; i++) {
             REQUIRE(p->sections[i] >= 0, "sections must be ≥ 0", NULL);
@@ -357,10 +357,8 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         REQUIRE(y->dtype == MMRT_DTYPE_F32 && contiguous(y) && same_shape(a, y),
                 "dst must be contiguous F32 with q's shape", y);
         REQUIRE((cq == NULL) == (ck == NULL), "cu_seqlens_q and cu_seqlens_k go together", NULL);
-        REQUIRE(p->causal == 0 || p->causal == 1, "causal must be 0 or 1", NULL);
-        REQUIRE(isfinite(p->scale), "scale must be finite", NULL);
-        REQUIRE(p->window >= 0, "window must be ≥ 0 (0 = no sliding window)", NULL);
-        REQUIRE(p->window == 0 || p->causal == 1, "a sliding window needs causal = 1", NULL);
+        if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
+            return bad(err, op, why, NULL);
         if (cq) {
             REQUIRE(p->n_seq >= 1, "n_seq must be ≥ 1", NULL);
             REQUIRE(cq->dtype == MMRT_DTYPE_I32 && contiguous(cq) && numel(cq) == p->n_seq + 1,
@@ -394,10 +392,8 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "q heads must be a multiple of kv heads", b);
         REQUIRE(y->dtype == MMRT_DTYPE_F32 && contiguous(y) && same_shape(a, y),
                 "dst must be contiguous F32 with q's shape", y);
-        REQUIRE(p->causal == 0 || p->causal == 1, "causal must be 0 or 1", NULL);
-        REQUIRE(isfinite(p->scale), "scale must be finite", NULL);
-        REQUIRE(p->window >= 0, "window must be ≥ 0 (0 = no sliding window)", NULL);
-        REQUIRE(p->window == 0 || p->causal == 1, "a sliding window needs causal = 1", NULL);
+        if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
+            return bad(err, op, why, NULL);
         REQUIRE(p->n_seq >= 1, "n_seq must be ≥ 1", NULL);
         REQUIRE(cq->dtype == MMRT_DTYPE_I32 && contiguous(cq) && numel(cq) == p->n_seq + 1,
                 "cu_seqlens_q must be contiguous I32 [n_seq + 1]", cq);

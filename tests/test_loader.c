@@ -332,13 +332,13 @@ static void test_validate_rope_multi_set_rows(void **state)
         { { 1e4f, 8, 8, 0, 3, { 2, 1, 0 } }, "ROPE_MULTI: sections must sum to n_rot/2" },
         { { 1e4f, 8, 8, 0, 3, { 2, 1, 2 } }, "sections must sum to n_rot/2" },
         { { 1e4f, 8, 8, 0, 3, { 4, -1, 1 } }, "ROPE_MULTI: sections must be ≥ 0" },
-        { { 1e4f, 9, 8, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: n_rot must be even and within 2…D" },
-        { { 1e4f, 10, 8, 0, 3, { 2, 2, 1 } }, "n_rot must be even and within 2…D" },
-        { { 1e4f, 0, 8, 0, 3, { 0, 0, 0 } }, "n_rot must be even and within 2…D" },
+        { { 1e4f, 9, 8, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: n_rot 9 must be even and within 2…D (D = 8)" },
+        { { 1e4f, 10, 8, 0, 3, { 2, 2, 1 } }, "n_rot 10 must be even and within 2…D" },
+        { { 1e4f, 0, 8, 0, 3, { 0, 0, 0 } }, "n_rot 0 must be even and within 2…D" },
         { { 1e4f, 8, 0, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: freq_dim must be ≥ 1" },
         { { 1e4f, 8, 8, 2, 3, { 2, 1, 1 } }, "ROPE_MULTI: restart must be 0 or 1" },
-        { { 0.0f, 8, 8, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: theta must be finite and > 0" },
-        { { INFINITY, 8, 8, 0, 3, { 2, 1, 1 } }, "theta must be finite and > 0" },
+        { { 0.0f, 8, 8, 0, 3, { 2, 1, 1 } }, "ROPE_MULTI: theta 0 must be finite and > 0" },
+        { { INFINITY, 8, 8, 0, 3, { 2, 1, 1 } }, "theta inf must be finite and > 0" },
         { { 1e4f, 8, 8, 0, 2, { 2, 2 } }, "ROPE_MULTI: positions must be contiguous I32 [T, "
                                           "n_axes] (got I32 [3, 3])" },
     };
@@ -557,9 +557,8 @@ static void test_validate_attention_window(void **state)
             struct mmrt_attention_params p;
             const char *why;
         } bad[] = {
-            { { 0.35f, 1, 1, -1 }, "ATTENTION_PAGED: window must be ≥ 0 (0 = no sliding "
-                                   "window)" },
-            { { 0.35f, 0, 1, 4 }, "ATTENTION_PAGED: a sliding window needs causal = 1" },
+            { { 0.35f, 1, 1, -1 }, "ATTENTION_PAGED: window -1 must be ≥ 0 (0 = none)" },
+            { { 0.35f, 0, 1, 4 }, "ATTENTION_PAGED: window 4 needs causal = 1" },
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
@@ -580,7 +579,7 @@ static void test_validate_attention_window(void **state)
         k3.nb[2] = 4;
         assert_int_equal(mmrt_op_attention(dev, &q.t, &k3, &k3, NULL, NULL, &bidir, &y.t, &err),
                          MMRT_ERR_INVALID_ARG);
-        assert_non_null(strstr(err.msg, "ATTENTION: a sliding window needs causal = 1"));
+        assert_non_null(strstr(err.msg, "ATTENTION: window 2 needs causal = 1"));
         /* 11 bytes are too few; an ABI 1.4 caller's 12 pass as window 0. */
         const struct mmrt_attention_params w4 = { 0.35f, 1, 1, 4 };
         assert_int_equal(mmrt_op_launch(dev, MMRT_OP_ATTENTION_PAGED, src, 6, &y.t, &w4, 11,

@@ -200,6 +200,33 @@ static inline mmrt_status mmrt_pv_attention_values(const struct mmrt_attention_p
                            "defined)", p->window);
     return MMRT_OK;
 }
+/* The parameter values of ROPE / ROPE_MULTI and the norms that the core and every plugin hold a
+ * launch to, with one wording: the rotated dims of a head of D and the base (both rotaries),
+ * ROPE's pairing mode, LAYERNORM / RMSNORM's eps. */
+static inline mmrt_status mmrt_pv_rope_rot(int32_t n_rot, int64_t D, float theta, char *why,
+                                           size_t why_size)
+{
+    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
+        return MMRT_PV_BAD("n_rot %" PRId32 " must be even and within 2…D (D = %" PRId64 ")",
+                           n_rot, D);
+    if (!(theta > 0.0f) || isinf(theta))
+        return MMRT_PV_BAD("theta %g must be finite and > 0", (double)theta);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_rope_mode(int32_t mode, char *why, size_t why_size)
+{
+    if (mode != MMRT_ROPE_NEOX && mode != MMRT_ROPE_INTERLEAVED)
+        return MMRT_PV_BAD("mode %" PRId32 " is neither NEOX (0) nor INTERLEAVED (1)", mode);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_norm_eps(float eps, char *why, size_t why_size)
+{
+    if (!(eps >= 0.0f) || isinf(eps))
+        return MMRT_PV_BAD("eps %g must be finite and ≥ 0", (double)eps);
+    return MMRT_OK;
+}
 #undef MMRT_PV_BAD
 
 #endif

@@ -110,9 +110,9 @@ static void rope_task(void *vctx, int tid, int64_t begin, int64_t end)
 }
 
 /* The tensor checks both ops share: x F32 [T, H, D] with a contiguous inner dim, positions
- * contiguous I32 [T] (n_axes 0: ROPE) or [T, n_axes], dst of x's shape (or x itself), and
- * n_rot even within 2…D. */
-static mmrt_status rope_check(struct cpu_op *o, int n_axes, int32_t n_rot)
+ * contiguous I32 [T] (n_axes 0: ROPE) or [T, n_axes], dst of x's shape (or x itself), then
+ * n_rot and theta (mmrt_pv_rope_rot). */
+static mmrt_status rope_check(struct cpu_op *o, int n_axes, int32_t n_rot, float theta)
 {
     const struct cpu_view *x = &o->src[0], *pos = &o->src[1], *y = &o->dst;
     mmrt_status st;
@@ -136,16 +136,9 @@ static mmrt_status rope_check(struct cpu_op *o, int n_axes, int32_t n_rot)
     if (n_axes > 0 && (pos->n_dims != 2 || pos->ne[0] != T || pos->ne[1] != n_axes))
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) must be [T, n_axes] = [%" PRId64
                        ", %d]", T, n_axes);
-    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
-                       "(D = %" PRId64 ")", n_rot, D);
-    return MMRT_OK;
-}
-
-static mmrt_status rope_check_theta(struct cpu_op *o, float theta)
-{
-    if (!(theta > 0.0f) || isinf(theta))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0", (double)theta);
+    char why[160];
+    if (mmrt_pv_rope_rot(n_rot, D, theta, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
@@ -185,13 +178,11 @@ mmrt_status cpu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args
     mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = rope_check(&o, 0, p.n_rot)))
+    char why[96];
+    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = rope_check(&o, 0, p.n_rot, p.theta)))
         return st;
-    if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
-                       "INTERLEAVED (1)", p.mode);
-    if ((st = rope_check_theta(&o, p.theta)))
-        return st;
+    if (mmrt_pv_rope_mode(p.mode, why, sizeof why) != MMRT_OK)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (o.src[0].numel == 0)
         return MMRT_OK;
 
@@ -222,7 +213,7 @@ mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args
     if (p.n_axes < 1 || p.n_axes > MMRT_ROPE_MAX_AXES)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_axes %" PRId32 " is outside 1…%d", p.n_axes,
                        MMRT_ROPE_MAX_AXES);
-    if ((st = rope_check(&o, p.n_axes, p.n_rot)) || (st = rope_check_theta(&o, p.theta)))
+    if ((st = rope_check(&o, p.n_axes, p.n_rot, p.theta)))
         return st;
     if (p.freq_dim < 1)
         return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "freq_dim %" PRId32 " must be ≥ 1", p.freq_dim);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "cpu_internal.h"
+#include "plugin_views.h"
 
 /* ---- LAYERNORM, RMSNORM --------------------------------------------------------------- */
 
@@ -150,8 +151,9 @@ static mmrt_status norm(struct mmrt_device *dev, const struct mmrt_op_args *args
         (st = check_row_weight(&o, "src1 (weight)", &o.src[1], n)) ||
         (st = check_row_weight(&o, "src2 (bias)", &o.src[2], n)))
         return st;
-    if (!(p.eps >= 0.0f) || isinf(p.eps))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "eps %g must be finite and ≥ 0", (double)p.eps);
+    char why[96];
+    if (mmrt_pv_norm_eps(p.eps, why, sizeof why) != MMRT_OK)
+        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (n == 0)
         return MMRT_OK;
     struct norm_ctx c = {

@@ -163,8 +163,9 @@ static mmrt_status norm(struct mmrt_device *dev, const struct mmrt_op_args *args
         (st = check_row_weight(&o, "src1 (weight)", &o.src[1], n)) ||
         (st = check_row_weight(&o, "src2 (bias)", &o.src[2], n)))
         return st;
-    if (!(p.eps >= 0.0f) || isinf(p.eps))
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "eps %g must be finite and ≥ 0", (double)p.eps);
+    char why[96];
+    if (mmrt_pv_norm_eps(p.eps, why, sizeof why) != MMRT_OK)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     cudaError_t e = cu_launch_norm((float *)o.dst.data, (const float *)o.src[0].data,
                                    o.src[1].data, o.src[1].dtype, o.src[2].data, o.src[2].dtype,
                                    cu_rows(&o.src[0]), n, p.eps, rms, dev->stream);
@@ -274,12 +275,9 @@ static mmrt_status check_rotary(struct cu_op *o, float theta, int32_t n_rot,
     if (pos->numel != T * pos_per_token)
         return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
                       PRId64 " tokens × %" PRId64, pos->numel, T, pos_per_token);
-    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
-                      "(D = %" PRId64 ")", n_rot, D);
-    if (!(theta > 0.0f) || isinf(theta))
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
-                      (double)theta);
+    char why[160];
+    if (mmrt_pv_rope_rot(n_rot, D, theta, why, sizeof why) != MMRT_OK)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (n_rot / 2 > CU_ROPE_MAX_HALF)
         return cu_bad(o, MMRT_ERR_UNSUPPORTED, "n_rot %" PRId32 " exceeds the CUDA plugin's %d",
                       n_rot, 2 * CU_ROPE_MAX_HALF);
@@ -302,9 +300,9 @@ mmrt_status cu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args)
         return st;
     if ((st = cu_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o, p.theta, p.n_rot, 1, &d)))
         return st;
-    if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
-                      "INTERLEAVED (1)", p.mode);
+    char why[96];
+    if (mmrt_pv_rope_mode(p.mode, why, sizeof why) != MMRT_OK)
+        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     d.mode = p.mode;
     /* Exactly the CPU plugin's expression, through the same C library (see cu_rope_desc). */
     for (int32_t i = 0; i < p.n_rot / 2; i++)

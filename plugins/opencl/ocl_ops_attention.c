@@ -83,12 +83,9 @@ static mmrt_status check_rotary(struct ocl_op *o, float theta, int32_t n_rot,
     if (pos->numel != T * pos_per_token)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
                        PRId64 " tokens × %" PRId64, pos->numel, T, pos_per_token);
-    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "n_rot %" PRId32 " must be even and within 2…D "
-                       "(D = %" PRId64 ")", n_rot, D);
-    if (!(theta > 0.0f) || isinf(theta))
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "theta %g must be finite and > 0",
-                       (double)theta);
+    char why[160];
+    if (mmrt_pv_rope_rot(n_rot, D, theta, why, sizeof why) != MMRT_OK)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (D > INT32_MAX)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " exceeds I32", D);
     return MMRT_OK;
@@ -129,9 +126,9 @@ mmrt_status ocl_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args
         return st;
     if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o, p.theta, p.n_rot, 1)))
         return st;
-    if (p.mode != MMRT_ROPE_NEOX && p.mode != MMRT_ROPE_INTERLEAVED)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "mode %" PRId32 " is neither NEOX (0) nor "
-                       "INTERLEAVED (1)", p.mode);
+    char why[96];
+    if (mmrt_pv_rope_mode(p.mode, why, sizeof why) != MMRT_OK)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (o.src[0].ne[0] == 0 || o.src[0].ne[1] == 0)
         return MMRT_OK;
     cl_mem inv = NULL;

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "ocl_internal.h"
+#include "plugin_views.h"
 
 /* dst and src of one shape, contiguous F32; identical views allowed (in place). */
 static mmrt_status check_same_f32(struct ocl_op *o, const char *what, const struct ocl_view *s)
@@ -189,8 +190,9 @@ static mmrt_status norm(struct mmrt_device *dev, const struct mmrt_op_args *args
         (st = check_row_weight(&o, "src1 (weight)", w, n)) ||
         (st = check_row_weight(&o, "src2 (bias)", b, n)))
         return st;
-    if (!(p.eps >= 0.0f) || isinf(p.eps))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "eps %g must be finite and ≥ 0", (double)p.eps);
+    char why[96];
+    if (mmrt_pv_norm_eps(p.eps, why, sizeof why) != MMRT_OK)
+        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (n == 0 || o.dst.numel == 0)
         return MMRT_OK;
     struct ocl_call c;
