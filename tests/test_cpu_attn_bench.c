@@ -27,31 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "plugin_harness.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t g_rng = 7;
-
-static uint64_t rnd_u64(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float rnd(void)
-{
-    return (float)((double)(rnd_u64() >> 11) / 4503599627370496.0) - 1.0f;
-}
 
 static int usage(void)
 {
@@ -115,6 +93,7 @@ static int launch_run(struct harness *h, struct launch *l, struct harness_tensor
 
 int main(int argc, char **argv)
 {
+    uint64_t rng = 7; /* the values' stream, fixed */
     const char *isa = "auto", *threads = NULL, *kvname = "f32";
     int64_t H = 32, G = 0, D = 128, keys = 629, page = 16, Bs[32];
     int32_t window = 0;
@@ -193,17 +172,17 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < n_pages; i++)
         perm[i] = (int32_t)i;
     for (int64_t i = n_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rnd_u64() % (uint64_t)(i + 1));
+        int64_t j = (int64_t)(bench_rng_u64(&rng) % (uint64_t)(i + 1));
         int32_t t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
     for (int64_t i = 0; i < n_seq * HD; i++)
-        q[i] = rnd();
+        q[i] = bench_rng_f(&rng);
     struct harness_tensor kp, vp;
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t i = 0; i < n_pages * page * row; i++) {
-            float v = rnd();
+            float v = bench_rng_f(&rng);
             if (kv == MMRT_DTYPE_F32)
                 ((float *)pool)[i] = v;
             else
@@ -249,10 +228,10 @@ int main(int argc, char **argv)
                 return 1;
         double best = 1e30;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
-            double t0 = now_s();
+            double t0 = bench_now_s();
             if (launch_run(&h, &l[rep % copies], &kp, &vp, B, scale, window))
                 return 1;
-            double t = now_s() - t0;
+            double t = bench_now_s() - t0;
             if (rep > 0 && t < best)
                 best = t;
         }

@@ -25,29 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "plugin_harness.h"
 
 #define GEMV_CONTRACT_M 32 /* the plugin's CPU_GEMV_MAX_M (its header is private) */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t g_rng = 1;
-
-static float rnd(void)
-{
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((double)(z >> 11) / 4503599627370496.0) - 1.0f;
-}
 
 static int usage(void)
 {
@@ -59,6 +41,7 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
+    uint64_t rng = 1; /* the values' stream, fixed */
     const char *isa = "auto", *threads = NULL, *dtname = "f16";
     int64_t K = 4096, N = 11008, Ms[32];
     int n_m = 0, repeat = 5, copies = 1;
@@ -127,7 +110,7 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int64_t i = 0; i < N * K; i++) {
-        float v = rnd();
+        float v = bench_rng_f(&rng);
         if (dt == MMRT_DTYPE_F32)
             ((float *)w)[i] = v;
         else
@@ -135,7 +118,7 @@ int main(int argc, char **argv)
                                                       : harness_f32_to_bf16(v);
     }
     for (int64_t i = 0; i < max_m * K; i++)
-        x[i] = rnd();
+        x[i] = bench_rng_f(&rng);
     struct harness_tensor tws[64];
     for (int c = 0; c < copies; c++)
         if (harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, K }, &tws[c]) != MMRT_OK ||
@@ -172,10 +155,10 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
             src[1] = &tws[rep % copies];
-            double t0 = now_s();
+            double t0 = bench_now_s();
             if (harness_run(&h, MMRT_OP_MATMUL, src, 2, &ty, NULL, 0) != MMRT_OK)
                 return 1;
-            double t = now_s() - t0;
+            double t = bench_now_s() - t0;
             if (rep > 0 && t < best)
                 best = t;
         }
