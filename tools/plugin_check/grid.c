@@ -24,7 +24,7 @@ static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MM
 
 static const char *dt_name(enum mmrt_dtype dt)
 {
-    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8", "U4"};
+    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8", "U4", "F8E4M3"};
     return (unsigned)dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
 }
 
