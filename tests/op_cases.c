@@ -153,6 +153,8 @@ void op_round_to(enum mmrt_dtype dt, float *v, int64_t n)
             v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
         else if (dt == MMRT_DTYPE_BF16)
             v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+        else if (dt == MMRT_DTYPE_F8E4M3)
+            v[i] = ref_f8e4m3_value(ref_f8e4m3_encode(v[i]));
     }
 }
 
@@ -162,6 +164,12 @@ void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n)
         void *p = op_alloc((size_t)n * 4);
         memcpy(p, v, (size_t)n * 4);
         return p;
+    }
+    if (dt == MMRT_DTYPE_F8E4M3) {
+        uint8_t *b = op_alloc((size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            b[i] = ref_f8e4m3_encode(v[i]);
+        return b;
     }
     uint16_t *h = op_alloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
@@ -210,6 +218,8 @@ void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, voi
     }
     if (sdt == MMRT_DTYPE_F32)
         memcpy(&f, s, 4);
+    else if (sdt == MMRT_DTYPE_F8E4M3)
+        f = ref_f8e4m3_value(*(const uint8_t *)s);
     else {
         uint16_t h;
         memcpy(&h, s, 2);
@@ -217,6 +227,8 @@ void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, voi
     }
     if (ddt == MMRT_DTYPE_F32)
         memcpy(d, &f, 4);
+    else if (ddt == MMRT_DTYPE_F8E4M3)
+        *(uint8_t *)d = ref_f8e4m3_encode(f);
     else {
         uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
         memcpy(d, &h, 2);
@@ -233,6 +245,9 @@ bool op_same_value(enum mmrt_dtype dt, const void *a, const void *b)
     if (dt == MMRT_DTYPE_F32) {
         memcpy(&fa, a, 4);
         memcpy(&fb, b, 4);
+    } else if (dt == MMRT_DTYPE_F8E4M3) {
+        fa = ref_f8e4m3_value(*(const uint8_t *)a);
+        fb = ref_f8e4m3_value(*(const uint8_t *)b);
     } else {
         uint16_t ha, hb;
         memcpy(&ha, a, 2);
