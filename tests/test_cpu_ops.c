@@ -1358,9 +1358,6 @@ static void test_f8e4m3_conversions(void **state)
     }
 }
 
-/* What SET_ROWS writes into: every weight dtype and the FP8 KV-cache dtype (ABI 1.6). */
-static const enum mmrt_dtype set_rows_dts[4] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
-                                                 MMRT_DTYPE_F8E4M3 };
 
 static void test_set_rows(void **state)
 {
@@ -1382,7 +1379,7 @@ static void test_set_rows(void **state)
     op_rng_seed(20);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int d = 0; d < 4; d++) {
-            enum mmrt_dtype dt = set_rows_dts[d];
+            enum mmrt_dtype dt = op_kv_table_dtypes[d];
             int nd = cases[c].n_dims;
             int64_t R = cases[c].ne[0], T = cases[c].T, n = 1, vne[MMRT_MAX_DIMS];
             for (int i = 1; i < nd; i++)
@@ -1540,7 +1537,7 @@ static void gather_on(struct harness *h, const char *label)
         for (int t = 0; t < 4; t++) {
             const struct op_gather_case *gc = &op_gather_cases[k];
             const int64_t R = gc->R, H_ = gc->H, D = gc->D, N = gc->N, G = gc->G;
-            enum mmrt_dtype dt = set_rows_dts[t]; /* the table dtypes: F32/F16/BF16/F8E4M3 */
+            enum mmrt_dtype dt = op_kv_table_dtypes[t];
             const int64_t es = (int64_t)mmrt_dtype_size(dt);
             struct op_gather_data d;
             op_gather_build(gc, dt, 230 + k, &d);
@@ -2008,11 +2005,8 @@ static const struct op_paged_entry cpu_paged_cases[] = {
     { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1, 0 }, 1, 16, false },
     { { 8, 8, 96, 7, 2, { 1, 129 }, { 1, 129 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 0 }, 1, 1, false },
     { { 8, 1, 64, 16, 2, { 64, 3 }, { 100, 3 }, 0, MMRT_DTYPE_F16, OP_PAGES_SHARED, 2, 0 }, 0, 5, false },
-    /* FP8 E4M3 pages (ABI 1.6): decode over shuffled pages, a mixed decode + prefill batch
-     * over shared prefix pages (blocked path), a window starting mid-page. */
-    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, MMRT_DTYPE_F8E4M3, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
-    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, MMRT_DTYPE_F8E4M3, OP_PAGES_SHARED, 3, 0 }, 2, 3, false },
-    { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F8E4M3, OP_PAGES_SHUFFLED, 1, 9 }, 1, 16, false },
+    /* FP8 E4M3 GQA 7 decode batch over pages of 5 (the shared table has its other cases). */
+    { { 14, 7, 64, 5, 8, { 1, 1, 2, 1, 4, 1, 3, 1 }, { 40, 7, 33, 1, 50, 19, 24, 64 }, 1, MMRT_DTYPE_F8E4M3, OP_PAGES_SHUFFLED, 1, 0 }, 4, 3, false },
 };
 
 static const struct op_paged_entry *paged_entry(size_t c)
