@@ -28,6 +28,8 @@ static bool pair_allowed(int sdt, int ddt)
 {
     if (sdt == MMRT_DTYPE_I32 || ddt == MMRT_DTYPE_I32)
         return sdt == ddt;
+    if (sdt == MMRT_DTYPE_F8E4M3 || ddt == MMRT_DTYPE_F8E4M3)
+        return false; /* plugin.h: COPY does not take it */
     return true; /* any of F32, F16, BF16 to any */
 }
 
