@@ -644,6 +644,7 @@ struct attn_case {
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
+#define F8 MMRT_DTYPE_F8E4M3
 static const struct attn_case attn_cases[] = {
     /* Hq Hkv D  n_seq lq                lk                 causal kv  layout        amp sc  */
     {4, 4, 64, 0, {7}, {7}, 0, F32, KV_DENSE, 1, 0, Q, 0},
@@ -677,9 +678,17 @@ static const struct attn_case attn_cases[] = {
     {2, 1, 64, 0, {9}, {9}, 1, F32, KV_FUSED, 1, 0, Q, 1},
     {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F16, KV_CACHE, 1, 0, 0, 3},
     {28, 4, 128, 0, {64}, {999}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0, 100},
+    /* FP8 E4M3 K/V (ABI 1.6): decode in a cache, prefill blocks, GQA 4 head-major, a fused
+     * buffer with a window, a batch with an empty sequence */
+    {4, 2, 128, 0, {1}, {37}, 1, F8, KV_CACHE, 1, 0, Q, 0},
+    {8, 2, 80, 0, {33}, {33}, 1, F8, KV_DENSE, 1, 0, Q, 0},
+    {8, 2, 128, 0, {16}, {16}, 1, F8, KV_HEAD_MAJOR, 1, 0, 0, 0},
+    {4, 4, 256, 2, {3, 2}, {40, 7}, 1, F8, KV_FUSED, 1, 0, 0, 5},
+    {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F8, KV_CACHE, 1, 0, 0, 0},
 };
 #undef F32
 #undef F16
+#undef F8
 
 /* k or v as the layout places it; `fused` holds the shared allocation between the calls. */
 static struct kt *kv_view(struct kase *k, const struct attn_case *ac, int64_t S, int which,
