@@ -506,7 +506,7 @@ static inline float mmrt_f8e4m3_to_f32(uint8_t c)
     if (mag == 0x7Fu) {
         bits = 0x7FC00000u;
     } else if (mag < 8u) {
-        float sub = (float)mag * 0x1.0p-9f;
+        float sub = (float)mag * 0.001953125f; /* 2^-9, written in decimal for C++ before 17 */
         memcpy(&bits, &sub, 4);
     } else {
         bits = (mag << 20) + (120u << 23);
