@@ -422,6 +422,7 @@ static void test_kv_fp8(void **state)
     free_caps(y, c.n);
     mmrt_destroy(f8);
     mmrt_destroy(f32);
+    json_decref(c.json);
 }
 
 /* Chunked prefill against one chunk: the same tokens, logits within the golden tolerance. */
