@@ -146,7 +146,7 @@ mmrt_status mmrt_decoder_kv_create(struct mmrt_dev *dev, int64_t n_layers, int64
     const struct mmrt_model_options *o = opts ? opts : &none;
     return mmrt_kv_pages_create(dev, n_layers, n_kv_heads, head_dim, max_positions,
                                 o->max_kv_tokens, o->kv_page_tokens,
-                                o->kv_f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32, out, err);
+                                mmrt_kv_store_dtype(o->kv_dtype), out, err);
 }
 
 /* ---- forward buffers ---------------------------------------------------------------- */

@@ -67,9 +67,9 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     if (max_tokens < 0)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] max_kv_tokens %lld must be at "
                               "least 0 (0 = the default)", (long long)max_tokens);
-    if (dtype != MMRT_DTYPE_F32 && dtype != MMRT_DTYPE_F16)
-        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] kv_dtype: the KV cache is f32 or "
-                              "f16, not %s", mmrt_dtype_name_of(dtype));
+    if (dtype != MMRT_DTYPE_F32 && dtype != MMRT_DTYPE_F16 && dtype != MMRT_DTYPE_F8E4M3)
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] kv_dtype: the KV cache is f32, "
+                              "f16 or fp8 (F8E4M3), not %s", mmrt_dtype_name_of(dtype));
     const uint64_t es = mmrt_dtype_size(dtype);
     /* One position of every layer's K and V. */
     const uint64_t per_token = (uint64_t)n_layers * 2 * (uint64_t)n_kv_heads *

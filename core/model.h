@@ -173,7 +173,7 @@ struct mmrt_model_options {
     int64_t max_kv_tokens;  /* KV positions of the decoder's page store; 0 = default
                                (core/kv_cache.h) */
     int64_t kv_page_tokens; /* positions per KV page, a power of two; 0 = 16 */
-    bool kv_f16;            /* the KV cache in F16 ([model] kv_dtype = f16), else F32 */
+    enum mmrt_kv_dtype kv_dtype; /* what the KV cache stores ([model] kv_dtype; 0 = F32) */
     enum mmrt_weight_format weights; /* matmul weights as stored or quantized at load
                                         ([model] weights; core/quant.h) */
     /* What the engine runs at most in one forward, for pool_mb = auto (pool_budget.h):
@@ -199,6 +199,15 @@ struct mmrt_model_options {
     mmrt_format_fn format_of;
     void *format_of_user;
 };
+
+/* The tensor dtype of a KV store of kind k ([model] kv_dtype); F32 for an unknown value, which
+ * the runtime refused before a model is built. */
+static inline enum mmrt_dtype mmrt_kv_store_dtype(enum mmrt_kv_dtype k)
+{
+    return k == MMRT_KV_F16   ? MMRT_DTYPE_F16
+           : k == MMRT_KV_FP8 ? MMRT_DTYPE_F8E4M3
+                              : MMRT_DTYPE_F32;
+}
 
 struct mmrt_model_type {
     const char *model_type; /* config.json "model_type", e.g. "llava" */

@@ -62,6 +62,12 @@ static int is_weight_dtype(int32_t dt)
     return dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_F16 || dt == MMRT_DTYPE_BF16;
 }
 
+/* The dtypes a KV cache may be stored in: what SET_ROWS writes and the attention ops read. */
+static int is_kv_dtype(int32_t dt)
+{
+    return dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_F16 || dt == MMRT_DTYPE_F8E4M3;
+}
+
 static void shape_str(const struct mmrt_tensor *t, char *buf, size_t size)
 {
     size_t used = 0;
@@ -328,9 +334,11 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "values must be contiguous F32 [T, …]", a);
         REQUIRE(b->dtype == MMRT_DTYPE_I32 && contiguous(b) && numel(b) == a->ne[0],
                 "idx must be contiguous I32 [T]", b);
-        REQUIRE(is_weight_dtype(y->dtype) && contiguous(y) && y->n_dims == a->n_dims &&
+        REQUIRE((is_weight_dtype(y->dtype) || y->dtype == MMRT_DTYPE_F8E4M3) && contiguous(y) &&
+                    y->n_dims == a->n_dims &&
                     memcmp(y->ne + 1, a->ne + 1, sizeof(int64_t) * (size_t)(a->n_dims - 1)) == 0,
-                "dst must be contiguous F32/F16/BF16 [R, …] with the values' inner extents", y);
+                "dst must be contiguous F32/F16/BF16/F8E4M3 [R, …] with the values' inner extents",
+                y);
         return MMRT_OK;
     case MMRT_OP_ATTENTION: {
         /* An ABI 1.4 caller's params end before window, which then reads as 0. */
@@ -345,9 +353,9 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "q must be contiguous F32 [T, Hq, D]", a);
         for (int i = 1; i <= 2; i++) {
             const struct mmrt_tensor *t = src[i];
-            REQUIRE(t->n_dims == 3 && (t->dtype == MMRT_DTYPE_F32 || t->dtype == MMRT_DTYPE_F16) &&
+            REQUIRE(t->n_dims == 3 && is_kv_dtype(t->dtype) &&
                         t->nb[2] == (int64_t)mmrt_dtype_size((enum mmrt_dtype)t->dtype),
-                    "k and v must be F32/F16 [S, Hkv, D] with a contiguous inner dim", t);
+                    "k and v must be F32/F16/F8E4M3 [S, Hkv, D] with a contiguous inner dim", t);
         }
         REQUIRE(same_shape(b, c), "v must have k's shape", c);
         REQUIRE(b->ne[2] == a->ne[2], "k's head dim must equal q's", b);
@@ -381,9 +389,9 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         const struct mmrt_tensor *cq = src[3], *lens = src[4], *table = src[5];
         REQUIRE(a->n_dims == 3 && a->dtype == MMRT_DTYPE_F32 && contiguous(a),
                 "q must be contiguous F32 [T, Hq, D]", a);
-        REQUIRE(b->n_dims == 4 && (b->dtype == MMRT_DTYPE_F32 || b->dtype == MMRT_DTYPE_F16) &&
-                    contiguous(b) && b->ne[0] >= 1 && b->ne[1] >= 1,
-                "k_pages must be contiguous F32/F16 [n_pages, page_tokens, Hkv, D]", b);
+        REQUIRE(b->n_dims == 4 && is_kv_dtype(b->dtype) && contiguous(b) && b->ne[0] >= 1 &&
+                    b->ne[1] >= 1,
+                "k_pages must be contiguous F32/F16/F8E4M3 [n_pages, page_tokens, Hkv, D]", b);
         REQUIRE(same_shape(b, c) && c->dtype == b->dtype && contiguous(c),
                 "v_pages must be contiguous with k_pages' shape and dtype", c);
         REQUIRE(b->ne[3] == a->ne[2], "the pages' head dim must equal q's", b);
@@ -455,6 +463,10 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
         REQUIRE(same_shape(a, y), "dst must have src's extents", y);
         REQUIRE((a->dtype == MMRT_DTYPE_I32) == (y->dtype == MMRT_DTYPE_I32),
                 "I32 copies only to I32", y);
+        /* The KV cache is written by SET_ROWS and read by the attention ops; no conversion
+         * path needs F8E4M3, so COPY keeps its dtype list rather than grow one more pair. */
+        REQUIRE(a->dtype != MMRT_DTYPE_F8E4M3, "src must not be F8E4M3 (COPY does not take it)", a);
+        REQUIRE(y->dtype != MMRT_DTYPE_F8E4M3, "dst must not be F8E4M3 (COPY does not take it)", y);
         return MMRT_OK;
     case MMRT_OP_ARGMAX:
         REQUIRE(a->dtype == MMRT_DTYPE_F32 && contiguous(a), "src must be contiguous F32", a);
@@ -462,8 +474,9 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
                 "dst must be contiguous I32 [rows]", y);
         return MMRT_OK;
     case MMRT_OP_GATHER_HEADS:
-        REQUIRE(a->n_dims == 3 && is_weight_dtype(a->dtype) && contiguous(a),
-                "table must be a contiguous F32/F16/BF16 [R, H, D]", a);
+        REQUIRE(a->n_dims == 3 && (is_weight_dtype(a->dtype) || a->dtype == MMRT_DTYPE_F8E4M3) &&
+                    contiguous(a),
+                "table must be a contiguous F32/F16/BF16/F8E4M3 [R, H, D]", a);
         REQUIRE(b->n_dims == 3 && b->dtype == MMRT_DTYPE_I32 && contiguous(b) &&
                     b->ne[1] == a->ne[1] && b->ne[2] >= 1,
                 "idx must be contiguous I32 [N, H, G] with the table's H and G ≥ 1", b);
@@ -507,6 +520,20 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
                               "needs 1.5", dev->name, dev->api->name,
                               (unsigned)dev->api->hdr.abi_major,
                               (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
+    /* A plugin built before ABI 1.6 does not know F8E4M3 and could take its bytes for
+     * something else: the dtype is refused for it, like a window before 1.5. */
+    if (dev->api->hdr.abi_minor < 6) {
+        const struct mmrt_tensor *f8 = dst->dtype == MMRT_DTYPE_F8E4M3 ? dst : NULL;
+        for (int i = 0; i < n_src && !f8; i++)
+            if (src[i] && src[i]->dtype == MMRT_DTYPE_F8E4M3)
+                f8 = src[i];
+        if (f8)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                  "device %s: plugin %s has ABI %u.%u; %s with an F8E4M3 "
+                                  "operand needs 1.6", dev->name, dev->api->name,
+                                  (unsigned)dev->api->hdr.abi_major,
+                                  (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
+    }
     struct mmrt_op_args args = {
         .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
         .op = op,

@@ -448,9 +448,10 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->kv_page_tokens_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
-    if (cfg->kv_dtype != MMRT_KV_F32 && cfg->kv_dtype != MMRT_KV_F16) {
-        snprintf(what, sizeof what, "[model] kv_dtype %d is neither MMRT_KV_F32 nor MMRT_KV_F16",
-                 (int)cfg->kv_dtype);
+    if (cfg->kv_dtype != MMRT_KV_F32 && cfg->kv_dtype != MMRT_KV_F16 &&
+        cfg->kv_dtype != MMRT_KV_FP8) {
+        snprintf(what, sizeof what, "[model] kv_dtype %d is none of MMRT_KV_F32, MMRT_KV_F16, "
+                 "MMRT_KV_FP8", (int)cfg->kv_dtype);
         return at(src, src->conf ? src->conf->kv_dtype_line : 0, err, MMRT_ERR_CONFIG, what);
     }
     if (cfg->weights < MMRT_WEIGHTS_CHECKPOINT || cfg->weights > MMRT_WEIGHTS_INT4_G32) {
@@ -536,7 +537,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .oversize_images = cfg->oversize_images,
                                                   .max_kv_tokens = cfg->max_kv_tokens,
                                                   .kv_page_tokens = cfg->kv_page_tokens,
-                                                  .kv_f16 = cfg->kv_dtype == MMRT_KV_F16,
+                                                  .kv_dtype = cfg->kv_dtype,
                                                   .weights = cfg->weights,
                                                   .exif_orientation = cfg->exif_orientation,
                                                   .vision_batch = rt->vision_batch };
@@ -2448,7 +2449,7 @@ mmrt_status mmrt_check(struct mmrt_runtime *rt, const struct mmrt_request *req,
                                .oversize_images = rt->model_opts.oversize_images,
                                .max_kv_tokens = rt->model_opts.max_kv_tokens,
                                .kv_page_tokens = rt->model_opts.kv_page_tokens,
-                               .kv_dtype = rt->model_opts.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
+                               .kv_dtype = rt->model_opts.kv_dtype,
                                .max_batch = rt->engine_opts.max_batch,
                                .prefill_chunk = rt->engine_opts.prefill_chunk,
                                .step_tokens = rt->engine_opts.step_tokens,

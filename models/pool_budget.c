@@ -72,7 +72,8 @@ static void lm_budget(const struct lm_dims *d, const struct mmrt_model_options *
     kv = (kv + page - 1) / page * page;
     out->kv_tokens = kv;
     int64_t counts[MMRT_KV_MAX_BLOCKS];
-    const uint64_t kv_es = opts && opts->kv_f16 ? 2 : 4;
+    const uint64_t kv_es =
+        mmrt_dtype_size(mmrt_kv_store_dtype(opts ? opts->kv_dtype : MMRT_KV_F32));
     mmrt_kv_store_plan((uint64_t)kv * (uint64_t)d->kv_width * kv_es, 2 * d->n_layers, 256, 0,
                        counts, &out->kv_bytes);
     /* The engine cuts prompts into chunks: a prefill forward has at most max_prefill_rows

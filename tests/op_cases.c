@@ -19,6 +19,8 @@
 #include "ref_ops.h"
 
 const enum mmrt_dtype op_weight_dtypes[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
+const enum mmrt_dtype op_kv_table_dtypes[4] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
+                                                MMRT_DTYPE_F8E4M3 };
 
 /* ---- bookkeeping ------------------------------------------------------------------------ */
 
@@ -153,6 +155,8 @@ void op_round_to(enum mmrt_dtype dt, float *v, int64_t n)
             v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
         else if (dt == MMRT_DTYPE_BF16)
             v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+        else if (dt == MMRT_DTYPE_F8E4M3)
+            v[i] = ref_f8e4m3_value(ref_f8e4m3_encode(v[i]));
     }
 }
 
@@ -162,6 +166,12 @@ void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n)
         void *p = op_alloc((size_t)n * 4);
         memcpy(p, v, (size_t)n * 4);
         return p;
+    }
+    if (dt == MMRT_DTYPE_F8E4M3) {
+        uint8_t *b = op_alloc((size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            b[i] = ref_f8e4m3_encode(v[i]);
+        return b;
     }
     uint16_t *h = op_alloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
@@ -210,6 +220,8 @@ void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, voi
     }
     if (sdt == MMRT_DTYPE_F32)
         memcpy(&f, s, 4);
+    else if (sdt == MMRT_DTYPE_F8E4M3)
+        f = ref_f8e4m3_value(*(const uint8_t *)s);
     else {
         uint16_t h;
         memcpy(&h, s, 2);
@@ -217,6 +229,8 @@ void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, voi
     }
     if (ddt == MMRT_DTYPE_F32)
         memcpy(d, &f, 4);
+    else if (ddt == MMRT_DTYPE_F8E4M3)
+        *(uint8_t *)d = ref_f8e4m3_encode(f);
     else {
         uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
         memcpy(d, &h, 2);
@@ -233,6 +247,9 @@ bool op_same_value(enum mmrt_dtype dt, const void *a, const void *b)
     if (dt == MMRT_DTYPE_F32) {
         memcpy(&fa, a, 4);
         memcpy(&fb, b, 4);
+    } else if (dt == MMRT_DTYPE_F8E4M3) {
+        fa = ref_f8e4m3_value(*(const uint8_t *)a);
+        fb = ref_f8e4m3_value(*(const uint8_t *)b);
     } else {
         uint16_t ha, hb;
         memcpy(&ha, a, 2);
@@ -557,6 +574,12 @@ void op_case_rope_multi(const struct op_checks *chk, double tol)
 /* ref_set_rows (dst's old contents in, rows written in order) rounded to dst's dtype. */
 static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
 {
+    if (dt == MMRT_DTYPE_F8E4M3) {
+        uint8_t *b = op_alloc((size_t)n);
+        for (int64_t i = 0; i < n; i++)
+            b[i] = ref_f8e4m3_encode((float)ref[i]);
+        return b;
+    }
     if (dt == MMRT_DTYPE_F32) {
         float *f = op_alloc((size_t)n * 4);
         for (int64_t i = 0; i < n; i++)
@@ -587,16 +610,17 @@ void op_case_set_rows(const struct op_checks *chk)
         { 4, 4, 1, { 1100 }, false },      /* rows across several OpenCL work-groups */
         { 4096, 8192, 2, { 8, 128 }, true }, /* a prefill-sized scatter */
     };
-    static const uint32_t edge[] = { /* rounding edges of F32 → F16 / BF16 */
+    static const uint32_t edge[] = { /* rounding edges of F32 → F16 / BF16 / F8E4M3 */
         0x3f801000, 0x3f803000, 0x477fe000, 0x477ff000, 0x38800000, 0x387fe000, 0x33000001,
         0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x80000000, 0x7f800000, 0x7fc00000,
+        0x43e80000, 0x3a800000, 0x3b400000, 0x3f880000, 0x3c7fffff, 0xbb400000,
     };
     op_rng_seed(22);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        for (int d = 0; d < 3; d++) {
-            if (cases[k].big && !chk->big)
+        for (int d = 0; d < 4; d++) {
+            if ((cases[k].big && !chk->big) || (d == 3 && !chk->kv_f8))
                 continue;
-            enum mmrt_dtype dt = op_weight_dtypes[d];
+            enum mmrt_dtype dt = op_kv_table_dtypes[d];
             int64_t T = cases[k].T, R = cases[k].R, n = 1;
             int64_t vne[3] = { T }, dne[3] = { R };
             for (int i = 0; i < cases[k].n_inner; i++) {
@@ -607,6 +631,9 @@ void op_case_set_rows(const struct op_checks *chk)
             struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, nd, vne);
             struct op_pair *ty = op_pair_new(dt, nd, dne);
             float *v = op_rand_f(T * n, -70000, 70000);
+            if (dt == MMRT_DTYPE_F8E4M3) /* mostly within ±448, a third down among subnormals */
+                for (int64_t i = 0; i < T * n; i++)
+                    v[i] = i % 3 == 2 ? v[i] * 0x1.0p-22f : v[i] / 128.0f;
             for (int64_t i = 0; i < T * n && i < (int64_t)(sizeof edge / 4); i++)
                 memcpy(&v[i], &edge[i], 4);
             op_pair_upload(tv, v);
@@ -911,6 +938,7 @@ static void paged_describe(char *what, size_t size, const char *prefix,
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
+#define F8 MMRT_DTYPE_F8E4M3
 const struct op_paged_entry op_paged_cases[] = {
     /* Hq Hkv D  pt n_seq lq             lk                    causal kv  order       amp  alone */
     { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F16, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
@@ -935,9 +963,15 @@ const struct op_paged_entry op_paged_cases[] = {
     { { 16, 2, 64, 7, 2, { 70, 3 }, { 150, 3 }, 1, F32, OP_PAGES_SHUFFLED, 1, 20 }, 0, 16, false },
     { { 2, 1, 32, 4, 2, { 6, 2 }, { 3, 9 }, 1, F32, OP_PAGES_SHUFFLED, 1, 2 }, 0, 1, false },
     { { 32, 8, 128, 16, 4, { 1, 1, 1, 64 }, { 1000, 513, 37, 200 }, 1, F16, OP_PAGES_SHUFFLED, 1, 100 }, 0, 3, true },
+    /* FP8 E4M3 pages (ABI 1.6; where op_checks.kv_f8): decode over shuffled pages, decode
+     * and a prefill chunk over shared prefix pages, a window starting mid-page. */
+    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F8, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
+    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, F8, OP_PAGES_SHARED, 3, 0 }, 2, 3, false },
+    { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, F8, OP_PAGES_SHUFFLED, 1, 9 }, 1, 16, false },
 };
 #undef F32
 #undef F16
+#undef F8
 const size_t op_n_paged_cases = sizeof op_paged_cases / sizeof op_paged_cases[0];
 
 void op_paged_zero_rows(const char *what, const float *got, const double *ref, int64_t n)
@@ -999,7 +1033,7 @@ void op_case_attention_paged(const struct op_checks *chk, double tol)
 {
     for (size_t c = 0; c < op_n_paged_cases; c++) {
         const struct op_paged_entry *e = &op_paged_cases[c];
-        if (e->big && !chk->big)
+        if ((e->big && !chk->big) || (e->pc.kv_dtype == MMRT_DTYPE_F8E4M3 && !chk->kv_f8))
             continue;
         const struct op_paged_case *pc = &e->pc;
         struct op_paged_data d;
@@ -1498,11 +1532,11 @@ static void gather_pairs(const struct op_gather_case *gc, enum mmrt_dtype dt,
 void op_case_gather_heads(const struct op_checks *chk)
 {
     for (size_t k = 0; k < op_n_gather_cases; k++)
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 4; t++) {
             const struct op_gather_case *gc = &op_gather_cases[k];
-            if (gc->big && !chk->big)
+            if ((gc->big && !chk->big) || (t == 3 && !chk->kv_f8))
                 continue;
-            enum mmrt_dtype dt = op_weight_dtypes[t];
+            enum mmrt_dtype dt = op_kv_table_dtypes[t];
             struct op_gather_data d;
             op_gather_build(gc, dt, 230 + k, &d);
             struct op_pair tab, *idx, *y;

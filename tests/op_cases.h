@@ -28,6 +28,9 @@
 
 /* F32, F16, BF16: the dtypes a weight (and a SET_ROWS destination) may have. */
 extern const enum mmrt_dtype op_weight_dtypes[3];
+/* What a KV cache table may be (SET_ROWS dst, GATHER_HEADS table): the weight dtypes, then
+ * F8E4M3 (ABI 1.6; run only where op_checks.kv_f8). */
+extern const enum mmrt_dtype op_kv_table_dtypes[4];
 
 /* ---- bookkeeping ------------------------------------------------------------------------ */
 
@@ -171,6 +174,7 @@ struct op_checks {
     void (*bytes)(enum mmrt_op op, const char *what, const void *dut, const void *cpu,
                   const void *want, size_t nbytes);
     bool big; /* also the model-sized cases (seconds on a CPU-side device) */
+    bool kv_f8; /* the device under test takes F8E4M3 K/V (ABI 1.6): its FP8 cases run too */
 };
 
 /* ROPE over op_pair, held to tol: NEOX and INTERLEAVED, partial rotation (Persimmon-like),

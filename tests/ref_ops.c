@@ -312,3 +312,33 @@ int32_t ref_argmax(const float *row, int64_t n)
             best = i;
     return best < 0 ? 0 : (int32_t)best;
 }
+
+float ref_f8e4m3_value(uint8_t code)
+{
+    const int e = (code >> 3) & 15, m = code & 7;
+    const double sign = code & 0x80 ? -1.0 : 1.0;
+    if (e == 15 && m == 7)
+        return sign < 0 ? -NAN : NAN;
+    return (float)(sign * (e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7)));
+}
+
+uint8_t ref_f8e4m3_encode(float f)
+{
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    if (isnan(f))
+        return (uint8_t)(sign | 0x7F);
+    const double a = fabs((double)f);
+    if (a >= 448.0)
+        return (uint8_t)(sign | 0x7E);
+    /* Codes 0 … 0x7E are ordered by value: lo is the largest not above a. The two distances
+     * are exact in double (both ends are f32 values within a factor of two, or lo is 0). */
+    int lo = 0;
+    while (lo < 0x7E && ref_f8e4m3_value((uint8_t)(lo + 1)) <= a)
+        lo++;
+    if (ref_f8e4m3_value((uint8_t)lo) == a)
+        return (uint8_t)(sign | lo);
+    const double below = a - ref_f8e4m3_value((uint8_t)lo);
+    const double above = ref_f8e4m3_value((uint8_t)(lo + 1)) - a;
+    const int code = below < above ? lo : above < below ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
+    return (uint8_t)(sign | code);
+}

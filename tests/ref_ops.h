@@ -14,6 +14,14 @@
 
 #include <stdint.h>
 
+/* FP8 E4M3 (plugin.h, OCP e4m3fn) from its definition rather than by bit tricks, so the
+ * plugins' conversions and mmrt_f8e4m3_to_f32 / mmrt_f32_to_f8e4m3 are checked against
+ * something independent: a code's value is (−1)^s · 2^(e−7) · (1 + m/8), or 2^-6 · m/8 when
+ * e = 0, NaN for 0x7F / 0xFF; encoding picks the nearer of the two codes around |f| (the even
+ * one on a tie), saturating at ±448 (infinity too), NaN → 0x7F with f's sign. */
+float ref_f8e4m3_value(uint8_t code);
+uint8_t ref_f8e4m3_encode(float f);
+
 /* y[M, N] = x[M, K] · w[N, K]ᵀ + b[N] (b may be NULL). */
 void ref_matmul(const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
                 double *y);

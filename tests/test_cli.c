@@ -85,7 +85,7 @@ static void test_refused_plugin_is_listed_with_versions(void **state)
     snprintf(dir, sizeof dir, "%s/test-plugins", getenv("MMRT_BUILD_DIR"));
     assert_int_equal(run_mmrt(dir, (const char *[]){ "--list-devices", NULL }), 0);
     if (!strstr(out, "plugin badmajor refused: ") ||
-        !strstr(out, "plugin ABI 2.0, this mmrt speaks ABI 1.5"))
+        !strstr(out, "plugin ABI 2.0, this mmrt speaks ABI 1.6"))
         fail_msg("badmajor not refused with both versions:\n%s", out);
     assert_non_null(strstr(out, "plugin nodevice skipped: no stub device (test variant)"));
 }

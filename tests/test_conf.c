@@ -424,6 +424,11 @@ static void test_model_kv_keys(void **state)
     assert_int_equal(c->kv_page_tokens_line, 4);
     assert_int_equal(c->weights, MMRT_WEIGHTS_CHECKPOINT); /* the default */
     mmrt_conf_destroy(c);
+    const char *fp8 = "[model]\npath = m\nkv_dtype = fp8\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(fp8, strlen(fp8), "t.ini");
+    assert_int_equal(c->kv_dtype, MMRT_KV_FP8);
+    assert_int_equal(c->kv_dtype_line, 3);
+    mmrt_conf_destroy(c);
     static const struct { const char *v; enum mmrt_weight_format f; } formats[] = {
         { "checkpoint", MMRT_WEIGHTS_CHECKPOINT }, { "int8", MMRT_WEIGHTS_INT8 },
         { "int4", MMRT_WEIGHTS_INT4 },             { "int4-g128", MMRT_WEIGHTS_INT4 },
@@ -517,7 +522,7 @@ struct error_case {
 
 static const struct error_case ERRORS[] = {
     {"[model]\npath = m\nkv_dtype = int8\n" D, MMRT_ERR_CONFIG,
-     "t.ini:3: [model] kv_dtype = 'int8': expected 'f32' or 'f16'"},
+     "t.ini:3: [model] kv_dtype = 'int8': expected 'f32', 'f16' or 'fp8'"},
     {"[model]\npath = m\nweights = int3\n" D, MMRT_ERR_CONFIG,
      "t.ini:3: [model] weights = 'int3': expected 'checkpoint', 'int8', 'int4' (groups of 128), "
      "'int4-g64' or 'int4-g32'"},

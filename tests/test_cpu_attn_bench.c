@@ -17,7 +17,7 @@
  * cache, B = 1 included (LLaVA-7B's 629 keys are 82 MiB of F32 K/V per sequence: --copies 4
  * against a 260 MiB L3), or B = 1 reads from cache and flatters the small batches.
  *
- * usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] [--kv f32|f16]
+ * usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] [--kv f32|f16|fp8]
  *                       [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P]
  *                       [--window W] [--copies C] [--repeat R] B…
  */
@@ -34,7 +34,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] "
-                    "[--kv f32|f16] [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P] "
+                    "[--kv f32|f16|fp8] [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P] "
                     "[--window W] [--copies C] [--repeat R] B…\n");
     return 2;
 }
@@ -132,6 +132,7 @@ int main(int argc, char **argv)
         G = H;
     enum mmrt_dtype kv = strcmp(kvname, "f32") == 0   ? MMRT_DTYPE_F32
                          : strcmp(kvname, "f16") == 0 ? MMRT_DTYPE_F16
+                         : strcmp(kvname, "fp8") == 0 ? MMRT_DTYPE_F8E4M3
                                                       : (enum mmrt_dtype)-1;
     if ((int)kv < 0 || H < 1 || G < 1 || H % G != 0 || D < 1 || D > 256 || keys < 1 ||
         page < 1 || window < 0 || repeat < 1 || copies < 1 || copies > 64)
@@ -158,7 +159,7 @@ int main(int argc, char **argv)
     /* The pool: copies × max_b sequences of `keys` keys, every page in shuffled order. */
     const int64_t n_seq = (int64_t)copies * max_b, max_pages = (keys + page - 1) / page;
     const int64_t n_pages = n_seq * max_pages, row = G * D, HD = H * D;
-    const size_t es = kv == MMRT_DTYPE_F32 ? 4 : 2;
+    const size_t es = mmrt_dtype_size(kv);
     const size_t pool_bytes = (size_t)(n_pages * page * row) * es;
     char *pool = malloc(pool_bytes);
     int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
@@ -185,6 +186,8 @@ int main(int argc, char **argv)
             float v = bench_rng_f(&rng);
             if (kv == MMRT_DTYPE_F32)
                 ((float *)pool)[i] = v;
+            else if (kv == MMRT_DTYPE_F8E4M3)
+                ((uint8_t *)pool)[i] = mmrt_f32_to_f8e4m3(v);
             else
                 ((uint16_t *)pool)[i] = harness_f32_to_f16(v);
         }

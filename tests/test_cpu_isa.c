@@ -65,6 +65,8 @@ static float *rand_vec(int64_t n, float lo, float hi, enum mmrt_dtype dt)
             v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
         else if (dt == MMRT_DTYPE_BF16)
             v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+        else if (dt == MMRT_DTYPE_F8E4M3)
+            v[i] = ref_f8e4m3_value(ref_f8e4m3_encode(v[i]));
     }
     return v;
 }
@@ -80,6 +82,13 @@ static struct harness_tensor put(struct harness *h, enum mmrt_dtype dt, int n_di
         n *= ne[i];
     if (dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_I32) {
         assert_int_equal(harness_upload(h, &t, v), MMRT_OK);
+    } else if (dt == MMRT_DTYPE_F8E4M3) {
+        uint8_t *b = malloc((size_t)(n ? n : 1));
+        assert_non_null(b);
+        for (int64_t i = 0; i < n; i++)
+            b[i] = ref_f8e4m3_encode(v[i]);
+        assert_int_equal(harness_upload(h, &t, b), MMRT_OK);
+        free(b);
     } else {
         uint16_t *b = malloc((size_t)(n ? n : 1) * 2);
         assert_non_null(b);
@@ -385,10 +394,18 @@ static const struct acase attn_cases[] = {
     { 8, 1, 64, 1, { 3 }, { 50 }, 1, MMRT_DTYPE_F32, 2 },
     { 2, 1, 64, 1, { 130 }, { 130 }, 1, MMRT_DTYPE_F32, 17 },
     { 8, 2, 80, 2, { 33, 1 }, { 60, 9 }, 1, MMRT_DTYPE_F16, 1 },
+    /* FP8 E4M3 K/V (ABI 1.6): decode (streaming), 3 queries, blocked with D not ÷ NR, a
+     * window, empty rows */
+    { 4, 2, 128, 1, { 1 }, { 37 }, 1, MMRT_DTYPE_F8E4M3, 0 },
+    { 8, 1, 64, 1, { 3 }, { 50 }, 1, MMRT_DTYPE_F8E4M3, 0 },
+    { 8, 2, 80, 1, { 33 }, { 33 }, 1, MMRT_DTYPE_F8E4M3, 0 },
+    { 8, 2, 80, 2, { 33, 1 }, { 60, 9 }, 1, MMRT_DTYPE_F8E4M3, 5 },
+    { 6, 3, 8, 4, { 3, 1, 0, 5 }, { 10, 1, 0, 2 }, 1, MMRT_DTYPE_F8E4M3, 0 },
 };
 
-static float *attention_case(struct harness *h, const struct acase *ac, uint64_t seed,
-                             double **ref)
+/* ATTENTION on ac with K and V drawn rounded to value_dt but stored as ac->kv. */
+static float *attention_case_dt(struct harness *h, const struct acase *ac,
+                                enum mmrt_dtype value_dt, uint64_t seed, double **ref)
 {
     int32_t cu_q[5] = { 0 }, cu_k[5] = { 0 };
     for (int s = 0; s < ac->n_seq; s++) {
@@ -398,7 +415,7 @@ static float *attention_case(struct harness *h, const struct acase *ac, uint64_t
     int64_t T = cu_q[ac->n_seq], S = cu_k[ac->n_seq], Hq = ac->Hq, Hkv = ac->Hkv, D = ac->D;
     g_rng = seed;
     float *q = rand_vec(T * Hq * D, -1, 1, MMRT_DTYPE_F32);
-    float *k = rand_vec(S * Hkv * D, -1, 1, ac->kv), *v = rand_vec(S * Hkv * D, -1, 1, ac->kv);
+    float *k = rand_vec(S * Hkv * D, -1, 1, value_dt), *v = rand_vec(S * Hkv * D, -1, 1, value_dt);
     struct harness_tensor tq = put(h, MMRT_DTYPE_F32, 3, (const int64_t[]){ T, Hq, D }, q);
     struct harness_tensor tk = put(h, ac->kv, 3, (const int64_t[]){ S, Hkv, D }, k);
     struct harness_tensor tv = put(h, ac->kv, 3, (const int64_t[]){ S, Hkv, D }, v);
@@ -429,6 +446,20 @@ static float *attention_case(struct harness *h, const struct acase *ac, uint64_t
     return y;
 }
 
+static float *attention_case(struct harness *h, const struct acase *ac, uint64_t seed,
+                             double **ref)
+{
+    return attention_case_dt(h, ac, ac->kv, seed, ref);
+}
+
+/* The same launch as attention_case(h, ac with kv = value_dt, seed) but with K and V stored
+ * as ac->kv (the values value_dt holds, so F32 stores an exact copy). */
+static float *attention_case_values_of(struct harness *h, const struct acase *ac,
+                                       enum mmrt_dtype value_dt, uint64_t seed)
+{
+    return attention_case_dt(h, ac, value_dt, seed, NULL);
+}
+
 static int64_t attn_numel(const struct acase *ac)
 {
     int64_t T = 0;
@@ -452,6 +483,39 @@ static void test_attention_all_isas(void **state)
                 fail_msg("isa %s ATTENTION case %zu: error %.3g > 1e-5", isas[i], c, e);
             free(y);
             free(ref);
+        }
+        harness_close(&h);
+    }
+}
+
+/* F16 and F8E4M3 K/V are widened exactly in registers (dot / axpy on the streaming path,
+ * pack_w / pack_rows on the blocked one), so every ISA must give the bits it gives on an F32
+ * copy of the same values: the narrow dtypes change what is stored, never the arithmetic. */
+static void test_attention_narrow_kv_is_f32_copy_all_isas(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
+            if (attn_cases[c].kv == MMRT_DTYPE_F32)
+                continue;
+            struct acase as_f32 = attn_cases[c];
+            as_f32.kv = MMRT_DTYPE_F32;
+            /* The same draws (seed, rounding to the narrow dtype), stored once in that dtype
+             * and once as their exact F32 copy. */
+            float *narrow = attention_case(&h, &attn_cases[c], 70 + c, NULL);
+            float *wide = attention_case_values_of(&h, &as_f32, attn_cases[c].kv, 70 + c);
+            int64_t n = attn_numel(&attn_cases[c]);
+            for (int64_t e = 0; e < n; e++)
+                if (memcmp(&narrow[e], &wide[e], sizeof(float)) != 0)
+                    fail_msg("isa %s ATTENTION case %zu (%s K/V): element %lld is %.9g, %.9g on "
+                             "an F32 copy (must be the same bits)", isas[i], c,
+                             mmrt_dtype_name_of(attn_cases[c].kv), (long long)e,
+                             (double)narrow[e], (double)wide[e]);
+            free(narrow);
+            free(wide);
         }
         harness_close(&h);
     }
@@ -697,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_matmul_i8_all_isas),
         cmocka_unit_test(test_matmul_u4_all_isas),
         cmocka_unit_test(test_attention_all_isas),
+        cmocka_unit_test(test_attention_narrow_kv_is_f32_copy_all_isas),
         cmocka_unit_test(test_activations_all_isas),
         cmocka_unit_test(test_thread_invariance_all_isas),
         cmocka_unit_test(test_row_invariance_all_isas),

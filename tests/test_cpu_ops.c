@@ -1310,7 +1310,54 @@ static const uint32_t set_rows_edge[] = {
     0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0x3f801000, 0x3f803000,
     0x477fe000, 0x477fefff, 0x477ff000, 0x387fffff, 0x33000000, 0x33c00000, 0x3f808000,
     0x3f818000, 0x7f7fffff,
+    /* FP8 E4M3: 448, 464 (the tie above 448), 480 and 1e6 (saturate), 2^-10 (a tie to 0),
+     * 3·2^-10 (a tie to 2·2^-9), 1.0625 (a tie to 1), 2^-6 − ε (rounds up to the smallest
+     * normal), −inf */
+    0x43e00000, 0x43e80000, 0x43f00000, 0x49742400, 0x3a800000, 0x3b400000, 0x3f880000,
+    0x3c7fffff, 0xff800000,
 };
+
+/* Each of mmrt_f8e4m3_to_f32 / mmrt_f32_to_f8e4m3 (plugin.h, what every plugin uses) against
+ * ref_ops' definition-based ones: all 256 codes, then f32 patterns every 251 bit patterns
+ * plus every code's value, its neighbours and the midpoints between codes (the ties). The
+ * whole 2^32 comparison with torch.float8_e4m3fn is tools/check_fp8_e4m3.py. */
+static void test_f8e4m3_conversions(void **state)
+{
+    (void)state;
+    for (int c = 0; c < 256; c++) {
+        float a = mmrt_f8e4m3_to_f32((uint8_t)c), b = ref_f8e4m3_value((uint8_t)c);
+        if (memcmp(&a, &b, 4) != 0 && !(isnan(a) && isnan(b)))
+            fail_msg("code 0x%02x decodes to %.9g, want %.9g", c, (double)a, (double)b);
+        if (!isnan(a) && mmrt_f32_to_f8e4m3(a) != c)
+            fail_msg("code 0x%02x: %.9g encodes to 0x%02x", c, (double)a, mmrt_f32_to_f8e4m3(a));
+    }
+    assert_true(mmrt_f8e4m3_to_f32(0x7E) == 448.0f && mmrt_f8e4m3_to_f32(0x01) == 0x1.0p-9f);
+    assert_true(isnan(mmrt_f8e4m3_to_f32(0x7F)) && isnan(mmrt_f8e4m3_to_f32(0xFF)));
+    assert_int_equal(mmrt_f32_to_f8e4m3(INFINITY), 0x7E);
+    assert_int_equal(mmrt_f32_to_f8e4m3(-1e30f), 0xFE);
+    assert_int_equal(mmrt_f32_to_f8e4m3(-NAN) & 0x7F, 0x7F);
+    for (uint64_t u = 0; u < (1ull << 32); u += 251) {
+        uint32_t b = (uint32_t)u;
+        float f;
+        memcpy(&f, &b, 4);
+        if (mmrt_f32_to_f8e4m3(f) != ref_f8e4m3_encode(f))
+            fail_msg("f32 0x%08x (%.9g) encodes to 0x%02x, want 0x%02x", b, (double)f,
+                     mmrt_f32_to_f8e4m3(f), ref_f8e4m3_encode(f));
+    }
+    for (int c = 0; c < 0x7E; c++) {
+        const float lo = ref_f8e4m3_value((uint8_t)c), hi = ref_f8e4m3_value((uint8_t)(c + 1));
+        const float probes[] = { lo, nextafterf(lo, 0), nextafterf(lo, 1000), (lo + hi) / 2,
+                                 nextafterf((lo + hi) / 2, 0), nextafterf((lo + hi) / 2, 1000) };
+        for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++)
+            for (int sgn = 0; sgn < 2; sgn++) {
+                float f = sgn ? -probes[i] : probes[i];
+                if (mmrt_f32_to_f8e4m3(f) != ref_f8e4m3_encode(f))
+                    fail_msg("%.9g encodes to 0x%02x, want 0x%02x", (double)f,
+                             mmrt_f32_to_f8e4m3(f), ref_f8e4m3_encode(f));
+            }
+    }
+}
+
 
 static void test_set_rows(void **state)
 {
@@ -1331,8 +1378,8 @@ static void test_set_rows(void **state)
     };
     op_rng_seed(20);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-        for (int d = 0; d < 3; d++) {
-            enum mmrt_dtype dt = op_weight_dtypes[d];
+        for (int d = 0; d < 4; d++) {
+            enum mmrt_dtype dt = op_kv_table_dtypes[d];
             int nd = cases[c].n_dims;
             int64_t R = cases[c].ne[0], T = cases[c].T, n = 1, vne[MMRT_MAX_DIMS];
             for (int i = 1; i < nd; i++)
@@ -1487,10 +1534,10 @@ static void test_argmax(void **state)
 static void gather_on(struct harness *h, const char *label)
 {
     for (size_t k = 0; k < op_n_gather_cases; k++)
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 4; t++) {
             const struct op_gather_case *gc = &op_gather_cases[k];
             const int64_t R = gc->R, H_ = gc->H, D = gc->D, N = gc->N, G = gc->G;
-            enum mmrt_dtype dt = op_weight_dtypes[t];
+            enum mmrt_dtype dt = op_kv_table_dtypes[t];
             const int64_t es = (int64_t)mmrt_dtype_size(dt);
             struct op_gather_data d;
             op_gather_build(gc, dt, 230 + k, &d);
@@ -1958,6 +2005,8 @@ static const struct op_paged_entry cpu_paged_cases[] = {
     { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1, 0 }, 1, 16, false },
     { { 8, 8, 96, 7, 2, { 1, 129 }, { 1, 129 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 0 }, 1, 1, false },
     { { 8, 1, 64, 16, 2, { 64, 3 }, { 100, 3 }, 0, MMRT_DTYPE_F16, OP_PAGES_SHARED, 2, 0 }, 0, 5, false },
+    /* FP8 E4M3 GQA 7 decode batch over pages of 5 (the shared table has its other cases). */
+    { { 14, 7, 64, 5, 8, { 1, 1, 2, 1, 4, 1, 3, 1 }, { 40, 7, 33, 1, 50, 19, 24, 64 }, 1, MMRT_DTYPE_F8E4M3, OP_PAGES_SHUFFLED, 1, 0 }, 4, 3, false },
 };
 
 static const struct op_paged_entry *paged_entry(size_t c)
@@ -2469,6 +2518,7 @@ int main(void)
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_copy_conversions),
         cmocka_unit_test(test_copy_strided),
+        cmocka_unit_test(test_f8e4m3_conversions),
         cmocka_unit_test(test_set_rows),
         cmocka_unit_test(test_set_rows_duplicates),
         cmocka_unit_test(test_argmax),

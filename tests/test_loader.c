@@ -369,8 +369,8 @@ static void test_validate_rope_multi_set_rows(void **state)
     assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &cache.t, &err), MMRT_ERR_UNSUPPORTED);
     assert_string_equal(err.msg, "device s1 (plugin stub) has no operator SET_ROWS");
     assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &ci.t, &err), MMRT_ERR_INVALID_ARG);
-    assert_non_null(strstr(err.msg, "SET_ROWS: dst must be contiguous F32/F16/BF16 [R, …] with "
-                                    "the values' inner extents (got I32 [5, 4, 8])"));
+    assert_non_null(strstr(err.msg, "SET_ROWS: dst must be contiguous F32/F16/BF16/F8E4M3 "
+                                    "[R, …] with the values' inner extents (got I32 [5, 4, 8])"));
     assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c9.t, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: dst must be"));
     assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c2.t, &err), MMRT_ERR_INVALID_ARG);
@@ -430,10 +430,10 @@ static void test_validate_gather_heads_l2_norm(void **state)
         int tab, idx, y; /* indices into all[] */
         const char *why;
     } bad[] = {
-        { 2, 4, 9, "device s1: GATHER_HEADS: table must be a contiguous F32/F16/BF16 [R, H, D] "
-                   "(got F16 [12, 8])" },
-        { 3, 4, 9, "GATHER_HEADS: table must be a contiguous F32/F16/BF16 [R, H, D] (got I8 "
-                   "[6, 2, 8])" },
+        { 2, 4, 9, "device s1: GATHER_HEADS: table must be a contiguous F32/F16/BF16/F8E4M3 "
+                   "[R, H, D] (got F16 [12, 8])" },
+        { 3, 4, 9, "GATHER_HEADS: table must be a contiguous F32/F16/BF16/F8E4M3 [R, H, D] "
+                   "(got I8 [6, 2, 8])" },
         { 0, 5, 9, "GATHER_HEADS: idx must be contiguous I32 [N, H, G] with the table's H and "
                    "G ≥ 1 (got I32 [4, 3, 3])" },
         { 0, 6, 9, "GATHER_HEADS: idx must be contiguous I32 [N, H, G] with the table's H and "
@@ -621,6 +621,53 @@ static void test_validate_attention_window(void **state)
     mmrt_plugin_release(old);
 }
 
+/* F8E4M3 (ABI 1.6): the front takes it where plugin.h says (paged K/V here) and refuses it
+ * to COPY; a plugin built before 1.6 is never handed it, with a message naming the device
+ * (the abi13 stub's ATTENTION_PAGED would only log its call). */
+static void test_validate_f8e4m3(void **state)
+{
+    (void)state;
+    struct mmrt_error err = { 0 };
+    struct mmrt_loaded_plugin *old = NULL;
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), &old, &err), MMRT_OK);
+    struct mmrt_dev *dev = NULL;
+    assert_int_equal(mmrt_dev_open_plugin("old", old, 1, 4 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL,
+                                          0, &dev, &err),
+                     MMRT_OK);
+    struct mmrt_dev_tensor q, kp, cq, lens, table, y, f32;
+    struct {
+        struct mmrt_dev_tensor *t;
+        enum mmrt_dtype dt;
+        int n_dims;
+        int64_t ne[4];
+    } all[] = {
+        { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },  { &kp, MMRT_DTYPE_F8E4M3, 4, { 2, 4, 2, 8 } },
+        { &cq, MMRT_DTYPE_I32, 1, { 2 } },       { &lens, MMRT_DTYPE_I32, 1, { 1 } },
+        { &table, MMRT_DTYPE_I32, 2, { 1, 2 } }, { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
+        { &f32, MMRT_DTYPE_F32, 4, { 2, 4, 2, 8 } },
+    };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
+                                               all[i].t, &err), MMRT_OK);
+    assert_int_equal(kp.t.nb[3], 1); /* one byte an element */
+    log_reset();
+    const struct mmrt_attention_params p = { 0.35f, 1, 1, 0 };
+    assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t, &table.t,
+                                             &p, &y.t, &err),
+                     MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device old: plugin stub has ABI 1.3; ATTENTION_PAGED with an "
+                                 "F8E4M3 operand needs 1.6");
+    assert_false(log_has("call op"));
+    const struct mmrt_tensor *src[1] = { &f32.t };
+    assert_int_equal(mmrt_op_launch(dev, MMRT_OP_COPY, src, 1, &kp.t, NULL, 0, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "COPY: dst must not be F8E4M3 (COPY does not take it)"));
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        mmrt_dev_tensor_free(dev, all[i].t);
+    mmrt_dev_close(dev);
+    mmrt_plugin_release(old);
+}
+
 static void test_device_errors(void **state)
 {
     (void)state;
@@ -718,6 +765,7 @@ int main(void)
         cmocka_unit_test_setup(test_validate_gather_heads_l2_norm, setup),
         cmocka_unit_test_setup(test_older_minor_lacks_newer_ops, setup),
         cmocka_unit_test_setup(test_validate_attention_window, setup),
+        cmocka_unit_test_setup(test_validate_f8e4m3, setup),
         cmocka_unit_test_setup(test_device_errors, setup),
         cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
     };

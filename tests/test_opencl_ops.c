@@ -83,7 +83,7 @@ static void check_exact(enum mmrt_op op, const char *what, const void *got, cons
     note_exact(op);
 }
 
-static const struct op_checks g_checks = { check_both, check_exact, false };
+static const struct op_checks g_checks = { check_both, check_exact, false, true };
 
 static void need_device(void)
 {

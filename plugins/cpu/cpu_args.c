@@ -224,6 +224,10 @@ void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n)
         for (; i < n; i++)
             dst[i] = (float)((const int8_t *)src)[i];
         break;
+    case MMRT_DTYPE_F8E4M3:
+        for (; i < n; i++)
+            dst[i] = mmrt_f8e4m3_to_f32(((const uint8_t *)src)[i]);
+        break;
     default:
         memcpy(dst, src, (size_t)n * sizeof(float));
         break;

@@ -201,8 +201,8 @@ struct cpu_kernels {
     const char *name;   /* "avx512", "avx2", "portable": the `isa` option's values */
     int mr, nr;         /* micro-tile (0 when there is no micro-kernel: portable GEMM) */
     /* dst[k·NR + j] = (f32) w[j·ldw + k] for j < cols, 0 for cols ≤ j < NR, k < kc. w is a
-     * weight-dtype array (F32/F16/BF16) positioned at its first row and column; ldw counts
-     * elements. */
+     * weight-dtype array (F32/F16/BF16, or an F8E4M3 K page) positioned at its first row and
+     * column; ldw counts elements. */
     void (*pack_w)(const void *w, int dtype, int64_t ldw, int64_t cols, int64_t kc,
                    float *dst);
     /* dst[k·NR + j] = (f32) w[k·ldw + j] for j < cols, 0 for cols ≤ j < NR, k < rows: a
@@ -228,11 +228,11 @@ struct cpu_kernels {
     /* x[i] = (float)((double)x[i] · a), i < n: softmax normalisation as the reference does
      * it (e · (1/Σ) with Σ in double). */
     void (*scale_d)(float *x, double a, int64_t n);
-    /* Σ a[k]·b[k] over n values in this table's lane order; b is F32, F16 or BF16 (b_dtype),
-     * widened exactly to f32 in registers, so a K row of an F16 KV page costs no pass through
-     * memory and gives the bits its f32 copy gives. */
+    /* Σ a[k]·b[k] over n values in this table's lane order; b is F32, F16, BF16 or F8E4M3
+     * (b_dtype), widened exactly to f32 in registers, so a K row of an F16 or FP8 KV page
+     * costs no pass through memory and gives the bits its f32 copy gives. */
     float (*dot)(const float *a, const void *b, int b_dtype, int64_t n);
-    /* y[i] += a · x[i], i < n, x F32, F16 or BF16 (x_dtype) widened exactly, as dot. */
+    /* y[i] += a · x[i], i < n, x F32, F16, BF16 or F8E4M3 (x_dtype) widened exactly, as dot. */
     void (*axpy)(float *y, float a, const void *x, int x_dtype, int64_t n);
     /* y[i] = exp(x[i] − m) for i < n and returns their sum in double (softmax). */
     double (*exp_sum)(const float *x, float m, float *y, int64_t n);
@@ -347,6 +347,9 @@ struct cpu_op {
 #define CPU_DT_I32 (1u << MMRT_DTYPE_I32)
 #define CPU_DT_I8 (1u << MMRT_DTYPE_I8)
 #define CPU_DT_U4 (1u << MMRT_DTYPE_U4)
+#define CPU_DT_F8 (1u << MMRT_DTYPE_F8E4M3)
+/* What a KV cache may be stored in (SET_ROWS dst, attention K/V, GATHER_HEADS table). */
+#define CPU_DT_KV (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_F8)
 #define CPU_DT_WEIGHT (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_BF16)
 
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
@@ -465,6 +468,7 @@ static inline float cpu_load_weight(const void *p, int dtype, int64_t i)
     case MMRT_DTYPE_F16: return cpu_f16_to_f32(((const uint16_t *)p)[i]);
     case MMRT_DTYPE_BF16: return cpu_bf16_to_f32(((const uint16_t *)p)[i]);
     case MMRT_DTYPE_I8: return (float)((const int8_t *)p)[i];
+    case MMRT_DTYPE_F8E4M3: return mmrt_f8e4m3_to_f32(((const uint8_t *)p)[i]);
     default: return ((const float *)p)[i];
     }
 }

@@ -23,11 +23,31 @@
 #define MR 6
 #define NR 16
 
+/* 8 FP8 E4M3 codes (the low 8 bytes of codes) as f32, exactly as mmrt_f8e4m3_to_f32
+ * (plugin.h): a normal code's 7 magnitude bits moved to f32 bits 20…26 with 120 added to the
+ * exponent, a subnormal one as mantissa · 2^-9 (an exact product, never an f32 subnormal),
+ * 0x7F the NaN, then the sign. */
+static inline __attribute__((always_inline)) __m256 f8x8(__m128i codes)
+{
+    const __m256i v = _mm256_cvtepu8_epi32(codes);
+    const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+    __m256 r = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+    r = _mm256_blendv_ps(r, _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1.0p-9f)),
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
+    r = _mm256_blendv_ps(r, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F))));
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign));
+}
+
 /* 8 weight-dtype elements at p as f32 (dt is a constant wherever this is inlined into a
  * loop, so the switch folds away). */
 static inline __attribute__((always_inline)) __m256 wload8(const void *p, const int dt)
 {
     switch (dt) {
+    case MMRT_DTYPE_F8E4M3: /* a KV page's codes */
+        return f8x8(_mm_loadl_epi64((const __m128i *)p));
     case MMRT_DTYPE_F16:
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
     case MMRT_DTYPE_BF16:
@@ -473,6 +493,7 @@ static float dot(const float *a, const void *b, int b_dtype, int64_t n)
     switch (b_dtype) {
     case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n);
     case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n);
+    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n);
     default: return dot_dt(a, b, MMRT_DTYPE_F32, n);
     }
 }
@@ -493,6 +514,7 @@ static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
     switch (x_dtype) {
     case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
     case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
+    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n); break;
     default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
     }
 }

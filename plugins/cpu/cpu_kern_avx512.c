@@ -41,10 +41,29 @@
 
 /* ---- loading a weight-dtype vector ------------------------------------------------------ */
 
-/* 16 elements (mask m) of a F32, F16, BF16 or I8 array starting at p, as f32. */
+/* 16 FP8 E4M3 codes as f32, exactly as mmrt_f8e4m3_to_f32 (plugin.h): a normal code's 7
+ * magnitude bits moved to f32 bits 20…26 with 120 added to the exponent, a subnormal one as
+ * mantissa · 2^-9 (an exact product, never an f32 subnormal), 0x7F the NaN, then the sign. */
+static inline __attribute__((always_inline)) __m512 f8x16(__m128i codes)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(codes);
+    const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi32(0x7F));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+    __m512 r = _mm512_castsi512_ps(
+        _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+    r = _mm512_mask_blend_ps(_mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(8)), r,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1.0p-9f)));
+    r = _mm512_mask_blend_ps(_mm512_cmpeq_epu32_mask(mag, _mm512_set1_epi32(0x7F)), r,
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
+
+/* 16 elements (mask m) of a F32, F16, BF16, I8 or F8E4M3 array starting at p, as f32. */
 static inline __attribute__((always_inline)) __m512 load16(const void *p, int dt, __mmask16 m)
 {
     switch (dt) {
+    case MMRT_DTYPE_F8E4M3: /* a KV page's codes */
+        return f8x16(_mm_maskz_loadu_epi8(m, p));
     case MMRT_DTYPE_F16:
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
     case MMRT_DTYPE_BF16:
@@ -506,6 +525,7 @@ static float dot(const float *a, const void *b, int b_dtype, int64_t n)
     switch (b_dtype) {
     case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n);
     case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n);
+    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n);
     default: return dot_dt(a, b, MMRT_DTYPE_F32, n);
     }
 }
@@ -527,6 +547,7 @@ static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
     switch (x_dtype) {
     case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
     case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
+    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n); break;
     default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
     }
 }

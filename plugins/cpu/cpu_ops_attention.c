@@ -378,7 +378,7 @@ static const float *kv_row_f32(const char *p, int dtype, int64_t d, float *tmp)
     if (dtype == MMRT_DTYPE_F32)
         return (const float *)p;
     for (int64_t i = 0; i < d; i++)
-        tmp[i] = cpu_f16_to_f32(((const uint16_t *)p)[i]);
+        tmp[i] = cpu_load_weight(p, dtype, i); /* F16 or F8E4M3, widened exactly */
     return tmp;
 }
 
@@ -792,10 +792,10 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     if ((st = attention_params(&o, &p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
         (st = cpu_need_contig(&o, "src0 (q)", q)) || (st = cpu_need_rank(&o, "src1 (k)", k, 3)) ||
-        (st = cpu_need_dtype(&o, "src1 (k)", k, CPU_DT_F32 | CPU_DT_F16)) ||
+        (st = cpu_need_dtype(&o, "src1 (k)", k, CPU_DT_KV)) ||
         (st = cpu_need_inner_contig(&o, "src1 (k)", k)) ||
         (st = cpu_need_rank(&o, "src2 (v)", v, 3)) ||
-        (st = cpu_need_dtype(&o, "src2 (v)", v, CPU_DT_F32 | CPU_DT_F16)) ||
+        (st = cpu_need_dtype(&o, "src2 (v)", v, CPU_DT_KV)) ||
         (st = cpu_need_inner_contig(&o, "src2 (v)", v)) ||
         (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||
         (st = cpu_need_disjoint(&o, "src0 (q)", q, false)) ||
@@ -892,7 +892,7 @@ mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
         (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
         (st = cpu_need_contig(&o, "src0 (q)", q)) ||
         (st = cpu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
-        (st = cpu_need_dtype(&o, "src1 (k_pages)", k, CPU_DT_F32 | CPU_DT_F16)) ||
+        (st = cpu_need_dtype(&o, "src1 (k_pages)", k, CPU_DT_KV)) ||
         (st = cpu_need_contig(&o, "src1 (k_pages)", k)) ||
         (st = cpu_need_contig(&o, "src2 (v_pages)", v)) ||
         (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||

@@ -374,6 +374,10 @@ static void set_rows_task(void *vctx, int tid, int64_t begin, int64_t end)
             for (int64_t k = begin; k < end; k++)
                 ((uint16_t *)c->d)[o + k] = cpu_f32_to_bf16(s[k]);
             break;
+        case MMRT_DTYPE_F8E4M3:
+            for (int64_t k = begin; k < end; k++)
+                ((uint8_t *)c->d)[o + k] = mmrt_f32_to_f8e4m3(s[k]);
+            break;
         default:
             memcpy((float *)c->d + o + begin, s + begin, (size_t)(end - begin) * sizeof(float));
             break;
@@ -392,8 +396,8 @@ mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
         (st = cpu_need_contig(&o, "src0 (values)", v)) ||
         (st = cpu_need_dtype(&o, "src1 (idx)", idx, CPU_DT_I32)) ||
         (st = cpu_need_contig(&o, "src1 (idx)", idx)) ||
-        (st = cpu_need_dtype(&o, "dst", d, CPU_DT_WEIGHT)) || (st = cpu_need_contig(&o, "dst", d)) ||
-        (st = cpu_need_rank(&o, "dst", d, v->n_dims)) ||
+        (st = cpu_need_dtype(&o, "dst", d, CPU_DT_WEIGHT | CPU_DT_F8)) ||
+        (st = cpu_need_contig(&o, "dst", d)) || (st = cpu_need_rank(&o, "dst", d, v->n_dims)) ||
         (st = cpu_need_disjoint(&o, "src0 (values)", v, false)) ||
         (st = cpu_need_disjoint(&o, "src1 (idx)", idx, false)))
         return st;
@@ -452,6 +456,14 @@ static void gather_row(float *restrict y, const char *restrict row, int dtype, i
             y[d] += r[d];
         return;
     }
+    if (dtype == MMRT_DTYPE_F8E4M3) {
+        /* Widened one code at a time: exact, and the lanes are separate elements anyway. */
+        for (; d < D; d++) {
+            float v = mmrt_f8e4m3_to_f32(((const uint8_t *)row)[d]);
+            y[d] = add ? y[d] + v : v;
+        }
+        return;
+    }
     const uint16_t *r = (const uint16_t *)row;
     const bool f16 = dtype == MMRT_DTYPE_F16;
     for (; d + 4 <= D; d += 4) {
@@ -507,7 +519,7 @@ mmrt_status cpu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_ar
         return st;
     const struct cpu_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
     if ((st = cpu_need_rank(&o, "src0 (table)", tab, 3)) ||
-        (st = cpu_need_dtype(&o, "src0 (table)", tab, CPU_DT_WEIGHT)) ||
+        (st = cpu_need_dtype(&o, "src0 (table)", tab, CPU_DT_WEIGHT | CPU_DT_F8)) ||
         (st = cpu_need_contig(&o, "src0 (table)", tab)) ||
         (st = cpu_need_rank(&o, "src1 (idx)", idx, 3)) ||
         (st = cpu_need_dtype(&o, "src1 (idx)", idx, CPU_DT_I32)) ||

@@ -82,10 +82,12 @@ template <int DM, int BM, int BN> struct Cfg {
     static_assert(BM % 16 == 0 && BN % 8 == 0 && BN % 4 == 0 && DM % 32 == 0, "tile shape");
 };
 
-__device__ __forceinline__ float load_kv(const void *p, bool f16, int64_t i)
+/* Element i of a K or V array of dtype dt (F32, F16 or F8E4M3), widened exactly. */
+__device__ __forceinline__ float load_kv(const void *p, int dt, int64_t i)
 {
-    return f16 ? f16_to_f32(static_cast<const uint16_t *>(p)[i])
-               : static_cast<const float *>(p)[i];
+    return dt == MMRT_DTYPE_F16      ? f16_to_f32(static_cast<const uint16_t *>(p)[i])
+           : dt == MMRT_DTYPE_F8E4M3 ? f8e4m3_to_f32(static_cast<const uint8_t *>(p)[i])
+                                     : static_cast<const float *>(p)[i];
 }
 
 __device__ __forceinline__ void report(cu_err_word *e, int64_t which, int64_t entry,
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
     const int g = blockIdx.y, z = blockIdx.z;
     const int64_t n_rep = d.Hq / d.Hkv;
     const int D = d.D;
-    const bool k16 = d.k_dtype == MMRT_DTYPE_F16, v16 = d.v_dtype == MMRT_DTYPE_F16;
+    const int kdt = d.k_dtype, vdt = d.v_dtype;
 
     if (tid == 0) {
         if constexpr (Paged)
@@ -328,8 +330,8 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
                 key_rows<Paged>(d, seq, k0, j, g, &kb, &vb);
             for (int dd = lane; dd < DM; dd += 32) {
                 bool in = ok && dd < D;
-                sK[jj * C::QS + dd] = in ? load_kv(d.k, k16, kb + dd) : 0.0f;
-                sV[jj * DM + dd] = in ? load_kv(d.v, v16, vb + dd) : 0.0f;
+                sK[jj * C::QS + dd] = in ? load_kv(d.k, kdt, kb + dd) : 0.0f;
+                sV[jj * DM + dd] = in ? load_kv(d.v, vdt, vb + dd) : 0.0f;
             }
         }
         __syncthreads();

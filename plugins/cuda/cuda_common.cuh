@@ -122,9 +122,51 @@ __device__ __forceinline__ uint16_t f32_to_bf16_rn(float f)
 }
 #endif
 
-/* Element i of a weight-dtype array (F32, F16 or BF16) as f32. */
+/* FP8 E4M3 code → f32, exactly (plugin.h mmrt_f8e4m3_to_f32): a normal code's 7 magnitude
+ * bits moved to f32 bits 20…26 with 120 added to the exponent, a subnormal one as its
+ * mantissa · 2^-9 (exact, and an f32 normal), 0x7F the NaN, then the sign. */
+__device__ __forceinline__ float f8e4m3_to_f32(uint8_t c)
+{
+    const uint32_t mag = c & 0x7Fu, sign = (uint32_t)(c & 0x80u) << 24;
+    const uint32_t bits = mag == 0x7Fu ? 0x7FC00000u
+                          : mag < 8u   ? __float_as_uint(__fmul_rn((float)mag, 0x1.0p-9f))
+                                       : (mag << 20) + (120u << 23);
+    return __uint_as_float(bits | sign);
+}
+
+/* f32 → FP8 E4M3 as plugin.h asks (mmrt_f32_to_f8e4m3), in integer arithmetic only — the
+ * hardware's satfinite conversion exists only on sm_89+, and the host emulator must give
+ * the same bits: round to nearest even, magnitudes ≥ 448 (infinity too) → ±448, NaN → 0x7F
+ * with its sign. Subnormal codes count 2^-9 steps: the significand shifted by 141 − exponent
+ * and rounded to nearest even (a shift of 25 or more leaves less than half a step). */
+__device__ __forceinline__ uint8_t f32_to_f8e4m3(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+    uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u)
+        return (uint8_t)(sign | 0x7Fu);
+    if (ax >= 0x43E00000u) /* 448 */
+        return (uint8_t)(sign | 0x7Eu);
+    if (ax < 0x3C800000u) {
+        const uint32_t e = ax >> 23, s = 141u - e;
+        if (e == 0u || s >= 25u)
+            return sign;
+        const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
+        uint32_t q = m >> s;
+        const uint32_t rem = m & ((1u << s) - 1u), tie = 1u << (s - 1u);
+        q += (rem > tie || (rem == tie && (q & 1u))) ? 1u : 0u;
+        return (uint8_t)(sign | q);
+    }
+    ax += ((uint32_t)(7 - 127) << 23) + 0x7FFFFu + ((ax >> 20) & 1u);
+    return (uint8_t)(sign | (ax >> 20));
+}
+
+/* Element i of a weight-dtype array (F32, F16 or BF16, or an F8E4M3 KV table) as f32. */
 template <int DT> __device__ __forceinline__ float load_w(const void *p, int64_t i)
 {
+    if (DT == MMRT_DTYPE_F8E4M3)
+        return f8e4m3_to_f32(static_cast<const uint8_t *>(p)[i]);
     if (DT == MMRT_DTYPE_F16)
         return f16_to_f32(static_cast<const uint16_t *>(p)[i]);
     if (DT == MMRT_DTYPE_BF16)

@@ -136,6 +136,9 @@ struct cu_op {
 #define CU_DT_I8 (1u << MMRT_DTYPE_I8)
 #define CU_DT_U4 (1u << MMRT_DTYPE_U4)
 #define CU_DT_WEIGHT (CU_DT_F32 | CU_DT_F16 | CU_DT_BF16)
+#define CU_DT_F8 (1u << MMRT_DTYPE_F8E4M3)
+/* What a KV cache may be stored in (SET_ROWS dst, attention K/V, GATHER_HEADS table). */
+#define CU_DT_KV (CU_DT_F32 | CU_DT_F16 | CU_DT_F8)
 
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
  * n_required ≤ n_src ≤ n_max, that required sources and dst are present, and resolves every

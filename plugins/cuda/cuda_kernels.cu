@@ -449,7 +449,9 @@ set_rows_kernel(void *dst, int64_t R, const uint32_t *src, const int32_t *idx, i
         for (int64_t k = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; k < n;
              k += (int64_t)gridDim.y * blockDim.x) {
             const int64_t o = (int64_t)r * n + k;
-            if (DT == MMRT_DTYPE_F16)
+            if (DT == MMRT_DTYPE_F8E4M3)
+                static_cast<uint8_t *>(dst)[o] = f32_to_f8e4m3(__uint_as_float(s[k]));
+            else if (DT == MMRT_DTYPE_F16)
                 static_cast<uint16_t *>(dst)[o] = f32_to_f16_exact(__uint_as_float(s[k]));
             else if (DT == MMRT_DTYPE_BF16)
                 static_cast<uint16_t *>(dst)[o] = f32_to_bf16_exact(__uint_as_float(s[k]));
@@ -498,7 +500,9 @@ gather_heads_kernel(float *y, const void *table, int64_t R, int64_t H, int64_t D
                     continue; /* padding, or an entry past the table: skipped alike */
                 const int64_t j = (r * H + h) * D + d;
                 float v;
-                if (DT == MMRT_DTYPE_F16)
+                if (DT == MMRT_DTYPE_F8E4M3)
+                    v = f8e4m3_to_f32(static_cast<const uint8_t *>(table)[j]);
+                else if (DT == MMRT_DTYPE_F16)
                     v = f16_to_f32_exact(static_cast<const uint16_t *>(table)[j]);
                 else if (DT == MMRT_DTYPE_BF16)
                     v = bf16_to_f32(static_cast<const uint16_t *>(table)[j]);
@@ -691,6 +695,8 @@ extern "C" cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const
         return cudaSuccess;
     switch (dtype) {
     case MMRT_DTYPE_F16: return launch_set_rows_t<MMRT_DTYPE_F16>(dst, R, src, idx, T, n, stream);
+    case MMRT_DTYPE_F8E4M3:
+        return launch_set_rows_t<MMRT_DTYPE_F8E4M3>(dst, R, src, idx, T, n, stream);
     case MMRT_DTYPE_BF16: return launch_set_rows_t<MMRT_DTYPE_BF16>(dst, R, src, idx, T, n, stream);
     default: return launch_set_rows_t<MMRT_DTYPE_F32>(dst, R, src, idx, T, n, stream);
     }
@@ -705,6 +711,8 @@ extern "C" cudaError_t cu_launch_gather_heads(float *y, const void *table, int d
     switch (dtype) {
     case MMRT_DTYPE_F16:
         return launch_gather_heads_t<MMRT_DTYPE_F16>(y, table, R, H, D, idx, rows, G, stream);
+    case MMRT_DTYPE_F8E4M3:
+        return launch_gather_heads_t<MMRT_DTYPE_F8E4M3>(y, table, R, H, D, idx, rows, G, stream);
     case MMRT_DTYPE_BF16:
         return launch_gather_heads_t<MMRT_DTYPE_BF16>(y, table, R, H, D, idx, rows, G, stream);
     default:

@@ -374,7 +374,8 @@ mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *a
         (st = cu_need_contig(&o, "src0 (values)", val)) ||
         (st = cu_need_dtype(&o, "src1 (idx)", idx, CU_DT_I32)) ||
         (st = cu_need_contig(&o, "src1 (idx)", idx)) ||
-        (st = cu_need_dtype(&o, "dst", y, CU_DT_WEIGHT)) || (st = cu_need_contig(&o, "dst", y)) ||
+        (st = cu_need_dtype(&o, "dst", y, CU_DT_WEIGHT | CU_DT_F8)) ||
+        (st = cu_need_contig(&o, "dst", y)) ||
         (st = cu_need_disjoint(&o, "src0 (values)", val, false)) ||
         (st = cu_need_disjoint(&o, "src1 (idx)", idx, false)))
         return st;
@@ -409,7 +410,7 @@ mmrt_status cu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_arg
         return st;
     const struct cu_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
     if ((st = cu_need_rank(&o, "src0 (table)", tab, 3)) ||
-        (st = cu_need_dtype(&o, "src0 (table)", tab, CU_DT_WEIGHT)) ||
+        (st = cu_need_dtype(&o, "src0 (table)", tab, CU_DT_WEIGHT | CU_DT_F8)) ||
         (st = cu_need_contig(&o, "src0 (table)", tab)) ||
         (st = cu_need_rank(&o, "src1 (idx)", idx, 3)) ||
         (st = cu_need_dtype(&o, "src1 (idx)", idx, CU_DT_I32)) ||
@@ -510,10 +511,10 @@ mmrt_status cu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *
     if ((st = attention_params(&o, &p)) || (st = cu_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = cu_need_dtype(&o, "src0 (q)", q, CU_DT_F32)) ||
         (st = cu_need_contig(&o, "src0 (q)", q)) || (st = cu_need_rank(&o, "src1 (k)", k, 3)) ||
-        (st = cu_need_dtype(&o, "src1 (k)", k, CU_DT_F32 | CU_DT_F16)) ||
+        (st = cu_need_dtype(&o, "src1 (k)", k, CU_DT_KV)) ||
         (st = cu_need_inner_contig(&o, "src1 (k)", k)) ||
         (st = cu_need_rank(&o, "src2 (v)", v, 3)) ||
-        (st = cu_need_dtype(&o, "src2 (v)", v, CU_DT_F32 | CU_DT_F16)) ||
+        (st = cu_need_dtype(&o, "src2 (v)", v, CU_DT_KV)) ||
         (st = cu_need_inner_contig(&o, "src2 (v)", v)) || (st = check_dst_f32(&o)) ||
         (st = cu_need_disjoint(&o, "src0 (q)", q, false)) ||
         (st = cu_need_disjoint(&o, "src1 (k)", k, false)) ||
@@ -587,7 +588,7 @@ mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_
         (st = cu_need_dtype(&o, "src0 (q)", q, CU_DT_F32)) ||
         (st = cu_need_contig(&o, "src0 (q)", q)) ||
         (st = cu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
-        (st = cu_need_dtype(&o, "src1 (k_pages)", k, CU_DT_F32 | CU_DT_F16)) ||
+        (st = cu_need_dtype(&o, "src1 (k_pages)", k, CU_DT_KV)) ||
         (st = cu_need_contig(&o, "src1 (k_pages)", k)) ||
         (st = cu_need_contig(&o, "src2 (v_pages)", v)) || (st = check_dst_f32(&o)) ||
         (st = cu_need_disjoint(&o, "src0 (q)", q, false)) ||
@@ -678,6 +679,8 @@ static bool copy_pair_ok(int s, int d)
 {
     if (s == MMRT_DTYPE_I32 || d == MMRT_DTYPE_I32)
         return s == d;
+    if (s == MMRT_DTYPE_F8E4M3 || d == MMRT_DTYPE_F8E4M3)
+        return false; /* plugin.h: COPY does not take it */
     return s >= 0 && s < MMRT_DTYPE_COUNT && d >= 0 && d < MMRT_DTYPE_COUNT;
 }
 

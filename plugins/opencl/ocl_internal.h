@@ -236,6 +236,9 @@ struct ocl_op {
 #define OCL_DT_I8 (1u << MMRT_DTYPE_I8)
 #define OCL_DT_U4 (1u << MMRT_DTYPE_U4)
 #define OCL_DT_WEIGHT (OCL_DT_F32 | OCL_DT_F16 | OCL_DT_BF16)
+#define OCL_DT_F8 (1u << MMRT_DTYPE_F8E4M3)
+/* What a KV cache may be stored in (SET_ROWS dst, attention K/V, GATHER_HEADS table). */
+#define OCL_DT_KV (OCL_DT_F32 | OCL_DT_F16 | OCL_DT_F8)
 
 /* Copies args (honouring its struct_size), checks it launches `op` with n_required ≤ n_src ≤
  * n_max, that required sources and dst are present, and resolves every present tensor. */

@@ -270,10 +270,10 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     if ((st = attention_params(&o, &p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
         (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
         (st = ocl_need_contig(&o, "src0 (q)", q)) || (st = ocl_need_rank(&o, "src1 (k)", k, 3)) ||
-        (st = ocl_need_dtype(&o, "src1 (k)", k, OCL_DT_F32 | OCL_DT_F16)) ||
+        (st = ocl_need_dtype(&o, "src1 (k)", k, OCL_DT_KV)) ||
         (st = ocl_need_inner_contig(&o, "src1 (k)", k)) ||
         (st = ocl_need_rank(&o, "src2 (v)", v, 3)) ||
-        (st = ocl_need_dtype(&o, "src2 (v)", v, OCL_DT_F32 | OCL_DT_F16)) ||
+        (st = ocl_need_dtype(&o, "src2 (v)", v, OCL_DT_KV)) ||
         (st = ocl_need_inner_contig(&o, "src2 (v)", v)) ||
         (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
         (st = ocl_need_disjoint(&o, "src0 (q)", q, false)) ||
@@ -330,11 +330,11 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     ocl_arg_view(&c, k);
     ocl_arg_long(&c, k->nb[0] / kes);
     ocl_arg_long(&c, k->nb[1] / kes);
-    ocl_arg_int(&c, k->dtype == MMRT_DTYPE_F16);
+    ocl_arg_int(&c, k->dtype); /* the kernels' DT_ values are enum mmrt_dtype's */
     ocl_arg_view(&c, v);
     ocl_arg_long(&c, v->nb[0] / ves);
     ocl_arg_long(&c, v->nb[1] / ves);
-    ocl_arg_int(&c, v->dtype == MMRT_DTYPE_F16);
+    ocl_arg_int(&c, v->dtype);
     ocl_arg_view(&c, cq);
     ocl_arg_view(&c, ck);
     ocl_arg_int(&c, has_cu);
@@ -380,7 +380,7 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
         (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
         (st = ocl_need_contig(&o, "src0 (q)", q)) ||
         (st = ocl_need_rank(&o, "src1 (k_pages)", k, 4)) ||
-        (st = ocl_need_dtype(&o, "src1 (k_pages)", k, OCL_DT_F32 | OCL_DT_F16)) ||
+        (st = ocl_need_dtype(&o, "src1 (k_pages)", k, OCL_DT_KV)) ||
         (st = ocl_need_contig(&o, "src1 (k_pages)", k)) ||
         (st = ocl_need_contig(&o, "src2 (v_pages)", v)) ||
         (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
@@ -440,7 +440,7 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
     ocl_arg_view(&c, q);
     ocl_arg_view(&c, k);
     ocl_arg_view(&c, v);
-    ocl_arg_int(&c, k->dtype == MMRT_DTYPE_F16);
+    ocl_arg_int(&c, k->dtype);
     ocl_arg_view(&c, cq);
     ocl_arg_view(&c, lens);
     ocl_arg_view(&c, table);

@@ -28,6 +28,8 @@ static bool pair_allowed(int sdt, int ddt)
 {
     if (sdt == MMRT_DTYPE_I32 || ddt == MMRT_DTYPE_I32)
         return sdt == ddt;
+    if (sdt == MMRT_DTYPE_F8E4M3 || ddt == MMRT_DTYPE_F8E4M3)
+        return false; /* plugin.h: COPY does not take it */
     return true; /* any of F32, F16, BF16 to any */
 }
 
@@ -190,7 +192,7 @@ mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
         (st = ocl_need_contig(&o, "src0 (values)", val)) ||
         (st = ocl_need_dtype(&o, "src1 (idx)", idx, OCL_DT_I32)) ||
         (st = ocl_need_contig(&o, "src1 (idx)", idx)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_WEIGHT | OCL_DT_F8)) ||
         (st = ocl_need_contig(&o, "dst", y)) ||
         (st = ocl_need_disjoint(&o, "src0 (values)", val, false)) ||
         (st = ocl_need_disjoint(&o, "src1 (idx)", idx, false)))
@@ -235,7 +237,7 @@ mmrt_status ocl_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_ar
         return st;
     const struct ocl_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
     if ((st = ocl_need_rank(&o, "src0 (table)", tab, 3)) ||
-        (st = ocl_need_dtype(&o, "src0 (table)", tab, OCL_DT_WEIGHT)) ||
+        (st = ocl_need_dtype(&o, "src0 (table)", tab, OCL_DT_WEIGHT | OCL_DT_F8)) ||
         (st = ocl_need_contig(&o, "src0 (table)", tab)) ||
         (st = ocl_need_rank(&o, "src1 (idx)", idx, 3)) ||
         (st = ocl_need_dtype(&o, "src1 (idx)", idx, OCL_DT_I32)) ||

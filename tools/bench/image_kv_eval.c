@@ -4,7 +4,7 @@
  * against the uncompressed cache of the same model on the same plugin.
  *
  *   mmrt-image-kv-eval [--plugin NAME] [--keeps R,R,…] [--policies P,P,…] [--limit N]
- *                      MODEL_DIR ITEMS_JSON
+ *                      [--kv-dtypes T,T,…] MODEL_DIR ITEMS_JSON
  *
  * ITEMS_JSON is either the demo model's held-out set ({"items": [{"image", "question",
  * "answer"}, …]}, images relative to the file) or a fixture's expected.json ({"cases":
@@ -18,6 +18,9 @@
  *     mmrt-quantize --report measures weights;
  *   - the image positions dropped per request.
  * Defaults: keeps 0.75,0.5,0.25,0.1; all four policies; the CPU plugin.
+ * --kv-dtypes f16,fp8 measures the KV cache's storage format instead ([model] kv_dtype): one
+ * row per format, the whole cache kept, against the F32 cache, the same measures (the
+ * figures of docs/QUANTIZATION.md "KV cache formats"); no policy rows then.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -141,13 +144,14 @@ static int load_items(const char *path, struct item **out, int limit)
 }
 
 static int answer_all(const char *dir, const char *plugin, double keep,
-                      enum mmrt_image_kv_policy policy, const struct item *items, int n,
-                      int64_t vocab, struct run *r)
+                      enum mmrt_image_kv_policy policy, enum mmrt_kv_dtype kv,
+                      const struct item *items, int n, int64_t vocab, struct run *r)
 {
     struct mmrt_device_config dev = { .name = "d", .plugin = plugin };
     struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
                                .n_devices = 1, .image_kv_keep = keep,
-                               .image_kv_policy = policy, .vision_cache_entries = 0 };
+                               .image_kv_policy = policy, .kv_dtype = kv,
+                               .vision_cache_entries = 0 };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
     if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK) {
@@ -270,6 +274,9 @@ int main(int argc, char **argv)
         MMRT_IMAGE_KV_POOL2X2,
     };
     int n_policies = 4;
+    enum mmrt_kv_dtype kv_dtypes[3];
+    const char *kv_names[3];
+    int n_kv = 0;
     int a = 1;
     for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
         if (strcmp(argv[a], "--plugin") == 0) {
@@ -293,6 +300,27 @@ int main(int argc, char **argv)
                 }
                 s += len + (comma != NULL);
             }
+        } else if (strcmp(argv[a], "--kv-dtypes") == 0) {
+            static const struct { const char *name; enum mmrt_kv_dtype kv; } known[] = {
+                { "f32", MMRT_KV_F32 }, { "f16", MMRT_KV_F16 }, { "fp8", MMRT_KV_FP8 },
+            };
+            n_kv = 0;
+            for (const char *s = argv[a + 1]; *s;) {
+                const char *comma = strchr(s, ',');
+                const size_t len = comma ? (size_t)(comma - s) : strlen(s);
+                int found = -1;
+                for (int k = 0; k < 3; k++)
+                    if (strlen(known[k].name) == len && memcmp(known[k].name, s, len) == 0)
+                        found = k;
+                if (found < 0 || n_kv == 3) {
+                    fprintf(stderr, "mmrt-image-kv-eval: --kv-dtypes: '%.*s' is not one of "
+                                    "f32, f16, fp8 (at most three)\n", (int)len, s);
+                    return 2;
+                }
+                kv_dtypes[n_kv] = known[found].kv;
+                kv_names[n_kv++] = known[found].name;
+                s += len + (comma != NULL);
+            }
         } else if (strcmp(argv[a], "--limit") == 0) {
             char *end;
             const long v = strtol(argv[a + 1], &end, 10);
@@ -309,7 +337,8 @@ int main(int argc, char **argv)
     }
     if (argc - a != 2) {
         fprintf(stderr, "usage: mmrt-image-kv-eval [--plugin NAME] [--keeps R,…] "
-                        "[--policies P,…] [--limit N] MODEL_DIR ITEMS_JSON\n");
+                        "[--policies P,…] [--limit N] [--kv-dtypes T,…] MODEL_DIR "
+                        "ITEMS_JSON\n");
         return 2;
     }
     const char *dir = argv[a], *path = argv[a + 1];
@@ -325,7 +354,8 @@ int main(int argc, char **argv)
     if (vocab < 1)
         return 1;
     struct run base = { 0 };
-    if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, items, n, vocab, &base) != 0)
+    if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, items, n, vocab,
+                   &base) != 0)
         return 1;
     int correct0 = 0, with_answers = 0;
     for (int i = 0; i < n; i++)
@@ -342,10 +372,37 @@ int main(int argc, char **argv)
                100.0 * correct0 / with_answers, correct0, with_answers);
     const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
     int rc = 0;
+    if (n_kv > 0)
+        n_policies = 0; /* the storage formats only */
+    for (int k = 0; k < n_kv && rc == 0; k++) {
+        struct run r = { 0 };
+        if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, kv_dtypes[k], items, n, vocab,
+                       &r) != 0) {
+            rc = 1;
+            break;
+        }
+        struct fidelity_sum f = { 0 };
+        int correct = 0;
+        for (int i = 0; i < n; i++) {
+            fidelity_add(&f, base.p + (size_t)i * per, base.ids + i * MAX_STEPS,
+                         r.p + (size_t)i * per, r.ids + i * MAX_STEPS, MAX_STEPS, vocab);
+            correct += items[i].answer && strcmp(r.text[i], items[i].answer) == 0;
+        }
+        char acc[64] = "–";
+        if (with_answers)
+            snprintf(acc, sizeof acc, "%.1f%% (%d/%d)", 100.0 * correct / with_answers, correct,
+                     with_answers);
+        printf("| kv_dtype %s | 1 | %s | %.2f%% | %.3g | 0 |\n", kv_names[k], acc,
+               f.positions ? 100.0 * f.same / f.positions : 100.0,
+               f.positions ? f.kl / f.positions : 0);
+        fflush(stdout);
+        run_free(&r, n);
+    }
     for (int p = 0; p < n_policies && rc == 0; p++)
         for (int k = 0; k < n_keeps && rc == 0; k++) {
             struct run r = { 0 };
-            if (answer_all(dir, plugin, keeps[k], policies[p], items, n, vocab, &r) != 0) {
+            if (answer_all(dir, plugin, keeps[k], policies[p], MMRT_KV_F32, items, n, vocab,
+                           &r) != 0) {
                 rc = 1;
                 break;
             }

@@ -66,7 +66,8 @@ struct options {
     int image_size, prompt_tokens, gen_tokens, batch, repeat, warmup, probe_mb, probe_passes;
     int concurrency;
     int vision_batch; /* [scheduler] vision_batch; 0 = the runtime's default */
-    bool json, quiet, limits_only, dry_run, mix, kv_f16, vision_cache;
+    bool json, quiet, limits_only, dry_run, mix, vision_cache;
+    enum mmrt_kv_dtype kv_dtype; /* --kv-dtype */
     enum mmrt_weight_format weights; /* --weights */
     int threads;
     double image_kv_keep;            /* --image-kv-keep; 0 = off */
@@ -93,7 +94,7 @@ static void usage(FILE *f)
             "                      through mmrt_run_batch (default 1)\n"
             "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
             "                      1..32; default: the round's requests, at most 32)\n"
-            "  --kv-dtype T        f32|f16 KV cache ([model] kv_dtype; default f32)\n"
+            "  --kv-dtype T        f32|f16|fp8 KV cache ([model] kv_dtype; default f32)\n"
             "  --vision-batch N    requests whose vision stages run together ([scheduler]\n"
             "                      vision_batch, 1..32; default the runtime's, 1)\n"
             "  --weights W         checkpoint|int8|int4|int4-g64|int4-g32: matmul weights as\n"
@@ -564,11 +565,17 @@ int main(int argc, char **argv)
         case 'V': o.vision_cache = true; break;
         case 'B': bad = parse_int("--vision-batch", optarg, 1, 32, &o.vision_batch); break;
         case 'K':
-            if (strcmp(optarg, "f32") != 0 && strcmp(optarg, "f16") != 0) {
-                fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32 or f16\n", optarg);
+            if (strcmp(optarg, "f32") == 0) {
+                o.kv_dtype = MMRT_KV_F32;
+            } else if (strcmp(optarg, "f16") == 0) {
+                o.kv_dtype = MMRT_KV_F16;
+            } else if (strcmp(optarg, "fp8") == 0) {
+                o.kv_dtype = MMRT_KV_FP8;
+            } else {
+                fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32, f16 or fp8\n",
+                        optarg);
                 bad = 1;
             }
-            o.kv_f16 = strcmp(optarg, "f16") == 0;
             break;
         case 'W': {
             /* The [model] weights spellings, from the runtime's own names. */
@@ -708,7 +715,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "mmrt-bench: out of memory\n");
         goto out;
     }
-    const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2, kv_bytes = o.kv_f16 ? 2 : 4;
+    const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2;
+    const int kv_bytes = (int)mmrt_dtype_size(mmrt_kv_store_dtype(o.kv_dtype));
     /* INT4: half a byte of packed code per weight plus an F32 scale and zero point per group. */
     const int64_t q4_group = mmrt_weight_format_group(o.weights);
     const double mm_bytes = o.weights == MMRT_WEIGHTS_INT8 ? 1.0
@@ -737,7 +745,7 @@ int main(int argc, char **argv)
      * model's whole context (the KV store and the longest prefill auto sizes for). */
     const int64_t kv_tokens = ctx * (o.batch < concurrency ? o.batch : concurrency);
     const struct mmrt_model_options mopts = {
-        .max_kv_tokens = kv_tokens, .kv_f16 = o.kv_f16, .weights = o.weights,
+        .max_kv_tokens = kv_tokens, .kv_dtype = o.kv_dtype, .weights = o.weights,
         .vision_batch = o.vision_batch ? o.vision_batch : MMRT_DEFAULT_VISION_BATCH,
     };
     struct mmrt_pool_budget budget = { 0 };
@@ -963,7 +971,7 @@ int main(int argc, char **argv)
          * whole context (the pool estimate counts the same). */
         .max_kv_tokens = kv_tokens,
         .max_batch = concurrency,
-        .kv_dtype = o.kv_f16 ? MMRT_KV_F16 : MMRT_KV_F32,
+        .kv_dtype = o.kv_dtype,
         .weights = o.weights,
         .vision_batch = o.vision_batch,
         .image_kv_keep = o.image_kv_keep,

@@ -21,10 +21,14 @@
 #define Q 1 /* in --quick */
 
 static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+/* What a KV-cache table may be (SET_ROWS dst, GATHER_HEADS table): the weight dtypes and
+ * F8E4M3 (ABI 1.6; the core refuses it to an older plugin, which then reads as refused). */
+static const enum mmrt_dtype kv_table_dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
+                                                MMRT_DTYPE_F8E4M3};
 
 static const char *dt_name(enum mmrt_dtype dt)
 {
-    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8", "U4"};
+    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8", "U4", "F8E4M3"};
     return (unsigned)dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
 }
 
@@ -640,6 +644,7 @@ struct attn_case {
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
+#define F8 MMRT_DTYPE_F8E4M3
 static const struct attn_case attn_cases[] = {
     /* Hq Hkv D  n_seq lq                lk                 causal kv  layout        amp sc  */
     {4, 4, 64, 0, {7}, {7}, 0, F32, KV_DENSE, 1, 0, Q, 0},
@@ -673,9 +678,17 @@ static const struct attn_case attn_cases[] = {
     {2, 1, 64, 0, {9}, {9}, 1, F32, KV_FUSED, 1, 0, Q, 1},
     {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F16, KV_CACHE, 1, 0, 0, 3},
     {28, 4, 128, 0, {64}, {999}, 1, F32, KV_HEAD_MAJOR, 1, 0, 0, 100},
+    /* FP8 E4M3 K/V (ABI 1.6): decode in a cache, prefill blocks, GQA 4 head-major, a fused
+     * buffer with a window, a batch with an empty sequence */
+    {4, 2, 128, 0, {1}, {37}, 1, F8, KV_CACHE, 1, 0, Q, 0},
+    {8, 2, 80, 0, {33}, {33}, 1, F8, KV_DENSE, 1, 0, Q, 0},
+    {8, 2, 128, 0, {16}, {16}, 1, F8, KV_HEAD_MAJOR, 1, 0, 0, 0},
+    {4, 4, 256, 2, {3, 2}, {40, 7}, 1, F8, KV_FUSED, 1, 0, 0, 5},
+    {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, F8, KV_CACHE, 1, 0, 0, 0},
 };
 #undef F32
 #undef F16
+#undef F8
 
 /* k or v as the layout places it; `fused` holds the shared allocation between the calls. */
 static struct kt *kv_view(struct kase *k, const struct attn_case *ac, int64_t S, int which,
@@ -791,6 +804,7 @@ struct paged_case {
 
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
+#define F8 MMRT_DTYPE_F8E4M3
 static const struct paged_case paged_cases[] = {
     /* Hq Hkv D pt n_seq lq               lk                  causal kv order            quick */
     {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F16, PAGES_SHUFFLED, Q, 0}, /* decode, ragged */
@@ -811,6 +825,12 @@ static const struct paged_case paged_cases[] = {
     {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F32, PAGES_SHARED, Q, 1},
     {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F16, PAGES_SHUFFLED, 0, 33},
     {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F16, PAGES_SHUFFLED, 0, 100},
+    /* FP8 E4M3 pages (ABI 1.6): decode over ragged pages, a mixed batch over shared prefix
+     * pages, GQA 8 with a window, long decode */
+    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F8, PAGES_SHUFFLED, Q, 0},
+    {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F8, PAGES_SHARED, Q, 0},
+    {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F8, PAGES_SHUFFLED, 0, 33},
+    {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F8, PAGES_SHUFFLED, 0, 0},
 };
 
 /* The batch-invariance cases: sequence `seq` of a batch (pages of pt, shuffled) run again
@@ -826,9 +846,11 @@ static const struct {
     {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F16, PAGES_SHUFFLED, 0, 0}, 2, 5},
     {{8, 2, 64, 5, 3, {1, 20, 1}, {50, 60, 9}, 1, F16, PAGES_SHUFFLED, Q, 12}, 1, 16},
     {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F32, PAGES_SHUFFLED, 0, 9}, 2, 3},
+    {{8, 2, 64, 16, 3, {1, 20, 1}, {50, 60, 9}, 1, F8, PAGES_SHUFFLED, Q, 0}, 1, 3},
 };
 #undef F32
 #undef F16
+#undef F8
 
 /* A case's page table [n_seq, max_pages]: sequence s has ceil(Lk / pt) pages, sequence 1 of a
  * PAGES_SHARED case starts with sequence 0's full pages, entries past a sequence's last page
@@ -1466,6 +1488,9 @@ static const float set_rows_specials[] = {
     1.00146484375f /* 1 + 3·2^-11: up */, 65504.0f, 65519.99f, 65520.0f /* → inf in F16 */,
     6.0975552e-05f /* just below 2^-14 */, 2.9802322e-08f /* 2^-25: to 0 */,
     1.0039062f /* 1 + 2^-8: BF16 halfway */, 1.0117188f /* 1 + 3·2^-8 */, 3.4028235e38f,
+    /* F8E4M3: 448, the tie above it (→ 448), 480 (saturates), 1 + 2^-4 (tie → 1), 2^-10
+     * (tie → 0), 3·2^-10 (tie → 2·2^-9), just below 2^-6 (→ the smallest normal) */
+    448.0f, 464.0f, 480.0f, 1.0625f, 0.0009765625f, 0.0029296875f, 0.015624999f,
 };
 
 static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
@@ -1482,7 +1507,7 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
     };
     static const int32_t outside[] = {-1, INT32_MIN, INT32_MAX, -1000};
     uint64_t serial = 0;
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < 4; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
             if (!want(c, cases[i].quick))
                 continue;
@@ -1493,12 +1518,12 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
             memcpy(vne, cases[i].ne, sizeof vne);
             vne[0] = T;
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_SET_ROWS, dt_name(weight_dts[d]), serial,
+            kase_begin(&k, c, MMRT_OP_SET_ROWS, dt_name(kv_table_dts[d]), serial,
                        "%lld rows of %lld into [%lld, …] (%d dims)%s", (long long)T,
                        (long long)n, (long long)R, nd, T > 2 ? ", 2 out of range" : "");
             struct kt *v = kt_new(&k, MMRT_DTYPE_F32, nd, vne);
             struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
-            struct kt *y = kt_new(&k, weight_dts[d], nd, cases[i].ne);
+            struct kt *y = kt_new(&k, kv_table_dts[d], nd, cases[i].ne);
             int32_t *iv = kase_ints(&k, R > T ? R : T);
             float *vv = kase_floats(&k, T * n);
             if (iv && vv) {
@@ -1518,6 +1543,9 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
                 int64_t ns = sizeof set_rows_specials / sizeof set_rows_specials[0];
                 for (int64_t j = 0; j < T * n; j++)
                     vv[j] = j < ns ? set_rows_specials[j] : kase_float(&k, -5, 5);
+                if (kv_table_dts[d] == MMRT_DTYPE_F8E4M3) /* a third among FP8 subnormals */
+                    for (int64_t j = ns; j < T * n; j += 3)
+                        vv[j] *= 0x1.0p-10f;
                 kt_set(&k, v, vv);
             }
             if (y)
@@ -1549,18 +1577,18 @@ static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
         {50, 1, 257, 5, 2, 0},   {5, 2, 64, 8, 9, 0},
     };
     uint64_t serial = 0;
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < 4; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
             if (!want(c, cases[i].quick))
                 continue;
             const int64_t R = cases[i].R, H = cases[i].H, D = cases[i].D, N = cases[i].N,
                           G = cases[i].G;
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_GATHER_HEADS, dt_name(weight_dts[d]), serial,
+            kase_begin(&k, c, MMRT_OP_GATHER_HEADS, dt_name(kv_table_dts[d]), serial,
                        "table [%lld, %lld, %lld], idx [%lld, %lld, %lld]%s", (long long)R,
                        (long long)H, (long long)D, (long long)N, (long long)H, (long long)G,
                        G > 1 ? ", ragged" : "");
-            struct kt *base = kt_new(&k, weight_dts[d], SHAPE(R + 2, H, D));
+            struct kt *base = kt_new(&k, kv_table_dts[d], SHAPE(R + 2, H, D));
             struct kt *tab =
                 base ? kt_view(&k, base, SHAPE(R, H, D), (const int64_t[]){H * D, D, 1}, 0) : NULL;
             struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(N, H, G));

@@ -146,6 +146,7 @@ static double get_elem(const unsigned char *p, enum mmrt_dtype dt)
     case MMRT_DTYPE_BF16: memcpy(&h, p, 2); return chk_bf16_to_f32(h);
     case MMRT_DTYPE_I32: memcpy(&i, p, 4); return i;
     case MMRT_DTYPE_I8: return *(const int8_t *)p;
+    case MMRT_DTYPE_F8E4M3: return mmrt_f8e4m3_to_f32(*p);
     default: return NAN;
     }
 }
@@ -162,6 +163,7 @@ static float put_elem(unsigned char *p, enum mmrt_dtype dt, float v)
     case MMRT_DTYPE_I8:
         *(int8_t *)p = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : lrintf(v));
         return *(const int8_t *)p;
+    case MMRT_DTYPE_F8E4M3: *p = mmrt_f32_to_f8e4m3(v); return mmrt_f8e4m3_to_f32(*p);
     default: return v;
     }
 }
@@ -180,6 +182,8 @@ static void poison(unsigned char *p, uint64_t nbytes, enum mmrt_dtype dt)
             p[i] = 0x80u;
         else if (dt == MMRT_DTYPE_U4)
             p[i] = 0xffu; /* every byte is a valid code pair: the codes are always written whole */
+        else if (dt == MMRT_DTYPE_F8E4M3)
+            p[i] = 0x7fu; /* its NaN */
         else
             memcpy(p + i, &nan16, 2);
     }

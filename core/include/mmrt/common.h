@@ -49,6 +49,7 @@ typedef enum mmrt_status {
  * are little-endian. Weights may be F32, F16 or BF16; activations are F32; ids and positions
  * are I32. I8 and U4 (ABI 1.3) hold quantized weights: codes that mean nothing without their
  * scales (MMRT_OP_MATMUL in plugin.h says where those are and how U4 packs two per byte).
+ * F8E4M3 (ABI 1.6) holds a KV cache at one byte per element, without scales.
  */
 enum mmrt_dtype {
     MMRT_DTYPE_F32 = 0,
@@ -57,6 +58,9 @@ enum mmrt_dtype {
     MMRT_DTYPE_I32 = 3,
     MMRT_DTYPE_I8 = 4,
     MMRT_DTYPE_U4 = 5, /* one byte = two unsigned 4-bit codes (see plugin.h MATMUL) */
+    /* ABI 1.6: OCP FP8 E4M3 ("e4m3fn": bias 7, no infinities, 0x7F/0xFF NaN, max ±448), a
+     * KV-cache storage dtype only (plugin.h says which ops take it). */
+    MMRT_DTYPE_F8E4M3 = 6,
     MMRT_DTYPE_COUNT
 };
 
@@ -84,6 +88,7 @@ static inline size_t mmrt_dtype_size(enum mmrt_dtype dtype)
     case MMRT_DTYPE_I32: return 4;
     case MMRT_DTYPE_I8: return 1;
     case MMRT_DTYPE_U4: return 1; /* an element is a byte holding two codes */
+    case MMRT_DTYPE_F8E4M3: return 1;
     default: return 0;
     }
 }

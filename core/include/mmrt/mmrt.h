@@ -99,6 +99,7 @@ enum mmrt_exif_orientation {
 enum mmrt_kv_dtype {
     MMRT_KV_F32 = 0,
     MMRT_KV_F16 = 1,
+    MMRT_KV_FP8 = 2, /* FP8 E4M3, saturating at ±448 (plugin.h MMRT_DTYPE_F8E4M3) */
 };
 
 /* Which image tokens' K/V survive image-token KV compression (docs/ENGINE.md "Image-token
@@ -152,9 +153,11 @@ struct mmrt_config {
     int max_batch;
     int64_t prefill_chunk;
     int64_t step_tokens;
-    /* What the KV cache stores: F32 (the default, exact) or F16 (half the store's memory and
-     * of the bytes a decode step reads; keys and values rounded to nearest even).
-     * INI: [model] kv_dtype = f32 | f16. */
+    /* What the KV cache stores: F32 (the default, exact), F16 (half the store's memory and
+     * of the bytes a decode step reads; keys and values rounded to nearest even) or FP8 E4M3
+     * (a quarter; rounded to nearest even with 3 mantissa bits, magnitudes beyond 448
+     * clipped to ±448 — its accuracy is measured in docs/QUANTIZATION.md).
+     * INI: [model] kv_dtype = f32 | f16 | fp8. */
     enum mmrt_kv_dtype kv_dtype;
     /* ---- appended after the first layout ---- */
     /* The vision-feature cache (docs/CONFIG.md "Cache"): an image whose bytes were encoded

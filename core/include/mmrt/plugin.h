@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 5
+#define MMRT_ABI_MINOR 6
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -117,6 +117,18 @@ struct mmrt_tensor {
  * shape) for elementwise ops, and never partially overlaps any source otherwise. The core
  * validates shapes and dtypes before calling a kernel; a kernel may still refuse with
  * MMRT_ERR_UNSUPPORTED (e.g. a dtype it does not implement) and a message naming it.
+ *
+ * F8E4M3 (ABI 1.6) is a KV-cache storage dtype, the OCP FP8 "E4M3" (e4m3fn) format: sign,
+ * 4 exponent bits with bias 7, 3 mantissa bits; exponent 0 is subnormal (m · 2^-9); no
+ * infinities; 0x7F and 0xFF are NaN; the largest finite value is ±448 (0x7E / 0xFE). Reading
+ * widens exactly to f32 (every code is an f32 value). Writing from f32 rounds to nearest even
+ * and saturates: a value whose magnitude is ≥ 448 — infinity included — becomes ±448, so a
+ * large activation is clipped rather than turned into NaN; NaN stays NaN (0x7F with its
+ * sign). It is accepted only where the op says so: SET_ROWS (dst), ATTENTION and
+ * ATTENTION_PAGED (k and v) and GATHER_HEADS (table). COPY does not take it (the cache is
+ * written through SET_ROWS and read by the attention ops, so no conversion path needs it).
+ * The core never hands an F8E4M3 tensor to a plugin built before ABI 1.6: such a launch is
+ * MMRT_ERR_UNSUPPORTED naming the device.
  */
 enum mmrt_op {
     /* y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N]). src: x (F32, rows × K), W (weight), b (weight,
@@ -177,7 +189,7 @@ enum mmrt_op {
     MMRT_OP_ROPE = 13,
     /* Scaled dot-product attention over one or more sequences packed along the token dim.
      * src0 = q [T, Hq, D] (contiguous), src1 = k [S, Hkv, D], src2 = v [S, Hkv, D] (k and
-     * v F32 or F16, any token and head stride, innermost dim contiguous), src3 = cu_seqlens_q I32 [n_seq+1] and
+     * v F32, F16 or F8E4M3 (ABI 1.6), any token and head stride, innermost dim contiguous), src3 = cu_seqlens_q I32 [n_seq+1] and
      * src4 = cu_seqlens_k I32 [n_seq+1] (both optional: absent means one sequence holding
      * all T queries and all S keys). dst = [T, Hq, D] F32.
      * Query head h reads kv head h / (Hq/Hkv) (contiguous groups, Hq % Hkv == 0). D ≤ 256.
@@ -215,7 +227,8 @@ enum mmrt_op {
     /* Strided copy with dtype conversion: dst[i…] = (dst dtype) src0[i…]. src0 and dst have
      * equal extents and any strides (this is how transpose/permute and KV-cache writes are
      * expressed: the core passes a permuted or offset view). F32 ↔ F16 ↔ BF16 round to
-     * nearest even; I32 copies only to I32. No params. */
+     * nearest even; I32 copies only to I32; F8E4M3 is not accepted on either side. No
+     * params. */
     MMRT_OP_COPY = 18,
     /* dst[r] = index of the largest element of row r of src0 [rows, N] (F32), the first one
      * on ties; NaN is never chosen; a row that is all NaN gives 0. dst I32 [rows]. */
@@ -235,8 +248,8 @@ enum mmrt_op {
     /* Row scatter (ABI 1.1): dst[idx[t], …] = (dst dtype) src0[t, …] for every t < T.
      * src0 = values F32 [T, …] (contiguous), src1 = idx I32 [T] (contiguous, in device
      * memory, so a captured graph writes the rows a later upload names); dst [R, …]
-     * contiguous F32, F16 or BF16 with src0's inner extents. Conversion rounds to nearest
-     * even. An index outside [0, R) writes nothing: a device cannot report it without a
+     * contiguous F32, F16, BF16 or F8E4M3 (ABI 1.6) with src0's inner extents. Conversion
+     * rounds to nearest even; to F8E4M3 it also saturates at ±448 (see above). An index outside [0, R) writes nothing: a device cannot report it without a
      * synchronisation, so the caller owns the indices (the KV cache's write position). Two
      * equal indices leave either row. No params. */
     MMRT_OP_SET_ROWS = 21,
@@ -244,7 +257,7 @@ enum mmrt_op {
      * in fixed-size pages of one page pool; a sequence's row of the page table names its
      * pages in key order. src0 = q [T, Hq, D] F32 contiguous (the queries of n_seq sequences
      * packed along T); src1 = k_pages and src2 = v_pages [n_pages, page_tokens, Hkv, D]
-     * (contiguous, both F32 or both F16); src3 = cu_seqlens_q I32 [n_seq + 1]; src4 = kv_lens
+     * (contiguous, both F32, both F16 or both F8E4M3); src3 = cu_seqlens_q I32 [n_seq + 1]; src4 = kv_lens
      * I32 [n_seq] (keys of each sequence); src5 = page_table I32 [n_seq, max_pages]. All
      * three index tensors are contiguous and in device memory, so a captured graph reads what
      * a later upload wrote. Key j of sequence s is row j % page_tokens of page
@@ -270,7 +283,7 @@ enum mmrt_op {
     /* Per-head row gather with averaging (ABI 1.4), for image-token KV-cache compression:
      * after prefill the engine keeps, per layer and KV head, a subset of the image tokens'
      * K/V rows (G = 1) or averages of groups of them (2×2 pooling: G = 4), chosen by score.
-     * src0 = table [R, H, D], F32, F16 or BF16, contiguous (in use a KV page store
+     * src0 = table [R, H, D], F32, F16, BF16 or F8E4M3 (ABI 1.6), contiguous (in use a KV page store
      * [n_pages, page_tokens, Hkv, D] viewed as [n_pages·page_tokens, Hkv, D]); src1 = idx
      * I32 [N, H, G], G ≥ 1, contiguous and in device memory (so the rows a later upload
      * names are read, as SET_ROWS's indices); dst F32 [N, H, D] contiguous, overlapping
@@ -474,12 +487,63 @@ static inline const char *mmrt_op_name_of(int op)
     return op >= 0 && op < MMRT_OP_COUNT ? names[op] : "unknown op";
 }
 
-/* "F32", "F16", "BF16", "I32", "I8", "U4"; "an unknown dtype" otherwise. */
+/* "F32", "F16", "BF16", "I32", "I8", "U4", "F8E4M3"; "an unknown dtype" otherwise. */
 static inline const char *mmrt_dtype_name_of(int dtype)
 {
-    static const char *const names[] = { "F32", "F16", "BF16", "I32", "I8", "U4" };
+    static const char *const names[] = { "F32", "F16", "BF16", "I32", "I8", "U4", "F8E4M3" };
     MMRT_STATIC_ASSERT(sizeof names / sizeof names[0] == MMRT_DTYPE_COUNT, "every dtype a name");
     return dtype >= 0 && dtype < MMRT_DTYPE_COUNT ? names[dtype] : "an unknown dtype";
+}
+
+/* FP8 E4M3 (F8E4M3) code → f32, exactly. The 7 magnitude bits placed at f32 bits 20…26 with
+ * 120 added to the exponent re-bias a normal code (exponent 1…15, bias 7 → 127); a subnormal
+ * code (exponent 0) is its mantissa · 2^-9, an exact small-integer product, so no f32
+ * subnormal (which flush-to-zero modes would lose) is ever formed; 0x7F / 0xFF are NaN. */
+static inline float mmrt_f8e4m3_to_f32(uint8_t c)
+{
+    const uint32_t mag = c & 0x7Fu, sign = (uint32_t)(c & 0x80u) << 24;
+    uint32_t bits;
+    if (mag == 0x7Fu) {
+        bits = 0x7FC00000u;
+    } else if (mag < 8u) {
+        float sub = (float)mag * 0.001953125f; /* 2^-9, written in decimal for C++ before 17 */
+        memcpy(&bits, &sub, 4);
+    } else {
+        bits = (mag << 20) + (120u << 23);
+    }
+    bits |= sign;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* f32 → FP8 E4M3 as plugin.h asks: round to nearest even, magnitudes ≥ 448 (infinity too)
+ * saturate to ±448 (0x7E), NaN gives 0x7F with its sign. */
+static inline uint8_t mmrt_f32_to_f8e4m3(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+    uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u)
+        return (uint8_t)(sign | 0x7Fu);
+    if (ax >= 0x43E00000u) /* 448 */
+        return (uint8_t)(sign | 0x7Eu);
+    if (ax < 0x3C800000u) {
+        /* Below 2^-6 the code is subnormal, in steps of 2^-9: adding 2^14 (whose ulp is 2^-9)
+         * lets the FPU round to nearest even; 8 steps is the smallest normal, 0x08. */
+        float a, t;
+        memcpy(&a, &ax, 4);
+        t = a + 16384.0f;
+        uint32_t tb;
+        memcpy(&tb, &t, 4);
+        return (uint8_t)(sign | (tb - 0x46800000u));
+    }
+    /* Re-bias the exponent (127 → 7) and round the 20 dropped mantissa bits to nearest even;
+     * a carry out of the mantissa bumps the exponent, which is the right code (below 448 no
+     * carry reaches the NaN code: the largest value rounding there, 464, was caught above). */
+    ax += ((uint32_t)(7 - 127) << 23) + 0x7FFFFu + ((ax >> 20) & 1u);
+    return (uint8_t)(sign | (ax >> 20));
 }
 
 /* An operator's mmrt_attention_params as this header knows them: the caller's bytes up to

@@ -142,7 +142,8 @@ static void expect(const char *what, bool ok)
 struct AttnCase {
     int Hq, Hkv, D, n_seq; /* n_seq 0: no cu_seqlens */
     std::vector<int> lq, lk;
-    int causal, f16, n_sm; /* n_sm small forces split-KV when rows are few */
+    int causal, f16, n_sm; /* f16: K/V 0 F32, 1 F16, 2 F8E4M3; n_sm small forces split-KV
+                              when rows are few */
     int layout;            /* 0 dense; 1 head-major cache with padding; 2 fused k|v */
     int window;            /* sliding window (causal only); 0 = none */
 };
@@ -168,13 +169,15 @@ static void run_attention(const AttnCase &c, int idx)
     if (c.f16)
         for (auto *a : {&k, &v})
             for (auto &x : *a)
-                x = f16_f(h_f16(x));
+                x = c.f16 == 2 ? ref_f8e4m3_value(ref_f8e4m3_encode(x)) : f16_f(h_f16(x));
     /* Device copies in the requested layout; cells outside the view hold NaN. */
-    int64_t cap = S + 3, es = c.f16 ? 2 : 4;
+    int64_t cap = S + 3, es = c.f16 == 2 ? 1 : c.f16 ? 2 : 4;
     std::vector<uint8_t> kbuf, vbuf;
     int64_t ks0, ks1, vs0, vs1, koff = 0, voff = 0;
     auto put = [&](std::vector<uint8_t> &buf, int64_t idx_el, float val) {
-        if (c.f16) {
+        if (c.f16 == 2) {
+            buf[idx_el] = ref_f8e4m3_encode(val);
+        } else if (c.f16) {
             uint16_t h = h_f16(val);
             memcpy(&buf[idx_el * 2], &h, 2);
         } else {
@@ -231,7 +234,9 @@ static void run_attention(const AttnCase &c, int idx)
     d.Hkv = (int)Hkv;
     d.D = (int)D;
     d.n_seq = n_seq;
-    d.k_dtype = d.v_dtype = c.f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
+    d.k_dtype = d.v_dtype = c.f16 == 2   ? MMRT_DTYPE_F8E4M3
+                            : c.f16 ? MMRT_DTYPE_F16
+                                    : MMRT_DTYPE_F32;
     d.causal = c.causal;
     d.window = c.window;
     d.scale = 1.0f / sqrtf((float)D);
@@ -248,7 +253,8 @@ static void run_attention(const AttnCase &c, int idx)
              "ATTENTION #%d T %lld S %lld Hq %lld Hkv %lld D %lld n_seq %d causal %d window %d %s "
              "sm %d layout %d",
              idx, (long long)T, (long long)S, (long long)Hq, (long long)Hkv, (long long)D,
-             c.n_seq, c.causal, c.window, c.f16 ? "f16" : "f32", c.n_sm, c.layout);
+             c.n_seq, c.causal, c.window, c.f16 == 2 ? "f8e4m3" : c.f16 ? "f16" : "f32", c.n_sm,
+             c.layout);
     check(what, y.data(), ref.data(), T * Hq * D, 2e-5);
     expect("ATTENTION error word clear", err.code == 0);
 }
@@ -289,6 +295,13 @@ static void test_attention(void)
         {8, 2, 64, 3, {1, 1, 1}, {700, 97, 900}, 1, 1, 64, 1, 64},
         {6, 3, 8, 5, {3, 1, 0, 4, 5}, {10, 1, 0, 4, 2}, 1, 1, 132, 1, 3},
         {2, 1, 64, 0, {40}, {1500}, 1, 0, 64, 0, 70},            /* prefill tiles, split */
+        /* FP8 E4M3 K/V (ABI 1.6): decode in a head-major cache, prefill tiles, split-KV
+         * var-length with GQA, a window, the fused k|v layout. */
+        {4, 2, 128, 0, {1}, {37}, 1, 2, 132, 1, 0},
+        {8, 2, 80, 0, {33}, {33}, 1, 2, 132, 0, 0},
+        {8, 2, 64, 3, {1, 1, 1}, {200, 97, 300}, 1, 2, 4, 1, 0},
+        {4, 2, 128, 0, {1}, {300}, 1, 2, 132, 1, 37},
+        {2, 2, 256, 3, {5, 1, 12}, {5, 1, 12}, 0, 2, 132, 2, 0},
     };
     for (size_t i = 0; i < cases.size(); i++)
         run_attention(cases[i], (int)i);
@@ -339,7 +352,7 @@ struct Paged {
 static void paged_layout(Paged &c, uint64_t perm_seed)
 {
     int n_seq = (int)c.lq.size();
-    int64_t row = (int64_t)c.Hkv * c.D, es = c.f16 ? 2 : 4, used_total = 0;
+    int64_t row = (int64_t)c.Hkv * c.D, es = c.f16 == 2 ? 1 : c.f16 ? 2 : 4, used_total = 0;
     std::vector<int64_t> used(n_seq);
     c.max_pages = 1;
     for (int s = 0; s < n_seq; s++) {
@@ -379,7 +392,10 @@ static void paged_layout(Paged &c, uint64_t perm_seed)
     c.kp.assign(n * es, 0);
     c.vp.assign(n * es, 0);
     for (int64_t i = 0; i < n; i++) {
-        if (c.f16) {
+        if (c.f16 == 2) {
+            c.kp[i] = ref_f8e4m3_encode(c.kpf[i]);
+            c.vp[i] = ref_f8e4m3_encode(c.vpf[i]);
+        } else if (c.f16) {
             uint16_t hk = h_f16(c.kpf[i]), hv = h_f16(c.vpf[i]);
             memcpy(&c.kp[i * 2], &hk, 2);
             memcpy(&c.vp[i * 2], &hv, 2);
@@ -412,7 +428,7 @@ static Paged paged_make(int Hq, int Hkv, int D, int pt, int causal, int f16, std
         c.v.push_back(rand_vec(lk[s] * row, -1, 1));
         for (auto *a : {&c.k.back(), &c.v.back()})
             for (auto &x : *a)
-                x = f16 ? f16_f(h_f16(x)) : x;
+                x = f16 == 2 ? ref_f8e4m3_value(ref_f8e4m3_encode(x)) : f16 ? f16_f(h_f16(x)) : x;
         /* Keys before the sequence's first window are NaN: they must be skipped. */
         int64_t unseen = window > 0 && causal ? (lq[s] ? lk[s] - lq[s] + 1 - window : lk[s]) : 0;
         for (int64_t i = 0; i < unseen * row; i++)
@@ -440,7 +456,9 @@ static std::vector<float> paged_run(const Paged &c, cu_err_word *err)
     d.Hkv = c.Hkv;
     d.D = c.D;
     d.n_seq = (int)c.lq.size();
-    d.k_dtype = d.v_dtype = c.f16 ? MMRT_DTYPE_F16 : MMRT_DTYPE_F32;
+    d.k_dtype = d.v_dtype = c.f16 == 2   ? MMRT_DTYPE_F8E4M3
+                            : c.f16 ? MMRT_DTYPE_F16
+                                    : MMRT_DTYPE_F32;
     d.causal = c.causal;
     d.window = c.window;
     d.scale = 1.0f / sqrtf((float)c.D);
@@ -480,6 +498,11 @@ static void test_attention_paged(void)
         {2, 1, 256, 16, 1, 0, {33, 1}, {70, 129}, 0, 3, 200},
         {2, 1, 32, 4, 1, 0, {6, 2}, {3, 9}, 0, 1, 2},
         {4, 2, 96, 7, 1, 0, {2, 70}, {90, 150}, 1, 5, 20},
+        /* FP8 E4M3 pages (ABI 1.6): decode over ragged pages, decode + prefill chunk, a window
+         * starting mid-page. */
+        {4, 2, 64, 16, 1, 2, {1, 1, 1}, {37, 16, 1}, 0, 3, 0},
+        {8, 2, 80, 3, 1, 2, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, 16, 0},
+        {4, 1, 100, 16, 1, 2, {1, 40}, {300, 64}, 1, 3, 33},
     };
     for (size_t i = 0; i < cases.size(); i++) {
         const PCase &pc = cases[i];
@@ -1162,11 +1185,14 @@ static void test_set_rows(void)
      * and longer than one blockIdx.y slice (1024 elements). Exact against the reference
      * rounded to dst's dtype; rows nobody writes keep their sentinel. */
     struct { int64_t T, n, R; } shapes[] = {{1, 256, 8}, {9, 37, 12}, {70, 5, 64}, {3, 2500, 4}};
-    const int dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+    const int dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16, MMRT_DTYPE_F8E4M3};
     for (auto &sh : shapes)
         for (int dt : dts) {
             int64_t T = sh.T, n = sh.n, R = sh.R;
             auto val = rand_vec(T * n, -70000, 70000);
+            if (dt == MMRT_DTYPE_F8E4M3) /* mostly within ±448, a third among subnormals */
+                for (int64_t i = 0; i < T * n; i++)
+                    val[i] = i % 3 == 2 ? val[i] * 0x1.0p-22f : val[i] / 128.0f;
             val[0] = NAN;
             if (T * n > 4) {
                 val[1] = 1e-7f;     /* an f16 subnormal */
@@ -1183,13 +1209,14 @@ static void test_set_rows(void)
             }
             if (T == 1)
                 idx[0] = (int32_t)R - 1;
-            size_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
+            size_t es = mmrt_dtype_size((enum mmrt_dtype)dt);
             std::vector<uint8_t> dst(R * n * es);
             std::vector<double> ref(R * n);
             for (int64_t i = 0; i < R * n; i++) { /* sentinel: −(i + 1) / 8, exact in all */
                 float f = -(float)(i % 1000 + 1) / 8.0f;
                 ref[i] = f;
                 if (dt == MMRT_DTYPE_F32) memcpy(&dst[i * 4], &f, 4);
+                else if (dt == MMRT_DTYPE_F8E4M3) dst[i] = ref_f8e4m3_encode(f);
                 else {
                     uint16_t h = dt == MMRT_DTYPE_F16 ? h_f16(f) : h_bf16(f);
                     memcpy(&dst[i * 2], &h, 2);
@@ -1205,6 +1232,8 @@ static void test_set_rows(void)
                     float got;
                     memcpy(&got, &dst[i * 4], 4);
                     ok = isnan(want) ? isnan(got) : memcmp(&got, &want, 4) == 0;
+                } else if (dt == MMRT_DTYPE_F8E4M3) {
+                    ok = dst[i] == ref_f8e4m3_encode(want);
                 } else {
                     uint16_t got, w = dt == MMRT_DTYPE_F16 ? h_f16(want) : h_bf16(want);
                     memcpy(&got, &dst[i * 2], 2);
@@ -1236,7 +1265,7 @@ static void test_gather_heads(void)
         {1, 1, 1, 1, 1}, {64, 8, 128, 5, 1}, {64, 2, 40, 17, 4}, {30, 4, 128, 3, 9},
         {16, 3, 7, 9, 4}, {9, 1, 257, 5, 2},
     };
-    const int dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
+    const int dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16, MMRT_DTYPE_F8E4M3};
     for (auto &sh : shapes)
         for (int dt : dts) {
             const int64_t R = sh.R, H = sh.H, D = sh.D, N = sh.N, G = sh.G;
@@ -1244,10 +1273,14 @@ static void test_gather_heads(void)
             auto tf = rand_vec(nt, -100, 100);
             tf[0] = -0.0f; /* a G = 1 copy keeps it */
             std::vector<uint16_t> th(nt);
+            std::vector<uint8_t> t8(nt);
             for (int64_t i = 0; i < nt; i++) {
                 if (i >= R * H * D)
                     tf[i] = NAN;
-                if (dt == MMRT_DTYPE_F16) {
+                if (dt == MMRT_DTYPE_F8E4M3) {
+                    t8[i] = ref_f8e4m3_encode(tf[i]);
+                    tf[i] = ref_f8e4m3_value(t8[i]);
+                } else if (dt == MMRT_DTYPE_F16) {
                     th[i] = h_f16(tf[i]);
                     tf[i] = f16_f(th[i]);
                 } else if (dt == MMRT_DTYPE_BF16) {
@@ -1279,8 +1312,9 @@ static void test_gather_heads(void)
                 for (int64_t g = 0; g < G; g++)
                     idx[2 * G + g] = -1;
             std::vector<float> y(N * H * D, NAN), want(N * H * D);
-            const void *table = dt == MMRT_DTYPE_F32 ? (const void *)tf.data()
-                                                     : (const void *)th.data();
+            const void *table = dt == MMRT_DTYPE_F32      ? (const void *)tf.data()
+                                : dt == MMRT_DTYPE_F8E4M3 ? (const void *)t8.data()
+                                                          : (const void *)th.data();
             cu_launch_gather_heads(y.data(), table, dt, R, H, D, idx.data(), N * H, G, nullptr);
             ref_gather_heads(tf.data(), idx.data(), R, H, D, N, G, want.data());
             int64_t bad = -1;

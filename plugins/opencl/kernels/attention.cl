@@ -52,9 +52,18 @@
 #error "build option OCL_ERR_PAGED from ocl_program.c missing"
 #endif
 
-float att_load(__global const uchar *p, int f16, long i)
+/* Element i of a K or V array of dtype dt (DT_F32, DT_F16 or DT_F8E4M3), widened exactly. */
+float att_load(__global const uchar *p, int dt, long i)
 {
-    return f16 ? f16_to_f32(((__global const ushort *)p)[i]) : ((__global const float *)p)[i];
+    return dt == DT_F16      ? f16_to_f32(((__global const ushort *)p)[i])
+           : dt == DT_F8E4M3 ? f8e4m3_to_f32(p[i])
+                             : ((__global const float *)p)[i];
+}
+
+/* Bytes of one K / V element of dtype dt. */
+int att_size(int dt)
+{
+    return dt == DT_F16 ? 2 : dt == DT_F8E4M3 ? 1 : 4;
 }
 
 /* Validates cu_seqlens_q [n_seq + 1] (total T) and cu_seqlens_k (total S). One work-item. */
@@ -113,8 +122,8 @@ long att_key(long j, long nb0, int paged, __global const int *pages, long page_t
  * at token q0) and lk keys, query head h; kbase and vbase point at the sequence's rows of
  * its kv head. */
 void att_block(__global const float *qall, __global float *yall,
-               __global const uchar *kbase, long k_nb0, int k_f16,
-               __global const uchar *vbase, long v_nb0, int v_f16,
+               __global const uchar *kbase, long k_nb0, int k_dt,
+               __global const uchar *vbase, long v_nb0, int v_dt,
                int paged, __global const int *pages, long page_tokens, long page_elems,
                long q0, long lq, long lk, long qs, int h, int Hq, int D, float scale,
                int causal, int window, int bk, __local float *ks, __local float *vs)
@@ -161,8 +170,8 @@ void att_block(__global const float *qall, __global float *yall,
             long kr = att_key(j0 + jj, k_nb0, paged, pages, page_tokens, page_elems);
             long vr = att_key(j0 + jj, v_nb0, paged, pages, page_tokens, page_elems);
             for (int d = lid; d < DP; d += ATT_BQ) {
-                ks[jj * DP + d] = d < D ? att_load(kbase, k_f16, kr + d) : 0.0f;
-                vs[jj * DP + d] = d < D ? att_load(vbase, v_f16, vr + d) : 0.0f;
+                ks[jj * DP + d] = d < D ? att_load(kbase, k_dt, kr + d) : 0.0f;
+                vs[jj * DP + d] = d < D ? att_load(vbase, v_dt, vr + d) : 0.0f;
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -216,8 +225,8 @@ void att_block(__global const float *qall, __global float *yall,
 
 __kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
 void k_attention(__global const uchar *qb, long q_off,
-                 __global const uchar *kb, long k_off, long k_nb0, long k_nb1, int k_f16,
-                 __global const uchar *vb, long v_off, long v_nb0, long v_nb1, int v_f16,
+                 __global const uchar *kb, long k_off, long k_nb0, long k_nb1, int k_dt,
+                 __global const uchar *vb, long v_off, long v_nb0, long v_nb1, int v_dt,
                  __global const uchar *cqb, long cq_off, __global const uchar *ckb, long ck_off,
                  int has_cu, int n_seq, __global uchar *yb, long y_off,
                  __global const int *err, long T, long S, int Hq, int n_rep, int D, float scale,
@@ -245,10 +254,10 @@ void k_attention(__global const uchar *qb, long q_off,
     if (qs >= lq)
         return;
     int kvh = h / n_rep;
-    __global const uchar *kbase = kb + k_off + (k0 * k_nb0 + kvh * k_nb1) * (k_f16 ? 2 : 4);
-    __global const uchar *vbase = vb + v_off + (k0 * v_nb0 + kvh * v_nb1) * (v_f16 ? 2 : 4);
+    __global const uchar *kbase = kb + k_off + (k0 * k_nb0 + kvh * k_nb1) * att_size(k_dt);
+    __global const uchar *vbase = vb + v_off + (k0 * v_nb0 + kvh * v_nb1) * att_size(v_dt);
     att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off), kbase, k_nb0,
-              k_f16, vbase, v_nb0, v_f16, 0, err, 1, 0, q0, lq, lk, qs, h, Hq, D, scale, causal,
+              k_dt, vbase, v_nb0, v_dt, 0, err, 1, 0, q0, lq, lk, qs, h, Hq, D, scale, causal,
               window, bk, ks, vs);
 }
 
@@ -312,7 +321,7 @@ void k_check_paged(__global const uchar *cqb, long cq_off, __global const uchar 
  * contiguous of one dtype. */
 __kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
 void k_attention_paged(__global const uchar *qb, long q_off, __global const uchar *kb, long k_off,
-                       __global const uchar *vb, long v_off, int kv_f16,
+                       __global const uchar *vb, long v_off, int kv_dt,
                        __global const uchar *cqb, long cq_off, __global const uchar *lb,
                        long l_off, __global const uchar *tb, long t_off, int n_seq,
                        long max_pages, long page_tokens, __global uchar *yb, long y_off,
@@ -331,11 +340,11 @@ void k_attention_paged(__global const uchar *qb, long q_off, __global const ucha
     if (s == n_seq)
         return;
     long q0 = cq[s], lq = cq[s + 1] - q0;
-    int kvh = h / (Hq / Hkv), es = kv_f16 ? 2 : 4;
+    int kvh = h / (Hq / Hkv), es = att_size(kv_dt);
     long row = (long)Hkv * D;
     __global const int *pages = (__global const int *)(tb + t_off) + s * max_pages;
     att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off),
-              kb + k_off + kvh * D * es, row, kv_f16, vb + v_off + kvh * D * es, row, kv_f16, 1,
+              kb + k_off + kvh * D * es, row, kv_dt, vb + v_off + kvh * D * es, row, kv_dt, 1,
               pages, page_tokens, page_tokens * row, q0, lq, lens[s], qs, h, Hq, D, scale,
               causal, window, bk, ks, vs);
 }

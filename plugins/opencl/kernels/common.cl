@@ -30,6 +30,7 @@ typedef float acc_t;
 #define DT_F16 1
 #define DT_BF16 2
 #define DT_I32 3
+#define DT_F8E4M3 6
 
 /* OCL_ERR_GET_ROWS and OCL_ERR_CU_SEQLENS, the codes a checking kernel writes into err[0]
  * of the device error buffer, also come from the host, which turns them into messages. */
@@ -117,10 +118,55 @@ ushort f32_to_bf16(float f)
     return (ushort)(x >> 16);
 }
 
-/* Element i of a weight-dtype array (F32, F16 or BF16) starting at byte address p. The
- * branch is uniform across a launch; hot loops use the typed variants instead. */
+/* FP8 E4M3 code → f32, exactly (plugin.h mmrt_f8e4m3_to_f32): a normal code's 7 magnitude
+ * bits moved to f32 bits 20…26 with 120 added to the exponent, a subnormal one as its
+ * mantissa · 2^-9 (an exact product and an f32 normal, so flush-to-zero devices agree),
+ * 0x7F the NaN, then the sign. */
+float f8e4m3_to_f32(uchar c)
+{
+    uint mag = c & 0x7Fu, sign = (uint)(c & 0x80u) << 24;
+    uint bits = mag == 0x7Fu ? 0x7FC00000u
+                : mag < 8u   ? as_uint((float)mag * 0x1.0p-9f)
+                             : (mag << 20) + (120u << 23);
+    return as_float(bits | sign);
+}
+
+/* f32 → FP8 E4M3 (plugin.h mmrt_f32_to_f8e4m3), in integer arithmetic only so no device
+ * flush or rounding mode enters: round to nearest even, magnitudes ≥ 448 (infinity too)
+ * saturate to 0x7E, NaN gives 0x7F, the sign kept. */
+uchar f32_to_f8e4m3(float f)
+{
+    uint x = as_uint(f);
+    uchar sign = (uchar)((x >> 24) & 0x80u);
+    uint ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u)
+        return sign | 0x7Fu;
+    if (ax >= 0x43E00000u) /* 448 */
+        return sign | 0x7Eu;
+    if (ax < 0x3C800000u) {
+        /* Subnormal codes count 2^-9 steps: the f32 significand (implicit bit included) is
+         * shifted by s = 141 − exponent and rounded to nearest even; s ≥ 25 leaves less than
+         * half a step (an f32 subnormal's exponent field is 0, which lands there too). */
+        uint e = ax >> 23;
+        uint s = 141u - e;
+        if (e == 0u || s >= 25u)
+            return sign;
+        uint m = (ax & 0x7FFFFFu) | 0x800000u;
+        uint q = m >> s, rem = m & ((1u << s) - 1u), tie = 1u << (s - 1u);
+        q += rem > tie || (rem == tie && (q & 1u));
+        return sign | (uchar)q;
+    }
+    ax += ((uint)(7 - 127) << 23) + 0x7FFFFu + ((ax >> 20) & 1u);
+    return sign | (uchar)(ax >> 20);
+}
+
+/* Element i of a weight-dtype array (F32, F16 or BF16, or an F8E4M3 KV table) starting at
+ * byte address p. The branch is uniform across a launch; hot loops use the typed variants
+ * instead. */
 float load_w(__global const uchar *p, int dt, long i)
 {
+    if (dt == DT_F8E4M3)
+        return f8e4m3_to_f32(p[i]);
     if (dt == DT_F16)
         return f16_to_f32(((__global const ushort *)p)[i]);
     if (dt == DT_BF16)

@@ -93,7 +93,7 @@ void k_get_rows(__global const uchar *tb, long t_off, int t_dt, __global const u
  * whose index appears again later in idx is skipped — the group scans idx[t+1 …] first — so
  * with duplicates the last row wins whole, as a sequential loop leaves it (never a mix of
  * elements from two rows). The scan is empty for the one-token decode step. Conversion as
- * k_copy: raw bits for F32, round to nearest even for F16 / BF16. */
+ * k_copy: raw bits for F32, round to nearest even for F16 / BF16; F8E4M3 also saturates. */
 __kernel __attribute__((reqd_work_group_size(WG_1D, 1, 1)))
 void k_set_rows(__global const uchar *sb, long s_off, __global const uchar *ib, long i_off,
                 __global uchar *db, long d_off, int ddt, long n, int T, long R)
@@ -116,7 +116,9 @@ void k_set_rows(__global const uchar *sb, long s_off, __global const uchar *ib, 
         return;
     __global const uint *s = (__global const uint *)(sb + s_off) + t * n + k;
     long o = r * n + k;
-    if (ddt == DT_F16)
+    if (ddt == DT_F8E4M3)
+        (db + d_off)[o] = f32_to_f8e4m3(as_float(*s));
+    else if (ddt == DT_F16)
         ((__global ushort *)(db + d_off))[o] = f32_to_f16(as_float(*s));
     else if (ddt == DT_BF16)
         ((__global ushort *)(db + d_off))[o] = f32_to_bf16(as_float(*s));
