@@ -203,6 +203,26 @@ static void run_free(struct run *r, int n)
     memset(r, 0, sizeof *r);
 }
 
+/* A run against the uncompressed F32 base: next-token fidelity over every generated position
+ * into *f, exact answers (items that give one) into *correct, and *acc its printable form. */
+static void score_run(const struct run *base, const struct run *r, const struct item *items,
+                      int n, int64_t vocab, int with_answers, struct fidelity_sum *f,
+                      int *correct, char *acc, size_t acc_size)
+{
+    const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
+    *f = (struct fidelity_sum){ 0 };
+    *correct = 0;
+    for (int i = 0; i < n; i++) {
+        fidelity_add(f, base->p + (size_t)i * per, base->ids + i * MAX_STEPS,
+                     r->p + (size_t)i * per, r->ids + i * MAX_STEPS, MAX_STEPS, vocab);
+        *correct += items[i].answer && strcmp(r->text[i], items[i].answer) == 0;
+    }
+    snprintf(acc, acc_size, "–");
+    if (with_answers)
+        snprintf(acc, acc_size, "%.1f%% (%d/%d)", 100.0 * *correct / with_answers, *correct,
+                 with_answers);
+}
+
 /* The vocabulary of the model: the first logits row of one short run tells it. */
 static void on_vocab(void *user, int step, const float *logits, int64_t vocab)
 {
@@ -370,7 +390,6 @@ int main(int argc, char **argv)
     if (with_answers)
         printf("| (uncompressed) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
                100.0 * correct0 / with_answers, correct0, with_answers);
-    const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
     int rc = 0;
     if (n_kv > 0)
         n_policies = 0; /* the storage formats only */
@@ -381,17 +400,10 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        struct fidelity_sum f = { 0 };
-        int correct = 0;
-        for (int i = 0; i < n; i++) {
-            fidelity_add(&f, base.p + (size_t)i * per, base.ids + i * MAX_STEPS,
-                         r.p + (size_t)i * per, r.ids + i * MAX_STEPS, MAX_STEPS, vocab);
-            correct += items[i].answer && strcmp(r.text[i], items[i].answer) == 0;
-        }
-        char acc[64] = "–";
-        if (with_answers)
-            snprintf(acc, sizeof acc, "%.1f%% (%d/%d)", 100.0 * correct / with_answers, correct,
-                     with_answers);
+        struct fidelity_sum f;
+        int correct;
+        char acc[64];
+        score_run(&base, &r, items, n, vocab, with_answers, &f, &correct, acc, sizeof acc);
         printf("| kv_dtype %s | 1 | %s | %.2f%% | %.3g | 0 |\n", kv_names[k], acc,
                f.positions ? 100.0 * f.same / f.positions : 100.0,
                f.positions ? f.kl / f.positions : 0);
@@ -406,18 +418,11 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            struct fidelity_sum f = { 0 };
-            int correct = 0;
-            for (int i = 0; i < n; i++) {
-                fidelity_add(&f, base.p + (size_t)i * per, base.ids + i * MAX_STEPS,
-                             r.p + (size_t)i * per, r.ids + i * MAX_STEPS, MAX_STEPS, vocab);
-                correct += items[i].answer && strcmp(r.text[i], items[i].answer) == 0;
-            }
+            struct fidelity_sum f;
+            int correct;
+            char acc[64];
+            score_run(&base, &r, items, n, vocab, with_answers, &f, &correct, acc, sizeof acc);
             const int positions = f.positions;
-            char acc[64] = "–";
-            if (with_answers)
-                snprintf(acc, sizeof acc, "%.1f%% (%d/%d)", 100.0 * correct / with_answers,
-                         correct, with_answers);
             printf("| %s | %g | %s | %.1f%% | %.3g | %.1f |\n",
                    mmrt_image_kv_policy_name(policies[p]), keeps[k], acc,
                    positions ? 100.0 * f.same / positions : 100.0,
