@@ -186,6 +186,18 @@ static inline mmrt_status mmrt_pv_attention_params(const void *params, uint32_t 
     return MMRT_OK;
 }
 
+/* Attention's head shapes (plugin.h: D ≤ 256, query heads in contiguous groups per kv head). */
+static inline mmrt_status mmrt_pv_attention_heads(int64_t Hq, int64_t Hkv, int64_t D, char *why,
+                                                  size_t why_size)
+{
+    if (D < 1 || D > 256)
+        return MMRT_PV_BAD("head dim %" PRId64 " is outside 1…256", D);
+    if (Hkv < 1 || Hq % Hkv != 0)
+        return MMRT_PV_BAD("%" PRId64 " query heads are not a multiple of %" PRId64 " kv heads",
+                           Hq, Hkv);
+    return MMRT_OK;
+}
+
 static inline mmrt_status mmrt_pv_attention_values(const struct mmrt_attention_params *p,
                                                    char *why, size_t why_size)
 {

@@ -751,15 +751,11 @@ static mmrt_status check_cu(struct cpu_op *o, const char *what, const struct cpu
 static mmrt_status check_attention_shape(struct cpu_op *o, const struct mmrt_attention_params *p,
                                          int64_t Hq, int64_t Hkv, int64_t D)
 {
-    if (D < 1 || D > CPU_MAX_HEAD_DIM)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…%d", D,
-                       CPU_MAX_HEAD_DIM);
-    if (Hkv < 1 || Hq % Hkv != 0)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
-                       PRId64 " kv heads", Hq, Hkv);
+    char why[256];
+    if (mmrt_pv_attention_heads(Hq, Hkv, D, why, sizeof why) != MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (!cpu_same_shape(&o->src[0], &o->dst))
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    char why[256];
     if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;

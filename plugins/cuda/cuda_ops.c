@@ -477,14 +477,11 @@ static mmrt_status check_cu(struct cu_op *o, const char *what, const struct cu_v
 static mmrt_status check_heads(struct cu_op *o, const struct mmrt_attention_params *p,
                                int64_t Hq, int64_t Hkv, int64_t D)
 {
-    if (D < 1 || D > 256)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…256", D);
-    if (Hkv < 1 || Hq % Hkv != 0)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
-                      PRId64 " kv heads", Hq, Hkv);
+    char why[256];
+    if (mmrt_pv_attention_heads(Hq, Hkv, D, why, sizeof why) != MMRT_OK)
+        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (!cu_same_shape(&o->src[0], &o->dst))
         return cu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    char why[256];
     if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
         return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;

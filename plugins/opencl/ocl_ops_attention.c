@@ -219,14 +219,11 @@ static mmrt_status check_cu(struct ocl_op *o, const char *what, const struct ocl
 static mmrt_status check_heads(struct ocl_op *o, const struct mmrt_attention_params *p,
                                int64_t Hq, int64_t Hkv, int64_t D)
 {
-    if (D < 1 || D > 256)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " is outside 1…256", D);
-    if (Hkv < 1 || Hq % Hkv != 0)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " query heads are not a multiple of %"
-                       PRId64 " kv heads", Hq, Hkv);
+    char why[256];
+    if (mmrt_pv_attention_heads(Hq, Hkv, D, why, sizeof why) != MMRT_OK)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (!ocl_same_shape(&o->src[0], &o->dst))
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    char why[256];
     if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;

@@ -26,12 +26,6 @@ static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MM
 static const enum mmrt_dtype kv_table_dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
                                                 MMRT_DTYPE_F8E4M3};
 
-static const char *dt_name(enum mmrt_dtype dt)
-{
-    static const char *const names[] = {"F32", "F16", "BF16", "I32", "I8", "U4", "F8E4M3"};
-    return (unsigned)dt < MMRT_DTYPE_COUNT ? names[dt] : "?";
-}
-
 static bool want(const struct chk *c, int quick)
 {
     return !c->quick || quick;
@@ -101,7 +95,7 @@ static mmrt_status grid_matmul(struct chk *c, struct mmrt_error *err)
             enum mmrt_dtype wdt = weight_dts[d];
             int bias = (int)((i + (size_t)d) % 3); /* none, W's dtype, F32 */
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_MATMUL, dt_name(wdt), serial,
+            kase_begin(&k, c, MMRT_OP_MATMUL, mmrt_dtype_name_of(wdt), serial,
                        "M=%lld K=%lld N=%lld bias=%s", (long long)M, (long long)K, (long long)N,
                        bias_names[bias]);
             struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(M, K));
@@ -121,7 +115,7 @@ static mmrt_status grid_matmul(struct chk *c, struct mmrt_error *err)
         if (!want(c, d == 2))
             continue;
         struct kase k;
-        kase_begin(&k, c, MMRT_OP_MATMUL, dt_name(weight_dts[d]), serial,
+        kase_begin(&k, c, MMRT_OP_MATMUL, mmrt_dtype_name_of(weight_dts[d]), serial,
                    "x [2, 3, 40] W [9, 40] bias=none");
         struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 3, 40));
         struct kt *w = kt_new(&k, weight_dts[d], SHAPE(9, 40));
@@ -239,7 +233,7 @@ static mmrt_status grid_binary(struct chk *c, enum mmrt_op op, struct mmrt_error
                 int64_t R = cases[i].R, N = cases[i].N;
                 bool bcast = mode % 2 == 1;
                 struct kase k;
-                kase_begin(&k, c, op, dt_name(weight_dts[d]), serial, "[%lld, %lld] %s",
+                kase_begin(&k, c, op, mmrt_dtype_name_of(weight_dts[d]), serial, "[%lld, %lld] %s",
                            (long long)R, (long long)N, mode_names[mode]);
                 struct kt *a = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
                 struct kt *b = bcast ? kt_new(&k, weight_dts[d], SHAPE(N))
@@ -256,7 +250,8 @@ static mmrt_status grid_binary(struct chk *c, enum mmrt_op op, struct mmrt_error
         if (!want(c, d == 0))
             continue;
         struct kase k;
-        kase_begin(&k, c, op, dt_name(weight_dts[d]), serial, "[2, 5, 11] with [1, 1, 11]");
+        kase_begin(&k, c, op, mmrt_dtype_name_of(weight_dts[d]), serial,
+                   "[2, 5, 11] with [1, 1, 11]");
         struct kt *a = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 5, 11));
         struct kt *b = kt_new(&k, weight_dts[d], SHAPE(1, 1, 11));
         struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(2, 5, 11));
@@ -383,8 +378,8 @@ static mmrt_status grid_norm(struct chk *c, enum mmrt_op op, struct mmrt_error *
             enum mmrt_dtype wdt = mode >= 1 && mode <= 3 ? weight_dts[mode - 1] : MMRT_DTYPE_F32;
             struct mmrt_norm_params p = {mode % 2 ? 1e-5f : 1e-6f};
             struct kase k;
-            kase_begin(&k, c, op, dt_name(wdt), serial, "[%lld, %lld] %s eps %g", (long long)R,
-                       (long long)N,
+            kase_begin(&k, c, op, mmrt_dtype_name_of(wdt), serial, "[%lld, %lld] %s eps %g",
+                       (long long)R, (long long)N,
                        mode == 0 ? "no weight" : mode == 4 ? "in place, weight only"
                        : ln ? "weight and bias" : "weight", (double)p.eps);
             struct kt *x = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R, N));
@@ -747,7 +742,7 @@ static mmrt_status grid_attention(struct chk *c, struct mmrt_error *err)
         char win[32] = "";
         if (ac->window)
             snprintf(win, sizeof win, ", window %d", ac->window);
-        kase_begin(&k, c, MMRT_OP_ATTENTION, dt_name(ac->kv), serial,
+        kase_begin(&k, c, MMRT_OP_ATTENTION, mmrt_dtype_name_of(ac->kv), serial,
                    "Hq=%lld Hkv=%lld D=%lld Lq/Lk=%s%s %s%s, %s%s", (long long)Hq, (long long)Hkv,
                    (long long)D, lens, ac->n_seq ? " (cu_seqlens)" : "",
                    ac->causal ? "causal" : "bidirectional", win, kv_layout_names[ac->layout],
@@ -1009,7 +1004,7 @@ static mmrt_status grid_attention_paged(struct chk *c, struct mmrt_error *err)
         char desc[192];
         paged_desc(desc, sizeof desc, pc);
         struct kase k;
-        kase_begin(&k, c, MMRT_OP_ATTENTION_PAGED, dt_name(pc->kv), serial, "%s", desc);
+        kase_begin(&k, c, MMRT_OP_ATTENTION_PAGED, mmrt_dtype_name_of(pc->kv), serial, "%s", desc);
         k.zeros_exact = true; /* a query that sees no key gets exactly 0 */
         struct kt *q = kt_new(&k, MMRT_DTYPE_F32, SHAPE(T, pc->Hq, pc->D));
         struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(paged_idx_elems(pc)));
@@ -1036,7 +1031,7 @@ static mmrt_status grid_attention_paged(struct chk *c, struct mmrt_error *err)
             snprintf(desc + used, sizeof desc - (size_t)used, "; invariance: sequence %d alone in "
                      "pages of %lld", x, (long long)pa.pt);
         struct kase k;
-        kase_begin(&k, c, MMRT_OP_ATTENTION_PAGED, dt_name(pb->kv), serial, "%s", desc);
+        kase_begin(&k, c, MMRT_OP_ATTENTION_PAGED, mmrt_dtype_name_of(pb->kv), serial, "%s", desc);
         k.zeros_exact = true;
         int64_t T = 0, row = pb->Hkv * pb->D, qrow = pb->Hq * pb->D;
         for (int s = 0; s < pb->n_seq; s++)
@@ -1104,7 +1099,7 @@ static mmrt_status grid_get_rows(struct chk *c, struct mmrt_error *err)
                 continue;
             int64_t V = cases[i].V, N = cases[i].N, T = cases[i].T;
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_GET_ROWS, dt_name(weight_dts[d]), serial,
+            kase_begin(&k, c, MMRT_OP_GET_ROWS, mmrt_dtype_name_of(weight_dts[d]), serial,
                        "table [%lld, %lld], %lld ids", (long long)V, (long long)N, (long long)T);
             struct kt *tab = kt_new(&k, weight_dts[d], SHAPE(V, N));
             struct kt *ids = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
@@ -1128,7 +1123,7 @@ static mmrt_status grid_get_rows(struct chk *c, struct mmrt_error *err)
         if (!want(c, 0))
             continue;
         struct kase k;
-        kase_begin(&k, c, MMRT_OP_GET_ROWS, dt_name(weight_dts[d]), serial,
+        kase_begin(&k, c, MMRT_OP_GET_ROWS, mmrt_dtype_name_of(weight_dts[d]), serial,
                    "every 16-bit pattern: table [1024, 64], 1024 ids reversed");
         struct kt *tab = kt_new(&k, weight_dts[d], SHAPE(1024, 64));
         struct kt *ids = kt_new(&k, MMRT_DTYPE_I32, SHAPE(1024));
@@ -1173,7 +1168,7 @@ static mmrt_status grid_patch_embed(struct chk *c, struct mmrt_error *err)
             int bias = (int)((i + (size_t)d) % 3);
             enum mmrt_dtype wdt = weight_dts[d];
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_PATCH_EMBED, dt_name(wdt), serial,
+            kase_begin(&k, c, MMRT_OP_PATCH_EMBED, mmrt_dtype_name_of(wdt), serial,
                        "image [%lld, %lld, %lld, %lld] P=%lld O=%lld bias=%s", (long long)B,
                        (long long)C, (long long)H, (long long)W, (long long)P, (long long)O,
                        bias_names[bias]);
@@ -1238,7 +1233,7 @@ static mmrt_status grid_concat(struct chk *c, struct mmrt_error *err)
             ny[axis] = na[axis] + nb[axis];
             enum mmrt_dtype dt = dts[d];
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_CONCAT, dt_name(dt), serial,
+            kase_begin(&k, c, MMRT_OP_CONCAT, mmrt_dtype_name_of(dt), serial,
                        "rank %d axis %d, %lld + %lld on the axis, src0 %s, src1 %s", n, axis,
                        (long long)na[axis], (long long)nb[axis], lay[cases[i].la],
                        lay[cases[i].lb]);
@@ -1312,8 +1307,9 @@ static mmrt_status grid_copy(struct chk *c, struct mmrt_error *err)
                 enum mmrt_dtype ddt = dd == 3 ? MMRT_DTYPE_I32 : dts[dd];
                 if (!want(c, (l == CP_CONTIG || (l == CP_KV_WRITE && sd == 0 && dd == 1))))
                     continue;
-                char label[24];
-                snprintf(label, sizeof label, "%s->%s", dt_name(sdt), dt_name(ddt));
+                char label[48];
+                snprintf(label, sizeof label, "%s->%s", mmrt_dtype_name_of(sdt),
+                         mmrt_dtype_name_of(ddt));
                 struct kase k;
                 kase_begin(&k, c, MMRT_OP_COPY, label, serial, "%s", copy_layout_names[l]);
                 struct kt *s = NULL, *y = NULL;
@@ -1401,8 +1397,9 @@ static mmrt_status grid_copy(struct chk *c, struct mmrt_error *err)
         for (int dd = 0; dd < 3; dd++, serial++) {
             if (sd == dd || !want(c, 0))
                 continue;
-            char label[24];
-            snprintf(label, sizeof label, "%s->%s", dt_name(dts[sd]), dt_name(dts[dd]));
+            char label[48];
+            snprintf(label, sizeof label, "%s->%s", mmrt_dtype_name_of(dts[sd]),
+                     mmrt_dtype_name_of(dts[dd]));
             struct kase k;
             kase_begin(&k, c, MMRT_OP_COPY, label, serial, "every 16-bit pattern [256, 256]");
             struct kt *s = kt_new(&k, dts[sd], SHAPE(256, 256));
@@ -1518,7 +1515,7 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
             memcpy(vne, cases[i].ne, sizeof vne);
             vne[0] = T;
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_SET_ROWS, dt_name(kv_table_dts[d]), serial,
+            kase_begin(&k, c, MMRT_OP_SET_ROWS, mmrt_dtype_name_of(kv_table_dts[d]), serial,
                        "%lld rows of %lld into [%lld, …] (%d dims)%s", (long long)T,
                        (long long)n, (long long)R, nd, T > 2 ? ", 2 out of range" : "");
             struct kt *v = kt_new(&k, MMRT_DTYPE_F32, nd, vne);
@@ -1584,7 +1581,7 @@ static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
             const int64_t R = cases[i].R, H = cases[i].H, D = cases[i].D, N = cases[i].N,
                           G = cases[i].G;
             struct kase k;
-            kase_begin(&k, c, MMRT_OP_GATHER_HEADS, dt_name(kv_table_dts[d]), serial,
+            kase_begin(&k, c, MMRT_OP_GATHER_HEADS, mmrt_dtype_name_of(kv_table_dts[d]), serial,
                        "table [%lld, %lld, %lld], idx [%lld, %lld, %lld]%s", (long long)R,
                        (long long)H, (long long)D, (long long)N, (long long)H, (long long)G,
                        G > 1 ? ", ragged" : "");
