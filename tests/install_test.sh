@@ -22,6 +22,7 @@ libdir=${libdir%/pkgconfig}
 for f in "$prefix/bin/mmrt" "$libdir/libmmrt.so" "$libdir/mmrt/libmmrt_cpu.so" \
          "$prefix/include/mmrt/mmrt.h" "$prefix/include/mmrt/plugin.h" \
          "$prefix/include/mmrt/common.h" "$prefix/include/mmrt/plugin_views.h" \
+         "$prefix/include/mmrt/op_contract.h" \
          "$libdir/pkgconfig/mmrt.pc" "$libdir/cmake/mmrt/mmrtConfig.cmake"; do
   [ -e "$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
 done
@@ -39,6 +40,11 @@ cc -std=c11 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden $cflags \
 if readelf -d "$tmp/pc/libmmrt_example.so" | grep -q "libmmrt\.so"; then
   echo "FAIL: the example plugin links libmmrt"; exit 1
 fi
+# the shared checks a vendor plugin is advised to use compile from the installed tree alone
+printf '#include "mmrt/op_contract.h"\nint main(void) { return mmrt_op_check(-1, 0, 0, 0, 0, 0, 0, 0) == MMRT_OK; }\n' \
+  > "$tmp/contract.c"
+cc -std=c11 -Wall -Wextra -Werror $cflags "$tmp/contract.c" -o "$tmp/contract" -lm ||
+  { echo "FAIL: mmrt/op_contract.h does not compile from the installed headers"; exit 1; }
 cmake -S "$src/examples/plugin" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" \
       -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" >/dev/null
 cmake --build "$tmp/cm" >/dev/null

@@ -1300,7 +1300,7 @@ void op_case_matmul_i8(const struct op_checks *chk, double tol_small, double tol
     for (int d = 0; d < 2; d++) {
         matmul_q_refused(d, no_s, 2, ty, "src3 (scales) is absent");
         matmul_q_refused(d, no_s, 4, ty, "src3 (scales) is absent");
-        matmul_q_refused(d, float_s, 4, ty, "src3 (scales) goes only with an I8 W");
+        matmul_q_refused(d, float_s, 4, ty, "src3 (scales) goes only with an I8 or U4 W");
         matmul_q_refused(d, bad_n, 4, ty, "src3 (scales) has 7 elements");
         matmul_q_refused(d, bad_t, 4, ty, "src3 (scales) has dtype F16");
     }

@@ -1902,7 +1902,7 @@ static void test_rope_multi_set_rows_refusals(void **state)
                    "SET_ROWS", "src0 (values) has dtype F16");
     struct harness_tensor *ti3 = tnew_i32(pos3, 3), *sr3[2] = { tv, ti3 };
     expect_refusal(run(MMRT_OP_SET_ROWS, sr3, 2, cache, NULL, 0), MMRT_ERR_INVALID_ARG,
-                   "SET_ROWS", "src1 (idx) has 3 entries for 2 rows");
+                   "SET_ROWS", "src1 (idx) has 3 entries, expected 2");
     struct harness_tensor *tif = tnew(MMRT_DTYPE_F32, SHAPE(2)), *srf[2] = { tv, tif };
     expect_refusal(run(MMRT_OP_SET_ROWS, srf, 2, cache, NULL, 0), MMRT_ERR_INVALID_ARG,
                    "SET_ROWS", "src1 (idx) has dtype F32");

@@ -28,17 +28,20 @@ struct mmrt_pv_shape {
     int64_t nb[MMRT_MAX_DIMS]; /* bytes */
     int64_t numel;
     uint64_t span;             /* bytes from the first element to one past the last; 0 if empty */
+    const void *buffer;        /* the arena handle and the byte offset in it: where the bytes */
+    uint64_t offset;           /* lie, for op_contract.h's overlap checks */
 };
 
 /* Looks up the arena a descriptor names: returns false when `buffer` is not an arena of the
  * device, else its size in *nbytes. Never dereferences `buffer`. */
 typedef bool (*mmrt_pv_arena_fn)(void *ctx, const void *buffer, uint64_t *nbytes);
 
-/* Checks descriptor t (role `what`, e.g. "src1") and fills *s. On failure returns
- * MMRT_ERR_INVALID_ARG with the reason, starting with `what`, in why[why_size]. */
-static inline mmrt_status mmrt_pv_check(const char *what, const struct mmrt_tensor *t,
-                                        mmrt_pv_arena_fn arena, void *ctx,
-                                        struct mmrt_pv_shape *s, char *why, size_t why_size)
+/* Checks descriptor t (role `what`, e.g. "src1") on its own — header, dtype, rank, offset
+ * alignment, extents and strides, overflow — and fills *s; where it lies is not checked (the
+ * core, which holds no arena sizes, stops here). On failure returns MMRT_ERR_INVALID_ARG with
+ * the reason, starting with `what`, in why[why_size]. */
+static inline mmrt_status mmrt_pv_describe(const char *what, const struct mmrt_tensor *t,
+                                           struct mmrt_pv_shape *s, char *why, size_t why_size)
 {
 #define MMRT_PV_BAD(...) (snprintf(why, why_size, __VA_ARGS__), MMRT_ERR_INVALID_ARG)
     /* Every member of mmrt_tensor is ABI 1.0, so a descriptor must be at least this big. */
@@ -52,15 +55,16 @@ static inline mmrt_status mmrt_pv_check(const char *what, const struct mmrt_tens
     if (t->n_dims < 1 || t->n_dims > MMRT_MAX_DIMS)
         return MMRT_PV_BAD("%s: n_dims %d is outside 1…%d", what, (int)t->n_dims,
                            MMRT_MAX_DIMS);
-    uint64_t arena_bytes = 0;
-    if (!t->buffer || !arena(ctx, t->buffer, &arena_bytes))
-        return MMRT_PV_BAD("%s: buffer %p is not an arena of this device", what, t->buffer);
+    if (!t->buffer)
+        return MMRT_PV_BAD("%s: buffer is NULL", what);
     if (t->offset % es != 0)
         return MMRT_PV_BAD("%s: offset %" PRIu64 " is not a multiple of the %s element size %zu",
                            what, t->offset, mmrt_dtype_name_of(t->dtype), es);
     memset(s, 0, sizeof *s);
     s->dtype = t->dtype;
     s->n_dims = t->n_dims;
+    s->buffer = t->buffer;
+    s->offset = t->offset;
     int64_t numel = 1, nonzero = 1; /* nonzero: product of the non-zero extents, so that any
                                         partial product (rows, …) is known not to overflow */
     uint64_t last = 0; /* byte offset of the last element from the first */
@@ -82,15 +86,34 @@ static inline mmrt_status mmrt_pv_check(const char *what, const struct mmrt_tens
             return MMRT_PV_BAD("%s: extents and strides overflow 64 bits", what);
     }
     s->numel = numel;
-    if (numel > 0 && __builtin_add_overflow(last, (uint64_t)es, &s->span))
+    if (numel > 0 && (__builtin_add_overflow(last, (uint64_t)es, &s->span) ||
+                      s->span > UINT64_MAX - t->offset))
         return MMRT_PV_BAD("%s: extents and strides overflow 64 bits", what);
-    if (t->offset > arena_bytes || s->span > arena_bytes - t->offset)
-        return MMRT_PV_BAD("%s: bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64 ") lie outside its "
-                           "arena of %" PRIu64 " bytes", what, t->offset, t->offset, s->span,
-                           arena_bytes);
     return MMRT_OK;
-
 #undef MMRT_PV_BAD
+}
+
+/* mmrt_pv_describe, then that every byte t can address lies inside the arena of this device
+ * that it names. */
+static inline mmrt_status mmrt_pv_check(const char *what, const struct mmrt_tensor *t,
+                                        mmrt_pv_arena_fn arena, void *ctx,
+                                        struct mmrt_pv_shape *s, char *why, size_t why_size)
+{
+    mmrt_status st = mmrt_pv_describe(what, t, s, why, why_size);
+    if (st != MMRT_OK)
+        return st;
+    uint64_t arena_bytes = 0;
+    if (!arena(ctx, t->buffer, &arena_bytes)) {
+        snprintf(why, why_size, "%s: buffer %p is not an arena of this device", what, t->buffer);
+        return MMRT_ERR_INVALID_ARG;
+    }
+    if (t->offset > arena_bytes || s->span > arena_bytes - t->offset) {
+        snprintf(why, why_size, "%s: bytes [%" PRIu64 ", %" PRIu64 " + %" PRIu64 ") lie outside "
+                 "its arena of %" PRIu64 " bytes", what, t->offset, t->offset, s->span,
+                 arena_bytes);
+        return MMRT_ERR_INVALID_ARG;
+    }
+    return MMRT_OK;
 }
 
 /* True when no two index tuples address the same element: sorted by stride, each dim must

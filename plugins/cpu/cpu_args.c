@@ -2,18 +2,19 @@
  * plugins/cpu/cpu_args.c — turning a launch's mmrt_op_args into checked views.
  *
  * The core validates shapes before it calls a kernel, but the plugin is also driven directly
- * (mmrt-plugin-check, tests, vendors' harnesses), so every kernel re-checks what it relies on.
+ * (mmrt-plugin-check, tests, vendors' harnesses), so every launch is checked again here.
  * The invariant a kernel may assume after cpu_op_begin: each present tensor names one of this
  * device's arenas, every byte it can address (offset + Σ (ne−1)·nb + element size) lies inside
- * that arena, strides and offset are non-negative multiples of the element size, and its
- * element count did not overflow. Shapes, dtypes and contiguity are then checked per op.
+ * that arena, strides and offset are non-negative multiples of the element size, its element
+ * count did not overflow, and the launch meets plugin.h's operator contract (ranks, dtypes,
+ * extents, contiguity, aliasing, param values: op_contract.h, the core's own check).
  */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "cpu_internal.h"
-#include "plugin_views.h"
+#include "op_contract.h"
 
 mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
 {
@@ -41,7 +42,7 @@ static bool arena_bytes(void *ctx, const void *buffer, uint64_t *nbytes)
 }
 
 static mmrt_status resolve(struct cpu_op *o, const char *what, const struct mmrt_tensor *t,
-                           struct cpu_view *v)
+                           struct cpu_view *v, struct mmrt_pv_shape *shape)
 {
     struct mmrt_pv_shape sh;
     char why[512];
@@ -57,6 +58,7 @@ static mmrt_status resolve(struct cpu_op *o, const char *what, const struct mmrt
     v->numel = sh.numel;
     v->span = sh.span;
     v->data = cpu_arena_data(a) + t->offset;
+    *shape = sh;
     return MMRT_OK;
 }
 
@@ -85,6 +87,8 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "n_src is %d, expected %d…%d", (int)a.n_src,
                        n_required, n_max);
     o->n_src = a.n_src;
+    struct mmrt_pv_shape shapes[MMRT_MAX_SRC], dshape;
+    const struct mmrt_pv_shape *s[MMRT_MAX_SRC] = { 0 };
     for (int i = 0; i < a.n_src; i++) {
         char what[16];
         snprintf(what, sizeof what, "src%d", i);
@@ -93,13 +97,14 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
                 return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s is required but NULL", what);
             continue;
         }
-        mmrt_status st = resolve(o, what, a.src[i], &o->src[i]);
+        mmrt_status st = resolve(o, what, a.src[i], &o->src[i], &shapes[i]);
         if (st != MMRT_OK)
             return st;
+        s[i] = &shapes[i];
     }
     if (!a.dst)
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst is NULL");
-    mmrt_status st = resolve(o, "dst", a.dst, &o->dst);
+    mmrt_status st = resolve(o, "dst", a.dst, &o->dst, &dshape);
     if (st != MMRT_OK)
         return st;
     const struct cpu_arena *dst_arena = cpu_arena_find(dev, a.dst->buffer);
@@ -109,6 +114,11 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst: its strides make elements overlap");
     o->params = a.params;
     o->params_size = a.params_size;
+    /* plugin.h's contract, in op_contract.h's one copy: what the op functions may assume. */
+    char why[CPU_ERR_MAX - 64];
+    if (mmrt_op_check(op, a.n_src, s, &dshape, a.params, a.params_size, why, sizeof why) !=
+        MMRT_OK)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
@@ -122,28 +132,6 @@ mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size)
     return MMRT_OK;
 }
 
-mmrt_status cpu_need_dtype(struct cpu_op *o, const char *what, const struct cpu_view *v,
-                           unsigned mask)
-{
-    if (mask & (1u << v->dtype))
-        return MMRT_OK;
-    char want[64];
-    mmrt_pv_dtype_list(mask, want, sizeof want);
-    return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s has dtype %s, expected %s", what,
-                   mmrt_dtype_name_of(v->dtype), want);
-}
-
-bool cpu_view_contig(const struct cpu_view *v)
-{
-    int64_t stride = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    for (int i = v->n_dims - 1; i >= 0; i--) {
-        if (v->ne[i] != 1 && v->nb[i] != stride)
-            return false; /* a dim of extent 1 may carry any stride */
-        stride *= v->ne[i];
-    }
-    return true;
-}
-
 bool cpu_same_shape(const struct cpu_view *a, const struct cpu_view *b)
 {
     if (a->n_dims != b->n_dims)
@@ -152,49 +140,6 @@ bool cpu_same_shape(const struct cpu_view *a, const struct cpu_view *b)
         if (a->ne[i] != b->ne[i])
             return false;
     return true;
-}
-
-mmrt_status cpu_need_contig(struct cpu_op *o, const char *what, const struct cpu_view *v)
-{
-    if (cpu_view_contig(v))
-        return MMRT_OK;
-    return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s must be contiguous", what);
-}
-
-mmrt_status cpu_need_inner_contig(struct cpu_op *o, const char *what, const struct cpu_view *v)
-{
-    int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    if (cpu_inner(v) <= 1 || v->nb[v->n_dims - 1] == es)
-        return MMRT_OK;
-    return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s: innermost dim must be contiguous (stride %"
-                   PRId64 ", element size %" PRId64 ")", what, v->nb[v->n_dims - 1], es);
-}
-
-mmrt_status cpu_need_rank(struct cpu_op *o, const char *what, const struct cpu_view *v,
-                          int n_dims)
-{
-    if (v->n_dims == n_dims)
-        return MMRT_OK;
-    char s[96];
-    return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s must have %d dims, got %s", what, n_dims,
-                   mmrt_pv_shape_str(v->n_dims, v->ne, s, sizeof s));
-}
-
-mmrt_status cpu_need_disjoint(struct cpu_op *o, const char *what, const struct cpu_view *src,
-                              bool identical_ok)
-{
-    const struct cpu_view *d = &o->dst;
-    if (!src->data || src->span == 0 || d->span == 0)
-        return MMRT_OK;
-    uintptr_t s0 = (uintptr_t)src->data, s1 = s0 + src->span;
-    uintptr_t d0 = (uintptr_t)d->data, d1 = d0 + d->span;
-    if (s1 <= d0 || d1 <= s0)
-        return MMRT_OK;
-    if (identical_ok && s0 == d0 && src->dtype == d->dtype && cpu_same_shape(src, d) &&
-        memcmp(src->nb, d->nb, sizeof(int64_t) * (size_t)d->n_dims) == 0)
-        return MMRT_OK;
-    return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst overlaps %s%s", what,
-                   identical_ok ? " (only dst == src exactly is allowed)" : "");
 }
 
 /* Four halves at a time with cpu_f16_to_f32's arithmetic in vector form; the scalar loop

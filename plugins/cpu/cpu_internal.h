@@ -340,21 +340,11 @@ struct cpu_op {
     uint32_t params_size;
 };
 
-/* Dtype bit masks for cpu_need_dtype. */
-#define CPU_DT_F32 (1u << MMRT_DTYPE_F32)
-#define CPU_DT_F16 (1u << MMRT_DTYPE_F16)
-#define CPU_DT_BF16 (1u << MMRT_DTYPE_BF16)
-#define CPU_DT_I32 (1u << MMRT_DTYPE_I32)
-#define CPU_DT_I8 (1u << MMRT_DTYPE_I8)
-#define CPU_DT_U4 (1u << MMRT_DTYPE_U4)
-#define CPU_DT_F8 (1u << MMRT_DTYPE_F8E4M3)
-/* What a KV cache may be stored in (SET_ROWS dst, attention K/V, GATHER_HEADS table). */
-#define CPU_DT_KV (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_F8)
-#define CPU_DT_WEIGHT (CPU_DT_F32 | CPU_DT_F16 | CPU_DT_BF16)
-
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
- * n_required ≤ n_src ≤ n_max, that sources below n_required and dst are present, and
- * resolves every present tensor into o. A source slot at or beyond n_src is absent. */
+ * n_required ≤ n_src ≤ n_max, that sources below n_required and dst are present, resolves
+ * every present tensor into o and holds the launch to plugin.h's contract
+ * (plugins/common/op_contract.h), so an op function may assume its operands' ranks, dtypes,
+ * extents, contiguity and param values. A source slot at or beyond n_src is absent. */
 mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
                          int n_required, int n_max, struct cpu_op *o);
 /* Copies the op's params into *out (size bytes, zero-filled first). Every field of today's
@@ -362,21 +352,10 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
  * the rest 1.0), so a launch must supply at least `size` bytes; fields appended by later
  * minors would be read only as far as params_size reaches (zero default). */
 mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size);
-/* Refusals with a message "OP: what …". `what` names the operand, e.g. "src1 (W)". */
-mmrt_status cpu_need_dtype(struct cpu_op *o, const char *what, const struct cpu_view *v,
-                           unsigned mask);
-mmrt_status cpu_need_contig(struct cpu_op *o, const char *what, const struct cpu_view *v);
-mmrt_status cpu_need_inner_contig(struct cpu_op *o, const char *what, const struct cpu_view *v);
-mmrt_status cpu_need_rank(struct cpu_op *o, const char *what, const struct cpu_view *v,
-                          int n_dims);
-/* Refuses a source whose bytes intersect dst's, unless identical_ok and src is exactly the
- * same view as dst (the in-place case plugin.h allows for elementwise ops). */
-mmrt_status cpu_need_disjoint(struct cpu_op *o, const char *what, const struct cpu_view *src,
-                              bool identical_ok);
+/* A refusal with the message "OP: what …". */
 mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-bool cpu_view_contig(const struct cpu_view *v);
 bool cpu_same_shape(const struct cpu_view *a, const struct cpu_view *b);
 /* Extent of the innermost dim, and the number of rows (all other dims together). */
 static inline int64_t cpu_inner(const struct cpu_view *v)

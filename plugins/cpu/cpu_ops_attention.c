@@ -109,39 +109,6 @@ static void rope_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
-/* The tensor checks both ops share: x F32 [T, H, D] with a contiguous inner dim, positions
- * contiguous I32 [T] (n_axes 0: ROPE) or [T, n_axes], dst of x's shape (or x itself), then
- * n_rot and theta (mmrt_pv_rope_rot). */
-static mmrt_status rope_check(struct cpu_op *o, int n_axes, int32_t n_rot, float theta)
-{
-    const struct cpu_view *x = &o->src[0], *pos = &o->src[1], *y = &o->dst;
-    mmrt_status st;
-    if ((st = cpu_need_rank(o, "src0 (x)", x, 3)) ||
-        (st = cpu_need_dtype(o, "src0 (x)", x, CPU_DT_F32)) ||
-        (st = cpu_need_inner_contig(o, "src0 (x)", x)) ||
-        (st = cpu_need_dtype(o, "src1 (positions)", pos, CPU_DT_I32)) ||
-        (st = cpu_need_contig(o, "src1 (positions)", pos)) ||
-        (st = cpu_need_dtype(o, "dst", y, CPU_DT_F32)) ||
-        (st = cpu_need_inner_contig(o, "dst", y)) ||
-        (st = cpu_need_disjoint(o, "src0 (x)", x, true)) ||
-        (st = cpu_need_disjoint(o, "src1 (positions)", pos, false)))
-        return st;
-    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
-    if (!cpu_same_shape(x, y))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
-                       ", %" PRId64 "]", T, H, D);
-    if (n_axes == 0 && pos->numel != T)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
-                       PRId64 " tokens", pos->numel, T);
-    if (n_axes > 0 && (pos->n_dims != 2 || pos->ne[0] != T || pos->ne[1] != n_axes))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) must be [T, n_axes] = [%" PRId64
-                       ", %d]", T, n_axes);
-    char why[160];
-    if (mmrt_pv_rope_rot(n_rot, D, theta, why, sizeof why) != MMRT_OK)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    return MMRT_OK;
-}
-
 /* One allocation for a rotation of n_rot/2 pairs: inv_freq [half], the threads' cos/sin
  * scratch [n_threads][n_rot], then (with_axis) the pairs' axes [half] as int32. */
 static float *rope_alloc(struct cpu_op *o, int64_t n_rot, bool with_axis)
@@ -178,11 +145,8 @@ mmrt_status cpu_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args
     mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    char why[96];
-    if ((st = cpu_op_params(&o, &p, sizeof p)) || (st = rope_check(&o, 0, p.n_rot, p.theta)))
+    if ((st = cpu_op_params(&o, &p, sizeof p)))
         return st;
-    if (mmrt_pv_rope_mode(p.mode, why, sizeof why) != MMRT_OK)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (o.src[0].numel == 0)
         return MMRT_OK;
 
@@ -210,25 +174,6 @@ mmrt_status cpu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args
         return st;
     if ((st = cpu_op_params(&o, &p, sizeof p)))
         return st;
-    if (p.n_axes < 1 || p.n_axes > MMRT_ROPE_MAX_AXES)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_axes %" PRId32 " is outside 1…%d", p.n_axes,
-                       MMRT_ROPE_MAX_AXES);
-    if ((st = rope_check(&o, p.n_axes, p.n_rot, p.theta)))
-        return st;
-    if (p.freq_dim < 1)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "freq_dim %" PRId32 " must be ≥ 1", p.freq_dim);
-    if (p.restart != 0 && p.restart != 1)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "restart %" PRId32 " must be 0 or 1", p.restart);
-    int64_t pairs = 0;
-    for (int a = 0; a < p.n_axes; a++) {
-        if (p.sections[a] < 0)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "section %d has %" PRId32 " pairs (must be "
-                           "≥ 0)", a, p.sections[a]);
-        pairs += p.sections[a];
-    }
-    if (pairs != p.n_rot / 2)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "sections sum to %" PRId64 " pairs, n_rot/2 is "
-                       "%" PRId32, pairs, p.n_rot / 2);
     if (o.src[0].numel == 0)
         return MMRT_OK;
 
@@ -728,13 +673,6 @@ static mmrt_status attention_run(struct mmrt_device *dev, struct cpu_op *o, stru
 static mmrt_status check_cu(struct cpu_op *o, const char *what, const struct cpu_view *cu,
                             int64_t n_seq, int64_t total)
 {
-    mmrt_status st;
-    if ((st = cpu_need_dtype(o, what, cu, CPU_DT_I32)) || (st = cpu_need_contig(o, what, cu)) ||
-        (st = cpu_need_disjoint(o, what, cu, false)))
-        return st;
-    if (cu->numel != n_seq + 1)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " entries, n_seq + 1 = %" PRId64,
-                       what, cu->numel, n_seq + 1);
     const int32_t *v = (const int32_t *)cu->data;
     if (v[0] != 0 || v[n_seq] != total)
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s must run from 0 to %" PRId64 ", got %" PRId32
@@ -743,21 +681,6 @@ static mmrt_status check_cu(struct cpu_op *o, const char *what, const struct cpu
         if (v[s + 1] < v[s])
             return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s decreases at entry %" PRId64 " (%" PRId32
                            " after %" PRId32 ")", what, s + 1, v[s + 1], v[s]);
-    return MMRT_OK;
-}
-
-/* What both ops check alike once q, K and V are known to be 3-D / 4-D of the right dtypes:
- * head dim, head grouping, dst's shape and the params. */
-static mmrt_status check_attention_shape(struct cpu_op *o, const struct mmrt_attention_params *p,
-                                         int64_t Hq, int64_t Hkv, int64_t D)
-{
-    char why[256];
-    if (mmrt_pv_attention_heads(Hq, Hkv, D, why, sizeof why) != MMRT_OK)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    if (!cpu_same_shape(&o->src[0], &o->dst))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
@@ -785,46 +708,17 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         return st;
     const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct cpu_view *cq = &o.src[3], *ck = &o.src[4];
-    if ((st = attention_params(&o, &p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
-        (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
-        (st = cpu_need_contig(&o, "src0 (q)", q)) || (st = cpu_need_rank(&o, "src1 (k)", k, 3)) ||
-        (st = cpu_need_dtype(&o, "src1 (k)", k, CPU_DT_KV)) ||
-        (st = cpu_need_inner_contig(&o, "src1 (k)", k)) ||
-        (st = cpu_need_rank(&o, "src2 (v)", v, 3)) ||
-        (st = cpu_need_dtype(&o, "src2 (v)", v, CPU_DT_KV)) ||
-        (st = cpu_need_inner_contig(&o, "src2 (v)", v)) ||
-        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||
-        (st = cpu_need_disjoint(&o, "src0 (q)", q, false)) ||
-        (st = cpu_need_disjoint(&o, "src1 (k)", k, false)) ||
-        (st = cpu_need_disjoint(&o, "src2 (v)", v, false)))
+    if ((st = attention_params(&o, &p)))
         return st;
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2], S = k->ne[0], Hkv = k->ne[1];
-    if (D >= 1 && D <= CPU_MAX_HEAD_DIM && (!cpu_same_shape(k, v) || k->ne[2] != D))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and v "
-                       "[%" PRId64 ", %" PRId64 ", %" PRId64 "] must both be [S, Hkv, %" PRId64 "]",
-                       k->ne[0], k->ne[1], k->ne[2], v->ne[0], v->ne[1], v->ne[2], D);
-    if ((st = check_attention_shape(&o, &p, Hq, Hkv, D)))
-        return st;
-    if ((cq->data == NULL) != (ck->data == NULL))
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "give both cu_seqlens_q and cu_seqlens_k, or "
-                       "neither");
     int32_t whole_q[2] = { 0, (int32_t)T }, whole_k[2] = { 0, (int32_t)S };
     const int32_t *cu_q = whole_q, *cu_k = whole_k;
     if (cq->data) {
-        if (p.n_seq < 1)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
         if ((st = check_cu(&o, "src3 (cu_seqlens_q)", cq, p.n_seq, T)) ||
             (st = check_cu(&o, "src4 (cu_seqlens_k)", ck, p.n_seq, S)))
             return st;
         cu_q = (const int32_t *)cq->data;
         cu_k = (const int32_t *)ck->data;
-    } else {
-        if (p.n_seq != 1)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be 1 without "
-                           "cu_seqlens", p.n_seq);
-        if (T > INT32_MAX || S > INT32_MAX)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " keys "
-                           "exceed I32 sequence offsets", T, S);
     }
     struct attn_ctx c = {
         .q = (const float *)q->data, .y = (float *)y->data, .kv = { kv_of(k, 0), kv_of(v, 0) },
@@ -840,23 +734,7 @@ static mmrt_status check_pages(struct cpu_op *o, int64_t n_seq, int64_t n_pages,
                                int64_t page_tokens)
 {
     const struct cpu_view *lens = &o->src[4], *table = &o->src[5];
-    mmrt_status st;
-    if ((st = cpu_need_dtype(o, "src4 (kv_lens)", lens, CPU_DT_I32)) ||
-        (st = cpu_need_contig(o, "src4 (kv_lens)", lens)) ||
-        (st = cpu_need_disjoint(o, "src4 (kv_lens)", lens, false)) ||
-        (st = cpu_need_rank(o, "src5 (page_table)", table, 2)) ||
-        (st = cpu_need_dtype(o, "src5 (page_table)", table, CPU_DT_I32)) ||
-        (st = cpu_need_contig(o, "src5 (page_table)", table)) ||
-        (st = cpu_need_disjoint(o, "src5 (page_table)", table, false)))
-        return st;
-    if (lens->numel != n_seq)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src4 (kv_lens) has %" PRId64 " entries, n_seq "
-                       "is %" PRId64, lens->numel, n_seq);
     int64_t max_pages = table->ne[1];
-    if (table->ne[0] != n_seq || max_pages < 1)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src5 (page_table) must be [n_seq = %" PRId64
-                       ", max_pages ≥ 1], got [%" PRId64 ", %" PRId64 "]", n_seq, table->ne[0],
-                       max_pages);
     const int32_t *lk = (const int32_t *)lens->data, *tab = (const int32_t *)table->data;
     for (int64_t s = 0; s < n_seq; s++) {
         /* Counted in pages, so max_pages · page_tokens cannot overflow. */
@@ -884,32 +762,10 @@ mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
-    if ((st = attention_params(&o, &p)) || (st = cpu_need_rank(&o, "src0 (q)", q, 3)) ||
-        (st = cpu_need_dtype(&o, "src0 (q)", q, CPU_DT_F32)) ||
-        (st = cpu_need_contig(&o, "src0 (q)", q)) ||
-        (st = cpu_need_rank(&o, "src1 (k_pages)", k, 4)) ||
-        (st = cpu_need_dtype(&o, "src1 (k_pages)", k, CPU_DT_KV)) ||
-        (st = cpu_need_contig(&o, "src1 (k_pages)", k)) ||
-        (st = cpu_need_contig(&o, "src2 (v_pages)", v)) ||
-        (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)) ||
-        (st = cpu_need_disjoint(&o, "src0 (q)", q, false)) ||
-        (st = cpu_need_disjoint(&o, "src1 (k_pages)", k, false)) ||
-        (st = cpu_need_disjoint(&o, "src2 (v_pages)", v, false)))
+    if ((st = attention_params(&o, &p)))
         return st;
-    if (!cpu_same_shape(k, v) || v->dtype != k->dtype)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (v_pages) must have k_pages' shape and "
-                       "dtype");
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2];
     int64_t n_pages = k->ne[0], page_tokens = k->ne[1], Hkv = k->ne[2];
-    if (k->ne[3] != D)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "the pages' head dim %" PRId64 " differs from "
-                       "q's %" PRId64, k->ne[3], D);
-    if (page_tokens < 1)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "pages of %" PRId64 " tokens", page_tokens);
-    if ((st = check_attention_shape(&o, &p, Hq, Hkv, D)))
-        return st;
-    if (p.n_seq < 1)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
     if ((st = check_cu(&o, "src3 (cu_seqlens_q)", &o.src[3], p.n_seq, T)) ||
         (st = check_pages(&o, p.n_seq, n_pages, page_tokens)))
         return st;

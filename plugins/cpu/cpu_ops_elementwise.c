@@ -65,23 +65,6 @@ static void binary_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
-/* dst and src0 of one shape, contiguous F32; identical views allowed. */
-static mmrt_status check_same_f32(struct cpu_op *o, const char *what, const struct cpu_view *s)
-{
-    mmrt_status st;
-    if ((st = cpu_need_dtype(o, what, s, CPU_DT_F32)) || (st = cpu_need_contig(o, what, s)))
-        return st;
-    if (!cpu_same_shape(s, &o->dst))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst and %s must have the same shape", what);
-    return cpu_need_disjoint(o, what, s, true);
-}
-
-static mmrt_status check_dst_f32(struct cpu_op *o)
-{
-    mmrt_status st = cpu_need_dtype(o, "dst", &o->dst, CPU_DT_F32);
-    return st ? st : cpu_need_contig(o, "dst", &o->dst);
-}
-
 static mmrt_status binary(struct mmrt_device *dev, const struct mmrt_op_args *args, int op)
 {
     struct cpu_op o;
@@ -89,18 +72,7 @@ static mmrt_status binary(struct mmrt_device *dev, const struct mmrt_op_args *ar
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *a = &o.src[0], *b = &o.src[1];
-    if ((st = check_dst_f32(&o)) || (st = check_same_f32(&o, "src0", a)) ||
-        (st = cpu_need_dtype(&o, "src1", b, CPU_DT_WEIGHT)) ||
-        (st = cpu_need_contig(&o, "src1", b)))
-        return st;
-    bool same = cpu_same_shape(a, b);
-    bool row = !same && b->numel == cpu_inner(a) && cpu_inner(b) == cpu_inner(a);
-    if (!same && !row)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (%" PRId64 " elements, inner %" PRId64
-                       ") must have src0's shape or be one row of its inner size %" PRId64,
-                       b->numel, cpu_inner(b), cpu_inner(a));
-    if ((st = cpu_need_disjoint(&o, "src1", b, same)))
-        return st;
+    bool same = cpu_same_shape(a, b); /* else b is one row, broadcast (op_contract.h) */
     if (a->numel == 0)
         return MMRT_OK;
     struct binary_ctx c = {
@@ -200,10 +172,6 @@ static mmrt_status unary(struct mmrt_device *dev, const struct mmrt_op_args *arg
     if (st != MMRT_OK)
         return st;
     struct unary_ctx c = { .kt = &dev->kern, .op = op };
-    if ((st = check_dst_f32(&o)) || (st = check_same_f32(&o, "src0", &o.src[0])))
-        return st;
-    if (op == MMRT_OP_SWIGLU && (st = check_same_f32(&o, "src1", &o.src[1])))
-        return st;
     if (op == MMRT_OP_SCALE) {
         struct mmrt_scale_params p;
         if ((st = cpu_op_params(&o, &p, sizeof p)))

@@ -415,42 +415,9 @@ static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const s
                              const struct cpu_view *z, const struct cpu_view *y, int64_t M,
                              int64_t K, int64_t N)
 {
-    mmrt_status st;
-    int64_t G = 0;
-    char why[256];
-    if (mmrt_pv_u4_w(K, w->ne, why, sizeof why) != MMRT_OK)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    if (!s->data || !z->data)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
-                       s->data ? 4 : 3, s->data ? "zero points" : "scales");
-    if ((st = cpu_need_dtype(o, "src3 (scales)", s, CPU_DT_F32)) ||
-        (st = cpu_need_contig(o, "src3 (scales)", s)) ||
-        (st = cpu_need_rank(o, "src3 (scales)", s, 2)) ||
-        (st = cpu_need_dtype(o, "src4 (zero points)", z, CPU_DT_F32)) ||
-        (st = cpu_need_contig(o, "src4 (zero points)", z)) ||
-        (st = cpu_need_rank(o, "src4 (zero points)", z, 2)))
-        return st;
-    if (mmrt_pv_u4_groups(K, N, s->ne, z->ne, &G, why, sizeof why) != MMRT_OK)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    if (b->data) {
-        if ((st = cpu_need_dtype(o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
-            (st = cpu_need_contig(o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != N)
-            return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W has "
-                           "%" PRId64 " rows", b->numel, N);
-    }
-    if ((st = cpu_need_dtype(o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(o, "dst", y)))
-        return st;
-    if (cpu_rows(y) != M || cpu_inner(y) != N)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
-                       "%" PRId64 " rows of %" PRId64, M, N, cpu_rows(y), cpu_inner(y));
-    if ((st = cpu_need_disjoint(o, "src0 (x)", x, false)) ||
-        (st = cpu_need_disjoint(o, "src1 (W)", w, false)) ||
-        (st = cpu_need_disjoint(o, "src2 (bias)", b, false)) ||
-        (st = cpu_need_disjoint(o, "src3 (scales)", s, false)) ||
-        (st = cpu_need_disjoint(o, "src4 (zero points)", z, false)))
-        return st;
+    /* op_contract.h checked the operands (cpu_op_begin); G is the scales' group count. */
+    mmrt_status st = MMRT_OK;
+    const int64_t G = s->ne[1];
     struct mmrt_device *dev = o->dev;
     struct q4_ctx c = {
         .dev = dev, .x = (const float *)x->data, .scale = (const float *)s->data,
@@ -513,52 +480,9 @@ mmrt_status cpu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *ar
         return st;
     const struct cpu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
                           *z = &o.src[4], *y = &o.dst;
-
-    if ((st = cpu_need_dtype(&o, "src0 (x)", x, CPU_DT_F32)) ||
-        (st = cpu_need_contig(&o, "src0 (x)", x)) ||
-        (st = cpu_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = cpu_need_dtype(&o, "src1 (W)", w, CPU_DT_WEIGHT | CPU_DT_I8 | CPU_DT_U4)) ||
-        (st = cpu_need_contig(&o, "src1 (W)", w)))
-        return st;
     int64_t K = cpu_inner(x), M = cpu_rows(x), N = w->ne[0];
     if (w->dtype == MMRT_DTYPE_U4)
         return matmul_u4(&o, x, w, b, s, z, y, M, K, N);
-    if (z->data)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src4 (zero points) goes only with a U4 W");
-    if (w->ne[1] != K)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
-                       "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
-    if (w->dtype == MMRT_DTYPE_I8) {
-        if (!s->data)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
-        if ((st = cpu_need_dtype(&o, "src3 (scales)", s, CPU_DT_F32)) ||
-            (st = cpu_need_contig(&o, "src3 (scales)", s)) ||
-            (st = cpu_need_disjoint(&o, "src3 (scales)", s, false)))
-            return st;
-        if (s->numel != N)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) has %" PRId64 " elements, W "
-                           "has %" PRId64 " rows", s->numel, N);
-    } else if (s->data) {
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) goes only with an I8 W");
-    }
-    if (b->data) {
-        if ((st = cpu_need_dtype(&o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
-            (st = cpu_need_contig(&o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != N)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W has "
-                           "%" PRId64 " rows", b->numel, N);
-    }
-    if ((st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) || (st = cpu_need_contig(&o, "dst", y)))
-        return st;
-    if (cpu_rows(y) != M || cpu_inner(y) != N)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
-                       "%" PRId64 " rows of %" PRId64, M, N, cpu_rows(y), cpu_inner(y));
-    if ((st = cpu_need_disjoint(&o, "src0 (x)", x, false)) ||
-        (st = cpu_need_disjoint(&o, "src1 (W)", w, false)) ||
-        (st = cpu_need_disjoint(&o, "src2 (bias)", b, false)))
-        return st;
-
     return cpu_gemm(dev, (const float *)x->data, M, K, w->data, w->dtype,
                     (const float *)s->data, N, b->data, b->dtype, (float *)y->data);
 }
@@ -602,42 +526,10 @@ mmrt_status cpu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_arg
         return st;
     const struct cpu_view *img = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
 
-    if ((st = cpu_op_params(&o, &p, sizeof p)) ||
-        (st = cpu_need_rank(&o, "src0 (image)", img, 4)) ||
-        (st = cpu_need_dtype(&o, "src0 (image)", img, CPU_DT_F32)) ||
-        (st = cpu_need_contig(&o, "src0 (image)", img)) ||
-        (st = cpu_need_rank(&o, "src1 (weight)", w, 4)) ||
-        (st = cpu_need_dtype(&o, "src1 (weight)", w, CPU_DT_WEIGHT)) ||
-        (st = cpu_need_contig(&o, "src1 (weight)", w)))
+    if ((st = cpu_op_params(&o, &p, sizeof p)))
         return st;
     int64_t B = img->ne[0], C = img->ne[1], H = img->ne[2], W = img->ne[3], P = p.patch;
-    int64_t O = w->ne[0];
-    if (P < 1 || H % P != 0 || W % P != 0)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " must be ≥ 1 and divide the "
-                       "image's H %" PRId64 " and W %" PRId64, P, H, W);
-    if (w->ne[1] != C || w->ne[2] != P || w->ne[3] != P)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (weight) is [%" PRId64 ", %" PRId64 ", %"
-                       PRId64 ", %" PRId64 "], expected [O, %" PRId64 ", %" PRId64 ", %" PRId64 "]",
-                       w->ne[0], w->ne[1], w->ne[2], w->ne[3], C, P, P);
-    if (b->data) {
-        if ((st = cpu_need_dtype(&o, "src2 (bias)", b, CPU_DT_WEIGHT)) ||
-            (st = cpu_need_contig(&o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != O)
-            return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, "
-                           "expected %" PRId64, b->numel, O);
-    }
-    int64_t n_patches = (H / P) * (W / P);
-    if ((st = cpu_need_rank(&o, "dst", y, 3)) || (st = cpu_need_dtype(&o, "dst", y, CPU_DT_F32)) ||
-        (st = cpu_need_contig(&o, "dst", y)))
-        return st;
-    if (y->ne[0] != B || y->ne[1] != n_patches || y->ne[2] != O)
-        return cpu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 ", %" PRId64 ", %" PRId64
-                       "]", B, n_patches, O);
-    if ((st = cpu_need_disjoint(&o, "src0 (image)", img, false)) ||
-        (st = cpu_need_disjoint(&o, "src1 (weight)", w, false)) ||
-        (st = cpu_need_disjoint(&o, "src2 (bias)", b, false)))
-        return st;
+    int64_t O = w->ne[0], n_patches = (H / P) * (W / P);
     if (y->numel == 0)
         return MMRT_OK;
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ocl_internal.h"
-#include "plugin_views.h"
+#include "op_contract.h"
 
 mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
 {
@@ -43,7 +43,7 @@ static bool arena_bytes(void *ctx, const void *buffer, uint64_t *nbytes)
 }
 
 static mmrt_status resolve(struct ocl_op *o, const char *what, const struct mmrt_tensor *t,
-                           struct ocl_view *v)
+                           struct ocl_view *v, struct mmrt_pv_shape *shape)
 {
     struct mmrt_pv_shape sh;
     char why[512];
@@ -60,6 +60,7 @@ static mmrt_status resolve(struct ocl_op *o, const char *what, const struct mmrt
     v->span = sh.span;
     v->mem = a->mem;
     v->offset = t->offset;
+    *shape = sh;
     return MMRT_OK;
 }
 
@@ -87,6 +88,8 @@ mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "n_src is %d, expected %d…%d", (int)a.n_src,
                        n_required, n_max);
     o->n_src = a.n_src;
+    struct mmrt_pv_shape shapes[MMRT_MAX_SRC], dshape;
+    const struct mmrt_pv_shape *s[MMRT_MAX_SRC] = { 0 };
     for (int i = 0; i < a.n_src; i++) {
         char what[16];
         snprintf(what, sizeof what, "src%d", i);
@@ -95,19 +98,25 @@ mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
                 return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s is required but NULL", what);
             continue;
         }
-        mmrt_status st = resolve(o, what, a.src[i], &o->src[i]);
+        mmrt_status st = resolve(o, what, a.src[i], &o->src[i], &shapes[i]);
         if (st != MMRT_OK)
             return st;
+        s[i] = &shapes[i];
     }
     if (!a.dst)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst is NULL");
-    mmrt_status st = resolve(o, "dst", a.dst, &o->dst);
+    mmrt_status st = resolve(o, "dst", a.dst, &o->dst, &dshape);
     if (st != MMRT_OK)
         return st;
     if (!mmrt_pv_injective(o->dst.dtype, o->dst.n_dims, o->dst.ne, o->dst.nb))
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst: its strides make elements overlap");
     o->params = a.params;
     o->params_size = a.params_size;
+    /* plugin.h's contract, in op_contract.h's one copy: what the op functions may assume. */
+    char why[OCL_ERR_MAX - 64];
+    if (mmrt_op_check(op, a.n_src, s, &dshape, a.params, a.params_size, why, sizeof why) !=
+        MMRT_OK)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     return MMRT_OK;
 }
 
