@@ -397,11 +397,11 @@ static void seq_free_parts(struct mmrt_seq *s)
     s->held = NULL;
 }
 
-static void copy_msg(char *dst, size_t size, const char *src)
+void mmrt_result_set_status(struct mmrt_result *r, mmrt_status st, const char *msg)
 {
-    size_t n = strnlen(src, size - 1);
-    memcpy(dst, src, n);
-    dst[n] = '\0';
+    r->status = st;
+    mmrt_error_copy(r->error, sizeof r->error, st == MMRT_OK ? "" : msg);
+    mmrt_error_copy(r->message, sizeof r->message, st == MMRT_OK ? "" : msg);
 }
 
 /* The callback receives NUL-terminated text; a piece longer than the buffer (a pathological
@@ -495,8 +495,7 @@ static void finish(struct mmrt_engine *e, struct mmrt_seq *s, mmrt_status st, co
     if (st != MMRT_OK)
         s->res->finish_reason = MMRT_FINISH_NONE;
     const double now = mmrt_now_ms();
-    r->status = st;
-    copy_msg(r->error, sizeof r->error, st == MMRT_OK ? "" : msg);
+    mmrt_result_set_status(r, st, msg);
     r->n_tokens = s->n_gen;
     if (s->t_first_token > 0) {
         r->prefill_ms = s->t_first_token - s->t_first_chunk;

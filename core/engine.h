@@ -142,6 +142,10 @@ void mmrt_engine_cancel(struct mmrt_seq *s);
 /* Frees a sequence; one still running is cancelled and finished first. NULL is a no-op. */
 void mmrt_engine_release(struct mmrt_seq *s);
 
+/* Writes a result's status and its detail (nothing when st is MMRT_OK): whole in `message`,
+ * cut to fit in the first layout's `error`. */
+void mmrt_result_set_status(struct mmrt_result *r, mmrt_status st, const char *msg);
+
 void mmrt_engine_get_stats(const struct mmrt_engine *e, struct mmrt_engine_stats *out);
 
 #endif

@@ -56,6 +56,13 @@ mmrt_status mmrt_error_prefix(struct mmrt_error *err, mmrt_status status, const 
     return err->status;
 }
 
+void mmrt_error_copy(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 void mmrt_error_clear(struct mmrt_error *err)
 {
     if (err) {

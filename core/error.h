@@ -11,7 +11,7 @@
 
 #include "mmrt/common.h"
 
-#define MMRT_ERROR_MAX 1024
+#define MMRT_ERROR_MAX MMRT_MESSAGE_MAX /* what the caller can be handed whole */
 
 struct mmrt_error {
     mmrt_status status;
@@ -30,6 +30,9 @@ mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const cha
  * status already stored in err (or `status` when err is NULL). */
 mmrt_status mmrt_error_prefix(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Copies message src into dst[size], cut at size − 1 bytes (size ≥ 1). */
+void mmrt_error_copy(char *dst, size_t size, const char *src);
 
 /* Clears err (status OK, empty message). */
 void mmrt_error_clear(struct mmrt_error *err);

@@ -1292,19 +1292,6 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
     return MMRT_OK;
 }
 
-/* Copies a message into a fixed buffer, cutting it if needed. */
-static void copy_msg(char *dst, size_t size, const char *src)
-{
-    size_t n = strnlen(src, size - 1);
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
-static void result_error(struct mmrt_result *r, mmrt_status st, const char *msg)
-{
-    r->status = st;
-    copy_msg(r->error, sizeof r->error, msg);
-}
 
 /* A request's vision stage, through the vision-feature cache (vision_cache.h) unless a trace
  * watches it: the golden tests and mmrt_check must see the real work. keys as
@@ -1438,7 +1425,7 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
         st = mmrt_engine_step(rt->engine, &rt->last);
     if (st == MMRT_OK && result->status != MMRT_OK) {
         st = result->status;
-        mmrt_error_set(&rt->last, st, "%s", result->error);
+        mmrt_error_set(&rt->last, st, "%s", result->message);
     }
     mmrt_engine_release(seq);
     if (st == MMRT_OK) {
@@ -1447,8 +1434,7 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
         result->language_start_ms = t1 - t0;
         result->language_end_ms = mmrt_now_ms() - t0;
     }
-    result->status = st;
-    copy_msg(result->error, sizeof result->error, st == MMRT_OK ? "" : rt->last.msg);
+    mmrt_result_set_status(result, st, rt->last.msg);
     return st;
 }
 
@@ -1521,7 +1507,7 @@ static int encode_some(struct batch *b, int first, int count)
                                            &b->vis[i], &err);
             r->vision_end_ms = mmrt_now_ms() - b->t0;
             if (st != MMRT_OK)
-                result_error(r, st, err.msg);
+                mmrt_result_set_status(r, st, err.msg);
             continue;
         }
         idx[k] = i;
@@ -1533,7 +1519,7 @@ static int encode_some(struct batch *b, int first, int count)
         struct mmrt_error *errs = calloc((size_t)k, sizeof *errs);
         if (!errs) {
             for (int j = 0; j < k; j++)
-                result_error(&b->results[idx[j]], MMRT_ERR_NO_MEMORY, "out of memory");
+                mmrt_result_set_status(&b->results[idx[j]], MMRT_ERR_NO_MEMORY, "out of memory");
             return end;
         }
         encode_batch_cached(b->rt, reqs, k, NULL, vis, sts, errs);
@@ -1542,7 +1528,7 @@ static int encode_some(struct batch *b, int first, int count)
             r->vision_end_ms = mmrt_now_ms() - b->t0;
             b->vis[idx[j]] = vis[j];
             if (sts[j] != MMRT_OK)
-                result_error(r, sts[j], errs[j].msg);
+                mmrt_result_set_status(r, sts[j], errs[j].msg);
         }
         free(errs);
     }
@@ -1596,7 +1582,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
         slots[i] = (struct batch_slot){ &b, i };
         mmrt_status st = normalize_request(rt, &reqs[i], &norm[i], &err);
         if (st != MMRT_OK)
-            result_error(&results[i], st, err.msg);
+            mmrt_result_set_status(&results[i], st, err.msg);
     }
     pthread_mutex_init(&b.lock, NULL);
     pthread_cond_init(&b.ready, NULL);
@@ -1630,7 +1616,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
                 r->vision_end_ms = ve;
                 r->language_start_ms = mmrt_now_ms() - b.t0;
                 if (sst != MMRT_OK)
-                    result_error(r, sst, err.msg);
+                    mmrt_result_set_status(r, sst, err.msg);
             }
             mmrt_vision_output_free(&b.vis[submitted]);
             if (!seqs[submitted])
@@ -1658,7 +1644,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
     for (int i = 0; i < n && first == MMRT_OK; i++)
         if (results[i].status != MMRT_OK) {
             first = results[i].status;
-            mmrt_error_set(&rt->last, first, "request %d: %s", i, results[i].error);
+            mmrt_error_set(&rt->last, first, "request %d: %s", i, results[i].message);
         }
     free(b.vis);
     free(norm);
@@ -1759,8 +1745,8 @@ static void job_free(struct mmrt_job *j)
 static void job_finish(struct mmrt_job *j, mmrt_status st, const char *msg)
 {
     struct mmrt_runtime *rt = j->rt;
-    if (st != MMRT_OK && msg != j->result.error)
-        result_error(&j->result, st, msg);
+    if (st != MMRT_OK && msg != j->result.message)
+        mmrt_result_set_status(&j->result, st, msg);
     if (st != MMRT_OK)
         j->result.finish_reason = MMRT_FINISH_NONE;
     j->result.language_end_ms = mmrt_now_ms() - j->t0;
@@ -1990,7 +1976,7 @@ static void jobs_drop(struct mmrt_job *list)
         struct mmrt_job *j = list;
         list = j->next;
         if (j->cb.on_done) {
-            result_error(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
+            mmrt_result_set_status(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
             j->cb.on_done(j->cb.user);
         }
         job_free(j);
@@ -2056,7 +2042,7 @@ static void *worker_main(void *arg)
         while (finished) {
             struct mmrt_job *j = finished;
             finished = j->next;
-            job_finish(j, j->result.status, j->result.error);
+            job_finish(j, j->result.status, j->result.message);
         }
         pthread_mutex_lock(&rt->jobs_lock);
         if (!rt->pending && !active && !fresh && !rt->ready && !rt->vision_taken) {
@@ -2080,7 +2066,7 @@ static void *worker_main(void *arg)
         active = j->next;
         mmrt_engine_release(j->seq);
         if (j->cb.on_done) {
-            result_error(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
+            mmrt_result_set_status(&j->result, MMRT_ERR_CANCELLED, "cancelled: the runtime was destroyed");
             j->cb.on_done(j->cb.user);
         }
         job_free(j);
@@ -2233,7 +2219,7 @@ mmrt_status mmrt_submit_with(struct mmrt_runtime *rt, const struct mmrt_request 
     else
         st = submit_job(rt, req, &c, out, &e);
     if (err && err_size)
-        copy_msg(err, err_size, st == MMRT_OK ? "" : e.msg);
+        mmrt_error_copy(err, err_size, st == MMRT_OK ? "" : e.msg);
     return st;
 }
 

@@ -255,7 +255,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
             /* Failed after the 200 went out (a device error, the drain's cancel): the error
              * object as an event, as OpenAI-compatible servers send it. */
             struct mmrt_api_error e;
-            mmrt_api_error_from_status(r->status, r->error, &e);
+            mmrt_api_error_from_status(r->status, r->message, &e);
             add_event(c, mmrt_api_error_json(&e));
         }
         mmrt_text_add(&c->out, "data: [DONE]\n\n");
@@ -292,7 +292,7 @@ static enum MHD_Result answer_result(struct chat *c)
     const struct mmrt_result *r = &c->res;
     if (r->status != MMRT_OK) {
         struct mmrt_api_error e;
-        mmrt_api_error_from_status(r->status, r->error, &e);
+        mmrt_api_error_from_status(r->status, r->message, &e);
         return answer_error(c, &e);
     }
     const struct mmrt_chat_usage u = { r->n_prompt_tokens, r->n_tokens };

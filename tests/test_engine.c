@@ -607,6 +607,20 @@ static void test_cancel_job(void **state)
     assert_int_not_equal(mmrt_wait(j, &res), MMRT_OK);
     assert_non_null(strstr(res.error, "/nonexistent/x.png"));
     assert_pages_back(rt);
+    /* A message longer than the first layout's error[512] (a 700-byte path) arrives whole in
+     * `message` for a caller of this layout; `error` holds its first 511 bytes. */
+    char long_path[720] = "/nonexistent/";
+    memset(long_path + 13, 'a', 690);
+    strcpy(long_path + 703, "/y.png");
+    bad.images = TEST_FILE(long_path);
+    assert_int_equal(mmrt_submit(rt, &bad, NULL, NULL, &j, NULL, 0), MMRT_OK);
+    res.struct_size = sizeof res; /* the layout with `message` */
+    assert_int_not_equal(mmrt_wait(j, &res), MMRT_OK);
+    if (!strstr(res.message, long_path))
+        fail_msg("message lacks the path: %s", res.message);
+    assert_int_equal(strlen(res.error), sizeof res.error - 1);
+    assert_memory_equal(res.error, res.message, sizeof res.error - 1);
+    assert_pages_back(rt);
     /* A job left un-waited is cancelled and freed by mmrt_destroy. */
     /* A malformed request is refused at submission, its message in the caller's buffer. */
     char msg[256];

@@ -197,7 +197,7 @@ static json_t *record_json(const struct collected *c, const struct mmrt_result *
     if (rec)
         json_object_set_new(rec, "decode_graph", json_boolean(r->decode_graph));
     if (rec && r->status != MMRT_OK)
-        json_object_set_new(rec, "error", json_string(r->error));
+        json_object_set_new(rec, "error", json_string(r->message));
     return rec;
 }
 
@@ -356,6 +356,7 @@ static int run_conf(const char *path, const struct overrides *o)
         goto out;
     }
     memset(res, 0, sizeof res);
+    res[0].struct_size = sizeof res[0]; /* a batch's results are strided by the first's */
     if (build_requests(rt, o, reqs, images, &n) != 0) {
         rc = EXIT_CONFIG;
         goto out;

@@ -180,7 +180,7 @@ static int answer_all(const char *dir, const char *plugin, double keep,
         const struct mmrt_model_trace trace = { .user = &c, .logits = on_logits };
         struct mmrt_result res = { .struct_size = sizeof res };
         if (mmrt_run_traced(rt, &req, &trace, on_token, &c, &res) != MMRT_OK) {
-            fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", items[i].image, res.error);
+            fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", items[i].image, res.message);
             mmrt_destroy(rt);
             return -1;
         }
@@ -250,7 +250,7 @@ static int64_t vocab_of(const char *dir, const char *plugin, const struct item *
     const struct mmrt_model_trace trace = { .user = &v, .logits = on_vocab };
     struct mmrt_result res = { .struct_size = sizeof res };
     if (mmrt_run_traced(rt, &req, &trace, NULL, NULL, &res) != MMRT_OK)
-        fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", it->image, res.error);
+        fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", it->image, res.message);
     mmrt_destroy(rt);
     return v;
 }

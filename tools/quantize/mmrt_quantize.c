@@ -276,7 +276,7 @@ static mmrt_status answers(struct mmrt_runtime *rt, const struct calib *k, float
         struct mmrt_result res = { .struct_size = sizeof res };
         const mmrt_status st = mmrt_run_traced(rt, &req, &trace, capture_token, &cap, &res);
         if (st != MMRT_OK)
-            return mmrt_error_set(err, st, "%s: %s", k->images[i], res.error);
+            return mmrt_error_set(err, st, "%s: %s", k->images[i], res.message);
         if (cap.bad)
             return mmrt_error_set(err, MMRT_ERR_INTERNAL, "%s: logits of another vocabulary",
                                   k->images[i]);

@@ -44,6 +44,10 @@ typedef enum mmrt_status {
 #undef MMRT_STATUS_ENUM_
 } mmrt_status;
 
+/* The longest error detail the runtime writes, with its terminating NUL (mmrt_last_error,
+ * mmrt_result.message): enough for a path, a key and a reason. */
+#define MMRT_MESSAGE_MAX 1024
+
 /*
  * Element types of tensors. The byte size of one element is mmrt_dtype_size(); all of them
  * are little-endian. Weights may be F32, F16 or BF16; activations are F32; ids and positions

@@ -407,7 +407,8 @@ enum mmrt_finish_reason {
 struct mmrt_result {
     uint32_t struct_size;     /* sizeof(struct mmrt_result), or 0 */
     mmrt_status status;       /* of this request (mmrt_run_batch reports each one here) */
-    char error[512];          /* detail when status != MMRT_OK */
+    char error[512];          /* detail when status != MMRT_OK, cut at 511 bytes (the whole
+                                 of it is `message`, in the later layout) */
     int n_prompt_tokens;
     int n_tokens;             /* generated */
     double preprocess_ms, vision_ms, prefill_ms, decode_ms;
@@ -422,6 +423,9 @@ struct mmrt_result {
     /* Time the request waited rather than worked: before its vision stage began, and between
      * the vision stage and its first prefill chunk (waiting for a batch slot or KV pages). */
     double queue_ms;
+    /* The whole detail when status != MMRT_OK ("" otherwise), as mmrt_last_error() would
+     * give it; `error` above holds its first 511 bytes for callers of the first layout. */
+    char message[MMRT_MESSAGE_MAX];
 };
 
 /* The request the configuration's [run] section describes (defaults for missing keys:
