@@ -41,7 +41,11 @@
  * Errors
  *   Every fallible member returns mmrt_status and, on failure, leaves a human-readable detail
  *   retrievable with last_error(dev) until the next call on that device. An error raised
- *   asynchronously by a kernel is reported by the next synchronize() or download().
+ *   asynchronously by a kernel is reported by the next synchronize() or download(). The two
+ *   members that run before a device exists, probe() and device_open(), have no device to
+ *   hold the detail, so they write it into the caller's buffer instead; that is the only
+ *   other channel. A launch refused for breaking the operator contract carries
+ *   op_contract.h's message, the same one the core would have given.
  */
 #ifndef MMRT_PLUGIN_H
 #define MMRT_PLUGIN_H
