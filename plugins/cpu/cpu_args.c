@@ -132,16 +132,6 @@ mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size)
     return MMRT_OK;
 }
 
-bool cpu_same_shape(const struct cpu_view *a, const struct cpu_view *b)
-{
-    if (a->n_dims != b->n_dims)
-        return false;
-    for (int i = 0; i < a->n_dims; i++)
-        if (a->ne[i] != b->ne[i])
-            return false;
-    return true;
-}
-
 /* Four halves at a time with cpu_f16_to_f32's arithmetic in vector form; the scalar loop
  * finishes the tail. Kept out of line: callers convert whole panels or rows at once. */
 void cpu_weight_to_f32(const void *src, int dtype, float *dst, int64_t n)

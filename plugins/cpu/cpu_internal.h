@@ -356,7 +356,6 @@ mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size);
 mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-bool cpu_same_shape(const struct cpu_view *a, const struct cpu_view *b);
 /* Extent of the innermost dim, and the number of rows (all other dims together). */
 static inline int64_t cpu_inner(const struct cpu_view *v)
 {
