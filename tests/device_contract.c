@@ -137,6 +137,7 @@ CONTRACT_BODY(overlapping_copy)
 CONTRACT_BODY(in_order)
 CONTRACT_BODY(ops_in_order)
 CONTRACT_BODY(bounds)
+CONTRACT_BODY(refusals)
 CONTRACT_BODY(alloc_too_large)
 CONTRACT_BODY(null_handles)
 

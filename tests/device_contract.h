@@ -48,6 +48,7 @@ void contract_overlapping_copy(void **state);
 void contract_in_order(void **state);
 void contract_ops_in_order(void **state);
 void contract_bounds(void **state);
+void contract_refusals(void **state);
 void contract_alloc_too_large(void **state);
 void contract_null_handles(void **state);
 
@@ -63,6 +64,7 @@ void contract_entry_versions(const char *plugin);
         cmocka_unit_test(contract_in_order),             \
         cmocka_unit_test(contract_ops_in_order),         \
         cmocka_unit_test(contract_bounds),               \
+        cmocka_unit_test(contract_refusals),             \
         cmocka_unit_test(contract_alloc_too_large),      \
         cmocka_unit_test(contract_null_handles)
 

@@ -161,7 +161,7 @@ static void test_json(void **state)
     assert_true(json_real_value(json_object_get(add, "tolerance")) > 0.0);
     assert_string_equal(json_string_value(json_array_get(json_object_get(root, "not_supported"),
                                                          0)), "MATMUL");
-    assert_true(json_array_size(json_object_get(root, "contract")) == 11);
+    assert_true(json_array_size(json_object_get(root, "contract")) == 12);
     assert_true(json_array_size(json_object_get(root, "cases")) > 40);
     json_decref(root);
 

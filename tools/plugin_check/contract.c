@@ -9,6 +9,7 @@
 #include "contract.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -599,6 +600,89 @@ out:
     return st;
 }
 
+/* ---- refusals ----------------------------------------------------------------------------- */
+
+/* One launch that breaks plugin.h's operator contract. */
+struct bad_launch {
+    const char *what;
+    enum mmrt_op op;
+    int n_src;
+    const struct mmrt_tensor *src[3];
+    const struct mmrt_tensor *dst;
+    const void *params;
+    uint32_t params_size;
+};
+
+mmrt_status mmrt_contract_refusals(const struct mmrt_contract_target *t, struct mmrt_error *err)
+{
+    if (!(t->flags & MMRT_CONTRACT_STRICT))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "plugin.h leaves checking a launch to the core; only the in-tree "
+                              "convention (--strict) refuses one in the plugin too");
+    const struct mmrt_plugin *p = t->plugin;
+    struct scope s;
+    scope_init(&s, t, err);
+    mmrt_status st;
+    void *a, *b;
+    TRY(arena_new(&s, 256, &a));
+    TRY(arena_new(&s, 256, &b));
+    static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    TRY(expect_ok(&s, p->upload(t->dev, a, 0, ones, sizeof ones), "upload"));
+    static const struct mmrt_scale_params half = {0.5f}, inf = {INFINITY};
+    struct mmrt_tensor x8 = f32_tensor(a, 8), y8 = f32_tensor(b, 8), y4 = f32_tensor(b, 4),
+                       x3 = f32_tensor(a, 3), shifted = f32_tensor(a, 8), i8 = f32_tensor(b, 8);
+    shifted.offset = 4; /* one float past x8 in the same arena: overlaps it partially */
+    i8.dtype = MMRT_DTYPE_I32;
+    const struct bad_launch bad[] = {
+        {"SCALE into a dst of another shape", MMRT_OP_SCALE, 1, {&x8}, &y4, &half, sizeof half},
+        {"SCALE by a non-finite factor", MMRT_OP_SCALE, 1, {&x8}, &y8, &inf, sizeof inf},
+        {"SCALE without params", MMRT_OP_SCALE, 1, {&x8}, &y8, NULL, 0},
+        {"SCALE of an I32 source", MMRT_OP_SCALE, 1, {&i8}, &x8, &half, sizeof half},
+        {"SCALE into a dst that partly overlaps its source", MMRT_OP_SCALE, 1, {&x8}, &shifted,
+         &half, sizeof half},
+        {"ADD of a 3-element src1 to 8", MMRT_OP_ADD, 2, {&x8, &x3}, &y8, NULL, 0},
+        {"COPY from F32 to I32", MMRT_OP_COPY, 1, {&x8}, &i8, NULL, 0},
+        {"ARGMAX into an F32 dst", MMRT_OP_ARGMAX, 1, {&x8}, &y8, NULL, 0},
+    };
+    int tried = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const struct bad_launch *l = &bad[i];
+        if (!p->ops || (uint32_t)l->op >= p->n_ops || !p->ops[l->op])
+            continue;
+        struct mmrt_error verr;
+        if (mmrt_op_validate(l->op, l->src, l->n_src, l->dst, l->params, l->params_size,
+                             &verr) == MMRT_OK)
+            TRY(mmrt_error_set(err, MMRT_ERR_INTERNAL, "refusals: %s passes the core's check",
+                               l->what));
+        struct mmrt_op_args args = {
+            .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
+            .op = l->op,
+            .n_src = l->n_src,
+            .src = {l->src[0], l->src[1], l->src[2]},
+            .dst = l->dst,
+            .params = l->params,
+            .params_size = l->params_size,
+        };
+        tried++;
+        mmrt_status got = p->ops[l->op](t->dev, &args);
+        if (got != MMRT_ERR_INVALID_ARG)
+            TRY(violated(&s, "%s returned %s, want MMRT_ERR_INVALID_ARG (last error: %s)",
+                         l->what, mmrt_status_name(got), got == MMRT_OK ? "-" : last_error(&s)));
+        /* one contract, one wording: the plugin says what the core would have said */
+        if (strcmp(last_error(&s), verr.msg) != 0)
+            TRY(violated(&s, "%s: the plugin says \"%s\", the core \"%s\"", l->what,
+                         last_error(&s), verr.msg));
+    }
+    if (!tried)
+        TRY(mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                           "needs one of SCALE, ADD, COPY, ARGMAX; the plugin claims none"));
+    /* the device is unharmed: x was never written */
+    TRY(expect_arena(&s, a, "x", (const unsigned char *)ones, sizeof ones, "the refusals"));
+out:
+    scope_release(&s);
+    return st;
+}
+
 mmrt_status mmrt_contract_alloc_too_large(const struct mmrt_contract_target *t,
                                           struct mmrt_error *err)
 {
@@ -791,6 +875,8 @@ const struct mmrt_contract_check mmrt_contract_checks[] = {
     {"ops_in_order", "upload/op/op/download in issue order without synchronize",
      mmrt_contract_ops_in_order},
     {"bounds", "out-of-range transfers refused, device unharmed", mmrt_contract_bounds},
+    {"refusals", "(--strict) launches breaking the op contract refused in the core's words",
+     mmrt_contract_refusals},
     {"alloc_too_large", "absurd arena is MMRT_ERR_OUT_OF_POOL, device usable after",
      mmrt_contract_alloc_too_large},
     {"null_handles", "NULL no-ops; arenas left at device_close are freed",

@@ -16,6 +16,8 @@
  *                      exactly what was issued before each step; upload may reuse its source
  *   ops_in_order       the same with kernels: upload → op → upload → op → op → download
  *   bounds             out-of-range transfers are MMRT_ERR_INVALID_ARG, device unharmed
+ *   refusals           (strict) launches that break the operator contract are refused with
+ *                      the core's own message (op_contract.h), device unharmed
  *   alloc_too_large    an absurd arena is MMRT_ERR_OUT_OF_POOL, device still usable after
  *   null_handles       NULL no-ops, last_error never NULL, arenas left at close are freed
  *   graph_replay       (plugins that capture) a recorded upload is replayed with its bytes as
@@ -83,6 +85,13 @@ mmrt_status mmrt_contract_bounds(const struct mmrt_contract_target *t, struct mm
  * its capture_begin says MMRT_ERR_UNSUPPORTED (capture switched off by an option). */
 mmrt_status mmrt_contract_graph_replay(const struct mmrt_contract_target *t,
                                        struct mmrt_error *err);
+/* With MMRT_CONTRACT_STRICT: launches that break plugin.h's operator contract (a dst of
+ * another shape, a non-finite or missing param, a refused dtype, a partly overlapping dst, a
+ * broadcast of the wrong size) are refused with MMRT_ERR_INVALID_ARG and the very message
+ * mmrt_op_validate gives (both come from op_contract.h), leaving the device unharmed.
+ * MMRT_ERR_UNSUPPORTED without the flag (plugin.h leaves the checks to the core) or when the
+ * plugin claims none of the ops used. */
+mmrt_status mmrt_contract_refusals(const struct mmrt_contract_target *t, struct mmrt_error *err);
 mmrt_status mmrt_contract_alloc_too_large(const struct mmrt_contract_target *t,
                                           struct mmrt_error *err);
 /* Leaves one arena allocated on purpose: device_close must free it (the sanitizer build's
