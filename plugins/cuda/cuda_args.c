@@ -1,10 +1,13 @@
 /*
  * plugins/cuda/cuda_args.c — turning a launch's mmrt_op_args into checked views, for the CUDA
- * plugin's ops. The contract is the CPU plugin's (plugins/cpu/cpu_args.c), since both are held
- * to the same plugin.h: after cu_op_begin, each present tensor names one of this device's
- * arenas, every byte it can address (offset + Σ (ne−1)·nb + element size) lies inside that
- * arena, strides and offset are non-negative multiples of the element size, the element count
- * did not overflow, and dst's elements do not alias one another. Kernels then trust their
+ * plugin's ops. The core checks a launch before calling the plugin, but the plugin is also
+ * driven directly (mmrt-plugin-check, tests, vendors' harnesses), so every launch is checked
+ * again here, as the CPU plugin does (plugins/cpu/cpu_args.c): after cu_op_begin, each present
+ * tensor names one of this device's arenas, every byte it can address (offset + Σ (ne−1)·nb +
+ * element size) lies inside that arena, strides and offset are non-negative multiples of the
+ * element size, the element count did not overflow, dst's elements do not alias one another,
+ * and the launch meets plugin.h's operator contract (ranks, dtypes, extents, contiguity,
+ * aliasing, param values: op_contract.h, the core's own check). Kernels then trust their
  * arguments, so a bad launch is an error here and never a fault on the GPU.
  *
  * What the host cannot check — values in device memory (ids, cu_seqlens) — the kernels
@@ -137,17 +140,6 @@ mmrt_status cu_op_params(struct cu_op *o, void *out, size_t size)
     return MMRT_OK;
 }
 
-mmrt_status cu_need_dtype(struct cu_op *o, const char *what, const struct cu_view *v,
-                          unsigned mask)
-{
-    if (mask & (1u << v->dtype))
-        return MMRT_OK;
-    char want[64];
-    mmrt_pv_dtype_list(mask, want, sizeof want);
-    return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s has dtype %s, expected %s", what,
-                  mmrt_dtype_name_of(v->dtype), want);
-}
-
 bool cu_view_contig(const struct cu_view *v)
 {
     int64_t stride = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
@@ -167,45 +159,4 @@ bool cu_same_shape(const struct cu_view *a, const struct cu_view *b)
         if (a->ne[i] != b->ne[i])
             return false;
     return true;
-}
-
-mmrt_status cu_need_contig(struct cu_op *o, const char *what, const struct cu_view *v)
-{
-    return cu_view_contig(v) ? MMRT_OK
-                             : cu_bad(o, MMRT_ERR_INVALID_ARG, "%s must be contiguous", what);
-}
-
-mmrt_status cu_need_inner_contig(struct cu_op *o, const char *what, const struct cu_view *v)
-{
-    int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    if (cu_inner(v) <= 1 || v->nb[v->n_dims - 1] == es)
-        return MMRT_OK;
-    return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s: innermost dim must be contiguous (stride %" PRId64
-                  ", element size %" PRId64 ")", what, v->nb[v->n_dims - 1], es);
-}
-
-mmrt_status cu_need_rank(struct cu_op *o, const char *what, const struct cu_view *v, int n_dims)
-{
-    if (v->n_dims == n_dims)
-        return MMRT_OK;
-    char s[96];
-    return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s must have %d dims, got %s", what, n_dims,
-                  mmrt_pv_shape_str(v->n_dims, v->ne, s, sizeof s));
-}
-
-mmrt_status cu_need_disjoint(struct cu_op *o, const char *what, const struct cu_view *src,
-                             bool identical_ok)
-{
-    const struct cu_view *d = &o->dst;
-    if (!src->data || src->span == 0 || d->span == 0)
-        return MMRT_OK;
-    uintptr_t s0 = (uintptr_t)src->data, s1 = s0 + src->span;
-    uintptr_t d0 = (uintptr_t)d->data, d1 = d0 + d->span;
-    if (s1 <= d0 || d1 <= s0)
-        return MMRT_OK;
-    if (identical_ok && s0 == d0 && src->dtype == d->dtype && cu_same_shape(src, d) &&
-        memcmp(src->nb, d->nb, sizeof(int64_t) * (size_t)d->n_dims) == 0)
-        return MMRT_OK;
-    return cu_bad(o, MMRT_ERR_INVALID_ARG, "dst overlaps %s%s", what,
-                  identical_ok ? " (only dst == src exactly is allowed)" : "");
 }

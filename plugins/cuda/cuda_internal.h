@@ -5,7 +5,8 @@
  * Files:
  *   cuda_plugin.c     entry point, probe, device open/info/close, arenas, transfers, the device
  *                     error word, graph capture, the op table
- *   cuda_args.c       argument resolution and checks shared by every op (cf. cpu_args.c)
+ *   cuda_args.c       argument resolution and the launch check every op begins with
+ *                     (cf. cpu_args.c; the per-op contract is plugins/common/op_contract.h)
  *   cuda_ops.c        elementwise, row ops, ROPE, ROPE_MULTI, ATTENTION, ATTENTION_PAGED,
  *                     GET_ROWS, SET_ROWS, COPY, CONCAT, GATHER_HEADS, L2_NORM
  *   cuda_ops_gemm.c   MATMUL and PATCH_EMBED: GEMV kernels (float, I8 and U4 weights) or
@@ -129,39 +130,22 @@ struct cu_op {
     uint32_t params_size;
 };
 
-#define CU_DT_F32 (1u << MMRT_DTYPE_F32)
-#define CU_DT_F16 (1u << MMRT_DTYPE_F16)
-#define CU_DT_BF16 (1u << MMRT_DTYPE_BF16)
-#define CU_DT_I32 (1u << MMRT_DTYPE_I32)
-#define CU_DT_I8 (1u << MMRT_DTYPE_I8)
-#define CU_DT_U4 (1u << MMRT_DTYPE_U4)
-#define CU_DT_WEIGHT (CU_DT_F32 | CU_DT_F16 | CU_DT_BF16)
-#define CU_DT_F8 (1u << MMRT_DTYPE_F8E4M3)
-/* What a KV cache may be stored in (SET_ROWS dst, attention K/V, GATHER_HEADS table). */
-#define CU_DT_KV (CU_DT_F32 | CU_DT_F16 | CU_DT_F8)
-
 /* Copies args (honouring its struct_size), checks that it is a launch of `op` with
- * n_required ≤ n_src ≤ n_max, that required sources and dst are present, and resolves every
- * present tensor into o (arena lookup and bounds). A slot at or beyond n_src is absent. */
+ * n_required ≤ n_src ≤ n_max, that required sources and dst are present, resolves every
+ * present tensor into o (arena lookup and bounds) and holds the launch to plugin.h's contract
+ * (plugins/common/op_contract.h), so an op function may assume its operands' ranks, dtypes,
+ * extents, contiguity and param values. A slot at or beyond n_src is absent. */
 mmrt_status cu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
                         int n_required, int n_max, struct cu_op *o);
 /* Copies the op's params into *out (size bytes); a launch must supply at least `size`. */
 mmrt_status cu_op_params(struct cu_op *o, void *out, size_t size);
-mmrt_status cu_need_dtype(struct cu_op *o, const char *what, const struct cu_view *v,
-                          unsigned mask);
-mmrt_status cu_need_contig(struct cu_op *o, const char *what, const struct cu_view *v);
-mmrt_status cu_need_inner_contig(struct cu_op *o, const char *what, const struct cu_view *v);
-mmrt_status cu_need_rank(struct cu_op *o, const char *what, const struct cu_view *v,
-                         int n_dims);
-/* Refuses a source whose bytes intersect dst's, unless identical_ok and src is exactly the
- * same view as dst. */
-mmrt_status cu_need_disjoint(struct cu_op *o, const char *what, const struct cu_view *src,
-                             bool identical_ok);
+/* A refusal with the message "OP: what …". */
 mmrt_status cu_bad(struct cu_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A launcher returned e: MMRT_ERR_DEVICE naming the op and the CUDA error. */
 mmrt_status cu_launch_failed(struct cu_op *o, cudaError_t e, const char *kernel);
 
+/* Whether v's elements are packed in row-major order (strided_copy's memcpy path). */
 bool cu_view_contig(const struct cu_view *v);
 bool cu_same_shape(const struct cu_view *a, const struct cu_view *b);
 static inline int64_t cu_inner(const struct cu_view *v)

@@ -61,7 +61,6 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "plugin_views.h"
 
 static cudaDataType cu_blas_type(int dtype)
 {
@@ -277,31 +276,6 @@ static mmrt_status gemm_quant(struct cu_op *o, const float *x, int64_t M, int64_
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(o, e, "scale_cols");
 }
 
-/* The U4 operands (plugin.h): W [N, K/2] for K a multiple of 32, scales and zero points
- * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The shape checks
- * are plugin_views.h's, so a caller sees one wording whichever device refuses. */
-static mmrt_status check_u4(struct cu_op *o, const struct cu_view *w, const struct cu_view *s,
-                            const struct cu_view *z, int64_t K, int64_t N, int64_t *G)
-{
-    mmrt_status st;
-    char why[256];
-    if (mmrt_pv_u4_w(K, w->ne, why, sizeof why) != MMRT_OK)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    if (!s->data || !z->data)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
-                      s->data ? 4 : 3, s->data ? "zero points" : "scales");
-    if ((st = cu_need_dtype(o, "src3 (scales)", s, CU_DT_F32)) ||
-        (st = cu_need_contig(o, "src3 (scales)", s)) ||
-        (st = cu_need_rank(o, "src3 (scales)", s, 2)) ||
-        (st = cu_need_dtype(o, "src4 (zero points)", z, CU_DT_F32)) ||
-        (st = cu_need_contig(o, "src4 (zero points)", z)) ||
-        (st = cu_need_rank(o, "src4 (zero points)", z, 2)))
-        return st;
-    if (mmrt_pv_u4_groups(K, N, s->ne, z->ne, G, why, sizeof why) != MMRT_OK)
-        return cu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    return MMRT_OK;
-}
-
 mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
@@ -310,52 +284,10 @@ mmrt_status cu_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *arg
         return st;
     const struct cu_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
                          *z = &o.src[4], *y = &o.dst;
-    if ((st = cu_need_dtype(&o, "src0 (x)", x, CU_DT_F32)) ||
-        (st = cu_need_contig(&o, "src0 (x)", x)) || (st = cu_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = cu_need_dtype(&o, "src1 (W)", w, CU_DT_WEIGHT | CU_DT_I8 | CU_DT_U4)) ||
-        (st = cu_need_contig(&o, "src1 (W)", w)))
-        return st;
-    int64_t K = cu_inner(x), M = cu_rows(x), N = w->ne[0], G = 1;
-    if (w->dtype == MMRT_DTYPE_U4) {
-        if ((st = check_u4(&o, w, s, z, K, N, &G)))
-            return st;
-    } else if (z->data) {
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src4 (zero points) goes only with a U4 W");
-    } else if (w->ne[1] != K) {
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
-                      "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
-    } else if (w->dtype == MMRT_DTYPE_I8) {
-        if (!s->data)
-            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
-        if ((st = cu_need_dtype(&o, "src3 (scales)", s, CU_DT_F32)) ||
-            (st = cu_need_contig(&o, "src3 (scales)", s)))
-            return st;
-        if (s->numel != N)
-            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) has %" PRId64 " elements, W "
-                          "has %" PRId64 " rows", s->numel, N);
-    } else if (s->data) {
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) goes only with an I8 W");
-    }
-    if (b->data) {
-        if ((st = cu_need_dtype(&o, "src2 (bias)", b, CU_DT_WEIGHT)) ||
-            (st = cu_need_contig(&o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != N)
-            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W has "
-                          "%" PRId64 " rows", b->numel, N);
-    }
-    if ((st = cu_need_dtype(&o, "dst", y, CU_DT_F32)) || (st = cu_need_contig(&o, "dst", y)))
-        return st;
-    if (cu_rows(y) != M || cu_inner(y) != N)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], got "
-                      "%" PRId64 " rows of %" PRId64, M, N, cu_rows(y), cu_inner(y));
-    if ((st = cu_need_disjoint(&o, "src0 (x)", x, false)) ||
-        (st = cu_need_disjoint(&o, "src1 (W)", w, false)) ||
-        (st = cu_need_disjoint(&o, "src2 (bias)", b, false)) ||
-        (st = cu_need_disjoint(&o, "src3 (scales)", s, false)) ||
-        (st = cu_need_disjoint(&o, "src4 (zero points)", z, false)))
-        return st;
+    int64_t K = cu_inner(x), M = cu_rows(x), N = w->ne[0];
     if (w->dtype == MMRT_DTYPE_I8 || w->dtype == MMRT_DTYPE_U4) {
+        /* U4: scales and zero points are [N, G] (op_contract.h); I8 has no groups. */
+        const int64_t G = w->dtype == MMRT_DTYPE_U4 ? s->ne[1] : 1;
         const struct qweight q = {w->dtype, w->data, (const float *)s->data,
                                   (const float *)z->data, G};
         return gemm_quant(&o, (const float *)x->data, M, K, &q, N, b->data, b->dtype,
@@ -373,42 +305,10 @@ mmrt_status cu_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_args
     if (st != MMRT_OK)
         return st;
     const struct cu_view *img = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
-    if ((st = cu_op_params(&o, &p, sizeof p)) ||
-        (st = cu_need_rank(&o, "src0 (image)", img, 4)) ||
-        (st = cu_need_dtype(&o, "src0 (image)", img, CU_DT_F32)) ||
-        (st = cu_need_contig(&o, "src0 (image)", img)) ||
-        (st = cu_need_rank(&o, "src1 (weight)", w, 4)) ||
-        (st = cu_need_dtype(&o, "src1 (weight)", w, CU_DT_WEIGHT)) ||
-        (st = cu_need_contig(&o, "src1 (weight)", w)))
+    if ((st = cu_op_params(&o, &p, sizeof p)))
         return st;
     int64_t B = img->ne[0], C = img->ne[1], H = img->ne[2], W = img->ne[3], P = p.patch;
-    int64_t O = w->ne[0];
-    if (P < 1 || H % P != 0 || W % P != 0)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " must be ≥ 1 and divide the "
-                      "image's H %" PRId64 " and W %" PRId64, P, H, W);
-    if (w->ne[1] != C || w->ne[2] != P || w->ne[3] != P)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (weight) is [%" PRId64 ", %" PRId64 ", %"
-                      PRId64 ", %" PRId64 "], expected [O, %" PRId64 ", %" PRId64 ", %" PRId64 "]",
-                      w->ne[0], w->ne[1], w->ne[2], w->ne[3], C, P, P);
-    if (b->data) {
-        if ((st = cu_need_dtype(&o, "src2 (bias)", b, CU_DT_WEIGHT)) ||
-            (st = cu_need_contig(&o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != O)
-            return cu_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, "
-                          "expected %" PRId64, b->numel, O);
-    }
-    int64_t n_patches = (H / P) * (W / P);
-    if ((st = cu_need_rank(&o, "dst", y, 3)) || (st = cu_need_dtype(&o, "dst", y, CU_DT_F32)) ||
-        (st = cu_need_contig(&o, "dst", y)))
-        return st;
-    if (y->ne[0] != B || y->ne[1] != n_patches || y->ne[2] != O)
-        return cu_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 ", %" PRId64 ", %" PRId64
-                      "]", B, n_patches, O);
-    if ((st = cu_need_disjoint(&o, "src0 (image)", img, false)) ||
-        (st = cu_need_disjoint(&o, "src1 (weight)", w, false)) ||
-        (st = cu_need_disjoint(&o, "src2 (bias)", b, false)))
-        return st;
+    int64_t O = w->ne[0], n_patches = (H / P) * (W / P);
     struct cu_prep_desc pd = {
         .img = (const float *)img->data, .C = C, .H = H, .W = W, .P = P, .n_px = W / P,
         .n_patches = n_patches,
