@@ -1,15 +1,15 @@
 /*
  * plugins/opencl/ocl_args.c — turning a launch's mmrt_op_args into checked views.
  *
- * The core validates shapes before it calls a kernel, but the plugin is also driven directly
- * (mmrt-plugin-check, tests), and a kernel that indexes past its buffer does not fail cleanly
- * on every driver, so every op re-checks what its kernels rely on — with the same rules and
- * messages as the CPU reference. After ocl_op_begin a view names one of this device's arenas,
- * every byte it can address (offset + Σ (ne−1)·nb + element size) lies inside that arena,
- * strides and offset are non-negative multiples of the element size, and its element count
- * did not overflow. Shapes, dtypes and contiguity are checked per op.
+ * The core validates every launch before it calls a kernel, but the plugin is also driven
+ * directly (mmrt-plugin-check, tests), and a kernel that indexes past its buffer does not fail
+ * cleanly on every driver, so every launch is checked again here. After ocl_op_begin a view
+ * names one of this device's arenas, every byte it can address (offset + Σ (ne−1)·nb + element
+ * size) lies inside that arena, strides and offset are non-negative multiples of the element
+ * size, its element count did not overflow, and the launch meets plugin.h's operator contract
+ * (ranks, dtypes, extents, contiguity, aliasing, param values: op_contract.h, the core's own
+ * check, so the refusals read the same as the core's and the other plugins').
  */
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,28 +130,6 @@ mmrt_status ocl_op_params(struct ocl_op *o, void *out, size_t size)
     return MMRT_OK;
 }
 
-mmrt_status ocl_need_dtype(struct ocl_op *o, const char *what, const struct ocl_view *v,
-                           unsigned mask)
-{
-    if (mask & (1u << v->dtype))
-        return MMRT_OK;
-    char want[64];
-    mmrt_pv_dtype_list(mask, want, sizeof want);
-    return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s has dtype %s, expected %s", what,
-                   mmrt_dtype_name_of(v->dtype), want);
-}
-
-static bool view_contig(const struct ocl_view *v)
-{
-    int64_t stride = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    for (int i = v->n_dims - 1; i >= 0; i--) {
-        if (v->ne[i] != 1 && v->nb[i] != stride)
-            return false; /* a dim of extent 1 may carry any stride */
-        stride *= v->ne[i];
-    }
-    return true;
-}
-
 bool ocl_same_shape(const struct ocl_view *a, const struct ocl_view *b)
 {
     if (a->n_dims != b->n_dims)
@@ -167,45 +145,4 @@ bool ocl_same_view(const struct ocl_view *a, const struct ocl_view *b)
     return a->mem == b->mem && a->offset == b->offset && a->dtype == b->dtype &&
            ocl_same_shape(a, b) &&
            memcmp(a->nb, b->nb, sizeof(int64_t) * (size_t)a->n_dims) == 0;
-}
-
-mmrt_status ocl_need_contig(struct ocl_op *o, const char *what, const struct ocl_view *v)
-{
-    if (view_contig(v))
-        return MMRT_OK;
-    return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s must be contiguous", what);
-}
-
-mmrt_status ocl_need_inner_contig(struct ocl_op *o, const char *what, const struct ocl_view *v)
-{
-    int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)v->dtype);
-    if (ocl_inner(v) <= 1 || v->nb[v->n_dims - 1] == es)
-        return MMRT_OK;
-    return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s: innermost dim must be contiguous (stride %"
-                   PRId64 ", element size %" PRId64 ")", what, v->nb[v->n_dims - 1], es);
-}
-
-mmrt_status ocl_need_rank(struct ocl_op *o, const char *what, const struct ocl_view *v,
-                          int n_dims)
-{
-    if (v->n_dims == n_dims)
-        return MMRT_OK;
-    char s[96];
-    return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s must have %d dims, got %s", what, n_dims,
-                   mmrt_pv_shape_str(v->n_dims, v->ne, s, sizeof s));
-}
-
-mmrt_status ocl_need_disjoint(struct ocl_op *o, const char *what, const struct ocl_view *src,
-                              bool identical_ok)
-{
-    const struct ocl_view *d = &o->dst;
-    if (!src->mem || src->mem != d->mem || src->span == 0 || d->span == 0)
-        return MMRT_OK;
-    uint64_t s0 = src->offset, s1 = s0 + src->span, d0 = d->offset, d1 = d0 + d->span;
-    if (s1 <= d0 || d1 <= s0)
-        return MMRT_OK;
-    if (identical_ok && ocl_same_view(src, d))
-        return MMRT_OK;
-    return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst overlaps %s%s", what,
-                   identical_ok ? " (only dst == src exactly is allowed)" : "");
 }

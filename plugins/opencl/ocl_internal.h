@@ -7,7 +7,7 @@
  *   opencl_plugin.c        entry point, probe, device open/info/close, arenas, transfers
  *   ocl_program.c          the embedded kernels: lazy build, kernel cache, launches, the
  *                          device error buffer behind asynchronous errors
- *   ocl_args.c             argument resolution and checks shared by every op
+ *   ocl_args.c             argument resolution and the launch check every op begins with
  *   ocl_ops_elementwise.c  ADD, MUL, SCALE, activations, SWIGLU, norms, SOFTMAX, ARGMAX,
  *                          L2_NORM
  *   ocl_ops_matmul.c       MATMUL, PATCH_EMBED
@@ -203,7 +203,7 @@ static inline size_t ocl_round_up(size_t n, size_t m)
     return (n + m - 1) / m * m;
 }
 
-/* ---- ocl_args.c: tensor views and argument checks ------------------------------------- */
+/* ---- ocl_args.c: tensor views and the launch check ------------------------------------ */
 
 /* A tensor after validation: every byte it can address lies inside its arena, offset and
  * strides are non-negative multiples of the element size, the element count did not
@@ -229,33 +229,16 @@ struct ocl_op {
     uint32_t params_size;
 };
 
-#define OCL_DT_F32 (1u << MMRT_DTYPE_F32)
-#define OCL_DT_F16 (1u << MMRT_DTYPE_F16)
-#define OCL_DT_BF16 (1u << MMRT_DTYPE_BF16)
-#define OCL_DT_I32 (1u << MMRT_DTYPE_I32)
-#define OCL_DT_I8 (1u << MMRT_DTYPE_I8)
-#define OCL_DT_U4 (1u << MMRT_DTYPE_U4)
-#define OCL_DT_WEIGHT (OCL_DT_F32 | OCL_DT_F16 | OCL_DT_BF16)
-#define OCL_DT_F8 (1u << MMRT_DTYPE_F8E4M3)
-/* What a KV cache may be stored in (SET_ROWS dst, attention K/V, GATHER_HEADS table). */
-#define OCL_DT_KV (OCL_DT_F32 | OCL_DT_F16 | OCL_DT_F8)
-
 /* Copies args (honouring its struct_size), checks it launches `op` with n_required ≤ n_src ≤
- * n_max, that required sources and dst are present, and resolves every present tensor. */
+ * n_max, that required sources and dst are present, resolves every present tensor and holds
+ * the launch to plugin.h's contract (plugins/common/op_contract.h), so an op function may
+ * assume its operands' ranks, dtypes, extents, contiguity and param values; what is left to
+ * it is what needs device memory to see and its kernels' own limits (MMRT_ERR_UNSUPPORTED). */
 mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
                          int n_required, int n_max, struct ocl_op *o);
 /* Copies the op's params (at least `size` bytes must be supplied) into *out. */
 mmrt_status ocl_op_params(struct ocl_op *o, void *out, size_t size);
-mmrt_status ocl_need_dtype(struct ocl_op *o, const char *what, const struct ocl_view *v,
-                           unsigned mask);
-mmrt_status ocl_need_contig(struct ocl_op *o, const char *what, const struct ocl_view *v);
-mmrt_status ocl_need_inner_contig(struct ocl_op *o, const char *what, const struct ocl_view *v);
-mmrt_status ocl_need_rank(struct ocl_op *o, const char *what, const struct ocl_view *v,
-                          int n_dims);
-/* Refuses a source whose bytes intersect dst's, unless identical_ok and it is exactly dst's
- * view (the in-place case). */
-mmrt_status ocl_need_disjoint(struct ocl_op *o, const char *what, const struct ocl_view *src,
-                              bool identical_ok);
+/* A refusal with the message "OP: …". */
 mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -10,8 +10,10 @@
  *
  * ATTENTION cannot see cu_seqlens on the host (they live in device memory and a decode step
  * rewrites them there), so their values are checked by k_check_cu on the device and a bad one
- * is reported asynchronously (see ocl_internal.h); everything else is checked here. The same
- * holds for ATTENTION_PAGED's cu_seqlens_q, kv_lens and page ids (k_check_paged).
+ * is reported asynchronously (see ocl_internal.h). The same holds for ATTENTION_PAGED's
+ * cu_seqlens_q, kv_lens and page ids (k_check_paged). Everything the host can see without
+ * reading device memory ocl_op_begin has checked against plugin.h's contract (op_contract.h);
+ * what is left here are the kernels' own limits: I32 extents and the grid.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -58,36 +60,13 @@ static mmrt_status rope_table(struct mmrt_device *dev, const char *op, float the
     return MMRT_OK;
 }
 
-/* What ROPE and ROPE_MULTI share: x [T, H, D] F32 and dst of its shape (x itself or
- * disjoint), both with a contiguous inner dim and any token and head strides, positions I32
- * contiguous with `pos_per_token` entries per token, n_rot and theta as plugin.h says. */
-static mmrt_status check_rotary(struct ocl_op *o, float theta, int32_t n_rot,
-                                int64_t pos_per_token)
+/* The rotary kernels take the head dim as an int. */
+static mmrt_status check_rotary(struct ocl_op *o)
 {
-    const struct ocl_view *x = &o->src[0], *pos = &o->src[1], *y = &o->dst;
-    mmrt_status st;
-    if ((st = ocl_need_rank(o, "src0 (x)", x, 3)) ||
-        (st = ocl_need_dtype(o, "src0 (x)", x, OCL_DT_F32)) ||
-        (st = ocl_need_inner_contig(o, "src0 (x)", x)) ||
-        (st = ocl_need_dtype(o, "src1 (positions)", pos, OCL_DT_I32)) ||
-        (st = ocl_need_contig(o, "src1 (positions)", pos)) ||
-        (st = ocl_need_dtype(o, "dst", y, OCL_DT_F32)) ||
-        (st = ocl_need_inner_contig(o, "dst", y)) ||
-        (st = ocl_need_disjoint(o, "src0 (x)", x, true)) ||
-        (st = ocl_need_disjoint(o, "src1 (positions)", pos, false)))
-        return st;
-    int64_t T = x->ne[0], H = x->ne[1], D = x->ne[2];
-    if (!ocl_same_shape(x, y))
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst must have x's shape [%" PRId64 ", %" PRId64
-                       ", %" PRId64 "]", T, H, D);
-    if (pos->numel != T * pos_per_token)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (positions) has %" PRId64 " entries for %"
-                       PRId64 " tokens × %" PRId64, pos->numel, T, pos_per_token);
-    char why[160];
-    if (mmrt_pv_rope_rot(n_rot, D, theta, why, sizeof why) != MMRT_OK)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
+    int64_t D = o->src[0].ne[2];
     if (D > INT32_MAX)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "head dim %" PRId64 " exceeds I32", D);
+        return ocl_bad(o, MMRT_ERR_UNSUPPORTED, "head dim %" PRId64 " exceeds the kernels' I32",
+                       D);
     return MMRT_OK;
 }
 
@@ -124,11 +103,8 @@ mmrt_status ocl_op_rope(struct mmrt_device *dev, const struct mmrt_op_args *args
     mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ROPE, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o, p.theta, p.n_rot, 1)))
+    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o)))
         return st;
-    char why[96];
-    if (mmrt_pv_rope_mode(p.mode, why, sizeof why) != MMRT_OK)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (o.src[0].ne[0] == 0 || o.src[0].ne[1] == 0)
         return MMRT_OK;
     cl_mem inv = NULL;
@@ -151,36 +127,16 @@ mmrt_status ocl_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args
     mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ROPE_MULTI, 2, 2, &o);
     if (st != MMRT_OK)
         return st;
-    if ((st = ocl_op_params(&o, &p, sizeof p)))
+    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rotary(&o)))
         return st;
-    if (p.n_axes < 1 || p.n_axes > MMRT_ROPE_MAX_AXES)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_axes %" PRId32 " is outside 1…%d", p.n_axes,
-                       MMRT_ROPE_MAX_AXES);
-    if ((st = check_rotary(&o, p.theta, p.n_rot, p.n_axes)))
-        return st;
-    if ((st = ocl_need_rank(&o, "src1 (positions)", &o.src[1], 2)))
-        return st;
-    if (o.src[1].ne[1] != p.n_axes)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (positions) must be [T, n_axes = %" PRId32
-                       "], got [%" PRId64 ", %" PRId64 "]", p.n_axes, o.src[1].ne[0],
-                       o.src[1].ne[1]);
-    if (p.freq_dim < 1)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "freq_dim %" PRId32 " must be ≥ 1", p.freq_dim);
-    if (p.restart != 0 && p.restart != 1)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "restart %" PRId32 " must be 0 or 1", p.restart);
-    /* Cumulative section ends; the kernel needs the first three (the last is n_rot / 2). */
+    /* Cumulative section ends; the kernel needs the first three (the last is n_rot / 2). The
+     * sections are ≥ 0 and sum to n_rot / 2 (op_contract.h), so every end fits an int. */
     int32_t ends[MMRT_ROPE_MAX_AXES] = {0};
-    int64_t sum = 0;
+    int32_t sum = 0;
     for (int a = 0; a < p.n_axes; a++) {
-        if (p.sections[a] < 0)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "sections[%d] = %" PRId32 " is negative", a,
-                           p.sections[a]);
         sum += p.sections[a];
-        ends[a] = (int32_t)(sum < INT32_MAX ? sum : INT32_MAX);
+        ends[a] = sum;
     }
-    if (sum != p.n_rot / 2)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "sections sum to %" PRId64 ", n_rot / 2 is %"
-                       PRId32, sum, p.n_rot / 2);
     if (o.src[0].ne[0] == 0 || o.src[0].ne[1] == 0)
         return MMRT_OK;
     cl_mem inv = NULL;
@@ -201,31 +157,18 @@ mmrt_status ocl_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args
 
 /* ---- ATTENTION ------------------------------------------------------------------------ */
 
-static mmrt_status check_cu(struct ocl_op *o, const char *what, const struct ocl_view *cu,
-                            int64_t n_seq)
+/* What both attention ops check beyond the contract: queries (T) and keys (S) that I32
+ * cu_seqlens can count — the contract bounds them only where no cu_seqlens are given, and
+ * offsets past INT32_MAX are not a valid launch — and query heads that fit the grid's second
+ * dimension, a limit of these kernels. */
+static mmrt_status check_extents(struct ocl_op *o, int64_t T, int64_t S, int64_t Hq)
 {
-    mmrt_status st;
-    if ((st = ocl_need_dtype(o, what, cu, OCL_DT_I32)) || (st = ocl_need_contig(o, what, cu)) ||
-        (st = ocl_need_disjoint(o, what, cu, false)))
-        return st;
-    if (cu->numel != n_seq + 1)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " entries, n_seq + 1 = %" PRId64,
-                       what, cu->numel, n_seq + 1);
-    return MMRT_OK;
-}
-
-/* What ATTENTION and ATTENTION_PAGED check alike once q, K and V have their ranks and
- * dtypes: head dim, head grouping, dst's shape, the params, and the grid's limits. */
-static mmrt_status check_heads(struct ocl_op *o, const struct mmrt_attention_params *p,
-                               int64_t Hq, int64_t Hkv, int64_t D)
-{
-    char why[256];
-    if (mmrt_pv_attention_heads(Hq, Hkv, D, why, sizeof why) != MMRT_OK)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    if (!ocl_same_shape(&o->src[0], &o->dst))
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst must have q's shape");
-    if (mmrt_pv_attention_values(p, why, sizeof why) != MMRT_OK)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
+    if (T > INT32_MAX || S > INT32_MAX)
+        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " keys exceed "
+                       "I32 sequence offsets", T, S);
+    if (Hq > 65535)
+        return ocl_bad(o, MMRT_ERR_UNSUPPORTED, "%" PRId64 " query heads exceed the kernels' "
+                       "grid (65535)", Hq);
     return MMRT_OK;
 }
 
@@ -264,43 +207,12 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         return st;
     const struct ocl_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct ocl_view *cq = &o.src[3], *ck = &o.src[4];
-    if ((st = attention_params(&o, &p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
-        (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "src0 (q)", q)) || (st = ocl_need_rank(&o, "src1 (k)", k, 3)) ||
-        (st = ocl_need_dtype(&o, "src1 (k)", k, OCL_DT_KV)) ||
-        (st = ocl_need_inner_contig(&o, "src1 (k)", k)) ||
-        (st = ocl_need_rank(&o, "src2 (v)", v, 3)) ||
-        (st = ocl_need_dtype(&o, "src2 (v)", v, OCL_DT_KV)) ||
-        (st = ocl_need_inner_contig(&o, "src2 (v)", v)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0 (q)", q, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (k)", k, false)) ||
-        (st = ocl_need_disjoint(&o, "src2 (v)", v, false)))
+    if ((st = attention_params(&o, &p)))
         return st;
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2], S = k->ne[0], Hkv = k->ne[1];
-    if (D >= 1 && D <= 256 && (!ocl_same_shape(k, v) || k->ne[2] != D))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and "
-                       "v [%" PRId64 ", %" PRId64 ", %" PRId64 "] must both be [S, Hkv, %" PRId64
-                       "]", k->ne[0], k->ne[1], k->ne[2], v->ne[0], v->ne[1], v->ne[2], D);
-    if ((st = check_heads(&o, &p, Hq, Hkv, D)))
+    if ((st = check_extents(&o, T, S, Hq)))
         return st;
-    if ((cq->mem == NULL) != (ck->mem == NULL))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "give both cu_seqlens_q and cu_seqlens_k, or "
-                       "neither");
-    bool has_cu = cq->mem != NULL;
-    if (has_cu) {
-        if (p.n_seq < 1)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
-        if ((st = check_cu(&o, "src3 (cu_seqlens_q)", cq, p.n_seq)) ||
-            (st = check_cu(&o, "src4 (cu_seqlens_k)", ck, p.n_seq)))
-            return st;
-    } else if (p.n_seq != 1) {
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be 1 without "
-                       "cu_seqlens", p.n_seq);
-    }
-    if (T > INT32_MAX || S > INT32_MAX || Hq > 65535)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " keys / %"
-                       PRId64 " heads exceed I32 sequence offsets or the grid", T, S, Hq);
+    bool has_cu = cq->mem != NULL; /* then so is ck (op_contract.h) */
 
     struct ocl_call c;
     if (has_cu) {
@@ -350,20 +262,6 @@ mmrt_status ocl_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
     return run_blocks(&c, T, has_cu ? p.n_seq : 0, Hq);
 }
 
-/* Host-side checks of an index tensor: I32, contiguous, n entries, not overlapping dst. */
-static mmrt_status check_index(struct ocl_op *o, const char *what, const struct ocl_view *t,
-                               int64_t n)
-{
-    mmrt_status st;
-    if ((st = ocl_need_dtype(o, what, t, OCL_DT_I32)) || (st = ocl_need_contig(o, what, t)) ||
-        (st = ocl_need_disjoint(o, what, t, false)))
-        return st;
-    if (t->numel != n)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " entries, expected %" PRId64,
-                       what, t->numel, n);
-    return MMRT_OK;
-}
-
 mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
@@ -373,46 +271,16 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
         return st;
     const struct ocl_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
     const struct ocl_view *cq = &o.src[3], *lens = &o.src[4], *table = &o.src[5];
-    if ((st = attention_params(&o, &p)) || (st = ocl_need_rank(&o, "src0 (q)", q, 3)) ||
-        (st = ocl_need_dtype(&o, "src0 (q)", q, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "src0 (q)", q)) ||
-        (st = ocl_need_rank(&o, "src1 (k_pages)", k, 4)) ||
-        (st = ocl_need_dtype(&o, "src1 (k_pages)", k, OCL_DT_KV)) ||
-        (st = ocl_need_contig(&o, "src1 (k_pages)", k)) ||
-        (st = ocl_need_contig(&o, "src2 (v_pages)", v)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0 (q)", q, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (k_pages)", k, false)) ||
-        (st = ocl_need_disjoint(&o, "src2 (v_pages)", v, false)))
+    if ((st = attention_params(&o, &p)))
         return st;
-    if (!ocl_same_shape(k, v) || v->dtype != k->dtype)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (v_pages) must have k_pages' shape and "
-                       "dtype");
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2];
     int64_t n_pages = k->ne[0], page_tokens = k->ne[1], Hkv = k->ne[2];
-    if (k->ne[3] != D)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "the pages' head dim %" PRId64 " differs from "
-                       "q's %" PRId64, k->ne[3], D);
-    if (page_tokens < 1 || n_pages > INT32_MAX)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " pages of %" PRId64 " tokens",
-                       n_pages, page_tokens);
-    if ((st = check_heads(&o, &p, Hq, Hkv, D)))
-        return st;
-    if (p.n_seq < 1)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "n_seq %" PRId32 " must be ≥ 1", p.n_seq);
-    if ((st = check_index(&o, "src3 (cu_seqlens_q)", cq, (int64_t)p.n_seq + 1)) ||
-        (st = check_index(&o, "src4 (kv_lens)", lens, p.n_seq)) ||
-        (st = ocl_need_rank(&o, "src5 (page_table)", table, 2)) ||
-        (st = check_index(&o, "src5 (page_table)", table, table->numel)))
-        return st;
     int64_t max_pages = table->ne[1];
-    if (table->ne[0] != p.n_seq || max_pages < 1)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src5 (page_table) must be [n_seq = %" PRId32
-                       ", max_pages ≥ 1], got [%" PRId64 ", %" PRId64 "]", p.n_seq,
-                       table->ne[0], max_pages);
-    if (T > INT32_MAX || Hq > 65535)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " queries / %" PRId64 " heads "
-                       "exceed I32 sequence offsets or the grid", T, Hq);
+    if ((st = check_extents(&o, T, 0, Hq)))
+        return st;
+    if (n_pages > INT32_MAX)
+        return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%" PRId64 " pages exceed the kernels' I32 page "
+                       "ids", n_pages);
 
     struct ocl_call c;
     if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_CHECK_PAGED)))

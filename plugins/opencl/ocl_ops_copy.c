@@ -24,17 +24,9 @@
 
 #include "ocl_internal.h"
 
-static bool pair_allowed(int sdt, int ddt)
-{
-    if (sdt == MMRT_DTYPE_I32 || ddt == MMRT_DTYPE_I32)
-        return sdt == ddt;
-    if (sdt == MMRT_DTYPE_F8E4M3 || ddt == MMRT_DTYPE_F8E4M3)
-        return false; /* plugin.h: COPY does not take it */
-    return true; /* any of F32, F16, BF16 to any */
-}
-
-/* Copies the view `src` into the view `dst` of the same extents (any strides, dtypes as
- * pair_allowed says); dst gets its own byte offset so CONCAT can aim at a slice. */
+/* Copies the view `src` into the view `dst` of the same extents (any strides; F32, F16 and
+ * BF16 to any of them, I32 to I32, as op_contract.h allows); dst gets its own byte offset so
+ * CONCAT can aim at a slice. */
 static mmrt_status strided_copy(struct ocl_op *o, const struct ocl_view *src,
                                 const struct ocl_view *dst, uint64_t dst_offset)
 {
@@ -78,21 +70,9 @@ mmrt_status ocl_op_copy(struct mmrt_device *dev, const struct mmrt_op_args *args
     mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_COPY, 1, 1, &o);
     if (st != MMRT_OK)
         return st;
-    const struct ocl_view *s = &o.src[0], *d = &o.dst;
-    if (!ocl_same_shape(s, d))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must have src0's extents");
-    if (!pair_allowed(s->dtype, d->dtype))
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "cannot convert %s to %s (I32 copies only to "
-                       "I32)", mmrt_dtype_name_of(s->dtype), mmrt_dtype_name_of(d->dtype));
-    /* Same-size dtypes may convert in place (F16 ↔ BF16): each work-item reads its element,
-     * then writes it. Anything else must not overlap. */
-    bool in_place_ok = mmrt_dtype_size((enum mmrt_dtype)s->dtype) ==
-                       mmrt_dtype_size((enum mmrt_dtype)d->dtype);
-    struct ocl_view s_as_d = *s;
-    s_as_d.dtype = d->dtype;
-    if ((st = ocl_need_disjoint(&o, "src0", in_place_ok ? &s_as_d : s, in_place_ok)))
-        return st;
-    return strided_copy(&o, s, d, d->offset);
+    /* Same-size dtypes may convert in place (F16 ↔ BF16, op_contract.h): each work-item reads
+     * its element, then writes it. */
+    return strided_copy(&o, &o.src[0], &o.dst, o.dst.offset);
 }
 
 mmrt_status ocl_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *args)
@@ -104,26 +84,6 @@ mmrt_status ocl_op_concat(struct mmrt_device *dev, const struct mmrt_op_args *ar
         return st;
     const struct ocl_view *a = &o.src[0], *b = &o.src[1], *d = &o.dst;
     if ((st = ocl_op_params(&o, &p, sizeof p)))
-        return st;
-    if (a->dtype != d->dtype || b->dtype != d->dtype)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0 (%s), src1 (%s) and dst (%s) must share "
-                       "one dtype", mmrt_dtype_name_of(a->dtype), mmrt_dtype_name_of(b->dtype),
-                       mmrt_dtype_name_of(d->dtype));
-    if (a->n_dims != d->n_dims || b->n_dims != d->n_dims)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0, src1 and dst must share one rank");
-    if (p.axis < 0 || p.axis >= d->n_dims)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "axis %" PRId32 " is outside 0…%d", p.axis,
-                       d->n_dims - 1);
-    for (int i = 0; i < d->n_dims; i++) {
-        bool ok = i == p.axis ? d->ne[i] == a->ne[i] + b->ne[i]
-                              : a->ne[i] == d->ne[i] && b->ne[i] == d->ne[i];
-        if (!ok)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dim %d: src0 %" PRId64 " + src1 %" PRId64
-                           " vs dst %" PRId64 " (axis %" PRId32 ")", i, a->ne[i], b->ne[i],
-                           d->ne[i], p.axis);
-    }
-    if ((st = ocl_need_disjoint(&o, "src0", a, false)) ||
-        (st = ocl_need_disjoint(&o, "src1", b, false)))
         return st;
     struct ocl_view part = *d;
     part.ne[p.axis] = a->ne[p.axis];
@@ -140,21 +100,10 @@ mmrt_status ocl_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *tab = &o.src[0], *ids = &o.src[1], *y = &o.dst;
-    if ((st = ocl_need_rank(&o, "src0 (table)", tab, 2)) ||
-        (st = ocl_need_dtype(&o, "src0 (table)", tab, OCL_DT_WEIGHT)) ||
-        (st = ocl_need_contig(&o, "src0 (table)", tab)) ||
-        (st = ocl_need_dtype(&o, "src1 (ids)", ids, OCL_DT_I32)) ||
-        (st = ocl_need_contig(&o, "src1 (ids)", ids)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0 (table)", tab, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (ids)", ids, false)))
-        return st;
     int64_t V = tab->ne[0], n = tab->ne[1], T = ids->numel;
-    if (ocl_rows(y) != T || ocl_inner(y) != n)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], "
-                       "got %" PRId64 " rows of %" PRId64, T, n, ocl_rows(y), ocl_inner(y));
     if (T > INT32_MAX)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " ids exceed I32 rows", T);
+        return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%" PRId64 " ids exceed the kernels' I32 rows",
+                       T);
     if (T == 0)
         return MMRT_OK;
     struct ocl_call c;
@@ -188,28 +137,9 @@ mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *val = &o.src[0], *idx = &o.src[1], *y = &o.dst;
-    if ((st = ocl_need_dtype(&o, "src0 (values)", val, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "src0 (values)", val)) ||
-        (st = ocl_need_dtype(&o, "src1 (idx)", idx, OCL_DT_I32)) ||
-        (st = ocl_need_contig(&o, "src1 (idx)", idx)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_WEIGHT | OCL_DT_F8)) ||
-        (st = ocl_need_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0 (values)", val, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (idx)", idx, false)))
-        return st;
     int64_t T = val->ne[0], R = y->ne[0];
-    if (idx->numel != T)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " entries for %" PRId64
-                       " rows of values", idx->numel, T);
-    if (y->n_dims != val->n_dims)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %d dims, src0 (values) %d", y->n_dims,
-                       val->n_dims);
-    for (int i = 1; i < val->n_dims; i++)
-        if (y->ne[i] != val->ne[i])
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dim %d: dst has %" PRId64 ", src0 (values) %"
-                           PRId64 " (the inner extents must match)", i, y->ne[i], val->ne[i]);
     if (T > INT32_MAX)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%" PRId64 " rows exceed I32", T);
+        return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%" PRId64 " rows exceed the kernel's I32", T);
     int64_t n = 1; /* elements per row; cannot overflow, numel did not */
     for (int i = 1; i < val->n_dims; i++)
         n *= val->ne[i];
@@ -236,28 +166,7 @@ mmrt_status ocl_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_ar
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
-    if ((st = ocl_need_rank(&o, "src0 (table)", tab, 3)) ||
-        (st = ocl_need_dtype(&o, "src0 (table)", tab, OCL_DT_WEIGHT | OCL_DT_F8)) ||
-        (st = ocl_need_contig(&o, "src0 (table)", tab)) ||
-        (st = ocl_need_rank(&o, "src1 (idx)", idx, 3)) ||
-        (st = ocl_need_dtype(&o, "src1 (idx)", idx, OCL_DT_I32)) ||
-        (st = ocl_need_contig(&o, "src1 (idx)", idx)) ||
-        (st = ocl_need_rank(&o, "dst", y, 3)) || (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0 (table)", tab, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (idx)", idx, false)))
-        return st;
     const int64_t R = tab->ne[0], H = tab->ne[1], D = tab->ne[2], N = idx->ne[0], G = idx->ne[2];
-    if (idx->ne[1] != H)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has %" PRId64 " heads, src0 (table) %"
-                       PRId64, idx->ne[1], H);
-    if (G < 1)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (idx) has no entries per group (G = 0; "
-                       "G must be ≥ 1)");
-    if (y->ne[0] != N || y->ne[1] != H || y->ne[2] != D)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [N %" PRId64 ", H %" PRId64 ", D %"
-                       PRId64 "], got [%" PRId64 ", %" PRId64 ", %" PRId64 "]", N, H, D, y->ne[0],
-                       y->ne[1], y->ne[2]);
     if (!dev->fp32_denorm || (!dev->fp64 && !dev->fp32_div_sqrt))
         return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%s %s, so the averages could not be the exact "
                        "f32 results plugin.h requires", dev->name,

@@ -1,31 +1,11 @@
 /*
  * plugins/opencl/ocl_ops_elementwise.c — host side of ADD, MUL, SCALE, the activations,
  * SWIGLU (kernels/elementwise.cl) and of LAYERNORM, RMSNORM, SOFTMAX, ARGMAX, L2_NORM
- * (kernels/rows.cl): argument checks as in the CPU reference, then one launch — one
- * work-item per element, or one work-group per row.
+ * (kernels/rows.cl): one launch each — one work-item per element, or one work-group per row.
+ * ocl_op_begin has held the launch to plugin.h's contract (op_contract.h), so the shapes,
+ * dtypes and aliasing the kernels index by are already known to be valid.
  */
-#include <inttypes.h>
-#include <math.h>
-
 #include "ocl_internal.h"
-#include "plugin_views.h"
-
-/* dst and src of one shape, contiguous F32; identical views allowed (in place). */
-static mmrt_status check_same_f32(struct ocl_op *o, const char *what, const struct ocl_view *s)
-{
-    mmrt_status st;
-    if ((st = ocl_need_dtype(o, what, s, OCL_DT_F32)) || (st = ocl_need_contig(o, what, s)))
-        return st;
-    if (!ocl_same_shape(s, &o->dst))
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst and %s must have the same shape", what);
-    return ocl_need_disjoint(o, what, s, true);
-}
-
-static mmrt_status check_dst_f32(struct ocl_op *o)
-{
-    mmrt_status st = ocl_need_dtype(o, "dst", &o->dst, OCL_DT_F32);
-    return st ? st : ocl_need_contig(o, "dst", &o->dst);
-}
 
 /* ---- ADD, MUL ------------------------------------------------------------------------- */
 
@@ -36,18 +16,7 @@ static mmrt_status binary(struct mmrt_device *dev, const struct mmrt_op_args *ar
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *a = &o.src[0], *b = &o.src[1];
-    if ((st = check_dst_f32(&o)) || (st = check_same_f32(&o, "src0", a)) ||
-        (st = ocl_need_dtype(&o, "src1", b, OCL_DT_WEIGHT)) ||
-        (st = ocl_need_contig(&o, "src1", b)))
-        return st;
-    bool same = ocl_same_shape(a, b);
-    bool row = !same && b->numel == ocl_inner(a) && ocl_inner(b) == ocl_inner(a);
-    if (!same && !row)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (%" PRId64 " elements, inner %" PRId64
-                       ") must have src0's shape or be one row of its inner size %" PRId64,
-                       b->numel, ocl_inner(b), ocl_inner(a));
-    if ((st = ocl_need_disjoint(&o, "src1", b, same)))
-        return st;
+    bool same = ocl_same_shape(a, b); /* else b is one row, broadcast (op_contract.h) */
     if (a->numel == 0)
         return MMRT_OK;
     struct ocl_call c;
@@ -82,10 +51,6 @@ static mmrt_status unary(struct mmrt_device *dev, const struct mmrt_op_args *arg
     int n_src = op == MMRT_OP_SWIGLU ? 2 : 1;
     mmrt_status st = ocl_op_begin(dev, args, op, n_src, n_src, &o);
     if (st != MMRT_OK)
-        return st;
-    if ((st = check_dst_f32(&o)) || (st = check_same_f32(&o, "src0", &o.src[0])))
-        return st;
-    if (op == MMRT_OP_SWIGLU && (st = check_same_f32(&o, "src1", &o.src[1])))
         return st;
     struct mmrt_scale_params p = {0};
     if (op == MMRT_OP_SCALE && (st = ocl_op_params(&o, &p, sizeof p)))
@@ -142,33 +107,6 @@ mmrt_status ocl_op_relu2(struct mmrt_device *dev, const struct mmrt_op_args *arg
 
 /* ---- row ops -------------------------------------------------------------------------- */
 
-static mmrt_status check_row_weight(struct ocl_op *o, const char *what, const struct ocl_view *w,
-                                    int64_t n)
-{
-    mmrt_status st;
-    if (!w->mem)
-        return MMRT_OK;
-    if ((st = ocl_need_dtype(o, what, w, OCL_DT_WEIGHT)) || (st = ocl_need_contig(o, what, w)))
-        return st;
-    if (w->numel != n)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s has %" PRId64 " elements, rows have %" PRId64,
-                       what, w->numel, n);
-    return ocl_need_disjoint(o, what, w, false);
-}
-
-/* src0 and dst: contiguous F32 of one shape, dst possibly == src0. */
-static mmrt_status check_rows_f32(struct ocl_op *o)
-{
-    mmrt_status st;
-    const struct ocl_view *x = &o->src[0];
-    if ((st = ocl_need_dtype(o, "src0", x, OCL_DT_F32)) || (st = ocl_need_contig(o, "src0", x)) ||
-        (st = check_dst_f32(o)))
-        return st;
-    if (!ocl_same_shape(x, &o->dst))
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst and src0 must have the same shape");
-    return ocl_need_disjoint(o, "src0", x, true);
-}
-
 /* One work-group per row. */
 static mmrt_status run_rows(struct ocl_call *c, int64_t rows)
 {
@@ -186,13 +124,8 @@ static mmrt_status norm(struct mmrt_device *dev, const struct mmrt_op_args *args
         return st;
     int64_t n = ocl_inner(&o.src[0]);
     const struct ocl_view *w = &o.src[1], *b = &o.src[2];
-    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rows_f32(&o)) ||
-        (st = check_row_weight(&o, "src1 (weight)", w, n)) ||
-        (st = check_row_weight(&o, "src2 (bias)", b, n)))
+    if ((st = ocl_op_params(&o, &p, sizeof p)))
         return st;
-    char why[96];
-    if (mmrt_pv_norm_eps(p.eps, why, sizeof why) != MMRT_OK)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (n == 0 || o.dst.numel == 0)
         return MMRT_OK;
     struct ocl_call c;
@@ -230,7 +163,7 @@ mmrt_status ocl_op_softmax(struct mmrt_device *dev, const struct mmrt_op_args *a
     mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_SOFTMAX, 1, 1, &o);
     if (st != MMRT_OK)
         return st;
-    if ((st = ocl_op_params(&o, &p, sizeof p)) || (st = check_rows_f32(&o)))
+    if ((st = ocl_op_params(&o, &p, sizeof p)))
         return st;
     int64_t n = ocl_inner(&o.src[0]);
     if (n == 0 || o.dst.numel == 0)
@@ -252,19 +185,7 @@ mmrt_status ocl_op_argmax(struct mmrt_device *dev, const struct mmrt_op_args *ar
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *x = &o.src[0], *y = &o.dst;
-    if ((st = ocl_need_dtype(&o, "src0", x, OCL_DT_F32)) || (st = ocl_need_contig(&o, "src0", x)) ||
-        (st = ocl_need_dtype(&o, "dst", y, OCL_DT_I32)) || (st = ocl_need_contig(&o, "dst", y)) ||
-        (st = ocl_need_disjoint(&o, "src0", x, false)))
-        return st;
     int64_t rows = ocl_rows(x), n = ocl_inner(x);
-    if (y->numel != rows)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %" PRId64 " elements, src0 has %" PRId64
-                       " rows", y->numel, rows);
-    if (n == 0 && rows > 0)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src0 rows are empty: no maximum to find");
-    if (n > INT32_MAX)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "rows of %" PRId64 " elements do not fit I32 "
-                       "indices", n);
     if (rows == 0)
         return MMRT_OK;
     struct ocl_call c;
@@ -283,14 +204,7 @@ mmrt_status ocl_op_l2_norm(struct mmrt_device *dev, const struct mmrt_op_args *a
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *x = &o.src[0], *y = &o.dst;
-    if ((st = ocl_need_dtype(&o, "src0", x, OCL_DT_F32)) || (st = ocl_need_contig(&o, "src0", x)) ||
-        (st = ocl_need_rank(&o, "dst", y, 1)) || (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "dst", y)) || (st = ocl_need_disjoint(&o, "src0", x, false)))
-        return st;
     int64_t rows = ocl_rows(x), n = ocl_inner(x);
-    if (y->ne[0] != rows)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst has %" PRId64 " elements, src0 has %" PRId64
-                       " rows", y->ne[0], rows);
     if (rows == 0)
         return MMRT_OK;
     struct ocl_call c;

@@ -17,7 +17,6 @@
 #include <inttypes.h>
 
 #include "ocl_internal.h"
-#include "plugin_views.h"
 
 /* A MATMUL weight as the kernels take it: W, and for I8 its scales, for U4 its scales and
  * zero points [N, G] (absent views, mem NULL, where the dtype has none; G 1 then). */
@@ -89,31 +88,6 @@ static mmrt_status gemm(struct mmrt_device *dev, const char *op, cl_mem x, uint6
     return st;
 }
 
-/* The U4 operands (plugin.h): W [N, K/2] for K a multiple of 32, scales and zero points
- * contiguous F32 [N, G] with a group size K / G that is a multiple of 32. The shape checks
- * are plugin_views.h's, so a caller sees one wording whichever device refuses. */
-static mmrt_status check_u4(struct ocl_op *o, const struct ocl_view *w, const struct ocl_view *s,
-                            const struct ocl_view *z, int64_t K, int64_t N, int64_t *G)
-{
-    mmrt_status st;
-    char why[256];
-    if (mmrt_pv_u4_w(K, w->ne, why, sizeof why) != MMRT_OK)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    if (!s->mem || !z->mem)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "src1 (W) is U4 but src%d (%s) is absent",
-                       s->mem ? 4 : 3, s->mem ? "zero points" : "scales");
-    if ((st = ocl_need_dtype(o, "src3 (scales)", s, OCL_DT_F32)) ||
-        (st = ocl_need_contig(o, "src3 (scales)", s)) ||
-        (st = ocl_need_rank(o, "src3 (scales)", s, 2)) ||
-        (st = ocl_need_dtype(o, "src4 (zero points)", z, OCL_DT_F32)) ||
-        (st = ocl_need_contig(o, "src4 (zero points)", z)) ||
-        (st = ocl_need_rank(o, "src4 (zero points)", z, 2)))
-        return st;
-    if (mmrt_pv_u4_groups(K, N, s->ne, z->ne, G, why, sizeof why) != MMRT_OK)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    return MMRT_OK;
-}
-
 mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
@@ -122,52 +96,10 @@ mmrt_status ocl_op_matmul(struct mmrt_device *dev, const struct mmrt_op_args *ar
         return st;
     const struct ocl_view *x = &o.src[0], *w = &o.src[1], *b = &o.src[2], *s = &o.src[3],
                           *z = &o.src[4], *y = &o.dst;
-    if ((st = ocl_need_dtype(&o, "src0 (x)", x, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "src0 (x)", x)) ||
-        (st = ocl_need_rank(&o, "src1 (W)", w, 2)) ||
-        (st = ocl_need_dtype(&o, "src1 (W)", w, OCL_DT_WEIGHT | OCL_DT_I8 | OCL_DT_U4)) ||
-        (st = ocl_need_contig(&o, "src1 (W)", w)))
-        return st;
-    int64_t K = ocl_inner(x), M = ocl_rows(x), N = w->ne[0], G = 1;
-    if (w->dtype == MMRT_DTYPE_U4) {
-        if ((st = check_u4(&o, w, s, z, K, N, &G)))
-            return st;
-    } else if (z->mem) {
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src4 (zero points) goes only with a U4 W");
-    } else if (w->ne[1] != K) {
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is [%" PRId64 ", %" PRId64 "] but x's "
-                       "inner dim is %" PRId64, w->ne[0], w->ne[1], K);
-    } else if (w->dtype == MMRT_DTYPE_I8) {
-        if (!s->mem)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (W) is I8 but src3 (scales) is absent");
-        if ((st = ocl_need_dtype(&o, "src3 (scales)", s, OCL_DT_F32)) ||
-            (st = ocl_need_contig(&o, "src3 (scales)", s)))
-            return st;
-        if (s->numel != N)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) has %" PRId64 " elements, W "
-                           "has %" PRId64 " rows", s->numel, N);
-    } else if (s->mem) {
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src3 (scales) goes only with an I8 W");
-    }
-    if (b->mem) {
-        if ((st = ocl_need_dtype(&o, "src2 (bias)", b, OCL_DT_WEIGHT)) ||
-            (st = ocl_need_contig(&o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != N)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, W "
-                           "has %" PRId64 " rows", b->numel, N);
-    }
-    if ((st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) || (st = ocl_need_contig(&o, "dst", y)))
-        return st;
-    if (ocl_rows(y) != M || ocl_inner(y) != N)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 " rows, %" PRId64 "], "
-                       "got %" PRId64 " rows of %" PRId64, M, N, ocl_rows(y), ocl_inner(y));
-    if ((st = ocl_need_disjoint(&o, "src0 (x)", x, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (W)", w, false)) ||
-        (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)) ||
-        (st = ocl_need_disjoint(&o, "src3 (scales)", s, false)) ||
-        (st = ocl_need_disjoint(&o, "src4 (zero points)", z, false)))
-        return st;
+    /* op_contract.h has matched the operands to W's dtype: scales only for I8 and U4, zero
+     * points only for U4, whose scales are [N, G]. */
+    int64_t K = ocl_inner(x), M = ocl_rows(x), N = w->ne[0];
+    int64_t G = w->dtype == MMRT_DTYPE_U4 ? s->ne[1] : 1;
     const struct mm_weight q = {w, s, z, G};
     return gemm(dev, o.name, x->mem, x->offset, M, K, &q, N, b, y);
 }
@@ -180,44 +112,12 @@ mmrt_status ocl_op_patch_embed(struct mmrt_device *dev, const struct mmrt_op_arg
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *img = &o.src[0], *w = &o.src[1], *b = &o.src[2], *y = &o.dst;
-    if ((st = ocl_op_params(&o, &p, sizeof p)) ||
-        (st = ocl_need_rank(&o, "src0 (image)", img, 4)) ||
-        (st = ocl_need_dtype(&o, "src0 (image)", img, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "src0 (image)", img)) ||
-        (st = ocl_need_rank(&o, "src1 (weight)", w, 4)) ||
-        (st = ocl_need_dtype(&o, "src1 (weight)", w, OCL_DT_WEIGHT)) ||
-        (st = ocl_need_contig(&o, "src1 (weight)", w)))
+    if ((st = ocl_op_params(&o, &p, sizeof p)))
         return st;
     int64_t B = img->ne[0], C = img->ne[1], H = img->ne[2], W = img->ne[3], P = p.patch;
-    int64_t O = w->ne[0];
-    if (P < 1 || H % P != 0 || W % P != 0)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " must be ≥ 1 and divide the "
-                       "image's H %" PRId64 " and W %" PRId64, P, H, W);
-    if (w->ne[1] != C || w->ne[2] != P || w->ne[3] != P)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src1 (weight) is [%" PRId64 ", %" PRId64 ", %"
-                       PRId64 ", %" PRId64 "], expected [O, %" PRId64 ", %" PRId64 ", %" PRId64
-                       "]", w->ne[0], w->ne[1], w->ne[2], w->ne[3], C, P, P);
-    if (b->mem) {
-        if ((st = ocl_need_dtype(&o, "src2 (bias)", b, OCL_DT_WEIGHT)) ||
-            (st = ocl_need_contig(&o, "src2 (bias)", b)))
-            return st;
-        if (b->numel != O)
-            return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "src2 (bias) has %" PRId64 " elements, "
-                           "expected %" PRId64, b->numel, O);
-    }
-    int64_t n_patches = (H / P) * (W / P);
-    if ((st = ocl_need_rank(&o, "dst", y, 3)) || (st = ocl_need_dtype(&o, "dst", y, OCL_DT_F32)) ||
-        (st = ocl_need_contig(&o, "dst", y)))
-        return st;
-    if (y->ne[0] != B || y->ne[1] != n_patches || y->ne[2] != O)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "dst must be [%" PRId64 ", %" PRId64 ", %"
-                       PRId64 "]", B, n_patches, O);
-    if ((st = ocl_need_disjoint(&o, "src0 (image)", img, false)) ||
-        (st = ocl_need_disjoint(&o, "src1 (weight)", w, false)) ||
-        (st = ocl_need_disjoint(&o, "src2 (bias)", b, false)))
-        return st;
+    int64_t O = w->ne[0], n_patches = (H / P) * (W / P);
     if (P > INT32_MAX)
-        return ocl_bad(&o, MMRT_ERR_INVALID_ARG, "patch %" PRId64 " is too large", P);
+        return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "patch %" PRId64 " exceeds k_im2col's I32", P);
     if (y->numel == 0)
         return MMRT_OK;
 
