@@ -18,6 +18,104 @@
 
 #include "plugin_views.h"
 
+/* The shapes of a U4 MATMUL's operands (plugin.h): W [N, K/2] with K a multiple of 32
+ * (mmrt_pv_u4_w), then the scales and zero points [N, G] with K / G a multiple of 32
+ * (mmrt_pv_u4_groups, which sets *G). */
+#define MMRT_PV_BAD(...) (snprintf(why, why_size, __VA_ARGS__), MMRT_ERR_INVALID_ARG)
+static inline mmrt_status mmrt_pv_u4_w(int64_t K, const int64_t *w_ne, char *why,
+                                       size_t why_size)
+{
+    if (K % 32 != 0 || w_ne[1] * 2 != K)
+        return MMRT_PV_BAD("src1 (W) is U4 [%" PRId64 ", %" PRId64 "] but x's inner dim is %"
+                           PRId64 " (U4 wants [N, K/2] with K a multiple of 32)", w_ne[0],
+                           w_ne[1], K);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_u4_groups(int64_t K, int64_t N, const int64_t *s_ne,
+                                            const int64_t *z_ne, int64_t *G, char *why,
+                                            size_t why_size)
+{
+    const int64_t g = s_ne[1];
+    if (s_ne[0] != N || g < 1 || K % g != 0 || (K / g) % 32 != 0)
+        return MMRT_PV_BAD("src3 (scales) is [%" PRId64 ", %" PRId64 "]: want [%" PRId64
+                           ", G] with K / G a multiple of 32 (K = %" PRId64 ")", s_ne[0],
+                           s_ne[1], N, K);
+    if (z_ne[0] != N || z_ne[1] != g)
+        return MMRT_PV_BAD("src4 (zero points) is [%" PRId64 ", %" PRId64 "], the scales [%"
+                           PRId64 ", %" PRId64 "]", z_ne[0], z_ne[1], N, g);
+    *G = g;
+    return MMRT_OK;
+}
+
+/* An attention launch's params (plugin.h, MMRT_OP_ATTENTION / _PAGED): read, an ABI 1.4
+ * caller's 12 bytes meaning window 0 (mmrt_pv_attention_params), and then, once the plugin
+ * has checked the shapes, the values every plugin holds them to (mmrt_pv_attention_values). */
+static inline mmrt_status mmrt_pv_attention_params(const void *params, uint32_t size,
+                                                   struct mmrt_attention_params *p, char *why,
+                                                   size_t why_size)
+{
+    if (!mmrt_attention_params_read(params, size, p))
+        return MMRT_PV_BAD("params %s (%u bytes, need %u)", params ? "too short" : "missing",
+                           size, (unsigned)MMRT_ATTENTION_PARAMS_V14_SIZE);
+    return MMRT_OK;
+}
+
+/* Attention's head shapes (plugin.h: D ≤ 256, query heads in contiguous groups per kv head). */
+static inline mmrt_status mmrt_pv_attention_heads(int64_t Hq, int64_t Hkv, int64_t D, char *why,
+                                                  size_t why_size)
+{
+    if (D < 1 || D > 256)
+        return MMRT_PV_BAD("head dim %" PRId64 " is outside 1…256", D);
+    if (Hkv < 1 || Hq % Hkv != 0)
+        return MMRT_PV_BAD("%" PRId64 " query heads are not a multiple of %" PRId64 " kv heads",
+                           Hq, Hkv);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_attention_values(const struct mmrt_attention_params *p,
+                                                   char *why, size_t why_size)
+{
+    if (p->causal != 0 && p->causal != 1)
+        return MMRT_PV_BAD("causal is %" PRId32 ", expected 0 or 1", p->causal);
+    if (!isfinite(p->scale))
+        return MMRT_PV_BAD("scale %g is not finite", (double)p->scale);
+    if (p->window < 0)
+        return MMRT_PV_BAD("window %" PRId32 " must be ≥ 0 (0 = none)", p->window);
+    if (p->window > 0 && p->causal != 1)
+        return MMRT_PV_BAD("window %" PRId32 " needs causal = 1 (no bidirectional window is "
+                           "defined)", p->window);
+    return MMRT_OK;
+}
+/* The parameter values of ROPE / ROPE_MULTI and the norms that the core and every plugin hold a
+ * launch to, with one wording: the rotated dims of a head of D and the base (both rotaries),
+ * ROPE's pairing mode, LAYERNORM / RMSNORM's eps. */
+static inline mmrt_status mmrt_pv_rope_rot(int32_t n_rot, int64_t D, float theta, char *why,
+                                           size_t why_size)
+{
+    if (n_rot < 2 || n_rot % 2 != 0 || n_rot > D)
+        return MMRT_PV_BAD("n_rot %" PRId32 " must be even and within 2…D (D = %" PRId64 ")",
+                           n_rot, D);
+    if (!(theta > 0.0f) || isinf(theta))
+        return MMRT_PV_BAD("theta %g must be finite and > 0", (double)theta);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_rope_mode(int32_t mode, char *why, size_t why_size)
+{
+    if (mode != MMRT_ROPE_NEOX && mode != MMRT_ROPE_INTERLEAVED)
+        return MMRT_PV_BAD("mode %" PRId32 " is neither NEOX (0) nor INTERLEAVED (1)", mode);
+    return MMRT_OK;
+}
+
+static inline mmrt_status mmrt_pv_norm_eps(float eps, char *why, size_t why_size)
+{
+    if (!(eps >= 0.0f) || isinf(eps))
+        return MMRT_PV_BAD("eps %g must be finite and ≥ 0", (double)eps);
+    return MMRT_OK;
+}
+#undef MMRT_PV_BAD
+
 /* Dtype masks, (1 << dtype). */
 #define MMRT_OC_F32 (1u << MMRT_DTYPE_F32)
 #define MMRT_OC_I32 (1u << MMRT_DTYPE_I32)

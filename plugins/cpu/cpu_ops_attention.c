@@ -54,7 +54,7 @@
 #include <stdlib.h>
 
 #include "cpu_internal.h"
-#include "plugin_views.h"
+#include "op_contract.h"
 
 /* ---- ROPE, ROPE_MULTI ------------------------------------------------------------------ */
 

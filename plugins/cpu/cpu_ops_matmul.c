@@ -33,7 +33,6 @@
 #include <stdlib.h>
 
 #include "cpu_internal.h"
-#include "plugin_views.h"
 
 void *cpu_xpack(struct mmrt_device *dev, size_t nbytes, const char *what)
 {

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 
 #include "cpu_internal.h"
-#include "plugin_views.h"
 
 /* ---- LAYERNORM, RMSNORM --------------------------------------------------------------- */
 

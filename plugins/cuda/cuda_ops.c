@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "plugin_views.h"
+#include "op_contract.h"
 
 /* ---- elementwise ---------------------------------------------------------------------- */
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 
 #include "ocl_internal.h"
-#include "plugin_views.h"
+#include "op_contract.h"
 
 /* ---- ROPE, ROPE_MULTI ----------------------------------------------------------------- */
 
