@@ -35,6 +35,7 @@ struct mmrt_dev_kv_stats {
     uint64_t pages_total;    /* pages of the store */
     uint64_t pages_used;     /* held by live sequences */
     uint64_t bytes;          /* the store's bytes, all layers, K and V (in the pool) */
+    int32_t dtype;           /* what the store holds (enum mmrt_dtype) when page_tokens > 0 */
 };
 
 struct mmrt_dev {

@@ -145,7 +145,7 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     p.n_free = p.n_pages;
     dev->kv = (struct mmrt_dev_kv_stats){
         .page_tokens = (uint64_t)page_tokens, .pages_total = (uint64_t)p.n_pages,
-        .bytes = per_token * (uint64_t)p.max_tokens,
+        .bytes = per_token * (uint64_t)p.max_tokens, .dtype = dtype,
     };
     mmrt_log(MMRT_LOG_INFO, "kv", "device %s: KV cache of %lld tokens in %lld pages of %lld "
              "(%.1f MiB in %d pool blocks of %.1f MiB)%s", dev->name, (long long)p.max_tokens,

@@ -1066,6 +1066,7 @@ static void memory_report(struct mmrt_runtime *rt, const struct mmrt_dev *dev,
         .level1_misses = ps.level1_misses,
         .level1_bytes = ps.level1_bytes,
         .level1_free_bytes = ps.level1_free_bytes,
+        .kv_dtype = dev->kv.page_tokens ? mmrt_dtype_name_of(dev->kv.dtype) : NULL,
     };
 }
 

@@ -184,6 +184,22 @@ static void test_cpu_runs_in_place(void **state)
     assert_int_equal(mr.kv_page_tokens, 16);
     assert_true(mr.kv_pages_total > 0);
     assert_int_equal(mr.kv_pages_used, 0);
+    assert_string_equal(mr.kv_dtype, "F32");
+    {
+        /* [model] kv_dtype is reported (mmrt --json shows it per device) */
+        struct mmrt_device_config dev = { .name = "v", .plugin = "cpu", .pool_mb = 32 };
+        struct mmrt_config cfg = { .model_path = fixture, .devices = &dev, .n_devices = 1,
+                                   .vision_device = "v", .language_device = "v",
+                                   .kv_dtype = MMRT_KV_FP8 };
+        struct mmrt_runtime *rt8 = NULL;
+        char err[2048];
+        if (mmrt_create(&cfg, &rt8, err, sizeof err) != MMRT_OK)
+            fail_msg("kv_dtype fp8: %s", err);
+        struct mmrt_memory_report m8 = memory(rt8, 0);
+        assert_string_equal(m8.kv_dtype, "F8E4M3");
+        assert_int_equal(m8.kv_bytes * 4, mr.kv_bytes);
+        mmrt_destroy(rt8);
+    }
     run_tokens(rt, &cpu_tokens);
     mr = memory(rt, 0);
     assert_int_equal(mr.pool_bytes_in_use, kv);

@@ -170,6 +170,8 @@ static json_t *devices_json(struct mmrt_runtime *rt)
                       "kv_pages_total", (json_int_t)mr.kv_pages_total, "kv_pages_used",
                       (json_int_t)mr.kv_pages_used, "kv_bytes", (json_int_t)mr.kv_bytes));
         json_t *dj = json_object_get(devs, d.name);
+        if (dj && mr.kv_dtype)
+            json_object_set_new(dj, "kv_dtype", json_string(mr.kv_dtype));
         if (dj)
             json_object_set_new(dj, "level1",
                                 json_pack("{s:I, s:I, s:I, s:I}", "hits",

@@ -309,6 +309,10 @@ struct mmrt_memory_report {
     uint64_t level1_misses;
     uint64_t level1_bytes;         /* held by level 1 as slabs */
     uint64_t level1_free_bytes;    /* of those, not in a live slot */
+    /* ---- appended after the layout above ---- */
+    /* What the KV cache stores K and V in ([model] kv_dtype: "F32", "F16", "F8E4M3"); NULL
+     * when no decoder runs on this device. A static string. */
+    const char *kv_dtype;
 };
 
 MMRT_API mmrt_status mmrt_device_memory(struct mmrt_runtime *rt, int i,
