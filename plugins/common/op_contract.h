@@ -790,6 +790,91 @@ static inline mmrt_status mmrt_op_check(int op, int n_src, const struct mmrt_pv_
     }
 }
 
+/* ---- a launch as a plugin receives it ---------------------------------------------------- */
+
+/* Finds the arena a descriptor names: NULL when `buffer` is none of the device's, else the
+ * plugin's own handle for it (opaque here) with its size in *nbytes. Never dereferences
+ * `buffer`. */
+typedef const void *(*mmrt_oc_find_fn)(void *ctx, const void *buffer, uint64_t *nbytes);
+
+/* A launch after mmrt_op_begin: every operand checked on its own and against the op. */
+struct mmrt_oc_launch {
+    int n_src;
+    const struct mmrt_pv_shape *src[MMRT_MAX_SRC]; /* NULL: absent (or at or past n_src) */
+    const void *src_arena[MMRT_MAX_SRC];          /* find()'s handle for each present one */
+    struct mmrt_pv_shape dst;
+    const void *dst_arena;
+    const void *params;
+    uint32_t params_size;
+    struct mmrt_pv_shape shapes_[MMRT_MAX_SRC];   /* what src[] points into */
+};
+
+struct mmrt_oc_lookup_ {
+    mmrt_oc_find_fn find;
+    void *ctx;
+    const void *found;
+};
+
+static inline bool mmrt_oc_lookup_(void *ctx, const void *buffer, uint64_t *nbytes)
+{
+    struct mmrt_oc_lookup_ *l = ctx;
+    l->found = l->find(l->ctx, buffer, nbytes);
+    return l->found != NULL;
+}
+
+/* What every in-tree plugin does on entry to an op, written once: reads args (honouring its
+ * struct_size), checks it is a launch of `op` with n_required ≤ n_src ≤ n_max, that the
+ * required sources and dst are present, each descriptor (plugin_views.h: mmrt_pv_check) and
+ * that dst's strides do not make elements overlap, then holds the launch to the operator
+ * contract (mmrt_op_check). On failure returns MMRT_ERR_INVALID_ARG with the reason in
+ * why[why_size]; the plugin then turns *l into its own views. */
+static inline mmrt_status mmrt_op_begin(const struct mmrt_op_args *args, int op, int n_required,
+                                        int n_max, mmrt_oc_find_fn find, void *ctx,
+                                        struct mmrt_oc_launch *l, char *why, size_t why_size)
+{
+    struct mmrt_oc c = { why, why_size };
+    memset(l, 0, sizeof *l);
+    if (!args)
+        return MMRT_OC_BAD(&c, "no arguments");
+    /* All of mmrt_op_args is ABI 1.0; copy only what the caller's struct holds. */
+    struct mmrt_op_args a;
+    memset(&a, 0, sizeof a);
+    if (args->hdr.abi_major != MMRT_ABI_MAJOR || args->hdr.struct_size < sizeof a)
+        return MMRT_OC_BAD(&c, "op_args has ABI %u (%u bytes), expected %d (≥ %zu bytes)",
+                           args->hdr.abi_major, args->hdr.struct_size, MMRT_ABI_MAJOR, sizeof a);
+    memcpy(&a, args, sizeof a);
+    if (a.op != op)
+        return MMRT_OC_BAD(&c, "launched as op %d (%s)", (int)a.op, mmrt_op_name_of(a.op));
+    if (a.n_src < n_required || a.n_src > n_max)
+        return MMRT_OC_BAD(&c, "n_src is %d, expected %d…%d", (int)a.n_src, n_required, n_max);
+    l->n_src = a.n_src;
+    struct mmrt_oc_lookup_ look = { find, ctx, NULL };
+    for (int i = 0; i < a.n_src; i++) {
+        char what[16];
+        snprintf(what, sizeof what, "src%d", i);
+        if (!a.src[i]) {
+            if (i < n_required)
+                return MMRT_OC_BAD(&c, "%s is required but NULL", what);
+            continue;
+        }
+        if (mmrt_pv_check(what, a.src[i], mmrt_oc_lookup_, &look, &l->shapes_[i], why,
+                          why_size) != MMRT_OK)
+            return MMRT_ERR_INVALID_ARG;
+        l->src[i] = &l->shapes_[i];
+        l->src_arena[i] = look.found;
+    }
+    if (!a.dst)
+        return MMRT_OC_BAD(&c, "dst is NULL");
+    if (mmrt_pv_check("dst", a.dst, mmrt_oc_lookup_, &look, &l->dst, why, why_size) != MMRT_OK)
+        return MMRT_ERR_INVALID_ARG;
+    l->dst_arena = look.found;
+    if (!mmrt_pv_injective(l->dst.dtype, l->dst.n_dims, l->dst.ne, l->dst.nb))
+        return MMRT_OC_BAD(&c, "dst: its strides make elements overlap");
+    l->params = a.params;
+    l->params_size = a.params_size;
+    return mmrt_op_check(op, a.n_src, l->src, &l->dst, a.params, a.params_size, why, why_size);
+}
+
 #undef MMRT_OC_TRY
 #undef MMRT_OC_BAD
 

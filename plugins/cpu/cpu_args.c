@@ -26,40 +26,24 @@ mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
     return cpu_fail(o->dev, st, "%s: %s", o->name, what);
 }
 
-/* The descriptor's arena, found once for both the check and the view. */
-struct arena_lookup {
-    struct mmrt_device *dev;
-    struct cpu_arena *found;
-};
-
-static bool arena_bytes(void *ctx, const void *buffer, uint64_t *nbytes)
+static const void *find_arena(void *ctx, const void *buffer, uint64_t *nbytes)
 {
-    struct arena_lookup *l = ctx;
-    l->found = cpu_arena_find(l->dev, buffer);
-    if (l->found)
-        *nbytes = l->found->nbytes;
-    return l->found != NULL;
+    struct cpu_arena *a = cpu_arena_find(ctx, buffer);
+    if (a)
+        *nbytes = a->nbytes;
+    return a;
 }
 
-static mmrt_status resolve(struct cpu_op *o, const char *what, const struct mmrt_tensor *t,
-                           struct cpu_view *v, struct mmrt_pv_shape *shape)
+static void view_of(const struct mmrt_pv_shape *sh, const void *arena, struct cpu_view *v)
 {
-    struct mmrt_pv_shape sh;
-    char why[512];
-    struct arena_lookup l = { o->dev, NULL };
-    if (mmrt_pv_check(what, t, arena_bytes, &l, &sh, why, sizeof why) != MMRT_OK)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    struct cpu_arena *a = l.found;
     memset(v, 0, sizeof *v);
-    v->dtype = sh.dtype;
-    v->n_dims = sh.n_dims;
-    memcpy(v->ne, sh.ne, sizeof v->ne);
-    memcpy(v->nb, sh.nb, sizeof v->nb);
-    v->numel = sh.numel;
-    v->span = sh.span;
-    v->data = cpu_arena_data(a) + t->offset;
-    *shape = sh;
-    return MMRT_OK;
+    v->dtype = sh->dtype;
+    v->n_dims = sh->n_dims;
+    memcpy(v->ne, sh->ne, sizeof v->ne);
+    memcpy(v->nb, sh->nb, sizeof v->nb);
+    v->numel = sh->numel;
+    v->span = sh->span;
+    v->data = cpu_arena_data((struct cpu_arena *)arena) + sh->offset;
 }
 
 mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
@@ -70,55 +54,20 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
     o->name = mmrt_op_name_of(op);
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
-    if (!args)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "no arguments");
-    /* All of mmrt_op_args is ABI 1.0; copy only what the caller's struct holds. */
-    struct mmrt_op_args a;
-    memset(&a, 0, sizeof a);
-    if (args->hdr.abi_major != MMRT_ABI_MAJOR || args->hdr.struct_size < sizeof a)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "op_args has ABI %u (%u bytes), expected %d "
-                       "(≥ %zu bytes)", args->hdr.abi_major, args->hdr.struct_size,
-                       MMRT_ABI_MAJOR, sizeof a);
-    memcpy(&a, args, sizeof a);
-    if (a.op != op)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "launched as op %d (%s)", (int)a.op,
-                       mmrt_op_name_of(a.op));
-    if (a.n_src < n_required || a.n_src > n_max)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "n_src is %d, expected %d…%d", (int)a.n_src,
-                       n_required, n_max);
-    o->n_src = a.n_src;
-    struct mmrt_pv_shape shapes[MMRT_MAX_SRC], dshape;
-    const struct mmrt_pv_shape *s[MMRT_MAX_SRC] = { 0 };
-    for (int i = 0; i < a.n_src; i++) {
-        char what[16];
-        snprintf(what, sizeof what, "src%d", i);
-        if (!a.src[i]) {
-            if (i < n_required)
-                return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s is required but NULL", what);
-            continue;
-        }
-        mmrt_status st = resolve(o, what, a.src[i], &o->src[i], &shapes[i]);
-        if (st != MMRT_OK)
-            return st;
-        s[i] = &shapes[i];
-    }
-    if (!a.dst)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst is NULL");
-    mmrt_status st = resolve(o, "dst", a.dst, &o->dst, &dshape);
-    if (st != MMRT_OK)
-        return st;
-    const struct cpu_arena *dst_arena = cpu_arena_find(dev, a.dst->buffer);
-    if (dst_arena && dst_arena->readonly)
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst lies in adopted read-only memory");
-    if (!mmrt_pv_injective(o->dst.dtype, o->dst.n_dims, o->dst.ne, o->dst.nb))
-        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst: its strides make elements overlap");
-    o->params = a.params;
-    o->params_size = a.params_size;
-    /* plugin.h's contract, in op_contract.h's one copy: what the op functions may assume. */
+    struct mmrt_oc_launch l;
     char why[CPU_ERR_MAX - 64];
-    if (mmrt_op_check(op, a.n_src, s, &dshape, a.params, a.params_size, why, sizeof why) !=
+    if (mmrt_op_begin(args, op, n_required, n_max, find_arena, dev, &l, why, sizeof why) !=
         MMRT_OK)
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
+    if (((const struct cpu_arena *)l.dst_arena)->readonly)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst lies in adopted read-only memory");
+    o->n_src = l.n_src;
+    for (int i = 0; i < l.n_src; i++)
+        if (l.src[i])
+            view_of(l.src[i], l.src_arena[i], &o->src[i]);
+    view_of(&l.dst, l.dst_arena, &o->dst);
+    o->params = l.params;
+    o->params_size = l.params_size;
     return MMRT_OK;
 }
 

@@ -147,7 +147,6 @@ mmrt_status cu_launch_failed(struct cu_op *o, cudaError_t e, const char *kernel)
 
 /* Whether v's elements are packed in row-major order (strided_copy's memcpy path). */
 bool cu_view_contig(const struct cu_view *v);
-bool cu_same_shape(const struct cu_view *a, const struct cu_view *b);
 static inline int64_t cu_inner(const struct cu_view *v)
 {
     return v->ne[v->n_dims - 1];

@@ -28,7 +28,9 @@ static mmrt_status binary(struct mmrt_device *dev, const struct mmrt_op_args *ar
     if (st != MMRT_OK)
         return st;
     const struct cu_view *a = &o.src[0], *b = &o.src[1];
-    bool same = cu_same_shape(a, b); /* else b is one row, broadcast (op_contract.h) */
+    /* b has a's shape or is one row broadcast over a's rows (op_contract.h): as many
+     * elements means a one-to-one walk either way. */
+    bool same = b->numel == a->numel;
     cudaError_t e = cu_launch_binary((float *)o.dst.data, (const float *)a->data, b->data,
                                      b->dtype, a->numel, same ? a->numel : b->numel,
                                      op == MMRT_OP_MUL, dev->stream);

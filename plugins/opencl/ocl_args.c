@@ -27,41 +27,25 @@ mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
     return ocl_fail(o->dev, st, "%s: %s", o->name, what);
 }
 
-/* The descriptor's arena, found once for both the check and the view. */
-struct arena_lookup {
-    struct mmrt_device *dev;
-    struct ocl_arena *found;
-};
-
-static bool arena_bytes(void *ctx, const void *buffer, uint64_t *nbytes)
+static const void *find_arena(void *ctx, const void *buffer, uint64_t *nbytes)
 {
-    struct arena_lookup *l = ctx;
-    l->found = ocl_find(l->dev, buffer);
-    if (l->found)
-        *nbytes = l->found->nbytes;
-    return l->found != NULL;
+    const struct ocl_arena *a = ocl_find(ctx, buffer);
+    if (a)
+        *nbytes = a->nbytes;
+    return a;
 }
 
-static mmrt_status resolve(struct ocl_op *o, const char *what, const struct mmrt_tensor *t,
-                           struct ocl_view *v, struct mmrt_pv_shape *shape)
+static void view_of(const struct mmrt_pv_shape *sh, const void *arena, struct ocl_view *v)
 {
-    struct mmrt_pv_shape sh;
-    char why[512];
-    struct arena_lookup l = { o->dev, NULL };
-    if (mmrt_pv_check(what, t, arena_bytes, &l, &sh, why, sizeof why) != MMRT_OK)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
-    const struct ocl_arena *a = l.found;
     memset(v, 0, sizeof *v);
-    v->dtype = sh.dtype;
-    v->n_dims = sh.n_dims;
-    memcpy(v->ne, sh.ne, sizeof v->ne);
-    memcpy(v->nb, sh.nb, sizeof v->nb);
-    v->numel = sh.numel;
-    v->span = sh.span;
-    v->mem = a->mem;
-    v->offset = t->offset;
-    *shape = sh;
-    return MMRT_OK;
+    v->dtype = sh->dtype;
+    v->n_dims = sh->n_dims;
+    memcpy(v->ne, sh->ne, sizeof v->ne);
+    memcpy(v->nb, sh->nb, sizeof v->nb);
+    v->numel = sh->numel;
+    v->span = sh->span;
+    v->mem = ((const struct ocl_arena *)arena)->mem;
+    v->offset = sh->offset;
 }
 
 mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *args, int op,
@@ -72,51 +56,18 @@ mmrt_status ocl_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
     o->name = mmrt_op_name_of(op);
     if (!dev)
         return MMRT_ERR_INVALID_ARG;
-    if (!args)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "no arguments");
-    struct mmrt_op_args a;
-    memset(&a, 0, sizeof a);
-    if (args->hdr.abi_major != MMRT_ABI_MAJOR || args->hdr.struct_size < sizeof a)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "op_args has ABI %u (%u bytes), expected %d "
-                       "(≥ %zu bytes)", args->hdr.abi_major, args->hdr.struct_size,
-                       MMRT_ABI_MAJOR, sizeof a);
-    memcpy(&a, args, sizeof a);
-    if (a.op != op)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "launched as op %d (%s)", (int)a.op,
-                       mmrt_op_name_of(a.op));
-    if (a.n_src < n_required || a.n_src > n_max)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "n_src is %d, expected %d…%d", (int)a.n_src,
-                       n_required, n_max);
-    o->n_src = a.n_src;
-    struct mmrt_pv_shape shapes[MMRT_MAX_SRC], dshape;
-    const struct mmrt_pv_shape *s[MMRT_MAX_SRC] = { 0 };
-    for (int i = 0; i < a.n_src; i++) {
-        char what[16];
-        snprintf(what, sizeof what, "src%d", i);
-        if (!a.src[i]) {
-            if (i < n_required)
-                return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s is required but NULL", what);
-            continue;
-        }
-        mmrt_status st = resolve(o, what, a.src[i], &o->src[i], &shapes[i]);
-        if (st != MMRT_OK)
-            return st;
-        s[i] = &shapes[i];
-    }
-    if (!a.dst)
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst is NULL");
-    mmrt_status st = resolve(o, "dst", a.dst, &o->dst, &dshape);
-    if (st != MMRT_OK)
-        return st;
-    if (!mmrt_pv_injective(o->dst.dtype, o->dst.n_dims, o->dst.ne, o->dst.nb))
-        return ocl_bad(o, MMRT_ERR_INVALID_ARG, "dst: its strides make elements overlap");
-    o->params = a.params;
-    o->params_size = a.params_size;
-    /* plugin.h's contract, in op_contract.h's one copy: what the op functions may assume. */
+    struct mmrt_oc_launch l;
     char why[OCL_ERR_MAX - 64];
-    if (mmrt_op_check(op, a.n_src, s, &dshape, a.params, a.params_size, why, sizeof why) !=
+    if (mmrt_op_begin(args, op, n_required, n_max, find_arena, dev, &l, why, sizeof why) !=
         MMRT_OK)
         return ocl_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
+    o->n_src = l.n_src;
+    for (int i = 0; i < l.n_src; i++)
+        if (l.src[i])
+            view_of(l.src[i], l.src_arena[i], &o->src[i]);
+    view_of(&l.dst, l.dst_arena, &o->dst);
+    o->params = l.params;
+    o->params_size = l.params_size;
     return MMRT_OK;
 }
 
@@ -130,19 +81,10 @@ mmrt_status ocl_op_params(struct ocl_op *o, void *out, size_t size)
     return MMRT_OK;
 }
 
-bool ocl_same_shape(const struct ocl_view *a, const struct ocl_view *b)
-{
-    if (a->n_dims != b->n_dims)
-        return false;
-    for (int i = 0; i < a->n_dims; i++)
-        if (a->ne[i] != b->ne[i])
-            return false;
-    return true;
-}
-
 bool ocl_same_view(const struct ocl_view *a, const struct ocl_view *b)
 {
     return a->mem == b->mem && a->offset == b->offset && a->dtype == b->dtype &&
-           ocl_same_shape(a, b) &&
+           a->n_dims == b->n_dims &&
+           memcmp(a->ne, b->ne, sizeof(int64_t) * (size_t)a->n_dims) == 0 &&
            memcmp(a->nb, b->nb, sizeof(int64_t) * (size_t)a->n_dims) == 0;
 }

@@ -242,7 +242,6 @@ mmrt_status ocl_op_params(struct ocl_op *o, void *out, size_t size);
 mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-bool ocl_same_shape(const struct ocl_view *a, const struct ocl_view *b);
 /* Same arena, offset, dtype, extents and strides. */
 bool ocl_same_view(const struct ocl_view *a, const struct ocl_view *b);
 

@@ -16,7 +16,9 @@ static mmrt_status binary(struct mmrt_device *dev, const struct mmrt_op_args *ar
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *a = &o.src[0], *b = &o.src[1];
-    bool same = ocl_same_shape(a, b); /* else b is one row, broadcast (op_contract.h) */
+    /* b has a's shape or is one row broadcast over a's rows (op_contract.h): as many
+     * elements means a one-to-one walk either way. */
+    bool same = b->numel == a->numel;
     if (a->numel == 0)
         return MMRT_OK;
     struct ocl_call c;
