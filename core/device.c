@@ -257,6 +257,7 @@ mmrt_status mmrt_dev_capture_begin(struct mmrt_dev *dev, struct mmrt_error *err)
     if (st != MMRT_OK)
         return mmrt_error_set(err, st, "device %s: graph capture: %s", dev->name,
                               dev->api->last_error(dev->handle));
+    dev->capturing = true;
     return MMRT_OK;
 }
 
@@ -268,6 +269,7 @@ mmrt_status mmrt_dev_capture_end(struct mmrt_dev *dev, void **graph, struct mmrt
                               "device %s (plugin %s) does not capture graphs", dev->name,
                               dev->api->name);
     mmrt_status st = dev->api->capture_end(dev->handle, graph);
+    dev->capturing = false;
     if (st == MMRT_OK && !*graph)
         st = mmrt_error_set(err, MMRT_ERR_INTERNAL,
                             "device %s: capture_end succeeded without a graph", dev->name);

@@ -51,6 +51,7 @@ struct mmrt_dev {
     int64_t auto_kv_tokens;             /* KV positions pool_mb = auto sized this pool for
                                            (models/pool_budget.h), the KV store's default;
                                            0 when pool_mb was given */
+    bool capturing;                     /* between capture_begin and capture_end */
 };
 
 /* Loads `plugin_name`, opens device `index` with the plugin-specific options and reserves a

@@ -323,8 +323,10 @@ static void capture(struct mmrt_engine *e, const struct mmrt_step_io *io,
         }
     }
     if (st != MMRT_OK) {
+        /* UNSUPPORTED: the step holds an op that cannot be replayed (an act-order matrix's
+         * input gather), which is how the model is, not something that went wrong */
         e->try_graph = false;
-        mmrt_log(MMRT_LOG_WARN, "engine",
+        mmrt_log(st == MMRT_ERR_UNSUPPORTED ? MMRT_LOG_INFO : MMRT_LOG_WARN, "engine",
                  "device %s: decode-step graph capture failed, running eagerly: %s", dev->name,
                  cerr.msg);
         return;

@@ -112,10 +112,69 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
 
 #define no_params ((const struct mmrt_scale_params *)NULL)
 
+/* x [M, K] with its columns in w->perm's order: for M > 1 through its transpose, whose rows
+ * GET_ROWS gathers (two COPYs and a GET_ROWS; for M = 1 the one row is already a column).
+ * The product then runs as for any U4 matrix. Scratch comes from the pool and is gone when
+ * this returns, which a captured graph could not replay: capture is refused, and the engine
+ * runs those steps eagerly. */
+static mmrt_status matmul_permuted(struct mmrt_dev *dev, const struct mmrt_tensor *x,
+                                   const struct mmrt_weight *w, const struct mmrt_tensor *b,
+                                   const struct mmrt_tensor *y, struct mmrt_error *err)
+{
+    if (dev->capturing)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "device %s: an act-order (desc_act) "
+                              "matrix gathers its inputs through scratch, which a graph does "
+                              "not replay", dev->name);
+    const int64_t K = x->ne[x->n_dims - 1];
+    int64_t M = 1;
+    for (int i = 0; i < x->n_dims - 1; i++)
+        M *= x->ne[i];
+    if (w->perm.n_dims != 1 || w->perm.ne[0] != K)
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "MATMUL: the input permutation has %lld "
+                              "entries for %lld inputs", (long long)w->perm.ne[0], (long long)K);
+    struct mmrt_scratch s;
+    mmrt_scratch_init(&s, dev);
+    struct mmrt_tensor xt, xg, xp;
+    mmrt_status st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (int64_t[]){ K, M }, &xg, err);
+    if (st == MMRT_OK && M == 1) {
+        const struct mmrt_tensor col = mmrt_tensor_reshape(x, 2, (int64_t[]){ K, 1 });
+        st = mmrt_op_get_rows(dev, &col, &w->perm, &xg, err);
+        xp = mmrt_tensor_reshape(&xg, 2, (int64_t[]){ 1, K });
+    } else if (st == MMRT_OK) {
+        st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (int64_t[]){ K, M }, &xt, err);
+        struct mmrt_tensor x_t = mmrt_tensor_reshape(x, 2, (int64_t[]){ M, K });
+        x_t.ne[0] = K; /* x seen transposed: [K, M] with strides (4, 4K) */
+        x_t.ne[1] = M;
+        x_t.nb[0] = 4;
+        x_t.nb[1] = 4 * K;
+        if (st == MMRT_OK)
+            st = mmrt_op_copy(dev, &x_t, &xt, err);
+        if (st == MMRT_OK)
+            st = mmrt_op_get_rows(dev, &xt, &w->perm, &xg, err);
+        if (st == MMRT_OK)
+            st = mmrt_scratch_tensor(&s, MMRT_DTYPE_F32, 2, (int64_t[]){ M, K }, &xp, err);
+        struct mmrt_tensor xg_t = xg;
+        xg_t.ne[0] = M;
+        xg_t.ne[1] = K;
+        xg_t.nb[0] = 4;
+        xg_t.nb[1] = 4 * M;
+        if (st == MMRT_OK)
+            st = mmrt_op_copy(dev, &xg_t, &xp, err);
+    }
+    if (st == MMRT_OK) {
+        const struct mmrt_tensor *src[] = { &xp, &w->t, b, &w->scale, &w->zero };
+        st = mmrt_op_launch(dev, MMRT_OP_MATMUL, src, 5, y, NULL, 0, err);
+    }
+    mmrt_scratch_release(&s);
+    return st;
+}
+
 mmrt_status mmrt_op_matmul(struct mmrt_dev *dev, const struct mmrt_tensor *x,
                            const struct mmrt_weight *w, const struct mmrt_tensor *b,
                            const struct mmrt_tensor *y, struct mmrt_error *err)
 {
+    if (w->perm.n_dims)
+        return matmul_permuted(dev, x, w, b, y, err);
     if (w->t.dtype == MMRT_DTYPE_I8)
         LAUNCH(MMRT_OP_MATMUL, no_params, x, &w->t, b, &w->scale);
     if (w->t.dtype == MMRT_DTYPE_U4)

@@ -43,6 +43,10 @@ struct mmrt_weight {
     struct mmrt_tensor t;
     struct mmrt_tensor scale; /* I8: [N]; U4: [N, G] */
     struct mmrt_tensor zero;  /* U4 only: [N, G] */
+    /* Act-order GPTQ (desc_act): I32 [K], the input that column j of t reads, so that each
+     * group's inputs sit side by side as U4 needs; x is gathered by it before the product.
+     * n_dims 0: none (every other matrix). */
+    struct mmrt_tensor perm;
 };
 
 /* y[rows, N] = x[rows, K] · w[N, K]ᵀ (+ b[N]); b may be NULL. */

@@ -42,6 +42,7 @@ enum conversion {
     CONV_PACKED_CODES, /* an AWQ or GPTQ matrix repacked (qweight, qzeros, scales): U4 codes */
     CONV_PACKED_SCALES,
     CONV_PACKED_ZEROS,
+    CONV_PACKED_PERM, /* act-order GPTQ: I32 [K], the input each repacked column reads */
 };
 
 /* A loaded tensor waiting for mmrt_weights_commit. */
@@ -56,6 +57,7 @@ struct pending {
     uint64_t nbytes;          /* on the device */
     enum mmrt_weight_format format; /* a matrix quantized at load: how */
     const struct mmrt_st_tensor *pk_zeros, *pk_scales; /* CONV_PACKED_*: with t = qweight */
+    const struct mmrt_st_tensor *pk_gidx; /* act-order GPTQ's g_idx, else NULL */
 };
 
 /* A weight arena the set holds, with what it accounted on its device. */
@@ -91,6 +93,7 @@ struct mmrt_weights {
         const struct mmrt_st_tensor *t;
         uint8_t *codes;     /* I8 or U4 codes */
         float *scale, *zero; /* zero: U4 only */
+        int32_t *perm;      /* act-order GPTQ: the input of each repacked column */
     } q;
 };
 
@@ -99,6 +102,7 @@ static void q_cache_drop(struct mmrt_weights *w)
     free(w->q.codes);
     free(w->q.scale);
     free(w->q.zero);
+    free(w->q.perm);
     memset(&w->q, 0, sizeof w->q);
 }
 
@@ -629,6 +633,30 @@ static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struc
     packed_dims(w, qw, &K, &N);
     const int64_t G = K / packed_group(w, K);
     const unsigned zero_add = w->packed.kind == MMRT_PACKED_GPTQ && w->packed.zero_minus_one;
+    /* Act-order: column j of the repacked matrix holds input perm[j], the inputs of group 0
+     * first (in input order), then group 1's, …, so each group is a run of g columns as U4
+     * needs (load_packed checked that every group has exactly g inputs). */
+    int64_t *col = NULL; /* input k → its column */
+    if (p->pk_gidx) {
+        const int64_t g = packed_group(w, K);
+        w->q.perm = malloc((size_t)K * sizeof *w->q.perm);
+        col = malloc((size_t)K * sizeof *col);
+        int64_t *fill = calloc((size_t)G, sizeof *fill);
+        if (w->q.perm && col && fill)
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t gi = (int32_t)le32(p->pk_gidx, (uint64_t)k);
+                const int64_t j = gi * g + fill[gi]++;
+                w->q.perm[j] = (int32_t)k;
+                col[k] = j;
+            }
+        const bool ok = w->q.perm && col && fill;
+        free(fill);
+        if (!ok) {
+            free(col);
+            q_cache_drop(w);
+            return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
+        }
+    }
     w->q.codes = calloc((size_t)(N * K / 2) + 1, 1);
     w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
     w->q.zero = malloc((size_t)(N * G) * sizeof(float) + 1);
@@ -641,6 +669,8 @@ static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struc
         for (int i = 0; i < 8; i++) {
             int64_t k, n; /* the code of input k, output n */
             packed_code_at(w, word_i, i, K, N, &k, &n);
+            if (col)
+                k = col[k];
             const uint8_t code = (uint8_t)((word >> (4 * i)) & 0xFu);
             uint8_t *b = w->q.codes + n * (K / 2) + (k / 32) * 16 + k % 16;
             *b |= (uint8_t)(k % 32 < 16 ? code : code << 4);
@@ -659,6 +689,7 @@ static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struc
             }
         }
     free(s);
+    free(col);
     if (st != MMRT_OK) {
         q_cache_drop(w);
         return st;
@@ -674,7 +705,7 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
         return MMRT_OK;
     q_cache_drop(w);
     if (p->conv == CONV_PACKED_CODES || p->conv == CONV_PACKED_SCALES ||
-        p->conv == CONV_PACKED_ZEROS)
+        p->conv == CONV_PACKED_ZEROS || p->conv == CONV_PACKED_PERM)
         return repack(w, p, err);
     const bool q4 = p->conv == CONV_Q4_CODES || p->conv == CONV_Q4_SCALES ||
                     p->conv == CONV_Q4_ZEROS;
@@ -731,6 +762,8 @@ static mmrt_status upload_quantized(struct mmrt_weights *w, const struct pending
         src = w->q.codes;
     else if (p->conv == CONV_Q4_ZEROS || p->conv == CONV_PACKED_ZEROS)
         src = w->q.zero;
+    else if (p->conv == CONV_PACKED_PERM)
+        src = w->q.perm;
     return mmrt_dev_upload(p->dev, dst, src, p->nbytes, err);
 }
 
@@ -932,25 +965,38 @@ static mmrt_status check_zero_points(const struct mmrt_st_tensor *t, struct mmrt
     return MMRT_OK;
 }
 
-/* GPTQ's g_idx [K] (the group of each input): mmrt's U4 groups are runs of consecutive
- * inputs, so it must be k / g — what GPTQ writes without act-order, and with act-order when
- * the exporter put the inputs back in order. Otherwise the inputs would have to be permuted
- * before the product: refused by name. */
+/* GPTQ's g_idx [K] (the group of each input): k / g without act-order. With act-order
+ * (desc_act) the groups are any partition of the inputs into G sets of g, which repack()
+ * turns into runs by permuting the columns (and x, at each product: mmrt_weight.perm). Sets
+ * *act_order when g_idx is not k / g; a group index outside [0, G) or a group of another
+ * size is refused by tensor, input and group. */
 static mmrt_status check_gidx(const struct mmrt_st_tensor *t, int64_t K, int64_t g,
-                              struct mmrt_error *err)
+                              bool *act_order, struct mmrt_error *err)
 {
+    *act_order = false;
     if (t->dtype != MMRT_DTYPE_I32 || t->n_dims != 1 || t->shape[0] != K)
         return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' must be I32 [%lld] (GPTQ, "
                               "one group index per input)", t->file, t->name, (long long)K);
-    for (int64_t k = 0; k < K; k++)
-        if ((int64_t)(int32_t)le32(t, (uint64_t)k) != k / g)
-            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                                  "%s: tensor '%s' puts input %lld in group %d, not %lld: "
-                                  "act-order GPTQ (desc_act) with its inputs reordered needs "
-                                  "them permuted before each product, which mmrt does not do "
-                                  "yet", t->file, t->name, (long long)k,
-                                  (int)(int32_t)le32(t, (uint64_t)k), (long long)(k / g));
-    return MMRT_OK;
+    const int64_t G = K / g;
+    int64_t *count = calloc((size_t)G, sizeof *count);
+    if (!count)
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", t->file);
+    mmrt_status st = MMRT_OK;
+    for (int64_t k = 0; k < K && st == MMRT_OK; k++) {
+        const int64_t gi = (int32_t)le32(t, (uint64_t)k);
+        if (gi < 0 || gi >= G)
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' puts input %lld in group "
+                                "%lld, outside the %lld groups of %lld inputs", t->file, t->name,
+                                (long long)k, (long long)gi, (long long)G, (long long)g);
+        else if (++count[gi] > g)
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: tensor '%s' puts more than %lld "
+                                "inputs in group %lld (input %lld is one too many): every group "
+                                "holds group_size inputs", t->file, t->name, (long long)g,
+                                (long long)gi, (long long)k);
+        *act_order |= gi != k / g;
+    }
+    free(count);
+    return st;
 }
 
 /* compressed-tensors' weight_shape: the original [N, K] as two integers (I32 or I64). */
@@ -1044,26 +1090,31 @@ static mmrt_status load_packed(struct mmrt_weights *w, struct mmrt_dev *dev, int
                                   (long long)K, (long long)N, (long long)g);
     }
     mmrt_status st = check_finite(es->t, err);
+    bool act_order = false;
     if (st == MMRT_OK && eg)
-        st = ct ? check_shape_tensor(eg->t, N, K, err) : check_gidx(eg->t, K, g, err);
+        st = ct ? check_shape_tensor(eg->t, N, K, err)
+                : check_gidx(eg->t, K, g, &act_order, err);
     if (st != MMRT_OK)
         return st;
-    const int64_t codes[2] = { N, K / 2 }, groups[2] = { N, G };
+    const int64_t codes[2] = { N, K / 2 }, groups[2] = { N, G }, inputs[1] = { K };
     w->matrix_format = MMRT_WEIGHTS_INT4; /* what its codes are; the group is the checkpoint's */
     if (!push_pending(w, eq, dev, &out->t, CONV_PACKED_CODES, MMRT_DTYPE_U4, 2, codes, err) ||
         !push_pending(w, eq, dev, &out->scale, CONV_PACKED_SCALES, MMRT_DTYPE_F32, 2, groups,
                       err) ||
         !push_pending(w, eq, dev, &out->zero, CONV_PACKED_ZEROS, MMRT_DTYPE_F32, 2, groups,
-                      err))
+                      err) ||
+        (act_order && !push_pending(w, eq, dev, &out->perm, CONV_PACKED_PERM, MMRT_DTYPE_I32, 1,
+                                    inputs, err)))
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
     es->read = true;
     if (ez)
         ez->read = true;
     if (eg)
         eg->read = true;
-    for (size_t i = w->n_pending - 3; i < w->n_pending; i++) {
+    for (size_t i = w->n_pending - (act_order ? 4 : 3); i < w->n_pending; i++) {
         w->pending[i].pk_zeros = ez ? ez->t : NULL;
         w->pending[i].pk_scales = es->t;
+        w->pending[i].pk_gidx = act_order ? eg->t : NULL;
     }
     return MMRT_OK;
 }

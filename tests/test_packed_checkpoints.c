@@ -10,9 +10,12 @@
  * those weights dequantized to f32 by the script. mmrt repacks both into its U4 layout at
  * load, so all three must give the same answers: every logit of every step within 1e-5
  * (relative to the step's largest) and the same tokens, on the CPU plugin and with the
- * language stage on OpenCL. Then the configurations and tensors mmrt cannot run are refused
- * by key and value or by tensor name.
+ * language stage on OpenCL; so must packed-gptq rewritten as act-order (desc_act: every
+ * input moved to another column, the weights unchanged), and a matrix whose groups are drawn
+ * at random from its inputs must multiply exactly enough. Then the configurations and tensors
+ * mmrt cannot run are refused by key and value or by tensor name.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,12 +23,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "device.h"
 #include "golden.h"
 #include "model.h"
+#include "ops.h"
+#include "weights.h"
 #include "mmrt/mmrt.h"
 #include "request_util.h"
 
@@ -55,10 +62,14 @@ static void on_logits(void *user, int step, const float *logits, int64_t vocab)
     a->n_steps = step + 1 > a->n_steps ? step + 1 : a->n_steps;
 }
 
+/* `fixture` names a folder of tests/fixtures, or is an absolute path (a scratch copy). */
 static struct mmrt_runtime *open_fixture(const char *fixture, const char *language_plugin)
 {
     char dir[4096], err[2048] = "";
-    golden_fixture_path(dir, sizeof dir, fixture);
+    if (fixture[0] == '/')
+        snprintf(dir, sizeof dir, "%s", fixture);
+    else
+        golden_fixture_path(dir, sizeof dir, fixture);
     struct mmrt_device_config devs[2] = {
         { .name = "cpu0", .plugin = "cpu", .pool_mb = 64 },
         { .name = "lang", .plugin = language_plugin, .pool_mb = 64 },
@@ -121,12 +132,231 @@ static void packed_against_dequantized(const char *fixture, const char *language
     mmrt_destroy(awq);
 }
 
+/* Reads `size` bytes of tensor `name` of the scratch checkpoint. */
+static void scratch_read(const char *name, void *buf, size_t size)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", golden_scratch);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, golden_st_offset(golden_scratch, name), SEEK_SET), 0);
+    assert_int_equal(fread(buf, 1, size, f), size);
+    fclose(f);
+}
+
+/* Reverses the order of the G rows of `row_bytes` of tensor `name` (scales, qzeros). */
+static void scratch_reverse_rows(const char *name, int64_t G, size_t row_bytes)
+{
+    uint8_t *a = malloc((size_t)G * row_bytes), *b = malloc((size_t)G * row_bytes);
+    assert_true(a && b);
+    scratch_read(name, a, (size_t)G * row_bytes);
+    for (int64_t g = 0; g < G; g++)
+        memcpy(b + (size_t)g * row_bytes, a + (size_t)(G - 1 - g) * row_bytes, row_bytes);
+    golden_st_write(golden_scratch, golden_st_offset(golden_scratch, name), b,
+                    (size_t)G * row_bytes);
+    free(a);
+    free(b);
+}
+
+/* packed-gptq as an act-order (desc_act) checkpoint of the same weights: in every matrix the
+ * groups are numbered backwards — g_idx[k] = G − 1 − k / 64, with the scales' and zero
+ * points' rows reversed to match — so each input's scale and zero point, hence every
+ * weight, stay what they were, while mmrt must permute the inputs to bring each group
+ * together. */
+static void make_act_order_gptq(void)
+{
+    golden_scratch_make("packed-gptq");
+    static const struct {
+        const char *name;
+        int64_t K, N; /* inputs, outputs (hidden 128, MLP 384) */
+    } mats[] = {
+        { "self_attn.q_proj", 128, 128 }, { "self_attn.k_proj", 128, 128 },
+        { "self_attn.v_proj", 128, 128 }, { "self_attn.o_proj", 128, 128 },
+        { "mlp.gate_proj", 128, 384 },    { "mlp.up_proj", 128, 384 },
+        { "mlp.down_proj", 384, 128 },
+    };
+    for (int l = 0; l < 4; l++)
+        for (size_t m = 0; m < sizeof mats / sizeof mats[0]; m++) {
+            const int64_t K = mats[m].K, N = mats[m].N, G = K / 64;
+            char base[160], name[200];
+            snprintf(base, sizeof base, "language_model.model.layers.%d.%s", l, mats[m].name);
+            snprintf(name, sizeof name, "%s.scales", base);
+            scratch_reverse_rows(name, G, (size_t)N * 2); /* f16 [G, N] */
+            snprintf(name, sizeof name, "%s.qzeros", base);
+            scratch_reverse_rows(name, G, (size_t)N / 8 * 4); /* I32 [G, N/8] */
+            int32_t gidx[384];
+            for (int64_t k = 0; k < K; k++)
+                gidx[k] = (int32_t)(G - 1 - k / 64);
+            snprintf(name, sizeof name, "%s.g_idx", base);
+            golden_st_write(golden_scratch, golden_st_offset(golden_scratch, name), gidx,
+                            (size_t)K * sizeof gidx[0]);
+        }
+    golden_set_config("quantization_config/desc_act", json_true());
+}
+
+/* One safetensors tensor for write_st. */
+struct st_tensor {
+    const char *name, *dtype;
+    int n_dims;
+    int64_t shape[2];
+    const void *data;
+    size_t nbytes;
+};
+
+static void write_st(const char *dir, const struct st_tensor *t, int n)
+{
+    char header[2048], path[4200];
+    size_t used = (size_t)snprintf(header, sizeof header, "{");
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        used += (size_t)snprintf(header + used, sizeof header - used,
+                                 "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", i ? "," : "",
+                                 t[i].name, t[i].dtype, (long long)t[i].shape[0]);
+        if (t[i].n_dims == 2)
+            used += (size_t)snprintf(header + used, sizeof header - used, ",%lld",
+                                     (long long)t[i].shape[1]);
+        used += (size_t)snprintf(header + used, sizeof header - used,
+                                 "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                                 (unsigned long long)(at + t[i].nbytes));
+        at += t[i].nbytes;
+    }
+    used += (size_t)snprintf(header + used, sizeof header - used, "}");
+    while (used % 8)
+        header[used++] = ' ';
+    assert_true(used < sizeof header);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    const uint64_t hlen = used;
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)(hlen >> (8 * i));
+    assert_int_equal(fwrite(le, 1, 8, f), 8);
+    assert_int_equal(fwrite(header, 1, used, f), used);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(fwrite(t[i].data, 1, t[i].nbytes, f), t[i].nbytes);
+    fclose(f);
+}
+
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+/* Act-order with its groups truly interleaved, on one matrix written by the test: 128
+ * inputs in 4 groups of 32 drawn at random, random codes, zero points and scales, in GPTQ's
+ * packing. mmrt's product for 1 and 3 rows against the sum over k of x · (q − z) · s with
+ * each input's own group, in double. */
+static void test_act_order_interleaved(void **state)
+{
+    (void)state;
+    enum { K = 128, N = 16, GS = 32, G = K / GS };
+    uint32_t seed = 12345;
+    int32_t perm[K], gidx[K];
+    for (int k = 0; k < K; k++)
+        perm[k] = k;
+    for (int k = K - 1; k > 0; k--) { /* Fisher–Yates */
+        const int j = (int)(lcg(&seed) % (uint32_t)(k + 1));
+        const int32_t t = perm[k];
+        perm[k] = perm[j];
+        perm[j] = t;
+    }
+    for (int j = 0; j < K; j++)
+        gidx[perm[j]] = j / GS;
+    static uint8_t q[N][K], z[G][N];
+    static float sc[G][N];
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++)
+            q[n][k] = (uint8_t)(lcg(&seed) & 15);
+    for (int g = 0; g < G; g++)
+        for (int n = 0; n < N; n++) {
+            z[g][n] = (uint8_t)(lcg(&seed) & 15);
+            sc[g][n] = 0.01f + (float)(lcg(&seed) % 1000) * 1e-4f;
+        }
+    /* GPTQ: qweight [K/8, N] (input 8r + i in bits 4i), qzeros [G, N/8] (zero − 1 mod 16) */
+    static uint32_t qweight[K / 8][N], qzeros[G][N / 8];
+    memset(qweight, 0, sizeof qweight);
+    memset(qzeros, 0, sizeof qzeros);
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < N; n++)
+            qweight[k / 8][n] |= (uint32_t)q[n][k] << (4 * (k % 8));
+    for (int g = 0; g < G; g++)
+        for (int n = 0; n < N; n++)
+            qzeros[g][n / 8] |= (uint32_t)((z[g][n] - 1) & 15) << (4 * (n % 8));
+    char dir[] = "/tmp/mmrt_actorder_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const struct st_tensor t[] = {
+        { "m.qweight", "I32", 2, { K / 8, N }, qweight, sizeof qweight },
+        { "m.qzeros", "I32", 2, { G, N / 8 }, qzeros, sizeof qzeros },
+        { "m.scales", "F32", 2, { G, N }, sc, sizeof sc },
+        { "m.g_idx", "I32", 1, { K, 0 }, gidx, sizeof gidx },
+    };
+    write_st(dir, t, 4);
+
+    struct mmrt_error err = { 0 };
+    struct mmrt_dev *dev = NULL;
+    struct mmrt_weights *w = NULL;
+    if (mmrt_dev_open("d", "cpu", 0, 16ull << 20, NULL, 0, &dev, &err) != MMRT_OK ||
+        mmrt_weights_open(dir, false, &w, &err) != MMRT_OK)
+        fail_msg("%s", err.msg);
+    struct mmrt_model_options opts = { 0 };
+    opts.packed = (struct mmrt_packed_format){ .kind = MMRT_PACKED_GPTQ, .group = GS,
+                                               .zero_minus_one = true };
+    mmrt_weights_set_options(w, &opts);
+    struct mmrt_weight m;
+    if (mmrt_weights_load_matrix(w, dev, N, K, &m, &err, "m.weight") != MMRT_OK ||
+        mmrt_weights_commit(w, &err) != MMRT_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(m.perm.n_dims, 1); /* the act-order path, not k / g */
+    for (int M = 1; M <= 3; M += 2) {
+        float x[3][K], y[3][N];
+        for (int r = 0; r < M; r++)
+            for (int k = 0; k < K; k++)
+                x[r][k] = (float)((int)(lcg(&seed) % 2001) - 1000) * 1e-3f;
+        struct mmrt_dev_tensor xt, yt;
+        assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, (int64_t[]){ M, K }, &xt,
+                                               &err), MMRT_OK);
+        assert_int_equal(mmrt_dev_tensor_alloc(dev, MMRT_DTYPE_F32, 2, (int64_t[]){ M, N }, &yt,
+                                               &err), MMRT_OK);
+        assert_int_equal(mmrt_dev_upload(dev, &xt.t, x, (uint64_t)(M * K) * 4, &err), MMRT_OK);
+        if (mmrt_op_matmul(dev, &xt.t, &m, NULL, &yt.t, &err) != MMRT_OK)
+            fail_msg("%s", err.msg);
+        assert_int_equal(mmrt_dev_download(dev, &yt.t, y, (uint64_t)(M * N) * 4, &err),
+                         MMRT_OK);
+        for (int r = 0; r < M; r++)
+            for (int n = 0; n < N; n++) {
+                double want = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    const int g = gidx[k];
+                    const double wk = ((double)q[n][k] - z[g][n]) * (double)sc[g][n];
+                    want += (double)x[r][k] * wk;
+                    mag += fabs((double)x[r][k] * wk);
+                }
+                if (fabs(y[r][n] - want) > 1e-5 * mag)
+                    fail_msg("M %d, y[%d, %d] = %.7g, want %.7g", M, r, n, (double)y[r][n],
+                             want);
+            }
+        mmrt_dev_tensor_free(dev, &yt);
+        mmrt_dev_tensor_free(dev, &xt);
+    }
+    mmrt_weights_close(w);
+    mmrt_dev_close(dev);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    remove(path);
+    rmdir(dir);
+}
+
 static void test_cpu(void **state)
 {
     (void)state;
     packed_against_dequantized("packed-awq", NULL);
     packed_against_dequantized("packed-gptq", NULL);
     packed_against_dequantized("packed-ct", NULL);
+    make_act_order_gptq();
+    packed_against_dequantized(golden_scratch, NULL);
+    golden_scratch_drop(NULL);
 }
 
 static void test_language_on_opencl(void **state)
@@ -136,6 +366,9 @@ static void test_language_on_opencl(void **state)
     packed_against_dequantized("packed-awq", "opencl");
     packed_against_dequantized("packed-gptq", "opencl");
     packed_against_dequantized("packed-ct", "opencl");
+    make_act_order_gptq();
+    packed_against_dequantized(golden_scratch, "opencl");
+    golden_scratch_drop(NULL);
 }
 
 /* What mmrt cannot run is refused before anything is loaded, by key and value. */
@@ -189,9 +422,10 @@ static void test_tensors_refused_by_name(void **state)
     golden_scratch_drop(NULL);
 }
 
-/* GPTQ: another width or checkpoint format refused by key and value; a g_idx that reorders
- * the inputs (act-order) refused by tensor name, input and group; one group per row (-1)
- * read as such (so the fixture's 64-input groups no longer fit its scales, named). */
+/* GPTQ: another width or checkpoint format refused by key and value; a g_idx that is no
+ * partition of the inputs into whole groups refused by tensor name, input and group; one
+ * group per row (-1) read as such (so the fixture's 64-input groups no longer fit its
+ * scales, named). */
 static void test_gptq_refused(void **state)
 {
     (void)state;
@@ -209,15 +443,18 @@ static void test_gptq_refused(void **state)
     golden_set_config("quantization_config/group_size", json_integer(-1));
     golden_expect_load_error(MMRT_ERR_FORMAT, ".qzeros' must be I32 [1, 16]");
     golden_scratch_drop(NULL);
-    /* act-order: input 0 of the first layer's gate projection moved to group 1 */
+    /* a g_idx that is no partition into groups of 64: input 0 moved to group 1 (65 inputs
+     * there), then to group 2 (of 2) */
     golden_scratch_make("packed-gptq");
-    const int32_t one = 1;
-    golden_st_write(golden_scratch,
-                    golden_st_offset(golden_scratch,
-                                     "language_model.model.layers.0.mlp.gate_proj.g_idx"),
-                    &one, sizeof one);
-    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "gate_proj.g_idx' puts input 0 in group 1, "
-                                                   "not 0: act-order GPTQ");
+    const int32_t one = 1, two = 2;
+    const long gidx = golden_st_offset(golden_scratch,
+                                       "language_model.model.layers.0.mlp.gate_proj.g_idx");
+    golden_st_write(golden_scratch, gidx, &one, sizeof one);
+    golden_expect_load_error(MMRT_ERR_FORMAT, "gate_proj.g_idx' puts more than 64 inputs in "
+                                              "group 1 (input 127 is one too many)");
+    golden_st_write(golden_scratch, gidx, &two, sizeof two);
+    golden_expect_load_error(MMRT_ERR_FORMAT, "gate_proj.g_idx' puts input 0 in group 2, "
+                                              "outside the 2 groups of 64 inputs");
     golden_scratch_drop(NULL);
 }
 
@@ -263,6 +500,7 @@ int main(void)
 {
     mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_act_order_interleaved),
         cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_language_on_opencl),
         cmocka_unit_test(test_config_refused),
