@@ -17,7 +17,7 @@
  * shape as a smoke test (never a timing assertion). test_cpu_isa checks the same on every
  * kernel table and dtype.
  *
- * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] [--dtype f32|f16|bf16]
+ * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] [--dtype f32|f16|bf16|u4]
  *                       [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] M…
  */
 #define _POSIX_C_SOURCE 200809L
@@ -34,7 +34,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
-                    "[--dtype f32|f16|bf16] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
+                    "[--dtype f32|f16|bf16|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
                     "M…\n");
     return 2;
 }
@@ -73,8 +73,13 @@ int main(int argc, char **argv)
     enum mmrt_dtype dt = strcmp(dtname, "f32") == 0    ? MMRT_DTYPE_F32
                          : strcmp(dtname, "bf16") == 0 ? MMRT_DTYPE_BF16
                          : strcmp(dtname, "f16") == 0  ? MMRT_DTYPE_F16
+                         : strcmp(dtname, "u4") == 0   ? MMRT_DTYPE_U4
                                                        : (enum mmrt_dtype)-1;
-    if ((int)dt < 0 || K < 1 || N < 1 || repeat < 1 || copies < 1 || copies > 64)
+    /* u4: INT4 as [model] weights = int4 holds it, groups of 128 with a scale and a zero
+     * point each (plugin.h MATMUL), so K must be whole groups */
+    const int64_t U4_GROUP = 128;
+    if ((int)dt < 0 || K < 1 || N < 1 || repeat < 1 || copies < 1 || copies > 64 ||
+        (dt == MMRT_DTYPE_U4 && K % U4_GROUP != 0))
         return usage();
     if (n_m == 0) {
         Ms[0] = 1, Ms[1] = 8, Ms[2] = 16;
@@ -100,16 +105,25 @@ int main(int argc, char **argv)
 
     /* W [N, K] in dt, and the largest x; smaller M use its first rows, so every row of every
      * M has one M = 1 counterpart. */
-    size_t es = dt == MMRT_DTYPE_F32 ? 4 : 2;
-    void *w = malloc((size_t)(N * K) * es);
+    /* bytes of W: u4 packs two codes a byte, and its scales and zero points add 8 per group */
+    const double es = dt == MMRT_DTYPE_F32 ? 4 : dt == MMRT_DTYPE_U4 ? 0.5 + 8.0 / U4_GROUP : 2;
+    const int64_t G = K / U4_GROUP;
+    void *w = malloc(dt == MMRT_DTYPE_U4 ? (size_t)(N * K / 2) : (size_t)(N * K) * (size_t)es);
+    float *sz = dt == MMRT_DTYPE_U4 ? malloc((size_t)(2 * N * G) * sizeof(float)) : NULL;
     float *x = malloc((size_t)(max_m * K) * sizeof(float));
     float *y1 = malloc((size_t)(max_m * N) * sizeof(float));
     float *y = malloc((size_t)(max_m * N) * sizeof(float));
-    if (!w || !x || !y1 || !y) {
+    if (!w || !x || !y1 || !y || (dt == MMRT_DTYPE_U4 && !sz)) {
         fprintf(stderr, "cpu-gemm-bench: out of memory\n");
         return 1;
     }
-    for (int64_t i = 0; i < N * K; i++) {
+    for (int64_t i = 0; dt == MMRT_DTYPE_U4 && i < N * K / 2; i++)
+        ((uint8_t *)w)[i] = (uint8_t)(bench_rng_f(&rng) * 65536.0f);
+    for (int64_t i = 0; dt == MMRT_DTYPE_U4 && i < N * G; i++) {
+        sz[i] = 0.001f + 0.01f * (bench_rng_f(&rng) + 1.0f);          /* scales */
+        sz[N * G + i] = (float)((int)((bench_rng_f(&rng) + 1.0f) * 7.5f)); /* zero points */
+    }
+    for (int64_t i = 0; dt != MMRT_DTYPE_U4 && i < N * K; i++) {
         float v = bench_rng_f(&rng);
         if (dt == MMRT_DTYPE_F32)
             ((float *)w)[i] = v;
@@ -119,17 +133,28 @@ int main(int argc, char **argv)
     }
     for (int64_t i = 0; i < max_m * K; i++)
         x[i] = bench_rng_f(&rng);
-    struct harness_tensor tws[64];
-    for (int c = 0; c < copies; c++)
-        if (harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, K }, &tws[c]) != MMRT_OK ||
-            harness_upload(&h, &tws[c], w) != MMRT_OK) {
+    struct harness_tensor tws[64], tsc[64], tzp[64];
+    const int64_t wcols = dt == MMRT_DTYPE_U4 ? K / 2 : K;
+    for (int c = 0; c < copies; c++) {
+        bool ok = harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, wcols }, &tws[c]) ==
+                      MMRT_OK &&
+                  harness_upload(&h, &tws[c], w) == MMRT_OK;
+        if (ok && dt == MMRT_DTYPE_U4)
+            ok = harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, &tsc[c]) ==
+                     MMRT_OK &&
+                 harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, &tzp[c]) ==
+                     MMRT_OK &&
+                 harness_upload(&h, &tsc[c], sz) == MMRT_OK &&
+                 harness_upload(&h, &tzp[c], sz + N * G) == MMRT_OK;
+        if (!ok) {
             fprintf(stderr, "cpu-gemm-bench: cannot upload W\n");
             return 1;
         }
+    }
 
     printf("cpu-gemm-bench: isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB) × %d copies, "
            "best of %d\n", isa, threads ? threads : "default", (long long)N, (long long)K, dtname,
-           (double)(N * K) * (double)es / 1048576.0, copies, repeat);
+           (double)(N * K) * es / 1048576.0, copies, repeat);
     printf("%6s %10s %10s %10s %12s %8s\n", "M", "ms", "W GB/s", "GFLOP/s", "ms per row",
            "vs M=1");
     /* Item -1 is M = 1 over each row of x alone: the reference rows and the M = 1 time. */
@@ -143,11 +168,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "cpu-gemm-bench: cannot allocate x/y\n");
             return 1;
         }
-        struct harness_tensor *src[2] = { &tx, &tws[0] };
+        const bool u4 = dt == MMRT_DTYPE_U4;
+        struct harness_tensor *src[5] = { &tx, &tws[0], NULL, u4 ? &tsc[0] : NULL,
+                                          u4 ? &tzp[0] : NULL };
+        const int n_src = u4 ? 5 : 2;
         if (mi < 0)
             for (int64_t r = 0; r < max_m; r++)
                 if (harness_upload(&h, &tx, x + r * K) ||
-                    harness_run(&h, MMRT_OP_MATMUL, src, 2, &ty, NULL, 0) ||
+                    harness_run(&h, MMRT_OP_MATMUL, src, n_src, &ty, NULL, 0) ||
                     harness_download(&h, &ty, y1 + r * N))
                     return 1;
         if (harness_upload(&h, &tx, x))
@@ -155,8 +183,12 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
             src[1] = &tws[rep % copies];
+            if (u4) {
+                src[3] = &tsc[rep % copies];
+                src[4] = &tzp[rep % copies];
+            }
             double t0 = bench_now_s();
-            if (harness_run(&h, MMRT_OP_MATMUL, src, 2, &ty, NULL, 0) != MMRT_OK)
+            if (harness_run(&h, MMRT_OP_MATMUL, src, n_src, &ty, NULL, 0) != MMRT_OK)
                 return 1;
             double t = bench_now_s() - t0;
             if (rep > 0 && t < best)
@@ -176,7 +208,7 @@ int main(int argc, char **argv)
         if (mi < 0) {
             t_one = best;
         } else {
-            double wbytes = (double)(N * K) * (double)es;
+            double wbytes = (double)(N * K) * es;
             printf("%6lld %10.3f %10.2f %10.1f %12.4f %7.2fx\n", (long long)M, best * 1e3,
                    wbytes / best / 1e9, 2.0 * (double)(M * N * K) / best / 1e9,
                    best * 1e3 / (double)M, best / t_one);
@@ -185,8 +217,14 @@ int main(int argc, char **argv)
         harness_tensor_free(&h, &ty);
     }
     printf("rows bit-identical to M = 1: %s\n", bad ? "NO" : "yes");
-    for (int c = 0; c < copies; c++)
+    for (int c = 0; c < copies; c++) {
         harness_tensor_free(&h, &tws[c]);
+        if (dt == MMRT_DTYPE_U4) {
+            harness_tensor_free(&h, &tsc[c]);
+            harness_tensor_free(&h, &tzp[c]);
+        }
+    }
+    free(sz);
     harness_close(&h);
     free(w);
     free(x);
