@@ -4,9 +4,9 @@ of coloured shapes.
 
 No model hub is reachable from the machines mmrt is built on, so the default deployment
 (conf/demo.ini) needs a model made here that really sees. This script makes it from nothing,
-on the CPU, in three runs of the script (docs/DEMO.md gives the command lines; the committed
-model took 69 + 6 + 30 minutes on 2 cores shared with other work, about 0.4 s a step on 2
-idle cores):
+on the CPU, in four runs of the script (docs/DEMO.md gives the command lines; the committed
+model took 69 + 6 + 30 + 18 minutes on 2 cores shared with other work, about 0.4 s a step on
+2 idle cores):
 
   1. synthetic scenes: one to four shapes (circle, square, triangle, star) in six colours and
      three sizes, at random positions, on plain or textured backgrounds, at varied image sizes
@@ -28,8 +28,11 @@ Run on a developer machine, never in CI (docs/DEMO.md):
     /tmp/venv/bin/python tools/train_demo.py --out /tmp/stage1 --stop-at 3979
     /tmp/venv/bin/python tools/train_demo.py --out /tmp/stage2 --resume /tmp/stage1/llava-shapes \
         --steps 900 --lr 1e-3 --warmup 50 --kind-weights 1.5,0.7,0.3,3,3,1 --one-way-steps 400
-    /tmp/venv/bin/python tools/train_demo.py --out demo --resume /tmp/stage2/llava-shapes \
+    /tmp/venv/bin/python tools/train_demo.py --out /tmp/stage3 --resume /tmp/stage2/llava-shapes \
         --steps 1200 --lr 1e-3 --warmup 50 --kind-weights 1.5,0.7,0.3,3,3,1 \
+        --attention-aux 1 --direction-aux 1
+    /tmp/venv/bin/python tools/train_demo.py --out demo --resume /tmp/stage3/llava-shapes \
+        --steps 500 --lr 3e-4 --warmup 50 --kind-weights 1.5,0.7,0.5,3,2,1.5 \
         --attention-aux 1 --direction-aux 1
 
 Deterministic: fixed seeds, one scene stream per purpose, deterministic torch algorithms and a
