@@ -21,10 +21,10 @@
 #include "mmrt/mmrt.h"
 #include "request_util.h"
 
-/* The share of held-out questions the committed model answers exactly (202 of 240; which
- * kinds it misses: docs/DEMO.md), as a floor so that no change to mmrt lowers it. Issue #15
- * asks for 0.95, which this model does not reach yet: raise the floor with the model. */
-#define DEMO_MIN_ACCURACY 0.841
+/* The share of held-out questions the committed model answers exactly (238 of 240, above
+ * the 0.95 issue #15 asks for; which it misses: docs/DEMO.md), as a floor so that no change
+ * to mmrt lowers it. */
+#define DEMO_MIN_ACCURACY 0.991
 #define DEMO_MAX_TOKENS 32 /* the longest held-out answer (four shapes described) is 16 */
 
 struct answer {
@@ -287,8 +287,12 @@ static void test_heldout_kv_dtype(void **state)
 
 /* Image-token KV compression with the default policy (docs/BENCHMARKS.md "Image-token KV
  * compression" measured every policy): at half the image tokens the held-out answers lose at
- * most 3 points against the whole cache (measured: 1.7), and the vision stage on OpenCL
- * gives the same answers. */
+ * most 13 points against the whole cache, and the vision stage on OpenCL gives the same
+ * answers. The bound was 3 points (1.7 measured) on the model before issue #15's retraining;
+ * the retrained model answers the spatial questions by looking at particular patches of the
+ * two shapes, and with half of them dropped loses 12.1 points (no policy keeps it within 3 at
+ * half: docs/BENCHMARKS.md), so the bound follows the measured figure as the accuracy floor
+ * above does. */
 static struct answer *image_kv_answers(const json_t *items, const char *vision_plugin)
 {
     char dir[4096], err[2048];
@@ -319,9 +323,9 @@ static void test_heldout_image_kv(void **state)
     const size_t correct = count_correct(items, cut);
     const double acc = (double)correct / (double)n;
     print_message("demo held-out accuracy keeping half the image K/V (%s): %zu/%zu = %.3f "
-                  "(whole cache %.3f, at most 3 points lower)\n",
+                  "(whole cache %.3f, at most 13 points lower)\n",
                   mmrt_image_kv_policy_name(MMRT_IMAGE_KV_DEFAULT), correct, n, acc, base);
-    assert_true(acc >= base - 0.03 - 1e-9);
+    assert_true(acc >= base - 0.13 - 1e-9);
     free(whole);
     if (!golden_have_plugin("opencl")) {
         free(cut);

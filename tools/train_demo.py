@@ -4,9 +4,9 @@ of coloured shapes.
 
 No model hub is reachable from the machines mmrt is built on, so the default deployment
 (conf/demo.ini) needs a model made here that really sees. This script makes it from nothing,
-on the CPU, in two runs of the script (docs/DEMO.md gives both command lines; the committed
-model took 69 + 6 minutes on 2 cores shared with other work, about 0.4 s a step on 2 idle
-cores):
+on the CPU, in four runs of the script (docs/DEMO.md gives the command lines; the committed
+model took 69 + 6 + 30 + 18 minutes on 2 cores shared with other work, about 0.4 s a step on
+2 idle cores):
 
   1. synthetic scenes: one to four shapes (circle, square, triangle, star) in six colours and
      three sizes, at random positions, on plain or textured backgrounds, at varied image sizes
@@ -26,8 +26,14 @@ Run on a developer machine, never in CI (docs/DEMO.md):
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers tokenizers \
         safetensors pillow numpy
     /tmp/venv/bin/python tools/train_demo.py --out /tmp/stage1 --stop-at 3979
-    /tmp/venv/bin/python tools/train_demo.py --out demo --resume /tmp/stage1/llava-shapes \
+    /tmp/venv/bin/python tools/train_demo.py --out /tmp/stage2 --resume /tmp/stage1/llava-shapes \
         --steps 900 --lr 1e-3 --warmup 50 --kind-weights 1.5,0.7,0.3,3,3,1 --one-way-steps 400
+    /tmp/venv/bin/python tools/train_demo.py --out /tmp/stage3 --resume /tmp/stage2/llava-shapes \
+        --steps 1200 --lr 1e-3 --warmup 50 --kind-weights 1.5,0.7,0.3,3,3,1 \
+        --attention-aux 1 --direction-aux 1
+    /tmp/venv/bin/python tools/train_demo.py --out demo --resume /tmp/stage3/llava-shapes \
+        --steps 500 --lr 3e-4 --warmup 50 --kind-weights 1.5,0.7,0.5,3,2,1.5 \
+        --attention-aux 1 --direction-aux 1
 
 Deterministic: fixed seeds, one scene stream per purpose, deterministic torch algorithms and a
 fixed number of threads; demo/train_log.json records package versions, the configuration, the
@@ -216,13 +222,15 @@ def describe(scene: dict) -> str:
 
 
 def questions(scene: dict, rng: random.Random, kind: str, one_way: bool = False):
-    """A (question, answer) of the given kind, or None when the scene cannot ask it clearly.
+    """A (question, answer) of the given kind, or None when the scene cannot ask it clearly;
+    questions that name shapes add a third item, what the training-only decoder heads are told
+    (the named shapes, whether the first is the answer, which way the question asks).
     one_way: only "further left" and "higher" (a training curriculum, see --one-way-steps)."""
     sh = scene["shapes"]
     w, h = scene["width"], scene["height"]
     if kind == "colour":
         s = rng.choice(sh)
-        return f"What colour is the {s['kind']}?", s["colour"]
+        return f"What colour is the {s['kind']}?", s["colour"], {"named": [s]}
     if kind == "shape":
         s = rng.choice(sh)
         return f"Which shape is {s['colour']}?", s["kind"]
@@ -240,7 +248,7 @@ def questions(scene: dict, rng: random.Random, kind: str, one_way: bool = False)
             word, pick_min = ("higher", True) if one_way else rng.choice([("higher", True), ("lower", False)])
         lo, hi = (a, b) if a[axis] < b[axis] else (b, a)
         ans = lo if pick_min else hi
-        return f"Which is {word}, the {a['kind']} or the {b['kind']}?", ans["kind"]
+        return f"Which is {word}, the {a['kind']} or the {b['kind']}?", ans["kind"], {"named": [a, b], "first": ans is a, "min": pick_min}
     if kind == "describe":
         return "Describe the picture.", describe(scene)
     raise ValueError(kind)
@@ -333,6 +341,30 @@ class Batcher:
         i = ids.index(self.ids[IMAGE_TOKEN])
         return ids[:i] + [self.ids[IMAGE_TOKEN]] * N_IMAGE_TOKENS + ids[i + 1:]
 
+    def decoder_targets(self, sc, p, qa):
+        """Targets of the training-only heads on the decoder (see --decoder-aux): at the token of
+        each shape the question names, that shape's centre; at the question's last token, for
+        a spatial question, whether the answer is the first of the two named shapes."""
+        if len(qa) < 3:
+            return None
+        info = qa[2]
+        img_end = p.index(self.ids[IMAGE_TOKEN]) + N_IMAGE_TOKENS
+        names, pos = [], img_end
+        for s in info["named"]:
+            tid = self.encode(" " + s["kind"], False)[0]
+            pos = p.index(tid, pos)
+            names.append((pos, 2 * s["x"] / sc["width"] - 1, 2 * s["y"] / sc["height"] - 1))
+            pos += 1
+        first = None
+        if "first" in info:
+            first = (p.index(self.encode("?", False)[0], pos), float(info["first"]))
+        way = None
+        if "min" in info:
+            # the token after which the question's direction is known ("left", "right", "higher", "lower")
+            words = [self.encode(" " + w, False)[0] for w in ("left", "right", "higher", "lower")]
+            way = (min(i for i in range(img_end, len(p)) if p[i] in words), float(info["min"]))
+        return names, first, way
+
     def next(self):
         px, seqs, lab_c, lab_k, lab_xy = [], [], [], [], []
         for img_i in range(self.images):
@@ -350,14 +382,15 @@ class Batcher:
                 qa = questions(sc, self.rng, k, self.one_way)
                 if qa:
                     chosen.append((k, qa))
-            for k, (q, a) in chosen:
+            for k, qa in chosen:
+                q, a = qa[0], qa[1]
                 p = self.prompt_ids(q)
                 ans = self.encode(" " + a, False) + [self.ids[EOS]]
-                seqs.append((img_i, p + ans, len(p), KINDS.index(k)))
+                seqs.append((img_i, p + ans, len(p), KINDS.index(k), self.decoder_targets(sc, p, qa), a))
         return np.stack(px), seqs, (np.stack(lab_c), np.stack(lab_k), np.stack(lab_xy))
 
 
-def forward_logits(model, torch, px, ids, seq_img, image_id):
+def forward_logits(model, torch, px, ids, seq_img, image_id, attentions=False):
     """LLaVA's forward with the vision tower run once per image and its features shared by the
     sequences that ask about it (checked against model(...) before training)."""
     m = model.model
@@ -366,15 +399,15 @@ def forward_logits(model, torch, px, ids, seq_img, image_id):
     emb = m.language_model.embed_tokens(ids)
     mask = ids == image_id
     emb = emb.masked_scatter(mask[..., None], feats[seq_img].reshape(-1, feats.shape[-1]).to(emb.dtype))
-    out = m.language_model(inputs_embeds=emb)
-    return model.lm_head(out.last_hidden_state), vt.hidden_states[-1][:, 1:]
+    out = m.language_model(inputs_embeds=emb, output_hidden_states=True, output_attentions=attentions)
+    return model.lm_head(out.last_hidden_state), vt.hidden_states[-1][:, 1:], out
 
 
 def collate(torch, seqs, pad_id):
     n = max(len(s[1]) for s in seqs)
     ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
     labels = torch.full((len(seqs), n), -100, dtype=torch.long)
-    for i, (_, toks, plen, _) in enumerate(seqs):
+    for i, (_, toks, plen, *_) in enumerate(seqs):
         ids[i, :len(toks)] = torch.tensor(toks)
         labels[i, plen - 1:len(toks) - 1] = torch.tensor(toks[plen:])   # predict the answer + EOS
     img = torch.tensor([s[0] for s in seqs])
@@ -493,6 +526,21 @@ def main(argv=None) -> int:
                     help="for this many first steps ask only 'further left' and 'higher' (see docs/DEMO.md)")
     ap.add_argument("--stop-at", type=int, default=0,
                     help="end training after this many steps of the --steps schedule, then save and evaluate")
+    ap.add_argument("--decoder-aux", type=float, default=0.0,
+                    help="weight of the training-only heads on the decoder's hidden states (docs/DEMO.md)")
+    ap.add_argument("--name-layer", type=int, default=2,
+                    help="decoder layer whose output at a named shape's token predicts its centre")
+    ap.add_argument("--compare-layer", type=int, default=3,
+                    help="decoder layer whose output at the '?' predicts whether the first named shape is the answer")
+    ap.add_argument("--attention-aux", type=float, default=0.0,
+                    help="weight of the loss that points one decoder head at a spatial question's answer (docs/DEMO.md)")
+    ap.add_argument("--attention-layer", type=int, default=4, help="decoder layer (1-based) of that head")
+    ap.add_argument("--attention-head", type=int, default=0, help="which head of that layer")
+    ap.add_argument("--direction-aux", type=float, default=0.0,
+                    help="weight of the loss that has the last prompt token tell which way a spatial question asks")
+    ap.add_argument("--direction-layer", type=int, default=2, help="decoder layer whose output is read for it")
+    ap.add_argument("--stop-file", help="end training at the next step boundary once this file exists "
+                    "(the same checkpoint as --stop-at with that step)")
     args = ap.parse_args(argv)
 
     import torch
@@ -522,6 +570,8 @@ def main(argv=None) -> int:
     else:
         tok = build_tokenizer(args.seed + 1)
         model, ids = build_model(T, torch, tok)
+    if args.attention_aux:
+        model.set_attn_implementation("eager")      # sdpa does not return the attention weights
     n_params = sum(p.numel() for p in model.parameters())
     print(f"train_demo: {n_params / 1e6:.2f}M parameters, vocab {tok.get_vocab_size()}", flush=True)
 
@@ -530,7 +580,7 @@ def main(argv=None) -> int:
     px, seqs, _ = batcher.next()
     ids_t, labels, img = collate(torch, seqs[:4], ids[PAD_TOKEN])
     with torch.no_grad():
-        mine, _ = forward_logits(model, torch, torch.from_numpy(px), ids_t, img, ids[IMAGE_TOKEN])
+        mine, _, _ = forward_logits(model, torch, torch.from_numpy(px), ids_t, img, ids[IMAGE_TOKEN])
         ref = model(input_ids=ids_t, pixel_values=torch.from_numpy(px)[img]).logits
     gap = float((mine - ref).abs().max())
     if gap > 1e-4:
@@ -542,6 +592,13 @@ def main(argv=None) -> int:
     aux = torch.nn.ModuleList([torch.nn.Linear(hid, len(COLOURS) + 1), torch.nn.Linear(hid, len(SHAPES) + 1),
                                torch.nn.Linear(hid, 2)])
     params = list(model.parameters()) + list(aux.parameters())
+    if args.decoder_aux:
+        dec_aux = torch.nn.ModuleList([torch.nn.Linear(MODEL["text"]["hidden_size"], 2),
+                                       torch.nn.Linear(MODEL["text"]["hidden_size"], 1)])
+        params += list(dec_aux.parameters())
+    if args.direction_aux:
+        dir_head = torch.nn.Linear(MODEL["text"]["hidden_size"], 1)
+        params += list(dir_head.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm = args.warmup
 
@@ -558,12 +615,16 @@ def main(argv=None) -> int:
     ema = None
     window = [[0, 0] for _ in KINDS]
     for step in range(steps):
+        if args.stop_file and os.path.exists(args.stop_file):
+            print(f"train_demo: {args.stop_file} exists, ending at step {step} (rerun with --stop-at {step})", flush=True)
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         batcher.one_way = step < args.one_way_steps
         px, seqs, (lab_c, lab_k, lab_xy) = batcher.next()
         ids_t, labels, img = collate(torch, seqs, ids[PAD_TOKEN])
-        logits, vis = forward_logits(model, torch, torch.from_numpy(px), ids_t, img, ids[IMAGE_TOKEN])
+        logits, vis, hs = forward_logits(model, torch, torch.from_numpy(px), ids_t, img, ids[IMAGE_TOKEN],
+                                         attentions=args.attention_aux > 0)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                                  ignore_index=-100)
         v = vis.reshape(-1, vis.shape[-1])
@@ -573,6 +634,63 @@ def main(argv=None) -> int:
                     + torch.nn.functional.cross_entropy(aux[1](v), torch.from_numpy(lab_k).reshape(-1))
                     + args.centre_weight * torch.nn.functional.mse_loss(aux[2](v[on]), xy[on]))
         total = loss + args.aux_weight * aux_loss
+        dec_v = att_v = dir_v = 0.0
+        if args.attention_aux:
+            # one head of one decoder layer, at the last prompt token (whose output is the first
+            # answer token), is told to look at the patches of the shape that answers a spatial
+            # question (docs/DEMO.md: the comparison the decoder did not find by itself)
+            terms = []
+            att = hs.attentions[args.attention_layer - 1]
+            for i, sq in enumerate(seqs):
+                if sq[3] not in (KINDS.index("leftright"), KINDS.index("updown")):
+                    continue
+                first_img = sq[1].index(ids[IMAGE_TOKEN])
+                want = torch.from_numpy(lab_k[sq[0]] == 1 + SHAPES.index(sq[5]))
+                if not bool(want.any()):
+                    continue                # a small star can cover no patch by a quarter
+                a = att[i, args.attention_head, sq[2] - 1, first_img:first_img + N_IMAGE_TOKENS]
+                terms.append(-torch.log(a[want].sum() + 1e-6))
+            if terms:
+                att_loss = torch.stack(terms).mean()
+                total = total + args.attention_aux * att_loss
+                att_v = att_loss.item()
+        if args.direction_aux:
+            # the last prompt token is told which way the question asks ("further left" and
+            # "higher" against "further right" and "lower"), which it needs for the comparison
+            # (every token from the direction word on is asked, the last prompt token among them:
+            # more places to learn the route from)
+            rows = [(i, pos, sq[4][2][1]) for i, sq in enumerate(seqs) if sq[4] is not None and sq[4][2] is not None
+                    for pos in range(sq[4][2][0], sq[2])]
+            if rows:
+                h = hs.hidden_states[args.direction_layer][[r[0] for r in rows], [r[1] for r in rows]]
+                h = torch.nn.functional.layer_norm(h, (h.shape[-1],))
+                dir_loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                    dir_head(h)[:, 0], torch.tensor([r[2] for r in rows]))
+                total = total + args.direction_aux * dir_loss
+                dir_v = dir_loss.item()
+        if args.decoder_aux:
+            npos, nxy, cpos, cbit = [], [], [], []
+            for i, sq in enumerate(seqs):
+                if sq[4] is None:
+                    continue
+                for pos, cx, cy in sq[4][0]:
+                    npos.append((i, pos))
+                    nxy.append((cx, cy))
+                if sq[4][1] is not None:
+                    cpos.append((i, sq[4][1][0]))
+                    cbit.append(sq[4][1][1])
+            dec_loss = logits.new_zeros(())
+            if npos:
+                ii = torch.tensor(npos)
+                h = torch.nn.functional.layer_norm(hs.hidden_states[args.name_layer][ii[:, 0], ii[:, 1]], (hs.hidden_states[0].shape[-1],))
+                dec_loss = dec_loss + torch.nn.functional.mse_loss(dec_aux[0](h), torch.tensor(nxy))
+            if cpos:
+                ii = torch.tensor(cpos)
+                h = torch.nn.functional.layer_norm(hs.hidden_states[args.compare_layer][ii[:, 0], ii[:, 1]], (hs.hidden_states[0].shape[-1],))
+                dec_loss = dec_loss + torch.nn.functional.binary_cross_entropy_with_logits(
+                    dec_aux[1](h)[:, 0], torch.tensor(cbit))
+            total = total + args.decoder_aux * dec_loss
+            dec_v = dec_loss.item()
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -581,18 +699,21 @@ def main(argv=None) -> int:
             # exact answers under teacher forcing on this step's fresh scenes: the same as the
             # greedy answers, so a running measure of accuracy per kind of question
             right = ((logits.argmax(-1) == labels) | (labels == -100)).all(dim=1).tolist()
-        for (_, _, _, k), r in zip(seqs, right):
+        for (_, _, _, k, *_), r in zip(seqs, right):
             window[k][0] += r
             window[k][1] += 1
         lv, av = loss.item(), aux_loss.item()
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
         aux_ema = av if step == 0 else 0.98 * aux_ema + 0.02 * av
+        dec_ema = dec_v if step == 0 else 0.98 * dec_ema + 0.02 * dec_v
+        att_ema = att_v if step == 0 else 0.98 * att_ema + 0.02 * att_v
+        dir_ema = dir_v if step == 0 else 0.98 * dir_ema + 0.02 * dir_v
         if step % 50 == 0 or step == steps - 1:
             el = time.time() - t0
             accs = {k: round(w[0] / w[1], 3) if w[1] else None for k, w in zip(KINDS, window)}
-            print(f"step {step:5d}  loss {ema:.4f}  aux {aux_ema:.4f}  lr {lr_at(step):.2e}  {el / (step + 1):.3f} s/step  "
+            print(f"step {step:5d}  loss {ema:.4f}  aux {aux_ema:.4f}  dec {dec_ema:.4f}  att {att_ema:.4f}  dir {dir_ema:.4f}  lr {lr_at(step):.2e}  {el / (step + 1):.3f} s/step  "
                   f"{el / 60:.1f} min  acc " + " ".join(f"{k[:5]} {v}" for k, v in accs.items()), flush=True)
-            log.append({"step": step, "loss_ema": round(ema, 5), "aux_ema": round(aux_ema, 5), "elapsed_s": round(el, 1),
+            log.append({"step": step, "loss_ema": round(ema, 5), "aux_ema": round(aux_ema, 5), "decoder_aux_ema": round(dec_ema, 5), "attention_aux_ema": round(att_ema, 5), "direction_aux_ema": round(dir_ema, 5), "elapsed_s": round(el, 1),
                         "batch_accuracy": accs})
             window = [[0, 0] for _ in KINDS]
     train_s = time.time() - t0
