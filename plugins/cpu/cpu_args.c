@@ -140,8 +140,10 @@ void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, f
 }
 
 float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,
-                          const float *zero, const float *xsum, int64_t G, int64_t gs)
+                          const float *zero, const float *xsum, int64_t G, int64_t gs,
+                          bool stream)
 {
+    (void)stream; /* the reference leaves memory to the hardware */
     float tot = 0;
     for (int64_t g = 0; g < G; g++) {
         float acc = 0;

@@ -71,6 +71,10 @@
  * KC counts k elements; in bf16-dot mode a K block holds 2·GEMM_KC elements (same bytes).
  * KC = 128, 192, 256 and 384 measured within noise of each other (single thread, 577 × 4096
  * × 4096); 256 keeps the W micro-panel (32 KiB) inside a 48 KiB L1. */
+/* How far ahead a U4 row's first pass prefetches its codes (cpu_kernels.q4_dot): one line
+ * per 128 codes, 1 KiB ahead. Without it the INT4 GEMV waited on memory at ~15 GB/s; with
+ * it one row runs ~25 % faster (docs/BENCHMARKS.md, "The INT4 GEMV"). */
+#define CPU_Q4_PREFETCH_BYTES 1024
 #define CPU_GEMM_KC 256
 #define CPU_GEMM_NC 128     /* a multiple of every kernel's NR */
 #define CPU_GEMM_MC 768     /* rows of x per item when M is larger */
@@ -219,9 +223,11 @@ struct cpu_kernels {
     /* One U4 row w (plugin.h layout, K = G·gs codes) against one x row: Σ_g scale[g]·(Σ_{k∈g}
      * code·x − zero[g]·xsum[g]), xsum the x row's group sums (cpu_q4_xsum). The order depends
      * on G and gs alone, so a row's result never depends on the batch (cpu_ops_matmul.c
-     * drives it over W-row blocks). */
+     * drives it over W-row blocks). With `stream`, the row's first pass, it also prefetches
+     * the codes ahead (the rows after it follow in memory); later x rows find the row in
+     * cache. */
     float (*q4_dot)(const float *x, const uint8_t *w, const float *scale, const float *zero,
-                    const float *xsum, int64_t G, int64_t gs);
+                    const float *xsum, int64_t G, int64_t gs, bool stream);
     /* x[i] *= s for i < n; returns the largest result (NaN never chosen; −inf when n = 0
      * or every value is NaN). */
     float (*scale_max)(float *x, float s, int64_t n);
@@ -472,7 +478,8 @@ void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, f
 
 /* The portable table's q4_dot (see struct cpu_kernels). */
 float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,
-                          const float *zero, const float *xsum, int64_t G, int64_t gs);
+                          const float *zero, const float *xsum, int64_t G, int64_t gs,
+                          bool stream);
 
 /* ---- f32 dot product ------------------------------------------------------------------ */
 

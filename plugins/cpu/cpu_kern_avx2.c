@@ -441,13 +441,15 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
 /* As in cpu_kern_avx512.c at 8 lanes: each 8 bytes of a block give codes j…j+7 (low nibbles)
  * and j+16…j+23 (high), so a block of 32 is two loads and four FMAs into two accumulators. */
 static float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
-                           const float *xs, int64_t G, int64_t gs)
+                    const float *xs, int64_t G, int64_t gs, bool stream)
 {
     const __m256i m4 = _mm256_set1_epi32(15);
     __m256 tot = _mm256_setzero_ps();
     float zc = 0;
     for (int64_t g = 0; g < G; g++) {
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int64_t k = g * gs; stream && k < (g + 1) * gs; k += 128)
+            _mm_prefetch((const char *)w + k / 2 + CPU_Q4_PREFETCH_BYTES, _MM_HINT_T0);
         for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
             const uint8_t *b = w + k / 2;
             __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));

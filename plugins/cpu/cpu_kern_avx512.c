@@ -477,13 +477,15 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
  * the group's scale into a running vector; the zero points' share Σ zero·scale·xsum is
  * scalar. The order depends on K and the group size only. */
 static float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
-                           const float *xs, int64_t G, int64_t gs)
+                    const float *xs, int64_t G, int64_t gs, bool stream)
 {
     const __m512i m4 = _mm512_set1_epi32(15);
     __m512 tot = _mm512_setzero_ps();
     float zc = 0;
     for (int64_t g = 0; g < G; g++) {
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (int64_t k = g * gs; stream && k < (g + 1) * gs; k += 128)
+            _mm_prefetch((const char *)w + k / 2 + CPU_Q4_PREFETCH_BYTES, _MM_HINT_T0);
         for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
             __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + k / 2)));
             a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m4)),

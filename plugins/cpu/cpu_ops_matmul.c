@@ -388,7 +388,7 @@ static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
                 c->y[m * c->N + n + r] =
                     c->dev->kern.q4_dot(c->x + m * c->K, c->w + (n + r) * (c->K / 2),
                                         c->scale + (n + r) * G, c->zero + (n + r) * G,
-                                        c->xsum + m * G, G, gs);
+                                        c->xsum + m * G, G, gs, m == 0);
     }
     if (c->b)
         for (int64_t m = 0; m < c->M; m++)
