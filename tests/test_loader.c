@@ -193,6 +193,29 @@ static void test_load_by_name_and_share(void **state)
 }
 
 /* Opens stub device 1 with a small pool; the caller closes it. */
+/* A tensor a test allocates on a device: where its descriptor goes, its dtype and shape. */
+struct tspec {
+    struct mmrt_dev_tensor *t;
+    enum mmrt_dtype dt;
+    int n_dims;
+    int64_t ne[4];
+};
+
+static void alloc_all(struct mmrt_dev *dev, const struct tspec *all, size_t n)
+{
+    struct mmrt_error err = { 0 };
+    for (size_t i = 0; i < n; i++)
+        if (mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne, all[i].t, &err) !=
+            MMRT_OK)
+            fail_msg("tensor %zu: %s", i, err.msg);
+}
+
+static void free_all(struct mmrt_dev *dev, const struct tspec *all, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        mmrt_dev_tensor_free(dev, all[i].t);
+}
+
 static struct mmrt_dev *open_stub(uint64_t pool_bytes)
 {
     char dir[4096];
@@ -296,12 +319,7 @@ static void test_validate_rope_multi_set_rows(void **state)
     struct mmrt_dev *dev = open_stub(4 << 20);
     struct mmrt_error err = { 0 };
     struct mmrt_dev_tensor x, y, yh, pos, pos1, posf, v, vh, idx, idx3, idxf, cache, ci, c9, c2;
-    struct {
-        struct mmrt_dev_tensor *t;
-        enum mmrt_dtype dt;
-        int n_dims;
-        int64_t ne[3];
-    } all[] = {
+    struct tspec all[] = {
         { &x, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },     { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
         { &yh, MMRT_DTYPE_F16, 3, { 3, 4, 8 } },    { &pos, MMRT_DTYPE_I32, 2, { 3, 3 } },
         { &pos1, MMRT_DTYPE_I32, 1, { 3 } },        { &posf, MMRT_DTYPE_F32, 2, { 3, 3 } },
@@ -311,10 +329,7 @@ static void test_validate_rope_multi_set_rows(void **state)
         { &ci, MMRT_DTYPE_I32, 3, { 5, 4, 8 } },    { &c9, MMRT_DTYPE_F32, 3, { 5, 4, 9 } },
         { &c2, MMRT_DTYPE_F16, 2, { 5, 32 } },
     };
-    size_t n_all = sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n_all; i++)
-        assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
-                                               all[i].t, &err), MMRT_OK);
+    alloc_all(dev, all, sizeof all / sizeof all[0]);
     log_reset();
 
     const struct mmrt_rope_multi_params good = { 1e4f, 8, 8, 0, 3, { 2, 1, 1, -5 } };
@@ -383,8 +398,7 @@ static void test_validate_rope_multi_set_rows(void **state)
     assert_non_null(strstr(err.msg, "SET_ROWS: src1 (idx) has dtype F32, expected I32"));
     assert_false(log_has("call op")); /* nothing reached the plugin */
 
-    for (size_t i = 0; i < n_all; i++)
-        mmrt_dev_tensor_free(dev, all[i].t);
+    free_all(dev, all, sizeof all / sizeof all[0]);
     mmrt_dev_close(dev);
 }
 
@@ -399,12 +413,7 @@ static void test_validate_gather_heads_l2_norm(void **state)
     struct mmrt_error err = { 0 };
     struct mmrt_dev_tensor tab, tab16, tab2, tabi8, idx, idx3, idx0, idxf, idx2d, y, y5, yh, y2d,
         x, x1, n4, n5, n41, nh;
-    struct {
-        struct mmrt_dev_tensor *t;
-        enum mmrt_dtype dt;
-        int n_dims;
-        int64_t ne[3];
-    } all[] = {
+    struct tspec all[] = {
         { &tab, MMRT_DTYPE_F32, 3, { 6, 2, 8 } },   { &tab16, MMRT_DTYPE_BF16, 3, { 6, 2, 8 } },
         { &tab2, MMRT_DTYPE_F16, 2, { 12, 8 } },    { &tabi8, MMRT_DTYPE_I8, 3, { 6, 2, 8 } },
         { &idx, MMRT_DTYPE_I32, 3, { 4, 2, 3 } },   { &idx3, MMRT_DTYPE_I32, 3, { 4, 3, 3 } },
@@ -416,10 +425,7 @@ static void test_validate_gather_heads_l2_norm(void **state)
         { &n5, MMRT_DTYPE_F32, 1, { 5 } },          { &n41, MMRT_DTYPE_F32, 2, { 2, 2 } },
         { &nh, MMRT_DTYPE_F16, 3, { 2, 2, 8 } },
     };
-    size_t n_all = sizeof all / sizeof all[0];
-    for (size_t i = 0; i < n_all; i++)
-        assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
-                                               all[i].t, &err), MMRT_OK);
+    alloc_all(dev, all, sizeof all / sizeof all[0]);
     log_reset();
 
     assert_int_equal(mmrt_op_gather_heads(dev, &tab.t, &idx.t, &y.t, &err), MMRT_ERR_UNSUPPORTED);
@@ -468,8 +474,7 @@ static void test_validate_gather_heads_l2_norm(void **state)
     assert_non_null(strstr(err.msg, "L2_NORM: src0 has dtype F16, expected F32"));
     assert_false(log_has("call op")); /* nothing reached the plugin */
 
-    for (size_t i = 0; i < n_all; i++)
-        mmrt_dev_tensor_free(dev, all[i].t);
+    free_all(dev, all, sizeof all / sizeof all[0]);
     mmrt_dev_close(dev);
 }
 
@@ -527,19 +532,12 @@ static void test_validate_attention_window(void **state)
     for (int d = 0; d < 2; d++) {
         struct mmrt_dev *dev = devs[d];
         struct mmrt_dev_tensor q, kp, cq, lens, table, y;
-        struct {
-            struct mmrt_dev_tensor *t;
-            enum mmrt_dtype dt;
-            int n_dims;
-            int64_t ne[4];
-        } all[] = {
+        struct tspec all[] = {
             { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },  { &kp, MMRT_DTYPE_F32, 4, { 2, 4, 2, 8 } },
             { &cq, MMRT_DTYPE_I32, 1, { 2 } },       { &lens, MMRT_DTYPE_I32, 1, { 1 } },
             { &table, MMRT_DTYPE_I32, 2, { 1, 2 } }, { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
         };
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
-                                                   all[i].t, &err), MMRT_OK);
+        alloc_all(dev, all, sizeof all / sizeof all[0]);
         const struct mmrt_tensor *src[6] = { &q.t, &kp.t, &kp.t, &cq.t, &lens.t, &table.t };
         log_reset();
         static const struct {
@@ -583,8 +581,7 @@ static void test_validate_attention_window(void **state)
             assert_int_equal(st, MMRT_ERR_UNSUPPORTED);
             assert_string_equal(err.msg, "device s1 (plugin stub) has no operator "
                                          "ATTENTION_PAGED");
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-                mmrt_dev_tensor_free(dev, all[i].t);
+            free_all(dev, all, sizeof all / sizeof all[0]);
             continue;
         }
         assert_int_equal(st, MMRT_OK);
@@ -602,8 +599,7 @@ static void test_validate_attention_window(void **state)
         assert_string_equal(err.msg, "device old: plugin stub has ABI 1.3; ATTENTION_PAGED with "
                                      "a sliding window needs 1.5");
         assert_false(log_has("call op"));
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            mmrt_dev_tensor_free(dev, all[i].t);
+        free_all(dev, all, sizeof all / sizeof all[0]);
     }
     mmrt_dev_close(devs[0]);
     mmrt_dev_close(devs[1]);
@@ -624,20 +620,13 @@ static void test_validate_f8e4m3(void **state)
                                           0, &dev, &err),
                      MMRT_OK);
     struct mmrt_dev_tensor q, kp, cq, lens, table, y, f32;
-    struct {
-        struct mmrt_dev_tensor *t;
-        enum mmrt_dtype dt;
-        int n_dims;
-        int64_t ne[4];
-    } all[] = {
+    struct tspec all[] = {
         { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },  { &kp, MMRT_DTYPE_F8E4M3, 4, { 2, 4, 2, 8 } },
         { &cq, MMRT_DTYPE_I32, 1, { 2 } },       { &lens, MMRT_DTYPE_I32, 1, { 1 } },
         { &table, MMRT_DTYPE_I32, 2, { 1, 2 } }, { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
         { &f32, MMRT_DTYPE_F32, 4, { 2, 4, 2, 8 } },
     };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        assert_int_equal(mmrt_dev_tensor_alloc(dev, all[i].dt, all[i].n_dims, all[i].ne,
-                                               all[i].t, &err), MMRT_OK);
+    alloc_all(dev, all, sizeof all / sizeof all[0]);
     assert_int_equal(kp.t.nb[3], 1); /* one byte an element */
     log_reset();
     const struct mmrt_attention_params p = { 0.35f, 1, 1, 0 };
@@ -651,8 +640,7 @@ static void test_validate_f8e4m3(void **state)
     assert_int_equal(mmrt_op_launch(dev, MMRT_OP_COPY, src, 1, &kp.t, NULL, 0, &err),
                      MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "COPY: cannot convert F32 to F8E4M3"));
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        mmrt_dev_tensor_free(dev, all[i].t);
+    free_all(dev, all, sizeof all / sizeof all[0]);
     mmrt_dev_close(dev);
     mmrt_plugin_release(old);
 }

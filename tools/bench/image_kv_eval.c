@@ -203,24 +203,36 @@ static void run_free(struct run *r, int n)
     memset(r, 0, sizeof *r);
 }
 
-/* A run against the uncompressed F32 base: next-token fidelity over every generated position
- * into *f, exact answers (items that give one) into *correct, and *acc its printable form. */
-static void score_run(const struct run *base, const struct run *r, const struct item *items,
-                      int n, int64_t vocab, int with_answers, struct fidelity_sum *f,
-                      int *correct, char *acc, size_t acc_size)
+/* One row of the table: the items answered with `keep` of the image tokens kept by `policy`
+ * and the KV cache in `kv`, against the uncompressed F32 base: exact answers (items that
+ * give one), next-token top-1 agreement (with top1_decimals decimals) and mean KL over every
+ * generated position, image tokens dropped per request. Non-zero when a run fails. */
+static int table_row(const char *dir, const char *plugin, double keep,
+                     enum mmrt_image_kv_policy policy, enum mmrt_kv_dtype kv, const char *label,
+                     int top1_decimals, const struct run *base, const struct item *items, int n,
+                     int64_t vocab, int with_answers)
 {
+    struct run r = { 0 };
+    if (answer_all(dir, plugin, keep, policy, kv, items, n, vocab, &r) != 0)
+        return 1;
     const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
-    *f = (struct fidelity_sum){ 0 };
-    *correct = 0;
+    struct fidelity_sum f = { 0 };
+    int correct = 0;
     for (int i = 0; i < n; i++) {
-        fidelity_add(f, base->p + (size_t)i * per, base->ids + i * MAX_STEPS,
-                     r->p + (size_t)i * per, r->ids + i * MAX_STEPS, MAX_STEPS, vocab);
-        *correct += items[i].answer && strcmp(r->text[i], items[i].answer) == 0;
+        fidelity_add(&f, base->p + (size_t)i * per, base->ids + i * MAX_STEPS,
+                     r.p + (size_t)i * per, r.ids + i * MAX_STEPS, MAX_STEPS, vocab);
+        correct += items[i].answer && strcmp(r.text[i], items[i].answer) == 0;
     }
-    snprintf(acc, acc_size, "–");
+    char acc[64] = "–";
     if (with_answers)
-        snprintf(acc, acc_size, "%.1f%% (%d/%d)", 100.0 * *correct / with_answers, *correct,
+        snprintf(acc, sizeof acc, "%.1f%% (%d/%d)", 100.0 * correct / with_answers, correct,
                  with_answers);
+    printf("| %s | %g | %s | %.*f%% | %.3g | %.1f |\n", label, keep, acc, top1_decimals,
+           f.positions ? 100.0 * f.same / f.positions : 100.0,
+           f.positions ? f.kl / f.positions : 0, (double)r.dropped / n);
+    fflush(stdout);
+    run_free(&r, n);
+    return 0;
 }
 
 /* The vocabulary of the model: the first logits row of one short run tells it. */
@@ -394,43 +406,16 @@ int main(int argc, char **argv)
     if (n_kv > 0)
         n_policies = 0; /* the storage formats only */
     for (int k = 0; k < n_kv && rc == 0; k++) {
-        struct run r = { 0 };
-        if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, kv_dtypes[k], items, n, vocab,
-                       &r) != 0) {
-            rc = 1;
-            break;
-        }
-        struct fidelity_sum f;
-        int correct;
-        char acc[64];
-        score_run(&base, &r, items, n, vocab, with_answers, &f, &correct, acc, sizeof acc);
-        printf("| kv_dtype %s | 1 | %s | %.2f%% | %.3g | 0 |\n", kv_names[k], acc,
-               f.positions ? 100.0 * f.same / f.positions : 100.0,
-               f.positions ? f.kl / f.positions : 0);
-        fflush(stdout);
-        run_free(&r, n);
+        char label[64];
+        snprintf(label, sizeof label, "kv_dtype %s", kv_names[k]);
+        rc = table_row(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, kv_dtypes[k], label, 2, &base,
+                       items, n, vocab, with_answers);
     }
     for (int p = 0; p < n_policies && rc == 0; p++)
-        for (int k = 0; k < n_keeps && rc == 0; k++) {
-            struct run r = { 0 };
-            if (answer_all(dir, plugin, keeps[k], policies[p], MMRT_KV_F32, items, n, vocab,
-                           &r) != 0) {
-                rc = 1;
-                break;
-            }
-            struct fidelity_sum f;
-            int correct;
-            char acc[64];
-            score_run(&base, &r, items, n, vocab, with_answers, &f, &correct, acc, sizeof acc);
-            const int positions = f.positions;
-            printf("| %s | %g | %s | %.1f%% | %.3g | %.1f |\n",
-                   mmrt_image_kv_policy_name(policies[p]), keeps[k], acc,
-                   positions ? 100.0 * f.same / positions : 100.0,
-                   positions ? f.kl / positions : 0,
-                   (double)r.dropped / n);
-            fflush(stdout);
-            run_free(&r, n);
-        }
+        for (int k = 0; k < n_keeps && rc == 0; k++)
+            rc = table_row(dir, plugin, keeps[k], policies[p], MMRT_KV_F32,
+                           mmrt_image_kv_policy_name(policies[p]), 1, &base, items, n, vocab,
+                           with_answers);
     run_free(&base, n);
     for (int i = 0; i < n; i++) {
         free(items[i].image);
