@@ -285,6 +285,7 @@ static void test_matmul_u4_all_isas(void **state)
     static const int64_t cases[][4] = { /* M, K, N, group */
         { 1, 32, 1, 32 },   { 1, 256, 13, 64 }, { 3, 128, 33, 32 }, { 17, 512, 45, 64 },
         { 32, 96, 20, 32 }, { 33, 128, 19, 32 }, { 64, 320, 70, 64 }, { 2, 4096, 9, 128 },
+        { 40, 640, 37, 32 }, { 70, 1024, 45, 128 }, /* K blocks of the GEMM, ragged panels */
     };
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         struct harness h;
@@ -343,6 +344,24 @@ static void test_matmul_u4_all_isas(void **state)
                 free(g1);
                 harness_tensor_free(&h, &t1);
                 harness_tensor_free(&h, &y1);
+            }
+            if (M > ROW_INV_MAX_M) {
+                /* Above the GEMV the blocked GEMM packs W from the codes: the very weights
+                 * an F32 W of the dequantized values gives, so the very same bits. */
+                struct harness_tensor tf = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, K },
+                                               deq), yf;
+                assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
+                                                    (const int64_t[]){ M, N }, &yf), MMRT_OK);
+                struct harness_tensor *sf[3] = { &tx, &tf, &tb };
+                assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, sf, 3, &yf, NULL, 0), MMRT_OK);
+                float *gf = get(&h, &yf);
+                if (memcmp(gf, y, (size_t)(M * N) * sizeof(float)) != 0)
+                    fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld g%lld: differs from the F32 "
+                             "product of its dequantized weights", isas[i], (long long)M,
+                             (long long)K, (long long)N, (long long)gs);
+                free(gf);
+                harness_tensor_free(&h, &tf);
+                harness_tensor_free(&h, &yf);
             }
             struct harness_tensor *bad_src[4] = { &tx, &tw, &tb, &ts }; /* no zero points */
             assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, bad_src, 4, &ty, NULL, 0),

@@ -209,6 +209,12 @@ struct cpu_kernels {
      * column; ldw counts elements. */
     void (*pack_w)(const void *w, int dtype, int64_t ldw, int64_t cols, int64_t kc,
                    float *dst);
+    /* pack_w for U4 rows (plugin.h MATMUL layout): dst[k·NR + j] = (code k0 + k of row j −
+     * zero[j·ng + g])·scale[j·ng + g], g = (k0 + k) / gs, exactly as cpu_q4_dequant, for
+     * j < cols (0 above), k < kc; row j's codes at w + j·ldb. k0 and kc are multiples of 32.
+     * NULL: the U4 GEMM dequantizes blocks of W first. */
+    void (*pack_w_q4)(const uint8_t *w, int64_t ldb, const float *scale, const float *zero,
+                      int64_t ng, int64_t gs, int64_t k0, int64_t cols, int64_t kc, float *dst);
     /* dst[k·NR + j] = (f32) w[k·ldw + j] for j < cols, 0 for cols ≤ j < NR, k < rows: a
      * k-major block (attention's V rows) as a W micro-panel, converted but not transposed. */
     void (*pack_rows)(const void *w, int dtype, int64_t ldw, int64_t rows, int64_t cols,
@@ -228,6 +234,13 @@ struct cpu_kernels {
      * cache. */
     float (*q4_dot)(const float *x, const uint8_t *w, const float *scale, const float *zero,
                     const float *xsum, int64_t G, int64_t gs, bool stream);
+    /* y[m·ldy + j] = q4_dot(x row m, W row j) bit for bit, for m < M ≤ CPU_GEMV_MAX_M and
+     * j < n: W rows from w on (K / 2 bytes each), their scale and zero rows from scale and
+     * zero (G each), xsum as for q4_dot. For more than one x row: each W row's codes are
+     * widened once for all x rows instead of once per pair. NULL: q4_dot per pair. */
+    void (*q4_gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                    const float *scale, const float *zero, const float *xsum, int64_t G,
+                    int64_t n, float *y, int64_t ldy);
     /* x[i] *= s for i < n; returns the largest result (NaN never chosen; −inf when n = 0
      * or every value is NaN). */
     float (*scale_max)(float *x, float s, int64_t n);
@@ -475,6 +488,23 @@ void cpu_q4_dequant(const uint8_t *row, const float *scale, const float *zero, i
 
 /* xsum[m·G + g] = Σ_{k ∈ group g} x[m·ldx + k], summed in k order, for m < M. */
 void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, float *xsum);
+
+/* q4_dot's zero-point share of one (x row, W row) pair is Σ_g zero[g]·scale[g]·xsum[g],
+ * summed in g order from 0 by this step: one definition, so q4_gemv's outputs keep q4_dot's
+ * bits. */
+static inline float cpu_q4_zero_step(float zc, float scale, float zero, float xsum)
+{
+    return zc + zero * scale * xsum;
+}
+
+static inline float cpu_q4_zero_share(const float *scale, const float *zero, const float *xsum,
+                                      int64_t G)
+{
+    float zc = 0;
+    for (int64_t g = 0; g < G; g++)
+        zc = cpu_q4_zero_step(zc, scale[g], zero[g], xsum[g]);
+    return zc;
+}
 
 /* The portable table's q4_dot (see struct cpu_kernels). */
 float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,

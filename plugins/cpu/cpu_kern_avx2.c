@@ -445,7 +445,6 @@ static float q4_dot(const float *x, const uint8_t *w, const float *s, const floa
 {
     const __m256i m4 = _mm256_set1_epi32(15);
     __m256 tot = _mm256_setzero_ps();
-    float zc = 0;
     for (int64_t g = 0; g < G; g++) {
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (int64_t k = g * gs; stream && k < (g + 1) * gs; k += 128)
@@ -464,9 +463,189 @@ static float q4_dot(const float *x, const uint8_t *w, const float *s, const floa
                                  _mm256_loadu_ps(x + k + 24), a1);
         }
         tot = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(s[g]), tot);
-        zc += z[g] * s[g] * xs[g];
     }
-    return hsum8(tot) - zc;
+    return hsum8(tot) - cpu_q4_zero_share(s, z, xs, G);
+}
+
+/* pack_w for U4 rows, as in cpu_kern_avx512.c at 8 codes a run: codes k…k+7 (k a multiple
+ * of 8) are the low (k mod 32 < 16) or high nibbles of the 8 bytes at (k − k mod 32) / 2 +
+ * (k mod 16). */
+static void pack_w_q4(const uint8_t *w, int64_t ldb, const float *scale, const float *zero,
+                      int64_t ng, int64_t gs, int64_t k0, int64_t cols, int64_t kc, float *dst)
+{
+    const __m256i m4 = _mm256_set1_epi32(15);
+    for (int jb = 0; jb < NR; jb += 8) {
+        int64_t rows = cols - jb < 0 ? 0 : cols - jb > 8 ? 8 : cols - jb;
+        for (int64_t kk = 0; kk < kc; kk += 8) {
+            const int64_t k = k0 + kk, g = k / gs;
+            __m256 r[8];
+            for (int t = 0; t < 8; t++) {
+                if (t >= rows) {
+                    r[t] = _mm256_setzero_ps();
+                    continue;
+                }
+                const uint8_t *b = w + (jb + t) * ldb + (k - (k & 31)) / 2 + (k & 8);
+                __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
+                c = (k & 16) ? _mm256_srli_epi32(c, 4) : _mm256_and_si256(c, m4);
+                const int64_t i = (jb + t) * ng + g;
+                r[t] = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(c),
+                                                   _mm256_set1_ps(zero[i])),
+                                     _mm256_set1_ps(scale[i]));
+            }
+            transpose8(r);
+            for (int t = 0; t < 8; t++)
+                _mm256_storeu_ps(dst + (kk + t) * NR + jb, r[t]);
+        }
+    }
+}
+
+/* ---- U4 GEMV over several x rows ---------------------------------------------------------- */
+
+/* As in cpu_kern_avx512.c: each block of Q4_R W rows widened once per chunk of Q4_KC codes
+ * into an L1 buffer in k order, then q4_dot's arithmetic (a0 takes codes j…j+7 then
+ * j+8…j+15 of each 32, a1 j+16…j+23 then j+24…j+31) for passes of up to Q4_G x rows, bit for
+ * bit. With 16 ymm registers: the running sums stay in memory (one update a group), so
+ * 3 × 2 pairs keep 12 chains in registers — two FMAs a step each, so fewer pairs left the
+ * step waiting on FMA latency — with 2 x vectors and one W vector. */
+#define Q4_R 3
+#define Q4_G 2
+#define Q4_KC 512
+
+static inline __attribute__((always_inline)) void
+q4_widen(const uint8_t *w, int64_t rowb, const int R, int64_t k0, int64_t k1, float *buf,
+         const uint8_t *pf)
+{
+    const __m256i m4 = _mm256_set1_epi32(15);
+    for (int r = 0; r < R; r++) {
+        const uint8_t *wr = w + r * rowb;
+        float *br = buf + r * Q4_KC - k0;
+        for (int64_t k = k0; pf && k < k1; k += 128)
+            _mm_prefetch((const char *)pf + r * rowb + k / 2, _MM_HINT_T0);
+        for (int64_t k = k0; k < k1; k += 32) {
+            const uint8_t *b = wr + k / 2;
+            __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
+            __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8)));
+            _mm256_store_ps(br + k, _mm256_cvtepi32_ps(_mm256_and_si256(b0, m4)));
+            _mm256_store_ps(br + k + 8, _mm256_cvtepi32_ps(_mm256_and_si256(b1, m4)));
+            _mm256_store_ps(br + k + 16, _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)));
+            _mm256_store_ps(br + k + 24, _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)));
+        }
+    }
+}
+
+/* R W rows (widened in buf) × G x rows over codes [k0, k1) of one chunk; per pair, save holds
+ * a0, a1 and the running sum between chunks (zeroed by the first). */
+static inline __attribute__((always_inline)) void
+q4_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const int G,
+             int64_t k0, int64_t k1, int64_t gs, const float *s, int64_t ng, __m256 *save,
+             int first)
+{
+    __m256 a0[Q4_G][Q4_R], a1[Q4_G][Q4_R];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            __m256 *sv = save + (g * Q4_R + r) * 3;
+            if (first)
+                sv[2] = _mm256_setzero_ps();
+            a0[g][r] = first ? _mm256_setzero_ps() : sv[0];
+            a1[g][r] = first ? _mm256_setzero_ps() : sv[1];
+        }
+    int64_t gi = k0 / gs, ge = (gi + 1) * gs; /* advanced by addition, not division */
+    for (int64_t k = k0; k < k1;) {
+        const int64_t e = ge < k1 ? ge : k1;
+        for (; k < e; k += 32) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 32; j += 8) {
+                __m256 xv[Q4_G];
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    xv[g] = _mm256_loadu_ps(x + g * ldx + k + j);
+                    /* in a register: folded into each FMA it was loaded R times */
+                    __asm__("" : "+x"(xv[g]));
+                }
+#pragma GCC unroll 3
+                for (int r = 0; r < R; r++) {
+                    const __m256 wv = _mm256_load_ps(buf + r * Q4_KC + (k - k0) + j);
+#pragma GCC unroll 2
+                    for (int g = 0; g < G; g++) {
+                        if (j < 16)
+                            a0[g][r] = _mm256_fmadd_ps(wv, xv[g], a0[g][r]);
+                        else
+                            a1[g][r] = _mm256_fmadd_ps(wv, xv[g], a1[g][r]);
+                    }
+                }
+            }
+        }
+        if (k == ge) {
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) {
+                const __m256 sv = _mm256_set1_ps(s[r * ng + gi]);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    __m256 *tot = save + (g * Q4_R + r) * 3 + 2;
+                    *tot = _mm256_fmadd_ps(_mm256_add_ps(a0[g][r], a1[g][r]), sv, *tot);
+                    a0[g][r] = a1[g][r] = _mm256_setzero_ps();
+                }
+            }
+            gi++;
+            ge += gs;
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            __m256 *sv = save + (g * Q4_R + r) * 3;
+            sv[0] = a0[g][r];
+            sv[1] = a1[g][r];
+        }
+}
+
+static inline __attribute__((always_inline)) void
+q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+             const float *s, const float *z, const float *xs, int64_t ng, const int R,
+             float *y, int64_t ldy, const uint8_t *pf)
+{
+    __m256 save[CPU_GEMV_MAX_M * Q4_R * 3];
+    float buf[Q4_R * Q4_KC] __attribute__((aligned(32)));
+    const int64_t rowb = K / 2, gs = K / ng;
+    for (int64_t k0 = 0; k0 < K; k0 += Q4_KC) {
+        const int64_t k1 = K - k0 < Q4_KC ? K : k0 + Q4_KC;
+        q4_widen(w, rowb, R, k0, k1, buf, pf);
+        for (int64_t m = 0; m < M; m += Q4_G) {
+            __m256 *sg = save + m * Q4_R * 3;
+            if (M - m >= 2)
+                q4_wide_pass(x + m * ldx, ldx, buf, R, 2, k0, k1, gs, s, ng, sg, k0 == 0);
+            else
+                q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
+        }
+    }
+    /* The zero-point shares, q4_dot's scalar sums, as M · R independent chains (one after
+     * another they took as long as the products). */
+    float zc[CPU_GEMV_MAX_M][Q4_R] = { { 0 } };
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t m = 0; m < M; m++)
+            for (int r = 0; r < R; r++)
+                zc[m][r] = cpu_q4_zero_step(zc[m][r], s[r * ng + g], z[r * ng + g],
+                                            xs[m * ng + g]);
+    for (int64_t m = 0; m < M; m++)
+        for (int r = 0; r < R; r++)
+            y[m * ldy + r] = hsum8(save[(m * Q4_R + r) * 3 + 2]) - zc[m][r];
+}
+
+static void q4_gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                    const float *s, const float *z, const float *xs, int64_t ng, int64_t n,
+                    float *y, int64_t ldy)
+{
+    const int64_t rowb = K / 2;
+    int64_t j = 0;
+    for (; j + Q4_R <= n; j += Q4_R)
+        q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, Q4_R, y + j,
+                     ldy, j + 2 * Q4_R <= n ? w + (j + Q4_R) * rowb : NULL);
+    for (; j < n; j++)
+        q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, 1, y + j, ldy,
+                     NULL);
 }
 
 
@@ -654,11 +833,13 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .mr = MR,
     .nr = NR,
     .pack_w = pack_w,
+    .pack_w_q4 = pack_w_q4,
     .pack_rows = pack_rows,
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
     .q4_dot = q4_dot,
+    .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,
     .dot = dot,

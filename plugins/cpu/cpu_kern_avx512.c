@@ -481,7 +481,6 @@ static float q4_dot(const float *x, const uint8_t *w, const float *s, const floa
 {
     const __m512i m4 = _mm512_set1_epi32(15);
     __m512 tot = _mm512_setzero_ps();
-    float zc = 0;
     for (int64_t g = 0; g < G; g++) {
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
         for (int64_t k = g * gs; stream && k < (g + 1) * gs; k += 128)
@@ -494,9 +493,190 @@ static float q4_dot(const float *x, const uint8_t *w, const float *s, const floa
                                  _mm512_loadu_ps(x + k + 16), a1);
         }
         tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(s[g]), tot);
-        zc += z[g] * s[g] * xs[g];
     }
-    return _mm512_reduce_add_ps(tot) - zc;
+    return _mm512_reduce_add_ps(tot) - cpu_q4_zero_share(s, z, xs, G);
+}
+
+/* pack_w for U4 rows (struct cpu_kernels.pack_w_q4): the GEMM's W micro-panel straight from
+ * the codes, each weight (code − zero)·scale as cpu_q4_dequant computes it (the same two
+ * roundings), so the blocked U4 product neither writes nor reads a dequantized copy of W. A
+ * run of 16 codes at k (a multiple of 16) is the low (k mod 32 < 16) or the high nibbles of
+ * the 16 bytes at (k − k mod 32) / 2, all in one group (gs is a multiple of 32). */
+static void pack_w_q4(const uint8_t *w, int64_t ldb, const float *scale, const float *zero,
+                      int64_t ng, int64_t gs, int64_t k0, int64_t cols, int64_t kc, float *dst)
+{
+    const __m512i m4 = _mm512_set1_epi32(15);
+    for (int jb = 0; jb < NR; jb += 16) {
+        int64_t rows = cols - jb < 0 ? 0 : cols - jb > 16 ? 16 : cols - jb;
+        for (int64_t kk = 0; kk < kc; kk += 16) {
+            const int64_t k = k0 + kk, g = k / gs;
+            __m512 r[16];
+            for (int t = 0; t < 16; t++) {
+                if (t >= rows) {
+                    r[t] = _mm512_setzero_ps();
+                    continue;
+                }
+                const uint8_t *b = w + (jb + t) * ldb + (k - (k & 31)) / 2;
+                __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b));
+                c = (k & 16) ? _mm512_srli_epi32(c, 4) : _mm512_and_si512(c, m4);
+                const int64_t i = (jb + t) * ng + g;
+                r[t] = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(c),
+                                                   _mm512_set1_ps(zero[i])),
+                                     _mm512_set1_ps(scale[i]));
+            }
+            transpose16(r);
+            for (int t = 0; t < 16; t++)
+                _mm512_storeu_ps(dst + (kk + t) * NR + jb, r[t]);
+        }
+    }
+}
+
+/* ---- U4 GEMV over several x rows ---------------------------------------------------------- */
+
+/* Above one x row, q4_dot per (x row, W row) pair unpacked and converted every row's codes
+ * once per x row, so 16 rows cost 11–14 × one. Here each block of Q4_R W rows is widened once
+ * per chunk of Q4_KC codes, to the codes themselves as f32 (exact), into an L1 buffer in k
+ * order, and passes of up to Q4_G x rows run q4_dot's arithmetic over it: per pair the same
+ * two chains per group (codes j…j+15 and j+16…j+31 of each 32), the same group sum into the
+ * same running vector, the same zero-point share. So every output is bit-identical to
+ * q4_dot's, whatever M (struct cpu_kernels). Three accumulators a pair: Q4_R · Q4_G = 8 pairs
+ * are 24 registers, with 4 x and 2 W vectors. */
+#define Q4_R 4
+#define Q4_G 2
+#define Q4_KC 512
+
+/* buf[r · Q4_KC + (k − k0)] = code k of W row r as f32, for k in [k0, k1); the same chunk of
+ * the next block (pf, or NULL) is prefetched meanwhile. */
+static inline __attribute__((always_inline)) void
+q4_widen(const uint8_t *w, int64_t rowb, const int R, int64_t k0, int64_t k1, float *buf,
+         const uint8_t *pf)
+{
+    const __m512i m4 = _mm512_set1_epi32(15);
+    for (int r = 0; r < R; r++) {
+        const uint8_t *wr = w + r * rowb;
+        float *br = buf + r * Q4_KC - k0;
+        for (int64_t k = k0; pf && k < k1; k += 128)
+            _mm_prefetch((const char *)pf + r * rowb + k / 2, _MM_HINT_T0);
+        for (int64_t k = k0; k < k1; k += 32) {
+            __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wr + k / 2)));
+            _mm512_store_ps(br + k, _mm512_cvtepi32_ps(_mm512_and_si512(b, m4)));
+            _mm512_store_ps(br + k + 16, _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)));
+        }
+    }
+}
+
+/* R W rows (widened in buf) × G x rows over codes [k0, k1) of one chunk; the pairs' chains
+ * (a0, a1, running sum) live in save between chunks, zeroed by the first. */
+static inline __attribute__((always_inline)) void
+q4_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const int G,
+             int64_t k0, int64_t k1, int64_t gs, const float *s, int64_t ng, __m512 *save,
+             int first)
+{
+    __m512 a0[Q4_G][Q4_R], a1[Q4_G][Q4_R], tot[Q4_G][Q4_R];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 *sv = save + (g * Q4_R + r) * 3;
+            a0[g][r] = first ? _mm512_setzero_ps() : sv[0];
+            a1[g][r] = first ? _mm512_setzero_ps() : sv[1];
+            tot[g][r] = first ? _mm512_setzero_ps() : sv[2];
+        }
+    /* The group and where it ends advance by addition: a division per group cost as much
+     * as the group's products. */
+    int64_t gi = k0 / gs, ge = (gi + 1) * gs;
+    for (int64_t k = k0; k < k1;) {
+        const int64_t e = ge < k1 ? ge : k1;
+        for (; k < e; k += 32) {
+            __m512 xl[Q4_G], xh[Q4_G];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) {
+                xl[g] = _mm512_loadu_ps(x + g * ldx + k);
+                xh[g] = _mm512_loadu_ps(x + g * ldx + k + 16);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512 wl = _mm512_load_ps(buf + r * Q4_KC + (k - k0));
+                __m512 wh = _mm512_load_ps(buf + r * Q4_KC + (k - k0) + 16);
+                __asm__("" : "+v"(wl), "+v"(wh));
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    a0[g][r] = _mm512_fmadd_ps(wl, xl[g], a0[g][r]);
+                    a1[g][r] = _mm512_fmadd_ps(wh, xh[g], a1[g][r]);
+                }
+            }
+        }
+        if (k == ge) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512 sv = _mm512_set1_ps(s[r * ng + gi]);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    tot[g][r] = _mm512_fmadd_ps(_mm512_add_ps(a0[g][r], a1[g][r]), sv,
+                                                tot[g][r]);
+                    a0[g][r] = a1[g][r] = _mm512_setzero_ps();
+                }
+            }
+            gi++;
+            ge += gs;
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 *sv = save + (g * Q4_R + r) * 3;
+            sv[0] = a0[g][r];
+            sv[1] = a1[g][r];
+            sv[2] = tot[g][r];
+        }
+}
+
+/* One block of R W rows against all M x rows, chunk by chunk. */
+static inline __attribute__((always_inline)) void
+q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+             const float *s, const float *z, const float *xs, int64_t ng, const int R,
+             float *y, int64_t ldy, const uint8_t *pf)
+{
+    __m512 save[CPU_GEMV_MAX_M * Q4_R * 3];
+    float buf[Q4_R * Q4_KC] __attribute__((aligned(64)));
+    const int64_t rowb = K / 2, gs = K / ng;
+    for (int64_t k0 = 0; k0 < K; k0 += Q4_KC) {
+        const int64_t k1 = K - k0 < Q4_KC ? K : k0 + Q4_KC;
+        q4_widen(w, rowb, R, k0, k1, buf, pf);
+        for (int64_t m = 0; m < M; m += Q4_G) {
+            __m512 *sg = save + m * Q4_R * 3;
+            if (M - m >= 2)
+                q4_wide_pass(x + m * ldx, ldx, buf, R, 2, k0, k1, gs, s, ng, sg, k0 == 0);
+            else
+                q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
+        }
+    }
+    /* The zero-point shares, q4_dot's scalar sums, as M · R independent chains (one after
+     * another they took as long as the products). */
+    float zc[CPU_GEMV_MAX_M][Q4_R] = { { 0 } };
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t m = 0; m < M; m++)
+            for (int r = 0; r < R; r++)
+                zc[m][r] = cpu_q4_zero_step(zc[m][r], s[r * ng + g], z[r * ng + g],
+                                            xs[m * ng + g]);
+    for (int64_t m = 0; m < M; m++)
+        for (int r = 0; r < R; r++)
+            y[m * ldy + r] = _mm512_reduce_add_ps(save[(m * Q4_R + r) * 3 + 2]) - zc[m][r];
+}
+
+static void q4_gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                    const float *s, const float *z, const float *xs, int64_t ng, int64_t n,
+                    float *y, int64_t ldy)
+{
+    const int64_t rowb = K / 2;
+    int64_t j = 0;
+    for (; j + Q4_R <= n; j += Q4_R)
+        q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, Q4_R, y + j,
+                     ldy, j + 2 * Q4_R <= n ? w + (j + Q4_R) * rowb : NULL);
+    for (; j < n; j++)
+        q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, 1, y + j, ldy,
+                     NULL);
 }
 
 
@@ -667,11 +847,13 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .mr = MR,
     .nr = NR,
     .pack_w = pack_w,
+    .pack_w_q4 = pack_w_q4,
     .pack_rows = pack_rows,
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
     .q4_dot = q4_dot,
+    .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,
     .dot = dot,

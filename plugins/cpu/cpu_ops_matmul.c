@@ -201,7 +201,9 @@ struct blk_ctx {
     const struct cpu_kernels *kt;
     const float *x;
     const char *w, *b;
-    const float *scale;
+    const float *scale;     /* I8: per W row, applied to the sums */
+    const float *q4_scale, *q4_zero; /* U4: per W row and group, applied when packing W */
+    int64_t q4_groups;
     float *y;
     void *xp;               /* packed x: [n_kb][n_panels][panel_elems] (f32 or u32 pairs) */
     int64_t M, K, N;
@@ -255,9 +257,16 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
             int64_t k0 = kb * c->kcb, kc = c->K - k0 < c->kcb ? c->K - k0 : c->kcb;
             int64_t kunits = c->bf ? (kc + 1) / 2 : kc; /* rows of a packed micro-panel */
             for (int64_t jr = 0; jr < n_jr; jr++) {
-                int64_t cols = ncols - jr * nr < nr ? ncols - jr * nr : nr;
-                const char *wsrc = c->w + (size_t)((n0 + jr * nr) * c->K + k0) * c->w_es;
+                int64_t cols = ncols - jr * nr < nr ? ncols - jr * nr : nr, row = n0 + jr * nr;
                 float *dst = wpack + jr * nr * kunits;
+                if (c->w_dtype == MMRT_DTYPE_U4) {
+                    const int64_t ng = c->q4_groups;
+                    kt->pack_w_q4((const uint8_t *)c->w + row * (c->K / 2), c->K / 2,
+                                  c->q4_scale + row * ng, c->q4_zero + row * ng, ng, c->K / ng,
+                                  k0, cols, kc, dst);
+                    continue;
+                }
+                const char *wsrc = c->w + (size_t)(row * c->K + k0) * c->w_es;
                 if (c->bf)
                     kt->pack_w_bf16((const uint16_t *)wsrc, c->K, cols, kc, (uint32_t *)dst);
                 else
@@ -300,6 +309,8 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
         }
     }
 }
+
+static mmrt_status gemm_blocked(struct blk_ctx *c);
 
 mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
                      const void *w, int w_dtype, const float *scale, int64_t N, const void *b,
@@ -345,9 +356,18 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
         .w_dtype = w_dtype, .b_dtype = b_dtype, .mr = kt->mr, .nr = kt->nr,
         .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype), .bf = bf,
     };
+    return gemm_blocked(&c);
+}
+
+/* The blocked path for a prepared context: x packed once, then the items. */
+static mmrt_status gemm_blocked(struct blk_ctx *cp)
+{
+    struct blk_ctx c = *cp;
+    struct mmrt_device *dev = c.dev;
+    const int64_t M = c.M, K = c.K, N = c.N;
     c.n_kb = (K + c.kcb - 1) / c.kcb;
     c.n_panels = (M + c.mr - 1) / c.mr;
-    c.panel_elems = (bf ? c.kcb / 2 : c.kcb) * c.mr;
+    c.panel_elems = (c.bf ? c.kcb / 2 : c.kcb) * c.mr;
     c.mb_panels = CPU_GEMM_MC / c.mr;
     c.n_mb = (c.n_panels + c.mb_panels - 1) / c.mb_panels;
     size_t xbytes = (size_t)(c.n_kb * c.n_panels * c.panel_elems) * sizeof(float);
@@ -372,16 +392,21 @@ struct q4_ctx {
     int b_dtype;
 };
 
-/* GEMV (M ≤ CPU_GEMV_MAX_M): the table's U4 row dot over a range of W rows, in blocks of
- * GEMV_ROWS rows that are read from memory once and from cache for every x row; then the
- * bias. */
+/* GEMV (M ≤ CPU_GEMV_MAX_M) over a range of W rows: one x row, or a table without q4_gemv,
+ * runs the table's U4 row dot per pair, in blocks of GEMV_ROWS rows that are read from memory
+ * once and from cache for every x row; several x rows run q4_gemv (the same bits, the codes
+ * widened once). Then the bias. */
 static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct q4_ctx *c = vctx;
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
     const int64_t G = c->G, gs = c->K / G;
-    for (int64_t n = n0; n < n1; n += GEMV_ROWS) {
+    const bool wide = c->M > 1 && c->dev->kern.q4_gemv;
+    if (wide)
+        c->dev->kern.q4_gemv(c->x, c->K, c->M, c->K, c->w + n0 * (c->K / 2), c->scale + n0 * G,
+                             c->zero + n0 * G, c->xsum, G, n1 - n0, c->y + n0, c->N);
+    for (int64_t n = n0; !wide && n < n1; n += GEMV_ROWS) {
         const int64_t nb = n1 - n < GEMV_ROWS ? n1 - n : GEMV_ROWS;
         for (int64_t m = 0; m < c->M; m++)
             for (int64_t r = 0; r < nb; r++)
@@ -436,8 +461,20 @@ static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const s
         free(xsum);
         return MMRT_OK;
     }
-    /* W rows in blocks of at most 16 MiB of floats, each block's columns of y through a
-     * scratch [M, nb] (each output is the GEMM's one FMA chain in k order whatever the block). */
+    if (dev->kern.micro && dev->kern.pack_w_q4) {
+        /* The blocked GEMM packs its W panels straight from the codes: the same weights as
+         * the dequantized copy below gives, converted once per panel. */
+        struct blk_ctx bc = {
+            .dev = dev, .kt = &dev->kern, .x = c.x, .w = (const char *)c.w, .b = c.b,
+            .q4_scale = c.scale, .q4_zero = c.zero, .q4_groups = G, .y = c.y,
+            .M = M, .K = K, .N = N, .kcb = CPU_GEMM_KC, .w_dtype = MMRT_DTYPE_U4,
+            .b_dtype = c.b_dtype, .mr = dev->kern.mr, .nr = dev->kern.nr,
+        };
+        return gemm_blocked(&bc);
+    }
+    /* Tables without it: W rows in blocks of at most 16 MiB of floats, dequantized, each
+     * block's columns of y through a scratch [M, nb] (each output is the GEMM's one FMA chain
+     * in k order whatever the block). */
     int64_t nb = ((int64_t)1 << 22) / K;
     nb = nb < 64 ? 64 : nb;
     nb = nb > N ? N : nb;
