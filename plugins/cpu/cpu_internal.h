@@ -72,9 +72,10 @@
  * KC = 128, 192, 256 and 384 measured within noise of each other (single thread, 577 × 4096
  * × 4096); 256 keeps the W micro-panel (32 KiB) inside a 48 KiB L1. */
 /* How far ahead a U4 row's first pass prefetches its codes (cpu_kernels.q4_dot): one line
- * per 128 codes, 1 KiB ahead. Without it the INT4 GEMV waited on memory at ~15 GB/s; with
- * it one row runs ~25 % faster (docs/BENCHMARKS.md, "The INT4 GEMV"). */
-#define CPU_Q4_PREFETCH_BYTES 1024
+ * per 128 codes, two rows (of K = 4096) ahead. Without it the INT4 GEMV waited on memory at
+ * ~15 GB/s; 1 KiB ahead made one row ~25 % faster, 2–8 KiB ~5 % more (1 × 4096 × 11008:
+ * 1.46 ms against 1.55; docs/BENCHMARKS.md, "The INT4 GEMV"). */
+#define CPU_Q4_PREFETCH_BYTES 4096
 #define CPU_GEMM_KC 256
 #define CPU_GEMM_NC 128     /* a multiple of every kernel's NR */
 #define CPU_GEMM_MC 768     /* rows of x per item when M is larger */
