@@ -286,6 +286,8 @@ static void test_matmul_u4_all_isas(void **state)
         { 1, 32, 1, 32 },   { 1, 256, 13, 64 }, { 3, 128, 33, 32 }, { 17, 512, 45, 64 },
         { 32, 96, 20, 32 }, { 33, 128, 19, 32 }, { 64, 320, 70, 64 }, { 2, 4096, 9, 128 },
         { 40, 640, 37, 32 }, { 70, 1024, 45, 128 }, /* K blocks of the GEMM, ragged panels */
+        { 1, 512, 37, 128 }, { 5, 1536, 29, 512 },  /* blocks of one-row and widened paths */
+        { 4, 960, 11, 96 }, /* groups across the widened path's K chunks */
     };
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         struct harness h;

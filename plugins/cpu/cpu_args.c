@@ -139,17 +139,22 @@ void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, f
         }
 }
 
-float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,
-                          const float *zero, const float *xsum, int64_t G, int64_t gs,
-                          bool stream)
+void cpu_q4_gemv_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                          const float *scale, const float *zero, const float *xsum, int64_t G,
+                          int64_t n, float *y, int64_t ldy)
 {
-    (void)stream; /* the reference leaves memory to the hardware */
-    float tot = 0;
-    for (int64_t g = 0; g < G; g++) {
-        float acc = 0;
-        for (int64_t k = g * gs; k < (g + 1) * gs; k++)
-            acc += (float)cpu_q4_code(w, k) * x[k];
-        tot += scale[g] * (acc - zero[g] * xsum[g]);
-    }
-    return tot;
+    const int64_t gs = K / G;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *wr = w + j * (K / 2);
+            const float *xr = x + m * ldx;
+            float tot = 0;
+            for (int64_t g = 0; g < G; g++) {
+                float acc = 0;
+                for (int64_t k = g * gs; k < (g + 1) * gs; k++)
+                    acc += (float)cpu_q4_code(wr, k) * xr[k];
+                tot += scale[j * G + g] * (acc - zero[j * G + g] * xsum[m * G + g]);
+            }
+            y[m * ldy + j] = tot;
+        }
 }

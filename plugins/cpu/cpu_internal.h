@@ -71,11 +71,6 @@
  * KC counts k elements; in bf16-dot mode a K block holds 2·GEMM_KC elements (same bytes).
  * KC = 128, 192, 256 and 384 measured within noise of each other (single thread, 577 × 4096
  * × 4096); 256 keeps the W micro-panel (32 KiB) inside a 48 KiB L1. */
-/* How far ahead a U4 row's first pass prefetches its codes (cpu_kernels.q4_dot): one line
- * per 128 codes, two rows (of K = 4096) ahead. Without it the INT4 GEMV waited on memory at
- * ~15 GB/s; 1 KiB ahead made one row ~25 % faster, 2–8 KiB ~5 % more (1 × 4096 × 11008:
- * 1.46 ms against 1.55; docs/BENCHMARKS.md, "The INT4 GEMV"). */
-#define CPU_Q4_PREFETCH_BYTES 4096
 #define CPU_GEMM_KC 256
 #define CPU_GEMM_NC 128     /* a multiple of every kernel's NR */
 #define CPU_GEMM_MC 768     /* rows of x per item when M is larger */
@@ -227,18 +222,12 @@ struct cpu_kernels {
      * n0 ≤ n < n1 (no bias). Lanes along k, fixed reduction: see the ISA file. */
     void (*gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
-    /* One U4 row w (plugin.h layout, K = G·gs codes) against one x row: Σ_g scale[g]·(Σ_{k∈g}
-     * code·x − zero[g]·xsum[g]), xsum the x row's group sums (cpu_q4_xsum). The order depends
-     * on G and gs alone, so a row's result never depends on the batch (cpu_ops_matmul.c
-     * drives it over W-row blocks). With `stream`, the row's first pass, it also prefetches
-     * the codes ahead (the rows after it follow in memory); later x rows find the row in
-     * cache. */
-    float (*q4_dot)(const float *x, const uint8_t *w, const float *scale, const float *zero,
-                    const float *xsum, int64_t G, int64_t gs, bool stream);
-    /* y[m·ldy + j] = q4_dot(x row m, W row j) bit for bit, for m < M ≤ CPU_GEMV_MAX_M and
-     * j < n: W rows from w on (K / 2 bytes each), their scale and zero rows from scale and
-     * zero (G each), xsum as for q4_dot. For more than one x row: each W row's codes are
-     * widened once for all x rows instead of once per pair. NULL: q4_dot per pair. */
+    /* U4 MATMUL rows (plugin.h layout, K = G·gs codes; no bias): y[m·ldy + j] = Σ_g
+     * scale[j·G + g]·(Σ_{k∈g} code·x − zero[j·G + g]·xsum[m·G + g]) for m < M ≤
+     * CPU_GEMV_MAX_M and j < n, W row j's codes at w + j·K/2, xsum the x rows' group sums
+     * (cpu_q4_xsum). Each output's order depends on G and gs alone, never on M or on which
+     * rows share the call, so a row's result never depends on the batch; the ISA file says
+     * the order and how one x row and several are read. */
     void (*q4_gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
                     const float *scale, const float *zero, const float *xsum, int64_t G,
                     int64_t n, float *y, int64_t ldy);
@@ -490,27 +479,18 @@ void cpu_q4_dequant(const uint8_t *row, const float *scale, const float *zero, i
 /* xsum[m·G + g] = Σ_{k ∈ group g} x[m·ldx + k], summed in k order, for m < M. */
 void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, float *xsum);
 
-/* q4_dot's zero-point share of one (x row, W row) pair is Σ_g zero[g]·scale[g]·xsum[g],
- * summed in g order from 0 by this step: one definition, so q4_gemv's outputs keep q4_dot's
- * bits. */
+/* The zero-point share of one (x row, W row) pair of the U4 row sum is Σ_g
+ * zero[g]·scale[g]·xsum[g], summed in g order from 0 by this step: one definition for every
+ * path of a table, so they agree bit for bit. */
 static inline float cpu_q4_zero_step(float zc, float scale, float zero, float xsum)
 {
     return zc + zero * scale * xsum;
 }
 
-static inline float cpu_q4_zero_share(const float *scale, const float *zero, const float *xsum,
-                                      int64_t G)
-{
-    float zc = 0;
-    for (int64_t g = 0; g < G; g++)
-        zc = cpu_q4_zero_step(zc, scale[g], zero[g], xsum[g]);
-    return zc;
-}
-
-/* The portable table's q4_dot (see struct cpu_kernels). */
-float cpu_q4_dot_portable(const float *x, const uint8_t *w, const float *scale,
-                          const float *zero, const float *xsum, int64_t G, int64_t gs,
-                          bool stream);
+/* The portable table's q4_gemv (see struct cpu_kernels). */
+void cpu_q4_gemv_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
+                          const float *scale, const float *zero, const float *xsum, int64_t G,
+                          int64_t n, float *y, int64_t ldy);
 
 /* ---- f32 dot product ------------------------------------------------------------------ */
 

@@ -87,7 +87,7 @@ const struct cpu_kernels cpu_kernels_portable = {
     .scale_d = scale_d_portable,
     .dot = dot_portable,
     .axpy = axpy_portable,
-    .q4_dot = cpu_q4_dot_portable,
+    .q4_gemv = cpu_q4_gemv_portable,
     .exp_sum = exp_sum_portable,
     .x_sigmoid = x_sigmoid_portable,
 };

@@ -438,34 +438,9 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
 
 /* ---- U4 GEMV ------------------------------------------------------------------------------ */
 
-/* As in cpu_kern_avx512.c at 8 lanes: each 8 bytes of a block give codes j…j+7 (low nibbles)
- * and j+16…j+23 (high), so a block of 32 is two loads and four FMAs into two accumulators. */
-static float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
-                    const float *xs, int64_t G, int64_t gs, bool stream)
-{
-    const __m256i m4 = _mm256_set1_epi32(15);
-    __m256 tot = _mm256_setzero_ps();
-    for (int64_t g = 0; g < G; g++) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        for (int64_t k = g * gs; stream && k < (g + 1) * gs; k += 128)
-            _mm_prefetch((const char *)w + k / 2 + CPU_Q4_PREFETCH_BYTES, _MM_HINT_T0);
-        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
-            const uint8_t *b = w + k / 2;
-            __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
-            __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8)));
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, m4)),
-                                 _mm256_loadu_ps(x + k), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)),
-                                 _mm256_loadu_ps(x + k + 16), a1);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, m4)),
-                                 _mm256_loadu_ps(x + k + 8), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)),
-                                 _mm256_loadu_ps(x + k + 24), a1);
-        }
-        tot = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(s[g]), tot);
-    }
-    return hsum8(tot) - cpu_q4_zero_share(s, z, xs, G);
-}
+/* The U4 row sum as in cpu_kern_avx512.c at 8 lanes: each 8 bytes of a block give codes
+ * j…j+7 (low nibbles) and j+16…j+23 (high), so a block of 32 is two loads and four FMAs: a0
+ * takes codes j…j+7 then j+8…j+15, a1 j+16…j+23 then j+24…j+31. */
 
 /* pack_w for U4 rows, as in cpu_kern_avx512.c at 8 codes a run: codes k…k+7 (k a multiple
  * of 8) are the low (k mod 32 < 16) or high nibbles of the 8 bytes at (k − k mod 32) / 2 +
@@ -502,14 +477,13 @@ static void pack_w_q4(const uint8_t *w, int64_t ldb, const float *scale, const f
 /* ---- U4 GEMV over several x rows ---------------------------------------------------------- */
 
 /* As in cpu_kern_avx512.c: each block of Q4_R W rows widened once per chunk of Q4_KC codes
- * into an L1 buffer in k order, then q4_dot's arithmetic (a0 takes codes j…j+7 then
- * j+8…j+15 of each 32, a1 j+16…j+23 then j+24…j+31) for passes of up to Q4_G x rows, bit for
- * bit. With 16 ymm registers: the running sums stay in memory (one update a group), so
+ * into an L1 buffer in k order, then the row sum for passes of up to Q4_G x rows. With 16 ymm registers: the running sums stay in memory (one update a group), so
  * 3 × 2 pairs keep 12 chains in registers — two FMAs a step each, so fewer pairs left the
  * step waiting on FMA latency — with 2 x vectors and one W vector. */
 #define Q4_R 3
 #define Q4_G 2
 #define Q4_KC 512
+#define Q4_R1 4 /* W rows side by side for one x row: 12 accumulators */
 
 static inline __attribute__((always_inline)) void
 q4_widen(const uint8_t *w, int64_t rowb, const int R, int64_t k0, int64_t k1, float *buf,
@@ -621,7 +595,7 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
                 q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
         }
     }
-    /* The zero-point shares, q4_dot's scalar sums, as M · R independent chains (one after
+    /* The zero-point shares, the row sum's scalar part, as M · R independent chains (one after
      * another they took as long as the products). */
     float zc[CPU_GEMV_MAX_M][Q4_R] = { { 0 } };
     for (int64_t g = 0; g < ng; g++)
@@ -634,12 +608,71 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
             y[m * ldy + r] = hsum8(save[(m * Q4_R + r) * 3 + 2]) - zc[m][r];
 }
 
+/* One x row against R W rows at once, as in cpu_kern_avx512.c: the rows' code streams side
+ * by side, each prefetching its place in the next block (pf). */
+static inline __attribute__((always_inline)) void
+q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, const float *z,
+            const float *xs, int64_t ng, int64_t gs, const int R, float *y, const uint8_t *pf)
+{
+    const __m256i m4 = _mm256_set1_epi32(15);
+    __m256 tot[Q4_R1];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        tot[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m256 a0[Q4_R1], a1[Q4_R1];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            a0[r] = a1[r] = _mm256_setzero_ps();
+            for (int64_t k = g * gs; pf && k < (g + 1) * gs; k += 128)
+                _mm_prefetch((const char *)pf + r * rowb + k / 2, _MM_HINT_T0);
+        }
+        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const uint8_t *b = w + r * rowb + k / 2;
+                __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b));
+                __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 8)));
+                a0[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, m4)),
+                                        _mm256_loadu_ps(x + k), a0[r]);
+                a1[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)),
+                                        _mm256_loadu_ps(x + k + 16), a1[r]);
+                a0[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, m4)),
+                                        _mm256_loadu_ps(x + k + 8), a0[r]);
+                a1[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)),
+                                        _mm256_loadu_ps(x + k + 24), a1[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            tot[r] = _mm256_fmadd_ps(_mm256_add_ps(a0[r], a1[r]), _mm256_set1_ps(s[r * ng + g]),
+                                     tot[r]);
+    }
+    float zc[Q4_R1] = { 0 };
+    for (int64_t g = 0; g < ng; g++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            zc[r] = cpu_q4_zero_step(zc[r], s[r * ng + g], z[r * ng + g], xs[g]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        y[r] = hsum8(tot[r]) - zc[r];
+}
+
 static void q4_gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
                     const float *s, const float *z, const float *xs, int64_t ng, int64_t n,
                     float *y, int64_t ldy)
 {
     const int64_t rowb = K / 2;
     int64_t j = 0;
+    if (M == 1) {
+        for (; j + Q4_R1 <= n; j += Q4_R1)
+            q4_rows_one(x, w + j * rowb, rowb, s + j * ng, z + j * ng, xs, ng, K / ng, Q4_R1,
+                        y + j, j + 2 * Q4_R1 <= n ? w + (j + Q4_R1) * rowb : NULL);
+        for (; j < n; j++)
+            q4_rows_one(x, w + j * rowb, rowb, s + j * ng, z + j * ng, xs, ng, K / ng, 1, y + j,
+                        NULL);
+        return;
+    }
     for (; j + Q4_R <= n; j += Q4_R)
         q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, Q4_R, y + j,
                      ldy, j + 2 * Q4_R <= n ? w + (j + Q4_R) * rowb : NULL);
@@ -838,7 +871,6 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
-    .q4_dot = q4_dot,
     .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,

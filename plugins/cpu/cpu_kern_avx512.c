@@ -472,30 +472,13 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
 
 /* ---- U4 GEMV ------------------------------------------------------------------------------ */
 
-/* One U4 row against one x row: per group, 16 bytes give 32 codes (low nibbles = codes 0…15
- * of the block, high = 16…31) widened in registers, two accumulators over the group, then
- * the group's scale into a running vector; the zero points' share Σ zero·scale·xsum is
- * scalar. The order depends on K and the group size only. */
-static float q4_dot(const float *x, const uint8_t *w, const float *s, const float *z,
-                    const float *xs, int64_t G, int64_t gs, bool stream)
-{
-    const __m512i m4 = _mm512_set1_epi32(15);
-    __m512 tot = _mm512_setzero_ps();
-    for (int64_t g = 0; g < G; g++) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        for (int64_t k = g * gs; stream && k < (g + 1) * gs; k += 128)
-            _mm_prefetch((const char *)w + k / 2 + CPU_Q4_PREFETCH_BYTES, _MM_HINT_T0);
-        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
-            __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + k / 2)));
-            a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m4)),
-                                 _mm512_loadu_ps(x + k), a0);
-            a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)),
-                                 _mm512_loadu_ps(x + k + 16), a1);
-        }
-        tot = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(s[g]), tot);
-    }
-    return _mm512_reduce_add_ps(tot) - cpu_q4_zero_share(s, z, xs, G);
-}
+/* The U4 row sum (struct cpu_kernels.q4_gemv), for one W row and one x row: per group, each
+ * 16 bytes give 32 codes (low nibbles = codes j…j+15 of the block, high = j+16…j+31), exactly
+ * widened to f32; two chains over the group, a0 for the low and a1 for the high codes, one
+ * FMA each per 32 codes; the group's (a0 + a1)·scale into a running vector; at the end its
+ * lanes summed and the zero points' share (cpu_q4_zero_step, scalar, in group order)
+ * subtracted. The order depends on K and the group size alone. Both paths below compute
+ * exactly this for every pair, so a row's result never depends on the batch. */
 
 /* pack_w for U4 rows (struct cpu_kernels.pack_w_q4): the GEMM's W micro-panel straight from
  * the codes, each weight (code − zero)·scale as cpu_q4_dequant computes it (the same two
@@ -533,17 +516,15 @@ static void pack_w_q4(const uint8_t *w, int64_t ldb, const float *scale, const f
 
 /* ---- U4 GEMV over several x rows ---------------------------------------------------------- */
 
-/* Above one x row, q4_dot per (x row, W row) pair unpacked and converted every row's codes
- * once per x row, so 16 rows cost 11–14 × one. Here each block of Q4_R W rows is widened once
- * per chunk of Q4_KC codes, to the codes themselves as f32 (exact), into an L1 buffer in k
- * order, and passes of up to Q4_G x rows run q4_dot's arithmetic over it: per pair the same
- * two chains per group (codes j…j+15 and j+16…j+31 of each 32), the same group sum into the
- * same running vector, the same zero-point share. So every output is bit-identical to
- * q4_dot's, whatever M (struct cpu_kernels). Three accumulators a pair: Q4_R · Q4_G = 8 pairs
- * are 24 registers, with 4 x and 2 W vectors. */
+/* More than one x row: converting every W row's codes once per x row made 16 rows cost 11–14 ×
+ * one. Instead each block of Q4_R W rows is widened once per chunk of Q4_KC codes, to the
+ * codes themselves as f32 (exact), into an L1 buffer in k order, and passes of up to Q4_G x
+ * rows run the row sum over it. Three accumulators a pair: Q4_R · Q4_G = 8 pairs are 24
+ * registers, with 4 x and 2 W vectors. */
 #define Q4_R 4
 #define Q4_G 2
 #define Q4_KC 512
+#define Q4_R1 8 /* W rows side by side for one x row */
 
 /* buf[r · Q4_KC + (k − k0)] = code k of W row r as f32, for k in [k0, k1); the same chunk of
  * the next block (pf, or NULL) is prefetched meanwhile. */
@@ -652,7 +633,7 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
                 q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
         }
     }
-    /* The zero-point shares, q4_dot's scalar sums, as M · R independent chains (one after
+    /* The zero-point shares, the row sum's scalar part, as M · R independent chains (one after
      * another they took as long as the products). */
     float zc[CPU_GEMV_MAX_M][Q4_R] = { { 0 } };
     for (int64_t g = 0; g < ng; g++)
@@ -665,12 +646,67 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
             y[m * ldy + r] = _mm512_reduce_add_ps(save[(m * Q4_R + r) * 3 + 2]) - zc[m][r];
 }
 
+/* One x row (decode) against R W rows at once, the codes widened in registers: the rows' code
+ * streams read side by side, each prefetching its place in the next block of R rows (pf, or
+ * NULL at the last block). One row at a time, prefetching 1–8 KiB ahead, read 15–17 GB/s;
+ * eight side by side, 20–22 (docs/BENCHMARKS.md, "The INT4 GEMV"). */
+static inline __attribute__((always_inline)) void
+q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, const float *z,
+            const float *xs, int64_t ng, int64_t gs, const int R, float *y, const uint8_t *pf)
+{
+    const __m512i m4 = _mm512_set1_epi32(15);
+    __m512 tot[Q4_R1];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        tot[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m512 a0[Q4_R1], a1[Q4_R1];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            a0[r] = a1[r] = _mm512_setzero_ps();
+            for (int64_t k = g * gs; pf && k < (g + 1) * gs; k += 128)
+                _mm_prefetch((const char *)pf + r * rowb + k / 2, _MM_HINT_T0);
+        }
+        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
+            const __m512 xl = _mm512_loadu_ps(x + k), xh = _mm512_loadu_ps(x + k + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m512i b = _mm512_cvtepu8_epi32(
+                    _mm_loadu_si128((const __m128i *)(w + r * rowb + k / 2)));
+                a0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m4)), xl, a0[r]);
+                a1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), xh, a1[r]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a0[r], a1[r]), _mm512_set1_ps(s[r * ng + g]),
+                                     tot[r]);
+    }
+    float zc[Q4_R1] = { 0 };
+    for (int64_t g = 0; g < ng; g++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            zc[r] = cpu_q4_zero_step(zc[r], s[r * ng + g], z[r * ng + g], xs[g]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(tot[r]) - zc[r];
+}
+
 static void q4_gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
                     const float *s, const float *z, const float *xs, int64_t ng, int64_t n,
                     float *y, int64_t ldy)
 {
     const int64_t rowb = K / 2;
     int64_t j = 0;
+    if (M == 1) {
+        for (; j + Q4_R1 <= n; j += Q4_R1)
+            q4_rows_one(x, w + j * rowb, rowb, s + j * ng, z + j * ng, xs, ng, K / ng, Q4_R1,
+                        y + j, j + 2 * Q4_R1 <= n ? w + (j + Q4_R1) * rowb : NULL);
+        for (; j < n; j++)
+            q4_rows_one(x, w + j * rowb, rowb, s + j * ng, z + j * ng, xs, ng, K / ng, 1, y + j,
+                        NULL);
+        return;
+    }
     for (; j + Q4_R <= n; j += Q4_R)
         q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, Q4_R, y + j,
                      ldy, j + 2 * Q4_R <= n ? w + (j + Q4_R) * rowb : NULL);
@@ -852,7 +888,6 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
-    .q4_dot = q4_dot,
     .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,

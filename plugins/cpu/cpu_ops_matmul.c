@@ -392,29 +392,15 @@ struct q4_ctx {
     int b_dtype;
 };
 
-/* GEMV (M ≤ CPU_GEMV_MAX_M) over a range of W rows: one x row, or a table without q4_gemv,
- * runs the table's U4 row dot per pair, in blocks of GEMV_ROWS rows that are read from memory
- * once and from cache for every x row; several x rows run q4_gemv (the same bits, the codes
- * widened once). Then the bias. */
+/* GEMV (M ≤ CPU_GEMV_MAX_M): the table's U4 rows over a range of W rows, then the bias. */
 static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct q4_ctx *c = vctx;
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
-    const int64_t G = c->G, gs = c->K / G;
-    const bool wide = c->M > 1 && c->dev->kern.q4_gemv;
-    if (wide)
-        c->dev->kern.q4_gemv(c->x, c->K, c->M, c->K, c->w + n0 * (c->K / 2), c->scale + n0 * G,
-                             c->zero + n0 * G, c->xsum, G, n1 - n0, c->y + n0, c->N);
-    for (int64_t n = n0; !wide && n < n1; n += GEMV_ROWS) {
-        const int64_t nb = n1 - n < GEMV_ROWS ? n1 - n : GEMV_ROWS;
-        for (int64_t m = 0; m < c->M; m++)
-            for (int64_t r = 0; r < nb; r++)
-                c->y[m * c->N + n + r] =
-                    c->dev->kern.q4_dot(c->x + m * c->K, c->w + (n + r) * (c->K / 2),
-                                        c->scale + (n + r) * G, c->zero + (n + r) * G,
-                                        c->xsum + m * G, G, gs, m == 0);
-    }
+    const int64_t G = c->G;
+    c->dev->kern.q4_gemv(c->x, c->K, c->M, c->K, c->w + n0 * (c->K / 2), c->scale + n0 * G,
+                         c->zero + n0 * G, c->xsum, G, n1 - n0, c->y + n0, c->N);
     if (c->b)
         for (int64_t m = 0; m < c->M; m++)
             for (int64_t n = n0; n < n1; n++)
