@@ -479,12 +479,20 @@ void cpu_q4_dequant(const uint8_t *row, const float *scale, const float *zero, i
 /* xsum[m·G + g] = Σ_{k ∈ group g} x[m·ldx + k], summed in k order, for m < M. */
 void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, float *xsum);
 
-/* The zero-point share of one (x row, W row) pair of the U4 row sum is Σ_g
- * zero[g]·scale[g]·xsum[g], summed in g order from 0 by this step: one definition for every
- * path of a table, so they agree bit for bit. */
-static inline float cpu_q4_zero_step(float zc, float scale, float zero, float xsum)
+/* The zero-point shares of the U4 row sum: zc[m·R + r] = Σ_g zero·scale·xsum, summed in g
+ * order, for x rows m < M and W rows r < R (scale and zero rows G apart, xsum rows G apart).
+ * One definition for every path of a table, so they agree bit for bit; the M · R sums run
+ * as independent chains (one after another they took as long as the products). */
+static inline __attribute__((always_inline)) void
+cpu_q4_zero_shares(const float *scale, const float *zero, const float *xsum, int64_t G, int64_t M,
+                   const int R, float *zc)
 {
-    return zc + zero * scale * xsum;
+    for (int64_t i = 0; i < M * R; i++)
+        zc[i] = 0;
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t m = 0; m < M; m++)
+            for (int r = 0; r < R; r++)
+                zc[m * R + r] += zero[r * G + g] * scale[r * G + g] * xsum[m * G + g];
 }
 
 /* The portable table's q4_gemv (see struct cpu_kernels). */

@@ -595,17 +595,11 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
                 q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
         }
     }
-    /* The zero-point shares, the row sum's scalar part, as M · R independent chains (one after
-     * another they took as long as the products). */
-    float zc[CPU_GEMV_MAX_M][Q4_R] = { { 0 } };
-    for (int64_t g = 0; g < ng; g++)
-        for (int64_t m = 0; m < M; m++)
-            for (int r = 0; r < R; r++)
-                zc[m][r] = cpu_q4_zero_step(zc[m][r], s[r * ng + g], z[r * ng + g],
-                                            xs[m * ng + g]);
+    float zc[CPU_GEMV_MAX_M * Q4_R];
+    cpu_q4_zero_shares(s, z, xs, ng, M, R, zc);
     for (int64_t m = 0; m < M; m++)
         for (int r = 0; r < R; r++)
-            y[m * ldy + r] = hsum8(save[(m * Q4_R + r) * 3 + 2]) - zc[m][r];
+            y[m * ldy + r] = hsum8(save[(m * Q4_R + r) * 3 + 2]) - zc[m * R + r];
 }
 
 /* One x row against R W rows at once, as in cpu_kern_avx512.c: the rows' code streams side
@@ -648,11 +642,8 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
             tot[r] = _mm256_fmadd_ps(_mm256_add_ps(a0[r], a1[r]), _mm256_set1_ps(s[r * ng + g]),
                                      tot[r]);
     }
-    float zc[Q4_R1] = { 0 };
-    for (int64_t g = 0; g < ng; g++)
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            zc[r] = cpu_q4_zero_step(zc[r], s[r * ng + g], z[r * ng + g], xs[g]);
+    float zc[Q4_R1];
+    cpu_q4_zero_shares(s, z, xs, ng, 1, R, zc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         y[r] = hsum8(tot[r]) - zc[r];

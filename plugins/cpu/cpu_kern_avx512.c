@@ -476,7 +476,7 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
  * 16 bytes give 32 codes (low nibbles = codes j…j+15 of the block, high = j+16…j+31), exactly
  * widened to f32; two chains over the group, a0 for the low and a1 for the high codes, one
  * FMA each per 32 codes; the group's (a0 + a1)·scale into a running vector; at the end its
- * lanes summed and the zero points' share (cpu_q4_zero_step, scalar, in group order)
+ * lanes summed and the zero points' share (cpu_q4_zero_shares, scalar, in group order)
  * subtracted. The order depends on K and the group size alone. Both paths below compute
  * exactly this for every pair, so a row's result never depends on the batch. */
 
@@ -633,17 +633,11 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
                 q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
         }
     }
-    /* The zero-point shares, the row sum's scalar part, as M · R independent chains (one after
-     * another they took as long as the products). */
-    float zc[CPU_GEMV_MAX_M][Q4_R] = { { 0 } };
-    for (int64_t g = 0; g < ng; g++)
-        for (int64_t m = 0; m < M; m++)
-            for (int r = 0; r < R; r++)
-                zc[m][r] = cpu_q4_zero_step(zc[m][r], s[r * ng + g], z[r * ng + g],
-                                            xs[m * ng + g]);
+    float zc[CPU_GEMV_MAX_M * Q4_R];
+    cpu_q4_zero_shares(s, z, xs, ng, M, R, zc);
     for (int64_t m = 0; m < M; m++)
         for (int r = 0; r < R; r++)
-            y[m * ldy + r] = _mm512_reduce_add_ps(save[(m * Q4_R + r) * 3 + 2]) - zc[m][r];
+            y[m * ldy + r] = _mm512_reduce_add_ps(save[(m * Q4_R + r) * 3 + 2]) - zc[m * R + r];
 }
 
 /* One x row (decode) against R W rows at once, the codes widened in registers: the rows' code
@@ -682,11 +676,8 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
             tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a0[r], a1[r]), _mm512_set1_ps(s[r * ng + g]),
                                      tot[r]);
     }
-    float zc[Q4_R1] = { 0 };
-    for (int64_t g = 0; g < ng; g++)
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            zc[r] = cpu_q4_zero_step(zc[r], s[r * ng + g], z[r * ng + g], xs[g]);
+    float zc[Q4_R1];
+    cpu_q4_zero_shares(s, z, xs, ng, 1, R, zc);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
         y[r] = _mm512_reduce_add_ps(tot[r]) - zc[r];
