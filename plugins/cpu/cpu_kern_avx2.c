@@ -438,9 +438,12 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
 
 /* ---- U4 GEMV ------------------------------------------------------------------------------ */
 
-/* The U4 row sum as in cpu_kern_avx512.c at 8 lanes: each 8 bytes of a block give codes
- * j…j+7 (low nibbles) and j+16…j+23 (high), so a block of 32 is two loads and four FMAs: a0
- * takes codes j…j+7 then j+8…j+15, a1 j+16…j+23 then j+24…j+31. */
+/* The U4 row sum (struct cpu_kernels.q4_gemv) at 8 lanes, in this table's own order: each 8
+ * bytes of a block give codes j…j+7 (low nibbles) and j+16…j+23 (high), so a block of 32 is
+ * two loads and four FMAs into two chains per group — a0 takes codes j…j+7 then j+8…j+15,
+ * a1 j+16…j+23 then j+24…j+31; one chain of four would wait on FMA latency — then
+ * (a0 + a1)·scale into a running vector, its lanes summed and the zero points' share
+ * (cpu_q4_zero_shares) subtracted. Both paths below compute exactly this for every pair. */
 
 /* pack_w for U4 rows, as in cpu_kern_avx512.c at 8 codes a run: codes k…k+7 (k a multiple
  * of 8) are the low (k mod 32 < 16) or high nibbles of the 8 bytes at (k − k mod 32) / 2 +

@@ -474,9 +474,9 @@ static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *
 
 /* The U4 row sum (struct cpu_kernels.q4_gemv), for one W row and one x row: per group, each
  * 16 bytes give 32 codes (low nibbles = codes j…j+15 of the block, high = j+16…j+31), exactly
- * widened to f32; two chains over the group, a0 for the low and a1 for the high codes, one
- * FMA each per 32 codes; the group's (a0 + a1)·scale into a running vector; at the end its
- * lanes summed and the zero points' share (cpu_q4_zero_shares, scalar, in group order)
+ * widened to f32; one chain over the group in k order, an FMA for the low and one for the
+ * high codes of each 32; the group's sum times its scale into a running vector; at the end
+ * its lanes summed and the zero points' share (cpu_q4_zero_shares, scalar, in group order)
  * subtracted. The order depends on K and the group size alone. Both paths below compute
  * exactly this for every pair, so a row's result never depends on the batch. */
 
@@ -519,10 +519,10 @@ static void pack_w_q4(const uint8_t *w, int64_t ldb, const float *scale, const f
 /* More than one x row: converting every W row's codes once per x row made 16 rows cost 11–14 ×
  * one. Instead each block of Q4_R W rows is widened once per chunk of Q4_KC codes, to the
  * codes themselves as f32 (exact), into an L1 buffer in k order, and passes of up to Q4_G x
- * rows run the row sum over it. Three accumulators a pair: Q4_R · Q4_G = 8 pairs are 24
- * registers, with 4 x and 2 W vectors. */
+ * rows run the row sum over it: 16 chains in registers with 8 x and 2 W vectors; the running
+ * sums stay in memory (one update a group). */
 #define Q4_R 4
-#define Q4_G 2
+#define Q4_G 4
 #define Q4_KC 512
 #define Q4_R1 8 /* W rows side by side for one x row */
 
@@ -546,22 +546,22 @@ q4_widen(const uint8_t *w, int64_t rowb, const int R, int64_t k0, int64_t k1, fl
     }
 }
 
-/* R W rows (widened in buf) × G x rows over codes [k0, k1) of one chunk; the pairs' chains
- * (a0, a1, running sum) live in save between chunks, zeroed by the first. */
+/* R W rows (widened in buf) × G x rows over codes [k0, k1) of one chunk; per pair, save
+ * holds the group's chain and the running sum between chunks (zeroed by the first). */
 static inline __attribute__((always_inline)) void
 q4_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const int G,
              int64_t k0, int64_t k1, int64_t gs, const float *s, int64_t ng, __m512 *save,
              int first)
 {
-    __m512 a0[Q4_G][Q4_R], a1[Q4_G][Q4_R], tot[Q4_G][Q4_R];
-#pragma GCC unroll 2
+    __m512 acc[Q4_G][Q4_R];
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m512 *sv = save + (g * Q4_R + r) * 3;
-            a0[g][r] = first ? _mm512_setzero_ps() : sv[0];
-            a1[g][r] = first ? _mm512_setzero_ps() : sv[1];
-            tot[g][r] = first ? _mm512_setzero_ps() : sv[2];
+            __m512 *sv = save + (g * Q4_R + r) * 2;
+            if (first)
+                sv[1] = _mm512_setzero_ps();
+            acc[g][r] = first ? _mm512_setzero_ps() : sv[0];
         }
     /* The group and where it ends advance by addition: a division per group cost as much
      * as the group's products. */
@@ -570,7 +570,7 @@ q4_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const i
         const int64_t e = ge < k1 ? ge : k1;
         for (; k < e; k += 32) {
             __m512 xl[Q4_G], xh[Q4_G];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
                 xl[g] = _mm512_loadu_ps(x + g * ldx + k);
                 xh[g] = _mm512_loadu_ps(x + g * ldx + k + 16);
@@ -579,38 +579,33 @@ q4_wide_pass(const float *x, int64_t ldx, const float *buf, const int R, const i
             for (int r = 0; r < R; r++) {
                 __m512 wl = _mm512_load_ps(buf + r * Q4_KC + (k - k0));
                 __m512 wh = _mm512_load_ps(buf + r * Q4_KC + (k - k0) + 16);
+                /* in registers: GCC otherwise folds them into every FMA, a load each */
                 __asm__("" : "+v"(wl), "+v"(wh));
-#pragma GCC unroll 2
-                for (int g = 0; g < G; g++) {
-                    a0[g][r] = _mm512_fmadd_ps(wl, xl[g], a0[g][r]);
-                    a1[g][r] = _mm512_fmadd_ps(wh, xh[g], a1[g][r]);
-                }
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++)
+                    acc[g][r] = _mm512_fmadd_ps(wh, xh[g], _mm512_fmadd_ps(wl, xl[g], acc[g][r]));
             }
         }
         if (k == ge) {
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const __m512 sv = _mm512_set1_ps(s[r * ng + gi]);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int g = 0; g < G; g++) {
-                    tot[g][r] = _mm512_fmadd_ps(_mm512_add_ps(a0[g][r], a1[g][r]), sv,
-                                                tot[g][r]);
-                    a0[g][r] = a1[g][r] = _mm512_setzero_ps();
+                    __m512 *tot = save + (g * Q4_R + r) * 2 + 1;
+                    *tot = _mm512_fmadd_ps(acc[g][r], sv, *tot);
+                    acc[g][r] = _mm512_setzero_ps();
                 }
             }
             gi++;
             ge += gs;
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            __m512 *sv = save + (g * Q4_R + r) * 3;
-            sv[0] = a0[g][r];
-            sv[1] = a1[g][r];
-            sv[2] = tot[g][r];
-        }
+        for (int r = 0; r < R; r++)
+            save[(g * Q4_R + r) * 2] = acc[g][r];
 }
 
 /* One block of R W rows against all M x rows, chunk by chunk. */
@@ -619,25 +614,29 @@ q4_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w
              const float *s, const float *z, const float *xs, int64_t ng, const int R,
              float *y, int64_t ldy, const uint8_t *pf)
 {
-    __m512 save[CPU_GEMV_MAX_M * Q4_R * 3];
+    __m512 save[CPU_GEMV_MAX_M * Q4_R * 2];
     float buf[Q4_R * Q4_KC] __attribute__((aligned(64)));
     const int64_t rowb = K / 2, gs = K / ng;
     for (int64_t k0 = 0; k0 < K; k0 += Q4_KC) {
         const int64_t k1 = K - k0 < Q4_KC ? K : k0 + Q4_KC;
         q4_widen(w, rowb, R, k0, k1, buf, pf);
         for (int64_t m = 0; m < M; m += Q4_G) {
-            __m512 *sg = save + m * Q4_R * 3;
-            if (M - m >= 2)
-                q4_wide_pass(x + m * ldx, ldx, buf, R, 2, k0, k1, gs, s, ng, sg, k0 == 0);
-            else
-                q4_wide_pass(x + m * ldx, ldx, buf, R, 1, k0, k1, gs, s, ng, sg, k0 == 0);
+            __m512 *sg = save + m * Q4_R * 2;
+#define Q4_PASS(G) q4_wide_pass(x + m * ldx, ldx, buf, R, G, k0, k1, gs, s, ng, sg, k0 == 0)
+            switch (M - m) {
+            case 1: Q4_PASS(1); break;
+            case 2: Q4_PASS(2); break;
+            case 3: Q4_PASS(3); break;
+            default: Q4_PASS(4); break;
+            }
+#undef Q4_PASS
         }
     }
     float zc[CPU_GEMV_MAX_M * Q4_R];
     cpu_q4_zero_shares(s, z, xs, ng, M, R, zc);
     for (int64_t m = 0; m < M; m++)
         for (int r = 0; r < R; r++)
-            y[m * ldy + r] = _mm512_reduce_add_ps(save[(m * Q4_R + r) * 3 + 2]) - zc[m * R + r];
+            y[m * ldy + r] = _mm512_reduce_add_ps(save[(m * Q4_R + r) * 2 + 1]) - zc[m * R + r];
 }
 
 /* One x row (decode) against R W rows at once, the codes widened in registers: the rows' code
@@ -654,10 +653,10 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
     for (int r = 0; r < R; r++)
         tot[r] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
-        __m512 a0[Q4_R1], a1[Q4_R1];
+        __m512 acc[Q4_R1];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            a0[r] = a1[r] = _mm512_setzero_ps();
+            acc[r] = _mm512_setzero_ps();
             for (int64_t k = g * gs; pf && k < (g + 1) * gs; k += 128)
                 _mm_prefetch((const char *)pf + r * rowb + k / 2, _MM_HINT_T0);
         }
@@ -667,14 +666,13 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
             for (int r = 0; r < R; r++) {
                 __m512i b = _mm512_cvtepu8_epi32(
                     _mm_loadu_si128((const __m128i *)(w + r * rowb + k / 2)));
-                a0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m4)), xl, a0[r]);
-                a1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), xh, a1[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, m4)), xl, acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), xh, acc[r]);
             }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            tot[r] = _mm512_fmadd_ps(_mm512_add_ps(a0[r], a1[r]), _mm512_set1_ps(s[r * ng + g]),
-                                     tot[r]);
+            tot[r] = _mm512_fmadd_ps(acc[r], _mm512_set1_ps(s[r * ng + g]), tot[r]);
     }
     float zc[Q4_R1];
     cpu_q4_zero_shares(s, z, xs, ng, 1, R, zc);
