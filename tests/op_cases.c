@@ -1410,6 +1410,19 @@ void op_case_matmul_u4(const struct op_checks *chk, double tol_small, double tol
         op_release_all();
     }
 
+    /* K = 0, an empty sum the contract accepts (W [N, 0], one group): y is the bias, on the
+     * GEMV (M = 1) and on the blocked path (M = 40). */
+    for (int64_t M = 1; M <= 40; M += 39) {
+        float *sv;
+        struct op_pair *tx0 = op_pair_new(MMRT_DTYPE_F32, SHAPE(M, 0));
+        struct op_pair *tw0 = op_pair_new(MMRT_DTYPE_U4, SHAPE(9, 0));
+        struct op_pair *ts0 = op_pair_rand(MMRT_DTYPE_F32, 1, 2, &sv, SHAPE(9, 1));
+        char what[64];
+        snprintf(what, sizeof what, "MATMUL U4 K=0 M=%lld", (long long)M);
+        matmul_q_run(chk, what, NULL, tx0, tw0, ts0, ts0, NULL, M, 0, 9, 2, 0.0);
+        op_release_all();
+    }
+
     /* What the contract refuses, on both plugins. x is [2, 64] against W [8, 64/2]. */
     float *x, *wf;
     struct op_q4matrix qm;

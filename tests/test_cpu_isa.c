@@ -388,6 +388,54 @@ static void test_matmul_u4_all_isas(void **state)
     }
 }
 
+/* K = 0 is a U4 MATMUL the contract accepts (W [N, 0], one group of no codes): an empty sum,
+ * so y is the bias, on the GEMV (M ≤ 32) and the blocked path alike. The blocked path once
+ * divided by K, and the widened GEMV would have summed nothing into uninitialised state. */
+static void test_matmul_u4_empty_k(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness h;
+        if (!open_isa(&h, isas[i], "3", false))
+            continue;
+        static const int64_t Ms[] = { 1, 5, 40 };
+        const int64_t N = 19;
+        for (size_t c = 0; c < sizeof Ms / sizeof Ms[0]; c++) {
+            const int64_t M = Ms[c];
+            g_rng = 900 + c;
+            float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
+            float *sz = rand_vec(N, 1, 2, MMRT_DTYPE_F32);
+            struct harness_tensor tx, tw, ty;
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, 0 },
+                                                &tx), MMRT_OK);
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_U4, 2, (const int64_t[]){ N, 0 },
+                                                &tw), MMRT_OK);
+            struct harness_tensor tb = put(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, b);
+            struct harness_tensor ts = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, 1 }, sz);
+            struct harness_tensor tz = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, 1 }, sz);
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N },
+                                                &ty), MMRT_OK);
+            struct harness_tensor *src[5] = { &tx, &tw, &tb, &ts, &tz };
+            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, src, 5, &ty, NULL, 0), MMRT_OK);
+            float *y = get(&h, &ty);
+            for (int64_t m = 0; m < M; m++)
+                if (memcmp(y + m * N, b, (size_t)N * sizeof(float)) != 0)
+                    fail_msg("isa %s MATMUL U4 K=0 M=%lld: row %lld is not the bias", isas[i],
+                             (long long)M, (long long)m);
+            free(y);
+            free(b);
+            free(sz);
+            harness_tensor_free(&h, &tx);
+            harness_tensor_free(&h, &tw);
+            harness_tensor_free(&h, &tb);
+            harness_tensor_free(&h, &ts);
+            harness_tensor_free(&h, &tz);
+            harness_tensor_free(&h, &ty);
+        }
+        harness_close(&h);
+    }
+}
+
 /* ---- ATTENTION --------------------------------------------------------------------------- */
 
 struct acase {
@@ -781,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_matmul_all_isas),
         cmocka_unit_test(test_matmul_i8_all_isas),
         cmocka_unit_test(test_matmul_u4_all_isas),
+        cmocka_unit_test(test_matmul_u4_empty_k),
         cmocka_unit_test(test_attention_all_isas),
         cmocka_unit_test(test_attention_narrow_kv_is_f32_copy_all_isas),
         cmocka_unit_test(test_activations_all_isas),

@@ -436,6 +436,8 @@ static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const s
     };
     if (M == 0 || N == 0)
         return MMRT_OK;
+    if (K == 0) /* an empty sum (the contract allows it): the bias or zero, as cpu_gemm gives */
+        return cpu_gemm(dev, c.x, M, 0, NULL, MMRT_DTYPE_F32, NULL, N, c.b, c.b_dtype, c.y);
     if (M <= CPU_GEMV_MAX_M) {
         float *xsum = malloc((size_t)(M * G) * sizeof *xsum);
         if (!xsum)
