@@ -685,28 +685,7 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
         y[r] = _mm512_reduce_add_ps(tot[r]) - zc[r];
 }
 
-static void q4_gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,
-                    const float *s, const float *z, const float *xs, int64_t ng, int64_t n,
-                    float *y, int64_t ldy)
-{
-    const int64_t rowb = K / 2;
-    int64_t j = 0;
-    if (M == 1) {
-        for (; j + Q4_R1 <= n; j += Q4_R1)
-            q4_rows_one(x, w + j * rowb, rowb, s + j * ng, z + j * ng, xs, ng, K / ng, Q4_R1,
-                        y + j, j + 2 * Q4_R1 <= n ? w + (j + Q4_R1) * rowb : NULL);
-        for (; j < n; j++)
-            q4_rows_one(x, w + j * rowb, rowb, s + j * ng, z + j * ng, xs, ng, K / ng, 1, y + j,
-                        NULL);
-        return;
-    }
-    for (; j + Q4_R <= n; j += Q4_R)
-        q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, Q4_R, y + j,
-                     ldy, j + 2 * Q4_R <= n ? w + (j + Q4_R) * rowb : NULL);
-    for (; j < n; j++)
-        q4_rows_wide(x, ldx, M, K, w + j * rowb, s + j * ng, z + j * ng, xs, ng, 1, y + j, ldy,
-                     NULL);
-}
+#include "cpu_kern_q4_gemv.h"
 
 
 /* ---- dot, axpy ----------------------------------------------------------------------------- */
