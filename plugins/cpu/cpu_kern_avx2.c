@@ -480,9 +480,10 @@ static void pack_w_q4(const uint8_t *w, int64_t ldb, const float *scale, const f
 /* ---- U4 GEMV over several x rows ---------------------------------------------------------- */
 
 /* As in cpu_kern_avx512.c: each block of Q4_R W rows widened once per chunk of Q4_KC codes
- * into an L1 buffer in k order, then the row sum for passes of up to Q4_G x rows. With 16 ymm registers: the running sums stay in memory (one update a group), so
- * 3 × 2 pairs keep 12 chains in registers — two FMAs a step each, so fewer pairs left the
- * step waiting on FMA latency — with 2 x vectors and one W vector. */
+ * into an L1 buffer in k order, then the row sum for passes of up to Q4_G x rows. With 16
+ * ymm registers the running sums stay in memory (one update a group), so 3 × 2 pairs keep
+ * their 12 chains in registers — two FMAs a step each, so fewer pairs left the step waiting
+ * on FMA latency — with 2 x vectors and one W vector. */
 #define Q4_R 3
 #define Q4_G 2
 #define Q4_KC 512
