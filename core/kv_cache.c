@@ -16,10 +16,26 @@ void mmrt_kv_pages_destroy(struct mmrt_kv_pages *p)
         mmrt_dev_tensor_free(p->dev, &p->blocks[b]);
     free(p->k);
     free(p->v);
+    free(p->k_scales);
+    free(p->v_scales);
     free(p->free_pages);
     free(p->refs);
     free(p->pins);
     memset(p, 0, sizeof *p);
+}
+
+uint64_t mmrt_kv_tensor_bytes(enum mmrt_dtype dtype, int64_t rows, int64_t n_kv_heads,
+                              int64_t head_dim, uint64_t *scales_at)
+{
+    const uint64_t n = (uint64_t)rows * (uint64_t)n_kv_heads;
+    uint64_t bytes = n * (uint64_t)head_dim * mmrt_dtype_size(dtype), at = 0;
+    if (dtype == MMRT_DTYPE_I8) {
+        at = (bytes + MMRT_KV_SCALES_ALIGN - 1) / MMRT_KV_SCALES_ALIGN * MMRT_KV_SCALES_ALIGN;
+        bytes = at + n * sizeof(float);
+    }
+    if (scales_at)
+        *scales_at = at;
+    return bytes;
 }
 
 int mmrt_kv_store_plan(uint64_t tensor_bytes, int64_t n_tensors, uint64_t min_block,
@@ -67,13 +83,15 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     if (max_tokens < 0)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] max_kv_tokens %lld must be at "
                               "least 0 (0 = the default)", (long long)max_tokens);
-    if (dtype != MMRT_DTYPE_F32 && dtype != MMRT_DTYPE_F16 && dtype != MMRT_DTYPE_F8E4M3)
+    if (dtype != MMRT_DTYPE_F32 && dtype != MMRT_DTYPE_F16 && dtype != MMRT_DTYPE_F8E4M3 &&
+        dtype != MMRT_DTYPE_I8)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[model] kv_dtype: the KV cache is f32, "
-                              "f16 or fp8 (F8E4M3), not %s", mmrt_dtype_name_of(dtype));
+                              "f16, fp8 (F8E4M3) or int8, not %s", mmrt_dtype_name_of(dtype));
     const uint64_t es = mmrt_dtype_size(dtype);
-    /* One position of every layer's K and V. */
+    /* One position of every layer's K and V (an I8 row's scale included). */
     const uint64_t per_token = (uint64_t)n_layers * 2 * (uint64_t)n_kv_heads *
-                               (uint64_t)head_dim * es;
+                               ((uint64_t)head_dim * es +
+                                (dtype == MMRT_DTYPE_I8 ? sizeof(float) : 0));
     struct mmrt_pool_stats ps;
     mmrt_pool_stats(dev->pool, &ps);
     const bool configured = max_tokens > 0;
@@ -101,13 +119,19 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
     p.free_pages = calloc((size_t)p.n_pages, sizeof *p.free_pages);
     p.refs = calloc((size_t)p.n_pages, sizeof *p.refs);
     p.pins = calloc((size_t)p.n_pages, sizeof *p.pins);
-    if (!p.k || !p.v || !p.free_pages || !p.refs || !p.pins) {
+    if (dtype == MMRT_DTYPE_I8) {
+        p.k_scales = calloc((size_t)n_layers, sizeof *p.k_scales);
+        p.v_scales = calloc((size_t)n_layers, sizeof *p.v_scales);
+    }
+    if (!p.k || !p.v || !p.free_pages || !p.refs || !p.pins ||
+        (dtype == MMRT_DTYPE_I8 && (!p.k_scales || !p.v_scales))) {
         mmrt_kv_pages_destroy(&p);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "KV cache: out of memory");
     }
     const int64_t ne[4] = { p.n_pages, page_tokens, n_kv_heads, head_dim };
-    const uint64_t tensor_bytes = (uint64_t)p.n_pages * (uint64_t)page_tokens *
-                                  (uint64_t)n_kv_heads * (uint64_t)head_dim * es;
+    uint64_t scales_at;
+    const uint64_t tensor_bytes = mmrt_kv_tensor_bytes(dtype, p.n_pages * page_tokens,
+                                                       n_kv_heads, head_dim, &scales_at);
     int64_t counts[MMRT_KV_MAX_BLOCKS];
     uint64_t planned; /* what the blocks take from the pool (pool_budget.c counts the same) */
     /* no block is larger than the pool's largest arena */
@@ -122,9 +146,16 @@ mmrt_status mmrt_kv_pages_create(struct mmrt_dev *dev, int64_t n_layers, int64_t
         const int64_t ne1[1] = { counts[b] * (int64_t)(step / es) };
         mmrt_status st = mmrt_dev_tensor_alloc(dev, dtype, 1, ne1, &p.blocks[b], err);
         for (int64_t j = 0; st == MMRT_OK && j < counts[b]; j++, placed++) {
-            struct mmrt_dev_tensor *t = placed % 2 ? &p.v[placed / 2] : &p.k[placed / 2];
-            mmrt_tensor_init(&t->t, p.blocks[b].t.buffer, p.blocks[b].t.offset +
-                             (uint64_t)j * step, dtype, 4, ne);
+            const int64_t l = placed / 2;
+            struct mmrt_dev_tensor *t = placed % 2 ? &p.v[l] : &p.k[l];
+            const uint64_t at = p.blocks[b].t.offset + (uint64_t)j * step;
+            mmrt_tensor_init(&t->t, p.blocks[b].t.buffer, at, dtype, 4, ne);
+            if (dtype == MMRT_DTYPE_I8) {
+                struct mmrt_dev_tensor *s = placed % 2 ? &p.v_scales[l] : &p.k_scales[l];
+                const int64_t ns[1] = { p.n_pages * page_tokens * n_kv_heads };
+                mmrt_tensor_init(&s->t, p.blocks[b].t.buffer, at + scales_at, MMRT_DTYPE_F32,
+                                 1, ns);
+            }
         }
         if (st != MMRT_OK) {
             p.n_blocks = b;
@@ -331,6 +362,14 @@ struct mmrt_tensor mmrt_kv_pages_rows_view(const struct mmrt_kv_pages *p, int64_
                                                         p->n_kv_heads, p->head_dim });
 }
 
+const struct mmrt_tensor *mmrt_kv_pages_scales(const struct mmrt_kv_pages *p, int64_t layer,
+                                               bool values)
+{
+    if (!p->k_scales)
+        return NULL;
+    return values ? &p->v_scales[layer].t : &p->k_scales[layer].t;
+}
+
 mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct mmrt_tensor *q,
                            const struct mmrt_tensor *k, const struct mmrt_tensor *v,
                            const struct mmrt_kv_step *s, float scale, int32_t window,
@@ -339,9 +378,11 @@ mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct 
     struct mmrt_dev *dev = p->dev;
     struct mmrt_tensor kd = mmrt_kv_pages_rows_view(p, layer, false);
     struct mmrt_tensor vd = mmrt_kv_pages_rows_view(p, layer, true);
-    mmrt_status st = mmrt_op_set_rows(dev, k, &s->rows, &kd, err);
+    const struct mmrt_tensor *ks = mmrt_kv_pages_scales(p, layer, false);
+    const struct mmrt_tensor *vs = mmrt_kv_pages_scales(p, layer, true);
+    mmrt_status st = mmrt_op_set_rows(dev, k, &s->rows, &kd, ks, err);
     if (st == MMRT_OK)
-        st = mmrt_op_set_rows(dev, v, &s->rows, &vd, err);
+        st = mmrt_op_set_rows(dev, v, &s->rows, &vd, vs, err);
     if (st != MMRT_OK)
         return st;
     const struct mmrt_attention_params ap = {
@@ -349,5 +390,5 @@ mmrt_status mmrt_kv_attend(struct mmrt_kv_pages *p, int64_t layer, const struct 
         window
     };
     return mmrt_op_attention_paged(dev, q, &p->k[layer].t, &p->v[layer].t, &s->cu_q,
-                                   &s->kv_len, &s->table, &ap, out, err);
+                                   &s->kv_len, &s->table, ks, vs, &ap, out, err);
 }

@@ -27,6 +27,17 @@
 /* Most pool blocks one page store is packed into (see mmrt_kv_store_plan). */
 #define MMRT_KV_MAX_BLOCKS 64
 
+/* Where an INT8 store's row scales start after its codes, in bytes (a multiple of every
+ * in-tree plugin's tensor alignment). */
+#define MMRT_KV_SCALES_ALIGN 256
+
+/* Bytes of one K (or V) tensor of `rows` store rows (tokens) of n_kv_heads heads of head_dim
+ * in `dtype`: the elements, and for I8 (plugin.h "I8 with row scales") the codes padded to
+ * MMRT_KV_SCALES_ALIGN followed by one f32 scale per (row, head). *scales_at gets that
+ * offset (0 for other dtypes); it may be NULL. */
+uint64_t mmrt_kv_tensor_bytes(enum mmrt_dtype dtype, int64_t rows, int64_t n_kv_heads,
+                              int64_t head_dim, uint64_t *scales_at);
+
 /* How a store of n_tensors equal tensors of tensor_bytes each (2 per layer, K and V) is
  * packed into pool blocks. Why: the pool gives power-of-two blocks (core/pool.h), so a
  * tensor per block holds up to twice its bytes (a 7B layer's K for 768 positions is 12 MiB
@@ -50,6 +61,9 @@ struct mmrt_kv_pages {
     struct mmrt_dev_tensor *k;  /* [n_layers] each [n_pages, page_tokens, n_kv_heads, hd],
                                    views into blocks[] (their own block field is empty) */
     struct mmrt_dev_tensor *v;
+    /* An I8 store's row scales, [n_layers] each F32 [n_pages · page_tokens · n_kv_heads]
+     * right after its codes (mmrt_kv_tensor_bytes); NULL for other dtypes. */
+    struct mmrt_dev_tensor *k_scales, *v_scales;
     int64_t seq_pages;          /* the widest page table one sequence can need:
                                    ceil(min(context, max_tokens) / page_tokens) */
     struct mmrt_dev_tensor blocks[MMRT_KV_MAX_BLOCKS]; /* the pool blocks that hold them */
@@ -138,6 +152,10 @@ void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n,
 /* Layer l's K or V store as SET_ROWS's destination: [n_pages · page_tokens, kv heads, hd]. */
 struct mmrt_tensor mmrt_kv_pages_rows_view(const struct mmrt_kv_pages *p, int64_t layer,
                                            bool values);
+/* Layer l's K or V row scales (an I8 store), NULL for other dtypes: what every op on the
+ * store takes beside it. */
+const struct mmrt_tensor *mmrt_kv_pages_scales(const struct mmrt_kv_pages *p, int64_t layer,
+                                               bool values);
 
 /* Where one forward's K/V rows go and what its queries see, all device data (a captured
  * step replays with new values): rows [M] (store rows of the new tokens), cu_q [B + 1],

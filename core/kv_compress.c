@@ -360,6 +360,8 @@ mmrt_status mmrt_kv_compress(struct mmrt_kv_pages *p, struct mmrt_kv_cache *c,
         *ruined = true; /* from the first write on */
         const struct mmrt_tensor ks = mmrt_kv_pages_rows_view(p, l, false);
         const struct mmrt_tensor vs = mmrt_kv_pages_rows_view(p, l, true);
+        const struct mmrt_tensor *kss = mmrt_kv_pages_scales(p, l, false);
+        const struct mmrt_tensor *vss = mmrt_kv_pages_scales(p, l, true);
         /* Key norms of the patch rows, head by head. */
         for (int64_t a = 0; by_norm && st == MMRT_OK && a < n_cells; a += C) {
             const int64_t n = n_cells - a < C ? n_cells - a : C;
@@ -376,7 +378,7 @@ mmrt_status mmrt_kv_compress(struct mmrt_kv_pages *p, struct mmrt_kv_cache *c,
                                                 (const int64_t[]){ n * H });
             st = mmrt_dev_upload(dev, &idx, w.hidx, (uint64_t)(n * H) * sizeof *w.hidx, err);
             if (st == MMRT_OK)
-                st = mmrt_op_gather_heads(dev, &ks, &idx, &bk, err);
+                st = mmrt_op_gather_heads(dev, &ks, &idx, kss, &bk, err);
             if (st == MMRT_OK)
                 st = mmrt_op_l2_norm(dev, &rows, &nrm, err);
             if (st == MMRT_OK)
@@ -411,13 +413,13 @@ mmrt_status mmrt_kv_compress(struct mmrt_kv_pages *p, struct mmrt_kv_cache *c,
             if (st == MMRT_OK)
                 st = mmrt_dev_upload(dev, &rows, w.hrows, (uint64_t)n * sizeof *w.hrows, err);
             if (st == MMRT_OK)
-                st = mmrt_op_gather_heads(dev, &ks, &idx, &bk, err);
+                st = mmrt_op_gather_heads(dev, &ks, &idx, kss, &bk, err);
             if (st == MMRT_OK)
-                st = mmrt_op_gather_heads(dev, &vs, &idx, &bv, err);
+                st = mmrt_op_gather_heads(dev, &vs, &idx, vss, &bv, err);
             if (st == MMRT_OK)
-                st = mmrt_op_set_rows(dev, &bk, &rows, &ks, err);
+                st = mmrt_op_set_rows(dev, &bk, &rows, &ks, kss, err);
             if (st == MMRT_OK)
-                st = mmrt_op_set_rows(dev, &bv, &rows, &vs, err);
+                st = mmrt_op_set_rows(dev, &bv, &rows, &vs, vss, err);
         }
         mmrt_kv_plan_free(&plan);
     }

@@ -204,9 +204,10 @@ struct mmrt_model_options {
  * the runtime refused before a model is built. */
 static inline enum mmrt_dtype mmrt_kv_store_dtype(enum mmrt_kv_dtype k)
 {
-    return k == MMRT_KV_F16   ? MMRT_DTYPE_F16
-           : k == MMRT_KV_FP8 ? MMRT_DTYPE_F8E4M3
-                              : MMRT_DTYPE_F32;
+    return k == MMRT_KV_F16    ? MMRT_DTYPE_F16
+           : k == MMRT_KV_FP8  ? MMRT_DTYPE_F8E4M3
+           : k == MMRT_KV_INT8 ? MMRT_DTYPE_I8
+                               : MMRT_DTYPE_F32;
 }
 
 struct mmrt_model_type {

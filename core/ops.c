@@ -20,12 +20,12 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
 {
     if ((unsigned)op >= MMRT_OP_COUNT)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "unknown operator %d", (int)op);
-    if (n_src < 0 || n_src > MMRT_MAX_SRC)
+    if (n_src < 0 || n_src > MMRT_MAX_SRC_ALL)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "%s: n_src is %d, expected 0…%d",
-                              mmrt_op_name(op), n_src, MMRT_MAX_SRC);
+                              mmrt_op_name(op), n_src, MMRT_MAX_SRC_ALL);
     char why[512];
-    struct mmrt_pv_shape shapes[MMRT_MAX_SRC], dshape;
-    const struct mmrt_pv_shape *s[MMRT_MAX_SRC] = { 0 };
+    struct mmrt_pv_shape shapes[MMRT_MAX_SRC_ALL], dshape;
+    const struct mmrt_pv_shape *s[MMRT_MAX_SRC_ALL] = { 0 };
     for (int i = 0; i < n_src; i++) {
         if (!src[i])
             continue;
@@ -48,6 +48,10 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
                            const struct mmrt_tensor *dst, const void *params,
                            uint32_t params_size, struct mmrt_error *err)
 {
+    /* Trailing absent sources are not passed, so a plugin whose op takes fewer (one built
+     * before the I8 store's scale sources, say) sees the launch it knows. */
+    while (n_src > 0 && !src[n_src - 1])
+        n_src--;
     mmrt_status st = mmrt_op_validate(op, src, n_src, dst, params, params_size, err);
     if (st != MMRT_OK)
         return mmrt_error_prefix(err, st, "device %s", dev->name);
@@ -81,6 +85,20 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
                                   (unsigned)dev->api->hdr.abi_major,
                                   (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
     }
+    /* Before ABI 1.7 I8 was a MATMUL weight only, and op_args had no slot past src5: an I8
+     * KV store (whose scales are sources too) is refused there. */
+    if (dev->api->hdr.abi_minor < 7 && op != MMRT_OP_MATMUL) {
+        const struct mmrt_tensor *i8 = dst->dtype == MMRT_DTYPE_I8 ? dst : NULL;
+        for (int i = 0; i < n_src && !i8; i++)
+            if (src[i] && src[i]->dtype == MMRT_DTYPE_I8)
+                i8 = src[i];
+        if (i8 || n_src > MMRT_MAX_SRC)
+            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                  "device %s: plugin %s has ABI %u.%u; %s on an I8 KV store "
+                                  "needs 1.7", dev->name, dev->api->name,
+                                  (unsigned)dev->api->hdr.abi_major,
+                                  (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
+    }
     struct mmrt_op_args args = {
         .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
         .op = op,
@@ -89,8 +107,12 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
         .params = params,
         .params_size = params_size,
     };
-    for (int i = 0; i < n_src; i++)
-        args.src[i] = src[i];
+    for (int i = 0; i < n_src; i++) {
+        if (i < MMRT_MAX_SRC)
+            args.src[i] = src[i];
+        else
+            args.src_ext[i - MMRT_MAX_SRC] = src[i];
+    }
     st = fn(dev->handle, &args);
     if (st != MMRT_OK) {
         /* Plugins usually start their message with the op name already; don't repeat it. */
@@ -251,10 +273,13 @@ mmrt_status mmrt_op_attention_paged(struct mmrt_dev *dev, const struct mmrt_tens
                                     const struct mmrt_tensor *cu_q,
                                     const struct mmrt_tensor *kv_lens,
                                     const struct mmrt_tensor *page_table,
+                                    const struct mmrt_tensor *k_scales,
+                                    const struct mmrt_tensor *v_scales,
                                     const struct mmrt_attention_params *p,
                                     const struct mmrt_tensor *y, struct mmrt_error *err)
 {
-    LAUNCH(MMRT_OP_ATTENTION_PAGED, p, q, k_pages, v_pages, cu_q, kv_lens, page_table);
+    LAUNCH(MMRT_OP_ATTENTION_PAGED, p, q, k_pages, v_pages, cu_q, kv_lens, page_table, k_scales,
+           v_scales);
 }
 
 mmrt_status mmrt_op_get_rows(struct mmrt_dev *dev, const struct mmrt_tensor *table,
@@ -297,16 +322,17 @@ mmrt_status mmrt_op_rope_multi(struct mmrt_dev *dev, const struct mmrt_tensor *x
 
 mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *values,
                              const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
-                             struct mmrt_error *err)
+                             const struct mmrt_tensor *y_scales, struct mmrt_error *err)
 {
-    LAUNCH(MMRT_OP_SET_ROWS, no_params, values, idx);
+    LAUNCH(MMRT_OP_SET_ROWS, no_params, values, idx, y_scales);
 }
 
 mmrt_status mmrt_op_gather_heads(struct mmrt_dev *dev, const struct mmrt_tensor *table,
-                                 const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
-                                 struct mmrt_error *err)
+                                 const struct mmrt_tensor *idx,
+                                 const struct mmrt_tensor *table_scales,
+                                 const struct mmrt_tensor *y, struct mmrt_error *err)
 {
-    LAUNCH(MMRT_OP_GATHER_HEADS, no_params, table, idx);
+    LAUNCH(MMRT_OP_GATHER_HEADS, no_params, table, idx, table_scales);
 }
 
 mmrt_status mmrt_op_l2_norm(struct mmrt_dev *dev, const struct mmrt_tensor *x,

@@ -81,13 +81,16 @@ mmrt_status mmrt_op_attention(struct mmrt_dev *dev, const struct mmrt_tensor *q,
                               const struct mmrt_tensor *cu_q, const struct mmrt_tensor *cu_k,
                               const struct mmrt_attention_params *p,
                               const struct mmrt_tensor *y, struct mmrt_error *err);
-/* plugin.h MMRT_OP_ATTENTION_PAGED: attention over the pages that page_table names. */
+/* plugin.h MMRT_OP_ATTENTION_PAGED: attention over the pages that page_table names.
+ * k_scales and v_scales are the row scales of I8 pages (ABI 1.7), NULL for any other. */
 mmrt_status mmrt_op_attention_paged(struct mmrt_dev *dev, const struct mmrt_tensor *q,
                                     const struct mmrt_tensor *k_pages,
                                     const struct mmrt_tensor *v_pages,
                                     const struct mmrt_tensor *cu_q,
                                     const struct mmrt_tensor *kv_lens,
                                     const struct mmrt_tensor *page_table,
+                                    const struct mmrt_tensor *k_scales,
+                                    const struct mmrt_tensor *v_scales,
                                     const struct mmrt_attention_params *p,
                                     const struct mmrt_tensor *y, struct mmrt_error *err);
 mmrt_status mmrt_op_get_rows(struct mmrt_dev *dev, const struct mmrt_tensor *table,
@@ -106,18 +109,22 @@ mmrt_status mmrt_op_rope_multi(struct mmrt_dev *dev, const struct mmrt_tensor *x
                                const struct mmrt_tensor *pos,
                                const struct mmrt_rope_multi_params *p,
                                const struct mmrt_tensor *y, struct mmrt_error *err);
-/* y[idx[t]] = values[t]: the KV-cache write whose position lives in device memory. */
+/* y[idx[t]] = values[t]: the KV-cache write whose position lives in device memory. An I8
+ * y is a store with row scales (plugin.h, ABI 1.7): y_scales gets each written row's scale;
+ * NULL for any other dtype. */
 mmrt_status mmrt_op_set_rows(struct mmrt_dev *dev, const struct mmrt_tensor *values,
                              const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
-                             struct mmrt_error *err);
+                             const struct mmrt_tensor *y_scales, struct mmrt_error *err);
 /* plugin.h MMRT_OP_GATHER_HEADS (ABI 1.4): y[n, h, :] = the average of the rows
  * table[idx[n, h, g], h, :] whose index lies in [0, R), summed in g order and divided once;
- * bit-exact on every plugin. table [R, H, D] F32/F16/BF16, idx I32 [N, H, G] (G ≥ 1, entries
- * < 0 are padding), y F32 [N, H, D], all contiguous. A device whose plugin predates ABI 1.4
- * refuses it (MMRT_ERR_UNSUPPORTED, "has no operator GATHER_HEADS"). */
+ * bit-exact on every plugin. table [R, H, D] F32/F16/BF16/F8E4M3, or I8 with its row scales
+ * in table_scales [R · H] (NULL otherwise), idx I32 [N, H, G] (G ≥ 1, entries < 0 are
+ * padding), y F32 [N, H, D], all contiguous. A device whose plugin predates ABI 1.4 refuses
+ * it (MMRT_ERR_UNSUPPORTED, "has no operator GATHER_HEADS"). */
 mmrt_status mmrt_op_gather_heads(struct mmrt_dev *dev, const struct mmrt_tensor *table,
-                                 const struct mmrt_tensor *idx, const struct mmrt_tensor *y,
-                                 struct mmrt_error *err);
+                                 const struct mmrt_tensor *idx,
+                                 const struct mmrt_tensor *table_scales,
+                                 const struct mmrt_tensor *y, struct mmrt_error *err);
 /* plugin.h MMRT_OP_L2_NORM (ABI 1.4): y[r] = sqrt(Σ x[r, :]²) for each row of x (F32,
  * contiguous, rows = every dim but the last); y is F32 [rows], 1-D, whatever x's rank. */
 mmrt_status mmrt_op_l2_norm(struct mmrt_dev *dev, const struct mmrt_tensor *x,

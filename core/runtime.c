@@ -449,9 +449,9 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                   what);
     }
     if (cfg->kv_dtype != MMRT_KV_F32 && cfg->kv_dtype != MMRT_KV_F16 &&
-        cfg->kv_dtype != MMRT_KV_FP8) {
+        cfg->kv_dtype != MMRT_KV_FP8 && cfg->kv_dtype != MMRT_KV_INT8) {
         snprintf(what, sizeof what, "[model] kv_dtype %d is none of MMRT_KV_F32, MMRT_KV_F16, "
-                 "MMRT_KV_FP8", (int)cfg->kv_dtype);
+                 "MMRT_KV_FP8, MMRT_KV_INT8", (int)cfg->kv_dtype);
         return at(src, src->conf ? src->conf->kv_dtype_line : 0, err, MMRT_ERR_CONFIG, what);
     }
     if (cfg->weights < MMRT_WEIGHTS_CHECKPOINT || cfg->weights > MMRT_WEIGHTS_INT4_G32) {

@@ -46,7 +46,7 @@ static int64_t min64(int64_t a, int64_t b)
 
 /* A decoder, as llama.c and persimmon.c allocate it. */
 struct lm_dims {
-    int64_t hidden, q_width, kv_width, inter, vocab, n_layers, context;
+    int64_t hidden, q_width, kv_width, kv_heads, inter, vocab, n_layers, context;
     bool fused_qkv; /* Persimmon: one [S, 3·q_width] projection */
 };
 
@@ -72,9 +72,10 @@ static void lm_budget(const struct lm_dims *d, const struct mmrt_model_options *
     kv = (kv + page - 1) / page * page;
     out->kv_tokens = kv;
     int64_t counts[MMRT_KV_MAX_BLOCKS];
-    const uint64_t kv_es =
-        mmrt_dtype_size(mmrt_kv_store_dtype(opts ? opts->kv_dtype : MMRT_KV_F32));
-    mmrt_kv_store_plan((uint64_t)kv * (uint64_t)d->kv_width * kv_es, 2 * d->n_layers, 256, 0,
+    const enum mmrt_dtype kv_dt = mmrt_kv_store_dtype(opts ? opts->kv_dtype : MMRT_KV_F32);
+    const int64_t heads = d->kv_heads > 0 ? d->kv_heads : 1;
+    mmrt_kv_store_plan(mmrt_kv_tensor_bytes(kv_dt, kv, heads, d->kv_width / heads, NULL),
+                       2 * d->n_layers, 256, 0,
                        counts, &out->kv_bytes);
     /* The engine cuts prompts into chunks: a prefill forward has at most max_prefill_rows
      * rows (0: a whole prompt at once). Its decode forward's buffers, for max_decode_rows
@@ -92,7 +93,8 @@ static void lm_budget(const struct lm_dims *d, const struct mmrt_model_options *
 static struct lm_dims llama_dims(const struct mmrt_llama_config *c)
 {
     return (struct lm_dims){ .hidden = c->hidden, .q_width = c->n_heads * c->head_dim,
-                             .kv_width = c->n_kv_heads * c->head_dim, .inter = c->intermediate,
+                             .kv_width = c->n_kv_heads * c->head_dim, .kv_heads = c->n_kv_heads,
+                             .inter = c->intermediate,
                              .vocab = c->vocab, .n_layers = c->n_layers,
                              .context = c->max_positions };
 }
@@ -258,7 +260,8 @@ static mmrt_status fuyu_budget(const char *dir, const char *what, const json_t *
     if (st != MMRT_OK)
         return st;
     const struct lm_dims d = { .hidden = pc.hidden, .q_width = pc.n_heads * pc.head_dim,
-                               .kv_width = pc.n_heads * pc.head_dim, .inter = pc.intermediate,
+                               .kv_width = pc.n_heads * pc.head_dim, .kv_heads = pc.n_heads,
+                               .inter = pc.intermediate,
                                .vocab = pc.vocab, .n_layers = pc.n_layers,
                                .context = pc.max_positions, .fused_qkv = true };
     lm_budget(&d, opts, out);

@@ -429,6 +429,10 @@ static void test_model_kv_keys(void **state)
     assert_int_equal(c->kv_dtype, MMRT_KV_FP8);
     assert_int_equal(c->kv_dtype_line, 3);
     mmrt_conf_destroy(c);
+    const char *i8 = "[model]\npath = m\nkv_dtype = int8\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(i8, strlen(i8), "t.ini");
+    assert_int_equal(c->kv_dtype, MMRT_KV_INT8);
+    mmrt_conf_destroy(c);
     static const struct { const char *v; enum mmrt_weight_format f; } formats[] = {
         { "checkpoint", MMRT_WEIGHTS_CHECKPOINT }, { "int8", MMRT_WEIGHTS_INT8 },
         { "int4", MMRT_WEIGHTS_INT4 },             { "int4-g128", MMRT_WEIGHTS_INT4 },
@@ -521,8 +525,8 @@ struct error_case {
 #define CACHE(kv) D "[cache]\n" kv "\n"     /* kv on line 4 */
 
 static const struct error_case ERRORS[] = {
-    {"[model]\npath = m\nkv_dtype = int8\n" D, MMRT_ERR_CONFIG,
-     "t.ini:3: [model] kv_dtype = 'int8': expected 'f32', 'f16' or 'fp8'"},
+    {"[model]\npath = m\nkv_dtype = int4\n" D, MMRT_ERR_CONFIG,
+     "t.ini:3: [model] kv_dtype = 'int4': expected 'f32', 'f16', 'fp8' or 'int8'"},
     {"[model]\npath = m\nweights = int3\n" D, MMRT_ERR_CONFIG,
      "t.ini:3: [model] weights = 'int3': expected 'checkpoint', 'int8', 'int4' (groups of 128), "
      "'int4-g64' or 'int4-g32'"},

@@ -294,7 +294,8 @@ static mmrt_status fill(struct mmrt_kv_pages *p, const struct mmrt_kv_cache *c, 
             struct mmrt_tensor dst = mmrt_kv_pages_rows_view(p, l, v);
             st = mmrt_dev_upload(p->dev, &t, host, (uint64_t)(n * NH * HD) * sizeof *host, err);
             if (st == MMRT_OK)
-                st = mmrt_op_set_rows(p->dev, &t, &rows, &dst, err);
+                st = mmrt_op_set_rows(p->dev, &t, &rows, &dst, mmrt_kv_pages_scales(p, l, v),
+                                      err);
         }
     free(host);
     free(hr);

@@ -381,20 +381,20 @@ static void test_validate_rope_multi_set_rows(void **state)
              sizeof(struct mmrt_rope_params), sizeof(struct mmrt_rope_multi_params));
     assert_non_null(strstr(err.msg, want));
 
-    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &cache.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &cache.t, NULL, &err), MMRT_ERR_UNSUPPORTED);
     assert_string_equal(err.msg, "device s1 (plugin stub) has no operator SET_ROWS");
-    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &ci.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &ci.t, NULL, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: dst has dtype I32, expected "
-                                    "F32/F16/BF16/F8E4M3"));
-    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c9.t, &err), MMRT_ERR_INVALID_ARG);
+                                    "F32/F16/BF16/I8/F8E4M3"));
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c9.t, NULL, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: dim 2: dst has 9, src0 (values) 8"));
-    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c2.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx.t, &c2.t, NULL, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: dst must have 3 dims, got [5, 32]"));
-    assert_int_equal(mmrt_op_set_rows(dev, &vh.t, &idx.t, &cache.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_op_set_rows(dev, &vh.t, &idx.t, &cache.t, NULL, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: src0 (values) has dtype F16, expected F32"));
-    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx3.t, &cache.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idx3.t, &cache.t, NULL, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: src1 (idx) has 3 entries, expected 2"));
-    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idxf.t, &cache.t, &err), MMRT_ERR_INVALID_ARG);
+    assert_int_equal(mmrt_op_set_rows(dev, &v.t, &idxf.t, &cache.t, NULL, &err), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "SET_ROWS: src1 (idx) has dtype F32, expected I32"));
     assert_false(log_has("call op")); /* nothing reached the plugin */
 
@@ -428,16 +428,16 @@ static void test_validate_gather_heads_l2_norm(void **state)
     alloc_all(dev, all, sizeof all / sizeof all[0]);
     log_reset();
 
-    assert_int_equal(mmrt_op_gather_heads(dev, &tab.t, &idx.t, &y.t, &err), MMRT_ERR_UNSUPPORTED);
+    assert_int_equal(mmrt_op_gather_heads(dev, &tab.t, &idx.t, NULL, &y.t, &err), MMRT_ERR_UNSUPPORTED);
     assert_string_equal(err.msg, "device s1 (plugin stub) has no operator GATHER_HEADS");
-    assert_int_equal(mmrt_op_gather_heads(dev, &tab16.t, &idx.t, &y.t, &err),
+    assert_int_equal(mmrt_op_gather_heads(dev, &tab16.t, &idx.t, NULL, &y.t, &err),
                      MMRT_ERR_UNSUPPORTED);
     static const struct {
         int tab, idx, y; /* indices into all[] */
         const char *why;
     } bad[] = {
         { 2, 4, 9, "device s1: GATHER_HEADS: src0 (table) must have 3 dims, got [12, 8]" },
-        { 3, 4, 9, "GATHER_HEADS: src0 (table) has dtype I8, expected F32/F16/BF16/F8E4M3" },
+        { 3, 4, 9, "GATHER_HEADS: src0 (table) is I8 and needs its row scales as src2 (scales)" },
         { 0, 5, 9, "GATHER_HEADS: src1 (idx) has 3 heads, src0 (table) 2" },
         { 0, 6, 9, "GATHER_HEADS: src1 (idx) has no entries per group (G = 0" },
         { 0, 7, 9, "GATHER_HEADS: src1 (idx) has dtype F32, expected I32" },
@@ -448,7 +448,7 @@ static void test_validate_gather_heads_l2_norm(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(mmrt_op_gather_heads(dev, &all[bad[i].tab].t->t, &all[bad[i].idx].t->t,
-                                              &all[bad[i].y].t->t, &err),
+                                              NULL, &all[bad[i].y].t->t, &err),
                          MMRT_ERR_INVALID_ARG);
         if (!strstr(err.msg, bad[i].why))
             fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].why);
@@ -456,7 +456,7 @@ static void test_validate_gather_heads_l2_norm(void **state)
     /* A strided table (every other head of a [6, 4, 8] buffer) is not contiguous. */
     struct mmrt_tensor strided = tab.t;
     strided.nb[0] *= 2;
-    assert_int_equal(mmrt_op_gather_heads(dev, &strided, &idx.t, &y.t, &err),
+    assert_int_equal(mmrt_op_gather_heads(dev, &strided, &idx.t, NULL, &y.t, &err),
                      MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "GATHER_HEADS: src0 (table) must be contiguous"));
 
@@ -549,7 +549,7 @@ static void test_validate_attention_window(void **state)
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
-                                                     &table.t, &bad[i].p, &y.t, &err),
+                                                     &table.t, NULL, NULL, &bad[i].p, &y.t, &err),
                              MMRT_ERR_INVALID_ARG);
             if (!strstr(err.msg, bad[i].why))
                 fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].why);
@@ -589,12 +589,12 @@ static void test_validate_attention_window(void **state)
         log_reset();
         const struct mmrt_attention_params w0 = { 0.35f, 1, 1, 0 };
         assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
-                                                 &table.t, &w0, &y.t, &err),
+                                                 &table.t, NULL, NULL, &w0, &y.t, &err),
                          MMRT_OK);
         assert_true(log_has("call op ATTENTION_PAGED params_size=16"));
         log_reset();
         assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t,
-                                                 &table.t, &w4, &y.t, &err),
+                                                 &table.t, NULL, NULL, &w4, &y.t, &err),
                          MMRT_ERR_UNSUPPORTED);
         assert_string_equal(err.msg, "device old: plugin stub has ABI 1.3; ATTENTION_PAGED with "
                                      "a sliding window needs 1.5");
@@ -630,7 +630,7 @@ static void test_validate_f8e4m3(void **state)
     assert_int_equal(kp.t.nb[3], 1); /* one byte an element */
     log_reset();
     const struct mmrt_attention_params p = { 0.35f, 1, 1, 0 };
-    assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t, &table.t,
+    assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t, &table.t, NULL, NULL,
                                              &p, &y.t, &err),
                      MMRT_ERR_UNSUPPORTED);
     assert_string_equal(err.msg, "device old: plugin stub has ABI 1.3; ATTENTION_PAGED with an "
@@ -640,6 +640,81 @@ static void test_validate_f8e4m3(void **state)
     assert_int_equal(mmrt_op_launch(dev, MMRT_OP_COPY, src, 1, &kp.t, NULL, 0, &err),
                      MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "COPY: cannot convert F32 to F8E4M3"));
+    free_all(dev, all, sizeof all / sizeof all[0]);
+    mmrt_dev_close(dev);
+    mmrt_plugin_release(old);
+}
+
+/* I8 with row scales (ABI 1.7): the front holds SET_ROWS, ATTENTION_PAGED and GATHER_HEADS
+ * to their scale sources (present exactly with an I8 store, one per row) and never hands an
+ * I8 store to a plugin built before 1.7. */
+static void test_validate_i8_kv(void **state)
+{
+    (void)state;
+    struct mmrt_error err = { 0 };
+    struct mmrt_loaded_plugin *old = NULL;
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), &old, &err), MMRT_OK);
+    struct mmrt_dev *dev = NULL;
+    assert_int_equal(mmrt_dev_open_plugin("old", old, 1, 4 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL,
+                                          0, &dev, &err),
+                     MMRT_OK);
+    struct mmrt_dev_tensor q, kp, ks, ks15, cq, lens, table, y, f32p, vals, idx, rows, v1, r1, r1s;
+    struct tspec all[] = {
+        { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },   { &kp, MMRT_DTYPE_I8, 4, { 2, 4, 2, 8 } },
+        { &ks, MMRT_DTYPE_F32, 1, { 16 } },       { &ks15, MMRT_DTYPE_F32, 1, { 15 } },
+        { &cq, MMRT_DTYPE_I32, 1, { 2 } },        { &lens, MMRT_DTYPE_I32, 1, { 1 } },
+        { &table, MMRT_DTYPE_I32, 2, { 1, 2 } },  { &y, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },
+        { &f32p, MMRT_DTYPE_F32, 4, { 2, 4, 2, 8 } }, { &vals, MMRT_DTYPE_F32, 3, { 3, 2, 8 } },
+        { &idx, MMRT_DTYPE_I32, 1, { 3 } },       { &rows, MMRT_DTYPE_I8, 3, { 8, 2, 8 } },
+        { &v1, MMRT_DTYPE_F32, 1, { 3 } },        { &r1, MMRT_DTYPE_I8, 1, { 8 } },
+        { &r1s, MMRT_DTYPE_F32, 1, { 8 } },
+    };
+    alloc_all(dev, all, sizeof all / sizeof all[0]);
+    log_reset();
+    const struct mmrt_attention_params p = { 0.35f, 1, 1, 0 };
+    static const struct {
+        int k, ks, vs; /* indices into all[]; -1: NULL */
+        const char *why;
+    } bad[] = {
+        { 1, -1, 2, "ATTENTION_PAGED: src1 (k_pages) is I8 and needs its row scales as src6 "
+                    "(k_scales)" },
+        { 1, 2, -1, "src2 (v_pages) is I8 and needs its row scales as src7 (v_scales)" },
+        { 1, 3, 2, "src6 (k_scales) has 15 scales, src1 (k_pages) has 16 rows" },
+        { 8, 2, -1, "src6 (k_scales) is given but src1 (k_pages) is F32 (scales go with an I8 "
+                    "store only)" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const struct mmrt_tensor *k = &all[bad[i].k].t->t;
+        assert_int_equal(mmrt_op_attention_paged(dev, &q.t, k, k, &cq.t, &lens.t, &table.t,
+                                                 bad[i].ks < 0 ? NULL : &all[bad[i].ks].t->t,
+                                                 bad[i].vs < 0 ? NULL : &all[bad[i].vs].t->t, &p,
+                                                 &y.t, &err),
+                         MMRT_ERR_INVALID_ARG);
+        if (!strstr(err.msg, bad[i].why))
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err.msg, bad[i].why);
+    }
+    assert_int_equal(mmrt_op_set_rows(dev, &vals.t, &idx.t, &rows.t, NULL, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: dst is I8 and needs its row scales as src2"));
+    assert_int_equal(mmrt_op_set_rows(dev, &vals.t, &idx.t, &rows.t, &ks15.t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "src2 (scales) has 15 scales, dst has 16 rows"));
+    assert_int_equal(mmrt_op_set_rows(dev, &v1.t, &idx.t, &r1.t, &r1s.t, &err),
+                     MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SET_ROWS: an I8 dst needs rank ≥ 2"));
+    assert_false(log_has("call op"));
+    /* Well formed, but the plugin predates I8 stores and their sources 6 and 7. */
+    assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &kp.t, &kp.t, &cq.t, &lens.t, &table.t,
+                                             &ks.t, &ks.t, &p, &y.t, &err),
+                     MMRT_ERR_UNSUPPORTED);
+    assert_string_equal(err.msg, "device old: plugin stub has ABI 1.3; ATTENTION_PAGED on an I8 "
+                                 "KV store needs 1.7");
+    assert_false(log_has("call op"));
+    /* Trailing absent sources are dropped, so an F32 launch reaches it as before. */
+    assert_int_equal(mmrt_op_attention_paged(dev, &q.t, &f32p.t, &f32p.t, &cq.t, &lens.t,
+                                             &table.t, NULL, NULL, &p, &y.t, &err),
+                     MMRT_OK);
+    assert_true(log_has("call op ATTENTION_PAGED"));
     free_all(dev, all, sizeof all / sizeof all[0]);
     mmrt_dev_close(dev);
     mmrt_plugin_release(old);
@@ -743,6 +818,7 @@ int main(void)
         cmocka_unit_test_setup(test_older_minor_lacks_newer_ops, setup),
         cmocka_unit_test_setup(test_validate_attention_window, setup),
         cmocka_unit_test_setup(test_validate_f8e4m3, setup),
+        cmocka_unit_test_setup(test_validate_i8_kv, setup),
         cmocka_unit_test_setup(test_device_errors, setup),
         cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
     };

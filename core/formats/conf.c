@@ -633,9 +633,11 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
             c->kv_dtype = MMRT_KV_F16;
         else if (n == 3 && memcmp(v, "fp8", 3) == 0)
             c->kv_dtype = MMRT_KV_FP8;
+        else if (n == 4 && memcmp(v, "int8", 4) == 0)
+            c->kv_dtype = MMRT_KV_INT8;
         else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'f32', 'f16' or "
-                 "'fp8'", p->section, key, (int)n, v);
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'f32', 'f16', "
+                 "'fp8' or 'int8'", p->section, key, (int)n, v);
     } else if (strcmp(key, "weights") == 0) {
         if (!once(p, key, n, &c->weights_line))
             return;

@@ -14,8 +14,8 @@
  *                              ; with a pool_mb given, at most half the pool): positions of
  *                              ; the paged KV cache
  *     kv_page_tokens = 16      ; optional, a power of two 1..4096, default 16
- *     kv_dtype = f32           ; optional, f32 | f16 | fp8 (E4M3), default f32: what the KV
- *                              ; cache stores
+ *     kv_dtype = f32           ; optional, f32 | f16 | fp8 (E4M3) | int8 (row-scaled),
+ *                              ; default f32: what the KV cache stores
  *     weights = checkpoint     ; optional, checkpoint | int8 | int4 (= int4-g128) |
  *                              ; int4-g64 | int4-g32: matmul weights as stored or quantized
  *                              ; at load

@@ -121,7 +121,11 @@ static inline mmrt_status mmrt_pv_norm_eps(float eps, char *why, size_t why_size
 #define MMRT_OC_I32 (1u << MMRT_DTYPE_I32)
 #define MMRT_OC_WEIGHT ((1u << MMRT_DTYPE_F32) | (1u << MMRT_DTYPE_F16) | (1u << MMRT_DTYPE_BF16))
 #define MMRT_OC_KV ((1u << MMRT_DTYPE_F32) | (1u << MMRT_DTYPE_F16) | (1u << MMRT_DTYPE_F8E4M3))
-#define MMRT_OC_STORE (MMRT_OC_WEIGHT | (1u << MMRT_DTYPE_F8E4M3))
+#define MMRT_OC_I8 (1u << MMRT_DTYPE_I8)
+/* What SET_ROWS writes and GATHER_HEADS reads; I8 only with row scales (plugin.h). */
+#define MMRT_OC_STORE (MMRT_OC_WEIGHT | (1u << MMRT_DTYPE_F8E4M3) | MMRT_OC_I8)
+/* ATTENTION_PAGED's pages. */
+#define MMRT_OC_KV_PAGES (MMRT_OC_KV | MMRT_OC_I8)
 
 /* The failure buffer every check writes. */
 struct mmrt_oc {
@@ -143,9 +147,10 @@ static inline bool mmrt_oc_arity(int op, int *min, int *max)
     switch (op) {
     case MMRT_OP_MATMUL: *min = 2; *max = 5; return true;
     case MMRT_OP_ADD: case MMRT_OP_MUL: case MMRT_OP_SWIGLU: case MMRT_OP_ROPE:
-    case MMRT_OP_GET_ROWS: case MMRT_OP_CONCAT: case MMRT_OP_ROPE_MULTI: case MMRT_OP_SET_ROWS:
-    case MMRT_OP_GATHER_HEADS:
+    case MMRT_OP_GET_ROWS: case MMRT_OP_CONCAT: case MMRT_OP_ROPE_MULTI:
         *min = 2; *max = 2; return true;
+    case MMRT_OP_SET_ROWS: case MMRT_OP_GATHER_HEADS: /* src2: an I8 store's row scales */
+        *min = 2; *max = 3; return true;
     case MMRT_OP_SCALE: case MMRT_OP_SOFTMAX: case MMRT_OP_GELU: case MMRT_OP_GELU_TANH:
     case MMRT_OP_QUICK_GELU: case MMRT_OP_SILU: case MMRT_OP_RELU2: case MMRT_OP_COPY:
     case MMRT_OP_ARGMAX: case MMRT_OP_L2_NORM:
@@ -154,7 +159,7 @@ static inline bool mmrt_oc_arity(int op, int *min, int *max)
     case MMRT_OP_RMSNORM: *min = 1; *max = 2; return true;
     case MMRT_OP_PATCH_EMBED: *min = 2; *max = 3; return true;
     case MMRT_OP_ATTENTION: *min = 3; *max = 5; return true;
-    case MMRT_OP_ATTENTION_PAGED: *min = 6; *max = 6; return true;
+    case MMRT_OP_ATTENTION_PAGED: *min = 6; *max = 8; return true; /* 6, 7: I8 scales */
     default: return false;
     }
 }
@@ -455,6 +460,29 @@ static inline mmrt_status mmrt_oc_index(struct mmrt_oc *c, const char *what,
     return mmrt_oc_disjoint(c, what, s, y, false);
 }
 
+/* The row scales of an I8 store (plugin.h "I8 with row scales"): present exactly when the
+ * store is I8, then F32, contiguous, one per row of `rows`, and apart from y. */
+static inline mmrt_status mmrt_oc_row_scales(struct mmrt_oc *c, const char *what,
+                                             const struct mmrt_pv_shape *sc,
+                                             const char *store_what,
+                                             const struct mmrt_pv_shape *store, int64_t rows,
+                                             const struct mmrt_pv_shape *y)
+{
+    if (store->dtype != MMRT_DTYPE_I8) {
+        if (sc)
+            return MMRT_OC_BAD(c, "%s is given but %s is %s (scales go with an I8 store only)",
+                               what, store_what, mmrt_dtype_name_of(store->dtype));
+        return MMRT_OK;
+    }
+    if (!sc)
+        return MMRT_OC_BAD(c, "%s is I8 and needs its row scales as %s", store_what, what);
+    MMRT_OC_TRY(mmrt_oc_dense(c, what, sc, MMRT_OC_F32));
+    if (sc->numel != rows)
+        return MMRT_OC_BAD(c, "%s has %" PRId64 " scales, %s has %" PRId64 " rows", what,
+                           sc->numel, store_what, rows);
+    return mmrt_oc_disjoint(c, what, sc, y, false);
+}
+
 /* What ATTENTION and ATTENTION_PAGED share: q, dst, the heads, the param values. */
 static inline mmrt_status mmrt_oc_attention_common(struct mmrt_oc *c,
                                                    const struct mmrt_pv_shape *q,
@@ -520,7 +548,7 @@ static inline mmrt_status mmrt_oc_attention_paged(struct mmrt_oc *c,
 {
     const struct mmrt_pv_shape *q = s[0], *k = s[1], *v = s[2], *table = s[5];
     MMRT_OC_TRY(mmrt_oc_rank(c, "src1 (k_pages)", k, 4));
-    MMRT_OC_TRY(mmrt_oc_dense(c, "src1 (k_pages)", k, MMRT_OC_KV));
+    MMRT_OC_TRY(mmrt_oc_dense(c, "src1 (k_pages)", k, MMRT_OC_KV_PAGES));
     MMRT_OC_TRY(mmrt_oc_contiguous(c, "src2 (v_pages)", v));
     if (!mmrt_oc_same_shape(k, v) || v->dtype != k->dtype)
         return MMRT_OC_BAD(c, "src2 (v_pages) must have k_pages' shape and dtype");
@@ -538,7 +566,11 @@ static inline mmrt_status mmrt_oc_attention_paged(struct mmrt_oc *c,
         return MMRT_OC_BAD(c, "src5 (page_table) must be [n_seq = %" PRId32 ", max_pages ≥ 1], "
                            "got [%" PRId64 ", %" PRId64 "]", p->n_seq, table->ne[0],
                            table->ne[1]);
-    return mmrt_oc_disjoint(c, "src5 (page_table)", table, y, false);
+    MMRT_OC_TRY(mmrt_oc_disjoint(c, "src5 (page_table)", table, y, false));
+    MMRT_OC_TRY(mmrt_oc_row_scales(c, "src6 (k_scales)", s[6], "src1 (k_pages)", k,
+                                   mmrt_oc_rows(k), y));
+    return mmrt_oc_row_scales(c, "src7 (v_scales)", s[7], "src2 (v_pages)", v,
+                              mmrt_oc_rows(v), y);
 }
 
 static inline mmrt_status mmrt_oc_patch_embed(struct mmrt_oc *c,
@@ -674,7 +706,15 @@ static inline mmrt_status mmrt_oc_set_rows(struct mmrt_oc *c,
             return MMRT_OC_BAD(c, "dim %d: dst has %" PRId64 ", src0 (values) %" PRId64 " (the "
                                "inner extents must match)", i, d->ne[i], v->ne[i]);
     MMRT_OC_TRY(mmrt_oc_disjoint(c, "src0 (values)", v, d, false));
-    return mmrt_oc_index(c, "src1 (idx)", s[1], v->ne[0], d);
+    MMRT_OC_TRY(mmrt_oc_index(c, "src1 (idx)", s[1], v->ne[0], d));
+    if (d->dtype == MMRT_DTYPE_I8 && d->n_dims < 2)
+        return MMRT_OC_BAD(c, "an I8 dst needs rank ≥ 2 (its scales are per innermost row)");
+    MMRT_OC_TRY(mmrt_oc_row_scales(c, "src2 (scales)", s[2], "dst", d, mmrt_oc_rows(d), d));
+    if (s[2]) { /* written too: apart from what is read */
+        MMRT_OC_TRY(mmrt_oc_disjoint(c, "src0 (values)", v, s[2], false));
+        MMRT_OC_TRY(mmrt_oc_disjoint(c, "src1 (idx)", s[1], s[2], false));
+    }
+    return MMRT_OK;
 }
 
 static inline mmrt_status mmrt_oc_gather_heads(struct mmrt_oc *c,
@@ -699,7 +739,9 @@ static inline mmrt_status mmrt_oc_gather_heads(struct mmrt_oc *c,
                            PRId64 ", %" PRId64 ", %" PRId64 "]", N, H, D, y->ne[0], y->ne[1],
                            y->ne[2]);
     MMRT_OC_TRY(mmrt_oc_disjoint(c, "src0 (table)", tab, y, false));
-    return mmrt_oc_disjoint(c, "src1 (idx)", idx, y, false);
+    MMRT_OC_TRY(mmrt_oc_disjoint(c, "src1 (idx)", idx, y, false));
+    return mmrt_oc_row_scales(c, "src2 (scales)", s[2], "src0 (table)", tab, mmrt_oc_rows(tab),
+                              y);
 }
 
 /* Checks one launch of `op` against plugin.h: n_src sources (src[i] NULL for an absent
@@ -713,9 +755,9 @@ static inline mmrt_status mmrt_op_check(int op, int n_src, const struct mmrt_pv_
     int min, max;
     if (!mmrt_oc_arity(op, &min, &max))
         return MMRT_OC_BAD(&c, "unknown operator %d", op);
-    if (n_src < min || n_src > MMRT_MAX_SRC)
+    if (n_src < min || n_src > MMRT_MAX_SRC_ALL)
         return MMRT_OC_BAD(&c, "n_src is %d, expected %d…%d", n_src, min, max);
-    const struct mmrt_pv_shape *s[MMRT_MAX_SRC] = { 0 };
+    const struct mmrt_pv_shape *s[MMRT_MAX_SRC_ALL] = { 0 };
     for (int i = 0; i < n_src; i++) {
         if (!src[i] && i < min)
             return MMRT_OC_BAD(&c, "src%d is required but absent", i);
@@ -800,13 +842,13 @@ typedef const void *(*mmrt_oc_find_fn)(void *ctx, const void *buffer, uint64_t *
 /* A launch after mmrt_op_begin: every operand checked on its own and against the op. */
 struct mmrt_oc_launch {
     int n_src;
-    const struct mmrt_pv_shape *src[MMRT_MAX_SRC]; /* NULL: absent (or at or past n_src) */
-    const void *src_arena[MMRT_MAX_SRC];          /* find()'s handle for each present one */
+    const struct mmrt_pv_shape *src[MMRT_MAX_SRC_ALL]; /* NULL: absent (or past n_src) */
+    const void *src_arena[MMRT_MAX_SRC_ALL];          /* find()'s handle for each present one */
     struct mmrt_pv_shape dst;
     const void *dst_arena;
     const void *params;
     uint32_t params_size;
-    struct mmrt_pv_shape shapes_[MMRT_MAX_SRC];   /* what src[] points into */
+    struct mmrt_pv_shape shapes_[MMRT_MAX_SRC_ALL]; /* what src[] points into */
 };
 
 struct mmrt_oc_lookup_ {
@@ -836,13 +878,19 @@ static inline mmrt_status mmrt_op_begin(const struct mmrt_op_args *args, int op,
     memset(l, 0, sizeof *l);
     if (!args)
         return MMRT_OC_BAD(&c, "no arguments");
-    /* All of mmrt_op_args is ABI 1.0; copy only what the caller's struct holds. */
+    /* Everything before src_ext is ABI 1.0; copy only what the caller's struct holds, so
+     * sources 6 and 7 read as NULL from an older writer (whose n_src is then ≤ 6). */
     struct mmrt_op_args a;
     memset(&a, 0, sizeof a);
-    if (args->hdr.abi_major != MMRT_ABI_MAJOR || args->hdr.struct_size < sizeof a)
+    const size_t v10 = offsetof(struct mmrt_op_args, src_ext);
+    if (args->hdr.abi_major != MMRT_ABI_MAJOR || args->hdr.struct_size < v10)
         return MMRT_OC_BAD(&c, "op_args has ABI %u (%u bytes), expected %d (≥ %zu bytes)",
-                           args->hdr.abi_major, args->hdr.struct_size, MMRT_ABI_MAJOR, sizeof a);
-    memcpy(&a, args, sizeof a);
+                           args->hdr.abi_major, args->hdr.struct_size, MMRT_ABI_MAJOR, v10);
+    memcpy(&a, args, args->hdr.struct_size < sizeof a ? args->hdr.struct_size : sizeof a);
+    a.hdr.struct_size = (uint32_t)sizeof a;
+    if (a.n_src > MMRT_MAX_SRC && args->hdr.struct_size < sizeof a)
+        return MMRT_OC_BAD(&c, "n_src is %d but op_args (%u bytes) has no src_ext",
+                           (int)a.n_src, args->hdr.struct_size);
     if (a.op != op)
         return MMRT_OC_BAD(&c, "launched as op %d (%s)", (int)a.op, mmrt_op_name_of(a.op));
     if (a.n_src < n_required || a.n_src > n_max)
@@ -852,12 +900,13 @@ static inline mmrt_status mmrt_op_begin(const struct mmrt_op_args *args, int op,
     for (int i = 0; i < a.n_src; i++) {
         char what[16];
         snprintf(what, sizeof what, "src%d", i);
-        if (!a.src[i]) {
+        const struct mmrt_tensor *t = mmrt_op_args_src(&a, i);
+        if (!t) {
             if (i < n_required)
                 return MMRT_OC_BAD(&c, "%s is required but NULL", what);
             continue;
         }
-        if (mmrt_pv_check(what, a.src[i], mmrt_oc_lookup_, &look, &l->shapes_[i], why,
+        if (mmrt_pv_check(what, t, mmrt_oc_lookup_, &look, &l->shapes_[i], why,
                           why_size) != MMRT_OK)
             return MMRT_ERR_INVALID_ARG;
         l->src[i] = &l->shapes_[i];

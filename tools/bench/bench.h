@@ -104,10 +104,10 @@ struct bench_work {
  * embedding); mm_bytes: bytes per matmul weight element as the device holds it (w_bytes, or
  * 1 for INT8 codes: their row scales add 4/K, under 0.1 %; for INT4 in groups of g, 0.5 for
  * the packed codes + 8/g for the group's F32 scale and zero point, e.g. 0.5625 for g = 128);
- * kv_bytes: bytes per KV element (F32 cache: 4). */
+ * kv_bytes: bytes per KV element (F32 cache: 4; INT8: 1 + 4 / head_dim for its row scales). */
 void bench_work_compute(const struct bench_shape *s, int64_t layers, int64_t image_size,
                         int64_t n_prompt, int64_t n_gen, int w_bytes, double mm_bytes,
-                        int kv_bytes, struct bench_work *out);
+                        double kv_bytes, struct bench_work *out);
 
 /* ---- synthetic checkpoint (synth.c) ------------------------------------------------------ */
 

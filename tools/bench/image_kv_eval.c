@@ -306,8 +306,8 @@ int main(int argc, char **argv)
         MMRT_IMAGE_KV_POOL2X2,
     };
     int n_policies = 4;
-    enum mmrt_kv_dtype kv_dtypes[3];
-    const char *kv_names[3];
+    enum mmrt_kv_dtype kv_dtypes[4];
+    const char *kv_names[4];
     int n_kv = 0;
     int a = 1;
     for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
@@ -335,18 +335,19 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[a], "--kv-dtypes") == 0) {
             static const struct { const char *name; enum mmrt_kv_dtype kv; } known[] = {
                 { "f32", MMRT_KV_F32 }, { "f16", MMRT_KV_F16 }, { "fp8", MMRT_KV_FP8 },
+                { "int8", MMRT_KV_INT8 },
             };
             n_kv = 0;
             for (const char *s = argv[a + 1]; *s;) {
                 const char *comma = strchr(s, ',');
                 const size_t len = comma ? (size_t)(comma - s) : strlen(s);
                 int found = -1;
-                for (int k = 0; k < 3; k++)
+                for (int k = 0; k < 4; k++)
                     if (strlen(known[k].name) == len && memcmp(known[k].name, s, len) == 0)
                         found = k;
-                if (found < 0 || n_kv == 3) {
+                if (found < 0 || n_kv == 4) {
                     fprintf(stderr, "mmrt-image-kv-eval: --kv-dtypes: '%.*s' is not one of "
-                                    "f32, f16, fp8 (at most three)\n", (int)len, s);
+                                    "f32, f16, fp8, int8 (at most four)\n", (int)len, s);
                     return 2;
                 }
                 kv_dtypes[n_kv] = known[found].kv;

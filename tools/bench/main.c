@@ -94,7 +94,7 @@ static void usage(FILE *f)
             "                      through mmrt_run_batch (default 1)\n"
             "  --concurrency N     sequences the engine runs at once ([scheduler] max_batch,\n"
             "                      1..32; default: the round's requests, at most 32)\n"
-            "  --kv-dtype T        f32|f16|fp8 KV cache ([model] kv_dtype; default f32)\n"
+            "  --kv-dtype T        f32|f16|fp8|int8 KV cache ([model] kv_dtype; default f32)\n"
             "  --vision-batch N    requests whose vision stages run together ([scheduler]\n"
             "                      vision_batch, 1..32; default the runtime's, 1)\n"
             "  --weights W         checkpoint|int8|int4|int4-g64|int4-g32: matmul weights as\n"
@@ -571,9 +571,11 @@ int main(int argc, char **argv)
                 o.kv_dtype = MMRT_KV_F16;
             } else if (strcmp(optarg, "fp8") == 0) {
                 o.kv_dtype = MMRT_KV_FP8;
+            } else if (strcmp(optarg, "int8") == 0) {
+                o.kv_dtype = MMRT_KV_INT8;
             } else {
-                fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32, f16 or fp8\n",
-                        optarg);
+                fprintf(stderr, "mmrt-bench: --kv-dtype \"%s\": expected f32, f16, fp8 or "
+                        "int8\n", optarg);
                 bad = 1;
             }
             break;
@@ -716,7 +718,9 @@ int main(int argc, char **argv)
         goto out;
     }
     const int w_bytes = o.dtype == BENCH_F32 ? 4 : 2;
-    const int kv_bytes = (int)mmrt_dtype_size(mmrt_kv_store_dtype(o.kv_dtype));
+    /* Per KV element; an INT8 row's f32 scale is spread over its head_dim codes. */
+    const double kv_bytes = (double)mmrt_dtype_size(mmrt_kv_store_dtype(o.kv_dtype)) +
+                            (o.kv_dtype == MMRT_KV_INT8 ? 4.0 / (double)s->t_head_dim : 0.0);
     /* INT4: half a byte of packed code per weight plus an F32 scale and zero point per group. */
     const int64_t q4_group = mmrt_weight_format_group(o.weights);
     const double mm_bytes = o.weights == MMRT_WEIGHTS_INT8 ? 1.0

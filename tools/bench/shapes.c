@@ -231,7 +231,7 @@ static void decoder_layer(const struct bench_shape *s, double *params, double *t
 
 void bench_work_compute(const struct bench_shape *s, int64_t layers, int64_t image_size,
                         int64_t n_prompt, int64_t n_gen, int w_bytes, double mm_bytes,
-                        int kv_bytes, struct bench_work *out)
+                        double kv_bytes, struct bench_work *out)
 {
     memset(out, 0, sizeof *out);
     int64_t vl, tl;

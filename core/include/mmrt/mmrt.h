@@ -100,6 +100,8 @@ enum mmrt_kv_dtype {
     MMRT_KV_F32 = 0,
     MMRT_KV_F16 = 1,
     MMRT_KV_FP8 = 2, /* FP8 E4M3, saturating at ±448 (plugin.h MMRT_DTYPE_F8E4M3) */
+    MMRT_KV_INT8 = 3, /* INT8 codes with an f32 scale per token and KV head (plugin.h "I8
+                         with row scales") */
 };
 
 /* Which image tokens' K/V survive image-token KV compression (docs/ENGINE.md "Image-token
@@ -156,8 +158,10 @@ struct mmrt_config {
     /* What the KV cache stores: F32 (the default, exact), F16 (half the store's memory and
      * of the bytes a decode step reads; keys and values rounded to nearest even) or FP8 E4M3
      * (a quarter; rounded to nearest even with 3 mantissa bits, magnitudes beyond 448
-     * clipped to ±448 — its accuracy is measured in docs/QUANTIZATION.md).
-     * INI: [model] kv_dtype = f32 | f16 | fp8. */
+     * clipped to ±448 — its accuracy is measured in docs/QUANTIZATION.md) or INT8 (a
+     * quarter plus one f32 scale per token and KV head: symmetric codes, scaled to each
+     * head's largest magnitude, so nothing is clipped). INI: [model] kv_dtype = f32 | f16 |
+     * fp8 | int8. */
     enum mmrt_kv_dtype kv_dtype;
     /* ---- appended after the first layout ---- */
     /* The vision-feature cache (docs/CONFIG.md "Cache"): an image whose bytes were encoded
@@ -310,8 +314,8 @@ struct mmrt_memory_report {
     uint64_t level1_bytes;         /* held by level 1 as slabs */
     uint64_t level1_free_bytes;    /* of those, not in a live slot */
     /* ---- appended after the layout above ---- */
-    /* What the KV cache stores K and V in ([model] kv_dtype: "F32", "F16", "F8E4M3"); NULL
-     * when no decoder runs on this device. A static string. */
+    /* What the KV cache stores K and V in ([model] kv_dtype: "F32", "F16", "F8E4M3", "I8");
+     * NULL when no decoder runs on this device. A static string. */
     const char *kv_dtype;
 };
 

@@ -64,7 +64,7 @@ extern "C" {
 #endif
 
 #define MMRT_ABI_MAJOR 1
-#define MMRT_ABI_MINOR 6
+#define MMRT_ABI_MINOR 7
 
 #define MMRT_PLUGIN_ENTRY_NAME "mmrt_plugin_init"
 
@@ -100,7 +100,9 @@ struct mmrt_host {
  * Tensors as kernels see them: a strided view of device memory.
  */
 #define MMRT_MAX_DIMS 4
-#define MMRT_MAX_SRC 6
+#define MMRT_MAX_SRC 6     /* slots of mmrt_op_args.src (ABI 1.0): sources 0 … 5 */
+#define MMRT_MAX_SRC_EXT 2 /* slots of mmrt_op_args.src_ext (ABI 1.7): sources 6 and 7 */
+#define MMRT_MAX_SRC_ALL (MMRT_MAX_SRC + MMRT_MAX_SRC_EXT)
 
 struct mmrt_tensor {
     struct mmrt_abi_header hdr;
@@ -133,6 +135,23 @@ struct mmrt_tensor {
  * written through SET_ROWS and read by the attention ops, so no conversion path needs it).
  * The core never hands an F8E4M3 tensor to a plugin built before ABI 1.6: such a launch is
  * MMRT_ERR_UNSUPPORTED naming the device.
+ *
+ * I8 with row scales (ABI 1.7) is the INT8 KV-cache store: I8 codes, and beside them an F32
+ * scale for every innermost row of D codes (one token's head), in a separate contiguous
+ * tensor with one element per row, in row order. Code c of a row with scale s stands for
+ * the f32 product c · s, rounded once (no contraction into a later operation); a reader
+ * widens each element to that value and then computes as it would on an F32 copy of them.
+ * SET_ROWS writes a row from f32 values x₀ … x_{D−1}:
+ *   amax  = the largest |xᵢ| (NaNs ignored; 0 when there is none),
+ *   s     = amax / 127 (one correctly rounded f32 division),
+ *   cᵢ    = xᵢ / s (correctly rounded) rounded to the nearest integer, ties to even, then
+ *           clamped to [−127, 127]; a quotient that is NaN (0 / 0, ∞ / ∞, a NaN xᵢ) is 0.
+ * So an all-zero row stores s = 0 and zero codes, and a row holding an infinity stores
+ * s = +∞ and reads back as NaN, as attention over it would give anyway. Every plugin gets the
+ * same codes and scales bit for bit. The scales go in extra sources: SET_ROWS src2 (written),
+ * ATTENTION_PAGED src6 (k) and src7 (v), GATHER_HEADS src2; an I8 store without them, or
+ * scales with a store of another dtype, is MMRT_ERR_INVALID_ARG. ATTENTION and COPY do not
+ * take I8 K/V. The core never hands an I8 store to a plugin built before ABI 1.7.
  */
 enum mmrt_op {
     /* y[M,N] = x[M,K] · W[N,K]ᵀ (+ b[N]). src: x (F32, rows × K), W (weight), b (weight,
@@ -145,15 +164,16 @@ enum mmrt_op {
      * W's element (n, k) stands for W[n, k] · scales[n] (symmetric, one scale per output
      * channel). A plugin may form Σₖ x·W[n, k] first and scale the sum (the scale is exact
      * to factor out in real arithmetic; only the rounding differs). src3 is present exactly
-     * when W is I8. I8 is a MATMUL weight dtype only: no other op takes it. A plugin without
-     * an I8 kernel refuses with MMRT_ERR_UNSUPPORTED naming it.
+     * when W is I8. A plugin without an I8 kernel refuses with MMRT_ERR_UNSUPPORTED naming
+     * it.
      * Or W may be U4 (ABI 1.3), 4-bit codes in groups with a scale and a zero point each:
      * W is [N, K/2] bytes, K a multiple of 32; each row is K/32 blocks of 16 bytes, byte j
      * of a block holding code j of the block in its low nibble and code j + 16 in its high
      * one (codes 0 … 15). src3 = scales and src4 = zero points, both F32 [N, G], contiguous,
      * G ≥ 1 with a group size gs = K / G that is a multiple of 32; code c at (n, k) stands
      * for (c − zero[n, k / gs]) · scale[n, k / gs]. src3 and src4 are present exactly when W
-     * is U4; like I8, U4 is a MATMUL weight dtype only. */
+     * is U4; U4 is a MATMUL weight dtype only (and I8 otherwise only a KV store, with row
+     * scales: see above). */
     MMRT_OP_MATMUL = 0,
     /* dst = src0 + src1. src1 (F32 or weight dtype) has the shape of src0, or is one row
      * [N] broadcast over every row of src0. */
@@ -252,8 +272,12 @@ enum mmrt_op {
     /* Row scatter (ABI 1.1): dst[idx[t], …] = (dst dtype) src0[t, …] for every t < T.
      * src0 = values F32 [T, …] (contiguous), src1 = idx I32 [T] (contiguous, in device
      * memory, so a captured graph writes the rows a later upload names); dst [R, …]
-     * contiguous F32, F16, BF16 or F8E4M3 (ABI 1.6) with src0's inner extents. Conversion
-     * rounds to nearest even; to F8E4M3 it also saturates at ±448 (see above). An index outside [0, R) writes nothing: a device cannot report it without a
+     * contiguous F32, F16, BF16, F8E4M3 (ABI 1.6) or I8 (ABI 1.7) with src0's inner extents.
+     * Conversion rounds to nearest even; to F8E4M3 it also saturates at ±448 (see above). An
+     * I8 dst (rank ≥ 2) is a store with row scales: src2 = its scales, F32, contiguous, one
+     * per innermost row of dst (dst's rows in row order), disjoint from every other operand,
+     * is written too — each written row gets its codes and its scale as described above —
+     * and is required exactly when dst is I8. An index outside [0, R) writes nothing: a device cannot report it without a
      * synchronisation, so the caller owns the indices (the KV cache's write position). Two
      * equal indices leave either row. No params. */
     MMRT_OP_SET_ROWS = 21,
@@ -261,7 +285,10 @@ enum mmrt_op {
      * in fixed-size pages of one page pool; a sequence's row of the page table names its
      * pages in key order. src0 = q [T, Hq, D] F32 contiguous (the queries of n_seq sequences
      * packed along T); src1 = k_pages and src2 = v_pages [n_pages, page_tokens, Hkv, D]
-     * (contiguous, both F32, both F16 or both F8E4M3); src3 = cu_seqlens_q I32 [n_seq + 1]; src4 = kv_lens
+     * (contiguous, both F32, both F16, both F8E4M3 or (ABI 1.7) both I8 with row scales:
+     * src6 = k_scales and src7 = v_scales, F32 contiguous, n_pages · page_tokens · Hkv each,
+     * the scale of (page, row r, kv head g) at (page · page_tokens + r) · Hkv + g, present
+     * exactly when the pages are I8); src3 = cu_seqlens_q I32 [n_seq + 1]; src4 = kv_lens
      * I32 [n_seq] (keys of each sequence); src5 = page_table I32 [n_seq, max_pages]. All
      * three index tensors are contiguous and in device memory, so a captured graph reads what
      * a later upload wrote. Key j of sequence s is row j % page_tokens of page
@@ -287,7 +314,9 @@ enum mmrt_op {
     /* Per-head row gather with averaging (ABI 1.4), for image-token KV-cache compression:
      * after prefill the engine keeps, per layer and KV head, a subset of the image tokens'
      * K/V rows (G = 1) or averages of groups of them (2×2 pooling: G = 4), chosen by score.
-     * src0 = table [R, H, D], F32, F16, BF16 or F8E4M3 (ABI 1.6), contiguous (in use a KV page store
+     * src0 = table [R, H, D], F32, F16, BF16, F8E4M3 (ABI 1.6) or I8 with row scales (ABI
+     * 1.7: src2 = scales F32 [R · H], contiguous, present exactly when the table is I8; each
+     * row is widened to code · scale), contiguous (in use a KV page store
      * [n_pages, page_tokens, Hkv, D] viewed as [n_pages·page_tokens, Hkv, D]); src1 = idx
      * I32 [N, H, G], G ≥ 1, contiguous and in device memory (so the rows a later upload
      * names are read, as SET_ROWS's indices); dst F32 [N, H, D] contiguous, overlapping
@@ -362,7 +391,24 @@ struct mmrt_op_args {
     const struct mmrt_tensor *dst;
     const void *params;                        /* op's params struct, or NULL */
     uint32_t params_size;                      /* sizeof params as the core knew it */
+    /* ABI 1.7: sources 6 … MMRT_MAX_SRC_ALL − 1 (n_src counts them with src[]). A writer
+     * whose struct_size ends before this member passes n_src ≤ MMRT_MAX_SRC. Read sources
+     * through mmrt_op_args_src(). */
+    const struct mmrt_tensor *src_ext[MMRT_MAX_SRC_EXT];
 };
+
+/* Source i of a launch (0 ≤ i < n_src), wherever the writer put it; NULL when absent or
+ * when the writer's struct ends before the slot. */
+static inline const struct mmrt_tensor *mmrt_op_args_src(const struct mmrt_op_args *a, int i)
+{
+    if (i < 0 || i >= a->n_src || i >= MMRT_MAX_SRC_ALL)
+        return NULL;
+    if (i < MMRT_MAX_SRC)
+        return a->src[i];
+    const size_t end = offsetof(struct mmrt_op_args, src_ext) +
+                       (size_t)(i - MMRT_MAX_SRC + 1) * sizeof(a->src_ext[0]);
+    return a->hdr.struct_size >= end ? a->src_ext[i - MMRT_MAX_SRC] : NULL;
+}
 
 struct mmrt_device; /* opaque, owned by the plugin */
 
