@@ -160,6 +160,47 @@ void op_round_to(enum mmrt_dtype dt, float *v, int64_t n)
     }
 }
 
+void op_i8_exact_rows(float *v, int64_t rows, int64_t D, float amp)
+{
+    int8_t *codes = op_alloc((size_t)D);
+    for (int64_t r = 0; r < rows; r++) {
+        float *x = v + r * D, s, back;
+        do { /* almost every scale comes back; the loop skips the rare one that does not */
+            s = op_rng_f(0.25f, 1.0f) * amp / 127.0f;
+            for (int64_t i = 0; i < D; i++)
+                x[i] = (float)op_rng_int(-127, 127) * s;
+            x[op_rng_int(0, (int)D - 1)] = (r % 2 ? -127.0f : 127.0f) * s;
+            ref_i8_row_quantize(x, D, codes, &back);
+        } while (back != s);
+    }
+}
+
+int8_t *op_i8_encode(const float *v, int64_t rows, int64_t D, float **scales)
+{
+    int8_t *codes = op_alloc((size_t)(rows * D) + 1);
+    *scales = op_alloc((size_t)rows * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = v + r * D;
+        bool poison = false;
+        for (int64_t i = 0; i < D; i++)
+            poison = poison || isnan(x[i]);
+        if (poison) {
+            memset(codes + r * D, 0, (size_t)D);
+            (*scales)[r] = NAN;
+            continue;
+        }
+        ref_i8_row_quantize(x, D, codes + r * D, &(*scales)[r]);
+        for (int64_t i = 0; i < D; i++) {
+            const float back = (float)codes[r * D + i] * (*scales)[r];
+            if (memcmp(&back, &x[i], sizeof back) != 0)
+                fail_msg("op_i8_encode: row %lld element %lld is %.9g, its code and scale "
+                         "give %.9g (not an op_i8_exact_rows value)", (long long)r, (long long)i,
+                         (double)x[i], (double)back);
+        }
+    }
+    return codes;
+}
+
 void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n)
 {
     if (dt == MMRT_DTYPE_F32 || dt == MMRT_DTYPE_I32) {
@@ -400,8 +441,8 @@ void op_pair_download_both(struct op_pair *p, void **dut, void **cpu)
 mmrt_status op_pair_run_on(int d, enum mmrt_op op, struct op_pair *const *src, int n_src,
                            struct op_pair *dst, const void *params, uint32_t params_size)
 {
-    struct harness_tensor *s[MMRT_MAX_SRC] = { 0 };
-    for (int i = 0; i < n_src; i++)
+    struct harness_tensor *s[MMRT_MAX_SRC_ALL] = { 0 };
+    for (int i = 0; i < n_src && i < MMRT_MAX_SRC_ALL; i++)
         s[i] = src[i] ? &src[i]->t[d] : NULL;
     return harness_run(g_h[d], op, s, n_src, &dst->t[d], params, params_size);
 }
@@ -593,6 +634,103 @@ static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
     return h;
 }
 
+/* SET_ROWS into I8 stores with row scales (ABI 1.7): codes and scales bit for bit against
+ * ref_i8_row_quantize, with rows of zeros, a NaN, an infinity, exact ties, subnormals whose
+ * scale underflows, and values near FLT_MAX; rows nobody writes keep their old codes and
+ * scales, and repeated indices leave the last row whole. */
+static void set_rows_i8(const struct op_checks *chk)
+{
+    static const struct {
+        int64_t T, R;
+        int n_inner;
+        int64_t inner[2];
+        bool big;
+    } cases[] = {
+        { 1, 40, 2, { 2, 64 }, false }, { 5, 9, 2, { 3, 7 }, false },
+        { 300, 512, 2, { 2, 40 }, false }, { 4, 4, 1, { 2500 }, false },
+        { 70, 64, 1, { 5 }, false }, { 4, 4, 1, { 1100 }, false },
+        { 9, 12, 2, { 8, 128 }, false }, { 4096, 8192, 2, { 8, 128 }, true },
+    };
+    op_rng_seed(23);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].big && !chk->big)
+            continue;
+        const int64_t T = cases[k].T, R = cases[k].R, D = cases[k].inner[cases[k].n_inner - 1];
+        int64_t n = 1, vne[3] = { T }, dne[3] = { R };
+        for (int i = 0; i < cases[k].n_inner; i++) {
+            vne[i + 1] = dne[i + 1] = cases[k].inner[i];
+            n *= cases[k].inner[i];
+        }
+        const int nd = 1 + cases[k].n_inner;
+        const int64_t per = n / D, rows = T * per;
+        float *v = op_rand_f(T * n, -70000, 70000);
+        for (int64_t r = 0; r < rows; r++) { /* edge rows, then rows of every magnitude */
+            float *x = v + r * D;
+            static const float tie[] = { 127.0f, 2.5f, 3.5f, -0.5f, -1.5f, 126.5f, -126.5f };
+            switch (r % 9) {
+            case 0: memset(x, 0, (size_t)D * sizeof(float)); break;
+            case 1: x[D / 2] = NAN; break;
+            case 2: x[D - 1] = r % 2 ? -INFINITY : INFINITY; break;
+            case 3: /* amax 127 makes the scale exactly 1: x / s lands on .5 */
+                for (int64_t i = 0; i < D; i++)
+                    x[i] = i < 7 ? tie[i] : (float)(i % 255 - 127) + 0.5f;
+                break;
+            case 4: /* the scale is subnormal, or 0 for the smallest amax */
+                for (int64_t i = 0; i < D; i++)
+                    x[i] = (float)(i % 5 - 2) * (r % 2 ? 1e-40f : 1e-45f);
+                break;
+            case 5:
+                for (int64_t i = 0; i < D; i++)
+                    x[i] *= 4.8e33f;
+                break;
+            default:
+                for (int64_t i = 0; i < D; i++)
+                    x[i] = ldexpf(x[i], (int)(r % 41) - 30);
+            }
+        }
+        struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, nd, vne);
+        op_pair_upload(tv, v);
+        struct op_pair *ty = op_pair_new(MMRT_DTYPE_I8, nd, dne);
+        struct op_pair *ts = op_pair_new(MMRT_DTYPE_F32, SHAPE(R * per));
+        int8_t *want = op_alloc((size_t)(R * n));
+        float *want_s = op_alloc((size_t)(R * per) * sizeof(float));
+        memset(want, 0x55, (size_t)(R * n));
+        for (int64_t i = 0; i < R * per; i++)
+            want_s[i] = -(float)(i % 1000 + 1);
+        op_pair_upload(ty, want);
+        op_pair_upload(ts, want_s);
+        int32_t *idx = op_alloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++)
+            idx[t] = op_rng_int(-1, (int)R); /* −1 and R write nothing */
+        if (T == 1)
+            idx[0] = (int32_t)(R / 2 + 3);
+        if (T >= 4) {
+            idx[0] = INT32_MIN;
+            idx[1] = (int32_t)R - 1;
+            idx[3] = idx[1]; /* row 3 wins */
+        }
+        struct op_pair *ti = op_pair_i32(idx, T);
+        for (int64_t t = 0; t < T; t++)
+            if (idx[t] >= 0 && idx[t] < R)
+                for (int64_t j = 0; j < per; j++)
+                    ref_i8_row_quantize(v + (t * per + j) * D, D, want + (idx[t] * per + j) * D,
+                                        want_s + idx[t] * per + j);
+        struct op_pair *src[3] = { tv, ti, ts };
+        op_pair_run(MMRT_OP_SET_ROWS, src, 3, ty, NULL, 0);
+        void *g, *c;
+        char what[96];
+        snprintf(what, sizeof what, "SET_ROWS I8 case %zu T %lld n %lld R %lld: codes", k,
+                 (long long)T, (long long)n, (long long)R);
+        op_pair_download_both(ty, &g, &c);
+        chk->bytes(MMRT_OP_SET_ROWS, what, g, c, want, (size_t)(R * n));
+        snprintf(what, sizeof what, "SET_ROWS I8 case %zu T %lld n %lld R %lld: scales", k,
+                 (long long)T, (long long)n, (long long)R);
+        op_pair_download_both(ts, &g, &c);
+        chk->bytes(MMRT_OP_SET_ROWS, what, g, c, want_s, (size_t)(R * per) * sizeof(float));
+        op_release_all();
+    }
+}
+
 void op_case_set_rows(const struct op_checks *chk)
 {
     static const struct {
@@ -665,6 +803,9 @@ void op_case_set_rows(const struct op_checks *chk)
                        (size_t)(R * n) * mmrt_dtype_size(dt));
             op_release_all();
         }
+
+    if (chk->kv_i8)
+        set_rows_i8(chk);
 
     /* The decode step: descriptors fixed, the index re-uploaded between two launches. */
     struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, SHAPE(1, 2, 8));
@@ -760,6 +901,10 @@ void op_paged_build(const struct op_paged_case *pc, uint64_t seed, struct op_pag
     op_rng_seed(seed);
     d->q = op_rand_f(d->T * pc->Hq * pc->D, -pc->q_amp, pc->q_amp);
     float *k = op_rand_f(d->S * row, -1, 1), *v = op_rand_f(d->S * row, -1, 1);
+    if (pc->kv_dtype == MMRT_DTYPE_I8) {
+        op_i8_exact_rows(k, d->S * pc->Hkv, pc->D, 1.0f);
+        op_i8_exact_rows(v, d->S * pc->Hkv, pc->D, 1.0f);
+    }
     op_round_to(pc->kv_dtype, k, d->S * row);
     op_round_to(pc->kv_dtype, v, d->S * row);
     for (int s = 0; pc->window > 0 && pc->causal && pc->order != OP_PAGES_SHARED &&
@@ -813,9 +958,18 @@ void op_paged_pairs(const struct op_paged_case *pc, const struct op_paged_data *
     const int64_t n = d->n_pages * pt * Hkv * D;
     pp->src[0] = op_pair_new(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
     op_pair_upload(pp->src[0], d->q);
+    pp->n_src = pc->kv_dtype == MMRT_DTYPE_I8 ? 8 : 6;
     for (int i = 1; i <= 2; i++) {
+        const float *pool = i == 1 ? d->k_pages : d->v_pages;
         pp->src[i] = op_pair_new(pc->kv_dtype, SHAPE(d->n_pages, pt, Hkv, D));
-        op_pair_upload(pp->src[i], op_encode(pc->kv_dtype, i == 1 ? d->k_pages : d->v_pages, n));
+        if (pc->kv_dtype != MMRT_DTYPE_I8) {
+            op_pair_upload(pp->src[i], op_encode(pc->kv_dtype, pool, n));
+            continue;
+        }
+        float *s; /* poisoned rows read back as NaN through their scale */
+        op_pair_upload(pp->src[i], op_i8_encode(pool, n / D, D, &s));
+        pp->src[5 + i] = op_pair_new(MMRT_DTYPE_F32, SHAPE(n / D));
+        op_pair_upload(pp->src[5 + i], s);
     }
     pp->src[3] = op_pair_i32(d->cu_q, pc->n_seq + 1);
     pp->src[4] = op_pair_i32(d->kv_lens, pc->n_seq);
@@ -836,10 +990,19 @@ void op_paged_tensors(struct harness *h, const struct op_paged_case *pc,
     const int64_t n = d->n_pages * pt * Hkv * D;
     src[0] = op_tensor_new(h, MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
     assert_int_equal(harness_upload(h, src[0], d->q), MMRT_OK);
+    src[6] = src[7] = NULL;
     for (int i = 1; i <= 2; i++) {
         src[i] = op_tensor_new(h, pc->kv_dtype, SHAPE(d->n_pages, pt, Hkv, D));
         const float *pool = i == 1 ? d->k_pages : d->v_pages;
-        assert_int_equal(harness_upload(h, src[i], op_encode(pc->kv_dtype, pool, n)), MMRT_OK);
+        if (pc->kv_dtype != MMRT_DTYPE_I8) {
+            assert_int_equal(harness_upload(h, src[i], op_encode(pc->kv_dtype, pool, n)),
+                             MMRT_OK);
+            continue;
+        }
+        float *s;
+        assert_int_equal(harness_upload(h, src[i], op_i8_encode(pool, n / D, D, &s)), MMRT_OK);
+        src[5 + i] = op_tensor_new(h, MMRT_DTYPE_F32, SHAPE(n / D));
+        assert_int_equal(harness_upload(h, src[5 + i], s), MMRT_OK);
     }
     src[3] = op_tensor_new(h, MMRT_DTYPE_I32, SHAPE(pc->n_seq + 1));
     src[4] = op_tensor_new(h, MMRT_DTYPE_I32, SHAPE(pc->n_seq));
@@ -870,7 +1033,7 @@ void op_paged_graph_replay(struct harness *h)
                                       MMRT_DTYPE_F16, OP_PAGES_SHUFFLED, 1, 0 };
     struct op_paged_data d;
     op_paged_build(&pc, 8, &d);
-    struct harness_tensor *src[6], *y;
+    struct harness_tensor *src[8], *y;
     op_paged_tensors(h, &pc, &d, src, &y);
     const int64_t mp = d.max_pages, n = d.T * pc.Hq * pc.D;
     /* The second step: another split of the queries, the table rows rotated, each length
@@ -921,7 +1084,7 @@ static struct op_pair *paged_run(const struct op_paged_case *pc, const struct op
 {
     struct op_paged_pairs pp;
     op_paged_pairs(pc, d, &pp);
-    op_pair_run(MMRT_OP_ATTENTION_PAGED, pp.src, 6, pp.y, &pp.p, sizeof pp.p);
+    op_pair_run(MMRT_OP_ATTENTION_PAGED, pp.src, pp.n_src, pp.y, &pp.p, sizeof pp.p);
     return pp.y;
 }
 
@@ -939,6 +1102,7 @@ static void paged_describe(char *what, size_t size, const char *prefix,
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
 #define F8 MMRT_DTYPE_F8E4M3
+#define I8 MMRT_DTYPE_I8
 const struct op_paged_entry op_paged_cases[] = {
     /* Hq Hkv D  pt n_seq lq             lk                    causal kv  order       amp  alone */
     { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F16, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
@@ -968,10 +1132,19 @@ const struct op_paged_entry op_paged_cases[] = {
     { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, F8, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
     { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, F8, OP_PAGES_SHARED, 3, 0 }, 2, 3, false },
     { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, F8, OP_PAGES_SHUFFLED, 1, 9 }, 1, 16, false },
+    /* I8 pages with row scales (ABI 1.7; where op_checks.kv_i8): the same three, then a
+     * prefill over several query blocks (the blocked path) with GQA, bidirectional rows, and
+     * a head dim off every vector width. */
+    { { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, I8, OP_PAGES_SHUFFLED, 1, 0 }, 0, 3, false },
+    { { 8, 1, 100, 16, 3, { 1, 1, 40 }, { 300, 17, 64 }, 1, I8, OP_PAGES_SHARED, 3, 0 }, 2, 3, false },
+    { { 16, 2, 64, 5, 3, { 4, 5, 2 }, { 60, 61, 2 }, 1, I8, OP_PAGES_SHUFFLED, 1, 9 }, 1, 16, false },
+    { { 8, 2, 128, 16, 2, { 70, 1 }, { 200, 90 }, 1, I8, OP_PAGES_SHUFFLED, 2, 0 }, 0, 3, false },
+    { { 6, 3, 13, 3, 2, { 7, 4 }, { 7, 11 }, 0, I8, OP_PAGES_IN_ORDER, 1, 0 }, 1, 16, false },
 };
 #undef F32
 #undef F16
 #undef F8
+#undef I8
 const size_t op_n_paged_cases = sizeof op_paged_cases / sizeof op_paged_cases[0];
 
 void op_paged_zero_rows(const char *what, const float *got, const double *ref, int64_t n)
@@ -1033,7 +1206,8 @@ void op_case_attention_paged(const struct op_checks *chk, double tol)
 {
     for (size_t c = 0; c < op_n_paged_cases; c++) {
         const struct op_paged_entry *e = &op_paged_cases[c];
-        if ((e->big && !chk->big) || (e->pc.kv_dtype == MMRT_DTYPE_F8E4M3 && !chk->kv_f8))
+        if ((e->big && !chk->big) || (e->pc.kv_dtype == MMRT_DTYPE_F8E4M3 && !chk->kv_f8) ||
+            (e->pc.kv_dtype == MMRT_DTYPE_I8 && !chk->kv_i8))
             continue;
         const struct op_paged_case *pc = &e->pc;
         struct op_paged_data d;
@@ -1483,7 +1657,9 @@ void op_gather_build(const struct op_gather_case *gc, enum mmrt_dtype dt, uint64
     const int64_t R = gc->R, H = gc->H, D = gc->D, N = gc->N, G = gc->G;
     op_rng_seed(seed);
     d->table = op_rand_f((R + 2) * H * D, -100, 100);
-    d->table[0] = -0.0f;
+    d->table[0] = -0.0f; /* an I8 code times its scale is never −0: */
+    if (dt == MMRT_DTYPE_I8)
+        op_i8_exact_rows(d->table, R * H, D, 100);
     op_round_to(dt, d->table, R * H * D);
     for (int64_t i = R * H * D; i < (R + 2) * H * D; i++)
         d->table[i] = NAN;
@@ -1526,12 +1702,20 @@ void op_gather_build(const struct op_gather_case *gc, enum mmrt_dtype dt, uint64
  * rows, dst filled with NaN. */
 static void gather_pairs(const struct op_gather_case *gc, enum mmrt_dtype dt,
                          const struct op_gather_data *d, struct op_pair *tab, struct op_pair **idx,
-                         struct op_pair **y)
+                         struct op_pair **y, struct op_pair **scales)
 {
     const int64_t R = gc->R, H = gc->H, D = gc->D, N = gc->N, G = gc->G;
     const int64_t es = (int64_t)mmrt_dtype_size(dt);
     struct op_pair *base = op_pair_new(dt, SHAPE(R + 2, H, D));
-    op_pair_upload(base, op_encode(dt, d->table, (R + 2) * H * D));
+    *scales = NULL;
+    if (dt == MMRT_DTYPE_I8) { /* the NaN rows past R become scale NaN */
+        float *s;
+        op_pair_upload(base, op_i8_encode(d->table, (R + 2) * H, D, &s));
+        *scales = op_pair_new(MMRT_DTYPE_F32, SHAPE(R * H));
+        op_pair_upload(*scales, s);
+    } else {
+        op_pair_upload(base, op_encode(dt, d->table, (R + 2) * H * D));
+    }
     *tab = op_pair_view(base, dt, SHAPE(R, H, D), (const int64_t[]){ H * D * es, D * es, es }, 0);
     *idx = op_pair_new(MMRT_DTYPE_I32, SHAPE(N, H, G));
     op_pair_upload(*idx, d->idx);
@@ -1545,17 +1729,17 @@ static void gather_pairs(const struct op_gather_case *gc, enum mmrt_dtype dt,
 void op_case_gather_heads(const struct op_checks *chk)
 {
     for (size_t k = 0; k < op_n_gather_cases; k++)
-        for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < 5; t++) { /* t = 4: an I8 table with row scales */
             const struct op_gather_case *gc = &op_gather_cases[k];
-            if ((gc->big && !chk->big) || (t == 3 && !chk->kv_f8))
+            if ((gc->big && !chk->big) || (t == 3 && !chk->kv_f8) || (t == 4 && !chk->kv_i8))
                 continue;
-            enum mmrt_dtype dt = op_kv_table_dtypes[t];
+            enum mmrt_dtype dt = t == 4 ? MMRT_DTYPE_I8 : op_kv_table_dtypes[t];
             struct op_gather_data d;
             op_gather_build(gc, dt, 230 + k, &d);
-            struct op_pair tab, *idx, *y;
-            gather_pairs(gc, dt, &d, &tab, &idx, &y);
-            struct op_pair *src[2] = { &tab, idx };
-            op_pair_run(MMRT_OP_GATHER_HEADS, src, 2, y, NULL, 0);
+            struct op_pair tab, *idx, *y, *scales;
+            gather_pairs(gc, dt, &d, &tab, &idx, &y, &scales);
+            struct op_pair *src[3] = { &tab, idx, scales };
+            op_pair_run(MMRT_OP_GATHER_HEADS, src, scales ? 3 : 2, y, NULL, 0);
             void *g, *c;
             op_pair_download_both(y, &g, &c);
             char what[128];
@@ -1575,8 +1759,8 @@ void op_case_gather_heads(const struct op_checks *chk)
     for (int64_t i = 0; i < gc->N * gc->H * gc->G; i++) /* … other rows */
         d2.idx[i] = d.idx[gc->N * gc->H * gc->G - 1 - i];
     ref_gather_heads(d2.table, d2.idx, gc->R, gc->H, gc->D, gc->N, gc->G, d2.want);
-    struct op_pair tab, *idx, *y;
-    gather_pairs(gc, MMRT_DTYPE_F16, &d, &tab, &idx, &y);
+    struct op_pair tab, *idx, *y, *no_scales;
+    gather_pairs(gc, MMRT_DTYPE_F16, &d, &tab, &idx, &y, &no_scales);
     struct op_pair *src[2] = { &tab, idx };
     op_pair_run(MMRT_OP_GATHER_HEADS, src, 2, y, NULL, 0);
     op_pair_upload(idx, d2.idx);

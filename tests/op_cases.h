@@ -78,6 +78,17 @@ void op_round_to(enum mmrt_dtype dt, float *v, int64_t n);
  * (round to nearest even); op_alloc'ed. */
 void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n);
 
+/* Values an I8 store with row scales (plugin.h) holds exactly: each of the `rows` rows of D
+ * in v gets random codes (one of them ±127) times a scale near amp / 127 for which
+ * ref_i8_row_quantize gives back that scale and those codes, so the floats, their codes and
+ * scales, and every reference on the floats agree bit for bit. */
+void op_i8_exact_rows(float *v, int64_t rows, int64_t D, float amp);
+/* The codes (returned) and scales (*scales, rows of them) of v's rows by
+ * ref_i8_row_quantize; a row holding NaN (the cases' poison) becomes codes 0 and scale NaN,
+ * which reads back as NaN. Fails unless each row reads back as v bit for bit (v from
+ * op_i8_exact_rows). op_alloc'ed. */
+int8_t *op_i8_encode(const float *v, int64_t rows, int64_t D, float **scales);
+
 /* A quantized MATMUL weight (plugin.h: I8 codes with one F32 scale per row), made by the
  * runtime's own quantizer (core/quant.h) from random values whose rows differ in magnitude
  * (row r in ±(hi · 2^-(r mod 7))), with every seventh row all zero; op_alloc'ed host copies of
@@ -175,6 +186,8 @@ struct op_checks {
                   const void *want, size_t nbytes);
     bool big; /* also the model-sized cases (seconds on a CPU-side device) */
     bool kv_f8; /* the device under test takes F8E4M3 K/V (ABI 1.6): its FP8 cases run too */
+    bool kv_i8; /* … and I8 stores with row scales (ABI 1.7): SET_ROWS, GATHER_HEADS and
+                   ATTENTION_PAGED run their I8 cases */
 };
 
 /* ROPE over op_pair, held to tol: NEOX and INTERLEAVED, partial rotation (Persimmon-like),
@@ -249,7 +262,7 @@ struct op_paged_case {
     int n_seq;
     int32_t lq[8], lk[8]; /* queries and keys of each sequence */
     int causal;
-    enum mmrt_dtype kv_dtype; /* F32 or F16, both pools */
+    enum mmrt_dtype kv_dtype; /* both pools: F32, F16, F8E4M3 or I8 (with row scales) */
     enum op_page_order order;
     float q_amp;              /* |q| range: larger makes softmax peakier */
     int window;               /* sliding window (causal only); 0 = none */
@@ -302,7 +315,8 @@ void op_paged_same_bits(const char *what, const float *batch, const float *alone
 /* A case's tensors on both plugins (q, k_pages, v_pages, cu_seqlens_q, kv_lens, page_table;
  * dst) and its params, uploaded but not run. */
 struct op_paged_pairs {
-    struct op_pair *src[6], *y;
+    struct op_pair *src[8], *y; /* src[6], src[7]: an I8 case's k and v scales */
+    int n_src;
     struct mmrt_attention_params p;
 };
 void op_paged_pairs(const struct op_paged_case *pc, const struct op_paged_data *d,
@@ -326,7 +340,7 @@ extern const size_t op_n_paged_bad;
  * still holds the sentinel. */
 struct op_paged_bad_run {
     struct op_paged_data d;
-    struct harness_tensor *src[6], *y;
+    struct harness_tensor *src[8], *y;
     struct mmrt_attention_params p;
     float *sentinel;
     int64_t n; /* dst elements */
@@ -336,7 +350,8 @@ void op_paged_bad_set(struct harness *h, struct op_paged_bad_run *r, size_t b);
 void op_paged_bad_untouched(struct harness *h, const struct op_paged_bad_run *r);
 
 /* The tensors of a paged launch of (pc, d) on harness h alone, all uploaded: src = q,
- * k_pages, v_pages, cu_seqlens_q, kv_lens, page_table; *y the dst. */
+ * k_pages, v_pages, cu_seqlens_q, kv_lens, page_table, and (src has room for 8) the k and v
+ * scales of I8 pages, NULL for other dtypes; *y the dst. */
 void op_paged_tensors(struct harness *h, const struct op_paged_case *pc,
                       const struct op_paged_data *d, struct harness_tensor **src,
                       struct harness_tensor **y);

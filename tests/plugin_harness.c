@@ -133,8 +133,13 @@ mmrt_status harness_run(struct harness *h, enum mmrt_op op, struct harness_tenso
         .params = params,
         .params_size = params_size,
     };
-    for (int i = 0; i < n_src; i++)
-        args.src[i] = src[i] ? &src[i]->t : NULL;
+    for (int i = 0; i < n_src && i < MMRT_MAX_SRC_ALL; i++) {
+        const struct mmrt_tensor *t = src[i] ? &src[i]->t : NULL;
+        if (i < MMRT_MAX_SRC)
+            args.src[i] = t;
+        else
+            args.src_ext[i - MMRT_MAX_SRC] = t;
+    }
     mmrt_status st = h->plugin->ops[op](h->dev, &args);
     if (st != MMRT_OK)
         fprintf(stderr, "harness: op %d: %s\n", (int)op, h->plugin->last_error(h->dev));

@@ -42,7 +42,7 @@ void harness_tensor_free(struct harness *h, struct harness_tensor *t);
 mmrt_status harness_upload(struct harness *h, struct harness_tensor *t, const void *src);
 mmrt_status harness_download(struct harness *h, struct harness_tensor *t, void *dst);
 
-/* Launches `op` with up to MMRT_MAX_SRC sources (NULL for absent ones). */
+/* Launches `op` with up to MMRT_MAX_SRC_ALL sources (NULL for absent ones). */
 mmrt_status harness_run(struct harness *h, enum mmrt_op op, struct harness_tensor *const *src,
                         int n_src, struct harness_tensor *dst, const void *params,
                         uint32_t params_size);

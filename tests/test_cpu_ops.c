@@ -1955,7 +1955,7 @@ static void test_rope_multi_set_rows_refusals(void **state)
 
 /* The tensors of a paged launch on H, and its params. */
 struct paged_tensors {
-    struct harness_tensor *src[6], *y;
+    struct harness_tensor *src[8], *y; /* src[6], src[7]: an I8 case's scales */
     struct mmrt_attention_params p;
 };
 
@@ -1970,23 +1970,25 @@ static float *paged_run_cpu(const struct op_paged_case *pc, const struct op_page
 {
     struct paged_tensors pt;
     paged_tensors(pc, d, &pt);
-    assert_int_equal(run(MMRT_OP_ATTENTION_PAGED, pt.src, 6, pt.y, &pt.p, sizeof pt.p), MMRT_OK);
+    const int n_src = pc->kv_dtype == MMRT_DTYPE_I8 ? 8 : 6;
+    assert_int_equal(run(MMRT_OP_ATTENTION_PAGED, pt.src, n_src, pt.y, &pt.p, sizeof pt.p),
+                     MMRT_OK);
     return download_f32(pt.y);
 }
 
-/* The same queries and keys through ATTENTION, K and V gathered into [S, Hkv, D]. */
+/* The same queries and keys through ATTENTION, K and V gathered into [S, Hkv, D]. I8 pages
+ * stand for code · scale, so they go as an F32 copy of those values: the bits must agree. */
 static float *paged_as_attention(const struct op_paged_case *pc, const struct op_paged_data *d)
 {
     const int64_t Hq = pc->Hq, Hkv = pc->Hkv, D = pc->D, S = d->S;
+    const enum mmrt_dtype kv = pc->kv_dtype == MMRT_DTYPE_I8 ? MMRT_DTYPE_F32 : pc->kv_dtype;
     assert_true(S > 0);
     struct harness_tensor *tq = tnew(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
     assert_int_equal(harness_upload(&H, tq, d->q), MMRT_OK);
-    struct harness_tensor *tk = tnew(pc->kv_dtype, SHAPE(S, Hkv, D));
-    struct harness_tensor *tv = tnew(pc->kv_dtype, SHAPE(S, Hkv, D));
-    assert_int_equal(harness_upload(&H, tk, op_encode(pc->kv_dtype, d->k, d->S * Hkv * D)),
-                     MMRT_OK);
-    assert_int_equal(harness_upload(&H, tv, op_encode(pc->kv_dtype, d->v, d->S * Hkv * D)),
-                     MMRT_OK);
+    struct harness_tensor *tk = tnew(kv, SHAPE(S, Hkv, D));
+    struct harness_tensor *tv = tnew(kv, SHAPE(S, Hkv, D));
+    assert_int_equal(harness_upload(&H, tk, op_encode(kv, d->k, d->S * Hkv * D)), MMRT_OK);
+    assert_int_equal(harness_upload(&H, tv, op_encode(kv, d->v, d->S * Hkv * D)), MMRT_OK);
     struct harness_tensor *ty = tnew(MMRT_DTYPE_F32, SHAPE(d->T, Hq, D));
     struct harness_tensor *src[5] = { tq, tk, tv, tnew_i32(d->cu_q, pc->n_seq + 1),
                                       tnew_i32(d->cu_k, pc->n_seq + 1) };
@@ -2120,6 +2122,42 @@ static void test_attention_paged_bad_values(void **state)
     expect_refusal(run(MMRT_OP_ATTENTION_PAGED, five, 5, r.y, &r.p, sizeof r.p),
                    MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "n_src");
     op_release_all();
+}
+
+/* The shared cases of the three ops an INT8 KV store goes through (plugin.h "I8 with row
+ * scales"), the portable table against the default one: SET_ROWS codes and scales and
+ * GATHER_HEADS bit for bit against the references, ATTENTION_PAGED to the reference and
+ * each named sequence alone bit for bit. */
+static void kv_i8_close(enum mmrt_op op, const char *what, const float *dut, const float *cpu,
+                        const double *ref, int64_t n, double tol)
+{
+    (void)op;
+    op_check_close(what, dut, ref, n, tol);
+    op_check_close(what, cpu, ref, n, tol);
+}
+
+static void kv_i8_bytes(enum mmrt_op op, const char *what, const void *dut, const void *cpu,
+                        const void *want, size_t nbytes)
+{
+    (void)op;
+    if (memcmp(dut, want, nbytes) != 0 || memcmp(cpu, want, nbytes) != 0)
+        fail_msg("%s: the bytes differ from the reference (portable %s, default %s)", what,
+                 memcmp(dut, want, nbytes) ? "differs" : "agrees",
+                 memcmp(cpu, want, nbytes) ? "differs" : "agrees");
+}
+
+static void test_kv_i8_shared_cases(void **state)
+{
+    (void)state;
+    struct harness portable;
+    struct mmrt_option opts[2] = { { "isa", "portable" }, { "threads", "3" } };
+    assert_int_equal(harness_open(&portable, harness_plugin_path("cpu"), opts, 2), MMRT_OK);
+    op_pair_init(&portable, &H, "cpu (portable)");
+    const struct op_checks chk = { kv_i8_close, kv_i8_bytes, false, true, true };
+    op_case_set_rows(&chk);
+    op_case_gather_heads(&chk);
+    op_case_attention_paged(&chk, 1e-5);
+    harness_close(&portable);
 }
 
 /* A captured paged launch reads its index tensors at every replay (op_paged_graph_replay). */
@@ -2512,6 +2550,7 @@ int main(void)
         cmocka_unit_test(test_attention_paged_invariance),
         cmocka_unit_test(test_attention_paged_bad_values),
         cmocka_unit_test(test_attention_paged_graph),
+        cmocka_unit_test(test_kv_i8_shared_cases),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_get_rows_all_halves),
         cmocka_unit_test(test_patch_embed),

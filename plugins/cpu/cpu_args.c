@@ -61,6 +61,10 @@ mmrt_status cpu_op_begin(struct mmrt_device *dev, const struct mmrt_op_args *arg
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "%s", why);
     if (((const struct cpu_arena *)l.dst_arena)->readonly)
         return cpu_bad(o, MMRT_ERR_INVALID_ARG, "dst lies in adopted read-only memory");
+    /* SET_ROWS writes an I8 store's scales through src2. */
+    if (op == MMRT_OP_SET_ROWS && l.src[2] &&
+        ((const struct cpu_arena *)l.src_arena[2])->readonly)
+        return cpu_bad(o, MMRT_ERR_INVALID_ARG, "src2 (scales) lies in adopted read-only memory");
     o->n_src = l.n_src;
     for (int i = 0; i < l.n_src; i++)
         if (l.src[i])

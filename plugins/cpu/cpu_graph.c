@@ -28,7 +28,7 @@ struct cpu_graph_node {
     enum node_kind kind;
     /* NODE_KERNEL: a self-contained copy of the launch */
     struct mmrt_op_args args;
-    struct mmrt_tensor src[MMRT_MAX_SRC], dst;
+    struct mmrt_tensor src[MMRT_MAX_SRC_ALL], dst;
     void *params;
     /* NODE_UPLOAD / NODE_COPY */
     void *arena, *src_arena;
@@ -140,12 +140,20 @@ static mmrt_status capture_kernel(struct mmrt_device *dev, const struct mmrt_op_
     if (!n)
         return dev->capture_status;
     n->kind = NODE_KERNEL;
-    n->args = *args;
-    for (int i = 0; i < args->n_src; i++) {
-        if (args->src[i]) {
-            n->src[i] = *args->src[i];
+    /* cpu_op_begin checked the header: at least ABI 1.0's members, n_src within them. */
+    memset(&n->args, 0, sizeof n->args);
+    memcpy(&n->args, args, args->hdr.struct_size < sizeof n->args ? args->hdr.struct_size
+                                                                    : sizeof n->args);
+    n->args.hdr.struct_size = (uint32_t)sizeof n->args;
+    for (int i = 0; i < args->n_src && i < MMRT_MAX_SRC_ALL; i++) {
+        const struct mmrt_tensor *t = mmrt_op_args_src(args, i);
+        if (!t)
+            continue;
+        n->src[i] = *t;
+        if (i < MMRT_MAX_SRC)
             n->args.src[i] = &n->src[i];
-        }
+        else
+            n->args.src_ext[i - MMRT_MAX_SRC] = &n->src[i];
     }
     n->dst = *args->dst;
     n->args.dst = &n->dst;
@@ -286,7 +294,7 @@ mmrt_status cpu_dispatch(struct mmrt_device *dev, const struct mmrt_op_args *arg
     /* Check now what can be checked without running: the header, the op, every descriptor
      * against its arena; the kernel checks the rest again at each launch. */
     struct cpu_op o;
-    mmrt_status st = cpu_op_begin(dev, args, slot, 0, MMRT_MAX_SRC, &o);
+    mmrt_status st = cpu_op_begin(dev, args, slot, 0, MMRT_MAX_SRC_ALL, &o);
     if (st != MMRT_OK)
         return capture_fail(dev, st);
     return capture_kernel(dev, args);

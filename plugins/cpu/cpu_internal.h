@@ -343,7 +343,7 @@ struct cpu_op {
     struct mmrt_device *dev;
     const char *name; /* "MATMUL" … */
     int n_src;
-    struct cpu_view src[MMRT_MAX_SRC];
+    struct cpu_view src[MMRT_MAX_SRC_ALL];
     struct cpu_view dst;
     const void *params;
     uint32_t params_size;

@@ -207,7 +207,19 @@ struct kv_tensor {
     const char *data;
     int64_t nb0, nb1, page_nb;
     int dtype;
+    const float *scales; /* I8 pages' row scales (plugin.h), one per D codes; else NULL */
 };
+
+/* The D values of an I8 row as f32: code · its scale, one rounded product each, so every
+ * path below computes what it would on an F32 copy of them. The pages are contiguous, so a
+ * row's scale sits at its byte offset / D. Other dtypes are widened by the kernels. */
+static void kv_dequant(const struct kv_tensor *x, const char *row, int64_t D, float *out)
+{
+    const float s = x->scales[(row - x->data) / D];
+    const int8_t *c = (const int8_t *)row;
+    for (int64_t i = 0; i < D; i++)
+        out[i] = (float)c[i] * s;
+}
 
 /* A block of query tokens [q0, q0 + nq) of sequence seq with the query heads of kv head g,
  * run on the streaming path (the whole sequence) or the blocked one. */
@@ -298,12 +310,23 @@ static const char *kv_walk_next(struct kv_walk *w)
 }
 
 /* Rows j … j + n − 1 of (s, g) of x as one block of rows *ld elements apart: in place when
- * they lie in one run, else copied unconverted into tmp (n · D elements of x's dtype). */
+ * they lie in one run, else copied unconverted into tmp (n · D elements of x's dtype); I8
+ * rows always dequantized into tmp (n · D floats), *dtype then F32. */
 static const char *kv_block(const struct attn_ctx *c, const struct kv_tensor *x, int64_t s,
-                            int64_t g, int64_t j, int64_t n, char *tmp, int64_t *ld)
+                            int64_t g, int64_t j, int64_t n, char *tmp, int64_t *ld, int *dtype)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)x->dtype);
     int64_t run;
+    *dtype = x->dtype;
+    if (x->scales) {
+        struct kv_walk w;
+        kv_walk_init(&w, c, x, s, g, j);
+        for (int64_t i = 0; i < n; i++)
+            kv_dequant(x, kv_walk_next(&w), c->D, (float *)tmp + i * c->D);
+        *ld = c->D;
+        *dtype = MMRT_DTYPE_F32;
+        return tmp;
+    }
     const char *p = kv_rows(c, x, s, g, j, &run);
     if (run >= n) {
         *ld = x->nb0 / es;
@@ -317,11 +340,17 @@ static const char *kv_block(const struct attn_ctx *c, const struct kv_tensor *x,
     return tmp;
 }
 
-/* The first d elements of a K or V row as f32: the row itself, or its conversion in tmp. */
-static const float *kv_row_f32(const char *p, int dtype, int64_t d, float *tmp)
+/* The first d elements of a K or V row of x as f32: the row itself, or its conversion in
+ * tmp. */
+static const float *kv_row_f32(const struct kv_tensor *x, const char *p, int64_t d, float *tmp)
 {
+    const int dtype = x->dtype;
     if (dtype == MMRT_DTYPE_F32)
         return (const float *)p;
+    if (x->scales) {
+        kv_dequant(x, p, d, tmp);
+        return tmp;
+    }
     for (int64_t i = 0; i < d; i++)
         tmp[i] = cpu_load_weight(p, dtype, i); /* F16 or F8E4M3, widened exactly */
     return tmp;
@@ -359,7 +388,7 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
         kv_walk_init(&w, c, &c->kv[0], lo, kvh, j0);
         float m = -INFINITY;
         for (int64_t j = 0; j < n_keys; j++) {
-            const float *kr = kv_row_f32(kv_walk_next(&w), c->kv[0].dtype, D, tmp);
+            const float *kr = kv_row_f32(&c->kv[0], kv_walk_next(&w), D, tmp);
             float s = cpu_dot_f32(qr, kr, D) * c->scale;
             sc[j] = s;
             m = s > m ? s : m;
@@ -375,7 +404,7 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
         kv_walk_init(&w, c, &c->kv[1], lo, kvh, j0);
         for (int64_t j = 0; j < n_keys; j++) {
             float pj = (float)(sc[j] * inv);
-            const float *vr = kv_row_f32(kv_walk_next(&w), c->kv[1].dtype, D, tmp);
+            const float *vr = kv_row_f32(&c->kv[1], kv_walk_next(&w), D, tmp);
             for (int64_t i = 0; i < D; i++)
                 acc[i] += pj * vr[i];
         }
@@ -441,8 +470,9 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
         kt->pack_x(qsrc + p * ldq, ldq, R - p < MR ? R - p : MR, D, xq + p * D);
     for (int64_t j = 0; j < Kn; j += NR) {
         int64_t cols = n_keys - j < NR ? n_keys - j : NR, ld;
-        const char *rows = kv_block(c, K, it->seq, it->g, j0 + j, cols, gathered, &ld);
-        kt->pack_w(rows, K->dtype, ld, cols, D, kp + j * D);
+        int dt;
+        const char *rows = kv_block(c, K, it->seq, it->g, j0 + j, cols, gathered, &ld, &dt);
+        kt->pack_w(rows, dt, ld, cols, D, kp + j * D);
     }
     /* S = Q·Kᵀ, tile by tile. */
     for (int64_t p = 0; p < Rp; p += MR)
@@ -472,6 +502,16 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
     for (int64_t j = 0, run; j < n_keys; j += run) {
         const char *rows = kv_rows(c, V, it->seq, it->g, j0 + j, &run);
         run = n_keys - j < run ? n_keys - j : run;
+        if (V->scales) { /* I8: up to NR rows at a time dequantized into `gathered` */
+            run = run < NR ? run : NR;
+            int dt;
+            int64_t unused;
+            const float *f = (const float *)kv_block(c, V, it->seq, it->g, j0 + j, run,
+                                                     gathered, &unused, &dt);
+            for (int64_t d = 0; d < Dp; d += NR)
+                kt->pack_rows(f + d, dt, D, run, D - d < NR ? D - d : NR, vp + d * Kn + j * NR);
+            continue;
+        }
         for (int64_t d = 0; d < Dp; d += NR)
             kt->pack_rows(rows + d * ves, V->dtype, V->nb0 / ves, run, D - d < NR ? D - d : NR,
                           vp + d * Kn + j * NR);
@@ -507,7 +547,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     const struct cpu_kernels *kt = c->kt;
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
     const int64_t D = c->D, R = it->nq * c->n_rep;
-    float *acc = base, *sc = acc + R * D;
+    float *acc = base, *sc = acc + R * D, row[CPU_MAX_HEAD_DIM];
     /* Query tl sees keys [lo[tl], hi[tl]); the item walks [j0, j1), the union (both ends grow
      * with the query). Scores are stored at j − j0. */
     int64_t lo[CPU_ATTN_DOT_MAX_Q], hi[CPU_ATTN_DOT_MAX_Q], j0 = INT64_MAX, j1 = 0;
@@ -524,12 +564,18 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     kv_walk_init(&ahead, c, K, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
     for (int64_t j = j0; j < j1; j++) {
         const char *kr = kv_walk_next(&w);
+        int kdt = K->dtype;
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), kbytes);
+        if (K->scales) { /* once for the n_rep query heads that read it */
+            kv_dequant(K, kr, D, row);
+            kr = (const char *)row;
+            kdt = MMRT_DTYPE_F32;
+        }
         for (int64_t r = 0; r < R; r++)
             if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
                 sc[r * ld + j - j0] =
-                    kt->dot(c->q + row_offset(c, it, r), kr, K->dtype, D) * c->scale;
+                    kt->dot(c->q + row_offset(c, it, r), kr, kdt, D) * c->scale;
     }
     double inv[CPU_ATTN_DOT_MAX_Q * 64];
     for (int64_t r = 0; r < R; r++) {
@@ -542,11 +588,17 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     kv_walk_init(&ahead, c, V, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
     for (int64_t j = j0; j < j1; j++) {
         const char *vr = kv_walk_next(&w);
+        int vdt = V->dtype;
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), vbytes);
+        if (V->scales) {
+            kv_dequant(V, vr, D, row);
+            vr = (const char *)row;
+            vdt = MMRT_DTYPE_F32;
+        }
         for (int64_t r = 0; r < R; r++)
             if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
-                kt->axpy(acc + r * D, (float)(sc[r * ld + j - j0] * inv[r]), vr, V->dtype, D);
+                kt->axpy(acc + r * D, (float)(sc[r * ld + j - j0] * inv[r]), vr, vdt, D);
     }
     for (int64_t r = 0; r < R; r++)
         memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
@@ -693,10 +745,12 @@ static mmrt_status attention_params(struct cpu_op *o, struct mmrt_attention_para
     return MMRT_OK;
 }
 
-static struct kv_tensor kv_of(const struct cpu_view *x, int64_t page_nb)
+static struct kv_tensor kv_of(const struct cpu_view *x, int64_t page_nb,
+                              const struct cpu_view *scales)
 {
     int rank = x->n_dims;
-    return (struct kv_tensor){ x->data, x->nb[rank - 3], x->nb[rank - 2], page_nb, x->dtype };
+    return (struct kv_tensor){ x->data, x->nb[rank - 3], x->nb[rank - 2], page_nb, x->dtype,
+                               scales ? (const float *)scales->data : NULL };
 }
 
 mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args)
@@ -721,7 +775,7 @@ mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args 
         cu_k = (const int32_t *)ck->data;
     }
     struct attn_ctx c = {
-        .q = (const float *)q->data, .y = (float *)y->data, .kv = { kv_of(k, 0), kv_of(v, 0) },
+        .q = (const float *)q->data, .y = (float *)y->data, .kv = { kv_of(k, 0, NULL), kv_of(v, 0, NULL) },
         .cu_q = cu_q, .cu_k = cu_k, .n_seq = cq->data ? p.n_seq : 1, .Hq = Hq, .D = D,
         .n_rep = Hq / Hkv, .scale = p.scale, .causal = p.causal == 1, .window = p.window,
     };
@@ -758,7 +812,7 @@ mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
 {
     struct cpu_op o;
     struct mmrt_attention_params p;
-    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 6, &o);
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 8, &o);
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
@@ -771,7 +825,8 @@ mmrt_status cpu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
         return st;
     struct attn_ctx c = {
         .q = (const float *)q->data, .y = (float *)y->data,
-        .kv = { kv_of(k, k->nb[0]), kv_of(v, v->nb[0]) },
+        .kv = { kv_of(k, k->nb[0], k->dtype == MMRT_DTYPE_I8 ? &o.src[6] : NULL),
+                kv_of(v, v->nb[0], v->dtype == MMRT_DTYPE_I8 ? &o.src[7] : NULL) },
         .cu_q = (const int32_t *)o.src[3].data, .kv_lens = (const int32_t *)o.src[4].data,
         .table = (const int32_t *)o.src[5].data, .max_pages = o.src[5].ne[1],
         .page_tokens = page_tokens, .n_seq = p.n_seq, .Hq = Hq, .D = D, .n_rep = Hq / Hkv,

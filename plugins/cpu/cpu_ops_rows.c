@@ -297,6 +297,49 @@ struct set_rows_ctx {
     int dtype;
 };
 
+/* plugin.h "I8 with row scales": one row of D values to codes and its scale, with the f32
+ * operations the header fixes (a correctly rounded division, ties to even), so every plugin
+ * writes these bytes. */
+static void quantize_row_i8(const float *x, int64_t D, int8_t *codes, float *scale)
+{
+    float amax = 0.0f;
+    for (int64_t i = 0; i < D; i++) {
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax; /* false for NaN: ignored */
+    }
+    const float s = amax / 127.0f;
+    for (int64_t i = 0; i < D; i++) {
+        const float q = rintf(x[i] / s);
+        codes[i] = q != q ? 0 : q > 127.0f ? 127 : q < -127.0f ? -127 : (int8_t)q;
+    }
+    *scale = s;
+}
+
+/* An I8 dst: one item is one innermost row (D values, one scale) of every index row, each
+ * walking t in order as above. */
+struct set_rows_i8_ctx {
+    const float *v;       /* [T][n] */
+    const int32_t *idx;   /* [T] */
+    int8_t *d;            /* [R][n] */
+    float *scales;        /* [R][n / D] */
+    int64_t T, n, R, D;
+};
+
+static void set_rows_i8_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct set_rows_i8_ctx *c = vctx;
+    const int64_t per = c->n / c->D;
+    (void)tid;
+    for (int64_t t = 0; t < c->T; t++) {
+        const int64_t r = c->idx[t];
+        if (r < 0 || r >= c->R)
+            continue;
+        for (int64_t j = begin; j < end; j++)
+            quantize_row_i8(c->v + t * c->n + j * c->D, c->D, c->d + r * c->n + j * c->D,
+                            c->scales + r * per + j);
+    }
+}
+
 static void set_rows_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct set_rows_ctx *c = vctx;
@@ -330,7 +373,7 @@ static void set_rows_task(void *vctx, int tid, int64_t begin, int64_t end)
 mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cpu_op o;
-    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 2, &o);
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 3, &o);
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *v = &o.src[0], *idx = &o.src[1], *d = &o.dst;
@@ -339,6 +382,15 @@ mmrt_status cpu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
         n *= v->ne[i];
     if (T == 0 || n == 0)
         return MMRT_OK;
+    if (d->dtype == MMRT_DTYPE_I8) {
+        struct set_rows_i8_ctx c = {
+            .v = (const float *)v->data, .idx = (const int32_t *)idx->data,
+            .d = (int8_t *)d->data, .scales = (float *)o.src[2].data, .T = T, .n = n,
+            .R = d->ne[0], .D = cpu_inner(d),
+        };
+        cpu_parallel_for(&dev->pool, n / c.D, (double)(T * c.D), set_rows_i8_task, &c);
+        return MMRT_OK;
+    }
     struct set_rows_ctx c = {
         .v = (const float *)v->data, .idx = (const int32_t *)idx->data, .d = d->data, .T = T,
         .n = n, .R = d->ne[0], .dtype = d->dtype,
@@ -361,13 +413,22 @@ struct gather_ctx {
     int64_t R, H, D, G;
     size_t row_bytes;   /* D elements of the table */
     int dtype;
+    const float *scales; /* an I8 table's [R][H] */
 };
 
-/* y[0, D) = row widened to f32, or y += it when add. */
-static void gather_row(float *restrict y, const char *restrict row, int dtype, int64_t D,
-                       bool add)
+/* y[0, D) = row widened to f32, or y += it when add; an I8 row's codes widen to code · scale
+ * (one rounded product: ISO C mode does not contract it into the addition). */
+static void gather_row(float *restrict y, const char *restrict row, int dtype, float scale,
+                       int64_t D, bool add)
 {
     int64_t d = 0;
+    if (dtype == MMRT_DTYPE_I8) {
+        for (; d < D; d++) {
+            const float v = (float)((const int8_t *)row)[d] * scale;
+            y[d] = add ? y[d] + v : v;
+        }
+        return;
+    }
     if (dtype == MMRT_DTYPE_F32) {
         const float *r = (const float *)row;
         if (!add) {
@@ -418,8 +479,8 @@ static void gather_task(void *vctx, int tid, int64_t begin, int64_t end)
             const int64_t r = ix[g];
             if (r < 0 || r >= c->R)
                 continue; /* padding, or the caller's out-of-range entry: skipped alike */
-            gather_row(y, c->table + (size_t)(r * c->H + h) * c->row_bytes, c->dtype, D,
-                       kept > 0);
+            gather_row(y, c->table + (size_t)(r * c->H + h) * c->row_bytes, c->dtype,
+                       c->scales ? c->scales[r * c->H + h] : 1.0f, D, kept > 0);
             kept++;
         }
         if (kept == 0) {
@@ -440,7 +501,7 @@ static void gather_task(void *vctx, int tid, int64_t begin, int64_t end)
 mmrt_status cpu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cpu_op o;
-    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 2, &o);
+    mmrt_status st = cpu_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 3, &o);
     if (st != MMRT_OK)
         return st;
     const struct cpu_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
@@ -452,6 +513,7 @@ mmrt_status cpu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_ar
         .R = R, .H = H, .D = D, .G = G,
         .row_bytes = (size_t)D * mmrt_dtype_size((enum mmrt_dtype)tab->dtype),
         .dtype = tab->dtype,
+        .scales = tab->dtype == MMRT_DTYPE_I8 ? (const float *)o.src[2].data : NULL,
     };
     cpu_parallel_for(&dev->pool, N * H, (double)(G * D), gather_task, &c);
     return MMRT_OK;
