@@ -83,7 +83,7 @@ static void check_exact(enum mmrt_op op, const char *what, const void *got, cons
     note_exact(op);
 }
 
-static const struct op_checks g_checks = { check_both, check_exact, false, true };
+static const struct op_checks g_checks = { check_both, check_exact, false, true, true };
 
 static void need_device(void)
 {
@@ -779,6 +779,192 @@ static void test_gather_l2_refusals(void **state)
     op_gather_l2_refusals(&H[OCL]);
 }
 
+/* ---- I8 KV stores (plugin.h "I8 with row scales", ABI 1.7): exact -----------------------
+ * The shared cases (op_checks.kv_i8) quantize with ref_i8_row_quantize and read stores whose
+ * codes times scales give back the case's floats. These add a rank-4 SET_ROWS dst (several
+ * innermost rows per written row, D = 1, off every vector width, longer than a work-group)
+ * against the header's definition in plain f32 C, and stores of any codes and scales — the
+ * products c · s then mostly inexact, some scales subnormal or 0 — which ATTENTION_PAGED and
+ * GATHER_HEADS must read exactly as an F32 copy holding those products: bit for bit the same
+ * result, so the widening is one rounded product, never fused into the sum that follows. */
+
+/* One row by plugin.h's definition, in f32 as C evaluates it (SSE: correctly rounded). */
+static void i8_quantize_row(const float *x, int64_t D, int8_t *q, float *scale)
+{
+    float amax = 0.0f;
+    for (int64_t i = 0; i < D; i++)
+        if (!isnan(x[i]) && fabsf(x[i]) > amax)
+            amax = fabsf(x[i]);
+    const float s = amax / 127.0f;
+    for (int64_t i = 0; i < D; i++) {
+        const float c = rintf(x[i] / s);
+        q[i] = isnan(c) ? 0 : c > 127.0f ? 127 : c < -127.0f ? -127 : (int8_t)c;
+    }
+    *scale = s;
+}
+
+static void test_kv_i8_set_rows(void **state)
+{
+    (void)state;
+    need_device();
+    static const int64_t Ds[] = { 1, 13, 300 };
+    const int64_t T = 7, R = 5, A = 2, B = 3;
+    op_rng_seed(31);
+    for (size_t k = 0; k < sizeof Ds / sizeof Ds[0]; k++) {
+        const int64_t D = Ds[k], n = A * B * D, per = A * B;
+        float *v = op_rand_f(T * n, -1, 1);
+        for (int64_t r = 0; r < T * per; r++) { /* each innermost row its own magnitude */
+            float *x = v + r * D;
+            for (int64_t i = 0; i < D; i++)
+                x[i] = r % 5 == 4 ? NAN : ldexpf(x[i], (int)(r % 23) * 6 - 140);
+        }
+        struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, SHAPE(T, A, B, D));
+        op_pair_upload(tv, v);
+        int8_t *want = op_alloc((size_t)(R * n));
+        float *want_s = op_alloc((size_t)(R * per) * sizeof(float));
+        memset(want, 0x7f, (size_t)(R * n));
+        for (int64_t i = 0; i < R * per; i++)
+            want_s[i] = (float)i + 0.25f;
+        struct op_pair *ty = op_pair_new(MMRT_DTYPE_I8, SHAPE(R, A, B, D));
+        struct op_pair *ts = op_pair_new(MMRT_DTYPE_F32, SHAPE(R * per));
+        op_pair_upload(ty, want);
+        op_pair_upload(ts, want_s);
+        const int32_t idx[7] = { 3, -1, 0, 5, 3, 4, INT32_MAX }; /* row 4 of the values wins 3 */
+        struct op_pair *ti = op_pair_i32(idx, T), *src[3] = { tv, ti, ts };
+        for (int64_t t = 0; t < T; t++)
+            if (idx[t] >= 0 && idx[t] < R)
+                for (int64_t j = 0; j < per; j++)
+                    i8_quantize_row(v + (t * per + j) * D, D, want + (idx[t] * per + j) * D,
+                                    want_s + idx[t] * per + j);
+        op_pair_run(MMRT_OP_SET_ROWS, src, 3, ty, NULL, 0);
+        void *g, *c;
+        char what[96];
+        snprintf(what, sizeof what, "SET_ROWS I8 dst [%lld, %lld, %lld, %lld]: codes",
+                 (long long)R, (long long)A, (long long)B, (long long)D);
+        op_pair_download_both(ty, &g, &c);
+        check_exact(MMRT_OP_SET_ROWS, what, g, c, want, (size_t)(R * n));
+        snprintf(what, sizeof what, "SET_ROWS I8 dst [%lld, %lld, %lld, %lld]: scales",
+                 (long long)R, (long long)A, (long long)B, (long long)D);
+        op_pair_download_both(ts, &g, &c);
+        check_exact(MMRT_OP_SET_ROWS, what, g, c, want_s, (size_t)(R * per) * sizeof(float));
+        op_release_all();
+    }
+}
+
+/* Random codes and scales for `rows` rows of D, and the products c · s they stand for
+ * (*deq); a row of `like` holding NaN (the paged cases' poison) gets scale NaN, which keeps
+ * it poison. Scales lie in [2^-10, 2), every thirteenth row's 2^-120 times that (subnormal
+ * products, some subnormal scales) and every eleventh 0; codes include ±127. */
+static int8_t *i8_any_rows(const float *like, int64_t rows, int64_t D, float **scales,
+                           float **deq)
+{
+    int8_t *q = op_alloc((size_t)(rows * D));
+    *scales = op_alloc((size_t)rows * sizeof(float));
+    *deq = op_alloc((size_t)(rows * D) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        bool poison = false;
+        for (int64_t i = 0; like && i < D; i++)
+            poison = poison || isnan(like[r * D + i]);
+        float s = r % 11 == 10 ? 0.0f : ldexpf(op_rng_f(1.0f, 2.0f), op_rng_int(-10, 0));
+        if (r % 13 == 12)
+            s = ldexpf(s, -120); /* subnormal products, and some subnormal scales */
+        (*scales)[r] = poison ? NAN : s;
+        for (int64_t i = 0; i < D; i++) {
+            q[r * D + i] = (int8_t)(i % 17 == 3 ? (r % 2 ? -127 : 127) : op_rng_int(-127, 127));
+            (*deq)[r * D + i] = (float)q[r * D + i] * (*scales)[r];
+        }
+    }
+    return q;
+}
+
+static void test_kv_i8_widening(void **state)
+{
+    (void)state;
+    need_device();
+    static const struct op_paged_case paged[] = {
+        /* Hq Hkv D  pt n_seq lq          lk            causal kv  order             amp window */
+        { 4, 2, 64, 16, 3, { 1, 1, 1 }, { 37, 16, 1 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 0 },
+        { 8, 2, 40, 3, 2, { 40, 1 }, { 60, 25 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHARED, 2, 0 },
+        { 6, 3, 13, 5, 2, { 7, 4 }, { 7, 11 }, 0, MMRT_DTYPE_F32, OP_PAGES_IN_ORDER, 1, 0 },
+        { 4, 1, 256, 4, 2, { 33, 1 }, { 70, 29 }, 1, MMRT_DTYPE_F32, OP_PAGES_SHUFFLED, 1, 9 },
+    };
+    op_rng_seed(32);
+    for (size_t c = 0; c < sizeof paged / sizeof paged[0]; c++) {
+        const struct op_paged_case *pc = &paged[c];
+        struct op_paged_data d;
+        op_paged_build(pc, 700 + c, &d);
+        const int64_t rows = d.n_pages * pc->page_tokens * pc->Hkv, D = pc->D;
+        float *ks, *vs, *kd, *vd;
+        int8_t *kq = i8_any_rows(d.k_pages, rows, D, &ks, &kd);
+        int8_t *vq = i8_any_rows(d.v_pages, rows, D, &vs, &vd);
+        d.k_pages = kd; /* the F32 pools hold what the I8 ones stand for */
+        d.v_pages = vd;
+        struct op_paged_pairs pp;
+        op_paged_pairs(pc, &d, &pp);
+        op_pair_run(MMRT_OP_ATTENTION_PAGED, pp.src, 6, pp.y, &pp.p, sizeof pp.p);
+        const int64_t pool[4] = { d.n_pages, pc->page_tokens, pc->Hkv, D };
+        struct op_pair *src[8] = { pp.src[0], op_pair_new(MMRT_DTYPE_I8, 4, pool),
+                                   op_pair_new(MMRT_DTYPE_I8, 4, pool), pp.src[3], pp.src[4],
+                                   pp.src[5], op_pair_new(MMRT_DTYPE_F32, SHAPE(rows)),
+                                   op_pair_new(MMRT_DTYPE_F32, SHAPE(rows)) };
+        op_pair_upload(src[1], kq);
+        op_pair_upload(src[2], vq);
+        op_pair_upload(src[6], ks);
+        op_pair_upload(src[7], vs);
+        struct op_pair *y8 = op_pair_new(MMRT_DTYPE_F32, SHAPE(d.T, pc->Hq, D));
+        op_pair_run(MMRT_OP_ATTENTION_PAGED, src, 8, y8, &pp.p, sizeof pp.p);
+        const int64_t n = d.T * pc->Hq * D;
+        for (int dev = 0; dev < NDEV; dev++) {
+            const float *f32 = op_pair_download(dev, pp.y), *i8 = op_pair_download(dev, y8);
+            for (int64_t i = 0; i < n; i++)
+                if (memcmp(&f32[i], &i8[i], sizeof(float)) != 0)
+                    fail_msg("ATTENTION_PAGED case %zu on %s: element %lld is %.9g from the F32 "
+                             "copies but %.9g from the I8 pools (must be the same bits)", c,
+                             dev == OCL ? "OpenCL" : "the CPU plugin", (long long)i,
+                             (double)f32[i], (double)i8[i]);
+        }
+        g_cases[MMRT_OP_ATTENTION_PAGED]++; /* its table row keeps the shared cases' tolerance */
+        op_release_all();
+    }
+
+    /* GATHER_HEADS: 2×2 pools with padding and an entry ≥ R, against the header's arithmetic
+     * in f32 C on the products. */
+    const int64_t R = 30, Hh = 3, Dg = 71, N = 12, G = 4;
+    float *sc, *deq;
+    int8_t *tq = i8_any_rows(NULL, R * Hh, Dg, &sc, &deq);
+    int32_t *idx = op_alloc((size_t)(N * Hh * G) * sizeof(int32_t));
+    for (int64_t i = 0; i < N * Hh * G; i++)
+        idx[i] = i % 9 == 4 ? -1 : i % 23 == 7 ? (int32_t)R : op_rng_int(0, (int)R - 1);
+    float *want = op_alloc((size_t)(N * Hh * Dg) * sizeof(float));
+    for (int64_t grp = 0; grp < N * Hh; grp++)
+        for (int64_t e = 0; e < Dg; e++) {
+            float s = 0.0f;
+            int cnt = 0;
+            for (int64_t g = 0; g < G; g++) {
+                const int32_t r = idx[grp * G + g];
+                if (r < 0 || r >= R)
+                    continue;
+                const float v = deq[(r * Hh + grp % Hh) * Dg + e];
+                s = cnt++ == 0 ? v : s + v;
+            }
+            want[grp * Dg + e] = cnt == 0 ? 0.0f : cnt == 1 ? s : s / (float)cnt;
+        }
+    struct op_pair *tt = op_pair_new(MMRT_DTYPE_I8, SHAPE(R, Hh, Dg));
+    struct op_pair *ts = op_pair_new(MMRT_DTYPE_F32, SHAPE(R * Hh));
+    struct op_pair *ti = op_pair_new(MMRT_DTYPE_I32, SHAPE(N, Hh, G));
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_F32, SHAPE(N, Hh, Dg));
+    op_pair_upload(tt, tq);
+    op_pair_upload(ts, sc);
+    op_pair_upload(ti, idx);
+    struct op_pair *src[3] = { tt, ti, ts };
+    op_pair_run(MMRT_OP_GATHER_HEADS, src, 3, ty, NULL, 0);
+    void *g, *c;
+    op_pair_download_both(ty, &g, &c);
+    check_exact(MMRT_OP_GATHER_HEADS, "GATHER_HEADS I8 table of any codes and scales", g, c,
+                want, (size_t)(N * Hh * Dg) * sizeof(float));
+    op_release_all();
+}
+
 /* ---- PATCH_EMBED: tolerance 1e-5 (the MATMUL kernels over K = C·P·P ≤ 2352) ----------- */
 
 static void test_patch_embed(void **state)
@@ -1261,6 +1447,67 @@ static void test_attention_paged_async_error(void **state)
 }
 
 /* Argument errors are refused at launch with a message naming the op and the operand. */
+/* I8 stores without their scales, and scales beside a float store, are refused by name (the
+ * checks op_contract.h shares with the core), and so is a writer of the pre-1.7 op_args that
+ * claims sources past the sixth. */
+static void test_kv_i8_refusals(void **state)
+{
+    (void)state;
+    need_device();
+    struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, SHAPE(2, 3, 8));
+    struct op_pair *ti = op_pair_i32((const int32_t[]){ 0, 1 }, 2);
+    struct op_pair *ty = op_pair_new(MMRT_DTYPE_I8, SHAPE(4, 3, 8));
+    struct op_pair *ts = op_pair_new(MMRT_DTYPE_F32, SHAPE(12));
+    struct op_pair *sr[3] = { tv, ti, ts };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SET_ROWS, sr, 2, ty, NULL, 0),
+                   MMRT_ERR_INVALID_ARG, "SET_ROWS", "needs its row scales as src2");
+    struct op_pair *yf = op_pair_new(MMRT_DTYPE_F16, SHAPE(4, 3, 8));
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SET_ROWS, sr, 3, yf, NULL, 0),
+                   MMRT_ERR_INVALID_ARG, "SET_ROWS", "scales go with an I8 store only");
+    struct op_pair *ts11 = op_pair_new(MMRT_DTYPE_F32, SHAPE(11)), *sr11[3] = { tv, ti, ts11 };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_SET_ROWS, sr11, 3, ty, NULL, 0),
+                   MMRT_ERR_INVALID_ARG, "SET_ROWS", "src2 (scales)");
+
+    const struct op_paged_case pc = { 2, 1, 16, 4, 1, { 1 }, { 6 }, 1, MMRT_DTYPE_F32,
+                                      OP_PAGES_IN_ORDER, 1, 0 };
+    struct op_paged_data d;
+    op_paged_build(&pc, 9, &d);
+    struct op_paged_pairs pp;
+    op_paged_pairs(&pc, &d, &pp);
+    const int64_t rows = d.n_pages * pc.page_tokens * pc.Hkv;
+    struct op_pair *kq = op_pair_new(MMRT_DTYPE_I8, SHAPE(d.n_pages, pc.page_tokens, pc.Hkv, pc.D));
+    struct op_pair *sc = op_pair_new(MMRT_DTYPE_F32, SHAPE(rows));
+    struct op_pair *ap[8] = { pp.src[0], kq, kq, pp.src[3], pp.src[4], pp.src[5], sc, sc };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION_PAGED, ap, 6, pp.y, &pp.p, sizeof pp.p),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "src6 (k_scales)");
+    ap[1] = pp.src[1];
+    ap[2] = pp.src[2];
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_ATTENTION_PAGED, ap, 8, pp.y, &pp.p, sizeof pp.p),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "scales go with an I8 store only");
+
+    /* An ABI 1.6 writer's op_args ends before src_ext: n_src 8 names slots it does not have. */
+    struct mmrt_op_args a = {
+        .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
+        .op = MMRT_OP_ATTENTION_PAGED,
+        .n_src = 8,
+        .dst = &pp.y->t[OCL].t,
+        .params = &pp.p,
+        .params_size = sizeof pp.p,
+    };
+    a.hdr.struct_size = (uint32_t)offsetof(struct mmrt_op_args, src_ext);
+    for (int i = 0; i < 6; i++)
+        a.src[i] = &ap[i]->t[OCL].t;
+    expect_refusal(H[OCL].plugin->ops[MMRT_OP_ATTENTION_PAGED](H[OCL].dev, &a),
+                   MMRT_ERR_INVALID_ARG, "ATTENTION_PAGED", "no src_ext");
+
+    struct op_pair *tab = op_pair_new(MMRT_DTYPE_I8, SHAPE(5, 2, 4));
+    struct op_pair *gi = op_pair_new(MMRT_DTYPE_I32, SHAPE(3, 2, 1));
+    struct op_pair *gy = op_pair_new(MMRT_DTYPE_F32, SHAPE(3, 2, 4)), *gh[3] = { tab, gi, NULL };
+    expect_refusal(op_pair_run_on(OCL, MMRT_OP_GATHER_HEADS, gh, 2, gy, NULL, 0),
+                   MMRT_ERR_INVALID_ARG, "GATHER_HEADS", "needs its row scales as src2");
+    op_release_all();
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -1533,6 +1780,9 @@ int main(void)
         cmocka_unit_test(test_gather_heads),
         cmocka_unit_test(test_l2_norm),
         cmocka_unit_test(test_gather_l2_refusals),
+        cmocka_unit_test(test_kv_i8_set_rows),
+        cmocka_unit_test(test_kv_i8_widening),
+        cmocka_unit_test(test_kv_i8_refusals),
         cmocka_unit_test(test_patch_embed),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_copy_conversions),

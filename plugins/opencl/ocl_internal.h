@@ -41,7 +41,8 @@
 /* Work-group shapes, passed to the kernels as -D build options so host grids and kernel
  * loops cannot drift apart (see kernels/common.cl). */
 #define OCL_WG_1D 256       /* elementwise, COPY, GET_ROWS, SET_ROWS, GATHER_HEADS */
-#define OCL_WG_ROW 256      /* one work-group per row: norms, SOFTMAX, ARGMAX, L2_NORM */
+#define OCL_WG_ROW 256      /* one work-group per row: norms, SOFTMAX, ARGMAX, L2_NORM, and
+                             SET_ROWS into I8 (per innermost row) */
 #define OCL_WG_ROPE 64      /* ROPE, ROPE_MULTI */
 #define OCL_ATT_BQ 32       /* ATTENTION queries per work-group */
 #define OCL_ATT_BK 64       /* most keys per ATTENTION tile */
@@ -94,6 +95,7 @@ enum ocl_kernel {
     OCL_K_GET_ROWS_CHECK,
     OCL_K_GET_ROWS,
     OCL_K_SET_ROWS,
+    OCL_K_SET_ROWS_I8,
     OCL_K_L2_NORM,
     OCL_K_GATHER_HEADS,
     OCL_K_COUNT
@@ -223,7 +225,7 @@ struct ocl_op {
     struct mmrt_device *dev;
     const char *name;
     int n_src;
-    struct ocl_view src[MMRT_MAX_SRC];
+    struct ocl_view src[MMRT_MAX_SRC_ALL]; /* sources 6 and 7 (ABI 1.7) as the others */
     struct ocl_view dst;
     const void *params;
     uint32_t params_size;

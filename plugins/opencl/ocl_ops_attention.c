@@ -266,7 +266,7 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
 {
     struct ocl_op o;
     struct mmrt_attention_params p;
-    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 6, &o);
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 8, &o);
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2], *y = &o.dst;
@@ -306,6 +306,8 @@ mmrt_status ocl_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op
     ocl_arg_view(&c, k);
     ocl_arg_view(&c, v);
     ocl_arg_int(&c, k->dtype);
+    ocl_arg_view(&c, &o.src[6]); /* I8 pages' scales (op_contract.h); absent otherwise */
+    ocl_arg_view(&c, &o.src[7]);
     ocl_arg_view(&c, cq);
     ocl_arg_view(&c, lens);
     ocl_arg_view(&c, table);

@@ -12,12 +12,15 @@
  *
  * SET_ROWS also reads its indices from device memory, but plugin.h makes an index outside
  * [0, R) a no-op rather than an error (a captured decode step cannot report one), so it is
- * one launch with nothing to check on the device.
+ * one launch with nothing to check on the device. Into an I8 store (ABI 1.7) it is another
+ * kernel, one work-group per innermost row, since a row's codes depend on its largest
+ * element (k_set_rows_i8).
  *
  * GATHER_HEADS skips entries outside [0, R) the same way. Its result must be the bits
  * plugin.h fixes, which takes a correctly rounded division (fp64, or f32 division built with
- * -cl-fp32-correctly-rounded-divide-sqrt) and f32 additions that keep subnormals; a device
- * without them refuses the op with MMRT_ERR_UNSUPPORTED rather than give other bits.
+ * -cl-fp32-correctly-rounded-divide-sqrt) and f32 arithmetic that keeps subnormals; a device
+ * without them refuses the op with MMRT_ERR_UNSUPPORTED rather than give other bits. So does
+ * SET_ROWS into I8, whose scales and codes plugin.h fixes the same way.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -130,22 +133,55 @@ mmrt_status ocl_op_get_rows(struct mmrt_device *dev, const struct mmrt_op_args *
     return ocl_call_run(&c, 2, global, local, false);
 }
 
+/* The exact f32 arithmetic plugin.h fixes for GATHER_HEADS and an I8 store: correctly
+ * rounded division and subnormals kept. */
+static mmrt_status need_exact_f32(struct ocl_op *o, const char *what)
+{
+    struct mmrt_device *dev = o->dev;
+    if (!dev->fp32_denorm || (!dev->fp64 && !dev->fp32_div_sqrt))
+        return ocl_bad(o, MMRT_ERR_UNSUPPORTED, "%s %s, so %s could not be the exact f32 "
+                       "results plugin.h requires", dev->name,
+                       !dev->fp32_denorm ? "flushes f32 subnormals"
+                                         : "has neither fp64 nor correctly rounded f32 division",
+                       what);
+    return MMRT_OK;
+}
+
 mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
-    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 2, &o);
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 3, &o);
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *val = &o.src[0], *idx = &o.src[1], *y = &o.dst;
     int64_t T = val->ne[0], R = y->ne[0];
     if (T > INT32_MAX)
         return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%" PRId64 " rows exceed the kernel's I32", T);
+    bool i8 = y->dtype == MMRT_DTYPE_I8; /* then src2 holds the scales (op_contract.h) */
+    if (i8 && (st = need_exact_f32(&o, "the I8 scales and codes")))
+        return st;
     int64_t n = 1; /* elements per row; cannot overflow, numel did not */
     for (int i = 1; i < val->n_dims; i++)
         n *= val->ne[i];
     if (T == 0 || n == 0 || R == 0)
         return MMRT_OK;
     struct ocl_call c;
+    if (i8) {
+        /* An I8 dst has rank ≥ 2, so its rows are nh innermost rows of D > 0 (n > 0). */
+        int64_t D = ocl_inner(y), nh = n / D;
+        if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_SET_ROWS_I8)))
+            return st;
+        ocl_arg_view(&c, val);
+        ocl_arg_view(&c, idx);
+        ocl_arg_view(&c, y);
+        ocl_arg_view(&c, &o.src[2]);
+        ocl_arg_long(&c, D);
+        ocl_arg_long(&c, nh);
+        ocl_arg_int(&c, (int32_t)T);
+        ocl_arg_long(&c, R);
+        size_t local[2] = {OCL_WG_ROW, 1}, global[2] = {(size_t)nh * OCL_WG_ROW, (size_t)T};
+        return ocl_call_run(&c, 2, global, local, false);
+    }
     if ((st = ocl_call_begin(&c, dev, o.name, OCL_K_SET_ROWS)))
         return st;
     ocl_arg_view(&c, val);
@@ -162,16 +198,13 @@ mmrt_status ocl_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *
 mmrt_status ocl_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct ocl_op o;
-    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 2, &o);
+    mmrt_status st = ocl_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 3, &o);
     if (st != MMRT_OK)
         return st;
     const struct ocl_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
     const int64_t R = tab->ne[0], H = tab->ne[1], D = tab->ne[2], N = idx->ne[0], G = idx->ne[2];
-    if (!dev->fp32_denorm || (!dev->fp64 && !dev->fp32_div_sqrt))
-        return ocl_bad(&o, MMRT_ERR_UNSUPPORTED, "%s %s, so the averages could not be the exact "
-                       "f32 results plugin.h requires", dev->name,
-                       !dev->fp32_denorm ? "flushes f32 subnormals"
-                                         : "has neither fp64 nor correctly rounded f32 division");
+    if ((st = need_exact_f32(&o, "the averages")))
+        return st;
     if (N == 0 || H == 0 || D == 0)
         return MMRT_OK;
     struct ocl_call c;
@@ -179,6 +212,7 @@ mmrt_status ocl_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_ar
         return st;
     ocl_arg_view(&c, tab);
     ocl_arg_int(&c, tab->dtype);
+    ocl_arg_view(&c, &o.src[2]); /* an I8 table's scales; absent otherwise, never read */
     ocl_arg_view(&c, idx);
     ocl_arg_view(&c, y);
     ocl_arg_long(&c, R);

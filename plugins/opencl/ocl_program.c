@@ -51,6 +51,7 @@ static const char *const kernel_names[OCL_K_COUNT] = {
     [OCL_K_GET_ROWS_CHECK] = "k_get_rows_check",
     [OCL_K_GET_ROWS] = "k_get_rows",
     [OCL_K_SET_ROWS] = "k_set_rows",
+    [OCL_K_SET_ROWS_I8] = "k_set_rows_i8",
     [OCL_K_L2_NORM] = "k_l2_norm",
     [OCL_K_GATHER_HEADS] = "k_gather_heads",
 };

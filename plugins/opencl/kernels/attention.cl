@@ -29,6 +29,9 @@
  * table[s][j / page_tokens]; only the tile loads look the page up. k_check_paged validates
  * cu_seqlens_q, kv_lens and every page id a sequence will read before the kernel runs, and
  * raises OCL_ERR_PAGED; k_attention_paged then does nothing, so no read leaves the pool.
+ * An I8 pool (ABI 1.7) is widened as a tile is loaded, each code to code · its row's scale
+ * (one rounded f32 product), so from the tile on the arithmetic is that of an F32 pool
+ * holding those products, bit for bit.
  *
  * Batch invariance: an item's arithmetic depends only on its own query, its sequence's Lq and
  * Lk, the window and the tile size bk, which the host derives from the head dim and the
@@ -52,18 +55,21 @@
 #error "build option OCL_ERR_PAGED from ocl_program.c missing"
 #endif
 
-/* Element i of a K or V array of dtype dt (DT_F32, DT_F16 or DT_F8E4M3), widened exactly. */
-float att_load(__global const uchar *p, int dt, long i)
+/* Element i of a K or V array of dtype dt (DT_F32, DT_F16, DT_F8E4M3 or DT_I8), widened:
+ * exactly, or for an I8 code to code · sc, sc the scale of its row, which the caller reads
+ * once per row (i8_widen: the rounded product, never fused with the score or p · v). */
+float att_load(__global const uchar *p, int dt, long i, float sc)
 {
     return dt == DT_F16      ? f16_to_f32(((__global const ushort *)p)[i])
            : dt == DT_F8E4M3 ? f8e4m3_to_f32(p[i])
+           : dt == DT_I8     ? i8_widen(((__global const char *)p)[i], sc)
                              : ((__global const float *)p)[i];
 }
 
 /* Bytes of one K / V element of dtype dt. */
 int att_size(int dt)
 {
-    return dt == DT_F16 ? 2 : dt == DT_F8E4M3 ? 1 : 4;
+    return dt == DT_F16 ? 2 : dt == DT_F8E4M3 || dt == DT_I8 ? 1 : 4;
 }
 
 /* Validates cu_seqlens_q [n_seq + 1] (total T) and cu_seqlens_k (total S). One work-item. */
@@ -109,22 +115,24 @@ int att_locate(__global const int *cq, int n_seq, long blk, long *qs)
     return s;
 }
 
-/* Element offset of key j's row from the start of its sequence's rows (kv head included):
- * j · nb0 for a strided tensor, or through the sequence's row of the page table. */
-long att_key(long j, long nb0, int paged, __global const int *pages, long page_tokens,
-             long page_elems)
+/* Key j's row, counted in rows of the K / V tensor from the sequence's first: j for a
+ * strided tensor, or through the sequence's row of the page table (row j % page_tokens of its
+ * page). Its elements start at row · nb0 from the sequence's base; an I8 pool's scale lies at
+ * row · Hkv from the kv head's first. */
+long att_row(long j, int paged, __global const int *pages, long page_tokens)
 {
-    return paged ? (long)pages[j / page_tokens] * page_elems + (j % page_tokens) * nb0
-                 : j * nb0;
+    return paged ? (long)pages[j / page_tokens] * page_tokens + j % page_tokens : j;
 }
 
 /* One work-group's block: queries [qs, qs + ATT_BQ) of a sequence with lq queries (the first
  * at token q0) and lk keys, query head h; kbase and vbase point at the sequence's rows of
- * its kv head. */
+ * its kv head, ksc and vsc at its scales when K / V are I8 (row r's at r · sc_nb0; never
+ * read otherwise). */
 void att_block(__global const float *qall, __global float *yall,
                __global const uchar *kbase, long k_nb0, int k_dt,
                __global const uchar *vbase, long v_nb0, int v_dt,
-               int paged, __global const int *pages, long page_tokens, long page_elems,
+               __global const float *ksc, __global const float *vsc, long sc_nb0,
+               int paged, __global const int *pages, long page_tokens,
                long q0, long lq, long lk, long qs, int h, int Hq, int D, float scale,
                int causal, int window, int bk, __local float *ks, __local float *vs)
 {
@@ -167,11 +175,13 @@ void att_block(__global const float *qall, __global float *yall,
         int lead = (int)max(kmin - j0, 0L); /* keys of the first tile before kmin: not read */
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is no longer read */
         for (int jj = lead; jj < nt; jj++) {
-            long kr = att_key(j0 + jj, k_nb0, paged, pages, page_tokens, page_elems);
-            long vr = att_key(j0 + jj, v_nb0, paged, pages, page_tokens, page_elems);
+            long row = att_row(j0 + jj, paged, pages, page_tokens);
+            long kr = row * k_nb0, vr = row * v_nb0;
+            float kf = k_dt == DT_I8 ? ksc[row * sc_nb0] : 1.0f;
+            float vf = v_dt == DT_I8 ? vsc[row * sc_nb0] : 1.0f;
             for (int d = lid; d < DP; d += ATT_BQ) {
-                ks[jj * DP + d] = d < D ? att_load(kbase, k_dt, kr + d) : 0.0f;
-                vs[jj * DP + d] = d < D ? att_load(vbase, v_dt, vr + d) : 0.0f;
+                ks[jj * DP + d] = d < D ? att_load(kbase, k_dt, kr + d, kf) : 0.0f;
+                vs[jj * DP + d] = d < D ? att_load(vbase, v_dt, vr + d, vf) : 0.0f;
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -256,9 +266,11 @@ void k_attention(__global const uchar *qb, long q_off,
     int kvh = h / n_rep;
     __global const uchar *kbase = kb + k_off + (k0 * k_nb0 + kvh * k_nb1) * att_size(k_dt);
     __global const uchar *vbase = vb + v_off + (k0 * v_nb0 + kvh * v_nb1) * att_size(v_dt);
+    /* ATTENTION takes no I8 K / V, so the scale pointers are placeholders never read. */
+    __global const float *no_sc = (__global const float *)err;
     att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off), kbase, k_nb0,
-              k_dt, vbase, v_nb0, v_dt, 0, err, 1, 0, q0, lq, lk, qs, h, Hq, D, scale, causal,
-              window, bk, ks, vs);
+              k_dt, vbase, v_nb0, v_dt, no_sc, no_sc, 0, 0, err, 1, q0, lq, lk, qs, h, Hq, D,
+              scale, causal, window, bk, ks, vs);
 }
 
 /* Validates a paged launch's index tensors (one work-item): cu_seqlens_q [n_seq + 1] from 0
@@ -318,10 +330,13 @@ void k_check_paged(__global const uchar *cqb, long cq_off, __global const uchar 
 }
 
 /* Grid as k_attention's with cu_seqlens; K and V are [n_pages, page_tokens, Hkv, D]
- * contiguous of one dtype. */
+ * contiguous of one dtype, and when that is I8 their scales (ksb, vsb) [n_pages, page_tokens,
+ * Hkv] contiguous F32 (placeholders otherwise). */
 __kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
 void k_attention_paged(__global const uchar *qb, long q_off, __global const uchar *kb, long k_off,
                        __global const uchar *vb, long v_off, int kv_dt,
+                       __global const uchar *ksb, long ks_off, __global const uchar *vsb,
+                       long vs_off,
                        __global const uchar *cqb, long cq_off, __global const uchar *lb,
                        long l_off, __global const uchar *tb, long t_off, int n_seq,
                        long max_pages, long page_tokens, __global uchar *yb, long y_off,
@@ -344,7 +359,8 @@ void k_attention_paged(__global const uchar *qb, long q_off, __global const ucha
     long row = (long)Hkv * D;
     __global const int *pages = (__global const int *)(tb + t_off) + s * max_pages;
     att_block((__global const float *)(qb + q_off), (__global float *)(yb + y_off),
-              kb + k_off + kvh * D * es, row, kv_dt, vb + v_off + kvh * D * es, row, kv_dt, 1,
-              pages, page_tokens, page_tokens * row, q0, lq, lens[s], qs, h, Hq, D, scale,
-              causal, window, bk, ks, vs);
+              kb + k_off + kvh * D * es, row, kv_dt, vb + v_off + kvh * D * es, row, kv_dt,
+              (__global const float *)(ksb + ks_off) + kvh,
+              (__global const float *)(vsb + vs_off) + kvh, Hkv, 1, pages, page_tokens, q0, lq,
+              lens[s], qs, h, Hq, D, scale, causal, window, bk, ks, vs);
 }

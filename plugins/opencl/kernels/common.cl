@@ -30,6 +30,7 @@ typedef float acc_t;
 #define DT_F16 1
 #define DT_BF16 2
 #define DT_I32 3
+#define DT_I8 4
 #define DT_F8E4M3 6
 
 /* OCL_ERR_GET_ROWS and OCL_ERR_CU_SEQLENS, the codes a checking kernel writes into err[0]
@@ -158,6 +159,31 @@ uchar f32_to_f8e4m3(float f)
     }
     ax += ((uint)(7 - 127) << 23) + 0x7FFFFu + ((ax >> 20) & 1u);
     return sign | (uchar)(ax >> 20);
+}
+
+/* An I8 KV-store code widened with its row's scale (plugin.h "I8 with row scales"): the f32
+ * product c · sc rounded once. The pragma keeps the product from being fused with whatever
+ * the caller adds it to, which would skip that rounding and give other bits than an F32 copy
+ * of the store holding c · sc. */
+float i8_widen(char c, float sc)
+{
+#pragma OPENCL FP_CONTRACT OFF
+    return (float)c * sc;
+}
+
+/* The correctly rounded f32 quotient a / b, which GATHER_HEADS and the I8 quantizer need
+ * bit for bit on every plugin. With fp64 it is formed in double and rounded once to f32,
+ * which gives the same result (53 ≥ 2·24 + 2 bits, so the double rounding is innocuous);
+ * without fp64 the host launches its users only when the program was built with
+ * -cl-fp32-correctly-rounded-divide-sqrt (OpenCL's f32 division may otherwise be 2.5 ulp
+ * off). */
+float div_rn(float a, float b)
+{
+#if OCL_FP64
+    return (float)((double)a / (double)b);
+#else
+    return a / b;
+#endif
 }
 
 /* Element i of a weight-dtype array (F32, F16 or BF16, or an F8E4M3 KV table) starting at

@@ -125,3 +125,48 @@ void k_set_rows(__global const uchar *sb, long s_off, __global const uchar *ib, 
     else
         ((__global uint *)(db + d_off))[o] = *s;
 }
+
+/* SET_ROWS into an I8 store (plugin.h "I8 with row scales"): work-group (h, t) quantizes
+ * innermost row h (of nh, D values each) of values row t into row h of dst row idx[t], codes
+ * into db and the scale into sc[idx[t]·nh + h]. The group spans the whole row, however long:
+ * amax is the fmax over it (exact in any order; fmax passes over NaN), s = amax / 127 and
+ * each code rint(x / s) clamped to ±127, 0 for a NaN quotient, both divisions correctly
+ * rounded (div_rn; the host refuses a device that cannot, or that flushes subnormal scales).
+ * Indices outside [0, R) and rows overwritten later in idx are skipped as in k_set_rows, so
+ * the last row wins with its scale. */
+__kernel __attribute__((reqd_work_group_size(WG_ROW, 1, 1)))
+void k_set_rows_i8(__global const uchar *sb, long s_off, __global const uchar *ib, long i_off,
+                   __global uchar *db, long d_off, __global uchar *cb, long c_off, long D,
+                   long nh, int T, long R)
+{
+    __local int later;
+    __local float red[WG_ROW];
+    int lid = get_local_id(0), t = get_global_id(1);
+    long h = get_group_id(0);
+    __global const int *idx = (__global const int *)(ib + i_off);
+    long r = idx[t];
+    if (lid == 0)
+        later = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int u = t + 1 + lid; u < T; u += WG_ROW)
+        if (idx[u] == r) {
+            atomic_or(&later, 1);
+            break;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (later || r < 0 || r >= R)
+        return; /* the whole group: wg_max's barriers are met by all items or none */
+    __global const float *x = (__global const float *)(sb + s_off) + ((long)t * nh + h) * D;
+    __global char *q = (__global char *)(db + d_off) + (r * nh + h) * D;
+    float amax = 0.0f;
+    for (long i = lid; i < D; i += WG_ROW)
+        amax = fmax(amax, fabs(x[i]));
+    amax = wg_max(red, amax);
+    float s = div_rn(amax, 127.0f);
+    for (long i = lid; i < D; i += WG_ROW) {
+        float c = rint(div_rn(x[i], s));
+        q[i] = isnan(c) ? 0 : (char)clamp(c, -127.0f, 127.0f);
+    }
+    if (lid == 0)
+        ((__global float *)(cb + c_off))[r * nh + h] = s;
+}

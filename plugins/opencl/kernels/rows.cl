@@ -156,14 +156,13 @@ void k_l2_norm(__global const uchar *xb, long x_off, __global uchar *yb, long y_
 
 /* GATHER_HEADS: item (d, n·H + h) forms dst[n, h, d] in exactly the f32 operations plugin.h
  * fixes: the first kept row's element, then + each later kept one in g order (FP_CONTRACT is
- * off), then one correctly rounded division by the count when it is ≥ 2. With fp64 the
- * quotient is formed in double and rounded once to f32, which is the correctly rounded f32
- * quotient (53 ≥ 2·24 + 2 bits, so the double rounding is innocuous); without fp64 the host
- * launches this only when the program was built with -cl-fp32-correctly-rounded-divide-sqrt.
- * Entries < 0 (padding) or ≥ R are skipped; none kept gives +0. */
+ * off), then one correctly rounded division by the count when it is ≥ 2 (div_rn). An I8
+ * table's element is first widened with its row's scale, sc[r·H + h] (i8_widen). Entries
+ * < 0 (padding) or ≥ R are skipped; none kept gives +0. */
 __kernel __attribute__((reqd_work_group_size(WG_1D, 1, 1)))
-void k_gather_heads(__global const uchar *tb, long t_off, int t_dt, __global const uchar *ib,
-                    long i_off, __global uchar *yb, long y_off, long R, long H, long D, long G)
+void k_gather_heads(__global const uchar *tb, long t_off, int t_dt, __global const uchar *cb,
+                    long c_off, __global const uchar *ib, long i_off, __global uchar *yb,
+                    long y_off, long R, long H, long D, long G)
 {
     long d = get_global_id(0), it = get_global_id(1);
     if (d >= D)
@@ -171,13 +170,16 @@ void k_gather_heads(__global const uchar *tb, long t_off, int t_dt, __global con
     long h = it % H;
     __global const int *ix = (__global const int *)(ib + i_off) + it * G;
     __global const uchar *t = tb + t_off;
+    __global const float *sc = (__global const float *)(cb + c_off);
     float s = 0.0f;
     int c = 0;
     for (long g = 0; g < G; g++) {
         long r = ix[g];
         if (r < 0 || r >= R)
             continue;
-        float v = load_w(t, t_dt, (r * H + h) * D + d);
+        long e = (r * H + h) * D + d;
+        float v = t_dt == DT_I8 ? i8_widen(((__global const char *)t)[e], sc[r * H + h])
+                                : load_w(t, t_dt, e);
         s = c == 0 ? v : s + v;
         c++;
     }
@@ -185,10 +187,6 @@ void k_gather_heads(__global const uchar *tb, long t_off, int t_dt, __global con
     if (c == 0)
         out = 0.0f;
     else if (c > 1)
-#if OCL_FP64
-        out = (float)((double)s / (double)c);
-#else
-        out = s / (float)c;
-#endif
+        out = div_rn(s, (float)c);
     ((__global float *)(yb + y_off))[it * D + d] = out;
 }
