@@ -17,9 +17,9 @@
  * cache, B = 1 included (LLaVA-7B's 629 keys are 82 MiB of F32 K/V per sequence: --copies 4
  * against a 260 MiB L3), or B = 1 reads from cache and flatters the small batches.
  *
- * usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] [--kv f32|f16|fp8]
- *                       [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P]
- *                       [--window W] [--copies C] [--repeat R] B…
+ * usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N]
+ *                       [--kv f32|f16|fp8|int8] [--heads H] [--kv-heads G] [--d D]
+ *                       [--keys L] [--page P] [--window W] [--copies C] [--repeat R] B…
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -34,8 +34,8 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: cpu-attn-bench [--isa auto|avx512|avx2|portable] [--threads N] "
-                    "[--kv f32|f16|fp8] [--heads H] [--kv-heads G] [--d D] [--keys L] [--page P] "
-                    "[--window W] [--copies C] [--repeat R] B…\n");
+                    "[--kv f32|f16|fp8|int8] [--heads H] [--kv-heads G] [--d D] [--keys L] "
+                    "[--page P] [--window W] [--copies C] [--repeat R] B…\n");
     return 2;
 }
 
@@ -83,12 +83,15 @@ static int launch_fill(struct harness *h, struct launch *l, int64_t s0, int64_t 
     return bad;
 }
 
-static int launch_run(struct harness *h, struct launch *l, struct harness_tensor *kp,
-                      struct harness_tensor *vp, int64_t B, float scale, int32_t window)
+/* kv[0], kv[1]: the K and V pages; kv[2], kv[3]: their row scales (I8 pages only). */
+static int launch_run(struct harness *h, struct launch *l, struct harness_tensor *kv,
+                      bool scaled, int64_t B, float scale, int32_t window)
 {
-    struct harness_tensor *src[6] = { &l->q, kp, vp, &l->cu, &l->lens, &l->table };
+    struct harness_tensor *src[8] = { &l->q, &kv[0], &kv[1], &l->cu, &l->lens, &l->table,
+                                      &kv[2], &kv[3] };
     struct mmrt_attention_params p = { scale, 1, (int32_t)B, window };
-    return harness_run(h, MMRT_OP_ATTENTION_PAGED, src, 6, &l->y, &p, sizeof p) != MMRT_OK;
+    return harness_run(h, MMRT_OP_ATTENTION_PAGED, src, scaled ? 8 : 6, &l->y, &p,
+                       sizeof p) != MMRT_OK;
 }
 
 int main(int argc, char **argv)
@@ -133,6 +136,7 @@ int main(int argc, char **argv)
     enum mmrt_dtype kv = strcmp(kvname, "f32") == 0   ? MMRT_DTYPE_F32
                          : strcmp(kvname, "f16") == 0 ? MMRT_DTYPE_F16
                          : strcmp(kvname, "fp8") == 0 ? MMRT_DTYPE_F8E4M3
+                         : strcmp(kvname, "int8") == 0 ? MMRT_DTYPE_I8
                                                       : (enum mmrt_dtype)-1;
     if ((int)kv < 0 || H < 1 || G < 1 || H % G != 0 || D < 1 || D > 256 || keys < 1 ||
         page < 1 || window < 0 || repeat < 1 || copies < 1 || copies > 64)
@@ -180,7 +184,15 @@ int main(int argc, char **argv)
     }
     for (int64_t i = 0; i < n_seq * HD; i++)
         q[i] = bench_rng_f(&rng);
-    struct harness_tensor kp, vp;
+    /* K, V, and for INT8 pages their row scales (codes of ±127 · scale in ±1). */
+    struct harness_tensor kvt[4];
+    const bool scaled = kv == MMRT_DTYPE_I8;
+    const int64_t n_rows = n_pages * page * G;
+    float *scales = malloc((size_t)n_rows * sizeof *scales);
+    if (!scales) {
+        fprintf(stderr, "cpu-attn-bench: out of memory\n");
+        return 1;
+    }
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t i = 0; i < n_pages * page * row; i++) {
             float v = bench_rng_f(&rng);
@@ -188,22 +200,31 @@ int main(int argc, char **argv)
                 ((float *)pool)[i] = v;
             else if (kv == MMRT_DTYPE_F8E4M3)
                 ((uint8_t *)pool)[i] = mmrt_f32_to_f8e4m3(v);
+            else if (kv == MMRT_DTYPE_I8)
+                ((int8_t *)pool)[i] = (int8_t)lrintf(v * 127.0f);
             else
                 ((uint16_t *)pool)[i] = harness_f32_to_f16(v);
         }
-        struct harness_tensor *t = pass ? &vp : &kp;
+        for (int64_t i = 0; i < n_rows; i++)
+            scales[i] = (0.75f + 0.25f * bench_rng_f(&rng)) / 127.0f;
+        struct harness_tensor *t = &kvt[pass];
         if (harness_tensor_new(&h, kv, 4, (const int64_t[]){ n_pages, page, G, D }, t) ||
-            harness_upload(&h, t, pool)) {
+            harness_upload(&h, t, pool) ||
+            (scaled && (harness_tensor_new(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ n_rows },
+                                           &kvt[2 + pass]) ||
+                        harness_upload(&h, &kvt[2 + pass], scales)))) {
             fprintf(stderr, "cpu-attn-bench: cannot upload the page pool\n");
             return 1;
         }
     }
     free(pool);
+    free(scales);
 
     const float scale = 1.0f / sqrtf((float)D);
     /* K/V bytes one decode query reads per sequence: its window's keys. */
     const int64_t read_keys = window > 0 && window < keys ? window : keys;
-    const double kv_bytes = 2.0 * (double)read_keys * (double)row * (double)es;
+    const double kv_bytes = 2.0 * (double)read_keys * (double)row * (double)es +
+                            (scaled ? 2.0 * (double)read_keys * (double)G * 4.0 : 0.0);
     printf("cpu-attn-bench: isa %s, threads %s, %lld heads (%lld kv) × %lld, %lld keys in "
            "pages of %lld, %s K/V (%.1f MiB per sequence), %d copies, best of %d\n", isa,
            threads ? threads : "default", (long long)H, (long long)G, (long long)D,
@@ -218,7 +239,7 @@ int main(int argc, char **argv)
         return 1;
     for (int64_t s = 0; s < n_seq; s++)
         if (launch_fill(&h, &one, s, 1, HD, keys, max_pages, q, perm) ||
-            launch_run(&h, &one, &kp, &vp, 1, scale, window) ||
+            launch_run(&h, &one, kvt, scaled, 1, scale, window) ||
             harness_download(&h, &one.y, alone + s * HD))
             return 1;
     launch_free(&h, &one);
@@ -232,7 +253,7 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
             double t0 = bench_now_s();
-            if (launch_run(&h, &l[rep % copies], &kp, &vp, B, scale, window))
+            if (launch_run(&h, &l[rep % copies], kvt, scaled, B, scale, window))
                 return 1;
             double t = bench_now_s() - t0;
             if (rep > 0 && t < best)
@@ -257,8 +278,8 @@ int main(int argc, char **argv)
         printf("\n");
     }
     printf("rows bit-identical to each sequence alone: %s\n", bad ? "NO" : "yes");
-    harness_tensor_free(&h, &kp);
-    harness_tensor_free(&h, &vp);
+    for (int i = 0; i < (scaled ? 4 : 2); i++)
+        harness_tensor_free(&h, &kvt[i]);
     harness_close(&h);
     free(perm);
     free(q);

@@ -2047,13 +2047,18 @@ static void test_attention_paged(void **state)
 {
     (void)state;
     paged_checks_on("default");
-    struct harness saved = H, portable;
-    struct mmrt_option opts[2] = { { "isa", "portable" }, { "threads", "3" } };
-    assert_int_equal(harness_open(&portable, harness_plugin_path("cpu"), opts, 2), MMRT_OK);
-    H = portable;
-    paged_checks_on("portable");
-    harness_close(&portable);
-    H = saved;
+    /* The other tables (an ISA this CPU lacks is refused at open and skipped). */
+    static const char *const isas[] = { "portable", "avx2" };
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness saved = H, other;
+        struct mmrt_option opts[2] = { { "isa", isas[i] }, { "threads", "3" } };
+        if (harness_open(&other, harness_plugin_path("cpu"), opts, 2) != MMRT_OK)
+            continue;
+        H = other;
+        paged_checks_on(isas[i]);
+        harness_close(&other);
+        H = saved;
+    }
 }
 
 /* A sequence's rows are the same bits alone as in its batch, whatever the page size and
@@ -2125,7 +2130,7 @@ static void test_attention_paged_bad_values(void **state)
 }
 
 /* The shared cases of the three ops an INT8 KV store goes through (plugin.h "I8 with row
- * scales"), the portable table against the default one: SET_ROWS codes and scales and
+ * scales"), the portable and avx2 tables against the default one: SET_ROWS codes and scales and
  * GATHER_HEADS bit for bit against the references, ATTENTION_PAGED to the reference and
  * each named sequence alone bit for bit. */
 static void kv_i8_close(enum mmrt_op op, const char *what, const float *dut, const float *cpu,
@@ -2149,15 +2154,21 @@ static void kv_i8_bytes(enum mmrt_op op, const char *what, const void *dut, cons
 static void test_kv_i8_shared_cases(void **state)
 {
     (void)state;
-    struct harness portable;
-    struct mmrt_option opts[2] = { { "isa", "portable" }, { "threads", "3" } };
-    assert_int_equal(harness_open(&portable, harness_plugin_path("cpu"), opts, 2), MMRT_OK);
-    op_pair_init(&portable, &H, "cpu (portable)");
-    const struct op_checks chk = { kv_i8_close, kv_i8_bytes, false, true, true };
-    op_case_set_rows(&chk);
-    op_case_gather_heads(&chk);
-    op_case_attention_paged(&chk, 1e-5);
-    harness_close(&portable);
+    static const char *const isas[] = { "portable", "avx2" };
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        struct harness other;
+        struct mmrt_option opts[2] = { { "isa", isas[i] }, { "threads", "3" } };
+        if (harness_open(&other, harness_plugin_path("cpu"), opts, 2) != MMRT_OK) {
+            assert_string_equal(isas[i], "avx2"); /* only a table this CPU lacks */
+            continue;
+        }
+        op_pair_init(&other, &H, isas[i]);
+        const struct op_checks chk = { kv_i8_close, kv_i8_bytes, false, true, true };
+        op_case_set_rows(&chk);
+        op_case_gather_heads(&chk);
+        op_case_attention_paged(&chk, 1e-5);
+        harness_close(&other);
+    }
 }
 
 /* A captured paged launch reads its index tensors at every replay (op_paged_graph_replay). */

@@ -703,6 +703,7 @@ static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
     case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
     case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
     case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n); break;
+    case MMRT_DTYPE_I8: axpy_dt(y, a, x, MMRT_DTYPE_I8, n); break; /* an INT8 KV row */
     default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
     }
 }

@@ -212,10 +212,18 @@ struct kv_tensor {
 
 /* The D values of an I8 row as f32: code · its scale, one rounded product each, so every
  * path below computes what it would on an F32 copy of them. The pages are contiguous, so a
- * row's scale sits at its byte offset / D. Other dtypes are widened by the kernels. */
-static void kv_dequant(const struct kv_tensor *x, const char *row, int64_t D, float *out)
+ * row's scale sits at its byte offset / D. Other dtypes are widened by the kernels. With a
+ * kernel table the products come from its axpy into zeros: a fused multiply-add of 0 rounds
+ * the product once, so the bits are the same, in the table's vector width. */
+static void kv_dequant(const struct cpu_kernels *kt, const struct kv_tensor *x, const char *row,
+                       int64_t D, float *out)
 {
     const float s = x->scales[(row - x->data) / D];
+    if (kt) {
+        memset(out, 0, (size_t)D * sizeof(float));
+        kt->axpy(out, s, row, MMRT_DTYPE_I8, D);
+        return;
+    }
     const int8_t *c = (const int8_t *)row;
     for (int64_t i = 0; i < D; i++)
         out[i] = (float)c[i] * s;
@@ -322,7 +330,7 @@ static const char *kv_block(const struct attn_ctx *c, const struct kv_tensor *x,
         struct kv_walk w;
         kv_walk_init(&w, c, x, s, g, j);
         for (int64_t i = 0; i < n; i++)
-            kv_dequant(x, kv_walk_next(&w), c->D, (float *)tmp + i * c->D);
+            kv_dequant(c->kt, x, kv_walk_next(&w), c->D, (float *)tmp + i * c->D);
         *ld = c->D;
         *dtype = MMRT_DTYPE_F32;
         return tmp;
@@ -348,7 +356,7 @@ static const float *kv_row_f32(const struct kv_tensor *x, const char *p, int64_t
     if (dtype == MMRT_DTYPE_F32)
         return (const float *)p;
     if (x->scales) {
-        kv_dequant(x, p, d, tmp);
+        kv_dequant(NULL, x, p, d, tmp);
         return tmp;
     }
     for (int64_t i = 0; i < d; i++)
@@ -568,7 +576,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), kbytes);
         if (K->scales) { /* once for the n_rep query heads that read it */
-            kv_dequant(K, kr, D, row);
+            kv_dequant(kt, K, kr, D, row);
             kr = (const char *)row;
             kdt = MMRT_DTYPE_F32;
         }
@@ -592,7 +600,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), vbytes);
         if (V->scales) {
-            kv_dequant(V, vr, D, row);
+            kv_dequant(kt, V, vr, D, row);
             vr = (const char *)row;
             vdt = MMRT_DTYPE_F32;
         }
