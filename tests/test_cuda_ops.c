@@ -196,7 +196,7 @@ static void check_bytes_op(enum mmrt_op op, const char *what, const void *g, con
 }
 
 /* big: set in main, false under MMRT_TEST_QUICK. */
-static struct op_checks g_checks = { check_close_op, check_bytes_op, true, true };
+static struct op_checks g_checks = { check_close_op, check_bytes_op, true, true, true };
 
 static void need_dut(void)
 {

@@ -246,6 +246,13 @@ if [ $dry -eq 1 ] || [ -x "$build/bin/mmrt" ]; then
   [ $dry -eq 0 ] && printf '[model]\npath = %s/tests/fixtures/llava-tiny\n\n[device.gpu0]\nplugin = cuda\npool_mb = 256\n\n[run]\nimage = %s/tests/fixtures/llava-images/grad_45x90.png\nprompt = What is shown in this image?\nmax_tokens = 16\n' "$here" "$here" > "$gconf"
   run_step graph_decode 60 "env $env_for_tests MMRT_LOG=debug '$build/bin/mmrt' --conf '$gconf' --json"
   [ $dry -eq 0 ] && add graph_decode "$(result $rc)" "$secs" "$(grep -o '"decode_graph": *[a-z]*' "$logdir/graph_decode.log" | head -1); $(grep -m1 -o 'graph capture failed[^"]*' "$logdir/graph_decode.log" | cut -c1-60)"
+  # The same with the INT8 KV store (ABI 1.7): SET_ROWS writes codes and row scales, paged
+  # attention reads its scales as sources 6 and 7 (op_args.src_ext) inside the captured step.
+  # The operator tests check the kernels; this checks the store end to end through a graph.
+  gconf8="$logdir/graph-decode-int8.ini"
+  [ $dry -eq 0 ] && sed 's/^\[model\]$/[model]\nkv_dtype = int8/' "$gconf" > "$gconf8"
+  run_step graph_decode_int8 60 "env $env_for_tests MMRT_LOG=debug '$build/bin/mmrt' --conf '$gconf8' --json"
+  [ $dry -eq 0 ] && add graph_decode_int8 "$(result $rc)" "$secs" "$(grep -o '"decode_graph": *[a-z]*' "$logdir/graph_decode_int8.log" | head -1); $(grep -m1 -o 'graph capture failed[^"]*' "$logdir/graph_decode_int8.log" | cut -c1-60)"
 fi
 
 # ---- 8d. the engine on CUDA: batched, chunked, preempted requests against their solo bits -

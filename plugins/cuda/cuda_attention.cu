@@ -82,12 +82,23 @@ template <int DM, int BM, int BN> struct Cfg {
     static_assert(BM % 16 == 0 && BN % 8 == 0 && BN % 4 == 0 && DM % 32 == 0, "tile shape");
 };
 
-/* Element i of a K or V array of dtype dt (F32, F16 or F8E4M3), widened exactly. */
-__device__ __forceinline__ float load_kv(const void *p, int dt, int64_t i)
+/* Element i of a K or V array of dtype dt (F32, F16, F8E4M3 or, paged only, I8), widened:
+ * exactly, or an I8 code times its row's scale rounded once, which the caller reads once
+ * per row (row_scale) and passes for each of the row's elements. Only the paged instances
+ * (I8) carry the I8 branch: ATTENTION never gets I8, and its registers stay as they were. */
+template <bool I8>
+__device__ __forceinline__ float load_kv(const void *p, int dt, int64_t i, float scale)
 {
-    return dt == MMRT_DTYPE_F16      ? f16_to_f32(static_cast<const uint16_t *>(p)[i])
-           : dt == MMRT_DTYPE_F8E4M3 ? f8e4m3_to_f32(static_cast<const uint8_t *>(p)[i])
-                                     : static_cast<const float *>(p)[i];
+    return dt == MMRT_DTYPE_F16         ? f16_to_f32(static_cast<const uint16_t *>(p)[i])
+           : dt == MMRT_DTYPE_F8E4M3    ? f8e4m3_to_f32(static_cast<const uint8_t *>(p)[i])
+           : I8 && dt == MMRT_DTYPE_I8 ? i8_to_f32(static_cast<const int8_t *>(p)[i], scale)
+                                        : static_cast<const float *>(p)[i];
+}
+
+/* The scale of a K or V row (I8 pages: scales[row]); 1, unread, for every other dtype. */
+__device__ __forceinline__ float row_scale(const float *scales, int dt, int64_t row)
+{
+    return dt == MMRT_DTYPE_I8 ? scales[row] : 1.0f;
 }
 
 __device__ __forceinline__ void report(cu_err_word *e, int64_t which, int64_t entry,
@@ -174,17 +185,22 @@ __device__ void locate_paged(const cu_attn_desc &d, int BM, int64_t n_rep, long 
 }
 
 /* Element offsets of key j's K and V rows for kv head g: rows k0 + j of strided tensors, or
- * row j % page_tokens of the page sequence seq's table row names. */
+ * row j % page_tokens of the page sequence seq's table row names; *sr is that row's index
+ * among the pool's rows of D, (page · page_tokens + row) · Hkv + g, where I8 pages keep
+ * its scale (0 unpaged). */
 template <bool Paged>
 __device__ __forceinline__ void key_rows(const cu_attn_desc &d, int64_t seq, int64_t k0,
-                                         int64_t j, int g, int64_t *kb, int64_t *vb)
+                                         int64_t j, int g, int64_t *kb, int64_t *vb,
+                                         int64_t *sr)
 {
     int64_t row = k0 + j, kp = 0, vp = 0;
+    *sr = 0;
     if constexpr (Paged) {
         int64_t page = d.page_table[seq * d.max_pages + j / d.page_tokens];
         row = j % d.page_tokens;
         kp = page * d.k_sp;
         vp = page * d.v_sp;
+        *sr = (page * d.page_tokens + row) * d.Hkv + g;
     }
     *kb = kp + row * d.k_s0 + g * d.k_s1;
     *vb = vp + row * d.v_s0 + g * d.v_s1;
@@ -324,14 +340,19 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(cu_attn_desc d, int n_sp
     for (int64_t j0 = kbeg; j0 < kend; j0 += BN) {
         __syncthreads(); /* the last tile's P·V is done with sV / sP (and sQ is written) */
         for (int jj = warp; jj < BN; jj += kThreads / 32) {
-            int64_t j = j0 + jj, kb = 0, vb = 0;
+            int64_t j = j0 + jj, kb = 0, vb = 0, sr = 0;
             bool ok = j >= kmin && j < kend;
+            float ks = 1.0f, vs = 1.0f;
             if (!Paged || ok) /* a page lookup past the last key could leave the table */
-                key_rows<Paged>(d, seq, k0, j, g, &kb, &vb);
+                key_rows<Paged>(d, seq, k0, j, g, &kb, &vb, &sr);
+            if (Paged && ok) {
+                ks = row_scale(d.k_scales, kdt, sr);
+                vs = row_scale(d.v_scales, vdt, sr);
+            }
             for (int dd = lane; dd < DM; dd += 32) {
                 bool in = ok && dd < D;
-                sK[jj * C::QS + dd] = in ? load_kv(d.k, kdt, kb + dd) : 0.0f;
-                sV[jj * DM + dd] = in ? load_kv(d.v, vdt, vb + dd) : 0.0f;
+                sK[jj * C::QS + dd] = in ? load_kv<Paged>(d.k, kdt, kb + dd, ks) : 0.0f;
+                sV[jj * DM + dd] = in ? load_kv<Paged>(d.v, vdt, vb + dd, vs) : 0.0f;
             }
         }
         __syncthreads();

@@ -162,6 +162,26 @@ __device__ __forceinline__ uint8_t f32_to_f8e4m3(float f)
     return (uint8_t)(sign | (ax >> 20));
 }
 
+/* I8 KV store with row scales (plugin.h, ABI 1.7). A code stands for code · scale rounded
+ * once: __fmul_rn, so that nvcc cannot fuse the product into the reader's next FMA and the
+ * widened value is the one an F32 copy of the store would hold. */
+__device__ __forceinline__ float i8_to_f32(int8_t c, float scale)
+{
+    return __fmul_rn((float)c, scale);
+}
+
+/* The code of x in a row whose scale is s = amax / 127: x / s correctly rounded (__fdiv_rn,
+ * never a reciprocal), then to the nearest integer with ties to even (rintf), clamped to
+ * ±127; a NaN quotient (0 / 0, ∞ / ∞, NaN x) is 0. The clamp is on floats, before the
+ * conversion, because x / s may be ±∞ (s rounded to 0 from a subnormal amax). */
+__device__ __forceinline__ int8_t f32_to_i8_code(float x, float s)
+{
+    const float q = __fdiv_rn(x, s);
+    if (q != q)
+        return 0;
+    return (int8_t)(int)fminf(fmaxf(rintf(q), -127.0f), 127.0f);
+}
+
 /* Element i of a weight-dtype array (F32, F16 or BF16, or an F8E4M3 KV table) as f32. */
 template <int DT> __device__ __forceinline__ float load_w(const void *p, int64_t i)
 {

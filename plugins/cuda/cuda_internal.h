@@ -124,7 +124,7 @@ struct cu_op {
     struct mmrt_device *dev;
     const char *name; /* "MATMUL" … */
     int n_src;
-    struct cu_view src[MMRT_MAX_SRC];
+    struct cu_view src[MMRT_MAX_SRC_ALL]; /* 6 and 7 from op_args.src_ext (ABI 1.7) */
     struct cu_view dst;
     const void *params;
     uint32_t params_size;

@@ -13,7 +13,8 @@
  *
  * Launch shapes: elementwise and copies are grid-stride loops of 256 threads; row ops run
  * one block of 256 threads per row (rows are hidden sizes or vocabularies, thousands wide),
- * except GATHER_HEADS and L2_NORM, whose rows are head dims (~128): one warp per row there.
+ * except GATHER_HEADS, L2_NORM and SET_ROWS into I8, whose rows are head dims (~128): one
+ * warp per row there.
  *
  * cu_move_bytes: one block walks the range in tiles, in the direction that only overwrites
  * bytes already read (forward when dst < src, backward otherwise). A barrier between loading
@@ -428,6 +429,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(cu_rope_desc d)
 
 /* ---- SET_ROWS -------------------------------------------------------------------------- */
 
+constexpr int kWarpRows = kThreads / 32; /* rows per block where a warp serves a row */
+
 /* Rows t over blockIdx.x, each row's n elements over threads and blockIdx.y. Before writing
  * row t the block looks for the same index later in idx (a block-wide OR, all threads take
  * part whatever their t, k): if there is one, that later row owns the destination and t is
@@ -461,6 +464,43 @@ set_rows_kernel(void *dst, int64_t R, const uint32_t *src, const int32_t *idx, i
     }
 }
 
+/* I8 rows with scales (plugin.h, ABI 1.7): blocks over tokens as set_rows_kernel (the same
+ * duplicate scan), and inside a block one warp per innermost row of D, grid.y and the warps
+ * walking the per rows of token t. A row's amax is a warp_max after each lane has folded
+ * every 32nd element, so rows of any length (head dims, or thousands) take one pass. A
+ * maximum is exact in any order and NaN never wins (a > m is false, from m = 0), so s is the
+ * reference's bit for bit; each code is its own division (f32_to_i8_code). */
+__global__ void __launch_bounds__(kThreads)
+set_rows_i8_kernel(int8_t *dst, float *scales, int64_t R, const float *src, const int32_t *idx,
+                   int64_t T, int64_t per, int64_t D)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+        const int32_t r = idx[t];
+        int later = 0;
+        for (int64_t u = t + 1 + threadIdx.x; u < T && !later; u += blockDim.x)
+            later = idx[u] == r;
+        if (block_sum<int>(later) != 0 || r < 0 || r >= R)
+            continue;
+        for (int64_t i = (int64_t)blockIdx.y * kWarpRows + warp; i < per;
+             i += (int64_t)gridDim.y * kWarpRows) {
+            const float *x = src + (t * per + i) * D;
+            float amax = 0.0f;
+            for (int64_t k = lane; k < D; k += 32) {
+                const float a = fabsf(x[k]);
+                amax = a > amax ? a : amax;
+            }
+            const float s = __fdiv_rn(warp_max(amax), 127.0f);
+            const int64_t row = (int64_t)r * per + i;
+            int8_t *y = dst + row * D;
+            for (int64_t k = lane; k < D; k += 32)
+                y[k] = f32_to_i8_code(x[k], s);
+            if (lane == 0)
+                scales[row] = s;
+        }
+    }
+}
+
 template <int DT>
 cudaError_t launch_set_rows_t(void *dst, int64_t R, const float *src, const int32_t *idx,
                               int64_t T, int64_t n, cudaStream_t stream)
@@ -474,16 +514,14 @@ cudaError_t launch_set_rows_t(void *dst, int64_t R, const float *src, const int3
 
 /* ---- GATHER_HEADS, L2_NORM --------------------------------------------------------------- */
 
-constexpr int kWarpRows = kThreads / 32; /* rows per block: one warp each */
-
 /* Lane l of a row's warp forms elements l, l + 32, … of it, each in exactly the f32
  * operations plugin.h fixes: no warp-level arithmetic, so no order to get wrong. The
  * explicit _rn intrinsics keep nvcc from contracting or reassociating anything; the
  * division is IEEE (__fdiv_rn), never a reciprocal. */
 template <int DT>
 __global__ void __launch_bounds__(kThreads)
-gather_heads_kernel(float *y, const void *table, int64_t R, int64_t H, int64_t D,
-                    const int32_t *idx, int64_t rows, int64_t G)
+gather_heads_kernel(float *y, const void *table, const float *scales, int64_t R, int64_t H,
+                    int64_t D, const int32_t *idx, int64_t rows, int64_t G)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int64_t it = (int64_t)blockIdx.x * kWarpRows + warp; it < rows;
@@ -500,7 +538,9 @@ gather_heads_kernel(float *y, const void *table, int64_t R, int64_t H, int64_t D
                     continue; /* padding, or an entry past the table: skipped alike */
                 const int64_t j = (r * H + h) * D + d;
                 float v;
-                if (DT == MMRT_DTYPE_F8E4M3)
+                if (DT == MMRT_DTYPE_I8)
+                    v = i8_to_f32(static_cast<const int8_t *>(table)[j], scales[r * H + h]);
+                else if (DT == MMRT_DTYPE_F8E4M3)
                     v = f8e4m3_to_f32(static_cast<const uint8_t *>(table)[j]);
                 else if (DT == MMRT_DTYPE_F16)
                     v = f16_to_f32_exact(static_cast<const uint16_t *>(table)[j]);
@@ -517,13 +557,13 @@ gather_heads_kernel(float *y, const void *table, int64_t R, int64_t H, int64_t D
 }
 
 template <int DT>
-cudaError_t launch_gather_heads_t(float *y, const void *table, int64_t R, int64_t H, int64_t D,
-                                  const int32_t *idx, int64_t rows, int64_t G,
-                                  cudaStream_t stream)
+cudaError_t launch_gather_heads_t(float *y, const void *table, const float *scales, int64_t R,
+                                  int64_t H, int64_t D, const int32_t *idx, int64_t rows,
+                                  int64_t G, cudaStream_t stream)
 {
     auto k = gather_heads_kernel<DT>;
-    CU_LAUNCH(k, grid_for(rows, kWarpRows, 65536), kThreads, 0, stream, y, table, R, H, D, idx,
-              rows, G);
+    CU_LAUNCH(k, grid_for(rows, kWarpRows, 65536), kThreads, 0, stream, y, table, scales, R, H,
+              D, idx, rows, G);
     return cudaGetLastError();
 }
 
@@ -689,8 +729,19 @@ extern "C" cudaError_t cu_launch_rope(const struct cu_rope_desc *d, cudaStream_t
 
 extern "C" cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const float *src,
                                           const int32_t *idx, int64_t T, int64_t n,
+                                          float *scales, int64_t per, int64_t D,
                                           cudaStream_t stream)
 {
+    if (dtype == MMRT_DTYPE_I8) {
+        /* per, not n: a row of D = 0 still has a scale to write (0). */
+        if (T <= 0 || per <= 0 || R <= 0)
+            return cudaSuccess;
+        dim3 grid(grid_for(T, 1, 65536), grid_for(per, kWarpRows, 64));
+        auto k = set_rows_i8_kernel;
+        int8_t *y = static_cast<int8_t *>(dst);
+        CU_LAUNCH(k, grid, kThreads, 0, stream, y, scales, R, src, idx, T, per, D);
+        return cudaGetLastError();
+    }
     if (T <= 0 || n <= 0 || R <= 0)
         return cudaSuccess;
     switch (dtype) {
@@ -702,21 +753,29 @@ extern "C" cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const
     }
 }
 
-extern "C" cudaError_t cu_launch_gather_heads(float *y, const void *table, int dtype, int64_t R,
-                                              int64_t H, int64_t D, const int32_t *idx,
-                                              int64_t rows, int64_t G, cudaStream_t stream)
+extern "C" cudaError_t cu_launch_gather_heads(float *y, const void *table, int dtype,
+                                              const float *scales, int64_t R, int64_t H,
+                                              int64_t D, const int32_t *idx, int64_t rows,
+                                              int64_t G, cudaStream_t stream)
 {
     if (rows <= 0 || D <= 0)
         return cudaSuccess;
     switch (dtype) {
+    case MMRT_DTYPE_I8:
+        return launch_gather_heads_t<MMRT_DTYPE_I8>(y, table, scales, R, H, D, idx, rows, G,
+                                                    stream);
     case MMRT_DTYPE_F16:
-        return launch_gather_heads_t<MMRT_DTYPE_F16>(y, table, R, H, D, idx, rows, G, stream);
+        return launch_gather_heads_t<MMRT_DTYPE_F16>(y, table, scales, R, H, D, idx, rows, G,
+                                                     stream);
     case MMRT_DTYPE_F8E4M3:
-        return launch_gather_heads_t<MMRT_DTYPE_F8E4M3>(y, table, R, H, D, idx, rows, G, stream);
+        return launch_gather_heads_t<MMRT_DTYPE_F8E4M3>(y, table, scales, R, H, D, idx, rows, G,
+                                                        stream);
     case MMRT_DTYPE_BF16:
-        return launch_gather_heads_t<MMRT_DTYPE_BF16>(y, table, R, H, D, idx, rows, G, stream);
+        return launch_gather_heads_t<MMRT_DTYPE_BF16>(y, table, scales, R, H, D, idx, rows, G,
+                                                      stream);
     default:
-        return launch_gather_heads_t<MMRT_DTYPE_F32>(y, table, R, H, D, idx, rows, G, stream);
+        return launch_gather_heads_t<MMRT_DTYPE_F32>(y, table, scales, R, H, D, idx, rows, G,
+                                                     stream);
     }
 }
 

@@ -126,24 +126,30 @@ cudaError_t cu_launch_rope(const struct cu_rope_desc *d, cudaStream_t stream);
 
 /* ---- SET_ROWS -------------------------------------------------------------------------- */
 
-/* dst[idx[t], k] = (dtype) src[t, k] for t < T, k < n; dst [R, n] of F32 (raw bits), F16 or
- * BF16 (round to nearest even, as COPY). An index outside [0, R) writes nothing; a row whose
- * index appears again later is skipped, so with duplicates the last row wins whole. Reads
- * idx only on the device: safe to capture. */
+/* dst[idx[t], k] = (dtype) src[t, k] for t < T, k < n; dst [R, n] of F32 (raw bits), F16,
+ * BF16 (round to nearest even, as COPY) or F8E4M3 (saturating, plugin.h). An index outside
+ * [0, R) writes nothing; a row whose index appears again later is skipped, so with
+ * duplicates the last row wins whole. Reads idx only on the device: safe to capture.
+ * I8 dst (ABI 1.7): each row of n = per · D is per innermost rows of D, each quantized
+ * whole as plugin.h says (amax over the row, s = amax / 127, codes x / s rounded to even and
+ * clamped to ±127), its scale written to scales[idx[t] · per + i]; scales is NULL and per,
+ * D unused for every other dtype. */
 cudaError_t cu_launch_set_rows(void *dst, int dtype, int64_t R, const float *src,
-                               const int32_t *idx, int64_t T, int64_t n, cudaStream_t stream);
+                               const int32_t *idx, int64_t T, int64_t n, float *scales,
+                               int64_t per, int64_t D, cudaStream_t stream);
 
 /* ---- GATHER_HEADS, L2_NORM (ABI 1.4) ----------------------------------------------------- */
 
 /* For every output row it = n·H + h < rows (= N·H) of y [N, H, D]: the table rows
- * table[idx[it·G + g], h, :] (table [R, H, D] of dtype F32, F16 or BF16) whose index lies in
- * [0, R), widened exactly, summed from the first kept one in g order (__fadd_rn), then divided
- * once by their count when it is ≥ 2 (__fdiv_rn): the bits plugin.h fixes, the CPU plugin's.
- * None kept gives +0. One warp per output row. Reads idx only on the device: safe to
- * capture. */
-cudaError_t cu_launch_gather_heads(float *y, const void *table, int dtype, int64_t R,
-                                   int64_t H, int64_t D, const int32_t *idx, int64_t rows,
-                                   int64_t G, cudaStream_t stream);
+ * table[idx[it·G + g], h, :] (table [R, H, D] of dtype F32, F16, BF16, F8E4M3, or I8 with
+ * scales [R · H]) whose index lies in [0, R), widened (exactly; I8: code · scales[r·H + h],
+ * rounded once), summed from the first kept one in g order (__fadd_rn), then divided once by
+ * their count when it is ≥ 2 (__fdiv_rn): the bits plugin.h fixes, the CPU plugin's. None
+ * kept gives +0. One warp per output row. Reads idx only on the device: safe to capture.
+ * scales is NULL unless the table is I8. */
+cudaError_t cu_launch_gather_heads(float *y, const void *table, int dtype, const float *scales,
+                                   int64_t R, int64_t H, int64_t D, const int32_t *idx,
+                                   int64_t rows, int64_t G, cudaStream_t stream);
 /* y[r] = sqrt(Σₖ x[r, k]²) for r < rows, x [rows, n] F32: one warp per row, the squares
  * (exact in double) summed in double. n = 0 gives 0. */
 cudaError_t cu_launch_l2_norm(float *y, const float *x, int64_t rows, int64_t n,
@@ -217,10 +223,13 @@ cudaError_t cu_launch_fill_rows(float *y, const void *b, int b_dtype, int64_t M,
 
 /* ATTENTION: k, v [S, Hkv, D] strided. ATTENTION_PAGED (page_table != NULL): k, v
  * [n_pages, page_tokens, Hkv, D] contiguous, k_s0 / k_s1 the token and head strides inside a
- * page and k_sp the page stride; cu_q must be set and cu_k is unused. */
+ * page and k_sp the page stride; cu_q must be set and cu_k is unused. I8 pages (ABI 1.7)
+ * come with k_scales / v_scales, one f32 per row of D: each code is widened to code · scale
+ * (one rounded product), then everything is as for F32 pages holding those values. */
 struct cu_attn_desc {
     const float *q;           /* [T, Hq, D] contiguous */
-    const void *k, *v;        /* [S, Hkv, D] F32 or F16, inner dim contiguous */
+    const void *k, *v;        /* [S, Hkv, D] F32, F16 or F8E4M3 (paged also I8), inner dim
+                                 contiguous */
     float *y;                 /* [T, Hq, D] contiguous */
     const int32_t *cu_q, *cu_k; /* [n_seq + 1] in device memory, or both NULL */
     int64_t T, S;
@@ -237,6 +246,9 @@ struct cu_attn_desc {
     const int32_t *kv_lens, *page_table;
     int64_t max_pages, page_tokens, n_pages;
     int64_t k_sp, v_sp;  /* page strides in elements */
+    /* I8 pages only (device memory): [n_pages · page_tokens · Hkv] each, the scale of (page,
+     * row r, kv head g) at (page · page_tokens + r) · Hkv + g; NULL otherwise. */
+    const float *k_scales, *v_scales;
 };
 /* Kernel shared-memory limits are raised once per device (cudaFuncSetAttribute) before the
  * first launch; call after cudaSetDevice. */

@@ -237,18 +237,24 @@ mmrt_status cu_op_rope_multi(struct mmrt_device *dev, const struct mmrt_op_args 
 mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
-    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 2, &o);
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_SET_ROWS, 2, 3, &o);
     if (st != MMRT_OK)
         return st;
-    const struct cu_view *val = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    const struct cu_view *val = &o.src[0], *idx = &o.src[1], *sc = &o.src[2], *y = &o.dst;
     int64_t T = val->ne[0], R = y->ne[0];
     int64_t n = 1; /* elements per row; cannot overflow, numel did not */
     for (int i = 1; i < val->n_dims; i++)
         n *= val->ne[i];
+    /* An I8 dst (rank ≥ 2, with src2 = its scales: op_contract.h) quantizes each innermost
+     * row of D on its own: per of them make one row of dst. */
+    int64_t D = cu_inner(val), per = 1;
+    for (int i = 1; i < val->n_dims - 1; i++)
+        per *= val->ne[i];
     /* The indices stay on the device (a captured step writes where a later upload says); one
      * outside [0, R) writes nothing, as plugin.h allows. */
     cudaError_t e = cu_launch_set_rows(y->data, y->dtype, R, (const float *)val->data,
-                                       (const int32_t *)idx->data, T, n, dev->stream);
+                                       (const int32_t *)idx->data, T, n, (float *)sc->data, per,
+                                       D, dev->stream);
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "set_rows");
 }
 
@@ -257,14 +263,16 @@ mmrt_status cu_op_set_rows(struct mmrt_device *dev, const struct mmrt_op_args *a
 mmrt_status cu_op_gather_heads(struct mmrt_device *dev, const struct mmrt_op_args *args)
 {
     struct cu_op o;
-    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 2, &o);
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_GATHER_HEADS, 2, 3, &o);
     if (st != MMRT_OK)
         return st;
-    const struct cu_view *tab = &o.src[0], *idx = &o.src[1], *y = &o.dst;
+    const struct cu_view *tab = &o.src[0], *idx = &o.src[1], *sc = &o.src[2], *y = &o.dst;
     const int64_t R = tab->ne[0], H = tab->ne[1], D = tab->ne[2], N = idx->ne[0], G = idx->ne[2];
     /* The entries stay on the device (a captured step reads what a later upload wrote); one
-     * outside [0, R) is skipped like padding, as plugin.h says. */
-    cudaError_t e = cu_launch_gather_heads((float *)y->data, tab->data, tab->dtype, R, H, D,
+     * outside [0, R) is skipped like padding, as plugin.h says. src2 (an I8 table's scales)
+     * is present exactly when the table is I8 (op_contract.h), NULL otherwise. */
+    cudaError_t e = cu_launch_gather_heads((float *)y->data, tab->data, tab->dtype,
+                                           (const float *)sc->data, R, H, D,
                                            (const int32_t *)idx->data, N * H, G, dev->stream);
     return e == cudaSuccess ? MMRT_OK : cu_launch_failed(&o, e, "gather_heads");
 }
@@ -336,11 +344,13 @@ mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_
 {
     struct cu_op o;
     struct mmrt_attention_params p;
-    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 6, &o);
+    mmrt_status st = cu_op_begin(dev, args, MMRT_OP_ATTENTION_PAGED, 6, 8, &o);
     if (st != MMRT_OK)
         return st;
     const struct cu_view *q = &o.src[0], *k = &o.src[1], *v = &o.src[2];
     const struct cu_view *cq = &o.src[3], *lens = &o.src[4], *table = &o.src[5];
+    /* I8 pages' row scales (op_contract.h: present exactly then); NULL data otherwise. */
+    const struct cu_view *ks = &o.src[6], *vs = &o.src[7];
     if ((st = attention_params(&o, &p)))
         return st;
     int64_t T = q->ne[0], Hq = q->ne[1], D = q->ne[2];
@@ -360,6 +370,7 @@ mmrt_status cu_op_attention_paged(struct mmrt_device *dev, const struct mmrt_op_
         .kv_lens = (const int32_t *)lens->data, .page_table = (const int32_t *)table->data,
         .max_pages = table->ne[1], .page_tokens = page_tokens, .n_pages = n_pages,
         .k_sp = k->nb[0] / es, .v_sp = v->nb[0] / es,
+        .k_scales = (const float *)ks->data, .v_scales = (const float *)vs->data,
     };
     /* The indices stay on the device (a captured step reads what a later upload wrote). */
     cudaError_t e = cu_launch_attention(&d, dev->stream);

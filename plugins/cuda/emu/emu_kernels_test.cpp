@@ -98,6 +98,29 @@ static float bf16_f(uint16_t h)
     return f;
 }
 
+/* plugin.h "I8 with row scales", in plain C float arithmetic (no intrinsics, contraction
+ * off): amax over the non-NaN |x|, s = amax / 127, code = x / s rounded to nearest even and
+ * clamped to ±127, a NaN quotient 0. Writes the D codes, returns s. */
+static float ref_i8_row(const float *x, int64_t D, int8_t *codes)
+{
+    float amax = 0.0f;
+    for (int64_t k = 0; k < D; k++)
+        if (fabsf(x[k]) > amax)
+            amax = fabsf(x[k]);
+    const float s = amax / 127.0f;
+    for (int64_t k = 0; k < D; k++) {
+        const float q = x[k] / s;
+        codes[k] = isnan(q) ? 0 : q >= 127.0f ? 127 : q <= -127.0f ? -127 : (int8_t)rintf(q);
+    }
+    return s;
+}
+
+/* What a reader widens an I8 element to: one rounded f32 product. */
+static float i8_value(int8_t code, float scale)
+{
+    return (float)code * scale;
+}
+
 /* max |got − ref| / max |ref| ≤ tol (NaN must match NaN). */
 static void check(const char *what, const float *got, const double *ref, size_t n, double tol,
                   double floor = 0.0)
@@ -339,20 +362,27 @@ static void test_attention(void)
  * size and a permutation of page ids (spare pages and rows past a sequence's end are NaN,
  * table entries past its last page INT32_MAX). */
 struct Paged {
-    int Hq = 0, Hkv = 0, D = 0, pt = 0, causal = 0, f16 = 0, window = 0;
+    int Hq = 0, Hkv = 0, D = 0, pt = 0, causal = 0, window = 0;
+    int f16 = 0; /* pages 0 F32, 1 F16, 2 F8E4M3, 3 I8 with row scales */
     std::vector<int> lq, lk;
     std::vector<float> q;                 /* [T, Hq, D] */
     std::vector<std::vector<float>> k, v; /* per sequence [Lk, Hkv, D] */
     std::vector<int32_t> cq, lens, table;
     std::vector<uint8_t> kp, vp;
-    std::vector<float> kpf, vpf; /* the pools as f32, for the reference */
+    std::vector<float> ks, vs;   /* I8: a scale per pool row of D */
+    std::vector<float> kpf, vpf; /* the pools as f32 (I8: code · scale), for the reference */
     int64_t n_pages = 0, max_pages = 1, T = 0;
 };
+
+static const char *kv_name(int f16)
+{
+    return f16 == 3 ? "i8" : f16 == 2 ? "f8e4m3" : f16 ? "f16" : "f32";
+}
 
 static void paged_layout(Paged &c, uint64_t perm_seed)
 {
     int n_seq = (int)c.lq.size();
-    int64_t row = (int64_t)c.Hkv * c.D, es = c.f16 == 2 ? 1 : c.f16 ? 2 : 4, used_total = 0;
+    int64_t row = (int64_t)c.Hkv * c.D, es = c.f16 >= 2 ? 1 : c.f16 ? 2 : 4, used_total = 0;
     std::vector<int64_t> used(n_seq);
     c.max_pages = 1;
     for (int s = 0; s < n_seq; s++) {
@@ -391,6 +421,29 @@ static void paged_layout(Paged &c, uint64_t perm_seed)
         }
     c.kp.assign(n * es, 0);
     c.vp.assign(n * es, 0);
+    if (c.f16 == 3) {
+        /* Each pool row of D quantized on its own; a row that is all NaN (a spare page, a row
+         * past a sequence's end, a key before its window) gets codes and a NaN scale instead,
+         * so that reading it shows. kpf / vpf then hold what the codes stand for. */
+        c.ks.assign(n / c.D, NAN);
+        c.vs.assign(n / c.D, NAN);
+        std::vector<int8_t> codes(c.D);
+        for (int64_t r = 0; r < n / c.D; r++)
+            for (int kv = 0; kv < 2; kv++) {
+                float *x = &(kv ? c.vpf : c.kpf)[r * c.D];
+                float &sc = (kv ? c.vs : c.ks)[r];
+                if (isnan(x[0]))
+                    for (int64_t e = 0; e < c.D; e++)
+                        codes[e] = (int8_t)((r * 31 + e * 7) % 255 - 127);
+                else
+                    sc = ref_i8_row(x, c.D, codes.data());
+                for (int64_t e = 0; e < c.D; e++) {
+                    (kv ? c.vp : c.kp)[r * c.D + e] = (uint8_t)codes[e];
+                    x[e] = i8_value(codes[e], sc);
+                }
+            }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         if (c.f16 == 2) {
             c.kp[i] = ref_f8e4m3_encode(c.kpf[i]);
@@ -428,7 +481,17 @@ static Paged paged_make(int Hq, int Hkv, int D, int pt, int causal, int f16, std
         c.v.push_back(rand_vec(lk[s] * row, -1, 1));
         for (auto *a : {&c.k.back(), &c.v.back()})
             for (auto &x : *a)
-                x = f16 == 2 ? ref_f8e4m3_value(ref_f8e4m3_encode(x)) : f16 ? f16_f(h_f16(x)) : x;
+                x = f16 == 2 ? ref_f8e4m3_value(ref_f8e4m3_encode(x))
+                    : f16 == 1 ? f16_f(h_f16(x))
+                               : x;
+        /* I8 pages quantize per row in paged_layout; here rows get magnitudes 2^-3 … 2^3, so
+         * scales differ, and the third key's K and V rows are zero (scale 0). */
+        for (int64_t j = 0; f16 == 3 && j < lk[s]; j++)
+            for (int64_t e = 0; e < row; e++) {
+                const float m = j == 2 ? 0.0f : ldexpf(1.0f, (int)((j + e / D) % 7) - 3);
+                c.k.back()[j * row + e] *= m;
+                c.v.back()[j * row + e] *= m;
+            }
         /* Keys before the sequence's first window are NaN: they must be skipped. */
         int64_t unseen = window > 0 && causal ? (lq[s] ? lk[s] - lq[s] + 1 - window : lk[s]) : 0;
         for (int64_t i = 0; i < unseen * row; i++)
@@ -456,9 +519,14 @@ static std::vector<float> paged_run(const Paged &c, cu_err_word *err)
     d.Hkv = c.Hkv;
     d.D = c.D;
     d.n_seq = (int)c.lq.size();
-    d.k_dtype = d.v_dtype = c.f16 == 2   ? MMRT_DTYPE_F8E4M3
-                            : c.f16 ? MMRT_DTYPE_F16
-                                    : MMRT_DTYPE_F32;
+    d.k_dtype = d.v_dtype = c.f16 == 3   ? MMRT_DTYPE_I8
+                            : c.f16 == 2 ? MMRT_DTYPE_F8E4M3
+                            : c.f16      ? MMRT_DTYPE_F16
+                                         : MMRT_DTYPE_F32;
+    if (c.f16 == 3) {
+        d.k_scales = c.ks.data();
+        d.v_scales = c.vs.data();
+    }
     d.causal = c.causal;
     d.window = c.window;
     d.scale = 1.0f / sqrtf((float)c.D);
@@ -503,6 +571,15 @@ static void test_attention_paged(void)
         {4, 2, 64, 16, 1, 2, {1, 1, 1}, {37, 16, 1}, 0, 3, 0},
         {8, 2, 80, 3, 1, 2, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, 16, 0},
         {4, 1, 100, 16, 1, 2, {1, 40}, {300, 64}, 1, 3, 33},
+        /* I8 pages with row scales (ABI 1.7): decode over ragged shuffled pages with GQA, decode
+         * + prefill chunk, a window starting mid-page, D 256 over several row tiles, odd D
+         * bidirectional. Each also bit for bit against F32 pages holding code · scale. */
+        {4, 2, 64, 16, 1, 3, {1, 1, 1}, {37, 16, 1}, 0, 3, 0},
+        {8, 2, 80, 3, 1, 3, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, 16, 0},
+        {4, 1, 100, 16, 1, 3, {1, 40}, {300, 64}, 1, 3, 33},
+        {2, 1, 256, 16, 1, 3, {33, 1}, {70, 129}, 0, 3, 0},
+        {6, 3, 7, 3, 0, 3, {7, 4}, {7, 11}, 1, 16, 0},
+        {8, 8, 128, 4, 1, 3, {1, 1}, {50, 9}, 1, 5, 0},
     };
     for (size_t i = 0; i < cases.size(); i++) {
         const PCase &pc = cases[i];
@@ -517,8 +594,24 @@ static void test_attention_paged(void)
                             ref.data());
         char what[180];
         snprintf(what, sizeof what, "ATTENTION_PAGED #%zu Hq %d Hkv %d D %d pages of %d %s "
-                 "window %d", i, pc.Hq, pc.Hkv, pc.D, pc.pt, pc.f16 ? "f16" : "f32", pc.window);
+                 "window %d", i, pc.Hq, pc.Hkv, pc.D, pc.pt, kv_name(pc.f16), pc.window);
         check(what, y.data(), ref.data(), c.T * c.Hq * c.D, 2e-5);
+        if (pc.f16 == 3) {
+            /* plugin.h: an I8 reader widens each element to code · scale and then computes as
+             * on an F32 copy of those values — the same kernel on such a copy, same bits. */
+            Paged f = c;
+            f.f16 = 0;
+            f.kp.resize(f.kpf.size() * 4);
+            f.vp.resize(f.vpf.size() * 4);
+            memcpy(f.kp.data(), f.kpf.data(), f.kp.size());
+            memcpy(f.vp.data(), f.vpf.data(), f.vp.size());
+            cu_err_word ferr = {};
+            std::vector<float> yf = paged_run(f, &ferr);
+            snprintf(what, sizeof what, "ATTENTION_PAGED #%zu i8 pages = f32 pages of code · "
+                     "scale, bit for bit", i);
+            expect(what, memcmp(yf.data(), y.data(), (size_t)(c.T * c.Hq * c.D) * 4) == 0 &&
+                             ferr.code == 0);
+        }
         bool zeros = true;
         for (int64_t e = 0; e < c.T * c.Hq * c.D; e++)
             zeros &= ref[e] != 0.0 || y[e] == 0.0f;
@@ -1222,7 +1315,8 @@ static void test_set_rows(void)
                     memcpy(&dst[i * 2], &h, 2);
                 }
             }
-            cu_launch_set_rows(dst.data(), dt, R, val.data(), idx.data(), T, n, nullptr);
+            cu_launch_set_rows(dst.data(), dt, R, val.data(), idx.data(), T, n, nullptr, 1, n,
+                               nullptr);
             ref_set_rows(val.data(), idx.data(), T, n, R, ref.data());
             bool ok = true;
             int64_t bad = -1;
@@ -1251,6 +1345,123 @@ static void test_set_rows(void)
         }
 }
 
+/* SET_ROWS into an I8 store with row scales (ABI 1.7): codes and scales bit for bit against
+ * ref_i8_row. dst [R, per, D]: per innermost rows of D per dst row, each with its own scale
+ * at scales[idx · per + i]. Rows of one warp's width and less, of 1100 and 2500 (many lanes'
+ * worth each), more rows per token than a block has warps (grid.y), D = 0 (scales only).
+ * Edge rows: all zero (s = 0, codes 0), a NaN among values (ignored by amax, code 0), an
+ * infinity (s = ∞, every code 0), all NaN, subnormals only (s rounds to 0: codes ±127 or
+ * 0), amax 127 and 254 (s = 1, 2) with ties x / s = k + 0.5 both ways, −0. Indices out of
+ * range and repeated as in test_set_rows; untouched rows keep their sentinel codes and
+ * scales. */
+static void test_set_rows_i8(void)
+{
+    struct { int64_t T, per, D, R; } shapes[] = {
+        {1, 8, 128, 8}, {9, 3, 37, 12}, {70, 1, 5, 64}, {3, 1, 2500, 4}, {4, 2, 1100, 5},
+        {5, 11, 64, 7}, {2, 3, 0, 4}, {12, 2, 32, 16},
+    };
+    for (auto &sh : shapes) {
+        const int64_t T = sh.T, per = sh.per, D = sh.D, R = sh.R, n = per * D;
+        auto val = rand_vec(T * n, -3, 3);
+        /* Magnitudes per row 2^-20 … 2^20, so the scales differ widely; the largest |x| of a
+         * row is its last element, past the first pass of a warp or block. */
+        for (int64_t r = 0; r < T * per; r++)
+            for (int64_t k = 0; k < D; k++)
+                val[r * D + k] = ldexpf(k == D - 1 && D > 1 ? 4.0f * (float)(1 - 2 * (r & 1))
+                                                            : val[r * D + k],
+                                        (int)(r * 7 % 41) - 20);
+        auto row = [&](int64_t r) { return r < T * per ? val.data() + r * D : nullptr; };
+        const float ties[] = {2.5f, -2.5f, 3.5f, -3.5f, 0.5f, -0.5f, 126.5f, -126.5f, 1.5f};
+        if (D >= 12) {
+            if (float *x = row(1)) /* all zero, one of them −0 */
+                for (int64_t k = 0; k < D; k++)
+                    x[k] = k == 3 ? -0.0f : 0.0f;
+            if (float *x = row(2)) /* a NaN: amax of the rest */
+                x[5] = NAN;
+            if (float *x = row(3)) /* an infinity */
+                x[D - 1] = -INFINITY;
+            if (float *x = row(4)) /* all NaN */
+                for (int64_t k = 0; k < D; k++)
+                    x[k] = NAN;
+            if (float *x = row(5)) /* subnormals: amax / 127 rounds to 0 */
+                for (int64_t k = 0; k < D; k++)
+                    x[k] = k % 3 == 0 ? 0.0f : (k % 2 ? 1 : -1) * 0x1.0p-149f * (float)(k % 4);
+            if (float *x = row(6)) { /* s = 1: ties at k + 0.5 round to even */
+                for (int64_t k = 0; k < D; k++)
+                    x[k] = ties[k % 9];
+                x[D - 1] = 127.0f;
+            }
+            if (float *x = row(7)) { /* s = 2 */
+                for (int64_t k = 0; k < D; k++)
+                    x[k] = 2.0f * ties[k % 9];
+                x[0] = -254.0f;
+            }
+        }
+        std::vector<int32_t> idx(T);
+        for (int64_t t = 0; t < T; t++)
+            idx[t] = (int32_t)(rng_u64() % (uint64_t)(R + 2)) - 1; /* −1 … R */
+        if (T > 3) {
+            idx[1] = (int32_t)R - 1;
+            idx[3] = idx[1]; /* duplicate: row 3 must win whole, scales too */
+            idx[2] = INT32_MIN;
+        }
+        if (T == 1)
+            idx[0] = (int32_t)R - 1;
+        if (T > 1 && T <= 3)
+            idx[T - 1] = 0;
+        if (T >= 12) /* every edge row above is written somewhere */
+            for (int64_t t = 0; t < 8; t++)
+                idx[t] = (int32_t)t;
+        /* Sentinels: codes (i % 200) − 100, scales −(row + 1). */
+        std::vector<int8_t> dst(R * n + 1), want(R * n + 1);
+        std::vector<float> sc(R * per + 1), want_sc(R * per + 1);
+        for (int64_t i = 0; i < R * n + 1; i++)
+            dst[i] = want[i] = (int8_t)(i % 200 - 100);
+        for (int64_t r = 0; r < R * per + 1; r++)
+            sc[r] = want_sc[r] = -(float)(r + 1);
+        for (int64_t t = 0; t < T; t++) /* in order: a later duplicate overwrites */
+            if (idx[t] >= 0 && idx[t] < R)
+                for (int64_t i = 0; i < per; i++)
+                    want_sc[idx[t] * per + i] =
+                        ref_i8_row(val.data() + (t * per + i) * D, D,
+                                   want.data() + (idx[t] * per + i) * D);
+        cu_launch_set_rows(dst.data(), MMRT_DTYPE_I8, R, val.data(), idx.data(), T, n, sc.data(),
+                           per, D, nullptr);
+        int64_t bad = -1, bad_sc = -1;
+        for (int64_t i = 0; i < R * n + 1 && bad < 0; i++)
+            if (dst[i] != want[i])
+                bad = i;
+        for (int64_t r = 0; r < R * per + 1 && bad_sc < 0; r++)
+            if (memcmp(&sc[r], &want_sc[r], 4) != 0)
+                bad_sc = r;
+        char what[128];
+        snprintf(what, sizeof what, "SET_ROWS i8 T %lld rows of %lld x %lld R %lld: codes and "
+                 "scales bit for bit", (long long)T, (long long)per, (long long)D, (long long)R);
+        expect(what, bad < 0 && bad_sc < 0);
+        if (bad >= 0)
+            printf("  code %lld (row %lld): got %d, want %d\n", (long long)bad,
+                   (long long)(bad / (D ? D : 1)), dst[bad], want[bad]);
+        if (bad_sc >= 0)
+            printf("  scale %lld: got %a, want %a\n", (long long)bad_sc, (double)sc[bad_sc],
+                   (double)want_sc[bad_sc]);
+    }
+
+    /* The reference itself on the edges plugin.h names, so that the comparison above
+     * means what it says. */
+    float x[6] = {0.0f, -0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int8_t c[6];
+    expect("I8 ref: an all-zero row has scale 0 and codes 0",
+           ref_i8_row(x, 6, c) == 0.0f && c[0] == 0 && c[1] == 0);
+    const float y[6] = {INFINITY, 1.0f, -5.0f, NAN, 0.0f, -INFINITY};
+    const float s = ref_i8_row(y, 6, c);
+    expect("I8 ref: a row with an infinity has scale +inf and codes 0",
+           isinf(s) && s > 0 && c[0] == 0 && c[1] == 0 && c[2] == 0 && c[3] == 0 && c[5] == 0);
+    const float z[6] = {127.0f, 2.5f, -3.5f, 0.5f, NAN, -126.5f};
+    expect("I8 ref: s = 1, ties to even, NaN 0",
+           ref_i8_row(z, 6, c) == 1.0f && c[0] == 127 && c[1] == 2 && c[2] == -4 && c[3] == 0 &&
+               c[4] == 0 && c[5] == -126);
+}
+
 /* ---- GATHER_HEADS, L2_NORM -------------------------------------------------------------- */
 
 static void test_gather_heads(void)
@@ -1265,7 +1476,8 @@ static void test_gather_heads(void)
         {1, 1, 1, 1, 1}, {64, 8, 128, 5, 1}, {64, 2, 40, 17, 4}, {30, 4, 128, 3, 9},
         {16, 3, 7, 9, 4}, {9, 1, 257, 5, 2},
     };
-    const int dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16, MMRT_DTYPE_F8E4M3};
+    const int dts[5] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16, MMRT_DTYPE_F8E4M3,
+                        MMRT_DTYPE_I8};
     for (auto &sh : shapes)
         for (int dt : dts) {
             const int64_t R = sh.R, H = sh.H, D = sh.D, N = sh.N, G = sh.G;
@@ -1274,7 +1486,27 @@ static void test_gather_heads(void)
             tf[0] = -0.0f; /* a G = 1 copy keeps it */
             std::vector<uint16_t> th(nt);
             std::vector<uint8_t> t8(nt);
-            for (int64_t i = 0; i < nt; i++) {
+            /* I8 (ABI 1.7): each row of D quantized with its own scale (rows of differing
+             * magnitude, one of zeros; −0 from a code 0 times a negative scale), tf the
+             * values the codes stand for, code · scale rounded once; the two rows past R
+             * read as NaN through a NaN scale. */
+            std::vector<float> ts((R + 2) * H);
+            for (int64_t rh = 0; dt == MMRT_DTYPE_I8 && rh < (R + 2) * H; rh++) {
+                float *x = &tf[rh * D];
+                int8_t *c8 = reinterpret_cast<int8_t *>(&t8[rh * D]);
+                for (int64_t e = 0; e < D; e++)
+                    x[e] = rh == 1 ? 0.0f : ldexpf(x[e], (int)(rh % 9) - 4);
+                ts[rh] = ref_i8_row(x, D, c8);
+                if (rh == 0) {
+                    c8[0] = 0;
+                    ts[0] = -ts[0];
+                }
+                if (rh >= R * H)
+                    ts[rh] = NAN;
+                for (int64_t e = 0; e < D; e++)
+                    x[e] = i8_value(c8[e], ts[rh]);
+            }
+            for (int64_t i = 0; i < nt && dt != MMRT_DTYPE_I8; i++) {
                 if (i >= R * H * D)
                     tf[i] = NAN;
                 if (dt == MMRT_DTYPE_F8E4M3) {
@@ -1312,10 +1544,12 @@ static void test_gather_heads(void)
                 for (int64_t g = 0; g < G; g++)
                     idx[2 * G + g] = -1;
             std::vector<float> y(N * H * D, NAN), want(N * H * D);
-            const void *table = dt == MMRT_DTYPE_F32      ? (const void *)tf.data()
-                                : dt == MMRT_DTYPE_F8E4M3 ? (const void *)t8.data()
-                                                          : (const void *)th.data();
-            cu_launch_gather_heads(y.data(), table, dt, R, H, D, idx.data(), N * H, G, nullptr);
+            const void *table = dt == MMRT_DTYPE_F32 ? (const void *)tf.data()
+                                : dt == MMRT_DTYPE_F8E4M3 || dt == MMRT_DTYPE_I8
+                                    ? (const void *)t8.data()
+                                    : (const void *)th.data();
+            cu_launch_gather_heads(y.data(), table, dt, dt == MMRT_DTYPE_I8 ? ts.data() : nullptr,
+                                   R, H, D, idx.data(), N * H, G, nullptr);
             ref_gather_heads(tf.data(), idx.data(), R, H, D, N, G, want.data());
             int64_t bad = -1;
             for (int64_t i = 0; i < N * H * D && bad < 0; i++)
@@ -1375,6 +1609,7 @@ int main(int argc, char **argv)
     if (!*only || strstr(only, "rope")) test_rope();
     if (!*only || strstr(only, "rope_multi")) test_rope_multi();
     if (!*only || strstr(only, "set_rows")) test_set_rows();
+    if (!*only || strstr(only, "set_rows")) test_set_rows_i8();
     if (!*only || strstr(only, "gather_heads")) test_gather_heads();
     if (!*only || strstr(only, "l2_norm")) test_l2_norm();
     printf("%d passed, %d failed\n", g_pass, g_fail);
