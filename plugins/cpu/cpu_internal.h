@@ -241,8 +241,16 @@ struct cpu_kernels {
      * (b_dtype), widened exactly to f32 in registers, so a K row of an F16 or FP8 KV page
      * costs no pass through memory and gives the bits its f32 copy gives. */
     float (*dot)(const float *a, const void *b, int b_dtype, int64_t n);
-    /* y[i] += a · x[i], i < n, x F32, F16, BF16 or F8E4M3 (x_dtype) widened exactly, as dot. */
+    /* y[i] += a · x[i], i < n, x F32, F16, BF16 or F8E4M3 (x_dtype) widened exactly, as dot;
+     * or I8 codes widened to their value (the products of an INT8 KV row's codes and scale
+     * come out of an axpy with that scale into zeros). */
     void (*axpy)(float *y, float a, const void *x, int x_dtype, int64_t n);
+    /* dot and axpy over an INT8 KV row (plugin.h "I8 with row scales"): each code becomes
+     * code · scale rounded to f32 in registers and then enters as dot's and axpy's F32
+     * elements do, so the bits are those of an F32 copy of the row. NULL in a table without
+     * micro-kernels (its attention runs the portable path). */
+    float (*dot_i8)(const float *a, const int8_t *b, float scale, int64_t n);
+    void (*axpy_i8)(float *y, float a, const int8_t *x, float scale, int64_t n);
     /* y[i] = exp(x[i] − m) for i < n and returns their sum in double (softmax). */
     double (*exp_sum)(const float *x, float m, float *y, int64_t n);
     /* dst[i] = x[i]·sigmoid(a·x[i]) (· mul[i] when mul is not NULL), i < n. */

@@ -659,19 +659,32 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
 /* ---- dot, axpy -------------------------------------------------------------------------- */
 
 /* dot and axpy for one dtype of b / x, as in cpu_kern_avx512.c. */
+/* An INT8 KV row's widened codes (I8 with `scaled`) times its scale, one rounded product
+ * each; the other dtypes as loaded. */
+static inline __attribute__((always_inline)) __m256 kv_scaled(__m256 v, const bool scaled,
+                                                             __m256 sc)
+{
+    return scaled ? _mm256_mul_ps(v, sc) : v;
+}
+
 static inline __attribute__((always_inline)) float dot_dt(const float *a, const char *b,
-                                                          const int dt, int64_t n)
+                                                          const int dt, int64_t n,
+                                                          const bool scaled, float scale)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
+    const __m256 sc = _mm256_set1_ps(scale);
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= n; k += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), wload8(b + k * es, dt), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), wload8(b + (k + 8) * es, dt), s1);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k),
+                             kv_scaled(wload8(b + k * es, dt), scaled, sc), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8),
+                             kv_scaled(wload8(b + (k + 8) * es, dt), scaled, sc), s1);
     }
     for (; k < n; k += 8) {
         int64_t m = n - k < 8 ? n - k : 8;
-        s0 = _mm256_fmadd_ps(loadf8(a + k, m), load8(b + k * es, dt, m), s0);
+        s0 = _mm256_fmadd_ps(loadf8(a + k, m), kv_scaled(load8(b + k * es, dt, m), scaled, sc),
+                             s0);
     }
     return hsum8(_mm256_add_ps(s0, s1));
 }
@@ -679,33 +692,45 @@ static inline __attribute__((always_inline)) float dot_dt(const float *a, const 
 static float dot(const float *a, const void *b, int b_dtype, int64_t n)
 {
     switch (b_dtype) {
-    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n);
-    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n);
-    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n);
-    default: return dot_dt(a, b, MMRT_DTYPE_F32, n);
+    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n, false, 1.0f);
+    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n, false, 1.0f);
+    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n, false, 1.0f);
+    default: return dot_dt(a, b, MMRT_DTYPE_F32, n, false, 1.0f);
     }
 }
 
+static float dot_i8(const float *a, const int8_t *b, float scale, int64_t n)
+{
+    return dot_dt(a, (const char *)b, MMRT_DTYPE_I8, n, true, scale);
+}
+
 static inline __attribute__((always_inline)) void axpy_dt(float *y, float a, const char *x,
-                                                          const int dt, int64_t n)
+                                                          const int dt, int64_t n,
+                                                          const bool scaled, float scale)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
-    __m256 av = _mm256_set1_ps(a);
+    const __m256 av = _mm256_set1_ps(a), sc = _mm256_set1_ps(scale);
     for (int64_t k = 0; k < n; k += 8) {
         int64_t m = n - k < 8 ? n - k : 8;
-        storef8(y + k, _mm256_fmadd_ps(av, load8(x + k * es, dt, m), loadf8(y + k, m)), m);
+        storef8(y + k, _mm256_fmadd_ps(av, kv_scaled(load8(x + k * es, dt, m), scaled, sc),
+                                       loadf8(y + k, m)), m);
     }
 }
 
 static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
 {
     switch (x_dtype) {
-    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
-    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
-    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n); break;
-    case MMRT_DTYPE_I8: axpy_dt(y, a, x, MMRT_DTYPE_I8, n); break; /* an INT8 KV row */
-    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
+    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n, false, 1.0f); break;
+    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n, false, 1.0f); break;
+    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n, false, 1.0f); break;
+    case MMRT_DTYPE_I8: axpy_dt(y, a, x, MMRT_DTYPE_I8, n, false, 1.0f); break; /* KV codes */
+    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n, false, 1.0f); break;
     }
+}
+
+static void axpy_i8(float *y, float a, const int8_t *x, float scale, int64_t n)
+{
+    axpy_dt(y, a, (const char *)x, MMRT_DTYPE_I8, n, true, scale);
 }
 
 static float scale_max(float *x, float s, int64_t n)
@@ -851,6 +876,8 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .scale_d = scale_d,
     .dot = dot,
     .axpy = axpy,
+    .dot_i8 = dot_i8,
+    .axpy_i8 = axpy_i8,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

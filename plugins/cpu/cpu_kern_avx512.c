@@ -692,20 +692,34 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
 
 /* dot and axpy for one dtype of b / x (a constant after inlining). For F32 these are the
  * loads of an f32 row; for F16 and BF16 the same lanes get the exactly widened values. */
+/* 16 elements of b as dot and axpy take them: an INT8 KV row's codes (I8 with `scaled`)
+ * times its scale, one rounded product each, the other dtypes as load16 widens them. */
+static inline __attribute__((always_inline)) __m512 kv16(const char *b, const int dt,
+                                                        __mmask16 m, const bool scaled,
+                                                        __m512 sc)
+{
+    const __m512 v = load16(b, dt, m);
+    return scaled ? _mm512_mul_ps(v, sc) : v;
+}
+
 static inline __attribute__((always_inline)) float dot_dt(const float *a, const char *b,
-                                                          const int dt, int64_t n)
+                                                          const int dt, int64_t n,
+                                                          const bool scaled, float scale)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
+    const __m512 sc = _mm512_set1_ps(scale);
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= n; k += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), load16(b + k * es, dt, 0xffff), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), load16(b + (k + 16) * es, dt, 0xffff),
-                             s1);
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), kv16(b + k * es, dt, 0xffff, scaled, sc),
+                             s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16),
+                             kv16(b + (k + 16) * es, dt, 0xffff, scaled, sc), s1);
     }
     for (; k < n; k += 16) {
         __mmask16 m = tail_mask(n - k);
-        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), load16(b + k * es, dt, m), s0);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), kv16(b + k * es, dt, m, scaled, sc),
+                             s0);
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
@@ -713,34 +727,46 @@ static inline __attribute__((always_inline)) float dot_dt(const float *a, const 
 static float dot(const float *a, const void *b, int b_dtype, int64_t n)
 {
     switch (b_dtype) {
-    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n);
-    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n);
-    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n);
-    default: return dot_dt(a, b, MMRT_DTYPE_F32, n);
+    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n, false, 1.0f);
+    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n, false, 1.0f);
+    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n, false, 1.0f);
+    default: return dot_dt(a, b, MMRT_DTYPE_F32, n, false, 1.0f);
     }
 }
 
+static float dot_i8(const float *a, const int8_t *b, float scale, int64_t n)
+{
+    return dot_dt(a, (const char *)b, MMRT_DTYPE_I8, n, true, scale);
+}
+
 static inline __attribute__((always_inline)) void axpy_dt(float *y, float a, const char *x,
-                                                          const int dt, int64_t n)
+                                                          const int dt, int64_t n,
+                                                          const bool scaled, float scale)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
-    __m512 av = _mm512_set1_ps(a);
+    const __m512 av = _mm512_set1_ps(a), sc = _mm512_set1_ps(scale);
     for (int64_t k = 0; k < n; k += 16) {
         __mmask16 m = tail_mask(n - k);
         __m512 yv = _mm512_maskz_loadu_ps(m, y + k);
-        _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(av, load16(x + k * es, dt, m), yv));
+        _mm512_mask_storeu_ps(y + k, m,
+                              _mm512_fmadd_ps(av, kv16(x + k * es, dt, m, scaled, sc), yv));
     }
 }
 
 static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
 {
     switch (x_dtype) {
-    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n); break;
-    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n); break;
-    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n); break;
-    case MMRT_DTYPE_I8: axpy_dt(y, a, x, MMRT_DTYPE_I8, n); break; /* an INT8 KV row */
-    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n); break;
+    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n, false, 1.0f); break;
+    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n, false, 1.0f); break;
+    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n, false, 1.0f); break;
+    case MMRT_DTYPE_I8: axpy_dt(y, a, x, MMRT_DTYPE_I8, n, false, 1.0f); break; /* KV codes */
+    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n, false, 1.0f); break;
     }
+}
+
+static void axpy_i8(float *y, float a, const int8_t *x, float scale, int64_t n)
+{
+    axpy_dt(y, a, (const char *)x, MMRT_DTYPE_I8, n, true, scale);
 }
 
 static float scale_max(float *x, float s, int64_t n)
@@ -866,6 +892,8 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .scale_d = scale_d,
     .dot = dot,
     .axpy = axpy,
+    .dot_i8 = dot_i8,
+    .axpy_i8 = axpy_i8,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

@@ -555,7 +555,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     const struct cpu_kernels *kt = c->kt;
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
     const int64_t D = c->D, R = it->nq * c->n_rep;
-    float *acc = base, *sc = acc + R * D, row[CPU_MAX_HEAD_DIM];
+    float *acc = base, *sc = acc + R * D;
     /* Query tl sees keys [lo[tl], hi[tl]); the item walks [j0, j1), the union (both ends grow
      * with the query). Scores are stored at j − j0. */
     int64_t lo[CPU_ATTN_DOT_MAX_Q], hi[CPU_ATTN_DOT_MAX_Q], j0 = INT64_MAX, j1 = 0;
@@ -572,18 +572,16 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     kv_walk_init(&ahead, c, K, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
     for (int64_t j = j0; j < j1; j++) {
         const char *kr = kv_walk_next(&w);
-        int kdt = K->dtype;
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), kbytes);
-        if (K->scales) { /* once for the n_rep query heads that read it */
-            kv_dequant(kt, K, kr, D, row);
-            kr = (const char *)row;
-            kdt = MMRT_DTYPE_F32;
-        }
+        const float ks = K->scales ? K->scales[(kr - K->data) / D] : 0.0f;
         for (int64_t r = 0; r < R; r++)
             if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
                 sc[r * ld + j - j0] =
-                    kt->dot(c->q + row_offset(c, it, r), kr, kdt, D) * c->scale;
+                    (K->scales ? kt->dot_i8(c->q + row_offset(c, it, r), (const int8_t *)kr, ks,
+                                            D)
+                               : kt->dot(c->q + row_offset(c, it, r), kr, K->dtype, D)) *
+                    c->scale;
     }
     double inv[CPU_ATTN_DOT_MAX_Q * 64];
     for (int64_t r = 0; r < R; r++) {
@@ -596,17 +594,18 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     kv_walk_init(&ahead, c, V, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
     for (int64_t j = j0; j < j1; j++) {
         const char *vr = kv_walk_next(&w);
-        int vdt = V->dtype;
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), vbytes);
-        if (V->scales) {
-            kv_dequant(kt, V, vr, D, row);
-            vr = (const char *)row;
-            vdt = MMRT_DTYPE_F32;
+        const float vs = V->scales ? V->scales[(vr - V->data) / D] : 0.0f;
+        for (int64_t r = 0; r < R; r++) {
+            if (j < lo[r / c->n_rep] || j >= hi[r / c->n_rep])
+                continue;
+            const float p = (float)(sc[r * ld + j - j0] * inv[r]);
+            if (V->scales)
+                kt->axpy_i8(acc + r * D, p, (const int8_t *)vr, vs, D);
+            else
+                kt->axpy(acc + r * D, p, vr, V->dtype, D);
         }
-        for (int64_t r = 0; r < R; r++)
-            if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
-                kt->axpy(acc + r * D, (float)(sc[r * ld + j - j0] * inv[r]), vr, vdt, D);
     }
     for (int64_t r = 0; r < R; r++)
         memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
