@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv_i8_ref.h"
 #include "op_cases.h"
 #include "quant.h"
 #include "ref_ops.h"
@@ -170,7 +171,7 @@ void op_i8_exact_rows(float *v, int64_t rows, int64_t D, float amp)
             for (int64_t i = 0; i < D; i++)
                 x[i] = (float)op_rng_int(-127, 127) * s;
             x[op_rng_int(0, (int)D - 1)] = (r % 2 ? -127.0f : 127.0f) * s;
-            ref_i8_row_quantize(x, D, codes, &back);
+            mmrt_ref_i8_row_quantize(x, D, codes, &back);
         } while (back != s);
     }
 }
@@ -189,7 +190,7 @@ int8_t *op_i8_encode(const float *v, int64_t rows, int64_t D, float **scales)
             (*scales)[r] = NAN;
             continue;
         }
-        ref_i8_row_quantize(x, D, codes + r * D, &(*scales)[r]);
+        mmrt_ref_i8_row_quantize(x, D, codes + r * D, &(*scales)[r]);
         for (int64_t i = 0; i < D; i++) {
             const float back = (float)codes[r * D + i] * (*scales)[r];
             if (memcmp(&back, &x[i], sizeof back) != 0)
@@ -635,7 +636,7 @@ static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
 }
 
 /* SET_ROWS into I8 stores with row scales (ABI 1.7): codes and scales bit for bit against
- * ref_i8_row_quantize, with rows of zeros, a NaN, an infinity, exact ties, subnormals whose
+ * mmrt_ref_i8_row_quantize, with rows of zeros, a NaN, an infinity, exact ties, subnormals whose
  * scale underflows, and values near FLT_MAX; rows nobody writes keep their old codes and
  * scales, and repeated indices leave the last row whole. */
 static void set_rows_i8(const struct op_checks *chk)
@@ -713,7 +714,7 @@ static void set_rows_i8(const struct op_checks *chk)
         for (int64_t t = 0; t < T; t++)
             if (idx[t] >= 0 && idx[t] < R)
                 for (int64_t j = 0; j < per; j++)
-                    ref_i8_row_quantize(v + (t * per + j) * D, D, want + (idx[t] * per + j) * D,
+                    mmrt_ref_i8_row_quantize(v + (t * per + j) * D, D, want + (idx[t] * per + j) * D,
                                         want_s + idx[t] * per + j);
         struct op_pair *src[3] = { tv, ti, ts };
         op_pair_run(MMRT_OP_SET_ROWS, src, 3, ty, NULL, 0);

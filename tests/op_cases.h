@@ -80,11 +80,11 @@ void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n);
 
 /* Values an I8 store with row scales (plugin.h) holds exactly: each of the `rows` rows of D
  * in v gets random codes (one of them ±127) times a scale near amp / 127 for which
- * ref_i8_row_quantize gives back that scale and those codes, so the floats, their codes and
+ * mmrt_ref_i8_row_quantize gives back that scale and those codes, so the floats, their codes and
  * scales, and every reference on the floats agree bit for bit. */
 void op_i8_exact_rows(float *v, int64_t rows, int64_t D, float amp);
 /* The codes (returned) and scales (*scales, rows of them) of v's rows by
- * ref_i8_row_quantize; a row holding NaN (the cases' poison) becomes codes 0 and scale NaN,
+ * mmrt_ref_i8_row_quantize; a row holding NaN (the cases' poison) becomes codes 0 and scale NaN,
  * which reads back as NaN. Fails unless each row reads back as v bit for bit (v from
  * op_i8_exact_rows). op_alloc'ed. */
 int8_t *op_i8_encode(const float *v, int64_t rows, int64_t D, float **scales);

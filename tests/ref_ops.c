@@ -313,23 +313,6 @@ int32_t ref_argmax(const float *row, int64_t n)
     return best < 0 ? 0 : (int32_t)best;
 }
 
-void ref_i8_row_quantize(const float *x, int64_t D, int8_t *codes, float *scale)
-{
-    double amax = 0.0;
-    for (int64_t i = 0; i < D; i++)
-        if (!isnan(x[i]) && fabs((double)x[i]) > amax)
-            amax = fabs((double)x[i]);
-    const float s = (float)(amax / 127.0);
-    for (int64_t i = 0; i < D; i++) {
-        const double q = (double)(float)((double)x[i] / (double)s); /* NaN for 0/0, inf/inf */
-        double r = floor(q);
-        if (q - r > 0.5 || (q - r == 0.5 && fmod(r, 2.0) != 0.0))
-            r += 1.0; /* nearest, ties to even */
-        codes[i] = isnan(q) ? 0 : r > 127.0 ? 127 : r < -127.0 ? -127 : (int8_t)r;
-    }
-    *scale = s;
-}
-
 float ref_f8e4m3_value(uint8_t code)
 {
     const int e = (code >> 3) & 15, m = code & 7;

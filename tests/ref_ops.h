@@ -22,13 +22,6 @@
 float ref_f8e4m3_value(uint8_t code);
 uint8_t ref_f8e4m3_encode(float f);
 
-/* One row of an INT8 KV store (plugin.h "I8 with row scales") from its definition, in
- * double where the header asks for correctly rounded f32 operations (a quotient of two
- * floats computed in double and rounded once to float is the correctly rounded one):
- * amax over the non-NaN |x|, scale = amax / 127, code = x / scale rounded to nearest even
- * and clamped to ±127, 0 for a NaN quotient. */
-void ref_i8_row_quantize(const float *x, int64_t D, int8_t *codes, float *scale);
-
 /* y[M, N] = x[M, K] · w[N, K]ᵀ + b[N] (b may be NULL). */
 void ref_matmul(const float *x, const float *w, const float *b, int64_t M, int64_t K, int64_t N,
                 double *y);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv_i8_ref.h"
 #include "op_cases.h"
 #include "plugin_harness.h"
 #include "ref_ops.h"
@@ -780,28 +781,13 @@ static void test_gather_l2_refusals(void **state)
 }
 
 /* ---- I8 KV stores (plugin.h "I8 with row scales", ABI 1.7): exact -----------------------
- * The shared cases (op_checks.kv_i8) quantize with ref_i8_row_quantize and read stores whose
+ * The shared cases (op_checks.kv_i8) quantize with mmrt_ref_i8_row_quantize and read stores whose
  * codes times scales give back the case's floats. These add a rank-4 SET_ROWS dst (several
  * innermost rows per written row, D = 1, off every vector width, longer than a work-group)
- * against the header's definition in plain f32 C, and stores of any codes and scales — the
+ * against the header's definition, and stores of any codes and scales — the
  * products c · s then mostly inexact, some scales subnormal or 0 — which ATTENTION_PAGED and
  * GATHER_HEADS must read exactly as an F32 copy holding those products: bit for bit the same
  * result, so the widening is one rounded product, never fused into the sum that follows. */
-
-/* One row by plugin.h's definition, in f32 as C evaluates it (SSE: correctly rounded). */
-static void i8_quantize_row(const float *x, int64_t D, int8_t *q, float *scale)
-{
-    float amax = 0.0f;
-    for (int64_t i = 0; i < D; i++)
-        if (!isnan(x[i]) && fabsf(x[i]) > amax)
-            amax = fabsf(x[i]);
-    const float s = amax / 127.0f;
-    for (int64_t i = 0; i < D; i++) {
-        const float c = rintf(x[i] / s);
-        q[i] = isnan(c) ? 0 : c > 127.0f ? 127 : c < -127.0f ? -127 : (int8_t)c;
-    }
-    *scale = s;
-}
 
 static void test_kv_i8_set_rows(void **state)
 {
@@ -834,7 +820,7 @@ static void test_kv_i8_set_rows(void **state)
         for (int64_t t = 0; t < T; t++)
             if (idx[t] >= 0 && idx[t] < R)
                 for (int64_t j = 0; j < per; j++)
-                    i8_quantize_row(v + (t * per + j) * D, D, want + (idx[t] * per + j) * D,
+                    mmrt_ref_i8_row_quantize(v + (t * per + j) * D, D, want + (idx[t] * per + j) * D,
                                     want_s + idx[t] * per + j);
         op_pair_run(MMRT_OP_SET_ROWS, src, 3, ty, NULL, 0);
         void *g, *c;

@@ -3,7 +3,8 @@
  * build/test-plugins: the correct stub passes (SCALE and ADD on F32, other dtypes refused as
  * plugin.h allows, every other op "not supported"), the stub whose ADD is slightly wrong
  * (variant badadd) FAILs with exit status 1 — proof that the checker can fail — and the
- * broken or deviceless variants give the documented exit statuses 2 and 77.
+ * broken or deviceless variants give the documented exit statuses 2 and 77; the ABI 1.3 stub
+ * is refused the KV-store dtypes of later minors, which reads as refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -234,7 +235,31 @@ static void test_cpu_against_itself(void **state)
     for (int d = 0; d < 3; d++)
         assert_non_null(strstr(row("SET_ROWS", (const char *[]){ "F32", "F16", "BF16" }[d]),
                                " pass "));
+    /* The I8 KV store (ABI 1.7): the reference also meets the checker's own quantizer and
+     * GATHER_HEADS model, or these rows would read ERROR. */
+    assert_non_null(strstr(row("SET_ROWS", "I8"), " pass "));
+    assert_non_null(strstr(row("GATHER_HEADS", "I8"), " pass "));
+    assert_non_null(strstr(row("ATTENTION_PAGED", "I8"), " pass "));
     assert_null(strstr(out, "not supported"));
+}
+
+/* A plugin older than a KV-store dtype is refused it by the core, and the checker reads that
+ * as refused, not FAIL: the abi13 stub (ABI 1.3) claims ATTENTION_PAGED, so its F8E4M3 (1.6)
+ * and I8 (1.7) rows are refused. Its kernel only logs the call, so the F32 rows FAIL (exit 1):
+ * the refusals are not mistaken for passes either. */
+static void test_old_abi_refuses_kv_stores(void **state)
+{
+    (void)state;
+    char path[4096];
+    int rc = run_check((const char *[]){"--quick", "--ops", "ATTENTION_PAGED",
+                                        stub("abi13", path, sizeof path), NULL});
+    if (rc != 1)
+        fail_msg("exit %d, want 1:\n%s", rc, out);
+    assert_non_null(strstr(row("ATTENTION_PAGED", "F32"), " FAIL "));
+    assert_non_null(strstr(row("ATTENTION_PAGED", "F8E4M3"), " refused "));
+    assert_non_null(strstr(row("ATTENTION_PAGED", "I8"), " refused "));
+    expect_in("ATTENTION_PAGED with an F8E4M3 operand needs 1.6");
+    expect_in("ATTENTION_PAGED on an I8 KV store needs 1.7");
 }
 
 int main(void)
@@ -247,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_usage_and_load_errors),
         cmocka_unit_test(test_ops_filter_and_quick),
         cmocka_unit_test(test_cpu_against_itself),
+        cmocka_unit_test(test_old_abi_refuses_kv_stores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

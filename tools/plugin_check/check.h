@@ -12,7 +12,9 @@
  *
  * Device 0 is always the CPU reference plugin ("cpu", loaded by name through the loader like
  * every plugin), device 1 the plugin under test. Both run every case from the same host bytes;
- * the reference's output is the expected value.
+ * the reference's output is the expected value. Where plugin.h fixes the bits outright (an I8
+ * store's codes and scales, GATHER_HEADS from one), the reference is held to the checker's own
+ * model of the header too (kase_expect), so a reference that drifts reads as ERROR.
  *
  * Error metric (the project's): per case, max |got − ref| / max |ref| over the output
  * elements (NaN must meet NaN; when max |ref| is 0 the absolute error is used). Operators

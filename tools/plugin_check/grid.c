@@ -12,19 +12,22 @@
  * Each op function walks its table; `serial` numbers every case of the op, run or not, so a
  * case keeps its inputs whatever --quick selects (kase_begin seeds from it).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kase.h"
+#include "kv_i8_ref.h"
 
 #define Q 1 /* in --quick */
 
 static const enum mmrt_dtype weight_dts[3] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16};
-/* What a KV-cache table may be (SET_ROWS dst, GATHER_HEADS table): the weight dtypes and
- * F8E4M3 (ABI 1.6; the core refuses it to an older plugin, which then reads as refused). */
-static const enum mmrt_dtype kv_table_dts[4] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
-                                                MMRT_DTYPE_F8E4M3};
+/* What a KV-cache table may be (SET_ROWS dst, GATHER_HEADS table): the weight dtypes, F8E4M3
+ * (ABI 1.6) and I8 with row scales (ABI 1.7); the core refuses either to an older plugin,
+ * which then reads as refused. */
+static const enum mmrt_dtype kv_table_dts[5] = {MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16,
+                                                MMRT_DTYPE_F8E4M3, MMRT_DTYPE_I8};
 
 static bool want(const struct chk *c, int quick)
 {
@@ -800,6 +803,7 @@ struct paged_case {
 #define F32 MMRT_DTYPE_F32
 #define F16 MMRT_DTYPE_F16
 #define F8 MMRT_DTYPE_F8E4M3
+#define I8 MMRT_DTYPE_I8
 static const struct paged_case paged_cases[] = {
     /* Hq Hkv D pt n_seq lq               lk                  causal kv order            quick */
     {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, F16, PAGES_SHUFFLED, Q, 0}, /* decode, ragged */
@@ -826,6 +830,16 @@ static const struct paged_case paged_cases[] = {
     {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, F8, PAGES_SHARED, Q, 0},
     {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, F8, PAGES_SHUFFLED, 0, 33},
     {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, F8, PAGES_SHUFFLED, 0, 0},
+    /* I8 pages with row scales (ABI 1.7): decode over ragged pages, a mixed batch over shared
+     * prefix pages, decode with a window that starts mid-page, GQA 8 with a window over shared
+     * prefix pages, bidirectional rows with a head dim off every vector width, long decode.
+     * Rows nobody reads have a NaN scale, with a window also the pages wholly before it. */
+    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, I8, PAGES_SHUFFLED, Q, 0},
+    {8, 2, 80, 3, 4, {1, 9, 1, 0}, {20, 30, 7, 5}, 1, I8, PAGES_SHARED, Q, 0},
+    {4, 2, 64, 16, 3, {1, 1, 1}, {37, 16, 1}, 1, I8, PAGES_SHUFFLED, Q, 7},
+    {8, 1, 100, 16, 3, {1, 1, 40}, {300, 17, 64}, 1, I8, PAGES_SHARED, 0, 33},
+    {6, 3, 13, 3, 2, {7, 4}, {7, 11}, 0, I8, PAGES_IN_ORDER, 0, 0},
+    {32, 8, 128, 16, 4, {1, 1, 1, 64}, {1000, 513, 37, 200}, 1, I8, PAGES_SHUFFLED, 0, 0},
 };
 
 /* The batch-invariance cases: sequence `seq` of a batch (pages of pt, shuffled) run again
@@ -842,10 +856,13 @@ static const struct {
     {{8, 2, 64, 5, 3, {1, 20, 1}, {50, 60, 9}, 1, F16, PAGES_SHUFFLED, Q, 12}, 1, 16},
     {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, F32, PAGES_SHUFFLED, 0, 9}, 2, 3},
     {{8, 2, 64, 16, 3, {1, 20, 1}, {50, 60, 9}, 1, F8, PAGES_SHUFFLED, Q, 0}, 1, 3},
+    {{8, 2, 64, 16, 3, {1, 20, 1}, {50, 60, 9}, 1, I8, PAGES_SHUFFLED, Q, 0}, 1, 3},
+    {{12, 2, 80, 16, 4, {2, 1, 33, 1}, {100, 7, 80, 1}, 1, I8, PAGES_SHUFFLED, 0, 9}, 2, 5},
 };
 #undef F32
 #undef F16
 #undef F8
+#undef I8
 
 /* A case's page table [n_seq, max_pages]: sequence s has ceil(Lk / pt) pages, sequence 1 of a
  * PAGES_SHARED case starts with sequence 0's full pages, entries past a sequence's last page
@@ -885,13 +902,57 @@ static int64_t paged_table(struct kase *k, const struct paged_case *pc, int64_t 
 }
 
 /* The tensors of one paged launch: q and the index tensors as views of the caller's bases,
- * K and V pools of their own whose rows no sequence reads hold NaN. keys(s, j) gives the
- * Hkv · D values of key j of sequence s, or NULL for random ones. */
+ * K and V pools of their own whose rows no sequence reads hold NaN, and for I8 pools their
+ * row scales (src6, src7; NULL otherwise). keys(s, j) gives the Hkv · D values of key j of
+ * sequence s, or NULL for random ones. */
 struct paged_launch {
-    struct kt *q, *kp, *vp, *cq, *lens, *table, *y;
+    struct kt *q, *kp, *vp, *cq, *lens, *table, *y, *ks, *vs;
     int32_t cu[6];
     struct mmrt_attention_params p;
 };
+
+/* An I8 page pool: each row of D values (one token's head) quantized by plugin.h's rule into
+ * codes and scales, except that a row no sequence reads (NaN in the F32 pool, which the
+ * quantizer would store as zeros with scale 0) gets scale NaN, so reading it poisons the
+ * result as it does for the float pools. */
+static void kt_set_i8_pool(struct kase *k, struct kt *codes, struct kt *scales, const float *v,
+                           int64_t rows, int64_t D)
+{
+    int8_t *q = (int8_t *)kase_ints(k, (rows * D + 3) / 4); /* bytes in int-sized storage */
+    float *s = kase_floats(k, rows);
+    if (!q || !s)
+        return;
+    for (int64_t r = 0; r < rows; r++) {
+        mmrt_ref_i8_row_quantize(v + r * D, D, q + r * D, &s[r]);
+        if (isnan(v[r * D]))
+            s[r] = NAN;
+    }
+    kt_set_raw(k, codes, q);
+    kt_set_raw(k, scales, s);
+}
+
+/* With a window, a page wholly before the window of every row that could read it is never read
+ * (plugin.h); its rows become NaN in the F32 pools (for an I8 pool: a NaN scale). A page is
+ * kept when any sequence listing it has a key there at or after its first query's window
+ * start, Lk − Lq + 1 − window; a sequence without queries keeps all its pages, since plugin.h
+ * promises nothing for it. */
+static void paged_poison_unseen(struct kase *k, const struct paged_case *pc, const int32_t *table,
+                                int64_t max_pages, int64_t n_pages, float *const *kv)
+{
+    const int64_t rows = pc->pt * pc->Hkv * pc->D; /* floats per page */
+    int32_t *seen = kase_ints(k, n_pages);
+    if (!seen)
+        return;
+    for (int s = 0; s < pc->n_seq; s++) {
+        const int64_t j0 = pc->lq[s] ? pc->lk[s] - pc->lq[s] + 1 - pc->window : 0;
+        for (int64_t i = 0; i * pc->pt < pc->lk[s]; i++)
+            if ((i + 1) * pc->pt > j0)
+                seen[table[s * max_pages + i]] = 1;
+    }
+    for (int64_t pg = 0; pg < n_pages; pg++)
+        for (int64_t e = 0; !seen[pg] && e < rows; e++)
+            kv[0][pg * rows + e] = kv[1][pg * rows + e] = NAN;
+}
 
 static void paged_place(struct kase *k, const struct paged_case *pc, struct kt *q, struct kt *idx,
                         int64_t idx_off, const float *const *kx, const float *const *vx,
@@ -908,6 +969,11 @@ static void paged_place(struct kase *k, const struct paged_case *pc, struct kt *
     L->q = q;
     L->kp = kt_new(k, pc->kv, SHAPE(n_pages, pc->pt, pc->Hkv, pc->D));
     L->vp = kt_new(k, pc->kv, SHAPE(n_pages, pc->pt, pc->Hkv, pc->D));
+    L->ks = L->vs = NULL;
+    if (pc->kv == MMRT_DTYPE_I8) {
+        L->ks = kt_new(k, MMRT_DTYPE_F32, SHAPE(n_pages * pc->pt * pc->Hkv));
+        L->vs = kt_new(k, MMRT_DTYPE_F32, SHAPE(n_pages * pc->pt * pc->Hkv));
+    }
     L->cq = kt_view(k, idx, SHAPE(pc->n_seq + 1), (const int64_t[]){1}, idx_off);
     L->lens = kt_view(k, idx, SHAPE(pc->n_seq), (const int64_t[]){1}, idx_off + pc->n_seq + 1);
     L->table = kt_view(k, idx, SHAPE(pc->n_seq, max_pages), (const int64_t[]){max_pages, 1},
@@ -929,8 +995,15 @@ static void paged_place(struct kase *k, const struct paged_case *pc, struct kt *
                 dst[1][e] = vx && vx[s] ? vx[s][j * row + e] : kase_float(k, -1, 1);
             }
         }
-    kt_set(k, L->kp, kv[0]);
-    kt_set(k, L->vp, kv[1]);
+    if (pc->kv == MMRT_DTYPE_I8 && pc->window > 0 && pc->causal)
+        paged_poison_unseen(k, pc, table, max_pages, n_pages, kv);
+    if (pc->kv == MMRT_DTYPE_I8) {
+        kt_set_i8_pool(k, L->kp, L->ks, kv[0], n_pages * pc->pt * pc->Hkv, pc->D);
+        kt_set_i8_pool(k, L->vp, L->vs, kv[1], n_pages * pc->pt * pc->Hkv, pc->D);
+    } else {
+        kt_set(k, L->kp, kv[0]);
+        kt_set(k, L->vp, kv[1]);
+    }
     int32_t lens[5];
     for (int s = 0; s < pc->n_seq; s++)
         lens[s] = pc->lk[s];
@@ -943,8 +1016,8 @@ static void paged_place(struct kase *k, const struct paged_case *pc, struct kt *
 
 static void paged_run(struct kase *k, const struct paged_launch *L)
 {
-    kase_run(k, (const struct kt *[]){L->q, L->kp, L->vp, L->cq, L->lens, L->table}, 6, L->y,
-             &L->p, sizeof L->p);
+    kase_run(k, (const struct kt *[]){L->q, L->kp, L->vp, L->cq, L->lens, L->table, L->ks, L->vs},
+             L->ks ? 8 : 6, L->y, &L->p, sizeof L->p);
 }
 
 /* I32 elements the index tensors of a case need: cu_seqlens_q, kv_lens and a table of up to
@@ -1490,29 +1563,178 @@ static const float set_rows_specials[] = {
     448.0f, 464.0f, 480.0f, 1.0625f, 0.0009765625f, 0.0029296875f, 0.015624999f,
 };
 
+/* dst [R, …] of each case, the T rows written; the first R indices are distinct (a shuffled
+ * prefix), and for T > 2 indices 1 and 2 lie outside [0, R). */
+static const struct {
+    int n_dims;
+    int64_t ne[4];
+    int64_t T;
+    int quick;
+} set_rows_cases[] = {
+    {3, {16, 4, 8}, 1, Q},   {3, {4096, 8, 128}, 1, 0}, {2, {7, 33}, 5, Q},
+    {1, {9}, 6, 0},          {4, {40, 2, 3, 5}, 9, 0},  {2, {64, 128}, 64, Q},
+    {3, {300, 2, 64}, 129, 0}, {2, {1, 1}, 1, 0},
+};
+
+static void set_rows_indices(struct kase *k, int32_t *iv, int64_t R, int64_t T, size_t i)
+{
+    static const int32_t outside[] = {-1, INT32_MIN, INT32_MAX, -1000};
+    for (int64_t r = 0; r < R; r++)
+        iv[r] = (int32_t)r;
+    for (int64_t r = R - 1; r > 0; r--) {
+        int64_t j = kase_int(k, 0, (int)r);
+        int32_t t = iv[r];
+        iv[r] = iv[j];
+        iv[j] = t;
+    }
+    if (T > 2) {
+        iv[1] = (int32_t)R;
+        iv[2] = outside[i % 4];
+    }
+}
+
+/* Row number w of those an I8 SET_ROWS writes (x: D random values in ±5) turned into one of
+ * the quantizer's edges, w taking them in turn, or scaled to a magnitude from 2^-30 to 2^10. */
+static void i8_edge_row(struct kase *k, float *x, int64_t D, int64_t w)
+{
+    static const float tie[] = {127.0f, 2.5f, 3.5f, -0.5f, -1.5f, 126.5f, -126.5f, 0.5f};
+    switch (w % 13) {
+    case 0: /* zeros of both signs: scale +0, codes 0 */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = i % 2 ? -0.0f : 0.0f;
+        break;
+    case 1: /* a NaN is left out of amax and gets code 0 */
+        x[D / 2] = NAN;
+        break;
+    case 2: /* an infinity: scale +inf and every code 0, so the row reads back as NaN */
+        x[D - 1] = w % 2 ? -INFINITY : INFINITY;
+        break;
+    case 3: /* amax 127: the scale is exactly 1 and x / s lands on halves (ties to even) */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = i < 8 ? tie[i] : (float)(i % 254 - 127) + 0.5f;
+        break;
+    case 4: /* amax 381: scale 3, halves again, through a division that is not a shift */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = i == 0 ? -381.0f : 3.0f * ((float)(i % 254 - 127) + 0.5f);
+        break;
+    case 5: /* a subnormal amax, so a subnormal scale */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = (float)(i % 5 - 2) * 0x1p-133f;
+        break;
+    case 6: /* amax 2^-148: amax / 127 underflows to 0, x / 0 is ±inf (±127) or NaN (0) */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = (float)(i % 5 - 2) * 0x1p-149f;
+        break;
+    case 7: /* near FLT_MAX, amax FLT_MAX itself */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = kase_float(k, -1, 1) * 3.4e38f;
+        x[0] = FLT_MAX;
+        break;
+    case 8: /* nothing but NaN: amax 0, scale 0, codes 0 */
+        for (int64_t i = 0; i < D; i++)
+            x[i] = NAN;
+        break;
+    case 9: /* both infinities and a NaN */
+        if (D > 2)
+            x[D / 2] = NAN;
+        x[0] = -INFINITY;
+        x[D - 1] = INFINITY;
+        break;
+    default:
+        for (int64_t i = 0; i < D; i++)
+            x[i] = ldexpf(x[i], (int)(w % 41) - 30);
+    }
+}
+
+/* SET_ROWS into an I8 store with row scales (plugin.h, ABI 1.7), the row (SET_ROWS, I8): the
+ * shapes of rank ≥ 2 above (the scales are per innermost row). The scales, src2, are a view
+ * one element into an F32 allocation two longer, so a write past them shows; the rows written
+ * take turns at the quantizer's edges (i8_edge_row), and those left alone — by an index
+ * outside [0, R) or by none — must keep their random codes and scales. Codes and scales are
+ * plugin.h's bits: the reference's are held to the checker's quantizer, the plugin's to the
+ * reference's. */
+static mmrt_status set_rows_i8(struct chk *c, size_t i, uint64_t serial, struct mmrt_error *err)
+{
+    const int nd = set_rows_cases[i].n_dims;
+    const int64_t *ne = set_rows_cases[i].ne, R = ne[0], T = set_rows_cases[i].T, D = ne[nd - 1];
+    int64_t n = 1, vne[4], sne[3], snb[3];
+    for (int j = 1; j < nd; j++)
+        n *= ne[j];
+    const int64_t per = n / D; /* scales per dst row */
+    memcpy(vne, ne, sizeof vne);
+    vne[0] = T;
+    for (int64_t j = nd - 2, stride = 1; j >= 0; stride *= ne[j], j--) {
+        sne[j] = ne[j];
+        snb[j] = stride;
+    }
+    struct kase k;
+    kase_begin(&k, c, MMRT_OP_SET_ROWS, mmrt_dtype_name_of(MMRT_DTYPE_I8), serial,
+               "%lld rows of %lld into [%lld, …] (%d dims), %lld row scales%s", (long long)T,
+               (long long)n, (long long)R, nd, (long long)(R * per),
+               T > 2 ? ", 2 out of range" : "");
+    struct kt *v = kt_new(&k, MMRT_DTYPE_F32, nd, vne);
+    struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
+    struct kt *y = kt_new(&k, MMRT_DTYPE_I8, nd, ne);
+    struct kt *sbase = kt_new(&k, MMRT_DTYPE_F32, SHAPE(R * per + 2));
+    struct kt *sc = sbase ? kt_view(&k, sbase, nd - 1, sne, snb, 1) : NULL;
+    int32_t *iv = kase_ints(&k, R > T ? R : T);
+    float *vv = kase_floats(&k, T * n), *old_s = kase_floats(&k, R * per),
+          *want_s = kase_floats(&k, R * per);
+    int8_t *old_q = (int8_t *)kase_ints(&k, (R * n + 3) / 4), /* bytes in int-sized storage */
+        *want_q = (int8_t *)kase_ints(&k, (R * n + 3) / 4);
+    if (iv && vv && old_s && want_s && old_q && want_q) {
+        set_rows_indices(&k, iv, R, T, i);
+        kt_set_raw(&k, idx, iv);
+        for (int64_t j = 0; j < R * n; j++)
+            old_q[j] = (int8_t)kase_int(&k, -127, 127);
+        for (int64_t j = 0; j < R * per; j++)
+            old_s[j] = kase_float(&k, -4, 4);
+        memcpy(want_q, old_q, (size_t)(R * n));
+        memcpy(want_s, old_s, (size_t)(R * per) * sizeof(float));
+        for (int64_t j = 0; j < T * n; j++)
+            vv[j] = kase_float(&k, -5, 5);
+        for (int64_t t = 0, w = (int64_t)i; t < T; t++) {
+            if (iv[t] < 0 || iv[t] >= R)
+                continue;
+            for (int64_t j = 0; j < per; j++, w++) {
+                float *x = vv + (t * per + j) * D;
+                i8_edge_row(&k, x, D, w);
+                mmrt_ref_i8_row_quantize(x, D, want_q + (iv[t] * per + j) * D,
+                                    &want_s[iv[t] * per + j]);
+            }
+        }
+        kt_set(&k, v, vv);
+        kt_set_raw(&k, y, old_q);
+        kt_set_raw(&k, sc, old_s);
+    }
+    kase_run(&k, (const struct kt *[]){v, idx, sc}, 3, y, NULL, 0);
+    kase_expect(&k, y, want_q);
+    kase_expect(&k, sc, want_s);
+    kase_check(&k, y);
+    kase_check(&k, sc);
+    return kase_end(&k, err);
+}
+
 static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
 {
-    static const struct {
-        int n_dims;
-        int64_t ne[4]; /* dst [R, …] */
-        int64_t T;
-        int quick;
-    } cases[] = {
-        {3, {16, 4, 8}, 1, Q},   {3, {4096, 8, 128}, 1, 0}, {2, {7, 33}, 5, Q},
-        {1, {9}, 6, 0},          {4, {40, 2, 3, 5}, 9, 0},  {2, {64, 128}, 64, Q},
-        {3, {300, 2, 64}, 129, 0}, {2, {1, 1}, 1, 0},
-    };
-    static const int32_t outside[] = {-1, INT32_MIN, INT32_MAX, -1000};
+    const size_t n_cases = sizeof set_rows_cases / sizeof set_rows_cases[0];
     uint64_t serial = 0;
-    for (int d = 0; d < 4; d++)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
-            if (!want(c, cases[i].quick))
+    for (int d = 0; d < 5; d++)
+        for (size_t i = 0; i < n_cases; i++, serial++) {
+            if (!want(c, set_rows_cases[i].quick))
                 continue;
-            int nd = cases[i].n_dims;
-            int64_t R = cases[i].ne[0], T = cases[i].T, n = 1, vne[4];
+            if (kv_table_dts[d] == MMRT_DTYPE_I8) {
+                mmrt_status st = set_rows_cases[i].n_dims < 2 ? MMRT_OK
+                                                              : set_rows_i8(c, i, serial, err);
+                if (st != MMRT_OK)
+                    return st;
+                continue;
+            }
+            int nd = set_rows_cases[i].n_dims;
+            int64_t R = set_rows_cases[i].ne[0], T = set_rows_cases[i].T, n = 1, vne[4];
             for (int j = 1; j < nd; j++)
-                n *= cases[i].ne[j];
-            memcpy(vne, cases[i].ne, sizeof vne);
+                n *= set_rows_cases[i].ne[j];
+            memcpy(vne, set_rows_cases[i].ne, sizeof vne);
             vne[0] = T;
             struct kase k;
             kase_begin(&k, c, MMRT_OP_SET_ROWS, mmrt_dtype_name_of(kv_table_dts[d]), serial,
@@ -1520,22 +1742,11 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
                        (long long)n, (long long)R, nd, T > 2 ? ", 2 out of range" : "");
             struct kt *v = kt_new(&k, MMRT_DTYPE_F32, nd, vne);
             struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(T));
-            struct kt *y = kt_new(&k, kv_table_dts[d], nd, cases[i].ne);
+            struct kt *y = kt_new(&k, kv_table_dts[d], nd, set_rows_cases[i].ne);
             int32_t *iv = kase_ints(&k, R > T ? R : T);
             float *vv = kase_floats(&k, T * n);
             if (iv && vv) {
-                for (int64_t r = 0; r < R; r++) /* distinct indices: a shuffled prefix */
-                    iv[r] = (int32_t)r;
-                for (int64_t r = R - 1; r > 0; r--) {
-                    int64_t j = kase_int(&k, 0, (int)r);
-                    int32_t t = iv[r];
-                    iv[r] = iv[j];
-                    iv[j] = t;
-                }
-                if (T > 2) {
-                    iv[1] = (int32_t)R;
-                    iv[2] = outside[i % 4];
-                }
+                set_rows_indices(&k, iv, R, T, i);
                 kt_set_raw(&k, idx, iv);
                 int64_t ns = sizeof set_rows_specials / sizeof set_rows_specials[0];
                 for (int64_t j = 0; j < T * n; j++)
@@ -1556,13 +1767,60 @@ static mmrt_status grid_set_rows(struct chk *c, struct mmrt_error *err)
 
 /* ---- GATHER_HEADS ------------------------------------------------------------------------ */
 
+/* Table rows (R · H of D values) to codes and scales; row r, in turn: all zero (scale 0),
+ * tiny (a subnormal scale: products the device must not flush), holding an infinity (scale
+ * +inf: the row reads as NaN), or scaled by 2^-4 … 2^4 so the rows' scales differ. */
+static void gather_i8_table(float *v, int64_t rows, int64_t D, int8_t *q, float *s)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *x = v + r * D;
+        for (int64_t i = 0; i < D; i++)
+            x[i] = r % 11 == 5 ? 0.0f : r % 13 == 7 ? x[i] * 0x1p-130f
+                                                     : ldexpf(x[i], (int)(r % 9) - 4);
+        if (r % 17 == 9)
+            x[D / 2] = INFINITY;
+        mmrt_ref_i8_row_quantize(x, D, q + r * D, &s[r]);
+    }
+}
+
+/* plugin.h's GATHER_HEADS on an I8 table, as the checker reads it: each kept element widened
+ * to (float)code · scale, one rounded product (a statement of its own, which ISO C does not
+ * contract into the sum), the rows added in g order, one division by the count when it is 2 or
+ * more, and +0 for a group that keeps nothing. */
+static void gather_i8_want(const int8_t *q, const float *s, const int32_t *idx, int64_t R,
+                           int64_t H, int64_t D, int64_t N, int64_t G, float *y)
+{
+    for (int64_t nh = 0; nh < N * H; nh++) {
+        float *out = y + nh * D;
+        int kept = 0;
+        for (int64_t g = 0; g < G; g++) {
+            const int32_t r = idx[nh * G + g];
+            if (r < 0 || r >= R)
+                continue;
+            const int64_t row = (int64_t)r * H + nh % H;
+            for (int64_t e = 0; e < D; e++) {
+                const float x = (float)q[row * D + e] * s[row];
+                out[e] = kept ? out[e] + x : x;
+            }
+            kept++;
+        }
+        for (int64_t e = 0; e < D; e++)
+            out[e] = kept == 0 ? 0.0f : kept == 1 ? out[e] : out[e] / (float)kept;
+    }
+}
+
 /* Image-token KV compression: rows kept one by one (G = 1: any order, repeats) and pooled
  * groups (G = 2, 4, 9) that are ragged (−1 and INT32_MIN padding), one group that is all
  * padding (zeros), and entries R, R + 1 and INT32_MAX that must be skipped like padding. The
  * table is the first R rows of an allocation whose two rows past R are never written (NaN),
  * so reading an entry that should have been skipped poisons the result; its first value is −0,
  * which a G = 1 copy keeps. Head dims 1, 7, 40 (off every vector width), 64, 128, 257.
- * Bit-exact: plugin.h fixes the order of the f32 additions and the one division. */
+ * Bit-exact: plugin.h fixes the order of the f32 additions and the one division.
+ *
+ * An I8 table (ABI 1.7) holds such values reshaped by rows and quantized (gather_i8_table),
+ * with its scales as src2: the first R · H of an allocation whose 2 · H past them stay NaN, so
+ * a row past R reads as NaN here too (an I8 row has no −0). plugin.h fixes every bit from the
+ * codes and scales, so the reference is held to the checker's model (gather_i8_want) too. */
 static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
 {
     static const struct {
@@ -1574,12 +1832,13 @@ static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
         {50, 1, 257, 5, 2, 0},   {5, 2, 64, 8, 9, 0},
     };
     uint64_t serial = 0;
-    for (int d = 0; d < 4; d++)
+    for (int d = 0; d < 5; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, serial++) {
             if (!want(c, cases[i].quick))
                 continue;
             const int64_t R = cases[i].R, H = cases[i].H, D = cases[i].D, N = cases[i].N,
                           G = cases[i].G;
+            const bool i8 = kv_table_dts[d] == MMRT_DTYPE_I8;
             struct kase k;
             kase_begin(&k, c, MMRT_OP_GATHER_HEADS, mmrt_dtype_name_of(kv_table_dts[d]), serial,
                        "table [%lld, %lld, %lld], idx [%lld, %lld, %lld]%s", (long long)R,
@@ -1588,15 +1847,26 @@ static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
             struct kt *base = kt_new(&k, kv_table_dts[d], SHAPE(R + 2, H, D));
             struct kt *tab =
                 base ? kt_view(&k, base, SHAPE(R, H, D), (const int64_t[]){H * D, D, 1}, 0) : NULL;
+            struct kt *sbase = i8 ? kt_new(&k, MMRT_DTYPE_F32, SHAPE((R + 2) * H)) : NULL;
+            struct kt *sc =
+                sbase ? kt_view(&k, sbase, SHAPE(R * H), (const int64_t[]){1}, 0) : NULL;
             struct kt *idx = kt_new(&k, MMRT_DTYPE_I32, SHAPE(N, H, G));
             struct kt *y = kt_new(&k, MMRT_DTYPE_F32, SHAPE(N, H, D));
             float *tv = kase_floats(&k, R * H * D);
             int32_t *iv = kase_ints(&k, N * H * G);
-            if (tv && iv) {
+            int8_t *tq = i8 ? (int8_t *)kase_ints(&k, (R * H * D + 3) / 4) : NULL;
+            float *ts = i8 ? kase_floats(&k, R * H) : NULL, *want_y = NULL;
+            if (tv && iv && (!i8 || (tq && ts))) {
                 for (int64_t j = 0; j < R * H * D; j++)
                     tv[j] = kase_float(&k, -100, 100);
                 tv[0] = -0.0f;
-                kt_set(&k, tab, tv);
+                if (i8) {
+                    gather_i8_table(tv, R * H, D, tq, ts);
+                    kt_set_raw(&k, tab, tq);
+                    kt_set_raw(&k, sc, ts);
+                } else {
+                    kt_set(&k, tab, tv);
+                }
                 static const int32_t skipped[] = {-1, INT32_MIN, -1, INT32_MAX};
                 for (int64_t r = 0; r < N * H; r++) {
                     int32_t *grp = iv + r * G;
@@ -1621,8 +1891,12 @@ static mmrt_status grid_gather_heads(struct chk *c, struct mmrt_error *err)
                     for (int64_t g = 0; g < G; g++) /* a group of nothing but padding */
                         iv[2 * G + g] = g % 2 ? INT32_MIN : -1;
                 kt_set_raw(&k, idx, iv);
+                if (i8 && (want_y = kase_floats(&k, N * H * D)) != NULL)
+                    gather_i8_want(tq, ts, iv, R, H, D, N, G, want_y);
             }
-            kase_run(&k, (const struct kt *[]){tab, idx}, 2, y, NULL, 0);
+            kase_run(&k, (const struct kt *[]){tab, idx, sc}, i8 ? 3 : 2, y, NULL, 0);
+            if (want_y)
+                kase_expect(&k, y, want_y);
             kase_check(&k, y);
             END_CASE();
         }

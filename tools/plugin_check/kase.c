@@ -528,8 +528,10 @@ void kase_run(struct kase *k, const struct kt *const *src, int n_src, const stru
         b->dirty = false;
     }
     for (int d = 0; d < 2; d++) {
-        const struct mmrt_tensor *s[MMRT_MAX_SRC] = {0};
-        for (int i = 0; i < n_src && i < MMRT_MAX_SRC; i++)
+        /* The core puts sources past the sixth into op_args.src_ext (ABI 1.7): a launch
+         * with an I8 store's scales as src6 / src7 reads all of this array. */
+        const struct mmrt_tensor *s[MMRT_MAX_SRC_ALL] = {0};
+        for (int i = 0; i < n_src && i < MMRT_MAX_SRC_ALL; i++)
             s[i] = src[i] ? &src[i]->v[d] : NULL;
         mmrt_status st = mmrt_op_launch(k->c->dev[d], k->op, s, n_src, &dst->v[d], params,
                                         params_size, &err);
@@ -560,6 +562,43 @@ static void describe_index(const struct kt *t, int64_t flat, char *buf, size_t s
                                  (long long)idx[i]);
     if (used < size)
         snprintf(buf + used, size - used, "]");
+}
+
+void kase_expect(struct kase *k, const struct kt *t, const void *want)
+{
+    if (k->st != MMRT_OK)
+        return;
+    const struct kase_base *b = &k->bases[t->base];
+    unsigned char *ref = malloc(b->nbytes ? (size_t)b->nbytes : 1);
+    struct mmrt_error err;
+    if (!ref) {
+        kase_fail(k, MMRT_ERR_NO_MEMORY, CHK_ERROR, "out of host memory (%llu bytes)",
+                  (unsigned long long)b->nbytes);
+        return;
+    }
+    mmrt_status st = mmrt_dev_download(k->c->dev[0], &b->dt[0].t, ref, b->nbytes, &err);
+    if (st != MMRT_OK) {
+        kase_fail(k, st, CHK_ERROR, "%s", err.msg);
+        free(ref);
+        return;
+    }
+    const size_t es = mmrt_dtype_size(b->dtype);
+    struct walk w;
+    uint64_t off = 0;
+    walk_init(&w, t);
+    for (int64_t i = 0; walk_next(&w, &off); i++) {
+        const unsigned char *e = (const unsigned char *)want + (size_t)i * es;
+        double r = get_elem(ref + off, b->dtype), x = get_elem(e, b->dtype);
+        if (memcmp(ref + off, e, es) == 0 || (isnan(r) && isnan(x)))
+            continue;
+        char where[64];
+        describe_index(t, i, where, sizeof where);
+        kase_fail(k, MMRT_ERR_INTERNAL, CHK_ERROR, "the reference plugin gives %.9g at %s "
+                  "where plugin.h gives %.9g (the reference or the checker is wrong)", r, where,
+                  x);
+        break;
+    }
+    free(ref);
 }
 
 void kase_check(struct kase *k, const struct kt *dst)

@@ -36,9 +36,9 @@
 #define SHAPE(...)                                                                             \
     (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
 
-#define KASE_MAX_BASES 12
-#define KASE_MAX_TENSORS 16
-#define KASE_MAX_TEMPS 16
+#define KASE_MAX_BASES 16
+#define KASE_MAX_TENSORS 24
+#define KASE_MAX_TEMPS 32
 
 /* One allocation, on both devices, and the bytes both get. */
 struct kase_base {
@@ -119,12 +119,21 @@ float *kase_floats(struct kase *k, int64_t n);
 int32_t *kase_ints(struct kase *k, int64_t n);
 
 /* Uploads what changed, then launches op on the reference and on the plugin. src entries may
- * be NULL (absent optional inputs). */
+ * be NULL (absent optional inputs); n_src ≤ MMRT_MAX_SRC_ALL (sources 6 and 7, an I8 store's
+ * scales, reach the kernel in op_args.src_ext). */
 void kase_run(struct kase *k, const struct kt *const *src, int n_src, const struct kt *dst,
               const void *params, uint32_t params_size);
 
 /* Downloads dst's allocation from both devices and compares (see check.h). */
 void kase_check(struct kase *k, const struct kt *dst);
+
+/* Where plugin.h fixes an output bit for bit (an I8 store's codes and scales, GATHER_HEADS
+ * from one), the reference is held to the checker's own model of the header too: downloads
+ * t's allocation from the reference device and compares the elements t covers with want
+ * (numel(t) raw elements of t's dtype, row-major over the view; NaN meets any NaN). A
+ * difference is CHK_ERROR — the reference plugin and plugin.h disagree, which is no fault of
+ * the plugin under test. Call it before kase_check, which holds the plugin to the reference. */
+void kase_expect(struct kase *k, const struct kt *t, const void *want);
 
 /* Records the case, frees everything it allocated. MMRT_OK unless the result could not be
  * recorded (host memory). */

@@ -68,15 +68,16 @@ static const struct chk_tolerance table[] = {
     {MMRT_OP_GET_ROWS, NULL, 0, "a copy with exact F16/BF16 → F32 widening: bit-exact"},
     {MMRT_OP_SET_ROWS, NULL, 0,
      "moves rows, converting F32 to F16/BF16 with round-to-nearest-even as plugin.h "
-     "specifies; rows with an out-of-range index stay as they were: bit-exact"},
+     "specifies, or to I8 codes and a row scale by its quantizer; rows with an out-of-range "
+     "index (and their scales) stay as they were: bit-exact"},
     {MMRT_OP_PATCH_EMBED, NULL, 5e-5,
      "a convolution is a dot product of C·P·P terms (up to 3·30·30) summed in any order"},
     {MMRT_OP_CONCAT, NULL, 0, "moves bytes: bit-exact"},
     {MMRT_OP_COPY, NULL, 0,
      "moves bytes, or converts with round-to-nearest-even as plugin.h specifies: bit-exact"},
     {MMRT_OP_GATHER_HEADS, NULL, 0,
-     "plugin.h fixes the arithmetic: rows widened exactly, f32 additions in g order, one "
-     "correctly rounded division: bit-exact"},
+     "plugin.h fixes the arithmetic: rows widened exactly (an I8 code to code · scale, one "
+     "rounded product), f32 additions in g order, one correctly rounded division: bit-exact"},
     {MMRT_OP_L2_NORM, NULL, 1e-5,
      "a sum of up to 4099 squares in any f32 (or double) order, then a square root: a few "
      "ulp of the norm; a wrong row or a missed element costs ~1e-3 or more"},

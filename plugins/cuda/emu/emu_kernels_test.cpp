@@ -23,6 +23,7 @@
 #include "mmrt/plugin.h"
 
 extern "C" {
+#include "kv_i8_ref.h"
 #include "ref_ops.h"
 }
 
@@ -98,20 +99,11 @@ static float bf16_f(uint16_t h)
     return f;
 }
 
-/* plugin.h "I8 with row scales", in plain C float arithmetic (no intrinsics, contraction
- * off): amax over the non-NaN |x|, s = amax / 127, code = x / s rounded to nearest even and
- * clamped to ±127, a NaN quotient 0. Writes the D codes, returns s. */
+/* plugin.h "I8 with row scales" (tools/common/kv_i8_ref.h): writes the D codes, returns s. */
 static float ref_i8_row(const float *x, int64_t D, int8_t *codes)
 {
-    float amax = 0.0f;
-    for (int64_t k = 0; k < D; k++)
-        if (fabsf(x[k]) > amax)
-            amax = fabsf(x[k]);
-    const float s = amax / 127.0f;
-    for (int64_t k = 0; k < D; k++) {
-        const float q = x[k] / s;
-        codes[k] = isnan(q) ? 0 : q >= 127.0f ? 127 : q <= -127.0f ? -127 : (int8_t)rintf(q);
-    }
+    float s;
+    mmrt_ref_i8_row_quantize(x, D, codes, &s);
     return s;
 }
 
