@@ -351,6 +351,41 @@ static void test_batch_vision_on_opencl(void **state)
     check_batch("qwen2vl-tiny", &(struct setup){ .vision_plugin = "opencl" }, false);
 }
 
+/* fuyu-tiny with the KV cache stored as kv (printed as name) against the F32 cache: the store
+ * takes bytes_num / bytes_den of F32's bytes per position, and the worst relative logits
+ * error over the golden cases is above 0 (the cache really is narrow) and below bound. */
+static void kv_dtype_against_f32(enum mmrt_kv_dtype kv, const char *name, int64_t bytes_num,
+                                 int64_t bytes_den, double bound)
+{
+    struct golden_cases c;
+    golden_cases_load("fuyu-tiny", &c);
+    struct mmrt_runtime *f32 = open_rt("fuyu-tiny", &(struct setup){ 0 });
+    struct mmrt_runtime *nar = open_rt("fuyu-tiny", &(struct setup){ .kv_dtype = kv });
+    struct mmrt_memory_report a = { .struct_size = sizeof a }, b = { .struct_size = sizeof b };
+    assert_int_equal(mmrt_device_memory(f32, 0, &a), MMRT_OK);
+    assert_int_equal(mmrt_device_memory(nar, 0, &b), MMRT_OK);
+    assert_int_equal(b.kv_bytes * bytes_den * (a.kv_pages_total * a.kv_page_tokens),
+                     a.kv_bytes * bytes_num * (b.kv_pages_total * b.kv_page_tokens));
+    struct golden_capture x[MAX_CASES] = { { 0 } }, y[MAX_CASES] = { { 0 } };
+    run_solo(f32, &c, x);
+    run_solo(nar, &c, y);
+    double worst = 0;
+    for (int i = 0; i < c.n; i++)
+        for (int st = 0; st < GOLDEN_MAX_STEPS && x[i].logits[st] && y[i].logits[st]; st++) {
+            double e = golden_rel_err(y[i].logits[st], x[i].logits[st], x[i].vocab);
+            worst = e > worst ? e : worst;
+        }
+    if (getenv("MMRT_TEST_VERBOSE"))
+        fprintf(stderr, "fuyu-tiny: %s KV against F32: worst logits rel err %.3g\n", name, worst);
+    assert_true(worst > 0);
+    assert_true(worst < bound);
+    free_caps(x, c.n);
+    free_caps(y, c.n);
+    mmrt_destroy(nar);
+    mmrt_destroy(f32);
+    json_decref(c.json);
+}
+
 /* An F16 KV cache: batched requests still give their solo bits (the rounding is per row), and
  * against the F32 cache the logits move by what rounding K and V to F16 costs. */
 static void test_kv_f16(void **state)
@@ -358,33 +393,7 @@ static void test_kv_f16(void **state)
     (void)state;
     check_batch("llava-tiny", &(struct setup){ .kv_dtype = MMRT_KV_F16 }, false);
     check_batch("qwen2vl-tiny", &(struct setup){ .kv_dtype = MMRT_KV_F16, .prefill_chunk = 16 }, false);
-    struct golden_cases c;
-    golden_cases_load("fuyu-tiny", &c);
-    struct mmrt_runtime *f32 = open_rt("fuyu-tiny", &(struct setup){ 0 });
-    struct mmrt_runtime *f16 = open_rt("fuyu-tiny", &(struct setup){ .kv_dtype = MMRT_KV_F16 });
-    struct mmrt_memory_report a = { .struct_size = sizeof a }, b = { .struct_size = sizeof b };
-    assert_int_equal(mmrt_device_memory(f32, 0, &a), MMRT_OK);
-    assert_int_equal(mmrt_device_memory(f16, 0, &b), MMRT_OK);
-    assert_int_equal(b.kv_bytes * 2, a.kv_bytes * (b.kv_pages_total * b.kv_page_tokens) /
-                                         (a.kv_pages_total * a.kv_page_tokens));
-    struct golden_capture x[MAX_CASES] = { { 0 } }, y[MAX_CASES] = { { 0 } };
-    run_solo(f32, &c, x);
-    run_solo(f16, &c, y);
-    double worst = 0;
-    for (int i = 0; i < c.n; i++)
-        for (int st = 0; st < GOLDEN_MAX_STEPS && x[i].logits[st] && y[i].logits[st]; st++) {
-            double e = golden_rel_err(y[i].logits[st], x[i].logits[st], x[i].vocab);
-            worst = e > worst ? e : worst;
-        }
-    assert_true(worst > 0);  /* the cache really is F16 */
-    assert_true(worst < 0.05);
-    if (getenv("MMRT_TEST_VERBOSE"))
-        fprintf(stderr, "fuyu-tiny: F16 KV against F32: worst logits rel err %.3g\n", worst);
-    free_caps(x, c.n);
-    free_caps(y, c.n);
-    mmrt_destroy(f16);
-    mmrt_destroy(f32);
-    json_decref(c.json);
+    kv_dtype_against_f32(MMRT_KV_F16, "F16", 1, 2, 0.05);
 }
 
 /* An INT8 KV cache (ABI 1.7, row scales): batched, preempted and chunked requests give their
@@ -411,36 +420,9 @@ static void test_kv_int8(void **state)
                                                     .image_kv_keep = 0.25,
                                                     .image_kv_policy = MMRT_IMAGE_KV_POOL2X2 },
                 false);
-    struct golden_cases c;
-    golden_cases_load("fuyu-tiny", &c);
-    struct mmrt_runtime *f32 = open_rt("fuyu-tiny", &(struct setup){ 0 });
-    struct mmrt_runtime *i8 = open_rt("fuyu-tiny", &(struct setup){ .kv_dtype = MMRT_KV_INT8 });
-    struct mmrt_memory_report a = { .struct_size = sizeof a }, b = { .struct_size = sizeof b };
-    assert_int_equal(mmrt_device_memory(f32, 0, &a), MMRT_OK);
-    assert_int_equal(mmrt_device_memory(i8, 0, &b), MMRT_OK);
-    assert_string_equal(b.kv_dtype, "I8");
     /* Per position: a quarter of F32's bytes, plus a 4-byte scale per head_dim = 8 codes
-     * (fuyu-tiny: hidden 32 in 4 heads); a 7B model's head_dim of 128 pays 3 % for them. */
-    assert_int_equal(b.kv_bytes * 4 * 8 * (a.kv_pages_total * a.kv_page_tokens),
-                     a.kv_bytes * (8 + 4) * (b.kv_pages_total * b.kv_page_tokens));
-    struct golden_capture x[MAX_CASES] = { { 0 } }, y[MAX_CASES] = { { 0 } };
-    run_solo(f32, &c, x);
-    run_solo(i8, &c, y);
-    double worst = 0;
-    for (int i = 0; i < c.n; i++)
-        for (int st = 0; st < GOLDEN_MAX_STEPS && x[i].logits[st] && y[i].logits[st]; st++) {
-            double e = golden_rel_err(y[i].logits[st], x[i].logits[st], x[i].vocab);
-            worst = e > worst ? e : worst;
-        }
-    if (getenv("MMRT_TEST_VERBOSE"))
-        fprintf(stderr, "fuyu-tiny: INT8 KV against F32: worst logits rel err %.3g\n", worst);
-    assert_true(worst > 0); /* the cache really is INT8 */
-    assert_true(worst < INT8_KV_WORST_REL_ERR);
-    free_caps(x, c.n);
-    free_caps(y, c.n);
-    mmrt_destroy(i8);
-    mmrt_destroy(f32);
-    json_decref(c.json);
+     * (fuyu-tiny: hidden 32 in 4 heads), 12/32; a 7B model's head_dim of 128 pays 3 %. */
+    kv_dtype_against_f32(MMRT_KV_INT8, "INT8", 8 + 4, 4 * 8, INT8_KV_WORST_REL_ERR);
 }
 
 /* An FP8 E4M3 KV cache (ABI 1.6): batched requests give their solo bits (conversion is per
@@ -455,33 +437,7 @@ static void test_kv_fp8(void **state)
                 false);
     check_batch("llava-tiny-swa", &(struct setup){ .kv_dtype = MMRT_KV_FP8,
                                                    .no_prefix_cache = true }, false);
-    struct golden_cases c;
-    golden_cases_load("fuyu-tiny", &c);
-    struct mmrt_runtime *f32 = open_rt("fuyu-tiny", &(struct setup){ 0 });
-    struct mmrt_runtime *f8 = open_rt("fuyu-tiny", &(struct setup){ .kv_dtype = MMRT_KV_FP8 });
-    struct mmrt_memory_report a = { .struct_size = sizeof a }, b = { .struct_size = sizeof b };
-    assert_int_equal(mmrt_device_memory(f32, 0, &a), MMRT_OK);
-    assert_int_equal(mmrt_device_memory(f8, 0, &b), MMRT_OK);
-    assert_int_equal(b.kv_bytes * 4, a.kv_bytes * (b.kv_pages_total * b.kv_page_tokens) /
-                                         (a.kv_pages_total * a.kv_page_tokens));
-    struct golden_capture x[MAX_CASES] = { { 0 } }, y[MAX_CASES] = { { 0 } };
-    run_solo(f32, &c, x);
-    run_solo(f8, &c, y);
-    double worst = 0;
-    for (int i = 0; i < c.n; i++)
-        for (int st = 0; st < GOLDEN_MAX_STEPS && x[i].logits[st] && y[i].logits[st]; st++) {
-            double e = golden_rel_err(y[i].logits[st], x[i].logits[st], x[i].vocab);
-            worst = e > worst ? e : worst;
-        }
-    if (getenv("MMRT_TEST_VERBOSE"))
-        fprintf(stderr, "fuyu-tiny: FP8 KV against F32: worst logits rel err %.3g\n", worst);
-    assert_true(worst > 0); /* the cache really is FP8 */
-    assert_true(worst < FP8_KV_WORST_REL_ERR);
-    free_caps(x, c.n);
-    free_caps(y, c.n);
-    mmrt_destroy(f8);
-    mmrt_destroy(f32);
-    json_decref(c.json);
+    kv_dtype_against_f32(MMRT_KV_FP8, "FP8", 1, 4, FP8_KV_WORST_REL_ERR);
 }
 
 /* Chunked prefill against one chunk: the same tokens, logits within the golden tolerance. */

@@ -606,6 +606,19 @@ static void test_validate_attention_window(void **state)
     mmrt_plugin_release(old);
 }
 
+/* Device "old" of the ABI 1.3 stub (a plugin that predates F8E4M3 and I8 stores); *old gets
+ * the plugin to release after closing the device. */
+static struct mmrt_dev *open_abi13(struct mmrt_loaded_plugin **old)
+{
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), old, &err), MMRT_OK);
+    struct mmrt_dev *dev = NULL;
+    assert_int_equal(mmrt_dev_open_plugin("old", *old, 1, 4 << 20, MMRT_POOL_LEVEL1_DEFAULT,
+                                          NULL, 0, &dev, &err),
+                     MMRT_OK);
+    return dev;
+}
+
 /* F8E4M3 (ABI 1.6): the front takes it where plugin.h says (paged K/V here) and refuses it
  * to COPY; a plugin built before 1.6 is never handed it, with a message naming the device
  * (the abi13 stub's ATTENTION_PAGED would only log its call). */
@@ -614,11 +627,7 @@ static void test_validate_f8e4m3(void **state)
     (void)state;
     struct mmrt_error err = { 0 };
     struct mmrt_loaded_plugin *old = NULL;
-    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), &old, &err), MMRT_OK);
-    struct mmrt_dev *dev = NULL;
-    assert_int_equal(mmrt_dev_open_plugin("old", old, 1, 4 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL,
-                                          0, &dev, &err),
-                     MMRT_OK);
+    struct mmrt_dev *dev = open_abi13(&old);
     struct mmrt_dev_tensor q, kp, cq, lens, table, y, f32;
     struct tspec all[] = {
         { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },  { &kp, MMRT_DTYPE_F8E4M3, 4, { 2, 4, 2, 8 } },
@@ -653,11 +662,7 @@ static void test_validate_i8_kv(void **state)
     (void)state;
     struct mmrt_error err = { 0 };
     struct mmrt_loaded_plugin *old = NULL;
-    assert_int_equal(mmrt_plugin_load_file(plugin_file("abi13"), &old, &err), MMRT_OK);
-    struct mmrt_dev *dev = NULL;
-    assert_int_equal(mmrt_dev_open_plugin("old", old, 1, 4 << 20, MMRT_POOL_LEVEL1_DEFAULT, NULL,
-                                          0, &dev, &err),
-                     MMRT_OK);
+    struct mmrt_dev *dev = open_abi13(&old);
     struct mmrt_dev_tensor q, kp, ks, ks15, cq, lens, table, y, f32p, vals, idx, rows, v1, r1, r1s;
     struct tspec all[] = {
         { &q, MMRT_DTYPE_F32, 3, { 3, 4, 8 } },   { &kp, MMRT_DTYPE_I8, 4, { 2, 4, 2, 8 } },

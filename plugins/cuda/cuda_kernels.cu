@@ -436,6 +436,18 @@ constexpr int kWarpRows = kThreads / 32; /* rows per block where a warp serves a
  * part whatever their t, k): if there is one, that later row owns the destination and t is
  * skipped, so duplicates never mix elements of two rows. For the one-token decode step the
  * scan is empty. Element types are raw bits: F32 → F32 keeps NaN payloads. */
+/* Whether token t of a block's SET_ROWS writes: its index is in [0, R) and no later token
+ * names the same row. Every thread of the block must call it (a block-wide sum). */
+__device__ __forceinline__ bool set_rows_owns(const int32_t *idx, int64_t t, int64_t T,
+                                              int64_t R)
+{
+    const int32_t r = idx[t];
+    int later = 0;
+    for (int64_t u = t + 1 + threadIdx.x; u < T && !later; u += blockDim.x)
+        later = idx[u] == r;
+    return block_sum<int>(later) == 0 && r >= 0 && r < R;
+}
+
 template <int DT>
 __global__ void __launch_bounds__(kThreads)
 set_rows_kernel(void *dst, int64_t R, const uint32_t *src, const int32_t *idx, int64_t T,
@@ -443,10 +455,7 @@ set_rows_kernel(void *dst, int64_t R, const uint32_t *src, const int32_t *idx, i
 {
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const int32_t r = idx[t];
-        int later = 0;
-        for (int64_t u = t + 1 + threadIdx.x; u < T && !later; u += blockDim.x)
-            later = idx[u] == r;
-        if (block_sum<int>(later) != 0 || r < 0 || r >= R)
+        if (!set_rows_owns(idx, t, T, R))
             continue;
         const uint32_t *s = src + t * n;
         for (int64_t k = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; k < n;
@@ -477,10 +486,7 @@ set_rows_i8_kernel(int8_t *dst, float *scales, int64_t R, const float *src, cons
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
         const int32_t r = idx[t];
-        int later = 0;
-        for (int64_t u = t + 1 + threadIdx.x; u < T && !later; u += blockDim.x)
-            later = idx[u] == r;
-        if (block_sum<int>(later) != 0 || r < 0 || r >= R)
+        if (!set_rows_owns(idx, t, T, R))
             continue;
         for (int64_t i = (int64_t)blockIdx.y * kWarpRows + warp; i < per;
              i += (int64_t)gridDim.y * kWarpRows) {
