@@ -17,7 +17,8 @@
  * shape as a smoke test (never a timing assertion). test_cpu_isa checks the same on every
  * kernel table and dtype.
  *
- * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] [--dtype f32|f16|bf16|u4]
+ * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N]
+ *                       [--dtype f32|f16|bf16|i8|u4]
  *                       [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] M…
  */
 #define _POSIX_C_SOURCE 200809L
@@ -34,7 +35,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
-                    "[--dtype f32|f16|bf16|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
+                    "[--dtype f32|f16|bf16|i8|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
                     "M…\n");
     return 2;
 }
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
                          : strcmp(dtname, "bf16") == 0 ? MMRT_DTYPE_BF16
                          : strcmp(dtname, "f16") == 0  ? MMRT_DTYPE_F16
                          : strcmp(dtname, "u4") == 0   ? MMRT_DTYPE_U4
+                         : strcmp(dtname, "i8") == 0   ? MMRT_DTYPE_I8
                                                        : (enum mmrt_dtype)-1;
     /* u4: INT4 as [model] weights = int4 holds it, groups of 128 with a scale and a zero
      * point each (plugin.h MATMUL), so K must be whole groups */
@@ -106,14 +108,16 @@ int main(int argc, char **argv)
     /* W [N, K] in dt, and the largest x; smaller M use its first rows, so every row of every
      * M has one M = 1 counterpart. */
     /* bytes of W: u4 packs two codes a byte, and its scales and zero points add 8 per group */
-    const double es = dt == MMRT_DTYPE_F32 ? 4 : dt == MMRT_DTYPE_U4 ? 0.5 + 8.0 / U4_GROUP : 2;
-    const int64_t G = K / U4_GROUP;
-    void *w = malloc(dt == MMRT_DTYPE_U4 ? (size_t)(N * K / 2) : (size_t)(N * K) * (size_t)es);
-    float *sz = dt == MMRT_DTYPE_U4 ? malloc((size_t)(2 * N * G) * sizeof(float)) : NULL;
+    /* (i8: one byte a code; its row scales, 4/K, are left out as in mmrt-bench) */
+    const bool u4 = dt == MMRT_DTYPE_U4, i8 = dt == MMRT_DTYPE_I8;
+    const double es = dt == MMRT_DTYPE_F32 ? 4 : u4 ? 0.5 + 8.0 / U4_GROUP : i8 ? 1 : 2;
+    const int64_t G = u4 ? K / U4_GROUP : 1;
+    void *w = malloc(u4 ? (size_t)(N * K / 2) : (size_t)((double)(N * K) * es));
+    float *sz = u4 || i8 ? malloc((size_t)(2 * N * G) * sizeof(float)) : NULL;
     float *x = malloc((size_t)(max_m * K) * sizeof(float));
     float *y1 = malloc((size_t)(max_m * N) * sizeof(float));
     float *y = malloc((size_t)(max_m * N) * sizeof(float));
-    if (!w || !x || !y1 || !y || (dt == MMRT_DTYPE_U4 && !sz)) {
+    if (!w || !x || !y1 || !y || ((u4 || i8) && !sz)) {
         fprintf(stderr, "cpu-gemm-bench: out of memory\n");
         return 1;
     }
@@ -123,9 +127,13 @@ int main(int argc, char **argv)
         sz[i] = 0.001f + 0.01f * (bench_rng_f(&rng) + 1.0f);          /* scales */
         sz[N * G + i] = (float)((int)((bench_rng_f(&rng) + 1.0f) * 7.5f)); /* zero points */
     }
-    for (int64_t i = 0; dt != MMRT_DTYPE_U4 && i < N * K; i++) {
+    for (int64_t i = 0; i8 && i < N; i++)
+        sz[i] = 0.001f + 0.01f * (bench_rng_f(&rng) + 1.0f); /* row scales */
+    for (int64_t i = 0; !u4 && i < N * K; i++) {
         float v = bench_rng_f(&rng);
-        if (dt == MMRT_DTYPE_F32)
+        if (i8)
+            ((int8_t *)w)[i] = (int8_t)(v * 127.0f);
+        else if (dt == MMRT_DTYPE_F32)
             ((float *)w)[i] = v;
         else
             ((uint16_t *)w)[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v)
@@ -139,7 +147,11 @@ int main(int argc, char **argv)
         bool ok = harness_tensor_new(&h, dt, 2, (const int64_t[]){ N, wcols }, &tws[c]) ==
                       MMRT_OK &&
                   harness_upload(&h, &tws[c], w) == MMRT_OK;
-        if (ok && dt == MMRT_DTYPE_U4)
+        if (ok && i8)
+            ok = harness_tensor_new(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, &tsc[c]) ==
+                     MMRT_OK &&
+                 harness_upload(&h, &tsc[c], sz) == MMRT_OK;
+        if (ok && u4)
             ok = harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, &tsc[c]) ==
                      MMRT_OK &&
                  harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, &tzp[c]) ==
@@ -168,10 +180,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "cpu-gemm-bench: cannot allocate x/y\n");
             return 1;
         }
-        const bool u4 = dt == MMRT_DTYPE_U4;
-        struct harness_tensor *src[5] = { &tx, &tws[0], NULL, u4 ? &tsc[0] : NULL,
+        struct harness_tensor *src[5] = { &tx, &tws[0], NULL, u4 || i8 ? &tsc[0] : NULL,
                                           u4 ? &tzp[0] : NULL };
-        const int n_src = u4 ? 5 : 2;
+        const int n_src = u4 ? 5 : i8 ? 4 : 2;
         if (mi < 0)
             for (int64_t r = 0; r < max_m; r++)
                 if (harness_upload(&h, &tx, x + r * K) ||
@@ -183,10 +194,10 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
             src[1] = &tws[rep % copies];
-            if (u4) {
+            if (u4 || i8)
                 src[3] = &tsc[rep % copies];
+            if (u4)
                 src[4] = &tzp[rep % copies];
-            }
             double t0 = bench_now_s();
             if (harness_run(&h, MMRT_OP_MATMUL, src, n_src, &ty, NULL, 0) != MMRT_OK)
                 return 1;
@@ -219,10 +230,10 @@ int main(int argc, char **argv)
     printf("rows bit-identical to M = 1: %s\n", bad ? "NO" : "yes");
     for (int c = 0; c < copies; c++) {
         harness_tensor_free(&h, &tws[c]);
-        if (dt == MMRT_DTYPE_U4) {
+        if (u4 || i8)
             harness_tensor_free(&h, &tsc[c]);
+        if (u4)
             harness_tensor_free(&h, &tzp[c]);
-        }
     }
     free(sz);
     harness_close(&h);
