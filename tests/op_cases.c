@@ -635,6 +635,24 @@ static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
     return h;
 }
 
+/* T destination rows of R for a SET_ROWS case, from the random stream: some outside [0, R)
+ * (they write nothing: −1, R, INT32_MIN), and with T ≥ 4 rows 1 and 3 to the same place (the
+ * later one wins whole). op_alloc'ed. */
+static int32_t *set_rows_indices(int64_t T, int64_t R)
+{
+    int32_t *idx = op_alloc((size_t)T * 4);
+    for (int64_t t = 0; t < T; t++)
+        idx[t] = op_rng_int(-1, (int)R);
+    if (T == 1)
+        idx[0] = (int32_t)(R / 2 + 3);
+    if (T >= 4) {
+        idx[0] = INT32_MIN;
+        idx[1] = (int32_t)R - 1;
+        idx[3] = idx[1];
+    }
+    return idx;
+}
+
 /* SET_ROWS into I8 stores with row scales (ABI 1.7): codes and scales bit for bit against
  * mmrt_ref_i8_row_quantize, with rows of zeros, a NaN, an infinity, exact ties, subnormals whose
  * scale underflows, and values near FLT_MAX; rows nobody writes keep their old codes and
@@ -700,16 +718,7 @@ static void set_rows_i8(const struct op_checks *chk)
             want_s[i] = -(float)(i % 1000 + 1);
         op_pair_upload(ty, want);
         op_pair_upload(ts, want_s);
-        int32_t *idx = op_alloc((size_t)T * 4);
-        for (int64_t t = 0; t < T; t++)
-            idx[t] = op_rng_int(-1, (int)R); /* −1 and R write nothing */
-        if (T == 1)
-            idx[0] = (int32_t)(R / 2 + 3);
-        if (T >= 4) {
-            idx[0] = INT32_MIN;
-            idx[1] = (int32_t)R - 1;
-            idx[3] = idx[1]; /* row 3 wins */
-        }
+        int32_t *idx = set_rows_indices(T, R);
         struct op_pair *ti = op_pair_i32(idx, T);
         for (int64_t t = 0; t < T; t++)
             if (idx[t] >= 0 && idx[t] < R)
@@ -776,16 +785,7 @@ void op_case_set_rows(const struct op_checks *chk)
             for (int64_t i = 0; i < T * n && i < (int64_t)(sizeof edge / 4); i++)
                 memcpy(&v[i], &edge[i], 4);
             op_pair_upload(tv, v);
-            int32_t *idx = op_alloc((size_t)T * 4);
-            for (int64_t t = 0; t < T; t++)
-                idx[t] = op_rng_int(-1, (int)R); /* −1 and R write nothing */
-            if (T == 1)
-                idx[0] = (int32_t)(R / 2 + 3);
-            if (T >= 4) {
-                idx[0] = INT32_MIN;
-                idx[1] = (int32_t)R - 1;
-                idx[3] = idx[1]; /* row 3 wins */
-            }
+            int32_t *idx = set_rows_indices(T, R);
             struct op_pair *ti = op_pair_i32(idx, T);
             double *ref = op_ref_buf(R * n);
             float *old = op_alloc((size_t)(R * n) * 4);
