@@ -635,6 +635,39 @@ static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
     return h;
 }
 
+/* SET_ROWS shapes every dst dtype runs: values [T, inner…] into dst [R, inner…]. */
+struct set_rows_case {
+    int64_t T, R;
+    int n_inner;
+    int64_t inner[2];
+    bool big;
+};
+static const struct set_rows_case set_rows_cases[] = {
+    { 1, 40, 2, { 2, 64 }, false },      /* one decode token into a KV cache */
+    { 5, 9, 2, { 3, 7 }, false },
+    { 300, 512, 2, { 2, 40 }, false },
+    { 4, 4, 1, { 2500 }, false },        /* rows longer than a CUDA block's slice */
+    { 10, 6, 0, { 0 }, false },          /* 1-D: rows of one element */
+    { 70, 64, 1, { 5 }, false },
+    { 4, 4, 1, { 1100 }, false },        /* rows across several OpenCL work-groups */
+    { 9, 12, 2, { 8, 128 }, false },     /* a 7B-like decode batch */
+    { 4096, 8192, 2, { 8, 128 }, true }, /* a prefill-sized scatter */
+};
+static const size_t n_set_rows_cases = sizeof set_rows_cases / sizeof set_rows_cases[0];
+
+/* A case's extents: *n elements a row, vne / dne the values' and dst's; returns the rank. */
+static int set_rows_shapes(const struct set_rows_case *c, int64_t *n, int64_t *vne, int64_t *dne)
+{
+    *n = 1;
+    vne[0] = c->T;
+    dne[0] = c->R;
+    for (int i = 0; i < c->n_inner; i++) {
+        vne[i + 1] = dne[i + 1] = c->inner[i];
+        *n *= c->inner[i];
+    }
+    return 1 + c->n_inner;
+}
+
 /* T destination rows of R for a SET_ROWS case, from the random stream: some outside [0, R)
  * (they write nothing: −1, R, INT32_MIN), and with T ≥ 4 rows 1 and 3 to the same place (the
  * later one wins whole). op_alloc'ed. */
@@ -659,28 +692,15 @@ static int32_t *set_rows_indices(int64_t T, int64_t R)
  * scales, and repeated indices leave the last row whole. */
 static void set_rows_i8(const struct op_checks *chk)
 {
-    static const struct {
-        int64_t T, R;
-        int n_inner;
-        int64_t inner[2];
-        bool big;
-    } cases[] = {
-        { 1, 40, 2, { 2, 64 }, false }, { 5, 9, 2, { 3, 7 }, false },
-        { 300, 512, 2, { 2, 40 }, false }, { 4, 4, 1, { 2500 }, false },
-        { 70, 64, 1, { 5 }, false }, { 4, 4, 1, { 1100 }, false },
-        { 9, 12, 2, { 8, 128 }, false }, { 4096, 8192, 2, { 8, 128 }, true },
-    };
+    const struct set_rows_case *cases = set_rows_cases;
     op_rng_seed(23);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        if (cases[k].big && !chk->big)
+    for (size_t k = 0; k < n_set_rows_cases; k++) {
+        /* an I8 dst has rank ≥ 2: its scales are per innermost row */
+        if ((cases[k].big && !chk->big) || cases[k].n_inner == 0)
             continue;
+        int64_t n, vne[3], dne[3];
+        const int nd = set_rows_shapes(&cases[k], &n, vne, dne);
         const int64_t T = cases[k].T, R = cases[k].R, D = cases[k].inner[cases[k].n_inner - 1];
-        int64_t n = 1, vne[3] = { T }, dne[3] = { R };
-        for (int i = 0; i < cases[k].n_inner; i++) {
-            vne[i + 1] = dne[i + 1] = cases[k].inner[i];
-            n *= cases[k].inner[i];
-        }
-        const int nd = 1 + cases[k].n_inner;
         const int64_t per = n / D, rows = T * per;
         float *v = op_rand_f(T * n, -70000, 70000);
         for (int64_t r = 0; r < rows; r++) { /* edge rows, then rows of every magnitude */
@@ -743,39 +763,21 @@ static void set_rows_i8(const struct op_checks *chk)
 
 void op_case_set_rows(const struct op_checks *chk)
 {
-    static const struct {
-        int64_t T, R;
-        int n_inner;
-        int64_t inner[2];
-        bool big;
-    } cases[] = {
-        { 1, 40, 2, { 2, 64 }, false },    /* one decode token into a KV cache */
-        { 5, 9, 2, { 3, 7 }, false },
-        { 300, 512, 2, { 2, 40 }, false },
-        { 4, 4, 1, { 2500 }, false },      /* rows longer than a CUDA block's slice */
-        { 10, 6, 0, { 0 }, false },        /* 1-D: rows of one element */
-        { 70, 64, 1, { 5 }, false },
-        { 4, 4, 1, { 1100 }, false },      /* rows across several OpenCL work-groups */
-        { 4096, 8192, 2, { 8, 128 }, true }, /* a prefill-sized scatter */
-    };
+    const struct set_rows_case *cases = set_rows_cases;
     static const uint32_t edge[] = { /* rounding edges of F32 → F16 / BF16 / F8E4M3 */
         0x3f801000, 0x3f803000, 0x477fe000, 0x477ff000, 0x38800000, 0x387fe000, 0x33000001,
         0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x80000000, 0x7f800000, 0x7fc00000,
         0x43e80000, 0x3a800000, 0x3b400000, 0x3f880000, 0x3c7fffff, 0xbb400000,
     };
     op_rng_seed(22);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; k < n_set_rows_cases; k++)
         for (int d = 0; d < 4; d++) {
             if ((cases[k].big && !chk->big) || (d == 3 && !chk->kv_f8))
                 continue;
             enum mmrt_dtype dt = op_kv_table_dtypes[d];
-            int64_t T = cases[k].T, R = cases[k].R, n = 1;
-            int64_t vne[3] = { T }, dne[3] = { R };
-            for (int i = 0; i < cases[k].n_inner; i++) {
-                vne[i + 1] = dne[i + 1] = cases[k].inner[i];
-                n *= cases[k].inner[i];
-            }
-            int nd = 1 + cases[k].n_inner;
+            const int64_t T = cases[k].T, R = cases[k].R;
+            int64_t n, vne[3], dne[3];
+            const int nd = set_rows_shapes(&cases[k], &n, vne, dne);
             struct op_pair *tv = op_pair_new(MMRT_DTYPE_F32, nd, vne);
             struct op_pair *ty = op_pair_new(dt, nd, dne);
             float *v = op_rand_f(T * n, -70000, 70000);

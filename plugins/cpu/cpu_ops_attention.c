@@ -208,17 +208,17 @@ struct kv_tensor {
     int64_t nb0, nb1, page_nb;
     int dtype;
     const float *scales; /* I8 pages' row scales (plugin.h), one per D codes; else NULL */
+    int64_t scale_step;  /* between the scales of a head's consecutive rows: Hkv */
 };
 
-/* The D values of an I8 row as f32: code · its scale, one rounded product each, so every
- * path below computes what it would on an F32 copy of them. The pages are contiguous, so a
- * row's scale sits at its byte offset / D. Other dtypes are widened by the kernels. With a
- * kernel table the products come from its axpy into zeros: a fused multiply-add of 0 rounds
- * the product once, so the bits are the same, in the table's vector width. */
-static void kv_dequant(const struct cpu_kernels *kt, const struct kv_tensor *x, const char *row,
-                       int64_t D, float *out)
+/* The D values of an I8 row with scale s as f32: code · s, one rounded product each, so
+ * every path below computes what it would on an F32 copy of them. Other dtypes are widened
+ * by the kernels. With a kernel table the products come from its axpy into zeros: a fused
+ * multiply-add of 0 rounds the product once, so the bits are the same, in the table's vector
+ * width. */
+static void kv_dequant(const struct cpu_kernels *kt, const char *row, float s, int64_t D,
+                       float *out)
 {
-    const float s = x->scales[(row - x->data) / D];
     if (kt) {
         memset(out, 0, (size_t)D * sizeof(float));
         kt->axpy(out, s, row, MMRT_DTYPE_I8, D);
@@ -292,26 +292,36 @@ static const char *kv_rows(const struct attn_ctx *c, const struct kv_tensor *x, 
     return x->data + page * x->page_nb + r * x->nb0 + g * x->nb1;
 }
 
-/* The rows of one (sequence, kv head) in key order, with a table lookup per page only. */
+/* The rows of one (sequence, kv head) in key order, with a table lookup per page only; for
+ * I8 pages, scale points at the current row's. */
 struct kv_walk {
     const struct attn_ctx *c;
     const struct kv_tensor *x;
     int64_t s, g, j, left;
     const char *row;
+    const float *scale;
 };
 
 static void kv_walk_init(struct kv_walk *w, const struct attn_ctx *c, const struct kv_tensor *x,
                          int64_t s, int64_t g, int64_t j0)
 {
-    *w = (struct kv_walk){ c, x, s, g, j0, 0, NULL };
+    *w = (struct kv_walk){ c, x, s, g, j0, 0, NULL, NULL };
 }
 
 static const char *kv_walk_next(struct kv_walk *w)
 {
-    if (w->left == 0)
-        w->row = kv_rows(w->c, w->x, w->s, w->g, w->j, &w->left);
-    else
-        w->row += w->x->nb0;
+    const struct kv_tensor *x = w->x;
+    if (w->left == 0) {
+        w->row = kv_rows(w->c, x, w->s, w->g, w->j, &w->left);
+        /* The pages are contiguous with one-byte codes: a row's scale sits at its byte
+         * offset / D (nb1), found once per page; the next row's is Hkv (scale_step) on. */
+        if (x->scales)
+            w->scale = x->scales + (w->row - x->data) / x->nb1;
+    } else {
+        w->row += x->nb0;
+        if (x->scales)
+            w->scale += x->scale_step;
+    }
     w->left--;
     w->j++;
     return w->row;
@@ -329,8 +339,10 @@ static const char *kv_block(const struct attn_ctx *c, const struct kv_tensor *x,
     if (x->scales) {
         struct kv_walk w;
         kv_walk_init(&w, c, x, s, g, j);
-        for (int64_t i = 0; i < n; i++)
-            kv_dequant(c->kt, x, kv_walk_next(&w), c->D, (float *)tmp + i * c->D);
+        for (int64_t i = 0; i < n; i++) {
+            const char *row = kv_walk_next(&w);
+            kv_dequant(c->kt, row, *w.scale, c->D, (float *)tmp + i * c->D);
+        }
         *ld = c->D;
         *dtype = MMRT_DTYPE_F32;
         return tmp;
@@ -348,15 +360,16 @@ static const char *kv_block(const struct attn_ctx *c, const struct kv_tensor *x,
     return tmp;
 }
 
-/* The first d elements of a K or V row of x as f32: the row itself, or its conversion in
- * tmp. */
-static const float *kv_row_f32(const struct kv_tensor *x, const char *p, int64_t d, float *tmp)
+/* The next K or V row of w's walk, its first d elements as f32: the row itself, or its
+ * conversion in tmp. */
+static const float *kv_row_f32(struct kv_walk *w, int64_t d, float *tmp)
 {
-    const int dtype = x->dtype;
+    const char *p = kv_walk_next(w);
+    const int dtype = w->x->dtype;
     if (dtype == MMRT_DTYPE_F32)
         return (const float *)p;
-    if (x->scales) {
-        kv_dequant(NULL, x, p, d, tmp);
+    if (w->x->scales) {
+        kv_dequant(NULL, p, *w->scale, d, tmp);
         return tmp;
     }
     for (int64_t i = 0; i < d; i++)
@@ -396,7 +409,7 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
         kv_walk_init(&w, c, &c->kv[0], lo, kvh, j0);
         float m = -INFINITY;
         for (int64_t j = 0; j < n_keys; j++) {
-            const float *kr = kv_row_f32(&c->kv[0], kv_walk_next(&w), D, tmp);
+            const float *kr = kv_row_f32(&w, D, tmp);
             float s = cpu_dot_f32(qr, kr, D) * c->scale;
             sc[j] = s;
             m = s > m ? s : m;
@@ -412,7 +425,7 @@ static void attn_portable_task(void *vctx, int tid, int64_t begin, int64_t end)
         kv_walk_init(&w, c, &c->kv[1], lo, kvh, j0);
         for (int64_t j = 0; j < n_keys; j++) {
             float pj = (float)(sc[j] * inv);
-            const float *vr = kv_row_f32(&c->kv[1], kv_walk_next(&w), D, tmp);
+            const float *vr = kv_row_f32(&w, D, tmp);
             for (int64_t i = 0; i < D; i++)
                 acc[i] += pj * vr[i];
         }
@@ -574,7 +587,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         const char *kr = kv_walk_next(&w);
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), kbytes);
-        const float ks = K->scales ? K->scales[(kr - K->data) / D] : 0.0f;
+        const float ks = K->scales ? *w.scale : 0.0f;
         for (int64_t r = 0; r < R; r++)
             if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
                 sc[r * ld + j - j0] =
@@ -596,7 +609,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         const char *vr = kv_walk_next(&w);
         if (j + CPU_ATTN_PREFETCH_ROWS < j1)
             prefetch_row(kv_walk_next(&ahead), vbytes);
-        const float vs = V->scales ? V->scales[(vr - V->data) / D] : 0.0f;
+        const float vs = V->scales ? *w.scale : 0.0f;
         for (int64_t r = 0; r < R; r++) {
             if (j < lo[r / c->n_rep] || j >= hi[r / c->n_rep])
                 continue;
@@ -757,7 +770,7 @@ static struct kv_tensor kv_of(const struct cpu_view *x, int64_t page_nb,
 {
     int rank = x->n_dims;
     return (struct kv_tensor){ x->data, x->nb[rank - 3], x->nb[rank - 2], page_nb, x->dtype,
-                               scales ? (const float *)scales->data : NULL };
+                               scales ? (const float *)scales->data : NULL, x->ne[rank - 2] };
 }
 
 mmrt_status cpu_op_attention(struct mmrt_device *dev, const struct mmrt_op_args *args)
