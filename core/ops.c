@@ -43,6 +43,18 @@ mmrt_status mmrt_op_validate(enum mmrt_op op, const struct mmrt_tensor *const *s
     return MMRT_OK;
 }
 
+/* Whether dst or a present source has the dtype: what an older plugin must not be handed. */
+static bool has_operand_of(enum mmrt_dtype dtype, const struct mmrt_tensor *const *src,
+                           int n_src, const struct mmrt_tensor *dst)
+{
+    if (dst->dtype == (int32_t)dtype)
+        return true;
+    for (int i = 0; i < n_src; i++)
+        if (src[i] && src[i]->dtype == (int32_t)dtype)
+            return true;
+    return false;
+}
+
 mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
                            const struct mmrt_tensor *const *src, int n_src,
                            const struct mmrt_tensor *dst, const void *params,
@@ -73,32 +85,20 @@ mmrt_status mmrt_op_launch(struct mmrt_dev *dev, enum mmrt_op op,
                               (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
     /* A plugin built before ABI 1.6 does not know F8E4M3 and could take its bytes for
      * something else: the dtype is refused for it, like a window before 1.5. */
-    if (dev->api->hdr.abi_minor < 6) {
-        const struct mmrt_tensor *f8 = dst->dtype == MMRT_DTYPE_F8E4M3 ? dst : NULL;
-        for (int i = 0; i < n_src && !f8; i++)
-            if (src[i] && src[i]->dtype == MMRT_DTYPE_F8E4M3)
-                f8 = src[i];
-        if (f8)
-            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                                  "device %s: plugin %s has ABI %u.%u; %s with an F8E4M3 "
-                                  "operand needs 1.6", dev->name, dev->api->name,
-                                  (unsigned)dev->api->hdr.abi_major,
-                                  (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
-    }
+    if (dev->api->hdr.abi_minor < 6 && has_operand_of(MMRT_DTYPE_F8E4M3, src, n_src, dst))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "device %s: plugin %s has ABI %u.%u; %s with an F8E4M3 operand "
+                              "needs 1.6", dev->name, dev->api->name,
+                              (unsigned)dev->api->hdr.abi_major,
+                              (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
     /* Before ABI 1.7 I8 was a MATMUL weight only, and op_args had no slot past src5: an I8
      * KV store (whose scales are sources too) is refused there. */
-    if (dev->api->hdr.abi_minor < 7 && op != MMRT_OP_MATMUL) {
-        const struct mmrt_tensor *i8 = dst->dtype == MMRT_DTYPE_I8 ? dst : NULL;
-        for (int i = 0; i < n_src && !i8; i++)
-            if (src[i] && src[i]->dtype == MMRT_DTYPE_I8)
-                i8 = src[i];
-        if (i8 || n_src > MMRT_MAX_SRC)
-            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                                  "device %s: plugin %s has ABI %u.%u; %s on an I8 KV store "
-                                  "needs 1.7", dev->name, dev->api->name,
-                                  (unsigned)dev->api->hdr.abi_major,
-                                  (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
-    }
+    if (dev->api->hdr.abi_minor < 7 && op != MMRT_OP_MATMUL &&
+        (has_operand_of(MMRT_DTYPE_I8, src, n_src, dst) || n_src > MMRT_MAX_SRC))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                              "device %s: plugin %s has ABI %u.%u; %s on an I8 KV store needs "
+                              "1.7", dev->name, dev->api->name, (unsigned)dev->api->hdr.abi_major,
+                              (unsigned)dev->api->hdr.abi_minor, mmrt_op_name(op));
     struct mmrt_op_args args = {
         .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args),
         .op = op,

@@ -109,6 +109,26 @@ static void test_cpu_adopted_arena_is_read_only(void **state)
     };
     assert_int_equal(P->ops[MMRT_OP_ADD](h.dev, &into), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(P->last_error(h.dev), "read-only"));
+    /* Nor through a source a kernel writes: an I8 store's scales (SET_ROWS src2). */
+    struct harness_tensor v1, i1, codes;
+    const int32_t row = 3;
+    assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, 1 }, &v1),
+                     MMRT_OK);
+    assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_I32, 1, (const int64_t[]){ 1 }, &i1),
+                     MMRT_OK);
+    assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_I8, 2, (const int64_t[]){ 16, 1 }, &codes),
+                     MMRT_OK);
+    assert_int_equal(harness_upload(&h, &v1, out), MMRT_OK);
+    assert_int_equal(harness_upload(&h, &i1, &row), MMRT_OK);
+    const struct mmrt_op_args scales_into = {
+        .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_op_args), .op = MMRT_OP_SET_ROWS, .n_src = 3,
+        .src = { &v1.t, &i1.t, &a }, .dst = &codes.t,
+    };
+    assert_int_equal(P->ops[MMRT_OP_SET_ROWS](h.dev, &scales_into), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(P->last_error(h.dev), "src2 (scales) lies in adopted read-only"));
+    harness_tensor_free(&h, &v1);
+    harness_tensor_free(&h, &i1);
+    harness_tensor_free(&h, &codes);
     for (int i = 0; i < 16; i++)
         assert_true(x[i] == (float)i);
     /* A range past the adopted bytes is refused like any other arena's. */
