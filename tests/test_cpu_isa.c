@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "plugin_harness.h"
 #include "quant.h"
@@ -751,36 +752,92 @@ static void test_row_invariance_all_isas(void **state)
 
 /* ---- bf16 dot products -------------------------------------------------------------------- */
 
-static void test_bf16_dot(void **state)
+/* Blocked-GEMM shapes (M > 32) where the bf16 units' tiles meet edges: one row past a 32-row
+ * panel, odd K (a half pair), K blocks of 512 with a 76-value tail (AMX pads it to 48 pairs),
+ * N past a 32-column tile, more rows than one row block (CPU_GEMM_MC = 768). */
+static const int64_t bf16_cases[][3] = { /* M, K, N */
+    { 33, 1100, 37 }, { 64, 257, 96 }, { 37, 31, 19 }, { 45, 1, 70 }, { 800, 40, 33 },
+    { 96, 512, 32 }, { 50, 1025, 5 },
+};
+
+/* What the AMX unit computes (the instruction set reference's TDPBF16PS, as the emulator does
+ * it): for each output one f32 sum over k in order, each term bf16(x)·bf16(w) with denormal
+ * inputs read as zero (exact in f32), then the bias. Padding adds exact zeros and a K block's
+ * sum is stored and reloaded exactly, so the GEMM is bit-for-bit this loop. */
+static float daz_bf16(float v)
 {
-    (void)state;
+    float r = harness_bf16_to_f32(harness_f32_to_bf16(v));
+    return fpclassify(r) == FP_SUBNORMAL ? copysignf(0.0f, r) : r;
+}
+
+static float *amx_model(int64_t M, int64_t K, int64_t N, bool bias, uint64_t seed)
+{
+    g_rng = seed; /* the draws of matmul_case */
+    float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32), *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_BF16);
+    float *b = bias ? rand_vec(N, -1, 1, MMRT_DTYPE_BF16) : NULL;
+    float *y = malloc((size_t)(M * N) * sizeof(float));
+    assert_non_null(y);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                float t = daz_bf16(x[m * K + k]) * daz_bf16(w[n * K + k]);
+                acc += t;
+            }
+            y[m * N + n] = b ? acc + b[n] : acc;
+        }
+    free(x);
+    free(w);
+    free(b);
+    return y;
+}
+
+/* One bf16 unit (plugin file and bf16_dot value): the MATMUL cases against the reference
+ * within BF16_DOT_TOL (f32 paths within 1e-5), thread-count invariance, and with exact_model
+ * every blocked-GEMM output bit for bit amx_model's. Returns false when the unit is refused. */
+static bool bf16_unit_checks(const char *path, const char *value, bool exact_model)
+{
     struct harness h;
-    if (!open_isa(&h, "avx512", "3", true)) {
-        print_message("bf16_dot: this CPU lacks AVX512_BF16; skipped\n");
-        return;
-    }
+    struct mmrt_option opts[3] = { { "isa", "avx512" }, { "threads", "3" }, { "bf16_dot", value } };
+    if (harness_open(&h, path, opts, 3) != MMRT_OK)
+        return false;
     double worst = 0;
-    for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++)
+    for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0] + sizeof bf16_cases /
+                                                                     sizeof bf16_cases[0]; c++)
         for (int d = 0; d < 3; d++) {
+            size_t nm = sizeof mm_cases / sizeof mm_cases[0];
+            const int64_t *sh = c < nm ? mm_cases[c] : bf16_cases[c - nm];
+            int64_t M = sh[0], K = sh[1], N = sh[2];
             double *ref;
-            int64_t M = mm_cases[c][0], K = mm_cases[c][1], N = mm_cases[c][2];
             float *y = matmul_case(&h, M, K, N, wdts[d], c % 2, 21 + c, &ref);
             double e = rel_err(y, ref, M * N);
             /* Only BF16 weights in the blocked GEMM take the bf16 path; the rest keep the
              * accurate tolerance. */
             bool bf = wdts[d] == MMRT_DTYPE_BF16 && M > ROW_INV_MAX_M && K > 0;
             if (!(e <= (bf ? BF16_DOT_TOL : 1e-5)))
-                fail_msg("bf16_dot MATMUL M=%lld K=%lld N=%lld dtype %d: error %.3g", (long long)M,
-                         (long long)K, (long long)N, (int)wdts[d], e);
+                fail_msg("bf16_dot=%s MATMUL M=%lld K=%lld N=%lld dtype %d: error %.3g", value,
+                         (long long)M, (long long)K, (long long)N, (int)wdts[d], e);
             if (bf && e > worst)
                 worst = e;
+            if (bf && exact_model) {
+                float *want = amx_model(M, K, N, c % 2, 21 + c);
+                for (int64_t i = 0; i < M * N; i++)
+                    if (memcmp(&y[i], &want[i], sizeof(float)) != 0)
+                        fail_msg("bf16_dot=%s M=%lld K=%lld N=%lld: output (%lld, %lld) is %.9g, "
+                                 "the tile arithmetic gives %.9g", value, (long long)M,
+                                 (long long)K, (long long)N, (long long)(i / N),
+                                 (long long)(i % N), y[i], want[i]);
+                free(want);
+            }
             free(y);
             free(ref);
         }
-    print_message("bf16_dot: worst MATMUL error %.3g of max |ref| (f32 path: ≤ 1e-5)\n", worst);
+    print_message("bf16_dot=%s (%s): worst MATMUL error %.3g of max |ref| (f32 path: ≤ 1e-5)\n",
+                  value, strstr(path, "amxemu") ? "emulated AMX" : "cpu", worst);
     /* Thread-count invariance holds for the bf16 path too. */
     struct harness one;
-    assert_true(open_isa(&one, "avx512", "1", true));
+    opts[1].value = "1";
+    assert_int_equal(harness_open(&one, path, opts, 3), MMRT_OK);
     float *a = matmul_case(&one, 70, 300, 97, MMRT_DTYPE_BF16, true, 5, NULL);
     float *b = matmul_case(&h, 70, 300, 97, MMRT_DTYPE_BF16, true, 5, NULL);
     assert_memory_equal(a, b, 70 * 97 * sizeof(float));
@@ -788,6 +845,39 @@ static void test_bf16_dot(void **state)
     free(b);
     harness_close(&one);
     harness_close(&h);
+    return true;
+}
+
+/* Both units on this CPU where it has them: bf16_dot = avx512 (vdpbf16ps), amx (tiles). */
+static void test_bf16_dot(void **state)
+{
+    (void)state;
+    if (!bf16_unit_checks(harness_plugin_path("cpu"), "avx512", false))
+        print_message("bf16_dot=avx512: this CPU lacks AVX512_BF16; skipped\n");
+    if (!bf16_unit_checks(harness_plugin_path("cpu"), "amx", false))
+        print_message("bf16_dot=amx: no AMX here (the plugin's refusal is above); skipped\n");
+}
+
+/* The AMX unit on any CPU with the avx512 table: the test-only plugin whose tile operations
+ * are plain C (plugins/cpu/cpu_kern_amx.c, CPU_AMX_EMULATE), held bit for bit to amx_model,
+ * so the packing, the zero padding and the tile walk are right before a CPU with AMX runs
+ * them. bf16_dot = 1 picks it there, as it picks real tiles on such a CPU. */
+static void test_bf16_amx_emulated(void **state)
+{
+    (void)state;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/test-plugins/libmmrt_cpu_amxemu.so",
+             getenv("MMRT_BUILD_DIR") ? getenv("MMRT_BUILD_DIR") : "build");
+    if (access(path, R_OK) != 0) {
+        print_message("emulated AMX: %s not built (the compiler lacks -mamx-tile); skipped\n",
+                      path);
+        return;
+    }
+    if (!bf16_unit_checks(path, "amx", true)) {
+        print_message("emulated AMX: needs the avx512 kernels, which this CPU lacks; skipped\n");
+        return;
+    }
+    assert_true(bf16_unit_checks(path, "1", true));
 }
 
 static void test_option_refusals(void **state)
@@ -799,7 +889,7 @@ static void test_option_refusals(void **state)
         { "isa", "sse9", "isa=\"sse9\"" },
         { "isa", "", "isa=\"\"" },
         { "bf16_dot", "2", "bf16_dot=\"2\"" },
-        { "bf16_dot", "yes", "expected 0 or 1" },
+        { "bf16_dot", "yes", "expected 0, 1, amx or avx512" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };
@@ -819,7 +909,7 @@ static void test_option_refusals(void **state)
     /* bf16_dot with the portable table is refused, naming what it needs. */
     struct mmrt_option pb[2] = { { "isa", "portable" }, { "bf16_dot", "1" } };
     assert_int_equal(h.plugin->device_open(0, pb, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
-    assert_non_null(strstr(err, "bf16_dot=1 needs"));
+    assert_non_null(strstr(err, "bf16_dot=1 needs the avx512 kernels"));
     harness_close(&h);
 }
 
@@ -836,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_thread_invariance_all_isas),
         cmocka_unit_test(test_row_invariance_all_isas),
         cmocka_unit_test(test_bf16_dot),
+        cmocka_unit_test(test_bf16_amx_emulated),
         cmocka_unit_test(test_option_refusals),
     };
     return cmocka_run_group_tests_name("cpu_isa", tests, NULL, NULL);

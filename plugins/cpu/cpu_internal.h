@@ -18,7 +18,9 @@
  *   cpu_isa.c              run-time CPU feature detection and the choice of kernel table
  *   cpu_kern_avx2.c        GEMM / GEMV / attention kernels for AVX2 + FMA + F16C
  *   cpu_kern_avx512.c      the same for AVX-512 (F, BW, VL, DQ)
- *   cpu_kern_avx512bf16.c  the optional bf16 dot-product GEMM (AVX512_BF16, `bf16_dot = 1`)
+ *   cpu_kern_avx512bf16.c  the optional bf16 dot-product GEMM (`bf16_dot`) on AVX512_BF16
+ *   cpu_kern_amx.c         the same on AMX-BF16 tiles (CPUs with AMX; also built emulated in C
+ *                          as the test-only plugin mmrt_cpu_amxemu, to check it without one)
  *
  * ISA-specific code lives only in the cpu_kern_*.c files, each compiled with its own -m flags
  * (plugins/cpu/CMakeLists.txt); everything else is built for baseline x86-64 (or any other
@@ -74,7 +76,7 @@
 #define CPU_GEMM_KC 256
 #define CPU_GEMM_NC 128     /* a multiple of every kernel's NR */
 #define CPU_GEMM_MC 768     /* rows of x per item when M is larger */
-#define CPU_GEMM_MAX_MR 16 /* no kernel table has a taller micro-tile (scratch sizing) */
+#define CPU_GEMM_MAX_MR 32 /* no micro-tile is taller (AMX: 32; scratch sizing) */
 /* M ≤ this runs the bandwidth-bound GEMV instead (decode steps of up to this many sequences,
  * and the last-row lm_head). A contract, relied on by continuous batching (engine.md §5):
  * for every M ≤ CPU_GEMV_MAX_M, each output row of MATMUL is bit-identical to what M = 1
@@ -190,12 +192,31 @@ void cpu_parallel_for(struct cpu_pool *pool, int64_t n_items, double cost, cpu_t
 typedef void (*cpu_micro_fn)(const float *xp, const float *wp, int64_t ldw, int64_t kc,
                              float *c, int64_t ldc, int accumulate);
 
-/* The bf16 dot-product micro-kernel (AVX512_BF16 vdpbf16ps): xp holds pairs of bf16 x values
- * [kc/2][MR] (u32: element k in the low half, k+1 in the high half), wp pairs of bf16 W values
- * [kc/2][NR][2]; kp = number of pairs. Each step adds x_k·w_k + x_k+1·w_k+1 (products exact in
- * f32, sum rounded once) to the f32 accumulator. */
-typedef void (*cpu_micro_bf16_fn)(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c,
-                                  int64_t ldc, int accumulate);
+/* The bf16 dot-product GEMM (device option bf16_dot): BF16 weights times activations rounded
+ * to bf16, products exact, f32 sums, one chain per output in k order (so results do not depend
+ * on blocking, threads or M). Two units implement it, each with its own x layout:
+ *   avx512_bf16 (cpu_kern_avx512bf16.c): vdpbf16ps, x as [kp][mr] pairs (one broadcast per row);
+ *   amx (cpu_kern_amx.c): AMX-BF16 tiles, x as [mr][kp] pairs (the A tile's rows).
+ * Both take W as [kp][nr] pairs (the VNNI layout: element k of column j in the low half of
+ * pair k/2, k+1 in the high half) and zero pairs and rows past the data, so a padded pair or
+ * row adds exact zeros. kp is the K block's pair count rounded up to kalign. */
+struct cpu_bf16_gemm {
+    const char *unit; /* "avx512_bf16", "amx" (the device's name says which one runs) */
+    int mr, nr, kalign;
+    /* x rows < rows (zeros up to mr) over kc values into the unit's layout of kp pairs */
+    void (*pack_x)(const float *x, int64_t ldx, int64_t rows, int64_t kc, int64_t kp,
+                   uint32_t *dst);
+    /* W rows < cols (zeros up to nr) over kc values: dst[p·nr + j], p < kp */
+    void (*pack_w)(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc, int64_t kp,
+                   uint32_t *dst);
+    /* c[i·ldc + j] (+)= Σ_p pair products, i < mr, j < nr */
+    void (*micro)(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c, int64_t ldc,
+                  int accumulate);
+    /* Around each thread's run of micro calls (AMX: load the tile configuration, then release
+     * the tiles so the thread leaves no tile state behind); NULL when not needed. */
+    void (*begin)(void);
+    void (*end)(void);
+};
 
 struct cpu_kernels {
     const char *name;   /* "avx512", "avx2", "portable": the `isa` option's values */
@@ -257,24 +278,23 @@ struct cpu_kernels {
     void (*x_sigmoid)(const float *x, float a, const float *mul, float *dst, int64_t n);
     /* dst[i] = GELU(x[i]) = 0.5·x·(1 + erf(x/√2)), i < n. NULL: the caller's erff loop. */
     void (*gelu)(const float *x, float *dst, int64_t n);
-    /* bf16 dot products (NULL when the CPU lacks AVX512_BF16). */
-    void (*pack_w_bf16)(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
-                        uint32_t *dst);
-    cpu_micro_bf16_fn micro_bf16;
+    /* The bf16 dot-product GEMM the device option chose (NULL: off, the default). */
+    const struct cpu_bf16_gemm *bf16;
 };
 
 extern const struct cpu_kernels cpu_kernels_portable;
 extern const struct cpu_kernels cpu_kernels_avx2;   /* defined only on x86-64 */
 extern const struct cpu_kernels cpu_kernels_avx512; /* defined only on x86-64 */
+extern const struct cpu_bf16_gemm cpu_bf16_gemm_avx512; /* x86-64 only */
+extern const struct cpu_bf16_gemm cpu_bf16_gemm_amx;    /* with CPU_HAVE_AMX only */
 void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
-                            uint32_t *dst);
-void cpu_micro_bf16_avx512(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c,
-                           int64_t ldc, int accumulate);
+                            int64_t kp, uint32_t *dst);
 
 /* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs)
- * and, with want_bf16_dot, the bf16 dot-product GEMM. Refuses an ISA or bf16_dot the CPU lacks
- * with a message naming the missing feature. */
-mmrt_status cpu_kernels_select(const char *isa, bool want_bf16_dot, struct cpu_kernels *out,
+ * and the bf16 dot-product GEMM for the `bf16_dot` value (NULL or "0": none; "1": AMX where
+ * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit). Refuses
+ * an ISA or unit the CPU lacks with a message naming the missing feature. */
+mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, struct cpu_kernels *out,
                                char *err, size_t err_size);
 /* "avx512 avx512_bf16 avx2 fma f16c" — what this CPU offers, for the device name and logs. */
 void cpu_isa_describe(char *out, size_t size);
@@ -285,7 +305,6 @@ struct mmrt_device {
     struct cpu_pool pool;
     struct cpu_arena *arenas;   /* list head, NULL when none */
     struct cpu_kernels kern;    /* chosen at device_open (cpu_kernels_select) */
-    bool bf16_dot;              /* BF16 weights use the bf16 dot-product GEMM (option) */
     float *gemm_scratch;        /* [n_threads][gemm_scratch_floats]: W block, C block */
     size_t gemm_scratch_floats; /* per thread */
     void *xpack;                /* the blocked GEMM's packed x; grow-only (cpu_xpack) */

@@ -7,7 +7,9 @@
  * wider registers) choose the table: AVX-512 (F+BW+VL+DQ, plus AVX2/FMA/F16C) > AVX2 (+FMA
  * +F16C) > portable. The `isa` device option may ask for a lower table (to compare kernels or
  * test every path on one machine), never for one the CPU lacks. The bf16 dot-product GEMM
- * (`bf16_dot = 1`) additionally needs AVX512_BF16 and the AVX-512 table.
+ * (`bf16_dot`) runs on AMX tiles or on AVX512_BF16, both with the AVX-512 table. AMX needs
+ * the CPU's bits, the OS's tile state and this process's permission (plugins/common/
+ * x86_amx.h); where the kernel refuses, bf16_dot = 1 runs on AVX512_BF16.
  */
 #include <math.h>
 #include <stdio.h>
@@ -99,13 +101,45 @@ const struct cpu_kernels cpu_kernels_portable = {
 #define CPU_X86 0
 #endif
 
+#include "x86_amx.h"
+
 struct isa_caps {
     bool avx2, avx512, avx512_bf16;
+    bool amx;          /* AMX-BF16 tiles with their state enabled by the OS (x86_amx.h) */
+    char amx_why[128]; /* why amx is false, for a refusal */
 };
+
+static void amx_caps(struct isa_caps *c)
+{
+#if defined(CPU_AMX_EMULATE)
+    /* The test-only build: tiles in memory, on any CPU with the avx512 table (whose W packing
+     * the AMX unit shares). */
+    snprintf(c->amx_why, sizeof c->amx_why, "emulated AMX needs the avx512 kernels");
+    c->amx = c->avx512;
+#else
+    c->amx = c->avx512 && mmrt_x86_amx_present(c->amx_why, sizeof c->amx_why);
+    if (!c->avx512)
+        snprintf(c->amx_why, sizeof c->amx_why, "this CPU has no AVX-512");
+#endif
+}
+
+#if defined(CPU_HAVE_AMX)
+static bool amx_permit(char *why, size_t why_size)
+{
+#if defined(CPU_AMX_EMULATE)
+    (void)why;
+    (void)why_size;
+    return true;
+#else
+    return mmrt_x86_amx_permit(why, why_size);
+#endif
+}
+#endif
 
 static struct isa_caps isa_caps(void)
 {
-    struct isa_caps c = { false, false, false };
+    struct isa_caps c;
+    memset(&c, 0, sizeof c);
 #if CPU_X86 && defined(__GNUC__)
     __builtin_cpu_init();
     /* f16c from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for
@@ -118,17 +152,67 @@ static struct isa_caps isa_caps(void)
                __builtin_cpu_supports("avx512dq");
     c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
+    amx_caps(&c);
     return c;
 }
 
 void cpu_isa_describe(char *out, size_t size)
 {
     struct isa_caps c = isa_caps();
-    snprintf(out, size, "%s%s%s", c.avx512 ? "avx512 " : "", c.avx512_bf16 ? "avx512_bf16 " : "",
-             c.avx2 ? "avx2 fma f16c" : "no avx2");
+    snprintf(out, size, "%s%s%s%s", c.avx512 ? "avx512 " : "", c.avx512_bf16 ? "avx512_bf16 " : "",
+             c.amx ? "amx_bf16 " : "", c.avx2 ? "avx2 fma f16c" : "no avx2");
 }
 
-mmrt_status cpu_kernels_select(const char *isa, bool want_bf16_dot, struct cpu_kernels *out,
+/* The bf16 unit for the option value, or a refusal naming what is missing. */
+static mmrt_status bf16_unit(const char *want, const struct isa_caps *c, const char *table,
+                             const struct cpu_bf16_gemm **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    if (!want || strcmp(want, "0") == 0)
+        return MMRT_OK;
+    bool best = strcmp(want, "1") == 0, amx = strcmp(want, "amx") == 0;
+    if (!best && !amx && strcmp(want, "avx512") != 0) {
+        snprintf(err, err_size, "cpu: device option bf16_dot=\"%s\": expected 0, 1, amx or "
+                 "avx512", want);
+        return MMRT_ERR_CONFIG;
+    }
+    if (strcmp(table, "avx512") != 0) {
+        snprintf(err, err_size, "cpu: device option bf16_dot=%s needs the avx512 kernels "
+                 "(isa: %s)", want, table);
+        return MMRT_ERR_CONFIG;
+    }
+#if CPU_X86
+#if defined(CPU_HAVE_AMX)
+    if (best || amx) {
+        char why[160];
+        snprintf(why, sizeof why, "%s", c->amx_why);
+        if (c->amx && amx_permit(why, sizeof why)) {
+            *out = &cpu_bf16_gemm_amx;
+            return MMRT_OK;
+        }
+        if (amx) {
+            snprintf(err, err_size, "cpu: device option bf16_dot=amx: %s", why);
+            return MMRT_ERR_CONFIG;
+        }
+    }
+#else
+    if (amx) {
+        snprintf(err, err_size, "cpu: device option bf16_dot=amx: this plugin was built "
+                 "without AMX (the compiler lacks -mamx-tile)");
+        return MMRT_ERR_CONFIG;
+    }
+#endif
+    if (c->avx512_bf16) {
+        *out = &cpu_bf16_gemm_avx512;
+        return MMRT_OK;
+    }
+#endif
+    snprintf(err, err_size, "cpu: device option bf16_dot=%s needs AMX-BF16 or AVX512_BF16 "
+             "(this CPU has neither)", want);
+    return MMRT_ERR_CONFIG;
+}
+
+mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, struct cpu_kernels *out,
                                char *err, size_t err_size)
 {
     struct isa_caps c = isa_caps();
@@ -155,21 +239,9 @@ mmrt_status cpu_kernels_select(const char *isa, bool want_bf16_dot, struct cpu_k
         return MMRT_ERR_CONFIG;
     }
     struct cpu_kernels t = *k;
-    t.pack_w_bf16 = NULL;
-    t.micro_bf16 = NULL;
-    if (want_bf16_dot) {
-        bool on_avx512 = strcmp(k->name, "avx512") == 0;
-        if (!c.avx512_bf16 || !on_avx512) {
-            snprintf(err, err_size, "cpu: device option bf16_dot=1 needs AVX512_BF16 and the "
-                     "avx512 kernels (this CPU: %s; isa: %s)",
-                     c.avx512_bf16 ? "has AVX512_BF16" : "no AVX512_BF16", k->name);
-            return MMRT_ERR_CONFIG;
-        }
-#if CPU_X86
-        t.pack_w_bf16 = cpu_pack_w_bf16_avx512;
-        t.micro_bf16 = cpu_micro_bf16_avx512;
-#endif
-    }
+    mmrt_status st = bf16_unit(bf16_dot, &c, k->name, &t.bf16, err, err_size);
+    if (st != MMRT_OK)
+        return st;
     *out = t;
     return MMRT_OK;
 }

@@ -1,14 +1,15 @@
 /*
- * plugins/cpu/cpu_kern_avx512bf16.c — the bf16 dot-product GEMM (AVX512_BF16 vdpbf16ps),
+ * plugins/cpu/cpu_kern_avx512bf16.c — the bf16 dot-product GEMM on AVX512_BF16 (vdpbf16ps),
  * used for BF16 weights in the blocked GEMM (M > CPU_GEMV_MAX_M) when the device option
- * bf16_dot = 1 (cpu_isa.c checks the CPU). Smaller M run the f32 GEMV of cpu_kern_avx512.c,
+ * bf16_dot asks for it (cpu_isa.c checks the CPU; on a CPU with AMX, bf16_dot = 1 runs
+ * cpu_kern_amx.c instead, which shares the W packing here). Smaller M run the f32 GEMV of cpu_kern_avx512.c,
  * bandwidth-bound and exact in the activations, so a decode row is the same with or without
  * the option and whatever the batch.
  *
  * Same blocking as the f32 micro-kernel of cpu_kern_avx512.c (MR = 14 × NR = 32), but every
  * step consumes a pair of k: W is packed as [k/2][NR][2] bf16 (a 16 × 16 transpose of 32-bit
  * pairs, no conversion — the weights are BF16 already), x as [k/2][MR] pairs of bf16 rounded
- * from f32 (cpu_pack_x_bf16). vdpbf16ps multiplies the pairs exactly and adds both products to
+ * from f32 (pack_x). vdpbf16ps multiplies the pairs exactly and adds both products to
  * the f32 accumulator, so one instruction does 32 multiply-adds: twice the f32 FMA rate.
  *
  * The price is the rounding of the activations to bf16 (8 significant bits), which is why
@@ -51,8 +52,11 @@ static inline void transpose16(__m512 r[16])
 }
 
 void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
-                            uint32_t *dst)
+                            int64_t kp, uint32_t *dst)
 {
+    for (int64_t p = (kc + 1) / 2; p < kp; p++) /* the unit's padding: exact zeros */
+        for (int j = 0; j < NR; j += 16)
+            _mm512_storeu_si512(dst + p * NR + j, _mm512_setzero_si512());
     for (int jb = 0; jb < NR; jb += 16) {
         int64_t rows = cols - jb < 0 ? 0 : cols - jb > 16 ? 16 : cols - jb;
         for (int64_t k0 = 0; k0 < kc; k0 += 32) {
@@ -67,6 +71,23 @@ void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_
             int64_t np = (kl + 1) / 2; /* pairs; an odd tail pairs with the masked-in zero */
             for (int t = 0; t < np; t++)
                 _mm512_storeu_ps((float *)(dst + (k0 / 2 + t) * NR + jb), r[t]);
+        }
+    }
+}
+
+/* dst[p·MR + i] = bf16(x[i][2p]) | bf16(x[i][2p+1]) << 16, zeros past rows and kc. */
+static void pack_x(const float *x, int64_t ldx, int64_t rows, int64_t kc, int64_t kp,
+                   uint32_t *dst)
+{
+    for (int64_t i = 0; i < MR; i++) {
+        for (int64_t q = 0; q < kp; q++) {
+            uint32_t lo = 0, hi = 0;
+            if (i < rows && 2 * q < kc) {
+                const float *xr = x + i * ldx;
+                lo = cpu_f32_to_bf16(xr[2 * q]);
+                hi = 2 * q + 1 < kc ? cpu_f32_to_bf16(xr[2 * q + 1]) : 0;
+            }
+            dst[q * MR + i] = lo | hi << 16;
         }
     }
 }
@@ -87,8 +108,8 @@ void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_
     _mm512_storeu_ps(c + (i) * ldc, a##i##0);                                                  \
     _mm512_storeu_ps(c + (i) * ldc + 16, a##i##1);
 
-void cpu_micro_bf16_avx512(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c,
-                           int64_t ldc, int accumulate)
+static void micro(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c, int64_t ldc,
+                  int accumulate)
 {
     REP14(DECL)
     if (accumulate) {
@@ -105,3 +126,13 @@ void cpu_micro_bf16_avx512(const uint32_t *xp, const uint32_t *wp, int64_t kp, f
     }
     REP14(STOREC)
 }
+
+const struct cpu_bf16_gemm cpu_bf16_gemm_avx512 = {
+    .unit = "avx512_bf16",
+    .mr = MR,
+    .nr = NR,
+    .kalign = 1,
+    .pack_x = pack_x,
+    .pack_w = cpu_pack_w_bf16_avx512,
+    .micro = micro,
+};

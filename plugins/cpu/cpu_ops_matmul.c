@@ -16,8 +16,9 @@
  *     block of whole tiles (so edge tiles need no special case) that is written to y, with
  *     the bias, at the end. Each output is one FMA chain in k order, continued across K
  *     blocks through the C block, so the result does not depend on the blocking or the
- *     thread count. With bf16_dot and BF16 weights the same loops drive the vdpbf16ps
- *     kernel on bf16 pairs.
+ *     thread count. With bf16_dot and BF16 weights the same loops drive the bf16 unit the
+ *     option chose (struct cpu_bf16_gemm: AMX tiles or vdpbf16ps) on bf16 pairs, with its
+ *     own micro-tile and x layout.
  *   Portable (no micro-kernel): tiles of CPU_MM_MB x rows × CPU_MM_NB W rows, K in panels of
  *     CPU_MM_KB; an F16/BF16 W panel is converted once into per-thread scratch and reused by
  *     all x rows of the tile; every output is cpu_dot_f32's 8-lane dot, summed panel by panel.
@@ -52,24 +53,6 @@ void *cpu_xpack(struct mmrt_device *dev, size_t nbytes, const char *what)
     dev->xpack = p;
     dev->xpack_bytes = want;
     return p;
-}
-
-/* bf16-dot layout: dst[p·mr + i] = bf16(x[i][2p]) | bf16(x[i][2p+1]) << 16, zero-padded. */
-static void pack_x_bf16(const float *x, int64_t ldx, int64_t rows, int64_t kc, int mr,
-                        uint32_t *dst)
-{
-    int64_t np = (kc + 1) / 2;
-    for (int64_t i = 0; i < mr; i++) {
-        for (int64_t q = 0; q < np; q++) {
-            uint32_t lo = 0, hi = 0;
-            if (i < rows) {
-                const float *xr = x + i * ldx;
-                lo = cpu_f32_to_bf16(xr[2 * q]);
-                hi = 2 * q + 1 < kc ? cpu_f32_to_bf16(xr[2 * q + 1]) : 0;
-            }
-            dst[q * mr + i] = lo | hi << 16;
-        }
-    }
 }
 
 /* ---- portable path ------------------------------------------------------------------------ */
@@ -212,8 +195,18 @@ struct blk_ctx {
     int64_t n_mb, mb_panels; /* row blocks per column block, panels per row block */
     int w_dtype, b_dtype, mr, nr;
     size_t w_es;
-    bool bf;
+    const struct cpu_bf16_gemm *bf; /* the bf16 unit, or NULL: f32 micro-kernel */
 };
+
+/* Rows of a packed micro-panel for kc values of k: f32 values, or the bf16 unit's pairs
+ * padded to its alignment. */
+static int64_t blk_kunits(const struct blk_ctx *c, int64_t kc)
+{
+    if (!c->bf)
+        return kc;
+    int64_t a = c->bf->kalign;
+    return ((kc + 1) / 2 + a - 1) / a * a;
+}
 
 static void xpack_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
@@ -226,7 +219,7 @@ static void xpack_task(void *vctx, int tid, int64_t begin, int64_t end)
         const float *src = c->x + p * c->mr * c->K + k0;
         uint32_t *dst = (uint32_t *)c->xp + (size_t)it * (size_t)c->panel_elems;
         if (c->bf)
-            pack_x_bf16(src, c->K, rows, kc, c->mr, dst);
+            c->bf->pack_x(src, c->K, rows, kc, blk_kunits(c, kc), dst);
         else
             c->kt->pack_x(src, c->K, rows, kc, (float *)dst);
     }
@@ -245,6 +238,8 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
     float *wpack = c->dev->gemm_scratch + (size_t)tid * c->dev->gemm_scratch_floats;
     float *cblk = wpack + (size_t)CPU_GEMM_NC * CPU_GEMM_KC;
     const int64_t N = c->N;
+    if (c->bf && c->bf->begin)
+        c->bf->begin();
 
     for (int64_t it = begin; it < end; it++) {
         int64_t nb = it / c->n_mb, mb = it % c->n_mb;
@@ -255,7 +250,7 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
 
         for (int64_t kb = 0; kb < c->n_kb; kb++) {
             int64_t k0 = kb * c->kcb, kc = c->K - k0 < c->kcb ? c->K - k0 : c->kcb;
-            int64_t kunits = c->bf ? (kc + 1) / 2 : kc; /* rows of a packed micro-panel */
+            int64_t kunits = blk_kunits(c, kc);
             for (int64_t jr = 0; jr < n_jr; jr++) {
                 int64_t cols = ncols - jr * nr < nr ? ncols - jr * nr : nr, row = n0 + jr * nr;
                 float *dst = wpack + jr * nr * kunits;
@@ -268,7 +263,7 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
                 }
                 const char *wsrc = c->w + (size_t)(row * c->K + k0) * c->w_es;
                 if (c->bf)
-                    kt->pack_w_bf16((const uint16_t *)wsrc, c->K, cols, kc, (uint32_t *)dst);
+                    c->bf->pack_w((const uint16_t *)wsrc, c->K, cols, kc, kunits, (uint32_t *)dst);
                 else
                     kt->pack_w(wsrc, c->w_dtype, c->K, cols, kc, dst);
             }
@@ -279,7 +274,7 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
                         (const uint32_t *)c->xp + (size_t)(kb * c->n_panels + p) * c->panel_elems;
                     float *ct = cblk + (p - p0) * mr * CPU_GEMM_NC + jr * nr;
                     if (c->bf)
-                        kt->micro_bf16(xpp, (const uint32_t *)wp, kunits, ct, CPU_GEMM_NC, kb > 0);
+                        c->bf->micro(xpp, (const uint32_t *)wp, kunits, ct, CPU_GEMM_NC, kb > 0);
                     else
                         kt->micro((const float *)xpp, wp, nr, kc, ct, CPU_GEMM_NC, kb > 0);
                 }
@@ -308,6 +303,8 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
                 memcpy(yr, cr, (size_t)ncols * sizeof(float));
         }
     }
+    if (c->bf && c->bf->end)
+        c->bf->end();
 }
 
 static mmrt_status gemm_blocked(struct blk_ctx *c);
@@ -348,13 +345,13 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
         return MMRT_OK;
     }
 
-    bool bf = dev->bf16_dot && w_dtype == MMRT_DTYPE_BF16 && kt->micro_bf16;
+    const struct cpu_bf16_gemm *bf = w_dtype == MMRT_DTYPE_BF16 ? kt->bf16 : NULL;
     struct blk_ctx c = {
         .dev = dev, .kt = kt, .x = x, .w = w, .b = b, .scale = scale, .y = y,
         .M = M, .K = K, .N = N,
         .kcb = bf ? 2 * CPU_GEMM_KC : CPU_GEMM_KC,
-        .w_dtype = w_dtype, .b_dtype = b_dtype, .mr = kt->mr, .nr = kt->nr,
-        .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype), .bf = bf,
+        .w_dtype = w_dtype, .b_dtype = b_dtype, .mr = bf ? bf->mr : kt->mr,
+        .nr = bf ? bf->nr : kt->nr, .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype), .bf = bf,
     };
     return gemm_blocked(&c);
 }
@@ -367,7 +364,7 @@ static mmrt_status gemm_blocked(struct blk_ctx *cp)
     const int64_t M = c.M, K = c.K, N = c.N;
     c.n_kb = (K + c.kcb - 1) / c.kcb;
     c.n_panels = (M + c.mr - 1) / c.mr;
-    c.panel_elems = (c.bf ? c.kcb / 2 : c.kcb) * c.mr;
+    c.panel_elems = blk_kunits(&c, c.kcb) * c.mr;
     c.mb_panels = CPU_GEMM_MC / c.mr;
     c.n_mb = (c.n_panels + c.mb_panels - 1) / c.mb_panels;
     size_t xbytes = (size_t)(c.n_kb * c.n_panels * c.panel_elems) * sizeof(float);

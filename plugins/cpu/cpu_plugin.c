@@ -115,8 +115,10 @@ static void cpu_model_name(char *out, size_t size)
 
 /* threads: worker count (default: every online CPU). isa: auto (default), avx512, avx2 or
  * portable — the kernel table (cpu_isa.c); a lower one than auto compares kernels or tests a
- * path. bf16_dot: 0 (default) or 1 — BF16 weights use the AVX512_BF16 dot-product GEMM, which
- * rounds activations to bf16 (faster prefill and vision, measured loss in BENCHMARKS.md).
+ * path. bf16_dot: 0 (default), 1, amx or avx512 — BF16 weights use the bf16 dot-product
+ * GEMM (1: on AMX tiles where the CPU and kernel allow, else AVX512_BF16; amx, avx512: that
+ * unit), which rounds activations to bf16 (faster prefill and vision, measured loss in
+ * BENCHMARKS.md).
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system
  * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
@@ -166,7 +168,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     mmrt_status st = MMRT_OK;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
-    bool have_threads = false, bf16_dot = false;
+    bool have_threads = false;
     const char *isa = NULL, *bf16_value = NULL, *graph_value = NULL, *weights_value = NULL;
     struct cpu_kernels kern;
 
@@ -215,14 +217,6 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
             return st;
     }
 
-    if (bf16_value) {
-        if (strcmp(bf16_value, "0") != 0 && strcmp(bf16_value, "1") != 0) {
-            set_err(err, err_size, "cpu: device option bf16_dot=\"%s\": expected 0 or 1",
-                    bf16_value);
-            return MMRT_ERR_CONFIG;
-        }
-        bf16_dot = bf16_value[0] == '1';
-    }
     if (graph_value && strcmp(graph_value, "0") != 0 && strcmp(graph_value, "1") != 0) {
         set_err(err, err_size, "cpu: device option graph=\"%s\": expected 0 or 1", graph_value);
         return MMRT_ERR_CONFIG;
@@ -233,7 +227,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
                 weights_value);
         return MMRT_ERR_CONFIG;
     }
-    st = cpu_kernels_select(isa, bf16_dot, &kern, err, err_size);
+    st = cpu_kernels_select(isa, bf16_value, &kern, err, err_size);
     if (st != MMRT_OK)
         return st;
 
@@ -249,7 +243,6 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         goto fail;
     }
     dev->kern = kern;
-    dev->bf16_dot = bf16_dot;
     dev->graph_enabled = graph_value && graph_value[0] == '1';
     dev->copy_weights = weights_value && strcmp(weights_value, "copy") == 0;
     /* Per thread: a converted W block (blocked: NC × KC; portable: MM_NB × MM_KB) and a C
@@ -266,8 +259,9 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     }
     char model[80], caps[64];
     cpu_model_name(model, sizeof model);
-    snprintf(dev->name, sizeof dev->name, "%s (%d thread%s) [%s%s]", model, n_threads,
-             n_threads == 1 ? "" : "s", kern.name, bf16_dot ? "+bf16_dot" : "");
+    snprintf(dev->name, sizeof dev->name, "%s (%d thread%s) [%s%s%s]", model, n_threads,
+             n_threads == 1 ? "" : "s", kern.name, kern.bf16 ? "+bf16_dot:" : "",
+             kern.bf16 ? kern.bf16->unit : "");
     dev->total_bytes = phys_bytes();
     cpu_isa_describe(caps, sizeof caps);
     cpu_log(MMRT_LOG_DEBUG, "device 0: %s; CPU features: %s", dev->name, caps);

@@ -1,0 +1,203 @@
+/*
+ * plugins/cpu/cpu_kern_amx.c — the bf16 dot-product GEMM on AMX-BF16 tiles (Sapphire Rapids
+ * and later), chosen by the device option bf16_dot = 1 (or amx) on a CPU whose kernel lets
+ * this process use the tile state (cpu_isa.c asks Linux for it). Same contract as the
+ * AVX512_BF16 unit of cpu_kern_avx512bf16.c: BF16 weights exact, activations rounded to bf16,
+ * products exact, f32 sums, each output one chain in k order, so the blocked GEMM's loops
+ * (cpu_ops_matmul.c) drive both units and results do not depend on threads or blocking.
+ *
+ * Why tiles: TDPBF16PS multiplies a 16 × 32 bf16 tile by a 32 × 16 one into 16 × 16 f32 sums,
+ * 16 384 flop per instruction, several times what the vector FMA ports do on the same core. A
+ * micro-tile is MR = 32 × NR = 32 outputs in four C tiles (tmm0–3); each step over 16 pairs
+ * of k loads two A tiles (tmm4–5: x rows 0–15 and 16–31) and two B tiles (tmm6–7: W columns
+ * 0–15 and 16–31) and issues four products, so every loaded tile is used twice.
+ *
+ * Layouts: x as [MR][kp] pairs (the A tile's rows are x rows; pack_x), W as [kp][NR] pairs
+ * (the B tile's rows are pairs of k, the VNNI layout the AVX512_BF16 unit packs already;
+ * cpu_pack_w_bf16_avx512). kp is a multiple of 16 (kalign): pack_x and pack_w write zero
+ * pairs past the data, and x rows past M are zero, so every tile is whole and no edge case
+ * reaches the kernel.
+ *
+ * Built two ways. Normally with -mamx-tile -mamx-bf16, the tile operations being the
+ * compiler's intrinsics. With CPU_AMX_EMULATE (the test-only plugin mmrt_cpu_amxemu), the same
+ * code runs on tiles held in memory, each operation in plain C as the instruction set
+ * reference describes it (TDPBF16PS: bf16 inputs with denormals read as zero, each pair's two
+ * products added in turn to the f32 sum, results flushed to zero when subnormal), so a machine
+ * without AMX tests the packing, the tile walk and the blocked loops around them.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+#define MR 32
+#define NR 32
+#define KP_STEP 16 /* pairs of k per tile step: 64-byte tile rows */
+
+#ifdef CPU_AMX_EMULATE
+
+#include <math.h>
+
+struct emu_tile {
+    unsigned char row[16][64];
+};
+
+static void emu_load(struct emu_tile *t, const void *p, size_t stride)
+{
+    for (int r = 0; r < 16; r++)
+        memcpy(t->row[r], (const unsigned char *)p + (size_t)r * stride, 64);
+}
+
+static void emu_store(const struct emu_tile *t, void *p, size_t stride)
+{
+    for (int r = 0; r < 16; r++)
+        memcpy((unsigned char *)p + (size_t)r * stride, t->row[r], 64);
+}
+
+static float emu_bf16(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t u = (uint32_t)h << 16;
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u; /* a denormal input reads as zero */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void emu_dp(struct emu_tile *c, const struct emu_tile *a, const struct emu_tile *b)
+{
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            float acc;
+            memcpy(&acc, &c->row[m][4 * n], 4);
+            for (int k = 0; k < 16; k++) {
+                acc += emu_bf16(&a->row[m][4 * k]) * emu_bf16(&b->row[k][4 * n]);
+                acc += emu_bf16(&a->row[m][4 * k + 2]) * emu_bf16(&b->row[k][4 * n + 2]);
+            }
+            if (fpclassify(acc) == FP_SUBNORMAL)
+                acc = copysignf(0.0f, acc);
+            memcpy(&c->row[m][4 * n], &acc, 4);
+        }
+}
+
+#define TILES struct emu_tile tmm[8]
+#define T_LOAD(t, p, stride) emu_load(&tmm[t], (p), (size_t)(stride))
+#define T_STORE(t, p, stride) emu_store(&tmm[t], (p), (size_t)(stride))
+#define T_ZERO(t) memset(&tmm[t], 0, sizeof tmm[t])
+#define T_DP(c, a, b) emu_dp(&tmm[c], &tmm[a], &tmm[b])
+
+static void tiles_begin(void)
+{
+}
+
+static void tiles_end(void)
+{
+}
+
+#define UNIT_NAME "amx-emulated"
+
+#else /* the real instructions */
+
+#include <immintrin.h>
+
+#define TILES (void)0
+#define T_LOAD(t, p, stride) _tile_loadd(t, (p), (long)(stride))
+#define T_STORE(t, p, stride) _tile_stored(t, (p), (long)(stride))
+#define T_ZERO(t) _tile_zero(t)
+#define T_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+
+/* LDTILECFG's 64-byte operand: palette 1, then bytes per row and rows of each tile. */
+struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static void tiles_begin(void)
+{
+    struct tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+static void tiles_end(void)
+{
+    _tile_release();
+}
+
+#define UNIT_NAME "amx"
+
+#endif
+
+/* dst[i·kp + p] = bf16(x[i][2p]) | bf16(x[i][2p+1]) << 16 (the A tile's rows), zeros past
+ * rows and kc. */
+static void pack_x(const float *x, int64_t ldx, int64_t rows, int64_t kc, int64_t kp,
+                   uint32_t *dst)
+{
+    for (int64_t i = 0; i < MR; i++) {
+        uint32_t *d = dst + i * kp;
+        int64_t q = 0;
+        if (i < rows) {
+            const float *xr = x + i * ldx;
+            for (; 2 * q + 1 < kc; q++)
+                d[q] = cpu_f32_to_bf16(xr[2 * q]) | (uint32_t)cpu_f32_to_bf16(xr[2 * q + 1]) << 16;
+            if (2 * q < kc) {
+                d[q] = cpu_f32_to_bf16(xr[2 * q]);
+                q++;
+            }
+        }
+        for (; q < kp; q++)
+            d[q] = 0;
+    }
+}
+
+static void micro(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c, int64_t ldc,
+                  int accumulate)
+{
+    TILES;
+    const int64_t sc = ldc * (int64_t)sizeof(float), sa = kp * 4, sb = NR * 4;
+    if (accumulate) {
+        T_LOAD(0, c, sc);
+        T_LOAD(1, c + 16, sc);
+        T_LOAD(2, c + 16 * ldc, sc);
+        T_LOAD(3, c + 16 * ldc + 16, sc);
+    } else {
+        T_ZERO(0);
+        T_ZERO(1);
+        T_ZERO(2);
+        T_ZERO(3);
+    }
+    for (int64_t p = 0; p < kp; p += KP_STEP) {
+        T_LOAD(4, xp + p, sa);
+        T_LOAD(5, xp + 16 * kp + p, sa);
+        T_LOAD(6, wp + p * NR, sb);
+        T_LOAD(7, wp + p * NR + 16, sb);
+        T_DP(0, 4, 6);
+        T_DP(1, 4, 7);
+        T_DP(2, 5, 6);
+        T_DP(3, 5, 7);
+    }
+    T_STORE(0, c, sc);
+    T_STORE(1, c + 16, sc);
+    T_STORE(2, c + 16 * ldc, sc);
+    T_STORE(3, c + 16 * ldc + 16, sc);
+}
+
+const struct cpu_bf16_gemm cpu_bf16_gemm_amx = {
+    .unit = UNIT_NAME,
+    .mr = MR,
+    .nr = NR,
+    .kalign = KP_STEP,
+    .pack_x = pack_x,
+    .pack_w = cpu_pack_w_bf16_avx512,
+    .micro = micro,
+    .begin = tiles_begin,
+    .end = tiles_end,
+};
