@@ -68,11 +68,15 @@ static void test_tiny_json_has_every_field(void **state)
     need(m, "cpu", "machine");
     need(m, "cores", "machine");
     need(m, "threads", "machine");
-    static const char *const lim[] = { "read_gbs", "f32_gflops", "bf16_gflops", "probe_isa",
-                                       "probe_samples", "read_gbs_low", "f32_gflops_low",
-                                       "bf16_gflops_low" };
+    static const char *const lim[] = { "read_gbs", "f32_gflops", "bf16_gflops", "amx_gflops",
+                                       "amx", "probe_isa", "probe_samples", "read_gbs_low",
+                                       "f32_gflops_low", "bf16_gflops_low", "amx_gflops_low",
+                                       "vision_unit", "language_unit" };
+    json_t *lj = json_object_get(rec, "limits");
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
-        need(json_object_get(rec, "limits"), lim[i], "limits");
+        need(lj, lim[i], "limits");
+    /* F16 weights: both stages are held to the f32 FMA peak, whatever units the CPU has. */
+    assert_string_equal(json_string_value(json_object_get(lj, "language_unit")), "f32 FMA");
     static const char *const work[] = { "vision_gflop", "prefill_gflop",
                                         "decode_bytes_per_token", "decode_weight_bytes",
                                         "n_image_tokens", "n_patches" };
@@ -95,13 +99,18 @@ static void test_tiny_json_has_every_field(void **state)
                                                "ratio")));
     json_t *devs = json_object_get(rec, "devices");
     assert_true(json_array_size(devs) >= 1);
-    static const char *const dev[] = { "name", "plugin", "device_name", "stages",
+    static const char *const dev[] = { "name", "plugin", "plugin_version", "device_name", "stages",
                                        "weight_bytes", "weight_mapped_bytes",
                                        "weight_copied_bytes", "weight_reserved_bytes",
                                        "pool_capacity_bytes", "pool_peak_bytes",
                                        "pool_fragmentation" };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         need(json_array_get(devs, 0), dev[i], "devices[0]");
+    /* The CPU plugin's version names how it was built (issue 18: figures by build type). */
+    const char *pv = json_string_value(json_object_get(json_array_get(devs, 0), "plugin_version"));
+    assert_non_null(pv);
+    if (!strstr(pv, "plugin -O"))
+        fail_msg("plugin_version \"%s\" does not name the plugin's build flags", pv);
     json_t *runs = json_object_get(rec, "runs");
     assert_int_equal(json_array_size(runs), 1);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(runs, 0), "n_tokens")), 4);
@@ -132,6 +141,39 @@ static json_t *run_json(const char *const *args)
     if (!rec)
         fail_msg("not JSON (%s): %.200s", je.text, out);
     return rec;
+}
+
+/* `[device.cpu0] isa = avx2` measures the AVX2 kernels as an AVX2 machine would run them: the
+ * probes use the AVX2 loops (no bf16 or AMX unit, which need AVX-512), so a stage is held to
+ * the peak of the unit it ran on. Skipped where the CPU has no AVX2 (the plugin refuses). */
+static void test_limits_follow_isa(void **state)
+{
+    (void)state;
+    char conf[400];
+    snprintf(conf, sizeof conf, "%s/avx2.ini", cache_dir);
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fputs("[device.cpu0]\nplugin = cpu\nisa = avx2\n\n[stage.vision]\ndevice = cpu0\n\n"
+          "[stage.language]\ndevice = cpu0\n", f);
+    fclose(f);
+    const char *args[] = { "--shape", "tiny", "--repeat", "1", "--warmup", "0", "--gen-tokens",
+                           "2", "--prompt-tokens", "5", "--probe-mb", "16", "--json", "--quiet",
+                           "--cache", cache_dir, "--conf", conf, NULL };
+    int rc = run_bench(args);
+    if (rc != 0 && strstr(err_text, "lacks AVX2")) {
+        print_message("isa = avx2: this CPU lacks AVX2; skipped\n");
+        return;
+    }
+    json_t *rec = run_json(args);
+    json_t *lim = json_object_get(rec, "limits");
+    assert_string_equal(json_string_value(json_object_get(lim, "probe_isa")), "avx2");
+    assert_true(json_real_value(json_object_get(lim, "bf16_gflops")) == 0.0);
+    assert_true(json_real_value(json_object_get(lim, "amx_gflops")) == 0.0);
+    assert_string_equal(json_string_value(json_object_get(lim, "amx")), "isa = avx2");
+    const char *dn = json_string_value(
+        json_object_get(json_array_get(json_object_get(rec, "devices"), 0), "device_name"));
+    assert_non_null(strstr(dn, "[avx2]"));
+    json_decref(rec);
 }
 
 static int64_t int_at(const json_t *obj, const char *key)
@@ -548,6 +590,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_json_has_every_field),
         cmocka_unit_test(test_tiny_vision_cache),
+        cmocka_unit_test(test_limits_follow_isa),
         cmocka_unit_test(test_qwen2vl_7b_plan),
         cmocka_unit_test(test_fuyu_8b_plan),
         cmocka_unit_test(test_tiny_fuyu_runs),

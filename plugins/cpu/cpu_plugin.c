@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cpu_build_info.h"
 #include "cpu_internal.h"
 
 /* The host table as this plugin knows it, zero-extended (see mmrt_plugin_init). */
@@ -598,7 +599,7 @@ static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
 static const struct mmrt_plugin cpu_plugin = {
     .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_plugin),
     .name = CPU_PLUGIN_NAME,
-    .version = "0.1.0",
+    .version = "0.1.0 (" CPU_BUILD_INFO ")",
     .probe = cpu_probe,
     .device_open = cpu_device_open,
     .device_close = cpu_device_close,

@@ -170,16 +170,23 @@ struct bench_limits {
     double read_gbs;       /* best streaming read over all threads, GB/s (1e9 bytes) */
     double f32_gflops;     /* best f32 FMA rate over all threads, GFLOP/s (FMA = 2 flop) */
     double bf16_gflops;    /* best bf16 dot-product rate (vdpbf16ps), 0 when unsupported */
+    double amx_gflops;     /* best AMX-BF16 tile rate (TDPBF16PS), 0 when not usable */
     const char *isa;       /* "avx512", "avx2" or "scalar": the loops the probes used */
+    char amx_why[128];     /* why amx_gflops is 0 (x86_amx.h's reason) */
+    /* Set by the caller: the CPU plugin's `isa` option of the measured device (NULL or
+     * "auto": what the CPU has). "avx2" holds the stages to the AVX2 loops' limits, as on a
+     * CPU without AVX-512 (and without its bf16 and AMX units, which need it); "portable" to
+     * plain C's. */
+    const char *max_isa;
     /* The lowest of the per-call results (each call's own best), to show how much the
      * machine's capacity moved during a run; 0 until the first call. */
-    double read_gbs_low, f32_gflops_low, bf16_gflops_low;
+    double read_gbs_low, f32_gflops_low, bf16_gflops_low, amx_gflops_low;
     int n_calls;
 };
 
 /* Runs the probes on n_threads threads: the read probe over a buffer of buffer_mb MiB
- * (passes times, best pass), the FMA and bf16 loops for a few short rounds each (best round).
- * Folds the results into *lim: the maxima into read_gbs, f32_gflops, bf16_gflops (so calling
+ * (passes times, best pass), the FMA, bf16 and AMX loops for a few short rounds each (best
+ * round). Folds the results into *lim: the maxima into read_gbs and the *_gflops (so calling
  * it several times in a run keeps the best seen), the minima into the *_low fields. Returns 0,
  * or −1 with a message when the buffer or threads cannot be had. */
 int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits *lim,
@@ -192,5 +199,6 @@ uint64_t bench_read_avx2(const void *p, size_t nbytes, int streams, uint64_t *si
 uint64_t bench_fma_avx512(uint64_t iters, float *sink);
 uint64_t bench_fma_avx2(uint64_t iters, float *sink);
 uint64_t bench_bf16_avx512(uint64_t iters, float *sink);
+uint64_t bench_amx_bf16(uint64_t iters, float *sink);
 
 #endif

@@ -385,6 +385,67 @@ struct placement {
     bool pool_given[MAX_DEVS];
 };
 
+/* Each plugin's version string (the CPU plugin's names its build type, compiler and flags),
+ * as mmrt_list_devices reports it from the same search path the runtime loaded it from. */
+struct plugin_versions {
+    char name[MAX_DEVS][33], version[MAX_DEVS][256];
+    int n;
+};
+
+static void collect_version(void *user, const struct mmrt_plugin_report *p,
+                            const struct mmrt_device_desc *d)
+{
+    struct plugin_versions *v = user;
+    if (d || !p->version || v->n == MAX_DEVS)
+        return;
+    for (int i = 0; i < v->n; i++)
+        if (strcmp(v->name[i], p->name) == 0)
+            return; /* an earlier directory in the search order wins, as in the loader */
+    snprintf(v->name[v->n], sizeof v->name[0], "%s", p->name);
+    snprintf(v->version[v->n], sizeof v->version[0], "%s", p->version);
+    v->n++;
+}
+
+static const char *version_of(const struct plugin_versions *v, const char *plugin)
+{
+    for (int i = 0; i < v->n; i++)
+        if (strcmp(v->name[i], plugin) == 0)
+            return v->version[i];
+    return "unknown";
+}
+
+/* "1234 GFLOP/s", or why there is no AMX figure. Returns a static buffer. */
+static const char *amx_text(const struct bench_limits *l, bool low)
+{
+    static char buf[192];
+    if (l->amx_gflops > 0)
+        snprintf(buf, sizeof buf, "%.0f GFLOP/s", low ? l->amx_gflops_low : l->amx_gflops);
+    else
+        snprintf(buf, sizeof buf, "none (%s)", l->amx_why);
+    return buf;
+}
+
+/* The unit whose peak holds a CPU stage, as the CPU plugin picks it (cpu_isa.c): BF16 weights
+ * with bf16_dot = 1 run on AMX tiles where this process may use them, else on vdpbf16ps;
+ * = amx or = avx512 name the unit; everything else runs f32 FMAs. */
+static const char *peak_unit(const char *bf16_dot, int dtype, const struct bench_limits *l,
+                             double *peak)
+{
+    if (dtype == BENCH_BF16 && bf16_dot) {
+        bool best = strcmp(bf16_dot, "1") == 0;
+        if ((best || strcmp(bf16_dot, "amx") == 0) && l->amx_gflops > 0) {
+            *peak = l->amx_gflops;
+            return "AMX bf16";
+        }
+        if ((best || strcmp(bf16_dot, "avx512") == 0) && l->bf16_gflops > 0) {
+            *peak = l->bf16_gflops;
+            return "bf16 dot";
+        }
+    }
+    *peak = l->f32_gflops;
+    return "f32 FMA";
+}
+
 static const char *dev_option(const struct placement *p, int i, const char *key)
 {
     for (int k = 0; k < p->dev[i].n_options; k++)
@@ -651,11 +712,12 @@ int main(int argc, char **argv)
         }
         if (o.json)
             printf("{\"threads\": %d, \"read_gbs\": %.2f, \"f32_gflops\": %.1f, "
-                   "\"bf16_gflops\": %.1f, \"probe_isa\": \"%s\"}\n", nt, l.read_gbs,
-                   l.f32_gflops, l.bf16_gflops, l.isa);
+                   "\"bf16_gflops\": %.1f, \"amx_gflops\": %.1f, \"probe_isa\": \"%s\"}\n",
+                   nt, l.read_gbs, l.f32_gflops, l.bf16_gflops, l.amx_gflops, l.isa);
         else
             printf("%d threads (%s loops): read %.1f GB/s, f32 FMA %.1f GFLOP/s, bf16 dot %.1f "
-                   "GFLOP/s\n", nt, l.isa, l.read_gbs, l.f32_gflops, l.bf16_gflops);
+                   "GFLOP/s, AMX bf16 %s\n", nt, l.isa, l.read_gbs, l.f32_gflops, l.bf16_gflops,
+                   amx_text(&l, false));
         return 0;
     }
 
@@ -952,7 +1014,9 @@ int main(int argc, char **argv)
     }
 
     /* Which limits apply: the probes measure this host's CPU, so they hold a stage placed on
-     * a cpu-plugin device; bf16_dot = 1 there with BF16 weights means the bf16 peak. */
+     * a cpu-plugin device, with the loops of the kernel table its `isa` option names (avx2 on
+     * an AVX-512 CPU is measured as an AVX2 machine would be); bf16_dot there with BF16 weights
+     * means the peak of the bf16 unit it picks (peak_unit). */
     int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     const char *t = dev_option(&pl, pl.language, "threads");
     if (strcmp(pl.dev[pl.language].plugin, "cpu") == 0 && t)
@@ -960,7 +1024,9 @@ int main(int argc, char **argv)
     if (n_threads < 1)
         n_threads = 1;
     struct bench_limits lim = { 0 };
-    progress("measuring limits (read bandwidth, f32 FMA and bf16 dot peaks)");
+    if (strcmp(pl.dev[pl.language].plugin, "cpu") == 0)
+        lim.max_isa = dev_option(&pl, pl.language, "isa");
+    progress("measuring limits (read bandwidth, f32 FMA, bf16 dot and AMX peaks)");
     if (bench_probe(n_threads, (size_t)o.probe_mb, o.probe_passes, &lim, err, sizeof err) != 0) {
         fprintf(stderr, "mmrt-bench: %s\n", err);
         goto out;
@@ -1088,10 +1154,9 @@ int main(int argc, char **argv)
     bool lang_cpu = strcmp(pl.dev[pl.language].plugin, "cpu") == 0;
     const char *vb = dev_option(&pl, pl.vision, "bf16_dot");
     const char *lb = dev_option(&pl, pl.language, "bf16_dot");
-    bool vis_bf16 = o.dtype == BENCH_BF16 && vb && strcmp(vb, "1") == 0 && lim.bf16_gflops > 0;
-    bool lang_bf16 = o.dtype == BENCH_BF16 && lb && strcmp(lb, "1") == 0 && lim.bf16_gflops > 0;
-    double vis_peak = vis_bf16 ? lim.bf16_gflops : lim.f32_gflops;
-    double lang_peak = lang_bf16 ? lim.bf16_gflops : lim.f32_gflops;
+    double vis_peak, lang_peak;
+    const char *vis_unit = peak_unit(vb, o.dtype, &lim, &vis_peak);
+    const char *lang_unit = peak_unit(lb, o.dtype, &lim, &lang_peak);
     double l_vis = vis_cpu ? wk.vision_flop / (vis_peak * 1e9) * 1e3 : NAN;
     double l_pf = lang_cpu ? wk.prefill_flop / (lang_peak * 1e9) * 1e3 : NAN;
     double l_dec = lang_cpu ? wk.decode_bytes / (lim.read_gbs * 1e9) * 1e3 : NAN;
@@ -1105,9 +1170,9 @@ int main(int argc, char **argv)
     gmtime_r(&now, &tmv);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
     snprintf(basis_vis, sizeof basis_vis, "%.3g GFLOP at the %s peak %.0f GFLOP/s",
-             wk.vision_flop / 1e9, vis_bf16 ? "bf16 dot" : "f32 FMA", vis_peak);
+             wk.vision_flop / 1e9, vis_unit, vis_peak);
     snprintf(basis_pf, sizeof basis_pf, "%.4g GFLOP at the %s peak %.0f GFLOP/s",
-             wk.prefill_flop / 1e9, lang_bf16 ? "bf16 dot" : "f32 FMA", lang_peak);
+             wk.prefill_flop / 1e9, lang_unit, lang_peak);
     snprintf(basis_dec, sizeof basis_dec, "%.3g GB read per token at %.1f GB/s",
              wk.decode_bytes / 1e9, lim.read_gbs);
     snprintf(basis_ttft, sizeof basis_ttft, "vision + prefill limits (preprocess: none)");
@@ -1118,6 +1183,8 @@ int main(int argc, char **argv)
     }
 
     json_t *devs = json_array();
+    struct plugin_versions pv = { .n = 0 };
+    (void)mmrt_list_devices(collect_version, &pv, err, sizeof err); /* best effort */
     for (int i = 0; i < mmrt_device_count(rt) && i < MAX_DEVS; i++) {
         struct mmrt_device_desc d;
         struct mmrt_memory_report mr = { .struct_size = sizeof mr };
@@ -1129,9 +1196,10 @@ int main(int argc, char **argv)
                  pl.vision == i && pl.language == i ? "," : "",
                  pl.language == i ? "language" : "");
         json_array_append_new(
-            devs, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I}",
-                            "name", d.name,
-                            "plugin", d.plugin, "device_name", d.device_name, "stages", stages,
+            devs, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I}",
+                            "name", d.name, "plugin", d.plugin,
+                            "plugin_version", version_of(&pv, d.plugin),
+                            "device_name", d.device_name, "stages", stages,
                             "weight_bytes", (json_int_t)mr.weight_bytes,
                             "weight_mapped_bytes", (json_int_t)mr.weight_mapped_bytes,
                             "weight_copied_bytes", (json_int_t)mr.weight_copied_bytes,
@@ -1147,7 +1215,7 @@ int main(int argc, char **argv)
     json_t *rec = json_pack(
         "{s:s,s:s,s:s,s:{s:s,s:i,s:i},s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,"
         "s:s,s:s,s:s,s:i,s:i,s:f,s:f,"
-        "s:{s:f,s:f,s:f,s:s,s:i,s:f,s:f,s:f},"
+        "s:{s:f,s:f,s:f,s:f,s:s,s:s,s:i,s:f,s:f,s:f,s:f,s:s,s:s},"
         "s:{s:f,s:f,s:f,s:f,s:I,s:I},"
         "s:{s:o,s:o,s:o,s:o,s:o,s:o},"
         "s:o,s:o}",
@@ -1163,9 +1231,11 @@ int main(int argc, char **argv)
         "n_prompt_tokens", n_prompt, "n_tokens", n_gen, "load_ms", t_load,
         "cpu_share", cpu_share,
         "limits", "read_gbs", lim.read_gbs, "f32_gflops", lim.f32_gflops, "bf16_gflops",
-        lim.bf16_gflops, "probe_isa", lim.isa, "probe_samples", lim.n_calls, "read_gbs_low",
+        lim.bf16_gflops, "amx_gflops", lim.amx_gflops, "amx", lim.amx_gflops > 0 ? "used" :
+        lim.amx_why, "probe_isa", lim.isa, "probe_samples", lim.n_calls, "read_gbs_low",
         lim.read_gbs_low, "f32_gflops_low", lim.f32_gflops_low, "bf16_gflops_low",
-        lim.bf16_gflops_low,
+        lim.bf16_gflops_low, "amx_gflops_low", lim.amx_gflops_low, "vision_unit", vis_unit,
+        "language_unit", lang_unit,
         "work", "vision_gflop", wk.vision_flop / 1e9, "prefill_gflop", wk.prefill_flop / 1e9,
         "decode_bytes_per_token", wk.decode_bytes, "decode_weight_bytes",
         wk.decode_weight_bytes, "n_image_tokens", (json_int_t)wk.n_image_tokens,
@@ -1278,13 +1348,14 @@ int main(int argc, char **argv)
                (long long)ip.cols,               (long long)ip.rows, (long long)ip.n_image_tokens, n_prompt, o.prompt_tokens,
                n_gen);
         printf("limits (best of %d probes around the rounds, %s loops, %d threads): read "
-               "%.1f GB/s, f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n", lim.n_calls, lim.isa,
-               n_threads, lim.read_gbs, lim.f32_gflops, lim.bf16_gflops);
-        printf("  (lowest probe: read %.1f GB/s, f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s — "
-               "the spread is what neighbours took; during the rounds this process got "
-               "%.0f%% of its %d threads' time)\n\n",
-               lim.read_gbs_low, lim.f32_gflops_low, lim.bf16_gflops_low, 100 * cpu_share,
-               n_threads);
+               "%.1f GB/s, f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s, AMX bf16 %s\n",
+               lim.n_calls, lim.isa, n_threads, lim.read_gbs, lim.f32_gflops, lim.bf16_gflops,
+               amx_text(&lim, false));
+        printf("  (lowest probe: read %.1f GB/s, f32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s, "
+               "AMX bf16 %s — the spread is what neighbours took; during the rounds this "
+               "process got %.0f%% of its %d threads' time)\n\n",
+               lim.read_gbs_low, lim.f32_gflops_low, lim.bf16_gflops_low, amx_text(&lim, true),
+               100 * cpu_share, n_threads);
         printf("%-20s %12s %12s %7s  %s\n", "stage (median)", "figure", "limit", "ratio",
                "limit basis");
         const char *names[6] = { "preprocess",
@@ -1348,13 +1419,15 @@ int main(int argc, char **argv)
             json_t *d = json_array_get(devs, i);
 #define MIB_OF(key) ((double)json_integer_value(json_object_get(d, key)) / 1048576)
             printf("device %s (%s; %s): weights %.1f MiB (%.1f mapped, %.1f copied into %.1f "
-                   "reserved); pool %.0f MiB, peak %.1f MiB, KV %.1f MiB\n",
+                   "reserved); pool %.0f MiB, peak %.1f MiB, KV %.1f MiB\n  plugin %s %s\n",
                    json_string_value(json_object_get(d, "name")),
                    json_string_value(json_object_get(d, "device_name")),
                    json_string_value(json_object_get(d, "stages")), MIB_OF("weight_bytes"),
                    MIB_OF("weight_mapped_bytes"), MIB_OF("weight_copied_bytes"),
                    MIB_OF("weight_reserved_bytes"), MIB_OF("pool_capacity_bytes"),
-                   MIB_OF("pool_peak_bytes"), MIB_OF("kv_bytes"));
+                   MIB_OF("pool_peak_bytes"), MIB_OF("kv_bytes"),
+                   json_string_value(json_object_get(d, "plugin")),
+                   json_string_value(json_object_get(d, "plugin_version")));
 #undef MIB_OF
         }
     }

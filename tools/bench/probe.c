@@ -11,6 +11,8 @@
  *   f32 peak: every thread runs independent FMA chains (enough to cover latency × ports);
  *     2 flop per lane per FMA; a few rounds of ~40 ms, best round.
  *   bf16 peak: the same with vdpbf16ps (AVX512_BF16), 2 flop per bf16 pair product.
+ *   AMX peak: TDPBF16PS tile products (probe_amx.c), where plugins/common/x86_amx.h says this
+ *     process may use the tiles, as the CPU plugin's AMX unit decides.
  *
  * The loops come from probe_avx512.c / probe_avx2.c, chosen at run time by
  * __builtin_cpu_supports like the CPU plugin's kernels; elsewhere a plain C loop is used (its
@@ -25,6 +27,7 @@
 #include <time.h>
 
 #include "bench.h"
+#include "x86_amx.h"
 
 #if defined(__x86_64__)
 #define BENCH_X86 1
@@ -39,20 +42,25 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-enum probe_kind { PROBE_READ, PROBE_FMA, PROBE_BF16 };
+enum probe_kind { PROBE_READ, PROBE_FMA, PROBE_BF16, PROBE_AMX };
 
 struct isa {
-    bool avx2, avx512, bf16;
+    bool avx2, avx512, bf16, amx;
 };
 
-static struct isa isa_now(void)
+static struct isa isa_now(char *amx_why, size_t amx_why_size)
 {
-    struct isa i = { false, false, false };
+    struct isa i = { false, false, false, false };
+    snprintf(amx_why, amx_why_size, "this mmrt-bench was built without the AMX probe");
 #if BENCH_X86
     __builtin_cpu_init();
     i.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     i.avx512 = __builtin_cpu_supports("avx512f");
     i.bf16 = i.avx512 && __builtin_cpu_supports("avx512bf16");
+#if defined(BENCH_HAVE_AMX)
+    i.amx = mmrt_x86_amx_present(amx_why, amx_why_size) &&
+            mmrt_x86_amx_permit(amx_why, amx_why_size);
+#endif
 #endif
     return i;
 }
@@ -131,6 +139,11 @@ static void *job_main(void *arg)
         j->work = bench_bf16_avx512(j->iters, &j->fsink);
 #endif
         break;
+    case PROBE_AMX:
+#if defined(BENCH_HAVE_AMX)
+        j->work = bench_amx_bf16(j->iters, &j->fsink);
+#endif
+        break;
     }
     j->t1 = now_s();
     return NULL;
@@ -188,8 +201,11 @@ static uint64_t calibrate(enum probe_kind kind, struct isa isa, double seconds)
         double rate = round_rate(1, kind, isa, NULL, 0, iters, 1);
         if (rate <= 0)
             return iters;
-        double per_iter_flop = kind == PROBE_BF16 ? 20.0 * 64 : isa.avx512 ? 20.0 * 32
-                               : isa.avx2 ? 12.0 * 16 : 32.0;
+        double per_iter_flop = kind == PROBE_AMX    ? 4.0 * 16384
+                               : kind == PROBE_BF16 ? 20.0 * 64
+                               : isa.avx512         ? 20.0 * 32
+                               : isa.avx2           ? 12.0 * 16
+                                                    : 32.0;
         double t = (double)iters * per_iter_flop / rate;
         if (t > 0.005)
             return (uint64_t)((double)iters * seconds / t) + 1;
@@ -200,8 +216,15 @@ static uint64_t calibrate(enum probe_kind kind, struct isa isa, double seconds)
 int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits *lim,
                 char *err, size_t err_size)
 {
-    struct isa isa = isa_now();
-    double read = 0, f32 = 0, bf16 = 0;
+    struct isa isa = isa_now(lim->amx_why, sizeof lim->amx_why);
+    if (lim->max_isa && strcmp(lim->max_isa, "avx2") == 0) {
+        isa.avx512 = isa.bf16 = isa.amx = false;
+        snprintf(lim->amx_why, sizeof lim->amx_why, "isa = avx2");
+    } else if (lim->max_isa && strcmp(lim->max_isa, "portable") == 0) {
+        isa = (struct isa){ false, false, false, false };
+        snprintf(lim->amx_why, sizeof lim->amx_why, "isa = portable");
+    }
+    double read = 0, f32 = 0, bf16 = 0, amx = 0;
     lim->isa = isa.avx512 ? "avx512" : isa.avx2 ? "avx2" : "scalar";
     if (n_threads < 1)
         n_threads = 1;
@@ -240,6 +263,13 @@ int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits
             bf16 = rate / 1e9 > bf16 ? rate / 1e9 : bf16;
         }
     }
+    if (isa.amx) {
+        iters = calibrate(PROBE_AMX, isa, 0.04);
+        for (int r = 0; r < 4; r++) {
+            double rate = round_rate(n_threads, PROBE_AMX, isa, NULL, 0, iters, 1);
+            amx = rate / 1e9 > amx ? rate / 1e9 : amx;
+        }
+    }
     bool first = lim->n_calls++ == 0;
 #define FOLD(hi, lo, v)                                                                        \
     do {                                                                                       \
@@ -249,6 +279,7 @@ int bench_probe(int n_threads, size_t buffer_mb, int passes, struct bench_limits
     FOLD(read_gbs, read_gbs_low, read);
     FOLD(f32_gflops, f32_gflops_low, f32);
     FOLD(bf16_gflops, bf16_gflops_low, bf16);
+    FOLD(amx_gflops, amx_gflops_low, amx);
 #undef FOLD
     return 0;
 }
