@@ -225,6 +225,53 @@ static void xpack_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
+/* The W lines the next pack of this thread reads, fetched into L2 a few at a time while the
+ * micro-kernel runs on the current block. Packing is a transpose over NC rows of W that lie
+ * K elements apart; read cold it waits on memory row by row (8 % of prefill's samples in a
+ * profile, 2026-12-06), while the micro-kernel between two packs is bound by FMAs and leaves
+ * the memory system idle. */
+struct w_prefetch {
+    const char *row;  /* next row to fetch */
+    int64_t ld;       /* bytes from one row to the next */
+    int64_t bytes;    /* of each row */
+    int64_t rows_left, per_call;
+};
+
+static void w_prefetch_plan(const struct blk_ctx *c, int64_t it, int64_t kb, int64_t end,
+                            int64_t n_calls, struct w_prefetch *pf)
+{
+    *pf = (struct w_prefetch){ .row = c->w };
+    if (++kb == c->n_kb) {
+        kb = 0;
+        if (++it == end)
+            return;
+    }
+    int64_t n0 = it / c->n_mb * CPU_GEMM_NC;
+    int64_t k0 = kb * c->kcb, kc = c->K - k0 < c->kcb ? c->K - k0 : c->kcb;
+    if (c->w_dtype == MMRT_DTYPE_U4) {
+        pf->row = c->w + n0 * (c->K / 2) + k0 / 2;
+        pf->ld = c->K / 2;
+        pf->bytes = kc / 2;
+    } else {
+        pf->row = c->w + (size_t)(n0 * c->K + k0) * c->w_es;
+        pf->ld = c->K * (int64_t)c->w_es;
+        pf->bytes = kc * (int64_t)c->w_es;
+    }
+    pf->rows_left = c->N - n0 < CPU_GEMM_NC ? c->N - n0 : CPU_GEMM_NC;
+    pf->per_call = (pf->rows_left + n_calls - 1) / (n_calls > 0 ? n_calls : 1);
+}
+
+/* The next per_call rows, every line of each (the last byte too: a row may end mid-line). */
+static void w_prefetch_some(struct w_prefetch *pf)
+{
+    for (int64_t n = 0; n < pf->per_call && pf->rows_left > 0; n++, pf->rows_left--) {
+        for (int64_t off = 0; off < pf->bytes; off += 64)
+            __builtin_prefetch(pf->row + off, 0, 2);
+        __builtin_prefetch(pf->row + pf->bytes - 1, 0, 2);
+        pf->row += pf->ld;
+    }
+}
+
 static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct blk_ctx *c = vctx;
@@ -267,9 +314,12 @@ static void blk_task(void *vctx, int tid, int64_t begin, int64_t end)
                 else
                     kt->pack_w(wsrc, c->w_dtype, c->K, cols, kc, dst);
             }
+            struct w_prefetch pf;
+            w_prefetch_plan(c, it, kb, end, n_jr * (p1 - p0), &pf);
             for (int64_t jr = 0; jr < n_jr; jr++) {
                 const float *wp = wpack + jr * nr * kunits;
                 for (int64_t p = p0; p < p1; p++) {
+                    w_prefetch_some(&pf);
                     const uint32_t *xpp =
                         (const uint32_t *)c->xp + (size_t)(kb * c->n_panels + p) * c->panel_elems;
                     float *ct = cblk + (p - p0) * mr * CPU_GEMM_NC + jr * nr;
