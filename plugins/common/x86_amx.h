@@ -14,14 +14,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 #define MMRT_X86_AMX_CHECKS 1
 #include <cpuid.h>
 #include <errno.h>
-#include <stdint.h>
-#include <string.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -72,6 +72,25 @@ static inline bool mmrt_x86_amx_permit(char *why, size_t why_size)
     snprintf(why, why_size, "no way to request the AMX tile state on this OS");
     return false;
 #endif
+}
+
+/* LDTILECFG's 64-byte operand. */
+struct mmrt_x86_tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* Palette 1 with tiles 0–7 each 16 rows of 64 bytes (16 f32 or 32 bf16 per row): the one
+ * shape the CPU plugin's AMX unit and mmrt-bench's AMX probe use. */
+static inline void mmrt_x86_amx_config_16x64(struct mmrt_x86_tile_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg->colsb[t] = 64;
+        cfg->rows[t] = 16;
+    }
 }
 
 #endif

@@ -102,28 +102,18 @@ static void tiles_end(void)
 
 #include <immintrin.h>
 
+#include "x86_amx.h"
+
 #define TILES (void)0
 #define T_LOAD(t, p, stride) _tile_loadd(t, (p), (long)(stride))
 #define T_STORE(t, p, stride) _tile_stored(t, (p), (long)(stride))
 #define T_ZERO(t) _tile_zero(t)
 #define T_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 
-/* LDTILECFG's 64-byte operand: palette 1, then bytes per row and rows of each tile. */
-struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 static void tiles_begin(void)
 {
-    struct tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
+    struct mmrt_x86_tile_config cfg;
+    mmrt_x86_amx_config_16x64(&cfg);
     _tile_loadconfig(&cfg);
 }
 

@@ -9,27 +9,17 @@
  */
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "bench.h"
-
-struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
+#include "x86_amx.h"
 
 uint64_t bench_amx_bf16(uint64_t iters, float *sink)
 {
-    struct tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    /* bf16 1.0 (0x3f80) times 2^-20 (0x3580): the sums grow slowly and stay normal. */
-    static uint16_t a[16 * 32], b[16 * 32];
+    struct mmrt_x86_tile_config cfg;
+    mmrt_x86_amx_config_16x64(&cfg);
+    /* bf16 1.0 (0x3f80) times 2^-20 (0x3580): the sums grow slowly and stay normal. Every
+     * probe thread has its own. */
+    uint16_t a[16 * 32], b[16 * 32];
     for (int i = 0; i < 16 * 32; i++) {
         a[i] = 0x3f80;
         b[i] = 0x3580;
