@@ -599,7 +599,11 @@ static const mmrt_kernel_fn cpu_ops[MMRT_OP_COUNT] = {
 static const struct mmrt_plugin cpu_plugin = {
     .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_plugin),
     .name = CPU_PLUGIN_NAME,
+#if defined(CPU_AMX_EMULATE)
+    .version = "0.1.0 (" CPU_BUILD_INFO "; AMX emulated in C, a test build)",
+#else
     .version = "0.1.0 (" CPU_BUILD_INFO ")",
+#endif
     .probe = cpu_probe,
     .device_open = cpu_device_open,
     .device_close = cpu_device_close,
