@@ -910,6 +910,18 @@ static void test_option_refusals(void **state)
     struct mmrt_option pb[2] = { { "isa", "portable" }, { "bf16_dot", "1" } };
     assert_int_equal(h.plugin->device_open(0, pb, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "bf16_dot=1 needs the avx512 kernels"));
+    /* bf16_dot = amx where the tiles are not usable names the reason (CPU, OS or kernel). */
+    struct mmrt_option amx = { "bf16_dot", "amx" };
+    err[0] = '\0';
+    mmrt_status st = h.plugin->device_open(0, &amx, 1, &d, err, sizeof err);
+    if (st == MMRT_OK) {
+        h.plugin->device_close(d);
+        d = NULL;
+    } else {
+        assert_int_equal(st, MMRT_ERR_CONFIG);
+        if (!strstr(err, "bf16_dot=amx") || !(strstr(err, "AMX") || strstr(err, "avx512")))
+            fail_msg("bf16_dot=amx refused without a reason: \"%s\"", err);
+    }
     harness_close(&h);
 }
 
