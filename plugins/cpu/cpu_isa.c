@@ -168,6 +168,7 @@ static mmrt_status bf16_unit(const char *want, const struct isa_caps *c, const c
                              const struct cpu_bf16_gemm **out, char *err, size_t err_size)
 {
     *out = NULL;
+    (void)c; /* read only on x86-64 */
     if (!want || strcmp(want, "0") == 0)
         return MMRT_OK;
     bool best = strcmp(want, "1") == 0, amx = strcmp(want, "amx") == 0;
