@@ -2,9 +2,9 @@
  * plugins/cpu/cpu_kern_avx512bf16.c — the bf16 dot-product GEMM on AVX512_BF16 (vdpbf16ps),
  * used for BF16 weights in the blocked GEMM (M > CPU_GEMV_MAX_M) when the device option
  * bf16_dot asks for it (cpu_isa.c checks the CPU; on a CPU with AMX, bf16_dot = 1 runs
- * cpu_kern_amx.c instead, which shares the W packing here). Smaller M run the f32 GEMV of cpu_kern_avx512.c,
- * bandwidth-bound and exact in the activations, so a decode row is the same with or without
- * the option and whatever the batch.
+ * cpu_kern_amx.c instead, which shares the W packing here). Smaller M run the f32 GEMV of
+ * cpu_kern_avx512.c, bandwidth-bound and exact in the activations, so a decode row is the
+ * same with or without the option and whatever the batch.
  *
  * Same blocking as the f32 micro-kernel of cpu_kern_avx512.c (MR = 14 × NR = 32), but every
  * step consumes a pair of k: W is packed as [k/2][NR][2] bf16 (a 16 × 16 transpose of 32-bit
