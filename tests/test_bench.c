@@ -143,9 +143,11 @@ static json_t *run_json(const char *const *args)
     return rec;
 }
 
-/* `[device.cpu0] isa = avx2` measures the AVX2 kernels as an AVX2 machine would run them: the
- * probes use the AVX2 loops (no bf16 or AMX unit, which need AVX-512), so a stage is held to
- * the peak of the unit it ran on. Skipped where the CPU has no AVX2 (the plugin refuses). */
+/* A stage is held to the peak of the unit it ran on. `[device.cpu0] isa = avx2` measures the
+ * AVX2 kernels as an AVX2 machine would run them: the probes use the AVX2 loops (no bf16 or
+ * AMX unit, which need AVX-512). With BF16 weights and bf16_dot = 1 the limit is the peak of
+ * the bf16 unit the device names (AMX tiles or vdpbf16ps). Each part is skipped where the
+ * plugin refuses the option on this CPU. */
 static void test_limits_follow_isa(void **state)
 {
     (void)state;
@@ -173,6 +175,30 @@ static void test_limits_follow_isa(void **state)
     const char *dn = json_string_value(
         json_object_get(json_array_get(json_object_get(rec, "devices"), 0), "device_name"));
     assert_non_null(strstr(dn, "[avx2]"));
+    json_decref(rec);
+
+    /* BF16 weights with bf16_dot = 1: the stages are held to the unit the device names. */
+    f = fopen(conf, "w");
+    assert_non_null(f);
+    fputs("[device.cpu0]\nplugin = cpu\nbf16_dot = 1\n\n[stage.vision]\ndevice = cpu0\n\n"
+          "[stage.language]\ndevice = cpu0\n", f);
+    fclose(f);
+    const char *bargs[] = { "--shape", "tiny", "--dtype", "bf16", "--repeat", "1", "--warmup",
+                            "0", "--gen-tokens", "2", "--prompt-tokens", "5", "--probe-mb", "16",
+                            "--json", "--quiet", "--cache", cache_dir, "--conf", conf, NULL };
+    if (run_bench(bargs) != 0 && strstr(err_text, "bf16_dot=1 needs")) {
+        print_message("bf16_dot = 1: no bf16 unit on this CPU; skipped\n");
+        return;
+    }
+    rec = run_json(bargs);
+    lim = json_object_get(rec, "limits");
+    dn = json_string_value(
+        json_object_get(json_array_get(json_object_get(rec, "devices"), 0), "device_name"));
+    const char *unit = json_string_value(json_object_get(lim, "language_unit"));
+    const char *want = strstr(dn, "+bf16_dot:amx]") ? "AMX bf16" : "bf16 dot";
+    if (strcmp(unit, want) != 0)
+        fail_msg("device \"%s\": language_unit \"%s\", expected \"%s\"", dn, unit, want);
+    assert_string_equal(json_string_value(json_object_get(lim, "vision_unit")), want);
     json_decref(rec);
 }
 

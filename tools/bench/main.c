@@ -425,22 +425,21 @@ static const char *amx_text(const struct bench_limits *l, bool low)
     return buf;
 }
 
-/* The unit whose peak holds a CPU stage, as the CPU plugin picks it (cpu_isa.c): BF16 weights
- * with bf16_dot = 1 run on AMX tiles where this process may use them, else on vdpbf16ps;
- * = amx or = avx512 name the unit; everything else runs f32 FMAs. */
-static const char *peak_unit(const char *bf16_dot, int dtype, const struct bench_limits *l,
+/* The unit whose peak holds a CPU stage: the one the CPU plugin says it runs BF16 weights on
+ * (its device name ends in "+bf16_dot:amx]" or "+bf16_dot:avx512_bf16]", cpu_plugin.c), so
+ * the limit follows what ran, not what the option asked for; everything else runs f32 FMAs.
+ * A unit this process could not probe falls back to the FMA peak. */
+static const char *peak_unit(const char *device_name, int dtype, const struct bench_limits *l,
                              double *peak)
 {
-    if (dtype == BENCH_BF16 && bf16_dot) {
-        bool best = strcmp(bf16_dot, "1") == 0;
-        if ((best || strcmp(bf16_dot, "amx") == 0) && l->amx_gflops > 0) {
-            *peak = l->amx_gflops;
-            return "AMX bf16";
-        }
-        if ((best || strcmp(bf16_dot, "avx512") == 0) && l->bf16_gflops > 0) {
-            *peak = l->bf16_gflops;
-            return "bf16 dot";
-        }
+    if (dtype == BENCH_BF16 && strstr(device_name, "+bf16_dot:amx]") && l->amx_gflops > 0) {
+        *peak = l->amx_gflops;
+        return "AMX bf16";
+    }
+    if (dtype == BENCH_BF16 && strstr(device_name, "+bf16_dot:avx512_bf16]") &&
+        l->bf16_gflops > 0) {
+        *peak = l->bf16_gflops;
+        return "bf16 dot";
     }
     *peak = l->f32_gflops;
     return "f32 FMA";
@@ -1016,7 +1015,7 @@ int main(int argc, char **argv)
     /* Which limits apply: the probes measure this host's CPU, so they hold a stage placed on
      * a cpu-plugin device, with the loops of the kernel table its `isa` option names (avx2 on
      * an AVX-512 CPU is measured as an AVX2 machine would be); bf16_dot there with BF16 weights
-     * means the peak of the bf16 unit it picks (peak_unit). */
+     * means the peak of the bf16 unit it ran (peak_unit). */
     int n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     const char *t = dev_option(&pl, pl.language, "threads");
     if (strcmp(pl.dev[pl.language].plugin, "cpu") == 0 && t)
@@ -1152,11 +1151,12 @@ int main(int argc, char **argv)
                        &wk);
     bool vis_cpu = strcmp(pl.dev[pl.vision].plugin, "cpu") == 0;
     bool lang_cpu = strcmp(pl.dev[pl.language].plugin, "cpu") == 0;
-    const char *vb = dev_option(&pl, pl.vision, "bf16_dot");
-    const char *lb = dev_option(&pl, pl.language, "bf16_dot");
+    struct mmrt_device_desc vdesc = { 0 }, ldesc = { 0 };
+    (void)mmrt_device_describe(rt, pl.vision, &vdesc); /* "" on failure: the FMA peak */
+    (void)mmrt_device_describe(rt, pl.language, &ldesc);
     double vis_peak, lang_peak;
-    const char *vis_unit = peak_unit(vb, o.dtype, &lim, &vis_peak);
-    const char *lang_unit = peak_unit(lb, o.dtype, &lim, &lang_peak);
+    const char *vis_unit = peak_unit(vdesc.device_name, o.dtype, &lim, &vis_peak);
+    const char *lang_unit = peak_unit(ldesc.device_name, o.dtype, &lim, &lang_peak);
     double l_vis = vis_cpu ? wk.vision_flop / (vis_peak * 1e9) * 1e3 : NAN;
     double l_pf = lang_cpu ? wk.prefill_flop / (lang_peak * 1e9) * 1e3 : NAN;
     double l_dec = lang_cpu ? wk.decode_bytes / (lim.read_gbs * 1e9) * 1e3 : NAN;
