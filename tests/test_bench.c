@@ -143,6 +143,16 @@ static json_t *run_json(const char *const *args)
     return rec;
 }
 
+/* path: both stages on one cpu device with the one option line given ("isa = avx2"). */
+static void write_cpu_conf(const char *path, const char *option)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "[device.cpu0]\nplugin = cpu\n%s\n\n[stage.vision]\ndevice = cpu0\n\n"
+            "[stage.language]\ndevice = cpu0\n", option);
+    fclose(f);
+}
+
 /* A stage is held to the peak of the unit it ran on. `[device.cpu0] isa = avx2` measures the
  * AVX2 kernels as an AVX2 machine would run them: the probes use the AVX2 loops (no bf16 or
  * AMX unit, which need AVX-512). With BF16 weights and bf16_dot = 1 the limit is the peak of
@@ -152,12 +162,8 @@ static void test_limits_follow_isa(void **state)
 {
     (void)state;
     char conf[400];
-    snprintf(conf, sizeof conf, "%s/avx2.ini", cache_dir);
-    FILE *f = fopen(conf, "w");
-    assert_non_null(f);
-    fputs("[device.cpu0]\nplugin = cpu\nisa = avx2\n\n[stage.vision]\ndevice = cpu0\n\n"
-          "[stage.language]\ndevice = cpu0\n", f);
-    fclose(f);
+    snprintf(conf, sizeof conf, "%s/unit.ini", cache_dir);
+    write_cpu_conf(conf, "isa = avx2");
     const char *args[] = { "--shape", "tiny", "--repeat", "1", "--warmup", "0", "--gen-tokens",
                            "2", "--prompt-tokens", "5", "--probe-mb", "16", "--json", "--quiet",
                            "--cache", cache_dir, "--conf", conf, NULL };
@@ -178,11 +184,7 @@ static void test_limits_follow_isa(void **state)
     json_decref(rec);
 
     /* BF16 weights with bf16_dot = 1: the stages are held to the unit the device names. */
-    f = fopen(conf, "w");
-    assert_non_null(f);
-    fputs("[device.cpu0]\nplugin = cpu\nbf16_dot = 1\n\n[stage.vision]\ndevice = cpu0\n\n"
-          "[stage.language]\ndevice = cpu0\n", f);
-    fclose(f);
+    write_cpu_conf(conf, "bf16_dot = 1");
     const char *bargs[] = { "--shape", "tiny", "--dtype", "bf16", "--repeat", "1", "--warmup",
                             "0", "--gen-tokens", "2", "--prompt-tokens", "5", "--probe-mb", "16",
                             "--json", "--quiet", "--cache", cache_dir, "--conf", conf, NULL };
