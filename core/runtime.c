@@ -979,6 +979,13 @@ mmrt_status mmrt_device_describe(struct mmrt_runtime *rt, int i, struct mmrt_dev
     return MMRT_OK;
 }
 
+const char *mmrt_device_plugin_version(const struct mmrt_runtime *rt, int i)
+{
+    if (!rt || i < 0 || i >= rt->n_devices)
+        return NULL;
+    return rt->devices[i]->api->version;
+}
+
 mmrt_status mmrt_device_pool_stats(struct mmrt_runtime *rt, int i, struct mmrt_pool_report *out)
 {
     if (!rt || !out || i < 0 || i >= rt->n_devices)

@@ -106,6 +106,10 @@ static void test_good_config(void **state)
     assert_int_equal(d.index, 1);
     assert_string_equal(d.device_name, "Stub device 1");
     assert_int_equal(d.pool_bytes, 3u << 20);
+    assert_string_equal(mmrt_device_plugin_version(rt, 1), "stub-1");
+    assert_null(mmrt_device_plugin_version(rt, 2));
+    assert_null(mmrt_device_plugin_version(rt, -1));
+    assert_null(mmrt_device_plugin_version(NULL, 0));
     struct mmrt_pool_report pr;
     assert_int_equal(mmrt_device_pool_stats(rt, 0, &pr), MMRT_OK);
     assert_int_equal(pr.capacity_bytes, 2u << 20);

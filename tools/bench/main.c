@@ -385,35 +385,6 @@ struct placement {
     bool pool_given[MAX_DEVS];
 };
 
-/* Each plugin's version string (the CPU plugin's names its build type, compiler and flags),
- * as mmrt_list_devices reports it from the same search path the runtime loaded it from. */
-struct plugin_versions {
-    char name[MAX_DEVS][33], version[MAX_DEVS][256];
-    int n;
-};
-
-static void collect_version(void *user, const struct mmrt_plugin_report *p,
-                            const struct mmrt_device_desc *d)
-{
-    struct plugin_versions *v = user;
-    if (d || !p->version || v->n == MAX_DEVS)
-        return;
-    for (int i = 0; i < v->n; i++)
-        if (strcmp(v->name[i], p->name) == 0)
-            return; /* an earlier directory in the search order wins, as in the loader */
-    snprintf(v->name[v->n], sizeof v->name[0], "%s", p->name);
-    snprintf(v->version[v->n], sizeof v->version[0], "%s", p->version);
-    v->n++;
-}
-
-static const char *version_of(const struct plugin_versions *v, const char *plugin)
-{
-    for (int i = 0; i < v->n; i++)
-        if (strcmp(v->name[i], plugin) == 0)
-            return v->version[i];
-    return "unknown";
-}
-
 /* "1234 GFLOP/s", or why there is no AMX figure. Returns a static buffer. */
 static const char *amx_text(const struct bench_limits *l, bool low)
 {
@@ -1183,14 +1154,13 @@ int main(int argc, char **argv)
     }
 
     json_t *devs = json_array();
-    struct plugin_versions pv = { .n = 0 };
-    (void)mmrt_list_devices(collect_version, &pv, err, sizeof err); /* best effort */
     for (int i = 0; i < mmrt_device_count(rt) && i < MAX_DEVS; i++) {
         struct mmrt_device_desc d;
         struct mmrt_memory_report mr = { .struct_size = sizeof mr };
         if (mmrt_device_describe(rt, i, &d) != MMRT_OK ||
             mmrt_device_memory(rt, i, &mr) != MMRT_OK)
             continue;
+        const char *pver = mmrt_device_plugin_version(rt, i); /* a plugin may give none */
         char stages[32] = "";
         snprintf(stages, sizeof stages, "%s%s%s", pl.vision == i ? "vision" : "",
                  pl.vision == i && pl.language == i ? "," : "",
@@ -1198,7 +1168,7 @@ int main(int argc, char **argv)
         json_array_append_new(
             devs, json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:I,s:I}",
                             "name", d.name, "plugin", d.plugin,
-                            "plugin_version", version_of(&pv, d.plugin),
+                            "plugin_version", pver ? pver : "(none given)",
                             "device_name", d.device_name, "stages", stages,
                             "weight_bytes", (json_int_t)mr.weight_bytes,
                             "weight_mapped_bytes", (json_int_t)mr.weight_mapped_bytes,

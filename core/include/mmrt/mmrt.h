@@ -264,6 +264,10 @@ struct mmrt_device_desc {
 MMRT_API int mmrt_device_count(const struct mmrt_runtime *rt);
 MMRT_API mmrt_status mmrt_device_describe(struct mmrt_runtime *rt, int i,
                                           struct mmrt_device_desc *out);
+/* The version string of device i's plugin (the CPU plugin's names its build type, compiler
+ * and flags), owned by the plugin and valid until mmrt_destroy; NULL when i is out of range
+ * or the plugin gives none. */
+MMRT_API const char *mmrt_device_plugin_version(const struct mmrt_runtime *rt, int i);
 
 #define MMRT_POOL_REPORT_ORDERS 48
 
