@@ -19,7 +19,8 @@
  *
  * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N]
  *                       [--dtype f32|f16|bf16|i8|u4]
- *                       [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] M…
+ *                       [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot]
+ *                       [--int8-dot] M…
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
@@ -36,7 +37,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
                     "[--dtype f32|f16|bf16|i8|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
-                    "M…\n");
+                    "[--int8-dot] M…\n");
     return 2;
 }
 
@@ -46,7 +47,7 @@ int main(int argc, char **argv)
     const char *isa = "auto", *threads = NULL, *dtname = "f16";
     int64_t K = 4096, N = 11008, Ms[32];
     int n_m = 0, repeat = 5, copies = 1;
-    bool bf16_dot = false;
+    bool bf16_dot = false, int8_dot = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -66,6 +67,8 @@ int main(int argc, char **argv)
             repeat = atoi(argv[++i]);
         else if (strcmp(a, "--bf16-dot") == 0)
             bf16_dot = true;
+        else if (strcmp(a, "--int8-dot") == 0)
+            int8_dot = true;
         else if (a[0] != '-' && n_m < 32 && atoll(a) > 0)
             Ms[n_m++] = atoll(a);
         else
@@ -91,13 +94,15 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_m; i++)
         max_m = Ms[i] > max_m ? Ms[i] : max_m;
 
-    struct mmrt_option opts[3];
+    struct mmrt_option opts[4];
     int n_opts = 0;
     opts[n_opts++] = (struct mmrt_option){ "isa", isa };
     if (threads)
         opts[n_opts++] = (struct mmrt_option){ "threads", threads };
     if (bf16_dot)
         opts[n_opts++] = (struct mmrt_option){ "bf16_dot", "1" };
+    if (int8_dot)
+        opts[n_opts++] = (struct mmrt_option){ "int8_dot", "1" };
     struct harness h;
     mmrt_status st = harness_open(&h, harness_plugin_path("cpu"), opts, n_opts);
     if (st != MMRT_OK) {

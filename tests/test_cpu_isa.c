@@ -389,6 +389,184 @@ static void test_matmul_u4_all_isas(void **state)
     }
 }
 
+/* int8_dot's x, as docs/QUANTIZATION.md defines it (written here again, not taken from the
+ * plugin): per block of 32 values, d = amax / 127 and q = x·(127 / amax) rounded to nearest
+ * even (divided instead below 1e-30); xhat = d·q. NaN for a block that is not finite. */
+static void q8_reference_x(const float *x, int64_t K, double *xhat)
+{
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        const int64_t n = K - k0 < 32 ? K - k0 : 32;
+        float amax = 0;
+        bool finite = true;
+        for (int64_t k = k0; k < k0 + n; k++) {
+            finite = finite && isfinite(x[k]);
+            amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+        }
+        const float d = amax / 127.0f, inv = 127.0f / amax;
+        for (int64_t k = k0; k < k0 + n; k++) {
+            float q = !finite || amax == 0 ? 0.0f
+                      : amax < 1e-30f      ? nearbyintf(x[k] / amax * 127.0f)
+                                           : nearbyintf(x[k] * inv);
+            xhat[k] = finite ? (double)d * (double)q : NAN;
+        }
+    }
+}
+
+/* int8_dot = 1 (each unit this CPU runs: AVX512_VNNI with the avx512 table, vpmaddubsw with
+ * the avx2 one): for M ≤ 32 the U4 product of the dequantized W and the int8-rounded x
+ * (q8_reference_x), within float summation (1e-5 of max |ref|); within the rounding's own
+ * bound of the exact product (Σ |w|·d/2 per output); every row bit-identical alone; a row
+ * with a NaN or an infinity NaN throughout, the others untouched; tiny and zero blocks. Above
+ * 32 rows the float GEMM runs as without the option (test_matmul_u4_all_isas). */
+static void test_matmul_u4_int8_dot(void **state)
+{
+    (void)state;
+    static const int64_t cases[][4] = { /* M, K, N, group */
+        { 1, 32, 1, 32 },    { 1, 256, 13, 64 },  { 3, 128, 33, 32 },  { 17, 512, 45, 64 },
+        { 32, 96, 20, 32 },  { 2, 4096, 9, 128 }, { 1, 512, 37, 128 }, { 5, 1536, 29, 512 },
+        { 4, 960, 11, 96 },  { 1, 160, 7, 160 },  { 6, 4160, 10, 2080 }, /* groups not of whole chunks */
+        { 2, 224, 9, 32 },   { 1, 4096, 40, 128 },
+    };
+    static const char *const tables[] = { "avx2", "avx512" };
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        struct harness h;
+        struct mmrt_option opts[3] = { { "isa", tables[i] }, { "threads", "3" },
+                                       { "int8_dot", "1" } };
+        if (harness_open(&h, harness_plugin_path("cpu"), opts, 3) != MMRT_OK) {
+            print_message("int8_dot with isa %s: not on this CPU; skipped\n", tables[i]);
+            continue;
+        }
+        struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
+        assert_int_equal(h.plugin->device_info(h.dev, &info), MMRT_OK);
+        const char *unit = strstr(info.name, "+int8_dot:");
+        if (!unit)
+            fail_msg("isa %s int8_dot=1: the device name \"%s\" does not say the unit",
+                     tables[i], info.name);
+        print_message("int8_dot with isa %s: %s\n", tables[i], unit);
+        double worst = 0, worst_bound = 0;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
+            const int64_t G = K / gs;
+            g_rng = 900 + c;
+            float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32);
+            float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32);
+            float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
+            /* the special blocks: zeros, a tiny range (the divided path), a NaN row, an
+             * infinity row (rows 1 and 2 when there are 3 or more) */
+            for (int64_t k = 0; k < 32 && K >= 64; k++) {
+                x[k] = 0.0f;
+                x[32 + k] *= 1e-33f;
+            }
+            if (M >= 3) {
+                x[1 * K + K / 2] = NAN;
+                x[2 * K + K - 1] = INFINITY;
+            }
+            uint8_t *q = malloc((size_t)(N * K / 2));
+            float *scale = malloc((size_t)(N * G) * sizeof *scale);
+            float *zero = malloc((size_t)(N * G) * sizeof *zero);
+            double *xhat = malloc((size_t)(M * K) * sizeof *xhat);
+            double *ref = malloc((size_t)(M * N) * sizeof *ref);
+            double *exact = malloc((size_t)(M * N) * sizeof *exact);
+            double *bound = malloc((size_t)(M * N) * sizeof *bound);
+            assert_true(q && scale && zero && xhat && ref && exact && bound);
+            int64_t bad;
+            assert_true(mmrt_quant_q4_rows(w, N, K, gs, q, scale, zero, &bad));
+            for (int64_t m = 0; m < M; m++)
+                q8_reference_x(x + m * K, K, xhat + m * K);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double r = b[n], e = b[n], bd = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        const int64_t g = n * G + k / gs;
+                        const double wv = (double)(((float)mmrt_q4_code(q + n * (K / 2), k) -
+                                                    zero[g]) * scale[g]);
+                        r += wv * xhat[m * K + k];
+                        e += wv * (double)x[m * K + k];
+                        /* |x − xhat| ≤ d/2 = amax/254, amax ≤ 1 here */
+                        bd += fabs(wv) * (1.0 / 254.0);
+                    }
+                    ref[m * N + n] = r;
+                    exact[m * N + n] = e;
+                    bound[m * N + n] = bd;
+                }
+            struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
+            struct harness_tensor tb = put(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, b);
+            struct harness_tensor ts = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, scale);
+            struct harness_tensor tz = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, zero);
+            struct harness_tensor tw, ty;
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_U4, 2,
+                                                (const int64_t[]){ N, K / 2 }, &tw), MMRT_OK);
+            assert_int_equal(harness_upload(&h, &tw, q), MMRT_OK);
+            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N },
+                                                &ty), MMRT_OK);
+            struct harness_tensor *src[5] = { &tx, &tw, &tb, &ts, &tz };
+            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, src, 5, &ty, NULL, 0), MMRT_OK);
+            float *y = get(&h, &ty);
+            double e = rel_err(y, ref, M * N);
+            if (!(e <= 1e-5))
+                fail_msg("isa %s int8_dot MATMUL U4 M=%lld K=%lld N=%lld g%lld: error %.3g > "
+                         "1e-5 against the int8-rounded x", tables[i], (long long)M,
+                         (long long)K, (long long)N, (long long)gs, e);
+            worst = e > worst ? e : worst;
+            for (int64_t o = 0; o < M * N; o++) {
+                if (isnan(ref[o]))
+                    continue; /* rel_err held NaN to NaN */
+                const double slack = 1e-5 * (fabs(exact[o]) + 1.0);
+                const double dev = fabs((double)y[o] - exact[o]);
+                if (!(dev <= bound[o] + slack))
+                    fail_msg("isa %s int8_dot M=%lld K=%lld N=%lld: output %lld is %.9g, the "
+                             "exact product %.9g: off by %.3g, more than x's rounding allows "
+                             "(%.3g)", tables[i], (long long)M, (long long)K, (long long)N,
+                             (long long)o, (double)y[o], exact[o], dev, bound[o]);
+                worst_bound = dev / bound[o] > worst_bound ? dev / bound[o] : worst_bound;
+            }
+            if (M >= 3)
+                for (int64_t n = 0; n < N; n++)
+                    if (!isnan(y[1 * N + n]) || !isnan(y[2 * N + n]))
+                        fail_msg("isa %s int8_dot M=%lld K=%lld: a row with a NaN or an "
+                                 "infinity gave a number at column %lld", tables[i],
+                                 (long long)M, (long long)K, (long long)n);
+            for (int64_t r = 0; r < M; r++) {
+                struct harness_tensor t1 = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, K },
+                                               x + r * K), y1;
+                assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
+                                                    (const int64_t[]){ 1, N }, &y1), MMRT_OK);
+                struct harness_tensor *s1[5] = { &t1, &tw, &tb, &ts, &tz };
+                assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, s1, 5, &y1, NULL, 0), MMRT_OK);
+                float *g1 = get(&h, &y1);
+                if (memcmp(g1, y + r * N, (size_t)N * sizeof(float)) != 0)
+                    fail_msg("isa %s int8_dot MATMUL U4 M=%lld K=%lld N=%lld: row %lld differs "
+                             "from the row alone", tables[i], (long long)M, (long long)K,
+                             (long long)N, (long long)r);
+                free(g1);
+                harness_tensor_free(&h, &t1);
+                harness_tensor_free(&h, &y1);
+            }
+            harness_tensor_free(&h, &tx);
+            harness_tensor_free(&h, &tb);
+            harness_tensor_free(&h, &ts);
+            harness_tensor_free(&h, &tz);
+            harness_tensor_free(&h, &tw);
+            harness_tensor_free(&h, &ty);
+            free(x);
+            free(w);
+            free(b);
+            free(q);
+            free(scale);
+            free(zero);
+            free(xhat);
+            free(ref);
+            free(exact);
+            free(bound);
+            free(y);
+        }
+        print_message("int8_dot with isa %s: worst error %.3g of max |ref| against the "
+                      "int8-rounded x; against the exact x at most %.2f of the rounding's "
+                      "bound\n", tables[i], worst, worst_bound);
+        harness_close(&h);
+    }
+}
+
 /* K = 0 is a U4 MATMUL the contract accepts (W [N, 0], one group of no codes): an empty sum,
  * so y is the bias, on the GEMV (M ≤ 32) and the blocked path alike. The blocked path once
  * divided by K, and the widened GEMV would have summed nothing into uninitialised state. */
@@ -890,6 +1068,7 @@ static void test_option_refusals(void **state)
         { "isa", "", "isa=\"\"" },
         { "bf16_dot", "2", "bf16_dot=\"2\"" },
         { "bf16_dot", "yes", "expected 0, 1, amx or avx512" },
+        { "int8_dot", "2", "int8_dot=\"2\": expected 0 or 1" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };
@@ -910,6 +1089,9 @@ static void test_option_refusals(void **state)
     struct mmrt_option pb[2] = { { "isa", "portable" }, { "bf16_dot", "1" } };
     assert_int_equal(h.plugin->device_open(0, pb, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "bf16_dot=1 needs the avx512 kernels"));
+    struct mmrt_option pi[2] = { { "isa", "portable" }, { "int8_dot", "1" } };
+    assert_int_equal(h.plugin->device_open(0, pi, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "int8_dot=1 needs the avx2 or avx512 kernels"));
     /* bf16_dot = amx where the tiles are not usable names the reason (CPU, OS or kernel). */
     struct mmrt_option amx = { "bf16_dot", "amx" };
     err[0] = '\0';
@@ -932,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_matmul_i8_all_isas),
         cmocka_unit_test(test_matmul_u4_all_isas),
         cmocka_unit_test(test_matmul_u4_empty_k),
+        cmocka_unit_test(test_matmul_u4_int8_dot),
         cmocka_unit_test(test_attention_all_isas),
         cmocka_unit_test(test_attention_narrow_kv_is_f32_copy_all_isas),
         cmocka_unit_test(test_activations_all_isas),

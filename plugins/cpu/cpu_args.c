@@ -9,7 +9,10 @@
  * count did not overflow, and the launch meets plugin.h's operator contract (ranks, dtypes,
  * extents, contiguity, aliasing, param values: op_contract.h, the core's own check).
  */
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -141,6 +144,95 @@ void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, f
                 s += x[m * ldx + k];
             xsum[m * G + g] = s;
         }
+}
+
+void cpu_q8_block(const float *x, int64_t n, int8_t *lo, int8_t *hi, float *d, int32_t *sum)
+{
+    float amax = 0;
+    bool finite = true;
+    for (int64_t k = 0; k < n; k++) {
+        const float a = fabsf(x[k]);
+        finite = finite && a <= FLT_MAX;
+        amax = a > amax ? a : amax;
+    }
+    /* 127 / amax overflows for the smallest amax; those blocks divide instead. */
+    const bool scaled = finite && amax >= CPU_Q8_MIN_SCALED, tiny = finite && amax > 0 && !scaled;
+    const float inv = scaled ? 127.0f / amax : 0.0f;
+    int32_t isum = 0;
+    for (int j = 0; j < CPU_Q8_BLOCK; j++) {
+        float v = j >= n || !finite ? 0.0f
+                  : tiny            ? nearbyintf(x[j] / amax * 127.0f)
+                                    : nearbyintf(x[j] * inv);
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        const int8_t c = (int8_t)v;
+        (j < 16 ? lo : hi)[j % 16] = c;
+        isum += c;
+    }
+    for (int t = 0; t < CPU_Q8_LANES_PER_BLOCK; t++)
+        d[t] = n <= 0 ? 0.0f : finite ? amax / 127.0f : NAN;
+    *sum = isum;
+}
+
+/* cpu_q8_quantize's buffer: d, lg, q, xsum, chunks, each section 64-byte aligned. */
+static size_t q8_up(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+size_t cpu_q8_bytes(const struct cpu_q4_q8 *u, int64_t M, int64_t K, int64_t G)
+{
+    const size_t kp = (size_t)((K + u->chunk - 1) / u->chunk * u->chunk);
+    return q8_up((size_t)M * kp / 8 * sizeof(float)) + q8_up(kp / 8 * sizeof(int32_t)) +
+           q8_up((size_t)M * kp) + q8_up((size_t)(M * G) * sizeof(float)) +
+           q8_up(kp / (size_t)u->chunk * sizeof(struct cpu_q8_chunk));
+}
+
+void cpu_q8_quantize(const struct cpu_q4_q8 *u, const float *x, int64_t ldx, int64_t M,
+                     int64_t K, int64_t G, void *buf, struct cpu_q8_rows *out)
+{
+    const int64_t C = u->chunk, kp = (K + C - 1) / C * C, gs = K / G, lanes = kp / 8;
+    char *p = buf;
+    float *d = (float *)p;
+    p += q8_up((size_t)(M * lanes) * sizeof(float));
+    int32_t *lg = (int32_t *)p;
+    p += q8_up((size_t)lanes * sizeof(int32_t));
+    int8_t *q = (int8_t *)p;
+    p += q8_up((size_t)(M * kp));
+    float *xsum = (float *)p;
+    p += q8_up((size_t)(M * G) * sizeof(float));
+    struct cpu_q8_chunk *ch = (struct cpu_q8_chunk *)p;
+    for (int64_t c = 0; c < kp / C; c++) {
+        const int64_t k0 = c * C, last = (k0 + C < K ? k0 + C : K) - 1;
+        ch[c].g0 = (int32_t)(k0 / gs);
+        ch[c].span = (int32_t)(last / gs - k0 / gs + 1);
+        for (int64_t l = 0; l < C / 8; l++) {
+            const int64_t k = k0 + l / CPU_Q8_LANES_PER_BLOCK * CPU_Q8_BLOCK;
+            lg[k0 / 8 + l] = k < K ? (int32_t)(k / gs - k0 / gs) : 0;
+        }
+    }
+    const int64_t nb = kp / CPU_Q8_BLOCK;
+    for (int64_t m = 0; m < M; m++) {
+        int32_t bsum[512]; /* the blocks' Σq, a slice of the row at a time */
+        float *dr = d + m * lanes, *sr = xsum + m * G;
+        for (int64_t g = 0; g < G; g++)
+            sr[g] = 0;
+        for (int64_t b0 = 0; b0 < nb; b0 += 512) {
+            /* slices start on a chunk: 512 blocks are whole chunks of every unit */
+            const int64_t nbs = nb - b0 < 512 ? nb - b0 : 512, k0 = b0 * CPU_Q8_BLOCK;
+            const int64_t kr = K - k0 < nbs * CPU_Q8_BLOCK ? K - k0 : nbs * CPU_Q8_BLOCK;
+            u->quant_row(x + m * ldx + k0, kr, nbs * CPU_Q8_BLOCK, q + m * kp + k0,
+                         dr + k0 / 8, bsum);
+            for (int64_t b = 0; b < nbs && (b0 + b) * CPU_Q8_BLOCK < K; b++)
+                sr[(b0 + b) * CPU_Q8_BLOCK / gs] += dr[(b0 + b) * CPU_Q8_LANES_PER_BLOCK] *
+                                                    (float)bsum[b];
+        }
+    }
+    out->kp = kp;
+    out->q = q;
+    out->d = d;
+    out->lg = lg;
+    out->ch = ch;
+    out->xsum = xsum;
 }
 
 void cpu_q4_gemv_portable(const float *x, int64_t ldx, int64_t M, int64_t K, const uint8_t *w,

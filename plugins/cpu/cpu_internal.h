@@ -87,6 +87,8 @@
  * differ in their last bits from the GEMV's. The portable table (no gemv) has one order for
  * every M. test_cpu_isa checks all of this bit for bit on every table. */
 #define CPU_GEMV_MAX_M 32
+/* plugin.h's mmrt_device_info.name holds this many characters and its NUL. */
+#define CPU_DEVICE_NAME_MAX 127
 /* ATTENTION and ATTENTION_PAGED (cpu_ops_attention.c): sequences of at most this many
  * queries (decode) stream K and V once per (sequence, kv head); longer ones run blocked on
  * the GEMM micro-kernel with about this many micro-panels of (query, head) rows per item. The
@@ -218,6 +220,64 @@ struct cpu_bf16_gemm {
     void (*end)(void);
 };
 
+/* Int8 dot products for U4 weights (device option int8_dot): in the GEMV (M ≤
+ * CPU_GEMV_MAX_M, decode), x is rounded to int8 per block of 32 values and the codes meet it
+ * in integer dot products (VNNI vpdpbusd, or AVX2 vpmaddubsw), a quarter of the vector
+ * operations of widening every code to f32 — the one-row INT4 GEMV was bound by them, not by
+ * memory. What a row computes is then exactly defined (docs/QUANTIZATION.md "int8_dot"):
+ *     y = Σ_k ((code_k − zero)·scale) · d_b·q_k,
+ * d_b = max_{k∈b}|x_k| / 127 and q_k = x_k·(127 / max) rounded to nearest even (|q| ≤ 127),
+ * b the k's block of 32; a block with a NaN or an infinity gives d_b = NaN (q = 0), so the
+ * row is NaN as it is without the option. Each output's order depends on K, G and the unit
+ * alone, never on M, so a row's result never depends on its batch. */
+#define CPU_Q8_BLOCK 32
+#define CPU_Q8_LANES_PER_BLOCK 4 /* int32 lanes of a dot product over one block */
+
+/* A chunk of the unit's codes: the group of its first block and how many groups it touches
+ * (the scales a step loads). */
+struct cpu_q8_chunk {
+    int32_t g0, span;
+};
+
+/* x rows as cpu_q8_quantize lays them out for one unit (chunk C codes, kp = K rounded up to
+ * C; codes past K are 0, their blocks' d 0). */
+struct cpu_q8_rows {
+    int64_t kp;
+    const int8_t *q;  /* [M][kp]: per chunk, the low halves of its blocks (codes 32b + j, j <
+                       * 16) then the high halves (32b + 16 + j): the order of U4's nibbles */
+    const float *d;   /* [M][kp / 8]: each block's d_b, once per lane of its dot product */
+    const int32_t *lg; /* [kp / 8]: each lane's group minus its chunk's g0 */
+    const struct cpu_q8_chunk *ch; /* [kp / C] */
+    const float *xsum; /* [M][G]: Σ_{b∈g} d_b·Σ_{k∈b} q_k, in b order (the zero points' share) */
+};
+
+struct cpu_q4_q8 {
+    const char *unit; /* "avx512_vnni", "avx2" (the device's name says which one runs) */
+    int chunk;        /* codes per step of a row: 128 (AVX-512) or 64 (AVX2) */
+    /* One x row of K values into kp codes (a multiple of C; codes past K are 0) in the
+     * unit's chunk order, d (4 lanes a block) and each block's Σq in sum[b] — what
+     * cpu_q8_block gives block by block, vectorized (the serial quantization before each
+     * GEMV was a tenth of a 4096 × 4096 product). */
+    void (*quant_row)(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
+                      int32_t *sum);
+    /* y[m·ldy + j] = the row sum above for m < M, j < n: W row j's codes at w + j·K/2, its
+     * scales and zero points at scale/zero + j·G. */
+    void (*gemv)(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
+                 const float *scale, const float *zero, int64_t G, int64_t n, float *y,
+                 int64_t ldy);
+};
+
+/* The definition of one block's quantization: n ≤ 32 values of x (0 past n) into codes
+ * (codes j < 16 at lo[j], the others at hi[j − 16]), d 4 times (0 for n ≤ 0, NaN when a value
+ * is not finite) and Σq. The units' vector code falls back to it for blocks that are not
+ * finite or whose amax is below CPU_Q8_MIN_SCALED. */
+#define CPU_Q8_MIN_SCALED 1e-30f
+void cpu_q8_block(const float *x, int64_t n, int8_t *lo, int8_t *hi, float *d, int32_t *sum);
+/* The unit's layout of M x rows (ldx apart) into buffers sized by cpu_q8_bytes. */
+size_t cpu_q8_bytes(const struct cpu_q4_q8 *u, int64_t M, int64_t K, int64_t G);
+void cpu_q8_quantize(const struct cpu_q4_q8 *u, const float *x, int64_t ldx, int64_t M,
+                     int64_t K, int64_t G, void *buf, struct cpu_q8_rows *out);
+
 struct cpu_kernels {
     const char *name;   /* "avx512", "avx2", "portable": the `isa` option's values */
     int mr, nr;         /* micro-tile (0 when there is no micro-kernel: portable GEMM) */
@@ -280,6 +340,9 @@ struct cpu_kernels {
     void (*gelu)(const float *x, float *dst, int64_t n);
     /* The bf16 dot-product GEMM the device option chose (NULL: off, the default). */
     const struct cpu_bf16_gemm *bf16;
+    /* The int8 dot-product U4 GEMV the device option int8_dot chose (NULL: off, the
+     * default). */
+    const struct cpu_q4_q8 *q4q8;
 };
 
 extern const struct cpu_kernels cpu_kernels_portable;
@@ -287,15 +350,19 @@ extern const struct cpu_kernels cpu_kernels_avx2;   /* defined only on x86-64 */
 extern const struct cpu_kernels cpu_kernels_avx512; /* defined only on x86-64 */
 extern const struct cpu_bf16_gemm cpu_bf16_gemm_avx512; /* x86-64 only */
 extern const struct cpu_bf16_gemm cpu_bf16_gemm_amx;    /* with CPU_HAVE_AMX only */
+extern const struct cpu_q4_q8 cpu_q4_q8_avx2;           /* x86-64 only */
+extern const struct cpu_q4_q8 cpu_q4_q8_avx512vnni;     /* x86-64 only */
 void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
                             int64_t kp, uint32_t *dst);
 
-/* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs)
- * and the bf16 dot-product GEMM for the `bf16_dot` value (NULL or "0": none; "1": AMX where
- * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit). Refuses
- * an ISA or unit the CPU lacks with a message naming the missing feature. */
-mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, struct cpu_kernels *out,
-                               char *err, size_t err_size);
+/* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs),
+ * the bf16 dot-product GEMM for the `bf16_dot` value (NULL or "0": none; "1": AMX where
+ * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit) and the
+ * int8 U4 GEMV for `int8_dot` (NULL or "0": none; "1": AVX512_VNNI with the avx512 table on a
+ * CPU that has it, else AVX2). Refuses an ISA or unit the CPU lacks with a message naming the
+ * missing feature. */
+mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
+                               struct cpu_kernels *out, char *err, size_t err_size);
 /* "avx512 avx512_bf16 avx2 fma f16c" — what this CPU offers, for the device name and logs. */
 void cpu_isa_describe(char *out, size_t size);
 
@@ -316,7 +383,7 @@ struct mmrt_device {
     bool capture_failed;        /* first failure while capturing, reported at capture_end */
     mmrt_status capture_status;
     char capture_why[CPU_ERR_MAX];
-    char name[128];             /* "<model name> (<n> threads)" */
+    char name[128]; /* "<model> (<n> threads) [<table>+int8_dot:<unit>+bf16_dot:<unit>]" */
     char err[CPU_ERR_MAX];      /* last failure on this device, "" when none */
 };
 

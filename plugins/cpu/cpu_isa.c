@@ -104,7 +104,7 @@ const struct cpu_kernels cpu_kernels_portable = {
 #include "x86_amx.h"
 
 struct isa_caps {
-    bool avx2, avx512, avx512_bf16;
+    bool avx2, avx512, avx512_bf16, avx512_vnni;
     bool amx;          /* AMX-BF16 tiles with their state enabled by the OS (x86_amx.h) */
     char amx_why[128]; /* why amx is false, for a refusal */
 };
@@ -151,6 +151,7 @@ static struct isa_caps isa_caps(void)
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512dq");
     c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+    c.avx512_vnni = c.avx512 && __builtin_cpu_supports("avx512vnni");
 #endif
     amx_caps(&c);
     return c;
@@ -159,7 +160,8 @@ static struct isa_caps isa_caps(void)
 void cpu_isa_describe(char *out, size_t size)
 {
     struct isa_caps c = isa_caps();
-    snprintf(out, size, "%s%s%s%s", c.avx512 ? "avx512 " : "", c.avx512_bf16 ? "avx512_bf16 " : "",
+    snprintf(out, size, "%s%s%s%s%s", c.avx512 ? "avx512 " : "",
+             c.avx512_bf16 ? "avx512_bf16 " : "", c.avx512_vnni ? "avx512_vnni " : "",
              c.amx ? "amx_bf16 " : "", c.avx2 ? "avx2 fma f16c" : "no avx2");
 }
 
@@ -213,8 +215,36 @@ static mmrt_status bf16_unit(const char *want, const struct isa_caps *c, const c
     return MMRT_ERR_CONFIG;
 }
 
-mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, struct cpu_kernels *out,
-                               char *err, size_t err_size)
+/* The int8 U4 GEMV for the option value: VNNI with the avx512 table where the CPU has it,
+ * else the AVX2 one (every AVX-512 CPU runs AVX2); the portable table has none. */
+static mmrt_status q8_unit(const char *want, const struct isa_caps *c, const char *table,
+                           const struct cpu_q4_q8 **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    (void)c; /* read only on x86-64 */
+    if (!want || strcmp(want, "0") == 0)
+        return MMRT_OK;
+    if (strcmp(want, "1") != 0) {
+        snprintf(err, err_size, "cpu: device option int8_dot=\"%s\": expected 0 or 1", want);
+        return MMRT_ERR_CONFIG;
+    }
+#if CPU_X86
+    if (strcmp(table, "avx512") == 0 && c->avx512_vnni) {
+        *out = &cpu_q4_q8_avx512vnni;
+        return MMRT_OK;
+    }
+    if (strcmp(table, "portable") != 0) {
+        *out = &cpu_q4_q8_avx2;
+        return MMRT_OK;
+    }
+#endif
+    snprintf(err, err_size, "cpu: device option int8_dot=1 needs the avx2 or avx512 kernels "
+             "(isa: %s)", table);
+    return MMRT_ERR_CONFIG;
+}
+
+mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
+                               struct cpu_kernels *out, char *err, size_t err_size)
 {
     struct isa_caps c = isa_caps();
     const struct cpu_kernels *k = &cpu_kernels_portable;
@@ -241,6 +271,8 @@ mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, struct cpu
     }
     struct cpu_kernels t = *k;
     mmrt_status st = bf16_unit(bf16_dot, &c, k->name, &t.bf16, err, err_size);
+    if (st == MMRT_OK)
+        st = q8_unit(int8_dot, &c, k->name, &t.q4q8, err, err_size);
     if (st != MMRT_OK)
         return st;
     *out = t;

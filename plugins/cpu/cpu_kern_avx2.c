@@ -16,6 +16,7 @@
  * which covers n ∈ [−126, 128]: below x = −87.33 the result is 0 (expf would give a subnormal
  * below 1.2e-38), above 88.72 it is +inf, NaN stays NaN.
  */
+#include <float.h>
 #include <immintrin.h>
 
 #include "cpu_internal.h"
@@ -654,6 +655,122 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
 }
 
 #include "cpu_kern_q4_gemv.h"
+
+/* ---- int8 U4 GEMV (int8_dot) ---------------------------------------------------------------- */
+
+/* The unit of cpu_kern_avx512vnni.c at 8 lanes, without VNNI: a step is 64 codes (32 bytes,
+ * two blocks); vpmaddubsw multiplies the unsigned codes by x's signed int8 codes and adds
+ * pairs to int16 (at most 2 · 15 · 127 each, and the low- and high-nibble halves' sum at most
+ * twice that: no saturation), vpmaddwd by ones adds pairs of those to int32 lanes, four per
+ * block. 16 ymm registers: 4 rows side by side with the x chunk, its d and the lanes' groups
+ * in registers. */
+#define Q8_C 64
+#define Q8_R 4
+
+static inline __attribute__((always_inline)) void
+q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
+        const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const int8_t *xq = x->q + m * x->kp;
+    const float *xd = x->d + m * (x->kp / 8);
+    __m256 tot[Q8_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        tot[r] = _mm256_setzero_ps();
+    const int64_t nc = x->kp / Q8_C, full = K / Q8_C;
+    for (int64_t c = 0; c < nc; c++) {
+        const __m256i xl = _mm256_load_si256((const __m256i *)(xq + c * Q8_C));
+        const __m256i xh = _mm256_load_si256((const __m256i *)(xq + c * Q8_C + Q8_C / 2));
+        const __m256 dv = _mm256_load_ps(xd + c * 8);
+        const __m256i gi = _mm256_load_si256((const __m256i *)(x->lg + c * 8));
+        /* a chunk touches one or two groups: load only those scales */
+        const __m256i sm = _mm256_setr_epi32(-1, x->ch[c].span > 1 ? -1 : 0, 0, 0, 0, 0, 0, 0);
+        const int64_t g0 = x->ch[c].g0;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wc = w + r * rowb + c * (Q8_C / 2);
+            if (pf && (c & 1) == 0)
+                _mm_prefetch((const char *)pf + r * rowb + c * (Q8_C / 2), _MM_HINT_T0);
+            /* the last chunk may hold only one block (16 bytes): read no further */
+            const __m256i b = c < full ? _mm256_loadu_si256((const __m256i *)wc)
+                                       : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)wc));
+            const __m256i lo = _mm256_and_si256(b, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+            const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
+                                                 _mm256_maddubs_epi16(hi, xh));
+            const __m256i is = _mm256_madd_epi16(p16, ones);
+            const __m256 sv = _mm256_permutevar8x32_ps(_mm256_maskload_ps(s + r * ng + g0, sm), gi);
+            tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dv, sv), tot[r]);
+        }
+    }
+    float zc[Q8_R];
+    cpu_q4_zero_shares(s, z, x->xsum + m * ng, ng, 1, R, zc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        y[r] = hsum8(tot[r]) - zc[r];
+}
+
+/* cpu_q8_block for every block of 32 values at 8 lanes, as in cpu_kern_avx512vnni.c: the
+ * rounding conversion, then two saturating packs whose lane interleave one permutation
+ * undoes. */
+static void q8_quant_row(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
+                         int32_t *sum)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 big = _mm256_set1_ps(FLT_MAX);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < kp / CPU_Q8_BLOCK; b++) {
+        const int64_t k = b * CPU_Q8_BLOCK, c0 = k / Q8_C * Q8_C, bi = (k - c0) / CPU_Q8_BLOCK;
+        int8_t *lo = q + c0 + bi * 16, *hi = q + c0 + Q8_C / 2 + bi * 16;
+        float *db = d + b * CPU_Q8_LANES_PER_BLOCK;
+        if (K - k < CPU_Q8_BLOCK) {
+            cpu_q8_block(x + k, K - k, lo, hi, db, sum + b);
+            continue;
+        }
+        __m256 v[4], m = _mm256_setzero_ps();
+        int bad = 0;
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + k + 8 * i);
+            const __m256 a = _mm256_and_ps(v[i], absm);
+            /* NaN or ±inf leave the vector path: max would drop a NaN */
+            bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+            m = _mm256_max_ps(m, a);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+        const float amax = _mm_cvtss_f32(h);
+        if (bad || !(amax >= CPU_Q8_MIN_SCALED)) {
+            cpu_q8_block(x + k, CPU_Q8_BLOCK, lo, hi, db, sum + b);
+            continue;
+        }
+        const __m256 inv = _mm256_set1_ps(127.0f / amax);
+        __m256i qi[4];
+        for (int i = 0; i < 4; i++)
+            qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+        const __m256i p = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])),
+            order);
+        _mm_storeu_si128((__m128i *)lo, _mm256_castsi256_si128(p));
+        _mm_storeu_si128((__m128i *)hi, _mm256_extracti128_si256(p, 1));
+        __m256i t = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+        __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4E));
+        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xB1));
+        sum[b] = _mm_cvtsi128_si32(t4);
+        _mm_storeu_ps(db, _mm_set1_ps(amax / 127.0f));
+    }
+}
+
+#include "cpu_kern_q8_gemv.h"
+
+const struct cpu_q4_q8 cpu_q4_q8_avx2 = {
+    .unit = "avx2",
+    .chunk = Q8_C,
+    .quant_row = q8_quant_row,
+    .gemv = q8_gemv,
+};
 
 
 /* ---- dot, axpy -------------------------------------------------------------------------- */

@@ -432,6 +432,7 @@ static mmrt_status gemm_blocked(struct blk_ctx *cp)
 struct q4_ctx {
     struct mmrt_device *dev;
     const float *x, *scale, *zero, *xsum;
+    const struct cpu_q8_rows *xq; /* int8_dot: x as the unit's int8 blocks, else NULL */
     const uint8_t *w;
     const char *b;
     float *y;
@@ -446,8 +447,13 @@ static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
     const int64_t G = c->G;
-    c->dev->kern.q4_gemv(c->x, c->K, c->M, c->K, c->w + n0 * (c->K / 2), c->scale + n0 * G,
-                         c->zero + n0 * G, c->xsum, G, n1 - n0, c->y + n0, c->N);
+    if (c->xq)
+        c->dev->kern.q4q8->gemv(c->xq, c->M, c->K, c->w + n0 * (c->K / 2), c->scale + n0 * G,
+                                c->zero + n0 * G, G, n1 - n0, c->y + n0, c->N);
+    else
+        c->dev->kern.q4_gemv(c->x, c->K, c->M, c->K, c->w + n0 * (c->K / 2),
+                             c->scale + n0 * G, c->zero + n0 * G, c->xsum, G, n1 - n0,
+                             c->y + n0, c->N);
     if (c->b)
         for (int64_t m = 0; m < c->M; m++)
             for (int64_t n = n0; n < n1; n++)
@@ -485,6 +491,21 @@ static mmrt_status matmul_u4(struct cpu_op *o, const struct cpu_view *x, const s
         return MMRT_OK;
     if (K == 0) /* an empty sum (the contract allows it): the bias or zero, as cpu_gemm gives */
         return cpu_gemm(dev, c.x, M, 0, NULL, MMRT_DTYPE_F32, NULL, N, c.b, c.b_dtype, c.y);
+    if (M <= CPU_GEMV_MAX_M && dev->kern.q4q8) {
+        const struct cpu_q4_q8 *u = dev->kern.q4q8;
+        size_t bytes = cpu_q8_bytes(u, M, K, G);
+        void *buf = NULL;
+        if (posix_memalign(&buf, CPU_ALIGN, bytes) != 0)
+            return cpu_bad(o, MMRT_ERR_NO_MEMORY, "cannot allocate %zu bytes of int8 x blocks",
+                           bytes);
+        struct cpu_q8_rows xq;
+        cpu_q8_quantize(u, c.x, K, M, K, G, buf, &xq);
+        c.xq = &xq;
+        cpu_parallel_for(&dev->pool, (N + GEMV_ROWS - 1) / GEMV_ROWS,
+                         (double)GEMV_ROWS * (double)K * (double)M / 4, q4_gemv_task, &c);
+        free(buf);
+        return MMRT_OK;
+    }
     if (M <= CPU_GEMV_MAX_M) {
         float *xsum = malloc((size_t)(M * G) * sizeof *xsum);
         if (!xsum)

@@ -120,11 +120,15 @@ static void cpu_model_name(char *out, size_t size)
  * GEMM (1: on AMX tiles where the CPU and kernel allow, else AVX512_BF16; amx, avx512: that
  * unit), which rounds activations to bf16 (faster prefill and vision, measured loss in
  * BENCHMARKS.md).
+ * int8_dot: 0 (default) or 1 — U4 weights in the GEMV (decode) meet x rounded to int8 per
+ * block of 32 in integer dot products (AVX512_VNNI, else AVX2), which the one-row INT4 GEMV
+ * needs to keep up with memory (cpu_internal.h, struct cpu_q4_q8; accuracy in
+ * QUANTIZATION.md).
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system
  * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
-static const char *const cpu_option_keys[] = { "threads", "isa", "bf16_dot", "graph", "weights",
-                                               NULL };
+static const char *const cpu_option_keys[] = { "threads",  "isa",     "bf16_dot", "int8_dot",
+                                               "graph",    "weights", NULL };
 
 static mmrt_status cpu_probe(int *n_devices, char *why, size_t why_size)
 {
@@ -170,7 +174,8 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
     bool have_threads = false;
-    const char *isa = NULL, *bf16_value = NULL, *graph_value = NULL, *weights_value = NULL;
+    const char *isa = NULL, *bf16_value = NULL, *int8_value = NULL, *graph_value = NULL,
+               *weights_value = NULL;
     struct cpu_kernels kern;
 
     if (!out || n_options < 0 || (n_options > 0 && !options)) {
@@ -187,12 +192,13 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
             set_err(err, err_size, "cpu: device option %d has no key or no value", i);
             return MMRT_ERR_CONFIG;
         }
-        if (strcmp(key, "isa") == 0 || strcmp(key, "bf16_dot") == 0 ||
-            strcmp(key, "graph") == 0 || strcmp(key, "weights") == 0) {
-            const char **slot = key[0] == 'i'   ? &isa
-                                : key[0] == 'b' ? &bf16_value
-                                : key[0] == 'g' ? &graph_value
-                                                : &weights_value;
+        const char **slot = strcmp(key, "isa") == 0        ? &isa
+                            : strcmp(key, "bf16_dot") == 0 ? &bf16_value
+                            : strcmp(key, "int8_dot") == 0 ? &int8_value
+                            : strcmp(key, "graph") == 0    ? &graph_value
+                            : strcmp(key, "weights") == 0  ? &weights_value
+                                                           : NULL;
+        if (slot) {
             if (*slot) {
                 set_err(err, err_size, "cpu: device option %s given twice (second: \"%s\")",
                         key, value);
@@ -204,7 +210,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         if (strcmp(key, "threads") != 0) {
             set_err(err, err_size,
                     "cpu: unknown device option %s=\"%s\" (the cpu plugin knows: threads, isa, "
-                    "bf16_dot, graph, weights)", key, value);
+                    "bf16_dot, int8_dot, graph, weights)", key, value);
             return MMRT_ERR_CONFIG;
         }
         if (have_threads) {
@@ -228,7 +234,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
                 weights_value);
         return MMRT_ERR_CONFIG;
     }
-    st = cpu_kernels_select(isa, bf16_value, &kern, err, err_size);
+    st = cpu_kernels_select(isa, bf16_value, int8_value, &kern, err, err_size);
     if (st != MMRT_OK)
         return st;
 
@@ -260,9 +266,15 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     }
     char model[80], caps[64];
     cpu_model_name(model, sizeof model);
-    snprintf(dev->name, sizeof dev->name, "%s (%d thread%s) [%s%s%s]", model, n_threads,
-             n_threads == 1 ? "" : "s", kern.name, kern.bf16 ? "+bf16_dot:" : "",
+    /* The kernels' part ends the name and must survive plugin.h's 128-byte name (mmrt-bench
+     * reads the units from it): a long model name gives way instead. */
+    char tail[96];
+    snprintf(tail, sizeof tail, " (%d thread%s) [%s%s%s%s%s]", n_threads,
+             n_threads == 1 ? "" : "s", kern.name, kern.q4q8 ? "+int8_dot:" : "",
+             kern.q4q8 ? kern.q4q8->unit : "", kern.bf16 ? "+bf16_dot:" : "",
              kern.bf16 ? kern.bf16->unit : "");
+    snprintf(dev->name, sizeof dev->name, "%.*s%s", (int)(CPU_DEVICE_NAME_MAX - strlen(tail)),
+             model, tail);
     dev->total_bytes = phys_bytes();
     cpu_isa_describe(caps, sizeof caps);
     cpu_log(MMRT_LOG_DEBUG, "device 0: %s; CPU features: %s", dev->name, caps);

@@ -1,0 +1,122 @@
+/*
+ * plugins/cpu/cpu_kern_avx512vnni.c — the int8 U4 GEMV on AVX512_VNNI (device option
+ * int8_dot with the avx512 table; cpu_isa.c checks the CPU). What it computes, and why it is
+ * an option: cpu_internal.h, struct cpu_q4_q8.
+ *
+ * A step is a chunk of 128 codes of a row (64 bytes, 4 blocks of 32): the low nibbles of the
+ * 64 bytes are codes 32b + j of the four blocks, the high nibbles codes 32b + 16 + j, and x's
+ * int8 codes are laid out in that order (cpu_q8_quantize), so two vpdpbusd — codes unsigned,
+ * x signed, never saturating: 4 · 15 · 127 per lane — give 16 int32 lanes, four per block.
+ * Each lane becomes f32 exactly and meets its block's d times its group's scale in one FMA
+ * into the row's accumulator: per 128 codes and row, nine vector operations where widening
+ * every code to f32 took about thirty.
+ */
+#include <immintrin.h>
+#include <stdbool.h>
+
+#include "cpu_internal.h"
+
+#define Q8_C 128
+#define Q8_R 4 /* W rows side by side: 4 accumulators, the x chunk and its d in registers */
+
+/* x row m against R W rows: y[r] = the row sum of cpu_q4_q8, reduced and less the zero
+ * points' share. pf: the next block of rows to prefetch, or NULL. */
+static inline __attribute__((always_inline)) void
+q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
+          const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
+          const bool one_group)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const int8_t *xq = x->q + m * x->kp;
+    const float *xd = x->d + m * (x->kp / 8);
+    __m512 tot[Q8_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        tot[r] = _mm512_setzero_ps();
+    const int64_t nc = x->kp / Q8_C, full = K / Q8_C;
+    for (int64_t c = 0; c < nc; c++) {
+        const __m512i xl = _mm512_load_si512(xq + c * Q8_C);
+        const __m512i xh = _mm512_load_si512(xq + c * Q8_C + Q8_C / 2);
+        const __m512 dv = _mm512_load_ps(xd + c * 16);
+        const __m512i gi = _mm512_load_si512(x->lg + c * 16);
+        const __mmask16 sm = (__mmask16)((1u << x->ch[c].span) - 1);
+        /* the last chunk may hold fewer than 128 codes: load only the row's own bytes */
+        const __mmask64 wm = c < full ? ~(__mmask64)0
+                                      : ((__mmask64)1 << ((K - c * Q8_C) / 2)) - 1;
+        const int64_t g0 = x->ch[c].g0;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (pf)
+                _mm_prefetch((const char *)pf + r * rowb + c * (Q8_C / 2), _MM_HINT_T0);
+            const __m512i b = _mm512_maskz_loadu_epi8(wm, w + r * rowb + c * (Q8_C / 2));
+            const __m512i lo = _mm512_and_si512(b, m4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+            const __m512i is = _mm512_dpbusd_epi32(
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
+            const __m512 sv = one_group ? _mm512_set1_ps(s[r * ng + g0])
+                                        : _mm512_permutexvar_ps(gi, _mm512_maskz_loadu_ps(
+                                                                        sm, s + r * ng + g0));
+            tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dv, sv), tot[r]);
+        }
+    }
+    float zc[Q8_R];
+    cpu_q4_zero_shares(s, z, x->xsum + m * ng, ng, 1, R, zc);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(tot[r]) - zc[r];
+}
+
+/* Groups of a multiple of 128 codes (the usual 128) put every chunk in one group: one
+ * scale, broadcast, instead of the lanes' gather. The same values either way. */
+static inline __attribute__((always_inline)) void
+q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
+        const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf)
+{
+    if ((K / ng) % Q8_C == 0)
+        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, true);
+    else
+        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false);
+}
+
+/* cpu_q8_block for every block of 32 values, vectorized: one rounding conversion
+ * (_mm512_cvtps_epi32, to nearest even as nearbyintf) of x·(127 / amax), saturated to int8 as
+ * the definition clamps. Blocks past K, not finite, or of a tiny amax take cpu_q8_block. */
+static void q8_quant_row(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
+                         int32_t *sum)
+{
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < kp / CPU_Q8_BLOCK; b++) {
+        const int64_t k = b * CPU_Q8_BLOCK, c0 = k / Q8_C * Q8_C, bi = (k - c0) / CPU_Q8_BLOCK;
+        int8_t *lo = q + c0 + bi * 16, *hi = q + c0 + Q8_C / 2 + bi * 16;
+        float *db = d + b * CPU_Q8_LANES_PER_BLOCK;
+        if (K - k < CPU_Q8_BLOCK) {
+            cpu_q8_block(x + k, K - k, lo, hi, db, sum + b);
+            continue;
+        }
+        const __m512 v0 = _mm512_loadu_ps(x + k), v1 = _mm512_loadu_ps(x + k + 16);
+        /* NaN, ±inf (fpclass 0x99) leave the vector path: max would drop a NaN */
+        const __mmask16 bad = _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
+        const float amax = _mm512_reduce_max_ps(
+            _mm512_max_ps(_mm512_and_ps(v0, absm), _mm512_and_ps(v1, absm)));
+        if (bad || !(amax >= CPU_Q8_MIN_SCALED)) {
+            cpu_q8_block(x + k, CPU_Q8_BLOCK, lo, hi, db, sum + b);
+            continue;
+        }
+        const __m512 inv = _mm512_set1_ps(127.0f / amax);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+        _mm_storeu_si128((__m128i *)lo, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)hi, _mm512_cvtsepi32_epi8(q1));
+        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm_storeu_ps(db, _mm_set1_ps(amax / 127.0f));
+    }
+}
+
+#include "cpu_kern_q8_gemv.h"
+
+const struct cpu_q4_q8 cpu_q4_q8_avx512vnni = {
+    .unit = "avx512_vnni",
+    .chunk = Q8_C,
+    .quant_row = q8_quant_row,
+    .gemv = q8_gemv,
+};
