@@ -4,7 +4,8 @@
  * against the uncompressed cache of the same model on the same plugin.
  *
  *   mmrt-image-kv-eval [--plugin NAME] [--keeps R,R,…] [--policies P,P,…] [--limit N]
- *                      [--kv-dtypes T,T,…] MODEL_DIR ITEMS_JSON
+ *                      [--kv-dtypes T,T,…] [--weights F,F,…] [--option KEY=VALUE]
+ *                      [--base-weights F] MODEL_DIR ITEMS_JSON
  *
  * ITEMS_JSON is either the demo model's held-out set ({"items": [{"image", "question",
  * "answer"}, …]}, images relative to the file) or a fixture's expected.json ({"cases":
@@ -21,6 +22,12 @@
  * --kv-dtypes f16,fp8 measures the KV cache's storage format instead ([model] kv_dtype): one
  * row per format, the whole cache kept, against the F32 cache, the same measures (the
  * figures of docs/QUANTIZATION.md "KV cache formats"); no policy rows then.
+ * --weights int8,int4,… likewise measures weights quantized at load ([model] weights) against
+ * the checkpoint's own. --option KEY=VALUE (up to 4) gives every row but the base that
+ * device option: `--weights int4 --option int8_dot=1` measures the CPU plugin's int8 dot
+ * products on INT4 weights against the checkpoint (docs/QUANTIZATION.md "int8_dot"), and
+ * --base-weights F makes the base run F instead of the checkpoint (with the line above:
+ * int8_dot's own effect, against INT4 without it).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -30,6 +37,7 @@
 #include "engine.h"
 #include "fidelity.h"
 #include "model.h"
+#include "quant.h"
 #include "mmrt/mmrt.h"
 
 #define MAX_STEPS 24
@@ -143,15 +151,25 @@ static int load_items(const char *path, struct item **out, int limit)
     return items ? n : -1;
 }
 
+/* What a run varies beside the image KV policy: the weights' format and the device options
+ * (the base run has neither). */
+struct variant {
+    enum mmrt_weight_format weights;
+    const struct mmrt_option *options;
+    int n_options;
+};
+
 static int answer_all(const char *dir, const char *plugin, double keep,
                       enum mmrt_image_kv_policy policy, enum mmrt_kv_dtype kv,
-                      const struct item *items, int n, int64_t vocab, struct run *r)
+                      const struct variant *v, const struct item *items, int n, int64_t vocab,
+                      struct run *r)
 {
-    struct mmrt_device_config dev = { .name = "d", .plugin = plugin };
+    struct mmrt_device_config dev = { .name = "d", .plugin = plugin, .options = v->options,
+                                      .n_options = v->n_options };
     struct mmrt_config cfg = { .struct_size = sizeof cfg, .model_path = dir, .devices = &dev,
                                .n_devices = 1, .image_kv_keep = keep,
                                .image_kv_policy = policy, .kv_dtype = kv,
-                               .vision_cache_entries = 0 };
+                               .vision_cache_entries = 0, .weights = v->weights };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
     if (mmrt_create(&cfg, &rt, err, sizeof err) != MMRT_OK) {
@@ -208,12 +226,13 @@ static void run_free(struct run *r, int n)
  * give one), next-token top-1 agreement (with top1_decimals decimals) and mean KL over every
  * generated position, image tokens dropped per request. Non-zero when a run fails. */
 static int table_row(const char *dir, const char *plugin, double keep,
-                     enum mmrt_image_kv_policy policy, enum mmrt_kv_dtype kv, const char *label,
-                     int top1_decimals, const struct run *base, const struct item *items, int n,
-                     int64_t vocab, int with_answers)
+                     enum mmrt_image_kv_policy policy, enum mmrt_kv_dtype kv,
+                     const struct variant *v, const char *label, int top1_decimals,
+                     const struct run *base, const struct item *items, int n, int64_t vocab,
+                     int with_answers)
 {
     struct run r = { 0 };
-    if (answer_all(dir, plugin, keep, policy, kv, items, n, vocab, &r) != 0)
+    if (answer_all(dir, plugin, keep, policy, kv, v, items, n, vocab, &r) != 0)
         return 1;
     const size_t per = (size_t)MAX_STEPS * (size_t)vocab;
     struct fidelity_sum f = { 0 };
@@ -307,6 +326,11 @@ int main(int argc, char **argv)
     };
     int n_policies = 4;
     enum mmrt_kv_dtype kv_dtypes[4];
+    enum mmrt_weight_format weights[8];
+    int n_weights = 0, base_weights = MMRT_WEIGHTS_CHECKPOINT;
+    struct mmrt_option options[4];
+    char option_text[4][128];
+    struct variant cand = { .options = options };
     const char *kv_names[4];
     int n_kv = 0;
     int a = 1;
@@ -354,6 +378,46 @@ int main(int argc, char **argv)
                 kv_names[n_kv++] = known[found].name;
                 s += len + (comma != NULL);
             }
+        } else if (strcmp(argv[a], "--weights") == 0) {
+            for (const char *w = argv[a + 1]; *w;) {
+                size_t len = strcspn(w, ",");
+                int found = -1;
+                for (int f = MMRT_WEIGHTS_INT8; f <= MMRT_WEIGHTS_INT4_G32; f++) {
+                    const char *name = mmrt_weight_format_name((enum mmrt_weight_format)f);
+                    if (strlen(name) == len && strncmp(name, w, len) == 0)
+                        found = f;
+                }
+                if (found < 0 || n_weights == 8) {
+                    fprintf(stderr, "mmrt-image-kv-eval: --weights: '%.*s' is not one of "
+                                    "int8, int4, int4-g64, int4-g32 (at most 8)\n",
+                            (int)len, w);
+                    return 2;
+                }
+                weights[n_weights++] = (enum mmrt_weight_format)found;
+                w += len + (w[len] == ',');
+            }
+        } else if (strcmp(argv[a], "--base-weights") == 0) {
+            base_weights = -1;
+            for (int f = MMRT_WEIGHTS_CHECKPOINT; f <= MMRT_WEIGHTS_INT4_G32; f++)
+                if (strcmp(argv[a + 1], mmrt_weight_format_name((enum mmrt_weight_format)f)) == 0)
+                    base_weights = f;
+            if (base_weights < 0) {
+                fprintf(stderr, "mmrt-image-kv-eval: --base-weights: '%s' is not one of "
+                                "checkpoint, int8, int4, int4-g64, int4-g32\n", argv[a + 1]);
+                return 2;
+            }
+        } else if (strcmp(argv[a], "--option") == 0) {
+            const char *eq = strchr(argv[a + 1], '=');
+            if (!eq || eq == argv[a + 1] || cand.n_options == 4 ||
+                strlen(argv[a + 1]) >= sizeof option_text[0]) {
+                fprintf(stderr, "mmrt-image-kv-eval: --option '%s': expected KEY=VALUE (at "
+                                "most 4)\n", argv[a + 1]);
+                return 2;
+            }
+            char *t = option_text[cand.n_options];
+            snprintf(t, sizeof option_text[0], "%s", argv[a + 1]);
+            t[eq - argv[a + 1]] = '\0';
+            options[cand.n_options++] = (struct mmrt_option){ t, t + (eq - argv[a + 1]) + 1 };
         } else if (strcmp(argv[a], "--limit") == 0) {
             char *end;
             const long v = strtol(argv[a + 1], &end, 10);
@@ -370,7 +434,8 @@ int main(int argc, char **argv)
     }
     if (argc - a != 2) {
         fprintf(stderr, "usage: mmrt-image-kv-eval [--plugin NAME] [--keeps R,…] "
-                        "[--policies P,…] [--limit N] [--kv-dtypes T,…] MODEL_DIR "
+                        "[--policies P,…] [--limit N] [--kv-dtypes T,…] [--weights F,…] "
+                        "[--option KEY=VALUE] [--base-weights F] MODEL_DIR "
                         "ITEMS_JSON\n");
         return 2;
     }
@@ -387,7 +452,8 @@ int main(int argc, char **argv)
     if (vocab < 1)
         return 1;
     struct run base = { 0 };
-    if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, items, n, vocab,
+    const struct variant plain = { .weights = (enum mmrt_weight_format)base_weights };
+    if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, &plain, items, n, vocab,
                    &base) != 0)
         return 1;
     int correct0 = 0, with_answers = 0;
@@ -401,20 +467,35 @@ int main(int argc, char **argv)
     printf("| policy | keep | accuracy | top-1 | mean KL | image positions dropped per request |\n");
     printf("|---|---|---|---|---|---|\n");
     if (with_answers)
-        printf("| (uncompressed) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
+        printf("| (%s) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
+               base_weights == MMRT_WEIGHTS_CHECKPOINT
+                   ? "uncompressed"
+                   : mmrt_weight_format_name((enum mmrt_weight_format)base_weights),
                100.0 * correct0 / with_answers, correct0, with_answers);
     int rc = 0;
-    if (n_kv > 0)
+    if (n_kv > 0 || n_weights > 0)
         n_policies = 0; /* the storage formats only */
+    char opts[160] = "";
+    for (int o = 0; o < cand.n_options; o++)
+        snprintf(opts + strlen(opts), sizeof opts - strlen(opts), ", %s=%s", options[o].key,
+                 options[o].value);
     for (int k = 0; k < n_kv && rc == 0; k++) {
-        char label[64];
-        snprintf(label, sizeof label, "kv_dtype %s", kv_names[k]);
-        rc = table_row(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, kv_dtypes[k], label, 2, &base,
+        char label[224];
+        snprintf(label, sizeof label, "kv_dtype %s%s", kv_names[k], opts);
+        rc = table_row(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, kv_dtypes[k], &cand, label, 2,
+                       &base, items, n, vocab, with_answers);
+    }
+    for (int w = 0; w < n_weights && rc == 0; w++) {
+        char label[224];
+        struct variant v = cand;
+        v.weights = weights[w];
+        snprintf(label, sizeof label, "weights %s%s", mmrt_weight_format_name(weights[w]), opts);
+        rc = table_row(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, &v, label, 2, &base,
                        items, n, vocab, with_answers);
     }
     for (int p = 0; p < n_policies && rc == 0; p++)
         for (int k = 0; k < n_keeps && rc == 0; k++)
-            rc = table_row(dir, plugin, keeps[k], policies[p], MMRT_KV_F32,
+            rc = table_row(dir, plugin, keeps[k], policies[p], MMRT_KV_F32, &cand,
                            mmrt_image_kv_policy_name(policies[p]), 1, &base, items, n, vocab,
                            with_answers);
     run_free(&base, n);
