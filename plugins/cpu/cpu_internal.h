@@ -21,6 +21,9 @@
  *   cpu_kern_avx512bf16.c  the optional bf16 dot-product GEMM (`bf16_dot`) on AVX512_BF16
  *   cpu_kern_amx.c         the same on AMX-BF16 tiles (CPUs with AMX; also built emulated in C
  *                          as the test-only plugin mmrt_cpu_amxemu, to check it without one)
+ *   cpu_kern_avx512vnni.c  the optional int8 dot-product U4 GEMV (`int8_dot`) on AVX512_VNNI
+ *                          (its AVX2 twin is in cpu_kern_avx2.c; the block driver both
+ *                          share in cpu_kern_q8_gemv.h)
  *
  * ISA-specific code lives only in the cpu_kern_*.c files, each compiled with its own -m flags
  * (plugins/cpu/CMakeLists.txt); everything else is built for baseline x86-64 (or any other
@@ -31,7 +34,10 @@
  * Numerics: the plugin is the in-tree reference, so every kernel accumulates in f32 (double
  * where it is cheap and only makes the statistic more exact: norm moments, softmax sums) and
  * keeps weights in their own dtype, converting them per element or per small block while it
- * computes. No -ffast-math: results do not depend on the thread count.
+ * computes. No -ffast-math: results do not depend on the thread count. Two device options
+ * trade this for speed, each with its own exact definition and measured cost: bf16_dot
+ * (activations rounded to bf16 in the GEMM) and int8_dot (to int8 per block of 32 in the U4
+ * GEMV).
  *
  * Summation order: a result may depend on the shape of an op and on the kernel table (the
  * ISA), never on the thread count or on how work is split. The blocked GEMM accumulates each

@@ -8,7 +8,9 @@
  *     up to 32 sequences, is bound by reading the weights, so each W row is streamed once,
  *     converted in registers and dotted with every x row while it is in cache; threads take
  *     disjoint ranges of W rows. Each row's result is bit-identical for every M ≤ 32 (see
- *     CPU_GEMV_MAX_M), which continuous batching relies on.
+ *     CPU_GEMV_MAX_M), which continuous batching relies on. With int8_dot and U4 weights
+ *     the x rows are rounded to int8 blocks once per call and the option's unit (struct
+ *     cpu_q4_q8) runs instead, with the same per-row invariance.
  *   Blocked GEMM (a table with a micro-kernel): BLIS-style, see CPU_GEMM_* in cpu_internal.h.
  *     x is packed once ([K block][MR panel][kc][MR]); each parallel item owns GEMM_NC columns
  *     and up to GEMM_MC rows, converts and transposes its W rows per K block into per-thread
