@@ -277,6 +277,70 @@ static void test_matmul_i8_all_isas(void **state)
     }
 }
 
+/* A U4 MATMUL's operands on h (x [M, K], the packed codes, bias, scales and zero points)
+ * and its output [M, N]. */
+struct u4_case {
+    struct harness_tensor x, w, b, s, z, y;
+    int64_t M, K, N;
+};
+
+static struct u4_case u4_put(struct harness *h, int64_t M, int64_t K, int64_t N, int64_t G,
+                             const float *x, const uint8_t *q, const float *b,
+                             const float *scale, const float *zero)
+{
+    struct u4_case u = { .M = M, .K = K, .N = N };
+    u.x = put(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
+    u.b = put(h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, b);
+    u.s = put(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, scale);
+    u.z = put(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, zero);
+    assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_U4, 2, (const int64_t[]){ N, K / 2 }, &u.w),
+                     MMRT_OK);
+    assert_int_equal(harness_upload(h, &u.w, q), MMRT_OK);
+    assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N }, &u.y),
+                     MMRT_OK);
+    return u;
+}
+
+/* Runs the MATMUL and returns its output. */
+static float *u4_run(struct harness *h, struct u4_case *u)
+{
+    struct harness_tensor *src[5] = { &u->x, &u->w, &u->b, &u->s, &u->z };
+    assert_int_equal(harness_run(h, MMRT_OP_MATMUL, src, 5, &u->y, NULL, 0), MMRT_OK);
+    return get(h, &u->y);
+}
+
+/* Fails unless each row of y (u4_run's output for the x rows at x) is bit-identical to
+ * that row run alone. */
+static void u4_rows_alone(struct harness *h, struct u4_case *u, const float *x, const float *y,
+                          const char *what)
+{
+    for (int64_t r = 0; r < u->M; r++) {
+        struct harness_tensor t1 = put(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, u->K },
+                                       x + r * u->K), y1;
+        assert_int_equal(harness_tensor_new(h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, u->N },
+                                            &y1), MMRT_OK);
+        struct harness_tensor *s1[5] = { &t1, &u->w, &u->b, &u->s, &u->z };
+        assert_int_equal(harness_run(h, MMRT_OP_MATMUL, s1, 5, &y1, NULL, 0), MMRT_OK);
+        float *g1 = get(h, &y1);
+        if (memcmp(g1, y + r * u->N, (size_t)u->N * sizeof(float)) != 0)
+            fail_msg("%s MATMUL U4 M=%lld K=%lld N=%lld: row %lld differs from the row alone",
+                     what, (long long)u->M, (long long)u->K, (long long)u->N, (long long)r);
+        free(g1);
+        harness_tensor_free(h, &t1);
+        harness_tensor_free(h, &y1);
+    }
+}
+
+static void u4_free(struct harness *h, struct u4_case *u)
+{
+    harness_tensor_free(h, &u->x);
+    harness_tensor_free(h, &u->b);
+    harness_tensor_free(h, &u->s);
+    harness_tensor_free(h, &u->z);
+    harness_tensor_free(h, &u->w);
+    harness_tensor_free(h, &u->y);
+}
+
 /* U4 weights (groups of 32 and 64, core/quant.h) on every table: against the dequantized
  * reference, on both sides of the GEMV line, and each row of an M ≤ 32 launch bit-identical to
  * that row alone. */
@@ -312,19 +376,8 @@ static void test_matmul_u4_all_isas(void **state)
                 for (int64_t k = 0; k < K; k++)
                     deq[n * K + k] = ((float)mmrt_q4_code(q + n * (K / 2), k) -
                                       zero[n * G + k / gs]) * scale[n * G + k / gs];
-            struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
-            struct harness_tensor tb = put(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, b);
-            struct harness_tensor ts = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, scale);
-            struct harness_tensor tz = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, zero);
-            struct harness_tensor tw, ty;
-            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_U4, 2,
-                                                (const int64_t[]){ N, K / 2 }, &tw), MMRT_OK);
-            assert_int_equal(harness_upload(&h, &tw, q), MMRT_OK);
-            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N },
-                                                &ty), MMRT_OK);
-            struct harness_tensor *src[5] = { &tx, &tw, &tb, &ts, &tz };
-            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, src, 5, &ty, NULL, 0), MMRT_OK);
-            float *y = get(&h, &ty);
+            struct u4_case u = u4_put(&h, M, K, N, G, x, q, b, scale, zero);
+            float *y = u4_run(&h, &u);
             double *ref = malloc((size_t)(M * N) * sizeof *ref);
             assert_non_null(ref);
             ref_matmul(x, deq, b, M, K, N, ref);
@@ -332,30 +385,16 @@ static void test_matmul_u4_all_isas(void **state)
             if (!(e <= 1e-5))
                 fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld g%lld: error %.3g > 1e-5",
                          isas[i], (long long)M, (long long)K, (long long)N, (long long)gs, e);
-            for (int64_t r = 0; M <= ROW_INV_MAX_M && r < M; r++) {
-                struct harness_tensor t1 = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, K },
-                                               x + r * K), y1;
-                assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
-                                                    (const int64_t[]){ 1, N }, &y1), MMRT_OK);
-                struct harness_tensor *s1[5] = { &t1, &tw, &tb, &ts, &tz };
-                assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, s1, 5, &y1, NULL, 0), MMRT_OK);
-                float *g1 = get(&h, &y1);
-                if (memcmp(g1, y + r * N, (size_t)N * sizeof(float)) != 0)
-                    fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld: row %lld differs from the "
-                             "row alone", isas[i], (long long)M, (long long)K, (long long)N,
-                             (long long)r);
-                free(g1);
-                harness_tensor_free(&h, &t1);
-                harness_tensor_free(&h, &y1);
-            }
-            if (M > ROW_INV_MAX_M) {
+            if (M <= ROW_INV_MAX_M) {
+                u4_rows_alone(&h, &u, x, y, isas[i]);
+            } else {
                 /* Above the GEMV the blocked GEMM packs W from the codes: the very weights
                  * an F32 W of the dequantized values gives, so the very same bits. */
                 struct harness_tensor tf = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, K },
                                                deq), yf;
                 assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
                                                     (const int64_t[]){ M, N }, &yf), MMRT_OK);
-                struct harness_tensor *sf[3] = { &tx, &tf, &tb };
+                struct harness_tensor *sf[3] = { &u.x, &tf, &u.b };
                 assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, sf, 3, &yf, NULL, 0), MMRT_OK);
                 float *gf = get(&h, &yf);
                 if (memcmp(gf, y, (size_t)(M * N) * sizeof(float)) != 0)
@@ -366,15 +405,10 @@ static void test_matmul_u4_all_isas(void **state)
                 harness_tensor_free(&h, &tf);
                 harness_tensor_free(&h, &yf);
             }
-            struct harness_tensor *bad_src[4] = { &tx, &tw, &tb, &ts }; /* no zero points */
-            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, bad_src, 4, &ty, NULL, 0),
+            struct harness_tensor *bad_src[4] = { &u.x, &u.w, &u.b, &u.s }; /* no zero points */
+            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, bad_src, 4, &u.y, NULL, 0),
                              MMRT_ERR_INVALID_ARG);
-            harness_tensor_free(&h, &tx);
-            harness_tensor_free(&h, &tb);
-            harness_tensor_free(&h, &ts);
-            harness_tensor_free(&h, &tz);
-            harness_tensor_free(&h, &tw);
-            harness_tensor_free(&h, &ty);
+            u4_free(&h, &u);
             free(x);
             free(w);
             free(b);
@@ -489,19 +523,8 @@ static void test_matmul_u4_int8_dot(void **state)
                     exact[m * N + n] = e;
                     bound[m * N + n] = bd;
                 }
-            struct harness_tensor tx = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, K }, x);
-            struct harness_tensor tb = put(&h, MMRT_DTYPE_F32, 1, (const int64_t[]){ N }, b);
-            struct harness_tensor ts = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, scale);
-            struct harness_tensor tz = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ N, G }, zero);
-            struct harness_tensor tw, ty;
-            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_U4, 2,
-                                                (const int64_t[]){ N, K / 2 }, &tw), MMRT_OK);
-            assert_int_equal(harness_upload(&h, &tw, q), MMRT_OK);
-            assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ M, N },
-                                                &ty), MMRT_OK);
-            struct harness_tensor *src[5] = { &tx, &tw, &tb, &ts, &tz };
-            assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, src, 5, &ty, NULL, 0), MMRT_OK);
-            float *y = get(&h, &ty);
+            struct u4_case u = u4_put(&h, M, K, N, G, x, q, b, scale, zero);
+            float *y = u4_run(&h, &u);
             double e = rel_err(y, ref, M * N);
             if (!(e <= 1e-5))
                 fail_msg("isa %s int8_dot MATMUL U4 M=%lld K=%lld N=%lld g%lld: error %.3g > "
@@ -526,28 +549,10 @@ static void test_matmul_u4_int8_dot(void **state)
                         fail_msg("isa %s int8_dot M=%lld K=%lld: a row with a NaN or an "
                                  "infinity gave a number at column %lld", tables[i],
                                  (long long)M, (long long)K, (long long)n);
-            for (int64_t r = 0; r < M; r++) {
-                struct harness_tensor t1 = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, K },
-                                               x + r * K), y1;
-                assert_int_equal(harness_tensor_new(&h, MMRT_DTYPE_F32, 2,
-                                                    (const int64_t[]){ 1, N }, &y1), MMRT_OK);
-                struct harness_tensor *s1[5] = { &t1, &tw, &tb, &ts, &tz };
-                assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, s1, 5, &y1, NULL, 0), MMRT_OK);
-                float *g1 = get(&h, &y1);
-                if (memcmp(g1, y + r * N, (size_t)N * sizeof(float)) != 0)
-                    fail_msg("isa %s int8_dot MATMUL U4 M=%lld K=%lld N=%lld: row %lld differs "
-                             "from the row alone", tables[i], (long long)M, (long long)K,
-                             (long long)N, (long long)r);
-                free(g1);
-                harness_tensor_free(&h, &t1);
-                harness_tensor_free(&h, &y1);
-            }
-            harness_tensor_free(&h, &tx);
-            harness_tensor_free(&h, &tb);
-            harness_tensor_free(&h, &ts);
-            harness_tensor_free(&h, &tz);
-            harness_tensor_free(&h, &tw);
-            harness_tensor_free(&h, &ty);
+            char what[64];
+            snprintf(what, sizeof what, "isa %s int8_dot", tables[i]);
+            u4_rows_alone(&h, &u, x, y, what);
+            u4_free(&h, &u);
             free(x);
             free(w);
             free(b);

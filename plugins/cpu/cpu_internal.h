@@ -177,6 +177,7 @@ struct cpu_pool {
     void *ctx;
     int64_t n_items, chunk;
     _Atomic int64_t next;
+    int spin_rounds; /* pause instructions a wait spins through, about CPU_SPIN_NS */
 };
 
 /* Starts n_threads - 1 workers. On failure writes a message into err and stops any started. */

@@ -18,6 +18,7 @@
  */
 #include <float.h>
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "cpu_internal.h"
 
@@ -711,56 +712,44 @@ q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int
         y[r] = hsum8(tot[r]) - zc[r];
 }
 
-/* cpu_q8_block for every block of 32 values at 8 lanes, as in cpu_kern_avx512vnni.c: the
- * rounding conversion, then two saturating packs whose lane interleave one permutation
- * undoes. */
-static void q8_quant_row(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
-                         int32_t *sum)
+/* One whole block of 32 values as cpu_q8_block rounds it, at 8 lanes as in
+ * cpu_kern_avx512vnni.c: the rounding conversion, then two saturating packs whose lane
+ * interleave one permutation undoes. Declines NaN, ±inf and a tiny amax. */
+static inline bool q8_block(const float *x, int8_t *lo, int8_t *hi, float *amax_out,
+                            int32_t *sum)
 {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 big = _mm256_set1_ps(FLT_MAX);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int64_t b = 0; b < kp / CPU_Q8_BLOCK; b++) {
-        const int64_t k = b * CPU_Q8_BLOCK, c0 = k / Q8_C * Q8_C, bi = (k - c0) / CPU_Q8_BLOCK;
-        int8_t *lo = q + c0 + bi * 16, *hi = q + c0 + Q8_C / 2 + bi * 16;
-        float *db = d + b * CPU_Q8_LANES_PER_BLOCK;
-        if (K - k < CPU_Q8_BLOCK) {
-            cpu_q8_block(x + k, K - k, lo, hi, db, sum + b);
-            continue;
-        }
-        __m256 v[4], m = _mm256_setzero_ps();
-        int bad = 0;
-        for (int i = 0; i < 4; i++) {
-            v[i] = _mm256_loadu_ps(x + k + 8 * i);
-            const __m256 a = _mm256_and_ps(v[i], absm);
-            /* NaN or ±inf leave the vector path: max would drop a NaN */
-            bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
-            m = _mm256_max_ps(m, a);
-        }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-        const float amax = _mm_cvtss_f32(h);
-        if (bad || !(amax >= CPU_Q8_MIN_SCALED)) {
-            cpu_q8_block(x + k, CPU_Q8_BLOCK, lo, hi, db, sum + b);
-            continue;
-        }
-        const __m256 inv = _mm256_set1_ps(127.0f / amax);
-        __m256i qi[4];
-        for (int i = 0; i < 4; i++)
-            qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
-        const __m256i p = _mm256_permutevar8x32_epi32(
-            _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])),
-            order);
-        _mm_storeu_si128((__m128i *)lo, _mm256_castsi256_si128(p));
-        _mm_storeu_si128((__m128i *)hi, _mm256_extracti128_si256(p, 1));
-        __m256i t = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
-        __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4E));
-        t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xB1));
-        sum[b] = _mm_cvtsi128_si32(t4);
-        _mm_storeu_ps(db, _mm_set1_ps(amax / 127.0f));
+    __m256 v[4], m = _mm256_setzero_ps();
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        const __m256 a = _mm256_and_ps(v[i], absm);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ)); /* NaN or ±inf */
+        m = _mm256_max_ps(m, a);
     }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    const float amax = _mm_cvtss_f32(h);
+    if (bad || !(amax >= CPU_Q8_MIN_SCALED))
+        return false;
+    const __m256 inv = _mm256_set1_ps(127.0f / amax);
+    __m256i qi[4];
+    for (int i = 0; i < 4; i++)
+        qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+    const __m256i p = _mm256_permutevar8x32_epi32(
+        _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm_storeu_si128((__m128i *)lo, _mm256_castsi256_si128(p));
+    _mm_storeu_si128((__m128i *)hi, _mm256_extracti128_si256(p, 1));
+    __m256i t = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4E));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xB1));
+    *sum = _mm_cvtsi128_si32(t4);
+    *amax_out = amax;
+    return true;
 }
 
 #include "cpu_kern_q8_gemv.h"

@@ -78,38 +78,27 @@ q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int
         q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false);
 }
 
-/* cpu_q8_block for every block of 32 values, vectorized: one rounding conversion
+/* One whole block of 32 values as cpu_q8_block rounds it: one rounding conversion
  * (_mm512_cvtps_epi32, to nearest even as nearbyintf) of x·(127 / amax), saturated to int8 as
- * the definition clamps. Blocks past K, not finite, or of a tiny amax take cpu_q8_block. */
-static void q8_quant_row(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
-                         int32_t *sum)
+ * the definition clamps. Declines NaN, ±inf (max would drop a NaN) and a tiny amax. */
+static inline bool q8_block(const float *x, int8_t *lo, int8_t *hi, float *amax_out,
+                            int32_t *sum)
 {
     const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    for (int64_t b = 0; b < kp / CPU_Q8_BLOCK; b++) {
-        const int64_t k = b * CPU_Q8_BLOCK, c0 = k / Q8_C * Q8_C, bi = (k - c0) / CPU_Q8_BLOCK;
-        int8_t *lo = q + c0 + bi * 16, *hi = q + c0 + Q8_C / 2 + bi * 16;
-        float *db = d + b * CPU_Q8_LANES_PER_BLOCK;
-        if (K - k < CPU_Q8_BLOCK) {
-            cpu_q8_block(x + k, K - k, lo, hi, db, sum + b);
-            continue;
-        }
-        const __m512 v0 = _mm512_loadu_ps(x + k), v1 = _mm512_loadu_ps(x + k + 16);
-        /* NaN, ±inf (fpclass 0x99) leave the vector path: max would drop a NaN */
-        const __mmask16 bad = _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
-        const float amax = _mm512_reduce_max_ps(
-            _mm512_max_ps(_mm512_and_ps(v0, absm), _mm512_and_ps(v1, absm)));
-        if (bad || !(amax >= CPU_Q8_MIN_SCALED)) {
-            cpu_q8_block(x + k, CPU_Q8_BLOCK, lo, hi, db, sum + b);
-            continue;
-        }
-        const __m512 inv = _mm512_set1_ps(127.0f / amax);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
-        _mm_storeu_si128((__m128i *)lo, _mm512_cvtsepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)hi, _mm512_cvtsepi32_epi8(q1));
-        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        _mm_storeu_ps(db, _mm_set1_ps(amax / 127.0f));
-    }
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const __mmask16 bad = _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
+    const float amax =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(v0, absm), _mm512_and_ps(v1, absm)));
+    if (bad || !(amax >= CPU_Q8_MIN_SCALED))
+        return false;
+    const __m512 inv = _mm512_set1_ps(127.0f / amax);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+    _mm_storeu_si128((__m128i *)lo, _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)hi, _mm512_cvtsepi32_epi8(q1));
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    *amax_out = amax;
+    return true;
 }
 
 #include "cpu_kern_q8_gemv.h"

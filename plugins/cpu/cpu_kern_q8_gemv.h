@@ -1,8 +1,9 @@
 /*
  * plugins/cpu/cpu_kern_q8_gemv.h — the int8 U4 GEMV's block driver (struct cpu_q4_q8.gemv),
- * written once for both units: cpu_kern_avx2.c and cpu_kern_avx512vnni.c each include it
- * after their own q8_rows (one x row against R W rows side by side, ending in the rows'
- * outputs) and Q8_R.
+ * and its x quantization (struct cpu_q4_q8.quant_row), written once for both units:
+ * cpu_kern_avx2.c and cpu_kern_avx512vnni.c each include it after their own q8_rows (one x
+ * row against R W rows side by side, ending in the rows' outputs), q8_block (one block of 32
+ * values rounded in vectors), Q8_R and Q8_C.
  *
  * Each block of W rows meets every x row in turn: after the first x row its codes come from
  * L1/L2, and each (x row, W row) pair is computed by the same code whatever M, so a row's
@@ -11,6 +12,25 @@
  */
 #ifndef MMRT_CPU_KERN_Q8_GEMV_H
 #define MMRT_CPU_KERN_Q8_GEMV_H
+
+/* cpu_q8_block for every block of the row: the unit's q8_block for whole blocks, which
+ * declines (false) a block that is not finite or whose amax is below CPU_Q8_MIN_SCALED;
+ * cpu_q8_block for those and for the row's last, partial block. */
+static void q8_quant_row(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
+                         int32_t *sum)
+{
+    for (int64_t b = 0; b < kp / CPU_Q8_BLOCK; b++) {
+        const int64_t k = b * CPU_Q8_BLOCK, c0 = k / Q8_C * Q8_C, bi = (k - c0) / CPU_Q8_BLOCK;
+        int8_t *lo = q + c0 + bi * 16, *hi = q + c0 + Q8_C / 2 + bi * 16;
+        float *db = d + b * CPU_Q8_LANES_PER_BLOCK, amax;
+        if (K - k < CPU_Q8_BLOCK || !q8_block(x + k, lo, hi, &amax, sum + b)) {
+            cpu_q8_block(x + k, K - k < CPU_Q8_BLOCK ? K - k : CPU_Q8_BLOCK, lo, hi, db, sum + b);
+            continue;
+        }
+        for (int t = 0; t < CPU_Q8_LANES_PER_BLOCK; t++)
+            db[t] = amax / 127.0f;
+    }
+}
 
 static void q8_gemv(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
                     const float *s, const float *z, int64_t G, int64_t n, float *y, int64_t ldy)

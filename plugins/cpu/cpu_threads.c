@@ -8,9 +8,9 @@
  * drives a device at a time, no loop ever overlaps another and this single barrier is all the
  * synchronisation needed.
  *
- * Waiting: a worker that finished a loop spins on `generation` for about CPU_SPIN_ROUNDS pause
- * instructions (tens of microseconds) before it sleeps on `wake`; the caller spins on
- * `n_running` the same way before it sleeps on `done`. Sleeping and waking go through the
+ * Waiting: a worker that finished a loop spins on `generation` for about CPU_SPIN_NS before
+ * it sleeps on `wake`; the caller spins on `n_running` the same way before it sleeps on
+ * `done`. Sleeping and waking go through the
  * mutex, and both counters are re-checked under it, so no wake-up is lost: a publisher bumps
  * `generation` before it takes the mutex to broadcast, and the last worker drops `n_running`
  * to 0 before it takes the mutex to signal.
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_internal.h"
 
@@ -28,14 +29,33 @@
 #define CPU_MIN_CHUNK_WORK 16384.0
 /* Chunks per thread: enough for dynamic balancing, few enough to keep the counter cold. */
 #define CPU_CHUNKS_PER_THREAD 4
-/* Pause instructions a waiting thread spins through before it sleeps (~50 µs on x86). */
-#define CPU_SPIN_ROUNDS 2048
+/* How long a waiting thread spins before it sleeps. A decode step is some 60 parallel loops
+ * with serial work between them (norms, RoPE, sampling); a worker that slept in those gaps
+ * paid a futex wake-up each time: with 2048 pause instructions (27 µs on the machine of
+ * docs/BENCHMARKS.md, "INT4 decode on int8 dot products") INT4 decode ran at 71–77 % of its
+ * read limit, with 16384 (214 µs) at 77–81 %. A pause takes 10 to 140 cycles depending on
+ * the CPU, so the pool times a run of them once at start and spins that many for about
+ * CPU_SPIN_NS. (Reading the clock inside the spin instead measured slower: 73–77 %.) */
+#define CPU_SPIN_NS 200000.0
 
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+/* Pause instructions that take about CPU_SPIN_NS on this CPU (at least 2048). */
+static int spin_rounds(void)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < 4096; i++)
+        cpu_relax();
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / 4096;
+    const double n = ns > 0 ? CPU_SPIN_NS / ns : 2048;
+    return n < 2048 ? 2048 : n > 1048576 ? 1048576 : (int)n;
 }
 
 struct cpu_worker {
@@ -66,7 +86,7 @@ static void *worker_main(void *arg)
 
     for (;;) {
         uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        for (int i = 0; g == seen && i < CPU_SPIN_ROUNDS && !atomic_load(&p->stop); i++) {
+        for (int i = 0; g == seen && i < p->spin_rounds && !atomic_load(&p->stop); i++) {
             cpu_relax();
             g = atomic_load_explicit(&p->generation, memory_order_acquire);
         }
@@ -96,6 +116,7 @@ mmrt_status cpu_pool_init(struct cpu_pool *pool, int n_threads, char *err, size_
 
     memset(pool, 0, sizeof *pool);
     pool->n_threads = n_threads;
+    pool->spin_rounds = spin_rounds();
     atomic_init(&pool->next, 0);
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->n_running, 0);
@@ -178,7 +199,7 @@ void cpu_parallel_for(struct cpu_pool *pool, int64_t n_items, double cost, cpu_t
 
     run_chunks(pool, 0);
 
-    for (int i = 0; i < CPU_SPIN_ROUNDS &&
+    for (int i = 0; i < pool->spin_rounds &&
                     atomic_load_explicit(&pool->n_running, memory_order_acquire) > 0; i++)
         cpu_relax();
     if (atomic_load_explicit(&pool->n_running, memory_order_acquire) > 0) {
