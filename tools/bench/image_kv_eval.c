@@ -30,6 +30,7 @@
  * int8_dot's own effect, against INT4 without it).
  */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,10 +388,12 @@ int main(int argc, char **argv)
                     if (strlen(name) == len && strncmp(name, w, len) == 0)
                         found = f;
                 }
-                if (found < 0 || n_weights == 8) {
-                    fprintf(stderr, "mmrt-image-kv-eval: --weights: '%.*s' is not one of "
-                                    "int8, int4, int4-g64, int4-g32 (at most 8)\n",
-                            (int)len, w);
+                const bool trailing = w[len] == ',' && w[len + 1] == '\0';
+                if (found < 0 || n_weights == 8 || trailing) {
+                    fprintf(stderr, "mmrt-image-kv-eval: --weights \"%s\": %s'%.*s' (formats: "
+                                    "int8, int4, int4-g64, int4-g32, at most 8, no empty "
+                                    "element)\n", argv[a + 1],
+                            trailing ? "an empty element after " : "not a format: ", (int)len, w);
                     return 2;
                 }
                 weights[n_weights++] = (enum mmrt_weight_format)found;
