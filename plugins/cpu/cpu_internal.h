@@ -325,20 +325,24 @@ struct cpu_kernels {
     /* x[i] = (float)((double)x[i] · a), i < n: softmax normalisation as the reference does
      * it (e · (1/Σ) with Σ in double). */
     void (*scale_d)(float *x, double a, int64_t n);
-    /* Σ a[k]·b[k] over n values in this table's lane order; b is F32, F16, BF16 or F8E4M3
-     * (b_dtype), widened exactly to f32 in registers, so a K row of an F16 or FP8 KV page
-     * costs no pass through memory and gives the bits its f32 copy gives. */
-    float (*dot)(const float *a, const void *b, int b_dtype, int64_t n);
-    /* y[i] += a · x[i], i < n, x F32, F16, BF16 or F8E4M3 (x_dtype) widened exactly, as dot;
-     * or I8 codes widened to their value (the products of an INT8 KV row's codes and scale
-     * come out of an axpy with that scale into zeros). */
-    void (*axpy)(float *y, float a, const void *x, int x_dtype, int64_t n);
-    /* dot and axpy over an INT8 KV row (plugin.h "I8 with row scales"): each code becomes
-     * code · scale rounded to f32 in registers and then enters as dot's and axpy's F32
-     * elements do, so the bits are those of an F32 copy of the row. NULL in a table without
-     * micro-kernels (its attention runs the portable path). */
-    float (*dot_i8)(const float *a, const int8_t *b, float scale, int64_t n);
-    void (*axpy_i8)(float *y, float a, const int8_t *x, float scale, int64_t n);
+    /* Decode attention's two halves over a run of KV rows (one page's worth), ldb / ldx bytes
+     * apart: out[i] = s · Σ_k a[k]·row_i[k] for i < rows, and y[k] += Σ_i p[i]·row_i[k] for
+     * k < n. The rows are F32, F16, BF16 or F8E4M3, widened exactly to f32 in registers, so
+     * an F16 or FP8 page costs no pass through memory and gives the bits its f32 copy gives;
+     * or I8 with scales (an INT8 KV page, plugin.h "I8 with row scales": row i's scale is
+     * scales[i · scale_step], and each code becomes code · scale rounded to f32 before it
+     * enters as an F32 element would). axpy_rows also takes I8 without scales: the codes as
+     * values (an INT8 row's products come out of it with p = {scale} into zeros).
+     * Each row's dot product has this table's fixed lanes and reduction, and y[k] takes the
+     * rows' products by fused multiply-adds in row order, so the bits never depend on how a
+     * key range is cut into runs; the runs only save a call per row and keep y in registers
+     * across a run. NULL in a table without micro-kernels (its attention runs the portable
+     * path). */
+    void (*dot_rows)(const float *a, const void *b, int b_dtype, int64_t ldb,
+                     const float *scales, int64_t scale_step, int64_t rows, int64_t n, float s,
+                     float *out);
+    void (*axpy_rows)(float *y, const float *p, const void *x, int x_dtype, int64_t ldx,
+                      const float *scales, int64_t scale_step, int64_t rows, int64_t n);
     /* y[i] = exp(x[i] − m) for i < n and returns their sum in double (softmax). */
     double (*exp_sum)(const float *x, float m, float *y, int64_t n);
     /* dst[i] = x[i]·sigmoid(a·x[i]) (· mul[i] when mul is not NULL), i < n. */

@@ -19,34 +19,6 @@
 
 /* ---- the portable table: plain C, the reference summation orders ---------------------- */
 
-static void axpy_portable(float *y, float a, const void *x, int x_dtype, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] += a * cpu_load_weight(x, x_dtype, i);
-}
-
-/* cpu_dot_f32's lanes and order over b widened eight values at a time. */
-static float dot_portable(const float *a, const void *b, int b_dtype, int64_t n)
-{
-    if (b_dtype == MMRT_DTYPE_F32)
-        return cpu_dot_f32(a, b, n);
-    cpu_v4f lo = { 0 }, hi = { 0 };
-    float w[8];
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        for (int l = 0; l < 8; l++)
-            w[l] = cpu_load_weight(b, b_dtype, k + l);
-        lo += cpu_v4f_load(a + k) * cpu_v4f_load(w);
-        hi += cpu_v4f_load(a + k + 4) * cpu_v4f_load(w + 4);
-    }
-    float acc[8];
-    memcpy(acc, &lo, sizeof lo);
-    memcpy(acc + 4, &hi, sizeof hi);
-    for (int l = 0; l < 8 && k + l < n; l++)
-        acc[l] += a[k + l] * cpu_load_weight(b, b_dtype, k + l);
-    return cpu_hsum8(acc);
-}
-
 static double exp_sum_portable(const float *x, float m, float *y, int64_t n)
 {
     double sum = 0.0;
@@ -87,8 +59,6 @@ const struct cpu_kernels cpu_kernels_portable = {
     .name = "portable",
     .scale_max = scale_max_portable,
     .scale_d = scale_d_portable,
-    .dot = dot_portable,
-    .axpy = axpy_portable,
     .q4_gemv = cpu_q4_gemv_portable,
     .exp_sum = exp_sum_portable,
     .x_sigmoid = x_sigmoid_portable,

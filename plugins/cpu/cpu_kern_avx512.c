@@ -688,11 +688,11 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
 #include "cpu_kern_q4_gemv.h"
 
 
-/* ---- dot, axpy ----------------------------------------------------------------------------- */
+/* ---- dot and axpy over a run of KV rows ---------------------------------------------------- */
 
-/* dot and axpy for one dtype of b / x (a constant after inlining). For F32 these are the
- * loads of an f32 row; for F16 and BF16 the same lanes get the exactly widened values. */
-/* 16 elements of b as dot and axpy take them: an INT8 KV row's codes (I8 with `scaled`)
+/* The dtype of the rows is a constant after inlining. For F32 these are the loads of an f32
+ * row; for F16, BF16 and FP8 the same lanes get the exactly widened values. */
+/* 16 elements of a row as the dot and axpy take them: an INT8 KV row's codes (I8 with `scaled`)
  * times its scale, one rounded product each, the other dtypes as load16 widens them. */
 static inline __attribute__((always_inline)) __m512 kv16(const char *b, const int dt,
                                                         __mmask16 m, const bool scaled,
@@ -702,6 +702,7 @@ static inline __attribute__((always_inline)) __m512 kv16(const char *b, const in
     return scaled ? _mm512_mul_ps(v, sc) : v;
 }
 
+/* One row's dot product: lanes k mod 32 in two accumulators, then one fixed reduction. */
 static inline __attribute__((always_inline)) float dot_dt(const float *a, const char *b,
                                                           const int dt, int64_t n,
                                                           const bool scaled, float scale)
@@ -724,49 +725,101 @@ static inline __attribute__((always_inline)) float dot_dt(const float *a, const 
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-static float dot(const float *a, const void *b, int b_dtype, int64_t n)
+/* dot_rows for one dtype (scaled: I8 codes with row scales). Each row is dot_dt's sum, so the
+ * bits do not depend on how many rows share the call. */
+static inline __attribute__((always_inline)) void
+dot_rows_dt(const float *a, const char *b, const int dt, int64_t ldb, const bool scaled,
+            const float *scales, int64_t scale_step, int64_t rows, int64_t n, float s, float *out)
 {
+    for (int64_t i = 0; i < rows; i++)
+        out[i] = dot_dt(a, b + i * ldb, dt, n, scaled, scaled ? scales[i * scale_step] : 1.0f) *
+                 s;
+}
+
+static void dot_rows(const float *a, const void *b, int b_dtype, int64_t ldb,
+                     const float *scales, int64_t scale_step, int64_t rows, int64_t n, float s,
+                     float *out)
+{
+    const char *bb = b;
     switch (b_dtype) {
-    case MMRT_DTYPE_F16: return dot_dt(a, b, MMRT_DTYPE_F16, n, false, 1.0f);
-    case MMRT_DTYPE_BF16: return dot_dt(a, b, MMRT_DTYPE_BF16, n, false, 1.0f);
-    case MMRT_DTYPE_F8E4M3: return dot_dt(a, b, MMRT_DTYPE_F8E4M3, n, false, 1.0f);
-    default: return dot_dt(a, b, MMRT_DTYPE_F32, n, false, 1.0f);
+    case MMRT_DTYPE_F16:
+        dot_rows_dt(a, bb, MMRT_DTYPE_F16, ldb, false, NULL, 0, rows, n, s, out);
+        break;
+    case MMRT_DTYPE_BF16:
+        dot_rows_dt(a, bb, MMRT_DTYPE_BF16, ldb, false, NULL, 0, rows, n, s, out);
+        break;
+    case MMRT_DTYPE_F8E4M3:
+        dot_rows_dt(a, bb, MMRT_DTYPE_F8E4M3, ldb, false, NULL, 0, rows, n, s, out);
+        break;
+    case MMRT_DTYPE_I8:
+        dot_rows_dt(a, bb, MMRT_DTYPE_I8, ldb, true, scales, scale_step, rows, n, s, out);
+        break;
+    default: dot_rows_dt(a, bb, MMRT_DTYPE_F32, ldb, false, NULL, 0, rows, n, s, out); break;
     }
 }
 
-static float dot_i8(const float *a, const int8_t *b, float scale, int64_t n)
-{
-    return dot_dt(a, (const char *)b, MMRT_DTYPE_I8, n, true, scale);
-}
-
-static inline __attribute__((always_inline)) void axpy_dt(float *y, float a, const char *x,
-                                                          const int dt, int64_t n,
-                                                          const bool scaled, float scale)
+/* axpy_rows for one dtype: y[k] = fma(p[i], x_i[k], y[k]) for i in order, as one axpy call per
+ * row would compute it, but with AXPY_COLS values of y held in registers over all the rows
+ * rather than loaded and stored once per row. */
+#define AXPY_COLS 128
+static inline __attribute__((always_inline)) void
+axpy_rows_dt(float *y, const float *p, const char *x, const int dt, int64_t ldx,
+             const bool scaled, const float *scales, int64_t scale_step, int64_t rows, int64_t n)
 {
     const int64_t es = (int64_t)mmrt_dtype_size((enum mmrt_dtype)dt);
-    const __m512 av = _mm512_set1_ps(a), sc = _mm512_set1_ps(scale);
-    for (int64_t k = 0; k < n; k += 16) {
-        __mmask16 m = tail_mask(n - k);
-        __m512 yv = _mm512_maskz_loadu_ps(m, y + k);
-        _mm512_mask_storeu_ps(y + k, m,
-                              _mm512_fmadd_ps(av, kv16(x + k * es, dt, m, scaled, sc), yv));
+    int64_t k = 0;
+    for (; k + AXPY_COLS <= n; k += AXPY_COLS) {
+        __m512 acc[AXPY_COLS / 16];
+#pragma GCC unroll 8
+        for (int u = 0; u < AXPY_COLS / 16; u++)
+            acc[u] = _mm512_loadu_ps(y + k + 16 * u);
+        for (int64_t i = 0; i < rows; i++) {
+            const __m512 av = _mm512_set1_ps(p[i]);
+            const __m512 sc = _mm512_set1_ps(scaled ? scales[i * scale_step] : 1.0f);
+            const char *xr = x + i * ldx + k * es;
+#pragma GCC unroll 8
+            for (int u = 0; u < AXPY_COLS / 16; u++)
+                acc[u] = _mm512_fmadd_ps(av, kv16(xr + 16 * u * es, dt, 0xffff, scaled, sc),
+                                         acc[u]);
+        }
+#pragma GCC unroll 8
+        for (int u = 0; u < AXPY_COLS / 16; u++)
+            _mm512_storeu_ps(y + k + 16 * u, acc[u]);
+    }
+    for (; k < n; k += 16) {
+        const __mmask16 m = tail_mask(n - k);
+        __m512 acc = _mm512_maskz_loadu_ps(m, y + k);
+        for (int64_t i = 0; i < rows; i++) {
+            const __m512 sc = _mm512_set1_ps(scaled ? scales[i * scale_step] : 1.0f);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(p[i]),
+                                  kv16(x + i * ldx + k * es, dt, m, scaled, sc), acc);
+        }
+        _mm512_mask_storeu_ps(y + k, m, acc);
     }
 }
 
-static void axpy(float *y, float a, const void *x, int x_dtype, int64_t n)
+static void axpy_rows(float *y, const float *p, const void *x, int x_dtype, int64_t ldx,
+                      const float *scales, int64_t scale_step, int64_t rows, int64_t n)
 {
+    const char *xb = x;
     switch (x_dtype) {
-    case MMRT_DTYPE_F16: axpy_dt(y, a, x, MMRT_DTYPE_F16, n, false, 1.0f); break;
-    case MMRT_DTYPE_BF16: axpy_dt(y, a, x, MMRT_DTYPE_BF16, n, false, 1.0f); break;
-    case MMRT_DTYPE_F8E4M3: axpy_dt(y, a, x, MMRT_DTYPE_F8E4M3, n, false, 1.0f); break;
-    case MMRT_DTYPE_I8: axpy_dt(y, a, x, MMRT_DTYPE_I8, n, false, 1.0f); break; /* KV codes */
-    default: axpy_dt(y, a, x, MMRT_DTYPE_F32, n, false, 1.0f); break;
+    case MMRT_DTYPE_F16:
+        axpy_rows_dt(y, p, xb, MMRT_DTYPE_F16, ldx, false, NULL, 0, rows, n);
+        break;
+    case MMRT_DTYPE_BF16:
+        axpy_rows_dt(y, p, xb, MMRT_DTYPE_BF16, ldx, false, NULL, 0, rows, n);
+        break;
+    case MMRT_DTYPE_F8E4M3:
+        axpy_rows_dt(y, p, xb, MMRT_DTYPE_F8E4M3, ldx, false, NULL, 0, rows, n);
+        break;
+    case MMRT_DTYPE_I8: /* with scales: an INT8 KV row; without: the codes as values */
+        if (scales)
+            axpy_rows_dt(y, p, xb, MMRT_DTYPE_I8, ldx, true, scales, scale_step, rows, n);
+        else
+            axpy_rows_dt(y, p, xb, MMRT_DTYPE_I8, ldx, false, NULL, 0, rows, n);
+        break;
+    default: axpy_rows_dt(y, p, xb, MMRT_DTYPE_F32, ldx, false, NULL, 0, rows, n); break;
     }
-}
-
-static void axpy_i8(float *y, float a, const int8_t *x, float scale, int64_t n)
-{
-    axpy_dt(y, a, (const char *)x, MMRT_DTYPE_I8, n, true, scale);
 }
 
 static float scale_max(float *x, float s, int64_t n)
@@ -890,10 +943,8 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,
-    .dot = dot,
-    .axpy = axpy,
-    .dot_i8 = dot_i8,
-    .axpy_i8 = axpy_i8,
+    .dot_rows = dot_rows,
+    .axpy_rows = axpy_rows,
     .exp_sum = exp_sum,
     .x_sigmoid = x_sigmoid,
     .gelu = gelu,

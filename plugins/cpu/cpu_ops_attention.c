@@ -221,7 +221,7 @@ static void kv_dequant(const struct cpu_kernels *kt, const char *row, float s, i
 {
     if (kt) {
         memset(out, 0, (size_t)D * sizeof(float));
-        kt->axpy(out, s, row, MMRT_DTYPE_I8, D);
+        kt->axpy_rows(out, &s, row, MMRT_DTYPE_I8, 0, NULL, 0, 1, D);
         return;
     }
     const int8_t *c = (const int8_t *)row;
@@ -544,17 +544,86 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
         memcpy(c->y + row_offset(c, it, r), o + r * Dp, (size_t)D * sizeof(float));
 }
 
-/* Prefetches the row_bytes of a K or V row CPU_ATTN_PREFETCH_ROWS ahead of the one in use.
- * One kv head's rows of a KV cache are n_kv_heads · head_dim elements apart — 16 KiB for
- * LLaMA-7B — and pages lie anywhere, so no hardware prefetcher follows them from one 4 KiB
- * page to the next; without this the streaming path waits on memory latency rather than
- * bandwidth. */
-#define CPU_ATTN_PREFETCH_ROWS 6
+/* Keys per dot_rows / axpy_rows call: a page of 16, or 16 keys of a contiguous cache. */
+#define CPU_ATTN_RUN 16
 
-static inline void prefetch_row(const char *row, int64_t row_bytes)
+/* Up to CPU_ATTN_RUN rows of (s, g) of x from key j on, all in one page and before `end`
+ * (j < end): the first row, their count in *n, and for I8 pages their scales in *scales
+ * (x->scale_step apart; the pages are contiguous with one-byte codes, so a row's scale sits
+ * at its byte offset / D). */
+static const char *kv_run(const struct attn_ctx *c, const struct kv_tensor *x, int64_t s,
+                          int64_t g, int64_t j, int64_t end, int64_t *n, const float **scales)
 {
-    for (int64_t b = 0; b < row_bytes; b += 64)
-        __builtin_prefetch(row + b, 0, 3);
+    int64_t run;
+    const char *row = kv_rows(c, x, s, g, j, &run);
+    run = end - j < run ? end - j : run;
+    *n = run < CPU_ATTN_RUN ? run : CPU_ATTN_RUN;
+    *scales = x->scales ? x->scales + (row - x->data) / x->nb1 : NULL;
+    return row;
+}
+
+/* Prefetches n rows of row_bytes, ld bytes apart. One kv head's rows of a KV cache are
+ * n_kv_heads · head_dim elements apart — 16 KiB for LLaMA-7B — and pages lie anywhere, so no
+ * hardware prefetcher follows them from one 4 KiB page to the next; without this the
+ * streaming path waits on memory latency rather than bandwidth. */
+static void prefetch_rows(const char *row, int64_t n, int64_t ld, int64_t row_bytes)
+{
+    for (int64_t i = 0; i < n; i++, row += ld)
+        for (int64_t b = 0; b < row_bytes; b += 64)
+            __builtin_prefetch(row + b, 0, 3);
+}
+
+/* The keys [j0, j1) of (s, g) of x as runs (kv_run), the one after the current run
+ * prefetched while the current one computes. */
+struct kv_runs {
+    const struct attn_ctx *c;
+    const struct kv_tensor *x;
+    int64_t s, g, end, row_bytes;
+    int64_t j, n; /* the current run: keys [j, j + n) */
+    const char *rows;
+    const float *scales;
+    int64_t next_n; /* the run after it (next_rows NULL: none) */
+    const char *next_rows;
+    const float *next_scales;
+};
+
+static void kv_runs_fetch_next(struct kv_runs *w)
+{
+    w->next_rows = NULL;
+    if (w->j + w->n < w->end) {
+        w->next_rows = kv_run(w->c, w->x, w->s, w->g, w->j + w->n, w->end, &w->next_n,
+                              &w->next_scales);
+        prefetch_rows(w->next_rows, w->next_n, w->x->nb0, w->row_bytes);
+    }
+}
+
+/* Starts at the first run; false when the range is empty. */
+static bool kv_runs_start(struct kv_runs *w, const struct attn_ctx *c,
+                          const struct kv_tensor *x, int64_t s, int64_t g, int64_t j0,
+                          int64_t j1)
+{
+    *w = (struct kv_runs){
+        .c = c, .x = x, .s = s, .g = g, .end = j1, .j = j0,
+        .row_bytes = c->D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)x->dtype),
+    };
+    if (j0 >= j1)
+        return false;
+    w->rows = kv_run(c, x, s, g, j0, j1, &w->n, &w->scales);
+    kv_runs_fetch_next(w);
+    return true;
+}
+
+/* Moves to the next run; false past the last. */
+static bool kv_runs_next(struct kv_runs *w)
+{
+    if (!w->next_rows)
+        return false;
+    w->j += w->n;
+    w->rows = w->next_rows;
+    w->n = w->next_n;
+    w->scales = w->next_scales;
+    kv_runs_fetch_next(w);
+    return true;
 }
 
 /* Floats of per-thread scratch a streaming item of up to R rows needs. */
@@ -563,11 +632,14 @@ static size_t stream_scratch(const struct attn_ctx *c, int64_t R)
     return (size_t)(R * c->D + R * c->max_span + 16);
 }
 
+/* One item's queries against its keys in two passes over the key range, a run at a time:
+ * the scores (dot_rows), softmax per query, then the weighted V rows (axpy_rows). Query r
+ * meets only the keys [lo, hi) of its token, a contiguous part of each run. */
 static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *it, float *base)
 {
     const struct cpu_kernels *kt = c->kt;
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
-    const int64_t D = c->D, R = it->nq * c->n_rep;
+    const int64_t D = c->D, R = it->nq * c->n_rep, nr = c->n_rep;
     float *acc = base, *sc = acc + R * D;
     /* Query tl sees keys [lo[tl], hi[tl]); the item walks [j0, j1), the union (both ends grow
      * with the query). Scores are stored at j − j0. */
@@ -577,49 +649,40 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         j0 = lo[tl] < j0 ? lo[tl] : j0;
         j1 = hi[tl] > j1 ? hi[tl] : j1;
     }
-    const int64_t kbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)K->dtype);
-    const int64_t vbytes = D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)V->dtype);
     const int64_t ld = c->max_span;
-    struct kv_walk w, ahead;
-    kv_walk_init(&w, c, K, it->seq, it->g, j0);
-    kv_walk_init(&ahead, c, K, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
-    for (int64_t j = j0; j < j1; j++) {
-        const char *kr = kv_walk_next(&w);
-        if (j + CPU_ATTN_PREFETCH_ROWS < j1)
-            prefetch_row(kv_walk_next(&ahead), kbytes);
-        const float ks = K->scales ? *w.scale : 0.0f;
-        for (int64_t r = 0; r < R; r++)
-            if (j >= lo[r / c->n_rep] && j < hi[r / c->n_rep])
-                sc[r * ld + j - j0] =
-                    (K->scales ? kt->dot_i8(c->q + row_offset(c, it, r), (const int8_t *)kr, ks,
-                                            D)
-                               : kt->dot(c->q + row_offset(c, it, r), kr, K->dtype, D)) *
-                    c->scale;
-    }
+    struct kv_runs w;
+    for (bool more = kv_runs_start(&w, c, K, it->seq, it->g, j0, j1); more;
+         more = kv_runs_next(&w))
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t a = lo[r / nr] > w.j ? lo[r / nr] : w.j;
+            const int64_t b = hi[r / nr] < w.j + w.n ? hi[r / nr] : w.j + w.n;
+            if (a < b)
+                kt->dot_rows(c->q + row_offset(c, it, r), w.rows + (a - w.j) * K->nb0,
+                             K->dtype, K->nb0, w.scales ? w.scales + (a - w.j) * K->scale_step
+                                                        : NULL,
+                             K->scale_step, b - a, D, c->scale, sc + r * ld + a - j0);
+        }
     double inv[CPU_ATTN_DOT_MAX_Q * 64];
     for (int64_t r = 0; r < R; r++) {
-        int64_t n = hi[r / c->n_rep] - lo[r / c->n_rep];
-        float *row = sc + r * ld + (lo[r / c->n_rep] - j0), m = kt->scale_max(row, 1.0f, n);
+        int64_t n = hi[r / nr] - lo[r / nr];
+        float *row = sc + r * ld + (lo[r / nr] - j0), m = kt->scale_max(row, 1.0f, n);
         inv[r] = n ? 1.0 / kt->exp_sum(row, m, row, n) : 0.0;
     }
     memset(acc, 0, (size_t)(R * D) * sizeof(float));
-    kv_walk_init(&w, c, V, it->seq, it->g, j0);
-    kv_walk_init(&ahead, c, V, it->seq, it->g, j0 + CPU_ATTN_PREFETCH_ROWS);
-    for (int64_t j = j0; j < j1; j++) {
-        const char *vr = kv_walk_next(&w);
-        if (j + CPU_ATTN_PREFETCH_ROWS < j1)
-            prefetch_row(kv_walk_next(&ahead), vbytes);
-        const float vs = V->scales ? *w.scale : 0.0f;
+    float p[CPU_ATTN_RUN];
+    for (bool more = kv_runs_start(&w, c, V, it->seq, it->g, j0, j1); more;
+         more = kv_runs_next(&w))
         for (int64_t r = 0; r < R; r++) {
-            if (j < lo[r / c->n_rep] || j >= hi[r / c->n_rep])
+            const int64_t a = lo[r / nr] > w.j ? lo[r / nr] : w.j;
+            const int64_t b = hi[r / nr] < w.j + w.n ? hi[r / nr] : w.j + w.n;
+            if (a >= b)
                 continue;
-            const float p = (float)(sc[r * ld + j - j0] * inv[r]);
-            if (V->scales)
-                kt->axpy_i8(acc + r * D, p, (const int8_t *)vr, vs, D);
-            else
-                kt->axpy(acc + r * D, p, vr, V->dtype, D);
+            for (int64_t i = a; i < b; i++)
+                p[i - a] = (float)(sc[r * ld + i - j0] * inv[r]);
+            kt->axpy_rows(acc + r * D, p, w.rows + (a - w.j) * V->nb0, V->dtype, V->nb0,
+                          w.scales ? w.scales + (a - w.j) * V->scale_step : NULL,
+                          V->scale_step, b - a, D);
         }
-    }
     for (int64_t r = 0; r < R; r++)
         memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
 }
