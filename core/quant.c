@@ -58,38 +58,146 @@ bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, floa
     return true;
 }
 
-/* Codes, scale and zero point of one group for the clipping factor alpha; returns its
- * squared error. */
-static double q4_group(const float *w, int64_t n, float lo, float hi, double alpha,
-                       uint8_t *code, float *scale, float *zero)
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define Q4_SSE2 1
+
+/* round() — to nearest, ties away from zero — for two quotients, without a library call or
+ * a branch: adding and subtracting 1.5·2^52 rounds x to the nearest integer, ties to even
+ * (the default rounding mode; without -ffast-math both operations are kept); x − r is then
+ * exact, and a tie that went towards zero moves one away. Only for |x| < 2^51: see `small`
+ * in q4_group. SSE2 is part of every x86-64; elsewhere the scalar loop runs. */
+static inline __m128d round_away2(__m128d x)
 {
-    const double l = alpha * lo, h = alpha * hi;
-    const float s = (float)((h - l) / 15.0);
-    *scale = s;
-    if (s == 0.0f) { /* all zero (the range always holds 0) */
+    const __m128d magic = _mm_set1_pd(0x1.8p52), zero = _mm_setzero_pd(),
+                  one = _mm_set1_pd(1.0);
+    const __m128d r = _mm_sub_pd(_mm_add_pd(x, magic), magic), d = _mm_sub_pd(x, r);
+    const __m128d up = _mm_and_pd(_mm_cmpeq_pd(d, _mm_set1_pd(0.5)), _mm_cmpgt_pd(x, zero));
+    const __m128d down = _mm_and_pd(_mm_cmpeq_pd(d, _mm_set1_pd(-0.5)), _mm_cmplt_pd(x, zero));
+    return _mm_sub_pd(_mm_add_pd(r, _mm_and_pd(up, one)), _mm_and_pd(down, one));
+}
+
+/* Whole numbers c clamped to [0, 15]. */
+static inline __m128d clamp15_2(__m128d c)
+{
+    const __m128d fifteen = _mm_set1_pd(15.0);
+    const __m128d neg = _mm_cmplt_pd(c, _mm_setzero_pd()), big = _mm_cmpgt_pd(c, fifteen);
+    return _mm_or_pd(_mm_andnot_pd(_mm_or_pd(neg, big), c), _mm_and_pd(big, fifteen));
+}
+#endif
+
+#define Q4_TRIALS 10 /* α = 1, 0.95, …, 0.55 */
+
+/* The code of w for scale s and zero point z, and its squared error, as quant.h defines
+ * them. */
+static inline double q4_code(double w, double s, double z, double *err)
+{
+    double c = round(w / s) + z;
+    c = c < 0 ? 0 : c > 15 ? 15 : c;
+    const double d = w - (c - z) * s;
+    *err = d * d;
+    return c;
+}
+
+/* One group of n weights in [lo, hi] (lo ≤ 0 ≤ hi), quant.h's search: every α's scale and
+ * zero point, then one pass over the weights that sums all the trials' squared errors side by
+ * side, each in weight order as one trial at a time would. The first least error wins; its
+ * codes go to code (one per byte). A trial whose scale is 0 (every weight 0, or a range so
+ * small that α(hi − lo) / 15 underflows) counts as error 0 with codes and zero point 0, and
+ * so do all later ones (their scales are smaller still). */
+static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *code,
+                     float *scale, float *zero)
+{
+    double s[Q4_TRIALS], z[Q4_TRIALS], err[Q4_TRIALS];
+    int trials = 0; /* the trials with a scale: the first `trials` α */
+    for (; trials < Q4_TRIALS; trials++) {
+        const double alpha = 1.0 - 0.05 * trials, l = alpha * lo, h = alpha * hi;
+        const float sf = (float)((h - l) / 15.0);
+        if (sf == 0.0f)
+            break;
+        const double zt = round(-l / (double)sf);
+        s[trials] = sf;
+        z[trials] = zt < 0 ? 0 : zt > 15 ? 15 : zt;
+        err[trials] = 0.0;
+    }
+    /* round_away2 needs |w / s| < 2^51. A finite group's quotients stay within 15 / α of 0
+     * (a few times more when the scale is subnormal), but the check costs nothing; groups
+     * that fail it, and those with a scale-0 trial, take the scalar loop with round(). */
+    const double amax = -lo > hi ? -(double)lo : (double)hi;
+    const bool small = trials > 0 && amax / s[trials - 1] < 0x1p30;
+#if Q4_SSE2
+    if (trials == Q4_TRIALS && small) {
+        /* The trials side by side, two to a vector; each lane's operations are the scalar
+         * loop's, in its order, so the sums are bit for bit the same. */
+        __m128d sv[Q4_TRIALS / 2], zv[Q4_TRIALS / 2], ev[Q4_TRIALS / 2];
+        for (int t = 0; t < Q4_TRIALS / 2; t++) {
+            sv[t] = _mm_set_pd(s[2 * t + 1], s[2 * t]);
+            zv[t] = _mm_set_pd(z[2 * t + 1], z[2 * t]);
+            ev[t] = _mm_setzero_pd();
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const __m128d wi = _mm_set1_pd(w[i]);
+            for (int t = 0; t < Q4_TRIALS / 2; t++) {
+                const __m128d c =
+                    clamp15_2(_mm_add_pd(round_away2(_mm_div_pd(wi, sv[t])), zv[t]));
+                const __m128d d = _mm_sub_pd(wi, _mm_mul_pd(_mm_sub_pd(c, zv[t]), sv[t]));
+                ev[t] = _mm_add_pd(ev[t], _mm_mul_pd(d, d));
+            }
+        }
+        for (int t = 0; t < Q4_TRIALS / 2; t++) {
+            _mm_storel_pd(&err[2 * t], ev[t]);
+            _mm_storeh_pd(&err[2 * t + 1], ev[t]);
+        }
+    } else
+#endif
+    {
+        for (int t = 0; t < trials; t++)
+            for (int64_t i = 0; i < n; i++) {
+                double e;
+                (void)q4_code(w[i], s[t], z[t], &e);
+                err[t] += e;
+            }
+    }
+    int bt = -1; /* -1: the scale-0 trial */
+    double berr = trials < Q4_TRIALS ? 0.0 : INFINITY;
+    for (int t = trials - 1; t >= 0; t--) /* backwards, so the first of equals wins */
+        if (err[t] <= berr) {
+            berr = err[t];
+            bt = t;
+        }
+    if (bt < 0) {
+        *scale = 0.0f;
         *zero = 0.0f;
-        memset(code, 0, (size_t)n);
-        return 0.0;
+        for (int64_t i = 0; i < n; i++)
+            code[i] = 0;
+        return;
     }
-    double z = round(-l / (double)s);
-    z = z < 0 ? 0 : z > 15 ? 15 : z;
-    *zero = (float)z;
-    double err = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double c = round((double)w[i] / (double)s) + z;
-        c = c < 0 ? 0 : c > 15 ? 15 : c;
-        code[i] = (uint8_t)c;
-        const double d = (double)w[i] - (c - z) * (double)s;
-        err += d * d;
+    *scale = (float)s[bt];
+    *zero = (float)z[bt];
+    int64_t i = 0;
+#if Q4_SSE2
+    if (small) /* two weights at a time, as above */
+        for (; i + 2 <= n; i += 2) {
+            const __m128d sb = _mm_set1_pd(s[bt]), zb = _mm_set1_pd(z[bt]);
+            const __m128d c = clamp15_2(
+                _mm_add_pd(round_away2(_mm_div_pd(_mm_set_pd(w[i + 1], w[i]), sb)), zb));
+            double cc[2];
+            _mm_storeu_pd(cc, c);
+            code[i] = (uint8_t)cc[0];
+            code[i + 1] = (uint8_t)cc[1];
+        }
+#endif
+    for (; i < n; i++) {
+        double e;
+        code[i] = (uint8_t)q4_code(w[i], s[bt], z[bt], &e);
     }
-    return err;
 }
 
 bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, uint8_t *codes,
                         float *scale, float *zero, int64_t *bad)
 {
     const int64_t G = k / group;
-    uint8_t best[4096], trial[4096]; /* one group's codes: groups are at most 4096 wide */
+    uint8_t best[4096]; /* one group's codes: groups are at most 4096 wide */
     for (int64_t r = 0; r < rows; r++) {
         const float *row = w + r * k;
         uint8_t *out = codes + r * (k / 2);
@@ -105,22 +213,7 @@ bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, 
                 lo = gw[i] < lo ? gw[i] : lo;
                 hi = gw[i] > hi ? gw[i] : hi;
             }
-            float bs = 0, bz = 0;
-            double berr = INFINITY;
-            for (int step = 0; step < 10; step++) {
-                float s, z;
-                double e = q4_group(gw, group, lo, hi, 1.0 - 0.05 * step, trial, &s, &z);
-                if (e < berr) {
-                    berr = e;
-                    bs = s;
-                    bz = z;
-                    memcpy(best, trial, (size_t)group);
-                }
-                if (e == 0.0)
-                    break;
-            }
-            scale[r * G + g] = bs;
-            zero[r * G + g] = bz;
+            q4_group(gw, group, lo, hi, best, &scale[r * G + g], &zero[r * G + g]);
             for (int64_t i = 0; i < group; i++) {
                 const int64_t kk = g * group + i;
                 uint8_t *byte = out + (kk / 32) * 16 + (kk % 16);

@@ -272,6 +272,91 @@ static void check_format(enum mmrt_weight_format fmt, double min_top1, double ma
                  mmrt_weight_format_name(fmt), top1, min_top1, kl, max_kl);
 }
 
+/* quant.h's INT4 rule for one group, written out plainly: one α at a time, round() from
+ * the library, the first least squared error, a scale that rounds to 0 meaning codes and
+ * zero point 0 with error 0. quant.c computes the same thing with all α side by side in
+ * vectors and its own rounding; this pins it to the definition bit for bit. */
+static void q4_group_by_definition(const float *w, int n, uint8_t *code, float *scale,
+                                   float *zero)
+{
+    float lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) {
+        lo = w[i] < lo ? w[i] : lo;
+        hi = w[i] > hi ? w[i] : hi;
+    }
+    double best = INFINITY;
+    for (int step = 0; step < 10; step++) {
+        const double alpha = 1.0 - 0.05 * step, l = alpha * lo, h = alpha * hi;
+        const float s = (float)((h - l) / 15.0);
+        double err = 0, z = 0;
+        if (s != 0.0f) {
+            z = fmin(15, fmax(0, round(-l / (double)s)));
+            for (int i = 0; i < n; i++) {
+                const double c = fmin(15, fmax(0, round((double)w[i] / (double)s) + z));
+                const double d = (double)w[i] - (c - z) * (double)s;
+                err += d * d;
+            }
+        }
+        if (err < best) {
+            best = err;
+            *scale = s;
+            *zero = (float)z;
+            for (int i = 0; i < n; i++)
+                code[i] = s == 0.0f ? 0
+                                    : (uint8_t)fmin(15, fmax(0, round((double)w[i] / s) + z));
+        }
+        if (err == 0)
+            break;
+    }
+}
+
+static void test_quant_q4_definition(void **state)
+{
+    (void)state;
+    enum { K = 256 };
+    static float w[K];
+    uint64_t x = 5;
+    for (int kind = 0; kind < 8; kind++)
+        for (int gs = 32; gs <= K; gs *= 2)
+            for (int rep = 0; rep < 40; rep++) {
+                for (int i = 0; i < K; i++) {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    const double u = (double)(x >> 11) / 9007199254740992.0 - 0.5;
+                    switch (kind) {
+                    case 0: w[i] = (float)(u * 0.05); break;
+                    case 1: w[i] = (float)(u * 1e-40); break; /* subnormal ranges */
+                    case 2: w[i] = i % 7 ? (float)(u * 3) : 0.0f; break;
+                    case 3: w[i] = (float)((int)(u * 31)) * 0.5f; break; /* halves: below */
+                    case 4: w[i] = (i / 32) % 3 ? (float)(u * 1e30) : 0.0f; break;
+                    case 5: w[i] = u > 0 ? (float)(u * 1e-44) : (float)u; break;
+                    case 6: w[i] = (float)(u * 2e-44); break; /* scales underflow to 0 */
+                    default: w[i] = i == 3 ? 40.0f : (float)u; break; /* an outlier */
+                    }
+                }
+                /* Halves in [−7.5, 7.5]: at α = 1 the scale is 1 and every weight a tie,
+                 * which round() sends away from zero and an even rounding would not. */
+                for (int g = 0; kind == 3 && g < K / gs; g++) {
+                    w[g * gs] = -7.5f;
+                    w[g * gs + 1] = 7.5f;
+                }
+                uint8_t q[K / 2], ref[K];
+                float sc[K / 32], zp[K / 32], rs, rz;
+                int64_t bad;
+                assert_true(mmrt_quant_q4_rows(w, 1, K, gs, q, sc, zp, &bad));
+                for (int g = 0; g < K / gs; g++) {
+                    q4_group_by_definition(w + g * gs, gs, ref, &rs, &rz);
+                    if (memcmp(&rs, &sc[g], sizeof rs) || memcmp(&rz, &zp[g], sizeof rz))
+                        fail_msg("kind %d group %d of %d: scale %a zero %g, by definition %a %g",
+                                 kind, g, gs, (double)sc[g], (double)zp[g], (double)rs,
+                                 (double)rz);
+                    for (int i = 0; i < gs; i++)
+                        if (mmrt_q4_code(q, g * gs + i) != ref[i])
+                            fail_msg("kind %d group %d of %d: code %d is %u, by definition %u",
+                                     kind, g, gs, i, mmrt_q4_code(q, g * gs + i), ref[i]);
+                }
+            }
+}
+
 static void test_int8_matches_checkpoint(void **state)
 {
     (void)state;
@@ -457,6 +542,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_rules),
         cmocka_unit_test(test_quant_q4_rules),
+        cmocka_unit_test(test_quant_q4_definition),
         cmocka_unit_test(test_int8_matches_checkpoint),
         cmocka_unit_test_teardown(test_int4_computes_its_weights, golden_scratch_drop),
         cmocka_unit_test_teardown(test_int8_refuses_non_finite, golden_scratch_drop),
