@@ -18,6 +18,7 @@
  *   cpu_isa.c              run-time CPU feature detection and the choice of kernel table
  *   cpu_kern_avx2.c        GEMM / GEMV / attention kernels for AVX2 + FMA + F16C
  *   cpu_kern_avx512.c      the same for AVX-512 (F, BW, VL, DQ)
+ *   cpu_kern_kv_rows.h     decode attention's per-run entry points, shared by those two
  *   cpu_kern_avx512bf16.c  the optional bf16 dot-product GEMM (`bf16_dot`) on AVX512_BF16
  *   cpu_kern_amx.c         the same on AMX-BF16 tiles (CPUs with AMX; also built emulated in C
  *                          as the test-only plugin mmrt_cpu_amxemu, to check it without one)

@@ -796,39 +796,6 @@ static inline __attribute__((always_inline)) float dot_dt(const float *a, const 
     return hsum8(_mm256_add_ps(s0, s1));
 }
 
-/* dot_rows for one dtype (scaled: I8 codes with row scales). Each row is dot_dt's sum, so the
- * bits do not depend on how many rows share the call. */
-static inline __attribute__((always_inline)) void
-dot_rows_dt(const float *a, const char *b, const int dt, int64_t ldb, const bool scaled,
-            const float *scales, int64_t scale_step, int64_t rows, int64_t n, float s, float *out)
-{
-    for (int64_t i = 0; i < rows; i++)
-        out[i] = dot_dt(a, b + i * ldb, dt, n, scaled, scaled ? scales[i * scale_step] : 1.0f) *
-                 s;
-}
-
-static void dot_rows(const float *a, const void *b, int b_dtype, int64_t ldb,
-                     const float *scales, int64_t scale_step, int64_t rows, int64_t n, float s,
-                     float *out)
-{
-    const char *bb = b;
-    switch (b_dtype) {
-    case MMRT_DTYPE_F16:
-        dot_rows_dt(a, bb, MMRT_DTYPE_F16, ldb, false, NULL, 0, rows, n, s, out);
-        break;
-    case MMRT_DTYPE_BF16:
-        dot_rows_dt(a, bb, MMRT_DTYPE_BF16, ldb, false, NULL, 0, rows, n, s, out);
-        break;
-    case MMRT_DTYPE_F8E4M3:
-        dot_rows_dt(a, bb, MMRT_DTYPE_F8E4M3, ldb, false, NULL, 0, rows, n, s, out);
-        break;
-    case MMRT_DTYPE_I8:
-        dot_rows_dt(a, bb, MMRT_DTYPE_I8, ldb, true, scales, scale_step, rows, n, s, out);
-        break;
-    default: dot_rows_dt(a, bb, MMRT_DTYPE_F32, ldb, false, NULL, 0, rows, n, s, out); break;
-    }
-}
-
 /* axpy_rows for one dtype: y[k] = fma(p[i], x_i[k], y[k]) for i in order, as one axpy per row
  * would compute it, with AXPY_COLS values of y in registers over all the rows. */
 #define AXPY_COLS 64
@@ -868,29 +835,7 @@ axpy_rows_dt(float *y, const float *p, const char *x, const int dt, int64_t ldx,
     }
 }
 
-static void axpy_rows(float *y, const float *p, const void *x, int x_dtype, int64_t ldx,
-                      const float *scales, int64_t scale_step, int64_t rows, int64_t n)
-{
-    const char *xb = x;
-    switch (x_dtype) {
-    case MMRT_DTYPE_F16:
-        axpy_rows_dt(y, p, xb, MMRT_DTYPE_F16, ldx, false, NULL, 0, rows, n);
-        break;
-    case MMRT_DTYPE_BF16:
-        axpy_rows_dt(y, p, xb, MMRT_DTYPE_BF16, ldx, false, NULL, 0, rows, n);
-        break;
-    case MMRT_DTYPE_F8E4M3:
-        axpy_rows_dt(y, p, xb, MMRT_DTYPE_F8E4M3, ldx, false, NULL, 0, rows, n);
-        break;
-    case MMRT_DTYPE_I8: /* with scales: an INT8 KV row; without: the codes as values */
-        if (scales)
-            axpy_rows_dt(y, p, xb, MMRT_DTYPE_I8, ldx, true, scales, scale_step, rows, n);
-        else
-            axpy_rows_dt(y, p, xb, MMRT_DTYPE_I8, ldx, false, NULL, 0, rows, n);
-        break;
-    default: axpy_rows_dt(y, p, xb, MMRT_DTYPE_F32, ldx, false, NULL, 0, rows, n); break;
-    }
-}
+#include "cpu_kern_kv_rows.h"
 
 static float scale_max(float *x, float s, int64_t n)
 {
