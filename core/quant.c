@@ -1,10 +1,13 @@
 /*
  * core/quant.c — weight quantization (see quant.h for the rules).
  */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
 #include "quant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *mmrt_weight_format_name(enum mmrt_weight_format f)
 {
@@ -221,5 +224,69 @@ bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, 
             }
         }
     }
+    return true;
+}
+
+/* ---- many rows at once ------------------------------------------------------------------ */
+
+/* One thread's contiguous share of mmrt_quant_rows. */
+struct quant_share {
+    const float *w;
+    int64_t rows, k, group;
+    void *codes;
+    float *scale, *zero;
+    bool ok;
+    int64_t bad;
+};
+
+static void *quant_share_run(void *arg)
+{
+    struct quant_share *q = arg;
+    q->ok = q->group ? mmrt_quant_q4_rows(q->w, q->rows, q->k, q->group, q->codes, q->scale,
+                                          q->zero, &q->bad)
+                     : mmrt_quant_i8_rows(q->w, q->rows, q->k, q->codes, q->scale, &q->bad);
+    return NULL;
+}
+
+int mmrt_quant_threads(void)
+{
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MMRT_QUANT_MAX_THREADS ? MMRT_QUANT_MAX_THREADS : (int)n;
+}
+
+bool mmrt_quant_rows(const float *w, int64_t rows, int64_t k, int64_t group, void *codes,
+                     float *scale, float *zero, int threads, int64_t *bad)
+{
+    /* Rows are independent, so each thread takes a contiguous run of them and writes only
+     * its own outputs; the results are those of one call. A thread that cannot start leaves
+     * its share to this one. */
+    threads = threads < 1 ? 1 : threads > MMRT_QUANT_MAX_THREADS ? MMRT_QUANT_MAX_THREADS
+                                                                  : threads;
+    if (threads > rows)
+        threads = rows > 0 ? (int)rows : 1;
+    const int64_t G = group ? k / group : 1, code_bytes = group ? k / 2 : k;
+    struct quant_share share[MMRT_QUANT_MAX_THREADS];
+    pthread_t tid[MMRT_QUANT_MAX_THREADS];
+    bool started[MMRT_QUANT_MAX_THREADS] = { false };
+    for (int t = 0; t < threads; t++) {
+        const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+        share[t] = (struct quant_share){
+            .w = w + r0 * k, .rows = r1 - r0, .k = k, .group = group,
+            .codes = (uint8_t *)codes + r0 * code_bytes, .scale = scale + r0 * G,
+            .zero = zero ? zero + r0 * G : NULL, .ok = true, .bad = 0,
+        };
+        started[t] = t > 0 && pthread_create(&tid[t], NULL, quant_share_run, &share[t]) == 0;
+    }
+    for (int t = 0; t < threads; t++)
+        if (!started[t])
+            quant_share_run(&share[t]);
+    for (int t = 0; t < threads; t++)
+        if (started[t])
+            pthread_join(tid[t], NULL);
+    for (int t = 0; t < threads; t++) /* the first share with a bad value has the first one */
+        if (!share[t].ok) {
+            *bad = rows * t / threads * k + share[t].bad;
+            return false;
+        }
     return true;
 }

@@ -45,6 +45,18 @@ bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, floa
 bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, uint8_t *codes,
                         float *scale, float *zero, int64_t *bad);
 
+/* Either of the two above over `threads` threads (group 0: INT8, codes int8_t and zero
+ * unused; else INT4 with that group), each quantizing a contiguous run of rows: the outputs
+ * and *bad are exactly those of one call. Quantizing at load is one pass over every weight,
+ * and on a 7B model it took minutes on one core. */
+#define MMRT_QUANT_MAX_THREADS 16
+bool mmrt_quant_rows(const float *w, int64_t rows, int64_t k, int64_t group, void *codes,
+                     float *scale, float *zero, int threads, int64_t *bad);
+
+/* The threads mmrt_quant_rows is given at load: the online CPUs, at most
+ * MMRT_QUANT_MAX_THREADS. */
+int mmrt_quant_threads(void);
+
 /* Code k of a U4 row (plugin.h's layout). */
 static inline unsigned mmrt_q4_code(const uint8_t *row, int64_t k)
 {

@@ -727,10 +727,9 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
         int64_t bad = 0;
         const bool ok =
             st != MMRT_OK ||
-            (q4 ? mmrt_quant_q4_rows(f, rows, K, group, w->q.codes + r0 * code_bytes,
-                                     w->q.scale + r0 * G, w->q.zero + r0 * G, &bad)
-                : mmrt_quant_i8_rows(f, rows, K, (int8_t *)w->q.codes + r0 * code_bytes,
-                                     w->q.scale + r0, &bad));
+            mmrt_quant_rows(f, rows, K, q4 ? group : 0, w->q.codes + r0 * code_bytes,
+                            w->q.scale + r0 * G, q4 ? w->q.zero + r0 * G : NULL,
+                            mmrt_quant_threads(), &bad);
         if (!ok)
             st = mmrt_error_set(err, MMRT_ERR_FORMAT,
                                 "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "

@@ -357,6 +357,47 @@ static void test_quant_q4_definition(void **state)
             }
 }
 
+/* mmrt_quant_rows over any number of threads gives one call's outputs, and the first bad
+ * value in row-major order when a later thread's share holds one too. */
+static void test_quant_rows_threads(void **state)
+{
+    (void)state;
+    enum { R = 37, K = 96 };
+    static float w[R * K];
+    uint64_t x = 9;
+    for (int i = 0; i < R * K; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * (float)(1 + i % 5);
+    }
+    for (int group = 0; group <= 32; group += 32) {
+        const int G = group ? K / group : 1, cb = group ? K / 2 : K;
+        static uint8_t c1[R * K], c2[R * K];
+        float s1[R * K / 32], s2[R * K / 32], z1[R * K / 32], z2[R * K / 32];
+        int64_t bad1 = -1, bad2 = -1;
+        assert_true(group ? mmrt_quant_q4_rows(w, R, K, group, c1, s1, z1, &bad1)
+                          : mmrt_quant_i8_rows(w, R, K, (int8_t *)c1, s1, &bad1));
+        for (int threads = 0; threads <= 40; threads += threads < 6 ? 1 : 17) {
+            memset(c2, 0xAB, sizeof c2);
+            assert_true(mmrt_quant_rows(w, R, K, group, c2, s2, group ? z2 : NULL, threads,
+                                        &bad2));
+            assert_memory_equal(c1, c2, (size_t)(R * cb));
+            assert_memory_equal(s1, s2, (size_t)(R * G) * sizeof(float));
+            if (group)
+                assert_memory_equal(z1, z2, (size_t)(R * G) * sizeof(float));
+        }
+        w[20 * K + 5] = NAN; /* in a middle share */
+        w[33 * K + 1] = INFINITY; /* and in a later one */
+        for (int threads = 1; threads <= 5; threads++) {
+            assert_false(mmrt_quant_rows(w, R, K, group, c2, s2, group ? z2 : NULL, threads,
+                                         &bad2));
+            assert_int_equal(bad2, 20 * K + 5);
+        }
+        w[20 * K + 5] = 0.25f;
+        w[33 * K + 1] = -0.25f;
+    }
+    assert_true(mmrt_quant_threads() >= 1 && mmrt_quant_threads() <= MMRT_QUANT_MAX_THREADS);
+}
+
 static void test_int8_matches_checkpoint(void **state)
 {
     (void)state;
@@ -543,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_quant_rules),
         cmocka_unit_test(test_quant_q4_rules),
         cmocka_unit_test(test_quant_q4_definition),
+        cmocka_unit_test(test_quant_rows_threads),
         cmocka_unit_test(test_int8_matches_checkpoint),
         cmocka_unit_test_teardown(test_int4_computes_its_weights, golden_scratch_drop),
         cmocka_unit_test_teardown(test_int8_refuses_non_finite, golden_scratch_drop),
