@@ -31,39 +31,9 @@ int64_t mmrt_weight_format_group(enum mmrt_weight_format f)
     }
 }
 
-bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, float *scale,
-                        int64_t *bad)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = w + r * k;
-        float amax = 0.0f;
-        for (int64_t i = 0; i < k; i++) {
-            if (!isfinite(row[i])) {
-                *bad = r * k + i;
-                return false;
-            }
-            float a = fabsf(row[i]);
-            amax = a > amax ? a : amax;
-        }
-        const float s = (float)((double)amax / 127.0);
-        scale[r] = s;
-        int8_t *qr = q + r * k;
-        if (s == 0.0f) { /* all zero, or so small that max|w| / 127 underflows */
-            for (int64_t i = 0; i < k; i++)
-                qr[i] = 0;
-            continue;
-        }
-        for (int64_t i = 0; i < k; i++) {
-            double v = round((double)row[i] / (double)s);
-            qr[i] = (int8_t)(v > 127.0 ? 127 : v < -127.0 ? -127 : v);
-        }
-    }
-    return true;
-}
-
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define Q4_SSE2 1
+#define QUANT_SSE2 1
 
 /* round() — to nearest, ties away from zero — for two quotients, without a library call or
  * a branch: adding and subtracting 1.5·2^52 rounds x to the nearest integer, ties to even
@@ -88,6 +58,49 @@ static inline __m128d clamp15_2(__m128d c)
     return _mm_or_pd(_mm_andnot_pd(_mm_or_pd(neg, big), c), _mm_and_pd(big, fifteen));
 }
 #endif
+
+bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, float *scale,
+                        int64_t *bad)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = w + r * k;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < k; i++) {
+            if (!isfinite(row[i])) {
+                *bad = r * k + i;
+                return false;
+            }
+            float a = fabsf(row[i]);
+            amax = a > amax ? a : amax;
+        }
+        const float s = (float)((double)amax / 127.0);
+        scale[r] = s;
+        int8_t *qr = q + r * k;
+        if (s == 0.0f) { /* all zero, or so small that max|w| / 127 underflows */
+            for (int64_t i = 0; i < k; i++)
+                qr[i] = 0;
+            continue;
+        }
+        int64_t i = 0;
+#if QUANT_SSE2
+        /* Two at a time with round_away2: |w / s| stays near 127 (a few times more when s
+         * is subnormal), far inside its 2^51; the same bits as the loop below. */
+        const __m128d sv = _mm_set1_pd(s), lim = _mm_set1_pd(127.0);
+        for (; i + 2 <= k; i += 2) {
+            const __m128d v = round_away2(_mm_div_pd(_mm_set_pd(row[i + 1], row[i]), sv));
+            const __m128i c = _mm_cvttpd_epi32(_mm_max_pd(_mm_min_pd(v, lim), _mm_set1_pd(-127.0)));
+            qr[i] = (int8_t)_mm_cvtsi128_si32(c);
+            qr[i + 1] = (int8_t)_mm_cvtsi128_si32(_mm_srli_si128(c, 4));
+        }
+#endif
+        for (; i < k; i++) {
+            double v = round((double)row[i] / (double)s);
+            qr[i] = (int8_t)(v > 127.0 ? 127 : v < -127.0 ? -127 : v);
+        }
+    }
+    return true;
+}
+
 
 #define Q4_TRIALS 10 /* α = 1, 0.95, …, 0.55 */
 
@@ -128,7 +141,7 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *cod
      * that fail it, and those with a scale-0 trial, take the scalar loop with round(). */
     const double amax = -lo > hi ? -(double)lo : (double)hi;
     const bool small = trials > 0 && amax / s[trials - 1] < 0x1p30;
-#if Q4_SSE2
+#if QUANT_SSE2
     if (trials == Q4_TRIALS && small) {
         /* The trials side by side, two to a vector; each lane's operations are the scalar
          * loop's, in its order, so the sums are bit for bit the same. */
@@ -178,7 +191,7 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *cod
     *scale = (float)s[bt];
     *zero = (float)z[bt];
     int64_t i = 0;
-#if Q4_SSE2
+#if QUANT_SSE2
     if (small) /* two weights at a time, as above */
         for (; i + 2 <= n; i += 2) {
             const __m128d sb = _mm_set1_pd(s[bt]), zb = _mm_set1_pd(z[bt]);

@@ -357,6 +357,50 @@ static void test_quant_q4_definition(void **state)
             }
 }
 
+/* quant.h's INT8 rule written out plainly (round() from the library), against quant.c's
+ * vector loop, bit for bit: rows whose scale is a power of two, so that half of the weights
+ * are ties, subnormal rows, and rows with an outlier. */
+static void test_quant_i8_definition(void **state)
+{
+    (void)state;
+    enum { R = 6, K = 203 };
+    static float w[R * K];
+    uint64_t x = 3;
+    for (int rep = 0; rep < 50; rep++) {
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < K; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                const double u = (double)(x >> 11) / 9007199254740992.0 - 0.5;
+                float *v = &w[r * K + i];
+                switch (r) {
+                case 0: *v = (float)((int)(u * 254)) * 0.5f * 0x1p-7f; break; /* ties */
+                case 1: *v = (float)(u * 1e-42); break;
+                case 2: *v = i == 5 ? 300.0f : (float)u; break;
+                default: *v = (float)(u * (r * 3.0)); break;
+                }
+            }
+        w[0] = 127.0f * 0x1p-7f; /* row 0's scale: exactly 2^-7 */
+        int8_t q[R * K];
+        float sc[R];
+        int64_t bad;
+        assert_true(mmrt_quant_i8_rows(w, R, K, q, sc, &bad));
+        for (int r = 0; r < R; r++) {
+            float amax = 0;
+            for (int i = 0; i < K; i++)
+                amax = fmaxf(amax, fabsf(w[r * K + i]));
+            const float s = (float)((double)amax / 127.0);
+            assert_memory_equal(&s, &sc[r], sizeof s);
+            for (int i = 0; i < K; i++) {
+                const double v = s == 0.0f ? 0 : round((double)w[r * K + i] / (double)s);
+                const int want = (int)fmin(127, fmax(-127, v));
+                if (q[r * K + i] != want)
+                    fail_msg("row %d weight %d (%a): code %d, by definition %d", r, i,
+                             (double)w[r * K + i], q[r * K + i], want);
+            }
+        }
+    }
+}
+
 /* mmrt_quant_rows over any number of threads gives one call's outputs, and the first bad
  * value in row-major order when a later thread's share holds one too. */
 static void test_quant_rows_threads(void **state)
@@ -584,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_quant_rules),
         cmocka_unit_test(test_quant_q4_rules),
         cmocka_unit_test(test_quant_q4_definition),
+        cmocka_unit_test(test_quant_i8_definition),
         cmocka_unit_test(test_quant_rows_threads),
         cmocka_unit_test(test_int8_matches_checkpoint),
         cmocka_unit_test_teardown(test_int4_computes_its_weights, golden_scratch_drop),
