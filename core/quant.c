@@ -101,7 +101,6 @@ bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, floa
     return true;
 }
 
-
 #define Q4_TRIALS 10 /* α = 1, 0.95, …, 0.55 */
 
 /* The code of w for scale s and zero point z, and its squared error, as quant.h defines
@@ -192,9 +191,9 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *cod
     *zero = (float)z[bt];
     int64_t i = 0;
 #if QUANT_SSE2
-    if (small) /* two weights at a time, as above */
+    if (small) { /* two weights at a time, as above */
+        const __m128d sb = _mm_set1_pd(s[bt]), zb = _mm_set1_pd(z[bt]);
         for (; i + 2 <= n; i += 2) {
-            const __m128d sb = _mm_set1_pd(s[bt]), zb = _mm_set1_pd(z[bt]);
             const __m128d c = clamp15_2(
                 _mm_add_pd(round_away2(_mm_div_pd(_mm_set_pd(w[i + 1], w[i]), sb)), zb));
             double cc[2];
@@ -202,6 +201,7 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *cod
             code[i] = (uint8_t)cc[0];
             code[i + 1] = (uint8_t)cc[1];
         }
+    }
 #endif
     for (; i < n; i++) {
         double e;

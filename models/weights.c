@@ -713,6 +713,7 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
     const int64_t group = q4 ? mmrt_weight_format_group(p->format) : K;
     const int64_t G = K / group, code_bytes = q4 ? K / 2 : K;
     const int64_t chunk = K < (1 << 20) ? (1 << 20) / K + 1 : 1;
+    const int threads = mmrt_quant_threads(); /* asked once: sysconf reads /sys */
     float *f = malloc((size_t)((chunk < N ? chunk : N) * K) * sizeof *f + 1);
     w->q.codes = malloc((size_t)(N * code_bytes) + 1);
     w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
@@ -729,7 +730,7 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
             st != MMRT_OK ||
             mmrt_quant_rows(f, rows, K, q4 ? group : 0, w->q.codes + r0 * code_bytes,
                             w->q.scale + r0 * G, q4 ? w->q.zero + r0 * G : NULL,
-                            mmrt_quant_threads(), &bad);
+                            threads, &bad);
         if (!ok)
             st = mmrt_error_set(err, MMRT_ERR_FORMAT,
                                 "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "

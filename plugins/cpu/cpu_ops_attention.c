@@ -292,6 +292,13 @@ static const char *kv_rows(const struct attn_ctx *c, const struct kv_tensor *x, 
     return x->data + page * x->page_nb + r * x->nb0 + g * x->nb1;
 }
 
+/* Where an I8 row's scale is (NULL for other dtypes): the pages are contiguous with one-byte
+ * codes, so a row's scale sits at its byte offset / D (nb1). */
+static const float *kv_row_scale(const struct kv_tensor *x, const char *row)
+{
+    return x->scales ? x->scales + (row - x->data) / x->nb1 : NULL;
+}
+
 /* The rows of one (sequence, kv head) in key order, with a table lookup per page only; for
  * I8 pages, scale points at the current row's. */
 struct kv_walk {
@@ -313,10 +320,8 @@ static const char *kv_walk_next(struct kv_walk *w)
     const struct kv_tensor *x = w->x;
     if (w->left == 0) {
         w->row = kv_rows(w->c, x, w->s, w->g, w->j, &w->left);
-        /* The pages are contiguous with one-byte codes: a row's scale sits at its byte
-         * offset / D (nb1), found once per page; the next row's is Hkv (scale_step) on. */
-        if (x->scales)
-            w->scale = x->scales + (w->row - x->data) / x->nb1;
+        /* found once per page; the next row's is Hkv (scale_step) on */
+        w->scale = kv_row_scale(x, w->row);
     } else {
         w->row += x->nb0;
         if (x->scales)
@@ -549,8 +554,7 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
 
 /* Up to CPU_ATTN_RUN rows of (s, g) of x from key j on, all in one page and before `end`
  * (j < end): the first row, their count in *n, and for I8 pages their scales in *scales
- * (x->scale_step apart; the pages are contiguous with one-byte codes, so a row's scale sits
- * at its byte offset / D). */
+ * (x->scale_step apart). */
 static const char *kv_run(const struct attn_ctx *c, const struct kv_tensor *x, int64_t s,
                           int64_t g, int64_t j, int64_t end, int64_t *n, const float **scales)
 {
@@ -558,7 +562,7 @@ static const char *kv_run(const struct attn_ctx *c, const struct kv_tensor *x, i
     const char *row = kv_rows(c, x, s, g, j, &run);
     run = end - j < run ? end - j : run;
     *n = run < CPU_ATTN_RUN ? run : CPU_ATTN_RUN;
-    *scales = x->scales ? x->scales + (row - x->data) / x->nb1 : NULL;
+    *scales = kv_row_scale(x, row);
     return row;
 }
 
@@ -626,6 +630,14 @@ static bool kv_runs_next(struct kv_runs *w)
     return true;
 }
 
+/* The part [*a, *b) of the current run that a query seeing keys [lo, hi) meets; false if none. */
+static bool kv_runs_part(const struct kv_runs *w, int64_t lo, int64_t hi, int64_t *a, int64_t *b)
+{
+    *a = lo > w->j ? lo : w->j;
+    *b = hi < w->j + w->n ? hi : w->j + w->n;
+    return *a < *b;
+}
+
 /* Floats of per-thread scratch a streaming item of up to R rows needs. */
 static size_t stream_scratch(const struct attn_ctx *c, int64_t R)
 {
@@ -653,15 +665,12 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     struct kv_runs w;
     for (bool more = kv_runs_start(&w, c, K, it->seq, it->g, j0, j1); more;
          more = kv_runs_next(&w))
-        for (int64_t r = 0; r < R; r++) {
-            const int64_t a = lo[r / nr] > w.j ? lo[r / nr] : w.j;
-            const int64_t b = hi[r / nr] < w.j + w.n ? hi[r / nr] : w.j + w.n;
-            if (a < b)
+        for (int64_t r = 0, a, b; r < R; r++)
+            if (kv_runs_part(&w, lo[r / nr], hi[r / nr], &a, &b))
                 kt->dot_rows(c->q + row_offset(c, it, r), w.rows + (a - w.j) * K->nb0,
-                             K->dtype, K->nb0, w.scales ? w.scales + (a - w.j) * K->scale_step
-                                                        : NULL,
+                             K->dtype, K->nb0,
+                             w.scales ? w.scales + (a - w.j) * K->scale_step : NULL,
                              K->scale_step, b - a, D, c->scale, sc + r * ld + a - j0);
-        }
     double inv[CPU_ATTN_DOT_MAX_Q * 64];
     for (int64_t r = 0; r < R; r++) {
         int64_t n = hi[r / nr] - lo[r / nr];
@@ -672,10 +681,8 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
     float p[CPU_ATTN_RUN];
     for (bool more = kv_runs_start(&w, c, V, it->seq, it->g, j0, j1); more;
          more = kv_runs_next(&w))
-        for (int64_t r = 0; r < R; r++) {
-            const int64_t a = lo[r / nr] > w.j ? lo[r / nr] : w.j;
-            const int64_t b = hi[r / nr] < w.j + w.n ? hi[r / nr] : w.j + w.n;
-            if (a >= b)
+        for (int64_t r = 0, a, b; r < R; r++) {
+            if (!kv_runs_part(&w, lo[r / nr], hi[r / nr], &a, &b))
                 continue;
             for (int64_t i = a; i < b; i++)
                 p[i - a] = (float)(sc[r * ld + i - j0] * inv[r]);

@@ -53,7 +53,8 @@ static int spin_rounds(void)
     for (int i = 0; i < 4096; i++)
         cpu_relax();
     clock_gettime(CLOCK_MONOTONIC, &b);
-    const double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / 4096;
+    const double ns =
+        ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / 4096;
     const double n = ns > 0 ? CPU_SPIN_NS / ns : 2048;
     return n < 2048 ? 2048 : n > 1048576 ? 1048576 : (int)n;
 }
