@@ -2091,6 +2091,31 @@ static void test_attention_paged_invariance(void **state)
     }
 }
 
+/* How many neighbouring kv heads a decode item reads together follows the thread count and
+ * the other sequences' lengths (stream_heads in cpu_ops_attention.c); a row's bits must not.
+ * Every case on one thread (each item takes all kv heads) against the same on three. */
+static void test_attention_paged_threads(void **state)
+{
+    (void)state;
+    struct harness saved = H, one;
+    struct mmrt_option opt = { "threads", "1" };
+    assert_int_equal(harness_open(&one, harness_plugin_path("cpu"), &opt, 1), MMRT_OK);
+    for (size_t c = 0; c < op_n_paged_cases + n_paged_entries; c++) {
+        const struct op_paged_case *pc = &paged_entry(c)->pc;
+        struct op_paged_data d;
+        op_paged_build(pc, 700 + c, &d);
+        float *three = paged_run_cpu(pc, &d);
+        H = one;
+        float *single = paged_run_cpu(pc, &d);
+        H = saved;
+        char what[96];
+        snprintf(what, sizeof what, "ATTENTION_PAGED case %zu, 3 threads vs 1", c);
+        op_paged_same_bits(what, three, single, d.T * pc->Hq * pc->D);
+        op_release_all();
+    }
+    harness_close(&one);
+}
+
 /* Values only the launch can see (op_paged_bad): a page id outside the pool, a kv_len beyond
  * the table's capacity or negative, cu_seqlens_q that do not run from 0 to T; each is refused
  * at the launch with the entry named and dst untouched, while table entries past a sequence's
@@ -2560,6 +2585,7 @@ int main(void)
         cmocka_unit_test(test_attention_window_bits),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_paged_invariance),
+        cmocka_unit_test(test_attention_paged_threads),
         cmocka_unit_test(test_attention_paged_bad_values),
         cmocka_unit_test(test_attention_paged_graph),
         cmocka_unit_test(test_kv_i8_shared_cases),

@@ -37,9 +37,11 @@
  *     the vectorised exp (exp_sum). A micro-panel of K rows that straddles a page boundary
  *     is gathered into scratch first; V is packed run by run (a run: rows of one page).
  *   streaming (a table with a micro-kernel, a sequence of at most CPU_ATTN_DOT_MAX_Q queries:
- *     decode): one item is a (sequence, kv head); each K row is read once and dotted with the
- *     few query rows of its group, then each V row once for the weighted sums — the KV cache
- *     is streamed from memory exactly once per step, pages included.
+ *     decode): one item is a sequence and a few neighbouring kv heads (stream_heads: about a
+ *     thread's share of the work, however many that makes); each K row is read once and dotted
+ *     with the few query rows of its group, then each V row once for the weighted sums — the
+ *     KV cache is streamed from memory exactly once per step, pages included. How many heads
+ *     an item takes changes only which rows a thread reads together, never a row's sums.
  *   portable (the portable table): per (query token, head) item with the plain dot product
  *     and one score row of per-thread scratch; the reference the others are tested against.
  *
@@ -233,6 +235,7 @@ static void kv_dequant(const struct cpu_kernels *kt, const char *row, float s, i
  * run on the streaming path (the whole sequence) or the blocked one. */
 struct attn_item {
     int64_t seq, g, q0, nq;
+    int64_t ng; /* kv heads g … g + ng − 1: several on the streaming path, else 1 */
     bool stream;
 };
 
@@ -445,10 +448,12 @@ static int64_t round_up(int64_t x, int64_t m)
     return (x + m - 1) / m * m;
 }
 
-/* Row r of an item: token q0 + r / n_rep, head g·n_rep + r % n_rep; its q and y rows. */
+/* Row r of an item: kv head g + r / (nq · n_rep); within it, token q0 + (r / n_rep) mod nq
+ * and query head (its kv head)·n_rep + r % n_rep. Its q and y rows. */
 static int64_t row_offset(const struct attn_ctx *c, const struct attn_item *it, int64_t r)
 {
-    int64_t t = it->q0 + r / c->n_rep, h = it->g * c->n_rep + r % c->n_rep;
+    const int64_t per = it->nq * c->n_rep, rr = r % per;
+    int64_t t = it->q0 + rr / c->n_rep, h = (it->g + r / per) * c->n_rep + rr % c->n_rep;
     return (t * c->Hq + h) * c->D;
 }
 
@@ -552,6 +557,15 @@ static void attn_blocked_item(const struct attn_ctx *c, const struct attn_item *
 /* Keys per dot_rows / axpy_rows call: a page of 16, or 16 keys of a contiguous cache. */
 #define CPU_ATTN_RUN 16
 
+/* Query rows of one streaming item at most (kv heads · tokens · n_rep): attn_stream_item's
+ * reciprocal sums. */
+#define CPU_ATTN_STREAM_ROWS (CPU_ATTN_DOT_MAX_Q * 64)
+
+/* Bytes of neighbouring heads' rows per token from which the walk leaves the next run to the
+ * hardware prefetcher: software prefetches of 1 KiB and more per token were slower than none
+ * (a prefetch waits for a line fill buffer; the L2 streamer does not). */
+#define CPU_ATTN_HW_PREFETCH 1024
+
 /* Up to CPU_ATTN_RUN rows of (s, g) of x from key j on, all in one page and before `end`
  * (j < end): the first row, their count in *n, and for I8 pages their scales in *scales
  * (x->scale_step apart). */
@@ -566,23 +580,27 @@ static const char *kv_run(const struct attn_ctx *c, const struct kv_tensor *x, i
     return row;
 }
 
-/* Prefetches n rows of row_bytes, ld bytes apart. One kv head's rows of a KV cache are
- * n_kv_heads · head_dim elements apart — 16 KiB for LLaMA-7B — and pages lie anywhere, so no
- * hardware prefetcher follows them from one 4 KiB page to the next; without this the
- * streaming path waits on memory latency rather than bandwidth. */
-static void prefetch_rows(const char *row, int64_t n, int64_t ld, int64_t row_bytes)
+/* Prefetches n tokens' rows, ld bytes apart, of ng heads hs bytes apart, row_bytes each. One
+ * kv head's rows of a KV cache are n_kv_heads · head_dim elements apart — 16 KiB for
+ * LLaMA-7B — and pages lie anywhere, so where a run reads only a few heads no hardware
+ * prefetcher follows them from one 4 KiB page to the next; without this the streaming path
+ * would wait on memory latency rather than bandwidth. */
+static void prefetch_rows(const char *row, int64_t n, int64_t ld, int64_t ng, int64_t hs,
+                          int64_t row_bytes)
 {
     for (int64_t i = 0; i < n; i++, row += ld)
-        for (int64_t b = 0; b < row_bytes; b += 64)
-            __builtin_prefetch(row + b, 0, 3);
+        for (int64_t h = 0; h < ng; h++)
+            for (int64_t b = 0; b < row_bytes; b += 64)
+                __builtin_prefetch(row + h * hs + b, 0, 3);
 }
 
-/* The keys [j0, j1) of (s, g) of x as runs (kv_run), the one after the current run
- * prefetched while the current one computes. */
+/* The keys [j0, j1) of sequence s of x as runs (kv_run) of kv head g's rows; kv heads
+ * g + 1 … g + ng − 1 lie nb1, 2·nb1, … after them. The next run is prefetched while the
+ * current one computes, unless its heads are wide enough for the hardware to (CPU_ATTN_HW_PREFETCH). */
 struct kv_runs {
     const struct attn_ctx *c;
     const struct kv_tensor *x;
-    int64_t s, g, end, row_bytes;
+    int64_t s, g, ng, end, row_bytes; /* row_bytes: one head's row */
     int64_t j, n; /* the current run: keys [j, j + n) */
     const char *rows;
     const float *scales;
@@ -597,17 +615,18 @@ static void kv_runs_fetch_next(struct kv_runs *w)
     if (w->j + w->n < w->end) {
         w->next_rows = kv_run(w->c, w->x, w->s, w->g, w->j + w->n, w->end, &w->next_n,
                               &w->next_scales);
-        prefetch_rows(w->next_rows, w->next_n, w->x->nb0, w->row_bytes);
+        if (w->ng * w->row_bytes < CPU_ATTN_HW_PREFETCH)
+            prefetch_rows(w->next_rows, w->next_n, w->x->nb0, w->ng, w->x->nb1, w->row_bytes);
     }
 }
 
 /* Starts at the first run; false when the range is empty. */
 static bool kv_runs_start(struct kv_runs *w, const struct attn_ctx *c,
-                          const struct kv_tensor *x, int64_t s, int64_t g, int64_t j0,
-                          int64_t j1)
+                          const struct kv_tensor *x, int64_t s, int64_t g, int64_t ng,
+                          int64_t j0, int64_t j1)
 {
     *w = (struct kv_runs){
-        .c = c, .x = x, .s = s, .g = g, .end = j1, .j = j0,
+        .c = c, .x = x, .s = s, .g = g, .ng = ng, .end = j1, .j = j0,
         .row_bytes = c->D * (int64_t)mmrt_dtype_size((enum mmrt_dtype)x->dtype),
     };
     if (j0 >= j1)
@@ -651,7 +670,7 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
 {
     const struct cpu_kernels *kt = c->kt;
     const struct kv_tensor *K = &c->kv[0], *V = &c->kv[1];
-    const int64_t D = c->D, R = it->nq * c->n_rep, nr = c->n_rep;
+    const int64_t D = c->D, nr = c->n_rep, per = it->nq * nr, R = it->ng * per;
     float *acc = base, *sc = acc + R * D;
     /* Query tl sees keys [lo[tl], hi[tl]); the item walks [j0, j1), the union (both ends grow
      * with the query). Scores are stored at j − j0. */
@@ -662,36 +681,47 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         j1 = hi[tl] > j1 ? hi[tl] : j1;
     }
     const int64_t ld = c->max_span;
+    /* Row r: its token's place tl[r] in the item and its head's rows' offset (r / per)·nb1 in
+     * a run, found once (a division per row and run cost as much as a short row's dot). */
+    int64_t tlr[CPU_ATTN_STREAM_ROWS], kof[CPU_ATTN_STREAM_ROWS], vof[CPU_ATTN_STREAM_ROWS];
+    int64_t hr[CPU_ATTN_STREAM_ROWS], qof[CPU_ATTN_STREAM_ROWS];
+    for (int64_t r = 0; r < R; r++) {
+        qof[r] = row_offset(c, it, r);
+        tlr[r] = r % per / nr;
+        hr[r] = r / per;
+        kof[r] = hr[r] * K->nb1;
+        vof[r] = hr[r] * V->nb1;
+    }
     struct kv_runs w;
-    for (bool more = kv_runs_start(&w, c, K, it->seq, it->g, j0, j1); more;
+    for (bool more = kv_runs_start(&w, c, K, it->seq, it->g, it->ng, j0, j1); more;
          more = kv_runs_next(&w))
         for (int64_t r = 0, a, b; r < R; r++)
-            if (kv_runs_part(&w, lo[r / nr], hi[r / nr], &a, &b))
-                kt->dot_rows(c->q + row_offset(c, it, r), w.rows + (a - w.j) * K->nb0,
+            if (kv_runs_part(&w, lo[tlr[r]], hi[tlr[r]], &a, &b))
+                kt->dot_rows(c->q + qof[r], w.rows + (a - w.j) * K->nb0 + kof[r],
                              K->dtype, K->nb0,
-                             w.scales ? w.scales + (a - w.j) * K->scale_step : NULL,
+                             w.scales ? w.scales + (a - w.j) * K->scale_step + hr[r] : NULL,
                              K->scale_step, b - a, D, c->scale, sc + r * ld + a - j0);
-    double inv[CPU_ATTN_DOT_MAX_Q * 64];
+    double inv[CPU_ATTN_STREAM_ROWS];
     for (int64_t r = 0; r < R; r++) {
-        int64_t n = hi[r / nr] - lo[r / nr];
-        float *row = sc + r * ld + (lo[r / nr] - j0), m = kt->scale_max(row, 1.0f, n);
+        const int64_t n = hi[tlr[r]] - lo[tlr[r]];
+        float *row = sc + r * ld + (lo[tlr[r]] - j0), m = kt->scale_max(row, 1.0f, n);
         inv[r] = n ? 1.0 / kt->exp_sum(row, m, row, n) : 0.0;
     }
     memset(acc, 0, (size_t)(R * D) * sizeof(float));
     float p[CPU_ATTN_RUN];
-    for (bool more = kv_runs_start(&w, c, V, it->seq, it->g, j0, j1); more;
+    for (bool more = kv_runs_start(&w, c, V, it->seq, it->g, it->ng, j0, j1); more;
          more = kv_runs_next(&w))
         for (int64_t r = 0, a, b; r < R; r++) {
-            if (!kv_runs_part(&w, lo[r / nr], hi[r / nr], &a, &b))
+            if (!kv_runs_part(&w, lo[tlr[r]], hi[tlr[r]], &a, &b))
                 continue;
             for (int64_t i = a; i < b; i++)
                 p[i - a] = (float)(sc[r * ld + i - j0] * inv[r]);
-            kt->axpy_rows(acc + r * D, p, w.rows + (a - w.j) * V->nb0, V->dtype, V->nb0,
-                          w.scales ? w.scales + (a - w.j) * V->scale_step : NULL,
+            kt->axpy_rows(acc + r * D, p, w.rows + (a - w.j) * V->nb0 + vof[r], V->dtype,
+                          V->nb0, w.scales ? w.scales + (a - w.j) * V->scale_step + hr[r] : NULL,
                           V->scale_step, b - a, D);
         }
     for (int64_t r = 0; r < R; r++)
-        memcpy(c->y + row_offset(c, it, r), acc + r * D, (size_t)D * sizeof(float));
+        memcpy(c->y + qof[r], acc + r * D, (size_t)D * sizeof(float));
 }
 
 static void attn_items_task(void *vctx, int tid, int64_t begin, int64_t end)
@@ -706,6 +736,25 @@ static void attn_items_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
+/* The kv heads of one streaming item of sequence s (1 … Hkv): about `share` of kv heads × keys,
+ * a thread's part of the launch's streaming work, so there are about as many items as threads
+ * and each reads the neighbouring heads of a run together: one token's K (or V) rows of
+ * several heads lie side by side, a stretch the hardware prefetcher follows, where one head's
+ * 128–512 bytes of each row, 8–16 KiB apart, left the walk bound by the misses its software
+ * prefetches keep in flight (docs/BENCHMARKS.md, "Decode attention over neighbouring heads").
+ * A row's arithmetic does not depend on the grouping, so neither do its bits. */
+static int64_t stream_heads(const struct attn_ctx *c, int64_t s, double share)
+{
+    const int64_t Hkv = c->Hq / c->n_rep, lq = c->cu_q[s + 1] - c->cu_q[s];
+    double want = share / (double)(seq_keys(c, s) + 1);
+    int64_t ng = want >= (double)Hkv ? Hkv : want < 1 ? 1 : (int64_t)want;
+    const int64_t cap = CPU_ATTN_STREAM_ROWS / (lq * c->n_rep);
+    ng = ng < cap ? ng : cap;
+    /* equal groups: 32 heads by at most 12 as 11 + 11 + 10, not 12 + 12 + 8 */
+    const int64_t groups = (Hkv + ng - 1) / ng;
+    return (Hkv + groups - 1) / groups;
+}
+
 /* Runs the blocked and streaming paths, each sequence on the one its query count picks;
  * fails only when scratch cannot be allocated. */
 static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
@@ -714,6 +763,7 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
     const struct cpu_kernels *kt = c->kt;
     const int64_t Hkv = c->Hq / c->n_rep;
     const bool can_stream = c->n_rep <= 64; /* attn_stream_item's inv[] */
+    double stream_work = 0; /* kv heads × keys over the streaming sequences */
     /* Blocked: about CPU_ATTN_BLOCK_PANELS micro-panels of rows per item. */
     int64_t qb = kt->mr * CPU_ATTN_BLOCK_PANELS / c->n_rep;
     if (qb < 1)
@@ -733,8 +783,7 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
             c->max_span = span > c->max_span ? span : c->max_span;
         }
         if (can_stream && lq <= CPU_ATTN_DOT_MAX_Q) {
-            n_items += Hkv;
-            stream_rows = lq * c->n_rep > stream_rows ? lq * c->n_rep : stream_rows;
+            stream_work += (double)Hkv * (double)(seq_keys(c, s) + 1);
         } else {
             int64_t rows = (lq < qb ? lq : qb) * c->n_rep;
             n_items += Hkv * ((lq + qb - 1) / qb);
@@ -743,10 +792,19 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
     }
     if (c->max_span < 1)
         c->max_span = 1;
+    size_t n_threads = (size_t)dev->pool.n_threads;
+    const double share = stream_work / (double)n_threads;
+    for (int64_t s = 0; s < c->n_seq; s++) {
+        int64_t lq = c->cu_q[s + 1] - c->cu_q[s];
+        if (lq == 0 || !can_stream || lq > CPU_ATTN_DOT_MAX_Q)
+            continue;
+        int64_t ng = stream_heads(c, s, share);
+        n_items += (Hkv + ng - 1) / ng;
+        stream_rows = ng * lq * c->n_rep > stream_rows ? ng * lq * c->n_rep : stream_rows;
+    }
     size_t per_stream = stream_rows ? stream_scratch(c, stream_rows) : 0;
     size_t per_blocked = blocked_rows ? blocked_scratch(c, blocked_rows) : 0;
     c->per_thread = per_stream > per_blocked ? per_stream : per_blocked;
-    size_t n_threads = (size_t)dev->pool.n_threads;
     size_t nbytes = n_threads * c->per_thread * sizeof(float);
     struct attn_item *items = malloc((size_t)(n_items ? n_items : 1) * sizeof *items);
     c->scratch = malloc(nbytes ? nbytes : 1);
@@ -760,14 +818,15 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
     for (int64_t s = 0; s < c->n_seq; s++) {
         int64_t q0 = c->cu_q[s], lq = c->cu_q[s + 1] - q0;
         bool stream = can_stream && lq <= CPU_ATTN_DOT_MAX_Q;
-        for (int64_t g = 0; g < Hkv && lq > 0; g++) {
+        const int64_t ng = stream && lq > 0 ? stream_heads(c, s, share) : 1;
+        for (int64_t g = 0; g < Hkv && lq > 0; g += ng) {
             if (stream) {
-                items[n++] = (struct attn_item){ s, g, q0, lq, true };
+                items[n++] = (struct attn_item){ s, g, q0, lq, Hkv - g < ng ? Hkv - g : ng, true };
                 continue;
             }
             for (int64_t b = q0; b < q0 + lq; b += qb) {
                 int64_t nq = q0 + lq - b < qb ? q0 + lq - b : qb;
-                items[n++] = (struct attn_item){ s, g, b, nq, false };
+                items[n++] = (struct attn_item){ s, g, b, nq, 1, false };
             }
         }
     }
