@@ -665,10 +665,11 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
         }
         for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
             const __m512 xl = _mm512_loadu_ps(x + k), xh = _mm512_loadu_ps(x + k + 16);
+            const uint8_t *lo = w + k / 2, *hi = lo + 4 * rowb;
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
                 __m512i b = _mm512_cvtepu8_epi32(
-                    _mm_loadu_si128((const __m128i *)(w + r * rowb + k / 2)));
+                    _mm_loadu_si128((const __m128i *)((r < 4 ? lo : hi) + (r & 3) * rowb)));
                 acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(b, lut), xl, acc[r]);
                 acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut), xh,
                                          acc[r]);
