@@ -596,7 +596,8 @@ static void prefetch_rows(const char *row, int64_t n, int64_t ld, int64_t ng, in
 
 /* The keys [j0, j1) of sequence s of x as runs (kv_run) of kv head g's rows; kv heads
  * g + 1 … g + ng − 1 lie nb1, 2·nb1, … after them. The next run is prefetched while the
- * current one computes, unless its heads are wide enough for the hardware to (CPU_ATTN_HW_PREFETCH). */
+ * current one computes, unless its heads are wide enough for the hardware to
+ * (CPU_ATTN_HW_PREFETCH). */
 struct kv_runs {
     const struct attn_ctx *c;
     const struct kv_tensor *x;
@@ -681,23 +682,21 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
         j1 = hi[tl] > j1 ? hi[tl] : j1;
     }
     const int64_t ld = c->max_span;
-    /* Row r: its token's place tl[r] in the item and its head's rows' offset (r / per)·nb1 in
-     * a run, found once (a division per row and run cost as much as a short row's dot). */
-    int64_t tlr[CPU_ATTN_STREAM_ROWS], kof[CPU_ATTN_STREAM_ROWS], vof[CPU_ATTN_STREAM_ROWS];
-    int64_t hr[CPU_ATTN_STREAM_ROWS], qof[CPU_ATTN_STREAM_ROWS];
+    /* Row r: its q and y rows, its token's place tlr[r] in the item and its kv head's place
+     * hr[r] (its rows lie hr[r]·nb1 after the run's), found once: a division per row and run
+     * cost as much as a short row's dot. */
+    int64_t qof[CPU_ATTN_STREAM_ROWS], tlr[CPU_ATTN_STREAM_ROWS], hr[CPU_ATTN_STREAM_ROWS];
     for (int64_t r = 0; r < R; r++) {
         qof[r] = row_offset(c, it, r);
         tlr[r] = r % per / nr;
         hr[r] = r / per;
-        kof[r] = hr[r] * K->nb1;
-        vof[r] = hr[r] * V->nb1;
     }
     struct kv_runs w;
     for (bool more = kv_runs_start(&w, c, K, it->seq, it->g, it->ng, j0, j1); more;
          more = kv_runs_next(&w))
         for (int64_t r = 0, a, b; r < R; r++)
             if (kv_runs_part(&w, lo[tlr[r]], hi[tlr[r]], &a, &b))
-                kt->dot_rows(c->q + qof[r], w.rows + (a - w.j) * K->nb0 + kof[r],
+                kt->dot_rows(c->q + qof[r], w.rows + (a - w.j) * K->nb0 + hr[r] * K->nb1,
                              K->dtype, K->nb0,
                              w.scales ? w.scales + (a - w.j) * K->scale_step + hr[r] : NULL,
                              K->scale_step, b - a, D, c->scale, sc + r * ld + a - j0);
@@ -716,8 +715,9 @@ static void attn_stream_item(const struct attn_ctx *c, const struct attn_item *i
                 continue;
             for (int64_t i = a; i < b; i++)
                 p[i - a] = (float)(sc[r * ld + i - j0] * inv[r]);
-            kt->axpy_rows(acc + r * D, p, w.rows + (a - w.j) * V->nb0 + vof[r], V->dtype,
-                          V->nb0, w.scales ? w.scales + (a - w.j) * V->scale_step + hr[r] : NULL,
+            kt->axpy_rows(acc + r * D, p, w.rows + (a - w.j) * V->nb0 + hr[r] * V->nb1,
+                          V->dtype, V->nb0,
+                          w.scales ? w.scales + (a - w.j) * V->scale_step + hr[r] : NULL,
                           V->scale_step, b - a, D);
         }
     for (int64_t r = 0; r < R; r++)
@@ -736,6 +736,15 @@ static void attn_items_task(void *vctx, int tid, int64_t begin, int64_t end)
     }
 }
 
+/* The keys a streaming item of sequence s walks: from its first query's first visible key to
+ * its last query's last (with a window, fewer than the sequence holds). */
+static int64_t stream_span(const struct attn_ctx *c, int64_t s)
+{
+    int64_t j0, unused;
+    key_range(c, s, c->cu_q[s], &j0);
+    return key_range(c, s, c->cu_q[s + 1] - 1, &unused) - j0;
+}
+
 /* The kv heads of one streaming item of sequence s (1 … Hkv): about `share` of kv heads × keys,
  * a thread's part of the launch's streaming work, so there are about as many items as threads
  * and each reads the neighbouring heads of a run together: one token's K (or V) rows of
@@ -746,7 +755,7 @@ static void attn_items_task(void *vctx, int tid, int64_t begin, int64_t end)
 static int64_t stream_heads(const struct attn_ctx *c, int64_t s, double share)
 {
     const int64_t Hkv = c->Hq / c->n_rep, lq = c->cu_q[s + 1] - c->cu_q[s];
-    double want = share / (double)(seq_keys(c, s) + 1);
+    double want = share / (double)(stream_span(c, s) + 1);
     int64_t ng = want >= (double)Hkv ? Hkv : want < 1 ? 1 : (int64_t)want;
     const int64_t cap = CPU_ATTN_STREAM_ROWS / (lq * c->n_rep);
     ng = ng < cap ? ng : cap;
@@ -783,7 +792,7 @@ static mmrt_status attention_kernels(struct mmrt_device *dev, struct cpu_op *o,
             c->max_span = span > c->max_span ? span : c->max_span;
         }
         if (can_stream && lq <= CPU_ATTN_DOT_MAX_Q) {
-            stream_work += (double)Hkv * (double)(seq_keys(c, s) + 1);
+            stream_work += (double)Hkv * (double)(stream_span(c, s) + 1);
         } else {
             int64_t rows = (lq < qb ? lq : qb) * c->n_rep;
             n_items += Hkv * ((lq + qb - 1) / qb);
