@@ -176,7 +176,7 @@ struct cpu_pool {
     /* The current loop; written before generation is bumped, read after it is seen. */
     cpu_task_fn fn;
     void *ctx;
-    int64_t n_items, chunk;
+    int64_t n_items, min_chunk;
     _Atomic int64_t next;
     int spin_rounds; /* pause instructions a wait spins through, about CPU_SPIN_NS */
 };
