@@ -31,7 +31,7 @@
 /* A claim takes 1 / (CPU_GUIDED_SHARE · threads) of the items left (at least the loop's
  * minimum chunk). Equal chunks of an eighth of the loop each (the pool until 2026-12) left a
  * thread waiting at the join for up to one chunk whenever the cores ran at different speeds,
- * as they do on a shared host: the caller spent 2.5-7 % of a one-sequence decode waiting
+ * as they do on a shared host: the caller spent 3-5 % of a one-sequence decode waiting
  * there. Shrinking chunks end the loop with small ones, for ~3.5·ln(items) claims a loop. */
 #define CPU_GUIDED_SHARE 2
 /* How long a waiting thread spins before it sleeps. A decode step is some 60 parallel loops
