@@ -188,6 +188,9 @@ struct mmrt_model_options {
     /* [model] exif_orientation: MMRT_EXIF_IGNORE (the default, as transformers) or
      * MMRT_EXIF_APPLY; encode() passes it to the decoder through mmrt_model_image_limits. */
     enum mmrt_exif_orientation exif_orientation;
+    /* [model] chat_template: AUTO (the checkpoint's) or the family named; the runtime has
+     * refused anything but AUTO for a model type without chat_templates. */
+    enum mmrt_chat_template chat_template;
     /* Told about every matrix quantized at load (NULL: nobody), on the loading thread: how
      * mmrt-quantize gets exactly the codes the runtime would use. */
     mmrt_quantized_fn on_quantized;
@@ -254,6 +257,9 @@ struct mmrt_model_type {
      * compression can tell image rows from text; without it [model] image_kv_keep < 1 is a
      * configuration error. */
     bool image_grids;
+    /* load() renders the template [model] chat_template names (mmrt_model_options); without
+     * it only AUTO is accepted. */
+    bool chat_templates;
 };
 
 struct mmrt_runtime;

@@ -465,6 +465,13 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, src->conf ? src->conf->exif_orientation_line : 0, err, MMRT_ERR_CONFIG,
                   what);
     }
+    if (cfg->chat_template < MMRT_CHAT_TEMPLATE_AUTO ||
+        cfg->chat_template > MMRT_CHAT_TEMPLATE_MISTRAL) {
+        snprintf(what, sizeof what, "[model] chat_template %d is not an enum "
+                 "mmrt_chat_template", (int)cfg->chat_template);
+        return at(src, src->conf ? src->conf->chat_template_line : 0, err, MMRT_ERR_CONFIG,
+                  what);
+    }
     if (!(cfg->image_kv_keep >= 0 && cfg->image_kv_keep <= 1)) {
         snprintf(what, sizeof what, "[model] image_kv_keep %g must be in (0, 1] (1 = off; 0 = "
                  "the default, off)", cfg->image_kv_keep);
@@ -540,6 +547,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                                                   .kv_dtype = cfg->kv_dtype,
                                                   .weights = cfg->weights,
                                                   .exif_orientation = cfg->exif_orientation,
+                                                  .chat_template = cfg->chat_template,
                                                   .vision_batch = rt->vision_batch };
     if (hooks) {
         rt->model_opts.on_quantized = hooks->on_quantized;
@@ -660,6 +668,13 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                      "which prompt rows are image tokens, so they cannot be compressed",
                      cfg->image_kv_keep, type);
             st = at(src, src->conf ? src->conf->image_kv_keep_line : 0, err, MMRT_ERR_CONFIG,
+                    what);
+        }
+        if (st == MMRT_OK && cfg->chat_template != MMRT_CHAT_TEMPLATE_AUTO &&
+            !rt->model_type->chat_templates) {
+            snprintf(what, sizeof what, "[model] chat_template: model_type '%s' renders its "
+                     "prompts one way only (models.md §7.5), so only 'auto' applies", type);
+            st = at(src, src->conf ? src->conf->chat_template_line : 0, err, MMRT_ERR_CONFIG,
                     what);
         }
         if (st == MMRT_OK)
@@ -914,6 +929,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .vision_batch = conf->scheduler.vision_batch,
         .image_kv_keep = conf->image_kv_keep,
         .image_kv_policy = conf->image_kv_policy,
+        .chat_template = conf->chat_template,
     };
     struct config_lines src = { .file = ini_path, .conf = conf };
     st = create(&cfg, &src, NULL, out, &e);

@@ -52,6 +52,7 @@ struct mmrt_model {
     int32_t image_token_id;
     int32_t eos[MMRT_LLAVA_MAX_EOS];
     int n_eos;
+    enum mmrt_chat_template chat; /* mmrt_llava_choose_template */
     struct mmrt_tokenizer *tok;
     struct mmrt_clip_preprocess_config pp;
     struct mmrt_model_options opts;
@@ -124,6 +125,10 @@ static mmrt_status llava_load(const char *dir, const json_t *config,
                             (long long)ccfg.image_size, (long long)ccfg.image_size, ow, oh);
         goto fail;
     }
+    st = mmrt_llava_choose_template(dir, m->opts.chat_template, lc.text_mistral, &m->chat,
+                                    err);
+    if (st != MMRT_OK)
+        goto fail;
     struct mmrt_llava_towers towers = {
         .tok = &m->tok, .w = &m->w, .clip = &m->clip, .proj1_w = &m->proj1_w,
         .proj1_b = &m->proj1_b, .proj2_w = &m->proj2_w, .proj2_b = &m->proj2_b,
@@ -364,7 +369,7 @@ static struct mmrt_llava_lm llava_lm(struct mmrt_model *m)
 {
     return (struct mmrt_llava_lm){ .lm = &m->lm, .tok = m->tok,
                                    .image_token_id = m->image_token_id, .eos = m->eos,
-                                   .n_eos = m->n_eos, .grid = m->grid,
+                                   .n_eos = m->n_eos, .grid = m->grid, .chat = m->chat,
                                    .grid_offset = m->keep_cls ? 1 : 0 };
 }
 
@@ -391,5 +396,6 @@ const struct mmrt_model_type mmrt_llava_model_type = {
     .encode_batch = llava_encode_batch,
     .prepare = llava_prepare,
     .image_grids = true,
+    .chat_templates = true,
     .language = llava_language,
 };

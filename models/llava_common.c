@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "formats/file.h"
 #include "formats/json.h"
 #include "llava_common.h"
 #include "ops.h"
@@ -70,6 +71,9 @@ mmrt_status mmrt_llava_config_parse(const json_t *config, const char *what,
                               "%s: vision_feature_select_strategy '%s' (default or full)", what,
                               strategy);
     c.keep_cls = strcmp(strategy, "full") == 0;
+    const json_t *text_type = tcfg ? json_object_get(tcfg, "model_type") : NULL;
+    c.text_mistral = json_is_string(text_type) &&
+                     strcmp(json_string_value(text_type), "mistral") == 0;
     *out = c;
     return MMRT_OK;
 }
@@ -184,10 +188,110 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
     return mmrt_clip_preprocess_config_from_json(ip, path, pp, err);
 }
 
+/* Template files are a few KiB; the bound only keeps a hostile one from costing memory. */
+#define TEMPLATE_MAX_BYTES (16u << 20)
+
+/* The chat template of tokenizer_config.json's or a processor file's "chat_template": a
+ * string, or (tokenizer_config.json) a list of {"name", "template"} of which transformers
+ * renders the one named "default". *text stays NULL when the key is absent or the list has
+ * no default. */
+static mmrt_status template_member(const json_t *root, const char *path, const char **text,
+                                   struct mmrt_error *err)
+{
+    const json_t *v = json_object_get(root, "chat_template");
+    if (!v || json_is_null(v))
+        return MMRT_OK;
+    if (json_is_string(v)) {
+        *text = json_string_value(v);
+        return MMRT_OK;
+    }
+    if (!json_is_array(v))
+        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"chat_template\" is %s; expected a "
+                              "string or a list of {\"name\", \"template\"}", path,
+                              /* read with every number a real (json.h) */
+                              json_is_number(v) ? "a number" : mmrt_json_type_name(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        const json_t *name = json_object_get(e, "name"), *tpl = json_object_get(e, "template");
+        if (!json_is_object(e) || !json_is_string(name) || !json_is_string(tpl))
+            return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: chat_template[%zu] is not a "
+                                  "{\"name\": string, \"template\": string} object", path, i);
+        if (strcmp(json_string_value(name), "default") == 0)
+            *text = json_string_value(tpl);
+    }
+    return MMRT_OK;
+}
+
+/* Which family a template's text belongs to, by the literal markers its output carries; AUTO
+ * when neither or both are there. */
+static enum mmrt_chat_template template_family(const char *t, size_t n)
+{
+    const bool inst = memmem(t, n, "[INST]", 6) && memmem(t, n, "[/INST]", 7);
+    const bool llava = memmem(t, n, "ASSISTANT:", 10) != NULL;
+    return inst == llava ? MMRT_CHAT_TEMPLATE_AUTO
+           : inst        ? MMRT_CHAT_TEMPLATE_MISTRAL
+                         : MMRT_CHAT_TEMPLATE_LLAVA;
+}
+
+mmrt_status mmrt_llava_choose_template(const char *dir, enum mmrt_chat_template requested,
+                                       bool text_mistral, enum mmrt_chat_template *out,
+                                       struct mmrt_error *err)
+{
+    if (requested != MMRT_CHAT_TEMPLATE_AUTO) {
+        *out = requested;
+        return MMRT_OK;
+    }
+    /* Where transformers' processor and tokenizer look, in the order the processor takes
+     * them. */
+    static const char *const files[] = { "chat_template.jinja", "chat_template.json",
+                                         "processor_config.json", "tokenizer_config.json" };
+    char path[4200];
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[f]);
+        if (!mmrt_file_exists(path))
+            continue;
+        char *raw = NULL;
+        size_t len = 0;
+        json_t *root = NULL;
+        const char *text = NULL;
+        mmrt_status st;
+        if (f == 0) {
+            st = mmrt_file_read(path, TEMPLATE_MAX_BYTES, 0, " for a chat template", &raw, &len,
+                                err);
+            text = raw;
+        } else {
+            st = mmrt_json_load_object_reals(path, TEMPLATE_MAX_BYTES, 0, &root, err);
+            if (st == MMRT_OK)
+                st = template_member(root, path, &text, err);
+            len = text ? strlen(text) : 0;
+        }
+        enum mmrt_chat_template family = MMRT_CHAT_TEMPLATE_AUTO;
+        if (st == MMRT_OK && text) {
+            family = template_family(text, len);
+            if (family == MMRT_CHAT_TEMPLATE_AUTO)
+                st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
+                                    "%s: the chat template is neither LLaVA's (\"USER: … "
+                                    "ASSISTANT:\") nor Mistral's (\"[INST] … [/INST]\"), the "
+                                    "two mmrt renders; set [model] chat_template = llava or "
+                                    "mistral to use one of them", path);
+        }
+        free(raw);
+        json_decref(root);
+        if (st != MMRT_OK)
+            return st;
+        if (text) {
+            *out = family;
+            return MMRT_OK;
+        }
+    }
+    *out = text_mistral ? MMRT_CHAT_TEMPLATE_MISTRAL : MMRT_CHAT_TEMPLATE_LLAVA;
+    return MMRT_OK;
+}
+
 /* The llava-1.5 / llava-1.6-vicuna chat template (models.md §7.5): each turn is ROLE.upper()
  * + ": " (a system turn has no prefix), "<image>\n" per image, its text + " "; then the
  * generation prompt "ASSISTANT:". BOS comes from the tokenizer. */
-static void render_chat(const struct mmrt_request *req, struct mmrt_text *t)
+static void render_llava(const struct mmrt_request *req, struct mmrt_text *t)
 {
     for (int i = 0; i < req->n_messages; i++) {
         const struct mmrt_message *msg = &req->messages[i];
@@ -205,13 +309,44 @@ static void render_chat(const struct mmrt_request *req, struct mmrt_text *t)
     mmrt_text_add(t, "ASSISTANT:");
 }
 
+/* llava-1.6-mistral's template (models.md §7.5), as its Jinja renders it: a system turn is
+ * "<<SYS>>\n" + text + "\n<</SYS>>\n\n"; a user turn "[INST] ", "<image>\n" per image, its
+ * text, " [/INST]"; an assistant turn " " + text + "<\\s> " — a backslash, not "</s>": the
+ * published template escapes it that way, and transformers renders it so. There is no
+ * generation prompt: the answer follows " [/INST]". BOS comes from the tokenizer. */
+static void render_mistral(const struct mmrt_request *req, struct mmrt_text *t)
+{
+    for (int i = 0; i < req->n_messages; i++) {
+        const struct mmrt_message *msg = &req->messages[i];
+        const char *text = msg->text ? msg->text : "";
+        if (strcmp(msg->role, "system") == 0) {
+            mmrt_text_add(t, "<<SYS>>\n");
+            mmrt_text_add(t, text);
+            mmrt_text_add(t, "\n<</SYS>>\n\n");
+        } else if (strcmp(msg->role, "user") == 0) {
+            mmrt_text_add(t, "[INST] ");
+            for (int k = 0; k < msg->n_images; k++)
+                mmrt_text_add(t, "<image>\n");
+            mmrt_text_add(t, text);
+            mmrt_text_add(t, " [/INST]");
+        } else {
+            mmrt_text_add(t, " ");
+            mmrt_text_add(t, text);
+            mmrt_text_add(t, "<\\s> ");
+        }
+    }
+}
+
 /* Renders the chat, tokenizes, and expands each <image> id into n_image ids. */
 static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
                                 int n_images, int64_t n_image, int32_t **ids_out,
                                 int64_t *n_out, int64_t *image_pos, struct mmrt_error *err)
 {
     struct mmrt_text text = { 0 };
-    render_chat(req, &text);
+    if (m->chat == MMRT_CHAT_TEMPLATE_MISTRAL)
+        render_mistral(req, &text);
+    else
+        render_llava(req, &text);
     if (text.failed) {
         free(text.s);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");

@@ -32,6 +32,7 @@ struct mmrt_llava_config {
     enum mmrt_op proj_act;      /* projector_hidden_act */
     bool proj_bias;             /* multimodal_projector_bias */
     bool keep_cls;              /* vision_feature_select_strategy "full" (else "default") */
+    bool text_mistral;          /* text_config.model_type "mistral" (llava-1.6-mistral) */
     int64_t feature_layers[MMRT_LLAVA_MAX_FEATURE_LAYERS];
     int n_feature_layers;
 };
@@ -63,6 +64,17 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
                                                 json_t **root, const json_t **obj,
                                                 struct mmrt_clip_preprocess_config *pp,
                                                 struct mmrt_error *err);
+
+/* The template the model renders chats with: `requested` when it names one ([model]
+ * chat_template); for AUTO the checkpoint's own, from the first of chat_template.jinja,
+ * chat_template.json, processor_config.json and tokenizer_config.json ("default" of a list)
+ * that has one, recognised by the literal text it writes (LLaVA's "ASSISTANT:", Mistral's
+ * "[INST]" … "[/INST]"); with none anywhere, Mistral's for a mistral text model, else
+ * LLaVA's. A template of neither family is MMRT_ERR_UNSUPPORTED naming the file and the
+ * key that chooses one; a malformed file is refused by name. */
+mmrt_status mmrt_llava_choose_template(const char *dir, enum mmrt_chat_template requested,
+                                       bool text_mistral, enum mmrt_chat_template *out,
+                                       struct mmrt_error *err);
 
 /* Where mmrt_llava_load_towers() puts what it loads (the model's own fields). */
 struct mmrt_llava_towers {
@@ -100,10 +112,12 @@ struct mmrt_llava_lm {
      * output's grid_thw[1], [2], each row followed by an image_newline row. */
     int64_t grid, grid_offset;
     bool packed_map;
+    enum mmrt_chat_template chat; /* LLAVA or MISTRAL (mmrt_llava_choose_template) */
 };
 
-/* The language stage of one request (model.h prepare()): renders "USER: <image>\n{prompt}
- * ASSISTANT:", tokenizes and expands the <image> id into vis->n_tokens ids (the prompt must
+/* The language stage of one request (model.h prepare()): renders the chat with l->chat
+ * (LLaVA's "USER: <image>\n{prompt} ASSISTANT:" or Mistral's "[INST] <image>\n{prompt}
+ * [/INST]"), tokenizes and expands the <image> id into vis->n_tokens ids (the prompt must
  * hold exactly vis->n_images placeholders: MMRT_ERR_INVALID_ARG otherwise), whose rows the
  * features replace. */
 mmrt_status mmrt_llava_prepare(const struct mmrt_llava_lm *l, const struct mmrt_request *req,

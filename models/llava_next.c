@@ -72,6 +72,7 @@ struct mmrt_model {
     int32_t image_token_id;
     int32_t eos[MMRT_LLAVA_MAX_EOS];
     int n_eos;
+    enum mmrt_chat_template chat; /* mmrt_llava_choose_template */
     struct mmrt_tokenizer *tok;
     struct mmrt_clip_preprocess_config pp;
     struct mmrt_model_options opts;
@@ -209,6 +210,10 @@ static mmrt_status next_load(const char *dir, const json_t *config,
                                                  err);
     if (st == MMRT_OK)
         st = check_preprocessing(m, ip, config, path, err);
+    if (st != MMRT_OK)
+        goto fail;
+    st = mmrt_llava_choose_template(dir, m->opts.chat_template, lc.text_mistral, &m->chat,
+                                    err);
     if (st != MMRT_OK)
         goto fail;
     struct mmrt_llava_towers towers = {
@@ -692,7 +697,8 @@ static struct mmrt_llava_lm next_lm(struct mmrt_model *m)
 {
     return (struct mmrt_llava_lm){ .lm = &m->lm, .tok = m->tok,
                                    .image_token_id = m->image_token_id, .eos = m->eos,
-                                   .n_eos = m->n_eos, .grid = m->grid, .packed_map = true };
+                                   .n_eos = m->n_eos, .grid = m->grid, .chat = m->chat,
+                                   .packed_map = true };
 }
 
 /* Language stage: the template and where the features go (llava_common.c). */
@@ -718,5 +724,6 @@ const struct mmrt_model_type mmrt_llava_next_model_type = {
     .encode_batch = next_encode_batch,
     .prepare = next_prepare,
     .image_grids = true,
+    .chat_templates = true,
     .language = next_language,
 };

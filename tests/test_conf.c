@@ -354,8 +354,8 @@ static void test_defaults_and_paths(void **state)
     mmrt_conf_destroy(c);
 }
 
-/* [model] max_image_tokens, oversize_images and exif_orientation: values, lines, and the
- * defaults when only `path` is given. */
+/* [model] max_image_tokens, oversize_images, exif_orientation, image_kv_* and chat_template:
+ * values, lines, and the defaults when only `path` is given. */
 static void test_model_image_budget(void **state)
 {
     (void)state;
@@ -406,6 +406,22 @@ static void test_model_image_budget(void **state)
     assert_int_equal(c->image_kv_keep_line, 3);
     assert_int_equal(c->image_kv_policy, MMRT_IMAGE_KV_KEY_NORM_LOW);
     assert_int_equal(c->image_kv_policy_line, 4);
+    assert_int_equal(c->chat_template, MMRT_CHAT_TEMPLATE_AUTO); /* absent: the checkpoint's */
+    assert_int_equal(c->chat_template_line, 0);
+    mmrt_conf_destroy(c);
+    text = "[model]\npath = m\nchat_template = mistral\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->chat_template, MMRT_CHAT_TEMPLATE_MISTRAL);
+    assert_int_equal(c->chat_template_line, 3);
+    mmrt_conf_destroy(c);
+    text = "[model]\npath = m\nchat_template = \"llava\"\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->chat_template, MMRT_CHAT_TEMPLATE_LLAVA);
+    mmrt_conf_destroy(c);
+    text = "[model]\npath = m\nchat_template = auto\n[device.d]\nplugin = cpu\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->chat_template, MMRT_CHAT_TEMPLATE_AUTO);
+    assert_int_equal(c->chat_template_line, 3);
     mmrt_conf_destroy(c);
 }
 
@@ -675,6 +691,12 @@ static const struct error_case ERRORS[] = {
      "t.ini:3: [model] exif_orientation = '1': expected 'ignore' or 'apply'"},
     {M("exif_orientation = apply\nexif_orientation = ignore"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'exif_orientation' (first on line 3)"},
+    {M("chat_template = vicuna"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] chat_template = 'vicuna': expected 'auto', 'llava' or 'mistral'"},
+    {M("chat_template = Mistral"), MMRT_ERR_CONFIG,
+     "t.ini:3: [model] chat_template = 'Mistral': expected 'auto', 'llava' or 'mistral'"},
+    {M("chat_template = llava\nchat_template = mistral"), MMRT_ERR_CONFIG,
+     "t.ini:4: [model] duplicate key 'chat_template' (first on line 3)"},
     {M("image_kv_keep = 0"), MMRT_ERR_CONFIG,
      "t.ini:3: [model] image_kv_keep = '0': outside (0, 1]"},
     {M("image_kv_keep = 1.5"), MMRT_ERR_CONFIG,

@@ -676,6 +676,18 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
         else
             fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'ignore' or "
                  "'apply'", p->section, key, (int)n, v);
+    } else if (strcmp(key, "chat_template") == 0) {
+        if (!once(p, key, n, &c->chat_template_line))
+            return;
+        if (n == 4 && memcmp(v, "auto", 4) == 0)
+            c->chat_template = MMRT_CHAT_TEMPLATE_AUTO;
+        else if (n == 5 && memcmp(v, "llava", 5) == 0)
+            c->chat_template = MMRT_CHAT_TEMPLATE_LLAVA;
+        else if (n == 7 && memcmp(v, "mistral", 7) == 0)
+            c->chat_template = MMRT_CHAT_TEMPLATE_MISTRAL;
+        else
+            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'auto', 'llava' or "
+                 "'mistral'", p->section, key, (int)n, v);
     } else if (strcmp(key, "image_kv_keep") == 0) {
         if (once(p, key, n, &c->image_kv_keep_line))
             parse_real(p, key, v, n, 0, true, 1, &c->image_kv_keep);

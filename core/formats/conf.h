@@ -25,6 +25,8 @@
  *                              ; tokens' K/V each layer and head keeps after prefill
  *     image_kv_policy = random ; optional, key_norm_high | key_norm_low | random | pool2x2,
  *                              ; default: the one docs/BENCHMARKS.md measured best
+ *     chat_template = auto     ; optional, auto | llava | mistral, default auto: the
+ *                              ; checkpoint's own (LLaVA-family models only)
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so
@@ -256,6 +258,8 @@ struct mmrt_conf {
     int image_kv_keep_line;
     enum mmrt_image_kv_policy image_kv_policy; /* [model] image_kv_policy */
     int image_kv_policy_line;
+    enum mmrt_chat_template chat_template; /* [model] chat_template */
+    int chat_template_line;
     struct mmrt_conf_device *devices; /* [n_devices] in file order, n_devices >= 1 */
     int n_devices;
     struct mmrt_conf_stage vision, language;

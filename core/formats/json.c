@@ -45,8 +45,8 @@ void mmrt_json_prescan(const char *text, size_t len, int max_depth,
     *out = r;
 }
 
-mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
-                            json_t **out, struct mmrt_error *err)
+static mmrt_status parse(const char *text, size_t len, const char *what, int max_depth,
+                         size_t flags, json_t **out, struct mmrt_error *err)
 {
     if (max_depth <= 0)
         max_depth = MMRT_JSON_DEFAULT_MAX_DEPTH;
@@ -57,7 +57,7 @@ mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int 
                               "%s: JSON nested deeper than %d levels at byte %zu", what,
                               max_depth, scan.too_deep_at);
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | flags, &jerr);
     if (!root) {
         /* jansson quotes the offending input ("near '…'"): keep control bytes and invalid
          * UTF-8 from a hostile document out of our one-line messages and terminals. */
@@ -72,16 +72,28 @@ mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int 
     return MMRT_OK;
 }
 
-mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_depth,
-                                json_t **out, struct mmrt_error *err)
+mmrt_status mmrt_json_parse(const char *text, size_t len, const char *what, int max_depth,
+                            json_t **out, struct mmrt_error *err)
+{
+    return parse(text, len, what, max_depth, 0, out, err);
+}
+
+static mmrt_status load_file(const char *path, size_t max_bytes, int max_depth, size_t flags,
+                             json_t **out, struct mmrt_error *err)
 {
     char *buf = NULL;
     size_t n = 0;
     mmrt_status st = mmrt_file_read(path, max_bytes, 0, NULL, &buf, &n, err);
     if (st == MMRT_OK)
-        st = mmrt_json_parse(buf, n, path, max_depth, out, err);
+        st = parse(buf, n, path, max_depth, flags, out, err);
     free(buf);
     return st;
+}
+
+mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_depth,
+                                json_t **out, struct mmrt_error *err)
+{
+    return load_file(path, max_bytes, max_depth, 0, out, err);
 }
 
 const char *mmrt_json_type_name(const json_t *v)
@@ -99,11 +111,11 @@ const char *mmrt_json_type_name(const json_t *v)
     return "a value";
 }
 
-mmrt_status mmrt_json_load_object(const char *path, size_t max_bytes, int max_depth,
-                                  json_t **out, struct mmrt_error *err)
+static mmrt_status load_object(const char *path, size_t max_bytes, int max_depth, size_t flags,
+                               json_t **out, struct mmrt_error *err)
 {
     json_t *root = NULL;
-    mmrt_status st = mmrt_json_load_file(path, max_bytes, max_depth, &root, err);
+    mmrt_status st = load_file(path, max_bytes, max_depth, flags, &root, err);
     if (st != MMRT_OK)
         return st;
     if (!json_is_object(root)) {
@@ -114,6 +126,18 @@ mmrt_status mmrt_json_load_object(const char *path, size_t max_bytes, int max_de
     }
     *out = root;
     return MMRT_OK;
+}
+
+mmrt_status mmrt_json_load_object(const char *path, size_t max_bytes, int max_depth,
+                                  json_t **out, struct mmrt_error *err)
+{
+    return load_object(path, max_bytes, max_depth, 0, out, err);
+}
+
+mmrt_status mmrt_json_load_object_reals(const char *path, size_t max_bytes, int max_depth,
+                                        json_t **out, struct mmrt_error *err)
+{
+    return load_object(path, max_bytes, max_depth, JSON_DECODE_INT_AS_REAL, out, err);
 }
 
 mmrt_status mmrt_json_opt_id_list(const json_t *obj, const char *key, const char *what,

@@ -54,6 +54,12 @@ mmrt_status mmrt_json_load_file(const char *path, size_t max_bytes, int max_dept
 mmrt_status mmrt_json_load_object(const char *path, size_t max_bytes, int max_depth,
                                   json_t **out, struct mmrt_error *err);
 
+/* Same, every number decoded as a real: for files of which only strings and structure are
+ * read (a chat template in tokenizer_config.json, whose "model_max_length" transformers
+ * writes as the integer 10^30, beyond what an integer here holds). */
+mmrt_status mmrt_json_load_object_reals(const char *path, size_t max_bytes, int max_depth,
+                                        json_t **out, struct mmrt_error *err);
+
 /* "an object", "an array", "a string", "an integer", "a real number", "a boolean", "null"
  * (NULL counts as null); for messages. */
 const char *mmrt_json_type_name(const json_t *v);

@@ -114,6 +114,19 @@ enum mmrt_image_kv_policy {
     MMRT_IMAGE_KV_POOL2X2 = 4,       /* averages of patch-grid neighbourhoods (2×2 at 0.25) */
 };
 
+/* The chat template LLaVA-1.5 and LLaVA-NeXT checkpoints render their turns with (models.md
+ * §7.5). mmrt has no Jinja engine: it recognises the checkpoint's own template and renders
+ * that family itself. */
+enum mmrt_chat_template {
+    MMRT_CHAT_TEMPLATE_AUTO = 0,    /* the checkpoint's template (chat_template.jinja,
+                                       chat_template.json, processor_config.json or
+                                       tokenizer_config.json, the first that has one); with
+                                       none, Mistral's for a mistral text model, else
+                                       LLaVA's; one mmrt does not recognise is refused */
+    MMRT_CHAT_TEMPLATE_LLAVA = 1,   /* "USER: <image>\n… ASSISTANT:" (llava-1.5, -1.6-vicuna) */
+    MMRT_CHAT_TEMPLATE_MISTRAL = 2, /* "[INST] <image>\n… [/INST]" (llava-1.6-mistral) */
+};
+
 /* How the checkpoint's matrices (every matmul weight of the towers, the projector and the
  * decoder, the LM head too unless it is the tied embedding) are held on their devices. */
 enum mmrt_weight_format {
@@ -208,6 +221,12 @@ struct mmrt_config {
      * random | pool2x2. Figures: mmrt_stats image_kv_dropped_tokens. */
     double image_kv_keep;
     enum mmrt_image_kv_policy image_kv_policy;
+    /* The chat template (enum mmrt_chat_template; docs/CONFIG.md "Chat template"): AUTO
+     * (0, the default) or one named, for a checkpoint whose template file is missing or not
+     * one mmrt recognises. Model types with one template of their own (Qwen2-VL) or none
+     * (Fuyu) take only AUTO; anything else is MMRT_ERR_CONFIG. INI: [model] chat_template =
+     * auto | llava | mistral. */
+    enum mmrt_chat_template chat_template;
 };
 
 struct mmrt_runtime;
