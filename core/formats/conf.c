@@ -429,6 +429,33 @@ static bool once(struct parser *p, const char *key, size_t n, int *line)
     return true;
 }
 
+/* One of a key's named values (exact, lower case as documented). */
+struct choice {
+    const char *name;
+    int value;
+};
+
+/* Sets *out to the value of the name v spells among names[count]; anything else is
+ * "[section] key = 'v': expected <expected>". False when the key is refused (then *out is
+ * untouched). */
+static bool set_choice(struct parser *p, const char *key, const char *v, size_t n,
+                       const struct choice *names, size_t count, const char *expected,
+                       int *line, int *out)
+{
+    if (!once(p, key, n, line))
+        return false;
+    for (size_t i = 0; i < count; i++)
+        if (strlen(names[i].name) == n && memcmp(names[i].name, v, n) == 0) {
+            *out = names[i].value;
+            return true;
+        }
+    fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected %s", p->section, key, (int)n,
+         v, expected);
+    return false;
+}
+
+static const struct choice on_off[] = { { "on", 1 }, { "off", 0 } };
+
 /* resolve joins the value to the INI file's folder. */
 static void set_string(struct parser *p, const char *key, const char *v, size_t n, bool resolve,
                        char **field, int *line)
@@ -478,15 +505,10 @@ static void device_key(struct parser *p, const char *key, const char *v, size_t 
             d->pool_mb = (uint64_t)x;
         }
     } else if (strcmp(key, "level1") == 0) {
-        if (!once(p, key, n, &d->level1_line))
-            return;
-        if (n == 2 && memcmp(v, "on", 2) == 0)
-            d->level1 = MMRT_LEVEL1_ON;
-        else if (n == 3 && memcmp(v, "off", 3) == 0)
-            d->level1 = MMRT_LEVEL1_OFF;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] level1 = '%.*s': expected on or off",
-                 p->section, (int)n, v);
+        int on;
+        if (set_choice(p, key, v, n, on_off, sizeof on_off / sizeof on_off[0], "on or off",
+                       &d->level1_line, &on))
+            d->level1 = on ? MMRT_LEVEL1_ON : MMRT_LEVEL1_OFF;
     } else {
         size_t kn = strlen(key);
         if (!is_name(key, kn, MMRT_CONF_MAX_OPTION_KEY, "_.-")) {
@@ -588,15 +610,10 @@ static void cache_key(struct parser *p, const char *key, const char *v, size_t n
         if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_VISION_MB, &x, &s->vision_mb_line))
             s->vision_mb = (int64_t)x;
     } else if (strcmp(key, "prefix") == 0) {
-        if (!once(p, key, n, &s->prefix_line))
-            return;
-        if (n == 2 && memcmp(v, "on", 2) == 0)
-            s->prefix = 1;
-        else if (n == 3 && memcmp(v, "off", 3) == 0)
-            s->prefix = -1;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[cache] prefix = '%.*s': expected on or off",
-                 (int)n, v);
+        int on;
+        if (set_choice(p, key, v, n, on_off, sizeof on_off / sizeof on_off[0], "on or off",
+                       &s->prefix_line, &on))
+            s->prefix = on ? 1 : -1;
     } else {
         unknown_key(p, key, v, n);
     }
@@ -625,90 +642,62 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
         else
             c->kv_page_tokens = (int64_t)x;
     } else if (strcmp(key, "kv_dtype") == 0) {
-        if (!once(p, key, n, &c->kv_dtype_line))
-            return;
-        if (n == 3 && memcmp(v, "f32", 3) == 0)
-            c->kv_dtype = MMRT_KV_F32;
-        else if (n == 3 && memcmp(v, "f16", 3) == 0)
-            c->kv_dtype = MMRT_KV_F16;
-        else if (n == 3 && memcmp(v, "fp8", 3) == 0)
-            c->kv_dtype = MMRT_KV_FP8;
-        else if (n == 4 && memcmp(v, "int8", 4) == 0)
-            c->kv_dtype = MMRT_KV_INT8;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'f32', 'f16', "
-                 "'fp8' or 'int8'", p->section, key, (int)n, v);
+        static const struct choice names[] = {
+            { "f32", MMRT_KV_F32 }, { "f16", MMRT_KV_F16 }, { "fp8", MMRT_KV_FP8 },
+            { "int8", MMRT_KV_INT8 },
+        };
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
+                       "'f32', 'f16', 'fp8' or 'int8'", &c->kv_dtype_line, &value))
+            c->kv_dtype = value;
     } else if (strcmp(key, "weights") == 0) {
-        if (!once(p, key, n, &c->weights_line))
-            return;
-        if (n == 10 && memcmp(v, "checkpoint", 10) == 0)
-            c->weights = MMRT_WEIGHTS_CHECKPOINT;
-        else if (n == 4 && memcmp(v, "int8", 4) == 0)
-            c->weights = MMRT_WEIGHTS_INT8;
-        else if ((n == 4 && memcmp(v, "int4", 4) == 0) ||
-                 (n == 9 && memcmp(v, "int4-g128", 9) == 0))
-            c->weights = MMRT_WEIGHTS_INT4;
-        else if (n == 8 && memcmp(v, "int4-g64", 8) == 0)
-            c->weights = MMRT_WEIGHTS_INT4_G64;
-        else if (n == 8 && memcmp(v, "int4-g32", 8) == 0)
-            c->weights = MMRT_WEIGHTS_INT4_G32;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'checkpoint', "
-                 "'int8', 'int4' (groups of 128), 'int4-g64' or 'int4-g32'", p->section, key,
-                 (int)n, v);
+        static const struct choice names[] = {
+            { "checkpoint", MMRT_WEIGHTS_CHECKPOINT }, { "int8", MMRT_WEIGHTS_INT8 },
+            { "int4", MMRT_WEIGHTS_INT4 }, { "int4-g128", MMRT_WEIGHTS_INT4 },
+            { "int4-g64", MMRT_WEIGHTS_INT4_G64 }, { "int4-g32", MMRT_WEIGHTS_INT4_G32 },
+        };
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
+                       "'checkpoint', 'int8', 'int4' (groups of 128), 'int4-g64' or "
+                       "'int4-g32'", &c->weights_line, &value))
+            c->weights = value;
     } else if (strcmp(key, "oversize_images") == 0) {
-        if (!once(p, key, n, &c->oversize_images_line))
-            return;
-        if (n == 6 && memcmp(v, "refuse", 6) == 0)
-            c->oversize_images = MMRT_OVERSIZE_REFUSE;
-        else if (n == 9 && memcmp(v, "downscale", 9) == 0)
-            c->oversize_images = MMRT_OVERSIZE_DOWNSCALE;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'refuse' or "
-                 "'downscale'", p->section, key, (int)n, v);
+        static const struct choice names[] = { { "refuse", MMRT_OVERSIZE_REFUSE },
+                                               { "downscale", MMRT_OVERSIZE_DOWNSCALE } };
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
+                       "'refuse' or 'downscale'", &c->oversize_images_line, &value))
+            c->oversize_images = value;
     } else if (strcmp(key, "exif_orientation") == 0) {
-        if (!once(p, key, n, &c->exif_orientation_line))
-            return;
-        if (n == 6 && memcmp(v, "ignore", 6) == 0)
-            c->exif_orientation = MMRT_EXIF_IGNORE;
-        else if (n == 5 && memcmp(v, "apply", 5) == 0)
-            c->exif_orientation = MMRT_EXIF_APPLY;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'ignore' or "
-                 "'apply'", p->section, key, (int)n, v);
+        static const struct choice names[] = { { "ignore", MMRT_EXIF_IGNORE },
+                                               { "apply", MMRT_EXIF_APPLY } };
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0], "'ignore' or 'apply'",
+                       &c->exif_orientation_line, &value))
+            c->exif_orientation = value;
     } else if (strcmp(key, "chat_template") == 0) {
-        if (!once(p, key, n, &c->chat_template_line))
-            return;
-        if (n == 4 && memcmp(v, "auto", 4) == 0)
-            c->chat_template = MMRT_CHAT_TEMPLATE_AUTO;
-        else if (n == 5 && memcmp(v, "llava", 5) == 0)
-            c->chat_template = MMRT_CHAT_TEMPLATE_LLAVA;
-        else if (n == 7 && memcmp(v, "mistral", 7) == 0)
-            c->chat_template = MMRT_CHAT_TEMPLATE_MISTRAL;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'auto', 'llava' or "
-                 "'mistral'", p->section, key, (int)n, v);
+        static const struct choice names[] = { { "auto", MMRT_CHAT_TEMPLATE_AUTO },
+                                               { "llava", MMRT_CHAT_TEMPLATE_LLAVA },
+                                               { "mistral", MMRT_CHAT_TEMPLATE_MISTRAL } };
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
+                       "'auto', 'llava' or 'mistral'", &c->chat_template_line, &value))
+            c->chat_template = value;
     } else if (strcmp(key, "image_kv_keep") == 0) {
         if (once(p, key, n, &c->image_kv_keep_line))
             parse_real(p, key, v, n, 0, true, 1, &c->image_kv_keep);
     } else if (strcmp(key, "image_kv_policy") == 0) {
-        if (!once(p, key, n, &c->image_kv_policy_line))
-            return;
-        static const struct { const char *name; enum mmrt_image_kv_policy policy; } names[] = {
+        static const struct choice names[] = {
             { "key_norm_high", MMRT_IMAGE_KV_KEY_NORM_HIGH },
             { "key_norm_low", MMRT_IMAGE_KV_KEY_NORM_LOW },
             { "random", MMRT_IMAGE_KV_RANDOM },
             { "pool2x2", MMRT_IMAGE_KV_POOL2X2 },
         };
-        size_t i = 0;
-        while (i < sizeof names / sizeof names[0] &&
-               !(strlen(names[i].name) == n && memcmp(names[i].name, v, n) == 0))
-            i++;
-        if (i < sizeof names / sizeof names[0])
-            c->image_kv_policy = names[i].policy;
-        else
-            fail(p, p->line, MMRT_ERR_CONFIG, "[%s] %s = '%.*s': expected 'key_norm_high', "
-                 "'key_norm_low', 'random' or 'pool2x2'", p->section, key, (int)n, v);
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
+                       "'key_norm_high', 'key_norm_low', 'random' or 'pool2x2'",
+                       &c->image_kv_policy_line, &value))
+            c->image_kv_policy = value;
     } else {
         unknown_key(p, key, v, n);
     }
