@@ -5,6 +5,7 @@
 #include "sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,32 +54,108 @@ mmrt_status mmrt_sampler_init(struct mmrt_sampler *s, int64_t vocab, float tempe
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
         s->s[i] = splitmix64(&x);
-    if (temperature > 0) {
-        s->cands = malloc((size_t)vocab * sizeof *s->cands);
-        s->probs = malloc((size_t)vocab * sizeof *s->probs);
-        if (!s->cands || !s->probs) {
-            mmrt_sampler_deinit(s);
-            return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "sampler: out of memory");
-        }
-    }
+    if (temperature > 0 && !(s->cands = malloc((size_t)vocab * sizeof *s->cands)))
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "sampler: out of memory");
     return MMRT_OK;
 }
 
 void mmrt_sampler_deinit(struct mmrt_sampler *s)
 {
     free(s->cands);
-    free(s->probs);
     s->cands = NULL;
-    s->probs = NULL;
 }
 
-/* Decreasing logit, then increasing id, so ties are deterministic. */
+/* The sampler's order: larger logit first, then smaller id, so ties are deterministic. */
+static inline bool before(const struct mmrt_sampler_cand *a, const struct mmrt_sampler_cand *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
 static int cand_cmp(const void *a, const void *b)
 {
-    const struct mmrt_sampler_cand *x = a, *y = b;
-    if (x->logit != y->logit)
-        return x->logit < y->logit ? 1 : -1;
-    return x->id < y->id ? -1 : x->id > y->id;
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+static inline void swap(struct mmrt_sampler_cand *c, int64_t i, int64_t j)
+{
+    const struct mmrt_sampler_cand t = c[i];
+    c[i] = c[j];
+    c[j] = t;
+}
+
+/* Ranges this short are sorted rather than partitioned. */
+#define SMALL_RANGE 32
+/* Partitions after which a selection sorts what is left: a median-of-three pivot halves a
+ * range in expectation, so only an adversarial row gets here, and it then costs a sort. */
+#define MAX_PARTITIONS 64
+
+/* Partitions c[lo, hi) (hi − lo ≥ 3) around the median of its first, middle and last
+ * candidates: returns m with c[lo, m) before c[m] and c[m + 1, hi) after it. */
+static int64_t partition(struct mmrt_sampler_cand *c, int64_t lo, int64_t hi)
+{
+    const int64_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (before(&c[mid], &c[lo]))
+        swap(c, mid, lo);
+    if (before(&c[last], &c[lo]))
+        swap(c, last, lo);
+    if (before(&c[last], &c[mid]))
+        swap(c, last, mid);
+    swap(c, mid, last);
+    int64_t m = lo;
+    for (int64_t i = lo; i < last; i++)
+        if (before(&c[i], &c[last]))
+            swap(c, i, m++);
+    swap(c, m, last);
+    return m;
+}
+
+/* Moves the first k candidates of c[0, n) in the sampler's order (0 < k < n) to c[0, k),
+ * in no particular order. Invariant: c[0, lo) precede c[lo, hi), which precede c[hi, n),
+ * and lo ≤ k ≤ hi. */
+static void select_first(struct mmrt_sampler_cand *c, int64_t n, int64_t k)
+{
+    int64_t lo = 0, hi = n;
+    for (int round = 0; hi - lo > SMALL_RANGE && round < MAX_PARTITIONS; round++) {
+        const int64_t m = partition(c, lo, hi);
+        if (m == k || m + 1 == k)
+            return;
+        if (m > k)
+            hi = m;
+        else
+            lo = m + 1;
+    }
+    qsort(c + lo, (size_t)(hi - lo), sizeof *c, cand_cmp);
+}
+
+/* The length of the shortest prefix of c[0, n) in the sampler's order whose p add up to
+ * `need`, moved to c[0, length) in no particular order; n when rounding leaves even the
+ * whole row short of it. Same invariant as select_first, with `need` what c[lo, hi) must
+ * still supply. */
+static int64_t select_mass(struct mmrt_sampler_cand *c, int64_t n, double need)
+{
+    int64_t lo = 0, hi = n;
+    for (int round = 0; hi - lo > SMALL_RANGE && round < MAX_PARTITIONS; round++) {
+        const int64_t m = partition(c, lo, hi);
+        double ahead = 0;
+        for (int64_t i = lo; i < m; i++)
+            ahead += c[i].p;
+        if (ahead >= need) {
+            hi = m;
+            continue;
+        }
+        need -= ahead;
+        if ((double)c[m].p >= need)
+            return m + 1;
+        need -= c[m].p;
+        lo = m + 1;
+    }
+    qsort(c + lo, (size_t)(hi - lo), sizeof *c, cand_cmp);
+    for (int64_t i = lo; i < hi; i++) {
+        if ((double)c[i].p >= need)
+            return i + 1;
+        need -= c[i].p;
+    }
+    return hi; /* rounding: c[lo, hi) was found to reach it summed in another order */
 }
 
 mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits, int32_t *token,
@@ -94,48 +171,50 @@ mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits, int32
         *token = (int32_t)best;
         return MMRT_OK;
     }
-    /* Candidates: finite logits, sorted by decreasing logit; cut to top_k. Dividing by a
-     * positive temperature keeps the order, so the raw logits are sorted and the division
-     * is done on the differences, in double: logit / 1e-45 overflows float (inf - inf made
-     * every probability NaN and the draw fell through to the least likely candidate),
-     * while (l_i - l_0) / T is at worst -inf in double and exp() of it exactly 0, which is
-     * the greedy limit T -> 0 (ties at the top share it, as the limit does). */
+    /* Candidates: the finite logits, cut to the top_k first. Dividing by a positive
+     * temperature keeps the order, so the division is done on differences from the largest
+     * logit, in double: logit / 1e-45 overflows float (inf − inf made every probability NaN
+     * and the draw fell through to the least likely candidate), while (l_i − l_0) / T is at
+     * worst −inf in double and its probability exactly 0, which is the greedy limit T → 0
+     * (ties at the top share it, as the limit does). */
     struct mmrt_sampler_cand *c = s->cands;
     int64_t n = 0;
     for (int64_t i = 0; i < s->vocab; i++)
         if (isfinite(logits[i]))
-            c[n++] = (struct mmrt_sampler_cand){ logits[i], (int32_t)i };
-    qsort(c, (size_t)n, sizeof *c, cand_cmp);
-    if (s->top_k > 0 && s->top_k < n)
+            c[n++] = (struct mmrt_sampler_cand){ .logit = logits[i], .id = (int32_t)i };
+    if (s->top_k > 0 && s->top_k < n) {
+        select_first(c, n, s->top_k);
         n = s->top_k;
+    }
+    const double top = (double)logits[best], t = (double)s->temperature;
     double sum = 0;
-    const double t = (double)s->temperature;
     for (int64_t i = 0; i < n; i++) {
-        s->probs[i] = (float)exp(((double)c[i].logit - (double)c[0].logit) / t);
-        sum += s->probs[i];
+        const double d = ((double)c[i].logit - top) / t;
+        /* Below −104 the float exp is 0 (as it is for −inf): the call is skipped, not the
+         * token. expf rather than exp: half the time, and a probability is a float anyway. */
+        c[i].p = d < -104.0 ? 0.0f : expf((float)d);
+        sum += c[i].p;
     }
-    /* top_p: keep the shortest prefix whose mass reaches top_p. */
-    double cum = 0;
+    /* top_p: the shortest run of first candidates whose probability reaches top_p. */
     int64_t keep = n;
-    for (int64_t i = 0; i < n; i++) {
-        cum += s->probs[i] / sum;
-        if (cum >= s->top_p) {
-            keep = i + 1;
-            break;
-        }
+    double mass = sum;
+    if (s->top_p < 1) {
+        keep = select_mass(c, n, (double)s->top_p * sum);
+        mass = 0;
+        for (int64_t i = 0; i < keep; i++)
+            mass += c[i].p;
     }
-    double mass = 0;
-    for (int64_t i = 0; i < keep; i++)
-        mass += s->probs[i];
     double r = (double)(next_u64(s->s) >> 11) * 0x1.0p-53 * mass;
-    int64_t pick = keep - 1;
+    int64_t pick = -1, last = 0;
     for (int64_t i = 0; i < keep; i++) {
-        r -= s->probs[i];
+        if (c[i].p > 0)
+            last = i;
+        r -= c[i].p;
         if (r < 0) {
             pick = i;
             break;
         }
     }
-    *token = c[pick].id;
+    *token = c[pick >= 0 ? pick : last].id; /* rounding left r ≥ 0: the last likely one */
     return MMRT_OK;
 }

@@ -6,6 +6,11 @@
  * keep the smallest set whose probability reaches top_p (1 = all; the most likely token is
  * always kept), then draw from the softmax with a seeded xoshiro256** generator, so one seed
  * gives one answer on every machine.
+ *
+ * "Largest" is the order (logit descending, id ascending), so ties are cut the same way
+ * everywhere. Neither cut sorts the vocabulary: each is a selection in expected O(vocab) (a
+ * full sort of Qwen2-VL's 151,936 logits cost more per token than a small batch's decode
+ * step), and the draw walks the kept tokens in the order the selection left them in.
  */
 #ifndef MMRT_CORE_SAMPLER_H
 #define MMRT_CORE_SAMPLER_H
@@ -15,6 +20,8 @@
 struct mmrt_sampler_cand {
     float logit;   /* as the model gave it; the temperature is applied to differences */
     int32_t id;
+    float p;       /* exp((logit − the largest logit) / temperature): its unnormalised
+                      probability */
 };
 
 struct mmrt_sampler {
@@ -24,7 +31,6 @@ struct mmrt_sampler {
     uint64_t s[4];      /* generator state */
     int64_t vocab;
     struct mmrt_sampler_cand *cands; /* [vocab] work space, owned (NULL when greedy) */
-    float *probs;                    /* [vocab] */
 };
 
 /* Checks the settings (temperature finite in [0, 100], top_k ≥ 0, top_p in (0, 1]; the

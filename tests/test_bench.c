@@ -542,6 +542,15 @@ static void test_refusals(void **state)
     rc = run_bench((const char *[]){ "--gen-tokens", "0", NULL });
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err_text, "--gen-tokens"));
+    rc = run_bench((const char *[]){ "--temperature", "warm", NULL });
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err_text, "--temperature \"warm\": expected a number"));
+    rc = run_bench((const char *[]){ "--top-p", "0.9x", NULL });
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err_text, "--top-p"));
+    rc = run_bench((const char *[]){ "--top-k", "-1", NULL });
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err_text, "--top-k"));
 
     /* A cache folder that cannot be made (its parent is a file), for each family. */
     char bad[400];
@@ -571,6 +580,26 @@ static void test_refusals(void **state)
         snprintf(path, sizeof path, "%s/fuyu-8b-Lall-f32", cache_dir);
         assert_int_not_equal(stat(path, &sb), 0);
     }
+}
+
+/* Sampled decoding: the synthetic model has no end token, so every request still gives
+ * --gen-tokens tokens; a temperature the request refuses fails the run, naming it. */
+static void test_tiny_sampled(void **state)
+{
+    (void)state;
+    json_t *rec = run_json((const char *[]){ "--shape", "tiny", "--repeat", "1", "--gen-tokens",
+                                             "4", "--prompt-tokens", "5", "--probe-mb", "16",
+                                             "--batch", "2", "--temperature", "1",
+                                             "--top-k", "50", "--top-p", "0.9", "--json",
+                                             "--quiet", "--cache", cache_dir, NULL });
+    assert_int_equal(int_at(rec, "n_tokens"), 4);
+    json_decref(rec);
+    int rc = run_bench((const char *[]){ "--shape", "tiny", "--repeat", "1", "--gen-tokens",
+                                         "2", "--prompt-tokens", "5", "--probe-mb", "16",
+                                         "--temperature", "200", "--quiet", "--cache",
+                                         cache_dir, NULL });
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(err_text, "temperature 200"));
 }
 
 /* --vision-cache: each of --repeat fresh images runs as a miss, then as a hit; the record
@@ -624,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_tiny_fuyu_runs),
         cmocka_unit_test(test_tiny_qwen2vl_runs_or_is_refused),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_tiny_sampled),
     };
     return cmocka_run_group_tests_name("bench", tests, setup, teardown);
 }

@@ -2,6 +2,9 @@
  * tests/test_sampler.c — core/sampler.c: greedy, the temperature limit, top-k / top-p, and
  * the draw's distribution on fixed seeds (deterministic: the same seeds give the same
  * tokens on every machine, so the frequency bounds below cannot flake).
+ *
+ * sampler.c is compiled into this file (not linked from the library) so that its two
+ * selections are checked directly against a full sort.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +14,10 @@
 
 #include <cmocka.h>
 
-#include "sampler.h"
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler.c"
 
 static int32_t draw(const float *logits, int64_t n, float temperature, int top_k, float top_p,
                     uint64_t seed)
@@ -84,6 +90,182 @@ static void test_greedy_and_distribution(void **state)
     }
 }
 
+/* A reproducible row generator (not the sampler's): few distinct logits, so ties are many. */
+static uint64_t lcg(uint64_t *x)
+{
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return *x >> 33;
+}
+
+static void random_row(struct mmrt_sampler_cand *c, int64_t n, int distinct, uint64_t *x)
+{
+    for (int64_t i = 0; i < n; i++)
+        c[i] = (struct mmrt_sampler_cand){ .logit = (float)(lcg(x) % (uint64_t)distinct) - 7,
+                                           .id = (int32_t)((i * 7919) % n),
+                                           /* whole numbers: every sum below is exact */
+                                           .p = (float)(lcg(x) % 1000) };
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ids of c[0, k), sorted, into ids. */
+static void id_set(const struct mmrt_sampler_cand *c, int64_t k, int32_t *ids)
+{
+    for (int64_t i = 0; i < k; i++)
+        ids[i] = c[i].id;
+    qsort(ids, (size_t)k, sizeof *ids, id_cmp);
+}
+
+/* Rows sorted every way a median-of-three pivot can do badly on, and random ones with ties:
+ * select_first keeps exactly the k first of a full sort, and select_mass exactly the shortest
+ * sorted prefix reaching the mass. */
+static void test_selection_matches_sort(void **state)
+{
+    (void)state;
+    const int64_t sizes[] = { 1, 2, 3, 31, 32, 33, 100, 1000, 5000, 151936 };
+    struct mmrt_sampler_cand *row = malloc(151936 * sizeof *row);
+    struct mmrt_sampler_cand *ref = malloc(151936 * sizeof *ref);
+    struct mmrt_sampler_cand *got = malloc(151936 * sizeof *got);
+    int32_t *want_ids = malloc(151936 * sizeof *want_ids);
+    int32_t *got_ids = malloc(151936 * sizeof *got_ids);
+    assert_true(row && ref && got && want_ids && got_ids);
+    uint64_t x = 12345;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int64_t n = sizes[si];
+        for (int shape = 0; shape < 5; shape++) {
+            random_row(row, n, shape == 4 ? 1 : 50, &x);
+            if (shape == 1 || shape == 2) /* ascending, descending */
+                qsort(row, (size_t)n, sizeof *row, cand_cmp);
+            if (shape == 2)
+                for (int64_t i = 0; i < n / 2; i++)
+                    swap(row, i, n - 1 - i);
+            if (shape == 3) /* organ pipe */
+                for (int64_t i = 0; i < n; i++)
+                    row[i].logit = (float)(i < n / 2 ? i : n - i);
+            memcpy(ref, row, (size_t)n * sizeof *row);
+            qsort(ref, (size_t)n, sizeof *ref, cand_cmp);
+            const int64_t ks[] = { 1, 2, 31, 33, n / 2, n - 1 };
+            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+                const int64_t k = ks[ki];
+                if (k < 1 || k >= n)
+                    continue;
+                memcpy(got, row, (size_t)n * sizeof *row);
+                select_first(got, n, k);
+                id_set(ref, k, want_ids);
+                id_set(got, k, got_ids);
+                if (memcmp(want_ids, got_ids, (size_t)k * sizeof *got_ids) != 0)
+                    fail_msg("n %lld, shape %d: the top %lld differ from a sort's",
+                             (long long)n, shape, (long long)k);
+            }
+            double total = 0;
+            for (int64_t i = 0; i < n; i++)
+                total += ref[i].p;
+            const double fractions[] = { 1e-9, 0.1, 0.5, 0.9, 0.999, 1.0 };
+            for (size_t fi = 0; fi < sizeof fractions / sizeof *fractions; fi++) {
+                const double need = fractions[fi] * total;
+                int64_t want = n;
+                double cum = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    cum += ref[i].p;
+                    if (cum >= need) {
+                        want = i + 1;
+                        break;
+                    }
+                }
+                memcpy(got, row, (size_t)n * sizeof *row);
+                const int64_t len = select_mass(got, n, need);
+                if (len != want)
+                    fail_msg("n %lld, shape %d, mass %g: a prefix of %lld, a sort gives %lld",
+                             (long long)n, shape, fractions[fi], (long long)len,
+                             (long long)want);
+                id_set(ref, want, want_ids);
+                id_set(got, len, got_ids);
+                assert_memory_equal(want_ids, got_ids, (size_t)want * sizeof *got_ids);
+            }
+        }
+    }
+    free(row);
+    free(ref);
+    free(got);
+    free(want_ids);
+    free(got_ids);
+}
+
+/* Over a vocabulary of Qwen2-VL's size with many tied logits, every draw lies in the set a
+ * full sort keeps for top_k and top_p, and the most likely kept token comes up about as often
+ * as its probability says. */
+static void test_draws_stay_in_the_kept_set(void **state)
+{
+    (void)state;
+    const int64_t n = 151936;
+    float *logits = malloc((size_t)n * sizeof *logits);
+    struct mmrt_sampler_cand *ref = malloc((size_t)n * sizeof *ref);
+    char *kept = malloc((size_t)n);
+    assert_true(logits && ref && kept);
+    uint64_t x = 99;
+    for (int64_t i = 0; i < n; i++)
+        logits[i] = (float)(lcg(&x) % 400) / 40.0f; /* 0 … 9.975 in steps of 1/40 */
+    logits[777] = NAN;
+    logits[778] = -INFINITY;
+    const struct { int top_k; float top_p; } cuts[] = { { 40, 1.0f }, { 0, 0.5f },
+                                                        { 1000, 0.9f }, { 0, 1.0f } };
+    for (size_t ci = 0; ci < sizeof cuts / sizeof *cuts; ci++) {
+        /* The reference: sort, cut to top_k, then the top_p prefix, as sampler.h says. */
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (isfinite(logits[i]))
+                ref[m++] = (struct mmrt_sampler_cand){ .logit = logits[i], .id = (int32_t)i };
+        qsort(ref, (size_t)m, sizeof *ref, cand_cmp);
+        if (cuts[ci].top_k > 0)
+            m = cuts[ci].top_k;
+        double sum = 0;
+        for (int64_t i = 0; i < m; i++)
+            sum += exp((double)ref[i].logit - (double)ref[0].logit);
+        int64_t keep = m;
+        double cum = 0;
+        for (int64_t i = 0; i < m && cuts[ci].top_p < 1; i++) {
+            cum += exp((double)ref[i].logit - (double)ref[0].logit) / sum;
+            if (cum >= cuts[ci].top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        memset(kept, 0, (size_t)n);
+        double kept_mass = 0;
+        for (int64_t i = 0; i < keep; i++) {
+            kept[ref[i].id] = 1;
+            kept_mass += exp((double)ref[i].logit - (double)ref[0].logit);
+        }
+        const double p_top = 1.0 / kept_mass; /* ref[0]'s share of the kept set */
+        int top_hits = 0;
+        const int draws = 400;
+        struct mmrt_sampler s;
+        struct mmrt_error err = { 0 };
+        for (uint64_t seed = 0; seed < (uint64_t)draws; seed++) {
+            assert_int_equal(mmrt_sampler_init(&s, n, 1.0f, cuts[ci].top_k, cuts[ci].top_p,
+                                               seed, &err), MMRT_OK);
+            int32_t tok = -1;
+            assert_int_equal(mmrt_sampler_next(&s, logits, &tok, &err), MMRT_OK);
+            mmrt_sampler_deinit(&s);
+            if (tok < 0 || tok >= n || !kept[tok])
+                fail_msg("cut %zu, seed %llu: token %d is not in the kept set", ci,
+                         (unsigned long long)seed, tok);
+            top_hits += tok == ref[0].id;
+        }
+        const double mean = draws * p_top, sd = sqrt(draws * p_top * (1 - p_top));
+        if (fabs(top_hits - mean) > 5 * sd + 2)
+            fail_msg("cut %zu: the top token came up %d times in %d, expected %.1f", ci,
+                     top_hits, draws, mean);
+    }
+    free(logits);
+    free(ref);
+    free(kept);
+}
+
 static void test_settings_refused(void **state)
 {
     (void)state;
@@ -105,6 +287,8 @@ int main(void)
         cmocka_unit_test(test_tiny_temperature_is_greedy),
         cmocka_unit_test(test_tiny_temperature_tie),
         cmocka_unit_test(test_greedy_and_distribution),
+        cmocka_unit_test(test_selection_matches_sort),
+        cmocka_unit_test(test_draws_stay_in_the_kept_set),
         cmocka_unit_test(test_settings_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

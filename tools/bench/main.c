@@ -72,6 +72,8 @@ struct options {
     int threads;
     double image_kv_keep;            /* --image-kv-keep; 0 = off */
     enum mmrt_image_kv_policy image_kv_policy;
+    float temperature, top_p;        /* --temperature (0 = greedy), --top-p */
+    int top_k;                       /* --top-k (0 = off) */
 };
 
 static void usage(FILE *f)
@@ -105,6 +107,9 @@ static void usage(FILE *f)
             "                      image_kv_keep; default 1, off)\n"
             "  --image-kv-policy P key_norm_high|key_norm_low|random|pool2x2 ([model]\n"
             "                      image_kv_policy; default the runtime's)\n"
+            "  --temperature T     sample at temperature T, request i with seed i (default 0:\n"
+            "                      greedy); --top-k K and --top-p P cut the candidates as in\n"
+            "                      a request (defaults 0 and 1: off)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -537,6 +542,7 @@ int main(int argc, char **argv)
     struct options o = {
         .shape = "llava-1.5-7b", .dtype = BENCH_F16, .prompt_tokens = 32, .gen_tokens = 32,
         .batch = 1, .repeat = 3, .warmup = 1, .probe_mb = 1024, .probe_passes = 6,
+        .top_p = 1.0f,
     };
     int layers = 0;
     static const struct option longopts[] = {
@@ -558,6 +564,9 @@ int main(int argc, char **argv)
         { "weights", required_argument, NULL, 'W' },
         { "image-kv-keep", required_argument, NULL, 'R' },
         { "image-kv-policy", required_argument, NULL, 'P' },
+        { "temperature", required_argument, NULL, 't' },
+        { "top-p", required_argument, NULL, 'u' },
+        { "top-k", required_argument, NULL, 'k' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -640,6 +649,24 @@ int main(int argc, char **argv)
             }
             break;
         }
+        case 't':
+        case 'u': {
+            /* The request checks the ranges (temperature 0 … 100, top_p in (0, 1]); this
+             * only has to read a number. */
+            char *end;
+            const double v = strtod(optarg, &end);
+            if (end == optarg || *end || !isfinite(v)) {
+                fprintf(stderr, "mmrt-bench: --%s \"%s\": expected a number\n",
+                        opt == 't' ? "temperature" : "top-p", optarg);
+                bad = 1;
+            } else if (opt == 't') {
+                o.temperature = (float)v;
+            } else {
+                o.top_p = (float)v;
+            }
+            break;
+        }
+        case 'k': bad = parse_int("--top-k", optarg, 0, 1 << 30, &o.top_k); break;
         case 'P': {
             static const enum mmrt_image_kv_policy policies[] = {
                 MMRT_IMAGE_KV_KEY_NORM_HIGH, MMRT_IMAGE_KV_KEY_NORM_LOW, MMRT_IMAGE_KV_RANDOM,
@@ -980,7 +1007,9 @@ int main(int argc, char **argv)
         inputs[i] = (struct mmrt_image_input){ .path = images[i] };
         reqs[i] = (struct mmrt_request){ .images = &inputs[i], .n_images = 1,
                                          .prompt = o.mix ? mix_prompts[(k / 4) % 4] : prompt,
-                                         .max_tokens = o.gen_tokens, .top_p = 1.0f };
+                                         .max_tokens = o.gen_tokens, .seed = (uint64_t)i,
+                                         .temperature = o.temperature, .top_k = o.top_k,
+                                         .top_p = o.top_p };
     }
 
     /* Which limits apply: the probes measure this host's CPU, so they hold a stage placed on
