@@ -1,0 +1,119 @@
+/*
+ * tests/test_sampler_bench.c — sampler-bench: what picking one token costs the engine thread
+ * (core/sampler.c), per sequence and per step, at a vocabulary's size.
+ *
+ * The engine samples every sequence's next token on its own thread between two decode
+ * steps, so at B sequences a step waits B samplings. A row here is a model's logits as they
+ * look to the sampler: --vocab values drawn from a normal distribution of standard deviation
+ * --spread (seeded), so a top_p set is a few hundred tokens, as with a real model's logits.
+ * For each vocabulary size it prints the best of --repeat calls (each call --draws tokens
+ * from --rows rows, cycling), in ms per token, and a digest of the tokens drawn.
+ *
+ * usage: sampler-bench [--temperature T] [--top-k K] [--top-p P] [--spread S] [--rows R]
+ *                      [--draws N] [--repeat R] VOCAB…
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "sampler.h"
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: sampler-bench [--temperature T] [--top-k K] [--top-p P] "
+                    "[--spread S] [--rows R] [--draws N] [--repeat R] VOCAB…\n");
+    return 2;
+}
+
+/* A standard normal value (Box–Muller on the seeded stream). */
+static double normal(uint64_t *state)
+{
+    const double u = ((double)(bench_rng_u64(state) >> 11) + 0.5) * 0x1.0p-53;
+    const double v = (double)(bench_rng_u64(state) >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+int main(int argc, char **argv)
+{
+    double temperature = 1.0, top_p = 1.0, spread = 3.0;
+    long top_k = 0, rows = 8, draws = 64, repeat = 5;
+    int i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
+        if (i + 1 >= argc)
+            return usage();
+        char *end;
+        const char *flag = argv[i], *arg = argv[i + 1];
+        double v = strtod(arg, &end);
+        if (end == arg || *end || !isfinite(v)) {
+            fprintf(stderr, "sampler-bench: %s \"%s\": expected a number\n", flag, arg);
+            return 2;
+        }
+        if (strcmp(flag, "--temperature") == 0)
+            temperature = v;
+        else if (strcmp(flag, "--top-p") == 0)
+            top_p = v;
+        else if (strcmp(flag, "--spread") == 0 && v > 0)
+            spread = v;
+        else if (strcmp(flag, "--top-k") == 0 && v >= 0 && v == (long)v)
+            top_k = (long)v;
+        else if (strcmp(flag, "--rows") == 0 && v >= 1 && v <= 1024 && v == (long)v)
+            rows = (long)v;
+        else if (strcmp(flag, "--draws") == 0 && v >= 1 && v == (long)v)
+            draws = (long)v;
+        else if (strcmp(flag, "--repeat") == 0 && v >= 1 && v == (long)v)
+            repeat = (long)v;
+        else
+            return usage();
+    }
+    if (i == argc)
+        return usage();
+    printf("# sampler-bench: temperature %g, top_k %ld, top_p %g, logits N(0, %g²), %ld rows\n",
+           temperature, top_k, top_p, spread, rows);
+    printf("# %8s %12s %10s\n", "vocab", "ms/token", "digest");
+    for (; i < argc; i++) {
+        char *end;
+        const long vocab = strtol(argv[i], &end, 10);
+        if (end == argv[i] || *end || vocab < 1 || vocab > (1L << 26))
+            return usage();
+        float *logits = malloc((size_t)(rows * vocab) * sizeof *logits);
+        if (!logits) {
+            fprintf(stderr, "sampler-bench: out of memory\n");
+            return 1;
+        }
+        uint64_t state = 0x5A3D1E5ull ^ (uint64_t)vocab;
+        for (long k = 0; k < rows * vocab; k++)
+            logits[k] = (float)(spread * normal(&state));
+        struct mmrt_sampler s;
+        struct mmrt_error err = { 0 };
+        if (mmrt_sampler_init(&s, vocab, (float)temperature, (int)top_k, (float)top_p, 7,
+                              &err) != MMRT_OK) {
+            fprintf(stderr, "sampler-bench: %s\n", err.msg);
+            free(logits);
+            return 2;
+        }
+        double best = INFINITY;
+        uint64_t digest = 0xcbf29ce484222325ull;
+        for (long r = 0; r < repeat; r++) {
+            const double t0 = bench_now_s();
+            for (long d = 0; d < draws; d++) {
+                int32_t tok;
+                if (mmrt_sampler_next(&s, logits + (d % rows) * vocab, &tok, &err) != MMRT_OK) {
+                    fprintf(stderr, "sampler-bench: %s\n", err.msg);
+                    mmrt_sampler_deinit(&s);
+                    free(logits);
+                    return 1;
+                }
+                digest = (digest ^ (uint64_t)(uint32_t)tok) * 0x100000001b3ull;
+            }
+            const double ms = (bench_now_s() - t0) * 1e3 / (double)draws;
+            best = ms < best ? ms : best;
+        }
+        printf("%10ld %12.4f %016llx\n", vocab, best, (unsigned long long)digest);
+        mmrt_sampler_deinit(&s);
+        free(logits);
+    }
+    return 0;
+}
