@@ -528,7 +528,8 @@ static void take_token(struct mmrt_engine *e, struct mmrt_seq *s, const float *l
     if (s->trace && s->trace->logits)
         s->trace->logits(s->trace->user, s->n_gen, logits, e->dec->vocab);
     int32_t tok;
-    mmrt_status st = mmrt_sampler_next(&s->sampler, logits, &tok, &err);
+    mmrt_status st = mmrt_sampler_next(&s->sampler, logits, s->tokens, s->prompt.n_ids,
+                                       s->n_known, &tok, &err);
     const char *piece = "";
     size_t plen = 0;
     if (st == MMRT_OK)
@@ -836,8 +837,14 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     const struct mmrt_request *q = r->req;
     mmrt_status st = check_prompt(e, &s->prompt, &s->vision, s->max_tokens, err);
     if (st == MMRT_OK)
-        st = mmrt_sampler_init(&s->sampler, e->dec->vocab, q->temperature, q->top_k, q->top_p,
-                               q->seed, err);
+        st = mmrt_sampler_init(&s->sampler, e->dec->vocab,
+                               &(struct mmrt_sampling){
+                                   .temperature = q->temperature, .top_k = q->top_k,
+                                   .top_p = q->top_p, .seed = q->seed,
+                                   .repetition_penalty = q->repetition_penalty,
+                                   .presence_penalty = q->presence_penalty,
+                                   .frequency_penalty = q->frequency_penalty },
+                               err);
     if (st == MMRT_OK)
         st = mmrt_kv_cache_alloc(e->dec->kv, s->prompt.n_ids + s->max_tokens, &s->kv, err);
     if (st == MMRT_OK)

@@ -563,7 +563,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         rt->model_opts.max_prefill_rows = step > chunk ? step : chunk;
         rt->model_opts.max_decode_rows = batch;
     }
-    rt->run = (struct mmrt_request){ .max_tokens = 64, .top_p = 1.0f };
+    rt->run = (struct mmrt_request){ .struct_size = sizeof rt->run, .max_tokens = 64,
+                                     .top_p = 1.0f };
     rt->source = strdup(src->file ? src->file : "config");
     if (!rt->source || (cfg->model_path && !(rt->model_path = strdup(cfg->model_path)))) {
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
@@ -954,6 +955,9 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         rt->run.temperature = (float)r->temperature;
         rt->run.top_k = (int)r->top_k;
         rt->run.top_p = (float)r->top_p;
+        rt->run.repetition_penalty = (float)r->repetition_penalty;
+        rt->run.presence_penalty = (float)r->presence_penalty;
+        rt->run.frequency_penalty = (float)r->frequency_penalty;
     }
 out:
     if (st != MMRT_OK)

@@ -34,35 +34,85 @@ static uint64_t next_u64(uint64_t s[4])
     return result;
 }
 
-mmrt_status mmrt_sampler_init(struct mmrt_sampler *s, int64_t vocab, float temperature,
-                              int top_k, float top_p, uint64_t seed, struct mmrt_error *err)
+mmrt_status mmrt_sampler_init(struct mmrt_sampler *s, int64_t vocab,
+                              const struct mmrt_sampling *cfg, struct mmrt_error *err)
 {
     memset(s, 0, sizeof *s);
+    const float temperature = cfg->temperature, rep = cfg->repetition_penalty;
     if (!isfinite(temperature) || temperature < 0 || temperature > 100)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "temperature %g must be a number in [0, 100]", temperature);
-    if (top_k < 0)
-        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "top_k %d must be ≥ 0", top_k);
-    if (!(top_p > 0 && top_p <= 1))
-        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "top_p %g must be in (0, 1]", top_p);
+    if (cfg->top_k < 0)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "top_k %d must be ≥ 0", cfg->top_k);
+    if (!(cfg->top_p > 0 && cfg->top_p <= 1))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "top_p %g must be in (0, 1]",
+                              cfg->top_p);
+    if (!(rep >= 0 && rep <= 100))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "repetition_penalty %g must be in "
+                              "(0, 100] (0 or 1: off)", rep);
+    if (!(cfg->presence_penalty >= -2 && cfg->presence_penalty <= 2))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "presence_penalty %g must be in "
+                              "[-2, 2]", cfg->presence_penalty);
+    if (!(cfg->frequency_penalty >= -2 && cfg->frequency_penalty <= 2))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "frequency_penalty %g must be in "
+                              "[-2, 2]", cfg->frequency_penalty);
     if (vocab < 1)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "vocabulary of %lld", (long long)vocab);
     s->temperature = temperature;
-    s->top_k = top_k;
-    s->top_p = top_p;
+    s->top_k = cfg->top_k;
+    s->top_p = cfg->top_p;
+    s->repetition = rep == 0 ? 1.0f : rep;
+    s->presence = cfg->presence_penalty;
+    s->frequency = cfg->frequency_penalty;
     s->vocab = vocab;
-    uint64_t x = seed;
+    uint64_t x = cfg->seed;
     for (int i = 0; i < 4; i++)
         s->s[i] = splitmix64(&x);
-    if (temperature > 0 && !(s->cands = malloc((size_t)vocab * sizeof *s->cands)))
+    const bool penalties = s->repetition != 1 || s->presence != 0 || s->frequency != 0;
+    if ((temperature > 0 && !(s->cands = malloc((size_t)vocab * sizeof *s->cands))) ||
+        (penalties && !(s->penalised = malloc((size_t)vocab * sizeof *s->penalised)))) {
+        mmrt_sampler_deinit(s);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "sampler: out of memory");
+    }
     return MMRT_OK;
 }
 
 void mmrt_sampler_deinit(struct mmrt_sampler *s)
 {
     free(s->cands);
+    free(s->penalised);
     s->cands = NULL;
+    s->penalised = NULL;
+}
+
+/* s->penalised = logits with the penalties of sampler.h. Each step recomputes from the
+ * model's row, so an id met twice in the prompt is penalised once (the assignment repeats),
+ * and the frequency term accumulates once per occurrence in the answer. */
+static const float *penalise(struct mmrt_sampler *s, const float *logits,
+                             const int32_t *tokens, int64_t n_prompt, int64_t n_tokens)
+{
+    float *p = s->penalised;
+    memcpy(p, logits, (size_t)s->vocab * sizeof *p);
+    const float r = s->repetition;
+    for (int64_t i = 0; r != 1 && i < n_tokens; i++) {
+        const int32_t t = tokens[i];
+        if (t >= 0 && t < s->vocab)
+            p[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r;
+    }
+    /* The answer's ids: presence sets (idempotent) from the repetition-penalised value, then
+     * frequency subtracts per occurrence. */
+    for (int64_t i = n_prompt; s->presence != 0 && i < n_tokens; i++) {
+        const int32_t t = tokens[i];
+        if (t >= 0 && t < s->vocab)
+            p[t] = (r == 1 ? logits[t] : logits[t] > 0 ? logits[t] / r : logits[t] * r) -
+                   s->presence;
+    }
+    for (int64_t i = n_prompt; s->frequency != 0 && i < n_tokens; i++) {
+        const int32_t t = tokens[i];
+        if (t >= 0 && t < s->vocab)
+            p[t] -= s->frequency;
+    }
+    return p;
 }
 
 /* The sampler's order: larger logit first, then smaller id, so ties are deterministic. */
@@ -158,9 +208,12 @@ static int64_t select_mass(struct mmrt_sampler_cand *c, int64_t n, double need)
     return hi; /* rounding: c[lo, hi) was found to reach it summed in another order */
 }
 
-mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits, int32_t *token,
-                              struct mmrt_error *err)
+mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits,
+                              const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
+                              int32_t *token, struct mmrt_error *err)
 {
+    if (s->penalised)
+        logits = penalise(s, logits, tokens, n_prompt < 0 ? 0 : n_prompt, n_tokens);
     int64_t best = -1;
     for (int64_t i = 0; i < s->vocab; i++)
         if (isfinite(logits[i]) && (best < 0 || logits[i] > logits[best]))

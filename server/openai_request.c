@@ -199,7 +199,7 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     static const char *const keys[] = {
         "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
         "top_k", "seed", "stop", "stream", "stream_options", "n", "presence_penalty",
-        "frequency_penalty", "logit_bias", "logprobs", "response_format", "user",
+        "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "response_format", "user",
         "service_tier", "metadata", "store", "parallel_tool_calls", "tools", "functions",
         "tool_choice", "function_call", "modalities", "top_logprobs", "audio", "prediction",
         "web_search_options", NULL,
@@ -278,12 +278,18 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         return MMRT_OK;
     }
     if (strcmp(k, "presence_penalty") == 0 || strcmp(k, "frequency_penalty") == 0) {
-        if (!json_is_number(v))
-            return type_error(p, k, "a number", v);
-        if (json_number_value(v) != 0)
-            return fail(p, 400, MMRT_ERR_UNSUPPORTED, NULL, k,
-                        "mmrt does not support %s other than 0 (got %g).", k,
-                        json_number_value(v));
+        double x = 0;
+        if ((st = get_number(p, v, k, -2, false, 2, &x)) != MMRT_OK)
+            return st;
+        *(k[0] == 'p' ? &r->req.presence_penalty : &r->req.frequency_penalty) = (float)x;
+        return MMRT_OK;
+    }
+    if (strcmp(k, "repetition_penalty") == 0) { /* an extension, as vLLM's */
+        double x = 0;
+        if ((st = get_number(p, v, k, 0, true, 100, &x)) != MMRT_OK)
+            return st;
+        /* (float)1e-300 is 0, which means "off": keep it positive. */
+        r->req.repetition_penalty = (float)x > 0 ? (float)x : FLT_MIN;
         return MMRT_OK;
     }
     if (strcmp(k, "logit_bias") == 0) {

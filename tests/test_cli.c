@@ -70,6 +70,12 @@ static void test_version_help_usage(void **state)
     assert_int_equal(run_mmrt(NULL, (const char *[]){ NULL }), 2);
     assert_int_equal(run_mmrt(NULL, (const char *[]){ "--conf", "a.ini", "extra", NULL }), 2);
     assert_non_null(strstr(out, "unexpected argument 'extra'"));
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--repetition-penalty", "0", NULL }), 2);
+    assert_non_null(strstr(out, "--repetition-penalty '0' must be a number in"));
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--presence-penalty", "-2.5", NULL }), 2);
+    assert_non_null(strstr(out, "--presence-penalty '-2.5' must be a number in [-2, 2]"));
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--frequency-penalty", "x", NULL }), 2);
+    assert_non_null(strstr(out, "--frequency-penalty 'x'"));
 }
 
 static void test_list_devices(void **state)
@@ -238,6 +244,12 @@ static void test_demo_conf(void **state)
     if (rc != 0)
         fail_msg("demo.ini exited %d:\n%s", rc, out);
     print_message("%s", out);
+    /* The penalty flags are taken, and the demo answers with all three set. */
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--repetition-penalty", "1.2",
+                                          "--presence-penalty", "0.5", "--frequency-penalty",
+                                          "-0.5", "--max-tokens", "8", NULL });
+    if (rc != 0)
+        fail_msg("demo.ini with penalties exited %d:\n%s", rc, out);
 }
 
 /* Issue 4's promise: the split deployment gives the fixture's greedy tokens, and --check

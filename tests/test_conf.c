@@ -345,6 +345,15 @@ static void test_defaults_and_paths(void **state)
     c = parse_ok(text, strlen(text), "t.ini");
     assert_true(c->run.temperature == 0.25);
     assert_true(c->run.top_p == 0.5);
+    /* The penalties: absent is off (0), negative presence and frequency are allowed. */
+    assert_true(c->run.repetition_penalty == 0 && c->run.presence_penalty == 0);
+    mmrt_conf_destroy(c);
+    text = "[device.d]\nplugin = cpu\n[run]\nrepetition_penalty = 1.05\n"
+           "presence_penalty = -2\nfrequency_penalty = 0.5\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_true(c->run.repetition_penalty == 1.05 && c->run.repetition_penalty_line == 4);
+    assert_true(c->run.presence_penalty == -2 && c->run.presence_penalty_line == 5);
+    assert_true(c->run.frequency_penalty == 0.5 && c->run.frequency_penalty_line == 6);
     mmrt_conf_destroy(c);
     /* -0 is zero, stored without its sign (a sampler may test signbit). */
     text = "[device.d]\nplugin = cpu\n[run]\ntemperature = -0.0\ntop_p = 5E-1\n";
@@ -775,6 +784,12 @@ static const struct error_case ERRORS[] = {
      "t.ini:4: [run] temperature = '0,7': not a decimal number"},
     {RUN("temperature = -0.5"), MMRT_ERR_CONFIG,
      "t.ini:4: [run] temperature = '-0.5': outside [0, 100]"},
+    {RUN("repetition_penalty = 0"), MMRT_ERR_CONFIG,
+     "t.ini:4: [run] repetition_penalty = '0': outside (0, 100]"},
+    {RUN("presence_penalty = 2.5"), MMRT_ERR_CONFIG,
+     "t.ini:4: [run] presence_penalty = '2.5': outside [-2, 2]"},
+    {RUN("frequency_penalty = -3"), MMRT_ERR_CONFIG,
+     "t.ini:4: [run] frequency_penalty = '-3': outside [-2, 2]"},
     {RUN("temperature = 100.5"), MMRT_ERR_CONFIG,
      "t.ini:4: [run] temperature = '100.5': outside [0, 100]"},
     {RUN("temperature = 1e999"), MMRT_ERR_CONFIG,

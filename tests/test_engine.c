@@ -771,6 +771,91 @@ static void test_request_forms(void **state)
     json_decref(c.json);
 }
 
+/* The greedy token after step k's raw logits with the penalties of sampler.h, recomputed
+ * here from the prompt and the tokens before k. */
+static int32_t penalised_argmax(const struct golden_capture *cap, int k, float rep, float pres,
+                                float freq)
+{
+    float *row = malloc((size_t)cap->vocab * sizeof *row);
+    assert_non_null(row);
+    const float *raw = cap->logits[k];
+    memcpy(row, raw, (size_t)cap->vocab * sizeof *row);
+    for (int i = 0; i < cap->n_prompt + k; i++) {
+        const int32_t t = i < cap->n_prompt ? cap->prompt[i] : cap->tokens[i - cap->n_prompt];
+        row[t] = raw[t] > 0 ? raw[t] / rep : raw[t] * rep;
+    }
+    for (int i = 0; i < k; i++) {
+        const int32_t t = cap->tokens[i];
+        row[t] = (raw[t] > 0 ? raw[t] / rep : raw[t] * rep) - pres;
+    }
+    for (int i = 0; i < k; i++)
+        row[cap->tokens[i]] -= freq;
+    int32_t best = 0;
+    for (int32_t v = 1; v < cap->vocab; v++)
+        if (row[v] > row[best])
+            best = v;
+    free(row);
+    return best;
+}
+
+/* Penalties through the engine: each greedy token is the argmax of its step's logits
+ * penalised by the prompt and the answer before it; every case batched gives what it gives
+ * alone (a sequence is penalised by its own history); the answers differ from the plain
+ * ones; out-of-range values are refused naming the field. */
+static void test_penalties(void **state)
+{
+    (void)state;
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .max_batch = 4 });
+    struct golden_capture plain[MAX_CASES] = { 0 }, alone[MAX_CASES] = { 0 },
+                          batched[MAX_CASES] = { 0 };
+    run_solo(rt, &c, plain);
+    struct golden_cases pc = c;
+    for (int i = 0; i < c.n; i++) {
+        pc.req[i].struct_size = sizeof pc.req[i]; /* the penalties are past the first layout */
+        pc.req[i].repetition_penalty = 100.0f;
+        pc.req[i].presence_penalty = 0.25f;
+        pc.req[i].frequency_penalty = 0.5f;
+    }
+    run_solo(rt, &pc, alone);
+    struct mmrt_result res[MAX_CASES] = { 0 };
+    assert_int_equal(run_batch(rt, pc.req, pc.n, batched, res, -1, 0), MMRT_OK);
+    bool changed = false;
+    for (int i = 0; i < c.n; i++) {
+        same_run("penalties, batched", i, &batched[i], &alone[i], true);
+        for (int k = 0; k < alone[i].n_tokens && k < GOLDEN_MAX_STEPS && alone[i].logits[k];
+             k++) {
+            const int32_t want = penalised_argmax(&alone[i], k, 100.0f, 0.25f, 0.5f);
+            if (alone[i].tokens[k] != want)
+                fail_msg("case %d, step %d: token %d, the penalised argmax is %d", i, k,
+                         alone[i].tokens[k], want);
+        }
+        changed |= alone[i].n_tokens != plain[i].n_tokens ||
+                   memcmp(alone[i].tokens, plain[i].tokens,
+                          (size_t)plain[i].n_tokens * sizeof plain[i].tokens[0]) != 0;
+    }
+    assert_true(changed);
+    for (const char *const *f = (const char *const[]){ "repetition_penalty", "presence_penalty",
+                                                       "frequency_penalty", NULL };
+         *f; f++) {
+        struct mmrt_request r = pc.req[0];
+        if (strcmp(*f, "repetition_penalty") == 0)
+            r.repetition_penalty = -1.0f;
+        else if (strcmp(*f, "presence_penalty") == 0)
+            r.presence_penalty = 3.0f;
+        else
+            r.frequency_penalty = -2.5f;
+        expect_invalid(rt, &r, *f);
+    }
+    assert_pages_back(rt);
+    free_caps(plain, c.n);
+    free_caps(alone, c.n);
+    free_caps(batched, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
 /* Fuyu has no chat template: anything but one user turn is refused by name. */
 static void test_fuyu_refuses_chats(void **state)
 {
@@ -840,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_submit_from_threads),
         cmocka_unit_test(test_cancel_job),
         cmocka_unit_test(test_request_forms),
+        cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_fuyu_refuses_chats),
         cmocka_unit_test(test_bad_scheduler_config),
     };

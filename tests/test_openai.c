@@ -120,6 +120,8 @@ static void test_minimal(void **state)
     assert_int_equal(r.req.max_tokens, 0);
     assert_true(r.req.temperature == 1.0f && r.req.top_p == 1.0f);
     assert_int_equal(r.req.top_k, 0);
+    assert_true(r.req.repetition_penalty == 0 && r.req.presence_penalty == 0 &&
+                r.req.frequency_penalty == 0); /* off */
     assert_int_equal(r.req.n_stop, 0);
     assert_false(r.stream || r.include_usage || r.seed_given);
     assert_true(r.req.seed == 0);
@@ -135,13 +137,16 @@ static void test_every_field(void **state)
         "'max_tokens':5,'max_completion_tokens':5,'temperature':0.5,'top_p':0.25,'top_k':40,"
         "'seed':42,'stop':['a','bc'],'stream':true,'stream_options':{'include_usage':true},"
         "'n':1,'user':'u','metadata':{'k':'v'},'store':false,'service_tier':'auto',"
-        "'presence_penalty':0,'frequency_penalty':0.0,'logit_bias':{},'logprobs':false,"
+        "'presence_penalty':0.5,'frequency_penalty':-1.25,'repetition_penalty':1.05,"
+        "'logit_bias':{},'logprobs':false,"
         "'response_format':{'type':'text'},'parallel_tool_calls':true,'tools':[],"
         "'tool_choice':'none','functions':[],'function_call':'none','modalities':['text'],"
         "'top_logprobs':null,'audio':null,'prediction':null,'web_search_options':null"));
     assert_int_equal(r.req.max_tokens, 5);
     assert_true(r.req.temperature == 0.5f && r.req.top_p == 0.25f);
     assert_int_equal(r.req.top_k, 40);
+    assert_true(r.req.presence_penalty == 0.5f && r.req.frequency_penalty == -1.25f &&
+                r.req.repetition_penalty == 1.05f);
     assert_true(r.req.seed == 42 && r.seed_given);
     assert_int_equal(r.req.n_stop, 2);
     assert_string_equal(r.req.stop[0], "a");
@@ -157,7 +162,8 @@ static void test_nulls_are_absent(void **state)
         "'max_tokens':null,'max_completion_tokens':null,'temperature':null,'top_p':null,"
         "'top_k':null,'seed':null,'stop':null,'stream':null,'stream_options':null,'n':null,"
         "'user':null,'metadata':null,'store':null,'service_tier':null,'presence_penalty':null,"
-        "'frequency_penalty':null,'logit_bias':null,'logprobs':null,'response_format':null,"
+        "'frequency_penalty':null,'repetition_penalty':null,'logit_bias':null,'logprobs':null,"
+        "'response_format':null,"
         "'parallel_tool_calls':null,'tools':null,'tool_choice':null,'functions':null,"
         "'function_call':null,'modalities':null"));
     assert_true(r.req.temperature == 1.0f && r.req.top_p == 1.0f && !r.seed_given);
@@ -288,6 +294,16 @@ static void test_sampling_values(void **state)
     refused(WITH("'top_p':1.5"), 400, "top_p", "out of range");
     refused(WITH("'top_p':[]"), 400, "top_p", "an array");
     refused(WITH("'top_k':-1"), 400, "top_k", "out of range");
+    refused(WITH("'presence_penalty':2.01"), 400, "presence_penalty", "out of range");
+    refused(WITH("'frequency_penalty':-2.5"), 400, "frequency_penalty", "out of range");
+    refused(WITH("'frequency_penalty':true"), 400, "frequency_penalty", "a boolean");
+    refused(WITH("'repetition_penalty':0"), 400, "repetition_penalty", "greater than");
+    refused(WITH("'repetition_penalty':101"), 400, "repetition_penalty", "out of range");
+    refused(WITH("'repetition_penalty':'1.1'"), 400, "repetition_penalty", "expected a number");
+    r = parse_ok(WITH("'presence_penalty':-2,'frequency_penalty':2,'repetition_penalty':1e-300"));
+    assert_true(r.req.presence_penalty == -2.0f && r.req.frequency_penalty == 2.0f &&
+                r.req.repetition_penalty > 0); /* kept positive as a float, so not "off" */
+    mmrt_chat_request_free(&r);
     refused(WITH("'top_k':4.5"), 400, "top_k", "integer");
     refused(WITH("'seed':1.5"), 400, "seed", "integer");
     refused(WITH("'seed':'1'"), 400, "seed", "integer");
@@ -370,8 +386,6 @@ static void test_unsupported_and_unknown(void **state)
         { "'n':2", "n", "n other than 1" },
         { "'n':0", "n", "n other than 1" },
         { "'n':'1'", "n", "expected an integer" },
-        { "'presence_penalty':0.5", "presence_penalty", "does not support presence_penalty" },
-        { "'frequency_penalty':-1", "frequency_penalty", "does not support frequency_penalty" },
         { "'frequency_penalty':'0'", "frequency_penalty", "expected a number" },
         { "'logit_bias':{'50256':-100}", "logit_bias", "does not support logit_bias" },
         { "'logit_bias':[]", "logit_bias", "expected an object" },

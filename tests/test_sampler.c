@@ -24,9 +24,11 @@ static int32_t draw(const float *logits, int64_t n, float temperature, int top_k
 {
     struct mmrt_sampler s;
     struct mmrt_error err = { 0 };
-    assert_int_equal(mmrt_sampler_init(&s, n, temperature, top_k, top_p, seed, &err), MMRT_OK);
+    const struct mmrt_sampling cfg = { .temperature = temperature, .top_k = top_k,
+                                       .top_p = top_p, .seed = seed };
+    assert_int_equal(mmrt_sampler_init(&s, n, &cfg, &err), MMRT_OK);
     int32_t tok = -1;
-    assert_int_equal(mmrt_sampler_next(&s, logits, &tok, &err), MMRT_OK);
+    assert_int_equal(mmrt_sampler_next(&s, logits, NULL, 0, 0, &tok, &err), MMRT_OK);
     mmrt_sampler_deinit(&s);
     return tok;
 }
@@ -246,10 +248,11 @@ static void test_draws_stay_in_the_kept_set(void **state)
         struct mmrt_sampler s;
         struct mmrt_error err = { 0 };
         for (uint64_t seed = 0; seed < (uint64_t)draws; seed++) {
-            assert_int_equal(mmrt_sampler_init(&s, n, 1.0f, cuts[ci].top_k, cuts[ci].top_p,
-                                               seed, &err), MMRT_OK);
+            const struct mmrt_sampling cfg = { .temperature = 1.0f, .top_k = cuts[ci].top_k,
+                                               .top_p = cuts[ci].top_p, .seed = seed };
+            assert_int_equal(mmrt_sampler_init(&s, n, &cfg, &err), MMRT_OK);
             int32_t tok = -1;
-            assert_int_equal(mmrt_sampler_next(&s, logits, &tok, &err), MMRT_OK);
+            assert_int_equal(mmrt_sampler_next(&s, logits, NULL, 0, 0, &tok, &err), MMRT_OK);
             mmrt_sampler_deinit(&s);
             if (tok < 0 || tok >= n || !kept[tok])
                 fail_msg("cut %zu, seed %llu: token %d is not in the kept set", ci,
@@ -266,18 +269,106 @@ static void test_draws_stay_in_the_kept_set(void **state)
     free(kept);
 }
 
+/* Refused with the field named. */
+static void expect_refused(struct mmrt_sampling cfg, const char *field)
+{
+    struct mmrt_sampler s;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_sampler_init(&s, 4, &cfg, &err), MMRT_ERR_INVALID_ARG);
+    if (!strstr(err.msg, field))
+        fail_msg("expected a message naming %s, got: %s", field, err.msg);
+}
+
 static void test_settings_refused(void **state)
 {
     (void)state;
+    const struct mmrt_sampling ok = { .temperature = 1.0f, .top_p = 1.0f };
+    struct mmrt_sampling c = ok;
+    c.temperature = -1e-45f;
+    expect_refused(c, "temperature");
+    c.temperature = NAN;
+    expect_refused(c, "temperature");
+    c = ok;
+    c.top_p = 0.0f;
+    expect_refused(c, "top_p");
+    c = ok;
+    c.top_k = -1;
+    expect_refused(c, "top_k");
+    const float bad_rep[] = { -0.5f, 100.5f, NAN, INFINITY };
+    for (size_t i = 0; i < sizeof bad_rep / sizeof *bad_rep; i++) {
+        c = ok;
+        c.repetition_penalty = bad_rep[i];
+        expect_refused(c, "repetition_penalty");
+    }
+    const float bad_pf[] = { -2.01f, 2.01f, NAN, -INFINITY };
+    for (size_t i = 0; i < sizeof bad_pf / sizeof *bad_pf; i++) {
+        c = ok;
+        c.presence_penalty = bad_pf[i];
+        expect_refused(c, "presence_penalty");
+        c = ok;
+        c.frequency_penalty = bad_pf[i];
+        expect_refused(c, "frequency_penalty");
+    }
+    const float none[2] = { NAN, INFINITY };
     struct mmrt_sampler s;
     struct mmrt_error err = { 0 };
-    assert_int_equal(mmrt_sampler_init(&s, 4, -1e-45f, 0, 1.0f, 0, &err), MMRT_ERR_INVALID_ARG);
-    assert_int_equal(mmrt_sampler_init(&s, 4, NAN, 0, 1.0f, 0, &err), MMRT_ERR_INVALID_ARG);
-    assert_int_equal(mmrt_sampler_init(&s, 4, 1.0f, 0, 0.0f, 0, &err), MMRT_ERR_INVALID_ARG);
-    const float none[2] = { NAN, INFINITY };
-    assert_int_equal(mmrt_sampler_init(&s, 2, 1e-45f, 0, 1.0f, 0, &err), MMRT_OK);
+    c = ok;
+    c.temperature = 1e-45f;
+    assert_int_equal(mmrt_sampler_init(&s, 2, &c, &err), MMRT_OK);
     int32_t tok;
-    assert_int_equal(mmrt_sampler_next(&s, none, &tok, &err), MMRT_ERR_INTERNAL);
+    assert_int_equal(mmrt_sampler_next(&s, none, NULL, 0, 0, &tok, &err), MMRT_ERR_INTERNAL);
+    mmrt_sampler_deinit(&s);
+}
+
+/* The penalised row, checked value by value, and the choices made from it. */
+static void test_penalties(void **state)
+{
+    (void)state;
+    /* ids:                  0     1      2     3     4 */
+    const float row[5] = { 2.0f, -1.0f, 1.5f, 0.5f, 1.9f };
+    /* The prompt holds 1 and 3 (3 twice), the answer 0, 0 and 2, and 99 (outside). */
+    const int32_t toks[] = { 1, 3, 3, 0, 0, 2, 99 };
+    struct mmrt_sampler s;
+    struct mmrt_error err = { 0 };
+    struct mmrt_sampling c = { .repetition_penalty = 2.0f, .top_p = 1.0f };
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_OK);
+    const float *p = penalise(&s, row, toks, 3, 7);
+    const float rep[5] = { 1.0f, -2.0f, 0.75f, 0.25f, 1.9f };
+    assert_memory_equal(p, rep, sizeof rep);
+    int32_t tok;
+    assert_int_equal(mmrt_sampler_next(&s, row, toks, 3, 7, &tok, &err), MMRT_OK);
+    assert_int_equal(tok, 4); /* 0 would win without the penalty */
+    assert_int_equal(mmrt_sampler_next(&s, row, NULL, 0, 0, &tok, &err), MMRT_OK);
+    assert_int_equal(tok, 0);
+    mmrt_sampler_deinit(&s);
+
+    /* Presence once per id of the answer, frequency once per occurrence; the prompt's ids
+     * are not touched by either. */
+    c = (struct mmrt_sampling){ .presence_penalty = 0.5f, .frequency_penalty = 0.25f,
+                                .top_p = 1.0f };
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_OK);
+    p = penalise(&s, row, toks, 3, 7);
+    const float pf[5] = { 2.0f - 0.5f - 0.5f, -1.0f, 1.5f - 0.5f - 0.25f, 0.5f, 1.9f };
+    assert_memory_equal(p, pf, sizeof pf);
+    mmrt_sampler_deinit(&s);
+
+    /* All three: repetition first, then presence and frequency on top. */
+    c.repetition_penalty = 2.0f;
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_OK);
+    p = penalise(&s, row, toks, 3, 7);
+    const float all[5] = { 1.0f - 0.5f - 0.5f, -2.0f, 0.75f - 0.5f - 0.25f, 0.25f, 1.9f };
+    assert_memory_equal(p, all, sizeof all);
+    /* Sampling sees the same row: with a tiny temperature it is the greedy choice. */
+    mmrt_sampler_deinit(&s);
+    c.temperature = 1e-30f;
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_OK);
+    assert_int_equal(mmrt_sampler_next(&s, row, toks, 3, 7, &tok, &err), MMRT_OK);
+    assert_int_equal(tok, 4);
+    mmrt_sampler_deinit(&s);
+    /* repetition_penalty 1 and 0 are off: no copy is made. */
+    c = (struct mmrt_sampling){ .repetition_penalty = 1.0f, .top_p = 1.0f };
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_OK);
+    assert_null(s.penalised);
     mmrt_sampler_deinit(&s);
 }
 
@@ -290,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_selection_matches_sort),
         cmocka_unit_test(test_draws_stay_in_the_kept_set),
         cmocka_unit_test(test_settings_refused),
+        cmocka_unit_test(test_penalties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,8 +88,10 @@ int main(int argc, char **argv)
             logits[k] = (float)(spread * normal(&state));
         struct mmrt_sampler s;
         struct mmrt_error err = { 0 };
-        if (mmrt_sampler_init(&s, vocab, (float)temperature, (int)top_k, (float)top_p, 7,
-                              &err) != MMRT_OK) {
+        const struct mmrt_sampling cfg = { .temperature = (float)temperature,
+                                           .top_k = (int)top_k, .top_p = (float)top_p,
+                                           .seed = 7 };
+        if (mmrt_sampler_init(&s, vocab, &cfg, &err) != MMRT_OK) {
             fprintf(stderr, "sampler-bench: %s\n", err.msg);
             free(logits);
             return 2;
@@ -100,7 +102,7 @@ int main(int argc, char **argv)
             const double t0 = bench_now_s();
             for (long d = 0; d < draws; d++) {
                 int32_t tok;
-                if (mmrt_sampler_next(&s, logits + (d % rows) * vocab, &tok, &err) != MMRT_OK) {
+                if (mmrt_sampler_next(&s, logits + (d % rows) * vocab, NULL, 0, 0, &tok, &err) != MMRT_OK) {
                     fprintf(stderr, "sampler-bench: %s\n", err.msg);
                     mmrt_sampler_deinit(&s);
                     free(logits);

@@ -28,6 +28,8 @@ static void usage(FILE *f)
             "         --prompt TEXT       question or instruction\n"
             "         --max-tokens N      tokens to generate at most\n"
             "         --seed S, --temperature T, --top-k K, --top-p P   sampling (T = 0: greedy)\n"
+            "         --repetition-penalty R, --presence-penalty P, --frequency-penalty F\n"
+            "                             penalties on tokens already seen (docs/ENGINE.md)\n"
             "         --json              print one JSON record (text, token ids, timings,\n"
             "                             pool peaks) instead of streaming the text\n"
             "         --check             also run entirely on the CPU reference and compare\n"
@@ -101,6 +103,7 @@ struct overrides {
     long max_tokens, top_k;
     long long seed;
     double temperature, top_p;
+    double penalty[3]; /* repetition, presence, frequency; NAN = not given */
     int json;
 };
 
@@ -294,6 +297,12 @@ static int build_requests(struct mmrt_runtime *rt, const struct overrides *o,
             req->top_k = (int)o->top_k;
         if (o->top_p >= 0)
             req->top_p = (float)o->top_p;
+        if (!isnan(o->penalty[0]))
+            req->repetition_penalty = (float)o->penalty[0];
+        if (!isnan(o->penalty[1]))
+            req->presence_penalty = (float)o->penalty[1];
+        if (!isnan(o->penalty[2]))
+            req->frequency_penalty = (float)o->penalty[2];
         if (!req->prompt)
             req->prompt = "";
     }
@@ -487,6 +496,9 @@ int main(int argc, char **argv)
         { "temperature", required_argument, NULL, 't' },
         { "top-k", required_argument, NULL, 'k' },
         { "top-p", required_argument, NULL, 'P' },
+        { "repetition-penalty", required_argument, NULL, 'R' },
+        { "presence-penalty", required_argument, NULL, 'Q' },
+        { "frequency-penalty", required_argument, NULL, 'F' },
         { "json", no_argument, NULL, 'j' },
         { "check", no_argument, NULL, 'C' },
         { "list-devices", no_argument, NULL, 'l' },
@@ -497,7 +509,7 @@ int main(int argc, char **argv)
     const char *conf = NULL;
     int list = 0, opt;
     struct overrides o = { .max_tokens = -1, .top_k = -1, .seed = -1, .temperature = -1,
-                           .top_p = -1 };
+                           .top_p = -1, .penalty = { NAN, NAN, NAN } };
     long lv;
     const char *level = getenv("MMRT_LOG");
     enum mmrt_log_level min = MMRT_LOG_WARN;
@@ -544,6 +556,16 @@ int main(int argc, char **argv)
             break;
         case 'P':
             if (parse_double("--top-p", optarg, 1e-9, 1, &o.top_p))
+                return EXIT_CONFIG;
+            break;
+        case 'R':
+            if (parse_double("--repetition-penalty", optarg, 1e-9, 100, &o.penalty[0]))
+                return EXIT_CONFIG;
+            break;
+        case 'Q':
+        case 'F':
+            if (parse_double(opt == 'Q' ? "--presence-penalty" : "--frequency-penalty", optarg,
+                             -2, 2, &o.penalty[opt == 'Q' ? 1 : 2]))
                 return EXIT_CONFIG;
             break;
         case 'l': list = 1; break;

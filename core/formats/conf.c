@@ -571,6 +571,15 @@ static void run_key(struct parser *p, const char *key, const char *v, size_t n)
     } else if (strcmp(key, "top_p") == 0) {
         if (once(p, key, n, &r->top_p_line))
             parse_real(p, key, v, n, 0, true, 1, &r->top_p);
+    } else if (strcmp(key, "repetition_penalty") == 0) {
+        if (once(p, key, n, &r->repetition_penalty_line))
+            parse_real(p, key, v, n, 0, true, 100, &r->repetition_penalty);
+    } else if (strcmp(key, "presence_penalty") == 0) {
+        if (once(p, key, n, &r->presence_penalty_line))
+            parse_real(p, key, v, n, -2, false, 2, &r->presence_penalty);
+    } else if (strcmp(key, "frequency_penalty") == 0) {
+        if (once(p, key, n, &r->frequency_penalty_line))
+            parse_real(p, key, v, n, -2, false, 2, &r->frequency_penalty);
     } else {
         unknown_key(p, key, v, n);
     }

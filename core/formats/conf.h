@@ -66,6 +66,9 @@
  *     temperature = 0       ; finite, 0..100, default 0 (= greedy)
  *     top_k = 0             ; 0..1000000, default 0 (= off)
  *     top_p = 1.0           ; (0, 1], default 1
+ *     repetition_penalty = 1 ; (0, 100], default 1 (= off)
+ *     presence_penalty = 0  ; [-2, 2], default 0 (= off)
+ *     frequency_penalty = 0 ; [-2, 2], default 0 (= off)
  *
  * Rules (each violation is an error, never a warning or a silent default):
  *   - At least one [device.NAME] section. NAME is 1..31 of [A-Za-z0-9_-], and so is the
@@ -197,6 +200,10 @@ struct mmrt_conf_run {
     int top_k_line;
     double top_p; /* (0, 1] */
     int top_p_line;
+    double repetition_penalty; /* (0, 100]; 0 = absent (off) */
+    int repetition_penalty_line;
+    double presence_penalty, frequency_penalty; /* [-2, 2]; 0 = off */
+    int presence_penalty_line, frequency_penalty_line;
 };
 
 /* [scheduler]: 0 = the engine's default for each. */

@@ -413,6 +413,16 @@ struct mmrt_request {
      * bytes of UTF-8 each. */
     const char *const *stop;
     int n_stop;
+    /* Penalties on tokens already seen, applied to the logits before temperature, top_k,
+     * top_p and greedy choice alike (docs/ENGINE.md "Sampling"). repetition_penalty: every
+     * token id of the prompt or the answer so far has a positive logit divided by it and a
+     * negative one multiplied (Hugging Face's definition); 0 (the default) or 1 = off, else
+     * (0, 100]. presence_penalty and frequency_penalty: subtracted from the logit of every
+     * token id the answer holds, once and once per occurrence (OpenAI's definitions);
+     * 0 = off, else [−2, 2]. Out of range is MMRT_ERR_INVALID_ARG naming the field. */
+    float repetition_penalty;
+    float presence_penalty;
+    float frequency_penalty;
 };
 
 #define MMRT_MAX_STOP 16
