@@ -85,6 +85,12 @@ void mmrt_sampler_deinit(struct mmrt_sampler *s)
     s->penalised = NULL;
 }
 
+/* Hugging Face's repetition penalty of one logit: towards zero on both sides. */
+static inline float repeated(float logit, float r)
+{
+    return logit > 0 ? logit / r : logit * r;
+}
+
 /* s->penalised = logits with the penalties of sampler.h. Each step recomputes from the
  * model's row, so an id met twice in the prompt is penalised once (the assignment repeats),
  * and the frequency term accumulates once per occurrence in the answer. */
@@ -97,15 +103,14 @@ static const float *penalise(struct mmrt_sampler *s, const float *logits,
     for (int64_t i = 0; r != 1 && i < n_tokens; i++) {
         const int32_t t = tokens[i];
         if (t >= 0 && t < s->vocab)
-            p[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r;
+            p[t] = repeated(logits[t], r);
     }
     /* The answer's ids: presence sets (idempotent) from the repetition-penalised value, then
      * frequency subtracts per occurrence. */
     for (int64_t i = n_prompt; s->presence != 0 && i < n_tokens; i++) {
         const int32_t t = tokens[i];
         if (t >= 0 && t < s->vocab)
-            p[t] = (r == 1 ? logits[t] : logits[t] > 0 ? logits[t] / r : logits[t] * r) -
-                   s->presence;
+            p[t] = repeated(logits[t], r) - s->presence;
     }
     for (int64_t i = n_prompt; s->frequency != 0 && i < n_tokens; i++) {
         const int32_t t = tokens[i];
