@@ -1158,9 +1158,19 @@ mmrt_status mmrt_list_devices(mmrt_device_list_fn fn, void *user, char *err, siz
     return st;
 }
 
+/* End of the first published mmrt_request (struct_size 0 means this many bytes). */
+#define REQUEST_V1_END (offsetof(struct mmrt_request, top_p) + sizeof(float))
+
 void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out)
 {
-    *out = rt->run;
+    /* Never past the caller's struct: an embedder built against an older mmrt.h has a
+     * shorter one (mmrt.h, struct mmrt_request). */
+    size_t size = out->struct_size ? out->struct_size : REQUEST_V1_END;
+    if (size > sizeof *out)
+        size = sizeof *out;
+    struct mmrt_request r = rt->run;
+    r.struct_size = out->struct_size;
+    memcpy(out, &r, size);
 }
 
 const char *mmrt_model_path(const struct mmrt_runtime *rt)
@@ -1187,8 +1197,6 @@ struct req_view {
     struct mmrt_message one;
 };
 
-/* End of the first published mmrt_request (struct_size 0 means this many bytes). */
-#define REQUEST_V1_END (offsetof(struct mmrt_request, top_p) + sizeof(float))
 
 /* End of the first published mmrt_result: what struct_size 0 means. */
 #define RESULT_V1_END (offsetof(struct mmrt_result, decode_graph) + sizeof(int))

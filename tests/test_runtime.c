@@ -126,6 +126,40 @@ static void test_good_config(void **state)
     mmrt_destroy(rt);
 }
 
+/* mmrt_run_defaults writes as much of the request as the caller's struct holds: [run]'s
+ * values, and never a byte past a first-layout struct. */
+static void test_run_defaults(void **state)
+{
+    (void)state;
+    struct mmrt_runtime *rt = NULL;
+    char err[2048] = "";
+    mmrt_status st = create_from("[device.a]\nplugin = stub\npool_mb = 2\n[run]\n"
+                                 "max_tokens = 7\ntop_p = 0.5\nfrequency_penalty = 1.5\n",
+                                 err, sizeof err, &rt);
+    if (st != MMRT_OK)
+        fail_msg("%s", err);
+    struct mmrt_request full = { .struct_size = sizeof full };
+    mmrt_run_defaults(rt, &full);
+    assert_int_equal(full.struct_size, sizeof full);
+    assert_int_equal(full.max_tokens, 7);
+    assert_true(full.top_p == 0.5f && full.frequency_penalty == 1.5f);
+    /* A first-layout caller: struct_size 0, the struct ending after top_p. */
+    const size_t v1 = offsetof(struct mmrt_request, top_p) + sizeof(float);
+    unsigned char buf[sizeof(struct mmrt_request)];
+    memset(buf, 0xA5, sizeof buf);
+    memset(buf, 0, sizeof(uint32_t)); /* struct_size 0 */
+    mmrt_run_defaults(rt, (struct mmrt_request *)(void *)buf);
+    for (size_t i = v1; i < sizeof buf; i++)
+        if (buf[i] != 0xA5)
+            fail_msg("byte %zu past the first layout (%zu bytes) was written", i, v1);
+    struct mmrt_request got;
+    memcpy(&got, buf, v1);
+    assert_int_equal(got.struct_size, 0);
+    assert_int_equal(got.max_tokens, 7);
+    assert_true(got.top_p == 0.5f);
+    mmrt_destroy(rt);
+}
+
 static void test_unknown_plugin_key(void **state)
 {
     (void)state;
@@ -265,6 +299,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_good_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_defaults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_plugin_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_problems, setup, teardown),

@@ -280,6 +280,7 @@ static int build_requests(struct mmrt_runtime *rt, const struct overrides *o,
         n = 1;
     for (int i = 0; i < n; i++) {
         struct mmrt_request *req = &reqs[i];
+        req->struct_size = sizeof *req;
         mmrt_run_defaults(rt, req);
         if (o->n_images) {
             req->images = &images[o->n_images == 1 ? 0 : i];

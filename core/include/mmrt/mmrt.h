@@ -470,8 +470,9 @@ struct mmrt_result {
 };
 
 /* The request the configuration's [run] section describes (defaults for missing keys:
- * no image, empty prompt, max_tokens 64, seed 0, greedy). Strings and the image are borrowed
- * from rt. */
+ * no image, empty prompt, max_tokens 64, seed 0, greedy, no penalties). Strings and the
+ * image are borrowed from rt. As with a result, the caller sets out->struct_size (0 = the
+ * first layout) and that many bytes are written, never more; out->struct_size stays. */
 MMRT_API void mmrt_run_defaults(const struct mmrt_runtime *rt, struct mmrt_request *out);
 
 /* The configured checkpoint folder as the configuration gave it (an INI's relative path
