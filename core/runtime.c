@@ -26,6 +26,7 @@
 #include "formats/image.h"
 #include "formats/json.h"
 #include "formats/tokenizer.h"
+#include "generation_config.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
@@ -90,6 +91,7 @@ struct mmrt_runtime {
     bool worker_driving;         /* the worker holds drive: readers take the snapshot */
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
+    struct mmrt_generation_defaults gen; /* the checkpoint's generation_config.json */
     char *run_image, *run_prompt;
     struct mmrt_image_input run_input; /* [run] image, what run.images points at */
     struct mmrt_error last;
@@ -680,6 +682,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         }
         if (st == MMRT_OK)
             st = mmrt_quantization_config_check(root, cfg_path, &rt->model_opts.packed, err);
+        if (st == MMRT_OK)
+            st = mmrt_generation_config_read(rt->model_path, &rt->gen, err);
         bool any_auto = false;
         for (int i = 0; i < cfg->n_devices; i++)
             any_auto |= cfg->devices[i].pool_mb == 0;
@@ -1156,6 +1160,17 @@ mmrt_status mmrt_list_devices(mmrt_device_list_fn fn, void *user, char *err, siz
     if (st != MMRT_OK)
         copy_error(err, err_size, &e);
     return st;
+}
+
+void mmrt_generation_defaults(const struct mmrt_runtime *rt,
+                              struct mmrt_generation_defaults *out)
+{
+    size_t size = out->struct_size ? out->struct_size : sizeof *out;
+    if (size > sizeof *out)
+        size = sizeof *out;
+    struct mmrt_generation_defaults d = rt ? rt->gen : (struct mmrt_generation_defaults){ 0 };
+    d.struct_size = out->struct_size;
+    memcpy(out, &d, size);
 }
 
 /* End of the first published mmrt_request (struct_size 0 means this many bytes). */

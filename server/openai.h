@@ -116,6 +116,9 @@ struct mmrt_chat_limits {
     int max_tokens;          /* cap on max_tokens; 0 = none */
     size_t max_image_bytes;  /* encoded bytes of one image (decoded data: URI, or file);
                                 0 = mmrt_image_limits_default()'s max_input_bytes */
+    /* Sampling for what a request leaves out (the checkpoint's generation_config.json);
+     * NULL or has_X 0: OpenAI's (temperature 1, top_p 1, no top_k, no penalty). */
+    const struct mmrt_generation_defaults *defaults;
 };
 
 /* A parsed request. Everything req points to is owned by this struct. */

@@ -887,6 +887,17 @@ static mmrt_status parse_root(struct parse *p, struct mmrt_chat_request *r, cons
     r->req.struct_size = sizeof r->req;
     r->req.temperature = 1.0f; /* OpenAI's defaults */
     r->req.top_p = 1.0f;
+    const struct mmrt_generation_defaults *d = lim->defaults;
+    if (d) { /* the checkpoint's, where it sets them (what the request says comes after) */
+        if (d->has_temperature)
+            r->req.temperature = d->temperature;
+        if (d->has_top_p)
+            r->req.top_p = d->top_p;
+        if (d->has_top_k)
+            r->req.top_k = d->top_k;
+        if (d->has_repetition_penalty)
+            r->req.repetition_penalty = d->repetition_penalty;
+    }
     bool have_stream_options = false;
     long long max_tokens = 0, max_completion_tokens = 0;
     const char *key;

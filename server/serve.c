@@ -367,6 +367,9 @@ int mmrt_serve(const char *ini_path, const struct mmrt_serve_options *opts)
         goto stop;
     }
     s->max_images = mmrt_model_max_images(rt);
+    s->sampling = (struct mmrt_generation_defaults){ .struct_size = sizeof s->sampling };
+    if (!s->conf.openai_defaults)
+        mmrt_generation_defaults(rt, &s->sampling);
     s->created = (long)time(NULL);
     atomic_store(&s->rt, rt);
     atomic_store(&s->state, STATE_READY);

@@ -32,6 +32,7 @@ struct server {
     struct mmrt_metrics metrics;
     long created;                    /* when the model was loaded (GET /v1/models) */
     int max_images;
+    struct mmrt_generation_defaults sampling; /* what a request that does not say gets */
     atomic_uint_fast64_t next_id;
     /* Every chat with a job (for keep-alives and the drain), and the jobs whose clients went
      * away, for the housekeeping thread to wait for. */

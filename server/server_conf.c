@@ -214,6 +214,11 @@ static bool on_key(void *user, const char *key, const char *v, int line)
             if (*s == ',')
                 s++;
         }
+    } else if (strcmp(key, "sampling_defaults") == 0) {
+        if (strcmp(v, "checkpoint") != 0 && strcmp(v, "openai") != 0)
+            return fail(r, line, "sampling_defaults = '%s': expected 'checkpoint' or 'openai'",
+                        v);
+        c->openai_defaults = strcmp(v, "openai") == 0;
     } else if (strcmp(key, "api_keys_file") == 0) {
         char *path = resolve(r->ini, v);
         bool ok = path ? read_key_file(r, line, path) : fail(r, line, "out of memory");

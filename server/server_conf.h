@@ -31,6 +31,9 @@ struct mmrt_server_conf {
     char *image_dir;        /* local image paths are read only under it; NULL = off */
     char **api_keys;        /* accepted bearer tokens; none = no authentication */
     int n_api_keys;
+    bool openai_defaults;   /* sampling_defaults = openai: a request without temperature,
+                               top_p, top_k or repetition_penalty gets OpenAI's (1, 1, off,
+                               off) rather than the checkpoint's generation_config.json */
 };
 
 /* Reads [server] of ini_path (defaults for missing keys); relative paths are joined to the

@@ -267,6 +267,38 @@ static void test_max_tokens_rules(void **state)
     refused_lim(b, strlen(b), &lim, 400, "max_completion_tokens", "too large");
 }
 
+/* With the checkpoint's defaults, what a request leaves out takes them; what it says wins. */
+static void test_checkpoint_defaults(void **state)
+{
+    (void)state;
+    const struct mmrt_generation_defaults qwen = {
+        .has_temperature = 1, .temperature = 0.1f, .has_top_k = 1, .top_k = 1,
+        .has_top_p = 1, .top_p = 0.001f, .has_repetition_penalty = 1,
+        .repetition_penalty = 1.05f };
+    struct mmrt_chat_limits lim = LIM;
+    lim.defaults = &qwen;
+    struct mmrt_chat_request r = parse_ok_lim(WITH(""), &lim);
+    assert_true(r.req.temperature == 0.1f && r.req.top_k == 1 && r.req.top_p == 0.001f &&
+                r.req.repetition_penalty == 1.05f);
+    mmrt_chat_request_free(&r);
+    r = parse_ok_lim(WITH("'temperature':0.8,'top_p':0.9,'top_k':0,'repetition_penalty':1,"
+                          "'presence_penalty':0.5"), &lim);
+    assert_true(r.req.temperature == 0.8f && r.req.top_k == 0 && r.req.top_p == 0.9f &&
+                r.req.repetition_penalty == 1.0f && r.req.presence_penalty == 0.5f);
+    mmrt_chat_request_free(&r);
+    /* null is "not given": the default stays. */
+    r = parse_ok_lim(WITH("'temperature':null"), &lim);
+    assert_true(r.req.temperature == 0.1f);
+    mmrt_chat_request_free(&r);
+    /* A checkpoint that sets nothing leaves OpenAI's. */
+    const struct mmrt_generation_defaults none = { 0 };
+    lim.defaults = &none;
+    r = parse_ok_lim(WITH(""), &lim);
+    assert_true(r.req.temperature == 1.0f && r.req.top_p == 1.0f && r.req.top_k == 0 &&
+                r.req.repetition_penalty == 0);
+    mmrt_chat_request_free(&r);
+}
+
 static void test_sampling_values(void **state)
 {
     (void)state;
@@ -1290,6 +1322,7 @@ int main(void)
         cmocka_unit_test(test_roles_and_turns),
         cmocka_unit_test(test_parts_and_images),
         cmocka_unit_test(test_max_tokens_rules),
+        cmocka_unit_test(test_checkpoint_defaults),
         cmocka_unit_test(test_sampling_values),
         cmocka_unit_test(test_stop_and_stream),
         cmocka_unit_test(test_model),

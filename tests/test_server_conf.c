@@ -63,7 +63,8 @@ static void test_keys(void **state)
     assert_int_equal(load(DEVICES "[server]\nhost = ::1\nport = 0\nthreads = 8\n"
                           "max_body_mb = 2\nmax_queued = 3\nkeepalive_s = 1\n"
                           "model_name = my-model\nimage_dir = imgs\n"
-                          "api_keys = k1 , k2\napi_keys_file = keys.txt\n",
+                          "api_keys = k1 , k2\napi_keys_file = keys.txt\n"
+                          "sampling_defaults = openai\n",
                           &c, err, sizeof err),
                      MMRT_OK);
     assert_string_equal(c.host, "::1");
@@ -81,6 +82,12 @@ static void test_keys(void **state)
     assert_string_equal(c.api_keys[1], "k2");
     assert_string_equal(c.api_keys[2], "kA");
     assert_string_equal(c.api_keys[3], "kB");
+    assert_true(c.openai_defaults);
+    mmrt_server_conf_free(&c);
+    /* The default: the checkpoint's sampling settings. */
+    assert_int_equal(load(DEVICES "[server]\nsampling_defaults = checkpoint\n", &c, err,
+                          sizeof err), MMRT_OK);
+    assert_false(c.openai_defaults);
     mmrt_server_conf_free(&c);
 }
 
@@ -97,6 +104,8 @@ static void test_refusals(void **state)
         { DEVICES "[server]\nthreads = 0\n", "threads = '0'" },
         { DEVICES "[server]\nmax_queued = 0\n", "max_queued = '0'" },
         { DEVICES "[server]\nfrobnicate = 1\n", "s.ini:4: [server] unknown key 'frobnicate'" },
+        { DEVICES "[server]\nsampling_defaults = vllm\n",
+          "s.ini:4: [server] sampling_defaults = 'vllm': expected 'checkpoint' or 'openai'" },
         { DEVICES "[server]\napi_keys = a b\n", "API key" },
         { DEVICES "[server]\napi_keys = ,\n", "API key" },
         { DEVICES "[server]\napi_keys_file = missing.txt\n", "missing.txt" },

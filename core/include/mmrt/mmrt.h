@@ -469,6 +469,29 @@ struct mmrt_result {
     char message[MMRT_MESSAGE_MAX];
 };
 
+/* The sampling settings the checkpoint's generation_config.json sets, for a server to use
+ * when a request does not say (docs/ENGINE.md "Sampling"): has_X is 1 when the file sets X.
+ * do_sample false gives temperature 0 (greedy, as transformers' generate()); do_sample true
+ * gives transformers' defaults for what it leaves out (temperature 1, top_k 50, top_p 1);
+ * without do_sample only the keys present count (as vLLM reads the file). A file whose
+ * values are out of range or of the wrong type fails the load, naming the file and key. */
+struct mmrt_generation_defaults {
+    uint32_t struct_size;  /* sizeof(struct mmrt_generation_defaults), or 0 (this layout) */
+    int has_temperature;
+    float temperature;
+    int has_top_k;
+    int top_k;
+    int has_top_p;
+    float top_p;
+    int has_repetition_penalty;
+    float repetition_penalty;
+};
+
+/* Fills *out (never past out->struct_size bytes) for rt's checkpoint; all has_X 0 without a
+ * checkpoint or its generation_config.json. */
+MMRT_API void mmrt_generation_defaults(const struct mmrt_runtime *rt,
+                                       struct mmrt_generation_defaults *out);
+
 /* The request the configuration's [run] section describes (defaults for missing keys:
  * no image, empty prompt, max_tokens 64, seed 0, greedy, no penalties). Strings and the
  * image are borrowed from rt. As with a result, the caller sets out->struct_size (0 = the
