@@ -1212,7 +1212,6 @@ struct req_view {
     struct mmrt_message one;
 };
 
-
 /* End of the first published mmrt_result: what struct_size 0 means. */
 #define RESULT_V1_END (offsetof(struct mmrt_result, decode_graph) + sizeof(int))
 

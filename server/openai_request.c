@@ -199,8 +199,8 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     static const char *const keys[] = {
         "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
         "top_k", "seed", "stop", "stream", "stream_options", "n", "presence_penalty",
-        "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "response_format", "user",
-        "service_tier", "metadata", "store", "parallel_tool_calls", "tools", "functions",
+        "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "response_format",
+        "user", "service_tier", "metadata", "store", "parallel_tool_calls", "tools", "functions",
         "tool_choice", "function_call", "modalities", "top_logprobs", "audio", "prediction",
         "web_search_options", NULL,
     };
@@ -281,7 +281,10 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         double x = 0;
         if ((st = get_number(p, v, k, -2, false, 2, &x)) != MMRT_OK)
             return st;
-        *(k[0] == 'p' ? &r->req.presence_penalty : &r->req.frequency_penalty) = (float)x;
+        if (strcmp(k, "presence_penalty") == 0)
+            r->req.presence_penalty = (float)x;
+        else
+            r->req.frequency_penalty = (float)x;
         return MMRT_OK;
     }
     if (strcmp(k, "repetition_penalty") == 0) { /* an extension, as vLLM's */

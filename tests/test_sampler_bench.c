@@ -102,7 +102,8 @@ int main(int argc, char **argv)
             const double t0 = bench_now_s();
             for (long d = 0; d < draws; d++) {
                 int32_t tok;
-                if (mmrt_sampler_next(&s, logits + (d % rows) * vocab, NULL, 0, 0, &tok, &err) != MMRT_OK) {
+                const float *row = logits + (d % rows) * vocab;
+                if (mmrt_sampler_next(&s, row, NULL, 0, 0, &tok, &err) != MMRT_OK) {
                     fprintf(stderr, "sampler-bench: %s\n", err.msg);
                     mmrt_sampler_deinit(&s);
                     free(logits);
