@@ -468,7 +468,7 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                   what);
     }
     if (cfg->chat_template < MMRT_CHAT_TEMPLATE_AUTO ||
-        cfg->chat_template > MMRT_CHAT_TEMPLATE_MISTRAL) {
+        cfg->chat_template > MMRT_CHAT_TEMPLATE_LLAMA3) {
         snprintf(what, sizeof what, "[model] chat_template %d is not an enum "
                  "mmrt_chat_template", (int)cfg->chat_template);
         return at(src, src->conf ? src->conf->chat_template_line : 0, err, MMRT_ERR_CONFIG,

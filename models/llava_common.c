@@ -134,15 +134,48 @@ mmrt_status mmrt_llava_parse_feature_layers(const json_t *cfg, const char *what,
     return MMRT_OK;
 }
 
+/* The token that closes a turn in templates whose turns end with a special token of their
+ * own. generation_config.json often names only the tokenizer's end of text (Yi's
+ * <|endoftext|>, Llama 3's <|end_of_text|>), and a model trained on the template ends its
+ * answer with the turn's mark instead. */
+static const char *turn_end(enum mmrt_chat_template chat)
+{
+    switch (chat) {
+    case MMRT_CHAT_TEMPLATE_CHATML: return "<|im_end|>";
+    case MMRT_CHAT_TEMPLATE_LLAMA3: return "<|eot_id|>";
+    default: return NULL;
+    }
+}
+
+/* Adds chat's turn-end id to eos when the tokenizer has it as one special token the model
+ * can emit (below vocab) and it is not there yet; a full list stays as it is. */
+static void add_turn_end(const struct mmrt_tokenizer *tok, enum mmrt_chat_template chat,
+                         int64_t vocab, int32_t *eos, int *n_eos)
+{
+    const char *mark = turn_end(chat);
+    if (!mark)
+        return;
+    const int32_t id = mmrt_tokenizer_token_to_id(tok, mark, strlen(mark));
+    if (id < 0 || id >= vocab || !mmrt_tokenizer_is_special(tok, id))
+        return;
+    for (int i = 0; i < *n_eos; i++)
+        if (eos[i] == id)
+            return;
+    if (*n_eos < MMRT_LLAVA_MAX_EOS)
+        eos[(*n_eos)++] = id;
+}
+
 /* A missing generation_config.json means the text config's eos (`fallback`). */
-mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab, int32_t *eos,
-                                int *n_eos, struct mmrt_error *err)
+mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab,
+                                const struct mmrt_tokenizer *tok, enum mmrt_chat_template chat,
+                                int32_t *eos, int *n_eos, struct mmrt_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (!mmrt_file_exists(path)) {
         eos[0] = (int32_t)fallback;
         *n_eos = fallback >= 0;
+        add_turn_end(tok, chat, vocab, eos, n_eos);
         return MMRT_OK;
     }
     json_t *root = NULL;
@@ -158,6 +191,8 @@ mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab
                                    MMRT_LLAVA_MAX_EOS, n_eos, err);
     }
     json_decref(root);
+    if (st == MMRT_OK)
+        add_turn_end(tok, chat, vocab, eos, n_eos);
     return st;
 }
 
@@ -222,15 +257,32 @@ static mmrt_status template_member(const json_t *root, const char *path, const c
     return MMRT_OK;
 }
 
-/* Which family a template's text belongs to, by the literal markers its output carries; AUTO
- * when neither or both are there. */
+/* Each family by the literal markers its output carries (all of them must be there). */
+static const struct {
+    enum mmrt_chat_template family;
+    const char *marks[2];
+} families[] = {
+    { MMRT_CHAT_TEMPLATE_LLAVA, { "ASSISTANT:", NULL } },
+    { MMRT_CHAT_TEMPLATE_MISTRAL, { "[INST]", "[/INST]" } },
+    { MMRT_CHAT_TEMPLATE_CHATML, { "<|im_start|>", "<|im_end|>" } },
+    { MMRT_CHAT_TEMPLATE_LLAMA3, { "<|start_header_id|>", "<|end_header_id|>" } },
+};
+
+/* Which family a template's text belongs to; AUTO when none or several match. */
 static enum mmrt_chat_template template_family(const char *t, size_t n)
 {
-    const bool inst = memmem(t, n, "[INST]", 6) && memmem(t, n, "[/INST]", 7);
-    const bool llava = memmem(t, n, "ASSISTANT:", 10) != NULL;
-    return inst == llava ? MMRT_CHAT_TEMPLATE_AUTO
-           : inst        ? MMRT_CHAT_TEMPLATE_MISTRAL
-                         : MMRT_CHAT_TEMPLATE_LLAVA;
+    enum mmrt_chat_template found = MMRT_CHAT_TEMPLATE_AUTO;
+    int matches = 0;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        bool all = true;
+        for (int k = 0; k < 2 && families[f].marks[k]; k++)
+            all &= memmem(t, n, families[f].marks[k], strlen(families[f].marks[k])) != NULL;
+        if (all) {
+            found = families[f].family;
+            matches++;
+        }
+    }
+    return matches == 1 ? found : MMRT_CHAT_TEMPLATE_AUTO;
 }
 
 mmrt_status mmrt_llava_choose_template(const char *dir, enum mmrt_chat_template requested,
@@ -270,10 +322,13 @@ mmrt_status mmrt_llava_choose_template(const char *dir, enum mmrt_chat_template 
             family = template_family(text, len);
             if (family == MMRT_CHAT_TEMPLATE_AUTO)
                 st = mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                                    "%s: the chat template is neither LLaVA's (\"USER: … "
-                                    "ASSISTANT:\") nor Mistral's (\"[INST] … [/INST]\"), the "
-                                    "two mmrt renders; set [model] chat_template = llava or "
-                                    "mistral to use one of them", path);
+                                    "%s: the chat template is none of the four mmrt renders "
+                                    "(LLaVA's \"USER: … ASSISTANT:\", Mistral's \"[INST] … "
+                                    "[/INST]\", ChatML's \"<|im_start|> … <|im_end|>\", "
+                                    "Llama 3's \"<|start_header_id|> … <|end_header_id|>\"), "
+                                    "or has the marks of several; set [model] chat_template "
+                                    "= llava, mistral, chatml or llama3 to use one of them",
+                                    path);
         }
         free(raw);
         json_decref(root);
@@ -337,16 +392,60 @@ static void render_mistral(const struct mmrt_request *req, struct mmrt_text *t)
     }
 }
 
+/* The ChatML template of llava-1.6-34b (on Nous-Hermes-2-Yi-34B), as its Jinja renders it:
+ * each turn "<|im_start|>" + role + "\n", "<image>\n" per image, its text, "<|im_end|>\n";
+ * then the generation prompt "<|im_start|>assistant\n". No system turn is added. */
+static void render_chatml(const struct mmrt_request *req, struct mmrt_text *t)
+{
+    for (int i = 0; i < req->n_messages; i++) {
+        const struct mmrt_message *msg = &req->messages[i];
+        mmrt_text_add(t, "<|im_start|>");
+        mmrt_text_add(t, msg->role);
+        mmrt_text_add(t, "\n");
+        for (int k = 0; k < msg->n_images; k++)
+            mmrt_text_add(t, "<image>\n");
+        if (msg->text)
+            mmrt_text_add(t, msg->text);
+        mmrt_text_add(t, "<|im_end|>\n");
+    }
+    mmrt_text_add(t, "<|im_start|>assistant\n");
+}
+
+/* llama3-llava-next-8b's template, as its Jinja renders it: each turn
+ * "<|start_header_id|>" + role + "<|end_header_id|>\n\n", "<image>" per image (no newline
+ * after it), then "\n" + text + "<|eot_id|>" — only when the turn has text, so a turn of
+ * images alone has no end mark; then the generation prompt for the assistant's header. BOS
+ * (<|begin_of_text|>) comes from the tokenizer. */
+static void render_llama3(const struct mmrt_request *req, struct mmrt_text *t)
+{
+    for (int i = 0; i < req->n_messages; i++) {
+        const struct mmrt_message *msg = &req->messages[i];
+        mmrt_text_add(t, "<|start_header_id|>");
+        mmrt_text_add(t, msg->role);
+        mmrt_text_add(t, "<|end_header_id|>\n\n");
+        for (int k = 0; k < msg->n_images; k++)
+            mmrt_text_add(t, "<image>");
+        if (msg->text) {
+            mmrt_text_add(t, "\n");
+            mmrt_text_add(t, msg->text);
+            mmrt_text_add(t, "<|eot_id|>");
+        }
+    }
+    mmrt_text_add(t, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 /* Renders the chat, tokenizes, and expands each <image> id into n_image ids. */
 static mmrt_status build_prompt(const struct mmrt_llava_lm *m, const struct mmrt_request *req,
                                 int n_images, int64_t n_image, int32_t **ids_out,
                                 int64_t *n_out, int64_t *image_pos, struct mmrt_error *err)
 {
     struct mmrt_text text = { 0 };
-    if (m->chat == MMRT_CHAT_TEMPLATE_MISTRAL)
-        render_mistral(req, &text);
-    else
-        render_llava(req, &text);
+    switch (m->chat) {
+    case MMRT_CHAT_TEMPLATE_MISTRAL: render_mistral(req, &text); break;
+    case MMRT_CHAT_TEMPLATE_CHATML: render_chatml(req, &text); break;
+    case MMRT_CHAT_TEMPLATE_LLAMA3: render_llama3(req, &text); break;
+    default: render_llava(req, &text); break;
+    }
     if (text.failed) {
         free(text.s);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");

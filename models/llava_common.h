@@ -50,11 +50,15 @@ mmrt_status mmrt_llava_parse_feature_layers(const json_t *cfg, const char *what,
                                             int64_t n_layers, int64_t *layers, int *n,
                                             struct mmrt_error *err);
 
-/* EOS ids: generation_config.json in `dir` when present (int or list of at most
- * MMRT_LLAVA_MAX_EOS), else `fallback` (none when < 0). Each must be below vocab; a value
- * beyond that, negative, or not an integer is refused naming the file and key. */
-mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab, int32_t *eos,
-                                int *n_eos, struct mmrt_error *err);
+/* The ids that end an answer: generation_config.json's eos_token_id in `dir` when present
+ * (int or list of at most MMRT_LLAVA_MAX_EOS), else `fallback` (none when < 0); then the
+ * turn-end token of chat's template (ChatML's <|im_end|>, Llama 3's <|eot_id|>) when tok has
+ * it as a special token, so an answer ends where the template ends an assistant turn. Each
+ * id read must be below vocab; a value beyond that, negative, or not an integer is refused
+ * naming the file and key. */
+mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab,
+                                const struct mmrt_tokenizer *tok, enum mmrt_chat_template chat,
+                                int32_t *eos, int *n_eos, struct mmrt_error *err);
 
 /* Image settings: preprocessor_config.json (hub layout), else the "image_processor" object
  * of processor_config.json (what transformers 5 writes). `path` receives the file used,
@@ -69,9 +73,11 @@ mmrt_status mmrt_llava_load_preprocessor_config(const char *dir, char *path, siz
  * chat_template); for AUTO the checkpoint's own, from the first of chat_template.jinja,
  * chat_template.json, processor_config.json and tokenizer_config.json ("default" of a list)
  * that has one, recognised by the literal text it writes (LLaVA's "ASSISTANT:", Mistral's
- * "[INST]" … "[/INST]"); with none anywhere, Mistral's for a mistral text model, else
- * LLaVA's. A template of neither family is MMRT_ERR_UNSUPPORTED naming the file and the
- * key that chooses one; a malformed file is refused by name. */
+ * "[INST]" … "[/INST]", ChatML's "<|im_start|>" … "<|im_end|>", Llama 3's
+ * "<|start_header_id|>" … "<|end_header_id|>"); with none anywhere, Mistral's for a
+ * mistral text model, else LLaVA's. A template of none of these families (or with the
+ * marks of several) is MMRT_ERR_UNSUPPORTED naming the file and the key that chooses one; a
+ * malformed file is refused by name. */
 mmrt_status mmrt_llava_choose_template(const char *dir, enum mmrt_chat_template requested,
                                        bool text_mistral, enum mmrt_chat_template *out,
                                        struct mmrt_error *err);
@@ -112,11 +118,11 @@ struct mmrt_llava_lm {
      * output's grid_thw[1], [2], each row followed by an image_newline row. */
     int64_t grid, grid_offset;
     bool packed_map;
-    enum mmrt_chat_template chat; /* LLAVA or MISTRAL (mmrt_llava_choose_template) */
+    enum mmrt_chat_template chat; /* mmrt_llava_choose_template */
 };
 
 /* The language stage of one request (model.h prepare()): renders the chat with l->chat
- * (LLaVA's "USER: <image>\n{prompt} ASSISTANT:" or Mistral's "[INST] <image>\n{prompt}
+ * (e.g. LLaVA's "USER: <image>\n{prompt} ASSISTANT:" or Mistral's "[INST] <image>\n{prompt}
  * [/INST]"), tokenizes and expands the <image> id into vis->n_tokens ids (the prompt must
  * hold exactly vis->n_images placeholders: MMRT_ERR_INVALID_ARG otherwise), whose rows the
  * features replace. */

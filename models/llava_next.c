@@ -237,7 +237,8 @@ static mmrt_status next_load(const char *dir, const json_t *config,
     if (st == MMRT_OK)
         st = mmrt_dev_download(vision, &nl, m->newline, (uint64_t)Dt * sizeof(float), err);
     if (st == MMRT_OK)
-        st = mmrt_llava_read_eos(dir, lcfg.eos_id, lcfg.vocab, m->eos, &m->n_eos, err);
+        st = mmrt_llava_read_eos(dir, lcfg.eos_id, lcfg.vocab, m->tok, m->chat, m->eos,
+                                     &m->n_eos, err);
     if (st != MMRT_OK)
         goto fail;
     json_decref(pp_json);

@@ -239,7 +239,10 @@ static mmrt_status q_load(const char *dir, const json_t *config,
     if (st == MMRT_OK)
         st = load_tokenizer(m, dir, lc.vocab, err);
     if (st == MMRT_OK)
-        st = mmrt_llava_read_eos(dir, lc.eos_id, lc.vocab, m->eos, &m->n_eos, err);
+        st = mmrt_llava_read_eos(dir, lc.eos_id, lc.vocab, m->tok,
+                                 /* generation_config's ids alone, as published (the
+                                    Instruct models' already hold <|im_end|>) */
+                                 MMRT_CHAT_TEMPLATE_AUTO, m->eos, &m->n_eos, err);
     if (st != MMRT_OK)
         goto fail;
     enum mmrt_op vis_ops[16], lm_ops[32];

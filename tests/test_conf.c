@@ -701,9 +701,11 @@ static const struct error_case ERRORS[] = {
     {M("exif_orientation = apply\nexif_orientation = ignore"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'exif_orientation' (first on line 3)"},
     {M("chat_template = vicuna"), MMRT_ERR_CONFIG,
-     "t.ini:3: [model] chat_template = 'vicuna': expected 'auto', 'llava' or 'mistral'"},
+     "t.ini:3: [model] chat_template = 'vicuna': expected 'auto', 'llava', 'mistral', "
+     "'chatml' or 'llama3'"},
     {M("chat_template = Mistral"), MMRT_ERR_CONFIG,
-     "t.ini:3: [model] chat_template = 'Mistral': expected 'auto', 'llava' or 'mistral'"},
+     "t.ini:3: [model] chat_template = 'Mistral': expected 'auto', 'llava', 'mistral', "
+     "'chatml' or 'llama3'"},
     {M("chat_template = llava\nchat_template = mistral"), MMRT_ERR_CONFIG,
      "t.ini:4: [model] duplicate key 'chat_template' (first on line 3)"},
     {M("image_kv_keep = 0"), MMRT_ERR_CONFIG,

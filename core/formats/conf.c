@@ -687,10 +687,13 @@ static void model_key(struct parser *p, const char *key, const char *v, size_t n
     } else if (strcmp(key, "chat_template") == 0) {
         static const struct choice names[] = { { "auto", MMRT_CHAT_TEMPLATE_AUTO },
                                                { "llava", MMRT_CHAT_TEMPLATE_LLAVA },
-                                               { "mistral", MMRT_CHAT_TEMPLATE_MISTRAL } };
+                                               { "mistral", MMRT_CHAT_TEMPLATE_MISTRAL },
+                                               { "chatml", MMRT_CHAT_TEMPLATE_CHATML },
+                                               { "llama3", MMRT_CHAT_TEMPLATE_LLAMA3 } };
         int value;
         if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
-                       "'auto', 'llava' or 'mistral'", &c->chat_template_line, &value))
+                       "'auto', 'llava', 'mistral', 'chatml' or 'llama3'",
+                       &c->chat_template_line, &value))
             c->chat_template = value;
     } else if (strcmp(key, "image_kv_keep") == 0) {
         if (once(p, key, n, &c->image_kv_keep_line))

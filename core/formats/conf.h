@@ -25,8 +25,9 @@
  *                              ; tokens' K/V each layer and head keeps after prefill
  *     image_kv_policy = random ; optional, key_norm_high | key_norm_low | random | pool2x2,
  *                              ; default: the one docs/BENCHMARKS.md measured best
- *     chat_template = auto     ; optional, auto | llava | mistral, default auto: the
- *                              ; checkpoint's own (LLaVA-family models only)
+ *     chat_template = auto     ; optional, auto | llava | mistral | chatml | llama3,
+ *                              ; default auto: the checkpoint's own (LLaVA-family models
+ *                              ; only)
  *
  *     [device.cpu0]
  *     plugin = cpu          ; required; the loader maps it to libmmrt_cpu.so

@@ -125,6 +125,10 @@ enum mmrt_chat_template {
                                        LLaVA's; one mmrt does not recognise is refused */
     MMRT_CHAT_TEMPLATE_LLAVA = 1,   /* "USER: <image>\n… ASSISTANT:" (llava-1.5, -1.6-vicuna) */
     MMRT_CHAT_TEMPLATE_MISTRAL = 2, /* "[INST] <image>\n… [/INST]" (llava-1.6-mistral) */
+    MMRT_CHAT_TEMPLATE_CHATML = 3,  /* "<|im_start|>user\n<image>\n…<|im_end|>\n"
+                                       (llava-1.6-34b, on Nous-Hermes-2-Yi) */
+    MMRT_CHAT_TEMPLATE_LLAMA3 = 4,  /* "<|start_header_id|>user<|end_header_id|>\n\n<image>
+                                       \n…<|eot_id|>" (llama3-llava-next-8b) */
 };
 
 /* How the checkpoint's matrices (every matmul weight of the towers, the projector and the
@@ -225,7 +229,7 @@ struct mmrt_config {
      * (0, the default) or one named, for a checkpoint whose template file is missing or not
      * one mmrt recognises. Model types with one template of their own (Qwen2-VL) or none
      * (Fuyu) take only AUTO; anything else is MMRT_ERR_CONFIG. INI: [model] chat_template =
-     * auto | llava | mistral. */
+     * auto | llava | mistral | chatml | llama3. */
     enum mmrt_chat_template chat_template;
 };
 
