@@ -32,6 +32,8 @@ struct mmrt_seq {
     int64_t dropped;             /* image rows compression removed (slot − row) */
     const struct mmrt_model_trace *trace;
     mmrt_token_fn on_token;
+    mmrt_logprobs_fn on_logprobs; /* NULL unless the request asked for logprobs */
+    int top_logprobs;
     void *user;
     struct mmrt_result *res;
     double t_submit, t_first_chunk, t_first_token;
@@ -521,6 +523,45 @@ static bool is_eos(const struct mmrt_engine *e, int32_t id)
     return false;
 }
 
+/* The token decoded alone into *text (malloc'ed, "" when it cannot be had). */
+static char *token_text(const struct mmrt_tokenizer *tok, int32_t id)
+{
+    char *text = NULL;
+    size_t len = 0;
+    struct mmrt_error err = { 0 };
+    if (mmrt_tokenizer_decode(tok, &id, 1, 0, &text, &len, &err) != MMRT_OK)
+        text = NULL;
+    return text ? text : strdup("");
+}
+
+/* Hands s's on_logprobs the raw distribution's view of the token just sampled. */
+static mmrt_status report_logprobs(const struct mmrt_engine *e, const struct mmrt_seq *s,
+                                   const float *logits, int32_t tok, struct mmrt_error *err)
+{
+    struct mmrt_logprob top[MMRT_MAX_TOP_LOGPROBS];
+    struct mmrt_token_logprobs lp = { .struct_size = sizeof lp, .top = top };
+    lp.token.token_id = tok;
+    mmrt_status st = mmrt_sampler_logprobs(logits, e->dec->vocab, tok, s->top_logprobs,
+                                           &lp.token.logprob, top, &lp.n_top, err);
+    if (st != MMRT_OK)
+        return st;
+    char *texts[MMRT_MAX_TOP_LOGPROBS + 1];
+    int n_text = 0;
+    bool failed = !(texts[n_text++] = token_text(e->lang.tok, tok));
+    for (int i = 0; !failed && i < lp.n_top; i++)
+        failed = !(texts[n_text++] = token_text(e->lang.tok, top[i].token_id));
+    if (!failed) {
+        lp.token.text = texts[0];
+        for (int i = 0; i < lp.n_top; i++)
+            top[i].text = texts[i + 1];
+        s->on_logprobs(s->user, &lp);
+    }
+    for (int i = 0; i < n_text; i++)
+        free(texts[i]);
+    return failed ? mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "logprobs: out of memory")
+                  : MMRT_OK;
+}
+
 /* Samples s's next token from `logits`, streams it and decides whether s goes on. */
 static void take_token(struct mmrt_engine *e, struct mmrt_seq *s, const float *logits)
 {
@@ -530,6 +571,8 @@ static void take_token(struct mmrt_engine *e, struct mmrt_seq *s, const float *l
     int32_t tok;
     mmrt_status st = mmrt_sampler_next(&s->sampler, logits, s->tokens, s->prompt.n_ids,
                                        s->n_known, &tok, &err);
+    if (st == MMRT_OK && s->on_logprobs)
+        st = report_logprobs(e, s, logits, tok, &err);
     const char *piece = "";
     size_t plen = 0;
     if (st == MMRT_OK)
@@ -831,6 +874,8 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     s->t_submit = mmrt_now_ms();
     s->trace = r->trace;
     s->on_token = r->on_token;
+    s->on_logprobs = r->req->logprobs ? r->on_logprobs : NULL;
+    s->top_logprobs = r->req->top_logprobs;
     s->user = r->user;
     s->res = r->result;
     atomic_init(&s->cancel, false);
@@ -843,7 +888,9 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
                                    .top_p = q->top_p, .seed = q->seed,
                                    .repetition_penalty = q->repetition_penalty,
                                    .presence_penalty = q->presence_penalty,
-                                   .frequency_penalty = q->frequency_penalty },
+                                   .frequency_penalty = q->frequency_penalty,
+                                   .logit_bias = q->logit_bias,
+                                   .n_logit_bias = q->n_logit_bias },
                                err);
     if (st == MMRT_OK)
         st = mmrt_kv_cache_alloc(e->dec->kv, s->prompt.n_ids + s->max_tokens, &s->kv, err);

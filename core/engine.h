@@ -106,14 +106,16 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
 void mmrt_engine_destroy(struct mmrt_engine *e);
 
 /* One request for the engine. prompt and vision move into the engine (zeroed in the caller)
- * whether or not the submission succeeds. req is copied (its strings are not used); trace,
- * on_token / user and result are borrowed until the sequence is released. */
+ * whether or not the submission succeeds. req is copied (its strings are not used; its
+ * logit_bias is copied); trace, the callbacks, user and result are borrowed until the
+ * sequence is released. */
 struct mmrt_engine_request {
     const struct mmrt_request *req;       /* sampling settings, max_tokens */
     struct mmrt_prompt *prompt;
     struct mmrt_vision_output *vision;    /* features the prompt's splices read */
     const struct mmrt_model_trace *trace; /* may be NULL */
     mmrt_token_fn on_token;               /* may be NULL */
+    mmrt_logprobs_fn on_logprobs;         /* may be NULL; called when req->logprobs */
     void *user;
     struct mmrt_result *result;           /* filled when the sequence finishes */
 };

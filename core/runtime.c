@@ -1304,6 +1304,21 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: max_tokens %d must be at least 1 (or 0: up to the "
                               "context)", r->max_tokens);
+    if (r->logprobs != 0 && r->logprobs != 1)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: logprobs %d must be 0 (off) or 1", r->logprobs);
+    if (r->top_logprobs < 0 || r->top_logprobs > MMRT_MAX_TOP_LOGPROBS ||
+        (r->top_logprobs > 0 && !r->logprobs))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: top_logprobs %d must be 0 … %d, and needs logprobs = 1",
+                              r->top_logprobs, MMRT_MAX_TOP_LOGPROBS);
+    if (r->n_logit_bias < 0 || r->n_logit_bias > MMRT_MAX_LOGIT_BIAS ||
+        (r->n_logit_bias > 0 && !r->logit_bias))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: n_logit_bias %d must be 0 … %d, with as many entries",
+                              r->n_logit_bias, MMRT_MAX_LOGIT_BIAS);
+    /* The entries themselves (ids in the vocabulary, biases in range) are the sampler's to
+     * check, with the other sampling settings. */
     if (r->n_messages < 0 || (r->n_messages > 0 && !r->messages))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: n_messages %d needs as many messages", r->n_messages);
@@ -1432,8 +1447,9 @@ void mmrt_runtime_vision_batch(struct mmrt_runtime *rt, const struct mmrt_reques
  * into the engine either way. */
 static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *req,
                           struct mmrt_vision_output *vis, const struct mmrt_model_trace *trace,
-                          mmrt_token_fn on_token, void *user, struct mmrt_result *result,
-                          struct mmrt_seq **seq, struct mmrt_error *err)
+                          mmrt_token_fn on_token, mmrt_logprobs_fn on_logprobs, void *user,
+                          struct mmrt_result *result, struct mmrt_seq **seq,
+                          struct mmrt_error *err)
 {
     struct mmrt_prompt prompt = { 0 };
     mmrt_status st = rt->model_type->prepare(rt->model, req, vis, &prompt, err);
@@ -1442,7 +1458,8 @@ static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *re
         return st;
     }
     struct mmrt_engine_request er = { .req = req, .prompt = &prompt, .vision = vis,
-                                      .trace = trace, .on_token = on_token, .user = user,
+                                      .trace = trace, .on_token = on_token,
+                                      .on_logprobs = on_logprobs, .user = user,
                                       .result = result };
     return mmrt_engine_submit(rt->engine, &er, seq, err);
 }
@@ -1469,7 +1486,7 @@ static mmrt_status run_one(struct mmrt_runtime *rt, const struct mmrt_request *r
         st = encode_cached(rt, r, trace, NULL, &vis, &rt->last);
     double t1 = mmrt_now_ms();
     if (st == MMRT_OK)
-        st = submit(rt, r, &vis, trace, on_token, user, result, &seq, &rt->last);
+        st = submit(rt, r, &vis, trace, on_token, NULL, user, result, &seq, &rt->last);
     mmrt_vision_output_free(&vis);
     while (st == MMRT_OK && !mmrt_engine_done(seq))
         st = mmrt_engine_step(rt->engine, &rt->last);
@@ -1661,7 +1678,7 @@ static mmrt_status run_batch(struct mmrt_runtime *rt, const struct mmrt_request 
                 const double vs = r->vision_start_ms, ve = r->vision_end_ms;
                 mmrt_status sst = submit(rt, &norm[submitted].r, &b.vis[submitted],
                                          traces ? &traces[submitted] : NULL, batch_token,
-                                         &slots[submitted], r, &seqs[submitted], &err);
+                                         NULL, &slots[submitted], r, &seqs[submitted], &err);
                 r->vision_start_ms = vs;
                 r->vision_end_ms = ve;
                 r->language_start_ms = mmrt_now_ms() - b.t0;
@@ -1750,6 +1767,7 @@ struct mmrt_job {
     struct mmrt_message *msgs;  /* [req.n_messages], role and text copied */
     struct mmrt_image_input *imgs; /* [req.n_images], path or data copied */
     char **stops;               /* [req.n_stop] copied */
+    struct mmrt_logit_bias *bias; /* [req.n_logit_bias] copied */
     /* [req.n_images] vision-cache keys: an in-memory image's from mmrt_submit, a path
      * image's from its vision stage (written under jobs_lock after submission) */
     struct mmrt_vision_key *keys;
@@ -1782,6 +1800,7 @@ static void job_free(struct mmrt_job *j)
     for (int i = 0; j->stops && i < j->req.n_stop; i++)
         free(j->stops[i]);
     free(j->stops);
+    free(j->bias);
     free(j->msgs);
     free(j->imgs);
     free(j->keys);
@@ -1877,8 +1896,8 @@ static void job_submit(struct mmrt_runtime *rt, struct mmrt_job *j, struct mmrt_
     struct mmrt_seq *seq = NULL;
     mmrt_status st = j->vis_st;
     if (st == MMRT_OK)
-        st = submit(rt, &j->req, &j->vis, NULL, j->cb.on_token, j->cb.user, &j->result, &seq,
-                    &j->vis_err);
+        st = submit(rt, &j->req, &j->vis, NULL, j->cb.on_token, j->cb.on_logprobs, j->cb.user,
+                    &j->result, &seq, &j->vis_err);
     mmrt_vision_output_free(&j->vis);
     if (st != MMRT_OK) {
         job_finish(j, st, j->vis_err.msg);
@@ -2181,6 +2200,13 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
         for (int i = 0; !failed && i < v->n_stop; i++)
             j->stops[i] = dup_or_null(v->stop[i], &failed);
         j->req.stop = (const char *const *)j->stops;
+        if (v->n_logit_bias > 0) {
+            j->bias = malloc((size_t)v->n_logit_bias * sizeof *j->bias);
+            failed |= !j->bias;
+            if (j->bias)
+                memcpy(j->bias, v->logit_bias, (size_t)v->n_logit_bias * sizeof *j->bias);
+        }
+        j->req.logit_bias = j->bias;
         j->msgs = calloc((size_t)v->n_messages, sizeof *j->msgs);
         j->imgs = calloc((size_t)(v->n_images ? v->n_images : 1), sizeof *j->imgs);
         failed |= !j->msgs || !j->imgs;
@@ -2253,7 +2279,7 @@ mmrt_status mmrt_submit_with(struct mmrt_runtime *rt, const struct mmrt_request 
         *out = NULL;
     struct mmrt_job_callbacks c = { 0 };
     /* The caller's layout: callbacks it does not have read as NULL. */
-    const size_t v1 = sizeof c;
+    const size_t v1 = offsetof(struct mmrt_job_callbacks, on_logprobs);
     if (cb) {
         const size_t size = cb->struct_size ? cb->struct_size : v1;
         memcpy(&c, cb, size < sizeof c ? size : sizeof c);

@@ -58,6 +58,20 @@ mmrt_status mmrt_sampler_init(struct mmrt_sampler *s, int64_t vocab,
                               "[-2, 2]", cfg->frequency_penalty);
     if (vocab < 1)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "vocabulary of %lld", (long long)vocab);
+    if (cfg->n_logit_bias < 0 || cfg->n_logit_bias > MMRT_MAX_LOGIT_BIAS ||
+        (cfg->n_logit_bias > 0 && !cfg->logit_bias))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "logit_bias: %d entries; at most %d",
+                              cfg->n_logit_bias, MMRT_MAX_LOGIT_BIAS);
+    for (int i = 0; i < cfg->n_logit_bias; i++) {
+        const struct mmrt_logit_bias *b = &cfg->logit_bias[i];
+        if (b->token_id < 0 || b->token_id >= vocab)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "logit_bias[%d]: token %d is not "
+                                  "in the model's vocabulary of %lld", i, (int)b->token_id,
+                                  (long long)vocab);
+        if (!(b->bias >= -100 && b->bias <= 100))
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "logit_bias[%d]: bias %g must be "
+                                  "in [-100, 100]", i, (double)b->bias);
+    }
     s->temperature = temperature;
     s->top_k = cfg->top_k;
     s->top_p = cfg->top_p;
@@ -68,12 +82,18 @@ mmrt_status mmrt_sampler_init(struct mmrt_sampler *s, int64_t vocab,
     uint64_t x = cfg->seed;
     for (int i = 0; i < 4; i++)
         s->s[i] = splitmix64(&x);
-    const bool penalties = s->repetition != 1 || s->presence != 0 || s->frequency != 0;
+    const bool penalties = s->repetition != 1 || s->presence != 0 || s->frequency != 0 ||
+                           cfg->n_logit_bias > 0;
     if ((temperature > 0 && !(s->cands = malloc((size_t)vocab * sizeof *s->cands))) ||
-        (penalties && !(s->penalised = malloc((size_t)vocab * sizeof *s->penalised)))) {
+        (penalties && !(s->penalised = malloc((size_t)vocab * sizeof *s->penalised))) ||
+        (cfg->n_logit_bias > 0 &&
+         !(s->bias = malloc((size_t)cfg->n_logit_bias * sizeof *s->bias)))) {
         mmrt_sampler_deinit(s);
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "sampler: out of memory");
     }
+    if (cfg->n_logit_bias > 0)
+        memcpy(s->bias, cfg->logit_bias, (size_t)cfg->n_logit_bias * sizeof *s->bias);
+    s->n_bias = cfg->n_logit_bias;
     return MMRT_OK;
 }
 
@@ -81,8 +101,11 @@ void mmrt_sampler_deinit(struct mmrt_sampler *s)
 {
     free(s->cands);
     free(s->penalised);
+    free(s->bias);
     s->cands = NULL;
     s->penalised = NULL;
+    s->bias = NULL;
+    s->n_bias = 0;
 }
 
 /* Hugging Face's repetition penalty of one logit: towards zero on both sides. */
@@ -91,7 +114,7 @@ static inline float repeated(float logit, float r)
     return logit > 0 ? logit / r : logit * r;
 }
 
-/* s->penalised = logits with the penalties of sampler.h. Each step recomputes from the
+/* s->penalised = logits with the penalties of sampler.h, then the logit biases. Each step recomputes from the
  * model's row, so an id met twice in the prompt is penalised once (the assignment repeats),
  * and the frequency term accumulates once per occurrence in the answer. */
 static const float *penalise(struct mmrt_sampler *s, const float *logits,
@@ -117,6 +140,8 @@ static const float *penalise(struct mmrt_sampler *s, const float *logits,
         if (t >= 0 && t < s->vocab)
             p[t] -= s->frequency;
     }
+    for (int i = 0; i < s->n_bias; i++) /* ids were checked against vocab by init */
+        p[s->bias[i].token_id] += s->bias[i].bias;
     return p;
 }
 
@@ -274,5 +299,54 @@ mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits,
         }
     }
     *token = c[pick >= 0 ? pick : last].id; /* rounding left r ≥ 0: the last likely one */
+    return MMRT_OK;
+}
+
+/* Whether (la, a) comes before (lb, b) in the sampler's order. */
+static inline bool ahead(float la, int32_t a, float lb, int32_t b)
+{
+    return la > lb || (la == lb && a < b);
+}
+
+mmrt_status mmrt_sampler_logprobs(const float *logits, int64_t vocab, int32_t id, int k,
+                                  float *lp, struct mmrt_logprob *top, int *n_top,
+                                  struct mmrt_error *err)
+{
+    *n_top = 0;
+    if (k < 0 || k > MMRT_MAX_TOP_LOGPROBS)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "top_logprobs %d must be 0 … %d", k,
+                              MMRT_MAX_TOP_LOGPROBS);
+    float max = -INFINITY;
+    for (int64_t i = 0; i < vocab; i++)
+        if (isfinite(logits[i]) && logits[i] > max)
+            max = logits[i];
+    if (!isfinite(max))
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "sampler: no finite logit in the row");
+    /* The sum in double from the largest logit down: every term is ≤ 1 and one is 1, so it
+     * neither overflows nor loses the tokens that carry the mass. */
+    double sum = 0;
+    int n = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+        const float l = logits[i];
+        if (!isfinite(l))
+            continue;
+        sum += exp((double)l - (double)max);
+        /* The k best so far, kept in order by insertion: a logit that does not beat the
+         * k-th costs one comparison, so the pass stays O(vocab) in practice. */
+        if (k == 0 || (n == k && !ahead(l, (int32_t)i, top[k - 1].logprob, top[k - 1].token_id)))
+            continue;
+        int at = n < k ? n++ : k - 1;
+        while (at > 0 && ahead(l, (int32_t)i, top[at - 1].logprob, top[at - 1].token_id)) {
+            top[at] = top[at - 1];
+            at--;
+        }
+        top[at] = (struct mmrt_logprob){ .token_id = (int32_t)i, .logprob = l };
+    }
+    const double lse = (double)max + log(sum);
+    for (int i = 0; i < n; i++)
+        top[i].logprob = (float)((double)top[i].logprob - lse);
+    *n_top = n;
+    *lp = id >= 0 && id < vocab && isfinite(logits[id]) ? (float)((double)logits[id] - lse)
+                                                        : -INFINITY;
     return MMRT_OK;
 }

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "mmrt/mmrt.h"
 
 struct mmrt_sampler_cand {
     float logit;   /* as the model gave it; the temperature is applied to differences */
@@ -42,6 +43,8 @@ struct mmrt_sampling {
     float repetition_penalty; /* 0 or 1 = off */
     float presence_penalty;   /* 0 = off */
     float frequency_penalty;  /* 0 = off */
+    const struct mmrt_logit_bias *logit_bias; /* [n_logit_bias], copied by init */
+    int n_logit_bias;
 };
 
 struct mmrt_sampler {
@@ -52,12 +55,16 @@ struct mmrt_sampler {
     uint64_t s[4];      /* generator state */
     int64_t vocab;
     struct mmrt_sampler_cand *cands; /* [vocab] work space, owned (NULL when greedy) */
-    float *penalised;                /* [vocab] the row with penalties (NULL without any) */
+    float *penalised;                /* [vocab] the row with penalties and biases (NULL
+                                        without any) */
+    struct mmrt_logit_bias *bias;    /* [n_bias] owned */
+    int n_bias;
 };
 
 /* Checks the settings (temperature finite in [0, 100], top_k ≥ 0, top_p in (0, 1],
- * repetition_penalty 0 or in (0, 100], presence and frequency penalties in [−2, 2]; the
- * message names the field) and reserves work space for `vocab` logits. */
+ * repetition_penalty 0 or in (0, 100], presence and frequency penalties in [−2, 2], at most
+ * MMRT_MAX_LOGIT_BIAS biases in [−100, 100] on ids below vocab; the message names the field)
+ * and reserves work space for `vocab` logits. */
 mmrt_status mmrt_sampler_init(struct mmrt_sampler *s, int64_t vocab,
                               const struct mmrt_sampling *cfg, struct mmrt_error *err);
 void mmrt_sampler_deinit(struct mmrt_sampler *s);
@@ -68,5 +75,14 @@ void mmrt_sampler_deinit(struct mmrt_sampler *s);
 mmrt_status mmrt_sampler_next(struct mmrt_sampler *s, const float *logits,
                               const int32_t *tokens, int64_t n_prompt, int64_t n_tokens,
                               int32_t *token, struct mmrt_error *err);
+
+/* Log-softmax of logits[vocab] (as the model gave them): *lp for `id`, and the k (≤
+ * MMRT_MAX_TOP_LOGPROBS) most likely ids with theirs in top[0 … k) in the sampler's order
+ * (logit descending, id ascending; fewer when fewer logits are finite). A non-finite logit
+ * has −INFINITY. Sets *n_top. A row with no finite logit is MMRT_ERR_INTERNAL. text members
+ * are left NULL. */
+mmrt_status mmrt_sampler_logprobs(const float *logits, int64_t vocab, int32_t id, int k,
+                                  float *lp, struct mmrt_logprob *top, int *n_top,
+                                  struct mmrt_error *err);
 
 #endif

@@ -8,6 +8,7 @@
  * batch invariance). Chunked prefill changes how a prompt's attention is blocked, so chunked
  * against unchunked is held to the golden tolerance and identical tokens instead.
  */
+#include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -21,6 +22,7 @@
 
 #include "engine.h"
 #include "formats/file.h"
+#include "formats/tokenizer.h"
 #include "golden.h"
 
 #define MAX_CASES GOLDEN_MAX_CASES
@@ -856,6 +858,195 @@ static void test_penalties(void **state)
     json_decref(c.json);
 }
 
+/* What a job's callbacks saw: for each token its logprobs report and then its on_token. */
+struct lp_record {
+    struct mmrt_tokenizer *tok;
+    int n;                       /* reports */
+    int32_t id[GOLDEN_MAX_TOKENS];
+    float lp[GOLDEN_MAX_TOKENS];
+    int n_top[GOLDEN_MAX_TOKENS];
+    struct mmrt_logprob top[GOLDEN_MAX_TOKENS][MMRT_MAX_TOP_LOGPROBS];
+    int n_tokens;                /* on_token calls with an id */
+    bool order_ok, text_ok;
+};
+
+/* text is what mmrt_tokenizer_decode gives id alone. */
+static bool decoded_alone(const struct mmrt_tokenizer *tok, int32_t id, const char *text)
+{
+    char *want = NULL;
+    size_t len = 0;
+    struct mmrt_error e = { 0 };
+    if (mmrt_tokenizer_decode(tok, &id, 1, 0, &want, &len, &e) != MMRT_OK)
+        return false;
+    /* A C string: a token whose text holds a NUL byte (<0x00>) is cut there. */
+    const bool same = text && strcmp(text, want) == 0;
+    free(want);
+    return same;
+}
+
+static void lp_report(void *user, const struct mmrt_token_logprobs *lp)
+{
+    struct lp_record *r = user;
+    r->order_ok &= r->n == r->n_tokens && lp->struct_size == sizeof *lp;
+    r->text_ok &= decoded_alone(r->tok, lp->token.token_id, lp->token.text);
+    for (int i = 0; i < lp->n_top; i++)
+        r->text_ok &= decoded_alone(r->tok, lp->top[i].token_id, lp->top[i].text);
+    if (r->n >= GOLDEN_MAX_TOKENS)
+        return;
+    r->id[r->n] = lp->token.token_id;
+    r->lp[r->n] = lp->token.logprob;
+    r->n_top[r->n] = lp->n_top;
+    memcpy(r->top[r->n], lp->top, (size_t)lp->n_top * sizeof *lp->top);
+    r->n++;
+}
+
+static bool lp_token(void *user, int32_t id, const char *text)
+{
+    (void)text;
+    struct lp_record *r = user;
+    if (id >= 0) {
+        r->order_ok &= r->n == r->n_tokens + 1 && r->id[r->n_tokens] == id;
+        r->n_tokens++;
+    }
+    return true;
+}
+
+static const float *g_row; /* the row lp_order sorts by */
+static int lp_order(const void *a, const void *b)
+{
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (g_row[i] != g_row[j])
+        return g_row[i] > g_row[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* Runs req as a job into *r and the result. */
+static mmrt_status run_job(struct mmrt_runtime *rt, const struct mmrt_request *req,
+                           struct lp_record *r, struct mmrt_result *res)
+{
+    struct mmrt_tokenizer *tok = r->tok;
+    memset(r, 0, sizeof *r);
+    r->tok = tok;
+    r->order_ok = r->text_ok = true;
+    const struct mmrt_job_callbacks cb = { .struct_size = sizeof cb, .on_token = lp_token,
+                                           .on_logprobs = lp_report, .user = r };
+    struct mmrt_job *job = NULL;
+    char err[1024];
+    mmrt_status st = mmrt_submit_with(rt, req, &cb, &job, err, sizeof err);
+    if (st != MMRT_OK)
+        fail_msg("submit: %s", err);
+    *res = (struct mmrt_result){ .struct_size = sizeof *res };
+    return mmrt_wait(job, res);
+}
+
+/* Log-probabilities: each generated token's is the log-softmax of its step's raw logits
+ * (those a traced solo run saw), the top ones are the largest logits in order (ties by id),
+ * the texts are each token decoded alone, and each report comes just before the token's
+ * on_token. logit_bias moves greedy choice: +100 on one id makes every token that id, −100
+ * on the plain first token makes it another. Out-of-range settings are refused by name. */
+static void test_logprobs_and_bias(void **state)
+{
+    (void)state;
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .max_batch = 4 });
+    struct golden_capture plain[MAX_CASES] = { 0 };
+    run_solo(rt, &c, plain);
+    char path[4096];
+    golden_fixture_path(path, sizeof path, "llava-tiny/tokenizer.json");
+    struct lp_record *rec = calloc(1, sizeof *rec);
+    assert_non_null(rec);
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_tokenizer_load(path, NULL, &rec->tok, &e), MMRT_OK);
+    const int64_t V = plain[0].vocab;
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    assert_non_null(order);
+
+    for (int i = 0; i < c.n; i++) {
+        struct mmrt_request r = c.req[i];
+        r.struct_size = sizeof r;
+        r.logprobs = 1;
+        r.top_logprobs = i == 0 ? MMRT_MAX_TOP_LOGPROBS : 3;
+        struct mmrt_result res;
+        assert_int_equal(run_job(rt, &r, rec, &res), MMRT_OK);
+        assert_true(rec->order_ok);
+        assert_true(rec->text_ok);
+        assert_int_equal(rec->n, plain[i].n_tokens);
+        assert_int_equal(rec->n_tokens, plain[i].n_tokens);
+        for (int k = 0; k < rec->n && k < GOLDEN_MAX_STEPS && plain[i].logits[k]; k++) {
+            const float *row = plain[i].logits[k];
+            assert_int_equal(rec->id[k], plain[i].tokens[k]);
+            double max = -INFINITY, sum = 0;
+            for (int64_t v = 0; v < V; v++)
+                max = row[v] > max ? row[v] : max;
+            for (int64_t v = 0; v < V; v++)
+                sum += exp((double)row[v] - max);
+            const double lse = max + log(sum);
+            assert_true(fabs(rec->lp[k] - (row[rec->id[k]] - lse)) < 1e-5);
+            for (int64_t v = 0; v < V; v++)
+                order[v] = (int32_t)v;
+            g_row = row;
+            qsort(order, (size_t)V, sizeof *order, lp_order);
+            assert_int_equal(rec->n_top[k], r.top_logprobs);
+            for (int t = 0; t < rec->n_top[k]; t++) {
+                assert_int_equal(rec->top[k][t].token_id, order[t]);
+                assert_true(fabs(rec->top[k][t].logprob - (row[order[t]] - lse)) < 1e-5);
+            }
+            assert_int_equal(rec->top[k][0].token_id, rec->id[k]); /* greedy */
+        }
+    }
+
+    /* Biases. Token 100 is an ordinary piece of the fixture's vocabulary, not an end. */
+    struct mmrt_request r = c.req[0];
+    r.struct_size = sizeof r;
+    r.max_tokens = 5;
+    const struct mmrt_logit_bias force = { .token_id = 100, .bias = 100 };
+    r.logit_bias = &force;
+    r.n_logit_bias = 1;
+    struct mmrt_result res;
+    assert_int_equal(run_job(rt, &r, rec, &res), MMRT_OK);
+    assert_int_equal(res.n_tokens, 5);
+    for (int k = 0; k < rec->n; k++)
+        assert_int_equal(rec->id[k], 100);
+    const struct mmrt_logit_bias ban = { .token_id = plain[0].tokens[0], .bias = -100 };
+    r.logit_bias = &ban;
+    assert_int_equal(run_job(rt, &r, rec, &res), MMRT_OK);
+    assert_true(res.n_tokens >= 1);
+    assert_int_not_equal(rec->id[0], plain[0].tokens[0]);
+    assert_int_equal(rec->n, 0); /* logprobs off: no reports */
+
+    /* Refusals, naming the setting. */
+    struct mmrt_request bad = r;
+    bad.logit_bias = NULL;
+    bad.n_logit_bias = 0;
+    bad.logprobs = 2;
+    expect_invalid(rt, &bad, "logprobs 2 must be 0 (off) or 1");
+    bad.logprobs = 0;
+    bad.top_logprobs = 3;
+    expect_invalid(rt, &bad, "top_logprobs 3 must be 0 … 20, and needs logprobs = 1");
+    bad.logprobs = 1;
+    bad.top_logprobs = 21;
+    expect_invalid(rt, &bad, "top_logprobs 21");
+    bad.top_logprobs = 0;
+    const struct mmrt_logit_bias far = { .token_id = 100, .bias = 101 };
+    bad.logit_bias = &far;
+    bad.n_logit_bias = 1;
+    expect_invalid(rt, &bad, "logit_bias[0]: bias 101 must be in [-100, 100]");
+    const struct mmrt_logit_bias outside = { .token_id = (int32_t)V, .bias = 1 };
+    bad.logit_bias = &outside;
+    expect_invalid(rt, &bad, "logit_bias[0]: token");
+    bad.n_logit_bias = MMRT_MAX_LOGIT_BIAS + 1;
+    expect_invalid(rt, &bad, "n_logit_bias 1025");
+    assert_pages_back(rt);
+
+    free(order);
+    mmrt_tokenizer_destroy(rec->tok);
+    free(rec);
+    free_caps(plain, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
 /* Fuyu has no chat template: anything but one user turn is refused by name. */
 static void test_fuyu_refuses_chats(void **state)
 {
@@ -926,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_cancel_job),
         cmocka_unit_test(test_request_forms),
         cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logprobs_and_bias),
         cmocka_unit_test(test_fuyu_refuses_chats),
         cmocka_unit_test(test_bad_scheduler_config),
     };

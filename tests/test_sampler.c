@@ -372,6 +372,76 @@ static void test_penalties(void **state)
     mmrt_sampler_deinit(&s);
 }
 
+/* Biases after the penalties, on a copy the sampler owns; refused out of range. */
+static void test_logit_bias(void **state)
+{
+    (void)state;
+    const float row[5] = { 2.0f, -1.0f, 1.5f, 0.5f, 1.9f };
+    const int32_t toks[] = { 0 };
+    struct mmrt_logit_bias b[3] = { { 3, 1.0f }, { 3, 0.75f }, { 0, -100.0f } };
+    struct mmrt_sampling c = { .repetition_penalty = 2.0f, .top_p = 1.0f, .logit_bias = b,
+                               .n_logit_bias = 3 };
+    struct mmrt_sampler s;
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_OK);
+    b[0].bias = 50.0f; /* the caller's array may change or go once init returns */
+    const float *p = penalise(&s, row, toks, 0, 1);
+    const float want[5] = { 1.0f - 100.0f, -1.0f, 1.5f, 0.5f + 1.75f, 1.9f };
+    assert_memory_equal(p, want, sizeof want);
+    int32_t tok;
+    assert_int_equal(mmrt_sampler_next(&s, row, toks, 0, 1, &tok, &err), MMRT_OK);
+    assert_int_equal(tok, 3);
+    mmrt_sampler_deinit(&s);
+
+    b[0] = (struct mmrt_logit_bias){ 5, 1.0f };
+    c = (struct mmrt_sampling){ .top_p = 1.0f, .logit_bias = b, .n_logit_bias = 1 };
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "logit_bias[0]: token 5 is not in the model's vocabulary"));
+    b[0] = (struct mmrt_logit_bias){ 1, NAN };
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "logit_bias[0]: bias nan must be in [-100, 100]"));
+    c.n_logit_bias = MMRT_MAX_LOGIT_BIAS + 1;
+    assert_int_equal(mmrt_sampler_init(&s, 5, &c, &err), MMRT_ERR_INVALID_ARG);
+}
+
+/* The log-softmax against a sum in long double, the top ids in order (ties by id, −inf
+ * last, fewer than asked when fewer are finite), and the row without a finite logit. */
+static void test_logprobs(void **state)
+{
+    (void)state;
+    const float row[7] = { 1.0f, 3.0f, -INFINITY, 3.0f, NAN, -2.0f, 1.0f };
+    long double sum = 0;
+    for (int i = 0; i < 7; i++)
+        if (isfinite(row[i]))
+            sum += expl((long double)row[i] - 3.0L);
+    const long double lse = 3.0L + logl(sum);
+    struct mmrt_logprob top[MMRT_MAX_TOP_LOGPROBS];
+    struct mmrt_error err = { 0 };
+    float lp;
+    int n;
+    assert_int_equal(mmrt_sampler_logprobs(row, 7, 6, 4, &lp, top, &n, &err), MMRT_OK);
+    assert_true(fabsl((long double)lp - (1.0L - lse)) < 1e-6L);
+    assert_int_equal(n, 4);
+    const int32_t ids[4] = { 1, 3, 0, 6 };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(top[i].token_id, ids[i]);
+        assert_true(fabsl((long double)top[i].logprob - ((long double)row[ids[i]] - lse)) <
+                    1e-6L);
+        assert_null(top[i].text);
+    }
+    assert_int_equal(mmrt_sampler_logprobs(row, 7, 2, 20, &lp, top, &n, &err), MMRT_OK);
+    assert_int_equal(n, 5); /* the finite ones */
+    assert_int_equal(top[4].token_id, 5);
+    assert_true(isinf(lp) && lp < 0);
+    assert_int_equal(mmrt_sampler_logprobs(row, 7, 1, 0, &lp, top, &n, &err), MMRT_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(mmrt_sampler_logprobs(row, 7, 1, 21, &lp, top, &n, &err),
+                     MMRT_ERR_INVALID_ARG);
+    const float none[2] = { NAN, -INFINITY };
+    assert_int_equal(mmrt_sampler_logprobs(none, 2, 0, 1, &lp, top, &n, &err),
+                     MMRT_ERR_INTERNAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +452,8 @@ int main(void)
         cmocka_unit_test(test_draws_stay_in_the_kept_set),
         cmocka_unit_test(test_settings_refused),
         cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

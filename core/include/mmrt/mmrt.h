@@ -427,10 +427,56 @@ struct mmrt_request {
     float repetition_penalty;
     float presence_penalty;
     float frequency_penalty;
+    /* Log-probabilities of the answer's tokens, delivered to mmrt_job_callbacks.on_logprobs
+     * (docs/ENGINE.md "Log-probabilities"): logprobs 0 = off, 1 = each generated token's;
+     * top_logprobs 0 … MMRT_MAX_TOP_LOGPROBS: also that many of the most likely tokens at
+     * each position (needs logprobs = 1). They are the log-softmax of the logits as the
+     * model gave them, before penalties, logit_bias, temperature, top_k and top_p (what vLLM
+     * reports by default). */
+    int logprobs;
+    int top_logprobs;
+    /* Added to the logits of the given token ids after the penalties and before the
+     * temperature, top_k, top_p and greedy choice (OpenAI's logit_bias): up to
+     * MMRT_MAX_LOGIT_BIAS entries, each bias finite in [−100, 100] (−100 all but bans a
+     * token, 100 all but forces it), each id in the model's vocabulary; an id listed twice
+     * gets both. */
+    const struct mmrt_logit_bias *logit_bias;
+    int n_logit_bias;
 };
 
 #define MMRT_MAX_STOP 16
 #define MMRT_MAX_STOP_BYTES 256
+#define MMRT_MAX_TOP_LOGPROBS 20
+#define MMRT_MAX_LOGIT_BIAS 1024
+
+/* One entry of mmrt_request.logit_bias. */
+struct mmrt_logit_bias {
+    int32_t token_id;
+    float bias;
+};
+
+/* A token and its log-probability (natural logarithm; −INFINITY for a token the model rules
+ * out). */
+struct mmrt_logprob {
+    int32_t token_id;
+    float logprob;
+    const char *text;         /* the token decoded alone, special tokens included, as vLLM
+                                 reports it (UTF-8; U+FFFD for a piece of a character; a
+                                 NUL byte, <0x00>'s text, ends it as on_token's) */
+};
+
+/* What on_logprobs receives for each generated token; valid only during the call. Written
+ * by the runtime: struct_size is the size it was built with, so a caller built against a
+ * later mmrt.h reads members past it as absent. */
+struct mmrt_token_logprobs {
+    uint32_t struct_size;
+    struct mmrt_logprob token;        /* the token generated */
+    int n_top;                        /* the request's top_logprobs */
+    const struct mmrt_logprob *top;   /* the n_top most likely tokens, most likely first
+                                         (ties: smaller id first) */
+};
+
+typedef void (*mmrt_logprobs_fn)(void *user, const struct mmrt_token_logprobs *lp);
 
 /* Receives each generated token as soon as it is produced: its id and the text it completes
  * (only whole UTF-8 characters; may be ""). At the end, text held back for an incomplete
@@ -555,7 +601,8 @@ MMRT_API mmrt_status mmrt_submit(struct mmrt_runtime *rt, const struct mmrt_requ
                                  char *err, size_t err_size);
 
 /* mmrt_submit with more callbacks. Extensible like mmrt_request (struct_size first; 0 =
- * this layout). Every callback runs on the worker thread and may be NULL. */
+ * the first layout, up to user). Every callback runs on the worker thread and may be
+ * NULL. */
 struct mmrt_job_callbacks {
     uint32_t struct_size;
     mmrt_token_fn on_token;
@@ -569,6 +616,10 @@ struct mmrt_job_callbacks {
      * must not be freed from inside the callback (call mmrt_wait on another thread). */
     void (*on_done)(void *user);
     void *user;
+    /* ---- appended after the first layout ---- */
+    /* For each generated token of a request with logprobs = 1, just before on_token gets
+     * the same token (an end token included). */
+    mmrt_logprobs_fn on_logprobs;
 };
 
 MMRT_API mmrt_status mmrt_submit_with(struct mmrt_runtime *rt, const struct mmrt_request *req,
