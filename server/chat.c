@@ -54,6 +54,10 @@ struct chat {
     struct mmrt_text out;          /* SSE bytes not yet handed over, from out_off */
     size_t out_off;
     struct mmrt_text answer;       /* a non-streamed answer's text */
+    /* logprobs: the entries (mmrt_chat_logprobs_entry) not yet sent, a stream's since its
+     * last text chunk, a plain answer's all; NULL when the request did not ask */
+    json_t *lp;
+    bool lp_failed;                /* an entry could not be made: the answer stops */
     struct mmrt_result res;        /* once waited for */
     int fd;                        /* the client's socket, for noticing that it closed */
     struct chat *next_live, *next_orphan;
@@ -73,6 +77,7 @@ static void chat_free(struct chat *c)
     free(c->body);
     free(c->out.s);
     free(c->answer.s);
+    json_decref(c->lp);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -164,15 +169,31 @@ static bool on_token(void *user, int32_t id, const char *text)
         if (c->t_first == 0)
             c->t_first = now_ms();
     }
-    bool ok = true;
-    if (text[0] && c->req.stream)
-        ok = add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
-                                               text, NULL, NULL, c->req.include_usage));
-    else if (text[0])
-        mmrt_text_add(&c->answer, text), ok = !c->answer.failed;
+    bool ok = !c->lp_failed;
+    if (text[0] && c->req.stream) {
+        ok &= add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
+                                                text, NULL, NULL, c->req.include_usage,
+                                                c->lp));
+        if (c->lp)
+            json_array_clear(c->lp); /* sent with this chunk */
+    } else if (text[0]) {
+        mmrt_text_add(&c->answer, text);
+        ok &= !c->answer.failed;
+    }
     resume_locked(c);
     pthread_mutex_unlock(&c->lock);
     return ok; /* out of memory: the answer ends here, the result says it was cut */
+}
+
+/* Each token's log-probabilities, just before its on_token: kept until the chunk (or the
+ * answer) that carries them. */
+static void on_logprobs(void *user, const struct mmrt_token_logprobs *lp)
+{
+    struct chat *c = user;
+    pthread_mutex_lock(&c->lock);
+    if (c->lp && !c->lp_failed)
+        c->lp_failed = json_array_append_new(c->lp, mmrt_chat_logprobs_entry(lp)) != 0;
+    pthread_mutex_unlock(&c->lock);
 }
 
 static void on_accepted(void *user, int n_prompt_tokens)
@@ -183,7 +204,8 @@ static void on_accepted(void *user, int n_prompt_tokens)
     c->accepted = true;
     if (c->req.stream)
         add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
-                                          "assistant", "", NULL, NULL, c->req.include_usage));
+                                          "assistant", "", NULL, NULL, c->req.include_usage,
+                                          NULL));
     resume_locked(c);
     pthread_mutex_unlock(&c->lock);
 }
@@ -245,12 +267,14 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         const struct mmrt_result *r = &c->res;
         if (r->status == MMRT_OK) {
             const struct mmrt_chat_usage u = { r->n_prompt_tokens, r->n_tokens };
+            /* The tokens whose text never went out in a chunk (an end token, the pieces of
+             * a stop string) have their entries here. */
             add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
                                               NULL, mmrt_finish_reason_name(r->finish_reason),
-                                              NULL, c->req.include_usage));
+                                              NULL, c->req.include_usage, c->lp));
             if (c->req.include_usage)
                 add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
-                                                  NULL, NULL, NULL, &u, true));
+                                                  NULL, NULL, NULL, &u, true, NULL));
         } else {
             /* Failed after the 200 went out (a device error, the drain's cancel): the error
              * object as an event, as OpenAI-compatible servers send it. */
@@ -299,7 +323,8 @@ static enum MHD_Result answer_result(struct chat *c)
     c->answered = true;
     char *body = mmrt_chat_completion_json(c->id, c->created, c->s->conf.model_name,
                                            c->answer.s ? c->answer.s : "",
-                                           mmrt_finish_reason_name(r->finish_reason), &u);
+                                           mmrt_finish_reason_name(r->finish_reason), &u,
+                                           c->lp);
     /* NULL body: mmrt_http_json_header answers 503 out of memory. */
     return mmrt_http_json_header(c->s, c->mc, MHD_HTTP_OK, body, "X-Mmrt-Vision-Key",
                                  c->vision_keys);
@@ -360,9 +385,14 @@ static enum MHD_Result submit(struct chat *c)
     if (!c->req.seed_given)
         c->req.req.seed = (uint64_t)atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull ^
                           (uint64_t)time(NULL);
+    if (c->req.req.logprobs && !(c->lp = json_array())) {
+        mmrt_api_error_from_status(MMRT_ERR_NO_MEMORY, NULL, &e);
+        mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_FAILED);
+        return answer_error(c, &e);
+    }
     const struct mmrt_job_callbacks cb = { .struct_size = sizeof cb, .on_token = on_token,
                                            .on_accepted = on_accepted, .on_done = on_done,
-                                           .user = c };
+                                           .user = c, .on_logprobs = on_logprobs };
     char err[512];
     struct mmrt_job *job = NULL;
     pthread_mutex_lock(&c->lock);

@@ -55,11 +55,17 @@
  *   stream_options         {"include_usage": boolean}, only with stream: true (400 otherwise,
  *                          like OpenAI)
  *   n                      only 1
- *   presence_penalty, frequency_penalty   only 0
- *   logit_bias             only {} ; logprobs only false; response_format only {"type":"text"}
+ *   presence_penalty, frequency_penalty   numbers in [−2, 2]; 0 = off
+ *   repetition_penalty     number in (0, 100]; an extension, as vLLM has it
+ *   logprobs               boolean: each answer token's log-probability in the response
+ *   top_logprobs           integer 0 … MMRT_MAX_TOP_LOGPROBS, needs logprobs: true
+ *   logit_bias             {"TOKEN_ID": number in [−100, 100], …}: at most
+ *                          MMRT_MAX_LOGIT_BIAS entries, keys decimal token ids (an id
+ *                          outside the model's vocabulary is refused by the runtime, 400)
+ *   response_format        only {"type": "text"}
  *   user, metadata, store, service_tier, parallel_tool_calls   type-checked, ignored
  *   tools, functions       only [] ; tool_choice, function_call only "none";
- *   modalities only ["text"]; top_logprobs, audio, prediction, web_search_options only null.
+ *   modalities only ["text"]; audio, prediction, web_search_options only null.
  *                          Anything else in these is 400 "mmrt does not support X".
  *   Any other key, whatever its value (null too), is 400 "Unrecognized request argument
  *   supplied: X" (OpenAI's wording).
@@ -100,6 +106,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "mmrt/mmrt.h"
 
 /* JSON nesting a request may have: a message part's image_url object sits at depth 6. */
@@ -135,6 +143,7 @@ struct mmrt_chat_request {
     struct mmrt_message *messages_;
     struct mmrt_image_input *images_;
     char **stop_;
+    struct mmrt_logit_bias *bias_;
 };
 
 /* An error as OpenAI reports it. Written by mmrt_chat_request_parse and
@@ -186,13 +195,21 @@ struct mmrt_chat_usage {
  * "stop" so a response always carries a reason). */
 const char *mmrt_finish_reason_name(enum mmrt_finish_reason reason);
 
+/* One token's entry of "logprobs.content", as OpenAI writes it: {"token", "logprob",
+ * "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, …]}. "token" is the runtime's
+ * text of the token (decoded alone) made valid UTF-8, "bytes" its UTF-8 bytes, a logprob of
+ * −inf is −9999.0. A new reference, or NULL when out of memory. */
+json_t *mmrt_chat_logprobs_entry(const struct mmrt_token_logprobs *lp);
+
 /* {"id", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
- * "message": {"role": "assistant", "content", "refusal": null}, "logprobs": null,
+ * "message": {"role": "assistant", "content", "refusal": null}, "logprobs",
  * "finish_reason"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}.
- * finish_reason NULL is JSON null; usage NULL leaves "usage" out. */
+ * finish_reason NULL is JSON null; usage NULL leaves "usage" out; logprobs (an array of
+ * mmrt_chat_logprobs_entry, borrowed) NULL is null, else {"content": logprobs,
+ * "refusal": null}. */
 char *mmrt_chat_completion_json(const char *id, long created, const char *model,
                                 const char *content, const char *finish_reason,
-                                const struct mmrt_chat_usage *usage);
+                                const struct mmrt_chat_usage *usage, const json_t *logprobs);
 
 /* One "chat.completion.chunk" of a stream, as OpenAI sends them:
  *   first    role "assistant", content ""   → delta {"role": "assistant", "content": ""}
@@ -200,11 +217,13 @@ char *mmrt_chat_completion_json(const char *id, long created, const char *model,
  *   last     finish_reason "stop"|"length"  → delta {}, "finish_reason": "stop"
  *   usage    usage non-NULL                 → "choices": [], "usage": {…} (after the last,
  *                                              when stream_options.include_usage)
- * Every choice has "index": 0, "logprobs": null and "finish_reason" (null but on the last).
- * include_usage adds "usage": null to the chunks before the usage chunk, as OpenAI does. */
+ * Every choice has "index": 0, "logprobs" (as for a completion: null when logprobs is NULL)
+ * and "finish_reason" (null but on the last). include_usage adds "usage": null to the
+ * chunks before the usage chunk, as OpenAI does. */
 char *mmrt_chat_chunk_json(const char *id, long created, const char *model, const char *role,
                            const char *content, const char *finish_reason,
-                           const struct mmrt_chat_usage *usage, bool include_usage);
+                           const struct mmrt_chat_usage *usage, bool include_usage,
+                           const json_t *logprobs);
 
 /* GET /v1/models: {"object": "list", "data": [{"id": model, "object": "model", "created",
  * "owned_by": "mmrt"}]}. */

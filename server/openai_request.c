@@ -295,16 +295,21 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         r->req.repetition_penalty = (float)x > 0 ? (float)x : FLT_MIN;
         return MMRT_OK;
     }
-    if (strcmp(k, "logit_bias") == 0) {
-        if (!json_is_object(v))
-            return type_error(p, k, "an object", v);
-        return json_object_size(v) ? unsupported(p, k, "logit_bias") : MMRT_OK;
-    }
+    if (strcmp(k, "logit_bias") == 0)
+        return MMRT_OK; /* after this pass: it allocates */
     if (strcmp(k, "logprobs") == 0) {
         bool b = false;
         if ((st = get_bool(p, v, k, &b)) != MMRT_OK)
             return st;
-        return b ? unsupported(p, k, "logprobs") : MMRT_OK;
+        r->req.logprobs = b;
+        return MMRT_OK;
+    }
+    if (strcmp(k, "top_logprobs") == 0) {
+        long long x = 0;
+        if ((st = get_int(p, v, k, 0, MMRT_MAX_TOP_LOGPROBS, &x)) != MMRT_OK)
+            return st;
+        r->req.top_logprobs = (int)x;
+        return MMRT_OK;
     }
     if (strcmp(k, "response_format") == 0) {
         if (!json_is_object(v))
@@ -357,12 +362,57 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
             return MMRT_OK;
         return unsupported(p, k, "modalities other than [\"text\"]");
     }
-    static const char *const null_only[] = { "top_logprobs", "audio", "prediction",
-                                             "web_search_options", NULL };
+    static const char *const null_only[] = { "audio", "prediction", "web_search_options",
+                                             NULL };
     for (const char *const *u = null_only; *u; u++)
         if (strcmp(k, *u) == 0)
             return unsupported(p, k, *u);
     return fail(p, 500, MMRT_ERR_INTERNAL, NULL, k, "Internal error: '%s' has no check.", k);
+}
+
+/* {"TOKEN_ID": bias, …}: keys are token ids written in decimal (OpenAI's form), biases
+ * numbers in [−100, 100]. Whether an id is in the model's vocabulary is the runtime's to say
+ * (a 400 naming the entry). */
+static mmrt_status parse_logit_bias(struct parse *p, struct mmrt_chat_request *r,
+                                    const json_t *v)
+{
+    if (!v || json_is_null(v))
+        return MMRT_OK;
+    if (!json_is_object(v))
+        return type_error(p, "logit_bias", "an object", v);
+    const size_t n = json_object_size(v);
+    if (n > MMRT_MAX_LOGIT_BIAS)
+        return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "logit_bias",
+                    "Invalid 'logit_bias': %zu entries; mmrt takes at most %d.", n,
+                    MMRT_MAX_LOGIT_BIAS);
+    if (n == 0)
+        return MMRT_OK;
+    if (!(r->bias_ = calloc(n, sizeof *r->bias_)))
+        return no_memory(p);
+    r->req.logit_bias = r->bias_;
+    const char *key;
+    const json_t *b;
+    json_object_foreach((json_t *)v, key, b) {
+        char q[64], param[sizeof p->err->param];
+        path_join(param, sizeof param, "logit_bias", ".%s", quote(q, key, strlen(key)));
+        /* Digits only: no sign, no space, no leading zero but "0" itself. */
+        const size_t len = strlen(key);
+        bool digits = len >= 1 && len <= 10 && (key[0] != '0' || len == 1);
+        for (size_t i = 0; digits && i < len; i++)
+            digits = key[i] >= '0' && key[i] <= '9';
+        const long long id = digits ? strtoll(key, NULL, 10) : -1;
+        if (!digits || id > INT32_MAX)
+            return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, param,
+                        "Invalid key in 'logit_bias': '%s' is not a token id (a decimal "
+                        "integer from 0 to %d).", q, INT32_MAX);
+        double x = 0;
+        mmrt_status st = get_number(p, b, param, -100, false, 100, &x);
+        if (st != MMRT_OK)
+            return st;
+        r->bias_[r->req.n_logit_bias++] = (struct mmrt_logit_bias){ .token_id = (int32_t)id,
+                                                                     .bias = (float)x };
+    }
+    return MMRT_OK;
 }
 
 static mmrt_status parse_stop(struct parse *p, struct mmrt_chat_request *r, const json_t *v)
@@ -947,7 +997,12 @@ static mmrt_status parse_root(struct parse *p, struct mmrt_chat_request *r, cons
                     "Invalid '%s': %lld is too large; this server generates at most %d "
                     "completion tokens per request.", mt_name, mt, lim->max_tokens);
     r->req.max_tokens = mt ? (int)mt : (lim->max_tokens > 0 ? lim->max_tokens : 0);
+    if (r->req.top_logprobs > 0 && !r->req.logprobs)
+        return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "top_logprobs",
+                    "Invalid 'top_logprobs': it needs 'logprobs': true.");
     if ((st = parse_stop(p, r, json_object_get(root, "stop"))) != MMRT_OK)
+        return st;
+    if ((st = parse_logit_bias(p, r, json_object_get(root, "logit_bias"))) != MMRT_OK)
         return st;
     return parse_messages(p, r, json_object_get(root, "messages"));
 }
@@ -1012,6 +1067,7 @@ void mmrt_chat_request_free(struct mmrt_chat_request *r)
     free(r->messages_);
     free(r->images_);
     free(r->stop_);
+    free(r->bias_);
     free(r->model);
     memset(r, 0, sizeof *r);
 }

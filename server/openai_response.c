@@ -136,9 +136,61 @@ const char *mmrt_finish_reason_name(enum mmrt_finish_reason reason)
     return reason == MMRT_FINISH_LENGTH ? "length" : "stop";
 }
 
+/* {"token", "logprob", "bytes"} of one token; logprob −inf (a token the model rules out) is
+ * −9999.0, as vLLM writes it, since JSON has no infinity. */
+static json_t *logprob_json(const struct mmrt_logprob *t)
+{
+    json_t *o = json_object(), *tok = jstr(t->text ? t->text : ""), *bytes = json_array();
+    bool ok = o && tok && bytes;
+    for (size_t i = 0; ok && i < json_string_length(tok); i++)
+        ok = json_array_append_new(bytes,
+                                   json_integer((unsigned char)json_string_value(tok)[i])) == 0;
+    const double lp = t->logprob >= -9999.0f ? (double)t->logprob : -9999.0;
+    ok = ok && put(o, "token", json_incref(tok)) && put(o, "logprob", json_real(lp)) &&
+         put(o, "bytes", json_incref(bytes));
+    json_decref(tok);
+    json_decref(bytes);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *mmrt_chat_logprobs_entry(const struct mmrt_token_logprobs *lp)
+{
+    json_t *o = logprob_json(&lp->token), *top = json_array();
+    bool ok = o && top;
+    for (int i = 0; ok && i < lp->n_top; i++)
+        ok = json_array_append_new(top, logprob_json(&lp->top[i])) == 0;
+    ok = ok && put(o, "top_logprobs", json_incref(top));
+    json_decref(top);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* "logprobs": null, or {"content": entries, "refusal": null}. */
+static bool put_logprobs(json_t *choice, const json_t *entries)
+{
+    if (!entries)
+        return put(choice, "logprobs", json_null());
+    json_t *o = json_object();
+    /* Shared, not copied: jansson counts the references (entries is not changed here). */
+    bool ok = o && put(o, "content", json_incref((json_t *)entries)) &&
+              put(o, "refusal", json_null());
+    if (!ok) {
+        json_decref(o);
+        return false;
+    }
+    return put(choice, "logprobs", o);
+}
+
 char *mmrt_chat_completion_json(const char *id, long created, const char *model,
                                 const char *content, const char *finish_reason,
-                                const struct mmrt_chat_usage *usage)
+                                const struct mmrt_chat_usage *usage, const json_t *logprobs)
 {
     json_t *o = head(id, created, model, "chat.completion");
     json_t *msg = json_object(), *choice = json_object(), *choices = json_array();
@@ -146,7 +198,7 @@ char *mmrt_chat_completion_json(const char *id, long created, const char *model,
     ok = ok && put(msg, "role", json_string("assistant")) &&
          put(msg, "content", jstr(content ? content : "")) && put(msg, "refusal", json_null());
     ok = ok && put(choice, "index", json_integer(0)) && put(choice, "message", json_incref(msg)) &&
-         put(choice, "logprobs", json_null()) && put(choice, "finish_reason", jstr(finish_reason));
+         put_logprobs(choice, logprobs) && put(choice, "finish_reason", jstr(finish_reason));
     ok = ok && json_array_append(choices, choice) == 0 &&
          put(o, "choices", json_incref(choices));
     ok = ok && (!usage || put(o, "usage", usage_json(usage)));
@@ -162,7 +214,8 @@ char *mmrt_chat_completion_json(const char *id, long created, const char *model,
 
 char *mmrt_chat_chunk_json(const char *id, long created, const char *model, const char *role,
                            const char *content, const char *finish_reason,
-                           const struct mmrt_chat_usage *usage, bool include_usage)
+                           const struct mmrt_chat_usage *usage, bool include_usage,
+                           const json_t *logprobs)
 {
     json_t *o = head(id, created, model, "chat.completion.chunk");
     json_t *choices = json_array();
@@ -173,7 +226,7 @@ char *mmrt_chat_chunk_json(const char *id, long created, const char *model, cons
         ok = ok && (!role || put(delta, "role", jstr(role))) &&
              (!content || put(delta, "content", jstr(content)));
         ok = ok && put(choice, "index", json_integer(0)) &&
-             put(choice, "delta", json_incref(delta)) && put(choice, "logprobs", json_null()) &&
+             put(choice, "delta", json_incref(delta)) && put_logprobs(choice, logprobs) &&
              put(choice, "finish_reason", jstr(finish_reason)) &&
              json_array_append(choices, choice) == 0;
         json_decref(choice);

@@ -6,6 +6,7 @@
  * allocations included) proving a clean error and no leak on every path. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -141,7 +142,7 @@ static void test_every_field(void **state)
         "'logit_bias':{},'logprobs':false,"
         "'response_format':{'type':'text'},'parallel_tool_calls':true,'tools':[],"
         "'tool_choice':'none','functions':[],'function_call':'none','modalities':['text'],"
-        "'top_logprobs':null,'audio':null,'prediction':null,'web_search_options':null"));
+        "'top_logprobs':0,'audio':null,'prediction':null,'web_search_options':null"));
     assert_int_equal(r.req.max_tokens, 5);
     assert_true(r.req.temperature == 0.5f && r.req.top_p == 0.25f);
     assert_int_equal(r.req.top_k, 40);
@@ -152,6 +153,27 @@ static void test_every_field(void **state)
     assert_string_equal(r.req.stop[0], "a");
     assert_string_equal(r.req.stop[1], "bc");
     assert_true(r.stream && r.include_usage);
+    assert_int_equal(r.req.logprobs, 0);
+    assert_int_equal(r.req.n_logit_bias, 0);
+    mmrt_chat_request_free(&r);
+
+    /* Log-probabilities and biases, as OpenAI's clients send them. */
+    r = parse_ok(WITH("'logprobs':true,'top_logprobs':20,"
+                      "'logit_bias':{'0':-100,'50256':100,'7':0.5,'2147483647':-1e-3}"));
+    assert_int_equal(r.req.logprobs, 1);
+    assert_int_equal(r.req.top_logprobs, 20);
+    assert_int_equal(r.req.n_logit_bias, 4);
+    const struct mmrt_logit_bias want[4] = { { 0, -100.0f }, { 50256, 100.0f }, { 7, 0.5f },
+                                             { 2147483647, -1e-3f } };
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(r.req.logit_bias[i].token_id, want[i].token_id);
+        assert_true(r.req.logit_bias[i].bias == want[i].bias);
+    }
+    mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'logprobs':true,'logit_bias':{}"));
+    assert_int_equal(r.req.logprobs, 1);
+    assert_int_equal(r.req.top_logprobs, 0);
+    assert_null(r.req.logit_bias);
     mmrt_chat_request_free(&r);
 }
 
@@ -163,7 +185,7 @@ static void test_nulls_are_absent(void **state)
         "'top_k':null,'seed':null,'stop':null,'stream':null,'stream_options':null,'n':null,"
         "'user':null,'metadata':null,'store':null,'service_tier':null,'presence_penalty':null,"
         "'frequency_penalty':null,'repetition_penalty':null,'logit_bias':null,'logprobs':null,"
-        "'response_format':null,"
+        "'top_logprobs':null,'response_format':null,"
         "'parallel_tool_calls':null,'tools':null,'tool_choice':null,'functions':null,"
         "'function_call':null,'modalities':null"));
     assert_true(r.req.temperature == 1.0f && r.req.top_p == 1.0f && !r.seed_given);
@@ -419,11 +441,22 @@ static void test_unsupported_and_unknown(void **state)
         { "'n':0", "n", "n other than 1" },
         { "'n':'1'", "n", "expected an integer" },
         { "'frequency_penalty':'0'", "frequency_penalty", "expected a number" },
-        { "'logit_bias':{'50256':-100}", "logit_bias", "does not support logit_bias" },
         { "'logit_bias':[]", "logit_bias", "expected an object" },
-        { "'logprobs':true", "logprobs", "does not support logprobs" },
+        { "'logit_bias':{'abc':1}", "logit_bias.abc", "is not a token id" },
+        { "'logit_bias':{'-1':1}", "logit_bias.-1", "is not a token id" },
+        { "'logit_bias':{'05':1}", "logit_bias.05", "is not a token id" },
+        { "'logit_bias':{' 5':1}", "logit_bias. 5", "is not a token id" },
+        { "'logit_bias':{'2147483648':1}", "logit_bias.2147483648", "is not a token id" },
+        { "'logit_bias':{'':1}", "logit_bias.", "is not a token id" },
+        { "'logit_bias':{'5':100.5}", "logit_bias.5", "out of range" },
+        { "'logit_bias':{'5':'1'}", "logit_bias.5", "expected a number" },
+        { "'logit_bias':{'5':null}", "logit_bias.5", "expected a number" },
         { "'logprobs':0", "logprobs", "a boolean" },
-        { "'top_logprobs':2", "top_logprobs", "does not support top_logprobs" },
+        { "'top_logprobs':2", "top_logprobs", "needs 'logprobs': true" },
+        { "'logprobs':false,'top_logprobs':2", "top_logprobs", "needs 'logprobs': true" },
+        { "'logprobs':true,'top_logprobs':21", "top_logprobs", "out of range" },
+        { "'logprobs':true,'top_logprobs':-1", "top_logprobs", "out of range" },
+        { "'logprobs':true,'top_logprobs':1.0", "top_logprobs", "expected an integer" },
         { "'response_format':{'type':'json_object'}", "response_format.type",
           "does not support response_format" },
         { "'response_format':{'type':'json_schema','json_schema':{}}", "response_format.type",
@@ -1064,7 +1097,8 @@ static void test_completion_json(void **state)
     const struct mmrt_chat_usage u = { 12, 5 };
     json_t *o = load(mmrt_chat_completion_json("chatcmpl-1", 1700000000, MODEL,
                                                "say \"hi\"\n\t\x01</script>",
-                                               mmrt_finish_reason_name(MMRT_FINISH_EOS), &u));
+                                               mmrt_finish_reason_name(MMRT_FINISH_EOS), &u,
+                                               NULL));
     assert_int_equal(json_object_size(o), 6);
     assert_string_equal(sget(o, "id"), "chatcmpl-1");
     assert_string_equal(sget(o, "object"), "chat.completion");
@@ -1085,7 +1119,7 @@ static void test_completion_json(void **state)
     /* invalid UTF-8 from a model becomes U+FFFD, valid text is kept byte for byte */
     o = load(mmrt_chat_completion_json("x", 0, MODEL, "ok \xe2\x82 \xc3\xa9 \xff\xfe \xed\xa0\x80 "
                                        "\xf0\x9f\x98\x80 \xf4\x90\x80\x80 \xc0\xaf",
-                                       "length", NULL));
+                                       "length", NULL, NULL));
     assert_string_equal(sget(o, "choices.0.message.content"),
                         "ok \xef\xbf\xbd\xef\xbf\xbd \xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd "
                         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd \xf0\x9f\x98\x80 "
@@ -1093,17 +1127,75 @@ static void test_completion_json(void **state)
     assert_string_equal(sget(o, "choices.0.finish_reason"), "length");
     assert_null(json_object_get(o, "usage"));
     json_decref(o);
-    o = load(mmrt_chat_completion_json("x", 0, "bad\xffname", "", NULL, NULL));
+    o = load(mmrt_chat_completion_json("x", 0, "bad\xffname", "", NULL, NULL, NULL));
     assert_string_equal(sget(o, "model"), "bad\xef\xbf\xbdname");
     assert_string_equal(sget(o, "choices.0.finish_reason"), "(null)");
     json_decref(o);
+}
+
+/* "logprobs" of a completion and a chunk: OpenAI's shape, the token's text made valid
+ * UTF-8 with its bytes, −inf as −9999.0, the top list in the runtime's order. */
+static void test_logprobs_json(void **state)
+{
+    (void)state;
+    const struct mmrt_logprob top[3] = { { 5, -0.25f, " the" }, { 9, -1.5f, "\xe2\x82" },
+                                         { 2, -INFINITY, "</s>" } };
+    const struct mmrt_token_logprobs lp = { sizeof lp, { 9, -1.5f, "\xe2\x82" }, 3, top };
+    json_t *entries = json_array();
+    assert_non_null(entries);
+    assert_int_equal(json_array_append_new(entries, mmrt_chat_logprobs_entry(&lp)), 0);
+    const struct mmrt_token_logprobs none = { sizeof none, { 5, -0.25f, " the" }, 0, NULL };
+    assert_int_equal(json_array_append_new(entries, mmrt_chat_logprobs_entry(&none)), 0);
+    const struct mmrt_chat_usage u = { 3, 2 };
+    json_t *o = load(mmrt_chat_completion_json("x", 0, MODEL, "ab", "stop", &u, entries));
+    const json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                                      "logprobs");
+    assert_int_equal(json_object_size(l), 2);
+    assert_true(json_is_null(json_object_get(l, "refusal")));
+    const json_t *c = json_object_get(l, "content");
+    assert_int_equal(json_array_size(c), 2);
+    const json_t *e0 = json_array_get(c, 0);
+    assert_int_equal(json_object_size(e0), 4);
+    /* each byte of the cut character is one U+FFFD, as in any text of a response */
+    assert_string_equal(json_string_value(json_object_get(e0, "token")),
+                        "\xef\xbf\xbd\xef\xbf\xbd");
+    assert_true(json_real_value(json_object_get(e0, "logprob")) == -1.5);
+    const json_t *bytes = json_object_get(e0, "bytes");
+    assert_int_equal(json_array_size(bytes), 6);
+    assert_int_equal(json_integer_value(json_array_get(bytes, 0)), 0xef);
+    assert_int_equal(json_integer_value(json_array_get(bytes, 5)), 0xbd);
+    const json_t *t = json_object_get(e0, "top_logprobs");
+    assert_int_equal(json_array_size(t), 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(t, 0), "token")),
+                        " the");
+    assert_int_equal(json_array_size(json_object_get(json_array_get(t, 0), "bytes")), 4);
+    assert_true(json_real_value(json_object_get(json_array_get(t, 2), "logprob")) == -9999.0);
+    assert_null(json_object_get(json_array_get(t, 2), "top_logprobs"));
+    const json_t *e1 = json_array_get(c, 1);
+    assert_true(json_is_array(json_object_get(e1, "top_logprobs")));
+    assert_int_equal(json_array_size(json_object_get(e1, "top_logprobs")), 0);
+    json_decref(o);
+    /* A chunk carries the same object; an empty list is an empty content. */
+    o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, "ab", NULL, NULL, false, entries));
+    assert_int_equal(json_array_size(json_object_get(json_object_get(
+                         json_array_get(json_object_get(o, "choices"), 0), "logprobs"),
+                         "content")), 2);
+    json_decref(o);
+    json_array_clear(entries);
+    o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, "stop", NULL, false, entries));
+    l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    assert_true(json_is_array(json_object_get(l, "content")));
+    assert_int_equal(json_array_size(json_object_get(l, "content")), 0);
+    json_decref(o);
+    json_decref(entries);
 }
 
 static void test_chunk_json(void **state)
 {
     (void)state;
     for (int inc = 0; inc < 2; inc++) {
-        json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, "assistant", "", NULL, NULL, inc));
+        json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, "assistant", "", NULL, NULL, inc,
+                                              NULL));
         assert_string_equal(sget(o, "object"), "chat.completion.chunk");
         assert_string_equal(sget(o, "id"), "c");
         const json_t *delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
@@ -1120,19 +1212,19 @@ static void test_chunk_json(void **state)
         if (inc)
             assert_true(json_is_null(json_object_get(o, "usage")));
         json_decref(o);
-        o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, "tok\u00e9n\"", NULL, NULL, inc));
+        o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, "tok\u00e9n\"", NULL, NULL, inc, NULL));
         delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
         assert_int_equal(json_object_size(delta), 1);
         assert_string_equal(sget(o, "choices.0.delta.content"), "tok\u00e9n\"");
         json_decref(o);
-        o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, "length", NULL, inc));
+        o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, "length", NULL, inc, NULL));
         delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
         assert_true(json_is_object(delta) && json_object_size(delta) == 0);
         assert_string_equal(sget(o, "choices.0.finish_reason"), "length");
         json_decref(o);
     }
     const struct mmrt_chat_usage u = { 3, 4 };
-    json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, NULL, &u, true));
+    json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, NULL, &u, true, NULL));
     assert_true(json_is_array(json_object_get(o, "choices")));
     assert_int_equal(json_array_size(json_object_get(o, "choices")), 0);
     assert_int_equal(iget(o, "usage", "total_tokens"), 7);
@@ -1292,17 +1384,26 @@ static void test_alloc_failure_sweep(void **state)
     /* the builders, under the same sweep */
     for (long k = 1;; k++) {
         const struct mmrt_chat_usage u = { 1, 2 };
+        const struct mmrt_logprob top[2] = { { 5, -0.5f, "a\xff" }, { 6, -INFINITY, "" } };
+        const struct mmrt_token_logprobs lp = { sizeof lp, { 5, -0.5f, "a\xff" }, 2, top };
         alloc_fail_at(k);
-        char *s[5] = {
-            mmrt_chat_completion_json("id", 1, MODEL, "text \xff", "stop", &u),
-            mmrt_chat_chunk_json("id", 1, MODEL, "assistant", "", NULL, NULL, true),
-            mmrt_chat_chunk_json("id", 1, MODEL, NULL, NULL, NULL, &u, true),
+        json_t *entries = json_array();
+        if (entries)
+            json_array_append_new(entries, mmrt_chat_logprobs_entry(&lp));
+        char *s[7] = {
+            mmrt_chat_completion_json("id", 1, MODEL, "text \xff", "stop", &u, NULL),
+            mmrt_chat_chunk_json("id", 1, MODEL, "assistant", "", NULL, NULL, true, NULL),
+            mmrt_chat_chunk_json("id", 1, MODEL, NULL, NULL, NULL, &u, true, NULL),
             mmrt_models_json(MODEL, 1),
             mmrt_api_error_json_make(400, NULL, "c", "p", "m"),
+            entries ? mmrt_chat_completion_json("id", 1, MODEL, "t", "stop", &u, entries) : NULL,
+            entries ? mmrt_chat_chunk_json("id", 1, MODEL, NULL, "t", NULL, NULL, false, entries)
+                    : NULL,
         };
+        json_decref(entries);
         const int fired = alloc_fail_fired();
         alloc_fail_at(0);
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 7; i++)
             free(s[i]);
         assert_int_equal(alloc_live(), base);
         if (!fired)
@@ -1335,6 +1436,7 @@ int main(void)
         cmocka_unit_test(test_image_dir),
         cmocka_unit_test(test_completion_json),
         cmocka_unit_test(test_chunk_json),
+        cmocka_unit_test(test_logprobs_json),
         cmocka_unit_test(test_models_and_errors),
         cmocka_unit_test(test_status_map),
         cmocka_unit_test(test_alloc_failure_sweep),

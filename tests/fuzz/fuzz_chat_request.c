@@ -73,9 +73,9 @@ static void check_accepted(const struct mmrt_chat_request *r)
     const char *text = q->messages[q->n_messages - 1].text;
     const struct mmrt_chat_usage u = { q->n_messages, q->n_images };
     check_json(mmrt_chat_completion_json("chatcmpl-f", 1, r->model, text ? text : "", "stop",
-                                         &u));
+                                         &u, NULL));
     check_json(mmrt_chat_chunk_json("chatcmpl-f", 1, r->model, NULL, text ? text : "", NULL,
-                                    NULL, r->include_usage));
+                                    NULL, r->include_usage, NULL));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

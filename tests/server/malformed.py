@@ -235,10 +235,10 @@ class Gen:
         "presence_penalty": {"int", "zero", "negative", "real"},
         "frequency_penalty": {"int", "zero", "negative", "real"},
         "repetition_penalty": {"int", "real"},
-        "logit_bias": {"empty-object"}, "logprobs": {"false"}, "response_format": set(),
+        "logit_bias": {"empty-object"}, "logprobs": {"true", "false"}, "response_format": set(),
         "parallel_tool_calls": {"true", "false"}, "tools": {"empty-array"},
         "functions": {"empty-array"}, "tool_choice": set(), "function_call": set(),
-        "modalities": set(), "top_logprobs": set(), "audio": set(), "prediction": set(),
+        "modalities": set(), "top_logprobs": {"zero"}, "audio": set(), "prediction": set(),
         "web_search_options": set(),
     }
 
@@ -303,7 +303,8 @@ class Gen:
             "presence_penalty": ["2.0000001", "-2.0000001", "3", "-1e308", "1e400"],
             "frequency_penalty": ["2.5", "-2.1", "1e308", "1e400"],
             "repetition_penalty": ["0", "-0.0", "-1", "100.0001", "1e308", "1e400"],
-            "top_logprobs": ["0", "5", "20"],
+            # no "logprobs": true in these bodies, so 1 … 20 are refused as well
+            "top_logprobs": ["-1", "21", "1", "20", "1.5", "1e400", "9223372036854775808"],
         }
         head = b'{"model":' + json.dumps(self.model).encode() + \
             b',"messages":[{"role":"user","content":"hi"}],'
@@ -421,9 +422,17 @@ class Gen:
 
     def unsupported(self):
         for name, extra in [
-            ("n-2", {"n": 2}), ("n-0", {"n": 0}), ("logprobs", {"logprobs": True}),
-            ("top_logprobs", {"logprobs": True, "top_logprobs": 3}),
-            ("logit_bias", {"logit_bias": {"50256": -100}}),
+            ("n-2", {"n": 2}), ("n-0", {"n": 0}),
+            ("top_logprobs-21", {"logprobs": True, "top_logprobs": 21}),
+            ("top_logprobs-false", {"logprobs": False, "top_logprobs": 3}),
+            ("logit_bias-name", {"logit_bias": {"abc": 1}}),
+            ("logit_bias-negative-id", {"logit_bias": {"-1": 1}}),
+            ("logit_bias-leading-zero", {"logit_bias": {"07": 1}}),
+            ("logit_bias-id-over-int32", {"logit_bias": {"2147483648": 1}}),
+            ("logit_bias-101", {"logit_bias": {"5": 101}}),
+            ("logit_bias-string", {"logit_bias": {"5": "1"}}),
+            ("logit_bias-list", {"logit_bias": [[5, 1]]}),
+            ("logit_bias-1025", {"logit_bias": {str(i): 1 for i in range(1025)}}),
             ("json_object", {"response_format": {"type": "json_object"}}),
             ("json_schema", {"response_format": {"type": "json_schema",
                                                  "json_schema": {"name": "x", "schema": {}}}}),

@@ -217,6 +217,42 @@ def test_answers(s, images):
     return text
 
 
+def test_logprobs(s, args, images):
+    """logprobs / top_logprobs as OpenAI's client reads them, streamed and not; logit_bias."""
+    c = s.client()
+    msgs = [user_turn("What is shown in this image?", images[0])]
+    r = ask(c, msgs, max_tokens=6, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 6, r
+    for e in content:
+        assert e.logprob <= 0 and bytes(e.bytes).decode() == e.token, e
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True), e
+        # greedy: the token taken is the most likely one
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
+    assert ask(c, msgs, max_tokens=6).choices[0].logprobs is None
+    plain = ask(c, msgs, max_tokens=6, logprobs=True).choices[0].logprobs.content
+    assert [(e.token, e.logprob) for e in plain] == [(e.token, e.logprob) for e in content]
+    assert all(e.top_logprobs == [] for e in plain)
+    # Streamed: the same entries, in order, over the chunks.
+    streamed = []
+    for ch in c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=6,
+                                        temperature=0, stream=True, logprobs=True,
+                                        top_logprobs=3):
+        for ci in ch.choices:
+            if ci.logprobs and ci.logprobs.content:
+                streamed += ci.logprobs.content
+    assert [(e.token, e.logprob, len(e.top_logprobs)) for e in streamed] == \
+        [(e.token, e.logprob, 3) for e in content]
+    # logit_bias: +100 on the byte token of "a" makes every token that one.
+    with open(os.path.join(args.fixtures, MODEL, "tokenizer.json"), encoding="utf-8") as f:
+        a_id = json.load(f)["model"]["vocab"]["<0x61>"]
+    r = ask(c, msgs, max_tokens=4, logprobs=True, logit_bias={str(a_id): 100})
+    assert r.choices[0].message.content == "aaaa", r
+    assert [e.token for e in r.choices[0].logprobs.content] == ["a"] * 4
+    return f"{len(content)} tokens, top {content[0].top_logprobs[0].logprob:.3f}"
+
+
 def test_errors(s, images):
     c = s.client()
     msgs = [user_turn("What is this?", images[0])]
@@ -224,7 +260,8 @@ def test_errors(s, images):
     expect_error(bad, lambda: ask(c, msgs, n=2), 400, "n")
     expect_error(bad, lambda: ask(c, msgs, tools=[{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object"}}}]), 400, "tools")
-    expect_error(bad, lambda: ask(c, msgs, logprobs=True), 400, "logprobs")
+    expect_error(bad, lambda: ask(c, msgs, top_logprobs=2), 400, "logprobs")
+    expect_error(bad, lambda: ask(c, msgs, logit_bias={"99999999": 1}), 400, "vocabulary")
     expect_error(bad, lambda: ask(c, [user_turn("x", "https://example.com/cat.png")]), 400,
                  "url")
     expect_error(bad, lambda: ask(c, [user_turn("x", "data:image/png;base64,@@@@")]), 400,
@@ -571,6 +608,7 @@ def main():
     steps = [
         ("answers", lambda: test_answers(s, images)),
         ("errors", lambda: test_errors(s, images)),
+        ("logprobs", lambda: test_logprobs(s, args, images)),
         ("load", lambda: test_load(s, images)),
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
