@@ -213,6 +213,7 @@ FIXTURE_TEST(llama_missing_bytes)
 FIXTURE_TEST(unigram_ties)
 FIXTURE_TEST(splits_a)
 FIXTURE_TEST(splits_b)
+FIXTURE_TEST(llama3)
 FIXTURE_TEST(bare)
 
 /* ---- streaming ------------------------------------------------------------------------- */
@@ -915,6 +916,7 @@ int main(void)
         cmocka_unit_test(test_fixture_llama_flags),
         cmocka_unit_test(test_fixture_qwen2),
         cmocka_unit_test(test_fixture_qwen2_flags),
+        cmocka_unit_test(test_fixture_llama3),
         cmocka_unit_test(test_fixture_gpt2),
         cmocka_unit_test(test_fixture_fuyu),
         cmocka_unit_test(test_fixture_llama_missing_bytes),

@@ -20,7 +20,8 @@ llama_metaspace_always (Metaspace "always", split, Metaspace decoder), llama_fla
 qwen2_flags (added tokens with lstrip / rstrip / single_word / normalized), gpt2 (ByteLevel
 with add_prefix_space and GPT-2's regex), splits_a / splits_b (every Split behaviour, invert),
 bare (model and added tokens only), llama_missing_bytes (byte fallback with holes),
-unigram_ties (Viterbi ties, missing byte pieces).
+unigram_ties (Viterbi ties, missing byte pieces), llama3 (Llama 3's regex and chat marks, BPE
+with ignore_merges, BOS from a TemplateProcessing after ByteLevel).
 
 Writes, for each tokenizer NAME:
     tokenizer_NAME.json   the tokenizer itself (< 200 KB)
@@ -57,6 +58,16 @@ SPIECE = "\u2581"  # ▁, SentencePiece's space marker
 # Qwen2's pre-tokenizer regex (models.md §7.3); \p{N} is a single digit.
 QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Llama 3's pre-tokenizer regex: Qwen2's, but digits go in runs of up to three.
+LLAMA3_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Llama 3's chat marks (and the <image> llama3-llava-next adds), special added tokens.
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>", "<image>"]
+# Whole pre-tokens put into the vocabulary with no merge that builds them: only
+# ignore_merges (Llama 3's BPE) finds them, as one id.
+LLAMA3_WHOLE = ["\u0120hotdog", "\u0120concatenate", "202", "123"]
 
 QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
                   "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
@@ -232,9 +243,37 @@ def _variant(base, **parts):
     return tok
 
 
+def build_llama3_tokenizer(qwen2):
+    """Llama 3 (llama3-llava-next-8b) style: byte-level BPE with ignore_merges, the Llama 3
+    regex, <|begin_of_text|> added by a TemplateProcessing after ByteLevel, its chat marks;
+    Qwen2's trained vocabulary and merges plus LLAMA3_WHOLE."""
+    vocab, merges = _bpe_parts(qwen2)
+    vocab = {k: v for k, v in vocab.items()}
+    for w in LLAMA3_WHOLE:
+        if w not in vocab:
+            vocab[w] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token=None, fuse_unk=False,
+                               byte_fallback=False, ignore_merges=True))
+    tok.normalizer = None
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in LLAMA3_SPECIALS])
+    bot = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                      special_tokens=[("<|begin_of_text|>", bot)])])
+    return tok
+
+
 def build_variants(llama, qwen2):
     """Same vocabularies, other pipelines that real files use, plus added-token flags."""
     out = {}
+    out["llama3"] = build_llama3_tokenizer(qwen2)
     # Non-legacy LLaMA: no normalizer, Metaspace(prepend_scheme="first", split=False).
     out["llama_metaspace"] = _variant(
         llama, normalizer=None,
@@ -353,6 +392,16 @@ FLAG_STRINGS = [
     "<tool_call>{}</tool_call>", "e\u0301t\u00e9 \u00e9t\u00e9", "<mask> <sep> dog cat",
 ]
 
+
+# What llama3-llava-next-8b's template renders (docs/CONFIG.md "Chat template"), numbers in
+# runs, and the words only ignore_merges finds whole.
+LLAMA3_STRINGS = [
+    "<|start_header_id|>user<|end_header_id|>\n\n<image>\nWhat is shown in this image?"
+    "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    "<|start_header_id|>system<|end_header_id|>\n\n\nBe brief.<|eot_id|>",
+    "1234567 and 12 345 6789, 2024-12-06 12345", "a hotdog, hotdogs; concatenate "
+    "concatenated, a concatenate",
+]
 
 TIE_STRINGS = ["ab", "abc", "aab", "aaab", "aaaa", "bcab", "a b c", "abcabc", "aa bb cc",
                "\u00e9a", "a\u00e9\u00e9b", "?\u00e9?", "\u00e8\u00e9x", "xyz", "a|X|b",
@@ -506,6 +555,8 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "fixtures", "tokenizer"))
+    ap.add_argument("--only", default="",
+                    help="comma-separated NAMEs to write (default: all)")
     args = ap.parse_args()
     out = os.path.normpath(args.out)
 
@@ -520,14 +571,19 @@ def main():
                 "qwen2": QWEN2_SPECIALS, "qwen2_flags": QWEN2_SPECIALS, "gpt2": QWEN2_SPECIALS,
                 "fuyu": ["|ENDOFTEXT|", "|SPEAKER|", "|NEWLINE|", "<s>", "<unk>"],
                 "llama_missing_bytes": llama_sp, "unigram_ties": ["|X|", "<unk>"],
-                "splits_a": QWEN2_SPECIALS, "splits_b": QWEN2_SPECIALS, "bare": llama_sp}
+                "splits_a": QWEN2_SPECIALS, "splits_b": QWEN2_SPECIALS, "bare": llama_sp,
+                "llama3": LLAMA3_SPECIALS}
     for name, tok in toks.items():
+        if args.only and name not in args.only.split(","):
+            continue
         _save(tok, out, f"tokenizer_{name}.json")
         strings = test_strings(specials[name])
         if name.endswith("_flags"):
             strings += FLAG_STRINGS
         if name == "unigram_ties":
             strings += TIE_STRINGS
+        if name == "llama3":
+            strings += LLAMA3_STRINGS
         fast = wrap_fast(tok, name) if name in FAST_TOKENS else None
         exp = expected(tok, name, strings, fast)
         with open(os.path.join(out, f"expected_{name}.json"), "w", encoding="utf-8") as f:
