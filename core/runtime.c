@@ -962,6 +962,7 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         rt->run.repetition_penalty = (float)r->repetition_penalty;
         rt->run.presence_penalty = (float)r->presence_penalty;
         rt->run.frequency_penalty = (float)r->frequency_penalty;
+        rt->run.response_format = r->response_format;
     }
 out:
     if (st != MMRT_OK)
@@ -1319,6 +1320,11 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
                               r->n_logit_bias, MMRT_MAX_LOGIT_BIAS);
     /* The entries themselves (ids in the vocabulary, biases in range) are the sampler's to
      * check, with the other sampling settings. */
+    if (r->response_format != MMRT_RESPONSE_TEXT &&
+        r->response_format != MMRT_RESPONSE_JSON_OBJECT)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "request: response_format %d is not an enum "
+                              "mmrt_response_format", r->response_format);
     if (r->n_messages < 0 || (r->n_messages > 0 && !r->messages))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: n_messages %d needs as many messages", r->n_messages);

@@ -62,7 +62,9 @@
  *   logit_bias             {"TOKEN_ID": number in [−100, 100], …}: at most
  *                          MMRT_MAX_LOGIT_BIAS entries, keys decimal token ids (an id
  *                          outside the model's vocabulary is refused by the runtime, 400)
- *   response_format        only {"type": "text"}
+ *   response_format        {"type": "text"} or {"type": "json_object"} (the answer is one
+ *                          JSON object: mmrt_request.response_format); "json_schema" is 400
+ *                          "mmrt does not support …"
  *   user, metadata, store, service_tier, parallel_tool_calls   type-checked, ignored
  *   tools, functions       only [] ; tool_choice, function_call only "none";
  *   modalities only ["text"]; audio, prediction, web_search_options only null.

@@ -320,16 +320,18 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
         if (!json_is_string(t))
             return type_error(p, "response_format.type", "a string", t);
         const char *ts = json_string_value(t);
-        if (strcmp(ts, "json_object") == 0 || strcmp(ts, "json_schema") == 0)
+        if (strcmp(ts, "json_schema") == 0)
             return fail(p, 400, MMRT_ERR_UNSUPPORTED, NULL, "response_format.type",
-                        "mmrt does not support response_format of type '%s' (only 'text').",
-                        ts);
-        if (strcmp(ts, "text") != 0) {
+                        "mmrt does not support response_format of type 'json_schema' (only "
+                        "'text' and 'json_object').");
+        if (strcmp(ts, "text") != 0 && strcmp(ts, "json_object") != 0) {
             char q[64];
             return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "response_format.type",
                         "Invalid value for 'response_format.type': '%s'. Supported values "
-                        "are: 'text'.", quote_str(q, t));
+                        "are: 'text' and 'json_object'.", quote_str(q, t));
         }
+        r->req.response_format = strcmp(ts, "json_object") == 0 ? MMRT_RESPONSE_JSON_OBJECT
+                                                                : MMRT_RESPONSE_TEXT;
         static const char *const rf_keys[] = { "type", NULL };
         return check_object_keys(p, v, k, rf_keys);
     }

@@ -76,6 +76,8 @@ static void test_version_help_usage(void **state)
     assert_non_null(strstr(out, "--presence-penalty '-2.5' must be a number in [-2, 2]"));
     assert_int_equal(run_mmrt(NULL, (const char *[]){ "--frequency-penalty", "x", NULL }), 2);
     assert_non_null(strstr(out, "--frequency-penalty 'x'"));
+    assert_int_equal(run_mmrt(NULL, (const char *[]){ "--response-format", "yaml", NULL }), 2);
+    assert_non_null(strstr(out, "--response-format 'yaml': expected text or json_object"));
 }
 
 static void test_list_devices(void **state)
@@ -250,6 +252,11 @@ static void test_demo_conf(void **state)
                                           "-0.5", "--max-tokens", "8", NULL });
     if (rc != 0)
         fail_msg("demo.ini with penalties exited %d:\n%s", rc, out);
+    /* A JSON answer from the demo: its text is a prefix of a JSON object. */
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--response-format", "json_object",
+                                          "--max-tokens", "24", NULL });
+    if (rc != 0 || !strchr(out, '{'))
+        fail_msg("demo.ini with --response-format json_object exited %d:\n%s", rc, out);
 }
 
 /* Issue 4's promise: the split deployment gives the fixture's greedy tokens, and --check

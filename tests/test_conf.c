@@ -354,6 +354,12 @@ static void test_defaults_and_paths(void **state)
     assert_true(c->run.repetition_penalty == 1.05 && c->run.repetition_penalty_line == 4);
     assert_true(c->run.presence_penalty == -2 && c->run.presence_penalty_line == 5);
     assert_true(c->run.frequency_penalty == 0.5 && c->run.frequency_penalty_line == 6);
+    assert_int_equal(c->run.response_format, MMRT_RESPONSE_TEXT);
+    mmrt_conf_destroy(c);
+    text = "[device.d]\nplugin = cpu\n[run]\nresponse_format = json_object\n";
+    c = parse_ok(text, strlen(text), "t.ini");
+    assert_int_equal(c->run.response_format, MMRT_RESPONSE_JSON_OBJECT);
+    assert_int_equal(c->run.response_format_line, 4);
     mmrt_conf_destroy(c);
     /* -0 is zero, stored without its sign (a sampler may test signbit). */
     text = "[device.d]\nplugin = cpu\n[run]\ntemperature = -0.0\ntop_p = 5E-1\n";
@@ -792,6 +798,8 @@ static const struct error_case ERRORS[] = {
      "t.ini:4: [run] presence_penalty = '2.5': outside [-2, 2]"},
     {RUN("frequency_penalty = -3"), MMRT_ERR_CONFIG,
      "t.ini:4: [run] frequency_penalty = '-3': outside [-2, 2]"},
+    {RUN("response_format = json"), MMRT_ERR_CONFIG,
+     "t.ini:4: [run] response_format = 'json': expected 'text' or 'json_object'"},
     {RUN("temperature = 100.5"), MMRT_ERR_CONFIG,
      "t.ini:4: [run] temperature = '100.5': outside [0, 100]"},
     {RUN("temperature = 1e999"), MMRT_ERR_CONFIG,

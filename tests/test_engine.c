@@ -24,6 +24,7 @@
 #include "formats/file.h"
 #include "formats/tokenizer.h"
 #include "golden.h"
+#include "json_grammar.h"
 
 #define MAX_CASES GOLDEN_MAX_CASES
 /* Bound on the worst relative logits error of an FP8 KV cache against F32 on fuyu-tiny:
@@ -1047,6 +1048,107 @@ static void test_logprobs_and_bias(void **state)
     json_decref(c.json);
 }
 
+/* An answer's text, gathered by on_token. */
+struct answer {
+    char text[8192];
+    size_t len;
+    int n_tokens;
+};
+
+static bool answer_token(void *user, int32_t id, const char *text)
+{
+    struct answer *a = user;
+    a->n_tokens += id >= 0;
+    const size_t n = strlen(text);
+    if (a->len + n < sizeof a->text) {
+        memcpy(a->text + a->len, text, n);
+        a->len += n;
+        a->text[a->len] = '\0';
+    }
+    return true;
+}
+
+static void run_answer(struct mmrt_runtime *rt, const struct mmrt_request *req, struct answer *a,
+                       struct mmrt_result *res)
+{
+    memset(a, 0, sizeof *a);
+    *res = (struct mmrt_result){ .struct_size = sizeof *res };
+    if (mmrt_run(rt, req, answer_token, a, res) != MMRT_OK)
+        fail_msg("%s", mmrt_last_error(rt));
+}
+
+/* JSON answers: whatever the model prefers, the text is always a prefix of a JSON object, and
+ * a whole object (jansson parses it) when the answer ends by itself. Greedy and sampled; a
+ * +100 bias on "}" closes the object as soon as the grammar lets it; a plain request in the
+ * same batch as a JSON one gives its solo tokens (the mask is per sequence). */
+static void test_json_answers(void **state)
+{
+    (void)state;
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
+    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .max_batch = 4 });
+    struct answer *a = calloc(1, sizeof *a);
+    assert_non_null(a);
+    struct mmrt_result res;
+    for (int k = 0; k < 3; k++) {
+        struct mmrt_request r = c.req[0];
+        r.struct_size = sizeof r;
+        r.response_format = MMRT_RESPONSE_JSON_OBJECT;
+        r.max_tokens = 120;
+        r.temperature = k == 0 ? 0.0f : 1.0f;
+        r.seed = (uint64_t)k;
+        const struct mmrt_logit_bias close = { .token_id = 128 /* <0x7D>, "}" */,
+                                               .bias = 100 };
+        if (k == 2) {
+            r.logit_bias = &close;
+            r.n_logit_bias = 1;
+        }
+        run_answer(rt, &r, a, &res);
+        struct mmrt_json_grammar g;
+        mmrt_json_grammar_init(&g, true);
+        if (!mmrt_json_grammar_feed(&g, a->text, a->len)) {
+            for (size_t b = 0; b < a->len; b++)
+                print_message("%02x ", (unsigned char)a->text[b]);
+            fail_msg("JSON answer %d is not a prefix of a JSON object: %s", k, a->text);
+        }
+        if (res.finish_reason == MMRT_FINISH_EOS) {
+            json_error_t je;
+            json_t *v = json_loads(a->text, 0, &je);
+            if (!json_is_object(v))
+                fail_msg("JSON answer %d ended but is not an object: %s (%s)", k, a->text,
+                         je.text);
+            json_decref(v);
+        } else {
+            assert_int_equal(res.finish_reason, MMRT_FINISH_LENGTH);
+            assert_int_equal(res.n_tokens, 120);
+        }
+        if (k == 2) {
+            assert_int_equal(res.finish_reason, MMRT_FINISH_EOS);
+            assert_true(a->len >= 2 && strcmp(a->text + a->len - 2, "{}") == 0);
+        }
+    }
+    /* In company: the plain request is unchanged, the JSON one still JSON. */
+    struct golden_capture plain[MAX_CASES] = { 0 }, batched[MAX_CASES] = { 0 };
+    run_solo(rt, &c, plain);
+    struct mmrt_request both[2] = { c.req[0], c.req[1 % c.n] };
+    both[0].struct_size = sizeof both[0];
+    both[0].response_format = MMRT_RESPONSE_JSON_OBJECT;
+    struct mmrt_result br[2] = { 0 };
+    assert_int_equal(run_batch(rt, both, 2, batched, br, -1, 0), MMRT_OK);
+    same_run("next to a JSON answer", 1, &batched[1], &plain[1 % c.n], true);
+    /* A response_format that is not one. */
+    struct mmrt_request bad = c.req[0];
+    bad.struct_size = sizeof bad;
+    bad.response_format = 2;
+    expect_invalid(rt, &bad, "response_format 2 is not an enum mmrt_response_format");
+    assert_pages_back(rt);
+    free_caps(plain, c.n);
+    free_caps(batched, 2);
+    free(a);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
 /* Fuyu has no chat template: anything but one user turn is refused by name. */
 static void test_fuyu_refuses_chats(void **state)
 {
@@ -1118,6 +1220,7 @@ int main(void)
         cmocka_unit_test(test_request_forms),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_logprobs_and_bias),
+        cmocka_unit_test(test_json_answers),
         cmocka_unit_test(test_fuyu_refuses_chats),
         cmocka_unit_test(test_bad_scheduler_config),
     };

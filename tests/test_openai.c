@@ -170,6 +170,12 @@ static void test_every_field(void **state)
         assert_true(r.req.logit_bias[i].bias == want[i].bias);
     }
     mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'response_format':{'type':'json_object'}"));
+    assert_int_equal(r.req.response_format, MMRT_RESPONSE_JSON_OBJECT);
+    mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'response_format':{'type':'text'}"));
+    assert_int_equal(r.req.response_format, MMRT_RESPONSE_TEXT);
+    mmrt_chat_request_free(&r);
     r = parse_ok(WITH("'logprobs':true,'logit_bias':{}"));
     assert_int_equal(r.req.logprobs, 1);
     assert_int_equal(r.req.top_logprobs, 0);
@@ -457,10 +463,10 @@ static void test_unsupported_and_unknown(void **state)
         { "'logprobs':true,'top_logprobs':21", "top_logprobs", "out of range" },
         { "'logprobs':true,'top_logprobs':-1", "top_logprobs", "out of range" },
         { "'logprobs':true,'top_logprobs':1.0", "top_logprobs", "expected an integer" },
-        { "'response_format':{'type':'json_object'}", "response_format.type",
-          "does not support response_format" },
         { "'response_format':{'type':'json_schema','json_schema':{}}", "response_format.type",
-          "does not support" },
+          "does not support response_format of type 'json_schema'" },
+        { "'response_format':{'type':'json_object','schema':{}}", "response_format.schema",
+          "Unrecognized key" },
         { "'response_format':{'type':'xml'}", "response_format.type", "Supported values" },
         { "'response_format':{}", "response_format.type", "Missing" },
         { "'response_format':{'type':'text','x':1}", "response_format.x", "Unrecognized key" },

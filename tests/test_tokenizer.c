@@ -907,6 +907,67 @@ static void test_alloc_failure_sweep(void **state)
     sweep("llama_metaspace_always", "hello world \xE2\x96\x81 x");
 }
 
+/* Token texts (mmrt_tokenizer_token_texts): after the first token, a decode is the first
+ * token's text and then each later token's own, for every pipeline the fixtures have
+ * (legacy and Metaspace LLaMA, Qwen2 and Llama 3 byte level, Fuyu's Unigram). Text of
+ * whole characters only: a piece of a character reads as U+FFFD alone. */
+static void test_token_texts(void **state)
+{
+    (void)state;
+    static const char *const names[] = { "llama", "llama_metaspace", "llama_metaspace_always",
+                                         "qwen2", "llama3", "fuyu", "gpt2" };
+    static const char *const texts[] = {
+        "Hello world", " leading and  double  spaces ", "{\"a\": [1, 2.5], \"b\": null}",
+        "line\nbreak\ttab", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 ok",
+    };
+    for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
+        struct mmrt_tokenizer *tok = load_fixture(names[f]);
+        struct mmrt_token_texts tt;
+        struct mmrt_error err = { 0 };
+        assert_int_equal(mmrt_tokenizer_token_texts(tok, &tt, &err), MMRT_OK);
+        assert_int_equal(tt.n, mmrt_tokenizer_vocab_size(tok));
+        for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            assert_int_equal(mmrt_tokenizer_encode(tok, texts[i], strlen(texts[i]), 0, &ids, &n,
+                                                   &err), MMRT_OK);
+            char *whole = NULL, *first = NULL;
+            size_t n_whole = 0, n_first = 0;
+            assert_int_equal(mmrt_tokenizer_decode(tok, ids, n, 0, &whole, &n_whole, &err),
+                             MMRT_OK);
+            assert_int_equal(mmrt_tokenizer_decode(tok, ids, n ? 1 : 0, 0, &first, &n_first,
+                                                   &err), MMRT_OK);
+            /* Only where every token's text is whole characters (no byte pieces). */
+            bool pieces = false;
+            for (size_t k = 0; k < n; k++) {
+                const char *t = tt.blob + tt.off[ids[k]];
+                const size_t len = tt.off[ids[k] + 1] - tt.off[ids[k]];
+                pieces |= len >= 3 && memmem(t, len, "\xef\xbf\xbd", 3) != NULL;
+            }
+            if (!pieces) {
+                char joined[512];
+                size_t o = n_first;
+                assert_true(n_first < sizeof joined);
+                memcpy(joined, first, n_first);
+                for (size_t k = 1; k < n; k++) {
+                    const size_t len = tt.off[ids[k] + 1] - tt.off[ids[k]];
+                    assert_true(o + len < sizeof joined);
+                    memcpy(joined + o, tt.blob + tt.off[ids[k]], len);
+                    o += len;
+                }
+                if (o != n_whole || memcmp(joined, whole, o) != 0)
+                    fail_msg("%s, text %zu: tokens join to '%.*s', the decode is '%s'",
+                             names[f], i, (int)o, joined, whole);
+            }
+            free(whole);
+            free(first);
+            free(ids);
+        }
+        mmrt_token_texts_free(&tt);
+        mmrt_tokenizer_destroy(tok);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -917,6 +978,7 @@ int main(void)
         cmocka_unit_test(test_fixture_qwen2),
         cmocka_unit_test(test_fixture_qwen2_flags),
         cmocka_unit_test(test_fixture_llama3),
+        cmocka_unit_test(test_token_texts),
         cmocka_unit_test(test_fixture_gpt2),
         cmocka_unit_test(test_fixture_fuyu),
         cmocka_unit_test(test_fixture_llama_missing_bytes),

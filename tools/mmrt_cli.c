@@ -30,6 +30,8 @@ static void usage(FILE *f)
             "         --seed S, --temperature T, --top-k K, --top-p P   sampling (T = 0: greedy)\n"
             "         --repetition-penalty R, --presence-penalty P, --frequency-penalty F\n"
             "                             penalties on tokens already seen (docs/ENGINE.md)\n"
+            "         --response-format F text (default) or json_object: the answer is one\n"
+            "                             JSON object (docs/ENGINE.md \"JSON answers\")\n"
             "         --json              print one JSON record (text, token ids, timings,\n"
             "                             pool peaks) instead of streaming the text\n"
             "         --check             also run entirely on the CPU reference and compare\n"
@@ -104,6 +106,7 @@ struct overrides {
     long long seed;
     double temperature, top_p;
     double penalty[3]; /* repetition, presence, frequency; NAN = not given */
+    int response_format; /* enum mmrt_response_format; −1 = not given */
     int json;
 };
 
@@ -304,6 +307,8 @@ static int build_requests(struct mmrt_runtime *rt, const struct overrides *o,
             req->presence_penalty = (float)o->penalty[1];
         if (!isnan(o->penalty[2]))
             req->frequency_penalty = (float)o->penalty[2];
+        if (o->response_format >= 0)
+            req->response_format = o->response_format;
         if (!req->prompt)
             req->prompt = "";
     }
@@ -500,6 +505,7 @@ int main(int argc, char **argv)
         { "repetition-penalty", required_argument, NULL, 'R' },
         { "presence-penalty", required_argument, NULL, 'Q' },
         { "frequency-penalty", required_argument, NULL, 'F' },
+        { "response-format", required_argument, NULL, 'f' },
         { "json", no_argument, NULL, 'j' },
         { "check", no_argument, NULL, 'C' },
         { "list-devices", no_argument, NULL, 'l' },
@@ -510,7 +516,8 @@ int main(int argc, char **argv)
     const char *conf = NULL;
     int list = 0, opt;
     struct overrides o = { .max_tokens = -1, .top_k = -1, .seed = -1, .temperature = -1,
-                           .top_p = -1, .penalty = { NAN, NAN, NAN } };
+                           .top_p = -1, .penalty = { NAN, NAN, NAN },
+                           .response_format = -1 };
     long lv;
     const char *level = getenv("MMRT_LOG");
     enum mmrt_log_level min = MMRT_LOG_WARN;
@@ -568,6 +575,17 @@ int main(int argc, char **argv)
             if (parse_double(opt == 'Q' ? "--presence-penalty" : "--frequency-penalty", optarg,
                              -2, 2, &o.penalty[opt == 'Q' ? 1 : 2]))
                 return EXIT_CONFIG;
+            break;
+        case 'f':
+            if (strcmp(optarg, "text") == 0) {
+                o.response_format = MMRT_RESPONSE_TEXT;
+            } else if (strcmp(optarg, "json_object") == 0) {
+                o.response_format = MMRT_RESPONSE_JSON_OBJECT;
+            } else {
+                fprintf(stderr, "mmrt: --response-format '%s': expected text or json_object\n",
+                        optarg);
+                return EXIT_CONFIG;
+            }
             break;
         case 'l': list = 1; break;
         case 'V': printf("mmrt %s\n", mmrt_version()); return 0;

@@ -580,6 +580,13 @@ static void run_key(struct parser *p, const char *key, const char *v, size_t n)
     } else if (strcmp(key, "frequency_penalty") == 0) {
         if (once(p, key, n, &r->frequency_penalty_line))
             parse_real(p, key, v, n, -2, false, 2, &r->frequency_penalty);
+    } else if (strcmp(key, "response_format") == 0) {
+        static const struct choice names[] = { { "text", MMRT_RESPONSE_TEXT },
+                                               { "json_object", MMRT_RESPONSE_JSON_OBJECT } };
+        int value;
+        if (set_choice(p, key, v, n, names, sizeof names / sizeof names[0],
+                       "'text' or 'json_object'", &r->response_format_line, &value))
+            r->response_format = value;
     } else {
         unknown_key(p, key, v, n);
     }

@@ -70,6 +70,7 @@
  *     repetition_penalty = 1 ; (0, 100], default 1 (= off)
  *     presence_penalty = 0  ; [-2, 2], default 0 (= off)
  *     frequency_penalty = 0 ; [-2, 2], default 0 (= off)
+ *     response_format = text ; text | json_object, default text
  *
  * Rules (each violation is an error, never a warning or a silent default):
  *   - At least one [device.NAME] section. NAME is 1..31 of [A-Za-z0-9_-], and so is the
@@ -205,6 +206,8 @@ struct mmrt_conf_run {
     int repetition_penalty_line;
     double presence_penalty, frequency_penalty; /* [-2, 2]; 0 = off */
     int presence_penalty_line, frequency_penalty_line;
+    int response_format; /* enum mmrt_response_format */
+    int response_format_line;
 };
 
 /* [scheduler]: 0 = the engine's default for each. */

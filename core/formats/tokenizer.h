@@ -208,4 +208,27 @@ void mmrt_tokenizer_template(const struct mmrt_tokenizer *tok, const int32_t **p
  * bos/eos ids come from its config; this says whether encode adds one.) */
 int32_t mmrt_tokenizer_bos_id(const struct mmrt_tokenizer *tok);
 
+/* The text each token adds in the middle of a decoded text: after another token, so none of
+ * the first-token rules (Strip's, Metaspace's leading space) applies; a piece of a character
+ * reads as U+FFFD, as in a whole decode. For checking what a token would add to generated
+ * text (core/json_grammar.h). Token id's text is blob[off[id] … off[id + 1]), for every id
+ * below n = mmrt_tokenizer_vocab_size(); special tokens have their own text. */
+struct mmrt_token_texts {
+    char *blob;
+    uint32_t *off;   /* [n + 1] */
+    /* [n] for a tokenizer whose decoder has ByteFallback: the byte of each <0xNN> token, −1
+     * for the others (all −1 without ByteFallback). Such a token's text depends on its
+     * neighbours: in a run of them that is not valid UTF-8 every byte reads U+FFFD, an
+     * ASCII one too, so its entry in blob (the byte alone) holds only outside such runs. */
+    int16_t *byte;
+    uint32_t n;
+};
+
+/* Fills *out (free with mmrt_token_texts_free) in one pass over the vocabulary: each id
+ * decoded after a fixed token, less that token's own text. Statuses: MMRT_ERR_NO_MEMORY,
+ * MMRT_ERR_LIMIT (texts of more than 4 GiB together). */
+mmrt_status mmrt_tokenizer_token_texts(const struct mmrt_tokenizer *tok,
+                                       struct mmrt_token_texts *out, struct mmrt_error *err);
+void mmrt_token_texts_free(struct mmrt_token_texts *t);
+
 #endif /* MMRT_FORMATS_TOKENIZER_H */

@@ -608,3 +608,85 @@ mmrt_status mmrt_tokenizer_decode(const struct mmrt_tokenizer *tok, const int32_
     tk_buf_free(&s.out);
     return st;
 }
+
+mmrt_status mmrt_tokenizer_token_texts(const struct mmrt_tokenizer *tok,
+                                       struct mmrt_token_texts *out, struct mmrt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const uint32_t n = mmrt_tokenizer_vocab_size(tok);
+    /* The token before each: what "a" encodes to last (a plain letter in every vocabulary
+     * mmrt reads), whose own text is then cut off the front. */
+    int32_t *a = NULL;
+    size_t n_a = 0;
+    mmrt_status st = mmrt_tokenizer_encode(tok, "a", 1, 0, &a, &n_a, err);
+    if (st != MMRT_OK)
+        return st;
+    int32_t pair[2] = { n_a ? a[n_a - 1] : 0, 0 };
+    free(a);
+    char *before = NULL, *text = NULL;
+    size_t n_before = 0, len = 0, cap = 0, used = 0;
+    st = mmrt_tokenizer_decode(tok, pair, 1, 0, &before, &n_before, err);
+    if (st == MMRT_OK && (!(out->off = malloc(((size_t)n + 1) * sizeof *out->off)) ||
+                          !(out->byte = malloc(((size_t)n ? n : 1) * sizeof *out->byte))))
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "token texts: out of memory");
+    bool fallback = false;
+    for (int i = 0; i < tok->n_dec; i++)
+        fallback |= tok->dec[i].kind == TK_DEC_BYTEFALLBACK;
+    for (uint32_t id = 0; st == MMRT_OK && id < n; id++) {
+        size_t tl = 0;
+        const char *t = mmrt_tokenizer_id_to_token(tok, (int32_t)id, &tl);
+        out->byte[id] = (int16_t)(fallback && t ? byte_token(t, tl) : -1);
+    }
+    for (uint32_t id = 0; st == MMRT_OK && id < n; id++) {
+        pair[1] = (int32_t)id;
+        st = mmrt_tokenizer_decode(tok, pair, 2, 0, &text, &len, err);
+        const char *piece = text;
+        size_t n_piece = len;
+        if (st == MMRT_OK && len >= n_before && memcmp(text, before, n_before) == 0) {
+            piece += n_before;
+            n_piece -= n_before;
+        } else if (st == MMRT_OK) { /* a decoder that rewrites across tokens: the id alone */
+            free(text);
+            text = NULL;
+            st = mmrt_tokenizer_decode(tok, &pair[1], 1, 0, &text, &len, err);
+            piece = text;
+            n_piece = len;
+        }
+        if (st == MMRT_OK && used + n_piece > UINT32_MAX)
+            st = mmrt_error_set(err, MMRT_ERR_LIMIT, "token texts: more than 4 GiB");
+        if (st == MMRT_OK && used + n_piece > cap) {
+            size_t grow = cap ? 2 * cap : 4096;
+            while (grow < used + n_piece)
+                grow *= 2;
+            char *b = realloc(out->blob, grow);
+            if (!b)
+                st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "token texts: out of memory");
+            else
+                out->blob = b, cap = grow;
+        }
+        if (st == MMRT_OK) {
+            out->off[id] = (uint32_t)used;
+            if (n_piece) /* the blob may still be NULL while every text so far is empty */
+                memcpy(out->blob + used, piece, n_piece);
+            used += n_piece;
+        }
+        free(text);
+        text = NULL;
+    }
+    free(before);
+    if (st != MMRT_OK) {
+        mmrt_token_texts_free(out);
+        return st;
+    }
+    out->off[n] = (uint32_t)used;
+    out->n = n;
+    return MMRT_OK;
+}
+
+void mmrt_token_texts_free(struct mmrt_token_texts *t)
+{
+    free(t->blob);
+    free(t->off);
+    free(t->byte);
+    memset(t, 0, sizeof *t);
+}

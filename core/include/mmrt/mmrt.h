@@ -442,6 +442,18 @@ struct mmrt_request {
      * gets both. */
     const struct mmrt_logit_bias *logit_bias;
     int n_logit_bias;
+    /* The answer's form (enum mmrt_response_format); out of range is MMRT_ERR_INVALID_ARG. */
+    int response_format;
+};
+
+/* What an answer must be. */
+enum mmrt_response_format {
+    MMRT_RESPONSE_TEXT = 0,        /* any text */
+    /* One JSON object (OpenAI's json_object mode; docs/ENGINE.md "JSON answers"): each token
+     * is chosen among those that keep the answer a prefix of a JSON object (the others are
+     * out of the draw or the greedy choice), and the answer ends, MMRT_FINISH_EOS, when the
+     * object closes. max_tokens can still cut it short (MMRT_FINISH_LENGTH). */
+    MMRT_RESPONSE_JSON_OBJECT = 1,
 };
 
 #define MMRT_MAX_STOP 16
