@@ -1,14 +1,13 @@
 /* core/engine.c — sequences, iteration-level scheduling and batched forwards (engine.h). */
 #include "engine.h"
 
-#include <math.h>
 #include <nettle/sha2.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "formats/tokenizer.h"
-#include "json_grammar.h"
+#include "json_answer.h"
 #include "log.h"
 #include "ops.h"
 #include "sampler.h"
@@ -17,14 +16,6 @@ enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
 
 #define PREFIX_KEY SHA256_DIGEST_SIZE
 #define MAX_PREFIXES (1 << 16) /* most [engine] prefix_entries */
-
-/* Where an answer is in a run of ByteFallback byte tokens (mmrt_token_texts.byte): need
- * continuation bytes to come, the next in [lo, hi] (RFC 3629: no overlongs or surrogates);
- * need −1 once the run is not valid UTF-8. A token that is not a byte ends the run. */
-struct byte_run {
-    int8_t need;
-    uint8_t lo, hi;
-};
 
 struct mmrt_seq {
     struct mmrt_engine *e;
@@ -44,9 +35,8 @@ struct mmrt_seq {
     mmrt_token_fn on_token;
     mmrt_logprobs_fn on_logprobs; /* NULL unless the request asked for logprobs */
     int top_logprobs;
-    bool json;                   /* MMRT_RESPONSE_JSON_OBJECT: grammar holds the answer's */
-    struct mmrt_json_grammar grammar;
-    struct byte_run run;         /* JSON answers: the answer's current run of byte tokens */
+    bool json;                   /* MMRT_RESPONSE_JSON_OBJECT: answer holds it to JSON */
+    struct mmrt_json_answer answer;
     void *user;
     struct mmrt_result *res;
     double t_submit, t_first_chunk, t_first_token;
@@ -557,86 +547,31 @@ static mmrt_status json_ready(struct mmrt_engine *e, struct mmrt_error *err)
     return MMRT_OK;
 }
 
-/* The run after byte b. */
-static struct byte_run run_after(struct byte_run r, int b)
-{
-    if (r.need < 0)
-        return r;
-    if (r.need > 0) {
-        if (b < r.lo || b > r.hi)
-            return (struct byte_run){ .need = -1 };
-        return (struct byte_run){ .need = (int8_t)(r.need - 1), .lo = 0x80, .hi = 0xbf };
-    }
-    struct byte_run n = { .need = 0, .lo = 0x80, .hi = 0xbf };
-    if (b < 0x80)
-        return n;
-    n.need = b >= 0xc2 && b <= 0xdf ? 1 : b >= 0xe0 && b <= 0xef ? 2
-             : b >= 0xf0 && b <= 0xf4 ? 3 : -1;
-    n.lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
-    n.hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
-    return n;
-}
-
-/* Whether token id may come next in s's JSON answer; *g and *run receive the state after
- * it. End and other special tokens never do (the answer ends when the object closes). The
- * text checked is what the answer's stream will show: a byte token reads as its byte only
- * while its run is valid UTF-8 with no character pending, as U+FFFD (text only a string can
- * hold) otherwise. */
-static bool json_fits(const struct mmrt_engine *e, const struct mmrt_seq *s, int32_t id,
-                      struct mmrt_json_grammar *g, struct byte_run *run)
-{
-    if (id < 0 || (uint32_t)id >= e->texts.n || mmrt_tokenizer_is_special(e->lang.tok, id))
-        return false;
-    *g = s->grammar;
-    const int b = e->texts.byte[id];
-    if (b >= 0) {
-        *run = run_after(s->run, b);
-        if (b < 0x80 && s->run.need == 0 && run->need == 0) {
-            const char c = (char)b;
-            return mmrt_json_grammar_feed(g, &c, 1);
-        }
-        return mmrt_json_grammar_feed(g, "\xef\xbf\xbd", 3);
-    }
-    *run = (struct byte_run){ .need = 0, .lo = 0x80, .hi = 0xbf };
-    const uint32_t at = e->texts.off[id], len = e->texts.off[id + 1] - at;
-    return len > 0 && mmrt_json_grammar_feed(g, e->texts.blob + at, len);
-}
-
 /* The sampler's choice for a JSON answer: its pick when that fits, else its pick from the
  * row with every token that does not fit masked (the draw is the same seeded stream, so the
  * answer is still reproducible). */
 static mmrt_status json_choose(struct mmrt_engine *e, struct mmrt_seq *s, const float *logits,
                                int32_t *tok, struct mmrt_error *err)
 {
-    struct mmrt_json_grammar g;
-    struct byte_run run;
+    struct mmrt_json_answer next;
     mmrt_status st = mmrt_sampler_next(&s->sampler, logits, s->tokens, s->prompt.n_ids,
                                        s->n_known, tok, err);
     if (st != MMRT_OK)
         return st;
-    if (json_fits(e, s, *tok, &g, &run)) {
-        s->grammar = g;
-        s->run = run;
+    if (mmrt_json_answer_fits(&s->answer, &e->texts, *tok, &next)) {
+        s->answer = next;
         return MMRT_OK;
     }
-    bool any = false;
-    for (int64_t i = 0; i < e->dec->vocab; i++) {
-        const bool fits = json_fits(e, s, (int32_t)i, &g, &run);
-        e->masked[i] = fits ? logits[i] : -INFINITY;
-        any |= fits && isfinite(logits[i]);
-    }
-    if (!any)
+    if (!mmrt_json_answer_mask(&s->answer, &e->texts, logits, e->dec->vocab, e->masked))
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "response_format json_object: no token "
                               "of the vocabulary continues the answer as JSON");
     st = mmrt_sampler_next(&s->sampler, e->masked, s->tokens, s->prompt.n_ids, s->n_known, tok,
                            err);
-    if (st == MMRT_OK && !json_fits(e, s, *tok, &g, &run))
+    if (st == MMRT_OK && !mmrt_json_answer_fits(&s->answer, &e->texts, *tok, &next))
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "response_format json_object: the "
                               "sampler chose masked token %d", (int)*tok);
-    if (st == MMRT_OK) {
-        s->grammar = g;
-        s->run = run;
-    }
+    if (st == MMRT_OK)
+        s->answer = next;
     return st;
 }
 
@@ -709,7 +644,7 @@ static void take_token(struct mmrt_engine *e, struct mmrt_seq *s, const float *l
     enum mmrt_finish_reason why = MMRT_FINISH_NONE;
     if (s->stopped)
         why = MMRT_FINISH_STOP_STRING;
-    else if (eos || (s->json && mmrt_json_grammar_done(&s->grammar)))
+    else if (eos || (s->json && mmrt_json_answer_done(&s->answer)))
         why = MMRT_FINISH_EOS;
     else if (!go_on)
         why = MMRT_FINISH_CALLER;
@@ -995,8 +930,7 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     s->on_logprobs = r->req->logprobs ? r->on_logprobs : NULL;
     s->top_logprobs = r->req->top_logprobs;
     s->json = r->req->response_format == MMRT_RESPONSE_JSON_OBJECT;
-    mmrt_json_grammar_init(&s->grammar, true);
-    s->run = (struct byte_run){ .need = 0, .lo = 0x80, .hi = 0xbf };
+    mmrt_json_answer_init(&s->answer);
     s->user = r->user;
     s->res = r->result;
     atomic_init(&s->cancel, false);

@@ -1,11 +1,13 @@
 /*
- * tests/test_json_grammar.c — core/json_grammar.h against a JSON parser.
+ * tests/test_json_grammar.c — core/json_grammar.h against a JSON parser, and
+ * core/json_answer.h: which tokens fit, byte tokens by their run.
  *
  * Every text below is fed whole and cut at every byte into two feeds: a text jansson parses
  * must be accepted whole and end done; one it refuses must be refused at some byte, or end
  * not done (a valid prefix of something longer). Every prefix of a valid text is accepted.
  * Then the two bounds (depth, whitespace runs) and object-only mode.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "json_answer.h"
 #include "json_grammar.h"
 
 static const char *const valid[] = {
@@ -155,6 +158,125 @@ static void test_bounds(void **state)
     assert_true(mmrt_json_grammar_done(&g));
 }
 
+/* A hand-made vocabulary: token i's text and byte (−1: not a byte token), special flag. */
+static const struct {
+    const char *text;
+    int byte;
+    bool special;
+} vocab[] = {
+    { "{", -1, false }, { "\"", -1, false }, { "}", -1, false }, { "\"", 0x22, false },
+    { "\xef\xbf\xbd", 0xe4, false }, { "\xef\xbf\xbd", 0xb8, false },
+    { "\xef\xbf\xbd", 0xad, false }, { "</s>", -1, true }, { "a", -1, false }, { "", -1, false },
+    { "\xef\xbf\xbd", 0xe0, false }, { "\xef\xbf\xbd", 0x80, false }, { " :", -1, false },
+};
+enum { T_OPEN, T_QUOTE, T_CLOSE, T_BYTE_QUOTE, T_E4, T_B8, T_AD, T_EOS, T_A, T_EMPTY, T_E0,
+       T_80, T_COLON, N_VOCAB };
+
+static void make_texts(struct mmrt_token_texts *t, char *blob, uint32_t *off, int16_t *byte,
+                       uint8_t *special)
+{
+    uint32_t o = 0;
+    for (int i = 0; i < N_VOCAB; i++) {
+        off[i] = o;
+        memcpy(blob + o, vocab[i].text, strlen(vocab[i].text));
+        o += (uint32_t)strlen(vocab[i].text);
+        byte[i] = (int16_t)vocab[i].byte;
+        special[i] = vocab[i].special;
+    }
+    off[N_VOCAB] = o;
+    *t = (struct mmrt_token_texts){ .blob = blob, .off = off, .byte = byte,
+                                    .special = special, .n = N_VOCAB };
+}
+
+/* Feeds ids one by one; false at the first that does not fit. */
+static bool take(struct mmrt_json_answer *a, const struct mmrt_token_texts *t, const int *ids,
+                 int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct mmrt_json_answer next;
+        if (!mmrt_json_answer_fits(a, t, ids[i], &next))
+            return false;
+        *a = next;
+    }
+    return true;
+}
+
+/* A byte token's quote closes a string only when its run is clean: alone, after a whole
+ * character, or after a token that is not a byte; not after a pending lead byte, a stray
+ * continuation byte or an overlong start. */
+static void test_answer_byte_runs(void **state)
+{
+    (void)state;
+    char blob[64];
+    uint32_t off[N_VOCAB + 1];
+    int16_t byte[N_VOCAB];
+    uint8_t special[N_VOCAB];
+    struct mmrt_token_texts t;
+    make_texts(&t, blob, off, byte, special);
+    static const struct {
+        int ids[6], n;
+        bool closes;
+    } cases[] = {
+        { { T_BYTE_QUOTE }, 1, true },
+        { { T_E4, T_BYTE_QUOTE }, 2, false },
+        { { T_E4, T_B8, T_AD, T_BYTE_QUOTE }, 4, true },
+        { { T_E4, T_A, T_BYTE_QUOTE }, 3, true },
+        { { T_B8, T_BYTE_QUOTE }, 2, false },
+        { { T_B8, T_A, T_BYTE_QUOTE }, 3, true },
+        { { T_E0, T_80, T_80, T_BYTE_QUOTE }, 4, false },
+        { { T_E4, T_QUOTE }, 2, true }, /* a plain quote ends the run, and the string */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct mmrt_json_answer a;
+        mmrt_json_answer_init(&a);
+        assert_true(take(&a, &t, (const int[]){ T_OPEN, T_QUOTE }, 2));
+        assert_true(take(&a, &t, cases[i].ids, cases[i].n));
+        /* closed: the key is followed by ':'; still open: ':' is text and fits too, so
+         * tell them apart by what a closing brace does (text in a string, wrong after a
+         * key) */
+        struct mmrt_json_answer next;
+        if (mmrt_json_answer_fits(&a, &t, T_CLOSE, &next) == cases[i].closes)
+            fail_msg("case %zu: the string is %s", i, cases[i].closes ? "open" : "closed");
+        if (cases[i].closes)
+            assert_true(take(&a, &t, (const int[]){ T_COLON, T_QUOTE, T_A, T_QUOTE, T_CLOSE },
+                             5));
+        assert_int_equal(mmrt_json_answer_done(&a), cases[i].closes);
+    }
+}
+
+/* Special and empty tokens never fit, nor ids past the table; the mask keeps the logits of
+ * the tokens that fit. */
+static void test_answer_mask(void **state)
+{
+    (void)state;
+    char blob[64];
+    uint32_t off[N_VOCAB + 1];
+    int16_t byte[N_VOCAB];
+    uint8_t special[N_VOCAB];
+    struct mmrt_token_texts t;
+    make_texts(&t, blob, off, byte, special);
+    struct mmrt_json_answer a, next;
+    mmrt_json_answer_init(&a);
+    float logits[N_VOCAB + 2], masked[N_VOCAB + 2];
+    for (int i = 0; i < N_VOCAB + 2; i++)
+        logits[i] = (float)i;
+    assert_true(mmrt_json_answer_mask(&a, &t, logits, N_VOCAB + 2, masked));
+    for (int i = 0; i < N_VOCAB + 2; i++) {
+        const bool fits = i == T_OPEN;
+        assert_true(fits ? masked[i] == logits[i] : isinf(masked[i]) && masked[i] < 0);
+    }
+    assert_true(take(&a, &t, (const int[]){ T_OPEN, T_QUOTE }, 2));
+    assert_false(mmrt_json_answer_fits(&a, &t, T_EOS, &next));
+    assert_false(mmrt_json_answer_fits(&a, &t, T_EMPTY, &next));
+    assert_false(mmrt_json_answer_fits(&a, &t, N_VOCAB, &next));
+    assert_true(mmrt_json_answer_fits(&a, &t, T_A, &next));
+    /* Only −inf logits among the tokens that fit: nothing to choose. */
+    for (int i = 0; i < N_VOCAB; i++)
+        logits[i] = i == T_EOS ? 0.0f : -INFINITY;
+    mmrt_json_answer_init(&a);
+    assert_false(mmrt_json_answer_mask(&a, &t, logits, N_VOCAB, masked));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +284,8 @@ int main(void)
         cmocka_unit_test(test_done),
         cmocka_unit_test(test_object_only),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_answer_byte_runs),
+        cmocka_unit_test(test_answer_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,8 +9,17 @@
  * For each vocabulary size it prints the best of --repeat calls (each call --draws tokens
  * from --rows rows, cycling), in ms per token, and a digest of the tokens drawn.
  *
+ * Two costs that only some requests pay are timed beside it, in ms per token:
+ *   --logprobs K   the log-softmax and the K most likely tokens (mmrt_sampler_logprobs), which
+ *                  a request with logprobs pays on every token;
+ *   --json 1       one mask pass of a JSON answer (mmrt_json_answer_mask) over a vocabulary
+ *                  of made-up texts (letters mostly, some spaces, digits, punctuation and
+ *                  byte tokens), at two places: inside a string (nearly every token fits, the
+ *                  longest pass) and after an object key (only ':' may come). A JSON answer
+ *                  pays a pass only on a step whose first pick does not fit.
+ *
  * usage: sampler-bench [--temperature T] [--top-k K] [--top-p P] [--spread S] [--rows R]
- *                      [--draws N] [--repeat R] VOCAB…
+ *                      [--draws N] [--repeat R] [--logprobs K] [--json 1] VOCAB…
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -19,12 +28,14 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "json_answer.h"
 #include "sampler.h"
 
 static int usage(void)
 {
     fprintf(stderr, "usage: sampler-bench [--temperature T] [--top-k K] [--top-p P] "
-                    "[--spread S] [--rows R] [--draws N] [--repeat R] VOCAB…\n");
+                    "[--spread S] [--rows R] [--draws N] [--repeat R] [--logprobs K] "
+                    "[--json 1] VOCAB…\n");
     return 2;
 }
 
@@ -36,10 +47,55 @@ static double normal(uint64_t *state)
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
+/* A made-up vocabulary of `n` texts for the JSON mask (see the top). */
+static bool fake_texts(long n, struct mmrt_token_texts *t)
+{
+    static const char letters[] = "etaoinshrdlucmfwypvbgkqjxz";
+    static const char other[] = " 0123456789{}[]\":,.-_!?";
+    memset(t, 0, sizeof *t);
+    t->n = (uint32_t)n;
+    t->off = malloc(((size_t)n + 1) * sizeof *t->off);
+    t->byte = malloc((size_t)n * sizeof *t->byte);
+    t->special = calloc((size_t)n, 1);
+    t->blob = malloc((size_t)n * 8);
+    if (!t->off || !t->byte || !t->special || !t->blob)
+        return false;
+    uint64_t state = 0x15A7ull;
+    uint32_t o = 0;
+    for (long i = 0; i < n; i++) {
+        t->off[i] = o;
+        const uint64_t r = bench_rng_u64(&state);
+        t->byte[i] = (int16_t)(i < 256 ? i : -1); /* 256 byte tokens, as LLaMA's */
+        const int len = i < 256 ? 1 : 1 + (int)(r % 7);
+        for (int k = 0; k < len; k++) {
+            const uint64_t c = bench_rng_u64(&state);
+            t->blob[o++] = c % 8 == 0 ? other[(c >> 8) % (sizeof other - 1)]
+                           : k == 0 && c % 3 == 0 ? ' '
+                                                  : letters[(c >> 8) % (sizeof letters - 1)];
+        }
+    }
+    t->off[n] = o;
+    return true;
+}
+
+/* The best of `repeat` mask passes at the answer state `a`, ms. */
+static double time_mask(const struct mmrt_json_answer *a, const struct mmrt_token_texts *t,
+                        const float *logits, long vocab, float *masked, long repeat)
+{
+    double best = INFINITY;
+    for (long r = 0; r < repeat; r++) {
+        const double t0 = bench_now_s();
+        (void)mmrt_json_answer_mask(a, t, logits, vocab, masked);
+        const double ms = (bench_now_s() - t0) * 1e3;
+        best = ms < best ? ms : best;
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
     double temperature = 1.0, top_p = 1.0, spread = 3.0;
-    long top_k = 0, rows = 8, draws = 64, repeat = 5;
+    long top_k = 0, rows = 8, draws = 64, repeat = 5, logprobs = -1, json = 0;
     int i = 1;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         if (i + 1 >= argc)
@@ -65,6 +121,11 @@ int main(int argc, char **argv)
             draws = (long)v;
         else if (strcmp(flag, "--repeat") == 0 && v >= 1 && v == (long)v)
             repeat = (long)v;
+        else if (strcmp(flag, "--logprobs") == 0 && v >= 0 && v <= MMRT_MAX_TOP_LOGPROBS &&
+                 v == (long)v)
+            logprobs = (long)v;
+        else if (strcmp(flag, "--json") == 0 && (v == 0 || v == 1))
+            json = (long)v;
         else
             return usage();
     }
@@ -72,7 +133,9 @@ int main(int argc, char **argv)
         return usage();
     printf("# sampler-bench: temperature %g, top_k %ld, top_p %g, logits N(0, %g²), %ld rows\n",
            temperature, top_k, top_p, spread, rows);
-    printf("# %8s %12s %10s\n", "vocab", "ms/token", "digest");
+    printf("# %8s %12s %10s%s%s\n", "vocab", "ms/token", "digest",
+           logprobs >= 0 ? "   logprobs ms" : "",
+           json ? "   json mask ms: in a string, after a key" : "");
     for (; i < argc; i++) {
         char *end;
         const long vocab = strtol(argv[i], &end, 10);
@@ -114,7 +177,48 @@ int main(int argc, char **argv)
             const double ms = (bench_now_s() - t0) * 1e3 / (double)draws;
             best = ms < best ? ms : best;
         }
-        printf("%10ld %12.4f %016llx\n", vocab, best, (unsigned long long)digest);
+        printf("%10ld %12.4f %016llx", vocab, best, (unsigned long long)digest);
+        if (logprobs >= 0) {
+            double lbest = INFINITY;
+            struct mmrt_logprob top[MMRT_MAX_TOP_LOGPROBS];
+            for (long r = 0; r < repeat; r++) {
+                const double t0 = bench_now_s();
+                for (long d = 0; d < draws; d++) {
+                    float lp;
+                    int n_top;
+                    (void)mmrt_sampler_logprobs(logits + (d % rows) * vocab, vocab, 0,
+                                                (int)logprobs, &lp, top, &n_top, &err);
+                }
+                const double ms = (bench_now_s() - t0) * 1e3 / (double)draws;
+                lbest = ms < lbest ? ms : lbest;
+            }
+            printf(" %14.4f", lbest);
+        }
+        if (json) {
+            struct mmrt_token_texts t;
+            float *masked = malloc((size_t)vocab * sizeof *masked);
+            struct mmrt_json_answer in_string, after_key, next;
+            mmrt_json_answer_init(&in_string);
+            if (!masked || !fake_texts(vocab, &t)) {
+                fprintf(stderr, "sampler-bench: out of memory\n");
+                return 1;
+            }
+            /* the byte tokens 0x7b '{' and 0x22 '"' (ASCII, clean run) open a string */
+            (void)mmrt_json_answer_fits(&in_string, &t, 0x7b, &next);
+            in_string = next;
+            (void)mmrt_json_answer_fits(&in_string, &t, 0x22, &next);
+            in_string = next;
+            (void)mmrt_json_answer_fits(&in_string, &t, 0x22, &next);
+            after_key = next;
+            printf("   %10.4f %10.4f", time_mask(&in_string, &t, logits, vocab, masked, repeat),
+                   time_mask(&after_key, &t, logits, vocab, masked, repeat));
+            free(t.blob);
+            free(t.off);
+            free(t.byte);
+            free(t.special);
+            free(masked);
+        }
+        printf("\n");
         mmrt_sampler_deinit(&s);
         free(logits);
     }

@@ -221,6 +221,7 @@ struct mmrt_token_texts {
      * neighbours: in a run of them that is not valid UTF-8 every byte reads U+FFFD, an
      * ASCII one too, so its entry in blob (the byte alone) holds only outside such runs. */
     int16_t *byte;
+    uint8_t *special;  /* [n] 1 for special added tokens (mmrt_tokenizer_is_special) */
     uint32_t n;
 };
 

@@ -627,7 +627,8 @@ mmrt_status mmrt_tokenizer_token_texts(const struct mmrt_tokenizer *tok,
     size_t n_before = 0, len = 0, cap = 0, used = 0;
     st = mmrt_tokenizer_decode(tok, pair, 1, 0, &before, &n_before, err);
     if (st == MMRT_OK && (!(out->off = malloc(((size_t)n + 1) * sizeof *out->off)) ||
-                          !(out->byte = malloc(((size_t)n ? n : 1) * sizeof *out->byte))))
+                          !(out->byte = malloc(((size_t)n ? n : 1) * sizeof *out->byte)) ||
+                          !(out->special = malloc((size_t)n ? n : 1))))
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "token texts: out of memory");
     bool fallback = false;
     for (int i = 0; i < tok->n_dec; i++)
@@ -636,6 +637,7 @@ mmrt_status mmrt_tokenizer_token_texts(const struct mmrt_tokenizer *tok,
         size_t tl = 0;
         const char *t = mmrt_tokenizer_id_to_token(tok, (int32_t)id, &tl);
         out->byte[id] = (int16_t)(fallback && t ? byte_token(t, tl) : -1);
+        out->special[id] = mmrt_tokenizer_is_special(tok, (int32_t)id);
     }
     for (uint32_t id = 0; st == MMRT_OK && id < n; id++) {
         pair[1] = (int32_t)id;
@@ -688,5 +690,6 @@ void mmrt_token_texts_free(struct mmrt_token_texts *t)
     free(t->blob);
     free(t->off);
     free(t->byte);
+    free(t->special);
     memset(t, 0, sizeof *t);
 }

@@ -1,0 +1,45 @@
+/*
+ * core/json_answer.h — holds one sequence's answer to a JSON object while its tokens are
+ * chosen (mmrt_request.response_format = MMRT_RESPONSE_JSON_OBJECT; docs/ENGINE.md "JSON
+ * answers"): which tokens may come next, given the text each adds (mmrt_token_texts) and
+ * where the answer is in JSON (core/json_grammar.h) and in a run of ByteFallback byte
+ * tokens, whose text depends on their run.
+ */
+#ifndef MMRT_CORE_JSON_ANSWER_H
+#define MMRT_CORE_JSON_ANSWER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "formats/tokenizer.h"
+#include "json_grammar.h"
+
+struct mmrt_json_answer {
+    struct mmrt_json_grammar grammar;
+    /* The answer's current run of byte tokens: `need` continuation bytes to come, the next
+     * in [lo, hi] (RFC 3629: no overlongs or surrogates); need −1 once the run is not valid
+     * UTF-8. A token that is not a byte ends the run. */
+    int8_t need;
+    uint8_t lo, hi;
+};
+
+/* At the start of an answer that must be one JSON object. */
+void mmrt_json_answer_init(struct mmrt_json_answer *a);
+
+/* Whether token id may come next; *next receives the state after it. Special tokens (an end
+ * token included) and tokens with no text never fit: the answer ends when the object closes.
+ * The text checked is what the answer's stream will show: a byte token reads as its byte only
+ * while its run is valid UTF-8 with no character pending, as U+FFFD (text only a string can
+ * hold) otherwise. */
+bool mmrt_json_answer_fits(const struct mmrt_json_answer *a, const struct mmrt_token_texts *t,
+                           int32_t id, struct mmrt_json_answer *next);
+
+/* masked[i] = logits[i] where token i fits, −INFINITY elsewhere, for i < vocab (ids past the
+ * tokenizer's never fit). Returns whether any token with a finite logit fits. */
+bool mmrt_json_answer_mask(const struct mmrt_json_answer *a, const struct mmrt_token_texts *t,
+                           const float *logits, int64_t vocab, float *masked);
+
+/* Whether the object has closed. */
+bool mmrt_json_answer_done(const struct mmrt_json_answer *a);
+
+#endif
