@@ -16,7 +16,10 @@
  *                  of made-up texts (letters mostly, some spaces, digits, punctuation and
  *                  byte tokens), at two places: inside a string (nearly every token fits, the
  *                  longest pass) and after an object key (only ':' may come). A JSON answer
- *                  pays a pass only on a step whose first pick does not fit.
+ *                  pays a pass only on a step whose first pick does not fit. With it, the
+ *                  one-time table of every token's text (mmrt_tokenizer_token_texts, made at
+ *                  an engine's first JSON request) is timed on a byte-level BPE tokenizer of
+ *                  the vocabulary's size (256 byte tokens, then made-up 2-8 byte tokens).
  *
  * usage: sampler-bench [--temperature T] [--top-k K] [--top-p P] [--spread S] [--rows R]
  *                      [--draws N] [--repeat R] [--logprobs K] [--json 1] VOCAB…
@@ -27,7 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "bench_util.h"
+#include "formats/tokenizer.h"
 #include "json_answer.h"
 #include "sampler.h"
 
@@ -76,6 +82,54 @@ static bool fake_texts(long n, struct mmrt_token_texts *t)
     }
     t->off[n] = o;
     return true;
+}
+
+/* A byte-level BPE tokenizer of n tokens (no merges: only decoding is timed). */
+static struct mmrt_tokenizer *fake_tokenizer(long n)
+{
+    static const char letters[] = "etaoinshrdlucmfwypvbgkqjxz";
+    json_t *vocab = json_object(), *root = NULL;
+    uint64_t state = 0x70CEull;
+    char piece[16];
+    /* GPT-2's byte-to-character map for the 256 single bytes: printable Latin-1 as itself,
+     * the rest from U+0100 on. */
+    int extra = 0;
+    for (int b = 0; vocab && b < 256; b++) {
+        const bool keep = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+        const int cp = keep ? b : 0x100 + extra++;
+        int k = 0;
+        if (cp < 0x80) {
+            piece[k++] = (char)cp;
+        } else {
+            piece[k++] = (char)(0xc0 | (cp >> 6));
+            piece[k++] = (char)(0x80 | (cp & 0x3f));
+        }
+        piece[k] = '\0';
+        json_object_set_new(vocab, piece, json_integer(b));
+    }
+    for (long i = 256; vocab && (long)json_object_size(vocab) < n; i++) {
+        const int len = 2 + (int)(bench_rng_u64(&state) % 7);
+        piece[0] = (char)(bench_rng_u64(&state) % 2 ? 0xc4 : letters[0]); /* "Ġ" or 'e' */
+        int k = 1;
+        if (piece[0] == (char)0xc4)
+            piece[k++] = (char)0xa0;
+        for (int j = 1; j < len; j++)
+            piece[k++] = letters[bench_rng_u64(&state) % (sizeof letters - 1)];
+        piece[k] = '\0';
+        if (!json_object_get(vocab, piece))
+            json_object_set_new(vocab, piece, json_integer((json_int_t)json_object_size(vocab)));
+    }
+    if (vocab)
+        root = json_pack("{s:{s:s,s:o,s:[]},s:{s:s},s:{s:s,s:b,s:b}}", "model", "type", "BPE",
+                         "vocab", vocab, "merges", "decoder", "type", "ByteLevel",
+                         "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0,
+                         "use_regex", 1);
+    struct mmrt_tokenizer *tok = NULL;
+    struct mmrt_error err = { 0 };
+    if (root && mmrt_tokenizer_load_json(root, "fake", NULL, &tok, &err) != MMRT_OK)
+        fprintf(stderr, "sampler-bench: %s\n", err.msg);
+    json_decref(root);
+    return tok;
 }
 
 /* The best of `repeat` mask passes at the answer state `a`, ms. */
@@ -135,7 +189,7 @@ int main(int argc, char **argv)
            temperature, top_k, top_p, spread, rows);
     printf("# %8s %12s %10s%s%s\n", "vocab", "ms/token", "digest",
            logprobs >= 0 ? "   logprobs ms" : "",
-           json ? "   json mask ms: in a string, after a key" : "");
+           json ? "   json mask ms: in a string, after a key; texts ms" : "");
     for (; i < argc; i++) {
         char *end;
         const long vocab = strtol(argv[i], &end, 10);
@@ -203,15 +257,30 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sampler-bench: out of memory\n");
                 return 1;
             }
-            /* the byte tokens 0x7b '{' and 0x22 '"' (ASCII, clean run) open a string */
-            (void)mmrt_json_answer_fits(&in_string, &t, 0x7b, &next);
-            in_string = next;
-            (void)mmrt_json_answer_fits(&in_string, &t, 0x22, &next);
-            in_string = next;
-            (void)mmrt_json_answer_fits(&in_string, &t, 0x22, &next);
-            after_key = next;
+            /* the byte tokens 0x7b '{' and 0x22 '"' (ASCII, clean run) open a string; a
+             * vocabulary too small to have them times the state it reached */
+            if (mmrt_json_answer_fits(&in_string, &t, 0x7b, &next))
+                in_string = next;
+            if (mmrt_json_answer_fits(&in_string, &t, 0x22, &next))
+                in_string = next;
+            after_key = in_string;
+            if (mmrt_json_answer_fits(&in_string, &t, 0x22, &next))
+                after_key = next;
             printf("   %10.4f %10.4f", time_mask(&in_string, &t, logits, vocab, masked, repeat),
                    time_mask(&after_key, &t, logits, vocab, masked, repeat));
+            struct mmrt_tokenizer *tok = fake_tokenizer(vocab);
+            double tbest = INFINITY;
+            for (long r = 0; tok && r < repeat; r++) {
+                struct mmrt_token_texts tt;
+                const double t0 = bench_now_s();
+                if (mmrt_tokenizer_token_texts(tok, &tt, &err) != MMRT_OK)
+                    break;
+                const double ms = (bench_now_s() - t0) * 1e3;
+                tbest = ms < tbest ? ms : tbest;
+                mmrt_token_texts_free(&tt);
+            }
+            printf(" %10.1f", tbest);
+            mmrt_tokenizer_destroy(tok);
             free(t.blob);
             free(t.off);
             free(t.byte);
