@@ -148,11 +148,12 @@ static void expect_rendered(struct mmrt_runtime *rt, const struct mmrt_request *
     golden_capture_free(&cap);
 }
 
-/* One request in two forms: the prompt with one image, and a chat of four turns. */
+/* One request in three forms: the prompt with one image, a chat of four turns, and a user
+ * turn of one image and no text. */
 struct forms {
     struct golden_cases c;
-    struct mmrt_request one, chat;
-    struct mmrt_message turns[4];
+    struct mmrt_request one, chat, image_only;
+    struct mmrt_message turns[4], image_turn;
 };
 
 static void forms_load(struct forms *f)
@@ -169,6 +170,10 @@ static void forms_load(struct forms *f)
     f->chat.prompt = NULL;
     f->chat.messages = f->turns;
     f->chat.n_messages = 4;
+    f->image_turn = (struct mmrt_message){ .role = "user", .n_images = 1 };
+    f->image_only = f->chat;
+    f->image_only.messages = &f->image_turn;
+    f->image_only.n_messages = 1;
 }
 
 /* jinja2's output of llava-1.6-mistral's template for the two forms; "<\s>" is what the
@@ -253,23 +258,20 @@ static void test_template_chatml_and_llama3(void **state)
     (void)state;
     struct forms f;
     forms_load(&f);
-    struct mmrt_message image_only = { .role = "user", .n_images = 1 };
-    struct mmrt_request img = f.chat;
-    img.messages = &image_only;
-    img.n_messages = 1;
+    const struct mmrt_request *img = &f.image_only;
 
     write_file("chat_template.jinja", chatml_jinja);
     struct mmrt_runtime *rt = open_ok(MMRT_CHAT_TEMPLATE_AUTO);
     expect_rendered(rt, &f.one, chatml_one, 1);
     expect_rendered(rt, &f.chat, chatml_chat, 1);
-    expect_rendered(rt, &img, chatml_image_only, 1);
+    expect_rendered(rt, img, chatml_image_only, 1);
     mmrt_destroy(rt);
 
     write_file("chat_template.jinja", llama3_jinja);
     rt = open_ok(MMRT_CHAT_TEMPLATE_AUTO);
     expect_rendered(rt, &f.one, llama3_one, 1);
     expect_rendered(rt, &f.chat, llama3_chat, 1);
-    expect_rendered(rt, &img, llama3_image_only, 1);
+    expect_rendered(rt, img, llama3_image_only, 1);
     mmrt_destroy(rt);
 
     /* Named in the config, whatever the file says. */
@@ -350,10 +352,7 @@ static void test_turn_end_stops(void **state)
     (void)state;
     struct forms f;
     forms_load(&f);
-    struct mmrt_message image_only = { .role = "user", .n_images = 1 };
-    struct mmrt_request img = f.chat;
-    img.messages = &image_only;
-    img.n_messages = 1;
+    const struct mmrt_request *img = &f.image_only;
     char tok_path[600];
     golden_fixture_path(tok_path, sizeof tok_path, "llava-tiny");
     strncat(tok_path, "/tokenizer.json", sizeof tok_path - strlen(tok_path) - 1);
@@ -361,7 +360,7 @@ static void test_turn_end_stops(void **state)
     struct golden_capture cap;
     struct mmrt_result res;
     struct mmrt_runtime *rt = open_ok(MMRT_CHAT_TEMPLATE_LLAMA3);
-    run_greedy(rt, &img, &cap, &res);
+    run_greedy(rt, img, &cap, &res);
     mmrt_destroy(rt);
     /* The first token that differs from the ones before it. */
     int j = 1;
@@ -382,7 +381,7 @@ static void test_turn_end_stops(void **state)
 
     rename_token(tok_path, "<|eot_id|>", mark, true);
     rt = open_ok(MMRT_CHAT_TEMPLATE_LLAMA3);
-    run_greedy(rt, &img, &cap, &res);
+    run_greedy(rt, img, &cap, &res);
     assert_int_equal(cap.n_prompt, n_prompt);
     assert_memory_equal(cap.prompt, prompt, (size_t)n_prompt * sizeof *prompt);
     free(prompt);
@@ -395,7 +394,7 @@ static void test_turn_end_stops(void **state)
     /* Not a special token: text like any other, so the answer runs on. */
     rename_token(tok_path, "<|eot_id|>", mark, false);
     rt = open_ok(MMRT_CHAT_TEMPLATE_LLAMA3);
-    run_greedy(rt, &img, &cap, &res);
+    run_greedy(rt, img, &cap, &res);
     assert_int_equal(res.finish_reason, MMRT_FINISH_LENGTH);
     assert_memory_equal(cap.tokens, want, sizeof want);
     golden_capture_free(&cap);

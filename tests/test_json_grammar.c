@@ -172,20 +172,28 @@ static const struct {
 enum { T_OPEN, T_QUOTE, T_CLOSE, T_BYTE_QUOTE, T_E4, T_B8, T_AD, T_EOS, T_A, T_EMPTY, T_E0,
        T_80, T_COLON, N_VOCAB };
 
-static void make_texts(struct mmrt_token_texts *t, char *blob, uint32_t *off, int16_t *byte,
-                       uint8_t *special)
+/* The table of `vocab`, in storage of its own. */
+struct fake_texts {
+    struct mmrt_token_texts t;
+    char blob[64];
+    uint32_t off[N_VOCAB + 1];
+    int16_t byte[N_VOCAB];
+    uint8_t special[N_VOCAB];
+};
+
+static void make_texts(struct fake_texts *f)
 {
     uint32_t o = 0;
     for (int i = 0; i < N_VOCAB; i++) {
-        off[i] = o;
-        memcpy(blob + o, vocab[i].text, strlen(vocab[i].text));
+        f->off[i] = o;
+        memcpy(f->blob + o, vocab[i].text, strlen(vocab[i].text));
         o += (uint32_t)strlen(vocab[i].text);
-        byte[i] = (int16_t)vocab[i].byte;
-        special[i] = vocab[i].special;
+        f->byte[i] = (int16_t)vocab[i].byte;
+        f->special[i] = vocab[i].special;
     }
-    off[N_VOCAB] = o;
-    *t = (struct mmrt_token_texts){ .blob = blob, .off = off, .byte = byte,
-                                    .special = special, .n = N_VOCAB };
+    f->off[N_VOCAB] = o;
+    f->t = (struct mmrt_token_texts){ .blob = f->blob, .off = f->off, .byte = f->byte,
+                                      .special = f->special, .n = N_VOCAB };
 }
 
 /* Feeds ids one by one; false at the first that does not fit. */
@@ -207,12 +215,9 @@ static bool take(struct mmrt_json_answer *a, const struct mmrt_token_texts *t, c
 static void test_answer_byte_runs(void **state)
 {
     (void)state;
-    char blob[64];
-    uint32_t off[N_VOCAB + 1];
-    int16_t byte[N_VOCAB];
-    uint8_t special[N_VOCAB];
-    struct mmrt_token_texts t;
-    make_texts(&t, blob, off, byte, special);
+    struct fake_texts f;
+    make_texts(&f);
+    const struct mmrt_token_texts t = f.t;
     static const struct {
         int ids[6], n;
         bool closes;
@@ -249,12 +254,9 @@ static void test_answer_byte_runs(void **state)
 static void test_answer_mask(void **state)
 {
     (void)state;
-    char blob[64];
-    uint32_t off[N_VOCAB + 1];
-    int16_t byte[N_VOCAB];
-    uint8_t special[N_VOCAB];
-    struct mmrt_token_texts t;
-    make_texts(&t, blob, off, byte, special);
+    struct fake_texts f;
+    make_texts(&f);
+    const struct mmrt_token_texts t = f.t;
     struct mmrt_json_answer a, next;
     mmrt_json_answer_init(&a);
     float logits[N_VOCAB + 2], masked[N_VOCAB + 2];
