@@ -1077,18 +1077,30 @@ static void run_answer(struct mmrt_runtime *rt, const struct mmrt_request *req, 
         fail_msg("%s", mmrt_last_error(rt));
 }
 
-/* JSON answers: whatever the model prefers, the text is always a prefix of a JSON object, and
- * a whole object (jansson parses it) when the answer ends by itself. Greedy and sampled; a
- * +100 bias on "}" closes the object as soon as the grammar lets it; a plain request in the
- * same batch as a JSON one gives its solo tokens (the mask is per sequence). */
-static void test_json_answers(void **state)
+/* The id of "}" in fixture's tokenizer: its own token, or its byte token. */
+static int32_t close_brace_id(const char *fixture)
 {
-    (void)state;
+    char path[4096], rel[256];
+    snprintf(rel, sizeof rel, "%s/tokenizer.json", fixture);
+    golden_fixture_path(path, sizeof path, rel);
+    struct mmrt_tokenizer *tok = NULL;
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_tokenizer_load(path, NULL, &tok, &e), MMRT_OK);
+    int32_t id = mmrt_tokenizer_token_to_id(tok, "}", 1);
+    if (id < 0)
+        id = mmrt_tokenizer_token_to_id(tok, "<0x7D>", 6);
+    mmrt_tokenizer_destroy(tok);
+    assert_true(id >= 0);
+    return id;
+}
+
+/* JSON answers on one fixture (see test_json_answers); with_batch adds the batch check. */
+static void json_answers_on(const char *fixture, struct answer *a, bool with_batch)
+{
     struct golden_cases c;
-    golden_cases_load("llava-tiny", &c);
-    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .max_batch = 4 });
-    struct answer *a = calloc(1, sizeof *a);
-    assert_non_null(a);
+    golden_cases_load(fixture, &c);
+    struct mmrt_runtime *rt = open_rt(fixture, &(struct setup){ .max_batch = 4 });
+    const struct mmrt_logit_bias close = { .token_id = close_brace_id(fixture), .bias = 100 };
     struct mmrt_result res;
     for (int k = 0; k < 3; k++) {
         struct mmrt_request r = c.req[0];
@@ -1097,8 +1109,6 @@ static void test_json_answers(void **state)
         r.max_tokens = 120;
         r.temperature = k == 0 ? 0.0f : 1.0f;
         r.seed = (uint64_t)k;
-        const struct mmrt_logit_bias close = { .token_id = 128 /* <0x7D>, "}" */,
-                                               .bias = 100 };
         if (k == 2) {
             r.logit_bias = &close;
             r.n_logit_bias = 1;
@@ -1106,17 +1116,15 @@ static void test_json_answers(void **state)
         run_answer(rt, &r, a, &res);
         struct mmrt_json_grammar g;
         mmrt_json_grammar_init(&g, true);
-        if (!mmrt_json_grammar_feed(&g, a->text, a->len)) {
-            for (size_t b = 0; b < a->len; b++)
-                print_message("%02x ", (unsigned char)a->text[b]);
-            fail_msg("JSON answer %d is not a prefix of a JSON object: %s", k, a->text);
-        }
+        if (!mmrt_json_grammar_feed(&g, a->text, a->len))
+            fail_msg("%s: JSON answer %d is not a prefix of a JSON object: %s", fixture, k,
+                     a->text);
         if (res.finish_reason == MMRT_FINISH_EOS) {
             json_error_t je;
             json_t *v = json_loads(a->text, 0, &je);
             if (!json_is_object(v))
-                fail_msg("JSON answer %d ended but is not an object: %s (%s)", k, a->text,
-                         je.text);
+                fail_msg("%s: JSON answer %d ended but is not an object: %s (%s)", fixture, k,
+                         a->text, je.text);
             json_decref(v);
         } else {
             assert_int_equal(res.finish_reason, MMRT_FINISH_LENGTH);
@@ -1127,26 +1135,44 @@ static void test_json_answers(void **state)
             assert_true(a->len >= 2 && strcmp(a->text + a->len - 2, "{}") == 0);
         }
     }
-    /* In company: the plain request is unchanged, the JSON one still JSON. */
-    struct golden_capture plain[MAX_CASES] = { 0 }, batched[MAX_CASES] = { 0 };
-    run_solo(rt, &c, plain);
-    struct mmrt_request both[2] = { c.req[0], c.req[1 % c.n] };
-    both[0].struct_size = sizeof both[0];
-    both[0].response_format = MMRT_RESPONSE_JSON_OBJECT;
-    struct mmrt_result br[2] = { 0 };
-    assert_int_equal(run_batch(rt, both, 2, batched, br, -1, 0), MMRT_OK);
-    same_run("next to a JSON answer", 1, &batched[1], &plain[1 % c.n], true);
-    /* A response_format that is not one. */
-    struct mmrt_request bad = c.req[0];
-    bad.struct_size = sizeof bad;
-    bad.response_format = 2;
-    expect_invalid(rt, &bad, "response_format 2 is not an enum mmrt_response_format");
+    if (with_batch) {
+        /* In company: the plain request is unchanged, the JSON one still JSON. */
+        struct golden_capture plain[MAX_CASES] = { 0 }, batched[MAX_CASES] = { 0 };
+        run_solo(rt, &c, plain);
+        struct mmrt_request both[2] = { c.req[0], c.req[1 % c.n] };
+        both[0].struct_size = sizeof both[0];
+        both[0].response_format = MMRT_RESPONSE_JSON_OBJECT;
+        struct mmrt_result br[2] = { 0 };
+        assert_int_equal(run_batch(rt, both, 2, batched, br, -1, 0), MMRT_OK);
+        same_run("next to a JSON answer", 1, &batched[1], &plain[1 % c.n], true);
+        free_caps(plain, c.n);
+        free_caps(batched, 2);
+        /* A response_format that is not one. */
+        struct mmrt_request bad = c.req[0];
+        bad.struct_size = sizeof bad;
+        bad.response_format = 2;
+        expect_invalid(rt, &bad, "response_format 2 is not an enum mmrt_response_format");
+    }
     assert_pages_back(rt);
-    free_caps(plain, c.n);
-    free_caps(batched, 2);
-    free(a);
     mmrt_destroy(rt);
     json_decref(c.json);
+}
+
+/* JSON answers, on each tokenizer kind (LLaMA's byte fallback, Qwen2's byte level, Fuyu's
+ * Unigram): whatever the model prefers, the text is always a prefix of a JSON object, and a
+ * whole object (jansson parses it) when the answer ends by itself. Greedy and sampled; a
+ * +100 bias on "}" closes the object as soon as the grammar lets it. On llava-tiny, a plain
+ * request in the same batch as a JSON one gives its solo tokens (the mask is per
+ * sequence). */
+static void test_json_answers(void **state)
+{
+    (void)state;
+    struct answer *a = calloc(1, sizeof *a);
+    assert_non_null(a);
+    json_answers_on("llava-tiny", a, true);
+    json_answers_on("qwen2vl-tiny", a, false);
+    json_answers_on("fuyu-tiny", a, false);
+    free(a);
 }
 
 /* Fuyu has no chat template: anything but one user turn is refused by name. */
