@@ -231,6 +231,9 @@ char *mmrt_chat_chunk_json(const char *id, long created, const char *model, cons
  * "owned_by": "mmrt"}]}. */
 char *mmrt_models_json(const char *model, long created);
 
+/* GET /v1/models/{model}: the one model object of that list. */
+char *mmrt_model_json(const char *model, long created);
+
 /* {"error": {"message", "type", "param", "code"}}: param "" and code NULL are null. */
 char *mmrt_api_error_json(const struct mmrt_api_error *e);
 

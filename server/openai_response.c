@@ -246,12 +246,26 @@ char *mmrt_chat_chunk_json(const char *id, long created, const char *model, cons
     return dump(o);
 }
 
+/* {"id", "object": "model", "created", "owned_by": "mmrt"}; NULL when out of memory. */
+static json_t *model_object(const char *model, long created)
+{
+    json_t *m = json_object();
+    if (m && put(m, "id", jstr(model ? model : "")) && put(m, "object", json_string("model")) &&
+        put(m, "created", json_integer(created)) && put(m, "owned_by", json_string("mmrt")))
+        return m;
+    json_decref(m);
+    return NULL;
+}
+
+char *mmrt_model_json(const char *model, long created)
+{
+    return dump(model_object(model, created));
+}
+
 char *mmrt_models_json(const char *model, long created)
 {
-    json_t *o = json_object(), *data = json_array(), *m = json_object();
+    json_t *o = json_object(), *data = json_array(), *m = model_object(model, created);
     bool ok = o && data && m;
-    ok = ok && put(m, "id", jstr(model ? model : "")) && put(m, "object", json_string("model")) &&
-         put(m, "created", json_integer(created)) && put(m, "owned_by", json_string("mmrt"));
     ok = ok && json_array_append(data, m) == 0 && put(o, "object", json_string("list")) &&
          put(o, "data", json_incref(data));
     json_decref(m);

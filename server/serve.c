@@ -178,7 +178,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         return text_response(s, mc, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
                              mmrt_metrics_render(&s->metrics, atomic_load(&s->rt),
                                                  atomic_load(&s->state) == STATE_READY));
-    const bool models = strcmp(url, "/v1/models") == 0;
+    /* GET /v1/models/{id}: what the openai client's models.retrieve(id) asks. */
+    const char *one = strncmp(url, "/v1/models/", 11) == 0 ? url + 11 : NULL;
+    const bool models = strcmp(url, "/v1/models") == 0 || one;
     const bool chat = strcmp(url, "/v1/chat/completions") == 0;
     if (!models && !chat)
         return mmrt_http_error(s, mc, MHD_HTTP_NOT_FOUND, "invalid_request_error",
@@ -195,9 +197,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
         return mmrt_http_error(s, mc, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, NULL,
                                state == STATE_LOADING ? "the model is loading"
                                                       : "the server is shutting down");
+    if (one && strcmp(one, s->conf.model_name) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "The model '%.64s%s' does not exist; this server serves "
+                 "'%.64s'.", one, strlen(one) > 64 ? "..." : "", s->conf.model_name);
+        return mmrt_http_error(s, mc, MHD_HTTP_NOT_FOUND, "invalid_request_error",
+                               "model_not_found", "model", msg);
+    }
     if (models)
         return mmrt_http_json(s, mc, MHD_HTTP_OK,
-                              mmrt_models_json(s->conf.model_name, s->created));
+                              one ? mmrt_model_json(s->conf.model_name, s->created)
+                                  : mmrt_models_json(s->conf.model_name, s->created));
     return mmrt_chat_handle(s, mc, con_cls, upload, upload_size);
 }
 

@@ -1249,6 +1249,14 @@ static void test_models_and_errors(void **state)
     assert_string_equal(sget(o, "data.0.owned_by"), "mmrt");
     assert_int_equal(iget(json_array_get(json_object_get(o, "data"), 0), "created", NULL), 42);
     json_decref(o);
+    /* GET /v1/models/{id}: the list's one entry, alone */
+    o = load(mmrt_model_json(MODEL, 42));
+    assert_int_equal(json_object_size(o), 4);
+    assert_string_equal(sget(o, "id"), MODEL);
+    assert_string_equal(sget(o, "object"), "model");
+    assert_string_equal(sget(o, "owned_by"), "mmrt");
+    assert_int_equal(iget(o, "created", NULL), 42);
+    json_decref(o);
     /* a parse error, as JSON */
     struct mmrt_chat_request r;
     struct mmrt_api_error e;

@@ -172,6 +172,9 @@ def test_answers(s, images):
     c = s.client()
     models = c.models.list()
     assert [m.id for m in models.data] == [MODEL], models
+    assert c.models.retrieve(MODEL).id == MODEL
+    expect_error(openai.NotFoundError, lambda: c.models.retrieve("no-such-model"), 404,
+                 "does not exist")
     msgs = [user_turn("What is shown in this image?", images[0])]
     r = ask(c, msgs)
     text = r.choices[0].message.content
