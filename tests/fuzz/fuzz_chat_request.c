@@ -70,6 +70,15 @@ static void check_accepted(const struct mmrt_chat_request *r)
     CHECK(q->temperature >= 0 && q->temperature <= 2);
     CHECK(q->top_p > 0 && q->top_p <= 1 && q->top_k >= 0 && q->max_tokens >= 0);
     CHECK(!r->include_usage || r->stream);
+    CHECK((q->logprobs == 0 || q->logprobs == 1) && q->top_logprobs >= 0 &&
+          q->top_logprobs <= MMRT_MAX_TOP_LOGPROBS && (q->top_logprobs == 0 || q->logprobs));
+    CHECK(q->n_logit_bias >= 0 && q->n_logit_bias <= MMRT_MAX_LOGIT_BIAS &&
+          (q->n_logit_bias == 0) == (q->logit_bias == NULL));
+    for (int i = 0; i < q->n_logit_bias; i++)
+        CHECK(q->logit_bias[i].token_id >= 0 && q->logit_bias[i].bias >= -100 &&
+              q->logit_bias[i].bias <= 100);
+    CHECK(q->response_format == MMRT_RESPONSE_TEXT ||
+          q->response_format == MMRT_RESPONSE_JSON_OBJECT);
     const char *text = q->messages[q->n_messages - 1].text;
     const struct mmrt_chat_usage u = { q->n_messages, q->n_images };
     check_json(mmrt_chat_completion_json("chatcmpl-f", 1, r->model, text ? text : "", "stop",
