@@ -551,6 +551,10 @@ static void test_refusals(void **state)
     rc = run_bench((const char *[]){ "--top-k", "-1", NULL });
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err_text, "--top-k"));
+    rc = run_bench((const char *[]){ "--response-format", "yaml", NULL });
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err_text, "--response-format \"yaml\": expected text or "
+                                     "json_object"));
 
     /* A cache folder that cannot be made (its parent is a file), for each family. */
     char bad[400];
@@ -583,7 +587,8 @@ static void test_refusals(void **state)
 }
 
 /* Sampled decoding: the synthetic model has no end token, so every request still gives
- * --gen-tokens tokens; a temperature the request refuses fails the run, naming it. */
+ * --gen-tokens tokens; a temperature the request refuses fails the run, naming it. JSON
+ * answers run. */
 static void test_tiny_sampled(void **state)
 {
     (void)state;
@@ -593,6 +598,13 @@ static void test_tiny_sampled(void **state)
                                              "--top-k", "50", "--top-p", "0.9", "--json",
                                              "--quiet", "--cache", cache_dir, NULL });
     assert_int_equal(int_at(rec, "n_tokens"), 4);
+    json_decref(rec);
+    /* JSON answers run too: at most --gen-tokens each (an object may close sooner). */
+    rec = run_json((const char *[]){ "--shape", "tiny", "--repeat", "1", "--gen-tokens", "6",
+                                     "--prompt-tokens", "5", "--probe-mb", "16", "--batch", "2",
+                                     "--response-format", "json_object", "--json", "--quiet",
+                                     "--cache", cache_dir, NULL });
+    assert_true(int_at(rec, "n_tokens") >= 1 && int_at(rec, "n_tokens") <= 6);
     json_decref(rec);
     int rc = run_bench((const char *[]){ "--shape", "tiny", "--repeat", "1", "--gen-tokens",
                                          "2", "--prompt-tokens", "5", "--probe-mb", "16",

@@ -74,6 +74,7 @@ struct options {
     enum mmrt_image_kv_policy image_kv_policy;
     float temperature, top_p;        /* --temperature (0 = greedy), --top-p */
     int top_k;                       /* --top-k (0 = off) */
+    int response_format;             /* --response-format (enum mmrt_response_format) */
 };
 
 static void usage(FILE *f)
@@ -110,6 +111,9 @@ static void usage(FILE *f)
             "  --temperature T     sample at temperature T, request i with seed i (default 0:\n"
             "                      greedy); --top-k K and --top-p P cut the candidates as in\n"
             "                      a request (defaults 0 and 1: off)\n"
+            "  --response-format F text|json_object: each answer held to one JSON object (the\n"
+            "                      token mask's cost, docs/ENGINE.md \"JSON answers\";\n"
+            "                      default text)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -567,6 +571,7 @@ int main(int argc, char **argv)
         { "temperature", required_argument, NULL, 't' },
         { "top-p", required_argument, NULL, 'u' },
         { "top-k", required_argument, NULL, 'k' },
+        { "response-format", required_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -667,6 +672,16 @@ int main(int argc, char **argv)
             break;
         }
         case 'k': bad = parse_int("--top-k", optarg, 0, 1 << 30, &o.top_k); break;
+        case 'F':
+            if (strcmp(optarg, "text") == 0 || strcmp(optarg, "json_object") == 0) {
+                o.response_format = optarg[0] == 'j' ? MMRT_RESPONSE_JSON_OBJECT
+                                                     : MMRT_RESPONSE_TEXT;
+            } else {
+                fprintf(stderr, "mmrt-bench: --response-format \"%s\": expected text or "
+                        "json_object\n", optarg);
+                bad = 1;
+            }
+            break;
         case 'P': {
             static const enum mmrt_image_kv_policy policies[] = {
                 MMRT_IMAGE_KV_KEY_NORM_HIGH, MMRT_IMAGE_KV_KEY_NORM_LOW, MMRT_IMAGE_KV_RANDOM,
@@ -1005,11 +1020,13 @@ int main(int argc, char **argv)
             goto out;
         }
         inputs[i] = (struct mmrt_image_input){ .path = images[i] };
-        reqs[i] = (struct mmrt_request){ .images = &inputs[i], .n_images = 1,
+        reqs[i] = (struct mmrt_request){ .struct_size = sizeof reqs[i],
+                                         .images = &inputs[i], .n_images = 1,
                                          .prompt = o.mix ? mix_prompts[(k / 4) % 4] : prompt,
                                          .max_tokens = o.gen_tokens, .seed = (uint64_t)i,
                                          .temperature = o.temperature, .top_k = o.top_k,
-                                         .top_p = o.top_p };
+                                         .top_p = o.top_p,
+                                         .response_format = o.response_format };
     }
 
     /* Which limits apply: the probes measure this host's CPU, so they hold a stage placed on
