@@ -99,6 +99,7 @@ struct mmrt_engine {
     /* JSON answers: every token's text (made at the first such request) and a row of logits
      * with the tokens that do not fit masked. */
     struct mmrt_token_texts texts;
+    uint8_t *plain;              /* [texts.n] mmrt_json_answer_plain */
     float *masked;               /* [vocab] */
 };
 
@@ -539,11 +540,16 @@ static mmrt_status json_ready(struct mmrt_engine *e, struct mmrt_error *err)
     mmrt_status st = mmrt_tokenizer_token_texts(e->lang.tok, &e->texts, err);
     if (st != MMRT_OK)
         return mmrt_error_prefix(err, st, "response_format json_object");
-    if (!(e->masked = malloc((size_t)e->dec->vocab * sizeof *e->masked))) {
+    e->plain = malloc(e->texts.n ? e->texts.n : 1);
+    e->masked = e->plain ? malloc((size_t)e->dec->vocab * sizeof *e->masked) : NULL;
+    if (!e->masked) {
         mmrt_token_texts_free(&e->texts);
+        free(e->plain);
+        e->plain = NULL;
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "response_format json_object: out of "
                               "memory");
     }
+    mmrt_json_answer_plain(&e->texts, e->plain);
     return MMRT_OK;
 }
 
@@ -558,16 +564,17 @@ static mmrt_status json_choose(struct mmrt_engine *e, struct mmrt_seq *s, const 
                                        s->n_known, tok, err);
     if (st != MMRT_OK)
         return st;
-    if (mmrt_json_answer_fits(&s->answer, &e->texts, *tok, &next)) {
+    if (mmrt_json_answer_fits(&s->answer, &e->texts, e->plain, *tok, &next)) {
         s->answer = next;
         return MMRT_OK;
     }
-    if (!mmrt_json_answer_mask(&s->answer, &e->texts, logits, e->dec->vocab, e->masked))
+    if (!mmrt_json_answer_mask(&s->answer, &e->texts, e->plain, logits, e->dec->vocab,
+                               e->masked))
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "response_format json_object: no token "
                               "of the vocabulary continues the answer as JSON");
     st = mmrt_sampler_next(&s->sampler, e->masked, s->tokens, s->prompt.n_ids, s->n_known, tok,
                            err);
-    if (st == MMRT_OK && !mmrt_json_answer_fits(&s->answer, &e->texts, *tok, &next))
+    if (st == MMRT_OK && !mmrt_json_answer_fits(&s->answer, &e->texts, e->plain, *tok, &next))
         return mmrt_error_set(err, MMRT_ERR_INTERNAL, "response_format json_object: the "
                               "sampler chose masked token %d", (int)*tok);
     if (st == MMRT_OK)
@@ -1333,6 +1340,7 @@ void mmrt_engine_destroy(struct mmrt_engine *e)
     free(e->logits);
     free(e->parts);
     mmrt_token_texts_free(&e->texts);
+    free(e->plain);
     free(e->masked);
     free(e);
 }

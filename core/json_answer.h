@@ -26,18 +26,26 @@ struct mmrt_json_answer {
 /* At the start of an answer that must be one JSON object. */
 void mmrt_json_answer_init(struct mmrt_json_answer *a);
 
-/* Whether token id may come next; *next receives the state after it. Special tokens (an end
+/* plain[id] = 1 for the tokens a string holds as they are: text with no '"', '\' or byte
+ * below 0x20, not empty, not special, not a byte token. Inside a string such a token always
+ * fits and leaves the answer there, so the checks below take it without feeding its text
+ * (most of a vocabulary: a mask pass inside a string is then a scan of these flags). */
+void mmrt_json_answer_plain(const struct mmrt_token_texts *t, uint8_t *plain);
+
+/* Whether token id may come next; *next receives the state after it. plain is
+ * mmrt_json_answer_plain's flags, or NULL (every text is fed). Special tokens (an end
  * token included) and tokens with no text never fit: the answer ends when the object closes.
  * The text checked is what the answer's stream will show: a byte token reads as its byte only
  * while its run is valid UTF-8 with no character pending, as U+FFFD (text only a string can
  * hold) otherwise. */
 bool mmrt_json_answer_fits(const struct mmrt_json_answer *a, const struct mmrt_token_texts *t,
-                           int32_t id, struct mmrt_json_answer *next);
+                           const uint8_t *plain, int32_t id, struct mmrt_json_answer *next);
 
 /* masked[i] = logits[i] where token i fits, −INFINITY elsewhere, for i < vocab (ids past the
  * tokenizer's never fit). Returns whether any token with a finite logit fits. */
 bool mmrt_json_answer_mask(const struct mmrt_json_answer *a, const struct mmrt_token_texts *t,
-                           const float *logits, int64_t vocab, float *masked);
+                           const uint8_t *plain, const float *logits, int64_t vocab,
+                           float *masked);
 
 /* Whether the object has closed. */
 bool mmrt_json_answer_done(const struct mmrt_json_answer *a);

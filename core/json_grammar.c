@@ -246,3 +246,8 @@ bool mmrt_json_grammar_done(const struct mmrt_json_grammar *g)
 {
     return g->depth == 0 && g->state == S_AFTER;
 }
+
+bool mmrt_json_grammar_in_string(const struct mmrt_json_grammar *g)
+{
+    return g->state == S_STRING;
+}

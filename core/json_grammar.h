@@ -44,6 +44,10 @@ void mmrt_json_grammar_init(struct mmrt_json_grammar *g, bool object_only);
  * continue a JSON text from where g is (feed a copy to try). */
 bool mmrt_json_grammar_feed(struct mmrt_json_grammar *g, const char *p, size_t n);
 
+/* Whether g is inside a string, past any escape: where every byte from 0x20 up but '"' and
+ * '\' is text and leaves g as it is. */
+bool mmrt_json_grammar_in_string(const struct mmrt_json_grammar *g);
+
 /* Whether the text so far is a whole JSON value: the top-level container, string or literal
  * has closed (a top-level number only once a whitespace byte followed it, since more digits
  * could). Only whitespace may follow. */

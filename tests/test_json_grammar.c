@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -202,7 +203,7 @@ static bool take(struct mmrt_json_answer *a, const struct mmrt_token_texts *t, c
 {
     for (int i = 0; i < n; i++) {
         struct mmrt_json_answer next;
-        if (!mmrt_json_answer_fits(a, t, ids[i], &next))
+        if (!mmrt_json_answer_fits(a, t, NULL, ids[i], &next))
             return false;
         *a = next;
     }
@@ -240,7 +241,7 @@ static void test_answer_byte_runs(void **state)
          * tell them apart by what a closing brace does (text in a string, wrong after a
          * key) */
         struct mmrt_json_answer next;
-        if (mmrt_json_answer_fits(&a, &t, T_CLOSE, &next) == cases[i].closes)
+        if (mmrt_json_answer_fits(&a, &t, NULL, T_CLOSE, &next) == cases[i].closes)
             fail_msg("case %zu: the string is %s", i, cases[i].closes ? "open" : "closed");
         if (cases[i].closes)
             assert_true(take(&a, &t, (const int[]){ T_COLON, T_QUOTE, T_A, T_QUOTE, T_CLOSE },
@@ -262,21 +263,77 @@ static void test_answer_mask(void **state)
     float logits[N_VOCAB + 2], masked[N_VOCAB + 2];
     for (int i = 0; i < N_VOCAB + 2; i++)
         logits[i] = (float)i;
-    assert_true(mmrt_json_answer_mask(&a, &t, logits, N_VOCAB + 2, masked));
+    assert_true(mmrt_json_answer_mask(&a, &t, NULL, logits, N_VOCAB + 2, masked));
     for (int i = 0; i < N_VOCAB + 2; i++) {
         const bool fits = i == T_OPEN;
         assert_true(fits ? masked[i] == logits[i] : isinf(masked[i]) && masked[i] < 0);
     }
     assert_true(take(&a, &t, (const int[]){ T_OPEN, T_QUOTE }, 2));
-    assert_false(mmrt_json_answer_fits(&a, &t, T_EOS, &next));
-    assert_false(mmrt_json_answer_fits(&a, &t, T_EMPTY, &next));
-    assert_false(mmrt_json_answer_fits(&a, &t, N_VOCAB, &next));
-    assert_true(mmrt_json_answer_fits(&a, &t, T_A, &next));
+    assert_false(mmrt_json_answer_fits(&a, &t, NULL, T_EOS, &next));
+    assert_false(mmrt_json_answer_fits(&a, &t, NULL, T_EMPTY, &next));
+    assert_false(mmrt_json_answer_fits(&a, &t, NULL, N_VOCAB, &next));
+    assert_true(mmrt_json_answer_fits(&a, &t, NULL, T_A, &next));
     /* Only −inf logits among the tokens that fit: nothing to choose. */
     for (int i = 0; i < N_VOCAB; i++)
         logits[i] = i == T_EOS ? 0.0f : -INFINITY;
     mmrt_json_answer_init(&a);
-    assert_false(mmrt_json_answer_mask(&a, &t, logits, N_VOCAB, masked));
+    assert_false(mmrt_json_answer_mask(&a, &t, NULL, logits, N_VOCAB, masked));
+}
+
+/* The plain flags change nothing but the work: for every token of a real vocabulary (the
+ * Llama 3 and LLaMA fixtures' tokenizers) at states inside and outside strings, in a clean
+ * run and after a pending byte, fits with the flags equals fits without them, state and
+ * all. */
+static void test_answer_plain_flags(void **state)
+{
+    (void)state;
+    static const char *const files[] = { "tokenizer_llama3.json", "tokenizer_llama.json" };
+    static const char *const prefixes[] = { "", "{", "{\"k", "{\"k\":", "{\"k\":\"v a",
+                                            "{\"k\":[1,\"x\\", "{\"k\":\"\\u00" };
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        char path[4096];
+        const char *root = getenv("MMRT_SOURCE_DIR"); /* ctest runs in the source tree */
+        snprintf(path, sizeof path, "%s%stests/fixtures/tokenizer/%s", root ? root : "",
+                 root ? "/" : "", files[f]);
+        struct mmrt_tokenizer *tok = NULL;
+        struct mmrt_error err = { 0 };
+        assert_int_equal(mmrt_tokenizer_load(path, NULL, &tok, &err), MMRT_OK);
+        struct mmrt_token_texts t;
+        assert_int_equal(mmrt_tokenizer_token_texts(tok, &t, &err), MMRT_OK);
+        uint8_t *plain = malloc(t.n);
+        assert_non_null(plain);
+        mmrt_json_answer_plain(&t, plain);
+        int n_plain = 0;
+        for (uint32_t id = 0; id < t.n; id++)
+            n_plain += plain[id];
+        assert_true(n_plain > (int)t.n / 4); /* most pieces are plain text */
+        const int32_t lead = mmrt_tokenizer_token_to_id(tok, "<0xE4>", 6);
+        for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++) {
+            for (int pending = 0; pending < 1 + (lead >= 0); pending++) {
+                struct mmrt_json_answer a, n1, n2;
+                mmrt_json_answer_init(&a);
+                assert_true(mmrt_json_grammar_feed(&a.grammar, prefixes[k],
+                                                   strlen(prefixes[k])));
+                if (pending && !mmrt_json_answer_fits(&a, &t, NULL, lead, &n1))
+                    continue; /* a lead byte only fits in a string */
+                if (pending)
+                    a = n1;
+                for (uint32_t id = 0; id < t.n; id++) {
+                    const bool f1 = mmrt_json_answer_fits(&a, &t, plain, (int32_t)id, &n1);
+                    const bool f2 = mmrt_json_answer_fits(&a, &t, NULL, (int32_t)id, &n2);
+                    if (f1 != f2 || (f1 && (memcmp(&n1.grammar, &n2.grammar,
+                                                   sizeof n1.grammar) != 0 ||
+                                            n1.need != n2.need || n1.lo != n2.lo ||
+                                            n1.hi != n2.hi)))
+                        fail_msg("%s, prefix '%s', pending %d, token %u: %d with the flags, "
+                                 "%d without", files[f], prefixes[k], pending, id, f1, f2);
+                }
+            }
+        }
+        free(plain);
+        mmrt_token_texts_free(&t);
+        mmrt_tokenizer_destroy(tok);
+    }
 }
 
 int main(void)
@@ -288,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_answer_byte_runs),
         cmocka_unit_test(test_answer_mask),
+        cmocka_unit_test(test_answer_plain_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

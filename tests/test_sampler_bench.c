@@ -14,8 +14,9 @@
  *                  a request with logprobs pays on every token;
  *   --json 1       one mask pass of a JSON answer (mmrt_json_answer_mask) over a vocabulary
  *                  of made-up texts (letters mostly, some spaces, digits, punctuation and
- *                  byte tokens), at two places: inside a string (nearly every token fits, the
- *                  longest pass) and after an object key (only ':' may come). A JSON answer
+ *                  byte tokens), at two places: inside a string (nearly every token fits;
+ *                  timed with the plain-token flags the engine uses, and with every text
+ *                  fed) and after an object key (only ':' may come). A JSON answer
  *                  pays a pass only on a step whose first pick does not fit. With it, the
  *                  one-time table of every token's text (mmrt_tokenizer_token_texts, made at
  *                  an engine's first JSON request) is timed on a byte-level BPE tokenizer of
@@ -132,14 +133,15 @@ static struct mmrt_tokenizer *fake_tokenizer(long n)
     return tok;
 }
 
-/* The best of `repeat` mask passes at the answer state `a`, ms. */
+/* The best of `repeat` mask passes at the answer state `a`, ms (plain may be NULL). */
 static double time_mask(const struct mmrt_json_answer *a, const struct mmrt_token_texts *t,
-                        const float *logits, long vocab, float *masked, long repeat)
+                        const uint8_t *plain, const float *logits, long vocab, float *masked,
+                        long repeat)
 {
     double best = INFINITY;
     for (long r = 0; r < repeat; r++) {
         const double t0 = bench_now_s();
-        (void)mmrt_json_answer_mask(a, t, logits, vocab, masked);
+        (void)mmrt_json_answer_mask(a, t, plain, logits, vocab, masked);
         const double ms = (bench_now_s() - t0) * 1e3;
         best = ms < best ? ms : best;
     }
@@ -189,7 +191,7 @@ int main(int argc, char **argv)
            temperature, top_k, top_p, spread, rows);
     printf("# %8s %12s %10s%s%s\n", "vocab", "ms/token", "digest",
            logprobs >= 0 ? "   logprobs ms" : "",
-           json ? "   json mask ms: in a string, after a key; texts ms" : "");
+           json ? "   json mask ms: in a string (fed), after a key; texts ms" : "");
     for (; i < argc; i++) {
         char *end;
         const long vocab = strtol(argv[i], &end, 10);
@@ -259,15 +261,24 @@ int main(int argc, char **argv)
             }
             /* the byte tokens 0x7b '{' and 0x22 '"' (ASCII, clean run) open a string; a
              * vocabulary too small to have them times the state it reached */
-            if (mmrt_json_answer_fits(&in_string, &t, 0x7b, &next))
+            if (mmrt_json_answer_fits(&in_string, &t, NULL, 0x7b, &next))
                 in_string = next;
-            if (mmrt_json_answer_fits(&in_string, &t, 0x22, &next))
+            if (mmrt_json_answer_fits(&in_string, &t, NULL, 0x22, &next))
                 in_string = next;
             after_key = in_string;
-            if (mmrt_json_answer_fits(&in_string, &t, 0x22, &next))
+            if (mmrt_json_answer_fits(&in_string, &t, NULL, 0x22, &next))
                 after_key = next;
-            printf("   %10.4f %10.4f", time_mask(&in_string, &t, logits, vocab, masked, repeat),
-                   time_mask(&after_key, &t, logits, vocab, masked, repeat));
+            uint8_t *plain = malloc((size_t)vocab);
+            if (!plain) {
+                fprintf(stderr, "sampler-bench: out of memory\n");
+                return 1;
+            }
+            mmrt_json_answer_plain(&t, plain);
+            printf("   %10.4f %10.4f %10.4f",
+                   time_mask(&in_string, &t, plain, logits, vocab, masked, repeat),
+                   time_mask(&in_string, &t, NULL, logits, vocab, masked, repeat),
+                   time_mask(&after_key, &t, plain, logits, vocab, masked, repeat));
+            free(plain);
             struct mmrt_tokenizer *tok = fake_tokenizer(vocab);
             double tbest = INFINITY;
             for (long r = 0; tok && r < repeat; r++) {
