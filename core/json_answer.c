@@ -4,34 +4,43 @@
 #include "json_answer.h"
 
 #include <math.h>
+#include <string.h>
 
 static const char FFFD[3] = { (char)0xef, (char)0xbf, (char)0xbd };
 
 void mmrt_json_answer_init(struct mmrt_json_answer *a)
 {
     mmrt_json_grammar_init(&a->grammar, true);
-    a->need = 0;
-    a->lo = 0x80;
-    a->hi = 0xbf;
+    memset(&a->run, 0, sizeof a->run);
+    a->run_bad = false;
 }
 
-/* The run after byte b (a->need, lo, hi updated). */
-static void run_after(struct mmrt_json_answer *a, int b)
+/* Ends the run of byte tokens (a token that is not a byte came). */
+static void end_run(struct mmrt_json_answer *a)
 {
-    if (a->need < 0)
-        return;
-    if (a->need > 0) {
-        a->need = b < a->lo || b > a->hi ? -1 : (int8_t)(a->need - 1);
-        a->lo = 0x80;
-        a->hi = 0xbf;
-        return;
+    memset(&a->run, 0, sizeof a->run);
+    a->run_bad = false;
+}
+
+/* Byte b joins the run; whether the stream shows it as itself: an ASCII byte in a run that
+ * is valid with no character pending. Anything else reads as U+FFFD, or as part of a
+ * character a string holds. */
+static bool byte_is_itself(struct mmrt_json_answer *a, unsigned char b)
+{
+    if (a->run_bad)
+        return false;
+    unsigned held;
+    const bool clean = a->run.n == 0;
+    switch (mmrt_utf8_feed(&a->run, b, &held)) {
+    case MMRT_UTF8_BAD:
+        a->run_bad = true; /* ByteFallback: every byte of the run reads U+FFFD */
+        return false;
+    case MMRT_UTF8_CHAR:
+        a->run.n = 0;
+        return clean && b < 0x80;
+    default:
+        return false;
     }
-    if (b < 0x80)
-        return;
-    a->need = b >= 0xc2 && b <= 0xdf ? 1 : b >= 0xe0 && b <= 0xef ? 2
-              : b >= 0xf0 && b <= 0xf4 ? 3 : -1;
-    a->lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
-    a->hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
 }
 
 void mmrt_json_answer_plain(const struct mmrt_token_texts *t, uint8_t *plain)
@@ -53,24 +62,18 @@ bool mmrt_json_answer_fits(const struct mmrt_json_answer *a, const struct mmrt_t
         return false;
     *next = *a;
     if (plain && plain[id] && mmrt_json_grammar_in_string(&a->grammar)) {
-        next->need = 0; /* not a byte token: the run, if any, ends */
-        next->lo = 0x80;
-        next->hi = 0xbf;
+        end_run(next); /* not a byte token */
         return true;
     }
     const int b = t->byte[id];
     if (b >= 0) {
-        const bool clean = a->need == 0;
-        run_after(next, b);
-        if (b < 0x80 && clean && next->need == 0) {
+        if (byte_is_itself(next, (unsigned char)b)) {
             const char c = (char)b;
             return mmrt_json_grammar_feed(&next->grammar, &c, 1);
         }
         return mmrt_json_grammar_feed(&next->grammar, FFFD, sizeof FFFD);
     }
-    next->need = 0;
-    next->lo = 0x80;
-    next->hi = 0xbf;
+    end_run(next);
     const uint32_t at = t->off[id], len = t->off[id + 1] - at;
     return len > 0 && mmrt_json_grammar_feed(&next->grammar, t->blob + at, len);
 }

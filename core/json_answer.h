@@ -16,11 +16,11 @@
 
 struct mmrt_json_answer {
     struct mmrt_json_grammar grammar;
-    /* The answer's current run of byte tokens: `need` continuation bytes to come, the next
-     * in [lo, hi] (RFC 3629: no overlongs or surrogates); need −1 once the run is not valid
-     * UTF-8. A token that is not a byte ends the run. */
-    int8_t need;
-    uint8_t lo, hi;
+    /* The answer's current run of byte tokens: its pending character (mmrt_utf8_feed), and
+     * whether the run has stopped being valid UTF-8. A token that is not a byte ends the
+     * run. */
+    struct mmrt_utf8_acc run;
+    bool run_bad;
 };
 
 /* At the start of an answer that must be one JSON object. */

@@ -323,8 +323,8 @@ static void test_answer_plain_flags(void **state)
                     const bool f2 = mmrt_json_answer_fits(&a, &t, NULL, (int32_t)id, &n2);
                     if (f1 != f2 || (f1 && (memcmp(&n1.grammar, &n2.grammar,
                                                    sizeof n1.grammar) != 0 ||
-                                            n1.need != n2.need || n1.lo != n2.lo ||
-                                            n1.hi != n2.hi)))
+                                            memcmp(&n1.run, &n2.run, sizeof n1.run) != 0 ||
+                                            n1.run_bad != n2.run_bad)))
                         fail_msg("%s, prefix '%s', pending %d, token %u: %d with the flags, "
                                  "%d without", files[f], prefixes[k], pending, id, f1, f2);
                 }

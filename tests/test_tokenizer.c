@@ -907,6 +907,37 @@ static void test_alloc_failure_sweep(void **state)
     sweep("llama_metaspace_always", "hello world \xE2\x96\x81 x");
 }
 
+/* mmrt_tokenizer_token_texts under the same sweep (the tokenizer loaded first): each failed
+ * allocation is MMRT_ERR_NO_MEMORY with a message, the table zeroed, nothing leaked. */
+static void test_token_texts_alloc_failure(void **state)
+{
+    (void)state;
+    struct mmrt_tokenizer *tok = load_fixture("llama");
+    const long base = alloc_live();
+    long n;
+    for (n = 1; n < 1000000; n++) {
+        struct mmrt_token_texts tt;
+        struct mmrt_error err = { 0 };
+        alloc_fail_at(n);
+        const mmrt_status st = mmrt_tokenizer_token_texts(tok, &tt, &err);
+        const int fired = alloc_fail_fired();
+        alloc_fail_at(0);
+        if (!fired) {
+            assert_int_equal(st, MMRT_OK);
+            mmrt_token_texts_free(&tt);
+            assert_int_equal(alloc_live(), base);
+            break;
+        }
+        assert_int_equal(st, MMRT_ERR_NO_MEMORY);
+        assert_true(err.msg[0] != '\0');
+        assert_true(tt.blob == NULL && tt.off == NULL && tt.byte == NULL && tt.n == 0);
+        if (alloc_live() != base)
+            fail_msg("leak after failing allocation %ld (%s)", n, err.msg);
+    }
+    assert_true(n > 100); /* the sweep reached the per-token decodes */
+    mmrt_tokenizer_destroy(tok);
+}
+
 /* Token texts (mmrt_tokenizer_token_texts): after the first token, a decode is the first
  * token's text and then each later token's own, for every pipeline the fixtures have
  * (legacy and Metaspace LLaMA, Qwen2 and Llama 3 byte level, Fuyu's Unigram). Text of
@@ -979,6 +1010,7 @@ int main(void)
         cmocka_unit_test(test_fixture_qwen2_flags),
         cmocka_unit_test(test_fixture_llama3),
         cmocka_unit_test(test_token_texts),
+        cmocka_unit_test(test_token_texts_alloc_failure),
         cmocka_unit_test(test_fixture_gpt2),
         cmocka_unit_test(test_fixture_fuyu),
         cmocka_unit_test(test_fixture_llama_missing_bytes),

@@ -136,6 +136,23 @@ void mmrt_tokenizer_destroy(struct mmrt_tokenizer *tok);
  * U+10FFFF); on false *bad (may be NULL) is the offset of the first bad byte. */
 bool mmrt_utf8_valid(const char *s, size_t n, size_t *bad);
 
+/* Incremental UTF-8 check (the decoders', and JSON answers' view of a run of byte tokens):
+ * feed one byte, learn whether it completed a character, extended a valid prefix, or broke
+ * it (Unicode's "maximal subpart" rule, which is what Rust's String::from_utf8_lossy
+ * follows). A zeroed accumulator is empty. */
+struct mmrt_utf8_acc {
+    unsigned char b[4];
+    uint8_t n, need;
+};
+enum mmrt_utf8_step { MMRT_UTF8_MORE, MMRT_UTF8_CHAR, MMRT_UTF8_BAD };
+/* On MMRT_UTF8_CHAR the character is in a->b[0..a->n) (the caller clears a->n). On
+ * MMRT_UTF8_BAD the accumulator is empty again and one maximal invalid subpart ended: if it
+ * was holding bytes (a->n > 0 before the call), those *bad_held bytes were the subpart and
+ * `byte` was not consumed (feed it again); otherwise `byte` alone could not start a
+ * character and was consumed (*bad_held = 1). */
+enum mmrt_utf8_step mmrt_utf8_feed(struct mmrt_utf8_acc *a, unsigned char byte,
+                                   unsigned *bad_held);
+
 /* Encodes `len` bytes of UTF-8 `text` (need not be NUL-terminated; embedded NULs are text).
  * On success *ids is a malloc'ed array of *n_ids ids (the caller frees it with free(); it is
  * NULL when *n_ids is 0). Statuses: MMRT_ERR_INVALID_ARG (text is not valid UTF-8 — the

@@ -34,7 +34,7 @@ enum ev { EV_BEGIN, EV_DATA, EV_END, EV_FINISH };
 struct step_state {
     struct tk_buf buf;       /* Replace tail, ByteFallback candidate, ByteLevel token, Strip out */
     struct tk_buf run;       /* ByteFallback exact mode: the current run */
-    struct tk_utf8_acc acc;  /* incomplete character (ByteFallback run, ByteLevel) */
+    struct mmrt_utf8_acc acc;  /* incomplete character (ByteFallback run, ByteLevel) */
     bool open;               /* Fuse / ByteLevel: output token begun; ByteFallback: run token */
     bool pass;               /* ByteFallback: current token is not a byte token */
     bool run_bad;            /* ByteFallback streaming: run already invalid */
@@ -200,17 +200,17 @@ static mmrt_status run_byte(struct mmrt_tokenizer_stream *s, int k, unsigned cha
         return fffd_tokens(s, k, 1, err);
     unsigned held = ss->acc.n, bad;
     mmrt_status st = MMRT_OK;
-    switch (tk_utf8_feed(&ss->acc, b, &bad)) {
-    case TK_UTF8_MORE:
+    switch (mmrt_utf8_feed(&ss->acc, b, &bad)) {
+    case MMRT_UTF8_MORE:
         return MMRT_OK;
-    case TK_UTF8_CHAR:
+    case MMRT_UTF8_CHAR:
         if (!ss->open && (st = emit(s, k + 1, EV_BEGIN, NULL, 0, err)) != MMRT_OK)
             return st;
         ss->open = true;
         st = data(s, k + 1, (const char *)ss->acc.b, ss->acc.n, err);
         ss->acc.n = 0;
         return st;
-    case TK_UTF8_BAD:
+    case MMRT_UTF8_BAD:
     default:
         /* HF: the whole run becomes one U+FFFD per byte. What was emitted stays; the held
          * bytes, this one and every later byte of the run become U+FFFD. */
@@ -353,17 +353,17 @@ static mmrt_status lossy_bytes(struct mmrt_tokenizer_stream *s, int k, const uns
     for (size_t i = 0; i < n;) {
         bool fresh = ss->acc.n == 0;
         unsigned bad;
-        switch (tk_utf8_feed(&ss->acc, b[i], &bad)) {
-        case TK_UTF8_MORE:
+        switch (mmrt_utf8_feed(&ss->acc, b[i], &bad)) {
+        case MMRT_UTF8_MORE:
             i++;
             break;
-        case TK_UTF8_CHAR:
+        case MMRT_UTF8_CHAR:
             if ((st = tk_buf_put(o, ss->acc.b, ss->acc.n, err)) != MMRT_OK)
                 return st;
             ss->acc.n = 0;
             i++;
             break;
-        case TK_UTF8_BAD:
+        case MMRT_UTF8_BAD:
         default:
             /* One U+FFFD per maximal invalid subpart; a byte that broke a held prefix
              * starts over. */

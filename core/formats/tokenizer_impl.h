@@ -48,21 +48,6 @@ bool tk_is_white_space(uint32_t cp);
  * join controls), approximated from the general category. */
 bool tk_is_word_char(uint32_t cp);
 
-/* Incremental UTF-8 check used by the decoders: feed one byte, learn whether it completed a
- * character, extended a valid prefix, or broke it (Unicode's "maximal subpart" rule, which
- * is what Rust's String::from_utf8_lossy follows). */
-struct tk_utf8_acc {
-    unsigned char b[4];
-    uint8_t n, need;
-};
-enum tk_utf8_step { TK_UTF8_MORE, TK_UTF8_CHAR, TK_UTF8_BAD };
-/* On TK_UTF8_CHAR the character is in a->b[0..a->n) (the caller clears a->n). On
- * TK_UTF8_BAD the accumulator is empty again and one maximal invalid subpart ended: if it
- * was holding bytes (a->n > 0 before the call), those *bad_held bytes were the subpart and
- * `byte` was not consumed (feed it again); otherwise `byte` alone could not start a
- * character and was consumed (*bad_held = 1). */
-enum tk_utf8_step tk_utf8_feed(struct tk_utf8_acc *a, unsigned char byte, unsigned *bad_held);
-
 /* ---- hash maps and trie ---------------------------------------------------------------- */
 
 /* String -> id. Keys are not stored: the map holds ids and compares through the token

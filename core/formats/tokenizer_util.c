@@ -216,7 +216,7 @@ bool tk_is_word_char(uint32_t cp)
     }
 }
 
-enum tk_utf8_step tk_utf8_feed(struct tk_utf8_acc *a, unsigned char byte, unsigned *bad_held)
+enum mmrt_utf8_step mmrt_utf8_feed(struct mmrt_utf8_acc *a, unsigned char byte, unsigned *bad_held)
 {
     *bad_held = 0;
     if (a->n == 0) {
@@ -227,20 +227,20 @@ enum tk_utf8_step tk_utf8_feed(struct tk_utf8_acc *a, unsigned char byte, unsign
             /* A byte that cannot start a character is a subpart of its own. */
             a->n = 0;
             *bad_held = 1;
-            return TK_UTF8_BAD;
+            return MMRT_UTF8_BAD;
         }
         a->need = (uint8_t)need;
-        return need == 1 ? TK_UTF8_CHAR : TK_UTF8_MORE;
+        return need == 1 ? MMRT_UTF8_CHAR : MMRT_UTF8_MORE;
     }
     bool ok = a->n == 1 ? second_ok(a->b[0], byte) : (byte >= 0x80 && byte <= 0xBF);
     if (!ok) {
         /* The held bytes are a maximal subpart; `byte` starts afresh (caller refeeds). */
         *bad_held = a->n;
         a->n = 0;
-        return TK_UTF8_BAD;
+        return MMRT_UTF8_BAD;
     }
     a->b[a->n++] = byte;
-    return a->n == a->need ? TK_UTF8_CHAR : TK_UTF8_MORE;
+    return a->n == a->need ? MMRT_UTF8_CHAR : MMRT_UTF8_MORE;
 }
 
 /* ---- GPT-2 byte <-> unicode ------------------------------------------------------------ */
