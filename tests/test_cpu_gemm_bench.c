@@ -20,7 +20,7 @@
  * usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N]
  *                       [--dtype f32|f16|bf16|i8|u4]
  *                       [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot]
- *                       [--int8-dot] M…
+ *                       [--int8-dot[=1|3]] M…
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdbool.h>
@@ -37,7 +37,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
                     "[--dtype f32|f16|bf16|i8|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
-                    "[--int8-dot] M…\n");
+                    "[--int8-dot[=1|3]] M…\n");
     return 2;
 }
 
@@ -47,7 +47,8 @@ int main(int argc, char **argv)
     const char *isa = "auto", *threads = NULL, *dtname = "f16";
     int64_t K = 4096, N = 11008, Ms[32];
     int n_m = 0, repeat = 5, copies = 1;
-    bool bf16_dot = false, int8_dot = false;
+    bool bf16_dot = false;
+    const char *int8_dot = NULL; /* the device option's value: "1" or "3" digits */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -68,7 +69,9 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--bf16-dot") == 0)
             bf16_dot = true;
         else if (strcmp(a, "--int8-dot") == 0)
-            int8_dot = true;
+            int8_dot = "1";
+        else if (strncmp(a, "--int8-dot=", 11) == 0)
+            int8_dot = a + 11;
         else if (a[0] != '-' && n_m < 32 && atoll(a) > 0)
             Ms[n_m++] = atoll(a);
         else
@@ -102,7 +105,7 @@ int main(int argc, char **argv)
     if (bf16_dot)
         opts[n_opts++] = (struct mmrt_option){ "bf16_dot", "1" };
     if (int8_dot)
-        opts[n_opts++] = (struct mmrt_option){ "int8_dot", "1" };
+        opts[n_opts++] = (struct mmrt_option){ "int8_dot", int8_dot };
     struct harness h;
     mmrt_status st = harness_open(&h, harness_plugin_path("cpu"), opts, n_opts);
     if (st != MMRT_OK) {

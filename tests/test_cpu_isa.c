@@ -126,6 +126,21 @@ static double rel_err(const float *got, const double *ref, int64_t n)
     return max_err / (max_ref > 0 ? max_ref : 1.0);
 }
 
+/* rel_err over the outputs whose reference is finite (a row with an infinity in x is NaN in
+ * the plugin, ±inf in a double reference). */
+static double finite_rel_err(const float *got, const double *ref, int64_t n)
+{
+    double max_ref = 0, max_err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i]))
+            continue;
+        max_ref = fabs(ref[i]) > max_ref ? fabs(ref[i]) : max_ref;
+        const double e = fabs((double)got[i] - ref[i]);
+        max_err = e > max_err ? e : max_err;
+    }
+    return max_err / (max_ref > 0 ? max_ref : 1.0);
+}
+
 /* Opens the plugin with isa (and bf16_dot); false when this CPU lacks it (the harness prints
  * the plugin's refusal). The portable table must always open. */
 static bool open_isa(struct harness *h, const char *isa, const char *threads, bool bf16_dot)
@@ -424,10 +439,12 @@ static void test_matmul_u4_all_isas(void **state)
 }
 
 /* int8_dot's x, as docs/QUANTIZATION.md defines it (written here again, not taken from the
- * plugin): per block of 32 values, d = amax / 127 and q = x·(127 / amax) rounded to nearest
- * even (divided instead below 1e-30); xhat = d·q. NaN for a block that is not finite. */
-static void q8_reference_x(const float *x, int64_t K, double *xhat)
+ * plugin): per block of 32 values, d = amax / Q and q = x·(Q / amax) rounded to nearest even
+ * (divided instead below 1e-30), Q = 127 for one digit and 127·65793 for three; xhat = d·q.
+ * NaN for a block that is not finite. */
+static void q8_reference_x(const float *x, int64_t K, int digits, double *xhat)
 {
+    const float qf = digits == 1 ? 127.0f : 8355711.0f;
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
         const int64_t n = K - k0 < 32 ? K - k0 : 32;
         float amax = 0;
@@ -436,21 +453,22 @@ static void q8_reference_x(const float *x, int64_t K, double *xhat)
             finite = finite && isfinite(x[k]);
             amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
         }
-        const float d = amax / 127.0f, inv = 127.0f / amax;
+        const float d = amax / qf, inv = qf / amax;
         for (int64_t k = k0; k < k0 + n; k++) {
             float q = !finite || amax == 0 ? 0.0f
-                      : amax < 1e-30f      ? nearbyintf(x[k] / amax * 127.0f)
+                      : amax < 1e-30f      ? nearbyintf(x[k] / amax * qf)
                                            : nearbyintf(x[k] * inv);
             xhat[k] = finite ? (double)d * (double)q : NAN;
         }
     }
 }
 
-/* int8_dot = 1 (each unit this CPU runs: AVX512_VNNI with the avx512 table, vpmaddubsw with
- * the avx2 one): for M ≤ 32 the U4 product of the dequantized W and the int8-rounded x
+/* int8_dot = 1 and 3 (each unit this CPU runs: AVX512_VNNI with the avx512 table, vpmaddubsw
+ * with the avx2 one): for M ≤ 32 the U4 product of the dequantized W and the rounded x
  * (q8_reference_x), within float summation (1e-5 of max |ref|); within the rounding's own
  * bound of the exact product (Σ |w|·d/2 per output); every row bit-identical alone; a row
- * with a NaN or an infinity NaN throughout, the others untouched; tiny and zero blocks. Above
+ * with a NaN or an infinity NaN throughout, the others untouched; tiny and zero blocks. Three
+ * digits must also be as close to the exact product as the f32 GEMV without the option. Above
  * 32 rows the float GEMM runs as without the option (test_matmul_u4_all_isas). */
 static void test_matmul_u4_int8_dot(void **state)
 {
@@ -462,114 +480,151 @@ static void test_matmul_u4_int8_dot(void **state)
         { 2, 224, 9, 32 },   { 1, 4096, 40, 128 },
     };
     static const char *const tables[] = { "avx2", "avx512" };
-    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
-        struct harness h;
-        struct mmrt_option opts[3] = { { "isa", tables[i] }, { "threads", "3" },
-                                       { "int8_dot", "1" } };
-        if (harness_open(&h, harness_plugin_path("cpu"), opts, 3) != MMRT_OK) {
-            print_message("int8_dot with isa %s: not on this CPU; skipped\n", tables[i]);
-            continue;
-        }
-        struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
-        assert_int_equal(h.plugin->device_info(h.dev, &info), MMRT_OK);
-        const char *unit = strstr(info.name, "+int8_dot:");
-        if (!unit)
-            fail_msg("isa %s int8_dot=1: the device name \"%s\" does not say the unit",
-                     tables[i], info.name);
-        print_message("int8_dot with isa %s: %s\n", tables[i], unit);
-        double worst = 0, worst_bound = 0;
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
-            const int64_t G = K / gs;
-            g_rng = 900 + c;
-            float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32);
-            float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32);
-            float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
-            /* the special blocks: zeros, a tiny range (the divided path), a NaN row, an
-             * infinity row (rows 1 and 2 when there are 3 or more) */
-            for (int64_t k = 0; k < 32 && K >= 64; k++) {
-                x[k] = 0.0f;
-                x[32 + k] *= 1e-33f;
+    static const char *const digit_values[] = { "1", "3" };
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        for (size_t dv = 0; dv < 2; dv++) {
+            const int digits = dv == 0 ? 1 : 3;
+            const double qd = digits == 1 ? 127.0 : 8355711.0;
+            struct harness h, h0;
+            struct mmrt_option opts[3] = { { "isa", tables[i] }, { "threads", "3" },
+                                           { "int8_dot", digit_values[dv] } };
+            if (harness_open(&h, harness_plugin_path("cpu"), opts, 3) != MMRT_OK) {
+                print_message("int8_dot=%d with isa %s: not on this CPU; skipped\n", digits,
+                              tables[i]);
+                continue;
             }
-            if (M >= 3) {
-                x[1 * K + K / 2] = NAN;
-                x[2 * K + K - 1] = INFINITY;
-            }
-            uint8_t *q = malloc((size_t)(N * K / 2));
-            float *scale = malloc((size_t)(N * G) * sizeof *scale);
-            float *zero = malloc((size_t)(N * G) * sizeof *zero);
-            double *xhat = malloc((size_t)(M * K) * sizeof *xhat);
-            double *ref = malloc((size_t)(M * N) * sizeof *ref);
-            double *exact = malloc((size_t)(M * N) * sizeof *exact);
-            double *bound = malloc((size_t)(M * N) * sizeof *bound);
-            assert_true(q && scale && zero && xhat && ref && exact && bound);
-            int64_t bad;
-            assert_true(mmrt_quant_q4_rows(w, N, K, gs, q, scale, zero, &bad));
-            for (int64_t m = 0; m < M; m++)
-                q8_reference_x(x + m * K, K, xhat + m * K);
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t n = 0; n < N; n++) {
-                    double r = b[n], e = b[n], bd = 0;
-                    for (int64_t k = 0; k < K; k++) {
-                        const int64_t g = n * G + k / gs;
-                        const double wv = (double)(((float)mmrt_q4_code(q + n * (K / 2), k) -
-                                                    zero[g]) * scale[g]);
-                        r += wv * xhat[m * K + k];
-                        e += wv * (double)x[m * K + k];
-                        /* |x − xhat| ≤ d/2 = amax/254, amax ≤ 1 here */
-                        bd += fabs(wv) * (1.0 / 254.0);
-                    }
-                    ref[m * N + n] = r;
-                    exact[m * N + n] = e;
-                    bound[m * N + n] = bd;
+            /* the same table without the option: the f32 GEMV three digits are held to */
+            assert_int_equal(harness_open(&h0, harness_plugin_path("cpu"), opts, 2), MMRT_OK);
+            struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
+            assert_int_equal(h.plugin->device_info(h.dev, &info), MMRT_OK);
+            const char *unit = strstr(info.name, digits == 1 ? "+int8_dot:" : "+int8_dot=3:");
+            if (!unit)
+                fail_msg("isa %s int8_dot=%d: the device name \"%s\" does not say the unit",
+                         tables[i], digits, info.name);
+            print_message("int8_dot=%d with isa %s: %s\n", digits, tables[i], unit);
+            double worst = 0, worst_bound = 0, worst_exact = 0, worst_f32 = 0;
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
+                const int64_t G = K / gs;
+                g_rng = 900 + c;
+                float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32);
+                float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32);
+                float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
+                /* the special blocks: zeros, a tiny range (the divided path), a NaN row, an
+                 * infinity row (rows 1 and 2 when there are 3 or more) */
+                for (int64_t k = 0; k < 32 && K >= 64; k++) {
+                    x[k] = 0.0f;
+                    x[32 + k] *= 1e-33f;
                 }
-            struct u4_case u = u4_put(&h, M, K, N, G, x, q, b, scale, zero);
-            float *y = u4_run(&h, &u);
-            double e = rel_err(y, ref, M * N);
-            if (!(e <= 1e-5))
-                fail_msg("isa %s int8_dot MATMUL U4 M=%lld K=%lld N=%lld g%lld: error %.3g > "
-                         "1e-5 against the int8-rounded x", tables[i], (long long)M,
-                         (long long)K, (long long)N, (long long)gs, e);
-            worst = e > worst ? e : worst;
-            for (int64_t o = 0; o < M * N; o++) {
-                if (isnan(ref[o]))
-                    continue; /* rel_err held NaN to NaN */
-                const double slack = 1e-5 * (fabs(exact[o]) + 1.0);
-                const double dev = fabs((double)y[o] - exact[o]);
-                if (!(dev <= bound[o] + slack))
-                    fail_msg("isa %s int8_dot M=%lld K=%lld N=%lld: output %lld is %.9g, the "
-                             "exact product %.9g: off by %.3g, more than x's rounding allows "
-                             "(%.3g)", tables[i], (long long)M, (long long)K, (long long)N,
-                             (long long)o, (double)y[o], exact[o], dev, bound[o]);
-                worst_bound = dev / bound[o] > worst_bound ? dev / bound[o] : worst_bound;
+                if (M >= 3) {
+                    x[1 * K + K / 2] = NAN;
+                    x[2 * K + K - 1] = INFINITY;
+                }
+                uint8_t *q = malloc((size_t)(N * K / 2));
+                float *scale = malloc((size_t)(N * G) * sizeof *scale);
+                float *zero = malloc((size_t)(N * G) * sizeof *zero);
+                double *xhat = malloc((size_t)(M * K) * sizeof *xhat);
+                double *ref = malloc((size_t)(M * N) * sizeof *ref);
+                double *exact = malloc((size_t)(M * N) * sizeof *exact);
+                double *bound = malloc((size_t)(M * N) * sizeof *bound);
+                assert_true(q && scale && zero && xhat && ref && exact && bound);
+                int64_t bad;
+                assert_true(mmrt_quant_q4_rows(w, N, K, gs, q, scale, zero, &bad));
+                for (int64_t m = 0; m < M; m++)
+                    q8_reference_x(x + m * K, K, digits, xhat + m * K);
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double r = b[n], e = b[n], bd = 0;
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t g = n * G + k / gs;
+                            const double wv = (double)(((float)mmrt_q4_code(q + n * (K / 2), k) -
+                                                        zero[g]) * scale[g]);
+                            r += wv * xhat[m * K + k];
+                            e += wv * (double)x[m * K + k];
+                            /* |x − xhat| ≤ d/2 = amax/(2Q), amax ≤ 1 here */
+                            bd += fabs(wv) * (0.5 / qd);
+                        }
+                        ref[m * N + n] = r;
+                        exact[m * N + n] = e;
+                        bound[m * N + n] = bd;
+                    }
+                struct u4_case u = u4_put(&h, M, K, N, G, x, q, b, scale, zero);
+                float *y = u4_run(&h, &u);
+                double e = rel_err(y, ref, M * N);
+                if (!(e <= 1e-5))
+                    fail_msg("isa %s int8_dot=%d MATMUL U4 M=%lld K=%lld N=%lld g%lld: error "
+                             "%.3g > 1e-5 against the rounded x", tables[i], digits,
+                             (long long)M, (long long)K, (long long)N, (long long)gs, e);
+                worst = e > worst ? e : worst;
+                for (int64_t o = 0; o < M * N; o++) {
+                    if (isnan(ref[o]))
+                        continue; /* rel_err held NaN to NaN */
+                    const double slack = 1e-5 * (fabs(exact[o]) + 1.0);
+                    const double dev = fabs((double)y[o] - exact[o]);
+                    if (!(dev <= bound[o] + slack))
+                        fail_msg("isa %s int8_dot=%d M=%lld K=%lld N=%lld: output %lld is "
+                                 "%.9g, the exact product %.9g: off by %.3g, more than x's "
+                                 "rounding allows (%.3g)", tables[i], digits, (long long)M,
+                                 (long long)K, (long long)N, (long long)o, (double)y[o],
+                                 exact[o], dev, bound[o]);
+                    worst_bound = dev / bound[o] > worst_bound ? dev / bound[o] : worst_bound;
+                }
+                if (digits == 3) {
+                    /* as exact as f32: against the exact product, within twice the f32 GEMV's
+                     * own error (each relative to max |exact|) plus 1e-6 for a case of one or
+                     * two outputs, where the f32 GEMV may be exact by luck; over all cases
+                     * within twice its worst (below). One digit is ~1e-3 off. */
+                    struct u4_case u0 = u4_put(&h0, M, K, N, G, x, q, b, scale, zero);
+                    float *y0 = u4_run(&h0, &u0);
+                    const double e3 = finite_rel_err(y, exact, M * N);
+                    const double e0 = finite_rel_err(y0, exact, M * N);
+                    if (!(e3 <= 2 * e0 + 1e-6))
+                        fail_msg("isa %s int8_dot=3 M=%lld K=%lld N=%lld g%lld: %.3g of max "
+                                 "|exact| off the exact product, the f32 GEMV %.3g",
+                                 tables[i], (long long)M, (long long)K, (long long)N,
+                                 (long long)gs, e3, e0);
+                    worst_exact = e3 > worst_exact ? e3 : worst_exact;
+                    worst_f32 = e0 > worst_f32 ? e0 : worst_f32;
+                    u4_free(&h0, &u0);
+                    free(y0);
+                }
+                if (M >= 3)
+                    for (int64_t n = 0; n < N; n++)
+                        if (!isnan(y[1 * N + n]) || !isnan(y[2 * N + n]))
+                            fail_msg("isa %s int8_dot=%d M=%lld K=%lld: a row with a NaN or an "
+                                     "infinity gave a number at column %lld", tables[i], digits,
+                                     (long long)M, (long long)K, (long long)n);
+                char what[64];
+                snprintf(what, sizeof what, "isa %s int8_dot=%d", tables[i], digits);
+                u4_rows_alone(&h, &u, x, y, what);
+                u4_free(&h, &u);
+                free(x);
+                free(w);
+                free(b);
+                free(q);
+                free(scale);
+                free(zero);
+                free(xhat);
+                free(ref);
+                free(exact);
+                free(bound);
+                free(y);
             }
-            if (M >= 3)
-                for (int64_t n = 0; n < N; n++)
-                    if (!isnan(y[1 * N + n]) || !isnan(y[2 * N + n]))
-                        fail_msg("isa %s int8_dot M=%lld K=%lld: a row with a NaN or an "
-                                 "infinity gave a number at column %lld", tables[i],
-                                 (long long)M, (long long)K, (long long)n);
-            char what[64];
-            snprintf(what, sizeof what, "isa %s int8_dot", tables[i]);
-            u4_rows_alone(&h, &u, x, y, what);
-            u4_free(&h, &u);
-            free(x);
-            free(w);
-            free(b);
-            free(q);
-            free(scale);
-            free(zero);
-            free(xhat);
-            free(ref);
-            free(exact);
-            free(bound);
-            free(y);
+            print_message("int8_dot=%d with isa %s: worst error %.3g of max |ref| against the "
+                          "rounded x; against the exact x at most %.2f of the rounding's "
+                          "bound\n", digits, tables[i], worst, worst_bound);
+            if (digits == 3) {
+                print_message("int8_dot=3 with isa %s: worst error against the exact product "
+                              "%.3g of max |exact|, the f32 GEMV's %.3g\n", tables[i],
+                              worst_exact, worst_f32);
+                if (!(worst_exact <= 2 * worst_f32))
+                    fail_msg("isa %s int8_dot=3: worst error against the exact product %.3g, "
+                             "more than twice the f32 GEMV's %.3g", tables[i], worst_exact,
+                             worst_f32);
+            }
+            harness_close(&h0);
+            harness_close(&h);
         }
-        print_message("int8_dot with isa %s: worst error %.3g of max |ref| against the "
-                      "int8-rounded x; against the exact x at most %.2f of the rounding's "
-                      "bound\n", tables[i], worst, worst_bound);
-        harness_close(&h);
-    }
 }
 
 /* K = 0 is a U4 MATMUL the contract accepts (W [N, 0], one group of no codes): an empty sum,
@@ -1073,7 +1128,7 @@ static void test_option_refusals(void **state)
         { "isa", "", "isa=\"\"" },
         { "bf16_dot", "2", "bf16_dot=\"2\"" },
         { "bf16_dot", "yes", "expected 0, 1, amx or avx512" },
-        { "int8_dot", "2", "int8_dot=\"2\": expected 0 or 1" },
+        { "int8_dot", "2", "int8_dot=\"2\": expected 0, 1 or 3" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };

@@ -146,8 +146,11 @@ void cpu_q4_xsum(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t G, f
         }
 }
 
-void cpu_q8_block(const float *x, int64_t n, int8_t *lo, int8_t *hi, float *d, int32_t *sum)
+void cpu_q8_block(const float *x, int64_t n, int digits, int64_t plane, int8_t *lo, int8_t *hi,
+                  float *d, int32_t *sum)
 {
+    const int32_t full = CPU_Q8_FULL(digits);
+    const float qf = (float)full;
     float amax = 0;
     bool finite = true;
     for (int64_t k = 0; k < n; k++) {
@@ -155,21 +158,24 @@ void cpu_q8_block(const float *x, int64_t n, int8_t *lo, int8_t *hi, float *d, i
         finite = finite && a <= FLT_MAX;
         amax = a > amax ? a : amax;
     }
-    /* 127 / amax overflows for the smallest amax; those blocks divide instead. */
+    /* Q / amax overflows for the smallest amax; those blocks divide instead. */
     const bool scaled = finite && amax >= CPU_Q8_MIN_SCALED, tiny = finite && amax > 0 && !scaled;
-    const float inv = scaled ? 127.0f / amax : 0.0f;
+    const float inv = scaled ? qf / amax : 0.0f;
     int32_t isum = 0;
     for (int j = 0; j < CPU_Q8_BLOCK; j++) {
         float v = j >= n || !finite ? 0.0f
-                  : tiny            ? nearbyintf(x[j] / amax * 127.0f)
+                  : tiny            ? nearbyintf(x[j] / amax * qf)
                                     : nearbyintf(x[j] * inv);
-        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-        const int8_t c = (int8_t)v;
-        (j < 16 ? lo : hi)[j % 16] = c;
+        v = v > qf ? qf : v < -qf ? -qf : v;
+        const int32_t c = (int32_t)v;
+        int8_t dg[CPU_Q8_MAX_DIGITS];
+        cpu_q8_digits(c, digits, dg);
+        for (int t = 0; t < digits; t++)
+            (j < 16 ? lo : hi)[t * plane + j % 16] = dg[t];
         isum += c;
     }
     for (int t = 0; t < CPU_Q8_LANES_PER_BLOCK; t++)
-        d[t] = n <= 0 ? 0.0f : finite ? amax / 127.0f : NAN;
+        d[t] = n <= 0 ? 0.0f : finite ? amax / qf : NAN;
     *sum = isum;
 }
 
@@ -183,7 +189,7 @@ size_t cpu_q8_bytes(const struct cpu_q4_q8 *u, int64_t M, int64_t K, int64_t G)
 {
     const size_t kp = (size_t)((K + u->chunk - 1) / u->chunk * u->chunk);
     return q8_up((size_t)M * kp / 8 * sizeof(float)) + q8_up(kp / 8 * sizeof(int32_t)) +
-           q8_up((size_t)M * kp) + q8_up((size_t)(M * G) * sizeof(float)) +
+           q8_up((size_t)M * kp * (size_t)u->digits) + q8_up((size_t)(M * G) * sizeof(float)) +
            q8_up(kp / (size_t)u->chunk * sizeof(struct cpu_q8_chunk));
 }
 
@@ -191,13 +197,14 @@ void cpu_q8_quantize(const struct cpu_q4_q8 *u, const float *x, int64_t ldx, int
                      int64_t K, int64_t G, void *buf, struct cpu_q8_rows *out)
 {
     const int64_t C = u->chunk, kp = (K + C - 1) / C * C, gs = K / G, lanes = kp / 8;
+    const int64_t D = u->digits;
     char *p = buf;
     float *d = (float *)p;
     p += q8_up((size_t)(M * lanes) * sizeof(float));
     int32_t *lg = (int32_t *)p;
     p += q8_up((size_t)lanes * sizeof(int32_t));
     int8_t *q = (int8_t *)p;
-    p += q8_up((size_t)(M * kp));
+    p += q8_up((size_t)(M * kp * D));
     float *xsum = (float *)p;
     p += q8_up((size_t)(M * G) * sizeof(float));
     struct cpu_q8_chunk *ch = (struct cpu_q8_chunk *)p;
@@ -220,7 +227,7 @@ void cpu_q8_quantize(const struct cpu_q4_q8 *u, const float *x, int64_t ldx, int
             /* slices start on a chunk: 512 blocks are whole chunks of every unit */
             const int64_t nbs = nb - b0 < 512 ? nb - b0 : 512, k0 = b0 * CPU_Q8_BLOCK;
             const int64_t kr = K - k0 < nbs * CPU_Q8_BLOCK ? K - k0 : nbs * CPU_Q8_BLOCK;
-            u->quant_row(x + m * ldx + k0, kr, nbs * CPU_Q8_BLOCK, q + m * kp + k0,
+            u->quant_row(x + m * ldx + k0, kr, nbs * CPU_Q8_BLOCK, q + (m * kp + k0) * D,
                          dr + k0 / 8, bsum);
             for (int64_t b = 0; b < nbs && (b0 + b) * CPU_Q8_BLOCK < K; b++)
                 sr[(b0 + b) * CPU_Q8_BLOCK / gs] += dr[(b0 + b) * CPU_Q8_LANES_PER_BLOCK] *
@@ -228,6 +235,7 @@ void cpu_q8_quantize(const struct cpu_q4_q8 *u, const float *x, int64_t ldx, int
         }
     }
     out->kp = kp;
+    out->digits = u->digits;
     out->q = q;
     out->d = d;
     out->lg = lg;

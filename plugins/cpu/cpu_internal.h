@@ -37,8 +37,8 @@
  * keeps weights in their own dtype, converting them per element or per small block while it
  * computes. No -ffast-math: results do not depend on the thread count. Two device options
  * trade this for speed, each with its own exact definition and measured cost: bf16_dot
- * (activations rounded to bf16 in the GEMM) and int8_dot (to int8 per block of 32 in the U4
- * GEMV).
+ * (activations rounded to bf16 in the GEMM) and int8_dot = 1 (to int8 per block of 32 in the
+ * U4 GEMV); int8_dot = 3 rounds to 24 bits, as fine as f32 itself.
  *
  * Summation order: a result may depend on the shape of an op and on the kernel table (the
  * ISA), never on the thread count or on how work is split. The blocked GEMM accumulates each
@@ -229,17 +229,22 @@ struct cpu_bf16_gemm {
 };
 
 /* Int8 dot products for U4 weights (device option int8_dot): in the GEMV (M ≤
- * CPU_GEMV_MAX_M, decode), x is rounded to int8 per block of 32 values and the codes meet it
- * in integer dot products (VNNI vpdpbusd, or AVX2 vpmaddubsw), a quarter of the vector
- * operations of widening every code to f32 — the one-row INT4 GEMV was bound by them, not by
- * memory. What a row computes is then exactly defined (docs/QUANTIZATION.md "int8_dot"):
+ * CPU_GEMV_MAX_M, decode), x is rounded per block of 32 values to a fixed-point integer of D
+ * signed int8 digits (D = 1 or 3) and the codes meet each digit in integer dot products (VNNI
+ * vpdpbusd, or AVX2 vpmaddubsw): far fewer vector operations than widening every code to f32
+ * — the one-row INT4 GEMV was bound by them, not by memory. What a row computes is exactly
+ * defined (docs/QUANTIZATION.md "int8_dot"):
  *     y = Σ_k ((code_k − zero)·scale) · d_b·q_k,
- * d_b = max_{k∈b}|x_k| / 127 and q_k = x_k·(127 / max) rounded to nearest even (|q| ≤ 127),
- * b the k's block of 32; a block with a NaN or an infinity gives d_b = NaN (q = 0), so the
- * row is NaN as it is without the option. Each output's order depends on K, G and the unit
- * alone, never on M, so a row's result never depends on its batch. */
+ * d_b = max_{k∈b}|x_k| / Q_D and q_k = x_k·(Q_D / max) rounded to nearest even (|q| ≤ Q_D),
+ * b the k's block of 32, Q_1 = 127 and Q_3 = 127·(65536 + 256 + 1): one digit rounds x to
+ * 8 bits, three to 24 (f32 holds 24), q = 65536·a + 256·b + c with a, b, c in [−128, 127]. A
+ * block with a NaN or an infinity gives d_b = NaN (q = 0), so the row is NaN as it is without
+ * the option. Each output's order depends on K, G and the unit alone, never on M, so a row's
+ * result never depends on its batch. */
 #define CPU_Q8_BLOCK 32
 #define CPU_Q8_LANES_PER_BLOCK 4 /* int32 lanes of a dot product over one block */
+#define CPU_Q8_MAX_DIGITS 3
+#define CPU_Q8_FULL(digits) ((digits) == 1 ? 127 : 8355711) /* Q_D */
 
 /* A chunk of the unit's codes: the group of its first block and how many groups it touches
  * (the scales a step loads). */
@@ -251,8 +256,11 @@ struct cpu_q8_chunk {
  * C; codes past K are 0, their blocks' d 0). */
 struct cpu_q8_rows {
     int64_t kp;
-    const int8_t *q;  /* [M][kp]: per chunk, the low halves of its blocks (codes 32b + j, j <
-                       * 16) then the high halves (32b + 16 + j): the order of U4's nibbles */
+    int digits;       /* D */
+    const int8_t *q;  /* [M][kp·D]: per chunk, D planes of C codes, most significant digit
+                       * first; a plane holds the low halves of its blocks (codes 32b + j,
+                       * j < 16) then the high halves (32b + 16 + j): the order of U4's
+                       * nibbles */
     const float *d;   /* [M][kp / 8]: each block's d_b, once per lane of its dot product */
     const int32_t *lg; /* [kp / 8]: each lane's group minus its chunk's g0 */
     const struct cpu_q8_chunk *ch; /* [kp / C] */
@@ -262,8 +270,9 @@ struct cpu_q8_rows {
 struct cpu_q4_q8 {
     const char *unit; /* "avx512_vnni", "avx2" (the device's name says which one runs) */
     int chunk;        /* codes per step of a row: 128 (AVX-512) or 64 (AVX2) */
-    /* One x row of K values into kp codes (a multiple of C; codes past K are 0) in the
-     * unit's chunk order, d (4 lanes a block) and each block's Σq in sum[b] — what
+    int digits;       /* D: 1 or 3 int8 digits per value of x */
+    /* One x row of K values into kp codes of D digits (a multiple of C; codes past K are 0)
+     * in the unit's chunk order, d (4 lanes a block) and each block's Σq in sum[b] — what
      * cpu_q8_block gives block by block, vectorized (the serial quantization before each
      * GEMV was a tenth of a 4096 × 4096 product). */
     void (*quant_row)(const float *x, int64_t K, int64_t kp, int8_t *q, float *d,
@@ -275,12 +284,22 @@ struct cpu_q4_q8 {
                  int64_t ldy);
 };
 
-/* The definition of one block's quantization: n ≤ 32 values of x (0 past n) into codes
- * (codes j < 16 at lo[j], the others at hi[j − 16]), d 4 times (0 for n ≤ 0, NaN when a value
- * is not finite) and Σq. The units' vector code falls back to it for blocks that are not
- * finite or whose amax is below CPU_Q8_MIN_SCALED. */
+/* The definition of one block's quantization: n ≤ 32 values of x (0 past n) into D-digit
+ * codes (digit t of code j at lo[t·plane + j] for j < 16, hi[t·plane + j − 16] otherwise), d
+ * 4 times (0 for n ≤ 0, NaN when a value is not finite) and Σq. The units' vector code falls
+ * back to it for blocks that are not finite or whose amax is below CPU_Q8_MIN_SCALED. */
 #define CPU_Q8_MIN_SCALED 1e-30f
-void cpu_q8_block(const float *x, int64_t n, int8_t *lo, int8_t *hi, float *d, int32_t *sum);
+void cpu_q8_block(const float *x, int64_t n, int digits, int64_t plane, int8_t *lo, int8_t *hi,
+                  float *d, int32_t *sum);
+/* q's D digits, most significant first, each in [−128, 127] (|q| ≤ Q_D). */
+static inline void cpu_q8_digits(int32_t q, int digits, int8_t *out)
+{
+    for (int t = digits - 1; t >= 0; t--) {
+        const int32_t c = (int32_t)(((uint32_t)q + 128u) & 255u) - 128;
+        out[t] = (int8_t)c;
+        q = (q - c) / 256; /* exact: q − c is a multiple of 256 */
+    }
+}
 /* The unit's layout of M x rows (ldx apart) into buffers sized by cpu_q8_bytes. */
 size_t cpu_q8_bytes(const struct cpu_q4_q8 *u, int64_t M, int64_t K, int64_t G);
 void cpu_q8_quantize(const struct cpu_q4_q8 *u, const float *x, int64_t ldx, int64_t M,
@@ -362,16 +381,18 @@ extern const struct cpu_kernels cpu_kernels_avx2;   /* defined only on x86-64 */
 extern const struct cpu_kernels cpu_kernels_avx512; /* defined only on x86-64 */
 extern const struct cpu_bf16_gemm cpu_bf16_gemm_avx512; /* x86-64 only */
 extern const struct cpu_bf16_gemm cpu_bf16_gemm_amx;    /* with CPU_HAVE_AMX only */
-extern const struct cpu_q4_q8 cpu_q4_q8_avx2;           /* x86-64 only */
-extern const struct cpu_q4_q8 cpu_q4_q8_avx512vnni;     /* x86-64 only */
+extern const struct cpu_q4_q8 cpu_q4_q8_avx2;           /* x86-64 only; one digit */
+extern const struct cpu_q4_q8 cpu_q4_q8_avx2_3;         /* x86-64 only; three digits */
+extern const struct cpu_q4_q8 cpu_q4_q8_avx512vnni;     /* x86-64 only; one digit */
+extern const struct cpu_q4_q8 cpu_q4_q8_avx512vnni_3;   /* x86-64 only; three digits */
 void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
                             int64_t kp, uint32_t *dst);
 
 /* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs),
  * the bf16 dot-product GEMM for the `bf16_dot` value (NULL or "0": none; "1": AMX where
  * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit) and the
- * int8 U4 GEMV for `int8_dot` (NULL or "0": none; "1": AVX512_VNNI with the avx512 table on a
- * CPU that has it, else AVX2). Refuses an ISA or unit the CPU lacks with a message naming the
+ * int8 U4 GEMV for `int8_dot` (NULL or "0": none; "1" or "3", the digits of x: AVX512_VNNI
+ * with the avx512 table on a CPU that has it, else AVX2). Refuses an ISA or unit the CPU lacks with a message naming the
  * missing feature. */
 mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
                                struct cpu_kernels *out, char *err, size_t err_size);
@@ -395,7 +416,7 @@ struct mmrt_device {
     bool capture_failed;        /* first failure while capturing, reported at capture_end */
     mmrt_status capture_status;
     char capture_why[CPU_ERR_MAX];
-    char name[128]; /* "<model> (<n> threads) [<table>+int8_dot:<unit>+bf16_dot:<unit>]" */
+    char name[128]; /* "<model> (<n> threads) [<table>+int8_dot[=3]:<unit>+bf16_dot:<unit>]" */
     char err[CPU_ERR_MAX];      /* last failure on this device, "" when none */
 };
 

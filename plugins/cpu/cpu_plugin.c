@@ -120,10 +120,10 @@ static void cpu_model_name(char *out, size_t size)
  * GEMM (1: on AMX tiles where the CPU and kernel allow, else AVX512_BF16; amx, avx512: that
  * unit), which rounds activations to bf16 (faster prefill and vision, measured loss in
  * BENCHMARKS.md).
- * int8_dot: 0 (default) or 1 — U4 weights in the GEMV (decode) meet x rounded to int8 per
- * block of 32 in integer dot products (AVX512_VNNI, else AVX2), which the one-row INT4 GEMV
- * needs to keep up with memory (cpu_internal.h, struct cpu_q4_q8; accuracy in
- * QUANTIZATION.md).
+ * int8_dot: 0 (default), 1 or 3 — U4 weights in the GEMV (decode) meet x rounded per block
+ * of 32 to one int8 digit (1) or to three (3: 24 bits, as fine as f32) in integer dot
+ * products (AVX512_VNNI, else AVX2), which the one-row INT4 GEMV needs to keep up with memory
+ * (cpu_internal.h, struct cpu_q4_q8; accuracy in QUANTIZATION.md).
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system
  * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
@@ -270,7 +270,8 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
      * reads the units from it): a long model name gives way instead. */
     char tail[96];
     snprintf(tail, sizeof tail, " (%d thread%s) [%s%s%s%s%s]", n_threads,
-             n_threads == 1 ? "" : "s", kern.name, kern.q4q8 ? "+int8_dot:" : "",
+             n_threads == 1 ? "" : "s", kern.name,
+             !kern.q4q8 ? "" : kern.q4q8->digits == 1 ? "+int8_dot:" : "+int8_dot=3:",
              kern.q4q8 ? kern.q4q8->unit : "", kern.bf16 ? "+bf16_dot:" : "",
              kern.bf16 ? kern.bf16->unit : "");
     snprintf(dev->name, sizeof dev->name, "%.*s%s", (int)(CPU_DEVICE_NAME_MAX - strlen(tail)),
