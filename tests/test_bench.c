@@ -180,7 +180,8 @@ static void test_limits_follow_isa(void **state)
     assert_string_equal(json_string_value(json_object_get(lim, "amx")), "isa = avx2");
     const char *dn = json_string_value(
         json_object_get(json_array_get(json_object_get(rec, "devices"), 0), "device_name"));
-    assert_non_null(strstr(dn, "[avx2]"));
+    /* the table opens the bracket; the INT4 GEMV's unit may follow it (+int8_dot=3:avx2) */
+    assert_non_null(strstr(dn, "[avx2]") ? strstr(dn, "[avx2]") : strstr(dn, "[avx2+"));
     json_decref(rec);
 
     /* BF16 weights with bf16_dot = 1: the stages are held to the unit the device names. */

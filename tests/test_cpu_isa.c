@@ -356,9 +356,10 @@ static void u4_free(struct harness *h, struct u4_case *u)
     harness_tensor_free(h, &u->y);
 }
 
-/* U4 weights (groups of 32 and 64, core/quant.h) on every table: against the dequantized
- * reference, on both sides of the GEMV line, and each row of an M ≤ 32 launch bit-identical to
- * that row alone. */
+/* U4 weights (groups of 32 and 64, core/quant.h) on every table, with its default GEMV (three
+ * int8 digits where the table has the unit) and with int8_dot = 0 (every code widened to
+ * f32): against the dequantized reference, on both sides of the GEMV line, and each row of an
+ * M ≤ 32 launch bit-identical to that row alone. */
 static void test_matmul_u4_all_isas(void **state)
 {
     (void)state;
@@ -369,10 +370,25 @@ static void test_matmul_u4_all_isas(void **state)
         { 1, 512, 37, 128 }, { 5, 1536, 29, 512 },  /* blocks of one-row and widened paths */
         { 4, 960, 11, 96 }, /* groups across the widened path's K chunks */
     };
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+    for (size_t i = 0; i < 2 * sizeof isas / sizeof isas[0]; i++) {
         struct harness h;
-        if (!open_isa(&h, isas[i], "3", false))
+        const bool widen = i % 2 == 1;
+        struct mmrt_option opts[3] = { { "isa", isas[i / 2] }, { "threads", "3" },
+                                       { "int8_dot", "0" } };
+        if (harness_open(&h, harness_plugin_path("cpu"), opts, widen ? 3 : 2) != MMRT_OK) {
+            assert_string_not_equal(isas[i / 2], "portable");
             continue;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s%s", isas[i / 2], widen ? " int8_dot=0" : "");
+        /* the default is three digits wherever the table has a unit, and says so */
+        struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
+        assert_int_equal(h.plugin->device_info(h.dev, &info), MMRT_OK);
+        const bool unit = strstr(info.name, "+int8_dot") != NULL;
+        const bool want = !widen && strcmp(isas[i / 2], "portable") != 0;
+        if (unit != want || (want && !strstr(info.name, "+int8_dot=3:")))
+            fail_msg("isa %s: device name \"%s\"; expected %s", what, info.name,
+                     want ? "+int8_dot=3:<unit>" : "no int8_dot unit");
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
             const int64_t G = K / gs;
@@ -399,9 +415,9 @@ static void test_matmul_u4_all_isas(void **state)
             double e = rel_err(y, ref, M * N);
             if (!(e <= 1e-5))
                 fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld g%lld: error %.3g > 1e-5",
-                         isas[i], (long long)M, (long long)K, (long long)N, (long long)gs, e);
+                         what, (long long)M, (long long)K, (long long)N, (long long)gs, e);
             if (M <= ROW_INV_MAX_M) {
-                u4_rows_alone(&h, &u, x, y, isas[i]);
+                u4_rows_alone(&h, &u, x, y, what);
             } else {
                 /* Above the GEMV the blocked GEMM packs W from the codes: the very weights
                  * an F32 W of the dequantized values gives, so the very same bits. */
@@ -414,7 +430,7 @@ static void test_matmul_u4_all_isas(void **state)
                 float *gf = get(&h, &yf);
                 if (memcmp(gf, y, (size_t)(M * N) * sizeof(float)) != 0)
                     fail_msg("isa %s MATMUL U4 M=%lld K=%lld N=%lld g%lld: differs from the F32 "
-                             "product of its dequantized weights", isas[i], (long long)M,
+                             "product of its dequantized weights", what, (long long)M,
                              (long long)K, (long long)N, (long long)gs);
                 free(gf);
                 harness_tensor_free(&h, &tf);
@@ -493,8 +509,9 @@ static void test_matmul_u4_int8_dot(void **state)
                               tables[i]);
                 continue;
             }
-            /* the same table without the option: the f32 GEMV three digits are held to */
-            assert_int_equal(harness_open(&h0, harness_plugin_path("cpu"), opts, 2), MMRT_OK);
+            /* the same table with int8_dot = 0: the f32 GEMV three digits are held to */
+            struct mmrt_option opts0[3] = { opts[0], opts[1], { "int8_dot", "0" } };
+            assert_int_equal(harness_open(&h0, harness_plugin_path("cpu"), opts0, 3), MMRT_OK);
             struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
             assert_int_equal(h.plugin->device_info(h.dev, &info), MMRT_OK);
             const char *unit = strstr(info.name, digits == 1 ? "+int8_dot:" : "+int8_dot=3:");
@@ -1128,7 +1145,7 @@ static void test_option_refusals(void **state)
         { "isa", "", "isa=\"\"" },
         { "bf16_dot", "2", "bf16_dot=\"2\"" },
         { "bf16_dot", "yes", "expected 0, 1, amx or avx512" },
-        { "int8_dot", "2", "int8_dot=\"2\": expected 0, 1 or 3" },
+        { "int8_dot", "2", "int8_dot=\"2\": expected auto, 0, 1 or 3" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };

@@ -22,7 +22,7 @@
  *   cpu_kern_avx512bf16.c  the optional bf16 dot-product GEMM (`bf16_dot`) on AVX512_BF16
  *   cpu_kern_amx.c         the same on AMX-BF16 tiles (CPUs with AMX; also built emulated in C
  *                          as the test-only plugin mmrt_cpu_amxemu, to check it without one)
- *   cpu_kern_avx512vnni.c  the optional int8 dot-product U4 GEMV (`int8_dot`) on AVX512_VNNI
+ *   cpu_kern_avx512vnni.c  the int8 dot-product U4 GEMV (`int8_dot`) on AVX512_VNNI
  *                          (its AVX2 twin is in cpu_kern_avx2.c; the block driver both
  *                          share in cpu_kern_q8_gemv.h)
  *
@@ -38,7 +38,8 @@
  * computes. No -ffast-math: results do not depend on the thread count. Two device options
  * trade this for speed, each with its own exact definition and measured cost: bf16_dot
  * (activations rounded to bf16 in the GEMM) and int8_dot = 1 (to int8 per block of 32 in the
- * U4 GEMV); int8_dot = 3 rounds to 24 bits, as fine as f32 itself.
+ * U4 GEMV). The U4 GEMV's default, int8_dot = 3, rounds x to 24 bits per block, as fine as
+ * f32 itself, and is held to the exact product as closely as the f32 GEMV is.
  *
  * Summation order: a result may depend on the shape of an op and on the kernel table (the
  * ISA), never on the thread count or on how work is split. The blocked GEMM accumulates each
@@ -371,8 +372,8 @@ struct cpu_kernels {
     void (*gelu)(const float *x, float *dst, int64_t n);
     /* The bf16 dot-product GEMM the device option chose (NULL: off, the default). */
     const struct cpu_bf16_gemm *bf16;
-    /* The int8 dot-product U4 GEMV the device option int8_dot chose (NULL: off, the
-     * default). */
+    /* The int8 dot-product U4 GEMV the device option int8_dot chose (NULL: off — `0`, or the
+     * portable table — and the U4 GEMV widens every code to f32). */
     const struct cpu_q4_q8 *q4q8;
 };
 
@@ -391,8 +392,9 @@ void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_
 /* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs),
  * the bf16 dot-product GEMM for the `bf16_dot` value (NULL or "0": none; "1": AMX where
  * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit) and the
- * int8 U4 GEMV for `int8_dot` (NULL or "0": none; "1" or "3", the digits of x: AVX512_VNNI
- * with the avx512 table on a CPU that has it, else AVX2). Refuses an ISA or unit the CPU lacks with a message naming the
+ * int8 U4 GEMV for `int8_dot` ("0": none; "1" or "3", the digits of x; NULL or "auto": 3
+ * except with the portable table: AVX512_VNNI with the avx512 table on a CPU that has it,
+ * else AVX2). Refuses an ISA or unit the CPU lacks with a message naming the
  * missing feature. */
 mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
                                struct cpu_kernels *out, char *err, size_t err_size);

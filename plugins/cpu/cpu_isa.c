@@ -185,22 +185,28 @@ static mmrt_status bf16_unit(const char *want, const struct isa_caps *c, const c
     return MMRT_ERR_CONFIG;
 }
 
-/* The int8 U4 GEMV for the option value ("1" or "3": that many digits of x): VNNI with the
- * avx512 table where the CPU has it, else the AVX2 one (every AVX-512 CPU runs AVX2); the
- * portable table has none. */
+/* The int8 U4 GEMV for the option value ("1" or "3": that many digits of x; NULL or "auto":
+ * three where the table has a unit, else none): VNNI with the avx512 table where the CPU has
+ * it, else the AVX2 one (every AVX-512 CPU runs AVX2); the portable table has none. Three
+ * digits are the default because they are as exact as the f32 GEMV (docs/QUANTIZATION.md
+ * "int8_dot") and faster. */
 static mmrt_status q8_unit(const char *want, const struct isa_caps *c, const char *table,
                            const struct cpu_q4_q8 **out, char *err, size_t err_size)
 {
     *out = NULL;
     (void)c; /* read only on x86-64 */
-    if (!want || strcmp(want, "0") == 0)
+    const bool automatic = !want || strcmp(want, "auto") == 0;
+    if (automatic && strcmp(table, "portable") == 0)
         return MMRT_OK;
-    if (strcmp(want, "1") != 0 && strcmp(want, "3") != 0) {
-        snprintf(err, err_size, "cpu: device option int8_dot=\"%s\": expected 0, 1 or 3", want);
+    if (!automatic && strcmp(want, "0") == 0)
+        return MMRT_OK;
+    if (!automatic && strcmp(want, "1") != 0 && strcmp(want, "3") != 0) {
+        snprintf(err, err_size, "cpu: device option int8_dot=\"%s\": expected auto, 0, 1 or 3",
+                 want);
         return MMRT_ERR_CONFIG;
     }
 #if CPU_X86
-    const bool three = want[0] == '3';
+    const bool three = automatic || want[0] == '3';
     if (strcmp(table, "avx512") == 0 && c->avx512_vnni) {
         *out = three ? &cpu_q4_q8_avx512vnni_3 : &cpu_q4_q8_avx512vnni;
         return MMRT_OK;

@@ -120,9 +120,10 @@ static void cpu_model_name(char *out, size_t size)
  * GEMM (1: on AMX tiles where the CPU and kernel allow, else AVX512_BF16; amx, avx512: that
  * unit), which rounds activations to bf16 (faster prefill and vision, measured loss in
  * BENCHMARKS.md).
- * int8_dot: 0 (default), 1 or 3 — U4 weights in the GEMV (decode) meet x rounded per block
- * of 32 to one int8 digit (1) or to three (3: 24 bits, as fine as f32) in integer dot
- * products (AVX512_VNNI, else AVX2), which the one-row INT4 GEMV needs to keep up with memory
+ * int8_dot: auto (default: 3, or 0 with the portable table), 0, 1 or 3 — U4 weights in the
+ * GEMV (decode) meet x rounded per block of 32 to three int8 digits (3: 24 bits, as fine as
+ * f32) or one (1: 8 bits) in integer dot products (AVX512_VNNI, else AVX2), which the one-row
+ * INT4 GEMV needs to keep up with memory; 0 widens every code to f32 instead
  * (cpu_internal.h, struct cpu_q4_q8; accuracy in QUANTIZATION.md).
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system

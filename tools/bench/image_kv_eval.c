@@ -5,7 +5,7 @@
  *
  *   mmrt-image-kv-eval [--plugin NAME] [--keeps R,R,…] [--policies P,P,…] [--limit N]
  *                      [--kv-dtypes T,T,…] [--weights F,F,…] [--option KEY=VALUE]
- *                      [--base-weights F] MODEL_DIR ITEMS_JSON
+ *                      [--base-weights F] [--base-option KEY=VALUE] MODEL_DIR ITEMS_JSON
  *
  * ITEMS_JSON is either the demo model's held-out set ({"items": [{"image", "question",
  * "answer"}, …]}, images relative to the file) or a fixture's expected.json ({"cases":
@@ -26,8 +26,10 @@
  * the checkpoint's own. --option KEY=VALUE (up to 4) gives every row but the base that
  * device option: `--weights int4 --option int8_dot=1` measures the CPU plugin's int8 dot
  * products on INT4 weights against the checkpoint (docs/QUANTIZATION.md "int8_dot"), and
- * --base-weights F makes the base run F instead of the checkpoint (with the line above:
- * int8_dot's own effect, against INT4 without it).
+ * --base-weights F makes the base run F instead of the checkpoint, and --base-option KEY=VALUE
+ * (up to 4) gives the base its own device options: `--base-weights int4 --base-option
+ * int8_dot=0 --weights int4 --option int8_dot=3` is int8_dot's own effect, against INT4 on
+ * the f32 GEMV.
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -329,9 +331,10 @@ int main(int argc, char **argv)
     enum mmrt_kv_dtype kv_dtypes[4];
     enum mmrt_weight_format weights[8];
     int n_weights = 0, base_weights = MMRT_WEIGHTS_CHECKPOINT;
-    struct mmrt_option options[4];
-    char option_text[4][128];
+    struct mmrt_option options[4], base_options[4];
+    char option_text[4][128], base_option_text[4][128];
     struct variant cand = { .options = options };
+    struct variant plain = { .options = base_options };
     const char *kv_names[4];
     int n_kv = 0;
     int a = 1;
@@ -409,18 +412,21 @@ int main(int argc, char **argv)
                                 "checkpoint, int8, int4, int4-g64, int4-g32\n", argv[a + 1]);
                 return 2;
             }
-        } else if (strcmp(argv[a], "--option") == 0) {
+        } else if (strcmp(argv[a], "--option") == 0 || strcmp(argv[a], "--base-option") == 0) {
+            const bool for_base = argv[a][2] == 'b';
+            struct variant *v = for_base ? &plain : &cand;
             const char *eq = strchr(argv[a + 1], '=');
-            if (!eq || eq == argv[a + 1] || cand.n_options == 4 ||
+            if (!eq || eq == argv[a + 1] || v->n_options == 4 ||
                 strlen(argv[a + 1]) >= sizeof option_text[0]) {
-                fprintf(stderr, "mmrt-image-kv-eval: --option '%s': expected KEY=VALUE (at "
-                                "most 4)\n", argv[a + 1]);
+                fprintf(stderr, "mmrt-image-kv-eval: %s '%s': expected KEY=VALUE (at "
+                                "most 4)\n", argv[a], argv[a + 1]);
                 return 2;
             }
-            char *t = option_text[cand.n_options];
+            char *t = (for_base ? base_option_text : option_text)[v->n_options];
             snprintf(t, sizeof option_text[0], "%s", argv[a + 1]);
             t[eq - argv[a + 1]] = '\0';
-            options[cand.n_options++] = (struct mmrt_option){ t, t + (eq - argv[a + 1]) + 1 };
+            (for_base ? base_options : options)[v->n_options++] =
+                (struct mmrt_option){ t, t + (eq - argv[a + 1]) + 1 };
         } else if (strcmp(argv[a], "--limit") == 0) {
             char *end;
             const long v = strtol(argv[a + 1], &end, 10);
@@ -438,8 +444,8 @@ int main(int argc, char **argv)
     if (argc - a != 2) {
         fprintf(stderr, "usage: mmrt-image-kv-eval [--plugin NAME] [--keeps R,…] "
                         "[--policies P,…] [--limit N] [--kv-dtypes T,…] [--weights F,…] "
-                        "[--option KEY=VALUE] [--base-weights F] MODEL_DIR "
-                        "ITEMS_JSON\n");
+                        "[--option KEY=VALUE] [--base-weights F] [--base-option KEY=VALUE] "
+                        "MODEL_DIR ITEMS_JSON\n");
         return 2;
     }
     const char *dir = argv[a], *path = argv[a + 1];
@@ -455,7 +461,7 @@ int main(int argc, char **argv)
     if (vocab < 1)
         return 1;
     struct run base = { 0 };
-    const struct variant plain = { .weights = (enum mmrt_weight_format)base_weights };
+    plain.weights = (enum mmrt_weight_format)base_weights;
     if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, &plain, items, n, vocab,
                    &base) != 0)
         return 1;
@@ -469,12 +475,16 @@ int main(int argc, char **argv)
            MAX_STEPS);
     printf("| policy | keep | accuracy | top-1 | mean KL | image positions dropped per request |\n");
     printf("|---|---|---|---|---|---|\n");
+    char base_opts[160] = "";
+    for (int o = 0; o < plain.n_options; o++)
+        snprintf(base_opts + strlen(base_opts), sizeof base_opts - strlen(base_opts), ", %s=%s",
+                 base_options[o].key, base_options[o].value);
     if (with_answers)
-        printf("| (%s) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
+        printf("| (%s%s) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
                base_weights == MMRT_WEIGHTS_CHECKPOINT
                    ? "uncompressed"
                    : mmrt_weight_format_name((enum mmrt_weight_format)base_weights),
-               100.0 * correct0 / with_answers, correct0, with_answers);
+               base_opts, 100.0 * correct0 / with_answers, correct0, with_answers);
     int rc = 0;
     if (n_kv > 0 || n_weights > 0)
         n_policies = 0; /* the storage formats only */
