@@ -356,6 +356,39 @@ static void u4_free(struct harness *h, struct u4_case *u)
     harness_tensor_free(h, &u->y);
 }
 
+/* A U4 case's host data: x [M, K], W [N, K] and the bias drawn from g_rng = seed in that
+ * order, W quantized in groups of gs (core/quant.h). */
+struct u4_data {
+    float *x, *w, *b, *scale, *zero;
+    uint8_t *q;
+};
+
+static struct u4_data u4_data_make(int64_t M, int64_t K, int64_t N, int64_t gs, uint64_t seed)
+{
+    const int64_t G = K / gs;
+    g_rng = seed;
+    struct u4_data d = { .x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32),
+                         .w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32),
+                         .b = rand_vec(N, -1, 1, MMRT_DTYPE_F32),
+                         .q = malloc((size_t)(N * K / 2)),
+                         .scale = malloc((size_t)(N * G) * sizeof(float)),
+                         .zero = malloc((size_t)(N * G) * sizeof(float)) };
+    assert_true(d.q && d.scale && d.zero);
+    int64_t bad;
+    assert_true(mmrt_quant_q4_rows(d.w, N, K, gs, d.q, d.scale, d.zero, &bad));
+    return d;
+}
+
+static void u4_data_free(struct u4_data *d)
+{
+    free(d->x);
+    free(d->w);
+    free(d->b);
+    free(d->q);
+    free(d->scale);
+    free(d->zero);
+}
+
 /* U4 weights (groups of 32 and 64, core/quant.h) on every table, with its default GEMV (three
  * int8 digits where the table has the unit) and with int8_dot = 0 (every code widened to
  * f32): against the dequantized reference, on both sides of the GEMV line, and each row of an
@@ -392,17 +425,11 @@ static void test_matmul_u4_all_isas(void **state)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
             const int64_t G = K / gs;
-            g_rng = 500 + c;
-            float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32);
-            float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32);
-            float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
-            uint8_t *q = malloc((size_t)(N * K / 2));
-            float *scale = malloc((size_t)(N * G) * sizeof *scale);
-            float *zero = malloc((size_t)(N * G) * sizeof *zero);
+            struct u4_data dt = u4_data_make(M, K, N, gs, 500 + c);
+            const float *x = dt.x, *b = dt.b, *scale = dt.scale, *zero = dt.zero;
+            const uint8_t *q = dt.q;
             float *deq = malloc((size_t)(N * K) * sizeof *deq);
-            assert_true(q && scale && zero && deq);
-            int64_t bad;
-            assert_true(mmrt_quant_q4_rows(w, N, K, gs, q, scale, zero, &bad));
+            assert_non_null(deq);
             for (int64_t n = 0; n < N; n++)
                 for (int64_t k = 0; k < K; k++)
                     deq[n * K + k] = ((float)mmrt_q4_code(q + n * (K / 2), k) -
@@ -440,12 +467,7 @@ static void test_matmul_u4_all_isas(void **state)
             assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, bad_src, 4, &u.y, NULL, 0),
                              MMRT_ERR_INVALID_ARG);
             u4_free(&h, &u);
-            free(x);
-            free(w);
-            free(b);
-            free(q);
-            free(scale);
-            free(zero);
+            u4_data_free(&dt);
             free(deq);
             free(y);
             free(ref);
@@ -523,10 +545,10 @@ static void test_matmul_u4_int8_dot(void **state)
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
                 const int64_t M = cases[c][0], K = cases[c][1], N = cases[c][2], gs = cases[c][3];
                 const int64_t G = K / gs;
-                g_rng = 900 + c;
-                float *x = rand_vec(M * K, -1, 1, MMRT_DTYPE_F32);
-                float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_F32);
-                float *b = rand_vec(N, -1, 1, MMRT_DTYPE_F32);
+                struct u4_data dt = u4_data_make(M, K, N, gs, 900 + c);
+                float *x = dt.x;
+                const float *b = dt.b, *scale = dt.scale, *zero = dt.zero;
+                const uint8_t *q = dt.q;
                 /* the special blocks: zeros, a tiny range (the divided path), a NaN row, an
                  * infinity row (rows 1 and 2 when there are 3 or more) */
                 for (int64_t k = 0; k < 32 && K >= 64; k++) {
@@ -537,16 +559,11 @@ static void test_matmul_u4_int8_dot(void **state)
                     x[1 * K + K / 2] = NAN;
                     x[2 * K + K - 1] = INFINITY;
                 }
-                uint8_t *q = malloc((size_t)(N * K / 2));
-                float *scale = malloc((size_t)(N * G) * sizeof *scale);
-                float *zero = malloc((size_t)(N * G) * sizeof *zero);
                 double *xhat = malloc((size_t)(M * K) * sizeof *xhat);
                 double *ref = malloc((size_t)(M * N) * sizeof *ref);
                 double *exact = malloc((size_t)(M * N) * sizeof *exact);
                 double *bound = malloc((size_t)(M * N) * sizeof *bound);
-                assert_true(q && scale && zero && xhat && ref && exact && bound);
-                int64_t bad;
-                assert_true(mmrt_quant_q4_rows(w, N, K, gs, q, scale, zero, &bad));
+                assert_true(xhat && ref && exact && bound);
                 for (int64_t m = 0; m < M; m++)
                     q8_reference_x(x + m * K, K, digits, xhat + m * K);
                 for (int64_t m = 0; m < M; m++)
@@ -615,12 +632,7 @@ static void test_matmul_u4_int8_dot(void **state)
                 snprintf(what, sizeof what, "isa %s int8_dot=%d", tables[i], digits);
                 u4_rows_alone(&h, &u, x, y, what);
                 u4_free(&h, &u);
-                free(x);
-                free(w);
-                free(b);
-                free(q);
-                free(scale);
-                free(zero);
+                u4_data_free(&dt);
                 free(xhat);
                 free(ref);
                 free(exact);

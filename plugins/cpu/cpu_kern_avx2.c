@@ -729,19 +729,6 @@ q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, i
         y[r] = hsum8(tot[r]) - zc[r];
 }
 
-/* Groups of a multiple of 64 codes put every chunk in one group: one scale, broadcast,
- * instead of the masked load and permutation. The same values either way. */
-static inline __attribute__((always_inline)) void
-q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
-        const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
-        const int D)
-{
-    if ((K / ng) % Q8_C == 0)
-        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, true, D);
-    else
-        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false, D);
-}
-
 /* One whole block of 32 values as cpu_q8_block rounds it, at 8 lanes as in
  * cpu_kern_avx512vnni.c: the rounding conversion, clamped to ±Q, split into D digits, then
  * two saturating packs per digit whose lane interleave one permutation undoes. Declines NaN,

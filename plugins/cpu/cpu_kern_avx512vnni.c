@@ -81,19 +81,6 @@ q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, i
         y[r] = _mm512_reduce_add_ps(tot[r]) - zc[r];
 }
 
-/* Groups of a multiple of 128 codes (the usual 128) put every chunk in one group: one
- * scale, broadcast, instead of the lanes' gather. The same values either way. */
-static inline __attribute__((always_inline)) void
-q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
-        const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
-        const int D)
-{
-    if ((K / ng) % Q8_C == 0)
-        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, true, D);
-    else
-        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false, D);
-}
-
 /* One whole block of 32 values as cpu_q8_block rounds it: one rounding conversion
  * (_mm512_cvtps_epi32, to nearest even as nearbyintf) of x·(Q / amax), clamped to ±Q as the
  * definition clamps, then split into D digits (D = 1: saturated to int8). Declines NaN, ±inf

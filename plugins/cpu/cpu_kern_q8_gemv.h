@@ -1,10 +1,10 @@
 /*
  * plugins/cpu/cpu_kern_q8_gemv.h — the int8 U4 GEMV's block driver (struct cpu_q4_q8.gemv),
  * and its x quantization (struct cpu_q4_q8.quant_row), written once for both units:
- * cpu_kern_avx2.c and cpu_kern_avx512vnni.c each include it after their own q8_rows (one x
- * row against R W rows side by side, ending in the rows' outputs), q8_block (one block of 32
- * values rounded in vectors), Q8_R (W rows side by side) and Q8_C; each unit
- * then defines one struct cpu_q4_q8 per digit count.
+ * cpu_kern_avx2.c and cpu_kern_avx512vnni.c each include it after their own q8_rows_g (one x
+ * row against R W rows side by side, ending in the rows' outputs; one_group: every chunk in
+ * one group), q8_block (one block of 32 values rounded in vectors), Q8_R (W rows side by side)
+ * and Q8_C; each unit then defines one struct cpu_q4_q8 per digit count.
  *
  * Each block of W rows meets every x row in turn: after the first x row its codes come from
  * L1/L2, and each (x row, W row) pair is computed by the same code whatever M, so a row's
@@ -33,6 +33,19 @@ q8_quant_row_d(const float *x, int64_t K, int64_t kp, int8_t *q, float *d, int32
         for (int t = 0; t < CPU_Q8_LANES_PER_BLOCK; t++)
             db[t] = amax / (float)CPU_Q8_FULL(D);
     }
+}
+
+/* Groups of a multiple of Q8_C codes (the usual 128) put every chunk in one group: one
+ * scale, broadcast, instead of the lanes' gather or permutation. The same values either way. */
+static inline __attribute__((always_inline)) void
+q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
+        const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
+        const int D)
+{
+    if ((K / ng) % Q8_C == 0)
+        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, true, D);
+    else
+        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false, D);
 }
 
 static inline __attribute__((always_inline)) void
