@@ -1181,6 +1181,23 @@ static void test_option_refusals(void **state)
     struct mmrt_option pi[2] = { { "isa", "portable" }, { "int8_dot", "1" } };
     assert_int_equal(h.plugin->device_open(0, pi, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "int8_dot=1 needs the avx2 or avx512 kernels"));
+    pi[1].value = "3";
+    assert_int_equal(h.plugin->device_open(0, pi, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "int8_dot=3 needs the avx2 or avx512 kernels"));
+    /* auto is the default's name: none with the portable table, three digits elsewhere */
+    pi[1].value = "auto";
+    assert_int_equal(h.plugin->device_open(0, pi, 2, &d, err, sizeof err), MMRT_OK);
+    h.plugin->device_close(d);
+    d = NULL;
+    pi[0].value = "avx2";
+    if (h.plugin->device_open(0, pi, 2, &d, err, sizeof err) == MMRT_OK) {
+        struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
+        assert_int_equal(h.plugin->device_info(d, &info), MMRT_OK);
+        if (!strstr(info.name, "+int8_dot=3:avx2]"))
+            fail_msg("isa avx2 int8_dot=auto: device name \"%s\"", info.name);
+        h.plugin->device_close(d);
+        d = NULL;
+    }
     /* bf16_dot = amx where the tiles are not usable names the reason (CPU, OS or kernel). */
     struct mmrt_option amx = { "bf16_dot", "amx" };
     err[0] = '\0';

@@ -217,7 +217,7 @@ static mmrt_status q8_unit(const char *want, const struct isa_caps *c, const cha
     }
 #endif
     snprintf(err, err_size, "cpu: device option int8_dot=%s needs the avx2 or avx512 kernels "
-             "(isa: %s)", want, table);
+             "(isa: %s)", want ? want : "auto", table);
     return MMRT_ERR_CONFIG;
 }
 

@@ -97,7 +97,8 @@ q8_block(const float *x, int8_t *lo, int8_t *hi, float *amax_out, int32_t *sum, 
         return false;
     const float qf = (float)CPU_Q8_FULL(D);
     const __m512 inv = _mm512_set1_ps(qf / amax);
-    const __m512i qmax = _mm512_set1_epi32(CPU_Q8_FULL(D)), qmin = _mm512_set1_epi32(-CPU_Q8_FULL(D));
+    const __m512i qmax = _mm512_set1_epi32(CPU_Q8_FULL(D));
+    const __m512i qmin = _mm512_set1_epi32(-CPU_Q8_FULL(D));
     __m512i q[2] = { _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)),
                      _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)) };
     int8_t *half[2] = { lo, hi };

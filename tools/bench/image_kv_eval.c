@@ -318,6 +318,15 @@ static bool policy_of(const char *s, size_t n, enum mmrt_image_kv_policy *out)
     return false;
 }
 
+/* ", key=value" for each of a variant's device options: what a row's label adds. */
+static void options_label(const struct variant *v, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (int o = 0; o < v->n_options; o++)
+        snprintf(out + strlen(out), size - strlen(out), ", %s=%s", v->options[o].key,
+                 v->options[o].value);
+}
+
 int main(int argc, char **argv)
 {
     const char *plugin = "cpu";
@@ -413,20 +422,21 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else if (strcmp(argv[a], "--option") == 0 || strcmp(argv[a], "--base-option") == 0) {
-            const bool for_base = argv[a][2] == 'b';
+            const bool for_base = strcmp(argv[a], "--base-option") == 0;
             struct variant *v = for_base ? &plain : &cand;
+            struct mmrt_option *slots = for_base ? base_options : options;
+            char(*texts)[128] = for_base ? base_option_text : option_text;
             const char *eq = strchr(argv[a + 1], '=');
             if (!eq || eq == argv[a + 1] || v->n_options == 4 ||
-                strlen(argv[a + 1]) >= sizeof option_text[0]) {
+                strlen(argv[a + 1]) >= sizeof texts[0]) {
                 fprintf(stderr, "mmrt-image-kv-eval: %s '%s': expected KEY=VALUE (at "
                                 "most 4)\n", argv[a], argv[a + 1]);
                 return 2;
             }
-            char *t = (for_base ? base_option_text : option_text)[v->n_options];
-            snprintf(t, sizeof option_text[0], "%s", argv[a + 1]);
+            char *t = texts[v->n_options];
+            snprintf(t, sizeof texts[0], "%s", argv[a + 1]);
             t[eq - argv[a + 1]] = '\0';
-            (for_base ? base_options : options)[v->n_options++] =
-                (struct mmrt_option){ t, t + (eq - argv[a + 1]) + 1 };
+            slots[v->n_options++] = (struct mmrt_option){ t, t + (eq - argv[a + 1]) + 1 };
         } else if (strcmp(argv[a], "--limit") == 0) {
             char *end;
             const long v = strtol(argv[a + 1], &end, 10);
@@ -475,10 +485,8 @@ int main(int argc, char **argv)
            MAX_STEPS);
     printf("| policy | keep | accuracy | top-1 | mean KL | image positions dropped per request |\n");
     printf("|---|---|---|---|---|---|\n");
-    char base_opts[160] = "";
-    for (int o = 0; o < plain.n_options; o++)
-        snprintf(base_opts + strlen(base_opts), sizeof base_opts - strlen(base_opts), ", %s=%s",
-                 base_options[o].key, base_options[o].value);
+    char base_opts[160];
+    options_label(&plain, base_opts, sizeof base_opts);
     if (with_answers)
         printf("| (%s%s) | 1 | %.1f%% (%d/%d) | 100%% | 0 | 0 |\n",
                base_weights == MMRT_WEIGHTS_CHECKPOINT
@@ -488,10 +496,8 @@ int main(int argc, char **argv)
     int rc = 0;
     if (n_kv > 0 || n_weights > 0)
         n_policies = 0; /* the storage formats only */
-    char opts[160] = "";
-    for (int o = 0; o < cand.n_options; o++)
-        snprintf(opts + strlen(opts), sizeof opts - strlen(opts), ", %s=%s", options[o].key,
-                 options[o].value);
+    char opts[160];
+    options_label(&cand, opts, sizeof opts);
     for (int k = 0; k < n_kv && rc == 0; k++) {
         char label[224];
         snprintf(label, sizeof label, "kv_dtype %s%s", kv_names[k], opts);
