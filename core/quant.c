@@ -3,9 +3,11 @@
  */
 #define _POSIX_C_SOURCE 200809L /* sysconf */
 #include "quant.h"
+#include "quant_simd.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,37 +33,28 @@ int64_t mmrt_weight_format_group(enum mmrt_weight_format f)
     }
 }
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#define QUANT_SSE2 1
-
-/* round() — to nearest, ties away from zero — for two quotients, without a library call or
- * a branch: adding and subtracting 1.5·2^52 rounds x to the nearest integer, ties to even
- * (the default rounding mode; without -ffast-math both operations are kept); x − r is then
- * exact, and a tie that went towards zero moves one away. Only for |x| < 2^51: see `small`
- * in q4_group. SSE2 is part of every x86-64; elsewhere the scalar loop runs. */
-static inline __m128d round_away2(__m128d x)
-{
-    const __m128d magic = _mm_set1_pd(0x1.8p52), zero = _mm_setzero_pd(),
-                  one = _mm_set1_pd(1.0);
-    const __m128d r = _mm_sub_pd(_mm_add_pd(x, magic), magic), d = _mm_sub_pd(x, r);
-    const __m128d up = _mm_and_pd(_mm_cmpeq_pd(d, _mm_set1_pd(0.5)), _mm_cmpgt_pd(x, zero));
-    const __m128d down = _mm_and_pd(_mm_cmpeq_pd(d, _mm_set1_pd(-0.5)), _mm_cmplt_pd(x, zero));
-    return _mm_sub_pd(_mm_add_pd(r, _mm_and_pd(up, one)), _mm_and_pd(down, one));
-}
-
-/* Whole numbers c clamped to [0, 15]. */
-static inline __m128d clamp15_2(__m128d c)
-{
-    const __m128d fifteen = _mm_set1_pd(15.0);
-    const __m128d neg = _mm_cmplt_pd(c, _mm_setzero_pd()), big = _mm_cmpgt_pd(c, fifteen);
-    return _mm_or_pd(_mm_andnot_pd(_mm_or_pd(neg, big), c), _mm_and_pd(big, fifteen));
-}
+#if defined(__x86_64__) || defined(_M_X64)
+#define QUANT_AVX2 1 /* core/quant_avx2.c is built */
+#else
+#define QUANT_AVX2 0
 #endif
 
-bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, float *scale,
-                        int64_t *bad)
+/* Whether this call may use quant_avx2.c. */
+static bool use_avx2(enum mmrt_quant_path path)
 {
+#if QUANT_AVX2
+    return path == MMRT_QUANT_FAST && mmrt_quant_avx2_usable();
+#else
+    (void)path;
+    return false;
+#endif
+}
+
+bool mmrt_quant_i8_rows_on(enum mmrt_quant_path path, const float *w, int64_t rows, int64_t k,
+                           int8_t *q, float *scale, int64_t *bad)
+{
+    const bool avx2 = use_avx2(path);
+    (void)avx2;
     for (int64_t r = 0; r < rows; r++) {
         const float *row = w + r * k;
         float amax = 0.0f;
@@ -81,19 +74,13 @@ bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, floa
                 qr[i] = 0;
             continue;
         }
-        int64_t i = 0;
-#if QUANT_SSE2
-        /* Two at a time with round_away2: |w / s| stays near 127 (a few times more when s
-         * is subnormal), far inside its 2^51; the same bits as the loop below. */
-        const __m128d sv = _mm_set1_pd(s), lim = _mm_set1_pd(127.0);
-        for (; i + 2 <= k; i += 2) {
-            const __m128d v = round_away2(_mm_div_pd(_mm_set_pd(row[i + 1], row[i]), sv));
-            const __m128i c = _mm_cvttpd_epi32(_mm_max_pd(_mm_min_pd(v, lim), _mm_set1_pd(-127.0)));
-            qr[i] = (int8_t)_mm_cvtsi128_si32(c);
-            qr[i + 1] = (int8_t)_mm_cvtsi128_si32(_mm_srli_si128(c, 4));
+#if QUANT_AVX2
+        if (avx2) {
+            mmrt_quant_avx2_i8_row(row, k, s, qr);
+            continue;
         }
 #endif
-        for (; i < k; i++) {
+        for (int64_t i = 0; i < k; i++) {
             double v = round((double)row[i] / (double)s);
             qr[i] = (int8_t)(v > 127.0 ? 127 : v < -127.0 ? -127 : v);
         }
@@ -101,7 +88,13 @@ bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, floa
     return true;
 }
 
-#define Q4_TRIALS 10 /* α = 1, 0.95, …, 0.55 */
+bool mmrt_quant_i8_rows(const float *w, int64_t rows, int64_t k, int8_t *q, float *scale,
+                        int64_t *bad)
+{
+    return mmrt_quant_i8_rows_on(MMRT_QUANT_FAST, w, rows, k, q, scale, bad);
+}
+
+#define Q4_TRIALS MMRT_QUANT_Q4_TRIALS
 
 /* The code of w for scale s and zero point z, and its squared error, as quant.h defines
  * them. */
@@ -115,14 +108,14 @@ static inline double q4_code(double w, double s, double z, double *err)
 }
 
 /* One group of n weights in [lo, hi] (lo ≤ 0 ≤ hi), quant.h's search: every α's scale and
- * zero point, then one pass over the weights that sums all the trials' squared errors side by
- * side, each in weight order as one trial at a time would. The first least error wins; its
- * codes go to code (one per byte). A trial whose scale is 0 (every weight 0, or a range so
- * small that α(hi − lo) / 15 underflows) counts as error 0 with codes and zero point 0, and
- * so do all later ones (their scales are smaller still). */
-static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *code,
+ * zero point, each α's squared error summed in weight order, the first least error wins and
+ * its codes go to code (one per byte). A trial whose scale is 0 (every weight 0, or a range
+ * so small that α(hi − lo) / 15 underflows) counts as error 0 with codes and zero point 0,
+ * and so do all later ones (their scales are smaller still). */
+static void q4_group(const float *w, int64_t n, float lo, float hi, bool avx2, uint8_t *code,
                      float *scale, float *zero)
 {
+    (void)avx2; /* without quant_avx2.c */
     double s[Q4_TRIALS], z[Q4_TRIALS], err[Q4_TRIALS];
     int trials = 0; /* the trials with a scale: the first `trials` α */
     for (; trials < Q4_TRIALS; trials++) {
@@ -135,35 +128,10 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *cod
         z[trials] = zt < 0 ? 0 : zt > 15 ? 15 : zt;
         err[trials] = 0.0;
     }
-    /* round_away2 needs |w / s| < 2^51. A finite group's quotients stay within 15 / α of 0
-     * (a few times more when the scale is subnormal), but the check costs nothing; groups
-     * that fail it, and those with a scale-0 trial, take the scalar loop with round(). */
-    const double amax = -lo > hi ? -(double)lo : (double)hi;
-    const bool small = trials > 0 && amax / s[trials - 1] < 0x1p30;
-#if QUANT_SSE2
-    if (trials == Q4_TRIALS && small) {
-        /* The trials side by side, two to a vector; each lane's operations are the scalar
-         * loop's, in its order, so the sums are bit for bit the same. */
-        __m128d sv[Q4_TRIALS / 2], zv[Q4_TRIALS / 2], ev[Q4_TRIALS / 2];
-        for (int t = 0; t < Q4_TRIALS / 2; t++) {
-            sv[t] = _mm_set_pd(s[2 * t + 1], s[2 * t]);
-            zv[t] = _mm_set_pd(z[2 * t + 1], z[2 * t]);
-            ev[t] = _mm_setzero_pd();
-        }
-        for (int64_t i = 0; i < n; i++) {
-            const __m128d wi = _mm_set1_pd(w[i]);
-            for (int t = 0; t < Q4_TRIALS / 2; t++) {
-                const __m128d c =
-                    clamp15_2(_mm_add_pd(round_away2(_mm_div_pd(wi, sv[t])), zv[t]));
-                const __m128d d = _mm_sub_pd(wi, _mm_mul_pd(_mm_sub_pd(c, zv[t]), sv[t]));
-                ev[t] = _mm_add_pd(ev[t], _mm_mul_pd(d, d));
-            }
-        }
-        for (int t = 0; t < Q4_TRIALS / 2; t++) {
-            _mm_storel_pd(&err[2 * t], ev[t]);
-            _mm_storeh_pd(&err[2 * t + 1], ev[t]);
-        }
-    } else
+#if QUANT_AVX2
+    if (avx2 && trials == Q4_TRIALS)
+        mmrt_quant_avx2_q4_errors(w, n, s, z, err);
+    else
 #endif
     {
         for (int t = 0; t < trials; t++)
@@ -189,75 +157,144 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, uint8_t *cod
     }
     *scale = (float)s[bt];
     *zero = (float)z[bt];
-    int64_t i = 0;
-#if QUANT_SSE2
-    if (small) { /* two weights at a time, as above */
-        const __m128d sb = _mm_set1_pd(s[bt]), zb = _mm_set1_pd(z[bt]);
-        for (; i + 2 <= n; i += 2) {
-            const __m128d c = clamp15_2(
-                _mm_add_pd(round_away2(_mm_div_pd(_mm_set_pd(w[i + 1], w[i]), sb)), zb));
-            double cc[2];
-            _mm_storeu_pd(cc, c);
-            code[i] = (uint8_t)cc[0];
-            code[i + 1] = (uint8_t)cc[1];
-        }
+#if QUANT_AVX2
+    if (avx2) {
+        mmrt_quant_avx2_q4_codes(w, n, s[bt], z[bt], code);
+        return;
     }
 #endif
-    for (; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         double e;
         code[i] = (uint8_t)q4_code(w[i], s[bt], z[bt], &e);
     }
 }
 
-bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, uint8_t *codes,
-                        float *scale, float *zero, int64_t *bad)
+/* The group's range, both ends starting at 0; false, with *bad its index, on a value that is
+ * not finite. */
+static bool q4_range(const float *w, int64_t n, bool avx2, float *lo, float *hi, int64_t *bad)
 {
+    (void)avx2;
+    bool finite = false;
+#if QUANT_AVX2
+    if (avx2)
+        mmrt_quant_avx2_range(w, n, lo, hi, &finite);
+#endif
+    if (finite)
+        return true;
+    float l = 0.0f, h = 0.0f; /* the plain loop, which also finds the first bad value */
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(w[i])) {
+            *bad = i;
+            return false;
+        }
+        l = w[i] < l ? w[i] : l;
+        h = w[i] > h ? w[i] : h;
+    }
+    *lo = l;
+    *hi = h;
+    return true;
+}
+
+bool mmrt_quant_q4_rows_on(enum mmrt_quant_path path, const float *w, int64_t rows, int64_t k,
+                           int64_t group, uint8_t *codes, float *scale, float *zero,
+                           int64_t *bad)
+{
+    const bool avx2 = use_avx2(path);
     const int64_t G = k / group;
     uint8_t best[4096]; /* one group's codes: groups are at most 4096 wide */
     for (int64_t r = 0; r < rows; r++) {
         const float *row = w + r * k;
         uint8_t *out = codes + r * (k / 2);
-        memset(out, 0, (size_t)(k / 2));
         for (int64_t g = 0; g < G; g++) {
             const float *gw = row + g * group;
-            float lo = 0.0f, hi = 0.0f;
-            for (int64_t i = 0; i < group; i++) {
-                if (!isfinite(gw[i])) {
-                    *bad = r * k + g * group + i;
-                    return false;
-                }
-                lo = gw[i] < lo ? gw[i] : lo;
-                hi = gw[i] > hi ? gw[i] : hi;
+            float lo, hi;
+            int64_t at;
+            if (!q4_range(gw, group, avx2, &lo, &hi, &at)) {
+                *bad = r * k + g * group + at;
+                return false;
             }
-            q4_group(gw, group, lo, hi, best, &scale[r * G + g], &zero[r * G + g]);
-            for (int64_t i = 0; i < group; i++) {
-                const int64_t kk = g * group + i;
-                uint8_t *byte = out + (kk / 32) * 16 + (kk % 16);
-                *byte |= (kk % 32) < 16 ? best[i] : (uint8_t)(best[i] << 4);
-            }
+            q4_group(gw, group, lo, hi, avx2, best, &scale[r * G + g], &zero[r * G + g]);
+            /* plugin.h's layout: byte j of a block of 32 holds codes j and j + 16 */
+            uint8_t *blk = out + g * group / 2;
+            for (int64_t b = 0; b < group; b += 32)
+                for (int j = 0; j < 16; j++)
+                    blk[b / 2 + j] = (uint8_t)(best[b + j] | best[b + 16 + j] << 4);
         }
     }
     return true;
 }
 
+bool mmrt_quant_q4_rows(const float *w, int64_t rows, int64_t k, int64_t group, uint8_t *codes,
+                        float *scale, float *zero, int64_t *bad)
+{
+    return mmrt_quant_q4_rows_on(MMRT_QUANT_FAST, w, rows, k, group, codes, scale, zero, bad);
+}
+
 /* ---- many rows at once ------------------------------------------------------------------ */
 
-/* One thread's contiguous share of mmrt_quant_rows. */
+/* One thread's contiguous share of mmrt_quant_rows(_read): rows [r0, r0 + rows) of the
+ * matrix, in memory (w) or read a slice at a time into a buffer of its own. */
 struct quant_share {
-    const float *w;
-    int64_t rows, k, group;
+    const float *w; /* the share's first row, or NULL: read */
+    mmrt_quant_read_fn read;
+    void *user;
+    int64_t r0, rows, k, group;
     void *codes;
     float *scale, *zero;
     bool ok;
-    int64_t bad;
+    int64_t bad; /* in the share's rows; −1: the read failed (err) */
+    float bad_value;
+    struct mmrt_error err;
 };
+
+/* Rows per slice read: about 4 MiB of floats, so the buffer stays in the caches' reach. */
+static int64_t slice_rows(int64_t k)
+{
+    return k < (1 << 20) ? (1 << 20) / k + 1 : 1;
+}
+
+static bool quant_slice(struct quant_share *q, const float *w, int64_t r, int64_t n)
+{
+    const int64_t G = q->group ? q->k / q->group : 1, cb = q->group ? q->k / 2 : q->k;
+    int64_t bad = 0;
+    const bool ok =
+        q->group ? mmrt_quant_q4_rows(w, n, q->k, q->group, (uint8_t *)q->codes + r * cb,
+                                      q->scale + r * G, q->zero + r * G, &bad)
+                 : mmrt_quant_i8_rows(w, n, q->k, (int8_t *)q->codes + r * cb,
+                                      q->scale + r * G, &bad);
+    if (!ok) {
+        q->bad = r * q->k + bad;
+        q->bad_value = w[bad];
+    }
+    return ok;
+}
 
 static void *quant_share_run(void *arg)
 {
     struct quant_share *q = arg;
-    q->ok = q->group ? mmrt_quant_q4_rows(q->w, q->rows, q->k, q->group, q->codes, q->scale,
-                                          q->zero, &q->bad)
-                     : mmrt_quant_i8_rows(q->w, q->rows, q->k, q->codes, q->scale, &q->bad);
+    if (q->w) {
+        q->ok = quant_slice(q, q->w, 0, q->rows);
+        return NULL;
+    }
+    const int64_t slice = slice_rows(q->k) < q->rows ? slice_rows(q->k) : q->rows;
+    float *buf = malloc((size_t)(slice * q->k) * sizeof *buf + 1);
+    if (!buf) {
+        q->ok = false;
+        q->bad = -1;
+        mmrt_error_set(&q->err, MMRT_ERR_NO_MEMORY, "quantizing: out of memory for %lld rows",
+                       (long long)slice);
+        return NULL;
+    }
+    for (int64_t r = 0; q->ok && r < q->rows; r += slice) {
+        const int64_t n = q->rows - r < slice ? q->rows - r : slice;
+        if (q->read(q->user, q->r0 + r, n, buf, &q->err) != MMRT_OK) {
+            q->ok = false;
+            q->bad = -1;
+        } else {
+            q->ok = quant_slice(q, buf, r, n);
+        }
+    }
+    free(buf);
     return NULL;
 }
 
@@ -267,26 +304,27 @@ int mmrt_quant_threads(void)
     return n < 1 ? 1 : n > MMRT_QUANT_MAX_THREADS ? MMRT_QUANT_MAX_THREADS : (int)n;
 }
 
-bool mmrt_quant_rows(const float *w, int64_t rows, int64_t k, int64_t group, void *codes,
-                     float *scale, float *zero, int threads, int64_t *bad)
+/* Rows are independent, so each thread takes a contiguous run of them and writes only its
+ * own outputs; the results are those of one call. A thread that cannot start leaves its
+ * share to this one. The first share that failed has the first failure. */
+static bool quant_shares(const float *w, mmrt_quant_read_fn read, void *user, int64_t rows,
+                         int64_t k, int64_t group, void *codes, float *scale, float *zero,
+                         int threads, int64_t *bad, float *bad_value, struct mmrt_error *err)
 {
-    /* Rows are independent, so each thread takes a contiguous run of them and writes only
-     * its own outputs; the results are those of one call. A thread that cannot start leaves
-     * its share to this one. */
     threads = threads < 1 ? 1 : threads > MMRT_QUANT_MAX_THREADS ? MMRT_QUANT_MAX_THREADS
                                                                   : threads;
     if (threads > rows)
         threads = rows > 0 ? (int)rows : 1;
-    const int64_t G = group ? k / group : 1, code_bytes = group ? k / 2 : k;
+    const int64_t G = group ? k / group : 1, cb = group ? k / 2 : k;
     struct quant_share share[MMRT_QUANT_MAX_THREADS];
     pthread_t tid[MMRT_QUANT_MAX_THREADS];
     bool started[MMRT_QUANT_MAX_THREADS] = { false };
     for (int t = 0; t < threads; t++) {
         const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
         share[t] = (struct quant_share){
-            .w = w + r0 * k, .rows = r1 - r0, .k = k, .group = group,
-            .codes = (uint8_t *)codes + r0 * code_bytes, .scale = scale + r0 * G,
-            .zero = zero ? zero + r0 * G : NULL, .ok = true, .bad = 0,
+            .w = w ? w + r0 * k : NULL, .read = read, .user = user, .r0 = r0,
+            .rows = r1 - r0, .k = k, .group = group, .codes = (uint8_t *)codes + r0 * cb,
+            .scale = scale + r0 * G, .zero = zero ? zero + r0 * G : NULL, .ok = true,
         };
         started[t] = t > 0 && pthread_create(&tid[t], NULL, quant_share_run, &share[t]) == 0;
     }
@@ -296,10 +334,34 @@ bool mmrt_quant_rows(const float *w, int64_t rows, int64_t k, int64_t group, voi
     for (int t = 0; t < threads; t++)
         if (started[t])
             pthread_join(tid[t], NULL);
-    for (int t = 0; t < threads; t++) /* the first share with a bad value has the first one */
+    bool ok = true;
+    for (int t = 0; ok && t < threads; t++)
         if (!share[t].ok) {
-            *bad = rows * t / threads * k + share[t].bad;
-            return false;
+            ok = false;
+            if (share[t].bad < 0) {
+                *bad = -1;
+                if (err)
+                    *err = share[t].err;
+            } else {
+                *bad = share[t].r0 * k + share[t].bad;
+                if (bad_value)
+                    *bad_value = share[t].bad_value;
+            }
         }
-    return true;
+    return ok;
+}
+
+bool mmrt_quant_rows(const float *w, int64_t rows, int64_t k, int64_t group, void *codes,
+                     float *scale, float *zero, int threads, int64_t *bad)
+{
+    return quant_shares(w, NULL, NULL, rows, k, group, codes, scale, zero, threads, bad, NULL,
+                        NULL);
+}
+
+bool mmrt_quant_rows_read(mmrt_quant_read_fn read, void *user, int64_t rows, int64_t k,
+                          int64_t group, void *codes, float *scale, float *zero, int threads,
+                          int64_t *bad, float *bad_value, struct mmrt_error *err)
+{
+    return quant_shares(NULL, read, user, rows, k, group, codes, scale, zero, threads, bad,
+                        bad_value, err);
 }

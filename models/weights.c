@@ -698,6 +698,15 @@ static mmrt_status repack(struct mmrt_weights *w, const struct pending *p, struc
     return MMRT_OK;
 }
 
+/* mmrt_quant_read_fn over a checkpoint tensor [N, K]: rows as floats. */
+static mmrt_status read_rows(void *user, int64_t r0, int64_t n, float *dst,
+                             struct mmrt_error *err)
+{
+    const struct mmrt_st_tensor *t = user;
+    const int64_t K = t->shape[1];
+    return mmrt_safetensors_read_f32_range(t, (uint64_t)(r0 * K), dst, (size_t)(n * K), err);
+}
+
 static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending *p,
                                    struct mmrt_error *err)
 {
@@ -712,32 +721,25 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
     const int64_t N = p->t->shape[0], K = p->t->shape[1];
     const int64_t group = q4 ? mmrt_weight_format_group(p->format) : K;
     const int64_t G = K / group, code_bytes = q4 ? K / 2 : K;
-    const int64_t chunk = K < (1 << 20) ? (1 << 20) / K + 1 : 1;
     const int threads = mmrt_quant_threads(); /* asked once: sysconf reads /sys */
-    float *f = malloc((size_t)((chunk < N ? chunk : N) * K) * sizeof *f + 1);
     w->q.codes = malloc((size_t)(N * code_bytes) + 1);
     w->q.scale = malloc((size_t)(N * G) * sizeof(float) + 1);
     w->q.zero = q4 ? malloc((size_t)(N * G) * sizeof(float) + 1) : NULL;
-    mmrt_status st = f && w->q.codes && w->q.scale && (w->q.zero || !q4)
+    mmrt_status st = w->q.codes && w->q.scale && (w->q.zero || !q4)
                          ? MMRT_OK
                          : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "%s: out of memory", w->path);
-    for (int64_t r0 = 0; st == MMRT_OK && r0 < N; r0 += chunk) {
-        const int64_t rows = N - r0 < chunk ? N - r0 : chunk;
-        st = mmrt_safetensors_read_f32_range(p->t, (uint64_t)(r0 * K), f, (size_t)(rows * K),
-                                             err);
-        int64_t bad = 0;
-        const bool ok =
-            st != MMRT_OK ||
-            mmrt_quant_rows(f, rows, K, q4 ? group : 0, w->q.codes + r0 * code_bytes,
-                            w->q.scale + r0 * G, q4 ? w->q.zero + r0 * G : NULL,
-                            threads, &bad);
-        if (!ok)
-            st = mmrt_error_set(err, MMRT_ERR_FORMAT,
-                                "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "
-                                "finite to be quantized", p->t->file, p->t->name,
-                                (double)f[bad], (long long)(r0 + bad / K), (long long)(bad % K));
-    }
-    free(f);
+    int64_t bad = 0;
+    float bad_value = 0.0f;
+    struct mmrt_error read_err = { 0 };
+    if (st == MMRT_OK &&
+        !mmrt_quant_rows_read(read_rows, (void *)p->t, N, K, q4 ? group : 0, w->q.codes,
+                              w->q.scale, w->q.zero, threads, &bad, &bad_value, &read_err))
+        st = bad < 0 ? mmrt_error_set(err, read_err.status, "%s", read_err.msg)
+                     : mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                      "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must "
+                                      "be finite to be quantized", p->t->file, p->t->name,
+                                      (double)bad_value, (long long)(bad / K),
+                                      (long long)(bad % K));
     if (st != MMRT_OK) {
         q_cache_drop(w);
         return st;

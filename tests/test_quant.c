@@ -316,7 +316,7 @@ static void test_quant_q4_definition(void **state)
     enum { K = 256 };
     static float w[K];
     uint64_t x = 5;
-    for (int kind = 0; kind < 8; kind++)
+    for (int kind = 0; kind < 9; kind++)
         for (int gs = 32; gs <= K; gs *= 2)
             for (int rep = 0; rep < 40; rep++) {
                 for (int i = 0; i < K; i++) {
@@ -330,6 +330,7 @@ static void test_quant_q4_definition(void **state)
                     case 4: w[i] = (i / 32) % 3 ? (float)(u * 1e30) : 0.0f; break;
                     case 5: w[i] = u > 0 ? (float)(u * 1e-44) : (float)u; break;
                     case 6: w[i] = (float)(u * 2e-44); break; /* scales underflow to 0 */
+                    case 7: w[i] = (float)((int)(u * 16)) * 0.0123f; break; /* on a grid */
                     default: w[i] = i == 3 ? 40.0f : (float)u; break; /* an outlier */
                     }
                 }
@@ -339,20 +340,25 @@ static void test_quant_q4_definition(void **state)
                     w[g * gs] = -7.5f;
                     w[g * gs + 1] = 7.5f;
                 }
-                uint8_t q[K / 2], ref[K];
-                float sc[K / 32], zp[K / 32], rs, rz;
-                int64_t bad;
-                assert_true(mmrt_quant_q4_rows(w, 1, K, gs, q, sc, zp, &bad));
-                for (int g = 0; g < K / gs; g++) {
-                    q4_group_by_definition(w + g * gs, gs, ref, &rs, &rz);
-                    if (memcmp(&rs, &sc[g], sizeof rs) || memcmp(&rz, &zp[g], sizeof rz))
-                        fail_msg("kind %d group %d of %d: scale %a zero %g, by definition %a %g",
-                                 kind, g, gs, (double)sc[g], (double)zp[g], (double)rs,
-                                 (double)rz);
-                    for (int i = 0; i < gs; i++)
-                        if (mmrt_q4_code(q, g * gs + i) != ref[i])
-                            fail_msg("kind %d group %d of %d: code %d is %u, by definition %u",
-                                     kind, g, gs, i, mmrt_q4_code(q, g * gs + i), ref[i]);
+                /* Both paths, each against the definition. */
+                for (int path = 0; path < 2; path++) {
+                    uint8_t q[K / 2], ref[K];
+                    float sc[K / 32], zp[K / 32], rs, rz;
+                    int64_t bad;
+                    assert_true(mmrt_quant_q4_rows_on(path ? MMRT_QUANT_PLAIN : MMRT_QUANT_FAST,
+                                                      w, 1, K, gs, q, sc, zp, &bad));
+                    for (int g = 0; g < K / gs; g++) {
+                        q4_group_by_definition(w + g * gs, gs, ref, &rs, &rz);
+                        if (memcmp(&rs, &sc[g], sizeof rs) || memcmp(&rz, &zp[g], sizeof rz))
+                            fail_msg("path %d kind %d group %d of %d: scale %a zero %g, by "
+                                     "definition %a %g", path, kind, g, gs, (double)sc[g],
+                                     (double)zp[g], (double)rs, (double)rz);
+                        for (int i = 0; i < gs; i++)
+                            if (mmrt_q4_code(q, g * gs + i) != ref[i])
+                                fail_msg("path %d kind %d group %d of %d: code %d is %u, by "
+                                         "definition %u", path, kind, g, gs, i,
+                                         mmrt_q4_code(q, g * gs + i), ref[i]);
+                    }
                 }
             }
 }
@@ -366,7 +372,8 @@ static void test_quant_i8_definition(void **state)
     enum { R = 6, K = 203 };
     static float w[R * K];
     uint64_t x = 3;
-    for (int rep = 0; rep < 50; rep++) {
+    for (int rep = 0; rep < 100; rep++) {
+        const enum mmrt_quant_path path = rep % 2 ? MMRT_QUANT_PLAIN : MMRT_QUANT_FAST;
         for (int r = 0; r < R; r++)
             for (int i = 0; i < K; i++) {
                 x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -383,7 +390,7 @@ static void test_quant_i8_definition(void **state)
         int8_t q[R * K];
         float sc[R];
         int64_t bad;
-        assert_true(mmrt_quant_i8_rows(w, R, K, q, sc, &bad));
+        assert_true(mmrt_quant_i8_rows_on(path, w, R, K, q, sc, &bad));
         for (int r = 0; r < R; r++) {
             float amax = 0;
             for (int i = 0; i < K; i++)
@@ -394,8 +401,8 @@ static void test_quant_i8_definition(void **state)
                 const double v = s == 0.0f ? 0 : round((double)w[r * K + i] / (double)s);
                 const int want = (int)fmin(127, fmax(-127, v));
                 if (q[r * K + i] != want)
-                    fail_msg("row %d weight %d (%a): code %d, by definition %d", r, i,
-                             (double)w[r * K + i], q[r * K + i], want);
+                    fail_msg("path %d row %d weight %d (%a): code %d, by definition %d",
+                             (int)path, r, i, (double)w[r * K + i], q[r * K + i], want);
             }
         }
     }
@@ -440,6 +447,87 @@ static void test_quant_rows_threads(void **state)
         w[33 * K + 1] = -0.25f;
     }
     assert_true(mmrt_quant_threads() >= 1 && mmrt_quant_threads() <= MMRT_QUANT_MAX_THREADS);
+}
+
+/* A matrix read through mmrt_quant_rows_read: rows from `w`, counted, failing from row
+ * `fail_at` on (−1: never). */
+struct row_reader {
+    const float *w;
+    int64_t k, fail_at;
+};
+
+static mmrt_status read_rows(void *user, int64_t r0, int64_t n, float *dst,
+                             struct mmrt_error *err)
+{
+    const struct row_reader *rd = user;
+    if (rd->fail_at >= 0 && r0 + n > rd->fail_at)
+        return mmrt_error_set(err, MMRT_ERR_IO, "cannot read rows %lld..%lld", (long long)r0,
+                              (long long)(r0 + n));
+    memcpy(dst, rd->w + r0 * rd->k, (size_t)(n * rd->k) * sizeof *dst);
+    return MMRT_OK;
+}
+
+/* Reading the rows a slice at a time in each thread gives mmrt_quant_rows's outputs; a read
+ * that fails, and a non-finite weight, are reported as the earliest rows' failure. */
+static void test_quant_rows_read(void **state)
+{
+    (void)state;
+    enum { R = 600, K = 4096 }; /* several slices of rows per thread */
+    float *w = malloc(sizeof(float) * R * K);
+    uint8_t *c1 = malloc(R * K), *c2 = malloc(R * K);
+    float *s1 = malloc(sizeof(float) * R * K / 32), *s2 = malloc(sizeof(float) * R * K / 32);
+    float *z1 = malloc(sizeof(float) * R * K / 32), *z2 = malloc(sizeof(float) * R * K / 32);
+    assert_non_null(w && c1 && c2 && s1 && s2 && z1 && z2);
+    uint64_t x = 11;
+    for (int64_t i = 0; i < (int64_t)R * K; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((double)(x >> 11) / 9007199254740992.0 - 0.5) * 0.03f;
+    }
+    struct row_reader rd = { .w = w, .k = K, .fail_at = -1 };
+    for (int group = 0; group <= 128; group += 128) {
+        const int64_t G = group ? K / group : 1, cb = group ? K / 2 : K;
+        int64_t bad = 0;
+        float bad_value = 0;
+        struct mmrt_error err = { 0 };
+        assert_true(mmrt_quant_rows(w, R, K, group, c1, s1, group ? z1 : NULL, 1, &bad));
+        for (int threads = 1; threads <= 3; threads++) {
+            memset(c2, 0xAB, (size_t)(R * cb));
+            rd.fail_at = -1;
+            assert_true(mmrt_quant_rows_read(read_rows, &rd, R, K, group, c2, s2,
+                                             group ? z2 : NULL, threads, &bad, &bad_value,
+                                             &err));
+            assert_memory_equal(c1, c2, (size_t)(R * cb));
+            assert_memory_equal(s1, s2, (size_t)(R * G) * sizeof(float));
+            if (group)
+                assert_memory_equal(z1, z2, (size_t)(R * G) * sizeof(float));
+            /* a read failing in the last thread's rows, after a weight that is not finite
+             * in the first thread's: the weight is the earlier failure */
+            rd.fail_at = R - 5;
+            const float keep = w[3 * K + 7];
+            w[3 * K + 7] = -INFINITY;
+            assert_false(mmrt_quant_rows_read(read_rows, &rd, R, K, group, c2, s2,
+                                              group ? z2 : NULL, threads, &bad, &bad_value,
+                                              &err));
+            assert_int_equal(bad, 3 * K + 7);
+            assert_true(isinf(bad_value) && bad_value < 0);
+            w[3 * K + 7] = keep;
+            /* now the read is the only failure */
+            err = (struct mmrt_error){ 0 };
+            assert_false(mmrt_quant_rows_read(read_rows, &rd, R, K, group, c2, s2,
+                                              group ? z2 : NULL, threads, &bad, &bad_value,
+                                              &err));
+            assert_int_equal(bad, -1);
+            assert_int_equal(err.status, MMRT_ERR_IO);
+            assert_non_null(strstr(err.msg, "cannot read rows"));
+        }
+    }
+    free(w);
+    free(c1);
+    free(c2);
+    free(s1);
+    free(s2);
+    free(z1);
+    free(z2);
 }
 
 static void test_int8_matches_checkpoint(void **state)
@@ -630,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_quant_q4_definition),
         cmocka_unit_test(test_quant_i8_definition),
         cmocka_unit_test(test_quant_rows_threads),
+        cmocka_unit_test(test_quant_rows_read),
         cmocka_unit_test(test_int8_matches_checkpoint),
         cmocka_unit_test_teardown(test_int4_computes_its_weights, golden_scratch_drop),
         cmocka_unit_test_teardown(test_int8_refuses_non_finite, golden_scratch_drop),
