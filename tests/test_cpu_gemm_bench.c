@@ -5,9 +5,10 @@
  *
  * It answers one question for the continuous-batching engine (docs/BENCHMARKS.md, "Decode
  * over B rows"): what does a decode step over B sequences cost next to one sequence, when
- * every weight is applied once to a B-row activation? For each M it prints the best of
- * --repeat calls (after one warm-up), the weight bytes read per second, the FLOP rate, and
- * the cost relative to M = 1. --copies C uploads C copies of W and cycles through them, one
+ * every weight is applied once to a B-row activation? For each M it prints the best and the
+ * median of --repeat × --copies calls (after one warm-up; the median is nearer what a model's
+ * step sees on a busy host), the weight bytes read per second and the FLOP rate (both at the
+ * best), and the cost relative to M = 1. --copies C uploads C copies of W and cycles through them, one
  * per call, so that C · N · K elements exceed the last-level cache and every call reads W
  * from memory as a decode step does (one 86 MiB weight alone stays in a large L3).
  *
@@ -39,6 +40,12 @@ static int usage(void)
                     "[--dtype f32|f16|bf16|i8|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
                     "[--int8-dot[=1|3]] M…\n");
     return 2;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv)
@@ -125,7 +132,8 @@ int main(int argc, char **argv)
     float *x = malloc((size_t)(max_m * K) * sizeof(float));
     float *y1 = malloc((size_t)(max_m * N) * sizeof(float));
     float *y = malloc((size_t)(max_m * N) * sizeof(float));
-    if (!w || !x || !y1 || !y || ((u4 || i8) && !sz)) {
+    double *times = malloc((size_t)repeat * (size_t)copies * sizeof(double));
+    if (!w || !x || !y1 || !y || !times || ((u4 || i8) && !sz)) {
         fprintf(stderr, "cpu-gemm-bench: out of memory\n");
         return 1;
     }
@@ -173,10 +181,10 @@ int main(int argc, char **argv)
     }
 
     printf("cpu-gemm-bench: isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB) × %d copies, "
-           "best of %d\n", isa, threads ? threads : "default", (long long)N, (long long)K, dtname,
-           (double)(N * K) * es / 1048576.0, copies, repeat);
-    printf("%6s %10s %10s %10s %12s %8s\n", "M", "ms", "W GB/s", "GFLOP/s", "ms per row",
-           "vs M=1");
+           "best and median of %d calls\n", isa, threads ? threads : "default", (long long)N,
+           (long long)K, dtname, (double)(N * K) * es / 1048576.0, copies, repeat * copies);
+    printf("%6s %10s %10s %10s %10s %12s %8s\n", "M", "ms", "median ms", "W GB/s", "GFLOP/s",
+           "ms per row", "vs M=1");
     /* Item -1 is M = 1 over each row of x alone: the reference rows and the M = 1 time. */
     int bad = 0;
     double t_one = 0;
@@ -200,6 +208,7 @@ int main(int argc, char **argv)
         if (harness_upload(&h, &tx, x))
             return 1;
         double best = 1e30;
+        int n_t = 0;
         for (int rep = 0; rep <= repeat * copies; rep++) { /* rep 0 warms up */
             src[1] = &tws[rep % copies];
             if (u4 || i8)
@@ -212,7 +221,11 @@ int main(int argc, char **argv)
             double t = bench_now_s() - t0;
             if (rep > 0 && t < best)
                 best = t;
+            if (rep > 0)
+                times[n_t++] = t;
         }
+        qsort(times, (size_t)n_t, sizeof *times, cmp_double);
+        const double median = times[n_t / 2];
         /* Every copy holds the same W, so y is the result whichever copy ran last. */
         if (harness_download(&h, &ty, y))
             return 1;
@@ -228,9 +241,10 @@ int main(int argc, char **argv)
             t_one = best;
         } else {
             double wbytes = (double)(N * K) * es;
-            printf("%6lld %10.3f %10.2f %10.1f %12.4f %7.2fx\n", (long long)M, best * 1e3,
-                   wbytes / best / 1e9, 2.0 * (double)(M * N * K) / best / 1e9,
-                   best * 1e3 / (double)M, best / t_one);
+            printf("%6lld %10.3f %10.3f %10.2f %10.1f %12.4f %7.2fx\n", (long long)M,
+                   best * 1e3, median * 1e3, wbytes / best / 1e9,
+                   2.0 * (double)(M * N * K) / best / 1e9, best * 1e3 / (double)M,
+                   best / t_one);
         }
         harness_tensor_free(&h, &tx);
         harness_tensor_free(&h, &ty);
@@ -249,5 +263,6 @@ int main(int argc, char **argv)
     free(x);
     free(y1);
     free(y);
+    free(times);
     return bad;
 }
