@@ -116,7 +116,7 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, bool avx2, u
                      float *scale, float *zero)
 {
     (void)avx2; /* without quant_avx2.c */
-    double s[Q4_TRIALS], z[Q4_TRIALS], err[Q4_TRIALS];
+    double s[Q4_TRIALS], z[Q4_TRIALS], err[Q4_TRIALS] = { 0 };
     int trials = 0; /* the trials with a scale: the first `trials` α */
     for (; trials < Q4_TRIALS; trials++) {
         const double alpha = 1.0 - 0.05 * trials, l = alpha * lo, h = alpha * hi;
@@ -125,8 +125,7 @@ static void q4_group(const float *w, int64_t n, float lo, float hi, bool avx2, u
             break;
         const double zt = round(-l / (double)sf);
         s[trials] = sf;
-        z[trials] = zt < 0 ? 0 : zt > 15 ? 15 : zt;
-        err[trials] = 0.0;
+        z[trials] = zt <= 0 ? 0 : zt > 15 ? 15 : zt; /* −0 (lo = 0) too: zero points are +0 */
     }
 #if QUANT_AVX2
     if (avx2 && trials == Q4_TRIALS)

@@ -27,7 +27,8 @@ static inline __m256d round_even(__m256d q)
     return _mm256_round_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-/* round() of each lane: to nearest, ties away from zero, for any magnitude. */
+/* round() of each lane: to nearest, ties away from zero, for any magnitude, and a zero's
+ * sign kept (round(−0.3) is −0). */
 static inline __m256d round_away(__m256d q)
 {
     const __m256d n = round_even(q);
@@ -38,7 +39,8 @@ static inline __m256d round_away(__m256d q)
                                      _mm256_cmp_pd(q, zero, _CMP_GT_OQ));
     const __m256d down = _mm256_and_pd(_mm256_cmp_pd(f, _mm256_set1_pd(-0.5), _CMP_EQ_OQ),
                                        _mm256_cmp_pd(q, zero, _CMP_LT_OQ));
-    return _mm256_sub_pd(_mm256_add_pd(n, _mm256_and_pd(up, one)), _mm256_and_pd(down, one));
+    return _mm256_blendv_pd(_mm256_blendv_pd(n, _mm256_add_pd(n, one), up),
+                            _mm256_sub_pd(n, one), down);
 }
 
 /* The lanes whose product q, rounded to n, lies too near a half-way point to be sure of
@@ -105,21 +107,21 @@ void mmrt_quant_avx2_range(const float *w, int64_t n, float *lo, float *hi, bool
 void mmrt_quant_avx2_q4_errors(const float *w, int64_t n, const double *s, const double *z,
                                double *err)
 {
-    /* The ten trials in three vectors of four, the last two lanes repeating trial 9; each
-     * lane works out one trial's sum in weight order, as the definition's loop does. All
-     * three in one loop, so that their sums' dependency chains overlap, and one test of the
-     * three for a product too near a half-way point (the rare redo by division). */
-    double sl[12], rl[12], lo[12], hi[12];
-    for (int j = 0; j < 12; j++) {
-        const int t = j < MMRT_QUANT_Q4_TRIALS ? j : MMRT_QUANT_Q4_TRIALS - 1;
-        sl[j] = s[t];
-        rl[j] = 1.0 / s[t];
-        lo[j] = -z[t]; /* code − z clamped to [−z, 15 − z] is clamp(code, 0, 15) − z */
-        hi[j] = 15.0 - z[t];
-    }
-    const __m256d s0 = _mm256_loadu_pd(sl), s1 = _mm256_loadu_pd(sl + 4),
-                  s2 = _mm256_loadu_pd(sl + 8), r0 = _mm256_loadu_pd(rl),
-                  r1 = _mm256_loadu_pd(rl + 4), r2 = _mm256_loadu_pd(rl + 8);
+    /* The ten trials in three vectors of four, lanes 10 and 11 repeating trial 9; each lane
+     * works out one trial's sum in weight order, as the definition's loop does. All three in
+     * one loop, so that their sums' dependency chains overlap, and one test of the three for
+     * a product too near a half-way point (the rare redo by division). */
+    const __m256d one = _mm256_set1_pd(1.0), neg = _mm256_set1_pd(-0.0),
+                  fifteen = _mm256_set1_pd(15.0);
+    const __m256d s0 = _mm256_loadu_pd(s), s1 = _mm256_loadu_pd(s + 4),
+                  s2 = _mm256_set_pd(s[9], s[9], s[9], s[8]), r0 = _mm256_div_pd(one, s0),
+                  r1 = _mm256_div_pd(one, s1), r2 = _mm256_div_pd(one, s2);
+    /* code − z clamped to [−z, 15 − z] is clamp(code, 0, 15) − z */
+    const __m256d z0 = _mm256_loadu_pd(z), z1 = _mm256_loadu_pd(z + 4),
+                  z2 = _mm256_set_pd(z[9], z[9], z[9], z[8]);
+    const __m256d lo0 = _mm256_xor_pd(z0, neg), lo1 = _mm256_xor_pd(z1, neg),
+                  lo2 = _mm256_xor_pd(z2, neg), hi0 = _mm256_sub_pd(fifteen, z0),
+                  hi1 = _mm256_sub_pd(fifteen, z1), hi2 = _mm256_sub_pd(fifteen, z2);
     __m256d e0 = _mm256_setzero_pd(), e1 = e0, e2 = e0;
     for (int64_t i = 0; i < n; i++) {
         const __m256d wv = _mm256_set1_pd((double)w[i]);
@@ -135,14 +137,9 @@ void mmrt_quant_avx2_q4_errors(const float *w, int64_t n, const double *s, const
         }
         /* (c − z)·s is exact (4 bits by 24), so the one rounding of the fused
          * w − (c − z)·s is the definition's subtraction */
-        const __m256d d0 = _mm256_fnmadd_pd(
-            _mm256_min_pd(_mm256_max_pd(n0, _mm256_loadu_pd(lo)), _mm256_loadu_pd(hi)), s0, wv);
-        const __m256d d1 = _mm256_fnmadd_pd(
-            _mm256_min_pd(_mm256_max_pd(n1, _mm256_loadu_pd(lo + 4)), _mm256_loadu_pd(hi + 4)),
-            s1, wv);
-        const __m256d d2 = _mm256_fnmadd_pd(
-            _mm256_min_pd(_mm256_max_pd(n2, _mm256_loadu_pd(lo + 8)), _mm256_loadu_pd(hi + 8)),
-            s2, wv);
+        const __m256d d0 = _mm256_fnmadd_pd(_mm256_min_pd(_mm256_max_pd(n0, lo0), hi0), s0, wv);
+        const __m256d d1 = _mm256_fnmadd_pd(_mm256_min_pd(_mm256_max_pd(n1, lo1), hi1), s1, wv);
+        const __m256d d2 = _mm256_fnmadd_pd(_mm256_min_pd(_mm256_max_pd(n2, lo2), hi2), s2, wv);
         e0 = _mm256_add_pd(e0, _mm256_mul_pd(d0, d0));
         e1 = _mm256_add_pd(e1, _mm256_mul_pd(d1, d1));
         e2 = _mm256_add_pd(e2, _mm256_mul_pd(d2, d2));

@@ -8,9 +8,9 @@
  * every weight is applied once to a B-row activation? For each M it prints the best and the
  * median of --repeat × --copies calls (after one warm-up; the median is nearer what a model's
  * step sees on a busy host), the weight bytes read per second and the FLOP rate (both at the
- * best), and the cost relative to M = 1. --copies C uploads C copies of W and cycles through them, one
- * per call, so that C · N · K elements exceed the last-level cache and every call reads W
- * from memory as a decode step does (one 86 MiB weight alone stays in a large L3).
+ * best), and the cost relative to M = 1. --copies C uploads C copies of W and cycles through
+ * them, one per call, so that C · N · K elements exceed the last-level cache and every call
+ * reads W from memory as a decode step does (one 86 MiB weight alone stays in a large L3).
  *
  * It also checks, for every M ≤ GEMV_CONTRACT_M, that each output row is bit-identical to
  * the M = 1 result for that row (engine.md §5, batch invariance; the contract of

@@ -316,7 +316,7 @@ static void test_quant_q4_definition(void **state)
     enum { K = 256 };
     static float w[K];
     uint64_t x = 5;
-    for (int kind = 0; kind < 9; kind++)
+    for (int kind = 0; kind < 11; kind++)
         for (int gs = 32; gs <= K; gs *= 2)
             for (int rep = 0; rep < 40; rep++) {
                 for (int i = 0; i < K; i++) {
@@ -331,6 +331,8 @@ static void test_quant_q4_definition(void **state)
                     case 5: w[i] = u > 0 ? (float)(u * 1e-44) : (float)u; break;
                     case 6: w[i] = (float)(u * 2e-44); break; /* scales underflow to 0 */
                     case 7: w[i] = (float)((int)(u * 16)) * 0.0123f; break; /* on a grid */
+                    case 8: w[i] = (float)fabs(u); break; /* lo = 0: the zero point's sign */
+                    case 9: w[i] = (float)-fabs(u * 0.1); break; /* hi = 0 */
                     default: w[i] = i == 3 ? 40.0f : (float)u; break; /* an outlier */
                     }
                 }
