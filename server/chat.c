@@ -15,6 +15,12 @@
  * keep-alive) cancels its job, whose pages return at once; the housekeeping thread waits for
  * such a job and frees the chat, so no libmicrohttpd thread ever blocks on the engine.
  *
+ * A request for n choices (OpenAI's "n") submits n jobs, choice i with seed + i: each is a
+ * sequence of its own in the engine (the vision-feature cache, where on, can spare the later
+ * choices the images' encoding). The chat is accepted when every choice is, done when every
+ * one is; a choice that ends before it is accepted (refused) cancels the others, and any
+ * failure answers for the whole request.
+ *
  * Locks: a chat's own lock guards its flags and buffers (taken by the handler, the content
  * reader and the job callbacks); the server's lock guards the list of chats with jobs and
  * each chat's job pointer (so a cancel never meets a freed job). Order: server, then chat,
@@ -32,11 +38,28 @@
 #include "server.h"
 #include "text.h"
 
+/* One of a chat's n choices: the user of its job's callbacks. */
+struct choice {
+    struct chat *c;
+    int index;
+    struct mmrt_job *job;          /* under the server's lock; NULL once waited for */
+    /* under the chat's lock */
+    bool accepted, done;
+    int n_tokens;
+    double t_first;
+    struct mmrt_text answer;       /* a non-streamed answer's text */
+    /* logprobs: the entries (mmrt_chat_logprobs_entry) not yet sent, a stream's since its
+     * last text chunk, a plain answer's all; NULL when the request did not ask */
+    json_t *lp;
+    bool lp_failed;                /* an entry could not be made: the answer stops */
+    struct mmrt_result res;        /* once waited for */
+};
+
 struct chat {
     struct server *s;
     struct MHD_Connection *mc;
     pthread_mutex_t lock;
-    double t0, t_first, t_last_out;
+    double t0, t_last_out;
     /* the upload */
     char *body;
     size_t len, cap;
@@ -44,21 +67,20 @@ struct chat {
     /* the request */
     struct mmrt_chat_request req;
     bool parsed, submitted;
-    struct mmrt_job *job;          /* under the server's lock; NULL once waited for */
+    struct choice *ch;             /* n_ch of them, each with a job once submitted */
+    int n_ch;
+    /* MMRT_OK, or why a choice after the first could not be submitted (submit_err: the
+     * answer, once the ones that were have ended) */
+    mmrt_status submit_status;
+    struct mmrt_api_error submit_err;
     char id[48];
     long created;
     char vision_keys[8 * 65 + 8];  /* x-mmrt-vision-key */
     /* under the chat's lock */
     bool suspended, accepted, done, gone, claimed, stream_queued, stream_ended;
-    int n_tokens;
+    int n_accepted, n_done;
     struct mmrt_text out;          /* SSE bytes not yet handed over, from out_off */
     size_t out_off;
-    struct mmrt_text answer;       /* a non-streamed answer's text */
-    /* logprobs: the entries (mmrt_chat_logprobs_entry) not yet sent, a stream's since its
-     * last text chunk, a plain answer's all; NULL when the request did not ask */
-    json_t *lp;
-    bool lp_failed;                /* an entry could not be made: the answer stops */
-    struct mmrt_result res;        /* once waited for */
     int fd;                        /* the client's socket, for noticing that it closed */
     struct chat *next_live, *next_orphan;
 };
@@ -76,8 +98,11 @@ static void chat_free(struct chat *c)
         mmrt_chat_request_free(&c->req);
     free(c->body);
     free(c->out.s);
-    free(c->answer.s);
-    json_decref(c->lp);
+    for (int i = 0; c->ch && i < c->n_ch; i++) {
+        free(c->ch[i].answer.s);
+        json_decref(c->ch[i].lp);
+    }
+    free(c->ch);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -135,50 +160,85 @@ static enum mmrt_outcome outcome_of(mmrt_status st)
     return mmrt_api_status_http(st) < 500 ? MMRT_OUTCOME_INVALID : MMRT_OUTCOME_FAILED;
 }
 
-/* Waits for c's job (done, so at once), records its figures and forgets the job. */
+/* The choice whose failure answers for the request, or NULL: the first that failed for a
+ * reason of its own, else the first cancelled (a refused choice cancels the others, and its
+ * refusal is the answer whatever its index). */
+static const struct choice *failed_choice(const struct chat *c)
+{
+    const struct choice *cancelled = NULL;
+    for (int i = 0; i < c->n_ch; i++) {
+        const mmrt_status st = c->ch[i].res.status;
+        if (st != MMRT_OK && st != MMRT_ERR_CANCELLED)
+            return &c->ch[i];
+        if (st == MMRT_ERR_CANCELLED && !cancelled)
+            cancelled = &c->ch[i];
+    }
+    return cancelled;
+}
+
+/* Waits for c's jobs (done, so at once), records their figures and forgets the jobs. */
 static void wait_job(struct chat *c)
 {
     struct server *s = c->s;
-    pthread_mutex_lock(&s->lock);
-    struct mmrt_job *j = c->job;
-    c->job = NULL;
-    pthread_mutex_unlock(&s->lock);
-    if (!j)
+    bool waited = false;
+    for (int i = 0; i < c->n_ch; i++) {
+        struct choice *ch = &c->ch[i];
+        pthread_mutex_lock(&s->lock);
+        struct mmrt_job *j = ch->job;
+        ch->job = NULL;
+        pthread_mutex_unlock(&s->lock);
+        if (!j)
+            continue;
+        ch->res = (struct mmrt_result){ .struct_size = sizeof ch->res };
+        mmrt_wait(j, &ch->res);
+        mmrt_metrics_request(&s->metrics, &ch->res,
+                             ch->t_first > 0 ? ch->t_first - c->t0 : -1, now_ms() - c->t0);
+        waited = true;
+    }
+    if (!waited)
         return;
-    c->res = (struct mmrt_result){ .struct_size = sizeof c->res };
-    mmrt_wait(j, &c->res);
-    const double t = now_ms();
-    mmrt_metrics_request(&s->metrics, &c->res, c->t_first > 0 ? c->t_first - c->t0 : -1,
-                         t - c->t0);
+    const struct choice *f = failed_choice(c);
     mmrt_metrics_outcome(&s->metrics, c->gone ? MMRT_OUTCOME_CANCELLED
-                                              : outcome_of(c->res.status));
+                                    : c->submit_status ? outcome_of(c->submit_status)
+                                    : outcome_of(f ? f->res.status : MMRT_OK));
+}
+
+/* Cancels every choice's job (one was refused, or a later one could not be submitted). */
+static void cancel_jobs(struct chat *c)
+{
+    pthread_mutex_lock(&c->s->lock);
+    for (int i = 0; i < c->n_ch; i++)
+        if (c->ch[i].job)
+            mmrt_cancel(c->ch[i].job);
+    pthread_mutex_unlock(&c->s->lock);
 }
 
 /* ---- job callbacks (the runtime's worker thread) ---- */
 
 static bool on_token(void *user, int32_t id, const char *text)
 {
-    struct chat *c = user;
+    struct choice *ch = user;
+    struct chat *c = ch->c;
     pthread_mutex_lock(&c->lock);
     if (c->gone) {
         pthread_mutex_unlock(&c->lock);
         return false; /* nobody reads it: stop generating */
     }
     if (id >= 0) {
-        c->n_tokens++;
-        if (c->t_first == 0)
-            c->t_first = now_ms();
+        ch->n_tokens++;
+        if (ch->t_first == 0)
+            ch->t_first = now_ms();
     }
-    bool ok = !c->lp_failed;
+    bool ok = !ch->lp_failed;
     if (text[0] && c->req.stream) {
-        ok &= add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
-                                                text, NULL, NULL, c->req.include_usage,
-                                                c->lp));
-        if (c->lp)
-            json_array_clear(c->lp); /* sent with this chunk */
+        ok &= add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
+                                                ch->index, NULL, text, NULL, NULL,
+                                                c->req.include_usage, ch->lp));
+        if (ch->lp)
+            json_array_clear(ch->lp); /* sent with this chunk */
     } else if (text[0]) {
-        mmrt_text_add(&c->answer, text);
-        ok &= !c->answer.failed;
+        mmrt_text_add(&ch->answer, text);
+        ok &= !ch->answer.failed;
     }
     resume_locked(c);
     pthread_mutex_unlock(&c->lock);
@@ -189,21 +249,23 @@ static bool on_token(void *user, int32_t id, const char *text)
  * answer) that carries them. */
 static void on_logprobs(void *user, const struct mmrt_token_logprobs *lp)
 {
-    struct chat *c = user;
-    pthread_mutex_lock(&c->lock);
-    if (c->lp && !c->lp_failed)
-        c->lp_failed = json_array_append_new(c->lp, mmrt_chat_logprobs_entry(lp)) != 0;
-    pthread_mutex_unlock(&c->lock);
+    struct choice *ch = user;
+    pthread_mutex_lock(&ch->c->lock);
+    if (ch->lp && !ch->lp_failed)
+        ch->lp_failed = json_array_append_new(ch->lp, mmrt_chat_logprobs_entry(lp)) != 0;
+    pthread_mutex_unlock(&ch->c->lock);
 }
 
 static void on_accepted(void *user, int n_prompt_tokens)
 {
-    struct chat *c = user;
+    struct choice *ch = user;
+    struct chat *c = ch->c;
     (void)n_prompt_tokens;
     pthread_mutex_lock(&c->lock);
-    c->accepted = true;
+    ch->accepted = true;
+    c->accepted = ++c->n_accepted == c->n_ch;
     if (c->req.stream)
-        add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
+        add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, ch->index,
                                           "assistant", "", NULL, NULL, c->req.include_usage,
                                           NULL));
     resume_locked(c);
@@ -212,17 +274,26 @@ static void on_accepted(void *user, int n_prompt_tokens)
 
 static void on_done(void *user)
 {
-    struct chat *c = user;
+    struct choice *ch = user;
+    struct chat *c = ch->c;
     struct server *s = c->s;
     pthread_mutex_lock(&c->lock);
-    c->done = true;
-    const bool orphan = c->gone && !c->claimed;
+    ch->done = true;
+    c->done = ++c->n_done == c->n_ch;
+    /* Refused before it was accepted (an image that does not decode, a prompt over the
+     * context): the others would be refused too, or answer for nothing. */
+    const bool refused = !ch->accepted && !c->done;
+    const bool orphan = c->done && c->gone && !c->claimed;
     if (orphan)
         c->claimed = true;
-    else
+    else if (c->done)
         resume_locked(c);
     pthread_mutex_unlock(&c->lock);
-    if (orphan) { /* the housekeeping thread waits for the job and frees the chat */
+    /* c stays: this job is not done until on_done returns, so nobody waits it out and frees
+     * the chat meanwhile */
+    if (refused)
+        cancel_jobs(c);
+    if (orphan) { /* the housekeeping thread waits for the jobs and frees the chat */
         pthread_mutex_lock(&s->lock);
         c->next_orphan = s->orphans;
         s->orphans = c;
@@ -264,22 +335,28 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         pthread_mutex_unlock(&c->lock);
         wait_job(c);
         pthread_mutex_lock(&c->lock);
-        const struct mmrt_result *r = &c->res;
-        if (r->status == MMRT_OK) {
-            const struct mmrt_chat_usage u = { r->n_prompt_tokens, r->n_tokens };
-            /* The tokens whose text never went out in a chunk (an end token, the pieces of
-             * a stop string) have their entries here. */
-            add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, NULL,
-                                              NULL, mmrt_finish_reason_name(r->finish_reason),
-                                              NULL, c->req.include_usage, c->lp));
+        const struct choice *f = failed_choice(c);
+        if (!f && !c->submit_status) {
+            struct mmrt_chat_usage u = { c->ch[0].res.n_prompt_tokens, 0 };
+            /* Each choice's last chunk. The tokens whose text never went out in a chunk (an
+             * end token, the pieces of a stop string) have their entries here. */
+            for (int i = 0; i < c->n_ch; i++) {
+                const struct choice *ch = &c->ch[i];
+                u.completion_tokens += ch->res.n_tokens;
+                add_event(c, mmrt_chat_chunk_json(
+                                 c->id, c->created, c->s->conf.model_name, ch->index, NULL,
+                                 NULL, mmrt_finish_reason_name(ch->res.finish_reason), NULL,
+                                 c->req.include_usage, ch->lp));
+            }
             if (c->req.include_usage)
-                add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
+                add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, 0,
                                                   NULL, NULL, NULL, &u, true, NULL));
         } else {
             /* Failed after the 200 went out (a device error, the drain's cancel): the error
              * object as an event, as OpenAI-compatible servers send it. */
-            struct mmrt_api_error e;
-            mmrt_api_error_from_status(r->status, r->message, &e);
+            struct mmrt_api_error e = c->submit_err;
+            if (f)
+                mmrt_api_error_from_status(f->res.status, f->res.message, &e);
             add_event(c, mmrt_api_error_json(&e));
         }
         mmrt_text_add(&c->out, "data: [DONE]\n\n");
@@ -313,18 +390,27 @@ static enum MHD_Result answer_error(struct chat *c, const struct mmrt_api_error 
 
 static enum MHD_Result answer_result(struct chat *c)
 {
-    const struct mmrt_result *r = &c->res;
-    if (r->status != MMRT_OK) {
-        struct mmrt_api_error e;
-        mmrt_api_error_from_status(r->status, r->message, &e);
+    const struct choice *f = failed_choice(c);
+    if (f || c->submit_status) {
+        struct mmrt_api_error e = c->submit_err;
+        if (f)
+            mmrt_api_error_from_status(f->res.status, f->res.message, &e);
         return answer_error(c, &e);
     }
-    const struct mmrt_chat_usage u = { r->n_prompt_tokens, r->n_tokens };
+    struct mmrt_chat_choice choices[MMRT_CHAT_MAX_CHOICES];
+    struct mmrt_chat_usage u = { c->ch[0].res.n_prompt_tokens, 0 };
+    for (int i = 0; i < c->n_ch; i++) {
+        const struct choice *ch = &c->ch[i];
+        choices[i] = (struct mmrt_chat_choice){
+            .content = ch->answer.s ? ch->answer.s : "",
+            .finish_reason = mmrt_finish_reason_name(ch->res.finish_reason),
+            .logprobs = ch->lp,
+        };
+        u.completion_tokens += ch->res.n_tokens;
+    }
     c->answered = true;
-    char *body = mmrt_chat_completion_json(c->id, c->created, c->s->conf.model_name,
-                                           c->answer.s ? c->answer.s : "",
-                                           mmrt_finish_reason_name(r->finish_reason), &u,
-                                           c->lp);
+    char *body = mmrt_chat_completion_json(c->id, c->created, c->s->conf.model_name, choices,
+                                           c->n_ch, &u);
     /* NULL body: mmrt_http_json_header answers 503 out of memory. */
     return mmrt_http_json_header(c->s, c->mc, MHD_HTTP_OK, body, "X-Mmrt-Vision-Key",
                                  c->vision_keys);
@@ -335,7 +421,7 @@ static void collect_vision_keys(struct chat *c)
     size_t o = 0;
     for (int i = 0; i < c->req.req.n_images && o + 66 < sizeof c->vision_keys; i++) {
         char k[65];
-        if (mmrt_job_image_key(c->job, i, k, sizeof k) != MMRT_OK || !k[0])
+        if (mmrt_job_image_key(c->ch[0].job, i, k, sizeof k) != MMRT_OK || !k[0])
             break;
         o += (size_t)snprintf(c->vision_keys + o, sizeof c->vision_keys - o, "%s%s",
                               i ? "," : "", k);
@@ -385,27 +471,53 @@ static enum MHD_Result submit(struct chat *c)
     if (!c->req.seed_given)
         c->req.req.seed = (uint64_t)atomic_fetch_add(&s->next_id, 1) * 0x9E3779B97F4A7C15ull ^
                           (uint64_t)time(NULL);
-    if (c->req.req.logprobs && !(c->lp = json_array())) {
+    c->n_ch = c->req.n;
+    c->ch = calloc((size_t)c->n_ch, sizeof *c->ch);
+    bool ok = c->ch != NULL;
+    for (int i = 0; ok && i < c->n_ch; i++) {
+        c->ch[i].c = c;
+        c->ch[i].index = i;
+        ok = !c->req.req.logprobs || (c->ch[i].lp = json_array()) != NULL;
+    }
+    if (!ok) { /* chat_free takes what was made */
         mmrt_api_error_from_status(MMRT_ERR_NO_MEMORY, NULL, &e);
         mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_FAILED);
         return answer_error(c, &e);
     }
-    const struct mmrt_job_callbacks cb = { .struct_size = sizeof cb, .on_token = on_token,
-                                           .on_accepted = on_accepted, .on_done = on_done,
-                                           .user = c, .on_logprobs = on_logprobs };
     char err[512];
-    struct mmrt_job *job = NULL;
+    struct mmrt_job *jobs[MMRT_CHAT_MAX_CHOICES] = { NULL };
+    const uint64_t seed = c->req.req.seed;
+    int n_sub = 0;
+    mmrt_status st = MMRT_OK;
     pthread_mutex_lock(&c->lock);
-    mmrt_status st = mmrt_submit_with(rt, &c->req.req, &cb, &job, err, sizeof err);
-    if (st != MMRT_OK) {
+    for (; n_sub < c->n_ch; n_sub++) {
+        const struct mmrt_job_callbacks cb = {
+            .struct_size = sizeof cb, .on_token = on_token, .on_accepted = on_accepted,
+            .on_done = on_done, .user = &c->ch[n_sub], .on_logprobs = on_logprobs };
+        c->req.req.seed = seed + (uint64_t)n_sub; /* the request is copied at submit */
+        if ((st = mmrt_submit_with(rt, &c->req.req, &cb, &jobs[n_sub], err, sizeof err)) !=
+            MMRT_OK)
+            break;
+    }
+    if (n_sub == 0) {
         pthread_mutex_unlock(&c->lock);
         mmrt_metrics_outcome(&s->metrics, outcome_of(st));
         mmrt_api_error_from_status(st, err, &e);
         return answer_error(c, &e);
     }
+    if (n_sub < c->n_ch) {
+        /* The ones submitted are cancelled and waited for as usual; the answer is this. */
+        c->n_ch = n_sub;
+        c->submit_status = st;
+        mmrt_api_error_from_status(st, err, &c->submit_err);
+    }
     /* The callbacks wait for this lock, so none can resume before the suspend. */
     pthread_mutex_lock(&s->lock);
-    c->job = job;
+    for (int i = 0; i < n_sub; i++) {
+        c->ch[i].job = jobs[i];
+        if (c->submit_status)
+            mmrt_cancel(jobs[i]);
+    }
     c->submitted = true;
     c->next_live = s->live;
     s->live = c;
@@ -502,21 +614,24 @@ void mmrt_chat_completed(struct server *s, void *con_cls, enum MHD_RequestTermin
 {
     struct chat *c = con_cls;
     (void)why;
+    /* The server's lock first (the order), held until the jobs are cancelled: a chat whose
+     * last job ends meanwhile becomes an orphan, which the housekeeping thread cannot take
+     * (and free) before this lets go. */
+    pthread_mutex_lock(&s->lock);
     pthread_mutex_lock(&c->lock);
     c->gone = true;
     const bool running = c->submitted && !c->done;
     const bool wait_here = c->submitted && c->done && !c->claimed;
     if (wait_here)
         c->claimed = true;
-    /* A running job is the orphan on_done will hand to the housekeeping thread. */
+    /* Running jobs: the last to end makes the chat the orphan on_done hands to the
+     * housekeeping thread. */
     const bool free_now = !running;
+    for (int i = 0; running && i < c->n_ch; i++)
+        if (c->ch[i].job)
+            mmrt_cancel(c->ch[i].job);
     pthread_mutex_unlock(&c->lock);
-    if (running) {
-        pthread_mutex_lock(&s->lock);
-        if (c->job)
-            mmrt_cancel(c->job);
-        pthread_mutex_unlock(&s->lock);
-    }
+    pthread_mutex_unlock(&s->lock);
     if (wait_here)
         wait_job(c);
     if (free_now)
@@ -556,8 +671,10 @@ void mmrt_chat_tick(struct server *s)
     pthread_mutex_lock(&s->lock);
     for (struct chat *c = s->live; c; c = c->next_live) {
         pthread_mutex_lock(&c->lock);
-        if (c->job && !c->done && !c->gone && c->suspended && peer_closed(c))
-            mmrt_cancel(c->job); /* ends at the next step; on_done resumes, the write fails */
+        if (c->submitted && !c->done && !c->gone && c->suspended && peer_closed(c))
+            for (int i = 0; i < c->n_ch; i++) /* ends at the next step; the write fails */
+                if (c->ch[i].job)
+                    mmrt_cancel(c->ch[i].job);
         /* A stream that has said nothing for keepalive_s (waiting for a batch slot, or a
          * long prefill): a comment line, which also finds out whether the client is still
          * there. */
@@ -576,7 +693,8 @@ void mmrt_chat_cancel_all(struct server *s)
 {
     pthread_mutex_lock(&s->lock);
     for (struct chat *c = s->live; c; c = c->next_live)
-        if (c->job)
-            mmrt_cancel(c->job);
+        for (int i = 0; i < c->n_ch; i++)
+            if (c->ch[i].job)
+                mmrt_cancel(c->ch[i].job);
     pthread_mutex_unlock(&s->lock);
 }

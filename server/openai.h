@@ -132,6 +132,9 @@ struct mmrt_chat_limits {
 };
 
 /* A parsed request. Everything req points to is owned by this struct. */
+/* The most choices (OpenAI's "n") one request may ask for. */
+#define MMRT_CHAT_MAX_CHOICES 16
+
 struct mmrt_chat_request {
     /* Ready for mmrt_submit: struct_size, messages (roles "system", "user", "assistant"),
      * images (data + size for data: URIs, a resolved path for local files, in the order of
@@ -141,6 +144,8 @@ struct mmrt_chat_request {
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
     bool seed_given;         /* false: req.seed is 0 because the request had no seed */
+    int n;                   /* choices, 1 … MMRT_CHAT_MAX_CHOICES: choice i is req with
+                              * seed req.seed + i */
     /* private: owned storage behind req */
     struct mmrt_message *messages_;
     struct mmrt_image_input *images_;
@@ -203,27 +208,34 @@ const char *mmrt_finish_reason_name(enum mmrt_finish_reason reason);
  * −inf is −9999.0. A new reference, or NULL when out of memory. */
 json_t *mmrt_chat_logprobs_entry(const struct mmrt_token_logprobs *lp);
 
-/* {"id", "object": "chat.completion", "created", "model", "choices": [{"index": 0,
- * "message": {"role": "assistant", "content", "refusal": null}, "logprobs",
- * "finish_reason"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}.
- * finish_reason NULL is JSON null; usage NULL leaves "usage" out; logprobs (an array of
- * mmrt_chat_logprobs_entry, borrowed) NULL is null, else {"content": logprobs,
- * "refusal": null}. */
-char *mmrt_chat_completion_json(const char *id, long created, const char *model,
-                                const char *content, const char *finish_reason,
-                                const struct mmrt_chat_usage *usage, const json_t *logprobs);
+/* One choice of a chat.completion: its text, finish reason (NULL is JSON null) and
+ * logprobs (an array of mmrt_chat_logprobs_entry, borrowed; NULL is null). */
+struct mmrt_chat_choice {
+    const char *content;
+    const char *finish_reason;
+    const json_t *logprobs;
+};
 
-/* One "chat.completion.chunk" of a stream, as OpenAI sends them:
+/* {"id", "object": "chat.completion", "created", "model", "choices": [{"index": i,
+ * "message": {"role": "assistant", "content", "refusal": null}, "logprobs",
+ * "finish_reason"} for each of the n choices], "usage": {"prompt_tokens",
+ * "completion_tokens", "total_tokens"}}. usage NULL leaves "usage" out; a choice's logprobs
+ * become {"content": logprobs, "refusal": null}. */
+char *mmrt_chat_completion_json(const char *id, long created, const char *model,
+                                const struct mmrt_chat_choice *choices, int n,
+                                const struct mmrt_chat_usage *usage);
+
+/* One "chat.completion.chunk" of a stream, as OpenAI sends them, for choice `index`:
  *   first    role "assistant", content ""   → delta {"role": "assistant", "content": ""}
  *   text     content "…"                    → delta {"content": "…"}
  *   last     finish_reason "stop"|"length"  → delta {}, "finish_reason": "stop"
  *   usage    usage non-NULL                 → "choices": [], "usage": {…} (after the last,
  *                                              when stream_options.include_usage)
- * Every choice has "index": 0, "logprobs" (as for a completion: null when logprobs is NULL)
- * and "finish_reason" (null but on the last). include_usage adds "usage": null to the
- * chunks before the usage chunk, as OpenAI does. */
-char *mmrt_chat_chunk_json(const char *id, long created, const char *model, const char *role,
-                           const char *content, const char *finish_reason,
+ * The choice has "index", "logprobs" (as for a completion: null when logprobs is NULL) and
+ * "finish_reason" (null but on the last). include_usage adds "usage": null to the chunks
+ * before the usage chunk, as OpenAI does. */
+char *mmrt_chat_chunk_json(const char *id, long created, const char *model, int index,
+                           const char *role, const char *content, const char *finish_reason,
                            const struct mmrt_chat_usage *usage, bool include_usage,
                            const json_t *logprobs);
 

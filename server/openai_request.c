@@ -271,10 +271,12 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
     if (strcmp(k, "n") == 0) {
         if (!json_is_integer(v))
             return type_error(p, k, "an integer", v);
-        if (json_integer_value(v) != 1)
-            return fail(p, 400, MMRT_ERR_UNSUPPORTED, NULL, k,
-                        "mmrt does not support n other than 1 (got %lld): it returns one "
-                        "choice per request.", (long long)json_integer_value(v));
+        const json_int_t n = json_integer_value(v);
+        if (n < 1 || n > MMRT_CHAT_MAX_CHOICES)
+            return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, k,
+                        "n must be 1 to %d (got %lld): each choice is a sequence of its own "
+                        "in the engine.", MMRT_CHAT_MAX_CHOICES, (long long)n);
+        r->n = (int)n;
         return MMRT_OK;
     }
     if (strcmp(k, "presence_penalty") == 0 || strcmp(k, "frequency_penalty") == 0) {
@@ -1036,7 +1038,7 @@ mmrt_status mmrt_chat_request_parse(const char *body, size_t len,
                     "expects a JSON object.", detail);
     }
     mmrt_status st;
-    struct mmrt_chat_request r = { 0 };
+    struct mmrt_chat_request r = { .n = 1 };
     if (!json_is_object(root))
         st = fail(&p, 400, MMRT_ERR_INVALID_ARG, NULL, NULL,
                   "The request body is %s; the OpenAI API expects a JSON object.",

@@ -189,22 +189,29 @@ static bool put_logprobs(json_t *choice, const json_t *entries)
 }
 
 char *mmrt_chat_completion_json(const char *id, long created, const char *model,
-                                const char *content, const char *finish_reason,
-                                const struct mmrt_chat_usage *usage, const json_t *logprobs)
+                                const struct mmrt_chat_choice *choices, int n,
+                                const struct mmrt_chat_usage *usage)
 {
     json_t *o = head(id, created, model, "chat.completion");
-    json_t *msg = json_object(), *choice = json_object(), *choices = json_array();
-    bool ok = o && msg && choice && choices;
-    ok = ok && put(msg, "role", json_string("assistant")) &&
-         put(msg, "content", jstr(content ? content : "")) && put(msg, "refusal", json_null());
-    ok = ok && put(choice, "index", json_integer(0)) && put(choice, "message", json_incref(msg)) &&
-         put_logprobs(choice, logprobs) && put(choice, "finish_reason", jstr(finish_reason));
-    ok = ok && json_array_append(choices, choice) == 0 &&
-         put(o, "choices", json_incref(choices));
+    json_t *arr = json_array();
+    bool ok = o && arr;
+    for (int i = 0; ok && i < n; i++) {
+        json_t *msg = json_object(), *choice = json_object();
+        ok = msg && choice;
+        ok = ok && put(msg, "role", json_string("assistant")) &&
+             put(msg, "content", jstr(choices[i].content ? choices[i].content : "")) &&
+             put(msg, "refusal", json_null());
+        ok = ok && put(choice, "index", json_integer(i)) &&
+             put(choice, "message", json_incref(msg)) &&
+             put_logprobs(choice, choices[i].logprobs) &&
+             put(choice, "finish_reason", jstr(choices[i].finish_reason));
+        ok = ok && json_array_append(arr, choice) == 0;
+        json_decref(msg);
+        json_decref(choice);
+    }
+    ok = ok && put(o, "choices", json_incref(arr));
     ok = ok && (!usage || put(o, "usage", usage_json(usage)));
-    json_decref(msg);
-    json_decref(choice);
-    json_decref(choices);
+    json_decref(arr);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -212,8 +219,8 @@ char *mmrt_chat_completion_json(const char *id, long created, const char *model,
     return dump(o);
 }
 
-char *mmrt_chat_chunk_json(const char *id, long created, const char *model, const char *role,
-                           const char *content, const char *finish_reason,
+char *mmrt_chat_chunk_json(const char *id, long created, const char *model, int index,
+                           const char *role, const char *content, const char *finish_reason,
                            const struct mmrt_chat_usage *usage, bool include_usage,
                            const json_t *logprobs)
 {
@@ -225,7 +232,7 @@ char *mmrt_chat_chunk_json(const char *id, long created, const char *model, cons
         ok = choice && delta;
         ok = ok && (!role || put(delta, "role", jstr(role))) &&
              (!content || put(delta, "content", jstr(content)));
-        ok = ok && put(choice, "index", json_integer(0)) &&
+        ok = ok && put(choice, "index", json_integer(index)) &&
              put(choice, "delta", json_incref(delta)) && put_logprobs(choice, logprobs) &&
              put(choice, "finish_reason", jstr(finish_reason)) &&
              json_array_append(choices, choice) == 0;

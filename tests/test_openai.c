@@ -126,6 +126,7 @@ static void test_minimal(void **state)
     assert_int_equal(r.req.n_stop, 0);
     assert_false(r.stream || r.include_usage || r.seed_given);
     assert_true(r.req.seed == 0);
+    assert_int_equal(r.n, 1);
     mmrt_chat_request_free(&r);
     mmrt_chat_request_free(&r); /* zeroed: a second free is a no-op */
     mmrt_chat_request_free(NULL);
@@ -155,6 +156,14 @@ static void test_every_field(void **state)
     assert_true(r.stream && r.include_usage);
     assert_int_equal(r.req.logprobs, 0);
     assert_int_equal(r.req.n_logit_bias, 0);
+    assert_int_equal(r.n, 1);
+    mmrt_chat_request_free(&r);
+    /* n: each choice a sequence of its own, up to MMRT_CHAT_MAX_CHOICES */
+    r = parse_ok(WITH("'n':3"));
+    assert_int_equal(r.n, 3);
+    mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'n':16"));
+    assert_int_equal(r.n, MMRT_CHAT_MAX_CHOICES);
     mmrt_chat_request_free(&r);
 
     /* Log-probabilities and biases, as OpenAI's clients send them. */
@@ -443,9 +452,11 @@ static void test_unsupported_and_unknown(void **state)
     static const struct {
         const char *extra, *param, *word;
     } cases[] = {
-        { "'n':2", "n", "n other than 1" },
-        { "'n':0", "n", "n other than 1" },
+        { "'n':17", "n", "n must be 1 to 16 (got 17)" },
+        { "'n':0", "n", "n must be 1 to 16 (got 0)" },
+        { "'n':-1", "n", "n must be 1 to 16" },
         { "'n':'1'", "n", "expected an integer" },
+        { "'n':2.0", "n", "expected an integer" },
         { "'frequency_penalty':'0'", "frequency_penalty", "expected a number" },
         { "'logit_bias':[]", "logit_bias", "expected an object" },
         { "'logit_bias':{'abc':1}", "logit_bias.abc", "is not a token id" },
@@ -1097,11 +1108,20 @@ static long long iget(const json_t *o, const char *a, const char *b)
     return json_integer_value(v);
 }
 
+/* A chat.completion of one choice. */
+static char *completion1(const char *id, long created, const char *model, const char *content,
+                         const char *finish_reason, const struct mmrt_chat_usage *usage,
+                         const json_t *logprobs)
+{
+    const struct mmrt_chat_choice c = { content, finish_reason, logprobs };
+    return mmrt_chat_completion_json(id, created, model, &c, 1, usage);
+}
+
 static void test_completion_json(void **state)
 {
     (void)state;
     const struct mmrt_chat_usage u = { 12, 5 };
-    json_t *o = load(mmrt_chat_completion_json("chatcmpl-1", 1700000000, MODEL,
+    json_t *o = load(completion1("chatcmpl-1", 1700000000, MODEL,
                                                "say \"hi\"\n\t\x01</script>",
                                                mmrt_finish_reason_name(MMRT_FINISH_EOS), &u,
                                                NULL));
@@ -1123,7 +1143,7 @@ static void test_completion_json(void **state)
     assert_int_equal(iget(o, "usage", "total_tokens"), 17);
     json_decref(o);
     /* invalid UTF-8 from a model becomes U+FFFD, valid text is kept byte for byte */
-    o = load(mmrt_chat_completion_json("x", 0, MODEL, "ok \xe2\x82 \xc3\xa9 \xff\xfe \xed\xa0\x80 "
+    o = load(completion1("x", 0, MODEL, "ok \xe2\x82 \xc3\xa9 \xff\xfe \xed\xa0\x80 "
                                        "\xf0\x9f\x98\x80 \xf4\x90\x80\x80 \xc0\xaf",
                                        "length", NULL, NULL));
     assert_string_equal(sget(o, "choices.0.message.content"),
@@ -1133,10 +1153,33 @@ static void test_completion_json(void **state)
     assert_string_equal(sget(o, "choices.0.finish_reason"), "length");
     assert_null(json_object_get(o, "usage"));
     json_decref(o);
-    o = load(mmrt_chat_completion_json("x", 0, "bad\xffname", "", NULL, NULL, NULL));
+    o = load(completion1("x", 0, "bad\xffname", "", NULL, NULL, NULL));
     assert_string_equal(sget(o, "model"), "bad\xef\xbf\xbdname");
     assert_string_equal(sget(o, "choices.0.finish_reason"), "(null)");
     json_decref(o);
+    /* n choices: each its index, text, finish reason and logprobs, in order */
+    json_t *lp = json_array();
+    assert_non_null(lp);
+    const struct mmrt_chat_choice three[3] = {
+        { "a", "stop", NULL }, { NULL, "length", lp }, { "c\xff", NULL, NULL } };
+    const struct mmrt_chat_usage u3 = { 7, 9 };
+    o = load(mmrt_chat_completion_json("x", 0, MODEL, three, 3, &u3));
+    const json_t *ch = json_object_get(o, "choices");
+    assert_int_equal(json_array_size(ch), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(iget(json_array_get(ch, (size_t)i), "index", NULL), i);
+    assert_string_equal(sget(o, "choices.0.message.content"), "a");
+    assert_string_equal(sget(o, "choices.1.message.content"), "");
+    assert_string_equal(sget(o, "choices.2.message.content"), "c\xef\xbf\xbd");
+    assert_string_equal(sget(o, "choices.0.finish_reason"), "stop");
+    assert_string_equal(sget(o, "choices.1.finish_reason"), "length");
+    assert_string_equal(sget(o, "choices.2.finish_reason"), "(null)");
+    assert_string_equal(sget(o, "choices.0.logprobs"), "(null)");
+    assert_true(json_is_array(json_object_get(
+        json_object_get(json_array_get(ch, 1), "logprobs"), "content")));
+    assert_int_equal(iget(o, "usage", "total_tokens"), 16);
+    json_decref(o);
+    json_decref(lp);
 }
 
 /* "logprobs" of a completion and a chunk: OpenAI's shape, the token's text made valid
@@ -1153,7 +1196,7 @@ static void test_logprobs_json(void **state)
     const struct mmrt_token_logprobs none = { sizeof none, { 5, -0.25f, " the" }, 0, NULL };
     assert_int_equal(json_array_append_new(entries, mmrt_chat_logprobs_entry(&none)), 0);
     const struct mmrt_chat_usage u = { 3, 2 };
-    json_t *o = load(mmrt_chat_completion_json("x", 0, MODEL, "ab", "stop", &u, entries));
+    json_t *o = load(completion1("x", 0, MODEL, "ab", "stop", &u, entries));
     const json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
                                       "logprobs");
     assert_int_equal(json_object_size(l), 2);
@@ -1182,13 +1225,13 @@ static void test_logprobs_json(void **state)
     assert_int_equal(json_array_size(json_object_get(e1, "top_logprobs")), 0);
     json_decref(o);
     /* A chunk carries the same object; an empty list is an empty content. */
-    o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, "ab", NULL, NULL, false, entries));
+    o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, NULL, "ab", NULL, NULL, false, entries));
     assert_int_equal(json_array_size(json_object_get(json_object_get(
                          json_array_get(json_object_get(o, "choices"), 0), "logprobs"),
                          "content")), 2);
     json_decref(o);
     json_array_clear(entries);
-    o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, "stop", NULL, false, entries));
+    o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, NULL, NULL, "stop", NULL, false, entries));
     l = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
     assert_true(json_is_array(json_object_get(l, "content")));
     assert_int_equal(json_array_size(json_object_get(l, "content")), 0);
@@ -1200,7 +1243,7 @@ static void test_chunk_json(void **state)
 {
     (void)state;
     for (int inc = 0; inc < 2; inc++) {
-        json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, "assistant", "", NULL, NULL, inc,
+        json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, "assistant", "", NULL, NULL, inc,
                                               NULL));
         assert_string_equal(sget(o, "object"), "chat.completion.chunk");
         assert_string_equal(sget(o, "id"), "c");
@@ -1218,19 +1261,25 @@ static void test_chunk_json(void **state)
         if (inc)
             assert_true(json_is_null(json_object_get(o, "usage")));
         json_decref(o);
-        o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, "tok\u00e9n\"", NULL, NULL, inc, NULL));
+        o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, NULL, "tok\u00e9n\"", NULL, NULL, inc,
+                                      NULL));
         delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
         assert_int_equal(json_object_size(delta), 1);
         assert_string_equal(sget(o, "choices.0.delta.content"), "tok\u00e9n\"");
         json_decref(o);
-        o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, "length", NULL, inc, NULL));
+        o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, NULL, NULL, "length", NULL, inc, NULL));
         delta = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
         assert_true(json_is_object(delta) && json_object_size(delta) == 0);
         assert_string_equal(sget(o, "choices.0.finish_reason"), "length");
         json_decref(o);
     }
+    /* a later choice's chunk says which */
+    json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, 2, NULL, "x", NULL, NULL, false, NULL));
+    assert_int_equal(json_array_size(json_object_get(o, "choices")), 1);
+    assert_int_equal(iget(json_array_get(json_object_get(o, "choices"), 0), "index", NULL), 2);
+    json_decref(o);
     const struct mmrt_chat_usage u = { 3, 4 };
-    json_t *o = load(mmrt_chat_chunk_json("c", 5, MODEL, NULL, NULL, NULL, &u, true, NULL));
+    o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, NULL, NULL, NULL, &u, true, NULL));
     assert_true(json_is_array(json_object_get(o, "choices")));
     assert_int_equal(json_array_size(json_object_get(o, "choices")), 0);
     assert_int_equal(iget(o, "usage", "total_tokens"), 7);
@@ -1405,13 +1454,13 @@ static void test_alloc_failure_sweep(void **state)
         if (entries)
             json_array_append_new(entries, mmrt_chat_logprobs_entry(&lp));
         char *s[7] = {
-            mmrt_chat_completion_json("id", 1, MODEL, "text \xff", "stop", &u, NULL),
-            mmrt_chat_chunk_json("id", 1, MODEL, "assistant", "", NULL, NULL, true, NULL),
-            mmrt_chat_chunk_json("id", 1, MODEL, NULL, NULL, NULL, &u, true, NULL),
+            completion1("id", 1, MODEL, "text \xff", "stop", &u, NULL),
+            mmrt_chat_chunk_json("id", 1, MODEL, 0, "assistant", "", NULL, NULL, true, NULL),
+            mmrt_chat_chunk_json("id", 1, MODEL, 0, NULL, NULL, NULL, &u, true, NULL),
             mmrt_models_json(MODEL, 1),
             mmrt_api_error_json_make(400, NULL, "c", "p", "m"),
-            entries ? mmrt_chat_completion_json("id", 1, MODEL, "t", "stop", &u, entries) : NULL,
-            entries ? mmrt_chat_chunk_json("id", 1, MODEL, NULL, "t", NULL, NULL, false, entries)
+            entries ? completion1("id", 1, MODEL, "t", "stop", &u, entries) : NULL,
+            entries ? mmrt_chat_chunk_json("id", 1, MODEL, 0, NULL, "t", NULL, NULL, false, entries)
                     : NULL,
         };
         json_decref(entries);

@@ -80,11 +80,12 @@ static void check_accepted(const struct mmrt_chat_request *r)
     CHECK(q->response_format == MMRT_RESPONSE_TEXT ||
           q->response_format == MMRT_RESPONSE_JSON_OBJECT);
     const char *text = q->messages[q->n_messages - 1].text;
+    CHECK(r->n >= 1 && r->n <= MMRT_CHAT_MAX_CHOICES);
     const struct mmrt_chat_usage u = { q->n_messages, q->n_images };
-    check_json(mmrt_chat_completion_json("chatcmpl-f", 1, r->model, text ? text : "", "stop",
-                                         &u, NULL));
-    check_json(mmrt_chat_chunk_json("chatcmpl-f", 1, r->model, NULL, text ? text : "", NULL,
-                                    NULL, r->include_usage, NULL));
+    const struct mmrt_chat_choice choice = { text ? text : "", "stop", NULL };
+    check_json(mmrt_chat_completion_json("chatcmpl-f", 1, r->model, &choice, 1, &u));
+    check_json(mmrt_chat_chunk_json("chatcmpl-f", 1, r->model, r->n - 1, NULL,
+                                    text ? text : "", NULL, NULL, r->include_usage, NULL));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -275,7 +275,7 @@ def test_errors(s, images):
     c = s.client()
     msgs = [user_turn("What is this?", images[0])]
     bad = openai.BadRequestError
-    expect_error(bad, lambda: ask(c, msgs, n=2), 400, "n")
+    expect_error(bad, lambda: ask(c, msgs, n=17), 400, "n must be 1 to 16")
     expect_error(bad, lambda: ask(c, msgs, tools=[{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object"}}}]), 400, "tools")
     expect_error(bad, lambda: ask(c, msgs, top_logprobs=2), 400, "logprobs")
@@ -309,6 +309,81 @@ def test_errors(s, images):
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert s.raw("GET", "/v1/chat/completions")[0] == 405
     assert s.raw("GET", "/nope")[0] == 404
+
+
+def test_choices(s, images):
+    """n choices: each a sequence of its own, choice i sampled with seed + i; streamed and
+    not; a refusal of one is the request's refusal."""
+    c = s.client()
+    msgs = [user_turn("What is shown in this image?", images[0])]
+    one = ask(c, msgs)
+    r = ask(c, msgs, n=3)
+    assert [ch.index for ch in r.choices] == [0, 1, 2], r
+    # greedy: every choice is the one answer
+    assert all(ch.message.content == one.choices[0].message.content for ch in r.choices), r
+    assert all(ch.finish_reason == "length" for ch in r.choices), r
+    assert r.usage.prompt_tokens == one.usage.prompt_tokens, (r.usage, one.usage)
+    assert r.usage.completion_tokens == 3 * one.usage.completion_tokens, r.usage
+    # sampled: choice i is the single answer with seed 7 + i
+    kw = dict(temperature=1.0, max_tokens=12, seed=7)
+    r = ask(c, msgs, n=3, **kw)
+    for i, ch in enumerate(r.choices):
+        alone = ask(c, msgs, **{**kw, "seed": 7 + i}).choices[0].message.content
+        assert ch.message.content == alone, (i, ch.message.content, alone)
+    assert len({ch.message.content for ch in r.choices}) > 1, r  # they differ
+    # streamed: the same texts, chunk by chunk under their index, each with its finish
+    texts, finish, roles, usage = {}, {}, {}, None
+    for chunk in c.chat.completions.create(model=MODEL, messages=msgs, stream=True, n=3,
+                                           stream_options={"include_usage": True}, **kw):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            if ch.delta.role:
+                roles[ch.index] = ch.delta.role
+            texts[ch.index] = texts.get(ch.index, "") + (ch.delta.content or "")
+            if ch.finish_reason:
+                finish[ch.index] = ch.finish_reason
+    assert texts == {i: ch.message.content for i, ch in enumerate(r.choices)}, (texts, r)
+    assert roles == {0: "assistant", 1: "assistant", 2: "assistant"}, roles
+    assert finish == {i: ch.finish_reason for i, ch in enumerate(r.choices)}, finish
+    assert usage.completion_tokens == r.usage.completion_tokens, (usage, r.usage)
+    # logprobs per choice
+    r = ask(c, msgs, n=2, max_tokens=5, logprobs=True, **{k: v for k, v in kw.items()
+                                                          if k != "max_tokens"})
+    assert r.usage.completion_tokens == 10, r.usage
+    for ch in r.choices:  # one entry per token of its own answer
+        assert len(ch.logprobs.content) == 5 and ch.finish_reason == "length", ch
+    # a choice refused (an image that does not decode) is the request's 400, not a stream
+    junk = "data:image/png;base64," + base64.b64encode(b"not a png at all").decode()
+    expect_error(openai.BadRequestError, lambda: ask(c, [user_turn("x", junk)], n=4), 400,
+                 "image")
+    expect_error(openai.BadRequestError, lambda: ask_stream(c, [user_turn("x", junk)], n=4),
+                 400, "image")
+    # a stream of three whose client vanishes after its first chunk: every choice cancelled,
+    # every page back
+    body = json.dumps({"model": MODEL, "max_tokens": 300, "temperature": 0.7, "stream": True,
+                       "n": 3, "messages": msgs}).encode()
+    before = s.metrics().get('mmrt_requests_total{outcome="cancelled"}', 0)
+    k = socket.create_connection(("127.0.0.1", s.port))
+    k.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+               f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+    k.settimeout(TIMEOUT)
+    got = b""
+    while b"data:" not in got:
+        chunk = k.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    k.close()
+    deadline = time.time() + TIMEOUT
+    while True:
+        m = s.metrics()
+        if (m.get('mmrt_requests_total{outcome="cancelled"}', 0) >= before + 1 and
+                m["mmrt_kv_pages_used"] == 0 and m["mmrt_requests_running"] == 0):
+            break
+        assert time.time() < deadline, m
+        time.sleep(0.05)
+    return f"{len(r.choices)} choices"
 
 
 def test_auth_and_image_dir(args, images, image_paths):
@@ -627,6 +702,7 @@ def main():
         ("answers", lambda: test_answers(s, images)),
         ("errors", lambda: test_errors(s, images)),
         ("logprobs_json", lambda: test_logprobs_json(s, args, images)),
+        ("choices", lambda: test_choices(s, images)),
         ("load", lambda: test_load(s, images)),
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
