@@ -15,11 +15,13 @@
  * keep-alive) cancels its job, whose pages return at once; the housekeeping thread waits for
  * such a job and frees the chat, so no libmicrohttpd thread ever blocks on the engine.
  *
- * A request for n choices (OpenAI's "n") submits n jobs, choice i with seed + i: each is a
- * sequence of its own in the engine (the vision-feature cache, where on, can spare the later
- * choices the images' encoding). The chat is accepted when every choice is, done when every
- * one is; a choice that ends before it is accepted (refused) cancels the others, and any
- * failure answers for the whole request.
+ * A request for n choices (OpenAI's "n") runs n jobs, choice i with seed + i, each a sequence
+ * of its own in the engine. Choice 0 goes first; the others are submitted when it has its
+ * first token, so that its prompt's K/V is in the engine's prefix store and theirs is shared
+ * from there instead of prefilled n times (and its images are in the vision-feature cache,
+ * where that is on). The chat is accepted when every choice is, done when every one is; a
+ * choice that ends before it is accepted (refused, or never submitted) cancels the others,
+ * and any failure answers for the whole request.
  *
  * Locks: a chat's own lock guards its flags and buffers (taken by the handler, the content
  * reader and the job callbacks); the server's lock guards the list of chats with jobs and
@@ -69,15 +71,13 @@ struct chat {
     bool parsed, submitted;
     struct choice *ch;             /* n_ch of them, each with a job once submitted */
     int n_ch;
-    /* MMRT_OK, or why a choice after the first could not be submitted (submit_err: the
-     * answer, once the ones that were have ended) */
-    mmrt_status submit_status;
-    struct mmrt_api_error submit_err;
+    uint64_t seed;                 /* choice i samples with seed + i */
     char id[48];
     long created;
     char vision_keys[8 * 65 + 8];  /* x-mmrt-vision-key */
     /* under the chat's lock */
     bool suspended, accepted, done, gone, claimed, stream_queued, stream_ended;
+    bool launched;                 /* choices 1 … n − 1 submitted, or given up */
     int n_accepted, n_done;
     struct mmrt_text out;          /* SSE bytes not yet handed over, from out_off */
     size_t out_off;
@@ -199,8 +199,7 @@ static void wait_job(struct chat *c)
         return;
     const struct choice *f = failed_choice(c);
     mmrt_metrics_outcome(&s->metrics, c->gone ? MMRT_OUTCOME_CANCELLED
-                                    : c->submit_status ? outcome_of(c->submit_status)
-                                    : outcome_of(f ? f->res.status : MMRT_OK));
+                                              : outcome_of(f ? f->res.status : MMRT_OK));
 }
 
 /* Cancels every choice's job (one was refused, or a later one could not be submitted). */
@@ -211,6 +210,91 @@ static void cancel_jobs(struct chat *c)
         if (c->ch[i].job)
             mmrt_cancel(c->ch[i].job);
     pthread_mutex_unlock(&c->s->lock);
+}
+
+/* Choice ch has ended (its job's on_done, or it was never submitted): the chat's counts, the
+ * cancel of the others when it ended unaccepted, and the resume, or the hand-over to the
+ * housekeeping thread, when it was the last. No lock held. */
+static void choice_ended(struct choice *ch)
+{
+    struct chat *c = ch->c;
+    struct server *s = c->s;
+    pthread_mutex_lock(&c->lock);
+    ch->done = true;
+    c->done = ++c->n_done == c->n_ch;
+    /* Refused before it was accepted (an image that does not decode, a prompt over the
+     * context): the others would be refused too, or answer for nothing. */
+    const bool refused = !ch->accepted && !c->done;
+    const bool orphan = c->done && c->gone && !c->claimed;
+    if (orphan)
+        c->claimed = true;
+    else if (c->done)
+        resume_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    /* c stays: a job is not done until its on_done returns, and the choices never submitted
+     * end from choice 0's callbacks, so nobody waits the chat out and frees it meanwhile */
+    if (refused)
+        cancel_jobs(c);
+    if (orphan) { /* the housekeeping thread waits for the jobs and frees the chat */
+        pthread_mutex_lock(&s->lock);
+        c->next_orphan = s->orphans;
+        s->orphans = c;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* Submits choice i (the parsed request with seed + i; it is copied at submit). */
+static mmrt_status submit_choice(struct chat *c, struct mmrt_runtime *rt, int i,
+                                 struct mmrt_job **job, char *err, size_t err_size);
+
+/* Choices [from, n) end without having run, with status st and message msg. */
+static void end_unsubmitted(struct chat *c, int from, mmrt_status st, const char *msg)
+{
+    for (int i = from; i < c->n_ch; i++) {
+        struct choice *ch = &c->ch[i];
+        ch->res = (struct mmrt_result){ .struct_size = sizeof ch->res, .status = st };
+        snprintf(ch->res.message, sizeof ch->res.message, "%s", msg);
+        snprintf(ch->res.error, sizeof ch->res.error, "%s", msg);
+        choice_ended(ch);
+    }
+}
+
+/* From choice 0's first token: submits the other choices (once). A submit that fails ends
+ * that choice and the ones after it unsubmitted, which cancels the rest. No lock held. */
+static void launch_rest(struct chat *c)
+{
+    pthread_mutex_lock(&c->lock);
+    const bool now = !c->launched, run = !c->gone;
+    c->launched = true;
+    pthread_mutex_unlock(&c->lock);
+    if (!now)
+        return;
+    struct mmrt_runtime *rt = atomic_load(&c->s->rt);
+    struct mmrt_job *jobs[MMRT_CHAT_MAX_CHOICES] = { NULL };
+    char err[512] = "cancelled: the client went away";
+    mmrt_status st = MMRT_ERR_CANCELLED;
+    int k = 1;
+    for (; run && k < c->n_ch; k++)
+        if ((st = submit_choice(c, rt, k, &jobs[k], err, sizeof err)) != MMRT_OK)
+            break;
+    pthread_mutex_lock(&c->s->lock);
+    for (int i = 1; i < k; i++)
+        c->ch[i].job = jobs[i];
+    pthread_mutex_unlock(&c->s->lock);
+    end_unsubmitted(c, k, st, err);
+}
+
+/* Choice 0 ended before its first token: the others, not yet submitted, end as cancelled
+ * (its own result says why). No lock held. */
+static void give_up_rest(struct chat *c)
+{
+    pthread_mutex_lock(&c->lock);
+    const bool now = !c->launched;
+    c->launched = true;
+    pthread_mutex_unlock(&c->lock);
+    if (now)
+        end_unsubmitted(c, 1, MMRT_ERR_CANCELLED, "cancelled: the first choice ended first");
 }
 
 /* ---- job callbacks (the runtime's worker thread) ---- */
@@ -224,6 +308,8 @@ static bool on_token(void *user, int32_t id, const char *text)
         pthread_mutex_unlock(&c->lock);
         return false; /* nobody reads it: stop generating */
     }
+    /* choice 0's first token: its prompt is prefilled, the others can share it */
+    const bool launch = id >= 0 && ch->index == 0 && !c->launched;
     if (id >= 0) {
         ch->n_tokens++;
         if (ch->t_first == 0)
@@ -242,6 +328,8 @@ static bool on_token(void *user, int32_t id, const char *text)
     }
     resume_locked(c);
     pthread_mutex_unlock(&c->lock);
+    if (launch)
+        launch_rest(c);
     return ok; /* out of memory: the answer ends here, the result says it was cut */
 }
 
@@ -275,31 +363,9 @@ static void on_accepted(void *user, int n_prompt_tokens)
 static void on_done(void *user)
 {
     struct choice *ch = user;
-    struct chat *c = ch->c;
-    struct server *s = c->s;
-    pthread_mutex_lock(&c->lock);
-    ch->done = true;
-    c->done = ++c->n_done == c->n_ch;
-    /* Refused before it was accepted (an image that does not decode, a prompt over the
-     * context): the others would be refused too, or answer for nothing. */
-    const bool refused = !ch->accepted && !c->done;
-    const bool orphan = c->done && c->gone && !c->claimed;
-    if (orphan)
-        c->claimed = true;
-    else if (c->done)
-        resume_locked(c);
-    pthread_mutex_unlock(&c->lock);
-    /* c stays: this job is not done until on_done returns, so nobody waits it out and frees
-     * the chat meanwhile */
-    if (refused)
-        cancel_jobs(c);
-    if (orphan) { /* the housekeeping thread waits for the jobs and frees the chat */
-        pthread_mutex_lock(&s->lock);
-        c->next_orphan = s->orphans;
-        s->orphans = c;
-        pthread_cond_signal(&s->wake);
-        pthread_mutex_unlock(&s->lock);
-    }
+    if (ch->index == 0)
+        give_up_rest(ch->c); /* it ended before its first token: they never start */
+    choice_ended(ch);
 }
 
 /* ---- the stream ---- */
@@ -336,7 +402,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         wait_job(c);
         pthread_mutex_lock(&c->lock);
         const struct choice *f = failed_choice(c);
-        if (!f && !c->submit_status) {
+        if (!f) {
             struct mmrt_chat_usage u = { c->ch[0].res.n_prompt_tokens, 0 };
             /* Each choice's last chunk. The tokens whose text never went out in a chunk (an
              * end token, the pieces of a stop string) have their entries here. */
@@ -354,9 +420,8 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         } else {
             /* Failed after the 200 went out (a device error, the drain's cancel): the error
              * object as an event, as OpenAI-compatible servers send it. */
-            struct mmrt_api_error e = c->submit_err;
-            if (f)
-                mmrt_api_error_from_status(f->res.status, f->res.message, &e);
+            struct mmrt_api_error e;
+            mmrt_api_error_from_status(f->res.status, f->res.message, &e);
             add_event(c, mmrt_api_error_json(&e));
         }
         mmrt_text_add(&c->out, "data: [DONE]\n\n");
@@ -391,10 +456,9 @@ static enum MHD_Result answer_error(struct chat *c, const struct mmrt_api_error 
 static enum MHD_Result answer_result(struct chat *c)
 {
     const struct choice *f = failed_choice(c);
-    if (f || c->submit_status) {
-        struct mmrt_api_error e = c->submit_err;
-        if (f)
-            mmrt_api_error_from_status(f->res.status, f->res.message, &e);
+    if (f) {
+        struct mmrt_api_error e;
+        mmrt_api_error_from_status(f->res.status, f->res.message, &e);
         return answer_error(c, &e);
     }
     struct mmrt_chat_choice choices[MMRT_CHAT_MAX_CHOICES];
@@ -426,6 +490,16 @@ static void collect_vision_keys(struct chat *c)
         o += (size_t)snprintf(c->vision_keys + o, sizeof c->vision_keys - o, "%s%s",
                               i ? "," : "", k);
     }
+}
+
+static mmrt_status submit_choice(struct chat *c, struct mmrt_runtime *rt, int i,
+                                 struct mmrt_job **job, char *err, size_t err_size)
+{
+    const struct mmrt_job_callbacks cb = {
+        .struct_size = sizeof cb, .on_token = on_token, .on_accepted = on_accepted,
+        .on_done = on_done, .user = &c->ch[i], .on_logprobs = on_logprobs };
+    c->req.req.seed = c->seed + (uint64_t)i;
+    return mmrt_submit_with(rt, &c->req.req, &cb, job, err, err_size);
 }
 
 /* The body is complete: parse, check, submit, suspend. */
@@ -485,39 +559,20 @@ static enum MHD_Result submit(struct chat *c)
         return answer_error(c, &e);
     }
     char err[512];
-    struct mmrt_job *jobs[MMRT_CHAT_MAX_CHOICES] = { NULL };
-    const uint64_t seed = c->req.req.seed;
-    int n_sub = 0;
-    mmrt_status st = MMRT_OK;
+    struct mmrt_job *job = NULL;
+    c->seed = c->req.req.seed;
+    c->launched = c->n_ch == 1;
     pthread_mutex_lock(&c->lock);
-    for (; n_sub < c->n_ch; n_sub++) {
-        const struct mmrt_job_callbacks cb = {
-            .struct_size = sizeof cb, .on_token = on_token, .on_accepted = on_accepted,
-            .on_done = on_done, .user = &c->ch[n_sub], .on_logprobs = on_logprobs };
-        c->req.req.seed = seed + (uint64_t)n_sub; /* the request is copied at submit */
-        if ((st = mmrt_submit_with(rt, &c->req.req, &cb, &jobs[n_sub], err, sizeof err)) !=
-            MMRT_OK)
-            break;
-    }
-    if (n_sub == 0) {
+    mmrt_status st = submit_choice(c, rt, 0, &job, err, sizeof err);
+    if (st != MMRT_OK) {
         pthread_mutex_unlock(&c->lock);
         mmrt_metrics_outcome(&s->metrics, outcome_of(st));
         mmrt_api_error_from_status(st, err, &e);
         return answer_error(c, &e);
     }
-    if (n_sub < c->n_ch) {
-        /* The ones submitted are cancelled and waited for as usual; the answer is this. */
-        c->n_ch = n_sub;
-        c->submit_status = st;
-        mmrt_api_error_from_status(st, err, &c->submit_err);
-    }
     /* The callbacks wait for this lock, so none can resume before the suspend. */
     pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < n_sub; i++) {
-        c->ch[i].job = jobs[i];
-        if (c->submit_status)
-            mmrt_cancel(jobs[i]);
-    }
+    c->ch[0].job = job;
     c->submitted = true;
     c->next_live = s->live;
     s->live = c;

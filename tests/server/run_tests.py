@@ -386,6 +386,28 @@ def test_choices(s, images):
     return f"{len(r.choices)} choices"
 
 
+def test_choices_share_prompt(args, images):
+    """The choices after the first start once it has its first token, and take its prompt's
+    K/V from the prefix store (chunks of 16 here, so the tiny model's prompt has some)."""
+    s = Server(args, "choices", scheduler="prefill_chunk = 16\n")
+    try:
+        c = s.client()
+        msgs = [user_turn("What is shown in this image?", images[2])]
+        m0 = s.metrics()
+        r = ask(c, msgs, n=3)
+        m1 = s.metrics()
+        hits = m1["mmrt_prefix_cache_hits_total"] - m0.get("mmrt_prefix_cache_hits_total", 0)
+        reused = (m1["mmrt_prefix_cache_reused_tokens_total"] -
+                  m0.get("mmrt_prefix_cache_reused_tokens_total", 0))
+        assert hits == 2 and reused >= 2 * 16, (hits, reused)
+        # the same tokens as one request alone (the prefix store never changes bits)
+        one = ask(c, msgs).choices[0].message.content
+        assert all(ch.message.content == one for ch in r.choices), (r, one)
+        return f"{int(hits)} prefixes shared, {int(reused)} tokens not prefilled again"
+    finally:
+        s.stop()
+
+
 def test_auth_and_image_dir(args, images, image_paths):
     key_dir = tempfile.mkdtemp()
     img_dir = os.path.join(key_dir, "images")
@@ -703,6 +725,7 @@ def main():
         ("errors", lambda: test_errors(s, images)),
         ("logprobs_json", lambda: test_logprobs_json(s, args, images)),
         ("choices", lambda: test_choices(s, images)),
+        ("choices_share_prompt", lambda: test_choices_share_prompt(args, images)),
         ("load", lambda: test_load(s, images)),
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
