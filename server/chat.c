@@ -19,9 +19,10 @@
  * of its own in the engine. Choice 0 goes first; the others are submitted when it has its
  * first token, so that its prompt's K/V is in the engine's prefix store and theirs is shared
  * from there instead of prefilled n times (and its images are in the vision-feature cache,
- * where that is on). The chat is accepted when every choice is, done when every one is; a
- * choice that ends before it is accepted (refused, or never submitted) cancels the others,
- * and any failure answers for the whole request.
+ * where that is on). The chat is accepted when choice 0 is (the others are the same request,
+ * so they pass the same checks: a stream need not wait for them) and done when every choice
+ * is; a choice that ends before it is accepted (refused, or never submitted) cancels the
+ * others, and any failure answers for the whole request.
  *
  * Locks: a chat's own lock guards its flags and buffers (taken by the handler, the content
  * reader and the job callbacks); the server's lock guards the list of chats with jobs and
@@ -78,7 +79,7 @@ struct chat {
     /* under the chat's lock */
     bool suspended, accepted, done, gone, claimed, stream_queued, stream_ended;
     bool launched;                 /* choices 1 … n − 1 submitted, or given up */
-    int n_accepted, n_done;
+    int n_done;
     struct mmrt_text out;          /* SSE bytes not yet handed over, from out_off */
     size_t out_off;
     int fd;                        /* the client's socket, for noticing that it closed */
@@ -351,7 +352,7 @@ static void on_accepted(void *user, int n_prompt_tokens)
     (void)n_prompt_tokens;
     pthread_mutex_lock(&c->lock);
     ch->accepted = true;
-    c->accepted = ++c->n_accepted == c->n_ch;
+    c->accepted |= ch->index == 0;
     if (c->req.stream)
         add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name, ch->index,
                                           "assistant", "", NULL, NULL, c->req.include_usage,
