@@ -156,6 +156,34 @@ def ask_stream(client, messages, **kw):
     return text, finish, usage, first_role
 
 
+def vanish_after_first_chunk(s, body, times=1):
+    """Sends the streamed request `body` raw and goes away after its first chunk, `times`
+    times; then waits until the server has counted that many more cancelled requests and
+    holds no pages and runs nothing."""
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    before = s.metrics().get('mmrt_requests_total{outcome="cancelled"}', 0)
+    for _ in range(times):
+        k = socket.create_connection(("127.0.0.1", s.port))
+        k.sendall(head + body)
+        k.settimeout(TIMEOUT)
+        got = b""
+        while b"data:" not in got:
+            chunk = k.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        k.close()
+    deadline = time.time() + TIMEOUT
+    while True:
+        m = s.metrics()
+        if (m.get('mmrt_requests_total{outcome="cancelled"}', 0) >= before + times and
+                m["mmrt_kv_pages_used"] == 0 and m["mmrt_requests_running"] == 0):
+            break
+        assert time.time() < deadline, m
+        time.sleep(0.05)
+
+
 def expect_error(cls, fn, status, word):
     try:
         fn()
@@ -363,26 +391,7 @@ def test_choices(s, images):
     # every page back
     body = json.dumps({"model": MODEL, "max_tokens": 300, "temperature": 0.7, "stream": True,
                        "n": 3, "messages": msgs}).encode()
-    before = s.metrics().get('mmrt_requests_total{outcome="cancelled"}', 0)
-    k = socket.create_connection(("127.0.0.1", s.port))
-    k.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-               f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
-    k.settimeout(TIMEOUT)
-    got = b""
-    while b"data:" not in got:
-        chunk = k.recv(4096)
-        assert chunk, got
-        got += chunk
-    assert got.startswith(b"HTTP/1.1 200"), got[:200]
-    k.close()
-    deadline = time.time() + TIMEOUT
-    while True:
-        m = s.metrics()
-        if (m.get('mmrt_requests_total{outcome="cancelled"}', 0) >= before + 1 and
-                m["mmrt_kv_pages_used"] == 0 and m["mmrt_requests_running"] == 0):
-            break
-        assert time.time() < deadline, m
-        time.sleep(0.05)
+    vanish_after_first_chunk(s, body)
     return f"{len(r.choices)} choices"
 
 
@@ -562,26 +571,7 @@ def slow_and_vanishing(s, images):
         time.sleep(0.05)
     k.close()
     # A stream whose client vanishes after its first chunk: cancelled, pages back.
-    before = s.metrics().get('mmrt_requests_total{outcome="cancelled"}', 0)
-    for _ in range(3):
-        k = socket.create_connection(("127.0.0.1", s.port))
-        k.sendall(head + body)
-        k.settimeout(TIMEOUT)
-        got = b""
-        while b"data:" not in got:
-            chunk = k.recv(4096)
-            assert chunk, got
-            got += chunk
-        assert got.startswith(b"HTTP/1.1 200"), got[:200]
-        k.close()
-    deadline = time.time() + TIMEOUT
-    while True:
-        m = s.metrics()
-        if (m.get('mmrt_requests_total{outcome="cancelled"}', 0) >= before + 3 and
-                m["mmrt_kv_pages_used"] == 0 and m["mmrt_requests_running"] == 0):
-            break
-        assert time.time() < deadline, m
-        time.sleep(0.05)
+    vanish_after_first_chunk(s, body, times=3)
 
 
 def test_limits_and_keepalive(args, images):
