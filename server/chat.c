@@ -280,8 +280,14 @@ static void launch_rest(struct chat *c)
         if ((st = submit_choice(c, rt, k, &jobs[k], err, sizeof err)) != MMRT_OK)
             break;
     pthread_mutex_lock(&c->s->lock);
-    for (int i = 1; i < k; i++)
+    pthread_mutex_lock(&c->lock);
+    const bool gone = c->gone; /* while they were submitted: nobody cancelled them */
+    pthread_mutex_unlock(&c->lock);
+    for (int i = 1; i < k; i++) {
         c->ch[i].job = jobs[i];
+        if (gone)
+            mmrt_cancel(jobs[i]);
+    }
     pthread_mutex_unlock(&c->s->lock);
     end_unsubmitted(c, k, st, err);
 }
