@@ -733,13 +733,18 @@ static mmrt_status quantize_matrix(struct mmrt_weights *w, const struct pending 
     struct mmrt_error read_err = { 0 };
     if (st == MMRT_OK &&
         !mmrt_quant_rows_read(read_rows, (void *)p->t, N, K, q4 ? group : 0, w->q.codes,
-                              w->q.scale, w->q.zero, threads, &bad, &bad_value, &read_err))
-        st = bad < 0 ? mmrt_error_set(err, read_err.status, "%s", read_err.msg)
-                     : mmrt_error_set(err, MMRT_ERR_FORMAT,
-                                      "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must "
-                                      "be finite to be quantized", p->t->file, p->t->name,
-                                      (double)bad_value, (long long)(bad / K),
-                                      (long long)(bad % K));
+                              w->q.scale, w->q.zero, threads, &bad, &bad_value, &read_err)) {
+        if (bad >= 0)
+            st = mmrt_error_set(err, MMRT_ERR_FORMAT,
+                                "%s: tensor '%s' holds %g at [%lld, %lld]: a weight must be "
+                                "finite to be quantized", p->t->file, p->t->name,
+                                (double)bad_value, (long long)(bad / K), (long long)(bad % K));
+        else if (read_err.status == MMRT_ERR_NO_MEMORY) /* a read's error names the tensor */
+            st = mmrt_error_set(err, read_err.status, "%s: tensor '%s': %s", p->t->file,
+                                p->t->name, read_err.msg);
+        else
+            st = mmrt_error_set(err, read_err.status, "%s", read_err.msg);
+    }
     if (st != MMRT_OK) {
         q_cache_drop(w);
         return st;

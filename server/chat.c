@@ -47,8 +47,7 @@ struct choice {
     int index;
     struct mmrt_job *job;          /* under the server's lock; NULL once waited for */
     /* under the chat's lock */
-    bool accepted, done;
-    int n_tokens;
+    bool accepted;
     double t_first;
     struct mmrt_text answer;       /* a non-streamed answer's text */
     /* logprobs: the entries (mmrt_chat_logprobs_entry) not yet sent, a stream's since its
@@ -203,13 +202,20 @@ static void wait_job(struct chat *c)
                                               : outcome_of(f ? f->res.status : MMRT_OK));
 }
 
-/* Cancels every choice's job (one was refused, or a later one could not be submitted). */
-static void cancel_jobs(struct chat *c)
+/* Cancels every choice's job that is not waited for yet; the server's lock is held (the job
+ * pointers). */
+static void cancel_jobs_locked(struct chat *c)
 {
-    pthread_mutex_lock(&c->s->lock);
     for (int i = 0; i < c->n_ch; i++)
         if (c->ch[i].job)
             mmrt_cancel(c->ch[i].job);
+}
+
+/* cancel_jobs_locked for a caller that holds no lock (one choice was refused). */
+static void cancel_jobs(struct chat *c)
+{
+    pthread_mutex_lock(&c->s->lock);
+    cancel_jobs_locked(c);
     pthread_mutex_unlock(&c->s->lock);
 }
 
@@ -221,7 +227,6 @@ static void choice_ended(struct choice *ch)
     struct chat *c = ch->c;
     struct server *s = c->s;
     pthread_mutex_lock(&c->lock);
-    ch->done = true;
     c->done = ++c->n_done == c->n_ch;
     /* Refused before it was accepted (an image that does not decode, a prompt over the
      * context): the others would be refused too, or answer for nothing. */
@@ -283,11 +288,10 @@ static void launch_rest(struct chat *c)
     pthread_mutex_lock(&c->lock);
     const bool gone = c->gone; /* while they were submitted: nobody cancelled them */
     pthread_mutex_unlock(&c->lock);
-    for (int i = 1; i < k; i++) {
+    for (int i = 1; i < k; i++)
         c->ch[i].job = jobs[i];
-        if (gone)
-            mmrt_cancel(jobs[i]);
-    }
+    if (gone)
+        cancel_jobs_locked(c);
     pthread_mutex_unlock(&c->s->lock);
     end_unsubmitted(c, k, st, err);
 }
@@ -317,11 +321,8 @@ static bool on_token(void *user, int32_t id, const char *text)
     }
     /* choice 0's first token: its prompt is prefilled, the others can share it */
     const bool launch = id >= 0 && ch->index == 0 && !c->launched;
-    if (id >= 0) {
-        ch->n_tokens++;
-        if (ch->t_first == 0)
-            ch->t_first = now_ms();
-    }
+    if (id >= 0 && ch->t_first == 0)
+        ch->t_first = now_ms();
     bool ok = !ch->lp_failed;
     if (text[0] && c->req.stream) {
         ok &= add_event(c, mmrt_chat_chunk_json(c->id, c->created, c->s->conf.model_name,
@@ -689,9 +690,8 @@ void mmrt_chat_completed(struct server *s, void *con_cls, enum MHD_RequestTermin
     /* Running jobs: the last to end makes the chat the orphan on_done hands to the
      * housekeeping thread. */
     const bool free_now = !running;
-    for (int i = 0; running && i < c->n_ch; i++)
-        if (c->ch[i].job)
-            mmrt_cancel(c->ch[i].job);
+    if (running)
+        cancel_jobs_locked(c);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&s->lock);
     if (wait_here)
@@ -734,9 +734,7 @@ void mmrt_chat_tick(struct server *s)
     for (struct chat *c = s->live; c; c = c->next_live) {
         pthread_mutex_lock(&c->lock);
         if (c->submitted && !c->done && !c->gone && c->suspended && peer_closed(c))
-            for (int i = 0; i < c->n_ch; i++) /* ends at the next step; the write fails */
-                if (c->ch[i].job)
-                    mmrt_cancel(c->ch[i].job);
+            cancel_jobs_locked(c); /* ends at the next step; the write fails */
         /* A stream that has said nothing for keepalive_s (waiting for a batch slot, or a
          * long prefill): a comment line, which also finds out whether the client is still
          * there. */
@@ -755,8 +753,6 @@ void mmrt_chat_cancel_all(struct server *s)
 {
     pthread_mutex_lock(&s->lock);
     for (struct chat *c = s->live; c; c = c->next_live)
-        for (int i = 0; i < c->n_ch; i++)
-            if (c->ch[i].job)
-                mmrt_cancel(c->ch[i].job);
+        cancel_jobs_locked(c);
     pthread_mutex_unlock(&s->lock);
 }

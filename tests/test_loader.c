@@ -19,6 +19,7 @@
 #include "mmrt/mmrt.h"
 #include "ops.h"
 #include "plugin_loader.h"
+#include "quant.h"
 
 /* ---- a log sink that keeps every line, so tests can read the stub's call record ---- */
 static char logbuf[1 << 16];
@@ -805,6 +806,48 @@ static void test_allocation_failure_sweep(void **state)
     print_message("allocation-failure sweep: %ld failure points, no leak\n", n - 1);
 }
 
+/* Quantizing a matrix read a slice at a time (as the loader quantizes a checkpoint's
+ * tensor): a slice buffer that cannot be had is a clear out-of-memory error, not a bad
+ * value, and leaks nothing. One thread, so the injection counts one caller's allocations. */
+static mmrt_status read_ramp(void *user, int64_t r0, int64_t n, float *dst,
+                             struct mmrt_error *err)
+{
+    (void)user;
+    (void)err;
+    for (int64_t i = 0; i < n * 64; i++)
+        dst[i] = (float)((r0 * 64 + i) % 97) * 0.01f - 0.4f;
+    return MMRT_OK;
+}
+
+static void test_quant_read_allocation_failure(void **state)
+{
+    (void)state;
+    enum { R = 8, K = 64 };
+    uint8_t codes[R * K / 2];
+    float scale[R * K / 32], zero[R * K / 32];
+    const long base = alloc_live();
+    long n;
+    for (n = 1; n < 100; n++) {
+        int64_t bad = 0;
+        struct mmrt_error err = { 0 };
+        alloc_fail_at(n);
+        const bool ok = mmrt_quant_rows_read(read_ramp, NULL, R, K, 32, codes, scale, zero, 1,
+                                             &bad, NULL, &err);
+        const int fired = alloc_fail_fired();
+        alloc_fail_at(0);
+        assert_int_equal(alloc_live(), base);
+        if (!fired) {
+            assert_true(ok);
+            break;
+        }
+        assert_false(ok);
+        assert_int_equal(bad, -1);
+        assert_int_equal(err.status, MMRT_ERR_NO_MEMORY);
+        assert_non_null(strstr(err.msg, "out of memory"));
+    }
+    assert_true(n > 1); /* the slice buffer was refused at least once */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -826,6 +869,7 @@ int main(void)
         cmocka_unit_test_setup(test_validate_i8_kv, setup),
         cmocka_unit_test_setup(test_device_errors, setup),
         cmocka_unit_test_setup(test_allocation_failure_sweep, setup),
+        cmocka_unit_test(test_quant_read_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
