@@ -35,7 +35,10 @@ struct mmrt_seq {
     mmrt_token_fn on_token;
     mmrt_logprobs_fn on_logprobs; /* NULL unless the request asked for logprobs */
     int top_logprobs;
-    bool json;                   /* MMRT_RESPONSE_JSON_OBJECT: answer holds it to JSON */
+    /* A JSON answer (response_format json_object or json_schema): the compiled schema it is
+     * held to (owned), and where the answer is in it. */
+    bool json;
+    struct mmrt_json_schema *schema;
     struct mmrt_json_answer answer;
     void *user;
     struct mmrt_result *res;
@@ -407,6 +410,8 @@ static void seq_free_parts(struct mmrt_seq *s)
     s->stop = NULL;
     free(s->held);
     s->held = NULL;
+    mmrt_json_schema_free(s->schema);
+    s->schema = NULL;
 }
 
 void mmrt_result_set_status(struct mmrt_result *r, mmrt_status st, const char *msg)
@@ -539,15 +544,14 @@ static mmrt_status json_ready(struct mmrt_engine *e, struct mmrt_error *err)
         return MMRT_OK;
     mmrt_status st = mmrt_tokenizer_token_texts(e->lang.tok, &e->texts, err);
     if (st != MMRT_OK)
-        return mmrt_error_prefix(err, st, "response_format json_object");
+        return mmrt_error_prefix(err, st, "JSON answer");
     e->plain = malloc(e->texts.n ? e->texts.n : 1);
     e->masked = e->plain ? malloc((size_t)e->dec->vocab * sizeof *e->masked) : NULL;
     if (!e->masked) {
         mmrt_token_texts_free(&e->texts);
         free(e->plain);
         e->plain = NULL;
-        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "response_format json_object: out of "
-                              "memory");
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "JSON answer: out of memory");
     }
     mmrt_json_answer_plain(&e->texts, e->plain);
     return MMRT_OK;
@@ -565,20 +569,20 @@ static mmrt_status json_choose(struct mmrt_engine *e, struct mmrt_seq *s, const 
     if (st != MMRT_OK)
         return st;
     if (mmrt_json_answer_fits(&s->answer, &e->texts, e->plain, *tok, &next)) {
-        s->answer = next;
+        mmrt_json_answer_copy(&s->answer, &next);
         return MMRT_OK;
     }
     if (!mmrt_json_answer_mask(&s->answer, &e->texts, e->plain, logits, e->dec->vocab,
                                e->masked))
-        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "response_format json_object: no token "
-                              "of the vocabulary continues the answer as JSON");
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "JSON answer: no token of the "
+                              "vocabulary continues the answer as the schema asks");
     st = mmrt_sampler_next(&s->sampler, e->masked, s->tokens, s->prompt.n_ids, s->n_known, tok,
                            err);
     if (st == MMRT_OK && !mmrt_json_answer_fits(&s->answer, &e->texts, e->plain, *tok, &next))
-        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "response_format json_object: the "
+        return mmrt_error_set(err, MMRT_ERR_INTERNAL, "JSON answer: the "
                               "sampler chose masked token %d", (int)*tok);
     if (st == MMRT_OK)
-        s->answer = next;
+        mmrt_json_answer_copy(&s->answer, &next);
     return st;
 }
 
@@ -936,8 +940,8 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     s->on_token = r->on_token;
     s->on_logprobs = r->req->logprobs ? r->on_logprobs : NULL;
     s->top_logprobs = r->req->top_logprobs;
-    s->json = r->req->response_format == MMRT_RESPONSE_JSON_OBJECT;
-    mmrt_json_answer_init(&s->answer);
+    s->json = r->req->response_format == MMRT_RESPONSE_JSON_OBJECT ||
+              r->req->response_format == MMRT_RESPONSE_JSON_SCHEMA;
     s->user = r->user;
     s->res = r->result;
     atomic_init(&s->cancel, false);
@@ -956,6 +960,16 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
                                err);
     if (st == MMRT_OK && s->json)
         st = json_ready(e, err);
+    if (st == MMRT_OK && s->json) {
+        const char *text = r->req->json_schema;
+        st = r->req->response_format == MMRT_RESPONSE_JSON_OBJECT
+                 ? mmrt_json_schema_any_object(&s->schema, err)
+             : text ? mmrt_json_schema_parse(text, strlen(text), &s->schema, err)
+                    : mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "response_format json_schema "
+                                     "needs json_schema");
+        if (st == MMRT_OK)
+            mmrt_json_answer_init(&s->answer, s->schema);
+    }
     if (st == MMRT_OK)
         st = mmrt_kv_cache_alloc(e->dec->kv, s->prompt.n_ids + s->max_tokens, &s->kv, err);
     if (st == MMRT_OK)

@@ -1,23 +1,23 @@
 /*
- * core/json_grammar.c — the JSON prefix recogniser of json_grammar.h: a lexical state per
- * byte, containers on a bit stack.
+ * core/json_grammar.c — the prefix recogniser of json_grammar.h: a lexical state per byte,
+ * containers as frames, values checked against their schema node as they start and end.
  */
 #include "json_grammar.h"
 
 #include <string.h>
 
 enum {
-    S_TOP,        /* before the top-level value (object_only: before its '{') */
-    S_VALUE,      /* a value must come (after ':' or an array's ',') */
-    S_ARR_FIRST,  /* after '[': a value or ']' */
+    S_TOP,        /* before the top-level value */
+    S_VALUE,      /* a value of node `value` must come (after ':' or an array's ',') */
+    S_ARR_FIRST,  /* after '[': an item or ']' */
     S_OBJ_FIRST,  /* after '{': a key or '}' */
     S_KEY,        /* after an object's ',': a key */
-    S_COLON,      /* after a key */
+    S_COLON,      /* after a key; `value` is its value's node */
     S_AFTER,      /* after a value: ',' or the container's end; at depth 0 the text is whole */
     S_STRING,
     S_ESCAPE,     /* after '\' in a string */
     S_HEX,        /* in \uXXXX: aux digits to come */
-    S_LITERAL,    /* in true / false / null: aux is the literal's index, pos the bytes read */
+    S_LITERAL,    /* in an enum value or a listed key: candidates [lo, hi), pos bytes read */
     S_MINUS,      /* number: after '-' */
     S_ZERO,       /* number: a leading 0 */
     S_INT,        /* number: digits of the integer part */
@@ -28,13 +28,21 @@ enum {
     S_EXP_DIGITS, /* number: exponent digits */
 };
 
-static const char *const literals[3] = { "true", "false", "null" };
+enum {
+    F_KEY = 1,  /* the string or literal being read is an object's key */
+    F_HIGH = 2, /* the string's last character was a \u high surrogate: a low one pairs it */
+    /* The string is free text: a key, or a value with no maxLength whose minLength is met.
+     * Its characters are no longer counted, so a character leaves the state as it is (what
+     * mmrt_json_grammar_in_string promises). */
+    F_FREE = 4,
+};
 
-void mmrt_json_grammar_init(struct mmrt_json_grammar *g, bool object_only)
+void mmrt_json_grammar_init(struct mmrt_json_grammar *g, const struct mmrt_json_schema *schema)
 {
-    memset(g, 0, sizeof *g);
+    memset(g, 0, offsetof(struct mmrt_json_grammar, frame));
+    g->schema = schema;
     g->state = S_TOP;
-    g->object_only = object_only;
+    g->value = schema->root;
 }
 
 static bool is_space(unsigned char c)
@@ -47,50 +55,166 @@ static bool is_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-static bool is_hex(unsigned char c)
+static int hex_value(unsigned char c)
 {
-    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    return is_digit(c) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-static bool open_container(struct mmrt_json_grammar *g, bool array)
+static const struct mmrt_json_node *node(const struct mmrt_json_grammar *g, uint16_t id)
+{
+    return &g->schema->node[id];
+}
+
+static struct mmrt_json_frame *top(struct mmrt_json_grammar *g)
+{
+    return &g->frame[g->depth - 1];
+}
+
+static bool free_text(const struct mmrt_json_grammar *g)
+{
+    return g->flags & F_FREE;
+}
+
+/* Whether a string value of node n with pos characters so far is free text. */
+static uint8_t free_flag(const struct mmrt_json_node *n, uint32_t pos)
+{
+    return n->max == MMRT_JSON_UNBOUNDED && pos >= n->min ? F_FREE : 0;
+}
+
+/* ---- objects with listed keys: which may come next ---- */
+
+/* The first required property at or after index next (o->n if none): no key past it may
+ * come before it. */
+static uint32_t required_from(const struct mmrt_json_grammar *g, const struct mmrt_json_node *o,
+                              uint32_t next)
+{
+    const struct mmrt_json_prop *p = g->schema->prop + o->first;
+    while (next < o->n && !p[next].required)
+        next++;
+    return next;
+}
+
+/* Whether some key of [lo, hi) of the literals may come next in the open object. */
+static bool some_key_allowed(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t hi)
+{
+    const struct mmrt_json_frame *f = &g->frame[g->depth - 1];
+    const struct mmrt_json_node *o = node(g, f->node);
+    const uint32_t last = required_from(g, o, f->count);
+    const struct mmrt_json_prop *p = g->schema->prop + o->first;
+    for (uint32_t i = lo; i < hi; i++) {
+        const uint32_t k = g->schema->lit[i].prop;
+        if (k >= f->count && k <= last && p[k].node != MMRT_JSON_NONE)
+            return true;
+    }
+    return false;
+}
+
+/* ---- values ---- */
+
+static bool push(struct mmrt_json_grammar *g, uint16_t id, uint8_t state)
 {
     if (g->depth >= MMRT_JSON_MAX_DEPTH)
         return false;
-    if (array)
-        g->stack |= (uint64_t)1 << g->depth;
-    else
-        g->stack &= ~((uint64_t)1 << g->depth);
-    g->depth++;
-    g->state = array ? S_ARR_FIRST : S_OBJ_FIRST;
+    g->frame[g->depth++] = (struct mmrt_json_frame){ .node = id, .count = 0 };
+    g->state = state;
+    g->space = 0;
     return true;
 }
 
-static bool top_is_array(const struct mmrt_json_grammar *g)
+static bool pop(struct mmrt_json_grammar *g)
 {
-    return (g->stack >> (g->depth - 1)) & 1;
+    g->depth--;
+    g->state = S_AFTER;
+    g->space = 0;
+    return true;
 }
 
-/* The first byte of a value. */
-static bool start_value(struct mmrt_json_grammar *g, unsigned char c)
+static bool literal_step(struct mmrt_json_grammar *g, unsigned char c);
+
+/* The first byte of a value of node id. */
+static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char c)
 {
-    switch (c) {
-    case '{': return open_container(g, false);
-    case '[': return open_container(g, true);
-    case '"': g->state = S_STRING, g->key = 0; return true;
-    case '-': g->state = S_MINUS; return true;
-    case '0': g->state = S_ZERO; return true;
-    case 't': case 'f': case 'n':
-        g->state = S_LITERAL;
-        g->aux = c == 't' ? 0 : c == 'f' ? 1 : 2;
-        g->pos = 1;
-        return true;
-    default:
-        if (c >= '1' && c <= '9') {
-            g->state = S_INT;
-            return true;
+    const struct mmrt_json_node *n = node(g, id);
+    if (n->kind == MMRT_JSON_UNION) {
+        int k;
+        switch (c) {
+        case '{': k = MMRT_JSON_CLASS_OBJECT; break;
+        case '[': k = MMRT_JSON_CLASS_ARRAY; break;
+        case '"': k = MMRT_JSON_CLASS_STRING; break;
+        case 't': k = MMRT_JSON_CLASS_TRUE; break;
+        case 'f': k = MMRT_JSON_CLASS_FALSE; break;
+        case 'n': k = MMRT_JSON_CLASS_NULL; break;
+        default:
+            if (c != '-' && !is_digit(c))
+                return false;
+            k = MMRT_JSON_CLASS_NUMBER;
         }
+        id = n->alt[k];
+        if (id == MMRT_JSON_NONE)
+            return false;
+        n = node(g, id); /* never a union: json_schema.c links them flat */
+    }
+    g->value = id;
+    g->flags = 0;
+    g->pos = 0;
+    switch (n->kind) {
+    case MMRT_JSON_OBJECT: return c == '{' && push(g, id, S_OBJ_FIRST);
+    case MMRT_JSON_ARRAY: return c == '[' && push(g, id, S_ARR_FIRST);
+    case MMRT_JSON_STRING:
+        g->state = S_STRING;
+        g->flags = free_flag(n, 0);
+        return c == '"';
+    case MMRT_JSON_NUMBER: case MMRT_JSON_INTEGER:
+        g->state = c == '-' ? S_MINUS : c == '0' ? S_ZERO : S_INT;
+        return c == '-' || is_digit(c);
+    case MMRT_JSON_LITERALS:
+        g->state = S_LITERAL;
+        g->lo = n->lit;
+        g->hi = n->lit + n->n;
+        return literal_step(g, c);
+    default:
         return false;
     }
+}
+
+/* A value of the open array starts (an item counts as it starts). */
+static bool start_item(struct mmrt_json_grammar *g, unsigned char c)
+{
+    struct mmrt_json_frame *f = top(g);
+    const struct mmrt_json_node *a = node(g, f->node);
+    if (f->count >= a->max)
+        return false;
+    if (f->count < UINT16_MAX)
+        f->count++;
+    return start_value(g, a->extra, c);
+}
+
+/* '"' where a key of the open object may start. */
+static bool start_key(struct mmrt_json_grammar *g)
+{
+    const struct mmrt_json_node *o = node(g, top(g)->node);
+    g->pos = 0;
+    g->flags = F_KEY;
+    if (o->n == 0) {
+        if (o->extra == MMRT_JSON_NONE)
+            return false;
+        g->state = S_STRING;
+        g->flags = F_KEY | F_FREE;
+        return true;
+    }
+    g->state = S_LITERAL;
+    g->lo = o->lit;
+    g->hi = o->lit + o->n;
+    return literal_step(g, '"');
+}
+
+/* Whether the open object may close: no required key is still to come. */
+static bool object_may_close(const struct mmrt_json_grammar *g)
+{
+    const struct mmrt_json_frame *f = &g->frame[g->depth - 1];
+    const struct mmrt_json_node *o = node(g, f->node);
+    return o->n == 0 || required_from(g, o, f->count) == o->n;
 }
 
 /* A byte after a complete value: ',' or the end of the open container. */
@@ -98,29 +222,95 @@ static bool after_value(struct mmrt_json_grammar *g, unsigned char c)
 {
     if (g->depth == 0)
         return false; /* the text is whole: only whitespace may follow */
-    const bool array = top_is_array(g);
+    const struct mmrt_json_frame *f = top(g);
+    const struct mmrt_json_node *n = node(g, f->node);
+    if (n->kind == MMRT_JSON_ARRAY) {
+        if (c == ',' && f->count < n->max) {
+            g->state = S_VALUE;
+            g->value = n->extra;
+            return true;
+        }
+        return c == ']' && f->count >= n->min && pop(g);
+    }
     if (c == ',') {
-        g->state = array ? S_VALUE : S_KEY;
-        return true;
+        g->state = S_KEY;
+        return n->n == 0 ? n->extra != MMRT_JSON_NONE
+                         : some_key_allowed(g, n->lit, n->lit + n->n);
     }
-    if (c == (array ? ']' : '}')) {
-        g->depth--;
-        g->state = S_AFTER;
-        return true;
-    }
-    return false;
+    return c == '}' && object_may_close(g) && pop(g);
 }
 
-/* A byte that ends a number (the number is whole): handled as after a value. */
-static bool end_number(struct mmrt_json_grammar *g, unsigned char c)
+static bool step(struct mmrt_json_grammar *g, unsigned char c);
+
+/* A byte that ends a value read up to here (a number, an enum value another extends). */
+static bool end_value_then(struct mmrt_json_grammar *g, unsigned char c)
 {
     g->state = S_AFTER;
     g->space = 0;
-    if (is_space(c)) {
-        g->space = 1;
-        return true;
+    return step(g, c);
+}
+
+/* Byte c of a literal: keeps the candidates whose byte at pos is c. When one is left and
+ * read whole, the literal ends (a key then wants its ':'); when none is, a value read whole
+ * ends and c is read after it. */
+static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
+{
+    const struct mmrt_json_schema *s = g->schema;
+    const struct mmrt_json_literal *l = s->lit;
+    const uint32_t pos = g->pos;
+    /* The candidates share their first pos bytes and are sorted, so their bytes at pos (−1
+     * for one that ends there) rise through [lo, hi): two binary searches. */
+#define AT(i) (l[i].len > pos ? (int)(unsigned char)s->text[l[i].off + pos] : -1)
+    uint32_t a = g->lo, b = g->hi;
+    while (a < b) {
+        const uint32_t m = a + (b - a) / 2;
+        if (AT(m) < (int)c)
+            a = m + 1;
+        else
+            b = m;
     }
-    return after_value(g, c);
+    uint32_t e = a, z = g->hi;
+    while (e < z) {
+        const uint32_t m = e + (z - e) / 2;
+        if (AT(m) <= (int)c)
+            e = m + 1;
+        else
+            z = m;
+    }
+#undef AT
+    if (a == e || ((g->flags & F_KEY) && !some_key_allowed(g, a, e))) {
+        /* No candidate goes on with c: a value that one candidate is whole at ends here. */
+        if (!(g->flags & F_KEY) && l[g->lo].len == pos)
+            return end_value_then(g, c);
+        return false;
+    }
+    g->lo = a;
+    g->hi = e;
+    g->pos = pos + 1;
+    if (e - a == 1 && l[a].len == pos + 1) {
+        g->space = 0;
+        if (g->flags & F_KEY) {
+            const struct mmrt_json_node *o = node(g, top(g)->node);
+            top(g)->count = (uint16_t)(l[a].prop + 1);
+            g->value = s->prop[o->first + l[a].prop].node;
+            g->state = S_COLON;
+        } else {
+            g->state = S_AFTER;
+        }
+    }
+    return true;
+}
+
+
+/* A character of a counted string comes: within maxLength? */
+static bool count_char(struct mmrt_json_grammar *g)
+{
+    const struct mmrt_json_node *n = node(g, g->value);
+    if (g->pos >= n->max)
+        return false;
+    g->pos++;
+    g->flags |= free_flag(n, g->pos);
+    return true;
 }
 
 static bool step(struct mmrt_json_grammar *g, unsigned char c)
@@ -132,27 +322,19 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
             return ++g->space <= (g->state == S_TOP ? 1 : MMRT_JSON_MAX_SPACE);
         g->space = 0;
         switch (g->state) {
-        case S_TOP: return g->object_only ? c == '{' && open_container(g, false)
-                                          : start_value(g, c);
-        case S_VALUE: return start_value(g, c);
+        case S_TOP: return start_value(g, g->value, c);
+        case S_VALUE:
+            return g->depth && node(g, top(g)->node)->kind == MMRT_JSON_ARRAY
+                       ? start_item(g, c)
+                       : start_value(g, g->value, c);
         case S_ARR_FIRST:
-            if (c == ']') {
-                g->depth--;
-                g->state = S_AFTER;
-                return true;
-            }
-            return start_value(g, c);
+            if (c == ']')
+                return node(g, top(g)->node)->min == 0 && pop(g);
+            return start_item(g, c);
         case S_OBJ_FIRST: case S_KEY:
-            if (c == '}' && g->state == S_OBJ_FIRST) {
-                g->depth--;
-                g->state = S_AFTER;
-                return true;
-            }
-            if (c != '"')
-                return false;
-            g->state = S_STRING;
-            g->key = 1;
-            return true;
+            if (c == '}' && g->state == S_OBJ_FIRST)
+                return object_may_close(g) && pop(g);
+            return c == '"' && start_key(g);
         case S_COLON:
             if (c != ':')
                 return false;
@@ -161,38 +343,65 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
         default: return after_value(g, c);
         }
     case S_STRING:
-        if (c == '"') {
-            g->state = g->key ? S_COLON : S_AFTER;
-            g->space = 0;
-            return true;
-        }
-        if (c == '\\')
+        /* After a \u high surrogate only its low one may come: a lone surrogate is no
+         * character, and strict parsers (jansson among them) refuse the text. */
+        if (g->flags & F_HIGH) {
             g->state = S_ESCAPE;
-        return c >= 0x20;
+            return c == '\\';
+        }
+        if (c == '"') {
+            g->space = 0;
+            if (g->flags & F_KEY) {
+                g->state = S_COLON;
+                g->value = node(g, top(g)->node)->extra;
+                return true;
+            }
+            g->state = S_AFTER;
+            return g->pos >= node(g, g->value)->min;
+        }
+        if (c < 0x20)
+            return false;
+        if (c == '\\') {
+            g->state = S_ESCAPE;
+            return free_text(g) || g->pos < node(g, g->value)->max;
+        }
+        if (free_text(g))
+            return true;
+        return (c & 0xc0) == 0x80 || count_char(g); /* a continuation byte adds nothing */
     case S_ESCAPE:
         if (c == 'u') {
             g->state = S_HEX;
             g->aux = 4;
+            g->hex = 0;
             return true;
         }
         g->state = S_STRING;
-        return strchr("\"\\/bfnrt", c) != NULL && c != '\0';
-    case S_HEX:
-        if (!is_hex(c))
+        if (c == '\0' || (g->flags & F_HIGH) || !strchr("\"\\/bfnrt", c))
             return false;
-        if (--g->aux == 0)
-            g->state = S_STRING;
-        return true;
-    case S_LITERAL: {
-        const char *lit = literals[g->aux];
-        if (c != (unsigned char)lit[g->pos])
+        return free_text(g) || count_char(g);
+    case S_HEX: {
+        const int h = hex_value(c);
+        if (h < 0)
             return false;
-        if (lit[++g->pos] == '\0') {
-            g->state = S_AFTER;
-            g->space = 0;
+        g->hex = (uint16_t)(g->hex << 4 | h);
+        --g->aux;
+        /* Refused at the digit that decides: a low surrogate is the second of a pair. */
+        if (g->aux == 2 && (((g->hex & 0xfc) == 0xdc) != ((g->flags & F_HIGH) != 0)))
+            return false;
+        if (g->aux == 3 && (g->flags & F_HIGH) && g->hex != 0xd)
+            return false;
+        if (g->aux > 0)
+            return true;
+        g->state = S_STRING;
+        if (g->flags & F_HIGH) {
+            g->flags &= (uint8_t)~F_HIGH; /* the pair is one character, counted already */
+            return true;
         }
-        return true;
+        if (g->hex >= 0xd800 && g->hex <= 0xdbff)
+            g->flags |= F_HIGH;
+        return free_text(g) || count_char(g);
     }
+    case S_LITERAL: return literal_step(g, c);
     case S_MINUS:
         if (c == '0')
             g->state = S_ZERO;
@@ -201,20 +410,22 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
         else
             return false;
         return true;
-    case S_ZERO: case S_INT: case S_FRAC: case S_EXP_DIGITS:
+    case S_ZERO: case S_INT: case S_FRAC: case S_EXP_DIGITS: {
         if (is_digit(c) && g->state != S_ZERO)
             return true;
-        if (c == '.' && (g->state == S_ZERO || g->state == S_INT)) {
+        const bool integer = node(g, g->value)->kind == MMRT_JSON_INTEGER;
+        if (c == '.' && (g->state == S_ZERO || g->state == S_INT) && !integer) {
             g->state = S_DOT;
             return true;
         }
-        if ((c == 'e' || c == 'E') && g->state != S_EXP_DIGITS) {
+        if ((c == 'e' || c == 'E') && g->state != S_EXP_DIGITS && !integer) {
             g->state = S_EXP;
             return true;
         }
         if (is_digit(c)) /* a digit after a leading 0 */
             return false;
-        return end_number(g, c);
+        return end_value_then(g, c);
+    }
     case S_DOT:
         if (!is_digit(c))
             return false;
@@ -249,5 +460,5 @@ bool mmrt_json_grammar_done(const struct mmrt_json_grammar *g)
 
 bool mmrt_json_grammar_in_string(const struct mmrt_json_grammar *g)
 {
-    return g->state == S_STRING;
+    return g->state == S_STRING && (g->flags & (F_FREE | F_HIGH)) == F_FREE;
 }

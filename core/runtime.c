@@ -27,6 +27,7 @@
 #include "formats/json.h"
 #include "formats/tokenizer.h"
 #include "generation_config.h"
+#include "json_schema.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
@@ -1321,10 +1322,26 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
     /* The entries themselves (ids in the vocabulary, biases in range) are the sampler's to
      * check, with the other sampling settings. */
     if (r->response_format != MMRT_RESPONSE_TEXT &&
-        r->response_format != MMRT_RESPONSE_JSON_OBJECT)
+        r->response_format != MMRT_RESPONSE_JSON_OBJECT &&
+        r->response_format != MMRT_RESPONSE_JSON_SCHEMA)
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: response_format %d is not an enum "
                               "mmrt_response_format", r->response_format);
+    if (r->response_format == MMRT_RESPONSE_JSON_SCHEMA) {
+        /* Compiled here to refuse a bad schema at submission, by its place in the schema;
+         * the engine compiles its own copy for the sequence. */
+        if (!r->json_schema)
+            return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "request: response_format "
+                                  "json_schema needs json_schema");
+        struct mmrt_json_schema *schema = NULL;
+        mmrt_status st = mmrt_json_schema_parse(r->json_schema, strlen(r->json_schema), &schema,
+                                                err);
+        mmrt_json_schema_free(schema);
+        if (st != MMRT_OK)
+            return mmrt_error_prefix(err, st, "request");
+    } else {
+        r->json_schema = NULL;
+    }
     if (r->n_messages < 0 || (r->n_messages > 0 && !r->messages))
         return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
                               "request: n_messages %d needs as many messages", r->n_messages);
@@ -1774,6 +1791,7 @@ struct mmrt_job {
     struct mmrt_image_input *imgs; /* [req.n_images], path or data copied */
     char **stops;               /* [req.n_stop] copied */
     struct mmrt_logit_bias *bias; /* [req.n_logit_bias] copied */
+    char *schema;               /* req.json_schema copied */
     /* [req.n_images] vision-cache keys: an in-memory image's from mmrt_submit, a path
      * image's from its vision stage (written under jobs_lock after submission) */
     struct mmrt_vision_key *keys;
@@ -1807,6 +1825,7 @@ static void job_free(struct mmrt_job *j)
         free(j->stops[i]);
     free(j->stops);
     free(j->bias);
+    free(j->schema);
     free(j->msgs);
     free(j->imgs);
     free(j->keys);
@@ -2213,6 +2232,8 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
                 memcpy(j->bias, v->logit_bias, (size_t)v->n_logit_bias * sizeof *j->bias);
         }
         j->req.logit_bias = j->bias;
+        j->schema = dup_or_null(v->json_schema, &failed);
+        j->req.json_schema = j->schema;
         j->msgs = calloc((size_t)v->n_messages, sizeof *j->msgs);
         j->imgs = calloc((size_t)(v->n_images ? v->n_images : 1), sizeof *j->imgs);
         failed |= !j->msgs || !j->imgs;

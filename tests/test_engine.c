@@ -1074,7 +1074,7 @@ static void run_answer(struct mmrt_runtime *rt, const struct mmrt_request *req, 
     memset(a, 0, sizeof *a);
     *res = (struct mmrt_result){ .struct_size = sizeof *res };
     if (mmrt_run(rt, req, answer_token, a, res) != MMRT_OK)
-        fail_msg("%s", mmrt_last_error(rt));
+        fail_msg("%s (after '%s')", mmrt_last_error(rt), a->text);
 }
 
 /* The id of "}" in fixture's tokenizer: its own token, or its byte token. */
@@ -1114,9 +1114,13 @@ static void json_answers_on(const char *fixture, struct answer *a, bool with_bat
             r.n_logit_bias = 1;
         }
         run_answer(rt, &r, a, &res);
+        struct mmrt_json_schema *object = NULL;
+        assert_int_equal(mmrt_json_schema_any_object(&object, NULL), MMRT_OK);
         struct mmrt_json_grammar g;
-        mmrt_json_grammar_init(&g, true);
-        if (!mmrt_json_grammar_feed(&g, a->text, a->len))
+        mmrt_json_grammar_init(&g, object);
+        const bool fed = mmrt_json_grammar_feed(&g, a->text, a->len);
+        mmrt_json_schema_free(object);
+        if (!fed)
             fail_msg("%s: JSON answer %d is not a prefix of a JSON object: %s", fixture, k,
                      a->text);
         if (res.finish_reason == MMRT_FINISH_EOS) {
@@ -1150,8 +1154,16 @@ static void json_answers_on(const char *fixture, struct answer *a, bool with_bat
         /* A response_format that is not one. */
         struct mmrt_request bad = c.req[0];
         bad.struct_size = sizeof bad;
-        bad.response_format = 2;
-        expect_invalid(rt, &bad, "response_format 2 is not an enum mmrt_response_format");
+        bad.response_format = 3;
+        expect_invalid(rt, &bad, "response_format 3 is not an enum mmrt_response_format");
+        /* A schema missing, or one mmrt cannot hold an answer to: refused by its place. */
+        bad.response_format = MMRT_RESPONSE_JSON_SCHEMA;
+        expect_invalid(rt, &bad, "response_format json_schema needs json_schema");
+        bad.json_schema = "{\"type\": \"object\", \"properties\": {\"a\": {\"pattern\": \"x\"}}}";
+        expect_invalid(rt, &bad, "json_schema /properties/a/pattern: keyword 'pattern' is not "
+                                 "supported");
+        bad.json_schema = "{\"type\": ";
+        expect_invalid(rt, &bad, "json_schema: invalid JSON");
     }
     assert_pages_back(rt);
     mmrt_destroy(rt);
@@ -1164,6 +1176,76 @@ static void json_answers_on(const char *fixture, struct answer *a, bool with_bat
  * +100 bias on "}" closes the object as soon as the grammar lets it. On llava-tiny, a plain
  * request in the same batch as a JSON one gives its solo tokens (the mask is per
  * sequence). */
+/* Answers held to a schema whose every document is short (each string, count and value
+ * bounded), greedy and sampled: each is a prefix of one, and an ended one parses and
+ * satisfies it, checked here by hand (not by the recogniser that made it). */
+static void json_schema_answers_on(const char *fixture, struct answer *a)
+{
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {"
+        "\"name\": {\"type\": \"string\", \"maxLength\": 6},"
+        "\"n\": {\"enum\": [1, 2, 3]},"
+        "\"ok\": {\"type\": \"boolean\"},"
+        "\"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"red\", \"blue\"]}, "
+        "\"maxItems\": 2}},"
+        "\"required\": [\"name\", \"n\"], \"additionalProperties\": false}";
+    struct golden_cases c;
+    golden_cases_load(fixture, &c);
+    struct mmrt_runtime *rt = open_rt(fixture, &(struct setup){ .max_batch = 4 });
+    struct mmrt_json_schema *compiled = NULL;
+    assert_int_equal(mmrt_json_schema_parse(schema, strlen(schema), &compiled, NULL), MMRT_OK);
+    struct mmrt_result res;
+    int ended = 0;
+    for (int k = 0; k < 4; k++) {
+        struct mmrt_request r = c.req[0];
+        r.struct_size = sizeof r;
+        r.response_format = MMRT_RESPONSE_JSON_SCHEMA;
+        r.json_schema = schema;
+        r.max_tokens = 400;
+        r.temperature = k == 0 ? 0.0f : 1.0f;
+        r.seed = (uint64_t)k;
+        run_answer(rt, &r, a, &res);
+        struct mmrt_json_grammar g;
+        mmrt_json_grammar_init(&g, compiled);
+        if (!mmrt_json_grammar_feed(&g, a->text, a->len))
+            fail_msg("%s: answer %d is not a prefix of a document: %s", fixture, k, a->text);
+        if (res.finish_reason != MMRT_FINISH_EOS) {
+            assert_int_equal(res.finish_reason, MMRT_FINISH_LENGTH);
+            continue;
+        }
+        ended++;
+        json_error_t je;
+        json_t *v = json_loads(a->text, 0, &je);
+        const json_t *name = json_object_get(v, "name"), *n = json_object_get(v, "n");
+        const json_t *ok = json_object_get(v, "ok"), *tags = json_object_get(v, "tags");
+        bool good = json_is_string(name) && json_is_integer(n) &&
+                    json_integer_value(n) >= 1 && json_integer_value(n) <= 3 &&
+                    (!ok || json_is_boolean(ok)) &&
+                    json_object_size(v) == 2u + (ok != NULL) + (tags != NULL);
+        size_t chars = 0;
+        for (const char *p = name ? json_string_value(name) : ""; *p; p++)
+            chars += ((unsigned char)*p & 0xc0) != 0x80;
+        good = good && chars <= 6;
+        if (tags) {
+            good = good && json_is_array(tags) && json_array_size(tags) <= 2;
+            for (size_t i = 0; good && i < json_array_size(tags); i++) {
+                const char *t = json_string_value(json_array_get(tags, i));
+                good = t && (strcmp(t, "red") == 0 || strcmp(t, "blue") == 0);
+            }
+        }
+        if (!good)
+            fail_msg("%s: answer %d ended but does not satisfy the schema: %s", fixture, k,
+                     a->text);
+        json_decref(v);
+    }
+    /* Every document is short: the budget ends none of them here. */
+    assert_int_equal(ended, 4);
+    mmrt_json_schema_free(compiled);
+    assert_pages_back(rt);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
 static void test_json_answers(void **state)
 {
     (void)state;
@@ -1172,6 +1254,9 @@ static void test_json_answers(void **state)
     json_answers_on("llava-tiny", a, true);
     json_answers_on("qwen2vl-tiny", a, false);
     json_answers_on("fuyu-tiny", a, false);
+    json_schema_answers_on("llava-tiny", a);
+    json_schema_answers_on("qwen2vl-tiny", a);
+    json_schema_answers_on("fuyu-tiny", a);
     free(a);
 }
 

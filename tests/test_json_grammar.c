@@ -21,6 +21,28 @@
 #include "json_answer.h"
 #include "json_grammar.h"
 
+/* The schemas of OpenAI's two JSON modes without a schema: any value (true), any object. */
+static struct mmrt_json_schema *any_schema, *object_schema;
+
+static int make_schemas(void **state)
+{
+    (void)state;
+    struct mmrt_error err = { 0 };
+    json_t *t = json_true();
+    const bool ok = mmrt_json_schema_compile(t, &any_schema, &err) == MMRT_OK &&
+                    mmrt_json_schema_any_object(&object_schema, &err) == MMRT_OK;
+    json_decref(t);
+    return ok ? 0 : -1;
+}
+
+static int free_schemas(void **state)
+{
+    (void)state;
+    mmrt_json_schema_free(any_schema);
+    mmrt_json_schema_free(object_schema);
+    return 0;
+}
+
 static const char *const valid[] = {
     "{}", "[]", "{\"a\":1}", " { \"a\" : [ 1 , 2.5 , -3e+4 , 0 , -0.0E-1 ] } ",
     "{\"k\":\"v\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\uD83D\\uDE00\"}", "[true,false,null]",
@@ -41,7 +63,7 @@ static const char *const invalid[] = {
 static bool feed_cut(const char *text, size_t cut, bool object_only, bool *done)
 {
     struct mmrt_json_grammar g;
-    mmrt_json_grammar_init(&g, object_only);
+    mmrt_json_grammar_init(&g, object_only ? object_schema : any_schema);
     const size_t n = strlen(text);
     bool ok = mmrt_json_grammar_feed(&g, text, cut) &&
               mmrt_json_grammar_feed(&g, text + cut, n - cut);
@@ -70,7 +92,7 @@ static void test_against_a_parser(void **state)
                 fail_msg("valid text %zu cut at %zu: %s", i, cut, t);
             /* every prefix is accepted */
             struct mmrt_json_grammar g;
-            mmrt_json_grammar_init(&g, false);
+            mmrt_json_grammar_init(&g, any_schema);
             if (!mmrt_json_grammar_feed(&g, t, cut))
                 fail_msg("prefix %zu of valid text %zu refused: %s", cut, i, t);
         }
@@ -90,18 +112,18 @@ static void test_done(void **state)
 {
     (void)state;
     struct mmrt_json_grammar g;
-    mmrt_json_grammar_init(&g, false);
+    mmrt_json_grammar_init(&g, any_schema);
     assert_true(mmrt_json_grammar_feed(&g, "12", 2));
     assert_false(mmrt_json_grammar_done(&g));
     assert_true(mmrt_json_grammar_feed(&g, " ", 1));
     assert_true(mmrt_json_grammar_done(&g));
     assert_false(mmrt_json_grammar_feed(&g, "3", 1));
-    mmrt_json_grammar_init(&g, false);
+    mmrt_json_grammar_init(&g, any_schema);
     assert_true(mmrt_json_grammar_feed(&g, "fals", 4));
     assert_false(mmrt_json_grammar_done(&g));
     assert_true(mmrt_json_grammar_feed(&g, "e", 1));
     assert_true(mmrt_json_grammar_done(&g));
-    mmrt_json_grammar_init(&g, false);
+    mmrt_json_grammar_init(&g, any_schema);
     assert_true(mmrt_json_grammar_feed(&g, "{\"a\":[1]", 8));
     assert_false(mmrt_json_grammar_done(&g));
     assert_true(mmrt_json_grammar_feed(&g, "}", 1));
@@ -136,16 +158,16 @@ static void test_bounds(void **state)
     bool done;
     assert_true(feed_cut(deep, MMRT_JSON_MAX_DEPTH, false, &done) && done);
     struct mmrt_json_grammar g;
-    mmrt_json_grammar_init(&g, false);
+    mmrt_json_grammar_init(&g, any_schema);
     assert_true(mmrt_json_grammar_feed(&g, deep, MMRT_JSON_MAX_DEPTH));
     assert_false(mmrt_json_grammar_feed(&g, "[", 1));
-    mmrt_json_grammar_init(&g, false);
+    mmrt_json_grammar_init(&g, any_schema);
     assert_true(mmrt_json_grammar_feed(&g, deep, MMRT_JSON_MAX_DEPTH));
     assert_false(mmrt_json_grammar_feed(&g, "{", 1));
 
     char spaces[MMRT_JSON_MAX_SPACE + 2];
     memset(spaces, ' ', sizeof spaces);
-    mmrt_json_grammar_init(&g, true);
+    mmrt_json_grammar_init(&g, object_schema);
     assert_true(mmrt_json_grammar_feed(&g, "{", 1));
     assert_true(mmrt_json_grammar_feed(&g, spaces, MMRT_JSON_MAX_SPACE));
     struct mmrt_json_grammar h = g;
@@ -205,7 +227,7 @@ static bool take(struct mmrt_json_answer *a, const struct mmrt_token_texts *t, c
         struct mmrt_json_answer next;
         if (!mmrt_json_answer_fits(a, t, NULL, ids[i], &next))
             return false;
-        *a = next;
+        mmrt_json_answer_copy(a, &next);
     }
     return true;
 }
@@ -234,7 +256,7 @@ static void test_answer_byte_runs(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct mmrt_json_answer a;
-        mmrt_json_answer_init(&a);
+        mmrt_json_answer_init(&a, object_schema);
         assert_true(take(&a, &t, (const int[]){ T_OPEN, T_QUOTE }, 2));
         assert_true(take(&a, &t, cases[i].ids, cases[i].n));
         /* closed: the key is followed by ':'; still open: ':' is text and fits too, so
@@ -259,7 +281,7 @@ static void test_answer_mask(void **state)
     make_texts(&f);
     const struct mmrt_token_texts t = f.t;
     struct mmrt_json_answer a, next;
-    mmrt_json_answer_init(&a);
+    mmrt_json_answer_init(&a, object_schema);
     float logits[N_VOCAB + 2], masked[N_VOCAB + 2];
     for (int i = 0; i < N_VOCAB + 2; i++)
         logits[i] = (float)i;
@@ -276,8 +298,17 @@ static void test_answer_mask(void **state)
     /* Only −inf logits among the tokens that fit: nothing to choose. */
     for (int i = 0; i < N_VOCAB; i++)
         logits[i] = i == T_EOS ? 0.0f : -INFINITY;
-    mmrt_json_answer_init(&a);
+    mmrt_json_answer_init(&a, object_schema);
     assert_false(mmrt_json_answer_mask(&a, &t, NULL, logits, N_VOCAB, masked));
+}
+
+/* Whether two states are the same: the fixed part and the open frames (the frames past
+ * them are never copied). */
+static bool same_grammar(const struct mmrt_json_grammar *a, const struct mmrt_json_grammar *b)
+{
+    return a->depth == b->depth &&
+           memcmp(a, b, offsetof(struct mmrt_json_grammar, frame) +
+                            a->depth * sizeof a->frame[0]) == 0;
 }
 
 /* The plain flags change nothing but the work: for every token of a real vocabulary (the
@@ -311,18 +342,17 @@ static void test_answer_plain_flags(void **state)
         for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++) {
             for (int pending = 0; pending < 1 + (lead >= 0); pending++) {
                 struct mmrt_json_answer a, n1, n2;
-                mmrt_json_answer_init(&a);
+                mmrt_json_answer_init(&a, object_schema);
                 assert_true(mmrt_json_grammar_feed(&a.grammar, prefixes[k],
                                                    strlen(prefixes[k])));
                 if (pending && !mmrt_json_answer_fits(&a, &t, NULL, lead, &n1))
                     continue; /* a lead byte only fits in a string */
                 if (pending)
-                    a = n1;
+                    mmrt_json_answer_copy(&a, &n1);
                 for (uint32_t id = 0; id < t.n; id++) {
                     const bool f1 = mmrt_json_answer_fits(&a, &t, plain, (int32_t)id, &n1);
                     const bool f2 = mmrt_json_answer_fits(&a, &t, NULL, (int32_t)id, &n2);
-                    if (f1 != f2 || (f1 && (memcmp(&n1.grammar, &n2.grammar,
-                                                   sizeof n1.grammar) != 0 ||
+                    if (f1 != f2 || (f1 && (!same_grammar(&n1.grammar, &n2.grammar) ||
                                             memcmp(&n1.run, &n2.run, sizeof n1.run) != 0 ||
                                             n1.run_bad != n2.run_bad)))
                         fail_msg("%s, prefix '%s', pending %d, token %u: %d with the flags, "
@@ -347,5 +377,5 @@ int main(void)
         cmocka_unit_test(test_answer_mask),
         cmocka_unit_test(test_answer_plain_flags),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, make_schemas, free_schemas);
 }

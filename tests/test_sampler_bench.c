@@ -16,7 +16,9 @@
  *                  of made-up texts (letters mostly, some spaces, digits, punctuation and
  *                  byte tokens), at two places: inside a string (nearly every token fits;
  *                  timed with the plain-token flags the engine uses, and with every text
- *                  fed) and after an object key (only ':' may come). A JSON answer
+ *                  fed), after an object key (only ':' may come), and at the start of
+ *                  a key of a JSON schema's object with eight listed keys (json_schema
+ *                  mode: each text tried against the keys' literals). A JSON answer
  *                  pays a pass only on a step whose first pick does not fit. With it, the
  *                  one-time table of every token's text (mmrt_tokenizer_token_texts, made at
  *                  an engine's first JSON request) is timed on a byte-level BPE tokenizer of
@@ -191,7 +193,8 @@ int main(int argc, char **argv)
            temperature, top_k, top_p, spread, rows);
     printf("# %8s %12s %10s%s%s\n", "vocab", "ms/token", "digest",
            logprobs >= 0 ? "   logprobs ms" : "",
-           json ? "   json mask ms: in a string (fed), after a key; texts ms" : "");
+           json ? "   json mask ms: in a string (fed), after a key, in a schema key; texts ms"
+                : "");
     for (; i < argc; i++) {
         char *end;
         const long vocab = strtol(argv[i], &end, 10);
@@ -254,30 +257,49 @@ int main(int argc, char **argv)
             struct mmrt_token_texts t;
             float *masked = malloc((size_t)vocab * sizeof *masked);
             struct mmrt_json_answer in_string, after_key, next;
-            mmrt_json_answer_init(&in_string);
-            if (!masked || !fake_texts(vocab, &t)) {
+            struct mmrt_json_schema *object = NULL;
+            if (!masked || !fake_texts(vocab, &t) ||
+                mmrt_json_schema_any_object(&object, &err) != MMRT_OK) {
                 fprintf(stderr, "sampler-bench: out of memory\n");
                 return 1;
             }
+            mmrt_json_answer_init(&in_string, object);
             /* the byte tokens 0x7b '{' and 0x22 '"' (ASCII, clean run) open a string; a
              * vocabulary too small to have them times the state it reached */
             if (mmrt_json_answer_fits(&in_string, &t, NULL, 0x7b, &next))
-                in_string = next;
+                mmrt_json_answer_copy(&in_string, &next);
             if (mmrt_json_answer_fits(&in_string, &t, NULL, 0x22, &next))
-                in_string = next;
-            after_key = in_string;
+                mmrt_json_answer_copy(&in_string, &next);
+            mmrt_json_answer_copy(&after_key, &in_string);
             if (mmrt_json_answer_fits(&in_string, &t, NULL, 0x22, &next))
-                after_key = next;
+                mmrt_json_answer_copy(&after_key, &next);
             uint8_t *plain = malloc((size_t)vocab);
             if (!plain) {
                 fprintf(stderr, "sampler-bench: out of memory\n");
                 return 1;
             }
             mmrt_json_answer_plain(&t, plain);
-            printf("   %10.4f %10.4f %10.4f",
+            /* json_schema: '{' then '"' starts a key of eight listed ones. */
+            static const char keyed[] =
+                "{\"type\":\"object\",\"properties\":{\"name\":{},\"kind\":{},\"colour\":{},"
+                "\"count\":{},\"size\":{},\"shape\":{},\"position\":{},\"notes\":{}}}";
+            struct mmrt_json_schema *listed = NULL;
+            struct mmrt_json_answer in_key;
+            if (mmrt_json_schema_parse(keyed, sizeof keyed - 1, &listed, &err) != MMRT_OK) {
+                fprintf(stderr, "sampler-bench: %s\n", err.msg);
+                return 1;
+            }
+            mmrt_json_answer_init(&in_key, listed);
+            if (mmrt_json_answer_fits(&in_key, &t, NULL, 0x7b, &next))
+                mmrt_json_answer_copy(&in_key, &next);
+            if (mmrt_json_answer_fits(&in_key, &t, NULL, 0x22, &next))
+                mmrt_json_answer_copy(&in_key, &next);
+            printf("   %10.4f %10.4f %10.4f %10.4f",
                    time_mask(&in_string, &t, plain, logits, vocab, masked, repeat),
                    time_mask(&in_string, &t, NULL, logits, vocab, masked, repeat),
-                   time_mask(&after_key, &t, plain, logits, vocab, masked, repeat));
+                   time_mask(&after_key, &t, plain, logits, vocab, masked, repeat),
+                   time_mask(&in_key, &t, plain, logits, vocab, masked, repeat));
+            mmrt_json_schema_free(listed);
             free(plain);
             struct mmrt_tokenizer *tok = fake_tokenizer(vocab);
             double tbest = INFINITY;
@@ -297,6 +319,7 @@ int main(int argc, char **argv)
             free(t.byte);
             free(t.special);
             free(masked);
+            mmrt_json_schema_free(object);
         }
         printf("\n");
         mmrt_sampler_deinit(&s);

@@ -444,6 +444,10 @@ struct mmrt_request {
     int n_logit_bias;
     /* The answer's form (enum mmrt_response_format); out of range is MMRT_ERR_INVALID_ARG. */
     int response_format;
+    /* With response_format MMRT_RESPONSE_JSON_SCHEMA: the schema, as JSON text (NUL-ended;
+     * copied at submission). A schema mmrt cannot hold an answer to is MMRT_ERR_INVALID_ARG
+     * naming the place in it (docs/ENGINE.md "JSON answers"). Ignored otherwise. */
+    const char *json_schema;
 };
 
 /* What an answer must be. */
@@ -454,6 +458,9 @@ enum mmrt_response_format {
      * out of the draw or the greedy choice), and the answer ends, MMRT_FINISH_EOS, when the
      * object closes. max_tokens can still cut it short (MMRT_FINISH_LENGTH). */
     MMRT_RESPONSE_JSON_OBJECT = 1,
+    /* A JSON document held to mmrt_request.json_schema, the same way (OpenAI's json_schema
+     * mode with strict: true). */
+    MMRT_RESPONSE_JSON_SCHEMA = 2,
 };
 
 #define MMRT_MAX_STOP 16

@@ -1,0 +1,1380 @@
+/*
+ * core/json_schema.c — compiles a JSON Schema into json_schema.h's table in two passes: the
+ * first walks the schema and makes a node per subschema (a union keeps its alternatives as
+ * a list, for a $ref may point at a node still being made); the second gives each union its
+ * table by first byte, merging literals, and then keeps the generator out of subschemas with
+ * no finite document.
+ */
+#include "json_schema.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/json.h"
+
+/* The nodes every compiled schema starts with: any value, and its parts. */
+enum { N_ANY, N_ANY_OBJECT, N_ANY_ARRAY, N_ANY_STRING, N_ANY_NUMBER, N_ANY_LITERAL, N_BUILTIN };
+
+/* A $ref target being made or made: its node, and the containers around it when its making
+ * began (a reference back to it with no container between is a cycle without progress). */
+struct ref_memo {
+    const json_t *target;
+    uint16_t node;
+    bool done;
+    uint32_t containers;
+};
+
+/* A union's alternatives and, for messages, where it is in the schema. */
+struct union_info {
+    uint16_t node;
+    bool one_of;
+    char *path;
+};
+
+struct compiler {
+    struct mmrt_json_schema *s;
+    uint32_t cap_nodes, cap_props, cap_lits;
+    size_t cap_text;
+    uint16_t *alts;
+    uint32_t n_alts, cap_alts;
+    struct union_info *unions;
+    uint32_t n_unions, cap_unions;
+    struct ref_memo *memo;
+    uint32_t n_memo, cap_memo;
+    const json_t *root;
+    uint32_t containers;
+    uint32_t refs;        /* $ref targets being made, one inside another */
+    char path[256];
+    size_t path_len;
+    struct mmrt_error *err;
+};
+
+/* ---- errors and the JSON pointer of where we are ---- */
+
+static mmrt_status failv(struct compiler *c, mmrt_status st, const char *path, const char *fmt,
+                         va_list ap)
+{
+    char what[MMRT_ERROR_MAX];
+    vsnprintf(what, sizeof what, fmt, ap);
+    return mmrt_error_set(c->err, st, "json_schema %s: %s", path[0] ? path : "(the root)",
+                          what);
+}
+
+static mmrt_status fail(struct compiler *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mmrt_status st = failv(c, MMRT_ERR_INVALID_ARG, c->path, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static mmrt_status fail_limit(struct compiler *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mmrt_status st = failv(c, MMRT_ERR_LIMIT, c->path, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static mmrt_status failv_path(struct compiler *c, const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mmrt_status st = failv(c, MMRT_ERR_INVALID_ARG, path, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static mmrt_status no_memory(struct compiler *c)
+{
+    return mmrt_error_set(c->err, MMRT_ERR_NO_MEMORY, "json_schema: out of memory");
+}
+
+/* Appends "/seg" (RFC 6901: '~' as ~0, '/' as ~1) to the path; returns the old length for
+ * pop_path. A path too long for the buffer ends in "..." and stays that way. */
+static size_t push_path(struct compiler *c, const char *seg)
+{
+    const size_t old = c->path_len, cap = sizeof c->path;
+    size_t n = old;
+    char buf[sizeof c->path];
+    size_t k = 0;
+    buf[k++] = '/';
+    for (const char *p = seg; *p && k + 2 < sizeof buf; p++) {
+        if (*p == '~' || *p == '/') {
+            buf[k++] = '~';
+            buf[k++] = *p == '~' ? '0' : '1';
+        } else {
+            /* Control bytes from a hostile schema stay out of one-line messages. */
+            buf[k++] = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+        }
+    }
+    if (n + k + 4 >= cap) {
+        if (n + 4 < cap)
+            memcpy(c->path + n, "...", 4), n += 3;
+    } else {
+        memcpy(c->path + n, buf, k);
+        n += k;
+        c->path[n] = '\0';
+    }
+    c->path_len = n;
+    return old;
+}
+
+static size_t push_index(struct compiler *c, size_t i)
+{
+    char seg[24];
+    snprintf(seg, sizeof seg, "%zu", i);
+    return push_path(c, seg);
+}
+
+static void pop_path(struct compiler *c, size_t old)
+{
+    c->path_len = old;
+    c->path[old] = '\0';
+}
+
+/* ---- growing the tables ---- */
+
+static bool grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    uint32_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, (size_t)n * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+static mmrt_status new_node(struct compiler *c, uint8_t kind, uint16_t *out)
+{
+    struct mmrt_json_schema *s = c->s;
+    if (s->n_nodes >= MMRT_JSON_SCHEMA_MAX_NODES)
+        return fail_limit(c, "more than %u subschemas", MMRT_JSON_SCHEMA_MAX_NODES);
+    if (!grow((void **)&s->node, &c->cap_nodes, s->n_nodes + 1, sizeof *s->node))
+        return no_memory(c);
+    struct mmrt_json_node *n = &s->node[s->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->extra = MMRT_JSON_NONE;
+    n->max = MMRT_JSON_UNBOUNDED;
+    for (int k = 0; k < MMRT_JSON_CLASSES; k++)
+        n->alt[k] = MMRT_JSON_NONE;
+    *out = (uint16_t)s->n_nodes++;
+    return MMRT_OK;
+}
+
+/* ---- literals: the compact text of a JSON value ---- */
+
+struct text {
+    char *p;
+    size_t n, cap;
+    bool over; /* past MMRT_JSON_SCHEMA_MAX_TEXT, or out of memory (then oom too) */
+    bool oom;
+};
+
+static void put(struct text *t, const char *p, size_t n)
+{
+    if (t->over || t->n + n > MMRT_JSON_SCHEMA_MAX_TEXT) {
+        t->over = true;
+        return;
+    }
+    if (t->n + n > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->n + n)
+            cap *= 2;
+        char *q = realloc(t->p, cap);
+        if (!q) {
+            t->over = t->oom = true;
+            free(t->p);
+            t->p = NULL;
+            t->n = t->cap = 0;
+            return;
+        }
+        t->p = q;
+        t->cap = cap;
+    }
+    memcpy(t->p + t->n, p, n);
+    t->n += n;
+}
+
+/* A string as JSON writes it with the fewest escapes. */
+static void put_string(struct text *t, const char *s, size_t len)
+{
+    put(t, "\"", 1);
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char b = (unsigned char)s[i];
+        const char *esc = b == '"' ? "\\\"" : b == '\\' ? "\\\\" : b == '\b' ? "\\b"
+                        : b == '\f' ? "\\f" : b == '\n' ? "\\n" : b == '\r' ? "\\r"
+                        : b == '\t' ? "\\t" : NULL;
+        char u[8];
+        if (!esc && b < 0x20) {
+            snprintf(u, sizeof u, "\\u%04x", b);
+            esc = u;
+        }
+        if (esc)
+            put(t, esc, strlen(esc));
+        else
+            put(t, (const char *)&b, 1);
+    }
+    put(t, "\"", 1);
+}
+
+/* jansson's compact form of a real with the fewest digits that read back as the same
+ * double (0.1, not 0.10000000000000001). jansson writes and reads reals whatever the C
+ * locale's decimal point (snprintf and strtod would follow it: "1,5" under a comma locale). */
+static void put_real(struct text *t, const json_t *v)
+{
+    char *best = NULL;
+    for (int prec = 15; prec <= 17 && !best; prec++) {
+        char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(prec));
+        json_t *back = s ? json_loads(s, JSON_DECODE_ANY, NULL) : NULL;
+        if (back && json_is_real(back) && json_real_value(back) == json_real_value(v))
+            best = s;
+        else
+            free(s);
+        json_decref(back);
+    }
+    if (!best) {
+        t->over = t->oom = true;
+        return;
+    }
+    put(t, best, strlen(best));
+    free(best);
+}
+
+static void put_value(struct text *t, const json_t *v)
+{
+    char buf[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        const json_t *x;
+        bool first = true;
+        put(t, "{", 1);
+        json_object_foreach((json_t *)v, k, x) {
+            if (!first)
+                put(t, ",", 1);
+            first = false;
+            put_string(t, k, strlen(k));
+            put(t, ":", 1);
+            put_value(t, x);
+        }
+        put(t, "}", 1);
+        return;
+    }
+    case JSON_ARRAY:
+        put(t, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                put(t, ",", 1);
+            put_value(t, json_array_get(v, i));
+        }
+        put(t, "]", 1);
+        return;
+    case JSON_STRING: put_string(t, json_string_value(v), json_string_length(v)); return;
+    case JSON_INTEGER:
+        snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+        put(t, buf, strlen(buf));
+        return;
+    case JSON_REAL: put_real(t, v); return;
+    case JSON_TRUE: put(t, "true", 4); return;
+    case JSON_FALSE: put(t, "false", 5); return;
+    case JSON_NULL: put(t, "null", 4); return;
+    }
+}
+
+/* Adds literals (the value's text and, for a key, its prop index) to the schema's text and
+ * literal tables. */
+static mmrt_status add_literal(struct compiler *c, const char *p, size_t n, uint32_t prop)
+{
+    struct mmrt_json_schema *s = c->s;
+    if (s->n_lits >= MMRT_JSON_SCHEMA_MAX_LITERALS)
+        return fail_limit(c, "more than %u enum values and keys", MMRT_JSON_SCHEMA_MAX_LITERALS);
+    if (s->n_text + n > MMRT_JSON_SCHEMA_MAX_TEXT)
+        return fail_limit(c, "enum values and keys longer than %u bytes in all",
+                          MMRT_JSON_SCHEMA_MAX_TEXT);
+    if (!grow((void **)&s->lit, &c->cap_lits, s->n_lits + 1, sizeof *s->lit))
+        return no_memory(c);
+    if (s->n_text + n > c->cap_text) {
+        size_t cap = c->cap_text ? c->cap_text : 1024;
+        while (cap < s->n_text + n)
+            cap *= 2;
+        char *q = realloc(s->text, cap);
+        if (!q)
+            return no_memory(c);
+        s->text = q;
+        c->cap_text = cap;
+    }
+    memcpy(s->text + s->n_text, p, n);
+    s->lit[s->n_lits++] = (struct mmrt_json_literal){ .off = (uint32_t)s->n_text,
+                                                      .len = (uint32_t)n, .prop = prop };
+    s->n_text += n;
+    return MMRT_OK;
+}
+
+static int cmp_literal(const struct mmrt_json_schema *s, const struct mmrt_json_literal *x,
+                       const struct mmrt_json_literal *y)
+{
+    const uint32_t n = x->len < y->len ? x->len : y->len;
+    const int d = memcmp(s->text + x->off, s->text + y->off, n);
+    if (d)
+        return d;
+    return (x->len > y->len) - (x->len < y->len);
+}
+
+/* Sorts literals [first, s->n_lits) by their bytes (a merge sort: qsort has no context for
+ * the text, and an enum may be long) and drops repeats; returns how many remain. */
+static mmrt_status sort_literals(struct compiler *c, uint32_t first, uint32_t *kept)
+{
+    struct mmrt_json_schema *s = c->s;
+    const uint32_t n = s->n_lits - first;
+    struct mmrt_json_literal *l = s->lit + first;
+    if (n > 1) {
+        struct mmrt_json_literal *tmp = malloc((size_t)n * sizeof *tmp);
+        if (!tmp)
+            return no_memory(c);
+        for (uint32_t w = 1; w < n; w *= 2) {
+            for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+                const uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+                uint32_t i = lo, j = mid, k = lo;
+                while (i < mid && j < hi)
+                    tmp[k++] = cmp_literal(s, &l[j], &l[i]) < 0 ? l[j++] : l[i++];
+                while (i < mid)
+                    tmp[k++] = l[i++];
+                while (j < hi)
+                    tmp[k++] = l[j++];
+            }
+            memcpy(l, tmp, (size_t)n * sizeof *l);
+        }
+        free(tmp);
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (k == 0 || cmp_literal(s, &l[i], &l[k - 1]) != 0)
+            l[k++] = l[i];
+    s->n_lits = first + k;
+    *kept = k;
+    return MMRT_OK;
+}
+
+/* Adds the bytes of literal `from` (of this schema) again: its text may move as it grows. */
+static mmrt_status dup_literal(struct compiler *c, uint32_t from, uint32_t prop)
+{
+    const struct mmrt_json_literal l = c->s->lit[from];
+    char buf[256];
+    char *tmp = l.len <= sizeof buf ? buf : malloc(l.len);
+    if (!tmp)
+        return no_memory(c);
+    memcpy(tmp, c->s->text + l.off, l.len);
+    mmrt_status st = add_literal(c, tmp, l.len, prop);
+    if (tmp != buf)
+        free(tmp);
+    return st;
+}
+
+/* ---- pass one: a node per subschema ---- */
+
+enum {
+    T_OBJECT = 1, T_ARRAY = 2, T_STRING = 4, T_INTEGER = 8, T_NUMBER = 16, T_BOOLEAN = 32,
+    T_NULL = 64, T_ALL = 127
+};
+
+static const struct { const char *name; unsigned bit; } type_names[] = {
+    { "object", T_OBJECT }, { "array", T_ARRAY }, { "string", T_STRING },
+    { "integer", T_INTEGER }, { "number", T_NUMBER }, { "boolean", T_BOOLEAN },
+    { "null", T_NULL },
+};
+
+/* Keywords that constrain a value and that the compiled recogniser holds an answer to. */
+static const char *const handled[] = {
+    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+    "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
+};
+
+/* Assertions JSON Schema has that mmrt cannot hold an answer to: refused, never ignored
+ * (a generated answer would break them). Anything else unknown is an annotation. */
+static const char *const refused[] = {
+    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "uniqueItems",
+    "contains", "minContains", "maxContains", "prefixItems", "additionalItems", "not", "if",
+    "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
+    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
+};
+
+static bool listed(const char *const *list, const char *k)
+{
+    for (; *list; list++)
+        if (strcmp(*list, k) == 0)
+            return true;
+    return false;
+}
+
+/* The JSON types a value is of (an integral real is an integer too, as JSON Schema has it). */
+static unsigned value_types(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return T_OBJECT;
+    case JSON_ARRAY: return T_ARRAY;
+    case JSON_STRING: return T_STRING;
+    case JSON_INTEGER: return T_INTEGER | T_NUMBER;
+    case JSON_REAL: {
+        const double x = json_real_value(v);
+        return x == floor(x) ? T_INTEGER | T_NUMBER : T_NUMBER;
+    }
+    case JSON_TRUE: case JSON_FALSE: return T_BOOLEAN;
+    default: return T_NULL;
+    }
+}
+
+static mmrt_status compile(struct compiler *c, const json_t *v, uint16_t *out);
+
+/* A count keyword (minItems, maxLength, ...): a non-negative integer. A minimum past
+ * MMRT_JSON_SCHEMA_MAX_COUNT is refused; a maximum past it is held to it. */
+static mmrt_status get_count(struct compiler *c, const json_t *v, const char *key, bool is_max,
+                             uint32_t *out)
+{
+    const json_t *x = json_object_get(v, key);
+    if (!x)
+        return MMRT_OK;
+    const size_t old = push_path(c, key);
+    mmrt_status st = MMRT_OK;
+    if (!json_is_integer(x) || json_integer_value(x) < 0) {
+        st = fail(c, "'%s' must be a non-negative integer, not %s", key, mmrt_json_type_name(x));
+    } else if ((unsigned long long)json_integer_value(x) > MMRT_JSON_SCHEMA_MAX_COUNT) {
+        /* A maximum past the bound is written as the bound: fewer items or characters
+         * than the schema allows still satisfy it. */
+        if (is_max)
+            *out = MMRT_JSON_SCHEMA_MAX_COUNT;
+        else
+            st = fail_limit(c, "'%s' %lld is above mmrt's %u", key,
+                            (long long)json_integer_value(x), MMRT_JSON_SCHEMA_MAX_COUNT);
+    } else {
+        *out = (uint32_t)json_integer_value(x);
+    }
+    pop_path(c, old);
+    return st;
+}
+
+static mmrt_status min_max(struct compiler *c, const json_t *v, const char *kmin,
+                           const char *kmax, uint32_t *min, uint32_t *max)
+{
+    *min = 0;
+    *max = MMRT_JSON_UNBOUNDED;
+    mmrt_status st = get_count(c, v, kmin, false, min);
+    if (st == MMRT_OK)
+        st = get_count(c, v, kmax, true, max);
+    if (st == MMRT_OK && *min > *max)
+        st = fail(c, "'%s' %u is above '%s' %u: no value has both", kmin, *min, kmax, *max);
+    return st;
+}
+
+/* A union over alts[0, n): resolved in pass two. */
+static mmrt_status new_union(struct compiler *c, const uint16_t *alts, uint32_t n, bool one_of,
+                             uint16_t *out)
+{
+    mmrt_status st = new_node(c, MMRT_JSON_UNION, out);
+    if (st != MMRT_OK)
+        return st;
+    if (!grow((void **)&c->alts, &c->cap_alts, c->n_alts + n, sizeof *c->alts) ||
+        !grow((void **)&c->unions, &c->cap_unions, c->n_unions + 1, sizeof *c->unions))
+        return no_memory(c);
+    char *path = strdup(c->path);
+    if (!path)
+        return no_memory(c);
+    c->unions[c->n_unions] = (struct union_info){ .node = *out, .one_of = one_of, .path = path };
+    struct mmrt_json_node *u = &c->s->node[*out];
+    u->first = c->n_alts;
+    u->n = n;
+    u->lit = c->n_unions++;
+    memcpy(c->alts + c->n_alts, alts, n * sizeof *alts);
+    c->n_alts += n;
+    return MMRT_OK;
+}
+
+/* The enum values of `values` (a list) that are of the types in mask, as one literal node. */
+static mmrt_status compile_literals(struct compiler *c, const json_t *values, const char *key,
+                                    unsigned mask, uint16_t *out)
+{
+    const uint32_t first = c->s->n_lits;
+    struct text t = { 0 };
+    mmrt_status st = MMRT_OK;
+    for (size_t i = 0; i < json_array_size(values) && st == MMRT_OK; i++) {
+        const json_t *x = json_array_get(values, i);
+        if (!(value_types(x) & mask))
+            continue;
+        t.n = 0;
+        put_value(&t, x);
+        if (t.over)
+            st = t.oom ? no_memory(c)
+                       : fail_limit(c, "'%s' value %zu is longer than %u bytes", key, i,
+                                    MMRT_JSON_SCHEMA_MAX_TEXT);
+        else
+            st = add_literal(c, t.p, t.n, 0);
+    }
+    free(t.p);
+    uint32_t kept = 0;
+    if (st == MMRT_OK)
+        st = sort_literals(c, first, &kept);
+    if (st == MMRT_OK && kept == 0)
+        st = json_array_size(values) == 0
+                 ? fail(c, "'%s' lists no value: no document satisfies it", key)
+                 : fail(c, "no value of '%s' is of the type the schema names", key);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_LITERALS, out);
+    if (st == MMRT_OK) {
+        c->s->node[*out].lit = first;
+        c->s->node[*out].n = kept;
+    }
+    return st;
+}
+
+/* A node for one literal text, such as "null". */
+static mmrt_status literal_node(struct compiler *c, const char *const *texts, uint32_t n,
+                                uint16_t *out)
+{
+    const uint32_t first = c->s->n_lits;
+    mmrt_status st = MMRT_OK;
+    for (uint32_t i = 0; i < n && st == MMRT_OK; i++)
+        st = add_literal(c, texts[i], strlen(texts[i]), 0);
+    uint32_t kept = 0;
+    if (st == MMRT_OK)
+        st = sort_literals(c, first, &kept);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_LITERALS, out);
+    if (st == MMRT_OK) {
+        c->s->node[*out].lit = first;
+        c->s->node[*out].n = kept;
+    }
+    return st;
+}
+
+/* A subschema of v under key (additionalProperties, items): absent or true is any value,
+ * false is MMRT_JSON_NONE. */
+static mmrt_status compile_member(struct compiler *c, const json_t *v, const char *key,
+                                  uint16_t *out)
+{
+    const json_t *x = json_object_get(v, key);
+    if (!x || json_is_true(x)) {
+        *out = N_ANY;
+        return MMRT_OK;
+    }
+    if (json_is_false(x)) {
+        *out = MMRT_JSON_NONE;
+        return MMRT_OK;
+    }
+    const size_t old = push_path(c, key);
+    mmrt_status st = compile(c, x, out);
+    pop_path(c, old);
+    return st;
+}
+
+static mmrt_status compile_object(struct compiler *c, const json_t *v, uint16_t *out)
+{
+    const json_t *props = json_object_get(v, "properties");
+    const json_t *req = json_object_get(v, "required");
+    if (props && !json_is_object(props)) {
+        const size_t old = push_path(c, "properties");
+        mmrt_status st = fail(c, "'properties' must be an object, not %s",
+                              mmrt_json_type_name(props));
+        pop_path(c, old);
+        return st;
+    }
+    if (req && !json_is_array(req)) {
+        const size_t old = push_path(c, "required");
+        mmrt_status st = fail(c, "'required' must be a list of strings, not %s",
+                              mmrt_json_type_name(req));
+        pop_path(c, old);
+        return st;
+    }
+    const size_t n_listed = props ? json_object_size(props) : 0;
+    const size_t n_req = req ? json_array_size(req) : 0;
+    if (n_listed + n_req >= UINT16_MAX)
+        return fail_limit(c, "more than %u properties", UINT16_MAX - 1);
+    /* The keys (listed, then required ones not listed) and their nodes, gathered here: the
+     * subschemas add props of their own while they compile. */
+    const char **keys = calloc(n_listed + n_req + 1, sizeof *keys);
+    struct mmrt_json_prop *mine = calloc(n_listed + n_req + 1, sizeof *mine);
+    if (!keys || !mine) {
+        free(keys);
+        free(mine);
+        return no_memory(c);
+    }
+    uint32_t n = 0;
+    mmrt_status st = MMRT_OK;
+    uint16_t extra = N_ANY;
+    c->containers++;
+    st = compile_member(c, v, "additionalProperties", &extra);
+    const char *k;
+    const json_t *x;
+    if (props && st == MMRT_OK)
+        json_object_foreach((json_t *)props, k, x) {
+            const size_t o1 = push_path(c, "properties"), o2 = push_path(c, k);
+            st = compile(c, x, &mine[n].node);
+            pop_path(c, o2);
+            pop_path(c, o1);
+            if (st != MMRT_OK)
+                break;
+            keys[n++] = k;
+        }
+    for (size_t i = 0; i < n_req && st == MMRT_OK; i++) {
+        const json_t *r = json_array_get(req, i);
+        const size_t old = push_path(c, "required");
+        push_index(c, i);
+        if (!json_is_string(r)) {
+            st = fail(c, "'required' lists %s, not a key", mmrt_json_type_name(r));
+        } else {
+            uint32_t j = 0;
+            while (j < n && strcmp(keys[j], json_string_value(r)) != 0)
+                j++;
+            if (j == n) {
+                /* Required but not listed: its value is additionalProperties'. */
+                if (extra == MMRT_JSON_NONE)
+                    st = fail(c, "required key '%s' is not in 'properties' and "
+                              "additionalProperties is false: no document satisfies it",
+                              json_string_value(r));
+                keys[n] = json_string_value(r);
+                mine[n++].node = extra;
+            }
+            mine[j].required = 1;
+        }
+        pop_path(c, old);
+    }
+    c->containers--;
+    const uint32_t first_prop = c->s->n_props, first_lit = c->s->n_lits;
+    if (st == MMRT_OK && !grow((void **)&c->s->prop, &c->cap_props, first_prop + n,
+                               sizeof *c->s->prop))
+        st = no_memory(c);
+    struct text t = { 0 };
+    for (uint32_t i = 0; i < n && st == MMRT_OK; i++) {
+        c->s->prop[c->s->n_props++] = mine[i];
+        t.n = 0;
+        put_string(&t, keys[i], strlen(keys[i]));
+        st = t.over ? (t.oom ? no_memory(c)
+                             : fail_limit(c, "a key is longer than %u bytes",
+                                          MMRT_JSON_SCHEMA_MAX_TEXT))
+                    : add_literal(c, t.p, t.n, i);
+    }
+    free(t.p);
+    free(keys);
+    free(mine);
+    uint32_t kept = 0;
+    if (st == MMRT_OK)
+        st = sort_literals(c, first_lit, &kept);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_OBJECT, out);
+    if (st == MMRT_OK) {
+        struct mmrt_json_node *o = &c->s->node[*out];
+        o->first = first_prop;
+        o->n = n;
+        o->lit = first_lit;
+        o->extra = n ? MMRT_JSON_NONE : extra; /* listed keys only, when there are any */
+    }
+    return st;
+}
+
+static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *out)
+{
+    const json_t *items = json_object_get(v, "items");
+    if (items && json_is_array(items)) {
+        const size_t old = push_path(c, "items");
+        mmrt_status st = fail(c, "'items' as a list (a tuple) is not supported: give one "
+                              "schema");
+        pop_path(c, old);
+        return st;
+    }
+    uint32_t min, max;
+    mmrt_status st = min_max(c, v, "minItems", "maxItems", &min, &max);
+    uint16_t item = N_ANY;
+    c->containers++;
+    if (st == MMRT_OK)
+        st = compile_member(c, v, "items", &item);
+    c->containers--;
+    if (st == MMRT_OK && item == MMRT_JSON_NONE)
+        max = 0; /* items false: only [] */
+    if (st == MMRT_OK && min > max)
+        st = fail(c, "'minItems' %u but 'items' is false: no document satisfies it", min);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_ARRAY, out);
+    if (st == MMRT_OK) {
+        struct mmrt_json_node *a = &c->s->node[*out];
+        a->extra = item == MMRT_JSON_NONE ? N_ANY : item;
+        a->min = min;
+        a->max = max;
+    }
+    return st;
+}
+
+/* The types named by v's "type", or inferred from the keywords present when it has none
+ * (JSON Schema would allow any type there; mmrt writes the one the keywords are about). */
+static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
+{
+    const json_t *t = json_object_get(v, "type");
+    *mask = 0;
+    if (!t) {
+        if (json_object_get(v, "properties") || json_object_get(v, "required") ||
+            json_object_get(v, "additionalProperties"))
+            *mask |= T_OBJECT;
+        if (json_object_get(v, "items") || json_object_get(v, "minItems") ||
+            json_object_get(v, "maxItems"))
+            *mask |= T_ARRAY;
+        if (json_object_get(v, "minLength") || json_object_get(v, "maxLength"))
+            *mask |= T_STRING;
+        if (!*mask)
+            *mask = T_ALL;
+        return MMRT_OK;
+    }
+    const size_t old = push_path(c, "type");
+    const size_t n = json_is_array(t) ? json_array_size(t) : 1;
+    mmrt_status st = MMRT_OK;
+    if (json_is_array(t) && n == 0)
+        st = fail(c, "'type' lists no type: no document satisfies it");
+    for (size_t i = 0; i < n && st == MMRT_OK; i++) {
+        const json_t *x = json_is_array(t) ? json_array_get(t, i) : t;
+        if (!json_is_string(x)) {
+            st = fail(c, "'type' must be a type name or a list of them, not %s",
+                      mmrt_json_type_name(x));
+            break;
+        }
+        size_t j = 0;
+        while (j < sizeof type_names / sizeof *type_names &&
+               strcmp(type_names[j].name, json_string_value(x)) != 0)
+            j++;
+        if (j == sizeof type_names / sizeof *type_names) {
+            char q[48];
+            snprintf(q, sizeof q, "%s", json_string_value(x));
+            for (char *p = q; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                    *p = '?';
+            st = fail(c, "'%s' is not a JSON Schema type (object, array, string, integer, "
+                      "number, boolean, null)", q);
+        } else {
+            *mask |= type_names[j].bit;
+        }
+    }
+    pop_path(c, old);
+    return st;
+}
+
+/* v's value by its types (and enum or const, when it has one). */
+static mmrt_status compile_typed(struct compiler *c, const json_t *v, uint16_t *out)
+{
+    unsigned mask;
+    mmrt_status st = types_of(c, v, &mask);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *en = json_object_get(v, "enum"), *cn = json_object_get(v, "const");
+    if (en && cn)
+        return fail(c, "'enum' beside 'const' is not supported: give one");
+    if (en || cn) {
+        const char *key = en ? "enum" : "const";
+        /* Only the type filters the values here; another assertion beside them would need
+         * each value checked against it. */
+        for (const char *const *h = handled; *h; h++)
+            if (strcmp(*h, "type") != 0 && strcmp(*h, key) != 0 && json_object_get(v, *h))
+                return fail(c, "'%s' beside '%s' is not supported: list only the values that "
+                            "satisfy it", key, *h);
+        const size_t old = push_path(c, key);
+        json_t *one = NULL;
+        if (en && !json_is_array(en)) {
+            st = fail(c, "'enum' must be a list, not %s", mmrt_json_type_name(en));
+        } else if (cn) {
+            one = json_array();
+            if (!one || json_array_append(one, (json_t *)cn) != 0)
+                st = no_memory(c);
+        }
+        if (st == MMRT_OK)
+            st = compile_literals(c, en ? en : one, key, mask, out);
+        json_decref(one);
+        pop_path(c, old);
+        return st;
+    }
+    if (mask == T_ALL) {
+        *out = N_ANY;
+        return MMRT_OK;
+    }
+    if (mask & T_NUMBER)
+        mask &= ~(unsigned)T_INTEGER; /* a number may be an integer */
+    uint16_t alts[7];
+    uint32_t n = 0;
+    static const char *const booleans[] = { "false", "true" }, *const null[] = { "null" };
+    if ((mask & T_OBJECT) && st == MMRT_OK)
+        st = compile_object(c, v, &alts[n++]);
+    if ((mask & T_ARRAY) && st == MMRT_OK)
+        st = compile_array(c, v, &alts[n++]);
+    if ((mask & T_STRING) && st == MMRT_OK) {
+        uint32_t min, max;
+        st = min_max(c, v, "minLength", "maxLength", &min, &max);
+        if (st == MMRT_OK)
+            st = new_node(c, MMRT_JSON_STRING, &alts[n]);
+        if (st == MMRT_OK) {
+            c->s->node[alts[n]].min = min;
+            c->s->node[alts[n++]].max = max;
+        }
+    }
+    if ((mask & (T_INTEGER | T_NUMBER)) && st == MMRT_OK)
+        st = new_node(c, mask & T_NUMBER ? MMRT_JSON_NUMBER : MMRT_JSON_INTEGER, &alts[n++]);
+    if ((mask & T_BOOLEAN) && st == MMRT_OK)
+        st = literal_node(c, booleans, 2, &alts[n++]);
+    if ((mask & T_NULL) && st == MMRT_OK)
+        st = literal_node(c, null, 1, &alts[n++]);
+    if (st != MMRT_OK)
+        return st;
+    if (n == 1) {
+        *out = alts[0];
+        return MMRT_OK;
+    }
+    const size_t old = push_path(c, "type");
+    st = new_union(c, alts, n, false, out);
+    pop_path(c, old);
+    return st;
+}
+
+/* Resolves a JSON pointer fragment ("#", "#/$defs/Name", any path into the schema). */
+static const json_t *resolve(const json_t *root, const char *ref)
+{
+    if (ref[0] != '#')
+        return NULL;
+    const json_t *v = root;
+    const char *p = ref + 1;
+    while (*p) {
+        if (*p != '/')
+            return NULL;
+        p++;
+        char seg[256];
+        size_t n = 0;
+        while (*p && *p != '/') {
+            char ch = *p++;
+            if (ch == '~') {
+                if (*p != '0' && *p != '1')
+                    return NULL;
+                ch = *p++ == '0' ? '~' : '/';
+            }
+            if (n + 1 >= sizeof seg)
+                return NULL;
+            seg[n++] = ch;
+        }
+        seg[n] = '\0';
+        if (json_is_object(v)) {
+            v = json_object_get(v, seg);
+        } else if (json_is_array(v)) {
+            char *end;
+            const unsigned long i = strtoul(seg, &end, 10);
+            if (!n || *end || (n > 1 && seg[0] == '0'))
+                return NULL;
+            v = json_array_get(v, i);
+        } else {
+            return NULL;
+        }
+        if (!v)
+            return NULL;
+    }
+    return v;
+}
+
+/* A subschema reached by $ref (or the root): made once, its node reserved before its parts
+ * so that a reference back to it inside a container points at it. */
+static mmrt_status compile_target(struct compiler *c, const json_t *target, uint16_t *out)
+{
+    for (uint32_t i = 0; i < c->n_memo; i++) {
+        if (c->memo[i].target != target)
+            continue;
+        if (!c->memo[i].done && c->memo[i].containers == c->containers)
+            return fail(c, "'$ref' leads back to itself with no object or array between: no "
+                        "document is finite");
+        *out = c->memo[i].node;
+        return MMRT_OK;
+    }
+    if (json_is_true(target) || (json_is_object(target) && json_object_size(target) == 0)) {
+        *out = N_ANY;
+        return MMRT_OK;
+    }
+    /* Each target made inside another deepens the C stack: a hostile chain of references
+     * is refused before it runs out. */
+    if (c->refs > MMRT_JSON_SCHEMA_MAX_REFS) /* the root is one of them */
+        return fail_limit(c, "'$ref' targets nest more than %u deep", MMRT_JSON_SCHEMA_MAX_REFS);
+    if (!grow((void **)&c->memo, &c->cap_memo, c->n_memo + 1, sizeof *c->memo))
+        return no_memory(c);
+    uint16_t slot;
+    mmrt_status st = new_node(c, MMRT_JSON_UNION, &slot);
+    if (st != MMRT_OK)
+        return st;
+    const uint32_t m = c->n_memo++;
+    c->memo[m] = (struct ref_memo){ .target = target, .node = slot, .containers = c->containers };
+    uint16_t made;
+    c->refs++;
+    st = compile(c, target, &made);
+    c->refs--;
+    if (st != MMRT_OK)
+        return st;
+    /* Nodes are values: the slot becomes a copy of what was made (a union's copy is
+     * resolved in pass two like the union itself). */
+    c->s->node[slot] = c->s->node[made];
+    c->memo[m].done = true;
+    *out = slot;
+    return MMRT_OK;
+}
+
+static mmrt_status compile(struct compiler *c, const json_t *v, uint16_t *out)
+{
+    if (json_is_true(v)) {
+        *out = N_ANY;
+        return MMRT_OK;
+    }
+    if (json_is_false(v))
+        return fail(c, "the schema false admits no value");
+    if (!json_is_object(v))
+        return fail(c, "a schema is an object or a boolean, not %s", mmrt_json_type_name(v));
+    const char *k;
+    const json_t *x;
+    const char *assertion = NULL; /* one handled keyword present, for "beside" messages */
+    unsigned n_handled = 0;
+    json_object_foreach((json_t *)v, k, x) {
+        if (listed(refused, k)) {
+            const size_t old = push_path(c, k);
+            mmrt_status st = fail(c, "keyword '%s' is not supported: mmrt cannot hold an "
+                                  "answer to it", k);
+            pop_path(c, old);
+            return st;
+        }
+        if (listed(handled, k)) {
+            n_handled++;
+            if (strcmp(k, "$ref") != 0 && strcmp(k, "anyOf") != 0 &&
+                strcmp(k, "oneOf") != 0 && strcmp(k, "allOf") != 0)
+                assertion = k;
+        }
+    }
+    static const char *const combinators[] = { "$ref", "allOf", "anyOf", "oneOf" };
+    for (size_t i = 0; i < sizeof combinators / sizeof *combinators; i++) {
+        const char *kw = combinators[i];
+        const json_t *y = json_object_get(v, kw);
+        if (!y)
+            continue;
+        if (n_handled > 1) {
+            const char *other = assertion;
+            for (size_t j = 0; !other && j < sizeof combinators / sizeof *combinators; j++)
+                if (j != i && json_object_get(v, combinators[j]))
+                    other = combinators[j];
+            return fail(c, "'%s' beside '%s' is not supported: put the keywords in one "
+                        "subschema", kw, other ? other : "?");
+        }
+        const size_t old = push_path(c, kw);
+        mmrt_status st = MMRT_OK;
+        if (i == 0) {
+            if (!json_is_string(y)) {
+                st = fail(c, "'$ref' must be a string, not %s", mmrt_json_type_name(y));
+            } else {
+                const json_t *target = resolve(c->root, json_string_value(y));
+                if (!target) {
+                    char q[96];
+                    snprintf(q, sizeof q, "%s", json_string_value(y));
+                    for (char *p = q; *p; p++)
+                        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                            *p = '?';
+                    st = fail(c, "'$ref' '%s' does not point into this schema (mmrt follows "
+                              "'#' and '#/...' pointers only)", q);
+                } else {
+                    /* Messages inside the target name its own place. */
+                    char saved[sizeof c->path];
+                    const size_t saved_len = c->path_len;
+                    memcpy(saved, c->path, sizeof saved);
+                    c->path_len = 0;
+                    c->path[0] = '\0';
+                    const char *ptr = json_string_value(y) + 1;
+                    if (strlen(ptr) < sizeof c->path) {
+                        memcpy(c->path, ptr, strlen(ptr) + 1);
+                        c->path_len = strlen(ptr);
+                    }
+                    st = compile_target(c, target, out);
+                    memcpy(c->path, saved, sizeof saved);
+                    c->path_len = saved_len;
+                }
+            }
+        } else if (!json_is_array(y) || json_array_size(y) == 0) {
+            st = fail(c, "'%s' must be a non-empty list of schemas", kw);
+        } else if (i == 1) {
+            if (json_array_size(y) != 1) {
+                st = fail(c, "'allOf' of %zu schemas is not supported: give one",
+                          json_array_size(y));
+            } else {
+                push_index(c, 0);
+                st = compile(c, json_array_get(y, 0), out);
+            }
+        } else {
+            const size_t n = json_array_size(y);
+            uint16_t *alts = malloc(n * sizeof *alts);
+            if (!alts)
+                st = no_memory(c);
+            for (size_t j = 0; j < n && st == MMRT_OK; j++) {
+                const size_t o = push_index(c, j);
+                st = compile(c, json_array_get(y, j), &alts[j]);
+                pop_path(c, o);
+            }
+            if (st == MMRT_OK)
+                st = n == 1 ? (*out = alts[0], MMRT_OK)
+                            : new_union(c, alts, (uint32_t)n, i == 3, out);
+            free(alts);
+        }
+        pop_path(c, old);
+        return st;
+    }
+    return compile_typed(c, v, out);
+}
+
+/* ---- pass two: unions by first byte, and only finite documents ---- */
+
+static const char *const class_names[MMRT_JSON_CLASSES] = {
+    "an object", "an array", "a string", "a number", "true", "false", "null",
+};
+
+static int class_of_byte(char b)
+{
+    switch (b) {
+    case '{': return MMRT_JSON_CLASS_OBJECT;
+    case '[': return MMRT_JSON_CLASS_ARRAY;
+    case '"': return MMRT_JSON_CLASS_STRING;
+    case 't': return MMRT_JSON_CLASS_TRUE;
+    case 'f': return MMRT_JSON_CLASS_FALSE;
+    case 'n': return MMRT_JSON_CLASS_NULL;
+    default: return MMRT_JSON_CLASS_NUMBER; /* '-' or a digit: literals are valid JSON */
+    }
+}
+
+/* Claims class k of table for node x; a second claimant is refused, but for a number over an
+ * integer under anyOf (any document of the integer is one of the number). */
+static mmrt_status claim(struct compiler *c, const struct union_info *u, uint16_t *table,
+                         int k, uint16_t x)
+{
+    const struct mmrt_json_node *node = c->s->node;
+    if (table[k] == MMRT_JSON_NONE || table[k] == x) {
+        table[k] = x;
+        return MMRT_OK;
+    }
+    const uint8_t a = node[table[k]].kind, b = node[x].kind;
+    if (!u->one_of && a == MMRT_JSON_INTEGER && b == MMRT_JSON_NUMBER) {
+        table[k] = x;
+        return MMRT_OK;
+    }
+    if (!u->one_of && a == MMRT_JSON_NUMBER && b == MMRT_JSON_INTEGER)
+        return MMRT_OK;
+    return failv_path(c, u->path, "two alternatives both begin %s: mmrt tells alternatives "
+                      "apart by a value's first byte", class_names[k]);
+}
+
+/* Whether a node is any value: N_ANY or a copy of it (a union whose table is made, with no
+ * alternatives to link). */
+static bool is_any(const struct mmrt_json_node *x)
+{
+    return x->kind == MMRT_JSON_UNION && x->n == 0;
+}
+
+/* Gives union u its table by first byte: alternatives that are unions give their tables,
+ * literal alternatives merge into one node. A union left with one node becomes a copy of it;
+ * one with the any-value node among its alternatives becomes any value. state: 0 not yet,
+ * 1 being linked, 2 done. */
+static mmrt_status link_union(struct compiler *c, uint16_t u, uint8_t *state)
+{
+    struct mmrt_json_schema *s = c->s;
+    const struct union_info *info = &c->unions[s->node[u].lit];
+    const uint32_t first = s->node[u].first, n = s->node[u].n;
+    uint16_t table[MMRT_JSON_CLASSES];
+    for (int k = 0; k < MMRT_JSON_CLASSES; k++)
+        table[k] = MMRT_JSON_NONE;
+    state[u] = 1;
+    mmrt_status st = MMRT_OK;
+    /* Literal nodes met, merged below (at most one per alternative). */
+    uint16_t *lits = malloc((n + 1) * MMRT_JSON_CLASSES * sizeof *lits);
+    uint32_t n_lits = 0;
+    if (!lits)
+        return no_memory(c);
+    bool any = false;
+    for (uint32_t i = 0; i < n && st == MMRT_OK && !any; i++) {
+        const uint16_t a = c->alts[first + i];
+        if (is_any(&s->node[a])) {
+            any = true;
+            break;
+        }
+        if (s->node[a].kind == MMRT_JSON_UNION) {
+            if (state[a] == 1) {
+                st = failv_path(c, info->path, "an alternative leads back to this one with no "
+                                "object or array between: no document is finite");
+                break;
+            }
+            if (state[a] == 0 && (st = link_union(c, a, state)) != MMRT_OK)
+                break;
+        }
+        const struct mmrt_json_node *x = &s->node[a];
+        if (x->kind == MMRT_JSON_UNION) {
+            for (int k = 0; k < MMRT_JSON_CLASSES && st == MMRT_OK; k++) {
+                const uint16_t y = x->alt[k];
+                if (y == MMRT_JSON_NONE)
+                    continue;
+                if (s->node[y].kind == MMRT_JSON_LITERALS)
+                    lits[n_lits++] = y;
+                else
+                    st = claim(c, info, table, k, y);
+            }
+        } else if (x->kind == MMRT_JSON_LITERALS) {
+            lits[n_lits++] = a;
+        } else {
+            const int k = x->kind == MMRT_JSON_OBJECT  ? MMRT_JSON_CLASS_OBJECT
+                        : x->kind == MMRT_JSON_ARRAY   ? MMRT_JSON_CLASS_ARRAY
+                        : x->kind == MMRT_JSON_STRING  ? MMRT_JSON_CLASS_STRING
+                                                       : MMRT_JSON_CLASS_NUMBER;
+            st = claim(c, info, table, k, a);
+        }
+    }
+    /* Repeats (a node met twice through nested unions) merge as one. */
+    uint32_t distinct = 0;
+    for (uint32_t i = 0; i < n_lits; i++) {
+        uint32_t j = 0;
+        while (j < distinct && lits[j] != lits[i])
+            j++;
+        if (j == distinct)
+            lits[distinct++] = lits[i];
+    }
+    uint16_t merged = distinct == 1 ? lits[0] : MMRT_JSON_NONE;
+    if (st == MMRT_OK && !any && distinct > 1) {
+        const uint32_t at = s->n_lits;
+        for (uint32_t i = 0; i < distinct && st == MMRT_OK; i++)
+            for (uint32_t j = 0; j < s->node[lits[i]].n && st == MMRT_OK; j++)
+                st = dup_literal(c, s->node[lits[i]].lit + j, 0);
+        uint32_t kept = 0;
+        if (st == MMRT_OK)
+            st = sort_literals(c, at, &kept);
+        if (st == MMRT_OK)
+            st = new_node(c, MMRT_JSON_LITERALS, &merged);
+        if (st == MMRT_OK) {
+            s->node[merged].lit = at;
+            s->node[merged].n = kept;
+        }
+    }
+    if (st == MMRT_OK && !any && merged != MMRT_JSON_NONE) {
+        const struct mmrt_json_node *m = &s->node[merged];
+        for (uint32_t j = 0; j < m->n && st == MMRT_OK; j++)
+            st = claim(c, info, table, class_of_byte(s->text[s->lit[m->lit + j].off]), merged);
+    }
+    free(lits);
+    if (st != MMRT_OK)
+        return st;
+    state[u] = 2;
+    if (any) {
+        s->node[u] = s->node[N_ANY];
+        return MMRT_OK;
+    }
+    uint16_t only = MMRT_JSON_NONE;
+    bool one = true;
+    for (int k = 0; k < MMRT_JSON_CLASSES; k++) {
+        if (table[k] == MMRT_JSON_NONE)
+            continue;
+        if (only != MMRT_JSON_NONE && table[k] != only)
+            one = false;
+        only = table[k];
+    }
+    if (one && only != MMRT_JSON_NONE) {
+        s->node[u] = s->node[only];
+        return MMRT_OK;
+    }
+    memcpy(s->node[u].alt, table, sizeof table);
+    return MMRT_OK;
+}
+
+/* Which nodes have a finite document (a fixed point: a node is finite when its required
+ * parts are), then keeps the generator out of the others: a union loses such alternatives,
+ * an object such optional keys (their node becomes MMRT_JSON_NONE), an array such items
+ * (max 0). Every node the root reaches is then finite, so an answer cannot be walked into a
+ * value it can never close. */
+static mmrt_status keep_finite(struct compiler *c)
+{
+    struct mmrt_json_schema *s = c->s;
+    uint8_t *fin = calloc(s->n_nodes, 1);
+    if (!fin)
+        return no_memory(c);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t i = 0; i < s->n_nodes; i++) {
+            if (fin[i])
+                continue;
+            const struct mmrt_json_node *x = &s->node[i];
+            bool f = false;
+            switch (x->kind) {
+            case MMRT_JSON_STRING: case MMRT_JSON_NUMBER: case MMRT_JSON_INTEGER: f = true; break;
+            case MMRT_JSON_LITERALS: f = x->n > 0; break;
+            case MMRT_JSON_ARRAY: f = x->min == 0 || fin[x->extra]; break;
+            case MMRT_JSON_OBJECT:
+                f = true;
+                for (uint32_t j = 0; j < x->n && f; j++)
+                    f = !s->prop[x->first + j].required || fin[s->prop[x->first + j].node];
+                break;
+            case MMRT_JSON_UNION:
+                for (int k = 0; k < MMRT_JSON_CLASSES && !f; k++)
+                    f = x->alt[k] != MMRT_JSON_NONE && fin[x->alt[k]];
+                break;
+            }
+            if (f)
+                fin[i] = 1, changed = true;
+        }
+    }
+    mmrt_status st = MMRT_OK;
+    if (!fin[s->root])
+        st = mmrt_error_set(c->err, MMRT_ERR_INVALID_ARG, "json_schema: no finite document "
+                            "satisfies it (a required property or minItems recurses without "
+                            "end)");
+    for (uint32_t i = 0; i < s->n_nodes && st == MMRT_OK; i++) {
+        struct mmrt_json_node *x = &s->node[i];
+        if (x->kind == MMRT_JSON_UNION)
+            for (int k = 0; k < MMRT_JSON_CLASSES; k++)
+                if (x->alt[k] != MMRT_JSON_NONE && !fin[x->alt[k]])
+                    x->alt[k] = MMRT_JSON_NONE;
+        if (x->kind == MMRT_JSON_ARRAY && !fin[x->extra])
+            x->max = 0;
+        if (x->kind == MMRT_JSON_OBJECT) {
+            /* Objects copied into $ref slots share their props: pruned once is enough. */
+            for (uint32_t j = 0; j < x->n; j++)
+                if (s->prop[x->first + j].node != MMRT_JSON_NONE &&
+                    !fin[s->prop[x->first + j].node])
+                    s->prop[x->first + j].node = MMRT_JSON_NONE;
+            if (x->extra != MMRT_JSON_NONE && !fin[x->extra])
+                x->extra = MMRT_JSON_NONE;
+        }
+    }
+    free(fin);
+    return st;
+}
+
+/* The nodes every schema starts with. */
+static mmrt_status begin(struct compiler *c)
+{
+    static const char *const tfn[] = { "false", "null", "true" };
+    uint16_t id;
+    mmrt_status st = new_node(c, MMRT_JSON_UNION, &id);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_OBJECT, &id);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_ARRAY, &id);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_STRING, &id);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_NUMBER, &id);
+    if (st == MMRT_OK)
+        st = literal_node(c, tfn, 3, &id);
+    if (st != MMRT_OK)
+        return st;
+    struct mmrt_json_node *node = c->s->node;
+    node[N_ANY_OBJECT].extra = N_ANY;
+    node[N_ANY_ARRAY].extra = N_ANY;
+    uint16_t *alt = node[N_ANY].alt;
+    alt[MMRT_JSON_CLASS_OBJECT] = N_ANY_OBJECT;
+    alt[MMRT_JSON_CLASS_ARRAY] = N_ANY_ARRAY;
+    alt[MMRT_JSON_CLASS_STRING] = N_ANY_STRING;
+    alt[MMRT_JSON_CLASS_NUMBER] = N_ANY_NUMBER;
+    alt[MMRT_JSON_CLASS_TRUE] = alt[MMRT_JSON_CLASS_FALSE] = alt[MMRT_JSON_CLASS_NULL] =
+        N_ANY_LITERAL;
+    return MMRT_OK;
+}
+
+void mmrt_json_schema_free(struct mmrt_json_schema *s)
+{
+    if (!s)
+        return;
+    free(s->node);
+    free(s->prop);
+    free(s->lit);
+    free(s->text);
+    free(s);
+}
+
+static void end(struct compiler *c)
+{
+    for (uint32_t i = 0; i < c->n_unions; i++)
+        free(c->unions[i].path);
+    free(c->unions);
+    free(c->alts);
+    free(c->memo);
+}
+
+/* Compiles schema (NULL: any object) into *out. */
+static mmrt_status build(const json_t *schema, struct mmrt_json_schema **out,
+                         struct mmrt_error *err)
+{
+    struct compiler c = { .err = err, .root = schema };
+    c.s = calloc(1, sizeof *c.s);
+    if (!c.s)
+        return no_memory(&c);
+    mmrt_status st = begin(&c);
+    if (st == MMRT_OK && !schema)
+        c.s->root = N_ANY_OBJECT;
+    else if (st == MMRT_OK)
+        st = compile_target(&c, schema, &c.s->root);
+    uint8_t *state = NULL;
+    if (st == MMRT_OK && !(state = calloc(c.s->n_nodes, 1)))
+        st = no_memory(&c);
+    /* Every union made in pass one (slot copies of unions included), by node: the nodes
+     * pass two adds are never unions. */
+    const uint32_t made = c.s->n_nodes;
+    for (uint32_t i = N_BUILTIN; i < made && st == MMRT_OK; i++)
+        if (c.s->node[i].kind == MMRT_JSON_UNION && !is_any(&c.s->node[i]) && state[i] == 0)
+            st = link_union(&c, (uint16_t)i, state);
+    free(state);
+    if (st == MMRT_OK)
+        st = keep_finite(&c);
+    end(&c);
+    if (st != MMRT_OK) {
+        mmrt_json_schema_free(c.s);
+        return st;
+    }
+    *out = c.s;
+    return MMRT_OK;
+}
+
+mmrt_status mmrt_json_schema_compile(const json_t *schema, struct mmrt_json_schema **out,
+                                     struct mmrt_error *err)
+{
+    if (!schema)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "json_schema: no schema");
+    return build(schema, out, err);
+}
+
+mmrt_status mmrt_json_schema_parse(const char *text, size_t len, struct mmrt_json_schema **out,
+                                   struct mmrt_error *err)
+{
+    /* The boolean schemas are JSON texts too, which the parser (for files, objects or
+     * arrays) would refuse. */
+    size_t a = 0, b = len;
+    while (a < b && strchr(" \t\r\n", text[a]) && text[a])
+        a++;
+    while (b > a && strchr(" \t\r\n", text[b - 1]) && text[b - 1])
+        b--;
+    if (b - a == 4 && memcmp(text + a, "true", 4) == 0)
+        return build(json_true(), out, err);
+    if (b - a == 5 && memcmp(text + a, "false", 5) == 0)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "json_schema: the schema false admits "
+                              "no value");
+    json_t *v = NULL;
+    mmrt_status st = mmrt_json_parse(text, len, "json_schema", MMRT_JSON_DEFAULT_MAX_DEPTH, &v,
+                                     err);
+    if (st != MMRT_OK) {
+        /* Bad text from the caller is a bad argument, as a bad schema is. */
+        if (st != MMRT_ERR_NO_MEMORY && err)
+            err->status = MMRT_ERR_INVALID_ARG;
+        return st == MMRT_ERR_NO_MEMORY ? st : MMRT_ERR_INVALID_ARG;
+    }
+    st = build(v, out, err);
+    json_decref(v);
+    return st;
+}
+
+mmrt_status mmrt_json_schema_any_object(struct mmrt_json_schema **out, struct mmrt_error *err)
+{
+    return build(NULL, out, err);
+}

@@ -1,0 +1,124 @@
+/*
+ * core/json_schema.h — a JSON Schema compiled into the table that core/json_grammar.h walks
+ * while an answer is generated (mmrt_request.response_format = MMRT_RESPONSE_JSON_SCHEMA,
+ * and MMRT_RESPONSE_JSON_OBJECT as the schema {"type": "object"}; docs/ENGINE.md "JSON
+ * answers").
+ *
+ * The schema comes from outside (a request body) and is checked as such: every refusal is
+ * MMRT_ERR_INVALID_ARG (MMRT_ERR_LIMIT past a bound) naming the place in the schema as a JSON
+ * pointer ("json_schema /properties/age: ...").
+ *
+ * What is compiled is a recogniser for a subset of the documents the schema admits, chosen so
+ * that a prefix can be checked byte by byte with a state of a few bytes per open container:
+ *   - the keywords type (a name or a list), properties, required, additionalProperties,
+ *     items (one schema), minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf,
+ *     allOf of one schema, and $ref to a JSON pointer into the schema ("#",
+ *     "#/$defs/NAME", "#/definitions/NAME", any other "#/..."); a count past
+ *     MMRT_JSON_SCHEMA_MAX_COUNT is refused as a minimum and held to it as a maximum;
+ *     annotations (title, description, default, examples, format, $schema, $id, $comment,
+ *     deprecated, readOnly, writeOnly, ...) are read past, as JSON Schema has them.
+ *   - assertions mmrt cannot hold an answer to (pattern, minimum, maximum, multipleOf,
+ *     uniqueItems, not, if, prefixItems, ...) are refused by name, never ignored;
+ *   - an object with listed properties is written with those keys only, in the schema's
+ *     order, each once, every required one present: the keys JSON Schema allows beyond
+ *     them are never generated. Without listed properties its keys are free, their values
+ *     held to additionalProperties (any value when it is absent or true);
+ *   - enum and const values are written compactly (keys in their order, no space; a real
+ *     as jansson writes it with the fewest digits that read back the same, 2.0 as 2.0), and
+ *     strings and listed keys JSON-escaped the minimal way;
+ *   - "integer" is written without fraction or exponent;
+ *   - the alternatives of anyOf, oneOf and a list of types must be told apart by their
+ *     first byte (an object, an array, a string, a number, true, false, null): enums and
+ *     literals merge into one alternative, "integer" beside "number" gives way to it under
+ *     anyOf; two alternatives both starting, say, an object are refused. So at most one
+ *     alternative ever matches, and oneOf holds too.
+ * A schema with no finite document (a required property that recurses into itself, minItems
+ * above maxItems, an empty enum, false) is refused.
+ */
+#ifndef MMRT_CORE_JSON_SCHEMA_H
+#define MMRT_CORE_JSON_SCHEMA_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define MMRT_JSON_SCHEMA_MAX_NODES 16384u
+#define MMRT_JSON_SCHEMA_MAX_LITERALS 65536u /* enum values and listed keys, all together */
+#define MMRT_JSON_SCHEMA_MAX_TEXT (1u << 20) /* bytes of those literals */
+#define MMRT_JSON_SCHEMA_MAX_COUNT 65535u    /* minItems, maxItems, minLength, maxLength */
+#define MMRT_JSON_SCHEMA_MAX_REFS 32u        /* $ref targets made one inside another */
+#define MMRT_JSON_NONE UINT16_MAX            /* no node */
+#define MMRT_JSON_UNBOUNDED UINT32_MAX       /* maxItems, maxLength when absent */
+
+/* What the first byte of a value says it is; a union picks its alternative by it. */
+enum mmrt_json_class {
+    MMRT_JSON_CLASS_OBJECT, MMRT_JSON_CLASS_ARRAY, MMRT_JSON_CLASS_STRING,
+    MMRT_JSON_CLASS_NUMBER, MMRT_JSON_CLASS_TRUE, MMRT_JSON_CLASS_FALSE, MMRT_JSON_CLASS_NULL,
+    MMRT_JSON_CLASSES
+};
+
+enum mmrt_json_kind {
+    MMRT_JSON_OBJECT,   /* props [first, first + n), key literals [lit, lit + n); extra */
+    MMRT_JSON_ARRAY,    /* items: extra; min, max items */
+    MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one) */
+    MMRT_JSON_NUMBER,
+    MMRT_JSON_INTEGER,  /* a number without fraction or exponent */
+    MMRT_JSON_LITERALS, /* one of the literals [lit, lit + n) */
+    MMRT_JSON_UNION,    /* alt[class]: the node for a value starting so, or MMRT_JSON_NONE */
+};
+
+struct mmrt_json_node {
+    uint8_t kind;        /* enum mmrt_json_kind */
+    /* OBJECT: the value node of keys not listed, allowed only when n is 0 (MMRT_JSON_NONE:
+     * no other key); ARRAY: the items' node. */
+    uint16_t extra;
+    uint32_t first, n, lit;
+    uint32_t min, max;
+    uint16_t alt[MMRT_JSON_CLASSES];
+};
+
+/* A listed property of an object, in the schema's order. */
+struct mmrt_json_prop {
+    uint16_t node;
+    uint8_t required;
+};
+
+/* Bytes text[off, off + len) of a literal: a value of an enum, or a listed key with its
+ * quotes. A node's literals are sorted by their bytes (a literal before those it is a
+ * prefix of), so the ones that begin with a given prefix are a run. prop: a key's index
+ * among its object's props. */
+struct mmrt_json_literal {
+    uint32_t off, len;
+    uint32_t prop;
+};
+
+struct mmrt_json_schema {
+    struct mmrt_json_node *node;
+    uint32_t n_nodes;
+    uint16_t root;
+    struct mmrt_json_prop *prop;
+    uint32_t n_props;
+    struct mmrt_json_literal *lit;
+    uint32_t n_lits;
+    char *text;
+    size_t n_text;
+};
+
+/* Compiles a schema (a parsed JSON value: an object, or true for any value). *out is new,
+ * freed with mmrt_json_schema_free. */
+mmrt_status mmrt_json_schema_compile(const json_t *schema, struct mmrt_json_schema **out,
+                                     struct mmrt_error *err);
+
+/* Parses len bytes of JSON text (depth ≤ MMRT_JSON_DEFAULT_MAX_DEPTH) and compiles it. */
+mmrt_status mmrt_json_schema_parse(const char *text, size_t len, struct mmrt_json_schema **out,
+                                   struct mmrt_error *err);
+
+/* Any JSON object: OpenAI's json_object mode. */
+mmrt_status mmrt_json_schema_any_object(struct mmrt_json_schema **out, struct mmrt_error *err);
+
+/* NULL is a no-op. */
+void mmrt_json_schema_free(struct mmrt_json_schema *s);
+
+#endif
