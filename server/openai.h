@@ -62,9 +62,11 @@
  *   logit_bias             {"TOKEN_ID": number in [−100, 100], …}: at most
  *                          MMRT_MAX_LOGIT_BIAS entries, keys decimal token ids (an id
  *                          outside the model's vocabulary is refused by the runtime, 400)
- *   response_format        {"type": "text"} or {"type": "json_object"} (the answer is one
- *                          JSON object: mmrt_request.response_format); "json_schema" is 400
- *                          "mmrt does not support …"
+ *   response_format        {"type": "text"}, {"type": "json_object"} (the answer is one
+ *                          JSON object: mmrt_request.response_format) or {"type":
+ *                          "json_schema", "json_schema": {"name", "schema", "strict",
+ *                          "description"}} (a document held to the schema; one mmrt cannot
+ *                          hold an answer to is 400 naming the place in it, json_schema.h)
  *   user, metadata, store, service_tier, parallel_tool_calls   type-checked, ignored
  *   tools, functions       only [] ; tool_choice, function_call only "none";
  *   modalities only ["text"]; audio, prediction, web_search_options only null.
@@ -151,6 +153,7 @@ struct mmrt_chat_request {
     struct mmrt_image_input *images_;
     char **stop_;
     struct mmrt_logit_bias *bias_;
+    char *schema_;           /* req.json_schema */
 };
 
 /* An error as OpenAI reports it. Written by mmrt_chat_request_parse and

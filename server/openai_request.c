@@ -31,6 +31,7 @@
 #include "data_uri.h"
 #include "formats/image.h"
 #include "formats/json.h"
+#include "json_schema.h"
 #include "text.h"
 
 struct parse {
@@ -185,6 +186,71 @@ static mmrt_status check_object_keys(struct parse *p, const json_t *obj, const c
     return MMRT_OK;
 }
 
+/* response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict",
+ * "description"}}: the schema is compiled here, so that one mmrt cannot hold an answer to is
+ * this request's 400 naming the place in it, and handed on as compact JSON text. */
+static mmrt_status parse_json_schema(struct parse *p, struct mmrt_chat_request *r,
+                                     const json_t *rf)
+{
+    static const char *const rf_keys[] = { "type", "json_schema", NULL };
+    static const char *const js_keys[] = { "name", "description", "schema", "strict", NULL };
+    mmrt_status st = check_object_keys(p, rf, "response_format", rf_keys);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *js = json_object_get(rf, "json_schema");
+    if (!js || json_is_null(js))
+        return missing(p, "response_format.json_schema");
+    if (!json_is_object(js))
+        return type_error(p, "response_format.json_schema", "an object", js);
+    if ((st = check_object_keys(p, js, "response_format.json_schema", js_keys)) != MMRT_OK)
+        return st;
+    const json_t *name = json_object_get(js, "name");
+    if (!name || json_is_null(name))
+        return missing(p, "response_format.json_schema.name");
+    if (!json_is_string(name))
+        return type_error(p, "response_format.json_schema.name", "a string", name);
+    /* OpenAI's rule for the name: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'. */
+    const char *ns = json_string_value(name);
+    const size_t nlen = json_string_length(name);
+    bool name_ok = nlen >= 1 && nlen <= 64;
+    for (size_t i = 0; name_ok && i < nlen; i++)
+        name_ok = (ns[i] >= 'a' && ns[i] <= 'z') || (ns[i] >= 'A' && ns[i] <= 'Z') ||
+                  (ns[i] >= '0' && ns[i] <= '9') || ns[i] == '_' || ns[i] == '-';
+    if (!name_ok) {
+        char q[64];
+        return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "response_format.json_schema.name",
+                    "Invalid 'response_format.json_schema.name': '%s'. It must be 1 to 64 "
+                    "characters of a-z, A-Z, 0-9, '_' and '-'.", quote_str(q, name));
+    }
+    const json_t *desc = json_object_get(js, "description");
+    if (desc && !json_is_null(desc) && !json_is_string(desc))
+        return type_error(p, "response_format.json_schema.description", "a string", desc);
+    const json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return type_error(p, "response_format.json_schema.strict", "a boolean", strict);
+    const json_t *schema = json_object_get(js, "schema");
+    if (!schema || json_is_null(schema))
+        return missing(p, "response_format.json_schema.schema");
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return type_error(p, "response_format.json_schema.schema", "an object", schema);
+    struct mmrt_json_schema *compiled = NULL;
+    struct mmrt_error e = { 0 };
+    st = mmrt_json_schema_compile(schema, &compiled, &e);
+    mmrt_json_schema_free(compiled);
+    if (st == MMRT_ERR_NO_MEMORY)
+        return fail(p, 503, st, NULL, NULL, "Out of memory.");
+    if (st != MMRT_OK)
+        return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "response_format.json_schema.schema",
+                    "Invalid schema for response_format '%s': %s", ns, e.msg);
+    /* The true schema is no JSON document jansson writes alone: any value is {}. */
+    r->schema_ = json_is_true(schema) ? strdup("{}") : json_dumps(schema, JSON_COMPACT);
+    if (!r->schema_)
+        return fail(p, 503, MMRT_ERR_NO_MEMORY, NULL, NULL, "Out of memory.");
+    r->req.json_schema = r->schema_;
+    r->req.response_format = MMRT_RESPONSE_JSON_SCHEMA;
+    return MMRT_OK;
+}
+
 /* ---- top-level keys ---- */
 
 /* Keys that are recognised and either must hold their "off" value (null always does) or are
@@ -323,14 +389,12 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
             return type_error(p, "response_format.type", "a string", t);
         const char *ts = json_string_value(t);
         if (strcmp(ts, "json_schema") == 0)
-            return fail(p, 400, MMRT_ERR_UNSUPPORTED, NULL, "response_format.type",
-                        "mmrt does not support response_format of type 'json_schema' (only "
-                        "'text' and 'json_object').");
+            return parse_json_schema(p, r, v);
         if (strcmp(ts, "text") != 0 && strcmp(ts, "json_object") != 0) {
             char q[64];
             return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "response_format.type",
                         "Invalid value for 'response_format.type': '%s'. Supported values "
-                        "are: 'text' and 'json_object'.", quote_str(q, t));
+                        "are: 'text', 'json_object' and 'json_schema'.", quote_str(q, t));
         }
         r->req.response_format = strcmp(ts, "json_object") == 0 ? MMRT_RESPONSE_JSON_OBJECT
                                                                 : MMRT_RESPONSE_TEXT;
@@ -1072,6 +1136,7 @@ void mmrt_chat_request_free(struct mmrt_chat_request *r)
     free(r->images_);
     free(r->stop_);
     free(r->bias_);
+    free(r->schema_);
     free(r->model);
     memset(r, 0, sizeof *r);
 }

@@ -257,6 +257,35 @@ static void test_demo_conf(void **state)
                                           "--max-tokens", "24", NULL });
     if (rc != 0 || !strchr(out, '{'))
         fail_msg("demo.ini with --response-format json_object exited %d:\n%s", rc, out);
+    /* --json-schema FILE: an answer held to it; a schema mmrt cannot hold an answer to, a
+     * missing file, or a second response format is a usage error (exit 2) naming it. */
+    char dir[] = "/tmp/mmrt_cli_schema_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char good[4096], bad[4096];
+    snprintf(good, sizeof good, "%s", write_conf(dir, "shape.json",
+             "{\"type\": \"object\", \"properties\": {\"shape\": {\"enum\": "
+             "[\"circle\", \"square\"]}}, \"required\": [\"shape\"]}"));
+    snprintf(bad, sizeof bad, "%s", write_conf(dir, "bad.json",
+             "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", "
+             "\"minimum\": 0}}}"));
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--json-schema", good,
+                                          "--max-tokens", "24", NULL });
+    if (rc != 0 || !strchr(out, '{'))
+        fail_msg("demo.ini with --json-schema exited %d:\n%s", rc, out);
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--json-schema", bad, NULL });
+    if (rc != 2 || !strstr(out, "bad.json: json_schema /properties/n/minimum: keyword "
+                                "'minimum' is not supported"))
+        fail_msg("--json-schema with minimum: exit %d:\n%s", rc, out);
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--json-schema", good,
+                                          "--response-format", "text", NULL });
+    if (rc != 2 || !strstr(out, "give one"))
+        fail_msg("--json-schema with --response-format: exit %d:\n%s", rc, out);
+    unlink(bad);
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--json-schema", bad, NULL });
+    if (rc != 2 || !strstr(out, "bad.json"))
+        fail_msg("--json-schema with a missing file: exit %d:\n%s", rc, out);
+    unlink(good);
+    rmdir(dir);
 }
 
 /* Issue 4's promise: the split deployment gives the fixture's greedy tokens, and --check

@@ -182,6 +182,13 @@ static void test_every_field(void **state)
     r = parse_ok(WITH("'response_format':{'type':'json_object'}"));
     assert_int_equal(r.req.response_format, MMRT_RESPONSE_JSON_OBJECT);
     mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'response_format':{'type':'json_schema','json_schema':{'name':'a-1',"
+                      "'strict':true,'description':'d','schema':{'type':'object',"
+                      "'properties':{'x':{'type':'integer'}}}}}"));
+    assert_int_equal(r.req.response_format, MMRT_RESPONSE_JSON_SCHEMA);
+    assert_string_equal(r.req.json_schema,
+                        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}");
+    mmrt_chat_request_free(&r);
     r = parse_ok(WITH("'response_format':{'type':'text'}"));
     assert_int_equal(r.req.response_format, MMRT_RESPONSE_TEXT);
     mmrt_chat_request_free(&r);
@@ -474,8 +481,25 @@ static void test_unsupported_and_unknown(void **state)
         { "'logprobs':true,'top_logprobs':21", "top_logprobs", "out of range" },
         { "'logprobs':true,'top_logprobs':-1", "top_logprobs", "out of range" },
         { "'logprobs':true,'top_logprobs':1.0", "top_logprobs", "expected an integer" },
-        { "'response_format':{'type':'json_schema','json_schema':{}}", "response_format.type",
-          "does not support response_format of type 'json_schema'" },
+        { "'response_format':{'type':'json_schema','json_schema':{}}",
+          "response_format.json_schema.name", "Missing" },
+        { "'response_format':{'type':'json_schema'}", "response_format.json_schema", "Missing" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'x'}}",
+          "response_format.json_schema.schema", "Missing" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'a b','schema':{}}}",
+          "response_format.json_schema.name", "1 to 64 characters" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':{},"
+          "'strict':1}}", "response_format.json_schema.strict", "a boolean" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':[]}}",
+          "response_format.json_schema.schema", "expected an object" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':{},"
+          "'x':1}}", "response_format.json_schema.x", "Unrecognized key" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':{"
+          "'properties':{'a':{'type':'string','pattern':'^a'}}}}}",
+          "response_format.json_schema.schema",
+          "json_schema /properties/a/pattern: keyword 'pattern' is not supported" },
+        { "'response_format':{'type':'json_object','json_schema':{}}",
+          "response_format.json_schema", "Unrecognized key" },
         { "'response_format':{'type':'json_object','schema':{}}", "response_format.schema",
           "Unrecognized key" },
         { "'response_format':{'type':'xml'}", "response_format.type", "Supported values" },

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "mmrt/mmrt.h"
+#include "formats/file.h"
+#include "json_schema.h"
 #include "serve.h"
 
 enum { EXIT_RUN_FAILED = 1, EXIT_CONFIG = 2, EXIT_CHECK_FAILED = 3 };
@@ -32,6 +34,8 @@ static void usage(FILE *f)
             "                             penalties on tokens already seen (docs/ENGINE.md)\n"
             "         --response-format F text (default) or json_object: the answer is one\n"
             "                             JSON object (docs/ENGINE.md \"JSON answers\")\n"
+            "         --json-schema FILE  the answer is a JSON document held to the JSON Schema\n"
+            "                             in FILE (response format json_schema)\n"
             "         --json              print one JSON record (text, token ids, timings,\n"
             "                             pool peaks) instead of streaming the text\n"
             "         --check             also run entirely on the CPU reference and compare\n"
@@ -97,6 +101,7 @@ static int is_config_error(mmrt_status st)
 }
 
 #define MAX_REQUESTS 64
+#define MAX_SCHEMA_BYTES (1u << 20)
 
 /* Command-line values that override [run]; a NULL / negative field means "not given". */
 struct overrides {
@@ -107,6 +112,7 @@ struct overrides {
     double temperature, top_p;
     double penalty[3]; /* repetition, presence, frequency; NAN = not given */
     int response_format; /* enum mmrt_response_format; −1 = not given */
+    const char *json_schema; /* --json-schema FILE, or NULL */
     int json;
 };
 
@@ -363,6 +369,7 @@ static int run_conf(const char *path, const struct overrides *o)
         return is_config_error(st) ? EXIT_CONFIG : EXIT_RUN_FAILED;
     }
     int rc = 0, n = 0;
+    char *schema = NULL; /* --json-schema's text */
     struct mmrt_request reqs[MAX_REQUESTS];
     struct mmrt_image_input images[MAX_REQUESTS];
     struct mmrt_result res[MAX_REQUESTS] = { { 0 } };
@@ -377,6 +384,30 @@ static int run_conf(const char *path, const struct overrides *o)
     if (build_requests(rt, o, reqs, images, &n) != 0) {
         rc = EXIT_CONFIG;
         goto out;
+    }
+    if (o->json_schema && o->response_format >= 0) {
+        fprintf(stderr, "mmrt: --json-schema and --response-format: give one\n");
+        rc = EXIT_CONFIG;
+        goto out;
+    }
+    if (o->json_schema) {
+        /* Checked here too (the runtime checks it at submission) so that a schema mmrt cannot
+         * hold an answer to is a usage error naming the file and the place in it. */
+        struct mmrt_error e = { 0 };
+        struct mmrt_json_schema *compiled = NULL;
+        size_t len = 0;
+        if (mmrt_file_read(o->json_schema, MAX_SCHEMA_BYTES, 0, " for a JSON schema", &schema,
+                           &len, &e) != MMRT_OK ||
+            mmrt_json_schema_parse(schema, len, &compiled, &e) != MMRT_OK) {
+            fprintf(stderr, "mmrt: --json-schema %s: %s\n", o->json_schema, e.msg);
+            rc = EXIT_CONFIG;
+            goto out;
+        }
+        mmrt_json_schema_free(compiled);
+        for (int i = 0; i < n; i++) {
+            reqs[i].response_format = MMRT_RESPONSE_JSON_SCHEMA;
+            reqs[i].json_schema = schema;
+        }
     }
     if (o->check) {
         rc = run_check(rt, &reqs[0], o->json);
@@ -416,6 +447,7 @@ out:
         free(c[i].ids);
         free(c[i].text);
     }
+    free(schema);
     mmrt_destroy(rt);
     return rc;
 }
@@ -506,6 +538,7 @@ int main(int argc, char **argv)
         { "presence-penalty", required_argument, NULL, 'Q' },
         { "frequency-penalty", required_argument, NULL, 'F' },
         { "response-format", required_argument, NULL, 'f' },
+        { "json-schema", required_argument, NULL, 'J' },
         { "json", no_argument, NULL, 'j' },
         { "check", no_argument, NULL, 'C' },
         { "list-devices", no_argument, NULL, 'l' },
@@ -582,11 +615,12 @@ int main(int argc, char **argv)
             } else if (strcmp(optarg, "json_object") == 0) {
                 o.response_format = MMRT_RESPONSE_JSON_OBJECT;
             } else {
-                fprintf(stderr, "mmrt: --response-format '%s': expected text or json_object\n",
-                        optarg);
+                fprintf(stderr, "mmrt: --response-format '%s': expected text or json_object "
+                        "(or give --json-schema FILE)\n", optarg);
                 return EXIT_CONFIG;
             }
             break;
+        case 'J': o.json_schema = optarg; break;
         case 'l': list = 1; break;
         case 'V': printf("mmrt %s\n", mmrt_version()); return 0;
         case 'h': usage(stdout); return 0;

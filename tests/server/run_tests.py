@@ -293,10 +293,82 @@ def test_logprobs_json(s, args, images):
     st, fin, _, _ = ask_stream(c, msgs, max_tokens=100, response_format=fmt,
                                logit_bias={str(close): 100})
     assert fin == "stop" and st == r.choices[0].message.content, (st, r)
-    expect_error(openai.BadRequestError, lambda: ask(c, msgs, response_format={
-        "type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), 400,
-        "json_schema")
     return f"{len(content)} tokens, top {content[0].top_logprobs[0].logprob:.3f}"
+
+
+def test_json_schema(s, images):
+    """response_format json_schema: answers held to a schema, checked by the jsonschema
+    package (not by mmrt), greedy and sampled, streamed and not; the openai client's own
+    Pydantic path (chat.completions.parse); a schema mmrt cannot hold an answer to is 400
+    naming the place in it."""
+    import jsonschema  # noqa: E402  (from .venv-test)
+    import typing
+    import pydantic
+    c = s.client()
+    msgs = [user_turn("Describe the image as JSON.", images[0])]
+    schema = {
+        "type": "object",
+        "properties": {
+            "kind": {"enum": ["cat", "dog", "bird"]},
+            "legs": {"type": "integer"},
+            "name": {"type": "string", "maxLength": 6},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 3},
+                     "maxItems": 2},
+            "note": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
+        },
+        "required": ["kind", "name"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema",
+           "json_schema": {"name": "animal", "strict": True, "schema": schema}}
+    ended = 0
+    for k, temp in enumerate([0, 1, 1, 1]):
+        r = ask(c, msgs, max_tokens=400, temperature=temp, seed=k, response_format=fmt)
+        text = r.choices[0].message.content
+        if r.choices[0].finish_reason != "stop":
+            assert r.choices[0].finish_reason == "length", r
+            continue
+        ended += 1
+        jsonschema.validate(json.loads(text), schema)
+        if k == 0:
+            st, fin, _, _ = ask_stream(c, msgs, max_tokens=400, response_format=fmt)
+            assert fin == "stop" and st == text, (st, text)
+    assert ended >= 3, ended
+
+    # The openai client's structured outputs from a Pydantic model: its strict schema
+    # (titles, $defs, anyOf with null, everything required), and the answer it parses back.
+    class Part(pydantic.BaseModel):
+        size: typing.Literal["S", "M", "L"]
+
+    class Item(pydantic.BaseModel):
+        kind: typing.Literal["cat", "dog"]
+        legs: typing.Literal[2, 4]
+        ok: bool
+        part: typing.Optional[Part]
+        label: typing.Annotated[str, pydantic.Field(max_length=5)]
+
+    parsed = 0
+    for k in range(3):
+        try:
+            r = c.chat.completions.parse(model=MODEL, messages=msgs, max_tokens=400,
+                                         temperature=1, seed=k, response_format=Item)
+        except openai.LengthFinishReasonError:
+            continue
+        assert isinstance(r.choices[0].message.parsed, Item), r
+        parsed += 1
+    assert parsed >= 2, parsed
+
+    # Refused by the place in the schema, before any answer.
+    bad = dict(schema, properties=dict(schema["properties"],
+                                       name={"type": "string", "pattern": "^[a-z]+$"}))
+    expect_error(openai.BadRequestError, lambda: ask(c, msgs, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": bad}}), 400,
+        "/properties/name/pattern")
+    expect_error(openai.BadRequestError, lambda: ask(c, msgs, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": [
+            {"type": "object"}, {"type": "object", "properties": {"a": {}}}]}}}), 400,
+        "/anyOf")
+    return f"{ended}/4 ended, {parsed}/3 parsed"
 
 
 def test_errors(s, images):
@@ -714,6 +786,7 @@ def main():
         ("answers", lambda: test_answers(s, images)),
         ("errors", lambda: test_errors(s, images)),
         ("logprobs_json", lambda: test_logprobs_json(s, args, images)),
+        ("json_schema", lambda: test_json_schema(s, images)),
         ("choices", lambda: test_choices(s, images)),
         ("choices_share_prompt", lambda: test_choices_share_prompt(args, images)),
         ("load", lambda: test_load(s, images)),
