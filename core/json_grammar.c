@@ -35,6 +35,7 @@ enum {
      * Its characters are no longer counted, so a character leaves the state as it is (what
      * mmrt_json_grammar_in_string promises). */
     F_FREE = 4,
+    F_NEG = 8, /* an integer held to bounds: it began with '-' */
 };
 
 void mmrt_json_grammar_init(struct mmrt_json_grammar *g, const struct mmrt_json_schema *schema)
@@ -80,6 +81,74 @@ static bool free_text(const struct mmrt_json_grammar *g)
 static uint8_t free_flag(const struct mmrt_json_node *n, uint32_t pos)
 {
     return n->max == MMRT_JSON_UNBOUNDED && pos >= n->min ? F_FREE : 0;
+}
+
+/* ---- integers held to bounds ---- */
+
+static bool bounded(const struct mmrt_json_node *n)
+{
+    return n->kind == MMRT_JSON_INTEGER && n->n;
+}
+
+/* The magnitudes [*a, *b] node n's bounds allow an integer of the sign neg (b ≤ 2^63);
+ * false when they allow none past zero. */
+static bool magnitudes(const struct mmrt_json_node *n, bool neg, uint64_t *a, uint64_t *b)
+{
+    if (!neg) {
+        if (n->imax < 1)
+            return false;
+        *a = n->imin < 1 ? 1 : (uint64_t)n->imin;
+        *b = (uint64_t)n->imax;
+    } else {
+        if (n->imin > -1)
+            return false;
+        *a = n->imax > -1 ? 1 : (uint64_t)(-(n->imax + 1)) + 1;
+        *b = (uint64_t)(-(n->imin + 1)) + 1;
+    }
+    return true;
+}
+
+/* Whether some integer that begins as read so far is within node n's bounds: a sign alone
+ * (-0 or any negative), a whole 0, or digits mag, which j more digits make one of
+ * [mag·10^j, mag·10^j + 10^j − 1]. */
+static bool reachable(const struct mmrt_json_grammar *g, const struct mmrt_json_node *n)
+{
+    const bool neg = g->flags & F_NEG;
+    if (g->state == S_MINUS)
+        return n->imin <= 0;
+    if (g->state == S_ZERO)
+        return n->imin <= 0 && n->imax >= 0;
+    uint64_t a, b;
+    if (!magnitudes(n, neg, &a, &b))
+        return false;
+    for (uint64_t lo = g->mag, span = 1;; lo *= 10, span *= 10) {
+        if (lo > b)
+            return false;
+        if (a <= lo || a - lo <= span - 1)
+            return true;
+        if (lo > UINT64_MAX / 10 || span > UINT64_MAX / 10)
+            return false;
+    }
+}
+
+/* Whether the integer read whole is within node n's bounds. */
+static bool within(const struct mmrt_json_grammar *g, const struct mmrt_json_node *n)
+{
+    if (g->state == S_ZERO)
+        return n->imin <= 0 && n->imax >= 0;
+    uint64_t a, b;
+    return magnitudes(n, g->flags & F_NEG, &a, &b) && g->mag >= a && g->mag <= b;
+}
+
+/* A digit of a bounded integer (S_INT): taken while some integer it begins is in bounds. */
+static bool bounded_digit(struct mmrt_json_grammar *g, const struct mmrt_json_node *n,
+                          unsigned char c)
+{
+    const unsigned d = (unsigned)(c - '0');
+    if (g->mag > (UINT64_MAX - d) / 10)
+        return false;
+    g->mag = g->mag * 10 + d;
+    return reachable(g, n);
 }
 
 /* ---- objects with listed keys: which may come next ---- */
@@ -166,8 +235,14 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
         g->flags = free_flag(n, 0);
         return c == '"';
     case MMRT_JSON_NUMBER: case MMRT_JSON_INTEGER:
+        if (c != '-' && !is_digit(c))
+            return false;
         g->state = c == '-' ? S_MINUS : c == '0' ? S_ZERO : S_INT;
-        return c == '-' || is_digit(c);
+        if (!bounded(n))
+            return true;
+        g->flags = c == '-' ? F_NEG : 0;
+        g->mag = 0;
+        return g->state == S_INT ? bounded_digit(g, n, c) : reachable(g, n);
     case MMRT_JSON_LITERALS:
         g->state = S_LITERAL;
         g->lo = n->lit;
@@ -409,11 +484,15 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
             g->state = S_INT;
         else
             return false;
-        return true;
-    case S_ZERO: case S_INT: case S_FRAC: case S_EXP_DIGITS: {
-        if (is_digit(c) && g->state != S_ZERO)
+        if (!bounded(node(g, g->value)))
             return true;
-        const bool integer = node(g, g->value)->kind == MMRT_JSON_INTEGER;
+        return g->state == S_INT ? bounded_digit(g, node(g, g->value), c)
+                                 : reachable(g, node(g, g->value));
+    case S_ZERO: case S_INT: case S_FRAC: case S_EXP_DIGITS: {
+        const struct mmrt_json_node *n = node(g, g->value);
+        if (is_digit(c) && g->state != S_ZERO)
+            return g->state != S_INT || !bounded(n) || bounded_digit(g, n, c);
+        const bool integer = n->kind == MMRT_JSON_INTEGER;
         if (c == '.' && (g->state == S_ZERO || g->state == S_INT) && !integer) {
             g->state = S_DOT;
             return true;
@@ -423,6 +502,8 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
             return true;
         }
         if (is_digit(c)) /* a digit after a leading 0 */
+            return false;
+        if (bounded(n) && !within(g, n))
             return false;
         return end_value_then(g, c);
     }

@@ -49,7 +49,12 @@ struct mmrt_json_grammar {
     uint8_t space;   /* whitespace bytes in the current run */
     uint8_t flags;   /* json_grammar.c: a key is read, a high surrogate came last, ... */
     uint8_t aux;     /* a \u escape: hex digits still to come */
-    uint32_t lo, hi; /* a literal: the candidates [lo, hi) of schema->lit */
+    union {
+        struct {
+            uint32_t lo, hi; /* a literal: the candidates [lo, hi) of schema->lit */
+        };
+        uint64_t mag;        /* an integer held to bounds: its digits so far */
+    };
     uint32_t pos;    /* a literal: bytes of it read; a string: its characters */
     struct mmrt_json_frame frame[MMRT_JSON_MAX_DEPTH];
 };

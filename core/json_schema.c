@@ -399,14 +399,19 @@ static const struct { const char *name; unsigned bit; } type_names[] = {
 /* Keywords that constrain a value and that the compiled recogniser holds an answer to. */
 static const char *const handled[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
+    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
+};
+
+/* The bounds of a number, which mmrt holds integers to. */
+static const char *const bounds[] = {
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL,
 };
 
 /* Assertions JSON Schema has that mmrt cannot hold an answer to: refused, never ignored
  * (a generated answer would break them). Anything else unknown is an annotation. */
 static const char *const refused[] = {
-    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "uniqueItems",
+    "pattern", "patternProperties", "multipleOf", "minProperties", "maxProperties", "uniqueItems",
     "contains", "minContains", "maxContains", "prefixItems", "additionalItems", "not", "if",
     "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
@@ -715,6 +720,85 @@ static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *
     return st;
 }
 
+/* A bound of v (minimum, ...) as the integers it allows: *lo or *hi moved in. Exclusive
+ * ones are numbers (JSON Schema 6 on; the boolean form of draft 4 is refused by name). */
+static mmrt_status integer_bound(struct compiler *c, const json_t *v, const char *key,
+                                 int64_t *lo, int64_t *hi)
+{
+    const json_t *x = json_object_get(v, key);
+    if (!x)
+        return MMRT_OK;
+    const size_t old = push_path(c, key);
+    mmrt_status st = MMRT_OK;
+    if (!json_is_number(x)) {
+        st = fail(c, "'%s' must be a number, not %s", key, mmrt_json_type_name(x));
+        pop_path(c, old);
+        return st;
+    }
+    const bool lower = strcmp(key, "minimum") == 0 || strcmp(key, "exclusiveMinimum") == 0;
+    const bool exclusive = key[0] == 'e';
+    int64_t bound = 0;
+    if (json_is_integer(x)) {
+        const json_int_t i = json_integer_value(x);
+        if (exclusive && i == (lower ? INT64_MAX : INT64_MIN))
+            st = fail(c, "'%s' leaves no integer within int64", key);
+        else
+            bound = !exclusive ? i : lower ? i + 1 : i - 1;
+    } else {
+        /* The integers a real bound lets through: past its ceiling or floor. */
+        const double r = json_real_value(x);
+        const double f = lower ? (exclusive ? floor(r) + 1 : ceil(r))
+                               : (exclusive ? ceil(r) - 1 : floor(r));
+        if (f < -9.2e18 || f > 9.2e18) {
+            if (lower != (f < 0))
+                st = fail(c, "'%s' leaves no integer within int64", key);
+            pop_path(c, old);
+            return st; /* else it bounds nothing within int64 */
+        }
+        bound = (int64_t)f;
+    }
+    if (st == MMRT_OK && lower && bound > *lo)
+        *lo = bound;
+    if (st == MMRT_OK && !lower && bound < *hi)
+        *hi = bound;
+    pop_path(c, old);
+    return st;
+}
+
+/* An integer or number node; bounds hold an integer (within int64) and are refused on a
+ * number, where a prefix's reach is not a plain interval (an exponent or more fraction
+ * digits can move it anywhere). */
+static mmrt_status compile_number(struct compiler *c, const json_t *v, unsigned mask,
+                                  uint16_t *out)
+{
+    const char *bound = NULL;
+    for (const char *const *b = bounds; *b && !bound; b++)
+        if (json_object_get(v, *b))
+            bound = *b;
+    if (bound && (mask & T_NUMBER)) {
+        const size_t old = push_path(c, bound);
+        mmrt_status st = fail(c, "'%s' of a number is not supported: mmrt holds only "
+                              "integers to bounds (\"type\": \"integer\")", bound);
+        pop_path(c, old);
+        return st;
+    }
+    int64_t lo = INT64_MIN, hi = INT64_MAX;
+    mmrt_status st = MMRT_OK;
+    for (const char *const *b = bounds; *b && st == MMRT_OK; b++)
+        st = integer_bound(c, v, *b, &lo, &hi);
+    if (st == MMRT_OK && lo > hi)
+        st = fail(c, "no integer lies between the bounds: no document satisfies them");
+    if (st == MMRT_OK)
+        st = new_node(c, mask & T_NUMBER ? MMRT_JSON_NUMBER : MMRT_JSON_INTEGER, out);
+    if (st == MMRT_OK) {
+        struct mmrt_json_node *x = &c->s->node[*out];
+        x->imin = lo;
+        x->imax = hi;
+        x->n = bound != NULL;
+    }
+    return st;
+}
+
 /* The types named by v's "type", or inferred from the keywords present when it has none
  * (JSON Schema would allow any type there; mmrt writes the one the keywords are about). */
 static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
@@ -730,6 +814,9 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
             *mask |= T_ARRAY;
         if (json_object_get(v, "minLength") || json_object_get(v, "maxLength"))
             *mask |= T_STRING;
+        for (const char *const *b = bounds; *b; b++)
+            if (json_object_get(v, *b))
+                *mask |= T_INTEGER;
         if (!*mask)
             *mask = T_ALL;
         return MMRT_OK;
@@ -823,7 +910,7 @@ static mmrt_status compile_typed(struct compiler *c, const json_t *v, uint16_t *
         }
     }
     if ((mask & (T_INTEGER | T_NUMBER)) && st == MMRT_OK)
-        st = new_node(c, mask & T_NUMBER ? MMRT_JSON_NUMBER : MMRT_JSON_INTEGER, &alts[n++]);
+        st = compile_number(c, v, mask, &alts[n++]);
     if ((mask & T_BOOLEAN) && st == MMRT_OK)
         st = literal_node(c, booleans, 2, &alts[n++]);
     if ((mask & T_NULL) && st == MMRT_OK)

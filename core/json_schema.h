@@ -11,14 +11,16 @@
  * What is compiled is a recogniser for a subset of the documents the schema admits, chosen so
  * that a prefix can be checked byte by byte with a state of a few bytes per open container:
  *   - the keywords type (a name or a list), properties, required, additionalProperties,
- *     items (one schema), minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf,
+ *     items (one schema), minItems, maxItems, minLength, maxLength, minimum, maximum,
+ *     exclusiveMinimum and exclusiveMaximum of an integer, enum, const, anyOf, oneOf,
  *     allOf of one schema, and $ref to a JSON pointer into the schema ("#",
  *     "#/$defs/NAME", "#/definitions/NAME", any other "#/..."); a count past
  *     MMRT_JSON_SCHEMA_MAX_COUNT is refused as a minimum and held to it as a maximum;
  *     annotations (title, description, default, examples, format, $schema, $id, $comment,
  *     deprecated, readOnly, writeOnly, ...) are read past, as JSON Schema has them.
- *   - assertions mmrt cannot hold an answer to (pattern, minimum, maximum, multipleOf,
- *     uniqueItems, not, if, prefixItems, ...) are refused by name, never ignored;
+ *   - assertions mmrt cannot hold an answer to (pattern, bounds of a non-integer number,
+ *     multipleOf, uniqueItems, not, if, prefixItems, ...) are refused by name, never
+ *     ignored;
  *   - an object with listed properties is written with those keys only, in the schema's
  *     order, each once, every required one present: the keys JSON Schema allows beyond
  *     them are never generated. Without listed properties its keys are free, their values
@@ -26,7 +28,8 @@
  *   - enum and const values are written compactly (keys in their order, no space; a real
  *     as jansson writes it with the fewest digits that read back the same, 2.0 as 2.0), and
  *     strings and listed keys JSON-escaped the minimal way;
- *   - "integer" is written without fraction or exponent;
+ *   - "integer" is written without fraction or exponent, and within int64 when it has
+ *     bounds (each digit is taken only when some integer it begins is within them);
  *   - the alternatives of anyOf, oneOf and a list of types must be told apart by their
  *     first byte (an object, an array, a string, a number, true, false, null): enums and
  *     literals merge into one alternative, "integer" beside "number" gives way to it under
@@ -64,7 +67,7 @@ enum mmrt_json_kind {
     MMRT_JSON_ARRAY,    /* items: extra; min, max items */
     MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one) */
     MMRT_JSON_NUMBER,
-    MMRT_JSON_INTEGER,  /* a number without fraction or exponent */
+    MMRT_JSON_INTEGER,  /* a number without fraction or exponent; n = 1: within [imin, imax] */
     MMRT_JSON_LITERALS, /* one of the literals [lit, lit + n) */
     MMRT_JSON_UNION,    /* alt[class]: the node for a value starting so, or MMRT_JSON_NONE */
 };
@@ -76,6 +79,7 @@ struct mmrt_json_node {
     uint16_t extra;
     uint32_t first, n, lit;
     uint32_t min, max;
+    int64_t imin, imax;
     uint16_t alt[MMRT_JSON_CLASSES];
 };
 

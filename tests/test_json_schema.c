@@ -233,8 +233,10 @@ struct refusal {
 
 static const struct refusal refusals[] = {
     /* assertions mmrt cannot hold an answer to, refused by name where they stand */
-    { "{'type':'object','properties':{'age':{'type':'integer','minimum':0}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/age", "minimum" },
+    { "{'type':'object','properties':{'age':{'type':'number','minimum':0}}}",
+      MMRT_ERR_INVALID_ARG, "/properties/age/minimum", "minimum" },
+    { "{'type':'object','properties':{'age':{'type':['integer','number'],'maximum':9}}}",
+      MMRT_ERR_INVALID_ARG, "/properties/age/maximum", "maximum" },
     { "{'type':'object','properties':{'name':{'type':'string','pattern':'^a'}}}",
       MMRT_ERR_INVALID_ARG, "/properties/name", "pattern" },
     { "{'type':'array','items':{'type':'number','maximum':3}}", MMRT_ERR_INVALID_ARG, "/items",
@@ -260,8 +262,19 @@ static const struct refusal refusals[] = {
     /* a key with '/' or '~' is escaped in the pointer as RFC 6901 has it */
     { "{'type':'object','properties':{'a/b':{'type':'string','pattern':'x'}}}",
       MMRT_ERR_INVALID_ARG, "/properties/a~1b", "pattern" },
-    { "{'type':'object','properties':{'m~n':{'type':'integer','maximum':1}}}",
+    { "{'type':'object','properties':{'m~n':{'type':'number','maximum':1}}}",
       MMRT_ERR_INVALID_ARG, "/properties/m~0n", "maximum" },
+    /* integer bounds: numbers (draft 4's boolean exclusives are not), some integer between */
+    { "{'type':'integer','exclusiveMinimum':true,'minimum':0}", MMRT_ERR_INVALID_ARG,
+      "/exclusiveMinimum", "must be a number" },
+    { "{'type':'integer','minimum':'1'}", MMRT_ERR_INVALID_ARG, "/minimum", "must be a number" },
+    { "{'type':'integer','minimum':5,'maximum':3}", MMRT_ERR_INVALID_ARG, "", "no integer" },
+    { "{'type':'integer','minimum':2.5,'maximum':2.9}", MMRT_ERR_INVALID_ARG, "", "no integer" },
+    { "{'type':'integer','exclusiveMinimum':3,'exclusiveMaximum':4}", MMRT_ERR_INVALID_ARG, "",
+      "no integer" },
+    { "{'type':'integer','minimum':1e300}", MMRT_ERR_INVALID_ARG, "/minimum", "int64" },
+    { "{'type':'integer','exclusiveMaximum':-9223372036854775808}", MMRT_ERR_INVALID_ARG,
+      "/exclusiveMaximum", "int64" },
     /* no finite document */
     { "false", MMRT_ERR_INVALID_ARG, "", NULL },
     { "{'type':'object','properties':{'e':{'enum':[]}}}", MMRT_ERR_INVALID_ARG, "/properties/e",
@@ -707,6 +720,23 @@ static const struct doc_case doc_cases[] = {
     /* integer against number */
     { "{'type':'integer'}", DOCS("12 ", "-3 ", "0 ", "12\n", "-0 "),
       DOCS("1.0 ", "1e2 ", "01 ", "- ", "'1'", "12", "+1 ", "1 2 ", "1E2 ") },
+    /* integers held to bounds: every digit taken only when some integer it begins fits */
+    { "{'type':'integer','minimum':-5,'maximum':120}",
+      DOCS("0 ", "-0 ", "-5 ", "7 ", "99 ", "120 ", "100\n", "-1 "),
+      DOCS("121 ", "-6 ", "130 ", "1000 ", "-10 ", "200 ", "-50 ") },
+    { "{'type':'integer','exclusiveMinimum':10,'exclusiveMaximum':12}", DOCS("11 "),
+      DOCS("10 ", "12 ", "1 ", "0 ", "-11 ", "111 ") },
+    { "{'type':'integer','minimum':1000}", DOCS("1000 ", "99999999999 ", "1001 "),
+      DOCS("999 ", "0 ", "-1000 ", "99999999999999999999 ") },
+    { "{'type':'integer','maximum':-3}", DOCS("-3 ", "-40 ", "-9223372036854775808 "),
+      DOCS("-2 ", "0 ", "-0 ", "5 ", "-9223372036854775809 ") },
+    { "{'type':'integer','minimum':0.5,'maximum':2.5}", DOCS("1 ", "2 "), DOCS("0 ", "3 ") },
+    { "{'type':'integer','minimum':-9223372036854775808,'maximum':9223372036854775807}",
+      DOCS("9223372036854775807 ", "-9223372036854775808 ", "0 "),
+      DOCS("9223372036854775808 ", "-9223372036854775809 ") },
+    { "{'type':'object','properties':{'age':{'type':'integer','minimum':0,'maximum':150}},"
+      "'required':['age']}", DOCS("{'age':42}", "{'age':150}", "{'age':0}"),
+      DOCS("{'age':151}", "{'age':-1}", "{'age':1000}") },
     { "{'type':'number'}", DOCS("1.5 ", "-0.25e+3 ", "7 ", "1E2 ", "0.0 ", "-1e-9 "),
       DOCS("1. ", ".5 ", "+1 ", "1e ", "0x1 ", "1.5", "-01 ", "NaN ") },
     { "{'type':'array','items':{'type':'number'}}", DOCS("[1.5,2,-3e-2]", "[0,-0.0]"),
@@ -1471,6 +1501,17 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
         if ((k = json_object_get(s, "maxLength")) && n > (size_t)json_integer_value(k))
             return false;
     }
+    if (json_is_number(v)) {
+        const double x = json_number_value(v);
+        if ((k = json_object_get(s, "minimum")) && x < json_number_value(k))
+            return false;
+        if ((k = json_object_get(s, "maximum")) && x > json_number_value(k))
+            return false;
+        if ((k = json_object_get(s, "exclusiveMinimum")) && x <= json_number_value(k))
+            return false;
+        if ((k = json_object_get(s, "exclusiveMaximum")) && x >= json_number_value(k))
+            return false;
+    }
     return true;
 }
 
@@ -1562,6 +1603,8 @@ static void test_random_documents(void **state)
         { "{'type':'string','minLength':2,'maxLength':4}", false },
         { "{'enum':[1,10,-2.5,'x',null,{'k':[1,2]}]}", false },
         { "{'type':'integer'}", false },
+        { "{'type':'array','items':{'type':'integer','minimum':-12,'exclusiveMaximum':307},"
+          "'maxItems':6}", false },
         { "{'type':'object','properties':{'opt':{'type':['string','null']},"
           "'n':{'anyOf':[{'type':'integer'},{'type':'number'}]},'b':{'type':'boolean'},"
           "'any':{}},'required':['b']}", true },

@@ -310,7 +310,7 @@ def test_json_schema(s, images):
         "type": "object",
         "properties": {
             "kind": {"enum": ["cat", "dog", "bird"]},
-            "legs": {"type": "integer"},
+            "legs": {"type": "integer", "minimum": 0, "maximum": 8},
             "name": {"type": "string", "maxLength": 6},
             "tags": {"type": "array", "items": {"type": "string", "maxLength": 3},
                      "maxItems": 2},
@@ -346,6 +346,7 @@ def test_json_schema(s, images):
         ok: bool
         part: typing.Optional[Part]
         label: typing.Annotated[str, pydantic.Field(max_length=5)]
+        count: typing.Annotated[int, pydantic.Field(ge=0, le=99)]
 
     parsed = 0
     for k in range(3):
