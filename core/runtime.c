@@ -93,7 +93,7 @@ struct mmrt_runtime {
     char *source;              /* INI path or "config" for messages */
     struct mmrt_request run;   /* [run] defaults; strings owned below */
     struct mmrt_generation_defaults gen; /* the checkpoint's generation_config.json */
-    char *run_image, *run_prompt;
+    char *run_image, *run_prompt, *run_schema;
     struct mmrt_image_input run_input; /* [run] image, what run.images points at */
     struct mmrt_error last;
 };
@@ -327,6 +327,7 @@ void mmrt_destroy(struct mmrt_runtime *rt)
         mmrt_dev_close(rt->devices[i]);
     free(rt->run_image);
     free(rt->run_prompt);
+    free(rt->run_schema);
     free(rt->model_path);
     free(rt->source);
     if (rt->locks_ready) {
@@ -877,6 +878,37 @@ mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
     return st;
 }
 
+#define MAX_RUN_SCHEMA_BYTES (1u << 20)
+
+/* [run] json_schema: the schema file read, and checked now so that one mmrt cannot hold an
+ * answer to is a configuration error at its line, not a failure of the first request. */
+static mmrt_status run_schema(struct mmrt_runtime *rt, const char *ini_path,
+                              const struct mmrt_conf_run *r, struct mmrt_error *e)
+{
+    if (r->response_format_line)
+        return mmrt_error_set(e, MMRT_ERR_CONFIG, "%s:%d: [run] json_schema beside "
+                              "response_format (line %d): give one", ini_path,
+                              r->json_schema_line, r->response_format_line);
+    size_t len = 0;
+    struct mmrt_json_schema *compiled = NULL;
+    mmrt_status st = mmrt_file_read(r->json_schema, MAX_RUN_SCHEMA_BYTES, 0,
+                                    " for a JSON schema", &rt->run_schema, &len, e);
+    if (st == MMRT_OK)
+        st = mmrt_json_schema_parse(rt->run_schema, len, &compiled, e);
+    mmrt_json_schema_free(compiled);
+    if (st != MMRT_OK) {
+        mmrt_error_prefix(e, st, "%s:%d: [run] json_schema %s", ini_path, r->json_schema_line,
+                          r->json_schema);
+        /* A file the configuration names that cannot be used is the configuration's error. */
+        if (st != MMRT_ERR_NO_MEMORY)
+            e->status = MMRT_ERR_CONFIG;
+        return e->status;
+    }
+    rt->run.response_format = MMRT_RESPONSE_JSON_SCHEMA;
+    rt->run.json_schema = rt->run_schema;
+    return MMRT_OK;
+}
+
 mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **out, char *err,
                                   size_t err_size)
 {
@@ -964,6 +996,14 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         rt->run.presence_penalty = (float)r->presence_penalty;
         rt->run.frequency_penalty = (float)r->frequency_penalty;
         rt->run.response_format = r->response_format;
+        if (r->json_schema) {
+            st = run_schema(rt, ini_path, r, &e);
+            if (st != MMRT_OK) {
+                mmrt_destroy(rt);
+                *out = NULL;
+                goto out;
+            }
+        }
     }
 out:
     if (st != MMRT_OK)

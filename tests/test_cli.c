@@ -280,6 +280,31 @@ static void test_demo_conf(void **state)
                                           "--response-format", "text", NULL });
     if (rc != 2 || !strstr(out, "give one"))
         fail_msg("--json-schema with --response-format: exit %d:\n%s", rc, out);
+    /* [run] json_schema = FILE in a deploy.ini: the same, and its error at its line. */
+    char ini[4096], text[8192];
+    snprintf(text, sizeof text,
+             "[model]\npath = %s/tests/fixtures/llava-tiny\n[device.cpu0]\nplugin = cpu\n"
+             "[run]\nimage = %s/tests/fixtures/llava-images/grad_80x60.png\nprompt = Which?\n"
+             "max_tokens = 300\njson_schema = shape.json\n",
+             getenv("MMRT_SOURCE_DIR"), getenv("MMRT_SOURCE_DIR"));
+    snprintf(ini, sizeof ini, "%s", write_conf(dir, "deploy.ini", text));
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", ini, NULL });
+    if (rc != 0 || !strstr(out, "\"shape\""))
+        fail_msg("[run] json_schema exited %d:\n%s", rc, out);
+    strcat(text, "response_format = text\n");
+    write_conf(dir, "deploy.ini", text);
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", ini, NULL });
+    if (rc != 2 || !strstr(out, "deploy.ini:9: [run] json_schema beside response_format"))
+        fail_msg("[run] json_schema beside response_format: exit %d:\n%s", rc, out);
+    *strstr(text, "response_format") = '\0';
+    *strstr(text, "shape.json") = '\0';
+    strcat(text, "bad.json\n");
+    write_conf(dir, "deploy.ini", text);
+    rc = run_mmrt(NULL, (const char *[]){ "--conf", ini, NULL });
+    if (rc != 2 || !strstr(out, "deploy.ini:9: [run] json_schema") ||
+        !strstr(out, "json_schema /properties/n/multipleOf"))
+        fail_msg("[run] json_schema with multipleOf: exit %d:\n%s", rc, out);
+    unlink(ini);
     unlink(bad);
     rc = run_mmrt(NULL, (const char *[]){ "--conf", conf, "--json-schema", bad, NULL });
     if (rc != 2 || !strstr(out, "bad.json"))

@@ -267,6 +267,14 @@ static void test_defaults_and_paths(void **state)
     c = parse_ok(text, strlen(text), "/etc/mmrt/deploy.ini");
     assert_string_equal(c->model_path, "/etc/mmrt/models/tiny");
     assert_string_equal(c->run.image, "/abs/cat.png");
+    assert_null(c->run.json_schema);
+    mmrt_conf_destroy(c);
+
+    /* [run] json_schema: a file, resolved as the image is. */
+    text = "[device.d]\nplugin = cpu\n[run]\njson_schema = schemas/item.json\n";
+    c = parse_ok(text, strlen(text), "/etc/mmrt/deploy.ini");
+    assert_string_equal(c->run.json_schema, "/etc/mmrt/schemas/item.json");
+    assert_int_equal(c->run.json_schema_line, 4);
     mmrt_conf_destroy(c);
 
     /* A file with only a device: every default, every line 0, no stages, no model. */

@@ -554,6 +554,8 @@ static void run_key(struct parser *p, const char *key, const char *v, size_t n)
     long long x;
     if (strcmp(key, "image") == 0) {
         set_string(p, key, v, n, true, &r->image, &r->image_line);
+    } else if (strcmp(key, "json_schema") == 0) {
+        set_string(p, key, v, n, true, &r->json_schema, &r->json_schema_line);
     } else if (strcmp(key, "prompt") == 0) {
         set_string(p, key, v, n, false, &r->prompt, &r->prompt_line);
     } else if (strcmp(key, "max_tokens") == 0) {
@@ -946,6 +948,7 @@ void mmrt_conf_destroy(struct mmrt_conf *conf)
     free(conf->language.device);
     free(conf->run.image);
     free(conf->run.prompt);
+    free(conf->run.json_schema);
     free(conf);
 }
 

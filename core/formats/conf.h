@@ -71,6 +71,8 @@
  *     presence_penalty = 0  ; [-2, 2], default 0 (= off)
  *     frequency_penalty = 0 ; [-2, 2], default 0 (= off)
  *     response_format = text ; text | json_object, default text
+ *     json_schema = item.json ; relative to the INI file's folder: the answer is a JSON
+ *                           ; document held to this JSON Schema (not beside response_format)
  *
  * Rules (each violation is an error, never a warning or a silent default):
  *   - At least one [device.NAME] section. NAME is 1..31 of [A-Za-z0-9_-], and so is the
@@ -208,6 +210,8 @@ struct mmrt_conf_run {
     int presence_penalty_line, frequency_penalty_line;
     int response_format; /* enum mmrt_response_format */
     int response_format_line;
+    char *json_schema;   /* resolved path of the schema file, NULL when absent */
+    int json_schema_line;
 };
 
 /* [scheduler]: 0 = the engine's default for each. */
