@@ -36,6 +36,10 @@ enum {
      * mmrt_json_grammar_in_string promises). */
     F_FREE = 4,
     F_NEG = 8, /* an integer held to bounds: it began with '-' */
+    /* The string is held to a pattern: lo is the pattern's state, hi a UTF-8 character
+     * being read (its length << 28 | bytes still to come << 24 | its bits so far) or,
+     * after a \u high surrogate, that surrogate. */
+    F_PATTERN = 16,
 };
 
 void mmrt_json_grammar_init(struct mmrt_json_grammar *g, const struct mmrt_json_schema *schema)
@@ -80,7 +84,7 @@ static bool free_text(const struct mmrt_json_grammar *g)
 /* Whether a string value of node n with pos characters so far is free text. */
 static uint8_t free_flag(const struct mmrt_json_node *n, uint32_t pos)
 {
-    return n->max == MMRT_JSON_UNBOUNDED && pos >= n->min ? F_FREE : 0;
+    return n->max == MMRT_JSON_UNBOUNDED && pos >= n->min && !n->n ? F_FREE : 0;
 }
 
 /* ---- integers held to bounds ---- */
@@ -233,6 +237,10 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
     case MMRT_JSON_STRING:
         g->state = S_STRING;
         g->flags = free_flag(n, 0);
+        if (n->n) {
+            g->flags |= F_PATTERN;
+            g->lo = g->hi = 0;
+        }
         return c == '"';
     case MMRT_JSON_NUMBER: case MMRT_JSON_INTEGER:
         if (c != '-' && !is_digit(c))
@@ -388,8 +396,172 @@ static bool count_char(struct mmrt_json_grammar *g)
     return true;
 }
 
+/* ---- strings held to a pattern ---- */
+
+static const struct mmrt_json_pattern *pattern_of(const struct mmrt_json_grammar *g)
+{
+    return &g->schema->patterns[node(g, g->value)->lit];
+}
+
+/* Whether some code point of [lo, hi] may come next: the pattern goes on with it to a state
+ * from which a match is reached within maxLength and not short of minLength. */
+static bool pattern_may(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t hi)
+{
+    const struct mmrt_json_node *n = node(g, g->value);
+    if (g->pos >= n->max)
+        return false;
+    const uint32_t after = g->pos + 1;
+    const uint32_t budget = n->max == MMRT_JSON_UNBOUNDED ? MMRT_JSON_PATTERN_UNBOUNDED
+                                                          : n->max - after;
+    const uint32_t need = n->min > after ? n->min - after : 0;
+    return mmrt_json_pattern_any(pattern_of(g), (uint16_t)g->lo, lo, hi, budget, need);
+}
+
+/* A whole character. */
+static bool pattern_char(struct mmrt_json_grammar *g, uint32_t cp)
+{
+    if (!pattern_may(g, cp, cp))
+        return false;
+    g->lo = mmrt_json_pattern_step(pattern_of(g), (uint16_t)g->lo, cp);
+    g->pos++;
+    return true;
+}
+
+/* The code points a \u escape's digits so far (units [a, b]) may still stand for. */
+static bool pattern_units(const struct mmrt_json_grammar *g, uint32_t a, uint32_t b)
+{
+    bool ok = false;
+    if (a < 0xd800)
+        ok = pattern_may(g, a, b < 0xd7ff ? b : 0xd7ff);
+    if (!ok && b >= 0xd800 && a <= 0xdbff) { /* a high surrogate: the planes above */
+        const uint32_t ha = a > 0xd800 ? a : 0xd800, hb = b < 0xdbff ? b : 0xdbff;
+        ok = pattern_may(g, 0x10000 + ((ha - 0xd800) << 10),
+                         0x10000 + ((hb - 0xd800) << 10) + 0x3ff);
+    }
+    if (!ok && b >= 0xe000)
+        ok = pattern_may(g, a > 0xe000 ? a : 0xe000, b);
+    return ok;
+}
+
+/* A byte of a string held to a pattern (S_STRING, S_ESCAPE, S_HEX): each character is
+ * taken whole by the pattern's automaton, and each part of one only while some character it
+ * begins may come. */
+static bool pattern_step(struct mmrt_json_grammar *g, unsigned char c)
+{
+    const uint32_t more = g->hi >> 24 & 3, total = g->hi >> 28;
+    if (g->state == S_STRING) {
+        if (more) { /* a continuation byte */
+            const uint32_t bits = g->hi & 0x1fffff;
+            /* The second byte of E0, ED, F0 and F4 is narrower: no overlong form, no
+             * surrogate, nothing past U+10FFFF. */
+            unsigned char lo = 0x80, hi = 0xbf;
+            if (more == total - 1 && total == 3 && bits == 0)
+                lo = 0xa0;
+            else if (more == total - 1 && total == 3 && bits == 0xd)
+                hi = 0x9f;
+            else if (more == total - 1 && total == 4 && bits == 0)
+                lo = 0x90;
+            else if (more == total - 1 && total == 4 && bits == 4)
+                hi = 0x8f;
+            if (c < lo || c > hi)
+                return false;
+            const uint32_t cp = bits << 6 | (c & 0x3fu);
+            if (more == 1) {
+                g->hi = 0;
+                return pattern_char(g, cp);
+            }
+            g->hi = total << 28 | (more - 1) << 24 | cp;
+            const unsigned sh = 6 * (more - 1);
+            return pattern_may(g, cp << sh, ((cp + 1) << sh) - 1);
+        }
+        if (g->flags & F_HIGH) {
+            g->state = S_ESCAPE;
+            return c == '\\';
+        }
+        if (c == '"') {
+            g->space = 0;
+            g->state = S_AFTER;
+            return g->pos >= node(g, g->value)->min && pattern_of(g)->accept[g->lo];
+        }
+        if (c < 0x20)
+            return false;
+        if (c == '\\') {
+            g->state = S_ESCAPE; /* any character can be escaped: one must be able to come */
+            return pattern_may(g, 0, 0x10ffff);
+        }
+        if (c < 0x80)
+            return pattern_char(g, c);
+        uint32_t cp, n;
+        if (c >= 0xc2 && c <= 0xdf)
+            cp = c & 0x1fu, n = 1;
+        else if (c >= 0xe0 && c <= 0xef)
+            cp = c & 0x0fu, n = 2;
+        else if (c >= 0xf0 && c <= 0xf4)
+            cp = c & 0x07u, n = 3;
+        else
+            return false;
+        g->hi = (n + 1) << 28 | n << 24 | cp;
+        /* The code points a lead byte begins: those its length encodes (E0 A0 80 is U+0800,
+         * not an overlong U+0000), no surrogates, none past U+10FFFF. */
+        uint32_t a = cp << 6 * n, b = ((cp + 1) << 6 * n) - 1;
+        const uint32_t least = n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
+        a = a < least ? least : a;
+        b = b > 0x10ffff ? 0x10ffff : b;
+        if (n == 2 && cp == 0xd)
+            b = 0xd7ff;
+        return pattern_may(g, a, b);
+    }
+    if (g->state == S_ESCAPE) {
+        if (c == 'u') {
+            g->state = S_HEX;
+            g->aux = 4;
+            g->hex = 0;
+            return true;
+        }
+        g->state = S_STRING;
+        static const char esc[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
+        for (const char *e = esc; *e && !(g->flags & F_HIGH); e += 2)
+            if (c == (unsigned char)e[0])
+                return pattern_char(g, (unsigned char)e[1]);
+        return false;
+    }
+    const int h = hex_value(c); /* S_HEX */
+    if (h < 0)
+        return false;
+    g->hex = (uint16_t)(g->hex << 4 | h);
+    --g->aux;
+    const unsigned sh = 4u * g->aux;
+    const uint32_t a = (uint32_t)g->hex << sh, b = a + (1u << sh) - 1;
+    if (g->flags & F_HIGH) { /* the low half of a pair */
+        const uint32_t la = a < 0xdc00 ? 0xdc00 : a, lb = b > 0xdfff ? 0xdfff : b;
+        if (la > lb)
+            return false;
+        const uint32_t base = 0x10000 + ((g->hi - 0xd800) << 10) - 0xdc00;
+        if (g->aux > 0)
+            return pattern_may(g, base + la, base + lb);
+        g->state = S_STRING;
+        g->flags &= (uint8_t)~F_HIGH;
+        g->hi = 0;
+        return pattern_char(g, base + g->hex);
+    }
+    if (g->aux > 0)
+        return pattern_units(g, a, b);
+    g->state = S_STRING;
+    if (g->hex >= 0xdc00 && g->hex <= 0xdfff)
+        return false;
+    if (g->hex >= 0xd800) {
+        g->flags |= F_HIGH;
+        g->hi = g->hex;
+        return pattern_units(g, g->hex, g->hex);
+    }
+    return pattern_char(g, g->hex);
+}
+
 static bool step(struct mmrt_json_grammar *g, unsigned char c)
 {
+    if (g->flags & F_PATTERN &&
+        (g->state == S_STRING || g->state == S_ESCAPE || g->state == S_HEX))
+        return pattern_step(g, c);
     switch (g->state) {
     case S_TOP: case S_VALUE: case S_ARR_FIRST: case S_OBJ_FIRST: case S_KEY: case S_COLON:
     case S_AFTER:

@@ -37,7 +37,7 @@ struct union_info {
 
 struct compiler {
     struct mmrt_json_schema *s;
-    uint32_t cap_nodes, cap_props, cap_lits;
+    uint32_t cap_nodes, cap_props, cap_lits, cap_patterns;
     size_t cap_text;
     uint16_t *alts;
     uint32_t n_alts, cap_alts;
@@ -399,7 +399,8 @@ static const struct { const char *name; unsigned bit; } type_names[] = {
 /* Keywords that constrain a value and that the compiled recogniser holds an answer to. */
 static const char *const handled[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
 
@@ -411,7 +412,7 @@ static const char *const bounds[] = {
 /* Assertions JSON Schema has that mmrt cannot hold an answer to: refused, never ignored
  * (a generated answer would break them). Anything else unknown is an annotation. */
 static const char *const refused[] = {
-    "pattern", "patternProperties", "multipleOf", "minProperties", "maxProperties", "uniqueItems",
+    "patternProperties", "multipleOf", "minProperties", "maxProperties", "uniqueItems",
     "contains", "minContains", "maxContains", "prefixItems", "additionalItems", "not", "if",
     "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
@@ -799,6 +800,57 @@ static mmrt_status compile_number(struct compiler *c, const json_t *v, unsigned 
     return st;
 }
 
+/* A string node: its length bounds and its pattern. */
+static mmrt_status compile_string(struct compiler *c, const json_t *v, uint16_t *out)
+{
+    uint32_t min, max;
+    mmrt_status st = min_max(c, v, "minLength", "maxLength", &min, &max);
+    const json_t *pat = json_object_get(v, "pattern");
+    uint32_t id = 0;
+    if (st == MMRT_OK && pat) {
+        const size_t old = push_path(c, "pattern");
+        struct mmrt_json_pattern compiled;
+        struct mmrt_error e = { 0 };
+        if (!json_is_string(pat)) {
+            st = fail(c, "'pattern' must be a string, not %s", mmrt_json_type_name(pat));
+        } else if (json_object_get(v, "minLength") && json_object_get(v, "maxLength")) {
+            /* The lengths a pattern allows need not be an interval ((ab)* has only even
+             * ones): with both bounds a string could be walked where none of them fits. */
+            st = fail(c, "'pattern' beside both 'minLength' and 'maxLength' is not supported: "
+                      "keep one, or put the length in the pattern");
+        } else if ((st = mmrt_json_pattern_compile(json_string_value(pat),
+                                                   json_string_length(pat), &compiled, &e)) !=
+                   MMRT_OK) {
+            st = st == MMRT_ERR_NO_MEMORY ? no_memory(c)
+                                          : (st == MMRT_ERR_LIMIT ? fail_limit : fail)(
+                                                c, "%s", e.msg);
+        } else if (compiled.shortest[0] > max || compiled.longest[0] < min) {
+            const bool too_long = compiled.shortest[0] > max;
+            mmrt_json_pattern_free(&compiled);
+            st = fail(c, "no string the pattern matches has a length that '%s' allows",
+                      too_long ? "maxLength" : "minLength");
+        } else if (!grow((void **)&c->s->patterns, &c->cap_patterns, c->s->n_patterns + 1,
+                         sizeof *c->s->patterns)) {
+            mmrt_json_pattern_free(&compiled);
+            st = no_memory(c);
+        } else {
+            id = c->s->n_patterns;
+            c->s->patterns[c->s->n_patterns++] = compiled;
+        }
+        pop_path(c, old);
+    }
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_STRING, out);
+    if (st == MMRT_OK) {
+        struct mmrt_json_node *x = &c->s->node[*out];
+        x->min = min;
+        x->max = max;
+        x->n = pat != NULL;
+        x->lit = id;
+    }
+    return st;
+}
+
 /* The types named by v's "type", or inferred from the keywords present when it has none
  * (JSON Schema would allow any type there; mmrt writes the one the keywords are about). */
 static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
@@ -812,7 +864,8 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
         if (json_object_get(v, "items") || json_object_get(v, "minItems") ||
             json_object_get(v, "maxItems"))
             *mask |= T_ARRAY;
-        if (json_object_get(v, "minLength") || json_object_get(v, "maxLength"))
+        if (json_object_get(v, "minLength") || json_object_get(v, "maxLength") ||
+            json_object_get(v, "pattern"))
             *mask |= T_STRING;
         for (const char *const *b = bounds; *b; b++)
             if (json_object_get(v, *b))
@@ -899,16 +952,8 @@ static mmrt_status compile_typed(struct compiler *c, const json_t *v, uint16_t *
         st = compile_object(c, v, &alts[n++]);
     if ((mask & T_ARRAY) && st == MMRT_OK)
         st = compile_array(c, v, &alts[n++]);
-    if ((mask & T_STRING) && st == MMRT_OK) {
-        uint32_t min, max;
-        st = min_max(c, v, "minLength", "maxLength", &min, &max);
-        if (st == MMRT_OK)
-            st = new_node(c, MMRT_JSON_STRING, &alts[n]);
-        if (st == MMRT_OK) {
-            c->s->node[alts[n]].min = min;
-            c->s->node[alts[n++]].max = max;
-        }
-    }
+    if ((mask & T_STRING) && st == MMRT_OK)
+        st = compile_string(c, v, &alts[n++]);
     if ((mask & (T_INTEGER | T_NUMBER)) && st == MMRT_OK)
         st = compile_number(c, v, mask, &alts[n++]);
     if ((mask & T_BOOLEAN) && st == MMRT_OK)
@@ -1378,6 +1423,9 @@ void mmrt_json_schema_free(struct mmrt_json_schema *s)
     free(s->prop);
     free(s->lit);
     free(s->text);
+    for (uint32_t i = 0; i < s->n_patterns; i++)
+        mmrt_json_pattern_free(&s->patterns[i]);
+    free(s->patterns);
     free(s);
 }
 

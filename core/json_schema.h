@@ -11,14 +11,16 @@
  * What is compiled is a recogniser for a subset of the documents the schema admits, chosen so
  * that a prefix can be checked byte by byte with a state of a few bytes per open container:
  *   - the keywords type (a name or a list), properties, required, additionalProperties,
- *     items (one schema), minItems, maxItems, minLength, maxLength, minimum, maximum,
- *     exclusiveMinimum and exclusiveMaximum of an integer, enum, const, anyOf, oneOf,
+ *     items (one schema), minItems, maxItems, minLength, maxLength, pattern (an ECMA-262
+ *     regular expression of the subset json_pattern.h compiles; not beside both minLength
+ *     and maxLength), minimum, maximum, exclusiveMinimum and exclusiveMaximum of an
+ *     integer, enum, const, anyOf, oneOf,
  *     allOf of one schema, and $ref to a JSON pointer into the schema ("#",
  *     "#/$defs/NAME", "#/definitions/NAME", any other "#/..."); a count past
  *     MMRT_JSON_SCHEMA_MAX_COUNT is refused as a minimum and held to it as a maximum;
  *     annotations (title, description, default, examples, format, $schema, $id, $comment,
  *     deprecated, readOnly, writeOnly, ...) are read past, as JSON Schema has them.
- *   - assertions mmrt cannot hold an answer to (pattern, bounds of a non-integer number,
+ *   - assertions mmrt cannot hold an answer to (bounds of a non-integer number,
  *     multipleOf, uniqueItems, not, if, prefixItems, ...) are refused by name, never
  *     ignored;
  *   - an object with listed properties is written with those keys only, in the schema's
@@ -46,6 +48,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "json_pattern.h"
 
 #define MMRT_JSON_SCHEMA_MAX_NODES 16384u
 #define MMRT_JSON_SCHEMA_MAX_LITERALS 65536u /* enum values and listed keys, all together */
@@ -65,7 +68,8 @@ enum mmrt_json_class {
 enum mmrt_json_kind {
     MMRT_JSON_OBJECT,   /* props [first, first + n), key literals [lit, lit + n); extra */
     MMRT_JSON_ARRAY,    /* items: extra; min, max items */
-    MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one) */
+    MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one); n = 1: held
+                         * to patterns[lit] */
     MMRT_JSON_NUMBER,
     MMRT_JSON_INTEGER,  /* a number without fraction or exponent; n = 1: within [imin, imax] */
     MMRT_JSON_LITERALS, /* one of the literals [lit, lit + n) */
@@ -108,6 +112,8 @@ struct mmrt_json_schema {
     uint32_t n_lits;
     char *text;
     size_t n_text;
+    struct mmrt_json_pattern *patterns;
+    uint32_t n_patterns;
 };
 
 /* Compiles a schema (a parsed JSON value: an object, or true for any value). *out is new,

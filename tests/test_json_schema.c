@@ -34,6 +34,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <regex.h>
 
 #include "json_grammar.h"
 #include "json_schema.h"
@@ -237,8 +238,8 @@ static const struct refusal refusals[] = {
       MMRT_ERR_INVALID_ARG, "/properties/age/minimum", "minimum" },
     { "{'type':'object','properties':{'age':{'type':['integer','number'],'maximum':9}}}",
       MMRT_ERR_INVALID_ARG, "/properties/age/maximum", "maximum" },
-    { "{'type':'object','properties':{'name':{'type':'string','pattern':'^a'}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/name", "pattern" },
+    { "{'type':'object','properties':{'name':{'type':'string','not':{}}}}",
+      MMRT_ERR_INVALID_ARG, "/properties/name", "not" },
     { "{'type':'array','items':{'type':'number','maximum':3}}", MMRT_ERR_INVALID_ARG, "/items",
       "maximum" },
     { "{'$defs':{'x':{'type':'number','exclusiveMinimum':0}},'type':'array',"
@@ -260,10 +261,30 @@ static const struct refusal refusals[] = {
     { "{'type':'object','additionalProperties':{'type':'object','patternProperties':{'^x':{}}}}",
       MMRT_ERR_INVALID_ARG, "/additionalProperties", "patternProperties" },
     /* a key with '/' or '~' is escaped in the pointer as RFC 6901 has it */
-    { "{'type':'object','properties':{'a/b':{'type':'string','pattern':'x'}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/a~1b", "pattern" },
+    { "{'type':'object','properties':{'a/b':{'type':'string','pattern':'(?<=x)'}}}",
+      MMRT_ERR_INVALID_ARG, "/properties/a~1b/pattern", "look-arounds" },
     { "{'type':'object','properties':{'m~n':{'type':'number','maximum':1}}}",
       MMRT_ERR_INVALID_ARG, "/properties/m~0n", "maximum" },
+    /* patterns: what json_pattern.h refuses, by the byte; lengths they cannot meet */
+    { "{'type':'string','pattern':'(a'}", MMRT_ERR_INVALID_ARG, "/pattern", "without" },
+    { "{'type':'string','pattern':'a\\\\1'}", MMRT_ERR_INVALID_ARG, "/pattern",
+      "back-references" },
+    { "{'type':'string','pattern':'a^b'}", MMRT_ERR_INVALID_ARG, "/pattern", "start" },
+    { "{'type':'string','pattern':'\\\\bx'}", MMRT_ERR_INVALID_ARG, "/pattern", "boundaries" },
+    { "{'type':'string','pattern':'\\\\p{L}'}", MMRT_ERR_INVALID_ARG, "/pattern",
+      "properties" },
+    { "{'type':'string','pattern':'^[]$'}", MMRT_ERR_INVALID_ARG, "/pattern", "no string" },
+    { "{'type':'string','pattern':'a{3,1}'}", MMRT_ERR_INVALID_ARG, "/pattern", "below" },
+    { "{'type':'string','pattern':'a{300}'}", MMRT_ERR_LIMIT, "/pattern", "256" },
+    { "{'type':'string','pattern':'^(a{0,200}){0,200}$'}", MMRT_ERR_LIMIT, "/pattern", "large" },
+    { "{'type':'string','pattern':3}", MMRT_ERR_INVALID_ARG, "/pattern", "string" },
+    { "{'type':'string','pattern':'^a$','minLength':1,'maxLength':3}", MMRT_ERR_INVALID_ARG,
+      "/pattern", "both" },
+    { "{'type':'string','pattern':'^a{2}$','maxLength':1}", MMRT_ERR_INVALID_ARG, "/pattern",
+      "maxLength" },
+    { "{'type':'string','pattern':'^a$','minLength':2}", MMRT_ERR_INVALID_ARG, "/pattern",
+      "minLength" },
+    { "{'type':'string','pattern':'a','enum':['a']}", MMRT_ERR_INVALID_ARG, "", "pattern" },
     /* integer bounds: numbers (draft 4's boolean exclusives are not), some integer between */
     { "{'type':'integer','exclusiveMinimum':true,'minimum':0}", MMRT_ERR_INVALID_ARG,
       "/exclusiveMinimum", "must be a number" },
@@ -417,7 +438,7 @@ static void test_refusals(void **state)
     assert_true(check_refusal(whole, strlen(whole) - 1, MMRT_ERR_INVALID_ARG, NULL, NULL));
     /* err may be NULL */
     assert_int_equal(mmrt_json_schema_parse("false", 5, &s, NULL), MMRT_ERR_INVALID_ARG);
-    assert_int_equal(mmrt_json_schema_parse("{\"pattern\":\"a\"}", 15, &s, NULL),
+    assert_int_equal(mmrt_json_schema_parse("{\"pattern\":\"(\"}", 15, &s, NULL),
                      MMRT_ERR_INVALID_ARG);
 }
 
@@ -927,6 +948,96 @@ static void test_long_counts(void **state)
     assert_true(mmrt_json_grammar_done(&g));
     mmrt_json_schema_free(s);
     free(doc);
+}
+
+/* Strings held to a pattern (json_pattern.h): whole documents in and out, escapes and UTF-8
+ * read as the characters they are, lengths beside it, and prefixes taken only while some
+ * string the pattern matches begins so. */
+struct pattern_case {
+    const char *schema;
+    const char *good[6], *bad[6];
+};
+
+static const struct pattern_case pattern_cases[] = {
+    { "{'type':'string','pattern':'^\\\\d{4}-\\\\d{2}-\\\\d{2}$'}",
+      { "'2024-01-05'", "'0000-00-00'" },
+      { "'2024-1-05'", "'x2024-01-05'", "'2024-01-05x'", "''", "'2024-01-0a'" } },
+    { "{'pattern':'ab'}", { "'ab'", "'xxaby'", "'\\u0061b'" }, { "'a'", "'ba'", "''" } },
+    { "{'pattern':'^[a-c]+$'}", { "'\\u0061b\\u0063'", "'abc'", "'c'" },
+      { "'\\u0064'", "'abd'", "''", "'A'" } },
+    { "{'pattern':'^\xf0\x9f\x98\x80.$'}",
+      { "'\xf0\x9f\x98\x80x'", "'\\uD83D\\uDE00\\t'", "'\xf0\x9f\x98\x80\xc3\xa9'" },
+      { "'\\uD83D\\uDE01x'", "'\xf0\x9f\x98\x80'", "'\xf0\x9f\x98\x80\\n'" } },
+    { "{'pattern':'^a+$','maxLength':3}", { "'a'", "'aaa'" }, { "'aaaa'", "''" } },
+    { "{'pattern':'^a*$','minLength':2}", { "'aa'", "'aaaaa'" }, { "'a'", "''", "'ab'" } },
+    { "{'pattern':'^(ab)*$','minLength':3}", { "'abab'", "'ababab'" },
+      { "'ab'", "'aba'", "''" } },
+    { "{'pattern':'^(?:red|gr(?<x>ee)n|blue)$'}", { "'red'", "'green'", "'blue'" },
+      { "'re'", "'greenblue'", "'Red'" } },
+    { "{'pattern':'^[^\\\\s]{1,3}\\\\.[\\\\w]+$'}", { "'a.b'", "'abc.x_1'" },
+      { "'a b.c'", "'.b'", "'abcd.e'", "'a.'" } },
+    { "{'type':'object','properties':{'id':{'type':'string','pattern':'^[A-Z]{2}[0-9]{3}$'}},"
+      "'required':['id']}", { "{'id':'AB123'}" }, { "{'id':'AB12'}", "{'id':'ab123'}" } },
+};
+
+static void test_patterns(void **state)
+{
+    (void)state;
+    int misjudged = 0;
+    for (size_t i = 0; i < sizeof pattern_cases / sizeof *pattern_cases; i++) {
+        const struct pattern_case *c = &pattern_cases[i];
+        struct mmrt_json_schema *s = compile_ok(c->schema);
+        char *schema = q(c->schema);
+        for (size_t k = 0; k < 6 && c->good[k]; k++) {
+            char *doc = q(c->good[k]);
+            misjudged += !check_good(s, schema, doc);
+            free(doc);
+        }
+        for (size_t k = 0; k < 6 && c->bad[k]; k++) {
+            char *doc = q(c->bad[k]);
+            misjudged += !check_bad(s, schema, doc);
+            free(doc);
+        }
+        free(schema);
+        mmrt_json_schema_free(s);
+    }
+    /* Prefixes: a \u escape's digits and a UTF-8 character's lead byte are taken only while
+     * some code point they begin may come. */
+    static const struct { const char *schema, *prefix; bool taken; } prefixes[] = {
+        { "{'pattern':'^[0-9]$'}", "\"\\u003", true },
+        { "{'pattern':'^[0-9]$'}", "\"\\u1", false },
+        { "{'pattern':'^[0-9]$'}", "\"\\u004", false },
+        { "{'pattern':'^\xc3\xa9$'}", "\"\xc3", true },
+        { "{'pattern':'^\xc3\xa9$'}", "\"\xc4", false },
+        { "{'pattern':'^\xf0\x9f\x98\x80$'}", "\"\\uD8", true },
+        { "{'pattern':'^\xf0\x9f\x98\x80$'}", "\"\\uD83D\\uDE", true },
+        { "{'pattern':'^\xf0\x9f\x98\x80$'}", "\"\\uD83E", false },
+        { "{'pattern':'^a+$','maxLength':2}", "\"aa", true },
+        { "{'pattern':'^a+$','maxLength':2}", "\"aaa", false },
+        { "{'pattern':'^ab$'}", "\"b", false },
+        { "{'pattern':'^ab$'}", "\"ab\\", false }, /* nothing may follow: no escape either */
+        /* a lead byte begins only the code points its length encodes: E0 is U+0800 on, so
+         * no digit (an overlong form would be), and its second byte is A0 on */
+        { "{'pattern':'^[0-9]+$'}", "\"1\xe0", false },
+        { "{'pattern':'^[0-9]+$'}", "\"1\xc2", false },
+        { "{'pattern':'^\xe0\xa0\x80$'}", "\"\xe0\x80", false },
+        { "{'pattern':'^\xe0\xa0\x80$'}", "\"\xe0\xa0", true },
+        { "{'pattern':'^.$'}", "\"\xed\xa0", false }, /* a surrogate */
+        { "{'pattern':'^.$'}", "\"\xf4\x90", false }, /* past U+10FFFF */
+    };
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        struct mmrt_json_schema *s = compile_ok(prefixes[i].schema);
+        struct mmrt_json_grammar g;
+        mmrt_json_grammar_init(&g, s);
+        const bool taken = mmrt_json_grammar_feed(&g, prefixes[i].prefix,
+                                                  strlen(prefixes[i].prefix));
+        if (taken != prefixes[i].taken)
+            misjudged += !failed("prefix %s under %s: taken %d", prefixes[i].prefix,
+                                 prefixes[i].schema, taken);
+        mmrt_json_schema_free(s);
+    }
+    if (misjudged)
+        fail_msg("%d pattern cases misjudged", misjudged);
 }
 
 /* Reals of enum and const are written as jansson writes them, with the fewest digits that
@@ -1500,6 +1611,17 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
             return false;
         if ((k = json_object_get(s, "maxLength")) && n > (size_t)json_integer_value(k))
             return false;
+        /* The walk's patterns are POSIX extended expressions too, which search as JSON
+         * Schema's do: libc's matcher checks them, not mmrt's. */
+        if ((k = json_object_get(s, "pattern")) != NULL) {
+            regex_t re;
+            if (regcomp(&re, json_string_value(k), REG_EXTENDED | REG_NOSUB) != 0)
+                return false;
+            const bool hit = regexec(&re, json_string_value(v), 0, NULL, 0) == 0;
+            regfree(&re);
+            if (!hit)
+                return false;
+        }
     }
     if (json_is_number(v)) {
         const double x = json_number_value(v);
@@ -1603,6 +1725,10 @@ static void test_random_documents(void **state)
         { "{'type':'string','minLength':2,'maxLength':4}", false },
         { "{'enum':[1,10,-2.5,'x',null,{'k':[1,2]}]}", false },
         { "{'type':'integer'}", false },
+        { "{'type':'array','items':{'type':'string','pattern':'^[a-c]{2,4}(-[0-9]+)?$'},"
+          "'maxItems':3}", false },
+        { "{'type':'array','items':{'type':'string','pattern':'b[0-9]','maxLength':5},"
+          "'maxItems':3}", false },
         { "{'type':'array','items':{'type':'integer','minimum':-12,'exclusiveMaximum':307},"
           "'maxItems':6}", false },
         { "{'type':'object','properties':{'opt':{'type':['string','null']},"
@@ -1670,6 +1796,7 @@ int main(void)
         cmocka_unit_test(test_enum_beside_assertions),
         cmocka_unit_test(test_long_counts),
         cmocka_unit_test(test_real_literals),
+        cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_ref_chain),
         cmocka_unit_test(test_any_json),
         cmocka_unit_test(test_annotations_only),

@@ -442,7 +442,7 @@ class Gen:
             ("json_schema-bad-name", {"response_format": {"type": "json_schema",
                                               "json_schema": {"name": "a b", "schema": {}}}}),
             ("json_schema-pattern", {"response_format": {"type": "json_schema",
-                                              "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}}}),
+                                              "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(?!a)"}}}}),
             ("json_schema-remote-ref", {"response_format": {"type": "json_schema",
                                               "json_schema": {"name": "x", "schema": {"$ref": "https://example.com/s.json"}}}}),
             ("json_schema-self-ref", {"response_format": {"type": "json_schema",

@@ -315,8 +315,9 @@ def test_json_schema(s, images):
             "tags": {"type": "array", "items": {"type": "string", "maxLength": 3},
                      "maxItems": 2},
             "note": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
+            "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
         },
-        "required": ["kind", "name"],
+        "required": ["kind", "name", "date"],
         "additionalProperties": False,
     }
     fmt = {"type": "json_schema",
@@ -347,6 +348,7 @@ def test_json_schema(s, images):
         part: typing.Optional[Part]
         label: typing.Annotated[str, pydantic.Field(max_length=5)]
         count: typing.Annotated[int, pydantic.Field(ge=0, le=99)]
+        code: typing.Annotated[str, pydantic.Field(pattern=r"^[a-z]{2}-[0-9]$")]
 
     parsed = 0
     for k in range(3):
@@ -361,7 +363,7 @@ def test_json_schema(s, images):
 
     # Refused by the place in the schema, before any answer.
     bad = dict(schema, properties=dict(schema["properties"],
-                                       name={"type": "string", "pattern": "^[a-z]+$"}))
+                                       name={"type": "string", "pattern": "^(?=x)"}))
     expect_error(openai.BadRequestError, lambda: ask(c, msgs, response_format={
         "type": "json_schema", "json_schema": {"name": "x", "schema": bad}}), 400,
         "/properties/name/pattern")
