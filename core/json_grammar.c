@@ -417,13 +417,21 @@ static bool pattern_may(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t
     return mmrt_json_pattern_any(pattern_of(g), (uint16_t)g->lo, lo, hi, budget, need);
 }
 
-/* A whole character. */
+/* A whole character: pattern_may for one code point, in one look-up. */
 static bool pattern_char(struct mmrt_json_grammar *g, uint32_t cp)
 {
-    if (!pattern_may(g, cp, cp))
+    const struct mmrt_json_node *n = node(g, g->value);
+    if (g->pos >= n->max)
         return false;
-    g->lo = mmrt_json_pattern_step(pattern_of(g), (uint16_t)g->lo, cp);
-    g->pos++;
+    const struct mmrt_json_pattern *p = pattern_of(g);
+    const uint16_t t = mmrt_json_pattern_step(p, (uint16_t)g->lo, cp);
+    const uint32_t after = g->pos + 1;
+    if (t == MMRT_JSON_PATTERN_DEAD ||
+        (n->max != MMRT_JSON_UNBOUNDED && p->shortest[t] > n->max - after) ||
+        (n->min > after && p->longest[t] < n->min - after))
+        return false;
+    g->lo = t;
+    g->pos = after;
     return true;
 }
 

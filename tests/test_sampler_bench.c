@@ -18,7 +18,8 @@
  *                  timed with the plain-token flags the engine uses, and with every text
  *                  fed), after an object key (only ':' may come), and at the start of
  *                  a key of a JSON schema's object with eight listed keys (json_schema
- *                  mode: each text tried against the keys' literals). A JSON answer
+ *                  mode: each text tried against the keys' literals) and inside a string
+ *                  held to a pattern (each text's characters through its automaton). A JSON answer
  *                  pays a pass only on a step whose first pick does not fit. With it, the
  *                  one-time table of every token's text (mmrt_tokenizer_token_texts, made at
  *                  an engine's first JSON request) is timed on a byte-level BPE tokenizer of
@@ -193,7 +194,8 @@ int main(int argc, char **argv)
            temperature, top_k, top_p, spread, rows);
     printf("# %8s %12s %10s%s%s\n", "vocab", "ms/token", "digest",
            logprobs >= 0 ? "   logprobs ms" : "",
-           json ? "   json mask ms: in a string (fed), after a key, in a schema key; texts ms"
+           json ? "   json mask ms: in a string (fed), after a key, in a schema key, in a pattern; "
+                       "texts ms"
                 : "");
     for (; i < argc; i++) {
         char *end;
@@ -290,16 +292,32 @@ int main(int argc, char **argv)
                 return 1;
             }
             mmrt_json_answer_init(&in_key, listed);
+            /* A string held to a pattern, two characters in. */
+            static const char patterned[] = "{\"type\":\"string\",\"pattern\":"
+                                            "\"^[a-z]+-[0-9]{3}$\"}";
+            struct mmrt_json_schema *pat = NULL;
+            struct mmrt_json_answer in_pattern;
+            if (mmrt_json_schema_parse(patterned, sizeof patterned - 1, &pat, &err) != MMRT_OK) {
+                fprintf(stderr, "sampler-bench: %s\n", err.msg);
+                return 1;
+            }
+            mmrt_json_answer_init(&in_pattern, pat);
+            static const int32_t start[] = { 0x22, 0x61, 0x62 }; /* '"', 'a', 'b' */
+            for (size_t k = 0; k < sizeof start / sizeof *start; k++)
+                if (mmrt_json_answer_fits(&in_pattern, &t, NULL, start[k], &next))
+                    mmrt_json_answer_copy(&in_pattern, &next);
             if (mmrt_json_answer_fits(&in_key, &t, NULL, 0x7b, &next))
                 mmrt_json_answer_copy(&in_key, &next);
             if (mmrt_json_answer_fits(&in_key, &t, NULL, 0x22, &next))
                 mmrt_json_answer_copy(&in_key, &next);
-            printf("   %10.4f %10.4f %10.4f %10.4f",
+            printf("   %10.4f %10.4f %10.4f %10.4f %10.4f",
                    time_mask(&in_string, &t, plain, logits, vocab, masked, repeat),
                    time_mask(&in_string, &t, NULL, logits, vocab, masked, repeat),
                    time_mask(&after_key, &t, plain, logits, vocab, masked, repeat),
-                   time_mask(&in_key, &t, plain, logits, vocab, masked, repeat));
+                   time_mask(&in_key, &t, plain, logits, vocab, masked, repeat),
+                   time_mask(&in_pattern, &t, plain, logits, vocab, masked, repeat));
             mmrt_json_schema_free(listed);
+            mmrt_json_schema_free(pat);
             free(plain);
             struct mmrt_tokenizer *tok = fake_tokenizer(vocab);
             double tbest = INFINITY;
