@@ -396,6 +396,15 @@ static bool count_char(struct mmrt_json_grammar *g)
     return true;
 }
 
+/* "\u" read: its four hex digits come. */
+static bool start_hex(struct mmrt_json_grammar *g)
+{
+    g->state = S_HEX;
+    g->aux = 4;
+    g->hex = 0;
+    return true;
+}
+
 /* ---- strings held to a pattern ---- */
 
 static const struct mmrt_json_pattern *pattern_of(const struct mmrt_json_grammar *g)
@@ -520,12 +529,8 @@ static bool pattern_step(struct mmrt_json_grammar *g, unsigned char c)
         return pattern_may(g, a, b);
     }
     if (g->state == S_ESCAPE) {
-        if (c == 'u') {
-            g->state = S_HEX;
-            g->aux = 4;
-            g->hex = 0;
-            return true;
-        }
+        if (c == 'u')
+            return start_hex(g);
         g->state = S_STRING;
         static const char esc[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
         for (const char *e = esc; *e && !(g->flags & F_HIGH); e += 2)
@@ -624,12 +629,8 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
             return true;
         return (c & 0xc0) == 0x80 || count_char(g); /* a continuation byte adds nothing */
     case S_ESCAPE:
-        if (c == 'u') {
-            g->state = S_HEX;
-            g->aux = 4;
-            g->hex = 0;
-            return true;
-        }
+        if (c == 'u')
+            return start_hex(g);
         g->state = S_STRING;
         if (c == '\0' || (g->flags & F_HIGH) || !strchr("\"\\/bfnrt", c))
             return false;

@@ -96,6 +96,16 @@ static mmrt_status no_memory(struct compiler *c)
     return mmrt_error_set(c->err, MMRT_ERR_NO_MEMORY, "json_schema: out of memory");
 }
 
+/* A schema's string for a message: cut to size bytes, control bytes as '?'. */
+static const char *quote(char *buf, size_t size, const char *s)
+{
+    snprintf(buf, size, "%s", s);
+    for (char *p = buf; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return buf;
+}
+
 /* Appends "/seg" (RFC 6901: '~' as ~0, '/' as ~1) to the path; returns the old length for
  * pop_path. A path too long for the buffer ends in "..." and stays that way. */
 static size_t push_path(struct compiler *c, const char *seg)
@@ -508,6 +518,23 @@ static mmrt_status new_union(struct compiler *c, const uint16_t *alts, uint32_t 
     return MMRT_OK;
 }
 
+/* The literals added since `first`, sorted and without repeats, as one node (*kept of
+ * them; a node of none is the caller's to refuse before it is made). */
+static mmrt_status literals_node(struct compiler *c, uint32_t first, uint16_t *out,
+                                 uint32_t *kept)
+{
+    mmrt_status st = sort_literals(c, first, kept);
+    if (st == MMRT_OK && *kept == 0)
+        return MMRT_OK;
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_LITERALS, out);
+    if (st == MMRT_OK) {
+        c->s->node[*out].lit = first;
+        c->s->node[*out].n = *kept;
+    }
+    return st;
+}
+
 /* The enum values of `values` (a list) that are of the types in mask, as one literal node. */
 static mmrt_status compile_literals(struct compiler *c, const json_t *values, const char *key,
                                     unsigned mask, uint16_t *out)
@@ -531,17 +558,11 @@ static mmrt_status compile_literals(struct compiler *c, const json_t *values, co
     free(t.p);
     uint32_t kept = 0;
     if (st == MMRT_OK)
-        st = sort_literals(c, first, &kept);
+        st = literals_node(c, first, out, &kept);
     if (st == MMRT_OK && kept == 0)
         st = json_array_size(values) == 0
                  ? fail(c, "'%s' lists no value: no document satisfies it", key)
                  : fail(c, "no value of '%s' is of the type the schema names", key);
-    if (st == MMRT_OK)
-        st = new_node(c, MMRT_JSON_LITERALS, out);
-    if (st == MMRT_OK) {
-        c->s->node[*out].lit = first;
-        c->s->node[*out].n = kept;
-    }
     return st;
 }
 
@@ -554,15 +575,7 @@ static mmrt_status literal_node(struct compiler *c, const char *const *texts, ui
     for (uint32_t i = 0; i < n && st == MMRT_OK; i++)
         st = add_literal(c, texts[i], strlen(texts[i]), 0);
     uint32_t kept = 0;
-    if (st == MMRT_OK)
-        st = sort_literals(c, first, &kept);
-    if (st == MMRT_OK)
-        st = new_node(c, MMRT_JSON_LITERALS, out);
-    if (st == MMRT_OK) {
-        c->s->node[*out].lit = first;
-        c->s->node[*out].n = kept;
-    }
-    return st;
+    return st == MMRT_OK ? literals_node(c, first, out, &kept) : st;
 }
 
 /* A subschema of v under key (additionalProperties, items): absent or true is any value,
@@ -892,12 +905,8 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
             j++;
         if (j == sizeof type_names / sizeof *type_names) {
             char q[48];
-            snprintf(q, sizeof q, "%s", json_string_value(x));
-            for (char *p = q; *p; p++)
-                if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                    *p = '?';
             st = fail(c, "'%s' is not a JSON Schema type (object, array, string, integer, "
-                      "number, boolean, null)", q);
+                      "number, boolean, null)", quote(q, sizeof q, json_string_value(x)));
         } else {
             *mask |= type_names[j].bit;
         }
@@ -1109,12 +1118,9 @@ static mmrt_status compile(struct compiler *c, const json_t *v, uint16_t *out)
                 const json_t *target = resolve(c->root, json_string_value(y));
                 if (!target) {
                     char q[96];
-                    snprintf(q, sizeof q, "%s", json_string_value(y));
-                    for (char *p = q; *p; p++)
-                        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                            *p = '?';
                     st = fail(c, "'$ref' '%s' does not point into this schema (mmrt follows "
-                              "'#' and '#/...' pointers only)", q);
+                              "'#' and '#/...' pointers only)",
+                              quote(q, sizeof q, json_string_value(y)));
                 } else {
                     /* Messages inside the target name its own place. */
                     char saved[sizeof c->path];
@@ -1283,13 +1289,7 @@ static mmrt_status link_union(struct compiler *c, uint16_t u, uint8_t *state)
                 st = dup_literal(c, s->node[lits[i]].lit + j, 0);
         uint32_t kept = 0;
         if (st == MMRT_OK)
-            st = sort_literals(c, at, &kept);
-        if (st == MMRT_OK)
-            st = new_node(c, MMRT_JSON_LITERALS, &merged);
-        if (st == MMRT_OK) {
-            s->node[merged].lit = at;
-            s->node[merged].n = kept;
-        }
+            st = literals_node(c, at, &merged, &kept);
     }
     if (st == MMRT_OK && !any && merged != MMRT_JSON_NONE) {
         const struct mmrt_json_node *m = &s->node[merged];
