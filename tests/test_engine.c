@@ -11,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <regex.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1187,9 +1188,10 @@ static void json_schema_answers_on(const char *fixture, struct answer *a)
         "\"name\": {\"type\": \"string\", \"maxLength\": 6},"
         "\"n\": {\"enum\": [1, 2, 3]},"
         "\"ok\": {\"type\": \"boolean\"},"
+        "\"code\": {\"type\": \"string\", \"pattern\": \"^[a-z]{2}-[0-9]$\"},"
         "\"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"red\", \"blue\"]}, "
         "\"maxItems\": 2}},"
-        "\"required\": [\"name\", \"n\"], \"additionalProperties\": false}";
+        "\"required\": [\"name\", \"n\", \"code\"], \"additionalProperties\": false}";
     struct golden_cases c;
     golden_cases_load(fixture, &c);
     struct mmrt_runtime *rt = open_rt(fixture, &(struct setup){ .max_batch = 4 });
@@ -1202,7 +1204,7 @@ static void json_schema_answers_on(const char *fixture, struct answer *a)
         r.struct_size = sizeof r;
         r.response_format = MMRT_RESPONSE_JSON_SCHEMA;
         r.json_schema = schema;
-        r.max_tokens = 400;
+        r.max_tokens = 0; /* until the document closes or the context is full */
         r.temperature = k == 0 ? 0.0f : 1.0f;
         r.seed = (uint64_t)k;
         run_answer(rt, &r, a, &res);
@@ -1219,10 +1221,16 @@ static void json_schema_answers_on(const char *fixture, struct answer *a)
         json_t *v = json_loads(a->text, 0, &je);
         const json_t *name = json_object_get(v, "name"), *n = json_object_get(v, "n");
         const json_t *ok = json_object_get(v, "ok"), *tags = json_object_get(v, "tags");
+        const json_t *code = json_object_get(v, "code");
         bool good = json_is_string(name) && json_is_integer(n) &&
                     json_integer_value(n) >= 1 && json_integer_value(n) <= 3 &&
-                    (!ok || json_is_boolean(ok)) &&
-                    json_object_size(v) == 2u + (ok != NULL) + (tags != NULL);
+                    (!ok || json_is_boolean(ok)) && json_is_string(code) &&
+                    json_object_size(v) == 3u + (ok != NULL) + (tags != NULL);
+        /* The pattern by libc's matcher, not mmrt's. */
+        regex_t re;
+        assert_int_equal(regcomp(&re, "^[a-z]{2}-[0-9]$", REG_EXTENDED | REG_NOSUB), 0);
+        good = good && regexec(&re, json_string_value(code), 0, NULL, 0) == 0;
+        regfree(&re);
         size_t chars = 0;
         for (const char *p = name ? json_string_value(name) : ""; *p; p++)
             chars += ((unsigned char)*p & 0xc0) != 0x80;
@@ -1239,8 +1247,10 @@ static void json_schema_answers_on(const char *fixture, struct answer *a)
                      a->text);
         json_decref(v);
     }
-    /* Every document is short: the budget ends none of them here. */
-    assert_int_equal(ended, 4);
+    /* Every document is short, but a random model may pad it with whitespace runs until the
+     * context is full: most must end. */
+    if (ended < 3)
+        fail_msg("%s: %d of 4 schema answers ended", fixture, ended);
     mmrt_json_schema_free(compiled);
     assert_pages_back(rt);
     mmrt_destroy(rt);
