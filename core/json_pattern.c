@@ -195,19 +195,27 @@ static bool at_end(const struct parser *ps)
     return ps->i >= ps->len;
 }
 
-/* The code point at ps->i (the text is valid UTF-8: it came from a JSON string). */
+/* The code point at ps->i, or CP_END with the error set when the bytes there are not
+ * UTF-8 (a pattern from a JSON string always is; the function takes any bytes). */
 static uint32_t next_cp(struct parser *ps)
 {
     const unsigned char *s = (const unsigned char *)ps->p + ps->i;
     const size_t left = ps->len - ps->i;
-    uint32_t cp = s[0];
-    size_t n = 1;
-    if (cp >= 0xf0 && left >= 4)
-        cp = (cp & 7) << 18 | (s[1] & 0x3fu) << 12 | (s[2] & 0x3fu) << 6 | (s[3] & 0x3fu), n = 4;
-    else if (cp >= 0xe0 && left >= 3)
-        cp = (cp & 15) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu), n = 3;
-    else if (cp >= 0xc0 && left >= 2)
-        cp = (cp & 31) << 6 | (s[1] & 0x3fu), n = 2;
+    const uint32_t b = s[0];
+    size_t n = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3
+             : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    uint32_t cp = n == 1 ? b : n == 2 ? b & 0x1f : n == 3 ? b & 0x0f : b & 0x07;
+    for (size_t k = 1; n && k < n; k++) {
+        if (k >= left || (s[k] & 0xc0) != 0x80)
+            n = 0;
+        else
+            cp = cp << 6 | (s[k] & 0x3fu);
+    }
+    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (!n || cp < least[n] || cp >= CP_END || (cp >= 0xd800 && cp <= 0xdfff)) {
+        bad(ps, MMRT_ERR_INVALID_ARG, "not UTF-8");
+        return CP_END;
+    }
     ps->i += n;
     return cp;
 }
@@ -321,8 +329,9 @@ static int parse_class(struct parser *ps)
                 break;
             if (lo == CP_END)
                 continue; /* a named class; a '-' after it is a '-' */
-        } else {
-            lo = next_cp(ps);
+        } else if ((lo = next_cp(ps)) == CP_END) {
+            ok = false;
+            break;
         }
         uint32_t hi = lo;
         if (ps->i + 1 < ps->len && ps->p[ps->i] == '-' && ps->p[ps->i + 1] != ']') {
@@ -335,8 +344,9 @@ static int parse_class(struct parser *ps)
                     ok = bad(ps, MMRT_ERR_INVALID_ARG, "a range cannot end in a class");
                     break;
                 }
-            } else {
-                hi = next_cp(ps);
+            } else if ((hi = next_cp(ps)) == CP_END) {
+                ok = false;
+                break;
             }
             if (hi < lo) {
                 ok = bad(ps, MMRT_ERR_INVALID_ARG, "a range out of order");
@@ -446,7 +456,7 @@ static int parse_atom(struct parser *ps, int depth)
         return -1;
     default: {
         const uint32_t cp = next_cp(ps);
-        t = set_node(ps, &l, cp);
+        t = cp == CP_END ? -1 : set_node(ps, &l, cp);
         free(l.r);
         return t;
     }
@@ -793,6 +803,12 @@ static bool determinise(struct parser *ps, const struct nfa *a, int start,
                 out->accept[k] = 1;
     }
     out->n_states = (uint32_t)d.n;
+    if (ok && d.n < (int)MMRT_JSON_PATTERN_MAX_STATES) {
+        /* Room was made for the most states; a schema keeps only what it uses. */
+        uint16_t *fit = realloc(out->next, (size_t)d.n * nc * sizeof *fit);
+        if (fit)
+            out->next = fit;
+    }
     free(list);
     free(mark);
     free(d.off);

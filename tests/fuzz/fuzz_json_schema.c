@@ -8,7 +8,8 @@
  * an invalid-argument, limit or memory status and one line of text. An accepted one is
  * walked with the document byte by byte: every byte is fed to a copy first and then to the
  * state itself, and the two must agree; whenever the state says the document is whole, the
- * bytes so far must be JSON jansson reads. The input is also tried as a bare pattern.
+ * bytes so far must be JSON jansson reads, if they are UTF-8 (the recogniser is fed token
+ * texts, which are; it does not check a string's bytes itself). The input is also tried as a bare pattern.
  *
  * The same entry point is linked into the normal build with replay_main.c, so the committed
  * corpus (tests/fuzz/corpus/json_schema) runs as a ctest everywhere.
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/tokenizer.h"
 #include "fuzz_check.h"
 #include "json_grammar.h"
 #include "json_pattern.h"
@@ -43,7 +45,8 @@ static void walk(const struct mmrt_json_schema *s, const char *doc, size_t n)
         if (!b)
             return;
         CHECK(g.depth <= MMRT_JSON_MAX_DEPTH);
-        if (mmrt_json_grammar_done(&g)) {
+        size_t bad;
+        if (mmrt_json_grammar_done(&g) && mmrt_utf8_valid(doc, i + 1, &bad)) {
             json_error_t je;
             json_t *v = json_loadb(doc, i + 1, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
             CHECK(v != NULL);
