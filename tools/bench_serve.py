@@ -13,7 +13,8 @@ through the embedding API, so the difference is the server's overhead.
         --concurrency 1,4,8,16 --requests 2 --image-size 336 --max-tokens 64
 
 --n N asks for N choices per request (each client's requests then report the time until
-every choice has its first token too); --temperature samples (each request seeded).
+every choice has its first token too); --temperature samples (each request seeded);
+--json-schema FILE holds every answer to that JSON Schema (response_format json_schema).
 """
 import argparse
 import base64
@@ -91,6 +92,10 @@ def one_request(url, body):
 
 
 def run(args, conc):
+    schema = None
+    if args.json_schema:
+        with open(args.json_schema, encoding="utf-8") as f:
+            schema = json.load(f)
     ttfts, last_ttfts, walls, gaps, tokens, errors = [], [], [], [], [0], []
     lock = threading.Lock()
 
@@ -99,13 +104,17 @@ def run(args, conc):
             seed = 0 if args.same_image else 1000 * conc + args.requests * k + j
             img = base64.b64encode(png(args.image_size, args.image_size, seed)).decode()
             prompt = " ".join(["describe"] * args.prompt_words)
-            body = json.dumps({
+            req = {
                 "model": args.model, "max_tokens": args.max_tokens,
                 "temperature": args.temperature, "seed": seed, "n": args.n,
                 "stream": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": "data:image/png;base64," + img}},
-                    {"type": "text", "text": prompt}]}]}).encode()
+                    {"type": "text", "text": prompt}]}]}
+            if schema is not None:
+                req["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": "bench", "strict": True, "schema": schema}}
+            body = json.dumps(req).encode()
             try:
                 t, g, n, w, tl = one_request(args.url, body)
                 with lock:
@@ -151,6 +160,8 @@ def main():
     ap.add_argument("--n", type=int, default=1, help="choices per request (OpenAI's n)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json-schema", default=None, help="a JSON Schema file every answer is "
+                    "held to")
     args = ap.parse_args()
     rows = [run(args, int(c)) for c in args.concurrency.split(",")]
     if args.json:
