@@ -40,6 +40,9 @@ enum {
      * being read (its length << 28 | bytes still to come << 24 | its bits so far) or,
      * after a \u high surrogate, that surrogate. */
     F_PATTERN = 16,
+    /* The literal is a key's value in object alternatives, its candidates tagged with the
+     * alternatives they belong to: only those of live ones are candidates. */
+    F_TAGGED = 32,
 };
 
 void mmrt_json_grammar_init(struct mmrt_json_grammar *g, const struct mmrt_json_schema *schema)
@@ -169,10 +172,49 @@ static uint32_t required_from(const struct mmrt_json_grammar *g, const struct mm
 }
 
 /* Whether some key of [lo, hi) of the literals may come next in the open object. */
+/* Object alternatives: alternative a's entry for key j. */
+static const struct mmrt_json_prop *alt_prop(const struct mmrt_json_grammar *g,
+                                             const struct mmrt_json_node *o, uint32_t a,
+                                             uint32_t j)
+{
+    return &g->schema->prop[o->first + o->n * (1 + a) + j];
+}
+
+/* Whether alternative a may write key j when keys from next on may come: it has j, skips
+ * none of its required keys, and j's value has a finite document. */
+static bool alt_may(const struct mmrt_json_grammar *g, const struct mmrt_json_node *o,
+                    uint32_t a, uint32_t next, uint32_t j)
+{
+    if (j < next || alt_prop(g, o, a, j)->node == MMRT_JSON_NONE ||
+        g->schema->prop[o->first + j].node == MMRT_JSON_NONE)
+        return false;
+    for (uint32_t k = next; k < j; k++)
+        if (alt_prop(g, o, a, k)->required)
+            return false;
+    return true;
+}
+
+/* The alternatives of live that may write key j next. */
+static uint16_t alts_may(const struct mmrt_json_grammar *g, const struct mmrt_json_node *o,
+                         uint16_t live, uint32_t next, uint32_t j)
+{
+    uint16_t m = 0;
+    for (uint32_t a = 0; a < o->extra; a++)
+        if ((live >> a & 1) && alt_may(g, o, a, next, j))
+            m |= (uint16_t)(1u << a);
+    return m;
+}
+
 static bool some_key_allowed(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t hi)
 {
     const struct mmrt_json_frame *f = &g->frame[g->depth - 1];
     const struct mmrt_json_node *o = node(g, f->node);
+    if (o->kind == MMRT_JSON_OBJECTS) {
+        for (uint32_t i = lo; i < hi; i++)
+            if (alts_may(g, o, f->live, f->count, g->schema->lit[i].prop))
+                return true;
+        return false;
+    }
     const uint32_t last = required_from(g, o, f->count);
     const struct mmrt_json_prop *p = g->schema->prop + o->first;
     for (uint32_t i = lo; i < hi; i++) {
@@ -183,13 +225,26 @@ static bool some_key_allowed(const struct mmrt_json_grammar *g, uint32_t lo, uin
     return false;
 }
 
+/* Whether some literal of [lo, hi) belongs to a live alternative of the open object. */
+static bool some_tag_live(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t hi)
+{
+    const uint16_t live = g->frame[g->depth - 1].live;
+    for (uint32_t i = lo; i < hi; i++)
+        if (g->schema->lit[i].prop & live)
+            return true;
+    return false;
+}
+
 /* ---- values ---- */
 
 static bool push(struct mmrt_json_grammar *g, uint16_t id, uint8_t state)
 {
     if (g->depth >= MMRT_JSON_MAX_DEPTH)
         return false;
-    g->frame[g->depth++] = (struct mmrt_json_frame){ .node = id, .count = 0 };
+    const struct mmrt_json_node *n = node(g, id);
+    g->frame[g->depth++] = (struct mmrt_json_frame){
+        .node = id, .live = n->kind == MMRT_JSON_OBJECTS ? (uint16_t)((1u << n->extra) - 1) : 0
+    };
     g->state = state;
     g->space = 0;
     return true;
@@ -232,7 +287,7 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
     g->flags = 0;
     g->pos = 0;
     switch (n->kind) {
-    case MMRT_JSON_OBJECT: return c == '{' && push(g, id, S_OBJ_FIRST);
+    case MMRT_JSON_OBJECT: case MMRT_JSON_OBJECTS: return c == '{' && push(g, id, S_OBJ_FIRST);
     case MMRT_JSON_ARRAY: return c == '[' && push(g, id, S_ARR_FIRST);
     case MMRT_JSON_STRING:
         g->state = S_STRING;
@@ -253,6 +308,8 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
         return g->state == S_INT ? bounded_digit(g, n, c) : reachable(g, n);
     case MMRT_JSON_LITERALS:
         g->state = S_LITERAL;
+        if (n->extra == 1)
+            g->flags = F_TAGGED;
         g->lo = n->lit;
         g->hi = n->lit + n->n;
         return literal_step(g, c);
@@ -297,6 +354,16 @@ static bool object_may_close(const struct mmrt_json_grammar *g)
 {
     const struct mmrt_json_frame *f = &g->frame[g->depth - 1];
     const struct mmrt_json_node *o = node(g, f->node);
+    if (o->kind == MMRT_JSON_OBJECTS) { /* some alternative lacks no required key */
+        for (uint32_t a = 0; a < o->extra; a++) {
+            bool ok = f->live >> a & 1;
+            for (uint32_t j = f->count; ok && j < o->n; j++)
+                ok = !alt_prop(g, o, a, j)->required;
+            if (ok)
+                return true;
+        }
+        return false;
+    }
     return o->n == 0 || required_from(g, o, f->count) == o->n;
 }
 
@@ -361,10 +428,15 @@ static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
             z = m;
     }
 #undef AT
-    if (a == e || ((g->flags & F_KEY) && !some_key_allowed(g, a, e))) {
+    if (a == e || ((g->flags & F_KEY) && !some_key_allowed(g, a, e)) ||
+        ((g->flags & F_TAGGED) && !some_tag_live(g, a, e))) {
         /* No candidate goes on with c: a value that one candidate is whole at ends here. */
-        if (!(g->flags & F_KEY) && l[g->lo].len == pos)
+        if (!(g->flags & F_KEY) && l[g->lo].len == pos &&
+            (!(g->flags & F_TAGGED) || (l[g->lo].prop & top(g)->live))) {
+            if (g->flags & F_TAGGED)
+                top(g)->live &= (uint16_t)l[g->lo].prop;
             return end_value_then(g, c);
+        }
         return false;
     }
     g->lo = a;
@@ -373,11 +445,16 @@ static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
     if (e - a == 1 && l[a].len == pos + 1) {
         g->space = 0;
         if (g->flags & F_KEY) {
-            const struct mmrt_json_node *o = node(g, top(g)->node);
-            top(g)->count = (uint16_t)(l[a].prop + 1);
+            struct mmrt_json_frame *f = top(g);
+            const struct mmrt_json_node *o = node(g, f->node);
+            if (o->kind == MMRT_JSON_OBJECTS)
+                f->live = alts_may(g, o, f->live, f->count, l[a].prop);
+            f->count = (uint16_t)(l[a].prop + 1);
             g->value = s->prop[o->first + l[a].prop].node;
             g->state = S_COLON;
         } else {
+            if (g->flags & F_TAGGED)
+                top(g)->live &= (uint16_t)l[a].prop;
             g->state = S_AFTER;
         }
     }
@@ -562,7 +639,7 @@ static bool pattern_step(struct mmrt_json_grammar *g, unsigned char c)
     g->state = S_STRING;
     if (g->hex >= 0xdc00 && g->hex <= 0xdfff)
         return false;
-    if (g->hex >= 0xd800) {
+    if (g->hex >= 0xd800 && g->hex <= 0xdbff) {
         g->flags |= F_HIGH;
         g->hi = g->hex;
         return pattern_units(g, g->hex, g->hex);

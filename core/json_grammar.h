@@ -34,10 +34,12 @@
 #define MMRT_JSON_MAX_SPACE 24
 
 /* An open container: its node, and the items so far (an array; saturating) or the index of
- * the first listed property that may still come (an object). */
+ * the first listed property that may still come (an object); for object alternatives
+ * (MMRT_JSON_OBJECTS) the mask of those the keys and values so far still allow. */
 struct mmrt_json_frame {
     uint16_t node;
     uint16_t count;
+    uint16_t live;
 };
 
 struct mmrt_json_grammar {

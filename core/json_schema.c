@@ -369,10 +369,14 @@ static mmrt_status sort_literals(struct compiler *c, uint32_t first, uint32_t *k
         }
         free(tmp);
     }
+    /* A repeat is dropped, its prop merged (the masks of object alternatives' literals). */
     uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         if (k == 0 || cmp_literal(s, &l[i], &l[k - 1]) != 0)
             l[k++] = l[i];
+        else
+            l[k - 1].prop |= l[i].prop;
+    }
     s->n_lits = first + k;
     *kept = k;
     return MMRT_OK;
@@ -1216,6 +1220,171 @@ static bool is_any(const struct mmrt_json_node *x)
     return x->kind == MMRT_JSON_UNION && x->n == 0;
 }
 
+/* Whether two value nodes admit the same values for certain: the same node, or two scalar
+ * nodes with the same bounds. */
+static bool same_value(const struct mmrt_json_schema *s, uint16_t a, uint16_t b)
+{
+    if (a == b)
+        return true;
+    const struct mmrt_json_node *x = &s->node[a], *y = &s->node[b];
+    const bool scalar = x->kind == MMRT_JSON_STRING || x->kind == MMRT_JSON_NUMBER ||
+                        x->kind == MMRT_JSON_INTEGER;
+    return scalar && x->kind == y->kind && x->min == y->min && x->max == y->max &&
+           x->n == y->n && (x->n == 0 || x->lit == y->lit) && x->imin == y->imin &&
+           x->imax == y->imax;
+}
+
+/* Object alternatives objs[0, k) of a union as one MMRT_JSON_OBJECTS node (json_schema.h):
+ * their keys put in one order that keeps each alternative's (Kahn's algorithm over "comes
+ * before" in some alternative, ties by first appearance), each key's value node shared or
+ * its literals tagged with the alternatives they belong to. */
+static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
+                                 const uint16_t *objs, uint32_t k, uint16_t *out)
+{
+    struct mmrt_json_schema *s = c->s;
+    if (u->one_of)
+        return failv_path(c, u->path, "two alternatives both begin an object: under oneOf "
+                          "mmrt cannot make sure only one matches (anyOf can)");
+    if (k > 16)
+        return failv_path(c, u->path, "%u object alternatives: mmrt tells at most 16 apart",
+                          k);
+    uint32_t total = 0;
+    for (uint32_t a = 0; a < k; a++) {
+        if (s->node[objs[a]].n == 0)
+            return failv_path(c, u->path, "two alternatives both begin an object and one "
+                              "lists no keys: mmrt tells objects apart by their keys");
+        total += s->node[objs[a]].n;
+    }
+    /* key[a][p]: the literal of alternative a's property p; keys the distinct ones. */
+    uint32_t *of = malloc(total * sizeof *of);      /* per (a, p): its index among keys */
+    uint32_t *keys = malloc(total * sizeof *keys);  /* a literal index each */
+    uint32_t *indeg = calloc(total, sizeof *indeg), *order = malloc(total * sizeof *order);
+    uint8_t *edge = calloc((size_t)total * total, 1);
+    uint32_t *base = malloc(k * sizeof *base);
+    mmrt_status st = of && keys && indeg && order && edge && base ? MMRT_OK : no_memory(c);
+    uint32_t g = 0;
+    for (uint32_t a = 0, at = 0; a < k && st == MMRT_OK; a++) {
+        const struct mmrt_json_node *o = &s->node[objs[a]];
+        base[a] = at;
+        for (uint32_t i = 0; i < o->n; i++) {
+            const uint32_t li = o->lit + i, p = s->lit[li].prop;
+            uint32_t j = 0;
+            while (j < g && cmp_literal(s, &s->lit[keys[j]], &s->lit[li]) != 0)
+                j++;
+            if (j == g)
+                keys[g++] = li;
+            of[at + p] = j;
+        }
+        for (uint32_t p = 1; p < o->n; p++) {
+            const uint32_t x = of[at + p - 1], y = of[at + p];
+            if (!edge[(size_t)x * total + y]) {
+                edge[(size_t)x * total + y] = 1;
+                indeg[y]++;
+            }
+        }
+        at += o->n;
+    }
+    uint32_t placed = 0;
+    while (st == MMRT_OK && placed < g) {
+        uint32_t j = 0;
+        while (j < g && indeg[j] != 0)
+            j++;
+        if (j == g) {
+            st = failv_path(c, u->path, "object alternatives list their shared keys in "
+                            "different orders: mmrt writes keys in one order");
+            break;
+        }
+        indeg[j] = UINT32_MAX; /* placed */
+        order[placed++] = j;
+        for (uint32_t y = 0; y < g; y++)
+            if (edge[(size_t)j * total + y])
+                indeg[y]--;
+    }
+    /* rank[key]: its place in the order. */
+    uint32_t *rank = indeg;
+    for (uint32_t r = 0; st == MMRT_OK && r < g; r++)
+        rank[order[r]] = r;
+    const uint32_t first = s->n_props, n_props = g + k * g;
+    if (st == MMRT_OK && n_props >= UINT16_MAX)
+        st = failv_path(c, u->path, "object alternatives with too many keys");
+    if (st == MMRT_OK && !grow((void **)&s->prop, &c->cap_props, first + n_props, sizeof *s->prop))
+        st = no_memory(c);
+    if (st == MMRT_OK) {
+        for (uint32_t i = 0; i < n_props; i++)
+            s->prop[first + i] = (struct mmrt_json_prop){ .node = MMRT_JSON_NONE };
+        s->n_props += n_props;
+        for (uint32_t a = 0; a < k; a++) {
+            const struct mmrt_json_node *o = &s->node[objs[a]];
+            for (uint32_t p = 0; p < o->n; p++)
+                s->prop[first + g + a * g + rank[of[base[a] + p]]] = s->prop[o->first + p];
+        }
+    }
+    /* Each key's value: one node the alternatives share, or their literals tagged. */
+    for (uint32_t r = 0; st == MMRT_OK && r < g; r++) {
+        uint16_t one = MMRT_JSON_NONE;
+        bool same = true, literals = true;
+        for (uint32_t a = 0; a < k; a++) {
+            const uint16_t v = s->prop[first + g + a * g + r].node;
+            if (v == MMRT_JSON_NONE)
+                continue;
+            literals = literals && s->node[v].kind == MMRT_JSON_LITERALS;
+            same = same && (one == MMRT_JSON_NONE || same_value(s, one, v));
+            if (one == MMRT_JSON_NONE)
+                one = v;
+        }
+        if (same) {
+            s->prop[first + r].node = one;
+            continue;
+        }
+        if (!literals) {
+            char key[64], q[64];
+            const struct mmrt_json_literal *kl = &s->lit[keys[order[r]]];
+            snprintf(key, sizeof key, "%.*s", (int)(kl->len < 60 ? kl->len : 60),
+                     s->text + kl->off);
+            st = failv_path(c, u->path, "object alternatives give key %s different values "
+                            "that are not literals: mmrt tells them apart by literal values",
+                            quote(q, sizeof q, key));
+            break;
+        }
+        const uint32_t at = s->n_lits;
+        for (uint32_t a = 0; a < k && st == MMRT_OK; a++) {
+            const uint16_t v = s->prop[first + g + a * g + r].node;
+            for (uint32_t i = 0; v != MMRT_JSON_NONE && i < s->node[v].n && st == MMRT_OK; i++)
+                st = dup_literal(c, s->node[v].lit + i, 1u << a);
+        }
+        uint16_t tagged = MMRT_JSON_NONE;
+        uint32_t kept = 0;
+        if (st == MMRT_OK)
+            st = literals_node(c, at, &tagged, &kept);
+        if (st == MMRT_OK) {
+            s->node[tagged].extra = 1;
+            s->prop[first + r].node = tagged;
+        }
+    }
+    const uint32_t lit = s->n_lits;
+    for (uint32_t r = 0; st == MMRT_OK && r < g; r++)
+        st = dup_literal(c, keys[order[r]], r);
+    uint32_t kept = 0;
+    if (st == MMRT_OK)
+        st = sort_literals(c, lit, &kept);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_OBJECTS, out);
+    if (st == MMRT_OK) {
+        struct mmrt_json_node *x = &s->node[*out];
+        x->first = first;
+        x->n = g;
+        x->lit = lit;
+        x->extra = (uint16_t)k;
+    }
+    free(of);
+    free(keys);
+    free(indeg);
+    free(order);
+    free(edge);
+    free(base);
+    return st;
+}
+
 /* Gives union u its table by first byte: alternatives that are unions give their tables,
  * literal alternatives merge into one node. A union left with one node becomes a copy of it;
  * one with the any-value node among its alternatives becomes any value. state: 0 not yet,
@@ -1230,11 +1399,15 @@ static mmrt_status link_union(struct compiler *c, uint16_t u, uint8_t *state)
         table[k] = MMRT_JSON_NONE;
     state[u] = 1;
     mmrt_status st = MMRT_OK;
-    /* Literal nodes met, merged below (at most one per alternative). */
+    /* Literal nodes met, merged below (at most one per alternative); object nodes too. */
     uint16_t *lits = malloc((n + 1) * MMRT_JSON_CLASSES * sizeof *lits);
-    uint32_t n_lits = 0;
-    if (!lits)
+    uint16_t *objs = malloc((n + 1) * sizeof *objs);
+    uint32_t n_lits = 0, n_objs = 0;
+    if (!lits || !objs) {
+        free(lits);
+        free(objs);
         return no_memory(c);
+    }
     bool any = false;
     for (uint32_t i = 0; i < n && st == MMRT_OK && !any; i++) {
         const uint16_t a = c->alts[first + i];
@@ -1259,13 +1432,18 @@ static mmrt_status link_union(struct compiler *c, uint16_t u, uint8_t *state)
                     continue;
                 if (s->node[y].kind == MMRT_JSON_LITERALS)
                     lits[n_lits++] = y;
+                else if (s->node[y].kind == MMRT_JSON_OBJECT && s->node[y].n > 0)
+                    objs[n_objs++] = y;
                 else
                     st = claim(c, info, table, k, y);
             }
         } else if (x->kind == MMRT_JSON_LITERALS) {
             lits[n_lits++] = a;
+        } else if (x->kind == MMRT_JSON_OBJECT && x->n > 0) {
+            objs[n_objs++] = a;
         } else {
-            const int k = x->kind == MMRT_JSON_OBJECT  ? MMRT_JSON_CLASS_OBJECT
+            const int k = x->kind == MMRT_JSON_OBJECT || x->kind == MMRT_JSON_OBJECTS
+                              ? MMRT_JSON_CLASS_OBJECT
                         : x->kind == MMRT_JSON_ARRAY   ? MMRT_JSON_CLASS_ARRAY
                         : x->kind == MMRT_JSON_STRING  ? MMRT_JSON_CLASS_STRING
                                                        : MMRT_JSON_CLASS_NUMBER;
@@ -1296,7 +1474,25 @@ static mmrt_status link_union(struct compiler *c, uint16_t u, uint8_t *state)
         for (uint32_t j = 0; j < m->n && st == MMRT_OK; j++)
             st = claim(c, info, table, class_of_byte(s->text[s->lit[m->lit + j].off]), merged);
     }
+    /* Objects with listed keys, one of them as it is, several as one node that follows
+     * them all (repeats, met through nested unions, once). */
+    uint32_t distinct_objs = 0;
+    for (uint32_t i = 0; i < n_objs; i++) {
+        uint32_t j = 0;
+        while (j < distinct_objs && objs[j] != objs[i])
+            j++;
+        if (j == distinct_objs)
+            objs[distinct_objs++] = objs[i];
+    }
+    if (st == MMRT_OK && !any && distinct_objs > 0) {
+        uint16_t o = objs[0];
+        if (distinct_objs > 1)
+            st = build_objects(c, info, objs, distinct_objs, &o);
+        if (st == MMRT_OK)
+            st = claim(c, info, table, MMRT_JSON_CLASS_OBJECT, o);
+    }
     free(lits);
+    free(objs);
     if (st != MMRT_OK)
         return st;
     state[u] = 2;
@@ -1352,6 +1548,15 @@ static mmrt_status keep_finite(struct compiler *c)
                 for (int k = 0; k < MMRT_JSON_CLASSES && !f; k++)
                     f = x->alt[k] != MMRT_JSON_NONE && fin[x->alt[k]];
                 break;
+            case MMRT_JSON_OBJECTS: /* some alternative's required keys are all finite */
+                for (uint32_t a = 0; a < x->extra && !f; a++) {
+                    f = true;
+                    for (uint32_t j = 0; j < x->n && f; j++) {
+                        const struct mmrt_json_prop *q = &s->prop[x->first + x->n * (1 + a) + j];
+                        f = !q->required || (q->node != MMRT_JSON_NONE && fin[q->node]);
+                    }
+                }
+                break;
             }
             if (f)
                 fin[i] = 1, changed = true;
@@ -1370,6 +1575,24 @@ static mmrt_status keep_finite(struct compiler *c)
                     x->alt[k] = MMRT_JSON_NONE;
         if (x->kind == MMRT_JSON_ARRAY && !fin[x->extra])
             x->max = 0;
+        if (x->kind == MMRT_JSON_OBJECTS) {
+            /* A key whose value has no finite document is never written; an alternative
+             * that requires one can then never close, and no key leads into it. */
+            for (uint32_t j = 0; j < x->n * (1u + x->extra); j++) {
+                struct mmrt_json_prop *q = &s->prop[x->first + j];
+                if (q->node != MMRT_JSON_NONE && !fin[q->node])
+                    q->node = MMRT_JSON_NONE;
+            }
+            for (uint32_t a = 0; a < x->extra; a++) {
+                bool dead = false;
+                for (uint32_t j = 0; j < x->n; j++) {
+                    const struct mmrt_json_prop *q = &s->prop[x->first + x->n * (1 + a) + j];
+                    dead = dead || (q->required && q->node == MMRT_JSON_NONE);
+                }
+                for (uint32_t j = 0; dead && j < x->n; j++)
+                    s->prop[x->first + x->n * (1 + a) + j].node = MMRT_JSON_NONE;
+            }
+        }
         if (x->kind == MMRT_JSON_OBJECT) {
             /* Objects copied into $ref slots share their props: pruned once is enough. */
             for (uint32_t j = 0; j < x->n; j++)

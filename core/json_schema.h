@@ -35,8 +35,11 @@
  *   - the alternatives of anyOf, oneOf and a list of types must be told apart by their
  *     first byte (an object, an array, a string, a number, true, false, null): enums and
  *     literals merge into one alternative, "integer" beside "number" gives way to it under
- *     anyOf; two alternatives both starting, say, an object are refused. So at most one
- *     alternative ever matches, and oneOf holds too.
+ *     anyOf, and objects with listed keys (up to 16, Pydantic's Union of models) merge into
+ *     one that follows them all, told apart by which keys come and the literal values of
+ *     shared ones (a discriminator): their keys must keep one order among them all, and a
+ *     shared key must have the same value schema in each or literal values; not under
+ *     oneOf. Two alternatives both starting, say, an array are refused.
  * A schema with no finite document (a required property that recurses into itself, minItems
  * above maxItems, an empty enum, false) is refused.
  */
@@ -74,6 +77,15 @@ enum mmrt_json_kind {
     MMRT_JSON_INTEGER,  /* a number without fraction or exponent; n = 1: within [imin, imax] */
     MMRT_JSON_LITERALS, /* one of the literals [lit, lit + n) */
     MMRT_JSON_UNION,    /* alt[class]: the node for a value starting so, or MMRT_JSON_NONE */
+    /* Object alternatives (anyOf of objects with listed keys), told apart by their keys and
+     * the literal values of shared ones: n keys in one order all alternatives keep, their
+     * literals [lit, lit + n) (prop: the key's index); extra alternatives (≤ 16). props
+     * [first, first + n): each key's value node (a LITERALS node with extra = 1 when the
+     * alternatives give it different literals: a literal's prop is then the mask of the
+     * alternatives it belongs to); then per alternative a, props [first + n + a·n, + n):
+     * its value node for key j (MMRT_JSON_NONE: it has no such key) and whether it is
+     * required. */
+    MMRT_JSON_OBJECTS,
 };
 
 struct mmrt_json_node {

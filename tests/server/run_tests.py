@@ -337,9 +337,18 @@ def test_json_schema(s, images):
     assert ended >= 3, ended
 
     # The openai client's structured outputs from a Pydantic model: its strict schema
-    # (titles, $defs, anyOf with null, everything required), and the answer it parses back.
+    # (titles, $defs, anyOf with null, a Union of models, everything required), and the
+    # answer it parses back.
     class Part(pydantic.BaseModel):
         size: typing.Literal["S", "M", "L"]
+
+    class Cat(pydantic.BaseModel):
+        pet: typing.Literal["cat"]
+        meows: typing.Annotated[int, pydantic.Field(ge=0, le=9)]
+
+    class Dog(pydantic.BaseModel):
+        pet: typing.Literal["dog"]
+        barks: bool
 
     class Item(pydantic.BaseModel):
         kind: typing.Literal["cat", "dog"]
@@ -349,6 +358,7 @@ def test_json_schema(s, images):
         label: typing.Annotated[str, pydantic.Field(max_length=5)]
         count: typing.Annotated[int, pydantic.Field(ge=0, le=99)]
         code: typing.Annotated[str, pydantic.Field(pattern=r"^[a-z]{2}-[0-9]$")]
+        animal: typing.Union[Cat, Dog]
 
     parsed = 0
     for k in range(3):
