@@ -1000,6 +1000,30 @@ static const struct pattern_case pattern_cases[] = {
       "'required':['id']}", { "{'id':'AB123'}" }, { "{'id':'AB12'}", "{'id':'ab123'}" } },
 };
 
+/* Each case's good documents in whole and at every cut, its bad ones out; the misjudged. */
+static int run_cases(const struct pattern_case *cases, size_t n)
+{
+    int misjudged = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct pattern_case *c = &cases[i];
+        struct mmrt_json_schema *s = compile_ok(c->schema);
+        char *schema = q(c->schema);
+        for (size_t k = 0; k < 6 && c->good[k]; k++) {
+            char *doc = q(c->good[k]);
+            misjudged += !check_good(s, schema, doc);
+            free(doc);
+        }
+        for (size_t k = 0; k < 6 && c->bad[k]; k++) {
+            char *doc = q(c->bad[k]);
+            misjudged += !check_bad(s, schema, doc);
+            free(doc);
+        }
+        free(schema);
+        mmrt_json_schema_free(s);
+    }
+    return misjudged;
+}
+
 /* Object alternatives (anyOf of objects with listed keys): one object that follows them
  * all, told apart by the keys that come and the literal values of shared ones. */
 static const struct pattern_case object_union_cases[] = {
@@ -1029,24 +1053,8 @@ static const struct pattern_case object_union_cases[] = {
 static void test_object_unions(void **state)
 {
     (void)state;
-    int misjudged = 0;
-    for (size_t i = 0; i < sizeof object_union_cases / sizeof *object_union_cases; i++) {
-        const struct pattern_case *c = &object_union_cases[i];
-        struct mmrt_json_schema *s = compile_ok(c->schema);
-        char *schema = q(c->schema);
-        for (size_t k = 0; k < 6 && c->good[k]; k++) {
-            char *doc = q(c->good[k]);
-            misjudged += !check_good(s, schema, doc);
-            free(doc);
-        }
-        for (size_t k = 0; k < 6 && c->bad[k]; k++) {
-            char *doc = q(c->bad[k]);
-            misjudged += !check_bad(s, schema, doc);
-            free(doc);
-        }
-        free(schema);
-        mmrt_json_schema_free(s);
-    }
+    const int misjudged = run_cases(object_union_cases,
+                                    sizeof object_union_cases / sizeof *object_union_cases);
     if (misjudged)
         fail_msg("%d object-union cases misjudged", misjudged);
 }
@@ -1054,24 +1062,7 @@ static void test_object_unions(void **state)
 static void test_patterns(void **state)
 {
     (void)state;
-    int misjudged = 0;
-    for (size_t i = 0; i < sizeof pattern_cases / sizeof *pattern_cases; i++) {
-        const struct pattern_case *c = &pattern_cases[i];
-        struct mmrt_json_schema *s = compile_ok(c->schema);
-        char *schema = q(c->schema);
-        for (size_t k = 0; k < 6 && c->good[k]; k++) {
-            char *doc = q(c->good[k]);
-            misjudged += !check_good(s, schema, doc);
-            free(doc);
-        }
-        for (size_t k = 0; k < 6 && c->bad[k]; k++) {
-            char *doc = q(c->bad[k]);
-            misjudged += !check_bad(s, schema, doc);
-            free(doc);
-        }
-        free(schema);
-        mmrt_json_schema_free(s);
-    }
+    int misjudged = run_cases(pattern_cases, sizeof pattern_cases / sizeof *pattern_cases);
     /* Prefixes: a \u escape's digits and a UTF-8 character's lead byte are taken only while
      * some code point they begin may come. */
     static const struct { const char *schema, *prefix; bool taken; } prefixes[] = {
