@@ -145,13 +145,13 @@ static void check_table(const struct mmrt_json_schema *s, const char *what)
     /* The nodes a document can reach must have one that ends: min ≤ max (a node left
      * unreachable by the finiteness pass may hold anything). */
     uint8_t *seen = calloc(s->n_nodes, 1);
-    uint16_t *todo = malloc(s->n_nodes * sizeof *todo);
-    assert_true(seen && todo);
+    uint16_t *stack = malloc(s->n_nodes * sizeof *stack);
+    assert_true(seen && stack);
     size_t top = 0;
-    todo[top++] = s->root;
+    stack[top++] = s->root;
     seen[s->root] = 1;
     while (top > 0) {
-        const uint32_t i = todo[--top];
+        const uint32_t i = stack[--top];
         const struct mmrt_json_node *nd = &s->node[i];
         uint16_t next[MMRT_JSON_CLASSES + 1];
         size_t nn = 0;
@@ -169,13 +169,13 @@ static void check_table(const struct mmrt_json_schema *s, const char *what)
         for (uint32_t k = 0; (nd->kind == MMRT_JSON_OBJECT || objects) && k < nd->n; k++) {
             const uint16_t p = s->prop[nd->first + k].node;
             if (p != MMRT_JSON_NONE && !seen[p])
-                seen[p] = 1, todo[top++] = p;
+                seen[p] = 1, stack[top++] = p;
         }
         for (size_t k = 0; k < nn; k++)
             if (!seen[next[k]])
-                seen[next[k]] = 1, todo[top++] = next[k];
+                seen[next[k]] = 1, stack[top++] = next[k];
     }
-    free(todo);
+    free(stack);
     free(seen);
 }
 
