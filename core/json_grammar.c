@@ -35,7 +35,7 @@ enum {
      * Its characters are no longer counted, so a character leaves the state as it is (what
      * mmrt_json_grammar_in_string promises). */
     F_FREE = 4,
-    F_NEG = 8, /* an integer held to bounds: it began with '-' */
+    F_NEG = 8, /* a number held to bounds: it began with '-' */
     /* The string is held to a pattern: lo is the pattern's state, hi a UTF-8 character
      * being read (its length << 28 | bytes still to come << 24 | its bits so far) or,
      * after a \u high surrogate, that surrogate. */
@@ -90,11 +90,11 @@ static uint8_t free_flag(const struct mmrt_json_node *n, uint32_t pos)
     return n->max == MMRT_JSON_UNBOUNDED && pos >= n->min && !n->n ? F_FREE : 0;
 }
 
-/* ---- integers held to bounds ---- */
+/* ---- integers held to bounds and multiples ---- */
 
 static bool bounded(const struct mmrt_json_node *n)
 {
-    return n->kind == MMRT_JSON_INTEGER && n->n;
+    return (n->kind == MMRT_JSON_INTEGER || n->kind == MMRT_JSON_NUMBER) && n->n;
 }
 
 /* The magnitudes [*a, *b] node n's bounds allow an integer of the sign neg (b ≤ 2^63);
@@ -115,36 +115,40 @@ static bool magnitudes(const struct mmrt_json_node *n, bool neg, uint64_t *a, ui
     return true;
 }
 
-/* Whether some integer that begins as read so far is within node n's bounds: a sign alone
- * (-0 or any negative), a whole 0, or digits mag, which j more digits make one of
- * [mag·10^j, mag·10^j + 10^j − 1]. */
+/* Whether some integer that begins as read so far is within node n's bounds and a multiple
+ * of n->mul: a sign alone (-0, or a negative one), a whole 0, or digits mag, which j more
+ * digits make one of [mag·10^j, mag·10^j + 10^j − 1]. */
 static bool reachable(const struct mmrt_json_grammar *g, const struct mmrt_json_node *n)
 {
     const bool neg = g->flags & F_NEG;
-    if (g->state == S_MINUS)
-        return n->imin <= 0;
-    if (g->state == S_ZERO)
-        return n->imin <= 0 && n->imax >= 0;
+    const bool zero = n->imin <= 0 && n->imax >= 0;
     uint64_t a, b;
+    if (g->state == S_ZERO)
+        return zero;
+    if (g->state == S_MINUS)
+        return zero || (magnitudes(n, true, &a, &b) && mmrt_json_has_multiple(a, b, n->mul));
     if (!magnitudes(n, neg, &a, &b))
         return false;
     for (uint64_t lo = g->mag, span = 1;; lo *= 10, span *= 10) {
         if (lo > b)
             return false;
-        if (a <= lo || a - lo <= span - 1)
+        const uint64_t x = lo > a ? lo : a;
+        const uint64_t y = span - 1 > b - lo ? b : lo + (span - 1);
+        if (x <= y && mmrt_json_has_multiple(x, y, n->mul))
             return true;
         if (lo > UINT64_MAX / 10 || span > UINT64_MAX / 10)
             return false;
     }
 }
 
-/* Whether the integer read whole is within node n's bounds. */
+/* Whether the integer read whole is within node n's bounds and a multiple. */
 static bool within(const struct mmrt_json_grammar *g, const struct mmrt_json_node *n)
 {
     if (g->state == S_ZERO)
         return n->imin <= 0 && n->imax >= 0;
     uint64_t a, b;
-    return magnitudes(n, g->flags & F_NEG, &a, &b) && g->mag >= a && g->mag <= b;
+    return magnitudes(n, g->flags & F_NEG, &a, &b) && g->mag >= a && g->mag <= b &&
+           g->mag % n->mul == 0;
 }
 
 /* A digit of a bounded integer (S_INT): taken while some integer it begins is in bounds. */
@@ -156,6 +160,135 @@ static bool bounded_digit(struct mmrt_json_grammar *g, const struct mmrt_json_no
         return false;
     g->mag = g->mag * 10 + d;
     return reachable(g, n);
+}
+
+/* ---- numbers held to bounds ----
+ *
+ * A number held to bounds is written without exponent, and its magnitude must lie in the
+ * range (json_schema.h) of its sign, [A, B] with exact decimal bounds. The digits read are
+ * never kept: only how many there are, and how they compare, digit by digit from the first,
+ * with each bound's digits at the same places (cmp_a, cmp_b: less, equal so far, greater).
+ * In the integer part the places are counted from the left, before its length is known;
+ * at the point, or at the end, a part shorter or longer than the bound's decides instead.
+ * That is enough to tell whether a prefix can still reach [A, B]:
+ *   - integer digits D (n of them) go on to D·10^j + [0, 10^j) for any j: take the fewest
+ *     integer digits m ≥ n that A allows (past A's count, or at it when D is not below A's
+ *     first n digits), then B must allow m (below its count, or at it when D is not above);
+ *   - after the point, the digits read so far, v with k fraction digits, go on to [v, v +
+ *     10^−k): A < v + 10^−k unless v is below A's first digits, and v ≤ B unless above. */
+
+enum { CMP_LT, CMP_EQ, CMP_GT };
+
+static const struct mmrt_json_range *range_of(const struct mmrt_json_grammar *g,
+                                              const struct mmrt_json_node *n)
+{
+    return &g->schema->ranges[n->lit + ((g->flags & F_NEG) ? 1 : 0)];
+}
+
+/* c, the digit at place i of the number, against bound d's there, if equal so far. */
+static uint8_t cmp_digit(const struct mmrt_json_grammar *g, uint8_t cmp,
+                         const struct mmrt_json_decimal *d, uint32_t i, unsigned char c)
+{
+    if (cmp != CMP_EQ)
+        return cmp;
+    const unsigned char b = i < d->len ? (unsigned char)g->schema->text[d->off + i] : '0';
+    return c < b ? CMP_LT : c > b ? CMP_GT : CMP_EQ;
+}
+
+/* The comparison once the integer part is whole: its length against the bound's, then its
+ * digits. */
+static uint8_t cmp_whole(uint8_t cmp, uint32_t n, const struct mmrt_json_decimal *d)
+{
+    return n < d->n_int ? CMP_LT : n > d->n_int ? CMP_GT : cmp;
+}
+
+static bool dec_reachable(const struct mmrt_json_grammar *g, const struct mmrt_json_range *r)
+{
+    if (g->state != S_INT)
+        return g->dec.cmp_a != CMP_LT && (!r->b_finite || g->dec.cmp_b != CMP_GT);
+    const uint32_t n = g->dec.n_int, la = r->a.n_int;
+    uint32_t m = n > la ? n : la;
+    if (m == la && g->dec.cmp_a == CMP_LT)
+        m++;
+    return !r->b_finite || m < r->b.n_int || (m == r->b.n_int && g->dec.cmp_b != CMP_GT);
+}
+
+/* A digit of a bounded number's integer part: a leading 0 (S_ZERO) or digit c of S_INT. */
+static bool dec_int_digit(struct mmrt_json_grammar *g, const struct mmrt_json_range *r,
+                          unsigned char c)
+{
+    if (r->empty)
+        return false;
+    if (g->state == S_ZERO) { /* the whole integer part: 0 */
+        g->dec.cmp_a = cmp_whole(CMP_EQ, 0, &r->a);
+        g->dec.cmp_b = cmp_whole(CMP_EQ, 0, &r->b);
+        return dec_reachable(g, r);
+    }
+    if (g->dec.n_int == UINT16_MAX)
+        return false;
+    const uint32_t i = g->dec.n_int++;
+    g->dec.cmp_a = cmp_digit(g, g->dec.cmp_a, &r->a, i, c);
+    if (r->b_finite)
+        g->dec.cmp_b = cmp_digit(g, g->dec.cmp_b, &r->b, i, c);
+    return dec_reachable(g, r);
+}
+
+/* The integer part ends (at the point or the number's end). */
+static void dec_whole(struct mmrt_json_grammar *g, const struct mmrt_json_range *r)
+{
+    if (g->state != S_INT)
+        return;
+    g->dec.cmp_a = cmp_whole(g->dec.cmp_a, g->dec.n_int, &r->a);
+    g->dec.cmp_b = cmp_whole(g->dec.cmp_b, g->dec.n_int, &r->b);
+}
+
+/* Fraction digit c: it is at place n_int + k of the number and of a bound whose integer part
+ * it has matched. */
+static bool dec_frac_digit(struct mmrt_json_grammar *g, const struct mmrt_json_range *r,
+                           unsigned char c)
+{
+    if (g->dec.n_frac == UINT16_MAX)
+        return false;
+    const uint32_t k = g->dec.n_frac++;
+    g->dec.cmp_a = cmp_digit(g, g->dec.cmp_a, &r->a, r->a.n_int + k, c);
+    if (r->b_finite)
+        g->dec.cmp_b = cmp_digit(g, g->dec.cmp_b, &r->b, r->b.n_int + k, c);
+    return dec_reachable(g, r);
+}
+
+/* Whether the number read whole lies in [A, B]: above A's digits, or equal to them with A
+ * having none further; not above B's (equal is B cut short, at most B). */
+static bool dec_within(struct mmrt_json_grammar *g, const struct mmrt_json_range *r)
+{
+    dec_whole(g, r);
+    const bool a = g->dec.cmp_a == CMP_GT ||
+                   (g->dec.cmp_a == CMP_EQ && r->a.len <= r->a.n_int + g->dec.n_frac);
+    return a && (!r->b_finite || g->dec.cmp_b != CMP_GT);
+}
+
+/* The first digit c of a bounded number, the state (S_ZERO or S_INT) set. */
+static bool bounded_lead(struct mmrt_json_grammar *g, const struct mmrt_json_node *n,
+                         unsigned char c)
+{
+    if (n->kind == MMRT_JSON_INTEGER)
+        return g->state == S_INT ? bounded_digit(g, n, c) : reachable(g, n);
+    return dec_int_digit(g, range_of(g, n), c);
+}
+
+/* A bounded number's first byte c: its sign or its first digit. */
+static bool bounded_start(struct mmrt_json_grammar *g, const struct mmrt_json_node *n,
+                          unsigned char c)
+{
+    g->flags = c == '-' ? F_NEG : 0;
+    if (n->kind == MMRT_JSON_INTEGER) {
+        g->mag = 0;
+    } else {
+        g->dec.n_int = g->dec.n_frac = 0;
+        g->dec.cmp_a = g->dec.cmp_b = CMP_EQ;
+    }
+    if (g->state != S_MINUS)
+        return bounded_lead(g, n, c);
+    return n->kind == MMRT_JSON_INTEGER ? reachable(g, n) : !range_of(g, n)->empty;
 }
 
 /* ---- objects with listed keys: which may come next ---- */
@@ -301,11 +434,7 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
         if (c != '-' && !is_digit(c))
             return false;
         g->state = c == '-' ? S_MINUS : c == '0' ? S_ZERO : S_INT;
-        if (!bounded(n))
-            return true;
-        g->flags = c == '-' ? F_NEG : 0;
-        g->mag = 0;
-        return g->state == S_INT ? bounded_digit(g, n, c) : reachable(g, n);
+        return !bounded(n) || bounded_start(g, n, c);
     case MMRT_JSON_LITERALS:
         g->state = S_LITERAL;
         if (n->extra == 1)
@@ -742,34 +871,42 @@ static bool step(struct mmrt_json_grammar *g, unsigned char c)
             g->state = S_INT;
         else
             return false;
-        if (!bounded(node(g, g->value)))
-            return true;
-        return g->state == S_INT ? bounded_digit(g, node(g, g->value), c)
-                                 : reachable(g, node(g, g->value));
+        return !bounded(node(g, g->value)) || bounded_lead(g, node(g, g->value), c);
     case S_ZERO: case S_INT: case S_FRAC: case S_EXP_DIGITS: {
         const struct mmrt_json_node *n = node(g, g->value);
-        if (is_digit(c) && g->state != S_ZERO)
-            return g->state != S_INT || !bounded(n) || bounded_digit(g, n, c);
-        const bool integer = n->kind == MMRT_JSON_INTEGER;
-        if (c == '.' && (g->state == S_ZERO || g->state == S_INT) && !integer) {
-            g->state = S_DOT;
-            return true;
+        const bool held = bounded(n), integer = n->kind == MMRT_JSON_INTEGER;
+        const bool decimal = held && !integer; /* no exponent */
+        if (is_digit(c) && g->state != S_ZERO) {
+            if (!held)
+                return true;
+            if (integer)
+                return bounded_digit(g, n, c);
+            return g->state == S_INT ? dec_int_digit(g, range_of(g, n), c)
+                                     : dec_frac_digit(g, range_of(g, n), c);
         }
-        if ((c == 'e' || c == 'E') && g->state != S_EXP_DIGITS && !integer) {
+        if (c == '.' && (g->state == S_ZERO || g->state == S_INT) && !integer) {
+            if (decimal)
+                dec_whole(g, range_of(g, n));
+            g->state = S_DOT;
+            return !decimal || dec_reachable(g, range_of(g, n));
+        }
+        if ((c == 'e' || c == 'E') && g->state != S_EXP_DIGITS && !integer && !decimal) {
             g->state = S_EXP;
             return true;
         }
         if (is_digit(c)) /* a digit after a leading 0 */
             return false;
-        if (bounded(n) && !within(g, n))
+        if (held && !(integer ? within(g, n) : dec_within(g, range_of(g, n))))
             return false;
         return end_value_then(g, c);
     }
-    case S_DOT:
+    case S_DOT: {
         if (!is_digit(c))
             return false;
         g->state = S_FRAC;
-        return true;
+        const struct mmrt_json_node *n = node(g, g->value);
+        return !bounded(n) || dec_frac_digit(g, range_of(g, n), c);
+    }
     case S_EXP: case S_EXP_SIGN:
         if ((c == '+' || c == '-') && g->state == S_EXP) {
             g->state = S_EXP_SIGN;

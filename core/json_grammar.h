@@ -56,6 +56,11 @@ struct mmrt_json_grammar {
             uint32_t lo, hi; /* a literal: the candidates [lo, hi) of schema->lit */
         };
         uint64_t mag;        /* an integer held to bounds: its digits so far */
+        struct {             /* a number held to bounds (json_grammar.c) */
+            uint16_t n_int, n_frac; /* digits of its integer part (a leading 0: none), of
+                                     * its fraction */
+            uint8_t cmp_a, cmp_b;   /* its digits against its range's bounds' */
+        } dec;
     };
     uint32_t pos;    /* a literal: bytes of it read; a string: its characters */
     struct mmrt_json_frame frame[MMRT_JSON_MAX_DEPTH];

@@ -37,7 +37,7 @@ struct union_info {
 
 struct compiler {
     struct mmrt_json_schema *s;
-    uint32_t cap_nodes, cap_props, cap_lits, cap_patterns;
+    uint32_t cap_nodes, cap_props, cap_lits, cap_patterns, cap_ranges;
     size_t cap_text;
     uint16_t *alts;
     uint32_t n_alts, cap_alts;
@@ -241,20 +241,27 @@ static void put_string(struct text *t, const char *s, size_t len)
 }
 
 /* jansson's compact form of a real with the fewest digits that read back as the same
- * double (0.1, not 0.10000000000000001). jansson writes and reads reals whatever the C
- * locale's decimal point (snprintf and strtod would follow it: "1,5" under a comma locale). */
-static void put_real(struct text *t, const json_t *v)
+ * double (0.1, not 0.10000000000000001), or NULL out of memory. jansson writes and reads
+ * reals whatever the C locale's decimal point (snprintf and strtod would follow it: "1,5"
+ * under a comma locale). */
+static char *shortest_real(const json_t *v)
 {
-    char *best = NULL;
-    for (int prec = 15; prec <= 17 && !best; prec++) {
+    for (int prec = 15; prec <= 17; prec++) {
         char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(prec));
         json_t *back = s ? json_loads(s, JSON_DECODE_ANY, NULL) : NULL;
-        if (back && json_is_real(back) && json_real_value(back) == json_real_value(v))
-            best = s;
-        else
-            free(s);
+        const bool same = back && json_is_real(back) &&
+                          json_real_value(back) == json_real_value(v);
         json_decref(back);
+        if (same)
+            return s;
+        free(s);
     }
+    return NULL;
+}
+
+static void put_real(struct text *t, const json_t *v)
+{
+    char *best = shortest_real(v);
     if (!best) {
         t->over = t->oom = true;
         return;
@@ -304,18 +311,14 @@ static void put_value(struct text *t, const json_t *v)
     }
 }
 
-/* Adds literals (the value's text and, for a key, its prop index) to the schema's text and
- * literal tables. */
-static mmrt_status add_literal(struct compiler *c, const char *p, size_t n, uint32_t prop)
+/* Appends n bytes to the schema's text (literals, and the digits of numbers' bounds); *off
+ * is where they start. */
+static mmrt_status add_text(struct compiler *c, const char *p, size_t n, uint32_t *off)
 {
     struct mmrt_json_schema *s = c->s;
-    if (s->n_lits >= MMRT_JSON_SCHEMA_MAX_LITERALS)
-        return fail_limit(c, "more than %u enum values and keys", MMRT_JSON_SCHEMA_MAX_LITERALS);
     if (s->n_text + n > MMRT_JSON_SCHEMA_MAX_TEXT)
-        return fail_limit(c, "enum values and keys longer than %u bytes in all",
-                          MMRT_JSON_SCHEMA_MAX_TEXT);
-    if (!grow((void **)&s->lit, &c->cap_lits, s->n_lits + 1, sizeof *s->lit))
-        return no_memory(c);
+        return fail_limit(c, "enum values, keys and the digits of bounds longer than %u bytes "
+                          "in all", MMRT_JSON_SCHEMA_MAX_TEXT);
     if (s->n_text + n > c->cap_text) {
         size_t cap = c->cap_text ? c->cap_text : 1024;
         while (cap < s->n_text + n)
@@ -326,11 +329,28 @@ static mmrt_status add_literal(struct compiler *c, const char *p, size_t n, uint
         s->text = q;
         c->cap_text = cap;
     }
-    memcpy(s->text + s->n_text, p, n);
-    s->lit[s->n_lits++] = (struct mmrt_json_literal){ .off = (uint32_t)s->n_text,
-                                                      .len = (uint32_t)n, .prop = prop };
+    if (n)
+        memcpy(s->text + s->n_text, p, n);
+    *off = (uint32_t)s->n_text;
     s->n_text += n;
     return MMRT_OK;
+}
+
+/* Adds literals (the value's text and, for a key, its prop index) to the schema's text and
+ * literal tables. */
+static mmrt_status add_literal(struct compiler *c, const char *p, size_t n, uint32_t prop)
+{
+    struct mmrt_json_schema *s = c->s;
+    if (s->n_lits >= MMRT_JSON_SCHEMA_MAX_LITERALS)
+        return fail_limit(c, "more than %u enum values and keys", MMRT_JSON_SCHEMA_MAX_LITERALS);
+    if (!grow((void **)&s->lit, &c->cap_lits, s->n_lits + 1, sizeof *s->lit))
+        return no_memory(c);
+    uint32_t off;
+    mmrt_status st = add_text(c, p, n, &off);
+    if (st == MMRT_OK)
+        s->lit[s->n_lits++] = (struct mmrt_json_literal){ .off = off, .len = (uint32_t)n,
+                                                          .prop = prop };
+    return st;
 }
 
 static int cmp_literal(const struct mmrt_json_schema *s, const struct mmrt_json_literal *x,
@@ -414,11 +434,11 @@ static const struct { const char *name; unsigned bit; } type_names[] = {
 static const char *const handled[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum",
+    "exclusiveMaximum", "multipleOf",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
 
-/* The bounds of a number, which mmrt holds integers to. */
+/* The bounds of a number. */
 static const char *const bounds[] = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL,
 };
@@ -426,7 +446,7 @@ static const char *const bounds[] = {
 /* Assertions JSON Schema has that mmrt cannot hold an answer to: refused, never ignored
  * (a generated answer would break them). Anything else unknown is an annotation. */
 static const char *const refused[] = {
-    "patternProperties", "multipleOf", "minProperties", "maxProperties", "uniqueItems",
+    "patternProperties", "minProperties", "maxProperties", "uniqueItems",
     "contains", "minContains", "maxContains", "prefixItems", "additionalItems", "not", "if",
     "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
@@ -738,6 +758,194 @@ static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *
     return st;
 }
 
+/* ---- a number's bounds as decimals ---- */
+
+/* The most digits a bound has: 2^1023's 308, or 5e-324's 324. */
+#define DECIMAL_MAX 400u
+
+/* The digits of an integral x ≥ 2^53 (it is m·2^k), exactly: a big integer in base 10^9. */
+static uint32_t integral_digits(double x, char d[DECIMAL_MAX])
+{
+    int e;
+    uint64_t m = (uint64_t)ldexp(frexp(x, &e), 53); /* x = m·2^(e − 53), e − 53 ≥ 0 */
+    uint32_t limb[40], n = 0;
+    for (; m; m /= 1000000000u)
+        limb[n++] = (uint32_t)(m % 1000000000u);
+    for (int k = e - 53; k > 0; k -= 29) {
+        const uint64_t f = 1ull << (k < 29 ? k : 29);
+        uint64_t carry = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t y = limb[i] * f + carry;
+            limb[i] = (uint32_t)(y % 1000000000u);
+            carry = y / 1000000000u;
+        }
+        for (; carry; carry /= 1000000000u)
+            limb[n++] = (uint32_t)(carry % 1000000000u);
+    }
+    char all[DECIMAL_MAX + 16];
+    int len = snprintf(all, sizeof all, "%u", limb[n - 1]);
+    for (uint32_t i = n - 1; i-- > 0;)
+        len += snprintf(all + len, sizeof all - (size_t)len, "%09u", limb[i]);
+    memcpy(d, all, (size_t)len);
+    return (uint32_t)len;
+}
+
+/* A bound x ≥ 0 (finite) as a decimal in mmrt_json_decimal's form; false out of memory.
+ *
+ * Below 2^53 it is the shortest decimal that reads back as x (0.1, not x's exact value
+ * 0.1000000000000000055…): a validator reads a document's number with a fraction as the
+ * nearest double, and rounding keeps order, so a decimal at least (at most) one that rounds
+ * to x rounds to at least (at most) x; one without a fraction it may compare exactly, but
+ * no integer lies between x and a decimal that rounds to it, where doubles have every
+ * integer. From 2^53 on that last is not so, and the bound is x's own digits. */
+static bool bound_decimal(double x, char d[DECIMAL_MAX], uint32_t *len, uint32_t *n_int)
+{
+    *len = *n_int = 0;
+    if (!(x > 0))
+        return true;
+    if (x >= 9007199254740992.0) {
+        *len = *n_int = integral_digits(x, d);
+    } else {
+        json_t *v = json_real(x);
+        char *s = v ? shortest_real(v) : NULL;
+        json_decref(v);
+        if (!s)
+            return false;
+        /* jansson writes digits, an optional point and an optional exponent: "1e-05",
+         * "250.5", "1.0", "5e-324". */
+        const char *p = s;
+        uint32_t n = 0;
+        int point = -1;
+        for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
+            if (*p == '.')
+                point = (int)n;
+            else if (n < DECIMAL_MAX / 2)
+                d[n++] = *p;
+        }
+        const int exp = *p == 'e' || *p == 'E' ? atoi(p + 1) : 0;
+        free(s);
+        int whole = (point < 0 ? (int)n : point) + exp; /* digits before the point */
+        if (whole < 0) { /* the fraction's leading zeros */
+            memmove(d - whole, d, n);
+            memset(d, '0', (size_t)-whole);
+            n += (uint32_t)-whole;
+            whole = 0;
+        }
+        uint32_t lead = 0; /* leading zeros of the integer part ("0.1") */
+        while (lead < n && (int)lead < whole && d[lead] == '0')
+            lead++;
+        memmove(d, d + lead, n - lead);
+        *len = n - lead;
+        *n_int = (uint32_t)whole - lead;
+    }
+    while (*len > 0 && d[*len - 1] == '0') /* every digit past len is 0 */
+        (*len)--;
+    return true;
+}
+
+static mmrt_status put_decimal(struct compiler *c, double x, struct mmrt_json_decimal *d)
+{
+    char digits[DECIMAL_MAX];
+    uint32_t len, n_int, off;
+    if (!bound_decimal(x, digits, &len, &n_int))
+        return no_memory(c);
+    mmrt_status st = add_text(c, digits, len, &off);
+    if (st == MMRT_OK)
+        *d = (struct mmrt_json_decimal){ .off = off, .len = len, .n_int = n_int };
+    return st;
+}
+
+/* The two ranges of magnitudes (json_schema.h) of the numbers in [lo, hi] (infinite: no
+ * bound): *first for those written without '-', *first + 1 for those with. */
+static mmrt_status number_ranges(struct compiler *c, double lo, double hi, uint32_t *first)
+{
+    struct mmrt_json_schema *s = c->s;
+    if (!grow((void **)&s->ranges, &c->cap_ranges, s->n_ranges + 2, sizeof *s->ranges))
+        return no_memory(c);
+    struct mmrt_json_range r[2] = { { .empty = hi < 0 }, { .empty = lo > 0 } };
+    const double a[2] = { lo > 0 ? lo : 0, hi < 0 ? -hi : 0 }, b[2] = { hi, -lo };
+    mmrt_status st = MMRT_OK;
+    for (int i = 0; i < 2 && st == MMRT_OK; i++) {
+        if (r[i].empty)
+            continue;
+        st = put_decimal(c, a[i], &r[i].a);
+        r[i].b_finite = isfinite(b[i]);
+        if (st == MMRT_OK && r[i].b_finite)
+            st = put_decimal(c, b[i], &r[i].b);
+    }
+    if (st != MMRT_OK)
+        return st;
+    *first = s->n_ranges;
+    s->ranges[s->n_ranges++] = r[0];
+    s->ranges[s->n_ranges++] = r[1];
+    return MMRT_OK;
+}
+
+static bool same_decimal(const struct mmrt_json_schema *s, const struct mmrt_json_decimal *x,
+                         const struct mmrt_json_decimal *y)
+{
+    return x->len == y->len && x->n_int == y->n_int &&
+           memcmp(s->text + x->off, s->text + y->off, x->len) == 0;
+}
+
+/* Whether two bounded number nodes' ranges are the same. */
+static bool same_ranges(const struct mmrt_json_schema *s, uint32_t i, uint32_t j)
+{
+    for (int k = 0; k < 2; k++) {
+        const struct mmrt_json_range *x = &s->ranges[i + k], *y = &s->ranges[j + k];
+        if (x->empty != y->empty || x->b_finite != y->b_finite)
+            return false;
+        if (!x->empty && (!same_decimal(s, &x->a, &y->a) ||
+                          (x->b_finite && !same_decimal(s, &x->b, &y->b))))
+            return false;
+    }
+    return true;
+}
+
+/* ---- integer and number nodes ---- */
+
+static bool is_lower(const char *key)
+{
+    return strcmp(key, "minimum") == 0 || strcmp(key, "exclusiveMinimum") == 0;
+}
+
+/* A bound of a number (minimum, ...) as a double held inclusively: *lo or *hi moved in, an
+ * exclusive one to the next double inward (json_schema.h, struct mmrt_json_range). An integer
+ * past 2^53 is refused: its double may lie beyond it. */
+static mmrt_status real_bound(struct compiler *c, const json_t *v, const char *key, double *lo,
+                              double *hi)
+{
+    const json_t *x = json_object_get(v, key);
+    if (!x)
+        return MMRT_OK;
+    const size_t old = push_path(c, key);
+    const bool lower = is_lower(key), exclusive = key[0] == 'e';
+    mmrt_status st = MMRT_OK;
+    double b = 0;
+    if (!json_is_number(x)) {
+        st = fail(c, "'%s' must be a number, not %s", key, mmrt_json_type_name(x));
+    } else if (json_is_integer(x)) {
+        const json_int_t i = json_integer_value(x);
+        if (i > (1ll << 53) || i < -(1ll << 53))
+            st = fail(c, "'%s' %lld is past 2^53, where a number's bound may not be a double: "
+                      "bound an integer (\"type\": \"integer\") or give it in range", key,
+                      (long long)i);
+        b = (double)i;
+    } else {
+        b = json_real_value(x) + 0.0; /* -0 is 0 */
+    }
+    if (st == MMRT_OK && exclusive)
+        b = nextafter(b, lower ? INFINITY : -INFINITY);
+    if (st == MMRT_OK && isinf(b))
+        st = fail(c, "'%s' leaves no finite number", key);
+    if (st == MMRT_OK && lower && b > *lo)
+        *lo = b;
+    if (st == MMRT_OK && !lower && b < *hi)
+        *hi = b;
+    pop_path(c, old);
+    return st;
+}
+
 /* A bound of v (minimum, ...) as the integers it allows: *lo or *hi moved in. Exclusive
  * ones are numbers (JSON Schema 6 on; the boolean form of draft 4 is refused by name). */
 static mmrt_status integer_bound(struct compiler *c, const json_t *v, const char *key,
@@ -753,7 +961,7 @@ static mmrt_status integer_bound(struct compiler *c, const json_t *v, const char
         pop_path(c, old);
         return st;
     }
-    const bool lower = strcmp(key, "minimum") == 0 || strcmp(key, "exclusiveMinimum") == 0;
+    const bool lower = is_lower(key);
     const bool exclusive = key[0] == 'e';
     int64_t bound = 0;
     if (json_is_integer(x)) {
@@ -783,38 +991,106 @@ static mmrt_status integer_bound(struct compiler *c, const json_t *v, const char
     return st;
 }
 
-/* An integer or number node; bounds hold an integer (within int64) and are refused on a
- * number, where a prefix's reach is not a plain interval (an exponent or more fraction
- * digits can move it anywhere). */
-static mmrt_status compile_number(struct compiler *c, const json_t *v, unsigned mask,
-                                  uint16_t *out)
+/* An integer's multipleOf: a positive integer (a real one the same, 3.0 as 3). Python's
+ * jsonschema divides by a fractional one in floating point (3 / 0.1 is not 30), so those
+ * are refused rather than guessed at. */
+static mmrt_status multiple_of(struct compiler *c, const json_t *v, uint64_t *mul)
 {
-    const char *bound = NULL;
-    for (const char *const *b = bounds; *b && !bound; b++)
-        if (json_object_get(v, *b))
-            bound = *b;
-    if (bound && (mask & T_NUMBER)) {
-        const size_t old = push_path(c, bound);
-        mmrt_status st = fail(c, "'%s' of a number is not supported: mmrt holds only "
-                              "integers to bounds (\"type\": \"integer\")", bound);
+    const json_t *x = json_object_get(v, "multipleOf");
+    *mul = 1;
+    if (!x)
+        return MMRT_OK;
+    const size_t old = push_path(c, "multipleOf");
+    mmrt_status st = MMRT_OK;
+    if (json_is_integer(x) && json_integer_value(x) > 0) {
+        *mul = (uint64_t)json_integer_value(x);
+    } else if (json_is_real(x) && json_real_value(x) >= 1 && json_real_value(x) < 9.2e18 &&
+               json_real_value(x) == floor(json_real_value(x))) {
+        *mul = (uint64_t)json_real_value(x);
+    } else if (json_is_number(x)) {
+        st = fail(c, "'multipleOf' %g is not supported: mmrt holds integers to a positive "
+                  "integer's multiples", json_number_value(x));
+    } else {
+        st = fail(c, "'multipleOf' must be a number, not %s", mmrt_json_type_name(x));
+    }
+    pop_path(c, old);
+    return st;
+}
+
+/* The magnitude of a negative int64. */
+static uint64_t magnitude(int64_t x)
+{
+    return (uint64_t)(-(x + 1)) + 1;
+}
+
+/* A number node: bounds make its magnitudes exact decimal ranges. */
+static mmrt_status compile_real(struct compiler *c, const json_t *v, bool bounded,
+                                uint16_t *out)
+{
+    if (json_object_get(v, "multipleOf")) {
+        const size_t old = push_path(c, "multipleOf");
+        mmrt_status st = fail(c, "'multipleOf' of a number is not supported: mmrt holds only "
+                              "integers to it (\"type\": \"integer\")");
         pop_path(c, old);
         return st;
     }
+    double lo = -INFINITY, hi = INFINITY;
+    mmrt_status st = MMRT_OK;
+    for (const char *const *b = bounds; *b && st == MMRT_OK; b++)
+        st = real_bound(c, v, *b, &lo, &hi);
+    if (st == MMRT_OK && lo > hi)
+        st = fail(c, "no number lies between the bounds: no document satisfies them");
+    uint32_t first = 0;
+    if (st == MMRT_OK && bounded)
+        st = number_ranges(c, lo, hi, &first);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_NUMBER, out);
+    if (st == MMRT_OK && bounded) {
+        c->s->node[*out].n = 1;
+        c->s->node[*out].lit = first;
+    }
+    return st;
+}
+
+/* An integer node: bounds and multipleOf hold it within int64. */
+static mmrt_status compile_integer(struct compiler *c, const json_t *v, bool bounded,
+                                   uint16_t *out)
+{
     int64_t lo = INT64_MIN, hi = INT64_MAX;
+    uint64_t mul = 1;
     mmrt_status st = MMRT_OK;
     for (const char *const *b = bounds; *b && st == MMRT_OK; b++)
         st = integer_bound(c, v, *b, &lo, &hi);
     if (st == MMRT_OK && lo > hi)
         st = fail(c, "no integer lies between the bounds: no document satisfies them");
     if (st == MMRT_OK)
-        st = new_node(c, mask & T_NUMBER ? MMRT_JSON_NUMBER : MMRT_JSON_INTEGER, out);
+        st = multiple_of(c, v, &mul);
+    if (st == MMRT_OK && !(lo <= 0 && hi >= 0) &&
+        !(lo > 0 ? mmrt_json_has_multiple((uint64_t)lo, (uint64_t)hi, mul)
+                 : mmrt_json_has_multiple(magnitude(hi), magnitude(lo), mul)))
+        st = fail(c, "no multiple of %llu lies between the bounds: no document satisfies "
+                  "them", (unsigned long long)mul);
+    if (st == MMRT_OK)
+        st = new_node(c, MMRT_JSON_INTEGER, out);
     if (st == MMRT_OK) {
         struct mmrt_json_node *x = &c->s->node[*out];
         x->imin = lo;
         x->imax = hi;
-        x->n = bound != NULL;
+        x->mul = mul;
+        x->n = bounded || mul > 1;
     }
     return st;
+}
+
+/* An integer or number node. */
+static mmrt_status compile_number(struct compiler *c, const json_t *v, unsigned mask,
+                                  uint16_t *out)
+{
+    bool bounded = false;
+    for (const char *const *b = bounds; *b && !bounded; b++)
+        bounded = json_object_get(v, *b) != NULL;
+    return mask & T_NUMBER ? compile_real(c, v, bounded, out)
+                           : compile_integer(c, v, bounded, out);
 }
 
 /* A string node: its length bounds and its pattern. */
@@ -884,9 +1160,13 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
         if (json_object_get(v, "minLength") || json_object_get(v, "maxLength") ||
             json_object_get(v, "pattern"))
             *mask |= T_STRING;
+        /* Bounds make a number; multipleOf, which mmrt holds integers only to, an integer. */
+        const bool multiple = json_object_get(v, "multipleOf") != NULL;
+        if (multiple)
+            *mask |= T_INTEGER;
         for (const char *const *b = bounds; *b; b++)
             if (json_object_get(v, *b))
-                *mask |= T_INTEGER;
+                *mask |= multiple ? T_INTEGER : T_NUMBER;
         if (!*mask)
             *mask = T_ALL;
         return MMRT_OK;
@@ -1229,9 +1509,12 @@ static bool same_value(const struct mmrt_json_schema *s, uint16_t a, uint16_t b)
     const struct mmrt_json_node *x = &s->node[a], *y = &s->node[b];
     const bool scalar = x->kind == MMRT_JSON_STRING || x->kind == MMRT_JSON_NUMBER ||
                         x->kind == MMRT_JSON_INTEGER;
-    return scalar && x->kind == y->kind && x->min == y->min && x->max == y->max &&
-           x->n == y->n && (x->n == 0 || x->lit == y->lit) && x->imin == y->imin &&
-           x->imax == y->imax;
+    if (!scalar || x->kind != y->kind || x->min != y->min || x->max != y->max ||
+        x->n != y->n || x->imin != y->imin || x->imax != y->imax || x->mul != y->mul)
+        return false;
+    if (x->n == 0)
+        return true;
+    return x->kind == MMRT_JSON_NUMBER ? same_ranges(s, x->lit, y->lit) : x->lit == y->lit;
 }
 
 /* Object alternatives objs[0, k) of a union as one MMRT_JSON_OBJECTS node (json_schema.h):
@@ -1649,6 +1932,7 @@ void mmrt_json_schema_free(struct mmrt_json_schema *s)
     for (uint32_t i = 0; i < s->n_patterns; i++)
         mmrt_json_pattern_free(&s->patterns[i]);
     free(s->patterns);
+    free(s->ranges);
     free(s);
 }
 

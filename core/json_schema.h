@@ -13,16 +13,16 @@
  *   - the keywords type (a name or a list), properties, required, additionalProperties,
  *     items (one schema), minItems, maxItems, minLength, maxLength, pattern (an ECMA-262
  *     regular expression of the subset json_pattern.h compiles; not beside both minLength
- *     and maxLength), minimum, maximum, exclusiveMinimum and exclusiveMaximum of an
- *     integer, enum, const, anyOf, oneOf,
+ *     and maxLength), minimum, maximum, exclusiveMinimum and exclusiveMaximum (a
+ *     number's within 2^53 when written as an integer), multipleOf of an integer (a
+ *     positive integer), enum, const, anyOf, oneOf,
  *     allOf of one schema, and $ref to a JSON pointer into the schema ("#",
  *     "#/$defs/NAME", "#/definitions/NAME", any other "#/..."); a count past
  *     MMRT_JSON_SCHEMA_MAX_COUNT is refused as a minimum and held to it as a maximum;
  *     annotations (title, description, default, examples, format, $schema, $id, $comment,
  *     deprecated, readOnly, writeOnly, ...) are read past, as JSON Schema has them.
- *   - assertions mmrt cannot hold an answer to (bounds of a non-integer number,
- *     multipleOf, uniqueItems, not, if, prefixItems, ...) are refused by name, never
- *     ignored;
+ *   - assertions mmrt cannot hold an answer to (multipleOf of a number that may have a
+ *     fraction, uniqueItems, not, if, prefixItems, ...) are refused by name, never ignored;
  *   - an object with listed properties is written with those keys only, in the schema's
  *     order, each once, every required one present: the keys JSON Schema allows beyond
  *     them are never generated. Without listed properties its keys are free, their values
@@ -31,7 +31,9 @@
  *     as jansson writes it with the fewest digits that read back the same, 2.0 as 2.0), and
  *     strings and listed keys JSON-escaped the minimal way;
  *   - "integer" is written without fraction or exponent, and within int64 when it has
- *     bounds (each digit is taken only when some integer it begins is within them);
+ *     bounds or multipleOf (each digit is taken only when some integer it begins is within
+ *     them and a multiple); a "number" with bounds is written without exponent, each digit
+ *     taken only when some decimal it begins is within them;
  *   - the alternatives of anyOf, oneOf and a list of types must be told apart by their
  *     first byte (an object, an array, a string, a number, true, false, null): enums and
  *     literals merge into one alternative, "integer" beside "number" gives way to it under
@@ -47,6 +49,7 @@
 #define MMRT_CORE_JSON_SCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,8 +76,10 @@ enum mmrt_json_kind {
     MMRT_JSON_ARRAY,    /* items: extra; min, max items */
     MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one); n = 1: held
                          * to patterns[lit] */
-    MMRT_JSON_NUMBER,
-    MMRT_JSON_INTEGER,  /* a number without fraction or exponent; n = 1: within [imin, imax] */
+    MMRT_JSON_NUMBER,   /* n = 1: written without exponent, its magnitude within ranges[lit]
+                         * (no '-') or ranges[lit + 1] (after '-') */
+    MMRT_JSON_INTEGER,  /* a number without fraction or exponent; n = 1: within [imin, imax]
+                         * and a multiple of mul */
     MMRT_JSON_LITERALS, /* one of the literals [lit, lit + n) */
     MMRT_JSON_UNION,    /* alt[class]: the node for a value starting so, or MMRT_JSON_NONE */
     /* Object alternatives (anyOf of objects with listed keys), told apart by their keys and
@@ -96,6 +101,7 @@ struct mmrt_json_node {
     uint32_t first, n, lit;
     uint32_t min, max;
     int64_t imin, imax;
+    uint64_t mul;
     uint16_t alt[MMRT_JSON_CLASSES];
 };
 
@@ -114,6 +120,24 @@ struct mmrt_json_literal {
     uint32_t prop;
 };
 
+/* A bound of a number's magnitude, a double, as a decimal a validator reads as that double
+ * (json_schema.c, bound_decimal). Digits text[off, off + len) are its integer part (none
+ * below 1) and then its fraction, trailing zeros dropped (every digit past len is 0); the
+ * first n_int of them are the integer part. */
+struct mmrt_json_decimal {
+    uint32_t off, len, n_int;
+};
+
+/* The magnitudes a number of one sign may have, bounds included: [a, b], b unbounded when
+ * !b_finite; none when empty. A validator reads a document's decimal as the nearest double,
+ * which may be an exclusive bound itself: such a bound is compiled as the next double
+ * inward, held inclusively. */
+struct mmrt_json_range {
+    struct mmrt_json_decimal a, b;
+    uint8_t b_finite;
+    uint8_t empty;
+};
+
 struct mmrt_json_schema {
     struct mmrt_json_node *node;
     uint32_t n_nodes;
@@ -126,7 +150,16 @@ struct mmrt_json_schema {
     size_t n_text;
     struct mmrt_json_pattern *patterns;
     uint32_t n_patterns;
+    struct mmrt_json_range *ranges;
+    uint32_t n_ranges;
 };
+
+/* Whether some multiple of m ≥ 1 lies in [a, b] (a ≤ 2^63). */
+static inline bool mmrt_json_has_multiple(uint64_t a, uint64_t b, uint64_t m)
+{
+    const uint64_t r = a % m;
+    return a <= b && (r == 0 || m - r <= b - a);
+}
 
 /* Compiles a schema (a parsed JSON value: an object, or true for any value). *out is new,
  * freed with mmrt_json_schema_free. */

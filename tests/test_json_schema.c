@@ -23,6 +23,7 @@
  * Schemas and documents in the tables are written with ' standing for " (q() swaps them),
  * so that they read as the JSON they are.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -121,7 +122,32 @@ static void check_table(const struct mmrt_json_schema *s, const char *what)
         case MMRT_JSON_STRING:
             break;
         case MMRT_JSON_NUMBER:
+            /* bounded: two ranges, their digits in the text, no leading zero, none trailing */
+            if (nd->n && (uint64_t)nd->lit + 2 > s->n_ranges)
+                fail_msg("%s: number node %u: ranges [%u, +2) of %u", what, i, nd->lit,
+                         s->n_ranges);
+            for (uint32_t k = 0; nd->n && k < 2; k++) {
+                const struct mmrt_json_range *r = &s->ranges[nd->lit + k];
+                const struct mmrt_json_decimal *d[2] = { &r->a, &r->b };
+                for (int j = 0; j < 2 && !r->empty; j++) {
+                    if (j == 1 && !r->b_finite)
+                        continue;
+                    const char *t = s->text + d[j]->off;
+                    if ((uint64_t)d[j]->off + d[j]->len > s->n_text ||
+                        (d[j]->n_int > 0 && (d[j]->len == 0 || t[0] == '0')) ||
+                        (d[j]->len > 0 && t[d[j]->len - 1] == '0'))
+                        fail_msg("%s: number node %u: range %u's bound %d", what, i, k, j);
+                    for (uint32_t b = 0; b < d[j]->len; b++)
+                        if (t[b] < '0' || t[b] > '9')
+                            fail_msg("%s: number node %u: a bound's digit is '%c'", what, i,
+                                     t[b]);
+                }
+            }
+            break;
         case MMRT_JSON_INTEGER:
+            if (nd->mul == 0 || nd->imin > nd->imax)
+                fail_msg("%s: integer node %u: multiple of %llu in [%lld, %lld]", what, i,
+                         (unsigned long long)nd->mul, (long long)nd->imin, (long long)nd->imax);
             break;
         case MMRT_JSON_LITERALS:
             if (nd->n == 0 || (uint64_t)nd->lit + nd->n > s->n_lits)
@@ -247,20 +273,14 @@ struct refusal {
 
 static const struct refusal refusals[] = {
     /* assertions mmrt cannot hold an answer to, refused by name where they stand */
-    { "{'type':'object','properties':{'age':{'type':'number','minimum':0}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/age/minimum", "minimum" },
-    { "{'type':'object','properties':{'age':{'type':['integer','number'],'maximum':9}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/age/maximum", "maximum" },
     { "{'type':'object','properties':{'name':{'type':'string','not':{}}}}",
       MMRT_ERR_INVALID_ARG, "/properties/name", "not" },
-    { "{'type':'array','items':{'type':'number','maximum':3}}", MMRT_ERR_INVALID_ARG, "/items",
-      "maximum" },
-    { "{'$defs':{'x':{'type':'number','exclusiveMinimum':0}},'type':'array',"
-      "'items':{'$ref':'#/$defs/x'}}",
-      MMRT_ERR_INVALID_ARG, "/$defs/x", "exclusiveMinimum" },
-    { "{'type':'object','properties':{'a':{'type':'array','items':{'type':'integer',"
+    { "{'type':'object','properties':{'a':{'type':'array','items':{'type':'number',"
       "'multipleOf':2}}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/a/items", "multipleOf" },
+      MMRT_ERR_INVALID_ARG, "/properties/a/items/multipleOf", "multipleOf" },
+    { "{'$defs':{'x':{'type':['integer','number'],'multipleOf':3}},'type':'array',"
+      "'items':{'$ref':'#/$defs/x'}}",
+      MMRT_ERR_INVALID_ARG, "/$defs/x/multipleOf", "number" },
     { "{'type':'object','properties':{'list':{'type':'array','uniqueItems':true}}}",
       MMRT_ERR_INVALID_ARG, "/properties/list", "uniqueItems" },
     { "{'anyOf':[{'type':'string'},{'type':'integer','not':{'const':0}}]}",
@@ -276,8 +296,8 @@ static const struct refusal refusals[] = {
     /* a key with '/' or '~' is escaped in the pointer as RFC 6901 has it */
     { "{'type':'object','properties':{'a/b':{'type':'string','pattern':'(?<=x)'}}}",
       MMRT_ERR_INVALID_ARG, "/properties/a~1b/pattern", "look-arounds" },
-    { "{'type':'object','properties':{'m~n':{'type':'number','maximum':1}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/m~0n", "maximum" },
+    { "{'type':'object','properties':{'m~n':{'type':'number','multipleOf':1}}}",
+      MMRT_ERR_INVALID_ARG, "/properties/m~0n/multipleOf", "multipleOf" },
     /* object alternatives json_schema.h cannot tell apart or order */
     { "{'anyOf':[{'properties':{'a':{},'b':{}}},{'properties':{'b':{},'a':{}}}]}",
       MMRT_ERR_INVALID_ARG, "/anyOf", "orders" },
@@ -316,6 +336,25 @@ static const struct refusal refusals[] = {
     { "{'type':'integer','minimum':1e300}", MMRT_ERR_INVALID_ARG, "/minimum", "int64" },
     { "{'type':'integer','exclusiveMaximum':-9223372036854775808}", MMRT_ERR_INVALID_ARG,
       "/exclusiveMaximum", "int64" },
+    /* an integer's multipleOf: a positive integer, some multiple between the bounds */
+    { "{'type':'integer','multipleOf':0.5}", MMRT_ERR_INVALID_ARG, "/multipleOf", "0.5" },
+    { "{'type':'integer','multipleOf':0}", MMRT_ERR_INVALID_ARG, "/multipleOf", "positive" },
+    { "{'type':'integer','multipleOf':-3}", MMRT_ERR_INVALID_ARG, "/multipleOf", "positive" },
+    { "{'type':'integer','multipleOf':'2'}", MMRT_ERR_INVALID_ARG, "/multipleOf",
+      "must be a number" },
+    { "{'type':'integer','multipleOf':10,'minimum':1,'maximum':9}", MMRT_ERR_INVALID_ARG, "",
+      "multiple" },
+    { "{'type':'integer','multipleOf':10,'minimum':-19,'maximum':-11}", MMRT_ERR_INVALID_ARG,
+      "", "multiple" },
+    /* a number's bounds: doubles, some number between */
+    { "{'type':'number','minimum':2,'maximum':1.5}", MMRT_ERR_INVALID_ARG, "", "no number" },
+    { "{'type':'number','exclusiveMinimum':1,'exclusiveMaximum':1}", MMRT_ERR_INVALID_ARG, "",
+      "no number" },
+    { "{'type':'number','maximum':9007199254740993}", MMRT_ERR_INVALID_ARG, "/maximum",
+      "2^53" },
+    { "{'type':'number','exclusiveMinimum':1.7976931348623157e308}", MMRT_ERR_INVALID_ARG,
+      "/exclusiveMinimum", "finite" },
+    { "{'type':'number','minimum':null}", MMRT_ERR_INVALID_ARG, "/minimum", "must be a number" },
     /* no finite document */
     { "false", MMRT_ERR_INVALID_ARG, "", NULL },
     { "{'type':'object','properties':{'e':{'enum':[]}}}", MMRT_ERR_INVALID_ARG, "/properties/e",
@@ -778,6 +817,39 @@ static const struct doc_case doc_cases[] = {
     { "{'type':'object','properties':{'age':{'type':'integer','minimum':0,'maximum':150}},"
       "'required':['age']}", DOCS("{'age':42}", "{'age':150}", "{'age':0}"),
       DOCS("{'age':151}", "{'age':-1}", "{'age':1000}") },
+    /* integers held to multiples, with bounds or without (then within int64) */
+    { "{'type':'integer','multipleOf':5,'minimum':-12,'maximum':23}",
+      DOCS("0 ", "5 ", "20 ", "-10 ", "15 ", "-0 "),
+      DOCS("23 ", "25 ", "-15 ", "3 ", "12 ", "21 ", "-11 ") },
+    { "{'type':'integer','multipleOf':7}", DOCS("7 ", "700 ", "-21 ", "0 ", "-7 "),
+      DOCS("13 ", "22 ", "-1 ", "1.0 ") },
+    { "{'multipleOf':3.0,'maximum':100}", DOCS("99 ", "-3 "), DOCS("100 ", "102 ", "4 ") },
+    /* numbers held to bounds: decimals without exponent, each digit taken only when some
+     * number it begins fits; a bound's shortest decimal counts as the bound (0.1 is the
+     * double 0.1000000000000000055…) */
+    { "{'type':'number','minimum':0,'maximum':1}",
+      DOCS("0 ", "1 ", "0.5 ", "1.0 ", "1.000 ", "0.999 ", "-0 ", "-0.0 ", "0.0000001 "),
+      DOCS("1.01 ", "-0.1 ", "2 ", "1e0 ", "10 ", "-1 ", "1.1 ", "-0.001 ", "01 ", "0.5e1 ") },
+    { "{'type':'number','exclusiveMinimum':0,'maximum':1e-5}",
+      DOCS("0.00001 ", "0.000010 ", "0.00000000000001 ", "0.000003 "),
+      DOCS("0 ", "0.0 ", "-0 ", "1 ", "0.0000100001 ", "-0.000001 ", "0.00002 ") },
+    { "{'type':'number','minimum':100,'maximum':250.5}",
+      DOCS("100 ", "250.5 ", "199.99 ", "250 ", "100.000 ", "250.50 "),
+      DOCS("99.9 ", "250.51 ", "251 ", "1000 ", "99 ", "50 ", "3 ", "0 ", "-100 ") },
+    { "{'minimum':-2.5,'exclusiveMaximum':10}",
+      DOCS("-2.5 ", "-2.49 ", "9.99 ", "0 ", "-0 ", "9.999999999999998 "),
+      DOCS("10 ", "10.0 ", "-2.51 ", "-3 ", "11 ", "100 ", "9.9999999999999983 ") },
+    { "{'type':'number','minimum':0.1,'maximum':0.3}", DOCS("0.1 ", "0.3 ", "0.2 ", "0.25 "),
+      DOCS("0.09 ", "0.31 ", "0 ", "1 ", "0.30000000000000002 ") },
+    { "{'type':'number','maximum':-1000.25}", DOCS("-1000.25 ", "-5000 ", "-1000.3 "),
+      DOCS("-1000.2 ", "-999 ", "0 ", "-0 ", "1000.25 ", "-100 ") },
+    { "{'type':'number','minimum':1e20}",
+      DOCS("100000000000000000000 ", "100000000000000000000.5 ", "200000000000000000000 "),
+      DOCS("99999999999999999999 ", "1 ", "-100000000000000000000 ") },
+    { "{'type':'object','properties':{'p':{'type':'number','minimum':0,'maximum':1},"
+      "'n':{'type':['number','null'],'exclusiveMaximum':0}},'required':['p']}",
+      DOCS("{'p':0.75}", "{'p':1,'n':-2.5}", "{'p':0,'n':null}"),
+      DOCS("{'p':1.5}", "{'p':0.5,'n':0}", "{'p':0.5,'n':1}", "{'p':-1}") },
     { "{'type':'number'}", DOCS("1.5 ", "-0.25e+3 ", "7 ", "1E2 ", "0.0 ", "-1e-9 "),
       DOCS("1. ", ".5 ", "+1 ", "1e ", "0x1 ", "1.5", "-01 ", "NaN ") },
     { "{'type':'array','items':{'type':'number'}}", DOCS("[1.5,2,-3e-2]", "[0,-0.0]"),
@@ -1102,6 +1174,90 @@ static void test_patterns(void **state)
     }
     if (misjudged)
         fail_msg("%d pattern cases misjudged", misjudged);
+}
+
+/* Whether text is a JSON number without exponent whose double lies within the bounds, as a
+ * validator reads both: the meaning json_schema.h gives a number's bounds. */
+static bool number_within(const char *text, double lo, bool lo_open, double hi, bool hi_open)
+{
+    const char *p = text + (*text == '-');
+    if (*p == '0' && p[1] >= '0' && p[1] <= '9')
+        return false;
+    if (*p < '0' || *p > '9')
+        return false;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == '.') {
+        if (p[1] < '0' || p[1] > '9')
+            return false;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+    }
+    if (*p != '\0')
+        return false;
+    const double x = strtod(text, NULL);
+    return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+}
+
+/* A number's bounds, every text of up to five bytes of sign, digits and point: the
+ * recogniser takes one whole (a space after it) exactly when a validator finds it a number
+ * within them, and then every prefix of it too. */
+static void test_number_bounds_exhaustive(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *schema;
+        double lo, hi;
+        bool lo_open, hi_open;
+    } cases[] = {
+        { "{'type':'number','minimum':0,'maximum':1}", 0, 1, false, false },
+        { "{'type':'number','minimum':-2.5,'exclusiveMaximum':10}", -2.5, 10, false, true },
+        { "{'type':'number','minimum':0.1,'maximum':0.3}", 0.1, 0.3, false, false },
+        { "{'type':'number','minimum':100,'maximum':250.5}", 100, 250.5, false, false },
+        { "{'type':'number','maximum':-10.25}", -INFINITY, -10.25, false, false },
+        { "{'type':'number','exclusiveMinimum':0}", 0, INFINITY, true, false },
+        { "{'type':'number','exclusiveMinimum':-0.05,'exclusiveMaximum':0.05}", -0.05, 0.05,
+          true, true },
+        { "{'type':'number','minimum':7}", 7, INFINITY, false, false },
+        { "{'type':'number','minimum':-30,'maximum':-2}", -30, -2, false, false },
+        { "{'type':'number','minimum':0,'maximum':0}", 0, 0, false, false },
+        { "{'type':'number','exclusiveMinimum':1,'exclusiveMaximum':9}", 1, 9, true, true },
+    };
+    static const char alphabet[] = "-.0123456789";
+    enum { A = sizeof alphabet - 1, MAX_LEN = 5 };
+    int misjudged = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        struct mmrt_json_schema *s = compile_ok(cases[k].schema);
+        unsigned idx[MAX_LEN] = { 0 };
+        for (int len = 1; len <= MAX_LEN; len++) {
+            unsigned long total = 1;
+            for (int i = 0; i < len; i++)
+                total *= A;
+            for (unsigned long code = 0; code < total; code++) {
+                char text[MAX_LEN + 2];
+                unsigned long c = code;
+                for (int i = 0; i < len; i++, c /= A)
+                    idx[i] = (unsigned)(c % A);
+                for (int i = 0; i < len; i++)
+                    text[i] = alphabet[idx[i]];
+                text[len] = ' ';
+                text[len + 1] = '\0';
+                struct mmrt_json_grammar g;
+                mmrt_json_grammar_init(&g, s);
+                const bool taken = mmrt_json_grammar_feed(&g, text, (size_t)len + 1) &&
+                                   mmrt_json_grammar_done(&g);
+                text[len] = '\0';
+                const bool valid = number_within(text, cases[k].lo, cases[k].lo_open,
+                                                 cases[k].hi, cases[k].hi_open);
+                if (taken != valid && misjudged++ < 20)
+                    print_message("%s: '%s' %s\n", cases[k].schema, text,
+                                  taken ? "taken, but outside" : "refused, but within");
+            }
+        }
+        mmrt_json_schema_free(s);
+    }
+    if (misjudged)
+        fail_msg("%d texts misjudged", misjudged);
 }
 
 /* Reals of enum and const are written as jansson writes them, with the fewest digits that
@@ -1697,6 +1853,10 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
             return false;
         if ((k = json_object_get(s, "exclusiveMaximum")) && x >= json_number_value(k))
             return false;
+        if ((k = json_object_get(s, "multipleOf")) &&
+            (!json_is_integer(v) ||
+             json_integer_value(v) % (json_int_t)json_number_value(k) != 0))
+            return false;
     }
     return true;
 }
@@ -1809,6 +1969,15 @@ static void test_random_documents(void **state)
           false },
         { "{'type':'object','properties':{'a':{'$ref':'#'},'z':{'const':'q'}},"
           "'required':['z']}", false },
+        { "{'type':'array','items':{'type':'number','minimum':-2.5,'exclusiveMaximum':0.3},"
+          "'maxItems':6}", false },
+        { "{'type':'array','items':{'type':'number','exclusiveMinimum':0.001,'maximum':12.75},"
+          "'maxItems':6}", false },
+        { "{'type':'array','items':{'type':'number','minimum':-1e-3,'maximum':-1e-5},"
+          "'maxItems':4}", false },
+        { "{'type':'array','items':{'type':'integer','multipleOf':3,'minimum':-20,"
+          "'maximum':50},'maxItems':6}", false },
+        { "{'type':'array','items':{'type':'integer','multipleOf':7},'maxItems':6}", false },
     };
     enum { RUNS = 200 };
     uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -1866,6 +2035,7 @@ int main(void)
         cmocka_unit_test(test_enum_beside_assertions),
         cmocka_unit_test(test_long_counts),
         cmocka_unit_test(test_real_literals),
+        cmocka_unit_test(test_number_bounds_exhaustive),
         cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_object_unions),
         cmocka_unit_test(test_ref_chain),

@@ -495,9 +495,9 @@ static void test_unsupported_and_unknown(void **state)
         { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':{},"
           "'x':1}}", "response_format.json_schema.x", "Unrecognized key" },
         { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':{"
-          "'properties':{'a':{'type':'integer','multipleOf':2}}}}}",
+          "'properties':{'a':{'type':'integer','multipleOf':0.5}}}}}",
           "response_format.json_schema.schema",
-          "json_schema /properties/a/multipleOf: keyword 'multipleOf' is not supported" },
+          "json_schema /properties/a/multipleOf: 'multipleOf' 0.5 is not supported" },
         { "'response_format':{'type':'json_object','json_schema':{}}",
           "response_format.json_schema", "Unrecognized key" },
         { "'response_format':{'type':'json_object','schema':{}}", "response_format.schema",

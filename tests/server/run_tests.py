@@ -316,8 +316,10 @@ def test_json_schema(s, images):
                      "maxItems": 2},
             "note": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
             "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+            "score": {"type": "number", "minimum": 0.1, "exclusiveMaximum": 1},
+            "step": {"type": "integer", "multipleOf": 5, "minimum": -20},
         },
-        "required": ["kind", "name", "date"],
+        "required": ["kind", "name", "date", "score", "step"],
         "additionalProperties": False,
     }
     fmt = {"type": "json_schema",
@@ -359,6 +361,9 @@ def test_json_schema(s, images):
         count: typing.Annotated[int, pydantic.Field(ge=0, le=99)]
         code: typing.Annotated[str, pydantic.Field(pattern=r"^[a-z]{2}-[0-9]$")]
         animal: typing.Union[Cat, Dog]
+        confidence: typing.Annotated[float, pydantic.Field(ge=0, le=1)]
+        weight: typing.Annotated[float, pydantic.Field(gt=0, lt=2.5)]
+        angle: typing.Annotated[int, pydantic.Field(multiple_of=15, ge=0, lt=360)]
 
     parsed = 0
     for k in range(3):
@@ -381,6 +386,10 @@ def test_json_schema(s, images):
         "type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": [
             {"type": "object"}, {"type": "object", "properties": {"a": {}}}]}}}), 400,
         "/anyOf")
+    expect_error(openai.BadRequestError, lambda: ask(c, msgs, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"x": {"type": "number", "multipleOf": 0.1}}}}}),
+        400, "/properties/x/multipleOf")
     return f"{ended}/4 ended, {parsed}/3 parsed"
 
 
