@@ -1517,6 +1517,52 @@ static bool same_value(const struct mmrt_json_schema *s, uint16_t a, uint16_t b)
     return x->kind == MMRT_JSON_NUMBER ? same_ranges(s, x->lit, y->lit) : x->lit == y->lit;
 }
 
+/* Whether a literal's text is the only text of its value: a string (written with the
+ * fewest escapes), true, false, null or an integer; not a real (1.0 is 1) nor a container
+ * (whose keys may come in another order). */
+static bool canonical_literal(const struct mmrt_json_schema *s, const struct mmrt_json_literal *l)
+{
+    const char *t = s->text + l->off;
+    if (l->len == 0 || t[0] == '{' || t[0] == '[')
+        return false;
+    if (t[0] != '-' && (t[0] < '0' || t[0] > '9'))
+        return true;
+    for (uint32_t i = 0; i < l->len; i++)
+        if (t[i] == '.' || t[i] == 'e' || t[i] == 'E')
+            return false;
+    return true;
+}
+
+/* Whether object alternatives (k of them, their props laid out as build_objects lays them
+ * from first, g keys) have a discriminator: a key each requires whose values are literals
+ * of single texts, no text in two alternatives. A document then satisfies at most one
+ * alternative, as oneOf asks. */
+static bool discriminated(const struct mmrt_json_schema *s, uint32_t first, uint32_t g,
+                          uint32_t k)
+{
+    for (uint32_t r = 0; r < g; r++) {
+        bool ok = true;
+        for (uint32_t a = 0; a < k && ok; a++) {
+            const struct mmrt_json_prop *p = &s->prop[first + g + a * g + r];
+            ok = p->node != MMRT_JSON_NONE && p->required &&
+                 s->node[p->node].kind == MMRT_JSON_LITERALS;
+            for (uint32_t i = 0; ok && i < s->node[p->node].n; i++)
+                ok = canonical_literal(s, &s->lit[s->node[p->node].lit + i]);
+        }
+        for (uint32_t a = 0; a < k && ok; a++)
+            for (uint32_t b = a + 1; b < k && ok; b++) {
+                const struct mmrt_json_node *x = &s->node[s->prop[first + g + a * g + r].node];
+                const struct mmrt_json_node *y = &s->node[s->prop[first + g + b * g + r].node];
+                for (uint32_t i = 0; ok && i < x->n; i++)
+                    for (uint32_t j = 0; ok && j < y->n; j++)
+                        ok = cmp_literal(s, &s->lit[x->lit + i], &s->lit[y->lit + j]) != 0;
+            }
+        if (ok)
+            return true;
+    }
+    return false;
+}
+
 /* Object alternatives objs[0, k) of a union as one MMRT_JSON_OBJECTS node (json_schema.h):
  * their keys put in one order that keeps each alternative's (Kahn's algorithm over "comes
  * before" in some alternative, ties by first appearance), each key's value node shared or
@@ -1525,9 +1571,6 @@ static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
                                  const uint16_t *objs, uint32_t k, uint16_t *out)
 {
     struct mmrt_json_schema *s = c->s;
-    if (u->one_of)
-        return failv_path(c, u->path, "two alternatives both begin an object: under oneOf "
-                          "mmrt cannot make sure only one matches (anyOf can)");
     if (k > 16)
         return failv_path(c, u->path, "%u object alternatives: mmrt tells at most 16 apart",
                           k);
@@ -1602,6 +1645,10 @@ static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
                 s->prop[first + g + a * g + rank[of[base[a] + p]]] = s->prop[o->first + p];
         }
     }
+    if (st == MMRT_OK && u->one_of && !discriminated(s, first, g, k))
+        st = failv_path(c, u->path, "two alternatives both begin an object: under oneOf mmrt "
+                        "needs a key every one of them requires, with literal values no two "
+                        "share (a discriminator), so that only one matches (anyOf needs none)");
     /* Each key's value: one node the alternatives share, or their literals tagged. */
     for (uint32_t r = 0; st == MMRT_OK && r < g; r++) {
         uint16_t one = MMRT_JSON_NONE;

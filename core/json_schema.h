@@ -40,8 +40,10 @@
  *     anyOf, and objects with listed keys (up to 16, Pydantic's Union of models) merge into
  *     one that follows them all, told apart by which keys come and the literal values of
  *     shared ones (a discriminator): their keys must keep one order among them all, and a
- *     shared key must have the same value schema in each or literal values; not under
- *     oneOf. Two alternatives both starting, say, an array are refused.
+ *     shared key must have the same value schema in each or literal values; under oneOf
+ *     one key every alternative requires must take literal values no two share (strings,
+ *     integers, true, false, null), so that only one can match. Two alternatives both
+ *     starting, say, an array are refused.
  * A schema with no finite document (a required property that recurses into itself, minItems
  * above maxItems, an empty enum, false) is refused.
  */

@@ -304,7 +304,19 @@ static const struct refusal refusals[] = {
     { "{'anyOf':[{'properties':{'x':{'type':'string'}}},{'properties':{'x':{'type':'integer'}}}]}",
       MMRT_ERR_INVALID_ARG, "/anyOf", "literals" },
     { "{'oneOf':[{'properties':{'x':{'const':1}}},{'properties':{'x':{'const':2}}}]}",
-      MMRT_ERR_INVALID_ARG, "/oneOf", "oneOf" },
+      MMRT_ERR_INVALID_ARG, "/oneOf", "discriminator" },
+    { "{'oneOf':[{'properties':{'x':{'enum':[1,2]}},'required':['x']},"
+      "{'properties':{'x':{'const':2}},'required':['x']}]}",
+      MMRT_ERR_INVALID_ARG, "/oneOf", "discriminator" },
+    { "{'oneOf':[{'properties':{'x':{'const':1.5}},'required':['x']},"
+      "{'properties':{'x':{'const':2}},'required':['x']}]}",
+      MMRT_ERR_INVALID_ARG, "/oneOf", "discriminator" },
+    { "{'oneOf':[{'properties':{'x':{'const':{'a':1,'b':2}}},'required':['x']},"
+      "{'properties':{'x':{'const':{'b':2,'a':1}}},'required':['x']}]}",
+      MMRT_ERR_INVALID_ARG, "/oneOf", "discriminator" },
+    { "{'oneOf':[{'properties':{'x':{'const':'a'},'y':{'type':'string'}},'required':['x']},"
+      "{'properties':{'x':{'const':'b'},'y':{'type':'integer'}},'required':['x']}]}",
+      MMRT_ERR_INVALID_ARG, "/oneOf", "literals" },
     /* patterns: what json_pattern.h refuses, by the byte; lengths they cannot meet */
     { "{'type':'string','pattern':'(a'}", MMRT_ERR_INVALID_ARG, "/pattern", "without" },
     { "{'type':'string','pattern':'a\\\\1'}", MMRT_ERR_INVALID_ARG, "/pattern",
@@ -1120,6 +1132,21 @@ static const struct pattern_case object_union_cases[] = {
       "'anyOf':[{'$ref':'#/$defs/A'},{'$ref':'#/$defs/B'}]}",
       { "{'t':1}", "{'t':1,'v':{'t':10,'w':''}}", "{'t':10,'w':'x'}" },
       { "{'t':10}", "{'t':1,'w':'x'}", "{'t':100,'w':'x'}" } },
+    /* under oneOf, with a discriminator (Pydantic's Field(discriminator=...)): a key every
+     * alternative requires, literal values no two share */
+    { "{'$defs':{'Cat':{'properties':{'pet':{'const':'cat','type':'string'},"
+      "'meows':{'type':'integer'}},'required':['pet','meows'],'type':'object'},"
+      "'Dog':{'properties':{'pet':{'const':'dog','type':'string'},'barks':{'type':'boolean'}},"
+      "'required':['pet','barks'],'type':'object'}},'discriminator':{'propertyName':'pet',"
+      "'mapping':{'cat':'#/$defs/Cat','dog':'#/$defs/Dog'}},"
+      "'oneOf':[{'$ref':'#/$defs/Cat'},{'$ref':'#/$defs/Dog'}]}",
+      { "{'pet':'cat','meows':3}", "{'pet':'dog','barks':false}" },
+      { "{'pet':'cat','barks':true}", "{'pet':'dog'}", "{'meows':1}", "{'pet':'cow','meows':1}" } },
+    { "{'oneOf':[{'properties':{'n':{'type':'string'},'k':{'enum':[1,2,null]}},"
+      "'required':['k']},{'properties':{'k':{'enum':[3,'1',true]},'m':{'type':'integer'}},"
+      "'required':['k','m']},{'type':'string'}]}",
+      { "{'k':1}", "{'n':'x','k':null}", "{'k':'1','m':5}", "{'k':true,'m':0}", "'s'" },
+      { "{'k':3}", "{'k':1,'m':5}", "{'n':'x'}", "{'k':'2','m':1}" } },
 };
 
 static void test_object_unions(void **state)
@@ -1978,6 +2005,11 @@ static void test_random_documents(void **state)
         { "{'type':'array','items':{'type':'integer','multipleOf':3,'minimum':-20,"
           "'maximum':50},'maxItems':6}", false },
         { "{'type':'array','items':{'type':'integer','multipleOf':7},'maxItems':6}", false },
+        { "{'type':'array','maxItems':3,'items':{'oneOf':[{'type':'object','properties':"
+          "{'pet':{'const':'cat'},'meows':{'type':'integer','minimum':0,'maximum':9}},"
+          "'required':['pet','meows']},{'type':'object','properties':{'pet':{'enum':['dog',"
+          "'wolf']},'name':{'type':'string','maxLength':3}},'required':['pet']},"
+          "{'type':'null'}]}}", false },
     };
     enum { RUNS = 200 };
     uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -361,6 +361,7 @@ def test_json_schema(s, images):
         count: typing.Annotated[int, pydantic.Field(ge=0, le=99)]
         code: typing.Annotated[str, pydantic.Field(pattern=r"^[a-z]{2}-[0-9]$")]
         animal: typing.Union[Cat, Dog]
+        pet: typing.Annotated[typing.Union[Cat, Dog], pydantic.Field(discriminator="pet")]
         confidence: typing.Annotated[float, pydantic.Field(ge=0, le=1)]
         weight: typing.Annotated[float, pydantic.Field(gt=0, lt=2.5)]
         angle: typing.Annotated[int, pydantic.Field(multiple_of=15, ge=0, lt=360)]
