@@ -447,6 +447,13 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
     }
 }
 
+/* The node of item i of array a: a tuple's own, then items'. */
+static uint16_t item_node(const struct mmrt_json_grammar *g, const struct mmrt_json_node *a,
+                          uint32_t i)
+{
+    return i < a->n ? g->schema->prop[a->first + i].node : a->extra;
+}
+
 /* A value of the open array starts (an item counts as it starts). */
 static bool start_item(struct mmrt_json_grammar *g, unsigned char c)
 {
@@ -454,9 +461,10 @@ static bool start_item(struct mmrt_json_grammar *g, unsigned char c)
     const struct mmrt_json_node *a = node(g, f->node);
     if (f->count >= a->max)
         return false;
+    const uint16_t item = item_node(g, a, f->count);
     if (f->count < UINT16_MAX)
         f->count++;
-    return start_value(g, a->extra, c);
+    return start_value(g, item, c);
 }
 
 /* '"' where a key of the open object may start. */
@@ -506,7 +514,7 @@ static bool after_value(struct mmrt_json_grammar *g, unsigned char c)
     if (n->kind == MMRT_JSON_ARRAY) {
         if (c == ',' && f->count < n->max) {
             g->state = S_VALUE;
-            g->value = n->extra;
+            g->value = item_node(g, n, f->count);
             return true;
         }
         return c == ']' && f->count >= n->min && pop(g);

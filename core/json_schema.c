@@ -434,7 +434,7 @@ static const struct { const char *name; unsigned bit; } type_names[] = {
 static const char *const handled[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf",
+    "exclusiveMaximum", "multipleOf", "prefixItems", "additionalItems",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
 
@@ -447,7 +447,7 @@ static const char *const bounds[] = {
  * (a generated answer would break them). Anything else unknown is an annotation. */
 static const char *const refused[] = {
     "patternProperties", "minProperties", "maxProperties", "uniqueItems",
-    "contains", "minContains", "maxContains", "prefixItems", "additionalItems", "not", "if",
+    "contains", "minContains", "maxContains", "not", "if",
     "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
 };
@@ -728,33 +728,87 @@ static mmrt_status compile_object(struct compiler *c, const json_t *v, uint16_t 
 
 static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *out)
 {
-    const json_t *items = json_object_get(v, "items");
+    /* A tuple: prefixItems (JSON Schema 2020-12; Pydantic's tuple[...]) with items for the
+     * rest, or the older items as a list with additionalItems for the rest. */
+    const json_t *items = json_object_get(v, "items"), *prefix = json_object_get(v, "prefixItems");
+    const char *tuple_key = "prefixItems", *rest_key = "items";
     if (items && json_is_array(items)) {
-        const size_t old = push_path(c, "items");
-        mmrt_status st = fail(c, "'items' as a list (a tuple) is not supported: give one "
-                              "schema");
+        if (prefix) {
+            const size_t old = push_path(c, "items");
+            mmrt_status st = fail(c, "'items' as a list beside 'prefixItems': give the tuple "
+                                  "once");
+            pop_path(c, old);
+            return st;
+        }
+        prefix = items;
+        tuple_key = "items";
+        rest_key = "additionalItems";
+    }
+    if (prefix && !json_is_array(prefix)) {
+        const size_t old = push_path(c, tuple_key);
+        mmrt_status st = fail(c, "'%s' must be a list of schemas, not %s", tuple_key,
+                              mmrt_json_type_name(prefix));
+        pop_path(c, old);
+        return st;
+    }
+    const size_t n_prefix = prefix ? json_array_size(prefix) : 0;
+    if (n_prefix > MMRT_JSON_SCHEMA_MAX_COUNT) {
+        const size_t old = push_path(c, tuple_key);
+        mmrt_status st = fail_limit(c, "'%s' lists more than %u schemas", tuple_key,
+                                    MMRT_JSON_SCHEMA_MAX_COUNT);
         pop_path(c, old);
         return st;
     }
     uint32_t min, max;
     mmrt_status st = min_max(c, v, "minItems", "maxItems", &min, &max);
+    /* The tuple's nodes, gathered here: the subschemas add props of their own. */
+    struct mmrt_json_prop *mine = calloc(n_prefix + 1, sizeof *mine);
+    if (!mine)
+        return no_memory(c);
     uint16_t item = N_ANY;
     c->containers++;
+    for (size_t i = 0; i < n_prefix && st == MMRT_OK; i++) {
+        const json_t *x = json_array_get(prefix, i);
+        const size_t old = push_path(c, tuple_key);
+        push_index(c, i);
+        if (json_is_true(x))
+            mine[i].node = N_ANY;
+        else if (json_is_false(x))
+            mine[i].node = MMRT_JSON_NONE;
+        else
+            st = compile(c, x, &mine[i].node);
+        pop_path(c, old);
+        /* An item that may not be there at all ends the array before it. */
+        if (st == MMRT_OK && mine[i].node == MMRT_JSON_NONE && max > i)
+            max = (uint32_t)i;
+    }
     if (st == MMRT_OK)
-        st = compile_member(c, v, "items", &item);
+        st = compile_member(c, v, rest_key, &item);
     c->containers--;
-    if (st == MMRT_OK && item == MMRT_JSON_NONE)
-        max = 0; /* items false: only [] */
+    if (st == MMRT_OK && item == MMRT_JSON_NONE && max > n_prefix)
+        max = (uint32_t)n_prefix; /* no items past the tuple */
     if (st == MMRT_OK && min > max)
-        st = fail(c, "'minItems' %u but 'items' is false: no document satisfies it", min);
-    if (st == MMRT_OK)
+        st = fail(c, "'minItems' %u but no more than %u items are allowed: no document "
+                  "satisfies it", min, max);
+    const uint32_t first = c->s->n_props;
+    if (st == MMRT_OK && n_prefix &&
+        !grow((void **)&c->s->prop, &c->cap_props, first + (uint32_t)n_prefix,
+              sizeof *c->s->prop))
+        st = no_memory(c);
+    if (st == MMRT_OK) {
+        memcpy(c->s->prop + first, mine, n_prefix * sizeof *mine);
+        c->s->n_props += (uint32_t)n_prefix;
         st = new_node(c, MMRT_JSON_ARRAY, out);
+    }
     if (st == MMRT_OK) {
         struct mmrt_json_node *a = &c->s->node[*out];
         a->extra = item == MMRT_JSON_NONE ? N_ANY : item;
+        a->first = first;
+        a->n = (uint32_t)n_prefix;
         a->min = min;
         a->max = max;
     }
+    free(mine);
     return st;
 }
 
@@ -1155,7 +1209,7 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
             json_object_get(v, "additionalProperties"))
             *mask |= T_OBJECT;
         if (json_object_get(v, "items") || json_object_get(v, "minItems") ||
-            json_object_get(v, "maxItems"))
+            json_object_get(v, "maxItems") || json_object_get(v, "prefixItems"))
             *mask |= T_ARRAY;
         if (json_object_get(v, "minLength") || json_object_get(v, "maxLength") ||
             json_object_get(v, "pattern"))
@@ -1868,7 +1922,11 @@ static mmrt_status keep_finite(struct compiler *c)
             switch (x->kind) {
             case MMRT_JSON_STRING: case MMRT_JSON_NUMBER: case MMRT_JSON_INTEGER: f = true; break;
             case MMRT_JSON_LITERALS: f = x->n > 0; break;
-            case MMRT_JSON_ARRAY: f = x->min == 0 || fin[x->extra]; break;
+            case MMRT_JSON_ARRAY: /* its first minItems items are */
+                f = x->min <= x->n || fin[x->extra];
+                for (uint32_t j = 0; j < x->n && j < x->min && f; j++)
+                    f = fin[s->prop[x->first + j].node];
+                break;
             case MMRT_JSON_OBJECT:
                 f = true;
                 for (uint32_t j = 0; j < x->n && f; j++)
@@ -1903,8 +1961,16 @@ static mmrt_status keep_finite(struct compiler *c)
             for (int k = 0; k < MMRT_JSON_CLASSES; k++)
                 if (x->alt[k] != MMRT_JSON_NONE && !fin[x->alt[k]])
                     x->alt[k] = MMRT_JSON_NONE;
-        if (x->kind == MMRT_JSON_ARRAY && !fin[x->extra])
-            x->max = 0;
+        if (x->kind == MMRT_JSON_ARRAY) {
+            /* The array ends before an item with no finite document (an optional one, if
+             * the array is finite at all). */
+            for (uint32_t j = 0; j < x->n && j < x->max; j++)
+                if (s->prop[x->first + j].node == MMRT_JSON_NONE ||
+                    !fin[s->prop[x->first + j].node])
+                    x->max = j;
+            if (x->max > x->n && !fin[x->extra])
+                x->max = x->n;
+        }
         if (x->kind == MMRT_JSON_OBJECTS) {
             /* A key whose value has no finite document is never written; an alternative
              * that requires one can then never close, and no key leads into it. */

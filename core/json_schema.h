@@ -11,7 +11,7 @@
  * What is compiled is a recogniser for a subset of the documents the schema admits, chosen so
  * that a prefix can be checked byte by byte with a state of a few bytes per open container:
  *   - the keywords type (a name or a list), properties, required, additionalProperties,
- *     items (one schema), minItems, maxItems, minLength, maxLength, pattern (an ECMA-262
+ *     items, prefixItems (a tuple; or items as a list with additionalItems), minItems, maxItems, minLength, maxLength, pattern (an ECMA-262
  *     regular expression of the subset json_pattern.h compiles; not beside both minLength
  *     and maxLength), minimum, maximum, exclusiveMinimum and exclusiveMaximum (a
  *     number's within 2^53 when written as an integer), multipleOf of an integer (a
@@ -75,7 +75,8 @@ enum mmrt_json_class {
 
 enum mmrt_json_kind {
     MMRT_JSON_OBJECT,   /* props [first, first + n), key literals [lit, lit + n); extra */
-    MMRT_JSON_ARRAY,    /* items: extra; min, max items */
+    MMRT_JSON_ARRAY,    /* item i: props[first + i] for i < n (a tuple), then extra; min,
+                         * max items */
     MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one); n = 1: held
                          * to patterns[lit] */
     MMRT_JSON_NUMBER,   /* n = 1: written without exponent, its magnitude within ranges[lit]

@@ -116,8 +116,13 @@ static void check_table(const struct mmrt_json_schema *s, const char *what)
             }
             break;
         case MMRT_JSON_ARRAY:
-            if (nd->extra >= s->n_nodes)
-                fail_msg("%s: array node %u: items %u", what, i, nd->extra);
+            if (nd->extra >= s->n_nodes || (uint64_t)nd->first + nd->n > s->n_props)
+                fail_msg("%s: array node %u: items %u, tuple [%u, +%u)", what, i, nd->extra,
+                         nd->first, nd->n);
+            for (uint32_t k = 0; k < nd->n && k < nd->max; k++)
+                if (s->prop[nd->first + k].node >= s->n_nodes)
+                    fail_msg("%s: array node %u: tuple item %u may come but has no node", what,
+                             i, k);
             break;
         case MMRT_JSON_STRING:
             break;
@@ -287,8 +292,8 @@ static const struct refusal refusals[] = {
       MMRT_ERR_INVALID_ARG, "/anyOf/1", "not" },
     { "{'type':'object','properties':{'a':{'if':{'type':'string'},'then':{'minLength':1}}}}",
       MMRT_ERR_INVALID_ARG, "/properties/a", "if" },
-    { "{'type':'object','properties':{'t':{'type':'array','prefixItems':[{'type':'string'}]}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/t", "prefixItems" },
+    { "{'type':'object','properties':{'t':{'type':'array','contains':{'type':'string'}}}}",
+      MMRT_ERR_INVALID_ARG, "/properties/t", "contains" },
     { "{'type':'object','properties':{'o':{'type':'object','minProperties':1}}}",
       MMRT_ERR_INVALID_ARG, "/properties/o", "minProperties" },
     { "{'type':'object','additionalProperties':{'type':'object','patternProperties':{'^x':{}}}}",
@@ -407,9 +412,19 @@ static const struct refusal refusals[] = {
     { "{'type':'object','properties':{'o':{'type':'object','properties':{'a':{}},"
       "'required':'a'}}}",
       MMRT_ERR_INVALID_ARG, "/properties/o", "required" },
-    /* a list of items is a tuple in older drafts: holding it as one schema would be wrong */
-    { "{'type':'object','properties':{'t':{'type':'array','items':[{'type':'string'}]}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/t", "items" },
+    /* tuples: one list, of schemas; minItems within what they allow */
+    { "{'type':'object','properties':{'t':{'type':'array','items':[{'type':'string'}],"
+      "'prefixItems':[]}}}", MMRT_ERR_INVALID_ARG, "/properties/t/items", "prefixItems" },
+    { "{'type':'array','prefixItems':{'type':'string'}}", MMRT_ERR_INVALID_ARG, "/prefixItems",
+      "list" },
+    { "{'type':'array','prefixItems':[{'type':'string'},{'minimum':'x'}]}",
+      MMRT_ERR_INVALID_ARG, "/prefixItems/1/minimum", "must be a number" },
+    { "{'type':'array','prefixItems':[{'type':'string'}],'items':false,'minItems':2}",
+      MMRT_ERR_INVALID_ARG, "", "minItems" },
+    { "{'type':'array','items':[{'type':'string'},false],'minItems':2}",
+      MMRT_ERR_INVALID_ARG, "", "minItems" },
+    { "{'$defs':{'r':{'type':'array','prefixItems':[{'$ref':'#/$defs/r'}],'minItems':1}},"
+      "'$ref':'#/$defs/r'}", MMRT_ERR_INVALID_ARG, "", "finite" },
     { "{'type':'object','properties':[]}", MMRT_ERR_INVALID_ARG, "", "properties" },
     { "{'type':'array','items':{'enum':'a'}}", MMRT_ERR_INVALID_ARG, "/items", "enum" },
     { "{'type':'array','items':{'anyOf':[]}}", MMRT_ERR_INVALID_ARG, "/items", "anyOf" },
@@ -793,6 +808,27 @@ static const struct doc_case doc_cases[] = {
       DOCS("[1]", "[1,2,3]", "[ 1 , 2 ]", "[-0]"),
       DOCS("[]", "[1,2,3,4]", "[1.5]", "['1']", "[1,]", "[,1]", "[1 2]") },
     { "{'type':'array'}", DOCS("[]", "[1,'a',{'b':[null]}]", "[[[]]]"), DOCS("{}", "[1,]") },
+    /* tuples: prefixItems (Pydantic's tuple[...]) with items for the rest, or the older
+     * items as a list with additionalItems */
+    { "{'type':'array','prefixItems':[{'type':'number','minimum':0,'maximum':1},"
+      "{'type':'number','minimum':0,'maximum':1},{'type':'number','minimum':0,'maximum':1},"
+      "{'type':'number','minimum':0,'maximum':1}],'minItems':4,'maxItems':4}",
+      DOCS("[0.1,0.2,0.9,1]", "[0, 0, 1.0, 0.5]"),
+      DOCS("[0.1,0.2,0.9]", "[0.1,0.2,0.9,1,0]", "[0.1,0.2,1.5,1]", "[]") },
+    { "{'type':'array','prefixItems':[{'type':'number'},{'type':'string'}],'minItems':2,"
+      "'maxItems':2}", DOCS("[1,'a']", "[1.5, 'x']"), DOCS("[1]", "['a',1]", "[1,'a',2]") },
+    { "{'prefixItems':[{'const':'x'}],'items':{'type':'integer'}}",
+      DOCS("['x']", "['x',1,2]", "[]"), DOCS("[1]", "['x','y']", "['x',1,'z']") },
+    { "{'type':'array','prefixItems':[{'type':'integer'},{'type':'integer'}],'items':false}",
+      DOCS("[]", "[1]", "[1,2]"), DOCS("[1,2,3]", "['a']") },
+    { "{'type':'array','items':[{'type':'string'},{'type':'boolean'}],'additionalItems':false,"
+      "'minItems':2}", DOCS("['a',true]"), DOCS("['a']", "['a',true,1]", "[true,'a']") },
+    { "{'type':'array','items':[{'type':'null'}],'additionalItems':{'type':'string'}}",
+      DOCS("[null,'a','b']", "[null]", "[]"), DOCS("[null,null]", "['a']") },
+    /* an optional tuple item with no finite document: the array ends before it */
+    { "{'$defs':{'inf':{'type':'array','minItems':1,'items':{'$ref':'#/$defs/inf'}}},"
+      "'type':'array','prefixItems':[{'type':'integer'},{'$ref':'#/$defs/inf'}]}",
+      DOCS("[1]", "[]"), DOCS("[1,[]]", "[1,[[]]]", "[1,2]") },
     { "{'type':'array','maxItems':0}", DOCS("[]", "[ ]"), DOCS("[1]", "[[]]") },
     { "{'type':'array','items':{'type':'array','items':{'type':'object',"
       "'properties':{'id':{'type':'integer'}},'required':['id']}}}",
@@ -1839,12 +1875,20 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
                 return false;
     }
     if (json_is_array(v)) {
+        /* a tuple (prefixItems, or items as a list), then items (or additionalItems) */
         json_t *items = json_object_get(s, "items");
+        json_t *tuple = json_object_get(s, "prefixItems");
+        if (json_is_array(items)) {
+            tuple = items;
+            items = json_object_get(s, "additionalItems");
+        }
         size_t i;
         json_t *item;
-        json_array_foreach(v, i, item)
-            if (items != NULL && !conforms(items, root, item))
+        json_array_foreach(v, i, item) {
+            json_t *its = i < json_array_size(tuple) ? json_array_get(tuple, i) : items;
+            if (its != NULL && !conforms(its, root, item))
                 return false;
+        }
         if ((k = json_object_get(s, "minItems")) && json_array_size(v) <
                                                         (size_t)json_integer_value(k))
             return false;
@@ -2005,6 +2049,12 @@ static void test_random_documents(void **state)
         { "{'type':'array','items':{'type':'integer','multipleOf':3,'minimum':-20,"
           "'maximum':50},'maxItems':6}", false },
         { "{'type':'array','items':{'type':'integer','multipleOf':7},'maxItems':6}", false },
+        { "{'type':'array','prefixItems':[{'type':'number','exclusiveMinimum':0,"
+          "'maximum':1},{'enum':['a','b']},{'type':'array','prefixItems':[{'type':'integer'}],"
+          "'items':{'type':'boolean'},'maxItems':3}],'items':{'type':'null'},'maxItems':5}",
+          false },
+        { "{'type':'array','items':[{'type':'string','maxLength':2}],"
+          "'additionalItems':{'type':'integer','multipleOf':4},'maxItems':4}", false },
         { "{'type':'array','maxItems':3,'items':{'oneOf':[{'type':'object','properties':"
           "{'pet':{'const':'cat'},'meows':{'type':'integer','minimum':0,'maximum':9}},"
           "'required':['pet','meows']},{'type':'object','properties':{'pet':{'enum':['dog',"

@@ -341,6 +341,8 @@ def test_json_schema(s, images):
     # The openai client's structured outputs from a Pydantic model: its strict schema
     # (titles, $defs, anyOf with null, a Union of models, everything required), and the
     # answer it parses back.
+    Unit = typing.Annotated[float, pydantic.Field(ge=0, le=1)]
+
     class Part(pydantic.BaseModel):
         size: typing.Literal["S", "M", "L"]
 
@@ -365,6 +367,7 @@ def test_json_schema(s, images):
         confidence: typing.Annotated[float, pydantic.Field(ge=0, le=1)]
         weight: typing.Annotated[float, pydantic.Field(gt=0, lt=2.5)]
         angle: typing.Annotated[int, pydantic.Field(multiple_of=15, ge=0, lt=360)]
+        box: typing.Tuple[Unit, Unit, Unit, Unit]
 
     parsed = 0
     for k in range(3):
