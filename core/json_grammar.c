@@ -630,28 +630,16 @@ static const struct mmrt_json_pattern *pattern_of(const struct mmrt_json_grammar
  * from which a match is reached within maxLength and not short of minLength. */
 static bool pattern_may(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t hi)
 {
-    const struct mmrt_json_node *n = node(g, g->value);
-    if (g->pos >= n->max)
-        return false;
-    const uint32_t after = g->pos + 1;
-    const uint32_t budget = n->max == MMRT_JSON_UNBOUNDED ? MMRT_JSON_PATTERN_UNBOUNDED
-                                                          : n->max - after;
-    const uint32_t need = n->min > after ? n->min - after : 0;
-    return mmrt_json_pattern_any(pattern_of(g), (uint16_t)g->lo, lo, hi, budget, need);
+    return mmrt_json_pattern_any(pattern_of(g), (uint16_t)g->lo, lo, hi, g->pos + 1);
 }
 
 /* A whole character: pattern_may for one code point, in one look-up. */
 static bool pattern_char(struct mmrt_json_grammar *g, uint32_t cp)
 {
-    const struct mmrt_json_node *n = node(g, g->value);
-    if (g->pos >= n->max)
-        return false;
     const struct mmrt_json_pattern *p = pattern_of(g);
     const uint16_t t = mmrt_json_pattern_step(p, (uint16_t)g->lo, cp);
     const uint32_t after = g->pos + 1;
-    if (t == MMRT_JSON_PATTERN_DEAD ||
-        (n->max != MMRT_JSON_UNBOUNDED && p->shortest[t] > n->max - after) ||
-        (n->min > after && p->longest[t] < n->min - after))
+    if (t == MMRT_JSON_PATTERN_DEAD || !mmrt_json_pattern_fits(p, t, after))
         return false;
     g->lo = t;
     g->pos = after;

@@ -917,10 +917,115 @@ static bool analyse(struct parser *ps, struct mmrt_json_pattern *p)
 
 /* ---- the interface ---- */
 
+mmrt_status mmrt_json_pattern_lengths(struct mmrt_json_pattern *p, uint32_t min, uint32_t max,
+                                      struct mmrt_json_pattern_budget *budget,
+                                      struct mmrt_error *err)
+{
+    free(p->window);
+    p->window = NULL;
+    p->min_len = min;
+    p->max_len = max;
+    if (p->shortest[0] > max || (max == MMRT_JSON_PATTERN_UNBOUNDED && p->longest[0] < min))
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "no string the pattern matches has a "
+                              "length that '%s' allows",
+                              p->shortest[0] > max ? "maxLength" : "minLength");
+    /* Either bound alone, or one the pattern never reaches (every match from a state reached
+     * in k characters is at most longest[0] − k long, at least shortest[0] − k), is held
+     * exactly by shortest and longest. */
+    if (max == MMRT_JSON_PATTERN_UNBOUNDED || min <= p->shortest[0] ||
+        (p->longest[0] != MMRT_JSON_PATTERN_UNBOUNDED && p->longest[0] <= max))
+        return mmrt_json_pattern_fits(p, 0, 0)
+                   ? MMRT_OK
+                   : mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "no string the pattern matches "
+                                    "has a length that 'minLength' allows");
+    /* Both bind: reach[r][t] says a match is exactly r characters from t (r ≤ max), over
+     * each state's distinct successors. */
+    const uint32_t ns = p->n_states, cols = max + 1;
+    uint16_t *succ = malloc((size_t)ns * p->n_classes * sizeof *succ);
+    uint32_t *n_succ = calloc(ns, sizeof *n_succ), *seen = calloc(ns, sizeof *seen);
+    if (!succ || !n_succ || !seen) {
+        free(succ);
+        free(n_succ);
+        free(seen);
+        return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
+    }
+    uint64_t edges = 0;
+    for (uint32_t t = 0; t < ns; t++) {
+        uint16_t *mine = succ + (size_t)t * p->n_classes;
+        for (uint32_t c = 0; c < p->n_classes; c++) {
+            const uint16_t u = p->next[(size_t)t * p->n_classes + c];
+            if (u != MMRT_JSON_PATTERN_DEAD && seen[u] != t + 1) {
+                seen[u] = t + 1;
+                mine[n_succ[t]++] = u;
+            }
+        }
+        edges += n_succ[t];
+    }
+    free(seen);
+    mmrt_status st = MMRT_OK;
+    const uint64_t bits = (uint64_t)ns * cols, work = (edges + ns) * cols;
+    if (bits > budget->bits || work > budget->work)
+        st = mmrt_error_set(err, MMRT_ERR_LIMIT, "a pattern of %u states beside 'minLength' "
+                            "%u and 'maxLength' %u is past what mmrt tabulates (states × "
+                            "(maxLength + 1) up to %u in a schema): keep one bound, or put "
+                            "the length in the pattern", ns, min, max,
+                            MMRT_JSON_PATTERN_MAX_WINDOW);
+    if (st == MMRT_OK) {
+        budget->bits -= bits;
+        budget->work -= work;
+    }
+    uint8_t *reach = st == MMRT_OK ? malloc((size_t)ns * cols) : NULL;
+    uint32_t *ahead = st == MMRT_OK ? malloc((size_t)cols * sizeof *ahead) : NULL;
+    p->window = st == MMRT_OK ? calloc(((size_t)ns * cols + 7) / 8, 1) : NULL;
+    if (st == MMRT_OK && (!reach || !ahead || !p->window))
+        st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "out of memory");
+    if (st == MMRT_OK) {
+        for (uint32_t t = 0; t < ns; t++)
+            reach[t] = p->accept[t]; /* row r = 0 */
+        for (uint32_t r = 1; r < cols; r++)
+            for (uint32_t t = 0; t < ns; t++) {
+                uint8_t any = 0;
+                for (uint32_t j = 0; j < n_succ[t] && !any; j++)
+                    any = reach[(size_t)(r - 1) * ns + succ[(size_t)t * p->n_classes + j]];
+                reach[(size_t)r * ns + t] = any;
+            }
+        /* window(t, done): some r in [min − done, max − done] reaches; ahead[r] is the
+         * fewest r' ≥ r that does, for one state at a time. */
+        for (uint32_t t = 0; t < ns; t++) {
+            uint32_t nearest = UINT32_MAX;
+            for (uint32_t r = cols; r-- > 0;) {
+                if (reach[(size_t)r * ns + t])
+                    nearest = r;
+                ahead[r] = nearest;
+            }
+            for (uint32_t done = 0; done < cols; done++) {
+                const uint32_t need = min > done ? min - done : 0;
+                if (ahead[need] <= max - done) {
+                    const size_t bit = (size_t)t * cols + done;
+                    p->window[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+                }
+            }
+        }
+        if (!mmrt_json_pattern_fits(p, 0, 0))
+            st = mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "no string the pattern matches has "
+                                "a length between 'minLength' %u and 'maxLength' %u", min, max);
+    }
+    free(succ);
+    free(n_succ);
+    free(reach);
+    free(ahead);
+    if (st != MMRT_OK) {
+        free(p->window);
+        p->window = NULL;
+    }
+    return st;
+}
+
 void mmrt_json_pattern_free(struct mmrt_json_pattern *p)
 {
     if (!p)
         return;
+    free(p->window);
     free(p->start);
     free(p->next);
     free(p->accept);
@@ -952,6 +1057,7 @@ mmrt_status mmrt_json_pattern_compile(const char *pattern, size_t len,
                                       struct mmrt_json_pattern *out, struct mmrt_error *err)
 {
     memset(out, 0, sizeof *out);
+    out->max_len = MMRT_JSON_PATTERN_UNBOUNDED;
     if (len > MMRT_JSON_PATTERN_MAX_BYTES)
         return mmrt_error_set(err, MMRT_ERR_LIMIT, "pattern: longer than %u bytes",
                               MMRT_JSON_PATTERN_MAX_BYTES);
@@ -1020,7 +1126,7 @@ uint16_t mmrt_json_pattern_step(const struct mmrt_json_pattern *p, uint16_t s, u
 }
 
 int mmrt_json_pattern_any(const struct mmrt_json_pattern *p, uint16_t s, uint32_t lo,
-                          uint32_t hi, uint32_t budget, uint32_t need)
+                          uint32_t hi, uint32_t done)
 {
     if (s >= p->n_states || lo > hi || lo >= CP_END)
         return 0;
@@ -1028,7 +1134,7 @@ int mmrt_json_pattern_any(const struct mmrt_json_pattern *p, uint16_t s, uint32_
         hi = CP_END - 1;
     for (uint32_t c = class_of(p, lo); c < p->n_classes && p->start[c] <= hi; c++) {
         const uint16_t t = p->next[(size_t)s * p->n_classes + c];
-        if (t != MMRT_JSON_PATTERN_DEAD && p->shortest[t] <= budget && p->longest[t] >= need)
+        if (t != MMRT_JSON_PATTERN_DEAD && mmrt_json_pattern_fits(p, t, done))
             return 1;
     }
     return 0;

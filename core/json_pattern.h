@@ -28,6 +28,8 @@
 #define MMRT_JSON_PATTERN_MAX_REPEAT 256u   /* n and m of {n,m} */
 #define MMRT_JSON_PATTERN_DEAD UINT16_MAX   /* no state: the character is refused */
 #define MMRT_JSON_PATTERN_UNBOUNDED UINT32_MAX
+#define MMRT_JSON_PATTERN_MAX_WINDOW (1u << 22)      /* bits of a schema's windows */
+#define MMRT_JSON_PATTERN_MAX_WINDOW_WORK (1u << 26) /* steps to make them */
 
 struct mmrt_json_pattern {
     uint32_t n_classes;  /* class k is code points [start[k], start[k + 1]) */
@@ -38,7 +40,28 @@ struct mmrt_json_pattern {
     uint8_t *accept;     /* [n_states]: the text so far matches */
     uint32_t *shortest;  /* [n_states]: fewest characters to a match from here */
     uint32_t *longest;   /* [n_states]: most (MMRT_JSON_PATTERN_UNBOUNDED: no limit) */
+    /* The string's minLength and maxLength (0 and MMRT_JSON_PATTERN_UNBOUNDED: none); when
+     * both bind, window holds a bit per (state, characters read up to max_len): whether a
+     * match of an allowed length is still ahead. The lengths a pattern matches need not be
+     * an interval ((ab)* has only even ones), so shortest and longest cannot tell. */
+    uint32_t min_len, max_len;
+    uint8_t *window;
 };
+
+/* Whether from state t, with done characters read, a match of a length in [min_len,
+ * max_len] is still ahead. */
+static inline int mmrt_json_pattern_fits(const struct mmrt_json_pattern *p, uint16_t t,
+                                         uint32_t done)
+{
+    if (p->max_len != MMRT_JSON_PATTERN_UNBOUNDED &&
+        (done > p->max_len || p->shortest[t] > p->max_len - done))
+        return 0;
+    if (p->window) {
+        const size_t bit = (size_t)t * (p->max_len + 1) + done;
+        return p->window[bit >> 3] >> (bit & 7) & 1;
+    }
+    return done >= p->min_len || p->longest[t] >= p->min_len - done;
+}
 
 /* Compiles len bytes of pattern (UTF-8). MMRT_ERR_INVALID_ARG names what is wrong and its
  * byte offset; MMRT_ERR_LIMIT past a bound above. A pattern no string matches is refused.
@@ -46,15 +69,29 @@ struct mmrt_json_pattern {
 mmrt_status mmrt_json_pattern_compile(const char *pattern, size_t len,
                                       struct mmrt_json_pattern *out, struct mmrt_error *err);
 
+/* What the windows of one schema's patterns may still take, all together: bits, and steps
+ * to make them. Start it at MMRT_JSON_PATTERN_MAX_WINDOW and _WORK. */
+struct mmrt_json_pattern_budget {
+    uint64_t bits, work;
+};
+
+/* Holds strings of p to lengths [min, max] (code points; max MMRT_JSON_PATTERN_UNBOUNDED:
+ * none), building the window when both bind and taking it out of *budget.
+ * MMRT_ERR_INVALID_ARG when no string the pattern matches has such a length; MMRT_ERR_LIMIT
+ * when the window would pass the budget. */
+mmrt_status mmrt_json_pattern_lengths(struct mmrt_json_pattern *p, uint32_t min, uint32_t max,
+                                      struct mmrt_json_pattern_budget *budget,
+                                      struct mmrt_error *err);
+
 void mmrt_json_pattern_free(struct mmrt_json_pattern *p);
 
 /* The state after code point cp from state s, or MMRT_JSON_PATTERN_DEAD. */
 uint16_t mmrt_json_pattern_step(const struct mmrt_json_pattern *p, uint16_t s, uint32_t cp);
 
-/* Whether some code point of [lo, hi] leads from s to a state from which a match is at
- * most budget and at least need more characters away (for a \u escape read in part:
- * which code points its digits so far still allow). */
+/* Whether some code point of [lo, hi] leads from s to a state that fits with done
+ * characters read (for a \u escape read in part: which code points its digits so far still
+ * allow). */
 int mmrt_json_pattern_any(const struct mmrt_json_pattern *p, uint16_t s, uint32_t lo,
-                          uint32_t hi, uint32_t budget, uint32_t need);
+                          uint32_t hi, uint32_t done);
 
 #endif

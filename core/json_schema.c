@@ -48,6 +48,7 @@ struct compiler {
     const json_t *root;
     uint32_t containers;
     uint32_t refs;        /* $ref targets being made, one inside another */
+    struct mmrt_json_pattern_budget windows; /* what patterns' length windows may still take */
     char path[256];
     size_t path_len;
     struct mmrt_error *err;
@@ -796,7 +797,8 @@ static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *
               sizeof *c->s->prop))
         st = no_memory(c);
     if (st == MMRT_OK) {
-        memcpy(c->s->prop + first, mine, n_prefix * sizeof *mine);
+        if (n_prefix)
+            memcpy(c->s->prop + first, mine, n_prefix * sizeof *mine);
         c->s->n_props += (uint32_t)n_prefix;
         st = new_node(c, MMRT_JSON_ARRAY, out);
     }
@@ -1160,22 +1162,17 @@ static mmrt_status compile_string(struct compiler *c, const json_t *v, uint16_t 
         struct mmrt_error e = { 0 };
         if (!json_is_string(pat)) {
             st = fail(c, "'pattern' must be a string, not %s", mmrt_json_type_name(pat));
-        } else if (json_object_get(v, "minLength") && json_object_get(v, "maxLength")) {
-            /* The lengths a pattern allows need not be an interval ((ab)* has only even
-             * ones): with both bounds a string could be walked where none of them fits. */
-            st = fail(c, "'pattern' beside both 'minLength' and 'maxLength' is not supported: "
-                      "keep one, or put the length in the pattern");
         } else if ((st = mmrt_json_pattern_compile(json_string_value(pat),
                                                    json_string_length(pat), &compiled, &e)) !=
-                   MMRT_OK) {
+                       MMRT_OK ||
+                   (st = mmrt_json_pattern_lengths(
+                        &compiled, min,
+                        max == MMRT_JSON_UNBOUNDED ? MMRT_JSON_PATTERN_UNBOUNDED : max,
+                        &c->windows, &e)) != MMRT_OK) {
+            mmrt_json_pattern_free(&compiled);
             st = st == MMRT_ERR_NO_MEMORY ? no_memory(c)
                                           : (st == MMRT_ERR_LIMIT ? fail_limit : fail)(
                                                 c, "%s", e.msg);
-        } else if (compiled.shortest[0] > max || compiled.longest[0] < min) {
-            const bool too_long = compiled.shortest[0] > max;
-            mmrt_json_pattern_free(&compiled);
-            st = fail(c, "no string the pattern matches has a length that '%s' allows",
-                      too_long ? "maxLength" : "minLength");
         } else if (!grow((void **)&c->s->patterns, &c->cap_patterns, c->s->n_patterns + 1,
                          sizeof *c->s->patterns)) {
             mmrt_json_pattern_free(&compiled);
@@ -2062,7 +2059,9 @@ static void end(struct compiler *c)
 static mmrt_status build(const json_t *schema, struct mmrt_json_schema **out,
                          struct mmrt_error *err)
 {
-    struct compiler c = { .err = err, .root = schema };
+    struct compiler c = { .err = err, .root = schema,
+                          .windows = { MMRT_JSON_PATTERN_MAX_WINDOW,
+                                       MMRT_JSON_PATTERN_MAX_WINDOW_WORK } };
     c.s = calloc(1, sizeof *c.s);
     if (!c.s)
         return no_memory(&c);

@@ -11,12 +11,11 @@
  * What is compiled is a recogniser for a subset of the documents the schema admits, chosen so
  * that a prefix can be checked byte by byte with a state of a few bytes per open container:
  *   - the keywords type (a name or a list), properties, required, additionalProperties,
- *     items, prefixItems (a tuple; or items as a list with additionalItems), minItems, maxItems, minLength, maxLength, pattern (an ECMA-262
- *     regular expression of the subset json_pattern.h compiles; not beside both minLength
- *     and maxLength), minimum, maximum, exclusiveMinimum and exclusiveMaximum (a
+ *     items, prefixItems (a tuple; or items as a list with additionalItems), minItems,
+ *     maxItems, minLength, maxLength, pattern (an ECMA-262 regular expression of the subset
+ *     json_pattern.h compiles), minimum, maximum, exclusiveMinimum and exclusiveMaximum (a
  *     number's within 2^53 when written as an integer), multipleOf of an integer (a
- *     positive integer), enum, const, anyOf, oneOf,
- *     allOf of one schema, and $ref to a JSON pointer into the schema ("#",
+ *     positive integer), enum, const, anyOf, oneOf, allOf of one schema, and $ref to a JSON pointer into the schema ("#",
  *     "#/$defs/NAME", "#/definitions/NAME", any other "#/..."); a count past
  *     MMRT_JSON_SCHEMA_MAX_COUNT is refused as a minimum and held to it as a maximum;
  *     annotations (title, description, default, examples, format, $schema, $id, $comment,

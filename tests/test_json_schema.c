@@ -335,8 +335,10 @@ static const struct refusal refusals[] = {
     { "{'type':'string','pattern':'a{300}'}", MMRT_ERR_LIMIT, "/pattern", "256" },
     { "{'type':'string','pattern':'^(a{0,200}){0,200}$'}", MMRT_ERR_LIMIT, "/pattern", "large" },
     { "{'type':'string','pattern':3}", MMRT_ERR_INVALID_ARG, "/pattern", "string" },
-    { "{'type':'string','pattern':'^a$','minLength':1,'maxLength':3}", MMRT_ERR_INVALID_ARG,
-      "/pattern", "both" },
+    { "{'type':'string','pattern':'^(ab)*$','minLength':3,'maxLength':3}",
+      MMRT_ERR_INVALID_ARG, "/pattern", "between" },
+    { "{'type':'string','pattern':'^([a-z][0-9]){0,200}x*$','minLength':2,'maxLength':9000}",
+      MMRT_ERR_LIMIT, "/pattern", "tabulates" },
     { "{'type':'string','pattern':'^a{2}$','maxLength':1}", MMRT_ERR_INVALID_ARG, "/pattern",
       "maxLength" },
     { "{'type':'string','pattern':'^a$','minLength':2}", MMRT_ERR_INVALID_ARG, "/pattern",
@@ -1112,6 +1114,18 @@ static const struct pattern_case pattern_cases[] = {
     { "{'pattern':'^a*$','minLength':2}", { "'aa'", "'aaaaa'" }, { "'a'", "''", "'ab'" } },
     { "{'pattern':'^(ab)*$','minLength':3}", { "'abab'", "'ababab'" },
       { "'ab'", "'aba'", "''" } },
+    /* both lengths: the lengths a pattern matches need not be an interval */
+    { "{'pattern':'^(ab)*$','minLength':3,'maxLength':5}", { "'abab'" },
+      { "'ab'", "'ababab'", "'aba'", "''", "'ababa'" } },
+    { "{'pattern':'^a*$','minLength':1,'maxLength':3}", { "'a'", "'aaa'" },
+      { "''", "'aaaa'" } },
+    { "{'pattern':'^[a-z]+-[0-9]+$','minLength':4,'maxLength':6}",
+      { "'ab-12'", "'a-12'", "'abc-12'", "'a-1234'" },
+      { "'a-1'", "'abcd-12'", "'abcde-1'", "'abcdef'" } },
+    { "{'pattern':'x','minLength':3,'maxLength':4}", { "'axb'", "'xxx'", "'aaxa'", "'aaax'" },
+      { "'ab'", "'abcde'", "'aaaa'", "'x'" } },
+    { "{'pattern':'^(abc|de)+$','minLength':5,'maxLength':6}", { "'abcde'", "'dedede'",
+      "'deabc'", "'abcabc'" }, { "'dede'", "'abcdeabc'", "'dededede'" } },
     { "{'pattern':'^(?:red|gr(?<x>ee)n|blue)$'}", { "'red'", "'green'", "'blue'" },
       { "'re'", "'greenblue'", "'Red'" } },
     { "{'pattern':'^[^\\\\s]{1,3}\\\\.[\\\\w]+$'}", { "'a.b'", "'abc.x_1'" },
@@ -2030,6 +2044,10 @@ static void test_random_documents(void **state)
           "'maxItems':3}", false },
         { "{'type':'array','items':{'type':'string','pattern':'b[0-9]','maxLength':5},"
           "'maxItems':3}", false },
+        { "{'type':'array','items':{'type':'string','pattern':'^(ab|c)*d?$','minLength':3,"
+          "'maxLength':6},'maxItems':3}", false },
+        { "{'type':'array','items':{'type':'string','pattern':'[0-9]{2}','minLength':4,"
+          "'maxLength':5},'maxItems':3}", false },
         { "{'type':'array','items':{'type':'integer','minimum':-12,'exclusiveMaximum':307},"
           "'maxItems':6}", false },
         { "{'type':'object','properties':{'opt':{'type':['string','null']},"
