@@ -43,6 +43,9 @@ enum {
     /* The literal is a key's value in object alternatives, its candidates tagged with the
      * alternatives they belong to: only those of live ones are candidates. */
     F_TAGGED = 32,
+    /* The literal is an item of an array with uniqueItems: its frame's live marks the
+     * literals (by index in their node) that came, and only the others are candidates. */
+    F_UNIQUE = 64,
 };
 
 void mmrt_json_grammar_init(struct mmrt_json_grammar *g, const struct mmrt_json_schema *schema)
@@ -439,6 +442,9 @@ static bool start_value(struct mmrt_json_grammar *g, uint16_t id, unsigned char 
         g->state = S_LITERAL;
         if (n->extra == 1)
             g->flags = F_TAGGED;
+        else if (g->depth && node(g, top(g)->node)->kind == MMRT_JSON_ARRAY &&
+                 node(g, top(g)->node)->lit)
+            g->flags = F_UNIQUE; /* an item: values start as items of the array on top */
         g->lo = n->lit;
         g->hi = n->lit + n->n;
         return literal_step(g, c);
@@ -540,6 +546,26 @@ static bool end_value_then(struct mmrt_json_grammar *g, unsigned char c)
 /* Byte c of a literal: keeps the candidates whose byte at pos is c. When one is left and
  * read whole, the literal ends (a key then wants its ':'); when none is, a value read whole
  * ends and c is read after it. */
+/* Whether some literal of [a, b) has not come yet in the open array (F_UNIQUE). */
+static bool some_unused(const struct mmrt_json_grammar *g, uint32_t a, uint32_t b)
+{
+    const uint32_t base = node(g, g->value)->lit;
+    const uint16_t used = g->depth ? g->frame[g->depth - 1].live : 0;
+    for (uint32_t i = a; i < b; i++)
+        if (!(used >> (i - base) & 1))
+            return true;
+    return false;
+}
+
+/* Literal i is read whole, a value: what it says to its container. */
+static void literal_came(struct mmrt_json_grammar *g, uint32_t i)
+{
+    if (g->flags & F_TAGGED)
+        top(g)->live &= (uint16_t)g->schema->lit[i].prop;
+    if (g->flags & F_UNIQUE)
+        top(g)->live |= (uint16_t)(1u << (i - node(g, g->value)->lit));
+}
+
 static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
 {
     const struct mmrt_json_schema *s = g->schema;
@@ -566,12 +592,13 @@ static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
     }
 #undef AT
     if (a == e || ((g->flags & F_KEY) && !some_key_allowed(g, a, e)) ||
-        ((g->flags & F_TAGGED) && !some_tag_live(g, a, e))) {
+        ((g->flags & F_TAGGED) && !some_tag_live(g, a, e)) ||
+        ((g->flags & F_UNIQUE) && !some_unused(g, a, e))) {
         /* No candidate goes on with c: a value that one candidate is whole at ends here. */
         if (!(g->flags & F_KEY) && l[g->lo].len == pos &&
-            (!(g->flags & F_TAGGED) || (l[g->lo].prop & top(g)->live))) {
-            if (g->flags & F_TAGGED)
-                top(g)->live &= (uint16_t)l[g->lo].prop;
+            (!(g->flags & F_TAGGED) || (l[g->lo].prop & top(g)->live)) &&
+            (!(g->flags & F_UNIQUE) || some_unused(g, g->lo, g->lo + 1))) {
+            literal_came(g, g->lo);
             return end_value_then(g, c);
         }
         return false;
@@ -590,8 +617,7 @@ static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
             g->value = s->prop[o->first + l[a].prop].node;
             g->state = S_COLON;
         } else {
-            if (g->flags & F_TAGGED)
-                top(g)->live &= (uint16_t)l[a].prop;
+            literal_came(g, a);
             g->state = S_AFTER;
         }
     }

@@ -49,6 +49,8 @@ struct compiler {
     uint32_t containers;
     uint32_t refs;        /* $ref targets being made, one inside another */
     struct mmrt_json_pattern_budget windows; /* what patterns' length windows may still take */
+    char **uniques;       /* the place of each array with uniqueItems (its node's lit − 1) */
+    uint32_t n_uniques, cap_uniques;
     char path[256];
     size_t path_len;
     struct mmrt_error *err;
@@ -435,7 +437,7 @@ static const struct { const char *name; unsigned bit; } type_names[] = {
 static const char *const handled[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "prefixItems", "additionalItems",
+    "exclusiveMaximum", "multipleOf", "prefixItems", "additionalItems", "uniqueItems",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
 
@@ -447,7 +449,7 @@ static const char *const bounds[] = {
 /* Assertions JSON Schema has that mmrt cannot hold an answer to: refused, never ignored
  * (a generated answer would break them). Anything else unknown is an annotation. */
 static const char *const refused[] = {
-    "patternProperties", "minProperties", "maxProperties", "uniqueItems",
+    "patternProperties", "minProperties", "maxProperties",
     "contains", "minContains", "maxContains", "not", "if",
     "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
@@ -791,6 +793,27 @@ static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *
     if (st == MMRT_OK && min > max)
         st = fail(c, "'minItems' %u but no more than %u items are allowed: no document "
                   "satisfies it", min, max);
+    /* uniqueItems: checked once unions are linked (check_unique), where the items' node is
+     * known for what it is; its place is kept for the message. */
+    const json_t *unique = json_object_get(v, "uniqueItems");
+    uint32_t unique_id = 0;
+    if (st == MMRT_OK && unique) {
+        const size_t old = push_path(c, "uniqueItems");
+        if (!json_is_boolean(unique))
+            st = fail(c, "'uniqueItems' must be true or false, not %s",
+                      mmrt_json_type_name(unique));
+        else if (json_is_true(unique) && n_prefix)
+            st = fail(c, "'uniqueItems' beside a tuple is not supported");
+        else if (json_is_true(unique) &&
+                 !grow((void **)&c->uniques, &c->cap_uniques, c->n_uniques + 1,
+                       sizeof *c->uniques))
+            st = no_memory(c);
+        else if (json_is_true(unique) && !(c->uniques[c->n_uniques] = strdup(c->path)))
+            st = no_memory(c);
+        else if (json_is_true(unique))
+            unique_id = ++c->n_uniques;
+        pop_path(c, old);
+    }
     const uint32_t first = c->s->n_props;
     if (st == MMRT_OK && n_prefix &&
         !grow((void **)&c->s->prop, &c->cap_props, first + (uint32_t)n_prefix,
@@ -807,6 +830,7 @@ static mmrt_status compile_array(struct compiler *c, const json_t *v, uint16_t *
         a->extra = item == MMRT_JSON_NONE ? N_ANY : item;
         a->first = first;
         a->n = (uint32_t)n_prefix;
+        a->lit = unique_id;
         a->min = min;
         a->max = max;
     }
@@ -1206,7 +1230,8 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
             json_object_get(v, "additionalProperties"))
             *mask |= T_OBJECT;
         if (json_object_get(v, "items") || json_object_get(v, "minItems") ||
-            json_object_get(v, "maxItems") || json_object_get(v, "prefixItems"))
+            json_object_get(v, "maxItems") || json_object_get(v, "prefixItems") ||
+            json_object_get(v, "uniqueItems"))
             *mask |= T_ARRAY;
         if (json_object_get(v, "minLength") || json_object_get(v, "maxLength") ||
             json_object_get(v, "pattern"))
@@ -1766,6 +1791,34 @@ static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
     return st;
 }
 
+/* Arrays with uniqueItems (every node, $ref slots' copies included): their items must be the
+ * values of an enum, up to 16 with one text each, so that the open array's frame can mark
+ * which came; at most that many items. */
+static mmrt_status check_unique(struct compiler *c)
+{
+    struct mmrt_json_schema *s = c->s;
+    for (uint32_t i = 0; i < s->n_nodes; i++) {
+        struct mmrt_json_node *x = &s->node[i];
+        if (x->kind != MMRT_JSON_ARRAY || x->lit == 0)
+            continue;
+        const char *path = c->uniques[x->lit - 1];
+        const struct mmrt_json_node *it = &s->node[x->extra];
+        bool ok = it->kind == MMRT_JSON_LITERALS && it->extra != 1 && it->n <= 16;
+        for (uint32_t j = 0; ok && j < it->n; j++)
+            ok = canonical_literal(s, &s->lit[it->lit + j]);
+        if (!ok)
+            return failv_path(c, path, "'uniqueItems' is supported over the values of an enum "
+                              "only (up to 16 strings, integers, true, false or null): mmrt "
+                              "marks which came");
+        if (x->min > it->n)
+            return failv_path(c, path, "'minItems' %u but the items have %u distinct values: "
+                              "no document satisfies it", x->min, it->n);
+        if (x->max > it->n)
+            x->max = it->n;
+    }
+    return MMRT_OK;
+}
+
 /* Gives union u its table by first byte: alternatives that are unions give their tables,
  * literal alternatives merge into one node. A union left with one node becomes a copy of it;
  * one with the any-value node among its alternatives becomes any value. state: 0 not yet,
@@ -2050,6 +2103,9 @@ static void end(struct compiler *c)
 {
     for (uint32_t i = 0; i < c->n_unions; i++)
         free(c->unions[i].path);
+    for (uint32_t i = 0; i < c->n_uniques; i++)
+        free(c->uniques[i]);
+    free(c->uniques);
     free(c->unions);
     free(c->alts);
     free(c->memo);
@@ -2080,6 +2136,8 @@ static mmrt_status build(const json_t *schema, struct mmrt_json_schema **out,
         if (c.s->node[i].kind == MMRT_JSON_UNION && !is_any(&c.s->node[i]) && state[i] == 0)
             st = link_union(&c, (uint16_t)i, state);
     free(state);
+    if (st == MMRT_OK)
+        st = check_unique(&c);
     if (st == MMRT_OK)
         st = keep_finite(&c);
     end(&c);

@@ -20,8 +20,11 @@
  *     MMRT_JSON_SCHEMA_MAX_COUNT is refused as a minimum and held to it as a maximum;
  *     annotations (title, description, default, examples, format, $schema, $id, $comment,
  *     deprecated, readOnly, writeOnly, ...) are read past, as JSON Schema has them.
+ *   - uniqueItems holds over the values of an enum (up to 16 with one text each: strings,
+ *     integers, true, false, null); the open array's frame marks which came;
  *   - assertions mmrt cannot hold an answer to (multipleOf of a number that may have a
- *     fraction, uniqueItems, not, if, prefixItems, ...) are refused by name, never ignored;
+ *     fraction, uniqueItems over other items, not, if, contains, ...) are refused by name,
+ *     never ignored;
  *   - an object with listed properties is written with those keys only, in the schema's
  *     order, each once, every required one present: the keys JSON Schema allows beyond
  *     them are never generated. Without listed properties its keys are free, their values
@@ -75,7 +78,8 @@ enum mmrt_json_class {
 enum mmrt_json_kind {
     MMRT_JSON_OBJECT,   /* props [first, first + n), key literals [lit, lit + n); extra */
     MMRT_JSON_ARRAY,    /* item i: props[first + i] for i < n (a tuple), then extra; min,
-                         * max items */
+                         * max items; lit ≠ 0: uniqueItems (extra is then a LITERALS node
+                         * of at most 16, max at most their count) */
     MMRT_JSON_STRING,   /* min, max characters (code points; a \u pair is one); n = 1: held
                          * to patterns[lit] */
     MMRT_JSON_NUMBER,   /* n = 1: written without exponent, its magnitude within ranges[lit]

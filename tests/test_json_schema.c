@@ -287,7 +287,21 @@ static const struct refusal refusals[] = {
       "'items':{'$ref':'#/$defs/x'}}",
       MMRT_ERR_INVALID_ARG, "/$defs/x/multipleOf", "number" },
     { "{'type':'object','properties':{'list':{'type':'array','uniqueItems':true}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/list", "uniqueItems" },
+      MMRT_ERR_INVALID_ARG, "/properties/list/uniqueItems", "enum" },
+    { "{'type':'array','items':{'type':'string'},'uniqueItems':true}", MMRT_ERR_INVALID_ARG,
+      "/uniqueItems", "enum" },
+    { "{'type':'array','items':{'enum':[1.5,2]},'uniqueItems':true}", MMRT_ERR_INVALID_ARG,
+      "/uniqueItems", "enum" },
+    { "{'type':'array','items':{'enum':[[1],[2]]},'uniqueItems':true}", MMRT_ERR_INVALID_ARG,
+      "/uniqueItems", "enum" },
+    { "{'type':'array','items':{'enum':['a','b']},'uniqueItems':true,'minItems':3}",
+      MMRT_ERR_INVALID_ARG, "/uniqueItems", "minItems" },
+    { "{'type':'array','items':{'enum':['a']},'uniqueItems':1}", MMRT_ERR_INVALID_ARG,
+      "/uniqueItems", "true or false" },
+    { "{'type':'array','prefixItems':[{'const':1}],'uniqueItems':true}", MMRT_ERR_INVALID_ARG,
+      "/uniqueItems", "tuple" },
+    { "{'type':'array','items':{'enum':[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},"
+      "'uniqueItems':true}", MMRT_ERR_INVALID_ARG, "/uniqueItems", "16" },
     { "{'anyOf':[{'type':'string'},{'type':'integer','not':{'const':0}}]}",
       MMRT_ERR_INVALID_ARG, "/anyOf/1", "not" },
     { "{'type':'object','properties':{'a':{'if':{'type':'string'},'then':{'minLength':1}}}}",
@@ -810,6 +824,17 @@ static const struct doc_case doc_cases[] = {
       DOCS("[1]", "[1,2,3]", "[ 1 , 2 ]", "[-0]"),
       DOCS("[]", "[1,2,3,4]", "[1.5]", "['1']", "[1,]", "[,1]", "[1 2]") },
     { "{'type':'array'}", DOCS("[]", "[1,'a',{'b':[null]}]", "[[[]]]"), DOCS("{}", "[1,]") },
+    /* uniqueItems over an enum's values (Pydantic's set[Enum]): each at most once */
+    { "{'type':'array','items':{'enum':['red','green','blue',1,10,null]},'uniqueItems':true}",
+      DOCS("['red','green']", "[1,10]", "[10,1]", "[]", "[null,'blue',1,10,'green','red']"),
+      DOCS("['red','red']", "[1,1]", "[10,10]", "[null,null]",
+           "['red','green','blue',1,10,null,'red']") },
+    { "{'$defs':{'C':{'enum':['x','y'],'type':'string'}},'type':'object','properties':{'s':"
+      "{'type':'array','items':{'$ref':'#/$defs/C'},'uniqueItems':true},"
+      "'t':{'type':'array','items':{'$ref':'#/$defs/C'},'uniqueItems':false}}}",
+      DOCS("{'s':['x','y']}", "{'s':['y'],'t':['x','x']}"), DOCS("{'s':['x','x']}") },
+    { "{'type':'array','items':{'type':'boolean'},'uniqueItems':true,'maxItems':5}",
+      DOCS("[true,false]", "[false]"), DOCS("[true,true]", "[false,true,false]") },
     /* tuples: prefixItems (Pydantic's tuple[...]) with items for the rest, or the older
      * items as a list with additionalItems */
     { "{'type':'array','prefixItems':[{'type':'number','minimum':0,'maximum':1},"
@@ -1909,6 +1934,11 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
         if ((k = json_object_get(s, "maxItems")) && json_array_size(v) >
                                                         (size_t)json_integer_value(k))
             return false;
+        if (json_is_true(json_object_get(s, "uniqueItems")))
+            for (size_t a = 0; a < json_array_size(v); a++)
+                for (size_t b = a + 1; b < json_array_size(v); b++)
+                    if (json_equal(json_array_get(v, a), json_array_get(v, b)))
+                        return false;
     }
     if (json_is_string(v)) {
         const size_t n = code_points(json_string_value(v), json_string_length(v));
@@ -2073,6 +2103,9 @@ static void test_random_documents(void **state)
           false },
         { "{'type':'array','items':[{'type':'string','maxLength':2}],"
           "'additionalItems':{'type':'integer','multipleOf':4},'maxItems':4}", false },
+        { "{'type':'object','properties':{'colors':{'type':'array','items':{'enum':['red',"
+          "'re','green',1,10,100,true,null]},'uniqueItems':true},'flags':{'type':'array',"
+          "'items':{'type':'boolean'},'uniqueItems':true}},'required':['colors']}", false },
         { "{'type':'array','maxItems':3,'items':{'oneOf':[{'type':'object','properties':"
           "{'pet':{'const':'cat'},'meows':{'type':'integer','minimum':0,'maximum':9}},"
           "'required':['pet','meows']},{'type':'object','properties':{'pet':{'enum':['dog',"
