@@ -16,6 +16,7 @@ enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
 
 #define PREFIX_KEY SHA256_DIGEST_SIZE
 #define MAX_PREFIXES (1 << 16) /* most [engine] prefix_entries */
+#define MAX_WHOLE 16           /* most cached whole prompts (each keeps a row of logits) */
 
 struct mmrt_seq {
     struct mmrt_engine *e;
@@ -52,17 +53,26 @@ struct mmrt_seq {
     bool stopped;                /* a stop string was reached */
     bool graph;                  /* a decode step of this sequence ran as a graph */
     atomic_bool cancel;
-    /* Prefix keys (prefix_keys()): pkeys[k] names prompt positions [0, (k + 1) · chunk). */
+    /* Prefix keys (prefix_keys()): pkeys[k] names prompt positions [0, (k + 1) · chunk),
+     * whole_key the whole prompt. */
     uint8_t (*pkeys)[PREFIX_KEY];
     int64_t n_pkeys;
+    uint8_t whole_key[PREFIX_KEY];
+    bool has_whole_key;
+    /* The last prompt position's logits of a cached whole prompt this sequence took
+     * (whole_attach()): its first token comes from them, and nothing is prefilled. */
+    float *whole;
 };
 
-/* A cached prompt prefix: the pages holding the K/V of its positions [0, n_pages · page
- * tokens), pinned in the store (kv_cache.h) so they outlive the sequence that wrote them. */
+/* A cached prompt prefix: the pages holding the K/V of its positions [0, n_tokens), pinned
+ * in the store (kv_cache.h) so they outlive the sequence that wrote them. A chunk prefix
+ * ends on a page boundary; a whole prompt (logits set) may end inside its last page, whose
+ * later rows its sequence goes on writing, so a taker copies that page. */
 struct prefix {
     uint8_t key[PREFIX_KEY];
-    int64_t n_pages;
+    int64_t n_pages, n_tokens;
     int32_t *pages;
+    float *logits;               /* a whole prompt: its last position's logits [vocab] */
     uint64_t used;               /* LRU tick of the last insertion or hit */
 };
 
@@ -396,6 +406,8 @@ static void seq_free_parts(struct mmrt_seq *s)
 {
     free(s->pkeys);
     s->pkeys = NULL;
+    free(s->whole);
+    s->whole = NULL;
     mmrt_kv_cache_free(&s->kv);
     mmrt_tokenizer_stream_destroy(s->stream);
     s->stream = NULL;
@@ -759,53 +771,64 @@ static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_p
  * compared is exactly what the prefill would read, whichever path (vision cache or not,
  * traced or not) produced it. Hashing a LLaVA-1.5 image's 576 rows (9 MiB) costs a few
  * milliseconds; prefilling them costs seconds. */
+/* out = H(prev (NULL: the first chunk, which starts from the settings instead), prompt
+ * positions [a, a + len): their ids, positions and spliced rows; a whole prompt's key also
+ * hashes its length, so it never names a chunk prefix). */
+static void chunk_key(const struct mmrt_engine *e, const struct mmrt_seq *s, const uint8_t *prev,
+                      int64_t a, int64_t len, bool whole, uint8_t *out)
+{
+    const struct mmrt_prompt *p = &s->prompt;
+    const int64_t A = e->dec->n_axes > 0 ? e->dec->n_axes : 1, D = e->dec->hidden;
+    struct sha256_ctx h;
+    sha256_init(&h);
+    if (!prev) {
+        static const char tag[] = "mmrt prefix v1";
+        const int64_t head[3] = { e->o.prefill_chunk, e->dec->kv->page_tokens, A };
+        sha256_update(&h, sizeof tag, (const uint8_t *)tag);
+        sha256_update(&h, sizeof head, (const uint8_t *)head);
+    } else {
+        sha256_update(&h, PREFIX_KEY, prev);
+    }
+    const int64_t has_pos = p->pos != NULL;
+    sha256_update(&h, sizeof has_pos, (const uint8_t *)&has_pos);
+    sha256_update(&h, (size_t)len * sizeof *p->ids, (const uint8_t *)(p->ids + a));
+    if (p->pos)
+        sha256_update(&h, (size_t)(len * A) * sizeof *p->pos, (const uint8_t *)(p->pos + a * A));
+    for (int i = 0; i < p->n_splices; i++) {
+        const struct mmrt_prompt_splice *sp = &p->splices[i];
+        const int64_t lo = sp->row > a ? sp->row : a;
+        const int64_t hi = sp->row + sp->n_rows < a + len ? sp->row + sp->n_rows : a + len;
+        if (lo >= hi)
+            continue;
+        const int64_t where[2] = { lo, hi };
+        sha256_update(&h, sizeof where, (const uint8_t *)where);
+        sha256_update(&h, (size_t)((hi - lo) * D) * sizeof(float),
+                      (const uint8_t *)(s->vision.features + (sp->src_row + lo - sp->row) * D));
+    }
+    const int64_t end = -1; /* no splice record has a negative row */
+    sha256_update(&h, sizeof end, (const uint8_t *)&end);
+    if (whole) {
+        const int64_t n[2] = { -2, a + len };
+        sha256_update(&h, sizeof n, (const uint8_t *)n);
+    }
+    sha256_digest(&h, PREFIX_KEY, out);
+}
+
 static mmrt_status prefix_keys(const struct mmrt_engine *e, struct mmrt_seq *s,
                                struct mmrt_error *err)
 {
     const struct mmrt_prompt *p = &s->prompt;
     const int64_t c = e->o.prefill_chunk;
-    if (e->max_prefixes == 0 || p->n_ids < c)
+    if (e->max_prefixes == 0 || p->n_ids < 1)
         return MMRT_OK;
     const int64_t n = p->n_ids / c;
-    s->pkeys = malloc((size_t)n * sizeof *s->pkeys);
-    if (!s->pkeys)
+    if (n > 0 && !(s->pkeys = malloc((size_t)n * sizeof *s->pkeys)))
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
-    const int64_t A = e->dec->n_axes > 0 ? e->dec->n_axes : 1, D = e->dec->hidden;
-    struct sha256_ctx h;
-    for (int64_t k = 0; k < n; k++) {
-        const int64_t a = k * c;
-        sha256_init(&h);
-        if (k == 0) {
-            static const char tag[] = "mmrt prefix v1";
-            const int64_t head[3] = { c, e->dec->kv->page_tokens, A };
-            sha256_update(&h, sizeof tag, (const uint8_t *)tag);
-            sha256_update(&h, sizeof head, (const uint8_t *)head);
-        } else {
-            sha256_update(&h, PREFIX_KEY, s->pkeys[k - 1]);
-        }
-        const int64_t has_pos = p->pos != NULL;
-        sha256_update(&h, sizeof has_pos, (const uint8_t *)&has_pos);
-        sha256_update(&h, (size_t)c * sizeof *p->ids, (const uint8_t *)(p->ids + a));
-        if (p->pos)
-            sha256_update(&h, (size_t)(c * A) * sizeof *p->pos,
-                          (const uint8_t *)(p->pos + a * A));
-        for (int i = 0; i < p->n_splices; i++) {
-            const struct mmrt_prompt_splice *sp = &p->splices[i];
-            const int64_t lo = sp->row > a ? sp->row : a;
-            const int64_t hi = sp->row + sp->n_rows < a + c ? sp->row + sp->n_rows : a + c;
-            if (lo >= hi)
-                continue;
-            const int64_t where[2] = { lo, hi };
-            sha256_update(&h, sizeof where, (const uint8_t *)where);
-            sha256_update(&h, (size_t)((hi - lo) * D) * sizeof(float),
-                          (const uint8_t *)(s->vision.features +
-                                            (sp->src_row + lo - sp->row) * D));
-        }
-        const int64_t end = -1; /* no splice record has a negative row */
-        sha256_update(&h, sizeof end, (const uint8_t *)&end);
-        sha256_digest(&h, PREFIX_KEY, s->pkeys[k]);
-    }
+    for (int64_t k = 0; k < n; k++)
+        chunk_key(e, s, k ? s->pkeys[k - 1] : NULL, k * c, c, false, s->pkeys[k]);
     s->n_pkeys = n;
+    chunk_key(e, s, n ? s->pkeys[n - 1] : NULL, n * c, p->n_ids - n * c, true, s->whole_key);
+    s->has_whole_key = true;
     return MMRT_OK;
 }
 
@@ -824,6 +847,7 @@ static void prefix_drop(struct mmrt_engine *e, int i)
     for (int64_t j = x->n_pages; j-- > 0;)
         mmrt_kv_page_unpin(e->dec->kv, x->pages[j]);
     free(x->pages);
+    free(x->logits);
     e->prefixes[i] = e->prefixes[--e->n_prefixes];
 }
 
@@ -855,7 +879,7 @@ static void prefix_attach(struct mmrt_engine *e, struct mmrt_seq *s)
         if (b % P != 0)
             continue;
         struct prefix *x = prefix_find(e, s->pkeys[k - 1]);
-        if (!x || x->n_pages != b / P)
+        if (!x || x->logits || x->n_pages != b / P)
             continue;
         mmrt_kv_cache_share(&s->kv, x->pages, x->n_pages);
         x->used = ++e->prefix_tick;
@@ -887,12 +911,98 @@ static void prefix_insert(struct mmrt_engine *e, struct mmrt_seq *s)
     x = &e->prefixes[e->n_prefixes++];
     memcpy(x->key, key, PREFIX_KEY);
     x->n_pages = b / P;
+    x->n_tokens = b;
     x->pages = pages;
+    x->logits = NULL;
     for (int64_t j = 0; j < x->n_pages; j++) {
         pages[j] = s->kv.page_ids[j];
         mmrt_kv_page_pin(e->dec->kv, pages[j]);
     }
     x->used = ++e->prefix_tick;
+}
+
+/* When s's prompt is whole in its cache and row holds its last position's logits: the
+ * prompt is cached whole (the least recently used whole prompt goes past MAX_WHOLE), so
+ * the same prompt again (another of n choices, a regenerated answer) prefills nothing and
+ * gets these very logits and K/V, the bits its own prefill would give. */
+static void whole_insert(struct mmrt_engine *e, struct mmrt_seq *s, const float *row)
+{
+    struct mmrt_kv_pages *kv = e->dec->kv;
+    const int64_t n = s->prompt.n_ids, P = kv->page_tokens;
+    if (!s->has_whole_key || s->kv.n_past != n || !mmrt_kv_page_copyable(kv))
+        return;
+    struct prefix *x = prefix_find(e, s->whole_key);
+    if (x) {
+        x->used = ++e->prefix_tick;
+        return;
+    }
+    const int64_t n_pages = (n + P - 1) / P;
+    int32_t *pages = malloc((size_t)n_pages * sizeof *pages);
+    float *logits = malloc((size_t)e->dec->vocab * sizeof *logits);
+    if (!pages || !logits) {
+        free(pages);
+        free(logits);
+        return; /* not cached: only a later request's speed depends on it */
+    }
+    int whole = 0, lru = -1;
+    for (int i = 0; i < e->n_prefixes; i++)
+        if (e->prefixes[i].logits) {
+            whole++;
+            if (lru < 0 || e->prefixes[i].used < e->prefixes[lru].used)
+                lru = i;
+        }
+    if (whole >= MAX_WHOLE) {
+        prefix_drop(e, lru);
+        e->stats.prefix_evictions++;
+    }
+    if (e->n_prefixes == e->max_prefixes)
+        prefix_evict(e);
+    x = &e->prefixes[e->n_prefixes++];
+    memcpy(x->key, s->whole_key, PREFIX_KEY);
+    x->n_pages = n_pages;
+    x->n_tokens = n;
+    x->pages = pages;
+    for (int64_t j = 0; j < n_pages; j++) {
+        pages[j] = s->kv.page_ids[j];
+        mmrt_kv_page_pin(kv, pages[j]);
+    }
+    memcpy(logits, row, (size_t)e->dec->vocab * sizeof *logits);
+    x->logits = logits;
+    x->used = ++e->prefix_tick;
+}
+
+/* Before s's prefill: when its whole prompt is cached, s shares every full page, copies the
+ * last, partly filled one (its writer goes on writing that page past the prompt, and so will
+ * s), and keeps the logits for its first token. s holds no page yet. False, holding none,
+ * when the prompt is not cached or the copy cannot be made. */
+static bool whole_attach(struct mmrt_engine *e, struct mmrt_seq *s)
+{
+    struct mmrt_kv_pages *kv = e->dec->kv;
+    const int64_t n = s->prompt.n_ids, P = kv->page_tokens, full = n / P;
+    if (!s->has_whole_key || s->n_known != n)
+        return false;
+    struct prefix *x = prefix_find(e, s->whole_key);
+    if (!x || !x->logits || x->n_tokens != n || (n % P != 0 && kv->n_free < 1))
+        return false;
+    float *logits = malloc((size_t)e->dec->vocab * sizeof *logits);
+    if (!logits)
+        return false;
+    mmrt_kv_cache_share(&s->kv, x->pages, full);
+    struct mmrt_error err = { 0 };
+    if (n % P != 0 && (mmrt_kv_cache_reserve(&s->kv, n, &err) != MMRT_OK ||
+                       mmrt_kv_page_copy(kv, x->pages[full], s->kv.page_ids[full], &err) !=
+                           MMRT_OK)) {
+        mmrt_log(MMRT_LOG_DEBUG, "engine", "a cached prompt was not taken: %s", err.msg);
+        mmrt_kv_cache_drop(&s->kv);
+        free(logits);
+        return false;
+    }
+    s->kv.n_past = n;
+    memcpy(logits, x->logits, (size_t)e->dec->vocab * sizeof *logits);
+    s->whole = logits;
+    x->used = ++e->prefix_tick;
+    e->stats.prompt_hits++;
+    return true;
 }
 
 /* The request's stop strings (runtime.c checked count, lengths and UTF-8). */
@@ -1058,6 +1168,8 @@ static bool running(const struct mmrt_seq *s)
 static void preempt(struct mmrt_engine *e, struct mmrt_seq *s)
 {
     mmrt_kv_cache_drop(&s->kv);
+    free(s->whole);
+    s->whole = NULL;
     s->dropped = 0;
     s->state = SEQ_WAITING;
     s->admitted = 0;
@@ -1102,7 +1214,8 @@ static void admit(struct mmrt_engine *e)
     struct mmrt_seq *s;
     while (n < e->o.max_batch && (s = first_waiting(e)) != NULL) {
         const struct mmrt_kv_pages *p = e->dec->kv;
-        prefix_attach(e, s);
+        if (!whole_attach(e, s))
+            prefix_attach(e, s);
         /* Cached prefixes give their pages back before a request waits for them. */
         const int64_t need = mmrt_kv_cache_pages_needed(&s->kv, s->n_known);
         while (need > p->n_free && prefix_evict(e)) {
@@ -1251,6 +1364,15 @@ static void compress(struct mmrt_engine *e, struct mmrt_seq *s)
     }
 }
 
+/* s's prompt is in its cache and row holds its last position's logits. */
+static void prompt_done(struct mmrt_engine *e, struct mmrt_seq *s, const float *row)
+{
+    s->state = SEQ_DECODE;
+    if (s->n_known == s->prompt.n_ids && !atomic_load(&s->cancel))
+        take_token(e, s, row); /* a fresh prompt's first token */
+    /* else: resumed after preemption; its generated tokens replay as decode rows */
+}
+
 static void prefill_run(struct mmrt_engine *e, const struct part *parts, int n)
 {
     int64_t M = 0, O = 0;
@@ -1278,10 +1400,9 @@ static void prefill_run(struct mmrt_engine *e, const struct part *parts, int n)
         if (!parts[i].logits)
             continue;
         const float *row = e->logits + (int64_t)o++ * e->dec->vocab;
-        s->state = SEQ_DECODE;
-        if (s->n_known == s->prompt.n_ids && !atomic_load(&s->cancel))
-            take_token(e, s, row); /* a fresh prompt's first token */
-        /* else: resumed after preemption; its generated tokens replay as decode rows */
+        if (s->n_known == s->prompt.n_ids)
+            whole_insert(e, s, row);
+        prompt_done(e, s, row);
     }
     /* Compression last: finding pages for it may preempt any running sequence, one of these
      * parts too, whose bookkeeping above must be complete by then. */
@@ -1297,6 +1418,23 @@ static void prefill_step(struct mmrt_engine *e, int64_t budget)
 {
     struct mmrt_seq *seqs[MMRT_SMALL_M];
     int n = collect(e, SEQ_PREFILL, seqs);
+    /* Cached whole prompts first: their first token needs no forward. Compressing one may
+     * preempt others, so the rest are gathered again after. */
+    bool took = false;
+    for (int i = 0; i < n; i++) {
+        struct mmrt_seq *s = seqs[i];
+        if (!s->whole || s->state != SEQ_PREFILL)
+            continue;
+        float *row = s->whole;
+        s->whole = NULL;
+        prompt_done(e, s, row);
+        free(row);
+        if (s->state == SEQ_DECODE)
+            compress(e, s);
+        took = true;
+    }
+    if (took)
+        n = collect(e, SEQ_PREFILL, seqs);
     int n_big = 0;
     int64_t used = 0;
     struct part small[MMRT_SMALL_M];

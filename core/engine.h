@@ -88,6 +88,7 @@ struct mmrt_engine_stats {
     int waiting, running;               /* now: queued for admission, prefilling/decoding */
     uint64_t prefix_hits;               /* admissions that shared a cached prefix */
     uint64_t prefix_reused_tokens;      /* prompt positions those shared (not prefilled) */
+    uint64_t prompt_hits;               /* of those, whole prompts: nothing prefilled */
     uint64_t prefix_evictions;          /* cached prefixes dropped (LRU or for pages) */
     int prefix_entries;                 /* now: cached prefixes */
     int64_t prefix_pages;               /* now: pages the cached prefixes hold */

@@ -354,6 +354,51 @@ void mmrt_kv_cache_rows(const struct mmrt_kv_cache *c, int64_t first, int64_t n,
     }
 }
 
+/* Bytes of one page of one layer's K (or V) store. */
+static uint64_t page_bytes(const struct mmrt_kv_pages *p)
+{
+    return (uint64_t)(p->page_tokens * p->n_kv_heads * p->head_dim) *
+           mmrt_dtype_size(p->k[0].t.dtype);
+}
+
+bool mmrt_kv_page_copyable(const struct mmrt_kv_pages *p)
+{
+    return p->n_layers > 0 && page_bytes(p) % 4 == 0;
+}
+
+/* Words [id · n, (id + 1) · n) of t's storage as an I32 view. */
+static struct mmrt_tensor page_words(const struct mmrt_tensor *t, int32_t id, uint64_t n)
+{
+    struct mmrt_tensor w;
+    mmrt_tensor_init(&w, t->buffer, t->offset + (uint64_t)id * n * 4, MMRT_DTYPE_I32, 1,
+                     (const int64_t[]){ (int64_t)n });
+    return w;
+}
+
+mmrt_status mmrt_kv_page_copy(struct mmrt_kv_pages *p, int32_t src, int32_t dst,
+                              struct mmrt_error *err)
+{
+    if (!mmrt_kv_page_copyable(p))
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "KV page copy: a page's %llu bytes "
+                              "are not whole words", (unsigned long long)page_bytes(p));
+    const uint64_t words = page_bytes(p) / 4;
+    const uint64_t scales = (uint64_t)(p->page_tokens * p->n_kv_heads); /* F32 each */
+    mmrt_status st = MMRT_OK;
+    for (int64_t l = 0; st == MMRT_OK && l < p->n_layers; l++)
+        for (int values = 0; st == MMRT_OK && values < 2; values++) {
+            const struct mmrt_tensor *t = values ? &p->v[l].t : &p->k[l].t;
+            struct mmrt_tensor a = page_words(t, src, words), b = page_words(t, dst, words);
+            st = mmrt_op_copy(p->dev, &a, &b, err);
+            const struct mmrt_tensor *sc = mmrt_kv_pages_scales(p, l, values);
+            if (st == MMRT_OK && sc) {
+                a = page_words(sc, src, scales);
+                b = page_words(sc, dst, scales);
+                st = mmrt_op_copy(p->dev, &a, &b, err);
+            }
+        }
+    return st;
+}
+
 struct mmrt_tensor mmrt_kv_pages_rows_view(const struct mmrt_kv_pages *p, int64_t layer,
                                            bool values)
 {

@@ -123,6 +123,13 @@ void mmrt_kv_cache_share(struct mmrt_kv_cache *c, const int32_t *ids, int64_t n)
 void mmrt_kv_page_pin(struct mmrt_kv_pages *p, int32_t id);
 void mmrt_kv_page_unpin(struct mmrt_kv_pages *p, int32_t id);
 
+/* Copies page src's contents over page dst, as bytes: K and V of every layer and an I8
+ * store's row scales. MMRT_ERR_UNSUPPORTED when a page's bytes are not whole 4-byte words
+ * (mmrt_kv_page_copyable: the copy moves words, exact for every dtype). */
+bool mmrt_kv_page_copyable(const struct mmrt_kv_pages *p);
+mmrt_status mmrt_kv_page_copy(struct mmrt_kv_pages *p, int32_t src, int32_t dst,
+                              struct mmrt_error *err);
+
 /* Makes pages [from, to) of c's table the sequence's own, for rewriting them in place
  * (image-token KV compression): each page another sequence or a cached prefix also holds is
  * replaced in the table by a free page. old[j − from] gets the id the table had, and c keeps

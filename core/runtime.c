@@ -2072,6 +2072,7 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->preemptions = es.preemptions;
     n->prefix_cache_hits = es.prefix_hits;
     n->prefix_cache_reused_tokens = es.prefix_reused_tokens;
+    n->prefix_cache_prompt_hits = es.prompt_hits;
     n->vision_batches = rt->vision_batches;
     n->vision_batch_requests = rt->vision_batch_jobs;
     n->image_kv_compressions = es.image_kv_compressions;

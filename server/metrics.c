@@ -214,6 +214,9 @@ char *mmrt_metrics_render(struct mmrt_metrics *m, struct mmrt_runtime *rt, int r
         one(&t, "mmrt_prefix_cache_reused_tokens_total", "counter",
             "Prompt tokens shared from cached prefixes, not prefilled.",
             (double)st.prefix_cache_reused_tokens);
+        one(&t, "mmrt_prefix_cache_prompt_hits_total", "counter",
+            "Requests whose whole prompt was cached: nothing prefilled.",
+            (double)st.prefix_cache_prompt_hits);
         one(&t, "mmrt_vision_batches_total", "counter",
             "Vision stages the worker ran (each for up to [scheduler] vision_batch requests).",
             (double)st.vision_batches);

@@ -496,8 +496,9 @@ def test_choices(s, images):
 
 
 def test_choices_share_prompt(args, images):
-    """The choices after the first start once it has its first token, and take its prompt's
-    K/V from the prefix store (chunks of 16 here, so the tiny model's prompt has some)."""
+    """The choices after the first start once it has its first token, and take its whole
+    prompt from the prefix store: every full page's K/V shared, the last page copied, the
+    first logits kept, so nothing is prefilled again."""
     s = Server(args, "choices", scheduler="prefill_chunk = 16\n")
     try:
         c = s.client()
@@ -508,11 +509,14 @@ def test_choices_share_prompt(args, images):
         hits = m1["mmrt_prefix_cache_hits_total"] - m0.get("mmrt_prefix_cache_hits_total", 0)
         reused = (m1["mmrt_prefix_cache_reused_tokens_total"] -
                   m0.get("mmrt_prefix_cache_reused_tokens_total", 0))
-        assert hits == 2 and reused >= 2 * 16, (hits, reused)
+        whole = (m1["mmrt_prefix_cache_prompt_hits_total"] -
+                 m0.get("mmrt_prefix_cache_prompt_hits_total", 0))
+        n_prompt = r.usage.prompt_tokens
+        assert hits == 2 and whole == 2 and reused == 2 * n_prompt, (hits, whole, reused)
         # the same tokens as one request alone (the prefix store never changes bits)
         one = ask(c, msgs).choices[0].message.content
         assert all(ch.message.content == one for ch in r.choices), (r, one)
-        return f"{int(hits)} prefixes shared, {int(reused)} tokens not prefilled again"
+        return f"{int(whole)} whole prompts taken, {int(reused)} tokens not prefilled again"
     finally:
         s.stop()
 

@@ -702,6 +702,10 @@ struct mmrt_runtime_stats {
     /* Image-token KV compression (mmrt_config.image_kv_keep): sequences compressed, and
      * the image positions whose K/V they gave up (per sequence, the same in every layer). */
     uint64_t image_kv_compressions, image_kv_dropped_tokens;
+    /* Of prefix_cache_hits, the requests whose whole prompt was cached (the same prompt
+     * again: another of n choices, a regenerated answer): nothing prefilled, the first token
+     * from the kept logits. */
+    uint64_t prefix_cache_prompt_hits;
 };
 
 MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);
