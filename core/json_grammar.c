@@ -341,6 +341,20 @@ static uint16_t alts_may(const struct mmrt_json_grammar *g, const struct mmrt_js
     return m;
 }
 
+/* The value node of key j of object o, live its alternatives once j is read: the key's own,
+ * or, where object alternatives give it different schemas, the live ones' (which agree). */
+static uint16_t key_value(const struct mmrt_json_grammar *g, const struct mmrt_json_node *o,
+                          uint16_t live, uint32_t j)
+{
+    const struct mmrt_json_prop *p = &g->schema->prop[o->first + j];
+    if (o->kind != MMRT_JSON_OBJECTS || p->required != MMRT_JSON_PER_ALTERNATIVE)
+        return p->node;
+    for (uint32_t a = 0; a < o->extra; a++)
+        if ((live >> a & 1) && alt_prop(g, o, a, j)->node != MMRT_JSON_NONE)
+            return alt_prop(g, o, a, j)->node;
+    return p->node; /* not reached: j is read only when some live alternative has it */
+}
+
 static bool some_key_allowed(const struct mmrt_json_grammar *g, uint32_t lo, uint32_t hi)
 {
     const struct mmrt_json_frame *f = &g->frame[g->depth - 1];
@@ -614,7 +628,7 @@ static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
             if (o->kind == MMRT_JSON_OBJECTS)
                 f->live = alts_may(g, o, f->live, f->count, l[a].prop);
             f->count = (uint16_t)(l[a].prop + 1);
-            g->value = s->prop[o->first + l[a].prop].node;
+            g->value = key_value(g, o, f->live, l[a].prop);
             g->state = S_COLON;
         } else {
             literal_came(g, a);

@@ -1639,6 +1639,46 @@ static bool discriminated(const struct mmrt_json_schema *s, uint32_t first, uint
     return false;
 }
 
+/* Whether two literal nodes share no literal text. */
+static bool disjoint_literals(const struct mmrt_json_schema *s, const struct mmrt_json_node *x,
+                              const struct mmrt_json_node *y)
+{
+    for (uint32_t i = 0; i < x->n; i++)
+        for (uint32_t j = 0; j < y->n; j++)
+            if (cmp_literal(s, &s->lit[x->lit + i], &s->lit[y->lit + j]) == 0)
+                return false;
+    return true;
+}
+
+/* Whether the object alternatives (k of them, laid out from first with g keys) that give key
+ * r value schemas that differ are told apart before it: by a key d earlier in the order that
+ * each of them requires, whose literal values no two of them that differ at r share. Once
+ * d's value is read, the live alternatives then agree on r's schema. */
+static bool told_apart_before(const struct mmrt_json_schema *s, uint32_t first, uint32_t g,
+                              uint32_t k, uint32_t r)
+{
+#define ROW(a, j) (&s->prop[first + g + (a) * g + (j)])
+    for (uint32_t d = 0; d < r; d++) {
+        bool ok = true;
+        for (uint32_t a = 0; a < k && ok; a++)
+            for (uint32_t b = a + 1; b < k && ok; b++) {
+                const uint16_t xa = ROW(a, r)->node, xb = ROW(b, r)->node;
+                if (xa == MMRT_JSON_NONE || xb == MMRT_JSON_NONE || same_value(s, xa, xb))
+                    continue;
+                const struct mmrt_json_prop *da = ROW(a, d), *db = ROW(b, d);
+                ok = da->required && db->required && da->node != MMRT_JSON_NONE &&
+                     db->node != MMRT_JSON_NONE &&
+                     s->node[da->node].kind == MMRT_JSON_LITERALS &&
+                     s->node[db->node].kind == MMRT_JSON_LITERALS &&
+                     disjoint_literals(s, &s->node[da->node], &s->node[db->node]);
+            }
+        if (ok)
+            return true;
+    }
+#undef ROW
+    return false;
+}
+
 /* Object alternatives objs[0, k) of a union as one MMRT_JSON_OBJECTS node (json_schema.h):
  * their keys put in one order that keeps each alternative's (Kahn's algorithm over "comes
  * before" in some alternative, ties by first appearance), each key's value node shared or
@@ -1742,13 +1782,19 @@ static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
             s->prop[first + r].node = one;
             continue;
         }
+        if (!literals && told_apart_before(s, first, g, k, r)) {
+            s->prop[first + r].node = one;
+            s->prop[first + r].required = MMRT_JSON_PER_ALTERNATIVE;
+            continue;
+        }
         if (!literals) {
             char key[64], q[64];
             const struct mmrt_json_literal *kl = &s->lit[keys[order[r]]];
             snprintf(key, sizeof key, "%.*s", (int)(kl->len < 60 ? kl->len : 60),
                      s->text + kl->off);
             st = failv_path(c, u->path, "object alternatives give key %s different values "
-                            "that are not literals: mmrt tells them apart by literal values",
+                            "that are not literals, and no key before it tells those "
+                            "alternatives apart: mmrt tells them apart by literal values",
                             quote(q, sizeof q, key));
             break;
         }
@@ -2026,7 +2072,8 @@ static mmrt_status keep_finite(struct compiler *c)
              * that requires one can then never close, and no key leads into it. */
             for (uint32_t j = 0; j < x->n * (1u + x->extra); j++) {
                 struct mmrt_json_prop *q = &s->prop[x->first + j];
-                if (q->node != MMRT_JSON_NONE && !fin[q->node])
+                if (q->node != MMRT_JSON_NONE && !fin[q->node] &&
+                    !(j < x->n && q->required == MMRT_JSON_PER_ALTERNATIVE))
                     q->node = MMRT_JSON_NONE;
             }
             for (uint32_t a = 0; a < x->extra; a++) {
@@ -2037,6 +2084,16 @@ static mmrt_status keep_finite(struct compiler *c)
                 }
                 for (uint32_t j = 0; dead && j < x->n; j++)
                     s->prop[x->first + x->n * (1 + a) + j].node = MMRT_JSON_NONE;
+            }
+            /* A key read under the live alternative's schema stays while one of theirs is
+             * finite (its shared entry only says whether the key may come at all). */
+            for (uint32_t j = 0; j < x->n; j++) {
+                struct mmrt_json_prop *q = &s->prop[x->first + j];
+                if (q->required != MMRT_JSON_PER_ALTERNATIVE)
+                    continue;
+                q->node = MMRT_JSON_NONE;
+                for (uint32_t a = 0; a < x->extra && q->node == MMRT_JSON_NONE; a++)
+                    q->node = s->prop[x->first + x->n * (1 + a) + j].node;
             }
         }
         if (x->kind == MMRT_JSON_OBJECT) {

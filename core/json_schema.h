@@ -42,7 +42,9 @@
  *     anyOf, and objects with listed keys (up to 16, Pydantic's Union of models) merge into
  *     one that follows them all, told apart by which keys come and the literal values of
  *     shared ones (a discriminator): their keys must keep one order among them all, and a
- *     shared key must have the same value schema in each or literal values; under oneOf
+ *     shared key must have the same value schema in each, or literal values, or schemas
+ *     told apart before it (a key earlier in the order that every alternative giving it a
+ *     different schema requires, with literal values none of those share); under oneOf
  *     one key every alternative requires must take literal values no two share (strings,
  *     integers, true, false, null), so that only one can match. Two alternatives both
  *     starting, say, an array are refused.
@@ -116,6 +118,11 @@ struct mmrt_json_prop {
     uint16_t node;
     uint8_t required;
 };
+
+/* In object alternatives (MMRT_JSON_OBJECTS), a key's shared entry whose alternatives give it
+ * different value schemas has this in required: the value is read under the live
+ * alternatives' node (json_schema.c makes sure they agree once the key can come). */
+#define MMRT_JSON_PER_ALTERNATIVE 2
 
 /* Bytes text[off, off + len) of a literal: a value of an enum, or a listed key with its
  * quotes. A node's literals are sorted by their bytes (a literal before those it is a

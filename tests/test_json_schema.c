@@ -333,9 +333,15 @@ static const struct refusal refusals[] = {
     { "{'oneOf':[{'properties':{'x':{'const':{'a':1,'b':2}}},'required':['x']},"
       "{'properties':{'x':{'const':{'b':2,'a':1}}},'required':['x']}]}",
       MMRT_ERR_INVALID_ARG, "/oneOf", "discriminator" },
-    { "{'oneOf':[{'properties':{'x':{'const':'a'},'y':{'type':'string'}},'required':['x']},"
+    { "{'anyOf':[{'properties':{'y':{'type':'string'},'x':{'const':'a'}},'required':['x']},"
+      "{'properties':{'y':{'type':'integer'},'x':{'const':'b'}},'required':['x']}]}",
+      MMRT_ERR_INVALID_ARG, "/anyOf", "before it" },
+    { "{'anyOf':[{'properties':{'x':{'const':'a'},'y':{'type':'string'}}},"
       "{'properties':{'x':{'const':'b'},'y':{'type':'integer'}},'required':['x']}]}",
-      MMRT_ERR_INVALID_ARG, "/oneOf", "literals" },
+      MMRT_ERR_INVALID_ARG, "/anyOf", "before it" },
+    { "{'anyOf':[{'properties':{'x':{'enum':['a','b']},'y':{'type':'string'}},'required':['x']},"
+      "{'properties':{'x':{'enum':['b','c']},'y':{'type':'integer'}},'required':['x']}]}",
+      MMRT_ERR_INVALID_ARG, "/anyOf", "before it" },
     /* patterns: what json_pattern.h refuses, by the byte; lengths they cannot meet */
     { "{'type':'string','pattern':'(a'}", MMRT_ERR_INVALID_ARG, "/pattern", "without" },
     { "{'type':'string','pattern':'a\\\\1'}", MMRT_ERR_INVALID_ARG, "/pattern",
@@ -1207,6 +1213,21 @@ static const struct pattern_case object_union_cases[] = {
       "'anyOf':[{'$ref':'#/$defs/A'},{'$ref':'#/$defs/B'}]}",
       { "{'t':1}", "{'t':1,'v':{'t':10,'w':''}}", "{'t':10,'w':'x'}" },
       { "{'t':10}", "{'t':1,'w':'x'}", "{'t':100,'w':'x'}" } },
+    /* a shared key with a schema of its own in each alternative, read under the live one's
+     * once an earlier required key's literals told them apart */
+    { "{'anyOf':[{'properties':{'kind':{'const':'point'},'value':{'type':'array','items':"
+      "{'type':'number'},'maxItems':2}},'required':['kind','value']},{'properties':{'kind':"
+      "{'const':'label'},'value':{'type':'string','maxLength':3}},'required':['kind','value']},"
+      "{'properties':{'kind':{'const':'box'},'value':{'type':'array','items':{'type':'number'},"
+      "'maxItems':2}},'required':['kind']}]}",
+      { "{'kind':'point','value':[1,2]}", "{'kind':'label','value':'abc'}",
+        "{'kind':'box','value':[3]}", "{'kind':'box'}" },
+      { "{'kind':'point','value':'x'}", "{'kind':'label','value':[1]}", "{'value':'x'}",
+        "{'kind':'label','value':'abcd'}", "{'kind':'point'}" } },
+    { "{'oneOf':[{'properties':{'t':{'enum':['a','b']},'v':{'type':'integer'}},'required':['t',"
+      "'v']},{'properties':{'t':{'const':'c'},'v':{'type':'boolean'}},'required':['t','v']}]}",
+      { "{'t':'a','v':3}", "{'t':'b','v':-1}", "{'t':'c','v':true}" },
+      { "{'t':'a','v':true}", "{'t':'c','v':1}" } },
     /* under oneOf, with a discriminator (Pydantic's Field(discriminator=...)): a key every
      * alternative requires, literal values no two share */
     { "{'$defs':{'Cat':{'properties':{'pet':{'const':'cat','type':'string'},"
@@ -2106,6 +2127,11 @@ static void test_random_documents(void **state)
         { "{'type':'object','properties':{'colors':{'type':'array','items':{'enum':['red',"
           "'re','green',1,10,100,true,null]},'uniqueItems':true},'flags':{'type':'array',"
           "'items':{'type':'boolean'},'uniqueItems':true}},'required':['colors']}", false },
+        { "{'type':'array','maxItems':4,'items':{'anyOf':[{'properties':{'kind':{'const':"
+          "'point'},'value':{'type':'array','items':{'type':'integer','minimum':0,'maximum':"
+          "99},'maxItems':2}},'required':['kind','value']},{'properties':{'kind':{'enum':["
+          "'label','tag']},'value':{'type':'string','maxLength':3}},'required':['kind']}]}}",
+          false },
         { "{'type':'array','maxItems':3,'items':{'oneOf':[{'type':'object','properties':"
           "{'pet':{'const':'cat'},'meows':{'type':'integer','minimum':0,'maximum':9}},"
           "'required':['pet','meows']},{'type':'object','properties':{'pet':{'enum':['dog',"
