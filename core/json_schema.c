@@ -1731,15 +1731,15 @@ static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
         uint32_t j = 0;
         while (j < g && indeg[j] != 0)
             j++;
-        if (j == g) {
-            st = failv_path(c, u->path, "object alternatives list their shared keys in "
-                            "different orders: mmrt writes keys in one order");
-            break;
+        /* Alternatives that order shared keys differently leave no order keeping them all:
+         * the first key not yet placed goes next (a document's key order is no part of its
+         * validity; the schema's is only what answers look like where it can be kept). */
+        for (j = j < g ? j : 0; indeg[j] == UINT32_MAX; j++) {
         }
         indeg[j] = UINT32_MAX; /* placed */
         order[placed++] = j;
         for (uint32_t y = 0; y < g; y++)
-            if (edge[(size_t)j * total + y])
+            if (edge[(size_t)j * total + y] && indeg[y] != UINT32_MAX)
                 indeg[y]--;
     }
     /* rank[key]: its place in the order. */

@@ -41,8 +41,8 @@
  *     literals merge into one alternative, "integer" beside "number" gives way to it under
  *     anyOf, and objects with listed keys (up to 16, Pydantic's Union of models) merge into
  *     one that follows them all, told apart by which keys come and the literal values of
- *     shared ones (a discriminator): their keys must keep one order among them all, and a
- *     shared key must have the same value schema in each, or literal values, or schemas
+ *     shared ones (a discriminator): their keys go in one order that keeps each one's
+ *     where there is one (else in order of first appearance), and a shared key must have the same value schema in each, or literal values, or schemas
  *     told apart before it (a key earlier in the order that every alternative giving it a
  *     different schema requires, with literal values none of those share); under oneOf
  *     one key every alternative requires must take literal values no two share (strings,
@@ -91,7 +91,7 @@ enum mmrt_json_kind {
     MMRT_JSON_LITERALS, /* one of the literals [lit, lit + n) */
     MMRT_JSON_UNION,    /* alt[class]: the node for a value starting so, or MMRT_JSON_NONE */
     /* Object alternatives (anyOf of objects with listed keys), told apart by their keys and
-     * the literal values of shared ones: n keys in one order all alternatives keep, their
+     * the literal values of shared ones: n keys in one order (json_schema.c), their
      * literals [lit, lit + n) (prop: the key's index); extra alternatives (≤ 16). props
      * [first, first + n): each key's value node (a LITERALS node with extra = 1 when the
      * alternatives give it different literals: a literal's prop is then the mask of the

@@ -318,8 +318,6 @@ static const struct refusal refusals[] = {
     { "{'type':'object','properties':{'m~n':{'type':'number','multipleOf':1}}}",
       MMRT_ERR_INVALID_ARG, "/properties/m~0n/multipleOf", "multipleOf" },
     /* object alternatives json_schema.h cannot tell apart or order */
-    { "{'anyOf':[{'properties':{'a':{},'b':{}}},{'properties':{'b':{},'a':{}}}]}",
-      MMRT_ERR_INVALID_ARG, "/anyOf", "orders" },
     { "{'anyOf':[{'properties':{'x':{'type':'string'}}},{'properties':{'x':{'type':'integer'}}}]}",
       MMRT_ERR_INVALID_ARG, "/anyOf", "literals" },
     { "{'oneOf':[{'properties':{'x':{'const':1}}},{'properties':{'x':{'const':2}}}]}",
@@ -1228,6 +1226,15 @@ static const struct pattern_case object_union_cases[] = {
       "'v']},{'properties':{'t':{'const':'c'},'v':{'type':'boolean'}},'required':['t','v']}]}",
       { "{'t':'a','v':3}", "{'t':'b','v':-1}", "{'t':'c','v':true}" },
       { "{'t':'a','v':true}", "{'t':'c','v':1}" } },
+    /* shared keys in different orders: one order for all, first appearance where none
+     * keeps every alternative's */
+    { "{'anyOf':[{'properties':{'a':{},'b':{}}},{'properties':{'b':{},'a':{}}}]}",
+      { "{'a':1,'b':2}", "{'b':[]}", "{}" }, { "{'b':2,'a':1}" } },
+    { "{'anyOf':[{'properties':{'a':{'type':'integer'},'b':{'const':'x'}},'required':['a','b']},"
+      "{'properties':{'b':{'const':'y'},'a':{'type':'integer'},'c':{'type':'null'}},"
+      "'required':['b','a']}]}",
+      { "{'a':1,'b':'x'}", "{'a':1,'b':'y'}", "{'a':1,'b':'y','c':null}" },
+      { "{'b':'y','a':1}", "{'a':1,'b':'x','c':null}", "{'a':1}" } },
     /* under oneOf, with a discriminator (Pydantic's Field(discriminator=...)): a key every
      * alternative requires, literal values no two share */
     { "{'$defs':{'Cat':{'properties':{'pet':{'const':'cat','type':'string'},"
@@ -1848,27 +1855,29 @@ static size_t code_points(const char *p, size_t n)
     return c;
 }
 
-static bool conforms(json_t *s, json_t *root, json_t *v);
+static bool conforms(json_t *s, json_t *root, json_t *v, bool ordered);
 
+/* An alternative's keys may come in another order than its own: object alternatives write
+ * theirs in one order for all (json_schema.h). */
 static size_t count_conforming(json_t *list, json_t *root, json_t *v)
 {
     size_t n = 0, i;
     json_t *alt;
     json_array_foreach(list, i, alt)
-        n += conforms(alt, root, v);
+        n += conforms(alt, root, v, false);
     return n;
 }
 
 /* v within schema s as json_schema.h generates it: JSON Schema's meaning for the supported
- * keywords, and listed keys only, in the schema's order. */
-static bool conforms(json_t *s, json_t *root, json_t *v)
+ * keywords, and listed keys only, in the schema's order when ordered. */
+static bool conforms(json_t *s, json_t *root, json_t *v, bool ordered)
 {
     if (json_is_boolean(s))
         return json_is_true(s);
     json_t *k;
     if ((k = json_object_get(s, "$ref")) != NULL) {
         json_t *target = (json_t *)resolve(root, json_string_value(k));
-        if (target == NULL || !conforms(target, root, v))
+        if (target == NULL || !conforms(target, root, v, ordered))
             return false;
     }
     if ((k = json_object_get(s, "type")) != NULL) {
@@ -1921,10 +1930,11 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
                     }
                     idx++;
                 }
-                if (found == NULL || idx < next || !conforms(found, root, val))
+                if (found == NULL || (ordered && idx < next) ||
+                    !conforms(found, root, val, true))
                     return false;
                 next = idx + 1;
-            } else if (extra != NULL && !conforms(extra, root, val)) {
+            } else if (extra != NULL && !conforms(extra, root, val, true)) {
                 return false;
             }
         }
@@ -1946,7 +1956,7 @@ static bool conforms(json_t *s, json_t *root, json_t *v)
         json_t *item;
         json_array_foreach(v, i, item) {
             json_t *its = i < json_array_size(tuple) ? json_array_get(tuple, i) : items;
-            if (its != NULL && !conforms(its, root, item))
+            if (its != NULL && !conforms(its, root, item, true))
                 return false;
         }
         if ((k = json_object_get(s, "minItems")) && json_array_size(v) <
@@ -2132,6 +2142,10 @@ static void test_random_documents(void **state)
           "99},'maxItems':2}},'required':['kind','value']},{'properties':{'kind':{'enum':["
           "'label','tag']},'value':{'type':'string','maxLength':3}},'required':['kind']}]}}",
           false },
+        { "{'type':'array','maxItems':3,'items':{'anyOf':[{'properties':{'x':{'type':"
+          "'integer'},'y':{'type':'integer'},'t':{'const':'p'}},'required':['t','x']},"
+          "{'properties':{'t':{'const':'q'},'y':{'type':'integer'},'x':{'type':'integer'}},"
+          "'required':['y','t']}]}}", false },
         { "{'type':'array','maxItems':3,'items':{'oneOf':[{'type':'object','properties':"
           "{'pet':{'const':'cat'},'meows':{'type':'integer','minimum':0,'maximum':9}},"
           "'required':['pet','meows']},{'type':'object','properties':{'pet':{'enum':['dog',"
@@ -2168,7 +2182,7 @@ static void test_random_documents(void **state)
                 fail_msg("walked a document jansson refuses (%s)\n  schema: %s\n  doc: %s",
                          e.text, text, doc);
             }
-            if (!conforms(schema, schema, v))
+            if (!conforms(schema, schema, v, true))
                 fail_msg("walked a document outside the schema\n  schema: %s\n  doc: %s", text,
                          doc);
             json_decref(v);
