@@ -17,9 +17,9 @@
  *
  * A request for n choices (OpenAI's "n") runs n jobs, choice i with seed + i, each a sequence
  * of its own in the engine. Choice 0 goes first; the others are submitted when it has its
- * first token, so that its prompt's K/V is in the engine's prefix store and theirs is shared
- * from there instead of prefilled n times (and its images are in the vision-feature cache,
- * where that is on). The chat is accepted when choice 0 is (the others are the same request,
+ * first token, so that its whole prompt is in the engine's prefix store (K/V and last
+ * logits) and theirs is taken from there instead of prefilled n times (and its images are in
+ * the vision-feature cache, where that is on). The chat is accepted when choice 0 is (the others are the same request,
  * so they pass the same checks: a stream need not wait for them) and done when every choice
  * is; a choice that ends before it is accepted (refused, or never submitted) cancels the
  * others, and any failure answers for the whole request.
