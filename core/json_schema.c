@@ -348,7 +348,7 @@ static mmrt_status add_literal(struct compiler *c, const char *p, size_t n, uint
         return fail_limit(c, "more than %u enum values and keys", MMRT_JSON_SCHEMA_MAX_LITERALS);
     if (!grow((void **)&s->lit, &c->cap_lits, s->n_lits + 1, sizeof *s->lit))
         return no_memory(c);
-    uint32_t off;
+    uint32_t off = 0;
     mmrt_status st = add_text(c, p, n, &off);
     if (st == MMRT_OK)
         s->lit[s->n_lits++] = (struct mmrt_json_literal){ .off = off, .len = (uint32_t)n,
@@ -926,7 +926,7 @@ static bool bound_decimal(double x, char d[DECIMAL_MAX], uint32_t *len, uint32_t
 static mmrt_status put_decimal(struct compiler *c, double x, struct mmrt_json_decimal *d)
 {
     char digits[DECIMAL_MAX];
-    uint32_t len, n_int, off;
+    uint32_t len = 0, n_int = 0, off = 0;
     if (!bound_decimal(x, digits, &len, &n_int))
         return no_memory(c);
     mmrt_status st = add_text(c, digits, len, &off);
