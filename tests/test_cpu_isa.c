@@ -507,7 +507,8 @@ static void q8_reference_x(const float *x, int64_t K, int digits, double *xhat)
  * bound of the exact product (Σ |w|·d/2 per output); every row bit-identical alone; a row
  * with a NaN or an infinity NaN throughout, the others untouched; tiny and zero blocks. Three
  * digits must also be as close to the exact product as the f32 GEMV without the option. Above
- * 32 rows the float GEMM runs as without the option (test_matmul_u4_all_isas). */
+ * 32 rows the float GEMM runs as without the option (test_matmul_u4_all_isas). The other
+ * prefetch (l1 or l2, whichever auto did not pick) gives every output bit for bit. */
 static void test_matmul_u4_int8_dot(void **state)
 {
     (void)state;
@@ -540,6 +541,17 @@ static void test_matmul_u4_int8_dot(void **state)
             if (!unit)
                 fail_msg("isa %s int8_dot=%d: the device name \"%s\" does not say the unit",
                          tables[i], digits, info.name);
+            /* the prefetch auto did not pick, and the name saying which runs */
+            const bool l2 = strstr(unit, "/l2") != NULL;
+            struct harness hp;
+            struct mmrt_option optsp[4] = { opts[0], opts[1], opts[2],
+                                            { "prefetch", l2 ? "l1" : "l2" } };
+            assert_int_equal(harness_open(&hp, harness_plugin_path("cpu"), optsp, 4), MMRT_OK);
+            struct mmrt_device_info infop = { .hdr = { .struct_size = sizeof infop } };
+            assert_int_equal(hp.plugin->device_info(hp.dev, &infop), MMRT_OK);
+            if ((strstr(infop.name, "/l2") != NULL) == l2)
+                fail_msg("isa %s int8_dot=%d prefetch=%s: the device name \"%s\" says the other",
+                         tables[i], digits, l2 ? "l1" : "l2", infop.name);
             print_message("int8_dot=%d with isa %s: %s\n", digits, tables[i], unit);
             double worst = 0, worst_bound = 0, worst_exact = 0, worst_f32 = 0;
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -628,6 +640,14 @@ static void test_matmul_u4_int8_dot(void **state)
                             fail_msg("isa %s int8_dot=%d M=%lld K=%lld: a row with a NaN or an "
                                      "infinity gave a number at column %lld", tables[i], digits,
                                      (long long)M, (long long)K, (long long)n);
+                struct u4_case up = u4_put(&hp, M, K, N, G, x, q, b, scale, zero);
+                float *yp = u4_run(&hp, &up);
+                if (memcmp(y, yp, (size_t)(M * N) * sizeof *y) != 0)
+                    fail_msg("isa %s int8_dot=%d M=%lld K=%lld N=%lld: prefetch %s changed "
+                             "the outputs", tables[i], digits, (long long)M, (long long)K,
+                             (long long)N, l2 ? "l1" : "l2");
+                u4_free(&hp, &up);
+                free(yp);
                 char what[64];
                 snprintf(what, sizeof what, "isa %s int8_dot=%d", tables[i], digits);
                 u4_rows_alone(&h, &u, x, y, what);
@@ -651,6 +671,7 @@ static void test_matmul_u4_int8_dot(void **state)
                              "more than twice the f32 GEMV's %.3g", tables[i], worst_exact,
                              worst_f32);
             }
+            harness_close(&hp);
             harness_close(&h0);
             harness_close(&h);
         }
@@ -1158,6 +1179,7 @@ static void test_option_refusals(void **state)
         { "bf16_dot", "2", "bf16_dot=\"2\"" },
         { "bf16_dot", "yes", "expected 0, 1, amx or avx512" },
         { "int8_dot", "2", "int8_dot=\"2\": expected auto, 0, 1 or 3" },
+        { "prefetch", "l3", "prefetch=\"l3\": expected auto, l1 or l2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };
@@ -1193,7 +1215,8 @@ static void test_option_refusals(void **state)
     if (h.plugin->device_open(0, pi, 2, &d, err, sizeof err) == MMRT_OK) {
         struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
         assert_int_equal(h.plugin->device_info(d, &info), MMRT_OK);
-        if (!strstr(info.name, "+int8_dot=3:avx2]"))
+        if (!strstr(info.name, "+int8_dot=3:avx2]") &&
+            !strstr(info.name, "+int8_dot=3:avx2/l2]"))
             fail_msg("isa avx2 int8_dot=auto: device name \"%s\"", info.name);
         h.plugin->device_close(d);
         d = NULL;

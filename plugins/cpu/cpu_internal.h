@@ -283,7 +283,24 @@ struct cpu_q4_q8 {
     void (*gemv)(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
                  const float *scale, const float *zero, int64_t G, int64_t n, float *y,
                  int64_t ldy);
+    /* gemv prefetching the next block of W rows into L2 only (device option prefetch = l2)
+     * instead of L1 as well: the same values. */
+    void (*gemv_l2)(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
+                    const float *scale, const float *zero, int64_t G, int64_t n, float *y,
+                    int64_t ldy);
 };
+
+/* A read of the line at p soon: into L2 only (l2: _MM_HINT_T1) or into L1 as well (T0).
+ * Where the int8 U4 GEMV's next block of rows is better fetched depends on the core, not on
+ * the ISA: Ice Lake read its codes fastest with T0, Zen 4 at 1.4× the rate with T1
+ * (docs/BENCHMARKS.md, "Where the INT4 GEMV prefetches"). */
+static inline __attribute__((always_inline)) void cpu_prefetch_read(const void *p, bool l2)
+{
+    if (l2)
+        __builtin_prefetch(p, 0, 2);
+    else
+        __builtin_prefetch(p, 0, 3);
+}
 
 /* The definition of one block's quantization: n ≤ 32 values of x (0 past n) into D-digit
  * codes (digit t of code j at lo[t·plane + j] for j < 16, hi[t·plane + j − 16] otherwise), d
@@ -375,6 +392,7 @@ struct cpu_kernels {
     /* The int8 dot-product U4 GEMV the device option int8_dot chose (NULL: off — `0`, or the
      * portable table — and the U4 GEMV widens every code to f32). */
     const struct cpu_q4_q8 *q4q8;
+    bool q4q8_l2;      /* run its gemv_l2 (device option prefetch) */
 };
 
 extern const struct cpu_kernels cpu_kernels_portable;
@@ -394,10 +412,12 @@ void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_
  * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit) and the
  * int8 U4 GEMV for `int8_dot` ("0": none; "1" or "3", the digits of x; NULL or "auto": 3
  * except with the portable table: AVX512_VNNI with the avx512 table on a CPU that has it,
- * else AVX2). Refuses an ISA or unit the CPU lacks with a message naming the
+ * else AVX2), and where that GEMV prefetches (`prefetch`: "l1", "l2"; NULL or "auto": l2 on
+ * AMD cores, l1 on others). Refuses an ISA or unit the CPU lacks with a message naming the
  * missing feature. */
 mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
-                               struct cpu_kernels *out, char *err, size_t err_size);
+                               const char *prefetch, struct cpu_kernels *out, char *err,
+                               size_t err_size);
 /* "avx512 avx512_bf16 avx2 fma f16c" — what this CPU offers, for the device name and logs. */
 void cpu_isa_describe(char *out, size_t size);
 

@@ -673,7 +673,7 @@ q4_rows_one(const float *x, const uint8_t *w, int64_t rowb, const float *s, cons
 static inline __attribute__((always_inline)) void
 q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
           const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
-          const bool one_group, const int D)
+          const bool one_group, const int D, const bool l2)
 {
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const int8_t *xq = x->q + m * x->kp * D;
@@ -699,7 +699,7 @@ q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, i
         for (int r = 0; r < R; r++) {
             const uint8_t *wc = w + r * rowb + c * (Q8_C / 2);
             if (pf && (c & 1) == 0)
-                _mm_prefetch((const char *)pf + r * rowb + c * (Q8_C / 2), _MM_HINT_T0);
+                cpu_prefetch_read(pf + r * rowb + c * (Q8_C / 2), l2);
             /* the last chunk may hold only one block (16 bytes): read no further */
             const __m256i b = c < full ? _mm256_loadu_si256((const __m256i *)wc)
                                        : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)wc));
@@ -795,6 +795,7 @@ const struct cpu_q4_q8 cpu_q4_q8_avx2 = {
     .digits = 1,
     .quant_row = q8_quant_row1,
     .gemv = q8_gemv1,
+    .gemv_l2 = q8_gemv1_l2,
 };
 
 const struct cpu_q4_q8 cpu_q4_q8_avx2_3 = {
@@ -803,6 +804,7 @@ const struct cpu_q4_q8 cpu_q4_q8_avx2_3 = {
     .digits = 3,
     .quant_row = q8_quant_row3,
     .gemv = q8_gemv3,
+    .gemv_l2 = q8_gemv3_l2,
 };
 
 

@@ -31,7 +31,7 @@
 static inline __attribute__((always_inline)) void
 q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
           const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
-          const bool one_group, const int D)
+          const bool one_group, const int D, const bool l2)
 {
     const __m512i m4 = _mm512_set1_epi8(15);
     const int8_t *xq = x->q + m * x->kp * D;
@@ -58,7 +58,7 @@ q8_rows_g(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, i
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             if (pf)
-                _mm_prefetch((const char *)pf + r * rowb + c * (Q8_C / 2), _MM_HINT_T0);
+                cpu_prefetch_read(pf + r * rowb + c * (Q8_C / 2), l2);
             const __m512i b = _mm512_maskz_loadu_epi8(wm, w + r * rowb + c * (Q8_C / 2));
             const __m512i lo = _mm512_and_si512(b, m4);
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
@@ -130,6 +130,7 @@ const struct cpu_q4_q8 cpu_q4_q8_avx512vnni = {
     .digits = 1,
     .quant_row = q8_quant_row1,
     .gemv = q8_gemv1,
+    .gemv_l2 = q8_gemv1_l2,
 };
 
 const struct cpu_q4_q8 cpu_q4_q8_avx512vnni_3 = {
@@ -138,4 +139,5 @@ const struct cpu_q4_q8 cpu_q4_q8_avx512vnni_3 = {
     .digits = 3,
     .quant_row = q8_quant_row3,
     .gemv = q8_gemv3,
+    .gemv_l2 = q8_gemv3_l2,
 };

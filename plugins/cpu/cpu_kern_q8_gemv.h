@@ -9,7 +9,8 @@
  * Each block of W rows meets every x row in turn: after the first x row its codes come from
  * L1/L2, and each (x row, W row) pair is computed by the same code whatever M, so a row's
  * result never depends on its batch. The first pass over a block prefetches the next one;
- * the rows left over run one at a time.
+ * the rows left over run one at a time. l2: where that prefetch puts the lines
+ * (cpu_prefetch_read).
  */
 #ifndef MMRT_CPU_KERN_Q8_GEMV_H
 #define MMRT_CPU_KERN_Q8_GEMV_H
@@ -40,17 +41,18 @@ q8_quant_row_d(const float *x, int64_t K, int64_t kp, int8_t *q, float *d, int32
 static inline __attribute__((always_inline)) void
 q8_rows(const struct cpu_q8_rows *x, int64_t m, int64_t K, const uint8_t *w, int64_t rowb,
         const float *s, const float *z, int64_t ng, const int R, float *y, const uint8_t *pf,
-        const int D)
+        const int D, const bool l2)
 {
     if ((K / ng) % Q8_C == 0)
-        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, true, D);
+        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, true, D, l2);
     else
-        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false, D);
+        q8_rows_g(x, m, K, w, rowb, s, z, ng, R, y, pf, false, D, l2);
 }
 
 static inline __attribute__((always_inline)) void
 q8_gemv_d(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w, const float *s,
-          const float *z, int64_t G, int64_t n, float *y, int64_t ldy, const int D)
+          const float *z, int64_t G, int64_t n, float *y, int64_t ldy, const int D,
+          const bool l2)
 {
     const int64_t rowb = K / 2;
     const int R = Q8_R;
@@ -58,11 +60,11 @@ q8_gemv_d(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w, c
     for (; j + R <= n; j += R)
         for (int64_t m = 0; m < M; m++)
             q8_rows(x, m, K, w + j * rowb, rowb, s + j * G, z + j * G, G, R, y + m * ldy + j,
-                    m == 0 && j + 2 * R <= n ? w + (j + R) * rowb : NULL, D);
+                    m == 0 && j + 2 * R <= n ? w + (j + R) * rowb : NULL, D, l2);
     for (; j < n; j++)
         for (int64_t m = 0; m < M; m++)
             q8_rows(x, m, K, w + j * rowb, rowb, s + j * G, z + j * G, G, 1, y + m * ldy + j,
-                    NULL, D);
+                    NULL, D, l2);
 }
 
 /* The two digit counts, each its own code (D is a constant inside). */
@@ -81,13 +83,27 @@ static void q8_quant_row3(const float *x, int64_t K, int64_t kp, int8_t *q, floa
 static void q8_gemv1(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
                      const float *s, const float *z, int64_t G, int64_t n, float *y, int64_t ldy)
 {
-    q8_gemv_d(x, M, K, w, s, z, G, n, y, ldy, 1);
+    q8_gemv_d(x, M, K, w, s, z, G, n, y, ldy, 1, false);
 }
 
 static void q8_gemv3(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
                      const float *s, const float *z, int64_t G, int64_t n, float *y, int64_t ldy)
 {
-    q8_gemv_d(x, M, K, w, s, z, G, n, y, ldy, 3);
+    q8_gemv_d(x, M, K, w, s, z, G, n, y, ldy, 3, false);
+}
+
+static void q8_gemv1_l2(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
+                        const float *s, const float *z, int64_t G, int64_t n, float *y,
+                        int64_t ldy)
+{
+    q8_gemv_d(x, M, K, w, s, z, G, n, y, ldy, 1, true);
+}
+
+static void q8_gemv3_l2(const struct cpu_q8_rows *x, int64_t M, int64_t K, const uint8_t *w,
+                        const float *s, const float *z, int64_t G, int64_t n, float *y,
+                        int64_t ldy)
+{
+    q8_gemv_d(x, M, K, w, s, z, G, n, y, ldy, 3, true);
 }
 
 #endif

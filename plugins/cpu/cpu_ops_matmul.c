@@ -449,9 +449,13 @@ static void q4_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
     const int64_t G = c->G;
-    if (c->xq)
-        c->dev->kern.q4q8->gemv(c->xq, c->M, c->K, c->w + n0 * (c->K / 2), c->scale + n0 * G,
-                                c->zero + n0 * G, G, n1 - n0, c->y + n0, c->N);
+    if (c->xq) {
+        const struct cpu_kernels *k = &c->dev->kern;
+        (k->q4q8_l2 ? k->q4q8->gemv_l2 : k->q4q8->gemv)(c->xq, c->M, c->K,
+                                                        c->w + n0 * (c->K / 2),
+                                                        c->scale + n0 * G, c->zero + n0 * G,
+                                                        G, n1 - n0, c->y + n0, c->N);
+    }
     else
         c->dev->kern.q4_gemv(c->x, c->K, c->M, c->K, c->w + n0 * (c->K / 2),
                              c->scale + n0 * G, c->zero + n0 * G, c->xsum, G, n1 - n0,

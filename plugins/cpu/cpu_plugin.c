@@ -125,11 +125,13 @@ static void cpu_model_name(char *out, size_t size)
  * f32) or one (1: 8 bits) in integer dot products (AVX512_VNNI, else AVX2), which the one-row
  * INT4 GEMV needs to keep up with memory; 0 widens every code to f32 instead
  * (cpu_internal.h, struct cpu_q4_q8; accuracy in QUANTIZATION.md).
+ * prefetch: auto (default: l2 on AMD cores, l1 on others), l1 or l2 — where that int8 GEMV
+ * prefetches the next block of weight rows (cpu_prefetch_read; the same values either way).
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system
  * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
-static const char *const cpu_option_keys[] = { "threads",  "isa",     "bf16_dot", "int8_dot",
-                                               "graph",    "weights", NULL };
+static const char *const cpu_option_keys[] = { "threads", "isa",     "bf16_dot", "int8_dot",
+                                               "graph",   "weights", "prefetch", NULL };
 
 static mmrt_status cpu_probe(int *n_devices, char *why, size_t why_size)
 {
@@ -176,7 +178,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
     bool have_threads = false;
     const char *isa = NULL, *bf16_value = NULL, *int8_value = NULL, *graph_value = NULL,
-               *weights_value = NULL;
+               *weights_value = NULL, *prefetch_value = NULL;
     struct cpu_kernels kern;
 
     if (!out || n_options < 0 || (n_options > 0 && !options)) {
@@ -198,6 +200,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
                             : strcmp(key, "int8_dot") == 0 ? &int8_value
                             : strcmp(key, "graph") == 0    ? &graph_value
                             : strcmp(key, "weights") == 0  ? &weights_value
+                            : strcmp(key, "prefetch") == 0 ? &prefetch_value
                                                            : NULL;
         if (slot) {
             if (*slot) {
@@ -211,7 +214,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         if (strcmp(key, "threads") != 0) {
             set_err(err, err_size,
                     "cpu: unknown device option %s=\"%s\" (the cpu plugin knows: threads, isa, "
-                    "bf16_dot, int8_dot, graph, weights)", key, value);
+                    "bf16_dot, int8_dot, graph, weights, prefetch)", key, value);
             return MMRT_ERR_CONFIG;
         }
         if (have_threads) {
@@ -235,7 +238,8 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
                 weights_value);
         return MMRT_ERR_CONFIG;
     }
-    st = cpu_kernels_select(isa, bf16_value, int8_value, &kern, err, err_size);
+    st = cpu_kernels_select(isa, bf16_value, int8_value, prefetch_value, &kern, err,
+                            err_size);
     if (st != MMRT_OK)
         return st;
 
@@ -270,11 +274,11 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     /* The kernels' part ends the name and must survive plugin.h's 128-byte name (mmrt-bench
      * reads the units from it): a long model name gives way instead. */
     char tail[96];
-    snprintf(tail, sizeof tail, " (%d thread%s) [%s%s%s%s%s]", n_threads,
+    snprintf(tail, sizeof tail, " (%d thread%s) [%s%s%s%s%s%s]", n_threads,
              n_threads == 1 ? "" : "s", kern.name,
              !kern.q4q8 ? "" : kern.q4q8->digits == 1 ? "+int8_dot:" : "+int8_dot=3:",
-             kern.q4q8 ? kern.q4q8->unit : "", kern.bf16 ? "+bf16_dot:" : "",
-             kern.bf16 ? kern.bf16->unit : "");
+             kern.q4q8 ? kern.q4q8->unit : "", kern.q4q8 && kern.q4q8_l2 ? "/l2" : "",
+             kern.bf16 ? "+bf16_dot:" : "", kern.bf16 ? kern.bf16->unit : "");
     snprintf(dev->name, sizeof dev->name, "%.*s%s", (int)(CPU_DEVICE_NAME_MAX - strlen(tail)),
              model, tail);
     dev->total_bytes = phys_bytes();
