@@ -762,15 +762,6 @@ static mmrt_status check_prompt(const struct mmrt_engine *e, const struct mmrt_p
 
 /* ---- prefix reuse (docs/ENGINE.md "Prefix reuse") -------------------------------------- */
 
-/* The K/V of a prompt position depend on the embedded rows at and before it (a token's
- * embedding, or the image feature row spliced in its place), the rotary positions of those
- * rows, and how the prompt was cut into chunks, which is fixed: multiples of prefill_chunk
- * from 0. So the key of positions [0, b) (b a chunk boundary) chains SHA-256 over the
- * chunks: key_k = H(key_{k-1}, chunk k's ids, its positions (M-RoPE) and every spliced row
- * with its place). The feature bits themselves are hashed, not the image's name: what is
- * compared is exactly what the prefill would read, whichever path (vision cache or not,
- * traced or not) produced it. Hashing a LLaVA-1.5 image's 576 rows (9 MiB) costs a few
- * milliseconds; prefilling them costs seconds. */
 /* out = H(prev (NULL: the first chunk, which starts from the settings instead), prompt
  * positions [a, a + len): their ids, positions and spliced rows; a whole prompt's key also
  * hashes its length, so it never names a chunk prefix). */
@@ -814,6 +805,16 @@ static void chunk_key(const struct mmrt_engine *e, const struct mmrt_seq *s, con
     sha256_digest(&h, PREFIX_KEY, out);
 }
 
+/* The K/V of a prompt position depend on the embedded rows at and before it (a token's
+ * embedding, or the image feature row spliced in its place), the rotary positions of those
+ * rows, and how the prompt was cut into chunks, which is fixed: multiples of prefill_chunk
+ * from 0. So the key of positions [0, b) (b a chunk boundary) chains SHA-256 over the
+ * chunks: key_k = H(key_{k-1}, chunk k's ids, its positions (M-RoPE) and every spliced row
+ * with its place). The feature bits themselves are hashed, not the image's name: what is
+ * compared is exactly what the prefill would read, whichever path (vision cache or not,
+ * traced or not) produced it. Hashing a LLaVA-1.5 image's 576 rows (9 MiB) costs a few
+ * milliseconds; prefilling them costs seconds. The whole prompt's key chains on over its
+ * last, partial chunk. */
 static mmrt_status prefix_keys(const struct mmrt_engine *e, struct mmrt_seq *s,
                                struct mmrt_error *err)
 {
