@@ -493,9 +493,12 @@ static bool start_key(struct mmrt_json_grammar *g)
     const struct mmrt_json_node *o = node(g, top(g)->node);
     g->pos = 0;
     g->flags = F_KEY;
-    if (o->n == 0) {
-        if (o->extra == MMRT_JSON_NONE)
+    if (o->n == 0) { /* a free key: the frame counts them (minProperties, maxProperties) */
+        struct mmrt_json_frame *f = top(g);
+        if (o->extra == MMRT_JSON_NONE || f->count >= o->max)
             return false;
+        if (f->count < UINT16_MAX)
+            f->count++;
         g->state = S_STRING;
         g->flags = F_KEY | F_FREE;
         return true;
@@ -521,7 +524,7 @@ static bool object_may_close(const struct mmrt_json_grammar *g)
         }
         return false;
     }
-    return o->n == 0 || required_from(g, o, f->count) == o->n;
+    return o->n == 0 ? f->count >= o->min : required_from(g, o, f->count) == o->n;
 }
 
 /* A byte after a complete value: ',' or the end of the open container. */
@@ -541,7 +544,7 @@ static bool after_value(struct mmrt_json_grammar *g, unsigned char c)
     }
     if (c == ',') {
         g->state = S_KEY;
-        return n->n == 0 ? n->extra != MMRT_JSON_NONE
+        return n->n == 0 ? n->extra != MMRT_JSON_NONE && f->count < n->max
                          : some_key_allowed(g, n->lit, n->lit + n->n);
     }
     return c == '}' && object_may_close(g) && pop(g);

@@ -33,9 +33,11 @@
 #define MMRT_JSON_MAX_DEPTH 64
 #define MMRT_JSON_MAX_SPACE 24
 
-/* An open container: its node, and the items so far (an array; saturating) or the index of
- * the first listed property that may still come (an object); for object alternatives
- * (MMRT_JSON_OBJECTS) the mask of those the keys and values so far still allow. */
+/* An open container: its node, and the items so far (an array; saturating), the index of
+ * the first listed property that may still come (an object with listed keys) or the keys so
+ * far (one with free keys; saturating); for object alternatives (MMRT_JSON_OBJECTS) the mask
+ * of those the keys and values so far still allow, for an array with uniqueItems that of the
+ * literals that came. */
 struct mmrt_json_frame {
     uint16_t node;
     uint16_t count;

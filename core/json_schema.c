@@ -438,6 +438,7 @@ static const char *const handled[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "multipleOf", "prefixItems", "additionalItems", "uniqueItems",
+    "minProperties", "maxProperties",
     "enum", "const", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
 
@@ -449,7 +450,7 @@ static const char *const bounds[] = {
 /* Assertions JSON Schema has that mmrt cannot hold an answer to: refused, never ignored
  * (a generated answer would break them). Anything else unknown is an annotation. */
 static const char *const refused[] = {
-    "patternProperties", "minProperties", "maxProperties",
+    "patternProperties",
     "contains", "minContains", "maxContains", "not", "if",
     "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "propertyNames",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL,
@@ -625,6 +626,50 @@ static mmrt_status compile_member(struct compiler *c, const json_t *v, const cha
     return st;
 }
 
+/* minProperties and maxProperties of an object (props [first, first + n) listed; extra the
+ * value of other keys): held by counting free keys (*min, *max on the node); with listed keys,
+ * where a document has from its required keys to all of them, only when every such count
+ * satisfies them (then they bound nothing). Free keys are not remembered, so a key written
+ * twice would count twice where a parser keeps one: a minimum above 1 is refused (a maximum
+ * only errs low). */
+static mmrt_status property_counts(struct compiler *c, const json_t *v, uint32_t first,
+                                   uint32_t n, uint16_t extra, uint32_t *min, uint32_t *max)
+{
+    mmrt_status st = min_max(c, v, "minProperties", "maxProperties", min, max);
+    if (st != MMRT_OK || (*min == 0 && *max == MMRT_JSON_UNBOUNDED))
+        return st;
+    const char *key = json_object_get(v, "minProperties") ? "minProperties" : "maxProperties";
+    if (n > 0) {
+        uint32_t required = 0;
+        for (uint32_t i = 0; i < n; i++)
+            required += c->s->prop[first + i].required != 0;
+        if (*min <= required && *max >= n) {
+            *min = 0;
+            *max = MMRT_JSON_UNBOUNDED;
+            return MMRT_OK;
+        }
+        const size_t old = push_path(c, key);
+        st = fail(c, "'%s' beside listed properties is supported only where every document "
+                  "of them satisfies it (%u to %u keys here)", key, required, n);
+        pop_path(c, old);
+        return st;
+    }
+    if (*min > 1) {
+        const size_t old = push_path(c, "minProperties");
+        st = fail(c, "'minProperties' %u is not supported: free keys are not remembered, so "
+                  "two would count a repeated key twice (0 and 1 are)", *min);
+        pop_path(c, old);
+        return st;
+    }
+    if (extra == MMRT_JSON_NONE && *min > 0) {
+        const size_t old = push_path(c, "minProperties");
+        st = fail(c, "'minProperties' %u but no key is allowed: no document satisfies it",
+                  *min);
+        pop_path(c, old);
+    }
+    return st;
+}
+
 static mmrt_status compile_object(struct compiler *c, const json_t *v, uint16_t *out)
 {
     const json_t *props = json_object_get(v, "properties");
@@ -717,6 +762,9 @@ static mmrt_status compile_object(struct compiler *c, const json_t *v, uint16_t 
     uint32_t kept = 0;
     if (st == MMRT_OK)
         st = sort_literals(c, first_lit, &kept);
+    uint32_t min = 0, max = MMRT_JSON_UNBOUNDED;
+    if (st == MMRT_OK)
+        st = property_counts(c, v, first_prop, n, extra, &min, &max);
     if (st == MMRT_OK)
         st = new_node(c, MMRT_JSON_OBJECT, out);
     if (st == MMRT_OK) {
@@ -725,6 +773,8 @@ static mmrt_status compile_object(struct compiler *c, const json_t *v, uint16_t 
         o->n = n;
         o->lit = first_lit;
         o->extra = n ? MMRT_JSON_NONE : extra; /* listed keys only, when there are any */
+        o->min = min;
+        o->max = max;
     }
     return st;
 }
@@ -1227,7 +1277,8 @@ static mmrt_status types_of(struct compiler *c, const json_t *v, unsigned *mask)
     *mask = 0;
     if (!t) {
         if (json_object_get(v, "properties") || json_object_get(v, "required") ||
-            json_object_get(v, "additionalProperties"))
+            json_object_get(v, "additionalProperties") || json_object_get(v, "minProperties") ||
+            json_object_get(v, "maxProperties"))
             *mask |= T_OBJECT;
         if (json_object_get(v, "items") || json_object_get(v, "minItems") ||
             json_object_get(v, "maxItems") || json_object_get(v, "prefixItems") ||
@@ -2023,8 +2074,8 @@ static mmrt_status keep_finite(struct compiler *c)
                 for (uint32_t j = 0; j < x->n && j < x->min && f; j++)
                     f = fin[s->prop[x->first + j].node];
                 break;
-            case MMRT_JSON_OBJECT:
-                f = true;
+            case MMRT_JSON_OBJECT: /* its required keys' values are, or min free keys' */
+                f = x->min == 0 || (x->extra != MMRT_JSON_NONE && fin[x->extra]);
                 for (uint32_t j = 0; j < x->n && f; j++)
                     f = !s->prop[x->first + j].required || fin[s->prop[x->first + j].node];
                 break;

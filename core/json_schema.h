@@ -22,6 +22,9 @@
  *     deprecated, readOnly, writeOnly, ...) are read past, as JSON Schema has them.
  *   - uniqueItems holds over the values of an enum (up to 16 with one text each: strings,
  *     integers, true, false, null); the open array's frame marks which came;
+ *   - maxProperties, and minProperties 0 or 1, hold on an object with free keys (the frame
+ *     counts them; a key is not remembered, so a larger minimum is refused); beside listed
+ *     properties only where every document of them satisfies them;
  *   - assertions mmrt cannot hold an answer to (multipleOf of a number that may have a
  *     fraction, uniqueItems over other items, not, if, contains, ...) are refused by name,
  *     never ignored;
@@ -78,7 +81,8 @@ enum mmrt_json_class {
 };
 
 enum mmrt_json_kind {
-    MMRT_JSON_OBJECT,   /* props [first, first + n), key literals [lit, lit + n); extra */
+    MMRT_JSON_OBJECT,   /* props [first, first + n), key literals [lit, lit + n); extra; n = 0:
+                         * min, max free keys */
     MMRT_JSON_ARRAY,    /* item i: props[first + i] for i < n (a tuple), then extra; min,
                          * max items; lit ≠ 0: uniqueItems (extra is then a LITERALS node
                          * of at most 16, max at most their count) */

@@ -308,8 +308,16 @@ static const struct refusal refusals[] = {
       MMRT_ERR_INVALID_ARG, "/properties/a", "if" },
     { "{'type':'object','properties':{'t':{'type':'array','contains':{'type':'string'}}}}",
       MMRT_ERR_INVALID_ARG, "/properties/t", "contains" },
-    { "{'type':'object','properties':{'o':{'type':'object','minProperties':1}}}",
-      MMRT_ERR_INVALID_ARG, "/properties/o", "minProperties" },
+    { "{'type':'object','properties':{'o':{'type':'object','properties':{'a':{}},"
+      "'minProperties':1}}}", MMRT_ERR_INVALID_ARG, "/properties/o/minProperties",
+      "listed properties" },
+    { "{'type':'object','additionalProperties':{'type':'integer'},'minProperties':2}",
+      MMRT_ERR_INVALID_ARG, "/minProperties", "remembered" },
+    { "{'type':'object','additionalProperties':false,'minProperties':1}",
+      MMRT_ERR_INVALID_ARG, "/minProperties", "no key" },
+    { "{'type':'object','properties':{'a':{}},'maxProperties':0}", MMRT_ERR_INVALID_ARG,
+      "/maxProperties", "listed properties" },
+    { "{'type':'object','maxProperties':-1}", MMRT_ERR_INVALID_ARG, "/maxProperties", NULL },
     { "{'type':'object','additionalProperties':{'type':'object','patternProperties':{'^x':{}}}}",
       MMRT_ERR_INVALID_ARG, "/additionalProperties", "patternProperties" },
     /* a key with '/' or '~' is escaped in the pointer as RFC 6901 has it */
@@ -828,6 +836,14 @@ static const struct doc_case doc_cases[] = {
       DOCS("[1]", "[1,2,3]", "[ 1 , 2 ]", "[-0]"),
       DOCS("[]", "[1,2,3,4]", "[1.5]", "['1']", "[1,]", "[,1]", "[1 2]") },
     { "{'type':'array'}", DOCS("[]", "[1,'a',{'b':[null]}]", "[[[]]]"), DOCS("{}", "[1,]") },
+    /* free keys counted (Pydantic's dict with min_length, max_length); listed keys only
+     * where every document of them satisfies the counts */
+    { "{'type':'object','additionalProperties':{'type':'number'},'minProperties':1,"
+      "'maxProperties':2}", DOCS("{'a':1}", "{'a':1,'b':2.5}", "{ 'x' : 0 }"),
+      DOCS("{}", "{'a':1,'b':2,'c':3}", "{'a':'x'}") },
+    { "{'type':'object','maxProperties':0}", DOCS("{}", "{ }"), DOCS("{'a':1}") },
+    { "{'type':'object','properties':{'a':{},'b':{}},'required':['a'],'minProperties':1,"
+      "'maxProperties':2}", DOCS("{'a':1}", "{'a':1,'b':2}"), DOCS("{}", "{'b':1}") },
     /* uniqueItems over an enum's values (Pydantic's set[Enum]): each at most once */
     { "{'type':'array','items':{'enum':['red','green','blue',1,10,null]},'uniqueItems':true}",
       DOCS("['red','green']", "[1,10]", "[10,1]", "[]", "[null,'blue',1,10,'green','red']"),
@@ -1943,6 +1959,12 @@ static bool conforms(json_t *s, json_t *root, json_t *v, bool ordered)
         json_array_foreach(json_object_get(s, "required"), i, r)
             if (json_object_get(v, json_string_value(r)) == NULL)
                 return false;
+        if ((k = json_object_get(s, "minProperties")) &&
+            json_object_size(v) < (size_t)json_integer_value(k))
+            return false;
+        if ((k = json_object_get(s, "maxProperties")) &&
+            json_object_size(v) > (size_t)json_integer_value(k))
+            return false;
     }
     if (json_is_array(v)) {
         /* a tuple (prefixItems, or items as a list), then items (or additionalItems) */
@@ -2091,6 +2113,8 @@ static void test_random_documents(void **state)
           "{'enum':['a','ab',true,[1],{'k':'v'}]}]},'minItems':1,'maxItems':4}", false },
         { "{'type':'object','additionalProperties':{'type':'string','minLength':1,"
           "'maxLength':3}}", true },
+        { "{'type':'array','maxItems':3,'items':{'type':'object','additionalProperties':"
+          "{'type':'integer'},'minProperties':1,'maxProperties':2}}", true },
         { "true", true },
         { "{'type':'string','minLength':2,'maxLength':4}", false },
         { "{'enum':[1,10,-2.5,'x',null,{'k':[1,2]}]}", false },
