@@ -347,7 +347,7 @@ static uint16_t key_value(const struct mmrt_json_grammar *g, const struct mmrt_j
                           uint16_t live, uint32_t j)
 {
     const struct mmrt_json_prop *p = &g->schema->prop[o->first + j];
-    if (o->kind != MMRT_JSON_OBJECTS || p->required != MMRT_JSON_PER_ALTERNATIVE)
+    if (o->kind != MMRT_JSON_OBJECTS || !p->per_alternative)
         return p->node;
     for (uint32_t a = 0; a < o->extra; a++)
         if ((live >> a & 1) && alt_prop(g, o, a, j)->node != MMRT_JSON_NONE)

@@ -1835,7 +1835,7 @@ static mmrt_status build_objects(struct compiler *c, const struct union_info *u,
         }
         if (!literals && told_apart_before(s, first, g, k, r)) {
             s->prop[first + r].node = one;
-            s->prop[first + r].required = MMRT_JSON_PER_ALTERNATIVE;
+            s->prop[first + r].per_alternative = 1;
             continue;
         }
         if (!literals) {
@@ -2124,7 +2124,7 @@ static mmrt_status keep_finite(struct compiler *c)
             for (uint32_t j = 0; j < x->n * (1u + x->extra); j++) {
                 struct mmrt_json_prop *q = &s->prop[x->first + j];
                 if (q->node != MMRT_JSON_NONE && !fin[q->node] &&
-                    !(j < x->n && q->required == MMRT_JSON_PER_ALTERNATIVE))
+                    !(j < x->n && q->per_alternative))
                     q->node = MMRT_JSON_NONE;
             }
             for (uint32_t a = 0; a < x->extra; a++) {
@@ -2140,7 +2140,7 @@ static mmrt_status keep_finite(struct compiler *c)
              * finite (its shared entry only says whether the key may come at all). */
             for (uint32_t j = 0; j < x->n; j++) {
                 struct mmrt_json_prop *q = &s->prop[x->first + j];
-                if (q->required != MMRT_JSON_PER_ALTERNATIVE)
+                if (!q->per_alternative)
                     continue;
                 q->node = MMRT_JSON_NONE;
                 for (uint32_t a = 0; a < x->extra && q->node == MMRT_JSON_NONE; a++)

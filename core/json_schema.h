@@ -117,16 +117,15 @@ struct mmrt_json_node {
     uint16_t alt[MMRT_JSON_CLASSES];
 };
 
-/* A listed property of an object, in the schema's order. */
+/* A listed property of an object, in the schema's order. per_alternative: in object
+ * alternatives (MMRT_JSON_OBJECTS), a key's shared entry whose alternatives give it different
+ * value schemas; its value is read under the live alternatives' node (json_schema.c makes
+ * sure they agree once the key can come), node only saying whether the key may come. */
 struct mmrt_json_prop {
     uint16_t node;
     uint8_t required;
+    uint8_t per_alternative;
 };
-
-/* In object alternatives (MMRT_JSON_OBJECTS), a key's shared entry whose alternatives give it
- * different value schemas has this in required: the value is read under the live
- * alternatives' node (json_schema.c makes sure they agree once the key can come). */
-#define MMRT_JSON_PER_ALTERNATIVE 2
 
 /* Bytes text[off, off + len) of a literal: a value of an enum, or a listed key with its
  * quotes. A node's literals are sorted by their bytes (a literal before those it is a
