@@ -28,6 +28,7 @@ struct setup {
     int max_batch;
     bool off;           /* [cache] prefix = off */
     const char *plugin; /* NULL: cpu */
+    enum mmrt_kv_dtype kv_dtype;
 };
 
 static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
@@ -39,7 +40,7 @@ static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
     struct mmrt_config cfg = {
         .struct_size = sizeof cfg, .model_path = dir, .devices = &dev, .n_devices = 1,
         .max_batch = s->max_batch, .prefill_chunk = s->chunk, .max_kv_tokens = s->kv_tokens,
-        .kv_page_tokens = s->page, .prefix_cache = s->off ? -1 : 0,
+        .kv_page_tokens = s->page, .prefix_cache = s->off ? -1 : 0, .kv_dtype = s->kv_dtype,
     };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
@@ -170,6 +171,10 @@ static void test_repeat_llava(void **state)
 {
     (void)state;
     check_repeat("llava-tiny", &(struct setup){ .chunk = 8, .page = 4 });
+    /* the copied last page of a whole prompt carries an INT8 store's row scales, and FP8's
+     * one-byte codes */
+    check_repeat("llava-tiny", &(struct setup){ .chunk = 8, .page = 4, .kv_dtype = MMRT_KV_INT8 });
+    check_repeat("llava-tiny", &(struct setup){ .chunk = 8, .page = 4, .kv_dtype = MMRT_KV_FP8 });
     /* pages larger than chunks: only every other boundary can be shared */
     check_repeat("llava-tiny", &(struct setup){ .chunk = 8, .page = 16 });
 }
