@@ -17,6 +17,10 @@ enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
 #define PREFIX_KEY SHA256_DIGEST_SIZE
 #define MAX_PREFIXES (1 << 16) /* most [engine] prefix_entries */
 #define MAX_WHOLE 16           /* most cached whole prompts (each keeps a row of logits) */
+/* Drafts (draft()): the longest and shortest run of a sequence's last tokens looked up in
+ * it. One token says too little about what follows to be worth a row. */
+#define DRAFT_NGRAM_MAX 3
+#define DRAFT_NGRAM_MIN 2
 
 struct mmrt_seq {
     struct mmrt_engine *e;
@@ -100,11 +104,13 @@ struct mmrt_engine {
     struct mmrt_seq **live;      /* submitted, not finished */
     int n_live, cap_live;
     uint64_t next_arrival, next_admitted;
-    struct fwd decode;           /* the decode forward's buffers, for max_batch rows */
+    int64_t decode_cap;          /* rows of a decode forward: max_batch, or draft_rows */
+    struct fwd decode;           /* the decode forward's buffers, for decode_cap rows */
     void *graphs[MMRT_SMALL_M + 1]; /* captured decode step per batch size */
     bool try_graph;
-    float *logits;               /* [max_batch][vocab] host copy */
-    struct part *parts;          /* [max_batch] */
+    float *logits;               /* [decode_cap][vocab] host copy */
+    struct part *parts;          /* [decode_cap] */
+    int32_t *drafts;             /* [decode_cap]: the token each decode row checks */
     struct mmrt_engine_stats stats;
     struct prefix *prefixes;     /* [max_prefixes], the first n_prefixes in use */
     int n_prefixes, max_prefixes; /* max_prefixes 0: no reuse */
@@ -1270,8 +1276,71 @@ static void fail_parts(struct mmrt_engine *e, const struct part *parts, int n, m
             finish(e, parts[i].s, st, msg);
 }
 
+/* Up to k tokens that followed the latest earlier place where s's last n tokens came too
+ * (n from DRAFT_NGRAM_MAX down to DRAFT_NGRAM_MIN: the longest match says the most), into
+ * out; returns how many. Answers often repeat what their prompt or they themselves said: a
+ * quoted text, a list's pattern, a JSON answer's keys. */
+static int draft(const struct mmrt_seq *s, int k, int32_t *out)
+{
+    const int32_t *t = s->tokens;
+    const int64_t end = s->n_known;
+    for (int n = DRAFT_NGRAM_MAX; n >= DRAFT_NGRAM_MIN; n--) {
+        if (end <= n)
+            continue;
+        const int32_t *tail = t + end - n;
+        /* A match at i has a follower t[i + n] before the end: i ≤ end − n − 1. */
+        for (int64_t i = end - n - 1; i >= 0; i--) {
+            int j = 0;
+            while (j < n && t[i + j] == tail[j])
+                j++;
+            if (j < n)
+                continue;
+            const int64_t m = end - (i + n) < k ? end - (i + n) : k;
+            memcpy(out, t + i + n, (size_t)m * sizeof *out);
+            return (int)m;
+        }
+    }
+    return 0;
+}
+
+/* Drafted tokens for s's decode step, at most `room`, as decode rows parts[0, k) checking
+ * drafts[0, k); returns k. A draft row is one more query of s at the next position, in a
+ * sequence of its own in the step's plan (its page table, its key count): the arithmetic of a
+ * decode row, so the logits of a draft that turns out right are the bits the next step would
+ * have computed. Drafts take only pages that are free: they never evict a cached prefix or
+ * preempt a sequence. */
+static int add_drafts(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
+                      struct part *parts, int32_t *drafts)
+{
+    int k = e->o.draft_tokens < room ? e->o.draft_tokens : room;
+    /* Tokens s may take after the decode row's: a draft past them could never be used. */
+    const int left = s->max_tokens - s->n_gen - 1;
+    if (k > left)
+        k = left;
+    /* A resumed sequence replays what it had generated first. */
+    if (k <= 0 || s->kv.n_past + s->dropped + 1 != s->n_known)
+        return 0;
+    k = draft(s, k, drafts);
+    const int64_t first = s->kv.n_past + 1; /* the drafts' KV positions */
+    if (k > 0 && mmrt_kv_cache_pages_needed(&s->kv, first + k) > 0) {
+        struct mmrt_error err = { 0 };
+        if (mmrt_kv_cache_pages_needed(&s->kv, first + k) > s->kv.pages->n_free ||
+            mmrt_kv_cache_reserve(&s->kv, first + k, &err) != MMRT_OK) {
+            const int64_t held = s->kv.n_held * s->kv.pages->page_tokens - first;
+            k = held < k ? (int)held : k;
+        }
+    }
+    for (int j = 0; j < k; j++) {
+        s->tokens[s->n_known + j] = drafts[j];
+        parts[j] = (struct part){ s, s->n_known + j, 1, true };
+    }
+    return k > 0 ? k : 0;
+}
+
 /* One decode row per decoding sequence, each with a page for its new position. When the
- * store has none, the youngest running sequence gives its pages back. */
+ * store has none, the youngest running sequence gives its pages back. With drafts on, rows
+ * the step has room for check drafted tokens; the sequence takes each draft its own sampler
+ * picks (the same draw it makes without drafts) and stops at the first it does not. */
 static void decode_step(struct mmrt_engine *e)
 {
     struct mmrt_seq *seqs[MMRT_SMALL_M];
@@ -1301,15 +1370,28 @@ static void decode_step(struct mmrt_engine *e)
     B = k;
     if (B == 0)
         return;
+    /* Sequence i's drafts are rows [d0[i], d0[i] + nd[i]), after every sequence's own. */
+    int d0[MMRT_SMALL_M], nd[MMRT_SMALL_M];
+    int R = B;
+    for (int i = 0; i < B; i++) {
+        d0[i] = R;
+        nd[i] = e->o.draft_tokens > 0 && R < e->o.draft_rows
+                    ? add_drafts(e, e->parts[i].s, e->o.draft_rows - R, e->parts + R,
+                                 e->drafts + R)
+                    : 0;
+        R += nd[i];
+    }
     struct mmrt_error err = { 0 };
     bool graph = false;
-    mmrt_status st = forward(e, &e->decode, e->parts, B, true, &graph, &err);
+    mmrt_status st = forward(e, &e->decode, e->parts, R, true, &graph, &err);
     e->stats.decode_forwards++;
-    e->stats.decode_rows += (uint64_t)B;
+    e->stats.decode_rows += (uint64_t)R;
+    e->stats.draft_rows += (uint64_t)(R - B);
     if (st != MMRT_OK) {
-        fail_parts(e, e->parts, B, st, err.msg);
+        fail_parts(e, e->parts, R, st, err.msg);
         return;
     }
+    const int64_t V = e->dec->vocab;
     for (int i = 0; i < B; i++) {
         struct mmrt_seq *s = e->parts[i].s;
         s->kv.n_past++;
@@ -1320,7 +1402,16 @@ static void decode_step(struct mmrt_engine *e)
             e->stats.replay_rows++; /* recomputing a preempted sequence */
             continue;
         }
-        take_token(e, s, e->logits + (int64_t)i * e->dec->vocab);
+        take_token(e, s, e->logits + (int64_t)i * V);
+        /* A draft equal to the token just taken was the right input at its position: its
+         * K/V stand, and its row's logits give the next token. */
+        for (int j = 0; j < nd[i] && s->state == SEQ_DECODE &&
+                        s->tokens[s->n_known - 1] == e->drafts[d0[i] + j];
+             j++) {
+            s->kv.n_past++;
+            e->stats.draft_accepted++;
+            take_token(e, s, e->logits + (int64_t)(d0[i] + j) * V);
+        }
     }
 }
 
@@ -1492,6 +1583,7 @@ void mmrt_engine_destroy(struct mmrt_engine *e)
     free(e->live);
     free(e->logits);
     free(e->parts);
+    free(e->drafts);
     mmrt_token_texts_free(&e->texts);
     free(e->plain);
     free(e->masked);
@@ -1525,6 +1617,13 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "engine: image_kv_keep %g must be in [0, 1] "
                               "and image_kv_policy %d a policy", o.image_kv.keep,
                               (int)o.image_kv.policy);
+    if (o.draft_rows == 0 && o.draft_tokens > 0)
+        o.draft_rows = o.draft_tokens + 1;
+    if (o.draft_tokens < 0 || o.draft_tokens >= MMRT_SMALL_M ||
+        (o.draft_tokens > 0 && (o.draft_rows < 2 || o.draft_rows > MMRT_SMALL_M)))
+        return mmrt_error_set(err, MMRT_ERR_CONFIG, "[scheduler] draft_tokens %d must be 0 … %d "
+                              "and draft_rows %d 2 … %d", o.draft_tokens, MMRT_SMALL_M - 1,
+                              o.draft_rows, MMRT_SMALL_M);
     if (o.prefix_entries > MAX_PREFIXES)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "engine: prefix_entries %d must be at most "
                               "%d", o.prefix_entries, MAX_PREFIXES);
@@ -1535,14 +1634,19 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
     e->dec = lang->decoder;
     e->o = o;
     e->try_graph = o.use_graph && mmrt_dev_can_capture(e->dec->dev);
-    /* Logits rows: a decode step has max_batch, a prefill forward at most max_batch. */
-    e->logits = malloc((size_t)o.max_batch * (size_t)e->dec->vocab * sizeof *e->logits);
-    e->parts = calloc((size_t)o.max_batch, sizeof *e->parts);
+    /* Logits rows: a decode step has max_batch (draft_rows with drafts), a prefill forward
+     * at most max_batch. */
+    e->decode_cap = o.draft_tokens > 0 && o.draft_rows > o.max_batch ? o.draft_rows
+                                                                      : o.max_batch;
+    e->logits = malloc((size_t)e->decode_cap * (size_t)e->dec->vocab * sizeof *e->logits);
+    e->parts = calloc((size_t)e->decode_cap, sizeof *e->parts);
+    e->drafts = calloc((size_t)e->decode_cap, sizeof *e->drafts);
     e->max_prefixes = o.prefix_entries < 0 ? 0
                       : o.prefix_entries ? o.prefix_entries : MMRT_ENGINE_DEFAULT_PREFIXES;
     e->prefixes = e->max_prefixes ? calloc((size_t)e->max_prefixes, sizeof *e->prefixes) : NULL;
-    mmrt_status st = e->logits && e->parts && (e->prefixes || !e->max_prefixes)
-                         ? fwd_create(e, o.max_batch, o.max_batch, o.max_batch, &e->decode, err)
+    mmrt_status st = e->logits && e->parts && e->drafts && (e->prefixes || !e->max_prefixes)
+                         ? fwd_create(e, e->decode_cap, e->decode_cap, e->decode_cap, &e->decode,
+                                      err)
                          : mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "engine: out of memory");
     if (st != MMRT_OK) {
         mmrt_engine_destroy(e);

@@ -11,7 +11,11 @@
  *   2. gives every decoding sequence a page for its next position; when none is free the
  *      youngest running sequence is preempted: its pages return to the store and it waits
  *      again at its old place in line, to be recomputed on resume;
- *   3. runs one decode forward over all decoding sequences (M = B rows, one token each);
+ *   3. runs one decode forward over all decoding sequences (M = B rows, one token each),
+ *      with draft_tokens on also one row per token guessed from the sequence itself, while
+ *      the step has at most draft_rows rows (docs/ENGINE.md "Drafts"): each is a decode row
+ *      of its own (one query, the sequence's pages), and the sequence takes each guess its
+ *      sampler picks anyway, so its tokens and logits are what it gives without drafts;
  *   4. runs prefill chunks of prefill_chunk tokens, while step_tokens lasts.
  * So a new request joins between two decode steps and a long prompt never stalls the
  * others for more than one chunk.
@@ -76,6 +80,12 @@ struct mmrt_engine_options {
                                0 = MMRT_ENGINE_DEFAULT_PREFIXES, < 0 = no reuse */
     /* Image-token KV compression after each prefill (kv_compress.h); keep 0 = off. */
     struct mmrt_kv_compress_opts image_kv;
+    /* Speculative decoding with drafts looked up in the sequence itself (docs/ENGINE.md
+     * "Drafts"): up to draft_tokens tokens per sequence and step, 0 … MMRT_SMALL_M − 1
+     * (0 = off), while the decode step has at most draft_rows rows, 2 … MMRT_SMALL_M
+     * (0 = draft_tokens + 1). */
+    int draft_tokens;
+    int draft_rows;
 };
 
 /* Counters since creation, for mmrt-bench and the tests. */
@@ -94,6 +104,8 @@ struct mmrt_engine_stats {
     int64_t prefix_pages;               /* now: pages the cached prefixes hold */
     uint64_t image_kv_compressions;     /* sequences whose image K/V were compressed */
     uint64_t image_kv_dropped_tokens;   /* image rows those gave up (per layer and head) */
+    uint64_t draft_rows;                /* decode rows that checked a drafted token */
+    uint64_t draft_accepted;            /* of those, drafts the sequence took */
 };
 
 struct mmrt_engine;

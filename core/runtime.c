@@ -511,6 +511,16 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
                  cfg->vision_batch, MMRT_CONF_MAX_VISION_BATCH, MMRT_DEFAULT_VISION_BATCH);
         return at(src, cs ? cs->vision_batch_line : 0, err, MMRT_ERR_CONFIG, what);
     }
+    if (cfg->draft_tokens < 0 || cfg->draft_tokens > MMRT_CONF_MAX_DRAFT_TOKENS) {
+        snprintf(what, sizeof what, "[scheduler] draft_tokens %d must be 0 … %d (0 = off)",
+                 cfg->draft_tokens, MMRT_CONF_MAX_DRAFT_TOKENS);
+        return at(src, cs ? cs->draft_tokens_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
+    if (cfg->draft_rows != 0 && (cfg->draft_rows < 2 || cfg->draft_rows > MMRT_SMALL_M)) {
+        snprintf(what, sizeof what, "[scheduler] draft_rows %d must be 2 … %d (0 = "
+                 "draft_tokens + 1)", cfg->draft_rows, MMRT_SMALL_M);
+        return at(src, cs ? cs->draft_rows_line : 0, err, MMRT_ERR_CONFIG, what);
+    }
     const struct mmrt_conf_cache *cc = src->conf ? &src->conf->cache : NULL;
     if (cfg->vision_cache_entries > MMRT_CONF_MAX_VISION_ENTRIES) {
         snprintf(what, sizeof what, "[cache] vision_entries %lld must be at most %d (0 = %d, "
@@ -538,6 +548,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
     rt->engine_opts = (struct mmrt_engine_options){ .max_batch = cfg->max_batch,
                                                     .prefill_chunk = cfg->prefill_chunk,
                                                     .step_tokens = cfg->step_tokens,
+                                                    .draft_tokens = cfg->draft_tokens,
+                                                    .draft_rows = cfg->draft_rows,
                                                     .use_graph = true,
                                                     .prefix_entries =
                                                         cfg->prefix_cache < 0 ? -1 : 0,
@@ -565,7 +577,11 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         const int64_t chunk = cfg->prefill_chunk ? cfg->prefill_chunk : MMRT_ENGINE_DEFAULT_CHUNK;
         const int64_t step = cfg->step_tokens ? cfg->step_tokens : chunk + batch;
         rt->model_opts.max_prefill_rows = step > chunk ? step : chunk;
-        rt->model_opts.max_decode_rows = batch;
+        /* Drafts add rows to a decode step (engine.h draft_rows). */
+        const int64_t drafts = !cfg->draft_tokens ? 0
+                               : cfg->draft_rows  ? cfg->draft_rows
+                                                  : cfg->draft_tokens + 1;
+        rt->model_opts.max_decode_rows = drafts > batch ? drafts : batch;
     }
     rt->run = (struct mmrt_request){ .struct_size = sizeof rt->run, .max_tokens = 64,
                                      .top_p = 1.0f };
@@ -965,6 +981,8 @@ mmrt_status mmrt_create_from_file(const char *ini_path, struct mmrt_runtime **ou
         .weights = conf->weights,
         .exif_orientation = conf->exif_orientation,
         .vision_batch = conf->scheduler.vision_batch,
+        .draft_tokens = conf->scheduler.draft_tokens,
+        .draft_rows = conf->scheduler.draft_rows,
         .image_kv_keep = conf->image_kv_keep,
         .image_kv_policy = conf->image_kv_policy,
         .chat_template = conf->chat_template,
@@ -2077,6 +2095,8 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->vision_batch_requests = rt->vision_batch_jobs;
     n->image_kv_compressions = es.image_kv_compressions;
     n->image_kv_dropped_tokens = es.image_kv_dropped_tokens;
+    n->draft_tokens = es.draft_rows;
+    n->draft_accepted = es.draft_accepted;
     const struct mmrt_dev *lang = rt->language;
     n->kv_pages_used = lang->kv.pages_used;
     n->kv_pages_total = lang->kv.pages_total;

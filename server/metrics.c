@@ -217,6 +217,12 @@ char *mmrt_metrics_render(struct mmrt_metrics *m, struct mmrt_runtime *rt, int r
         one(&t, "mmrt_prefix_cache_prompt_hits_total", "counter",
             "Requests whose whole prompt was cached: nothing prefilled.",
             (double)st.prefix_cache_prompt_hits);
+        one(&t, "mmrt_draft_tokens_total", "counter",
+            "Drafted tokens decode steps checked ([scheduler] draft_tokens).",
+            (double)st.draft_tokens);
+        one(&t, "mmrt_draft_accepted_total", "counter",
+            "Drafted tokens the sequences took: decode steps saved.",
+            (double)st.draft_accepted);
         one(&t, "mmrt_vision_batches_total", "counter",
             "Vision stages the worker ran (each for up to [scheduler] vision_batch requests).",
             (double)st.vision_batches);

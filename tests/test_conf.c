@@ -498,7 +498,8 @@ static void test_scheduler_keys(void **state)
 {
     (void)state;
     const char *text = "[device.d]\nplugin = cpu\n[scheduler]\nmax_batch = 8\n"
-                       "prefill_chunk = 256\nstep_tokens = 300\nvision_batch = 5\n";
+                       "prefill_chunk = 256\nstep_tokens = 300\nvision_batch = 5\n"
+                       "draft_tokens = 3\ndraft_rows = 6\n";
     struct mmrt_conf *c = parse_ok(text, strlen(text), "t.ini");
     assert_int_equal(c->scheduler.line, 3);
     assert_int_equal(c->scheduler.max_batch, 8);
@@ -509,6 +510,10 @@ static void test_scheduler_keys(void **state)
     assert_int_equal(c->scheduler.step_tokens_line, 6);
     assert_int_equal(c->scheduler.vision_batch, 5);
     assert_int_equal(c->scheduler.vision_batch_line, 7);
+    assert_int_equal(c->scheduler.draft_tokens, 3);
+    assert_int_equal(c->scheduler.draft_tokens_line, 8);
+    assert_int_equal(c->scheduler.draft_rows, 6);
+    assert_int_equal(c->scheduler.draft_rows_line, 9);
     mmrt_conf_destroy(c);
     text = "[device.d]\nplugin = cpu\n";
     c = parse_ok(text, strlen(text), "t.ini");
@@ -578,6 +583,9 @@ static const struct error_case ERRORS[] = {
     {SCHED("step_tokens = x"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] step_tokens = 'x': not a decimal integer"},
     {SCHED("vision_batch = 0"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] vision_batch = '0': outside [1, 32]"},
     {SCHED("vision_batch = 33"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] vision_batch = '33': outside [1, 32]"},
+    {SCHED("draft_tokens = 32"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] draft_tokens = '32': outside [0, 31]"},
+    {SCHED("draft_tokens = -1"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] draft_tokens = '-1': outside [0, 31]"},
+    {SCHED("draft_rows = 1"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] draft_rows = '1': outside [2, 32]"},
     {SCHED("group = none"), MMRT_ERR_CONFIG, "t.ini:4: [scheduler] unknown key 'group' (value 'none')"},
     {D "[scheduler]\n[scheduler]\n", MMRT_ERR_CONFIG,
      "t.ini:4: duplicate section [scheduler] (first on line 3)"},

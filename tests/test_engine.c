@@ -44,6 +44,7 @@ struct setup {
     double image_kv_keep;      /* 0: no image-token KV compression */
     enum mmrt_image_kv_policy image_kv_policy;
     bool no_prefix_cache;
+    int draft_tokens, draft_rows;
 };
 
 static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
@@ -70,6 +71,7 @@ static struct mmrt_runtime *open_rt(const char *fixture, const struct setup *s)
         .kv_dtype = s->kv_dtype,
         .image_kv_keep = s->image_kv_keep, .image_kv_policy = s->image_kv_policy,
         .prefix_cache = s->no_prefix_cache ? -1 : 0,
+        .draft_tokens = s->draft_tokens, .draft_rows = s->draft_rows,
     };
     struct mmrt_runtime *rt = NULL;
     char err[2048];
@@ -1271,6 +1273,150 @@ static void test_json_answers(void **state)
     free(a);
 }
 
+/* Speculative decoding: with drafts every request, alone and batched, gives every logit of
+ * every step and every token it gives on a runtime without them, bit for bit; *rows and
+ * *taken add up the drafts checked and taken. */
+static void check_drafts(const char *fixture, const struct setup *s, uint64_t *rows,
+                         uint64_t *taken)
+{
+    struct golden_cases c;
+    golden_cases_load(fixture, &c);
+    struct setup plain = *s;
+    plain.draft_tokens = plain.draft_rows = 0;
+    struct mmrt_runtime *rt0 = open_rt(fixture, &plain), *rt = open_rt(fixture, s);
+    struct golden_capture ref[MAX_CASES] = { { 0 } }, solo[MAX_CASES] = { { 0 } },
+                          batch[MAX_CASES] = { { 0 } };
+    struct mmrt_result res[MAX_CASES] = { { 0 } };
+    run_solo(rt0, &c, ref);
+    struct mmrt_engine_stats before, after;
+    mmrt_runtime_engine_stats(rt, &before);
+    run_solo(rt, &c, solo);
+    if (run_batch(rt, c.req, c.n, batch, res, -1, 0) != MMRT_OK)
+        fail_msg("%s batch: %s", fixture, mmrt_last_error(rt));
+    mmrt_runtime_engine_stats(rt, &after);
+    for (int i = 0; i < c.n; i++) {
+        same_run("drafts, alone", i, &solo[i], &ref[i], true);
+        same_run("drafts, batched", i, &batch[i], &ref[i], true);
+    }
+    *rows += after.draft_rows - before.draft_rows;
+    *taken += after.draft_accepted - before.draft_accepted;
+    if (getenv("MMRT_TEST_VERBOSE"))
+        fprintf(stderr, "%s: drafts %llu taken %llu, decode forwards %llu rows %llu, "
+                "preemptions %llu\n", fixture,
+                (unsigned long long)(after.draft_rows - before.draft_rows),
+                (unsigned long long)(after.draft_accepted - before.draft_accepted),
+                (unsigned long long)(after.decode_forwards - before.decode_forwards),
+                (unsigned long long)(after.decode_rows - before.decode_rows),
+                (unsigned long long)(after.preemptions - before.preemptions));
+    /* A taken draft saves a decode forward: fewer forwards than tokens after the first. */
+    assert_true(after.draft_accepted == before.draft_accepted ||
+                after.decode_forwards - before.decode_forwards <
+                    after.decode_rows - before.decode_rows - (after.draft_rows -
+                                                              before.draft_rows));
+    assert_pages_back(rt);
+    free_caps(ref, c.n);
+    free_caps(solo, c.n);
+    free_caps(batch, c.n);
+    mmrt_destroy(rt);
+    mmrt_destroy(rt0);
+    json_decref(c.json);
+}
+
+/* The same held to on all four model types, with the decode step captured, with pages
+ * running out (preemption, and drafts finding no free page), with a sliding window, with
+ * more rows for drafts than sequences and with image-token KV compression (draft rows
+ * after dropped positions). Drafts were taken and refused along the way. */
+static void test_drafts(void **state)
+{
+    (void)state;
+    uint64_t rows = 0, taken = 0;
+    check_drafts("llava-tiny", &(struct setup){ .draft_tokens = 3 }, &rows, &taken);
+    check_drafts("llava-next-tiny", &(struct setup){ .draft_tokens = 4, .draft_rows = 20 },
+                 &rows, &taken);
+    check_drafts("fuyu-tiny", &(struct setup){ .draft_tokens = 2, .graph = true }, &rows,
+                 &taken);
+    check_drafts("qwen2vl-tiny",
+                 &(struct setup){ .draft_tokens = 3, .max_kv_tokens = 136,
+                                  .kv_page_tokens = 8, .prefill_chunk = 16 },
+                 &rows, &taken);
+    check_drafts("llava-tiny-swa",
+                 &(struct setup){ .draft_tokens = 5, .draft_rows = 8, .kv_page_tokens = 4,
+                                  .max_batch = 3 },
+                 &rows, &taken);
+    check_drafts("llava-next-tiny", &(struct setup){ .draft_tokens = 3, .image_kv_keep = 0.5 },
+                 &rows, &taken);
+    assert_true(taken > 0);
+    assert_true(rows > taken);
+}
+
+/* Drafts under the other request settings: a seeded sampled answer (its draws are the
+ * ones it makes without drafts), log-probabilities, stop strings and JSON answers each give
+ * the same tokens, reports and finish as without drafts. */
+static void test_drafts_request_forms(void **state)
+{
+    (void)state;
+    struct golden_cases c;
+    golden_cases_load("llava-tiny", &c);
+    struct mmrt_runtime *rt0 = open_rt("llava-tiny", &(struct setup){ 0 });
+    struct mmrt_runtime *rt = open_rt("llava-tiny", &(struct setup){ .draft_tokens = 4 });
+    char path[4096];
+    golden_fixture_path(path, sizeof path, "llava-tiny/tokenizer.json");
+    struct lp_record *want = calloc(1, sizeof *want), *got = calloc(1, sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_tokenizer_load(path, NULL, &want->tok, &e), MMRT_OK);
+    got->tok = want->tok;
+    static const char *const stops[] = { "ab", "e" };
+    struct mmrt_engine_stats before, after;
+    mmrt_runtime_engine_stats(rt, &before);
+    for (int form = 0; form < 4; form++) {
+        for (int i = 0; i < c.n; i++) {
+            struct mmrt_request r = c.req[i];
+            r.struct_size = sizeof r;
+            r.max_tokens = 24;
+            if (form == 0) {
+                r.temperature = 0.9f;
+                r.top_p = 0.95f;
+                r.seed = 7 + (uint64_t)i;
+            } else if (form == 1) {
+                r.logprobs = 1;
+                r.top_logprobs = 3;
+            } else if (form == 2) {
+                r.stop = stops;
+                r.n_stop = 2;
+            } else {
+                r.response_format = MMRT_RESPONSE_JSON_OBJECT;
+            }
+            struct mmrt_result a, b;
+            assert_int_equal(run_job(rt0, &r, want, &a), MMRT_OK);
+            assert_int_equal(run_job(rt, &r, got, &b), MMRT_OK);
+            if (a.n_tokens != b.n_tokens || a.finish_reason != b.finish_reason ||
+                want->n_tokens != got->n_tokens || want->n != got->n ||
+                memcmp(want->id, got->id, (size_t)want->n * sizeof want->id[0]) != 0 ||
+                memcmp(want->lp, got->lp, (size_t)want->n * sizeof want->lp[0]) != 0)
+                fail_msg("form %d, case %d: %d tokens (finish %d), without drafts %d (%d)", form,
+                         i, b.n_tokens, (int)b.finish_reason, a.n_tokens, (int)a.finish_reason);
+            for (int k = 0; k < want->n && k < GOLDEN_MAX_TOKENS; k++) {
+                assert_int_equal(want->n_top[k], got->n_top[k]);
+                for (int t = 0; t < want->n_top[k]; t++) {
+                    assert_int_equal(want->top[k][t].token_id, got->top[k][t].token_id);
+                    assert_true(want->top[k][t].logprob == got->top[k][t].logprob);
+                }
+            }
+        }
+    }
+    mmrt_runtime_engine_stats(rt, &after);
+    assert_true(after.draft_accepted > before.draft_accepted);
+    assert_pages_back(rt);
+    mmrt_tokenizer_destroy(want->tok);
+    free(want);
+    free(got);
+    mmrt_destroy(rt);
+    mmrt_destroy(rt0);
+    json_decref(c.json);
+}
+
 /* Fuyu has no chat template: anything but one user turn is refused by name. */
 static void test_fuyu_refuses_chats(void **state)
 {
@@ -1309,6 +1455,17 @@ static void test_bad_scheduler_config(void **state)
     cfg.image_kv_policy = (enum mmrt_image_kv_policy)9;
     assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "image_kv_policy 9"));
+    cfg.image_kv_policy = MMRT_IMAGE_KV_DEFAULT;
+    cfg.image_kv_keep = 0;
+    cfg.draft_tokens = 32;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "draft_tokens 32 must be 0 … 31"));
+    cfg.draft_tokens = 3;
+    cfg.draft_rows = 33;
+    assert_int_equal(mmrt_create(&cfg, &rt, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "draft_rows 33 must be 2 … 32"));
+    cfg.draft_tokens = 0;
+    cfg.draft_rows = 0;
     cfg.image_kv_keep = 0;
     cfg.image_kv_policy = MMRT_IMAGE_KV_DEFAULT;
     cfg.struct_size = 4; /* a layout older than the first */
@@ -1343,6 +1500,8 @@ int main(void)
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_logprobs_and_bias),
         cmocka_unit_test(test_json_answers),
+        cmocka_unit_test(test_drafts),
+        cmocka_unit_test(test_drafts_request_forms),
         cmocka_unit_test(test_fuyu_refuses_chats),
         cmocka_unit_test(test_bad_scheduler_config),
     };

@@ -610,6 +610,12 @@ static void scheduler_key(struct parser *p, const char *key, const char *v, size
     } else if (strcmp(key, "vision_batch") == 0) {
         if (set_int(p, key, v, n, 1, MMRT_CONF_MAX_VISION_BATCH, &x, &s->vision_batch_line))
             s->vision_batch = (int)x;
+    } else if (strcmp(key, "draft_tokens") == 0) {
+        if (set_int(p, key, v, n, 0, MMRT_CONF_MAX_DRAFT_TOKENS, &x, &s->draft_tokens_line))
+            s->draft_tokens = (int)x;
+    } else if (strcmp(key, "draft_rows") == 0) {
+        if (set_int(p, key, v, n, 2, MMRT_CONF_MAX_BATCH, &x, &s->draft_rows_line))
+            s->draft_rows = (int)x;
     } else {
         unknown_key(p, key, v, n);
     }

@@ -50,6 +50,10 @@
  *                           ; token rows one engine step runs
  *     vision_batch = 8      ; optional, 1..32, default 1: waiting requests whose vision
  *                           ; stages run together (one pass of the tower where they can)
+ *     draft_tokens = 3      ; optional, 0..31, default 0 (off): tokens per sequence and
+ *                           ; decode step guessed from the sequence itself and checked
+ *     draft_rows = 4        ; optional, 2..32, default draft_tokens + 1: rows a decode
+ *                           ; step may reach with drafts
  *
  *     [server]              ; optional: read by `mmrt serve` (docs/SERVING.md), not by the
  *     port = 8080           ; runtime; keys are 1..63 of [A-Za-z0-9_.-], kept as text with
@@ -152,6 +156,7 @@
 #define MMRT_CONF_MAX_PREFILL_CHUNK (1 << 20)
 #define MMRT_CONF_MAX_STEP_TOKENS (1 << 20)
 #define MMRT_CONF_MAX_VISION_BATCH 32
+#define MMRT_CONF_MAX_DRAFT_TOKENS 31         /* largest draft_tokens (MMRT_SMALL_M − 1) */
 #define MMRT_CONF_MAX_VISION_ENTRIES (1 << 24) /* largest [cache] vision_entries */
 #define MMRT_CONF_MAX_VISION_MB (1 << 24)      /* largest [cache] vision_mb */
 
@@ -225,6 +230,10 @@ struct mmrt_conf_scheduler {
     int step_tokens_line;
     int vision_batch;
     int vision_batch_line;
+    int draft_tokens;
+    int draft_tokens_line;
+    int draft_rows;
+    int draft_rows_line;
 };
 
 /* A key of an application section ([server]), as text. */

@@ -40,11 +40,12 @@ TIMEOUT = 120  # seconds any single wait may take (ASan builds are slow)
 class Server:
     """One `mmrt serve` process with its own deploy.ini."""
 
-    def __init__(self, args, name, server_keys="", scheduler="", model_keys="", ini=None):
+    def __init__(self, args, name, server_keys="", scheduler="", model_keys="", ini=None,
+                 model=None):
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="mmrt-serve-")
         self.ini = ini or os.path.join(self.dir, name + ".ini")
-        model = os.path.abspath(os.path.join(args.fixtures, MODEL))
+        model = model or os.path.abspath(os.path.join(args.fixtures, MODEL))
         if not ini:
             with open(self.ini, "w") as f:
                 f.write(f"[model]\npath = {model}\n{model_keys}\n"
@@ -521,6 +522,48 @@ def test_choices_share_prompt(args, images):
         s.stop()
 
 
+def test_drafts(args):
+    """[scheduler] draft_tokens on the demo model: answers, plain, streamed (several tokens may
+    come from one step), seeded and with logprobs, are the ones a server without drafts gives,
+    and drafts are taken where an answer repeats its prompt (a chat asking again)."""
+    demo = os.path.join(os.path.dirname(os.path.abspath(args.demo_conf)), "..", "demo")
+    model = os.path.abspath(os.path.join(demo, "llava-shapes"))
+    named = f"model_name = {MODEL}\n"  # what ask() asks for
+    s0 = Server(args, "nodrafts", model=model, server_keys=named)
+    s = Server(args, "drafts", model=model, server_keys=named, scheduler="draft_tokens = 4\n")
+    try:
+        c0, c = s0.client(), s.client()
+        m0 = s.metrics()
+        for i in range(4):
+            img = data_uri(os.path.join(demo, "heldout", f"{i:03d}.png"))
+            first = [user_turn("Describe the picture.", img)]
+            said = ask(c0, first, max_tokens=24).choices[0].message.content
+            again = first + [{"role": "assistant", "content": said},
+                             {"role": "user", "content": "Describe the picture."}]
+            for msgs in (first, again):
+                for kw in ({}, {"temperature": 0.8, "seed": i},
+                           {"logprobs": True, "top_logprobs": 2}):
+                    want = ask(c0, msgs, max_tokens=24, **kw).choices[0]
+                    got = ask(c, msgs, max_tokens=24, **kw).choices[0]
+                    assert got.message.content == want.message.content, (kw, got, want)
+                    assert got.finish_reason == want.finish_reason, (kw, got, want)
+                    if "logprobs" in kw:
+                        lw = [(t.token, t.logprob) for t in want.logprobs.content]
+                        lg = [(t.token, t.logprob) for t in got.logprobs.content]
+                        assert lw == lg, (lw, lg)
+                st, fin, _, _ = ask_stream(c, msgs, max_tokens=24)
+                want = ask(c0, msgs, max_tokens=24).choices[0]
+                assert (st, fin) == (want.message.content, want.finish_reason), (st, fin, want)
+        m1 = s.metrics()
+        checked = m1["mmrt_draft_tokens_total"] - m0.get("mmrt_draft_tokens_total", 0)
+        taken = m1["mmrt_draft_accepted_total"] - m0.get("mmrt_draft_accepted_total", 0)
+        assert 0 < taken <= checked, (checked, taken)
+        return f"{int(taken)} of {int(checked)} drafted tokens taken"
+    finally:
+        s.stop()
+        s0.stop()
+
+
 def test_auth_and_image_dir(args, images, image_paths):
     key_dir = tempfile.mkdtemp()
     img_dir = os.path.join(key_dir, "images")
@@ -821,6 +864,7 @@ def main():
         ("json_schema", lambda: test_json_schema(s, images)),
         ("choices", lambda: test_choices(s, images)),
         ("choices_share_prompt", lambda: test_choices_share_prompt(args, images)),
+        ("drafts", lambda: test_drafts(args)),
         ("load", lambda: test_load(s, images)),
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),

@@ -75,6 +75,7 @@ struct options {
     float temperature, top_p;        /* --temperature (0 = greedy), --top-p */
     int top_k;                       /* --top-k (0 = off) */
     int response_format;             /* --response-format (enum mmrt_response_format) */
+    int draft_tokens, draft_rows;    /* --draft-tokens, --draft-rows (0: off, the default) */
 };
 
 static void usage(FILE *f)
@@ -114,6 +115,10 @@ static void usage(FILE *f)
             "  --response-format F text|json_object: each answer held to one JSON object (the\n"
             "                      token mask's cost, docs/ENGINE.md \"JSON answers\";\n"
             "                      default text)\n"
+            "  --draft-tokens N    speculative decoding: up to N drafted tokens per sequence\n"
+            "                      and step, looked up in the sequence itself ([scheduler]\n"
+            "                      draft_tokens, 0..31; default 0: off); --draft-rows R: the\n"
+            "                      rows a decode step may reach with them (default N + 1)\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -572,6 +577,8 @@ int main(int argc, char **argv)
         { "top-p", required_argument, NULL, 'u' },
         { "top-k", required_argument, NULL, 'k' },
         { "response-format", required_argument, NULL, 'F' },
+        { "draft-tokens", required_argument, NULL, 'x' },
+        { "draft-rows", required_argument, NULL, 'y' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -644,6 +651,8 @@ int main(int argc, char **argv)
             break;
         }
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
+        case 'x': bad = parse_int("--draft-tokens", optarg, 0, 31, &o.draft_tokens); break;
+        case 'y': bad = parse_int("--draft-rows", optarg, 2, 32, &o.draft_rows); break;
         case 'R': {
             char *end;
             o.image_kv_keep = strtod(optarg, &end);
@@ -1062,6 +1071,8 @@ int main(int argc, char **argv)
         .vision_batch = o.vision_batch,
         .image_kv_keep = o.image_kv_keep,
         .image_kv_policy = o.image_kv_policy,
+        .draft_tokens = o.draft_tokens,
+        .draft_rows = o.draft_rows,
     };
     double t_load = now_ms();
     mmrt_status st = mmrt_create(&cfg, &rt, err, sizeof err);
@@ -1323,6 +1334,10 @@ int main(int argc, char **argv)
                                   mmrt_image_kv_policy_name(o.image_kv_policy), "compressions",
                                   (json_int_t)rs.image_kv_compressions, "dropped_tokens",
                                   (json_int_t)rs.image_kv_dropped_tokens));
+    json_object_set_new(json_object_get(rec, "throughput"), "drafts",
+                        json_pack("{s:i,s:I,s:I}", "draft_tokens", o.draft_tokens, "checked",
+                                  (json_int_t)rs.draft_tokens, "taken",
+                                  (json_int_t)rs.draft_accepted));
     if (o.vision_cache) {
         const double ratio = cph.hit_ttft_ms / cph.miss_ttft_ms;
         json_object_set_new(rec, "vision_cache",
@@ -1416,6 +1431,12 @@ int main(int argc, char **argv)
                    mmrt_image_kv_policy_name(o.image_kv_policy),
                    (unsigned long long)rs.image_kv_compressions,
                    (unsigned long long)rs.image_kv_dropped_tokens);
+        if (o.draft_tokens > 0)
+            printf("drafts (draft_tokens %d): %llu checked, %llu taken (%.0f %%), over every "
+                   "request of the run\n", o.draft_tokens, (unsigned long long)rs.draft_tokens,
+                   (unsigned long long)rs.draft_accepted,
+                   rs.draft_tokens ? 100.0 * (double)rs.draft_accepted / (double)rs.draft_tokens
+                                   : 0.0);
         if (o.vision_cache)
             printf("vision cache: time to first token (median of %d images, each a miss then a "
                    "hit, 1 token): miss %.1f ms, hit %.1f ms, hit/miss %.2f (limit 0.50: %s); "

@@ -231,6 +231,18 @@ struct mmrt_config {
      * (Fuyu) take only AUTO; anything else is MMRT_ERR_CONFIG. INI: [model] chat_template =
      * auto | llava | mistral | chatml | llama3. */
     enum mmrt_chat_template chat_template;
+    /* Speculative decoding with drafts from the sequence itself (docs/ENGINE.md "Drafts"):
+     * each decode step guesses up to draft_tokens next tokens of a sequence from the place
+     * its last tokens came before (in its prompt or its answer) and checks them in the same
+     * forward, one decode row each; the sequence takes every guess its sampler would have
+     * picked anyway, so its tokens and logits are the bits it gives without drafts. It pays
+     * where a row more costs little (a decode step bound by reading the weights: one
+     * sequence, F16 weights on a CPU; docs/BENCHMARKS.md) and the answer repeats its input.
+     * draft_tokens: 0 … 31, 0 (the default) = off. draft_rows: the rows a decode step may
+     * reach with drafts, 2 … 32; 0 = draft_tokens + 1. INI: [scheduler] draft_tokens,
+     * draft_rows. Figures: mmrt_stats draft_tokens, draft_accepted. */
+    int draft_tokens;
+    int draft_rows;
 };
 
 struct mmrt_runtime;
@@ -706,6 +718,9 @@ struct mmrt_runtime_stats {
      * again: another of n choices, a regenerated answer): nothing prefilled, the first token
      * from the kept logits. */
     uint64_t prefix_cache_prompt_hits;
+    /* Speculative decoding (mmrt_config.draft_tokens): tokens drafted and checked, and those
+     * the sequences took (each a decode step saved). */
+    uint64_t draft_tokens, draft_accepted;
 };
 
 MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);
