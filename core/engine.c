@@ -1303,25 +1303,30 @@ static int draft(const struct mmrt_seq *s, int k, int32_t *out)
     return 0;
 }
 
-/* Drafted tokens for s's decode step, at most `room`, as decode rows parts[0, k) checking
- * drafts[0, k); returns k. A draft row is one more query of s at the next position, in a
- * sequence of its own in the step's plan (its page table, its key count): the arithmetic of a
- * decode row, so the logits of a draft that turns out right are the bits the next step would
- * have computed. Drafts take only pages that are free: they never evict a cached prefix or
- * preempt a sequence. */
-static int add_drafts(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
-                      struct part *parts, int32_t *drafts)
+/* More rows for s's decode step, at most `room`, as decode rows parts[0, k) of the tokens
+ * drafts[0, k) at the positions after its decode row's; returns k. Each is one more query
+ * of s, in a sequence of its own in the step's plan (its page table, its key count): the
+ * arithmetic of a decode row, so its K/V and logits are the bits a later step would compute
+ * with the same token there. A resumed sequence gets rows for the tokens it had generated
+ * (replayed several a step, every one right); one that samples gets drafted tokens (draft()),
+ * right when its sampler picks them. The rows take only pages that are free: they never
+ * evict a cached prefix or preempt a sequence. */
+static int add_rows(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
+                    struct part *parts, int32_t *drafts)
 {
-    int k = e->o.draft_tokens < room ? e->o.draft_tokens : room;
-    /* Tokens s may take after the decode row's: a draft past them could never be used. */
-    const int left = s->max_tokens - s->n_gen - 1;
-    if (k > left)
-        k = left;
-    /* A resumed sequence replays what it had generated first. */
-    if (k <= 0 || s->kv.n_past + s->dropped + 1 != s->n_known)
-        return 0;
-    k = draft(s, k, drafts);
-    const int64_t first = s->kv.n_past + 1; /* the drafts' KV positions */
+    const int64_t at = s->kv.n_past + s->dropped + 1; /* the slot after the decode row's */
+    int k;
+    if (at < s->n_known) {
+        k = s->n_known - at < room ? (int)(s->n_known - at) : room;
+        memcpy(drafts, s->tokens + at, (size_t)k * sizeof *drafts);
+    } else {
+        k = e->o.draft_tokens < room ? e->o.draft_tokens : room;
+        /* Tokens s may take after the decode row's: a draft past them is never used. */
+        const int left = s->max_tokens - s->n_gen - 1;
+        k = k > left ? left : k;
+        k = k > 0 ? draft(s, k, drafts) : 0;
+    }
+    const int64_t first = s->kv.n_past + 1; /* the rows' KV positions */
     if (k > 0 && mmrt_kv_cache_pages_needed(&s->kv, first + k) > 0) {
         struct mmrt_error err = { 0 };
         if (mmrt_kv_cache_pages_needed(&s->kv, first + k) > s->kv.pages->n_free ||
@@ -1331,16 +1336,17 @@ static int add_drafts(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
         }
     }
     for (int j = 0; j < k; j++) {
-        s->tokens[s->n_known + j] = drafts[j];
-        parts[j] = (struct part){ s, s->n_known + j, 1, true };
+        s->tokens[at + j] = drafts[j];
+        parts[j] = (struct part){ s, at + j, 1, true };
     }
     return k > 0 ? k : 0;
 }
 
 /* One decode row per decoding sequence, each with a page for its new position. When the
- * store has none, the youngest running sequence gives its pages back. With drafts on, rows
- * the step has room for check drafted tokens; the sequence takes each draft its own sampler
- * picks (the same draw it makes without drafts) and stops at the first it does not. */
+ * store has none, the youngest running sequence gives its pages back. Rows the step has
+ * room for replay a resumed sequence's tokens, and with drafts on check drafted tokens: the
+ * sequence takes each draft its own sampler picks (the same draw it makes without drafts)
+ * and stops at the first it does not. */
 static void decode_step(struct mmrt_engine *e)
 {
     struct mmrt_seq *seqs[MMRT_SMALL_M];
@@ -1370,15 +1376,17 @@ static void decode_step(struct mmrt_engine *e)
     B = k;
     if (B == 0)
         return;
-    /* Sequence i's drafts are rows [d0[i], d0[i] + nd[i]), after every sequence's own. */
+    /* Sequence i's further rows are [d0[i], d0[i] + nd[i]), after every sequence's own:
+     * replays up to the forward's rows, drafts up to draft_rows. */
     int d0[MMRT_SMALL_M], nd[MMRT_SMALL_M];
     int R = B;
     for (int i = 0; i < B; i++) {
+        const struct mmrt_seq *s = e->parts[i].s;
+        const int cap = s->kv.n_past + s->dropped + 1 < s->n_known ? (int)e->decode_cap
+                        : e->o.draft_tokens > 0                    ? e->o.draft_rows
+                                                                   : 0;
         d0[i] = R;
-        nd[i] = e->o.draft_tokens > 0 && R < e->o.draft_rows
-                    ? add_drafts(e, e->parts[i].s, e->o.draft_rows - R, e->parts + R,
-                                 e->drafts + R)
-                    : 0;
+        nd[i] = R < cap ? add_rows(e, e->parts[i].s, cap - R, e->parts + R, e->drafts + R) : 0;
         R += nd[i];
     }
     struct mmrt_error err = { 0 };
@@ -1386,7 +1394,6 @@ static void decode_step(struct mmrt_engine *e)
     mmrt_status st = forward(e, &e->decode, e->parts, R, true, &graph, &err);
     e->stats.decode_forwards++;
     e->stats.decode_rows += (uint64_t)R;
-    e->stats.draft_rows += (uint64_t)(R - B);
     if (st != MMRT_OK) {
         fail_parts(e, e->parts, R, st, err.msg);
         return;
@@ -1398,11 +1405,21 @@ static void decode_step(struct mmrt_engine *e)
         s->graph |= graph;
         if (atomic_load(&s->cancel))
             continue; /* finished at the next step */
+        const float *row = e->logits + (int64_t)i * V;
         if (s->kv.n_past + s->dropped < s->n_known) {
-            e->stats.replay_rows++; /* recomputing a preempted sequence */
+            /* Recomputing a preempted sequence: its further rows are its own tokens. The
+             * row of its last known token gives the next one. */
+            s->kv.n_past += nd[i];
+            e->stats.replay_rows += (uint64_t)nd[i] + 1;
+            if (s->kv.n_past + s->dropped < s->n_known)
+                continue;
+            e->stats.replay_rows--;
+            row = e->logits + (int64_t)(d0[i] + nd[i] - 1) * V;
+            take_token(e, s, row);
             continue;
         }
-        take_token(e, s, e->logits + (int64_t)i * V);
+        e->stats.draft_rows += (uint64_t)nd[i];
+        take_token(e, s, row);
         /* A draft equal to the token just taken was the right input at its position: its
          * K/V stand, and its row's logits give the next token. */
         for (int j = 0; j < nd[i] && s->state == SEQ_DECODE &&
