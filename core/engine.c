@@ -41,7 +41,7 @@ struct mmrt_seq {
     mmrt_logprobs_fn on_logprobs; /* NULL unless the request asked for logprobs */
     int top_logprobs;
     /* A JSON answer (response_format json_object or json_schema): the compiled schema it is
-     * held to (owned), and where the answer is in it. */
+     * held to (a hold of its own), and where the answer is in it. */
     bool json;
     struct mmrt_json_schema *schema;
     struct mmrt_json_answer answer;
@@ -1078,14 +1078,13 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
     if (st == MMRT_OK && s->json)
         st = json_ready(e, err);
     if (st == MMRT_OK && s->json) {
-        const char *text = r->req->json_schema;
-        st = r->req->response_format == MMRT_RESPONSE_JSON_OBJECT
-                 ? mmrt_json_schema_any_object(&s->schema, err)
-             : text ? mmrt_json_schema_parse(text, strlen(text), &s->schema, err)
-                    : mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "response_format json_schema "
-                                     "needs json_schema");
-        if (st == MMRT_OK)
+        st = r->schema ? MMRT_OK
+                       : mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "a JSON answer needs its "
+                                        "compiled schema");
+        if (st == MMRT_OK) {
+            s->schema = mmrt_json_schema_hold(r->schema);
             mmrt_json_answer_init(&s->answer, s->schema);
+        }
     }
     if (st == MMRT_OK)
         st = mmrt_kv_cache_alloc(e->dec->kv, s->prompt.n_ids + s->max_tokens, &s->kv, err);

@@ -126,6 +126,9 @@ struct mmrt_engine_request {
     const struct mmrt_request *req;       /* sampling settings, max_tokens */
     struct mmrt_prompt *prompt;
     struct mmrt_vision_output *vision;    /* features the prompt's splices read */
+    /* The compiled schema of a JSON answer (req->response_format json_object or
+     * json_schema; core/schema_cache.h): the sequence takes a hold of its own. */
+    struct mmrt_json_schema *schema;
     const struct mmrt_model_trace *trace; /* may be NULL */
     mmrt_token_fn on_token;               /* may be NULL */
     mmrt_logprobs_fn on_logprobs;         /* may be NULL; called when req->logprobs */

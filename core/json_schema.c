@@ -2194,7 +2194,7 @@ static mmrt_status begin(struct compiler *c)
 
 void mmrt_json_schema_free(struct mmrt_json_schema *s)
 {
-    if (!s)
+    if (!s || atomic_fetch_sub_explicit(&s->holds, 1, memory_order_acq_rel) > 0)
         return;
     free(s->node);
     free(s->prop);
@@ -2205,6 +2205,29 @@ void mmrt_json_schema_free(struct mmrt_json_schema *s)
     free(s->patterns);
     free(s->ranges);
     free(s);
+}
+
+struct mmrt_json_schema *mmrt_json_schema_hold(struct mmrt_json_schema *s)
+{
+    atomic_fetch_add_explicit(&s->holds, 1, memory_order_relaxed);
+    return s;
+}
+
+size_t mmrt_json_schema_bytes(const struct mmrt_json_schema *s)
+{
+    size_t n = sizeof *s + s->n_nodes * sizeof *s->node + s->n_props * sizeof *s->prop +
+               s->n_lits * sizeof *s->lit + s->n_text + s->n_ranges * sizeof *s->ranges +
+               s->n_patterns * sizeof *s->patterns;
+    for (uint32_t i = 0; i < s->n_patterns; i++) {
+        const struct mmrt_json_pattern *p = &s->patterns[i];
+        n += (p->n_classes + 1) * sizeof *p->start +
+             (size_t)p->n_states * p->n_classes * sizeof *p->next +
+             (size_t)p->n_states * (sizeof *p->accept + sizeof *p->shortest +
+                                    sizeof *p->longest);
+        if (p->window)
+            n += ((size_t)p->n_states * ((size_t)p->max_len + 1) + 7) / 8;
+    }
+    return n;
 }
 
 static void end(struct compiler *c)

@@ -58,6 +58,7 @@
 #define MMRT_CORE_JSON_SCHEMA_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -168,6 +169,9 @@ struct mmrt_json_schema {
     uint32_t n_patterns;
     struct mmrt_json_range *ranges;
     uint32_t n_ranges;
+    /* Holders besides the first (mmrt_json_schema_hold): a compiled schema is read-only, so
+     * every answer held to the same schema shares one (core/schema_cache.h). */
+    atomic_int holds;
 };
 
 /* Whether some multiple of m ≥ 1 lies in [a, b] (a ≤ 2^63). */
@@ -189,7 +193,14 @@ mmrt_status mmrt_json_schema_parse(const char *text, size_t len, struct mmrt_jso
 /* Any JSON object: OpenAI's json_object mode. */
 mmrt_status mmrt_json_schema_any_object(struct mmrt_json_schema **out, struct mmrt_error *err);
 
-/* NULL is a no-op. */
+/* Gives up one hold; the last frees the schema. NULL is a no-op. */
 void mmrt_json_schema_free(struct mmrt_json_schema *s);
+
+/* Takes one more hold on s (given back with mmrt_json_schema_free) and returns s. Safe from
+ * any thread, as is giving a hold back. */
+struct mmrt_json_schema *mmrt_json_schema_hold(struct mmrt_json_schema *s);
+
+/* The bytes s holds, tables and patterns included (the cache's bound). */
+size_t mmrt_json_schema_bytes(const struct mmrt_json_schema *s);
 
 #endif

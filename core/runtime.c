@@ -28,6 +28,7 @@
 #include "formats/tokenizer.h"
 #include "generation_config.h"
 #include "json_schema.h"
+#include "schema_cache.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
@@ -58,6 +59,7 @@ struct mmrt_runtime {
     struct mmrt_language lang; /* the model's language stage, borrowed by the engine */
     struct mmrt_engine *engine; /* every request's language stage; NULL without a model */
     struct mmrt_vision_cache *vcache; /* the vision-feature cache; NULL when off */
+    struct mmrt_schema_cache *schemas; /* compiled JSON schemas, shared by their requests */
     struct mmrt_vision_front vfront;  /* every request's vision stage goes through it */
     /* Whoever steps the engine or runs a vision stage holds `drive`: the worker thread of
      * submitted jobs, or an mmrt_run / mmrt_run_batch call for its duration. */
@@ -321,6 +323,7 @@ void mmrt_destroy(struct mmrt_runtime *rt)
     stop_worker(rt);
     mmrt_vision_cache_destroy(rt->vcache);
     mmrt_engine_destroy(rt->engine);
+    mmrt_schema_cache_destroy(rt->schemas);
     if (rt->model)
         rt->model_type->destroy(rt->model);
     for (int i = rt->n_devices - 1; i >= 0; i--)
@@ -590,6 +593,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         st = mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "runtime: out of memory");
         goto fail;
     }
+    if ((st = mmrt_schema_cache_create(0, 0, &rt->schemas, err)) != MMRT_OK)
+        goto fail;
 
     for (int i = 0; i < cfg->n_devices; i++) {
         const struct mmrt_device_config *dc = &cfg->devices[i];
@@ -1387,13 +1392,13 @@ static mmrt_status normalize_request(const struct mmrt_runtime *rt, const struct
                               "mmrt_response_format", r->response_format);
     if (r->response_format == MMRT_RESPONSE_JSON_SCHEMA) {
         /* Compiled here to refuse a bad schema at submission, by its place in the schema;
-         * the engine compiles its own copy for the sequence. */
+         * the cache keeps it for the sequences that answer it (submit()). */
         if (!r->json_schema)
             return mmrt_error_set(err, MMRT_ERR_INVALID_ARG, "request: response_format "
                                   "json_schema needs json_schema");
         struct mmrt_json_schema *schema = NULL;
-        mmrt_status st = mmrt_json_schema_parse(r->json_schema, strlen(r->json_schema), &schema,
-                                                err);
+        mmrt_status st = mmrt_schema_cache_get(rt->schemas, r->json_schema,
+                                               strlen(r->json_schema), &schema, err);
         mmrt_json_schema_free(schema);
         if (st != MMRT_OK)
             return mmrt_error_prefix(err, st, "request");
@@ -1538,11 +1543,34 @@ static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *re
         mmrt_vision_output_free(vis);
         return st;
     }
+    /* A JSON answer's schema, from the cache (normalize_request compiled it). */
+    struct mmrt_json_schema *schema = NULL;
+    if (req->response_format == MMRT_RESPONSE_JSON_OBJECT ||
+        (req->response_format == MMRT_RESPONSE_JSON_SCHEMA && req->json_schema))
+        st = mmrt_schema_cache_get(rt->schemas,
+                                   req->response_format == MMRT_RESPONSE_JSON_OBJECT
+                                       ? NULL : req->json_schema,
+                                   req->response_format == MMRT_RESPONSE_JSON_OBJECT
+                                       ? 0 : strlen(req->json_schema),
+                                   &schema, err);
+    if (st != MMRT_OK) {
+        mmrt_prompt_free(&prompt);
+        mmrt_vision_output_free(vis);
+        return mmrt_error_prefix(err, st, "request");
+    }
     struct mmrt_engine_request er = { .req = req, .prompt = &prompt, .vision = vis,
-                                      .trace = trace, .on_token = on_token,
+                                      .schema = schema, .trace = trace, .on_token = on_token,
                                       .on_logprobs = on_logprobs, .user = user,
                                       .result = result };
-    return mmrt_engine_submit(rt->engine, &er, seq, err);
+    st = mmrt_engine_submit(rt->engine, &er, seq, err);
+    mmrt_json_schema_free(schema);
+    return st;
+}
+
+mmrt_status mmrt_runtime_json_schema(struct mmrt_runtime *rt, const char *text, size_t len,
+                                     struct mmrt_json_schema **out, struct mmrt_error *err)
+{
+    return mmrt_schema_cache_get(rt->schemas, text, len, out, err);
 }
 
 /* One request, stages one after the other (the caller has cleared rt->last). */
@@ -2097,6 +2125,10 @@ static void publish_locked(struct mmrt_runtime *rt)
     n->image_kv_dropped_tokens = es.image_kv_dropped_tokens;
     n->draft_tokens = es.draft_rows;
     n->draft_accepted = es.draft_accepted;
+    struct mmrt_schema_cache_stats sc;
+    mmrt_schema_cache_get_stats(rt->schemas, &sc);
+    n->json_schema_lookups = sc.lookups;
+    n->json_schema_compiles = sc.compiles;
     const struct mmrt_dev *lang = rt->language;
     n->kv_pages_used = lang->kv.pages_used;
     n->kv_pages_total = lang->kv.pages_total;

@@ -528,7 +528,7 @@ static enum MHD_Result submit(struct chat *c)
     const struct mmrt_chat_limits lim = { .model = s->conf.model_name,
                                           .max_images = s->max_images,
                                           .image_dir = s->conf.image_dir,
-                                          .defaults = &s->sampling };
+                                          .defaults = &s->sampling, .schemas = rt };
     if (mmrt_chat_request_parse(c->body ? c->body : "", c->len, &lim, &c->req, &e) !=
         MMRT_OK) {
         mmrt_metrics_outcome(&s->metrics, MMRT_OUTCOME_INVALID);

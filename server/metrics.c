@@ -217,6 +217,12 @@ char *mmrt_metrics_render(struct mmrt_metrics *m, struct mmrt_runtime *rt, int r
         one(&t, "mmrt_prefix_cache_prompt_hits_total", "counter",
             "Requests whose whole prompt was cached: nothing prefilled.",
             (double)st.prefix_cache_prompt_hits);
+        one(&t, "mmrt_json_schema_lookups_total", "counter",
+            "Lookups of JSON answers' schemas in the compiled-schema cache.",
+            (double)st.json_schema_lookups);
+        one(&t, "mmrt_json_schema_compiles_total", "counter",
+            "JSON schemas compiled because the cache did not hold them.",
+            (double)st.json_schema_compiles);
         one(&t, "mmrt_draft_tokens_total", "counter",
             "Drafted tokens decode steps checked ([scheduler] draft_tokens).",
             (double)st.draft_tokens);

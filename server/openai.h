@@ -131,6 +131,9 @@ struct mmrt_chat_limits {
     /* Sampling for what a request leaves out (the checkpoint's generation_config.json);
      * NULL or has_X 0: OpenAI's (temperature 1, top_p 1, no top_k, no penalty). */
     const struct mmrt_generation_defaults *defaults;
+    /* The runtime whose cache compiles a json_schema response_format (core/schema_cache.h),
+     * so that it and the engine find the schema compiled; NULL: compiled alone. */
+    struct mmrt_runtime *schemas;
 };
 
 /* A parsed request. Everything req points to is owned by this struct. */

@@ -32,6 +32,7 @@
 #include "formats/image.h"
 #include "formats/json.h"
 #include "json_schema.h"
+#include "schema_cache.h"
 #include "text.h"
 
 struct parse {
@@ -187,8 +188,9 @@ static mmrt_status check_object_keys(struct parse *p, const json_t *obj, const c
 }
 
 /* response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict",
- * "description"}}: the schema is compiled here, so that one mmrt cannot hold an answer to is
- * this request's 400 naming the place in it, and handed on as compact JSON text. */
+ * "description"}}: the schema is handed on as compact JSON text and compiled here (in the
+ * runtime's cache, where the runtime and the engine find it), so that one mmrt cannot hold
+ * an answer to is this request's 400 naming the place in it. */
 static mmrt_status parse_json_schema(struct parse *p, struct mmrt_chat_request *r,
                                      const json_t *rf)
 {
@@ -233,19 +235,24 @@ static mmrt_status parse_json_schema(struct parse *p, struct mmrt_chat_request *
         return missing(p, "response_format.json_schema.schema");
     if (!json_is_object(schema) && !json_is_boolean(schema))
         return type_error(p, "response_format.json_schema.schema", "an object", schema);
+    /* The boolean schemas are no JSON documents jansson writes alone: true (any value) is
+     * {}, and false, which admits nothing, is written as it is to be refused below. */
+    r->schema_ = json_is_true(schema) ? strdup("{}")
+                                      : json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!r->schema_)
+        return fail(p, 503, MMRT_ERR_NO_MEMORY, NULL, NULL, "Out of memory.");
     struct mmrt_json_schema *compiled = NULL;
     struct mmrt_error e = { 0 };
-    st = mmrt_json_schema_compile(schema, &compiled, &e);
+    const size_t len = strlen(r->schema_);
+    st = p->lim->schemas ? mmrt_runtime_json_schema(p->lim->schemas, r->schema_, len, &compiled,
+                                                    &e)
+                         : mmrt_json_schema_parse(r->schema_, len, &compiled, &e);
     mmrt_json_schema_free(compiled);
     if (st == MMRT_ERR_NO_MEMORY)
         return fail(p, 503, st, NULL, NULL, "Out of memory.");
     if (st != MMRT_OK)
         return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "response_format.json_schema.schema",
                     "Invalid schema for response_format '%s': %s", ns, e.msg);
-    /* The true schema is no JSON document jansson writes alone: any value is {}. */
-    r->schema_ = json_is_true(schema) ? strdup("{}") : json_dumps(schema, JSON_COMPACT);
-    if (!r->schema_)
-        return fail(p, 503, MMRT_ERR_NO_MEMORY, NULL, NULL, "Out of memory.");
     r->req.json_schema = r->schema_;
     r->req.response_format = MMRT_RESPONSE_JSON_SCHEMA;
     return MMRT_OK;

@@ -326,6 +326,7 @@ def test_json_schema(s, images):
     fmt = {"type": "json_schema",
            "json_schema": {"name": "animal", "strict": True, "schema": schema}}
     ended = 0
+    m0 = s.metrics()
     for k, temp in enumerate([0, 1, 1, 1]):
         r = ask(c, msgs, max_tokens=400, temperature=temp, seed=k, response_format=fmt)
         text = r.choices[0].message.content
@@ -338,6 +339,12 @@ def test_json_schema(s, images):
             st, fin, _, _ = ask_stream(c, msgs, max_tokens=400, response_format=fmt)
             assert fin == "stop" and st == text, (st, text)
     assert ended >= 3, ended
+    # One compile for the whole loop: the server's check, the runtime's and the sequences
+    # share the runtime's compiled schema (one text, the same every request).
+    m1 = s.metrics()
+    compiles = m1["mmrt_json_schema_compiles_total"] - m0["mmrt_json_schema_compiles_total"]
+    lookups = m1["mmrt_json_schema_lookups_total"] - m0["mmrt_json_schema_lookups_total"]
+    assert compiles <= 1 and lookups >= 15, (compiles, lookups)
 
     # The openai client's structured outputs from a Pydantic model: its strict schema
     # (titles, $defs, anyOf with null, a Union of models, a discriminated one (oneOf), bounds,

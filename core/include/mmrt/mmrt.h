@@ -721,6 +721,10 @@ struct mmrt_runtime_stats {
     /* Speculative decoding (mmrt_config.draft_tokens): tokens drafted and checked, and those
      * the sequences took (each a decode step saved). */
     uint64_t draft_tokens, draft_accepted;
+    /* JSON answers' schemas (docs/ENGINE.md "JSON answers"): lookups in the runtime's cache
+     * of compiled schemas (the server's check, the runtime's, one per answering sequence),
+     * and the texts compiled because the cache did not hold them. */
+    uint64_t json_schema_lookups, json_schema_compiles;
 };
 
 MMRT_API mmrt_status mmrt_stats(struct mmrt_runtime *rt, struct mmrt_runtime_stats *out);
