@@ -284,6 +284,10 @@ if [ $dry -eq 1 ] || [ -x "$build/bin/mmrt-bench" ]; then
   [ $dry -eq 0 ] && printf '[device.gpu0]\nplugin = cuda\n' > "$bench_conf"
   run_step bench 120 "env $env_for_tests '$build/bin/mmrt-bench' $bench_args"
   [ $dry -eq 0 ] && add bench "$(result $rc)" "$secs" "$(grep -v '^\s*$' "$logdir/bench.log" | tail -1 | cut -c1-90)"
+  # 10a. drafts (docs/ENGINE.md "Drafts"): one sequence's decode with three drafted tokens
+  # checked per step, against the step above; on the CPU a row more was free for F16.
+  run_step bench_drafts 90 "env $env_for_tests '$build/bin/mmrt-bench' $bench_args --gen-tokens 64 --repeat 2 --draft-tokens 3"
+  [ $dry -eq 0 ] && add bench_drafts "$(result $rc)" "$secs" "$(grep -m1 'decode per token' "$logdir/bench_drafts.log" | tr -s ' ' | cut -c1-50); $(grep -m1 -o 'drafts (draft_tokens 3): [^,]*, [0-9]* taken' "$logdir/bench_drafts.log")"
   # 10b. vision batches (docs/ENGINE.md "The vision stage"): eight requests' images one tower
   # pass each against shared passes, on the checkpoint the bench step wrote (on the CPU plugin
   # shared passes of a 7B tower were 0-10 % slower, so the default stays 1 until a GPU
