@@ -902,7 +902,8 @@ mmrt_status mmrt_conf_read_section(const char *ini_path, const char *section,
 #define MAX_RUN_SCHEMA_BYTES (1u << 20)
 
 /* [run] json_schema: the schema file read, and checked now so that one mmrt cannot hold an
- * answer to is a configuration error at its line, not a failure of the first request. */
+ * answer to is a configuration error at its line, not a failure of the first request (and
+ * compiled into the cache, where the request finds it). */
 static mmrt_status run_schema(struct mmrt_runtime *rt, const char *ini_path,
                               const struct mmrt_conf_run *r, struct mmrt_error *e)
 {
@@ -915,7 +916,7 @@ static mmrt_status run_schema(struct mmrt_runtime *rt, const char *ini_path,
     mmrt_status st = mmrt_file_read(r->json_schema, MAX_RUN_SCHEMA_BYTES, 0,
                                     " for a JSON schema", &rt->run_schema, &len, e);
     if (st == MMRT_OK)
-        st = mmrt_json_schema_parse(rt->run_schema, len, &compiled, e);
+        st = mmrt_schema_cache_get(rt->schemas, rt->run_schema, len, &compiled, e);
     mmrt_json_schema_free(compiled);
     if (st != MMRT_OK) {
         mmrt_error_prefix(e, st, "%s:%d: [run] json_schema %s", ini_path, r->json_schema_line,
