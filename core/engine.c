@@ -1302,6 +1302,24 @@ static int draft(const struct mmrt_seq *s, int k, int32_t *out)
     return 0;
 }
 
+/* How many of drafts[0, k) s could take in a row: none past an end token (the answer ends
+ * there), none a JSON answer's schema refuses (its sampler never picks one). */
+static int drafts_that_can_be_taken(const struct mmrt_engine *e, const struct mmrt_seq *s,
+                                    const int32_t *drafts, int k)
+{
+    struct mmrt_json_answer a[2];
+    if (s->json)
+        mmrt_json_answer_copy(&a[0], &s->answer);
+    for (int j = 0; j < k; j++) {
+        if (s->json && !mmrt_json_answer_fits(&a[j & 1], &e->texts, e->plain, drafts[j],
+                                              &a[(j + 1) & 1]))
+            return j;
+        if (is_eos(e, drafts[j]) || (s->json && mmrt_json_answer_done(&a[(j + 1) & 1])))
+            return j + 1;
+    }
+    return k;
+}
+
 /* More rows for s's decode step, at most `room`, as decode rows parts[0, k) of the tokens
  * drafts[0, k) at the positions after its decode row's; returns k. Each is one more query
  * of s, in a sequence of its own in the step's plan (its page table, its key count): the
@@ -1324,6 +1342,7 @@ static int add_rows(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
         const int left = s->max_tokens - s->n_gen - 1;
         k = k > left ? left : k;
         k = k > 0 ? draft(s, k, drafts) : 0;
+        k = drafts_that_can_be_taken(e, s, drafts, k);
     }
     const int64_t first = s->kv.n_past + 1; /* the rows' KV positions */
     if (k > 0 && mmrt_kv_cache_pages_needed(&s->kv, first + k) > 0) {

@@ -1371,6 +1371,8 @@ static void test_drafts_request_forms(void **state)
     struct mmrt_engine_stats before, after;
     mmrt_runtime_engine_stats(rt, &before);
     for (int form = 0; form < 4; form++) {
+        struct mmrt_engine_stats f0, f1;
+        mmrt_runtime_engine_stats(rt, &f0);
         for (int i = 0; i < c.n; i++) {
             struct mmrt_request r = c.req[i];
             r.struct_size = sizeof r;
@@ -1405,6 +1407,11 @@ static void test_drafts_request_forms(void **state)
                 }
             }
         }
+        mmrt_runtime_engine_stats(rt, &f1);
+        if (getenv("MMRT_TEST_VERBOSE"))
+            fprintf(stderr, "form %d: drafts %llu taken %llu\n", form,
+                    (unsigned long long)(f1.draft_rows - f0.draft_rows),
+                    (unsigned long long)(f1.draft_accepted - f0.draft_accepted));
     }
     mmrt_runtime_engine_stats(rt, &after);
     assert_true(after.draft_accepted > before.draft_accepted);
