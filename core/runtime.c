@@ -28,13 +28,13 @@
 #include "formats/tokenizer.h"
 #include "generation_config.h"
 #include "json_schema.h"
-#include "schema_cache.h"
 #include "log.h"
 #include "mmrt/mmrt.h"
 #include "model.h"
 #include "plugin_loader.h"
 #include "pool_budget.h"
 #include "quant.h"
+#include "schema_cache.h"
 #include "vision_cache.h"
 
 #define MAX_DEVICES 64
@@ -1546,14 +1546,10 @@ static mmrt_status submit(struct mmrt_runtime *rt, const struct mmrt_request *re
     }
     /* A JSON answer's schema, from the cache (normalize_request compiled it). */
     struct mmrt_json_schema *schema = NULL;
-    if (req->response_format == MMRT_RESPONSE_JSON_OBJECT ||
-        (req->response_format == MMRT_RESPONSE_JSON_SCHEMA && req->json_schema))
-        st = mmrt_schema_cache_get(rt->schemas,
-                                   req->response_format == MMRT_RESPONSE_JSON_OBJECT
-                                       ? NULL : req->json_schema,
-                                   req->response_format == MMRT_RESPONSE_JSON_OBJECT
-                                       ? 0 : strlen(req->json_schema),
-                                   &schema, err);
+    const char *text = req->response_format == MMRT_RESPONSE_JSON_SCHEMA ? req->json_schema
+                                                                          : NULL;
+    if (text || req->response_format == MMRT_RESPONSE_JSON_OBJECT) /* NULL: any object */
+        st = mmrt_schema_cache_get(rt->schemas, text, text ? strlen(text) : 0, &schema, err);
     if (st != MMRT_OK) {
         mmrt_prompt_free(&prompt);
         mmrt_vision_output_free(vis);
