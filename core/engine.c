@@ -1345,13 +1345,12 @@ static int add_rows(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
         k = drafts_that_can_be_taken(e, s, drafts, k);
     }
     const int64_t first = s->kv.n_past + 1; /* the rows' KV positions */
-    if (k > 0 && mmrt_kv_cache_pages_needed(&s->kv, first + k) > 0) {
-        struct mmrt_error err = { 0 };
-        if (mmrt_kv_cache_pages_needed(&s->kv, first + k) > s->kv.pages->n_free ||
-            mmrt_kv_cache_reserve(&s->kv, first + k, &err) != MMRT_OK) {
-            const int64_t held = s->kv.n_held * s->kv.pages->page_tokens - first;
-            k = held < k ? (int)held : k;
-        }
+    const int64_t need = k > 0 ? mmrt_kv_cache_pages_needed(&s->kv, first + k) : 0;
+    struct mmrt_error err = { 0 };
+    if (need > 0 && (need > s->kv.pages->n_free ||
+                     mmrt_kv_cache_reserve(&s->kv, first + k, &err) != MMRT_OK)) {
+        const int64_t held = s->kv.n_held * s->kv.pages->page_tokens - first;
+        k = held < k ? (int)held : k;
     }
     for (int j = 0; j < k; j++) {
         s->tokens[at + j] = drafts[j];
@@ -1428,12 +1427,10 @@ static void decode_step(struct mmrt_engine *e)
             /* Recomputing a preempted sequence: its further rows are its own tokens. The
              * row of its last known token gives the next one. */
             s->kv.n_past += nd[i];
-            e->stats.replay_rows += (uint64_t)nd[i] + 1;
-            if (s->kv.n_past + s->dropped < s->n_known)
-                continue;
-            e->stats.replay_rows--;
-            row = e->logits + (int64_t)(d0[i] + nd[i] - 1) * V;
-            take_token(e, s, row);
+            const bool caught_up = s->kv.n_past + s->dropped == s->n_known;
+            e->stats.replay_rows += (uint64_t)nd[i] + !caught_up;
+            if (caught_up)
+                take_token(e, s, e->logits + (int64_t)(d0[i] + nd[i] - 1) * V);
             continue;
         }
         e->stats.draft_rows += (uint64_t)nd[i];

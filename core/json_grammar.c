@@ -560,9 +560,6 @@ static bool end_value_then(struct mmrt_json_grammar *g, unsigned char c)
     return step(g, c);
 }
 
-/* Byte c of a literal: keeps the candidates whose byte at pos is c. When one is left and
- * read whole, the literal ends (a key then wants its ':'); when none is, a value read whole
- * ends and c is read after it. */
 /* Whether some literal of [a, b) has not come yet in the open array (F_UNIQUE). */
 static bool some_unused(const struct mmrt_json_grammar *g, uint32_t a, uint32_t b)
 {
@@ -583,6 +580,9 @@ static void literal_came(struct mmrt_json_grammar *g, uint32_t i)
         top(g)->live |= (uint16_t)(1u << (i - node(g, g->value)->lit));
 }
 
+/* Byte c of a literal: keeps the candidates whose byte at pos is c. When one is left and
+ * read whole, the literal ends (a key then wants its ':'); when none is, a value read whole
+ * ends and c is read after it. */
 static bool literal_step(struct mmrt_json_grammar *g, unsigned char c)
 {
     const struct mmrt_json_schema *s = g->schema;

@@ -235,10 +235,8 @@ static mmrt_status parse_json_schema(struct parse *p, struct mmrt_chat_request *
         return missing(p, "response_format.json_schema.schema");
     if (!json_is_object(schema) && !json_is_boolean(schema))
         return type_error(p, "response_format.json_schema.schema", "an object", schema);
-    /* The boolean schemas are no JSON documents jansson writes alone: true (any value) is
-     * {}, and false, which admits nothing, is written as it is to be refused below. */
-    r->schema_ = json_is_true(schema) ? strdup("{}")
-                                      : json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    /* ENCODE_ANY: the boolean schemas true and false are texts the compiler reads too. */
+    r->schema_ = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!r->schema_)
         return fail(p, 503, MMRT_ERR_NO_MEMORY, NULL, NULL, "Out of memory.");
     struct mmrt_json_schema *compiled = NULL;

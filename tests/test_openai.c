@@ -189,6 +189,12 @@ static void test_every_field(void **state)
     assert_string_equal(r.req.json_schema,
                         "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}");
     mmrt_chat_request_free(&r);
+    /* The boolean schema true (any value) is handed on as the text the compiler reads. */
+    r = parse_ok(WITH("'response_format':{'type':'json_schema','json_schema':{'name':'b',"
+                      "'schema':true}}"));
+    assert_int_equal(r.req.response_format, MMRT_RESPONSE_JSON_SCHEMA);
+    assert_string_equal(r.req.json_schema, "true");
+    mmrt_chat_request_free(&r);
     r = parse_ok(WITH("'response_format':{'type':'text'}"));
     assert_int_equal(r.req.response_format, MMRT_RESPONSE_TEXT);
     mmrt_chat_request_free(&r);
@@ -498,6 +504,8 @@ static void test_unsupported_and_unknown(void **state)
           "'properties':{'a':{'type':'integer','multipleOf':0.5}}}}}",
           "response_format.json_schema.schema",
           "json_schema /properties/a/multipleOf: 'multipleOf' 0.5 is not supported" },
+        { "'response_format':{'type':'json_schema','json_schema':{'name':'x','schema':false}}",
+          "response_format.json_schema.schema", "the schema false admits no value" },
         { "'response_format':{'type':'json_object','json_schema':{}}",
           "response_format.json_schema", "Unrecognized key" },
         { "'response_format':{'type':'json_object','schema':{}}", "response_format.schema",
