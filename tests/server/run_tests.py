@@ -8,7 +8,10 @@ Starts servers on 127.0.0.1 with port 0 (the port is read from the server's firs
 the tiny LLaVA fixture and checks: plain, streamed, image, multi-turn and stop-string answers;
 every refusal the issue lists (400, 401, 404, 413, 429 with Retry-After); local images only
 under image_dir; 32 concurrent streams of mixed images and prompts, each identical to the same
-request run alone; 2,000+ malformed requests plus slow and vanishing clients, all 4xx and no
+request run alone; 48 requests of random forms (sampling, n, logprobs, stop, JSON answers,
+chats) at once on a KV store that forces preemption, with drafts on and clients vanishing
+among them, each identical to the same request alone (--mixed-requests N --mixed-seed S make
+a longer soak of it); 2,000+ malformed requests plus slow and vanishing clients, all 4xx and no
 5xx; a vanished stream's KV pages coming back; SIGTERM draining a running stream and exiting 0
 (under ASan that exit also proves no leak). Bounded: every wait has a timeout, every load is
 counted.
@@ -728,6 +731,158 @@ def slow_and_vanishing(s, images):
     vanish_after_first_chunk(s, body, times=3)
 
 
+MIXED_SCHEMAS = [
+    {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]},
+                                      "n": {"type": "integer", "minimum": 0, "maximum": 99},
+                                      "name": {"type": "string", "maxLength": 5}},
+     "required": ["kind", "n"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+]
+
+
+def mixed_request(rng, images):
+    """One well-formed request of a random form: text or image turns, one turn or a chat,
+    greedy or seeded sampling with penalties, n choices, log-probabilities, stop strings, a
+    JSON answer, streamed or not. Every form is deterministic, so its answer alone is the
+    answer it must get under any load."""
+    words = rng.choice(["What is shown?", "Describe the picture.", "Colours?", "Count.",
+                        "Tell me a long story.", "abc", "1 2 3"])
+    turn = user_turn(words, rng.choice(images)) if rng.random() < 0.6 else \
+        {"role": "user", "content": words}
+    msgs = [turn]
+    if rng.random() < 0.25:
+        msgs = [{"role": "system", "content": "Be brief."}, turn,
+                {"role": "assistant", "content": "It is " + words.lower()},
+                {"role": "user", "content": "And then?"}]
+    kw = {"max_tokens": rng.randint(1, 24)}
+    if rng.random() < 0.5:
+        kw["temperature"] = 0
+    else:
+        kw.update(temperature=rng.choice([0.7, 1.0, 1.3]), seed=rng.randint(0, 10**6),
+                  top_p=rng.choice([1.0, 0.9]))
+        if rng.random() < 0.3:
+            kw.update(presence_penalty=0.5, frequency_penalty=0.3)
+    if rng.random() < 0.2:
+        kw["n"] = rng.randint(2, 3)
+    if rng.random() < 0.25:
+        kw.update(logprobs=True, top_logprobs=rng.randint(0, 3))
+    if rng.random() < 0.2:
+        kw["stop"] = rng.sample(["e", ".", " the", "o", "\n"], rng.randint(1, 2))
+    elif rng.random() < 0.2:
+        schema = rng.choice(MIXED_SCHEMAS)
+        kw["response_format"] = (
+            {"type": "json_object"} if rng.random() < 0.3 else
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    return msgs, kw, rng.random() < 0.5
+
+
+def mixed_answer(c, msgs, kw, stream):
+    """What a request got, in one form for streamed and plain answers: per choice its text,
+    finish reason and log-probabilities; and the usage."""
+    if not stream:
+        r = c.chat.completions.create(model=MODEL, messages=msgs, **kw)
+        out = {ch.index: (ch.message.content, ch.finish_reason,
+                          None if ch.logprobs is None else
+                          [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                           for t in ch.logprobs.content]) for ch in r.choices}
+        return out, (r.usage.prompt_tokens, r.usage.completion_tokens)
+    texts, finish, lps, usage = {}, {}, {}, None
+    for chunk in c.chat.completions.create(model=MODEL, messages=msgs, stream=True,
+                                           stream_options={"include_usage": True}, **kw):
+        if chunk.usage is not None:
+            usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + (ch.delta.content or "")
+            if ch.finish_reason:
+                finish[ch.index] = ch.finish_reason
+            if ch.logprobs is not None and ch.logprobs.content:
+                lps.setdefault(ch.index, []).extend(
+                    (t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                    for t in ch.logprobs.content)
+    logprobs = kw.get("logprobs")
+    return {i: (texts[i], finish.get(i), lps.get(i, []) if logprobs else None)
+            for i in texts}, usage
+
+
+def test_mixed_load(args, images, count=48, clients=8, seed=12):
+    """Requests of every form at once (mixed_request), with streams and waiting requests
+    whose clients vanish among them, on a KV store too small for all of them (so sequences
+    are preempted and resumed) and with drafts on: each answer, text, log-probabilities and
+    usage, is the one the request got alone; afterwards no page is held and nothing runs."""
+    import random
+    s = Server(args, "mixed", model_keys="max_kv_tokens = 192\n",
+               scheduler="max_batch = 8\nprefill_chunk = 32\ndraft_tokens = 2\n")
+    try:
+        rng = random.Random(seed)
+        reqs = [mixed_request(rng, images) for _ in range(count)]
+        c = s.client()
+        solo = [mixed_answer(c, m, kw, st) for m, kw, st in reqs]
+        m0 = s.metrics()
+        got = [None] * count
+        errors = []
+        todo = list(range(count))
+        lock = threading.Lock()
+
+        def worker():
+            cc = s.client()
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                try:
+                    got[i] = mixed_answer(cc, *reqs[i])
+                except Exception as e:  # noqa: BLE001 (collected, reported below)
+                    errors.append((i, repr(e)))
+
+        def vanish(streamed, i):
+            # Gone after the first chunk (streamed) or while waiting (plain).
+            msgs, kw, _ = reqs[i]
+            body = json.dumps({"model": MODEL, "messages": msgs, "stream": streamed,
+                               **{**kw, "max_tokens": 100}}).encode()
+            k = socket.create_connection(("127.0.0.1", s.port))
+            k.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() +
+                      body)
+            if streamed:
+                k.settimeout(TIMEOUT)
+                got_ = b""
+                while b"data:" not in got_:
+                    part = k.recv(4096)
+                    if not part:
+                        break
+                    got_ += part
+            k.close()
+
+        ts = [threading.Thread(target=worker) for _ in range(clients)]
+        ts += [threading.Thread(target=vanish, args=(j % 2 == 0, j)) for j in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(TIMEOUT)
+        assert not errors, errors
+        for i in range(count):
+            assert got[i] == solo[i], (i, reqs[i], got[i], solo[i])
+        deadline = time.time() + TIMEOUT
+        while True:
+            m = s.metrics()
+            if m["mmrt_kv_pages_used"] == 0 and m["mmrt_requests_running"] == 0 and \
+                    m["mmrt_requests_waiting"] == 0:
+                break
+            assert time.time() < deadline, m
+            time.sleep(0.05)
+
+        def d(k):
+            return m.get(k, 0) - m0.get(k, 0)
+        assert d('mmrt_requests_total{outcome="ok"}') >= count, (m0, m)
+        assert s.get("/health/ready")[0] == 200
+        return (f"{count} + 6 vanished, {d('mmrt_preemptions_total'):.0f} preemptions, "
+                f"{d('mmrt_draft_accepted_total'):.0f}/{d('mmrt_draft_tokens_total'):.0f} "
+                "drafts taken")
+    finally:
+        s.stop()
+
+
 def test_limits_and_keepalive(args, images):
     """Images over the token budget and over the pixel limit are 400 naming the limit; a
     stream that waits for a batch slot gets ": keep-alive" comments."""
@@ -865,6 +1020,10 @@ def main():
     ap.add_argument("--mmrt", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--mixed-requests", type=int, default=48,
+                    help="requests of the mixed_load step (more for a longer soak)")
+    ap.add_argument("--mixed-seed", type=int, default=12,
+                    help="the seed of mixed_load's request forms")
     ap.add_argument("--demo-conf", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf", "demo.ini"))
     args = ap.parse_args()
@@ -883,6 +1042,8 @@ def main():
         ("choices_share_prompt", lambda: test_choices_share_prompt(args, images)),
         ("drafts", lambda: test_drafts(args)),
         ("load", lambda: test_load(s, images)),
+        ("mixed_load", lambda: test_mixed_load(args, images, args.mixed_requests,
+                                                     seed=args.mixed_seed)),
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
         ("queue_full", lambda: test_queue_full(args, images)),
