@@ -740,7 +740,7 @@ MIXED_SCHEMAS = [
 ]
 
 
-def mixed_request(rng, images):
+def mixed_request(rng, images, chats=True):
     """One well-formed request of a random form: text or image turns, one turn or a chat,
     greedy or seeded sampling with penalties, n choices, log-probabilities, stop strings, a
     JSON answer, streamed or not. Every form is deterministic, so its answer alone is the
@@ -750,7 +750,7 @@ def mixed_request(rng, images):
     turn = user_turn(words, rng.choice(images)) if rng.random() < 0.6 else \
         {"role": "user", "content": words}
     msgs = [turn]
-    if rng.random() < 0.25:
+    if rng.random() < 0.25 and chats:  # Fuyu takes one user turn
         msgs = [{"role": "system", "content": "Be brief."}, turn,
                 {"role": "assistant", "content": "It is " + words.lower()},
                 {"role": "user", "content": "And then?"}]
@@ -804,17 +804,20 @@ def mixed_answer(c, msgs, kw, stream):
             for i in texts}, usage
 
 
-def test_mixed_load(args, images, count=48, clients=8, seed=12):
+def test_mixed_load(args, images, count=48, clients=8, seed=12, model_keys="", fixture=MODEL):
     """Requests of every form at once (mixed_request), with streams and waiting requests
     whose clients vanish among them, on a KV store too small for all of them (so sequences
     are preempted and resumed) and with drafts on: each answer, text, log-probabilities and
     usage, is the one the request got alone; afterwards no page is held and nothing runs."""
     import random
-    s = Server(args, "mixed", model_keys="max_kv_tokens = 192\n",
+    s = Server(args, "mixed", model_keys="max_kv_tokens = 192\n" + model_keys,
+               model=os.path.abspath(os.path.join(args.fixtures, fixture)),
+               server_keys=f"model_name = {MODEL}\n",
                scheduler="max_batch = 8\nprefill_chunk = 32\ndraft_tokens = 2\n")
     try:
         rng = random.Random(seed)
-        reqs = [mixed_request(rng, images) for _ in range(count)]
+        reqs = [mixed_request(rng, images, chats=not fixture.startswith("fuyu"))
+                for _ in range(count)]
         c = s.client()
         solo = [mixed_answer(c, m, kw, st) for m, kw, st in reqs]
         m0 = s.metrics()
@@ -1024,9 +1027,14 @@ def main():
                     help="requests of the mixed_load step (more for a longer soak)")
     ap.add_argument("--mixed-seed", type=int, default=12,
                     help="the seed of mixed_load's request forms")
+    ap.add_argument("--mixed-fixture", default=MODEL,
+                    help="the fixture checkpoint mixed_load serves")
+    ap.add_argument("--mixed-model-keys", default="",
+                    help="[model] lines for mixed_load's server (\\n between keys)")
     ap.add_argument("--demo-conf", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "..", "conf", "demo.ini"))
     args = ap.parse_args()
+    mixed_keys = args.mixed_model_keys.replace("\\n", "\n") + "\n"
     image_paths = [os.path.join(args.fixtures, "llava-images", n) for n in
                    ("grad_80x60.png", "grad_64x64.png", "grad_45x90.png", "grad_36x100.png")]
     images = [data_uri(p) for p in image_paths]
@@ -1043,7 +1051,9 @@ def main():
         ("drafts", lambda: test_drafts(args)),
         ("load", lambda: test_load(s, images)),
         ("mixed_load", lambda: test_mixed_load(args, images, args.mixed_requests,
-                                                     seed=args.mixed_seed)),
+                                                     seed=args.mixed_seed,
+                                                     model_keys=mixed_keys,
+                                                     fixture=args.mixed_fixture)),
         ("malformed", lambda: test_malformed(s, images)),
         ("auth_and_image_dir", lambda: test_auth_and_image_dir(args, images, image_paths)),
         ("queue_full", lambda: test_queue_full(args, images)),
