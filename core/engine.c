@@ -21,6 +21,9 @@ enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
  * it. One token says too little about what follows to be worth a row. */
 #define DRAFT_NGRAM_MAX 3
 #define DRAFT_NGRAM_MIN 2
+/* predict(): how far past the last match one token is looked for (an edit of a word or two);
+ * longer runs are looked for to the prediction's end. */
+#define PREDICT_SINGLE_REACH 8
 
 struct mmrt_seq {
     struct mmrt_engine *e;
@@ -66,6 +69,13 @@ struct mmrt_seq {
     /* The last prompt position's logits of a cached whole prompt this sequence took
      * (whole_attach()): its first token comes from them, and nothing is prefilled. */
     float *whole;
+    /* The request's prediction (mmrt_request.prediction) as tokens, the place in it after
+     * the last run of the answer found there (predict()), and whether this step's drafts
+     * came from it. */
+    int32_t *pred;
+    int64_t n_pred, pred_at;
+    bool drafts_predicted;
+    int pred_drafted, pred_accepted; /* prediction tokens checked, taken (mmrt_result) */
 };
 
 /* A cached prompt prefix: the pages holding the K/V of its positions [0, n_tokens), pinned
@@ -430,6 +440,8 @@ static void seq_free_parts(struct mmrt_seq *s)
     s->held = NULL;
     mmrt_json_schema_free(s->schema);
     s->schema = NULL;
+    free(s->pred);
+    s->pred = NULL;
 }
 
 void mmrt_result_set_status(struct mmrt_result *r, mmrt_status st, const char *msg)
@@ -539,6 +551,8 @@ static void finish(struct mmrt_engine *e, struct mmrt_seq *s, mmrt_status st, co
             r->decode_tokens_per_s = (s->n_gen - 1) / (r->decode_ms / 1e3);
     }
     r->decode_graph = s->graph;
+    r->prediction_accepted = s->pred_accepted;
+    r->prediction_rejected = s->pred_drafted - s->pred_accepted;
     if (s->t_first_chunk > 0)
         r->queue_ms += s->t_first_chunk - s->t_submit;
     mmrt_kv_cache_free(&s->kv);
@@ -1093,6 +1107,16 @@ mmrt_status mmrt_engine_submit(struct mmrt_engine *e, struct mmrt_engine_request
                                           err);
     if (st == MMRT_OK)
         st = copy_stops(s, q, err);
+    if (st == MMRT_OK && q->prediction && q->prediction[0]) {
+        /* As text of the answer: no special tokens added (the answer's own begin after the
+         * template's). */
+        size_t n = 0;
+        st = mmrt_tokenizer_encode(e->lang.tok, q->prediction, strlen(q->prediction), 0,
+                                   &s->pred, &n, err);
+        s->n_pred = (int64_t)n;
+        if (st != MMRT_OK)
+            mmrt_error_prefix(err, st, "request: prediction");
+    }
     if (st == MMRT_OK)
         st = prefix_keys(e, s, err);
     if (st == MMRT_OK) {
@@ -1302,6 +1326,32 @@ static int draft(const struct mmrt_seq *s, int k, int32_t *out)
     return 0;
 }
 
+/* Up to k tokens of s's prediction that should follow its answer so far, into out; returns
+ * how many. An answer is expected to follow its prediction with edits. Before its first
+ * token it is at the prediction's start. After, its last tokens (a run of 3, else 2, else 1,
+ * all its own) are looked up in the prediction from where the last run was found on (a
+ * single token only a few places on), and the tokens after the first match are drafted.
+ * Where the answer leaves the prediction (an edit), nothing matches until it comes back. */
+static int predict(struct mmrt_seq *s, int k, int32_t *out)
+{
+    int64_t from = s->n_gen > 0 ? -1 : 0;
+    for (int n = s->n_gen < DRAFT_NGRAM_MAX ? s->n_gen : DRAFT_NGRAM_MAX; n >= 1 && from < 0;
+         n--) {
+        const int32_t *tail = s->tokens + s->n_known - n;
+        const int64_t lo = s->pred_at > n ? s->pred_at - n : 0;
+        const int64_t hi = n > 1 ? s->n_pred - n : lo + PREDICT_SINGLE_REACH;
+        for (int64_t i = lo; i <= hi && i + n <= s->n_pred && from < 0; i++)
+            if (memcmp(s->pred + i, tail, (size_t)n * sizeof *tail) == 0)
+                from = i + n;
+    }
+    if (from < 0)
+        return 0;
+    s->pred_at = from;
+    const int64_t m = s->n_pred - from < k ? s->n_pred - from : k;
+    memcpy(out, s->pred + from, (size_t)m * sizeof *out);
+    return (int)m;
+}
+
 /* How many of drafts[0, k) s could take in a row: none past an end token (the answer ends
  * there), none a JSON answer's schema refuses (its sampler never picks one). */
 static int drafts_that_can_be_taken(const struct mmrt_engine *e, const struct mmrt_seq *s,
@@ -1337,11 +1387,15 @@ static int add_rows(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
         k = s->n_known - at < room ? (int)(s->n_known - at) : room;
         memcpy(drafts, s->tokens + at, (size_t)k * sizeof *drafts);
     } else {
-        k = e->o.draft_tokens < room ? e->o.draft_tokens : room;
+        k = e->o.draft_tokens > 0 ? e->o.draft_tokens : MMRT_ENGINE_PREDICTION_DRAFTS;
+        k = k < room ? k : room;
         /* Tokens s may take after the decode row's: a draft past them is never used. */
         const int left = s->max_tokens - s->n_gen - 1;
         k = k > left ? left : k;
-        k = k > 0 ? draft(s, k, drafts) : 0;
+        /* The request's prediction first; where it has nothing, the sequence itself. */
+        const int predicted = k > 0 && s->pred ? predict(s, k, drafts) : 0;
+        s->drafts_predicted = predicted > 0;
+        k = predicted > 0 ? predicted : k > 0 && e->o.draft_tokens > 0 ? draft(s, k, drafts) : 0;
         k = drafts_that_can_be_taken(e, s, drafts, k);
     }
     const int64_t first = s->kv.n_past + 1; /* the rows' KV positions */
@@ -1356,6 +1410,8 @@ static int add_rows(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
         s->tokens[at + j] = drafts[j];
         parts[j] = (struct part){ s, at + j, 1, true };
     }
+    if (at >= s->n_known && s->drafts_predicted && k > 0)
+        s->pred_drafted += k;
     return k > 0 ? k : 0;
 }
 
@@ -1400,7 +1456,7 @@ static void decode_step(struct mmrt_engine *e)
     for (int i = 0; i < B; i++) {
         const struct mmrt_seq *s = e->parts[i].s;
         const int cap = s->kv.n_past + s->dropped + 1 < s->n_known ? (int)e->decode_cap
-                        : e->o.draft_tokens > 0                    ? e->o.draft_rows
+                        : e->o.draft_tokens > 0 || s->pred         ? e->o.draft_rows
                                                                    : 0;
         d0[i] = R;
         nd[i] = R < cap ? add_rows(e, e->parts[i].s, cap - R, e->parts + R, e->drafts + R) : 0;
@@ -1442,6 +1498,7 @@ static void decode_step(struct mmrt_engine *e)
              j++) {
             s->kv.n_past++;
             e->stats.draft_accepted++;
+            s->pred_accepted += s->drafts_predicted;
             take_token(e, s, e->logits + (int64_t)(d0[i] + j) * V);
         }
     }
@@ -1649,10 +1706,9 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "engine: image_kv_keep %g must be in [0, 1] "
                               "and image_kv_policy %d a policy", o.image_kv.keep,
                               (int)o.image_kv.policy);
-    if (o.draft_rows == 0 && o.draft_tokens > 0)
-        o.draft_rows = o.draft_tokens + 1;
-    if (o.draft_tokens < 0 || o.draft_tokens >= MMRT_SMALL_M ||
-        (o.draft_tokens > 0 && (o.draft_rows < 2 || o.draft_rows > MMRT_SMALL_M)))
+    o.draft_rows = mmrt_engine_draft_rows(o.draft_tokens, o.draft_rows);
+    if (o.draft_tokens < 0 || o.draft_tokens >= MMRT_SMALL_M || o.draft_rows < 2 ||
+        o.draft_rows > MMRT_SMALL_M)
         return mmrt_error_set(err, MMRT_ERR_CONFIG, "[scheduler] draft_tokens %d must be 0 … %d "
                               "and draft_rows %d 2 … %d", o.draft_tokens, MMRT_SMALL_M - 1,
                               o.draft_rows, MMRT_SMALL_M);
@@ -1666,10 +1722,9 @@ mmrt_status mmrt_engine_create(const struct mmrt_language *lang,
     e->dec = lang->decoder;
     e->o = o;
     e->try_graph = o.use_graph && mmrt_dev_can_capture(e->dec->dev);
-    /* Logits rows: a decode step has max_batch (draft_rows with drafts), a prefill forward
-     * at most max_batch. */
-    e->decode_cap = o.draft_tokens > 0 && o.draft_rows > o.max_batch ? o.draft_rows
-                                                                      : o.max_batch;
+    /* Logits rows: a decode step has max_batch, or draft_rows with drafts or a prediction;
+     * a prefill forward at most max_batch. */
+    e->decode_cap = o.draft_rows > o.max_batch ? o.draft_rows : o.max_batch;
     e->logits = malloc((size_t)e->decode_cap * (size_t)e->dec->vocab * sizeof *e->logits);
     e->parts = calloc((size_t)e->decode_cap, sizeof *e->parts);
     e->drafts = calloc((size_t)e->decode_cap, sizeof *e->drafts);

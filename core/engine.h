@@ -83,10 +83,23 @@ struct mmrt_engine_options {
     /* Speculative decoding with drafts looked up in the sequence itself (docs/ENGINE.md
      * "Drafts"): up to draft_tokens tokens per sequence and step, 0 … MMRT_SMALL_M − 1
      * (0 = off), while the decode step has at most draft_rows rows, 2 … MMRT_SMALL_M
-     * (0 = draft_tokens + 1). */
+     * (0: mmrt_engine_draft_rows). A request's prediction is drafted from whatever
+     * draft_tokens says (MMRT_ENGINE_PREDICTION_DRAFTS when it is 0). */
     int draft_tokens;
     int draft_rows;
 };
+
+/* Tokens a request's prediction (mmrt_request.prediction) drafts a step when draft_tokens
+ * is 0: three more rows cost about what one does in a decode step bound by reading the
+ * weights (docs/BENCHMARKS.md "Drafts"). */
+#define MMRT_ENGINE_PREDICTION_DRAFTS 3
+
+/* draft_rows as the engine resolves it (0: one more than the tokens drafted a step). */
+static inline int mmrt_engine_draft_rows(int draft_tokens, int draft_rows)
+{
+    return draft_rows ? draft_rows
+                      : (draft_tokens > 0 ? draft_tokens : MMRT_ENGINE_PREDICTION_DRAFTS) + 1;
+}
 
 /* Counters since creation, for mmrt-bench and the tests. */
 struct mmrt_engine_stats {

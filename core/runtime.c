@@ -580,10 +580,9 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         const int64_t chunk = cfg->prefill_chunk ? cfg->prefill_chunk : MMRT_ENGINE_DEFAULT_CHUNK;
         const int64_t step = cfg->step_tokens ? cfg->step_tokens : chunk + batch;
         rt->model_opts.max_prefill_rows = step > chunk ? step : chunk;
-        /* Drafts add rows to a decode step (engine.h draft_rows). */
-        const int64_t drafts = !cfg->draft_tokens ? 0
-                               : cfg->draft_rows  ? cfg->draft_rows
-                                                  : cfg->draft_tokens + 1;
+        /* Drafts, and a request's prediction, add rows to a decode step (engine.h
+         * draft_rows). */
+        const int64_t drafts = mmrt_engine_draft_rows(cfg->draft_tokens, cfg->draft_rows);
         rt->model_opts.max_decode_rows = drafts > batch ? drafts : batch;
     }
     rt->run = (struct mmrt_request){ .struct_size = sizeof rt->run, .max_tokens = 64,
@@ -1875,6 +1874,7 @@ struct mmrt_job {
     char **stops;               /* [req.n_stop] copied */
     struct mmrt_logit_bias *bias; /* [req.n_logit_bias] copied */
     char *schema;               /* req.json_schema copied */
+    char *prediction;           /* req.prediction copied */
     /* [req.n_images] vision-cache keys: an in-memory image's from mmrt_submit, a path
      * image's from its vision stage (written under jobs_lock after submission) */
     struct mmrt_vision_key *keys;
@@ -1909,6 +1909,7 @@ static void job_free(struct mmrt_job *j)
     free(j->stops);
     free(j->bias);
     free(j->schema);
+    free(j->prediction);
     free(j->msgs);
     free(j->imgs);
     free(j->keys);
@@ -2324,6 +2325,8 @@ static mmrt_status submit_job(struct mmrt_runtime *rt, const struct mmrt_request
         j->req.logit_bias = j->bias;
         j->schema = dup_or_null(v->json_schema, &failed);
         j->req.json_schema = j->schema;
+        j->prediction = dup_or_null(v->prediction, &failed);
+        j->req.prediction = j->prediction;
         j->msgs = calloc((size_t)v->n_messages, sizeof *j->msgs);
         j->imgs = calloc((size_t)(v->n_images ? v->n_images : 1), sizeof *j->imgs);
         failed |= !j->msgs || !j->imgs;

@@ -16,6 +16,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "engine.h"
+#include "formats/tokenizer.h"
 #include "golden.h"
 #include "kv_compress.h"
 #include "mmrt/mmrt.h"
@@ -354,6 +356,94 @@ static void test_heldout_image_kv(void **state)
     json_decref(items);
 }
 
+/* A prediction (mmrt_request.prediction) on a trained model, whose answers are the tokens
+ * their text encodes to: with its own earlier answer as the prediction every longer item
+ * gives the same tokens, every draft taken, in about a quarter of the decode steps; with
+ * another item's answer, the same tokens still. */
+static void test_heldout_prediction(void **state)
+{
+    (void)state;
+    json_t *all = load_items(), *items = json_array();
+    /* The items whose answers are more than one word (descriptions and lists: 40). */
+    size_t k;
+    const json_t *x;
+    json_array_foreach(all, k, x)
+        if (json_array_size(json_object_get(x, "transformers_tokens")) > 1)
+            json_array_append(items, (json_t *)x);
+    const size_t n = json_array_size(items);
+    assert_true(n >= 20);
+    struct mmrt_runtime *rt = open_demo(NULL);
+    char path[4096];
+    demo_path(path, sizeof path, "llava-shapes/tokenizer.json");
+    struct mmrt_tokenizer *tok = NULL;
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_tokenizer_load(path, NULL, &tok, &e), MMRT_OK);
+    struct answer *plain = calloc(n, sizeof *plain);
+    assert_non_null(plain);
+    int tokens = 0, taken = 0, steps = 0;
+    char img[4096], rel[512];
+    for (size_t pass = 0; pass < 3; pass++)
+        for (size_t i = 0; i < n; i++) {
+            const json_t *it = json_array_get(items, i);
+            snprintf(rel, sizeof rel, "heldout/%s",
+                     json_string_value(json_object_get(it, "image")));
+            demo_path(img, sizeof img, rel);
+            struct answer a = { 0 };
+            char prediction[256];
+            /* pass 1: its own answer; pass 2: the next item's */
+            snprintf(prediction, sizeof prediction, "%s",
+                     pass == 0 ? "" : plain[pass == 1 ? i : (i + 1) % n].text);
+            struct mmrt_request req = {
+                .struct_size = sizeof req,
+                .prompt = json_string_value(json_object_get(it, "question")),
+                .images = TEST_FILE(img),
+                .n_images = 1,
+                .max_tokens = DEMO_MAX_TOKENS,
+                .top_p = 1.0f,
+                .prediction = prediction,
+            };
+            struct mmrt_result res = { .struct_size = sizeof res };
+            if (mmrt_run(rt, &req, collect, pass == 0 ? &plain[i] : &a, &res) != MMRT_OK)
+                fail_msg("%s: %s", rel, res.error);
+            if (pass == 0) {
+                assert_int_equal(res.prediction_accepted + res.prediction_rejected, 0);
+                continue;
+            }
+            if (a.n_ids != plain[i].n_ids ||
+                memcmp(a.ids, plain[i].ids, (size_t)a.n_ids * sizeof a.ids[0]) != 0)
+                fail_msg("%s, prediction %zu: \"%s\", without one \"%s\"", rel, pass, a.text,
+                         plain[i].text);
+            if (pass == 2)
+                continue;
+            /* Its text encodes to its tokens (the end token aside): all taken. */
+            int32_t *ids = NULL;
+            size_t n_ids = 0;
+            assert_int_equal(mmrt_tokenizer_encode(tok, plain[i].text, strlen(plain[i].text), 0,
+                                                   &ids, &n_ids, &e), MMRT_OK);
+            const bool same = n_ids + 1 == (size_t)a.n_ids &&
+                              memcmp(ids, a.ids, n_ids * sizeof *ids) == 0;
+            free(ids);
+            /* Each decode step's own row gives one token, its draft rows the rest: all
+             * taken, the tokens after the first come four a step. */
+            const int rows = MMRT_ENGINE_PREDICTION_DRAFTS + 1;
+            const int after_first = res.n_tokens - 1;
+            if (same && res.prediction_accepted != after_first - (after_first + rows - 1) / rows)
+                fail_msg("%s: %d of %d tokens taken from its own answer \"%s\"", rel,
+                         res.prediction_accepted, res.n_tokens, plain[i].text);
+            tokens += res.n_tokens;
+            taken += res.prediction_accepted;
+            steps += res.n_tokens - 1 - res.prediction_accepted;
+        }
+    print_message("prediction = the answer: %d of %d tokens taken, %d decode steps for %d tokens "
+                  "after the first\n", taken, tokens, steps, tokens - (int)n);
+    assert_true(taken > 0 && 3 * steps < tokens - (int)n);
+    mmrt_tokenizer_destroy(tok);
+    free(plain);
+    mmrt_destroy(rt);
+    json_decref(items);
+    json_decref(all);
+}
+
 int main(void)
 {
     mmrt_set_log_sink(golden_quiet, NULL, MMRT_LOG_WARN);
@@ -363,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_heldout_quantized),
         cmocka_unit_test(test_heldout_kv_dtype),
         cmocka_unit_test(test_heldout_image_kv),
+        cmocka_unit_test(test_heldout_prediction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

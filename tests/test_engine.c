@@ -1349,6 +1349,124 @@ static void test_drafts(void **state)
     assert_true(rows > taken);
 }
 
+/* Predictions (mmrt_request.prediction), drafted with drafts otherwise off: every request,
+ * alone and batched, gives every logit of every step it gives without one, bit for bit,
+ * whether its prediction is its own answer, that answer edited, or unrelated text. Its own
+ * answer is mostly taken; the results count what was taken and refused. */
+static void check_prediction(const char *fixture, const struct setup *setup)
+{
+    struct golden_cases c;
+    golden_cases_load(fixture, &c);
+    struct mmrt_runtime *rt = open_rt(fixture, setup);
+    struct golden_capture ref[MAX_CASES] = { { 0 } }, solo[MAX_CASES] = { { 0 } },
+                          batch[MAX_CASES] = { { 0 } };
+    run_solo(rt, &c, ref);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", fixture);
+    char full[4096];
+    golden_fixture_path(full, sizeof full, path);
+    struct mmrt_tokenizer *tok = NULL;
+    struct mmrt_error e = { 0 };
+    assert_int_equal(mmrt_tokenizer_load(full, NULL, &tok, &e), MMRT_OK);
+    char *text[MAX_CASES] = { 0 };
+    bool canonical[MAX_CASES] = { 0 };
+    int n_canonical = 0;
+    for (int i = 0; i < c.n; i++) {
+        size_t len = 0, n = 0;
+        assert_int_equal(mmrt_tokenizer_decode(tok, ref[i].tokens, ref[i].n_tokens,
+                                               MMRT_DECODE_SKIP_SPECIAL, &text[i], &len, &e),
+                         MMRT_OK);
+        /* Whether the answer's text encodes to the answer's tokens (a random-weight model
+         * often picks pieces the tokenizer would merge): then every token but the first,
+         * which comes from the prefill, is drafted right. */
+        int32_t *ids = NULL;
+        assert_int_equal(mmrt_tokenizer_encode(tok, text[i], len, 0, &ids, &n, &e), MMRT_OK);
+        canonical[i] = n == (size_t)ref[i].n_tokens &&
+                       memcmp(ids, ref[i].tokens, n * sizeof *ids) == 0;
+        n_canonical += canonical[i];
+        free(ids);
+    }
+    int accepted[3] = { 0 }, rejected[3] = { 0 }, generated = 0;
+    for (int form = 0; form < 3; form++) {
+        struct mmrt_request reqs[MAX_CASES];
+        char edited[MAX_CASES][512];
+        for (int i = 0; i < c.n; i++) {
+            reqs[i] = c.req[i];
+            reqs[i].struct_size = sizeof reqs[i];
+            /* The answer with its middle third replaced by other words (cut between
+             * characters). */
+            const char *t = text[i];
+            size_t a = strlen(t) / 3, b = 2 * strlen(t) / 3;
+            while (a > 0 && ((unsigned char)t[a] & 0xC0) == 0x80)
+                a--;
+            while (b > 0 && ((unsigned char)t[b] & 0xC0) == 0x80)
+                b--;
+            snprintf(edited[i], sizeof edited[i], "%.*s and then some %s", (int)a, t, t + b);
+            reqs[i].prediction = form == 0 ? text[i] : form == 1 ? edited[i]
+                                                                 : "Nothing like the answer.";
+        }
+        struct mmrt_result res[MAX_CASES];
+        for (int i = 0; i < c.n; i++) {
+            struct mmrt_model_trace trace;
+            golden_trace(&solo[i], &trace);
+            res[i] = (struct mmrt_result){ .struct_size = sizeof res[i] };
+            if (mmrt_run_traced(rt, &reqs[i], &trace, golden_on_token, &solo[i], &res[i]) !=
+                MMRT_OK)
+                fail_msg("%s, prediction %d, request %d: %s", fixture, form, i,
+                         mmrt_last_error(rt));
+            same_run("prediction, alone", i, &solo[i], &ref[i], true);
+            accepted[form] += res[i].prediction_accepted;
+            rejected[form] += res[i].prediction_rejected;
+            generated += form == 0 ? ref[i].n_tokens : 0;
+            /* Taken drafts are tokens the answer has. */
+            assert_true(res[i].prediction_accepted < res[i].n_tokens ||
+                        res[i].prediction_accepted == 0);
+            if (form == 0 && canonical[i] && res[i].n_tokens == ref[i].n_tokens &&
+                res[i].prediction_accepted != res[i].n_tokens - 1)
+                fail_msg("%s, request %d: %d of its %d tokens taken from its own answer",
+                         fixture, i, res[i].prediction_accepted, res[i].n_tokens);
+        }
+        for (int i = 0; i < c.n; i++)
+            res[i] = (struct mmrt_result){ .struct_size = sizeof res[i] };
+        if (run_batch(rt, reqs, c.n, batch, res, -1, 0) != MMRT_OK)
+            fail_msg("%s batch, prediction %d: %s", fixture, form, mmrt_last_error(rt));
+        for (int i = 0; i < c.n; i++)
+            same_run("prediction, batched", i, &batch[i], &ref[i], true);
+        free_caps(solo, c.n);
+        free_caps(batch, c.n);
+    }
+    if (getenv("MMRT_TEST_VERBOSE"))
+        fprintf(stderr, "%s: %d tokens, %d of %d answers canonical; prediction taken/refused: "
+                "answer %d/%d, edited %d/%d, unrelated %d/%d\n", fixture, generated,
+                n_canonical, c.n, accepted[0], rejected[0], accepted[1], rejected[1],
+                accepted[2], rejected[2]);
+    assert_true(accepted[0] > 0 && accepted[1] > 0 && accepted[1] <= accepted[0]);
+    /* A prediction that is not text is refused by name. */
+    struct mmrt_request bad = c.req[0];
+    bad.struct_size = sizeof bad;
+    bad.prediction = "\xff";
+    struct mmrt_result r = { .struct_size = sizeof r };
+    assert_int_equal(mmrt_run(rt, &bad, NULL, NULL, &r), MMRT_ERR_INVALID_ARG);
+    assert_non_null(strstr(mmrt_last_error(rt), "prediction"));
+    assert_pages_back(rt);
+    for (int i = 0; i < c.n; i++)
+        free(text[i]);
+    mmrt_tokenizer_destroy(tok);
+    free_caps(ref, c.n);
+    mmrt_destroy(rt);
+    json_decref(c.json);
+}
+
+static void test_prediction(void **state)
+{
+    (void)state;
+    check_prediction("llava-tiny", &(struct setup){ 0 });
+    check_prediction("qwen2vl-tiny", &(struct setup){ .max_kv_tokens = 136, .kv_page_tokens = 8,
+                                                      .prefill_chunk = 16 });
+    check_prediction("fuyu-tiny", &(struct setup){ .graph = true });
+    check_prediction("llava-next-tiny", &(struct setup){ .draft_tokens = 2 });
+}
+
 /* Drafts under the other request settings: a seeded sampled answer (its draws are the
  * ones it makes without drafts), log-probabilities, stop strings and JSON answers each give
  * the same tokens, reports and finish as without drafts. */
@@ -1509,6 +1627,7 @@ int main(void)
         cmocka_unit_test(test_json_answers),
         cmocka_unit_test(test_drafts),
         cmocka_unit_test(test_drafts_request_forms),
+        cmocka_unit_test(test_prediction),
         cmocka_unit_test(test_fuyu_refuses_chats),
         cmocka_unit_test(test_bad_scheduler_config),
     };

@@ -460,6 +460,12 @@ struct mmrt_request {
      * copied at submission). A schema mmrt cannot hold an answer to is MMRT_ERR_INVALID_ARG
      * naming the place in it (docs/ENGINE.md "JSON answers"). Ignored otherwise. */
     const char *json_schema;
+    /* The answer the caller expects, mostly (OpenAI's predicted outputs): a text the answer
+     * is likely to repeat with edits, such as a document being revised. NULL or "" = none.
+     * Its tokens are drafted and checked as the answer goes (docs/ENGINE.md "Drafts"): the
+     * answer is exactly the one without it, only sooner where it matches. Copied at
+     * submission; at most the tokenizer's max_input_bytes (1 MiB by default). */
+    const char *prediction;
 };
 
 /* What an answer must be. */
@@ -548,6 +554,10 @@ struct mmrt_result {
     /* The whole detail when status != MMRT_OK ("" otherwise), as mmrt_last_error() would
      * give it; `error` above holds its first 511 bytes for callers of the first layout. */
     char message[MMRT_MESSAGE_MAX];
+    /* Tokens of the request's prediction checked against the answer: taken (each a decode
+     * step saved), and checked but not taken. */
+    int prediction_accepted;
+    int prediction_rejected;
 };
 
 /* The sampling settings the checkpoint's generation_config.json sets, for a server to use
