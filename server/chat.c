@@ -160,6 +160,19 @@ static enum mmrt_outcome outcome_of(mmrt_status st)
     return mmrt_api_status_http(st) < 500 ? MMRT_OUTCOME_INVALID : MMRT_OUTCOME_FAILED;
 }
 
+/* The request's usage, every choice's tokens together. */
+static struct mmrt_chat_usage usage_of(const struct chat *c)
+{
+    struct mmrt_chat_usage u = { .prompt_tokens = c->ch[0].res.n_prompt_tokens,
+                                 .prediction = c->req.req.prediction != NULL };
+    for (int i = 0; i < c->n_ch; i++) {
+        u.completion_tokens += c->ch[i].res.n_tokens;
+        u.accepted_prediction_tokens += c->ch[i].res.prediction_accepted;
+        u.rejected_prediction_tokens += c->ch[i].res.prediction_rejected;
+    }
+    return u;
+}
+
 /* The choice whose failure answers for the request, or NULL: the first that failed for a
  * reason of its own, else the first cancelled (a refused choice cancels the others, and its
  * refusal is the answer whatever its index). */
@@ -411,12 +424,11 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         pthread_mutex_lock(&c->lock);
         const struct choice *f = failed_choice(c);
         if (!f) {
-            struct mmrt_chat_usage u = { c->ch[0].res.n_prompt_tokens, 0 };
+            struct mmrt_chat_usage u = usage_of(c);
             /* Each choice's last chunk. The tokens whose text never went out in a chunk (an
              * end token, the pieces of a stop string) have their entries here. */
             for (int i = 0; i < c->n_ch; i++) {
                 const struct choice *ch = &c->ch[i];
-                u.completion_tokens += ch->res.n_tokens;
                 add_event(c, mmrt_chat_chunk_json(
                                  c->id, c->created, c->s->conf.model_name, ch->index, NULL,
                                  NULL, mmrt_finish_reason_name(ch->res.finish_reason), NULL,
@@ -470,7 +482,7 @@ static enum MHD_Result answer_result(struct chat *c)
         return answer_error(c, &e);
     }
     struct mmrt_chat_choice choices[MMRT_CHAT_MAX_CHOICES];
-    struct mmrt_chat_usage u = { c->ch[0].res.n_prompt_tokens, 0 };
+    const struct mmrt_chat_usage u = usage_of(c);
     for (int i = 0; i < c->n_ch; i++) {
         const struct choice *ch = &c->ch[i];
         choices[i] = (struct mmrt_chat_choice){
@@ -478,7 +490,6 @@ static enum MHD_Result answer_result(struct chat *c)
             .finish_reason = mmrt_finish_reason_name(ch->res.finish_reason),
             .logprobs = ch->lp,
         };
-        u.completion_tokens += ch->res.n_tokens;
     }
     c->answered = true;
     char *body = mmrt_chat_completion_json(c->id, c->created, c->s->conf.model_name, choices,

@@ -157,6 +157,7 @@ struct mmrt_chat_request {
     char **stop_;
     struct mmrt_logit_bias *bias_;
     char *schema_;           /* req.json_schema */
+    char *prediction_;       /* req.prediction: prediction.content, its parts joined */
 };
 
 /* An error as OpenAI reports it. Written by mmrt_chat_request_parse and
@@ -201,6 +202,10 @@ void mmrt_chat_request_free(struct mmrt_chat_request *r);
 struct mmrt_chat_usage {
     int prompt_tokens;
     int completion_tokens;   /* total_tokens is their sum */
+    /* With a prediction: "completion_tokens_details": {"accepted_prediction_tokens",
+     * "rejected_prediction_tokens"} (mmrt_result's counts, all choices together). */
+    bool prediction;
+    int accepted_prediction_tokens, rejected_prediction_tokens;
 };
 
 /* "stop" or "length": MMRT_FINISH_LENGTH is "length", everything else "stop" (EOS,

@@ -256,6 +256,63 @@ static mmrt_status parse_json_schema(struct parse *p, struct mmrt_chat_request *
     return MMRT_OK;
 }
 
+/* prediction {"type": "content", "content": TEXT or [{"type": "text", "text": TEXT}, ...]}
+ * (OpenAI's predicted outputs): the parts joined, handed on as mmrt_request.prediction. */
+static mmrt_status parse_prediction(struct parse *p, struct mmrt_chat_request *r,
+                                    const json_t *v)
+{
+    static const char *const keys[] = { "type", "content", NULL };
+    static const char *const part_keys[] = { "type", "text", NULL };
+    if (!json_is_object(v))
+        return type_error(p, "prediction", "an object", v);
+    mmrt_status st = check_object_keys(p, v, "prediction", keys);
+    if (st != MMRT_OK)
+        return st;
+    const json_t *t = json_object_get(v, "type"), *c = json_object_get(v, "content");
+    if (!t || json_is_null(t))
+        return missing(p, "prediction.type");
+    if (!json_is_string(t) || strcmp(json_string_value(t), "content") != 0)
+        return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, "prediction.type",
+                    "Invalid 'prediction.type': expected 'content'.");
+    if (!c || json_is_null(c))
+        return missing(p, "prediction.content");
+    if (json_is_string(c))
+        return (r->prediction_ = strdup(json_string_value(c))) ? MMRT_OK : no_memory(p);
+    if (!json_is_array(c))
+        return type_error(p, "prediction.content", "a string or an array of text parts", c);
+    size_t len = 0, i;
+    const json_t *part;
+    char where[sizeof p->err->param];
+    json_array_foreach(c, i, part) {
+        snprintf(where, sizeof where, "prediction.content[%zu]", i);
+        if (!json_is_object(part))
+            return type_error(p, where, "an object", part);
+        if ((st = check_object_keys(p, part, where, part_keys)) != MMRT_OK)
+            return st;
+        const json_t *pt = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(pt) || strcmp(json_string_value(pt), "text") != 0) {
+            snprintf(where, sizeof where, "prediction.content[%zu].type", i);
+            return fail(p, 400, MMRT_ERR_INVALID_ARG, NULL, where,
+                        "Invalid '%s': expected 'text'.", where);
+        }
+        if (!json_is_string(text)) {
+            snprintf(where, sizeof where, "prediction.content[%zu].text", i);
+            return text ? type_error(p, where, "a string", text) : missing(p, where);
+        }
+        len += json_string_length(text); /* bounded by the body: no overflow */
+    }
+    if (!(r->prediction_ = malloc(len + 1)))
+        return no_memory(p);
+    len = 0;
+    json_array_foreach(c, i, part) {
+        const json_t *text = json_object_get(part, "text");
+        memcpy(r->prediction_ + len, json_string_value(text), json_string_length(text));
+        len += json_string_length(text);
+    }
+    r->prediction_[len] = '\0';
+    return MMRT_OK;
+}
+
 /* ---- top-level keys ---- */
 
 /* Keys that are recognised and either must hold their "off" value (null always does) or are
@@ -435,8 +492,12 @@ static mmrt_status check_top_key(struct parse *p, struct mmrt_chat_request *r, c
             return MMRT_OK;
         return unsupported(p, k, "modalities other than [\"text\"]");
     }
-    static const char *const null_only[] = { "audio", "prediction", "web_search_options",
-                                             NULL };
+    if (strcmp(k, "prediction") == 0) {
+        mmrt_status pst = parse_prediction(p, r, v);
+        r->req.prediction = r->prediction_;
+        return pst;
+    }
+    static const char *const null_only[] = { "audio", "web_search_options", NULL };
     for (const char *const *u = null_only; *u; u++)
         if (strcmp(k, *u) == 0)
             return unsupported(p, k, *u);
@@ -1142,6 +1203,7 @@ void mmrt_chat_request_free(struct mmrt_chat_request *r)
     free(r->stop_);
     free(r->bias_);
     free(r->schema_);
+    free(r->prediction_);
     free(r->model);
     memset(r, 0, sizeof *r);
 }

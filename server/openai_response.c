@@ -114,6 +114,15 @@ static json_t *usage_json(const struct mmrt_chat_usage *u)
         json_decref(o);
         return NULL;
     }
+    if (u->prediction) {
+        json_t *d = json_object();
+        if (!put(o, "completion_tokens_details", d) ||
+            !put(d, "accepted_prediction_tokens", json_integer(u->accepted_prediction_tokens)) ||
+            !put(d, "rejected_prediction_tokens", json_integer(u->rejected_prediction_tokens))) {
+            json_decref(o);
+            return NULL;
+        }
+    }
     return o;
 }
 

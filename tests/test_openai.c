@@ -523,7 +523,24 @@ static void test_unsupported_and_unknown(void **state)
         { "'audio':{'voice':'alloy','format':'mp3'}", "audio", "does not support audio" },
         { "'modalities':['text','audio']", "modalities", "does not support modalities" },
         { "'modalities':[]", "modalities", "does not support modalities" },
-        { "'prediction':{'type':'content','content':'x'}", "prediction", "does not support" },
+        { "'prediction':'x'", "prediction", "expected an object" },
+        { "'prediction':{'content':'x'}", "prediction.type", "Missing" },
+        { "'prediction':{'type':'text','content':'x'}", "prediction.type", "expected 'content'" },
+        { "'prediction':{'type':'content'}", "prediction.content", "Missing" },
+        { "'prediction':{'type':'content','content':5}", "prediction.content",
+          "a string or an array of text parts" },
+        { "'prediction':{'type':'content','content':'x','x':1}", "prediction.x",
+          "Unrecognized key" },
+        { "'prediction':{'type':'content','content':[{'type':'text','text':'a'},5]}",
+          "prediction.content[1]", "expected an object" },
+        { "'prediction':{'type':'content','content':[{'type':'image_url','text':'a'}]}",
+          "prediction.content[0].type", "expected 'text'" },
+        { "'prediction':{'type':'content','content':[{'type':'text'}]}",
+          "prediction.content[0].text", "Missing" },
+        { "'prediction':{'type':'content','content':[{'type':'text','text':1}]}",
+          "prediction.content[0].text", "expected a string" },
+        { "'prediction':{'type':'content','content':[{'type':'text','text':'a','b':1}]}",
+          "prediction.content[0].b", "Unrecognized key" },
         { "'web_search_options':{}", "web_search_options", "does not support" },
         { "'user':5", "user", "expected a string" },
         { "'metadata':'x'", "metadata", "expected an object" },
@@ -1152,7 +1169,7 @@ static char *completion1(const char *id, long created, const char *model, const 
 static void test_completion_json(void **state)
 {
     (void)state;
-    const struct mmrt_chat_usage u = { 12, 5 };
+    const struct mmrt_chat_usage u = { .prompt_tokens = 12, .completion_tokens = 5 };
     json_t *o = load(completion1("chatcmpl-1", 1700000000, MODEL,
                                                "say \"hi\"\n\t\x01</script>",
                                                mmrt_finish_reason_name(MMRT_FINISH_EOS), &u,
@@ -1194,7 +1211,7 @@ static void test_completion_json(void **state)
     assert_non_null(lp);
     const struct mmrt_chat_choice three[3] = {
         { "a", "stop", NULL }, { NULL, "length", lp }, { "c\xff", NULL, NULL } };
-    const struct mmrt_chat_usage u3 = { 7, 9 };
+    const struct mmrt_chat_usage u3 = { .prompt_tokens = 7, .completion_tokens = 9 };
     o = load(mmrt_chat_completion_json("x", 0, MODEL, three, 3, &u3));
     const json_t *ch = json_object_get(o, "choices");
     assert_int_equal(json_array_size(ch), 3);
@@ -1227,7 +1244,7 @@ static void test_logprobs_json(void **state)
     assert_int_equal(json_array_append_new(entries, mmrt_chat_logprobs_entry(&lp)), 0);
     const struct mmrt_token_logprobs none = { sizeof none, { 5, -0.25f, " the" }, 0, NULL };
     assert_int_equal(json_array_append_new(entries, mmrt_chat_logprobs_entry(&none)), 0);
-    const struct mmrt_chat_usage u = { 3, 2 };
+    const struct mmrt_chat_usage u = { .prompt_tokens = 3, .completion_tokens = 2 };
     json_t *o = load(completion1("x", 0, MODEL, "ab", "stop", &u, entries));
     const json_t *l = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
                                       "logprobs");
@@ -1310,12 +1327,53 @@ static void test_chunk_json(void **state)
     assert_int_equal(json_array_size(json_object_get(o, "choices")), 1);
     assert_int_equal(iget(json_array_get(json_object_get(o, "choices"), 0), "index", NULL), 2);
     json_decref(o);
-    const struct mmrt_chat_usage u = { 3, 4 };
+    const struct mmrt_chat_usage u = { .prompt_tokens = 3, .completion_tokens = 4 };
     o = load(mmrt_chat_chunk_json("c", 5, MODEL, 0, NULL, NULL, NULL, &u, true, NULL));
     assert_true(json_is_array(json_object_get(o, "choices")));
     assert_int_equal(json_array_size(json_object_get(o, "choices")), 0);
     assert_int_equal(iget(o, "usage", "total_tokens"), 7);
     assert_string_equal(sget(o, "object"), "chat.completion.chunk");
+    json_decref(o);
+}
+
+/* prediction (OpenAI's predicted outputs): its text, or its text parts joined, handed on as
+ * mmrt_request.prediction; null is none. Its refusals are in test_unsupported_and_unknown. */
+static void test_prediction(void **state)
+{
+    (void)state;
+    struct mmrt_chat_request r = parse_ok(WITH("'prediction':{'type':'content','content':"
+                                               "'def f():\\n    return 1'}"));
+    assert_string_equal(r.req.prediction, "def f():\n    return 1");
+    mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'prediction':{'type':'content','content':[{'type':'text','text':'a b'},"
+                      "{'type':'text','text':''},{'type':'text','text':' \\u00e9'}]}"));
+    assert_string_equal(r.req.prediction, "a b \xc3\xa9");
+    mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'prediction':{'type':'content','content':[]}"));
+    assert_string_equal(r.req.prediction, "");
+    mmrt_chat_request_free(&r);
+    r = parse_ok(WITH("'prediction':null"));
+    assert_null(r.req.prediction);
+    mmrt_chat_request_free(&r);
+    /* usage reports what was taken and refused, only for a request with a prediction */
+    const struct mmrt_chat_usage u = { .prompt_tokens = 3, .completion_tokens = 9,
+                                       .prediction = true, .accepted_prediction_tokens = 6,
+                                       .rejected_prediction_tokens = 2 };
+    const struct mmrt_chat_choice one = { "x", "stop", NULL };
+    json_t *o = load(mmrt_chat_completion_json("x", 0, MODEL, &one, 1, &u));
+    const json_t *d = json_object_get(json_object_get(o, "usage"),
+                                      "completion_tokens_details");
+    assert_int_equal(json_object_size(d), 2);
+    assert_int_equal(json_integer_value(json_object_get(d, "accepted_prediction_tokens")), 6);
+    assert_int_equal(json_integer_value(json_object_get(d, "rejected_prediction_tokens")), 2);
+    json_decref(o);
+    o = load(mmrt_chat_chunk_json("x", 0, MODEL, 0, NULL, NULL, NULL, &u, true, NULL));
+    assert_int_equal(iget(json_object_get(o, "usage"), "completion_tokens_details",
+                          "accepted_prediction_tokens"), 6);
+    json_decref(o);
+    const struct mmrt_chat_usage plain = { .prompt_tokens = 3, .completion_tokens = 9 };
+    o = load(mmrt_chat_completion_json("x", 0, MODEL, &one, 1, &plain));
+    assert_null(json_object_get(json_object_get(o, "usage"), "completion_tokens_details"));
     json_decref(o);
 }
 
@@ -1478,7 +1536,7 @@ static void test_alloc_failure_sweep(void **state)
     }
     /* the builders, under the same sweep */
     for (long k = 1;; k++) {
-        const struct mmrt_chat_usage u = { 1, 2 };
+        const struct mmrt_chat_usage u = { .prompt_tokens = 1, .completion_tokens = 2 };
         const struct mmrt_logprob top[2] = { { 5, -0.5f, "a\xff" }, { 6, -INFINITY, "" } };
         const struct mmrt_token_logprobs lp = { sizeof lp, { 5, -0.5f, "a\xff" }, 2, top };
         alloc_fail_at(k);
@@ -1523,6 +1581,7 @@ int main(void)
         cmocka_unit_test(test_stop_and_stream),
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_unsupported_and_unknown),
+        cmocka_unit_test(test_prediction),
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_image_urls),
         cmocka_unit_test(test_json_level),

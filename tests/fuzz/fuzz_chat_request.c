@@ -81,7 +81,10 @@ static void check_accepted(const struct mmrt_chat_request *r)
           q->response_format == MMRT_RESPONSE_JSON_OBJECT);
     const char *text = q->messages[q->n_messages - 1].text;
     CHECK(r->n >= 1 && r->n <= MMRT_CHAT_MAX_CHOICES);
-    const struct mmrt_chat_usage u = { q->n_messages, q->n_images };
+    const struct mmrt_chat_usage u = { .prompt_tokens = q->n_messages,
+                                       .completion_tokens = q->n_images,
+                                       .prediction = q->prediction != NULL,
+                                       .accepted_prediction_tokens = 1 };
     const struct mmrt_chat_choice choice = { text ? text : "", "stop", NULL };
     check_json(mmrt_chat_completion_json("chatcmpl-f", 1, r->model, &choice, 1, &u));
     check_json(mmrt_chat_chunk_json("chatcmpl-f", 1, r->model, r->n - 1, NULL,

@@ -478,7 +478,10 @@ class Gen:
             ("audio", {"audio": {"voice": "alloy", "format": "wav"}}),
             ("modalities-audio", {"modalities": ["text", "audio"]}),
             ("modalities-empty", {"modalities": []}),
-            ("prediction", {"prediction": {"type": "content", "content": "x"}}),
+            ("prediction-type", {"prediction": {"type": "text", "content": "x"}}),
+            ("prediction-part", {"prediction": {"type": "content", "content": [
+                {"type": "image_url", "image_url": {"url": "data:,"}}]}}),
+            ("prediction-extra", {"prediction": {"type": "content", "content": "x", "a": 1}}),
             ("web_search_options", {"web_search_options": {}}),
         ]:
             self.add(f"unsupported/{name}", self.req(**extra))

@@ -574,6 +574,49 @@ def test_drafts(args):
         s0.stop()
 
 
+def test_prediction(args):
+    """prediction (OpenAI's predicted outputs) on the demo model, drafts otherwise off: the
+    answer is the one without it, plain and streamed, whether the prediction is the answer
+    itself or an edited one; usage.completion_tokens_details counts the prediction's tokens
+    taken and refused, and the answer itself is mostly taken."""
+    demo = os.path.join(os.path.dirname(os.path.abspath(args.demo_conf)), "..", "demo")
+    model = os.path.abspath(os.path.join(demo, "llava-shapes"))
+    s = Server(args, "prediction", model=model, server_keys=f"model_name = {MODEL}\n")
+    try:
+        c = s.client()
+        taken = tokens = 0
+        for i in range(4):
+            img = data_uri(os.path.join(demo, "heldout", f"{i:03d}.png"))
+            msgs = [user_turn("Describe the picture.", img)]
+            want = ask(c, msgs, max_tokens=24).choices[0]
+            assert ask(c, msgs, max_tokens=24).usage.completion_tokens_details is None
+            words = want.message.content.split(" ")
+            edited = " ".join(words[:2] + ["and", "nothing", "else"] + words[2:])
+            for text in (want.message.content, edited):
+                pred = {"type": "content", "content": text}
+                r = ask(c, msgs, max_tokens=24, prediction=pred)
+                got = r.choices[0]
+                assert (got.message.content, got.finish_reason) == \
+                    (want.message.content, want.finish_reason), (text, got, want)
+                d = r.usage.completion_tokens_details
+                assert d.accepted_prediction_tokens >= 0 and \
+                    d.rejected_prediction_tokens >= 0, d
+                if text is edited:
+                    continue
+                taken += d.accepted_prediction_tokens
+                tokens += r.usage.completion_tokens
+                st, fin, usage, _ = ask_stream(c, msgs, max_tokens=24, prediction=pred,
+                                               stream_options={"include_usage": True})
+                assert (st, fin) == (want.message.content, want.finish_reason), (st, want)
+                assert usage.completion_tokens_details.accepted_prediction_tokens == \
+                    d.accepted_prediction_tokens, (usage, d)
+        # Every token after the first comes four a decode step, three of them drafts.
+        assert 2 * taken >= tokens, (taken, tokens)
+        return f"{taken} of {tokens} tokens taken from the answer as its prediction"
+    finally:
+        s.stop()
+
+
 def test_auth_and_image_dir(args, images, image_paths):
     key_dir = tempfile.mkdtemp()
     img_dir = os.path.join(key_dir, "images")
@@ -743,7 +786,7 @@ MIXED_SCHEMAS = [
 def mixed_request(rng, images, chats=True):
     """One well-formed request of a random form: text or image turns, one turn or a chat,
     greedy or seeded sampling with penalties, n choices, log-probabilities, stop strings, a
-    JSON answer, streamed or not. Every form is deterministic, so its answer alone is the
+    JSON answer, a prediction, streamed or not. Every form is deterministic, so its answer alone is the
     answer it must get under any load."""
     words = rng.choice(["What is shown?", "Describe the picture.", "Colours?", "Count.",
                         "Tell me a long story.", "abc", "1 2 3"])
@@ -773,6 +816,9 @@ def mixed_request(rng, images, chats=True):
         kw["response_format"] = (
             {"type": "json_object"} if rng.random() < 0.3 else
             {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    if rng.random() < 0.15:
+        kw["prediction"] = {"type": "content",
+                            "content": rng.choice(["It is a picture.", "abc abc abc", "1 2 3"])}
     return msgs, kw, rng.random() < 0.5
 
 
@@ -1049,6 +1095,7 @@ def main():
         ("choices", lambda: test_choices(s, images)),
         ("choices_share_prompt", lambda: test_choices_share_prompt(args, images)),
         ("drafts", lambda: test_drafts(args)),
+        ("prediction", lambda: test_prediction(args)),
         ("load", lambda: test_load(s, images)),
         ("mixed_load", lambda: test_mixed_load(args, images, args.mixed_requests,
                                                      seed=args.mixed_seed,
