@@ -76,6 +76,7 @@ struct options {
     int top_k;                       /* --top-k (0 = off) */
     int response_format;             /* --response-format (enum mmrt_response_format) */
     int draft_tokens, draft_rows;    /* --draft-tokens, --draft-rows (0: off, the default) */
+    bool prediction;                 /* --prediction */
 };
 
 static void usage(FILE *f)
@@ -119,6 +120,9 @@ static void usage(FILE *f)
             "                      and step, looked up in the sequence itself ([scheduler]\n"
             "                      draft_tokens, 0..31; default 0: off); --draft-rows R: the\n"
             "                      rows a decode step may reach with them (default N + 1)\n"
+            "  --prediction        each measured request carries as its prediction\n"
+            "                      (mmrt_request.prediction) the answer it gave in an\n"
+            "                      unmeasured run before: an answer asked for again\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
@@ -219,6 +223,33 @@ static bool on_bench_token(void *user, int request, int32_t id, const char *text
     else if (l->n_gaps < l->cap_gaps)
         l->gaps[l->n_gaps++] = t - l->last[i];
     l->last[i] = t;
+    return true;
+}
+
+/* An answer's text as it streams (--prediction). */
+struct text_buf {
+    char *s;
+    size_t len, cap;
+    bool failed;
+};
+
+static bool on_text(void *user, int32_t id, const char *text)
+{
+    struct text_buf *b = user;
+    (void)id;
+    const size_t n = strlen(text);
+    if (b->len + n + 1 > b->cap) {
+        const size_t cap = 2 * (b->len + n + 1);
+        char *g = realloc(b->s, cap);
+        if (!g) {
+            b->failed = true;
+            return false;
+        }
+        b->s = g;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, text, n + 1);
+    b->len += n;
     return true;
 }
 
@@ -579,6 +610,7 @@ int main(int argc, char **argv)
         { "response-format", required_argument, NULL, 'F' },
         { "draft-tokens", required_argument, NULL, 'x' },
         { "draft-rows", required_argument, NULL, 'y' },
+        { "prediction", no_argument, NULL, 'Z' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -653,6 +685,7 @@ int main(int argc, char **argv)
         case 'T': bad = parse_int("--threads", optarg, 1, 1024, &o.threads); break;
         case 'x': bad = parse_int("--draft-tokens", optarg, 0, 31, &o.draft_tokens); break;
         case 'y': bad = parse_int("--draft-rows", optarg, 2, 32, &o.draft_rows); break;
+        case 'Z': o.prediction = true; break;
         case 'R': {
             char *end;
             o.image_kv_keep = strtod(optarg, &end);
@@ -769,6 +802,7 @@ int main(int argc, char **argv)
     struct mmrt_result *res = NULL;
     struct mmrt_request *reqs = NULL;
     struct mmrt_image_input *inputs = NULL;
+    struct text_buf *predicted = NULL;
     struct bench_tensor *tensors = NULL;
     int n_tensors = 0;
     json_t *runs = json_array();
@@ -997,6 +1031,7 @@ int main(int argc, char **argv)
     reqs = calloc((size_t)n_req, sizeof *reqs);
     inputs = calloc((size_t)n_req, sizeof *inputs);
     res = calloc((size_t)n_req, sizeof *res);
+    predicted = calloc((size_t)n_req, sizeof *predicted);
     prompt = bench_synth_prompt(o.prompt_tokens);
     for (int k = 0; k < 4; k++)
         mix_prompts[k] = bench_synth_prompt(mix_prompt(&o, 4 * k));
@@ -1009,8 +1044,7 @@ int main(int argc, char **argv)
     lat.n_times = calloc((size_t)n_req, sizeof *lat.n_times);
     if (!images || !reqs || !inputs || !res || !prompt || !runs || !mix_prompts[0] ||
         !mix_prompts[1] || !mix_prompts[2] || !mix_prompts[3] || !lat.first || !lat.last ||
-        !lat.gaps ||
-        !lat.times || !lat.n_times) {
+        !lat.gaps || !lat.times || !lat.n_times || !predicted) {
         fprintf(stderr, "mmrt-bench: out of memory\n");
         goto out;
     }
@@ -1029,6 +1063,7 @@ int main(int argc, char **argv)
             goto out;
         }
         inputs[i] = (struct mmrt_image_input){ .path = images[i] };
+        res[i].struct_size = sizeof res[i];
         reqs[i] = (struct mmrt_request){ .struct_size = sizeof reqs[i],
                                          .images = &inputs[i], .n_images = 1,
                                          .prompt = o.mix ? mix_prompts[(k / 4) % 4] : prompt,
@@ -1096,6 +1131,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "mmrt-bench: warm-up request: %s\n", mmrt_last_error(rt));
             goto out;
         }
+    }
+    /* --prediction: each measured request's own answer, from a run of it before. */
+    for (int i = o.warmup; o.prediction && i < n_req; i++) {
+        progress("prediction: the answer to predict");
+        struct text_buf *tb = &predicted[i];
+        struct mmrt_result pr = { .struct_size = sizeof pr };
+        if (mmrt_run(rt, &reqs[i], on_text, tb, &pr) != MMRT_OK || tb->failed) {
+            fprintf(stderr, "mmrt-bench: prediction run: %s\n",
+                    tb->failed ? "out of memory" : mmrt_last_error(rt));
+            goto out;
+        }
+        reqs[i].prediction = tb->s ? tb->s : "";
     }
     /* How much of its threads' time the process got during the rounds (probes included):
      * on a shared machine this shows when neighbours, not the kernels, set a figure. The
@@ -1334,6 +1381,18 @@ int main(int argc, char **argv)
                                   mmrt_image_kv_policy_name(o.image_kv_policy), "compressions",
                                   (json_int_t)rs.image_kv_compressions, "dropped_tokens",
                                   (json_int_t)rs.image_kv_dropped_tokens));
+    /* --prediction: what the measured requests took from their predictions. */
+    long long pred_taken = 0, pred_refused = 0, pred_tokens = 0;
+    for (int i = o.warmup; o.prediction && i < n_req; i++) {
+        pred_taken += res[i].prediction_accepted;
+        pred_refused += res[i].prediction_rejected;
+        pred_tokens += res[i].n_tokens;
+    }
+    if (o.prediction)
+        json_object_set_new(json_object_get(rec, "throughput"), "prediction",
+                            json_pack("{s:I,s:I,s:I}", "taken", (json_int_t)pred_taken,
+                                      "refused", (json_int_t)pred_refused, "tokens",
+                                      (json_int_t)pred_tokens));
     json_object_set_new(json_object_get(rec, "throughput"), "drafts",
                         json_pack("{s:i,s:I,s:I}", "draft_tokens", o.draft_tokens, "checked",
                                   (json_int_t)rs.draft_tokens, "taken",
@@ -1431,6 +1490,10 @@ int main(int argc, char **argv)
                    mmrt_image_kv_policy_name(o.image_kv_policy),
                    (unsigned long long)rs.image_kv_compressions,
                    (unsigned long long)rs.image_kv_dropped_tokens);
+        if (o.prediction)
+            printf("prediction (each request's own answer): %lld of its %lld tokens taken, "
+                   "%lld refused, over the measured requests\n", pred_taken, pred_tokens,
+                   pred_refused);
         if (o.draft_tokens > 0)
             printf("drafts (draft_tokens %d): %llu checked, %llu taken (%.0f %%), over every "
                    "request of the run\n", o.draft_tokens, (unsigned long long)rs.draft_tokens,
@@ -1476,6 +1539,9 @@ out:
     mmrt_destroy(rt);
     for (int i = 0; images && i < n_req; i++)
         free(images[i]);
+    for (int i = 0; predicted && i < n_req; i++)
+        free(predicted[i].s);
+    free(predicted);
     free(images);
     free(reqs);
     free(inputs);

@@ -18,8 +18,9 @@
  *   tokenizer.json         padded to the real vocabulary size so the embedding and LM head keep
  *                          their real shapes, and built so the prompt "a a … a" of n words is
  *                          exactly n tokens (bench_synth_prompt):
- *                            LLaVA     LLaMA-style BPE (▁ prefix, byte fallback), one merge
- *                                      "▁" + "a"; <image>, <pad> after the 32000 pieces
+ *                            LLaVA     LLaMA-style BPE (▁ prefix, byte fallback), merges
+ *                                      "▁" + "a" and the chains that build "▁w1" ... (the
+ *                                      filler pieces); <image>, <pad> after the 32000 pieces
  *                            Qwen2-VL  byte-level BPE (NFC, the Qwen2 split regex, ByteLevel),
  *                                      one merge "Ġ" + "a"; <|endoftext|> … <|video_pad|> at
  *                                      151643 … 151656
@@ -547,10 +548,23 @@ static json_t *llama_tokenizer(const struct bench_shape *s)
         json_object_set_new(vocab, piece, json_integer(id++));
     }
     json_object_set_new(vocab, "\xe2\x96\x81" "a", json_integer(id++));
-    /* Filler pieces nothing merges into: they only give the vocabulary its real size. */
-    while (id < s->tok_vocab) {
-        snprintf(piece, sizeof piece, "\xe2\x96\x81w%lld", (long long)id);
+    /* Filler pieces, "▁w1", "▁w2", ..., give the vocabulary its real size. Each is merged from
+     * the one its number without its last digit names and that digit ("▁w" + "5", "▁w5" +
+     * "0", "▁w50" + "9"), so that an answer's text encodes back to the pieces the synthetic
+     * model chose (mmrt-bench --prediction). */
+    json_t *merges = json_pack("[[s,s],[s,s]]", "\xe2\x96\x81", "a", "\xe2\x96\x81", "w");
+    if (!merges)
+        return NULL;
+    json_object_set_new(vocab, "\xe2\x96\x81" "w", json_integer(id++));
+    for (long long n = 1; id < s->tok_vocab; n++) {
+        char head[32], digit[2] = { (char)('0' + n % 10), '\0' };
+        snprintf(piece, sizeof piece, "\xe2\x96\x81w%lld", n);
+        if (n < 10)
+            snprintf(head, sizeof head, "\xe2\x96\x81w");
+        else
+            snprintf(head, sizeof head, "\xe2\x96\x81w%lld", n / 10);
         json_object_set_new(vocab, piece, json_integer(id++));
+        json_array_append_new(merges, json_pack("[s,s]", head, digit));
     }
     json_t *tok = json_pack(
         "{s:s,s:n,s:n,s:[o,o,o,o,o],"
@@ -558,7 +572,7 @@ static json_t *llama_tokenizer(const struct bench_shape *s)
         "s:{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}],s:[{s:{s:s,s:i}},{s:{s:s,s:i}},"
         "{s:{s:s,s:i}},{s:{s:s,s:i}}],s:{s:{s:s,s:[i],s:[s]}}},"
         "s:{s:s,s:[{s:s,s:{s:s},s:s},{s:s},{s:s},{s:s,s:s,s:i,s:i}]},"
-        "s:{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:[[s,s]]}}",
+        "s:{s:s,s:n,s:s,s:n,s:n,s:b,s:b,s:b,s:o,s:o}}",
         "version", "1.0", "truncation", "padding",
         "added_tokens", special_token(0, "<unk>"), special_token(1, "<s>"),
         special_token(2, "</s>"), special_token(s->image_token_id, "<image>"),
@@ -576,7 +590,7 @@ static json_t *llama_tokenizer(const struct bench_shape *s)
         "content", " ", "start", 1, "stop", 0,
         "model", "type", "BPE", "dropout", "unk_token", "<unk>", "continuing_subword_prefix",
         "end_of_word_suffix", "fuse_unk", 1, "byte_fallback", 1, "ignore_merges", 0, "vocab",
-        vocab, "merges", "\xe2\x96\x81", "a");
+        vocab, "merges", merges);
     return tok;
 }
 
@@ -964,15 +978,48 @@ bool bench_synth_exists(const char *dir, const struct bench_shape *s)
            file_exists(dir, "tokenizer.json") && file_exists(dir, processor_file(s));
 }
 
+/* What a checkpoint folder holds; the weights are the first. */
+static const char *const synth_files[] = {
+    "model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
+    "processor_config.json", "preprocessor_config.json", "chat_template.jinja", "synth-version",
+};
+
+/* The small files' layout, kept in "synth-version": a folder written before a change to
+ * them gets them again (its weights kept). 2: the LLaVA tokenizer's pieces merge. */
+#define SYNTH_FILES_VERSION "2\n"
+
+static bool files_current(const char *dir)
+{
+    char path[4200], got[8] = "";
+    if (path_join(path, sizeof path, dir, "synth-version") != 0)
+        return false;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    const size_t n = fread(got, 1, sizeof got - 1, f);
+    fclose(f);
+    got[n] = '\0';
+    return strcmp(got, SYNTH_FILES_VERSION) == 0;
+}
+
+static int write_version(const char *dir, char *err, size_t err_size)
+{
+    char path[4200];
+    FILE *f = path_join(path, sizeof path, dir, "synth-version") == 0 ? fopen(path, "w") : NULL;
+    if (!f || fputs(SYNTH_FILES_VERSION, f) < 0 || fclose(f) != 0) {
+        if (f)
+            fclose(f);
+        snprintf(err, err_size, "%s/synth-version: cannot write (%s)", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static void remove_tree(const char *dir)
 {
-    static const char *const names[] = {
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-        "processor_config.json", "preprocessor_config.json", "chat_template.jinja",
-    };
     char path[4200];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (path_join(path, sizeof path, dir, names[i]) == 0)
+    for (size_t i = 0; i < sizeof synth_files / sizeof synth_files[0]; i++)
+        if (path_join(path, sizeof path, dir, synth_files[i]) == 0)
             unlink(path);
     rmdir(dir);
 }
@@ -1030,7 +1077,8 @@ int bench_synth_checkpoint(const char *dir, const struct bench_shape *s, int64_t
                            enum bench_dtype dt, void (*progress)(const char *line),
                            char *err, size_t err_size)
 {
-    if (bench_synth_exists(dir, s))
+    const bool have = bench_synth_exists(dir, s);
+    if (have && files_current(dir))
         return 0;
     char tmp[4200];
     int tn = snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dir, (long)getpid());
@@ -1047,6 +1095,22 @@ int bench_synth_checkpoint(const char *dir, const struct bench_shape *s, int64_t
         snprintf(line, sizeof line, "writing synthetic checkpoint %s (once; reused after)", dir);
         progress(line);
     }
+    if (have) {
+        /* Older small files beside good weights: new ones, each renamed into place. */
+        int rc = write_small_files(tmp, s, layers, dt, err, err_size);
+        if (rc == 0)
+            rc = write_version(tmp, err, err_size);
+        char from[4200], to[4200];
+        for (size_t i = 1; rc == 0 && i < sizeof synth_files / sizeof synth_files[0]; i++)
+            if (file_exists(tmp, synth_files[i]) &&
+                (path_join(from, sizeof from, tmp, synth_files[i]) != 0 ||
+                 path_join(to, sizeof to, dir, synth_files[i]) != 0 || rename(from, to) != 0)) {
+                snprintf(err, err_size, "%s: cannot replace (%s)", to, strerror(errno));
+                rc = -1;
+            }
+        remove_tree(tmp);
+        return rc;
+    }
     struct bench_tensor *ts = NULL;
     int n_ts = 0;
     int rc = bench_synth_tensors(s, layers, &ts, &n_ts);
@@ -1054,6 +1118,8 @@ int bench_synth_checkpoint(const char *dir, const struct bench_shape *s, int64_t
         snprintf(err, err_size, "out of memory");
     if (rc == 0)
         rc = write_small_files(tmp, s, layers, dt, err, err_size);
+    if (rc == 0)
+        rc = write_version(tmp, err, err_size);
     if (rc == 0)
         rc = write_safetensors(tmp, ts, n_ts, dt, progress, err, err_size);
     free(ts);
