@@ -288,6 +288,10 @@ if [ $dry -eq 1 ] || [ -x "$build/bin/mmrt-bench" ]; then
   # checked per step, against the step above; on the CPU a row more was free for F16.
   run_step bench_drafts 90 "env $env_for_tests '$build/bin/mmrt-bench' $bench_args --gen-tokens 64 --repeat 2 --draft-tokens 3"
   [ $dry -eq 0 ] && add bench_drafts "$(result $rc)" "$secs" "$(grep -m1 'decode per token' "$logdir/bench_drafts.log" | tr -s ' ' | cut -c1-50); $(grep -m1 -o 'drafts (draft_tokens 3): [^,]*, [0-9]* taken' "$logdir/bench_drafts.log")"
+  # 10a'. a prediction (docs/ENGINE.md "Drafts"): each request carries its own answer as
+  # prediction; on the CPU F16 decoded 3.1-3.8 x faster (docs/BENCHMARKS.md "Predicted outputs").
+  run_step bench_prediction 90 "env $env_for_tests '$build/bin/mmrt-bench' $bench_args --gen-tokens 64 --repeat 2 --prediction"
+  [ $dry -eq 0 ] && add bench_prediction "$(result $rc)" "$secs" "$(grep -m1 'decode per token' "$logdir/bench_prediction.log" | tr -s ' ' | cut -c1-50); $(grep -m1 -o '[0-9]* of its [0-9]* tokens taken' "$logdir/bench_prediction.log")"
   # 10b. vision batches (docs/ENGINE.md "The vision stage"): eight requests' images one tower
   # pass each against shared passes, on the checkpoint the bench step wrote (on the CPU plugin
   # shared passes of a 7B tower were 0-10 % slower, so the default stays 1 until a GPU
