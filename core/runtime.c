@@ -520,8 +520,8 @@ static mmrt_status create(const struct mmrt_config *cfg, const struct config_lin
         return at(src, cs ? cs->draft_tokens_line : 0, err, MMRT_ERR_CONFIG, what);
     }
     if (cfg->draft_rows != 0 && (cfg->draft_rows < 2 || cfg->draft_rows > MMRT_SMALL_M)) {
-        snprintf(what, sizeof what, "[scheduler] draft_rows %d must be 2 … %d (0 = "
-                 "draft_tokens + 1)", cfg->draft_rows, MMRT_SMALL_M);
+        snprintf(what, sizeof what, "[scheduler] draft_rows %d must be 2 … %d (0 = the "
+                 "tokens drafted a step + 1)", cfg->draft_rows, MMRT_SMALL_M);
         return at(src, cs ? cs->draft_rows_line : 0, err, MMRT_ERR_CONFIG, what);
     }
     const struct mmrt_conf_cache *cc = src->conf ? &src->conf->cache : NULL;

@@ -52,8 +52,9 @@
  *                           ; stages run together (one pass of the tower where they can)
  *     draft_tokens = 3      ; optional, 0..31, default 0 (off): tokens per sequence and
  *                           ; decode step guessed from the sequence itself and checked
- *     draft_rows = 4        ; optional, 2..32, default draft_tokens + 1: rows a decode
- *                           ; step may reach with drafts
+ *     draft_rows = 4        ; optional, 2..32, default the tokens drafted a step + 1
+ *                           ; (draft_tokens, or 3 for a request's prediction): rows a
+ *                           ; decode step may reach with drafts
  *
  *     [server]              ; optional: read by `mmrt serve` (docs/SERVING.md), not by the
  *     port = 8080           ; runtime; keys are 1..63 of [A-Za-z0-9_.-], kept as text with

@@ -239,8 +239,10 @@ struct mmrt_config {
      * where a row more costs little (a decode step bound by reading the weights: one
      * sequence, F16 weights on a CPU; docs/BENCHMARKS.md) and the answer repeats its input.
      * draft_tokens: 0 … 31, 0 (the default) = off. draft_rows: the rows a decode step may
-     * reach with drafts, 2 … 32; 0 = draft_tokens + 1. INI: [scheduler] draft_tokens,
-     * draft_rows. Figures: mmrt_stats draft_tokens, draft_accepted. */
+     * reach with drafts, 2 … 32; 0 = the tokens drafted a step + 1. A request's prediction
+     * (mmrt_request.prediction) drafts draft_tokens tokens a step, 3 when it is 0. INI:
+     * [scheduler] draft_tokens, draft_rows. Figures: mmrt_stats draft_tokens,
+     * draft_accepted. */
     int draft_tokens;
     int draft_rows;
 };
