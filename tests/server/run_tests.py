@@ -932,10 +932,59 @@ def test_mixed_load(args, images, count=48, clients=8, seed=12, model_keys="", f
         s.stop()
 
 
+# Most requests test_limits_and_keepalive sends ahead of its stream (each a connection).
+AHEAD_MAX = 3000
+
+
+def open_files(want):
+    """Raises this process's open-file limit towards `want` (a server started after inherits
+    it); returns the limit now."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
+
+
+def flood(port, body, count, sent, statuses):
+    """Sends the plain request `body` `count` times, each on a connection of its own, from
+    this one thread; sets `sent`, then reads every answer to its end and appends each one's
+    HTTP status to `statuses`."""
+    import selectors
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+    sel = selectors.DefaultSelector()
+    try:
+        for _ in range(count):
+            k = socket.create_connection(("127.0.0.1", port))
+            k.sendall(head + body)
+            k.setblocking(False)
+            sel.register(k, selectors.EVENT_READ, bytearray())
+    finally:
+        sent.set()
+    deadline = time.time() + TIMEOUT
+    while sel.get_map() and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            part = key.fileobj.recv(65536)
+            if part:
+                key.data.extend(part)
+                continue
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+            m = re.match(rb"HTTP/1\.1 (\d+)", bytes(key.data))
+            statuses.append(int(m.group(1)) if m else 0)
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+
+
 def test_limits_and_keepalive(args, images):
     """Images over the token budget and over the pixel limit are 400 naming the limit; a
     stream that waits for a batch slot gets ": keep-alive" comments."""
-    s = Server(args, "limits", server_keys="keepalive_s = 1\nmax_queued = 400\n",
+    most = min(AHEAD_MAX, open_files(AHEAD_MAX + 256) - 256)
+    s = Server(args, "limits", server_keys=f"keepalive_s = 1\nmax_queued = {most + 16}\n"
+               f"max_connections = {most + 64}\n",
                scheduler="max_batch = 1\n", model_keys="max_image_tokens = 1\n")
     try:
         c = s.client()
@@ -966,26 +1015,26 @@ def test_limits_and_keepalive(args, images):
             if best is None or n > best[1]:
                 best = (words, n, time.time() - t)
         text = [{"role": "user", "content": best[0]}]
-        # The requests ahead ask for 16 answers each: one answer took about 12 ms here, so
-        # even the 300 requests the queue was capped at drained in under four seconds, and
-        # on a faster host the stream sometimes never waited the two it needs (keep-alives
-        # come after a second of quiet, checked once a second). Timed warm (the first
-        # timing above was the server's first request), the faster of two.
-        one = best[2] * 16
+        # One answer takes about 12 ms here (7 on a fast host), so the 300 requests ahead the
+        # step used to cap itself at drained in two to four seconds, and on a fast host the
+        # stream sometimes never waited the two it needs (keep-alives come after a second of
+        # quiet, checked once a second). Now as many go ahead as eight seconds take, timed
+        # warm (the first timing above was the server's first request), on connections of
+        # one thread. (More choices per request would not do: a request's further choices
+        # join the queue only once its first runs, behind the stream.)
+        one = best[2]
         for _ in range(2):
             t = time.time()
-            ask(c, text, max_tokens=400, n=16)
+            ask(c, text, max_tokens=400)
             one = min(one, time.time() - t)
-        one = max(one, 0.005)
-        # Eight seconds' worth, four times the wait the stream needs.
-        ahead = min(300, int(8.0 / one) + 1)
-        body = json.dumps({"model": MODEL, "max_tokens": 400, "temperature": 0, "n": 16,
+        ahead = min(most, int(8.0 / max(one, 0.001)) + 1)
+        body = json.dumps({"model": MODEL, "max_tokens": 400, "temperature": 0,
                            "messages": text}).encode()
-        ts = [threading.Thread(target=s.raw, args=("POST", "/v1/chat/completions", body))
-              for _ in range(ahead)]
-        for th in ts:
-            th.start()
-        time.sleep(0.2)
+        sent = threading.Event()
+        statuses = []
+        flooder = threading.Thread(target=flood, args=(s.port, body, ahead, sent, statuses))
+        flooder.start()
+        assert sent.wait(TIMEOUT), "the requests ahead were never all sent"
         # A non-streamed request whose client gives up while it waits: noticed on its
         # suspended connection and cancelled, not answered seconds later to nobody.
         cancelled = s.metrics()['mmrt_requests_total{outcome="cancelled"}']
@@ -1003,13 +1052,13 @@ def test_limits_and_keepalive(args, images):
         r = k.getresponse()
         raw = r.read()
         k.close()
-        for th in ts:
-            th.join(TIMEOUT)
+        flooder.join(TIMEOUT)
+        assert statuses == [200] * ahead, (ahead, sorted(set(statuses)))
         assert b": keep-alive" in raw, (ahead, one, raw[:300])
         m = s.metrics()
         assert m['mmrt_requests_total{outcome="cancelled"}'] == cancelled + 1, m
         assert raw.rstrip().endswith(b"data: [DONE]"), raw[-200:]
-        return f"{ahead} ahead of the stream, 16 x {best[1]} tokens in {one:.3f} s each"
+        return f"{ahead} ahead of the stream, {best[1]} tokens in {one:.3f} s each"
     finally:
         s.stop()
 
