@@ -786,8 +786,8 @@ MIXED_SCHEMAS = [
 def mixed_request(rng, images, chats=True):
     """One well-formed request of a random form: text or image turns, one turn or a chat,
     greedy or seeded sampling with penalties, n choices, log-probabilities, stop strings, a
-    JSON answer, a prediction, streamed or not. Every form is deterministic, so its answer alone is the
-    answer it must get under any load."""
+    JSON answer, a prediction, streamed or not. Every form is deterministic, so its answer
+    alone is the answer it must get under any load."""
     words = rng.choice(["What is shown?", "Describe the picture.", "Colours?", "Count.",
                         "Tell me a long story.", "abc", "1 2 3"])
     turn = user_turn(words, rng.choice(images)) if rng.random() < 0.6 else \
