@@ -21,9 +21,11 @@ enum seq_state { SEQ_WAITING, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE };
  * it. One token says too little about what follows to be worth a row. */
 #define DRAFT_NGRAM_MAX 3
 #define DRAFT_NGRAM_MIN 2
-/* predict(): how far past the last match one token is looked for (an edit of a word or two);
- * longer runs are looked for to the prediction's end. */
+/* predict(): how far past the last match one token is looked for (an edit of a word or two),
+ * and how far a longer run is: an edit that drops more of the prediction is not followed,
+ * and a step never scans a long prediction whole while the answer is away from it. */
 #define PREDICT_SINGLE_REACH 8
+#define PREDICT_REACH 4096
 
 struct mmrt_seq {
     struct mmrt_engine *e;
@@ -1330,7 +1332,8 @@ static int draft(const struct mmrt_seq *s, int k, int32_t *out)
  * how many. An answer is expected to follow its prediction with edits. Before its first
  * token it is at the prediction's start. After, its last tokens (a run of 3, else 2, else 1,
  * all its own) are looked up in the prediction from where the last run was found on (a
- * single token only a few places on), and the tokens after the first match are drafted.
+ * single token only a few places on, a longer run up to PREDICT_REACH), and the tokens after
+ * the first match are drafted.
  * Where the answer leaves the prediction (an edit), nothing matches until it comes back. */
 static int predict(struct mmrt_seq *s, int k, int32_t *out)
 {
@@ -1339,7 +1342,7 @@ static int predict(struct mmrt_seq *s, int k, int32_t *out)
          n--) {
         const int32_t *tail = s->tokens + s->n_known - n;
         const int64_t lo = s->pred_at > n ? s->pred_at - n : 0;
-        const int64_t hi = n > 1 ? s->n_pred - n : lo + PREDICT_SINGLE_REACH;
+        const int64_t hi = lo + (n > 1 ? PREDICT_REACH : PREDICT_SINGLE_REACH);
         for (int64_t i = lo; i <= hi && i + n <= s->n_pred && from < 0; i++)
             if (memcmp(s->pred + i, tail, (size_t)n * sizeof *tail) == 0)
                 from = i + n;

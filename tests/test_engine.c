@@ -1351,7 +1351,8 @@ static void test_drafts(void **state)
 
 /* Predictions (mmrt_request.prediction), drafted with drafts otherwise off: every request,
  * alone and batched, gives every logit of every step it gives without one, bit for bit,
- * whether its prediction is its own answer, that answer edited, or unrelated text. Its own
+ * whether its prediction is its own answer, that answer edited, unrelated text, or its
+ * answer after 40 KB of other text. Its own
  * answer is mostly taken; the results count what was taken and refused. */
 static void check_prediction(const char *fixture, const struct setup *setup)
 {
@@ -1386,8 +1387,12 @@ static void check_prediction(const char *fixture, const struct setup *setup)
         n_canonical += canonical[i];
         free(ids);
     }
-    int accepted[3] = { 0 }, rejected[3] = { 0 }, generated = 0;
-    for (int form = 0; form < 3; form++) {
+    /* Form 3: 40 KB of other text, then the answer (past predict()'s reach). */
+    enum { LONG = 40000 };
+    char *long_text = malloc(LONG + 4096);
+    assert_non_null(long_text);
+    int accepted[4] = { 0 }, rejected[4] = { 0 }, generated = 0;
+    for (int form = 0; form < 4; form++) {
         struct mmrt_request reqs[MAX_CASES];
         char edited[MAX_CASES][512];
         for (int i = 0; i < c.n; i++) {
@@ -1404,6 +1409,13 @@ static void check_prediction(const char *fixture, const struct setup *setup)
             snprintf(edited[i], sizeof edited[i], "%.*s and then some %s", (int)a, t, t + b);
             reqs[i].prediction = form == 0 ? text[i] : form == 1 ? edited[i]
                                                                  : "Nothing like the answer.";
+            if (form == 3) {
+                for (size_t b = 0; b < LONG; b++)
+                    long_text[b] = "the quick brown fox "[b % 20];
+                assert_true(strlen(text[i]) < 4096);
+                snprintf(long_text + LONG, 4096, "%s", text[i]);
+                reqs[i].prediction = long_text;
+            }
         }
         struct mmrt_result res[MAX_CASES];
         for (int i = 0; i < c.n; i++) {
@@ -1437,9 +1449,9 @@ static void check_prediction(const char *fixture, const struct setup *setup)
     }
     if (getenv("MMRT_TEST_VERBOSE"))
         fprintf(stderr, "%s: %d tokens, %d of %d answers canonical; prediction taken/refused: "
-                "answer %d/%d, edited %d/%d, unrelated %d/%d\n", fixture, generated,
-                n_canonical, c.n, accepted[0], rejected[0], accepted[1], rejected[1],
-                accepted[2], rejected[2]);
+                "answer %d/%d, edited %d/%d, unrelated %d/%d, long %d/%d\n", fixture,
+                generated, n_canonical, c.n, accepted[0], rejected[0], accepted[1],
+                rejected[1], accepted[2], rejected[2], accepted[3], rejected[3]);
     assert_true(accepted[0] > 0 && accepted[1] > 0 && accepted[1] <= accepted[0]);
     /* A prediction that is not text is refused by name. */
     struct mmrt_request bad = c.req[0];
@@ -1451,6 +1463,7 @@ static void check_prediction(const char *fixture, const struct setup *setup)
     assert_pages_back(rt);
     for (int i = 0; i < c.n; i++)
         free(text[i]);
+    free(long_text);
     mmrt_tokenizer_destroy(tok);
     free_caps(ref, c.n);
     mmrt_destroy(rt);
