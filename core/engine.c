@@ -1378,9 +1378,10 @@ static int drafts_that_can_be_taken(const struct mmrt_engine *e, const struct mm
  * of s, in a sequence of its own in the step's plan (its page table, its key count): the
  * arithmetic of a decode row, so its K/V and logits are the bits a later step would compute
  * with the same token there. A resumed sequence gets rows for the tokens it had generated
- * (replayed several a step, every one right); one that samples gets drafted tokens (draft()),
- * right when its sampler picks them. The rows take only pages that are free: they never
- * evict a cached prefix or preempt a sequence. */
+ * (replayed several a step, every one right); one that samples gets drafted tokens, from its
+ * request's prediction (predict()) or else from itself (draft()), right when its sampler
+ * picks them. The rows take only pages that are free: they never evict a cached prefix or
+ * preempt a sequence. */
 static int add_rows(const struct mmrt_engine *e, struct mmrt_seq *s, int room,
                     struct part *parts, int32_t *drafts)
 {

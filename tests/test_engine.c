@@ -1460,6 +1460,15 @@ static void check_prediction(const char *fixture, const struct setup *setup)
     struct mmrt_result r = { .struct_size = sizeof r };
     assert_int_equal(mmrt_run(rt, &bad, NULL, NULL, &r), MMRT_ERR_INVALID_ARG);
     assert_non_null(strstr(mmrt_last_error(rt), "prediction"));
+    /* So is one over the tokenizer's input bound (1 MiB), before anything runs. */
+    char *huge = malloc((1u << 20) + 2);
+    assert_non_null(huge);
+    memset(huge, 'a', (1u << 20) + 1);
+    huge[(1u << 20) + 1] = '\0';
+    bad.prediction = huge;
+    assert_int_equal(mmrt_run(rt, &bad, NULL, NULL, &r), MMRT_ERR_LIMIT);
+    assert_non_null(strstr(mmrt_last_error(rt), "prediction"));
+    free(huge);
     assert_pages_back(rt);
     for (int i = 0; i < c.n; i++)
         free(text[i]);

@@ -160,12 +160,18 @@ def ask_stream(client, messages, **kw):
     return text, finish, usage, first_role
 
 
+def post_head(length, close=False):
+    """The head of a raw POST /v1/chat/completions whose JSON body has `length` bytes."""
+    extra = "Connection: close\r\n" if close else ""
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\n{extra}Content-Length: {length}\r\n\r\n").encode()
+
+
 def vanish_after_first_chunk(s, body, times=1):
     """Sends the streamed request `body` raw and goes away after its first chunk, `times`
     times; then waits until the server has counted that many more cancelled requests and
     holds no pages and runs nothing."""
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    head = post_head(len(body))
     before = s.metrics().get('mmrt_requests_total{outcome="cancelled"}', 0)
     for _ in range(times):
         k = socket.create_connection(("127.0.0.1", s.port))
@@ -440,8 +446,7 @@ def test_errors(s, images):
     status, _, body = s.raw("POST", "/v1/chat/completions", b'{"model": ')
     assert status == 400 and b"error" in body, (status, body)
     k = socket.create_connection(("127.0.0.1", s.port))
-    k.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-              b"application/json\r\nContent-Length: 3145728\r\n\r\n")
+    k.sendall(post_head(3145728))
     k.settimeout(TIMEOUT)
     reply = k.recv(4096)
     k.close()
@@ -752,8 +757,7 @@ def test_malformed(s, images):
 def slow_and_vanishing(s, images):
     body = json.dumps({"model": MODEL, "max_tokens": 300, "temperature": 0, "stream": True,
                        "messages": [user_turn("Describe.", images[0])]}).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    head = post_head(len(body))
     # Gone in the headers, gone in the body, a half-sent body left idle until the
     # connection timeout, a byte at a time.
     for cut in (head[:20], head + body[:10]):
@@ -869,16 +873,16 @@ def test_mixed_load(args, images, count=48, clients=8, seed=12, model_keys="", f
         m0 = s.metrics()
         got = [None] * count
         errors = []
-        todo = list(range(count))
+        pending = list(range(count))
         lock = threading.Lock()
 
         def worker():
             cc = s.client()
             while True:
                 with lock:
-                    if not todo:
+                    if not pending:
                         return
-                    i = todo.pop(0)
+                    i = pending.pop(0)
                 try:
                     got[i] = mixed_answer(cc, *reqs[i])
                 except Exception as e:  # noqa: BLE001 (collected, reported below)
@@ -890,9 +894,7 @@ def test_mixed_load(args, images, count=48, clients=8, seed=12, model_keys="", f
             body = json.dumps({"model": MODEL, "messages": msgs, "stream": streamed,
                                **{**kw, "max_tokens": 100}}).encode()
             k = socket.create_connection(("127.0.0.1", s.port))
-            k.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                       f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() +
-                      body)
+            k.sendall(post_head(len(body)) + body)
             if streamed:
                 k.settimeout(TIMEOUT)
                 got_ = b""
@@ -952,9 +954,7 @@ def flood(port, body, count, sent, statuses):
     this one thread; sets `sent`, then reads every answer to its end and appends each one's
     HTTP status to `statuses`."""
     import selectors
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-            f"application/json\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n"
-            ).encode()
+    head = post_head(len(body), close=True)
     sel = selectors.DefaultSelector()
     try:
         for _ in range(count):
@@ -1039,9 +1039,7 @@ def test_limits_and_keepalive(args, images):
         # suspended connection and cancelled, not answered seconds later to nobody.
         cancelled = s.metrics()['mmrt_requests_total{outcome="cancelled"}']
         v = socket.create_connection(("127.0.0.1", s.port))
-        v.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
-                  b"\r\n\r\n" + body)
+        v.sendall(post_head(len(body)) + body)
         time.sleep(0.1)
         v.close()
         k = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)

@@ -553,8 +553,10 @@ static json_t *llama_tokenizer(const struct bench_shape *s)
      * "0", "▁w50" + "9"), so that an answer's text encodes back to the pieces the synthetic
      * model chose (mmrt-bench --prediction). */
     json_t *merges = json_pack("[[s,s],[s,s]]", "\xe2\x96\x81", "a", "\xe2\x96\x81", "w");
-    if (!merges)
+    if (!merges) {
+        json_decref(vocab);
         return NULL;
+    }
     json_object_set_new(vocab, "\xe2\x96\x81" "w", json_integer(id++));
     for (long long n = 1; id < s->tok_vocab; n++) {
         char head[32], digit[2] = { (char)('0' + n % 10), '\0' };
@@ -564,7 +566,11 @@ static json_t *llama_tokenizer(const struct bench_shape *s)
         else
             snprintf(head, sizeof head, "\xe2\x96\x81w%lld", n / 10);
         json_object_set_new(vocab, piece, json_integer(id++));
-        json_array_append_new(merges, json_pack("[s,s]", head, digit));
+        if (json_array_append_new(merges, json_pack("[s,s]", head, digit)) != 0) {
+            json_decref(merges); /* a merge missing would encode text differently */
+            json_decref(vocab);
+            return NULL;
+        }
     }
     json_t *tok = json_pack(
         "{s:s,s:n,s:n,s:[o,o,o,o,o],"
