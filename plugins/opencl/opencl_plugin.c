@@ -147,7 +147,7 @@ static mmrt_status ocl_status(cl_int rc, bool allocating)
     }
 }
 
-mmrt_status ocl_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
+mmrt_status(ocl_fail)(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -213,13 +213,16 @@ static cl_int ocl_platforms(cl_platform_id **out, cl_uint *n)
     cl_platform_id *ids = calloc(count, sizeof *ids);
     if (!ids)
         return CL_OUT_OF_HOST_MEMORY;
-    rc = clGetPlatformIDs(count, ids, &count);
-    if (rc != CL_SUCCESS) {
+    /* The second call reports how many platforms there are now, which an ICD loader whose
+     * list changed between the calls can give as more than it wrote: use the smaller. */
+    cl_uint now = 0;
+    rc = clGetPlatformIDs(count, ids, &now);
+    if (rc != CL_SUCCESS || now == 0) {
         free(ids);
         return rc;
     }
     *out = ids;
-    *n = count;
+    *n = now < count ? now : count;
     return CL_SUCCESS;
 }
 
@@ -402,22 +405,34 @@ static mmrt_status ocl_device_open(int index, const struct mmrt_option *options,
             continue;
         matched = true;
         cl_uint n = ocl_device_count(plats[p]);
-        if (!device && (uint64_t)index < seen + n) {
+        /* Asked for once: a platform whose device went away since it was counted leaves
+         * `device` unset, and the numbering must not be retried on a later platform. */
+        if (!ids && (uint64_t)index < seen + n) {
             ids = calloc(n, sizeof *ids);
             if (!ids) {
                 ocl_say(err, err_size, "device_open: out of host memory");
                 st = MMRT_ERR_NO_MEMORY;
                 goto fail;
             }
-            rc = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, n, ids, NULL);
+            cl_uint got = 0;
+            rc = clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, n, ids, &got);
             if (rc != CL_SUCCESS) {
                 ocl_say(err, err_size, "device_open: clGetDeviceIDs failed: %s (%d)",
                         ocl_error_name(rc), (int)rc);
                 st = ocl_status(rc, false);
                 goto fail;
             }
+            uint64_t at = (uint64_t)index - seen;
+            if (at >= (got < n ? got : n) || !ids[at]) {
+                ocl_say(err, err_size,
+                        "device_open: platform '%s' listed %u device(s) after counting %u; "
+                        "device index %d is gone",
+                        pname, (unsigned)got, (unsigned)n, index);
+                st = MMRT_ERR_NO_DEVICE;
+                goto fail;
+            }
             platform = plats[p];
-            device = ids[(uint64_t)index - seen];
+            device = ids[at];
         }
         seen += n;
     }
