@@ -15,7 +15,7 @@ static void flatten(char *s)
             *s = '?';
 }
 
-mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
+mmrt_status(mmrt_error_set)(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
@@ -28,17 +28,17 @@ mmrt_status mmrt_error_set(struct mmrt_error *err, mmrt_status status, const cha
     return status;
 }
 
-mmrt_status mmrt_error_prefix(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
+mmrt_status(mmrt_error_prefix)(struct mmrt_error *err, mmrt_status status, const char *fmt, ...)
 {
     if (!err)
         return status;
     char prefix[MMRT_ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(prefix, sizeof prefix - 2, fmt, ap);
+    /* On an encoding error the buffer's bytes are unspecified: start from nothing. */
+    if (vsnprintf(prefix, sizeof prefix - 2, fmt, ap) < 0)
+        prefix[0] = '\0';
     va_end(ap);
-    if (n < 0)
-        n = 0;
     size_t plen = strnlen(prefix, sizeof prefix - 3);
     memcpy(prefix + plen, ": ", 3);
     plen += 2;

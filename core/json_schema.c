@@ -67,7 +67,7 @@ static mmrt_status failv(struct compiler *c, mmrt_status st, const char *path, c
                           what);
 }
 
-static mmrt_status fail(struct compiler *c, const char *fmt, ...)
+static mmrt_status(fail)(struct compiler *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -76,7 +76,7 @@ static mmrt_status fail(struct compiler *c, const char *fmt, ...)
     return st;
 }
 
-static mmrt_status fail_limit(struct compiler *c, const char *fmt, ...)
+static mmrt_status(fail_limit)(struct compiler *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -85,7 +85,7 @@ static mmrt_status fail_limit(struct compiler *c, const char *fmt, ...)
     return st;
 }
 
-static mmrt_status failv_path(struct compiler *c, const char *path, const char *fmt, ...)
+static mmrt_status(failv_path)(struct compiler *c, const char *path, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -93,6 +93,13 @@ static mmrt_status failv_path(struct compiler *c, const char *path, const char *
     va_end(ap);
     return st;
 }
+
+#ifdef __clang_analyzer__ /* see MMRT_RETURNS_STATUS in core/error.h */
+#define fail(c, ...) MMRT_RETURNS_STATUS((fail)(c, __VA_ARGS__), MMRT_ERR_INVALID_ARG)
+#define fail_limit(c, ...) MMRT_RETURNS_STATUS((fail_limit)(c, __VA_ARGS__), MMRT_ERR_LIMIT)
+#define failv_path(c, path, ...)                                                               \
+    MMRT_RETURNS_STATUS((failv_path)(c, path, __VA_ARGS__), MMRT_ERR_INVALID_ARG)
+#endif
 
 static mmrt_status no_memory(struct compiler *c)
 {

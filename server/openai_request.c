@@ -50,7 +50,7 @@ static mmrt_status fail(struct parse *p, int http, mmrt_status st, const char *c
                         const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
-static mmrt_status fail(struct parse *p, int http, mmrt_status st, const char *code,
+static mmrt_status(fail)(struct parse *p, int http, mmrt_status st, const char *code,
                         const char *param, const char *fmt, ...)
 {
     struct mmrt_api_error *e = p->err;
@@ -64,6 +64,9 @@ static mmrt_status fail(struct parse *p, int http, mmrt_status st, const char *c
     va_end(ap);
     return st;
 }
+#ifdef __clang_analyzer__ /* see MMRT_RETURNS_STATUS in core/error.h */
+#define fail(p, http, st, ...) MMRT_RETURNS_STATUS((fail)(p, http, st, __VA_ARGS__), (st))
+#endif
 
 /* A client's text for a message: at most 48 bytes, cut on a character boundary (the text is
  * valid UTF-8: jansson checked it), control characters as '?', "..." when cut. */

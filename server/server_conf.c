@@ -25,7 +25,7 @@ struct reader {
 static bool fail(struct reader *r, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static bool fail(struct reader *r, int line, const char *fmt, ...)
+static bool(fail)(struct reader *r, int line, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -35,6 +35,9 @@ static bool fail(struct reader *r, int line, const char *fmt, ...)
     snprintf(r->err, r->err_size, "%s:%d: [server] %s", r->ini, line, msg);
     return false;
 }
+#ifdef __clang_analyzer__ /* returns false: see MMRT_RETURNS_STATUS in core/error.h */
+#define fail(r, line, ...) ((void)(fail)(r, line, __VA_ARGS__), false)
+#endif
 
 /* Plain decimal in [min, max], the rule the runtime's own keys follow (conf.h). */
 static bool int_value(struct reader *r, const char *key, const char *v, int line, long min,

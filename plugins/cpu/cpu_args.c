@@ -19,7 +19,7 @@
 #include "cpu_internal.h"
 #include "op_contract.h"
 
-mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
+mmrt_status(cpu_bad)(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
 {
     char what[CPU_ERR_MAX - 32];
     va_list ap;

@@ -445,6 +445,9 @@ struct mmrt_device {
 /* Writes the printf-formatted message into dev->err and returns st. */
 mmrt_status cpu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__ /* returns st: why, at MMRT_RETURNS_STATUS in core/error.h */
+#define cpu_fail(dev, st, ...) ((void)(cpu_fail)(dev, st, __VA_ARGS__), (st))
+#endif
 
 /* The arena `handle` names on dev, or NULL when it is none of dev's arenas. */
 struct cpu_arena *cpu_arena_find(struct mmrt_device *dev, const void *handle);
@@ -513,6 +516,9 @@ mmrt_status cpu_op_params(struct cpu_op *o, void *out, size_t size);
 /* A refusal with the message "OP: what …". */
 mmrt_status cpu_bad(struct cpu_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__ /* returns st: why, at MMRT_RETURNS_STATUS in core/error.h */
+#define cpu_bad(o, st, ...) ((void)(cpu_bad)(o, st, __VA_ARGS__), (st))
+#endif
 
 /* Extent of the innermost dim, and the number of rows (all other dims together). */
 static inline int64_t cpu_inner(const struct cpu_view *v)

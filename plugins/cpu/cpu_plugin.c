@@ -37,7 +37,7 @@ static void cpu_log(enum mmrt_log_level level, const char *fmt, ...)
     g_host.log(g_host.user, level, CPU_PLUGIN_NAME, msg);
 }
 
-mmrt_status cpu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
+mmrt_status(cpu_fail)(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

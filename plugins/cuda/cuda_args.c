@@ -21,7 +21,7 @@
 #include "cuda_internal.h"
 #include "op_contract.h"
 
-mmrt_status cu_bad(struct cu_op *o, mmrt_status st, const char *fmt, ...)
+mmrt_status(cu_bad)(struct cu_op *o, mmrt_status st, const char *fmt, ...)
 {
     char what[CU_ERR_MAX - 32];
     va_list ap;

@@ -98,6 +98,9 @@ struct mmrt_device {
 /* Writes the printf-formatted message into dev->err and returns st. */
 mmrt_status cu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__ /* returns st: why, at MMRT_RETURNS_STATUS in core/error.h */
+#define cu_fail(dev, st, ...) ((void)(cu_fail)(dev, st, __VA_ARGS__), (st))
+#endif
 /* A failed CUDA runtime call: `oom` is the status an allocation failure maps to, anything
  * else is MMRT_ERR_DEVICE; the runtime's last-error slot is cleared (sticky errors stay). */
 mmrt_status cu_fail_cuda(struct mmrt_device *dev, cudaError_t e, mmrt_status oom,
@@ -142,6 +145,9 @@ mmrt_status cu_op_params(struct cu_op *o, void *out, size_t size);
 /* A refusal with the message "OP: what …". */
 mmrt_status cu_bad(struct cu_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__ /* returns st: why, at MMRT_RETURNS_STATUS in core/error.h */
+#define cu_bad(o, st, ...) ((void)(cu_bad)(o, st, __VA_ARGS__), (st))
+#endif
 /* A launcher returned e: MMRT_ERR_DEVICE naming the op and the CUDA error. */
 mmrt_status cu_launch_failed(struct cu_op *o, cudaError_t e, const char *kernel);
 

@@ -98,7 +98,7 @@ static void cu_say(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-mmrt_status cu_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
+mmrt_status(cu_fail)(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -17,7 +17,7 @@
 #include "ocl_internal.h"
 #include "op_contract.h"
 
-mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
+mmrt_status(ocl_bad)(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
 {
     char what[OCL_ERR_MAX - 32];
     va_list ap;

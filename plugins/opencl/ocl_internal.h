@@ -157,6 +157,9 @@ const char *ocl_error_name(cl_int rc);
 /* Writes the message into dev->err and returns st. */
 mmrt_status ocl_fail(struct mmrt_device *dev, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__ /* returns st: why, at MMRT_RETURNS_STATUS in core/error.h */
+#define ocl_fail(dev, st, ...) ((void)(ocl_fail)(dev, st, __VA_ARGS__), (st))
+#endif
 /* "<where>: <call> failed: <CL name> (<code>)" with the status the code maps to. */
 mmrt_status ocl_fail_cl(struct mmrt_device *dev, cl_int rc, bool allocating, const char *where,
                         const char *call);
@@ -243,6 +246,9 @@ mmrt_status ocl_op_params(struct ocl_op *o, void *out, size_t size);
 /* A refusal with the message "OP: …". */
 mmrt_status ocl_bad(struct ocl_op *o, mmrt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__ /* returns st: why, at MMRT_RETURNS_STATUS in core/error.h */
+#define ocl_bad(o, st, ...) ((void)(ocl_bad)(o, st, __VA_ARGS__), (st))
+#endif
 
 /* Same arena, offset, dtype, extents and strides. */
 bool ocl_same_view(const struct ocl_view *a, const struct ocl_view *b);

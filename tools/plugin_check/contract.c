@@ -62,7 +62,7 @@ static const char *last_error(const struct scope *s)
 static mmrt_status violated(struct scope *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-static mmrt_status violated(struct scope *s, const char *fmt, ...)
+static mmrt_status(violated)(struct scope *s, const char *fmt, ...)
 {
     char msg[MMRT_ERROR_MAX];
     va_list ap;
@@ -71,6 +71,9 @@ static mmrt_status violated(struct scope *s, const char *fmt, ...)
     va_end(ap);
     return mmrt_error_set(s->err, MMRT_ERR_PLUGIN, "%s", msg);
 }
+#ifdef __clang_analyzer__ /* see MMRT_RETURNS_STATUS in core/error.h */
+#define violated(s, ...) MMRT_RETURNS_STATUS((violated)(s, __VA_ARGS__), MMRT_ERR_PLUGIN)
+#endif
 
 static unsigned char *buf_new(struct scope *s, size_t n)
 {
