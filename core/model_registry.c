@@ -1,4 +1,5 @@
 /* core/model_registry.c — the model types this build knows, by config.json model_type. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,14 @@ mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n
 mmrt_status mmrt_prompt_add_grid(struct mmrt_prompt *p, int64_t row, int64_t h, int64_t w,
                                  int64_t stride, struct mmrt_error *err)
 {
+    /* Image-token KV compression divides by a grid's sides and walks its rows by stride: a
+     * grid that breaks model.h's rule is a model's bug, refused before it is kept. */
+    if (h < 1 || w < 1 || stride < w)
+        return mmrt_error_set(err, MMRT_ERR_INVALID_ARG,
+                              "prompt: image grid at row %" PRId64 " is %" PRId64 " x %" PRId64
+                              " with stride %" PRId64 " (sides at least 1, width at most the "
+                              "stride)",
+                              row, h, w, stride);
     struct mmrt_prompt_grid *g = realloc(p->grids, (size_t)(p->n_grids + 1) * sizeof *g);
     if (!g)
         return mmrt_error_set(err, MMRT_ERR_NO_MEMORY, "prompt: out of memory");

@@ -537,6 +537,26 @@ static void test_no_page_for_a_copy(void **state)
     mmrt_dev_close(dev);
 }
 
+/* A grid compression could not walk (an empty side, rows wider than the stride) is refused
+ * when a model adds it, naming the grid; the good ones before it stay. */
+static void test_bad_grid(void **state)
+{
+    (void)state;
+    struct mmrt_prompt p = { 0 };
+    struct mmrt_error err = { 0 };
+    assert_int_equal(mmrt_prompt_add_grid(&p, 3, 2, 4, 5, &err), MMRT_OK);
+    static const int64_t bad[][3] = { { 0, 4, 4 }, { 2, 0, 4 }, { 2, 5, 4 }, { -1, 4, 4 } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mmrt_error_clear(&err);
+        assert_int_equal(mmrt_prompt_add_grid(&p, 7, bad[i][0], bad[i][1], bad[i][2], &err),
+                         MMRT_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "image grid at row 7"));
+    }
+    assert_int_equal(p.n_grids, 1);
+    assert_int_equal(p.grids[0].stride, 5);
+    mmrt_prompt_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_store_opencl),
         cmocka_unit_test(test_store_cuda),
         cmocka_unit_test(test_no_page_for_a_copy),
+        cmocka_unit_test(test_bad_grid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
