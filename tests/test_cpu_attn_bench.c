@@ -70,8 +70,11 @@ static int launch_fill(struct harness *h, struct launch *l, int64_t s0, int64_t 
                        int64_t keys, int64_t max_pages, const float *q, const int32_t *table)
 {
     int32_t *cu = malloc((size_t)(B + 1) * sizeof *cu), *lens = malloc((size_t)B * sizeof *lens);
-    if (!cu || !lens)
+    if (!cu || !lens) {
+        free(cu);
+        free(lens);
         return 1;
+    }
     for (int64_t b = 0; b <= B; b++)
         cu[b] = (int32_t)b;
     for (int64_t b = 0; b < B; b++)

@@ -345,7 +345,6 @@ static mmrt_status split_by(struct enc *e, const char *s, bool first,
         break;
     case TK_SPLIT_MERGED_NEXT:
         /* Fold from the right: a match joins the range after it. */
-        k = n;
         {
             size_t w = n;
             for (size_t i = n; i-- > 0;) {

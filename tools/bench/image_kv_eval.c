@@ -102,6 +102,16 @@ static char *trim(const char *s)
     return t;
 }
 
+static void items_free(struct item *items, int n)
+{
+    for (int i = 0; items && i < n; i++) {
+        free(items[i].image);
+        free(items[i].prompt);
+        free(items[i].answer);
+    }
+    free(items);
+}
+
 static int load_items(const char *path, struct item **out, int limit)
 {
     json_error_t jerr;
@@ -148,10 +158,26 @@ static int load_items(const char *path, struct item **out, int limit)
         items[n].prompt = strdup(q);
         items[n].answer = ans ? strdup(ans) : NULL;
         n++;
+        if (!items[n - 1].image || !items[n - 1].prompt || (ans && !items[n - 1].answer)) {
+            items_free(items, n);
+            items = NULL;
+        }
     }
     json_decref(root);
+    if (!items)
+        fprintf(stderr, "mmrt-image-kv-eval: %s: out of memory\n", path);
     *out = items;
     return items ? n : -1;
+}
+
+static void run_free(struct run *r, int n)
+{
+    for (int i = 0; r->text && i < n; i++)
+        free(r->text[i]);
+    free(r->text);
+    free(r->p);
+    free(r->ids);
+    memset(r, 0, sizeof *r);
 }
 
 /* What a run varies beside the image KV policy: the weights' format and the device options
@@ -186,6 +212,7 @@ static int answer_all(const char *dir, const char *plugin, double keep,
     r->text = calloc((size_t)n, sizeof *r->text);
     if (!r->p || !r->ids || !r->text) {
         fprintf(stderr, "mmrt-image-kv-eval: out of memory\n");
+        run_free(r, n);
         mmrt_destroy(rt);
         return -1;
     }
@@ -202,26 +229,23 @@ static int answer_all(const char *dir, const char *plugin, double keep,
         struct mmrt_result res = { .struct_size = sizeof res };
         if (mmrt_run_traced(rt, &req, &trace, on_token, &c, &res) != MMRT_OK) {
             fprintf(stderr, "mmrt-image-kv-eval: %s: %s\n", items[i].image, res.message);
+            run_free(r, n);
             mmrt_destroy(rt);
             return -1;
         }
         r->text[i] = trim(c.text);
+        if (!r->text[i]) {
+            fprintf(stderr, "mmrt-image-kv-eval: out of memory\n");
+            run_free(r, n);
+            mmrt_destroy(rt);
+            return -1;
+        }
     }
     struct mmrt_engine_stats es;
     mmrt_runtime_engine_stats(rt, &es);
     r->dropped = es.image_kv_dropped_tokens;
     mmrt_destroy(rt);
     return 0;
-}
-
-static void run_free(struct run *r, int n)
-{
-    for (int i = 0; r->text && i < n; i++)
-        free(r->text[i]);
-    free(r->text);
-    free(r->p);
-    free(r->ids);
-    memset(r, 0, sizeof *r);
 }
 
 /* One row of the table: the items answered with `keep` of the image tokens kept by `policy`
@@ -465,16 +489,17 @@ int main(int argc, char **argv)
         if (n == 0)
             fprintf(stderr, "mmrt-image-kv-eval: %s: no item with one image and a prompt\n",
                     path);
+        items_free(items, 0);
         return 1;
     }
     const int64_t vocab = vocab_of(dir, plugin, &items[0]);
-    if (vocab < 1)
-        return 1;
     struct run base = { 0 };
     plain.weights = (enum mmrt_weight_format)base_weights;
-    if (answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, &plain, items, n, vocab,
-                   &base) != 0)
+    if (vocab < 1 || answer_all(dir, plugin, 1, MMRT_IMAGE_KV_DEFAULT, MMRT_KV_F32, &plain,
+                                items, n, vocab, &base) != 0) {
+        items_free(items, n);
         return 1;
+    }
     int correct0 = 0, with_answers = 0;
     for (int i = 0; i < n; i++)
         if (items[i].answer) {
@@ -518,11 +543,6 @@ int main(int argc, char **argv)
                            mmrt_image_kv_policy_name(policies[p]), 1, &base, items, n, vocab,
                            with_answers);
     run_free(&base, n);
-    for (int i = 0; i < n; i++) {
-        free(items[i].image);
-        free(items[i].prompt);
-        free(items[i].answer);
-    }
-    free(items);
+    items_free(items, n);
     return rc;
 }
