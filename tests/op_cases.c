@@ -153,9 +153,9 @@ void op_round_to(enum mmrt_dtype dt, float *v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         if (dt == MMRT_DTYPE_F16)
-            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
+            v[i] = mmrt_f16_to_f32(mmrt_f32_to_f16(v[i]));
         else if (dt == MMRT_DTYPE_BF16)
-            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+            v[i] = mmrt_bf16_to_f32(mmrt_f32_to_bf16(v[i]));
         else if (dt == MMRT_DTYPE_F8E4M3)
             v[i] = ref_f8e4m3_value(ref_f8e4m3_encode(v[i]));
     }
@@ -217,7 +217,7 @@ void *op_encode(enum mmrt_dtype dt, const float *v, int64_t n)
     }
     uint16_t *h = op_alloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
-        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
+        h[i] = dt == MMRT_DTYPE_F16 ? mmrt_f32_to_f16(v[i]) : mmrt_f32_to_bf16(v[i]);
     return h;
 }
 
@@ -267,14 +267,14 @@ void op_convert_one(enum mmrt_dtype sdt, const void *s, enum mmrt_dtype ddt, voi
     else {
         uint16_t h;
         memcpy(&h, s, 2);
-        f = sdt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+        f = sdt == MMRT_DTYPE_F16 ? mmrt_f16_to_f32(h) : mmrt_bf16_to_f32(h);
     }
     if (ddt == MMRT_DTYPE_F32)
         memcpy(d, &f, 4);
     else if (ddt == MMRT_DTYPE_F8E4M3)
         *(uint8_t *)d = ref_f8e4m3_encode(f);
     else {
-        uint16_t h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f) : harness_f32_to_bf16(f);
+        uint16_t h = ddt == MMRT_DTYPE_F16 ? mmrt_f32_to_f16(f) : mmrt_f32_to_bf16(f);
         memcpy(d, &h, 2);
     }
 }
@@ -296,8 +296,8 @@ bool op_same_value(enum mmrt_dtype dt, const void *a, const void *b)
         uint16_t ha, hb;
         memcpy(&ha, a, 2);
         memcpy(&hb, b, 2);
-        fa = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(ha) : harness_bf16_to_f32(ha);
-        fb = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(hb) : harness_bf16_to_f32(hb);
+        fa = dt == MMRT_DTYPE_F16 ? mmrt_f16_to_f32(ha) : mmrt_bf16_to_f32(ha);
+        fb = dt == MMRT_DTYPE_F16 ? mmrt_f16_to_f32(hb) : mmrt_bf16_to_f32(hb);
     }
     return isnan(fa) && isnan(fb);
 }
@@ -630,8 +630,8 @@ static void *set_rows_expect(enum mmrt_dtype dt, const double *ref, int64_t n)
     }
     uint16_t *h = op_alloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
-        h[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16((float)ref[i])
-                                    : harness_f32_to_bf16((float)ref[i]);
+        h[i] = dt == MMRT_DTYPE_F16 ? mmrt_f32_to_f16((float)ref[i])
+                                    : mmrt_f32_to_bf16((float)ref[i]);
     return h;
 }
 
@@ -827,7 +827,7 @@ void op_case_set_rows(const struct op_checks *chk)
     const uint16_t *gh = g;
     for (int r = 0; r < 6; r++)
         for (int e = 0; e < 16; e++)
-            assert_int_equal(gh[r * 16 + e], r == 2 || r == 5 ? harness_f32_to_f16(v[e]) : 0);
+            assert_int_equal(gh[r * 16 + e], r == 2 || r == 5 ? mmrt_f32_to_f16(v[e]) : 0);
     assert_memory_equal(g, c, 6 * 16 * 2);
     op_release_all();
 }

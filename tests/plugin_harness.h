@@ -47,10 +47,6 @@ mmrt_status harness_run(struct harness *h, enum mmrt_op op, struct harness_tenso
                         int n_src, struct harness_tensor *dst, const void *params,
                         uint32_t params_size);
 
-/* f32 <-> f16 / bf16 with round-to-nearest-even, for building inputs and references. */
-uint16_t harness_f32_to_f16(float f);
-float harness_f16_to_f32(uint16_t h);
-uint16_t harness_f32_to_bf16(float f);
-float harness_bf16_to_f32(uint16_t h);
+/* F16 / BF16 inputs and references: plugin.h's mmrt_f32_to_f16 and the rest. */
 
 #endif

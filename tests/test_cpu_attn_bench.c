@@ -207,7 +207,7 @@ int main(int argc, char **argv)
             else if (kv == MMRT_DTYPE_I8)
                 ((int8_t *)pool)[i] = (int8_t)lrintf(v * 127.0f);
             else
-                ((uint16_t *)pool)[i] = harness_f32_to_f16(v);
+                ((uint16_t *)pool)[i] = mmrt_f32_to_f16(v);
         }
         for (int64_t i = 0; i < n_rows; i++)
             scales[i] = (0.75f + 0.25f * bench_rng_f(&rng)) / 127.0f;

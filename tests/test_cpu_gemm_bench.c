@@ -157,8 +157,8 @@ int main(int argc, char **argv)
         else if (dt == MMRT_DTYPE_F32)
             ((float *)w)[i] = v;
         else
-            ((uint16_t *)w)[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v)
-                                                      : harness_f32_to_bf16(v);
+            ((uint16_t *)w)[i] = dt == MMRT_DTYPE_F16 ? mmrt_f32_to_f16(v)
+                                                      : mmrt_f32_to_bf16(v);
     }
     for (int64_t i = 0; i < max_m * K; i++)
         x[i] = bench_rng_f(&rng);

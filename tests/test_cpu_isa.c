@@ -63,9 +63,9 @@ static float *rand_vec(int64_t n, float lo, float hi, enum mmrt_dtype dt)
     for (int64_t i = 0; i < n; i++) {
         v[i] = rnd(lo, hi);
         if (dt == MMRT_DTYPE_F16)
-            v[i] = harness_f16_to_f32(harness_f32_to_f16(v[i]));
+            v[i] = mmrt_f16_to_f32(mmrt_f32_to_f16(v[i]));
         else if (dt == MMRT_DTYPE_BF16)
-            v[i] = harness_bf16_to_f32(harness_f32_to_bf16(v[i]));
+            v[i] = mmrt_bf16_to_f32(mmrt_f32_to_bf16(v[i]));
         else if (dt == MMRT_DTYPE_F8E4M3)
             v[i] = ref_f8e4m3_value(ref_f8e4m3_encode(v[i]));
     }
@@ -94,7 +94,7 @@ static struct harness_tensor put(struct harness *h, enum mmrt_dtype dt, int n_di
         uint16_t *b = malloc((size_t)(n ? n : 1) * 2);
         assert_non_null(b);
         for (int64_t i = 0; i < n; i++)
-            b[i] = dt == MMRT_DTYPE_F16 ? harness_f32_to_f16(v[i]) : harness_f32_to_bf16(v[i]);
+            b[i] = dt == MMRT_DTYPE_F16 ? mmrt_f32_to_f16(v[i]) : mmrt_f32_to_bf16(v[i]);
         assert_int_equal(harness_upload(h, &t, b), MMRT_OK);
         free(b);
     }
@@ -1054,7 +1054,7 @@ static const int64_t bf16_cases[][3] = { /* M, K, N */
  * sum is stored and reloaded exactly, so the GEMM is bit-for-bit this loop. */
 static float daz_bf16(float v)
 {
-    float r = harness_bf16_to_f32(harness_f32_to_bf16(v));
+    float r = mmrt_bf16_to_f32(mmrt_f32_to_bf16(v));
     return fpclassify(r) == FP_SUBNORMAL ? copysignf(0.0f, r) : r;
 }
 

@@ -1027,7 +1027,7 @@ static void test_get_rows_all_halves(void **state)
         for (int t = 0; t < 1024; t++)
             for (int i = 0; i < 64; i++) {
                 uint16_t h = all[ids[t] * 64 + i];
-                float want = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+                float want = dt == MMRT_DTYPE_F16 ? mmrt_f16_to_f32(h) : mmrt_bf16_to_f32(h);
                 if (!op_same_value(MMRT_DTYPE_F32, &got[t * 64 + i], &want))
                     fail_msg("GET_ROWS %s 0x%04x gave %.9g, want %.9g", mmrt_dtype_name_of(dt), h,
                              (double)got[t * 64 + i], (double)want);
@@ -1297,7 +1297,7 @@ static void test_copy_strided(void **state)
     for (int64_t i = 0; i < cap * Hkv * D; i++) {
         int64_t t = i / (Hkv * D);
         uint16_t want =
-            t >= off && t < off + T ? harness_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
+            t >= off && t < off + T ? mmrt_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
         assert_int_equal(now[i], want);
     }
     op_release_all();
@@ -1467,7 +1467,7 @@ static void test_set_rows_duplicates(void **state)
                 continue;
             }
             memcpy(&h, raw + 2 * i, 2);
-            got[i] = dt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h) : harness_bf16_to_f32(h);
+            got[i] = dt == MMRT_DTYPE_F16 ? mmrt_f16_to_f32(h) : mmrt_bf16_to_f32(h);
         }
         bool some = false;
         for (int t = 0; t < 5; t++)
@@ -1934,7 +1934,7 @@ static void test_rope_multi_set_rows_refusals(void **state)
         uint16_t *raw = op_alloc(5 * 32 * 2);
         assert_int_equal(harness_download(&H, tc, raw), MMRT_OK);
         for (int i = 0; i < 5 * 32; i++)
-            assert_true(harness_bf16_to_f32(raw[i]) == before[i]);
+            assert_true(mmrt_bf16_to_f32(raw[i]) == before[i]);
     }
     /* T = 1, out of range: the decode step with a stale index writes nothing. */
     struct harness_tensor *t1 = trand(MMRT_DTYPE_F32, -1, 1, &v, SHAPE(1, 4, 8));
@@ -1944,7 +1944,7 @@ static void test_rope_multi_set_rows_refusals(void **state)
     uint16_t *raw = op_alloc(5 * 32 * 2);
     assert_int_equal(harness_download(&H, tc, raw), MMRT_OK);
     for (int i = 0; i < 5 * 32; i++)
-        assert_true(harness_bf16_to_f32(raw[i]) == before[i]);
+        assert_true(mmrt_bf16_to_f32(raw[i]) == before[i]);
     op_release_all();
 }
 

@@ -1091,14 +1091,14 @@ static void test_copy(void **state)
                                     memcpy(&f, sp, 4);
                                 } else {
                                     memcpy(&h, sp, 2);
-                                    f = sdt == MMRT_DTYPE_F16 ? harness_f16_to_f32(h)
-                                                              : harness_bf16_to_f32(h);
+                                    f = sdt == MMRT_DTYPE_F16 ? mmrt_f16_to_f32(h)
+                                                              : mmrt_bf16_to_f32(h);
                                 }
                                 if (ddt == MMRT_DTYPE_F32) {
                                     memcpy(dp, &f, 4);
                                 } else {
-                                    h = ddt == MMRT_DTYPE_F16 ? harness_f32_to_f16(f)
-                                                              : harness_f32_to_bf16(f);
+                                    h = ddt == MMRT_DTYPE_F16 ? mmrt_f32_to_f16(f)
+                                                              : mmrt_f32_to_bf16(f);
                                     memcpy(dp, &h, 2);
                                 }
                             }
@@ -1120,7 +1120,7 @@ static void test_copy(void **state)
     op_pair_run(MMRT_OP_COPY, src, 1, &as_bf16, NULL, 0);
     uint16_t want[132];
     for (int j = 0; j < 132; j++)
-        want[j] = harness_f32_to_bf16(v[j]);
+        want[j] = mmrt_f32_to_bf16(v[j]);
     void *g, *c;
     op_pair_download_both(t, &g, &c);
     check_bytes("COPY", "COPY F16 → BF16 in place", g, c, want, sizeof want);

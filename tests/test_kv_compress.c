@@ -319,7 +319,7 @@ static void read_store_row(struct mmrt_kv_pages *p, int64_t l, int v, int64_t ro
         } else {
             uint16_t b;
             memcpy(&b, raw + 2 * i, 2);
-            out[i] = harness_f16_to_f32(b);
+            out[i] = mmrt_f16_to_f32(b);
         }
     }
 }
@@ -337,7 +337,7 @@ static void read_row(struct mmrt_kv_pages *p, const struct mmrt_kv_cache *c, int
 static float stored(bool f16, int64_t l, int v, int64_t r, int64_t h, int64_t i)
 {
     const float x = val(l, v, r, h, i);
-    return f16 ? harness_f16_to_f32(harness_f32_to_f16(x)) : x;
+    return f16 ? mmrt_f16_to_f32(mmrt_f32_to_f16(x)) : x;
 }
 
 static void check_store(const char *plugin, bool f16, enum mmrt_image_kv_policy policy,
@@ -425,7 +425,7 @@ static void check_store(const char *plugin, bool f16, enum mmrt_image_kv_policy 
                                     sum += stored(f16, l, v, s[g], h, i), n++;
                             want = sum / (float)n;
                             if (f16)
-                                want = harness_f16_to_f32(harness_f32_to_f16(want));
+                                want = mmrt_f16_to_f32(mmrt_f32_to_f16(want));
                         }
                         if (memcmp(&got[h * HD + i], &want, sizeof want) != 0)
                             fail_msg("%s %s %s keep %.2f: layer %lld %c row %lld head %lld "

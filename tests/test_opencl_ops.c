@@ -1216,7 +1216,7 @@ static void test_copy_strided(void **state)
     for (int64_t i = 0; i < cap * Hkv * D; i++) {
         int64_t t = i / (Hkv * D);
         uint16_t want =
-            t >= off && t < off + T ? harness_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
+            t >= off && t < off + T ? mmrt_f32_to_f16(kv[i - off * Hkv * D]) : old[i];
         assert_int_equal(now[i], want);
     }
     assert_memory_equal(now, op_pair_download(CPU, cache), (size_t)cache->t[0].nbytes);
@@ -1227,7 +1227,7 @@ static void test_copy_strided(void **state)
     op_pair_run(MMRT_OP_COPY, self, 1, &as_bf16, NULL, 0);
     uint16_t *conv = op_pair_download(OCL, cache);
     for (int64_t i = off * Hkv * D; i < (off + T) * Hkv * D; i++)
-        assert_int_equal(conv[i], harness_f32_to_bf16(harness_f16_to_f32(now[i])));
+        assert_int_equal(conv[i], mmrt_f32_to_bf16(mmrt_f16_to_f32(now[i])));
     assert_memory_equal(conv, op_pair_download(CPU, cache), (size_t)cache->t[0].nbytes);
     op_release_all();
 }

@@ -37,6 +37,7 @@
 
 #include "file.h"
 #include "json.h"
+#include "mmrt/plugin.h" /* the F16 element: mmrt_f16_to_f32 */
 
 /* The header is {name: {dtype, shape: [..], data_offsets: [..]}}: three levels, no more. */
 #define ST_HEADER_DEPTH 3
@@ -962,26 +963,6 @@ const struct mmrt_st_tensor *mmrt_safetensors_find(const struct mmrt_safetensors
     return bsearch(&key, st->tensors, st->n_tensors, sizeof key, cmp_by_name);
 }
 
-/* IEEE binary16 → binary32, exactly. A subnormal half is m · 2^-24 with m < 2^10, which
- * float represents exactly, so the multiply is exact too. */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    uint32_t bits;
-    float f;
-    if (exp == 0) {
-        f = (float)man * 0x1p-24f;
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | man << 13; /* inf, or NaN with its payload kept */
-    } else {
-        bits = sign | (exp + 112u) << 23 | man << 13; /* rebias 15 → 127 */
-    }
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 mmrt_status mmrt_safetensors_read_f32(const struct mmrt_st_tensor *t, float *dst, size_t n,
                                       struct mmrt_error *err)
 {
@@ -1021,7 +1002,7 @@ mmrt_status mmrt_safetensors_read_f32_range(const struct mmrt_st_tensor *t, uint
         return MMRT_OK;
     case MMRT_DTYPE_F16:
         for (size_t i = 0; i < n; i++, p += 2)
-            dst[i] = f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+            dst[i] = mmrt_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
         return MMRT_OK;
     case MMRT_DTYPE_BF16:
         for (size_t i = 0; i < n; i++, p += 2) {

@@ -45,6 +45,7 @@
 #include <zlib.h>
 
 #include "bench.h"
+#include "mmrt/plugin.h" /* mmrt_f32_to_f16 / _bf16: the checkpoint's elements */
 
 int bench_mkdirs(const char *path)
 {
@@ -102,35 +103,6 @@ static inline uint64_t rng_next(uint64_t *s)
 static inline float rng_unit(uint64_t *s)
 {
     return (float)(int32_t)(rng_next(s) >> 32) * (1.0f / 2147483648.0f);
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x477ff000u)
-        return sign | 0x7c00u;
-    if (ax < 0x38800000u) { /* subnormal or zero: round through the FPU */
-        float t;
-        memcpy(&t, &ax, 4);
-        t += 0.5f;
-        uint32_t u;
-        memcpy(&u, &t, 4);
-        return sign | (uint16_t)(u - 0x3f000000u);
-    }
-    uint32_t odd = (ax >> 13) & 1u;
-    ax += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
-    return sign | (uint16_t)(ax >> 13);
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
 }
 
 /* ---- the tensor list --------------------------------------------------------------------- */
@@ -452,7 +424,7 @@ static int write_safetensors(const char *dir, const struct bench_tensor *ts, int
                 if (dt == BENCH_F32)
                     memcpy(buf + k * 4, &v, 4);
                 else {
-                    uint16_t h = dt == BENCH_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+                    uint16_t h = dt == BENCH_F16 ? mmrt_f32_to_f16(v) : mmrt_f32_to_bf16(v);
                     memcpy(buf + k * 2, &h, 2);
                 }
             }

@@ -62,78 +62,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- f16 / bf16 ------------------------------------------------------------------------- */
-
-uint16_t chk_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10)
-            return (uint16_t)sign;
-        mant |= 0x800000u;
-        int shift = 14 - e;
-        uint32_t half = 1u << (shift - 1);
-        uint32_t r = mant >> shift, rem = mant & ((1u << shift) - 1);
-        if (rem > half || (rem == half && (r & 1)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1)))
-        r++; /* may carry into the exponent, which is the correct rounding */
-    return (uint16_t)(sign | r);
-}
-
-float chk_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, x;
-    if (exp == 0) {
-        if (mant == 0) {
-            x = sign;
-        } else {
-            int e = -1;
-            do {
-                mant <<= 1;
-                e++;
-            } while (!(mant & 0x400u));
-            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-        }
-    } else if (exp == 31) {
-        x = sign | 0x7f800000u | (mant << 13);
-    } else {
-        x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
-uint16_t chk_f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu))
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-float chk_bf16_to_f32(uint16_t h)
-{
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
 /* Element access in host bytes. put_elem rounds to the dtype and returns the stored value. */
 static double get_elem(const unsigned char *p, enum mmrt_dtype dt)
 {
@@ -142,8 +70,8 @@ static double get_elem(const unsigned char *p, enum mmrt_dtype dt)
     int32_t i;
     switch (dt) {
     case MMRT_DTYPE_F32: memcpy(&f, p, 4); return f;
-    case MMRT_DTYPE_F16: memcpy(&h, p, 2); return chk_f16_to_f32(h);
-    case MMRT_DTYPE_BF16: memcpy(&h, p, 2); return chk_bf16_to_f32(h);
+    case MMRT_DTYPE_F16: memcpy(&h, p, 2); return mmrt_f16_to_f32(h);
+    case MMRT_DTYPE_BF16: memcpy(&h, p, 2); return mmrt_bf16_to_f32(h);
     case MMRT_DTYPE_I32: memcpy(&i, p, 4); return i;
     case MMRT_DTYPE_I8: return *(const int8_t *)p;
     case MMRT_DTYPE_F8E4M3: return mmrt_f8e4m3_to_f32(*p);
@@ -157,8 +85,8 @@ static float put_elem(unsigned char *p, enum mmrt_dtype dt, float v)
     int32_t i;
     switch (dt) {
     case MMRT_DTYPE_F32: memcpy(p, &v, 4); return v;
-    case MMRT_DTYPE_F16: h = chk_f32_to_f16(v); memcpy(p, &h, 2); return chk_f16_to_f32(h);
-    case MMRT_DTYPE_BF16: h = chk_f32_to_bf16(v); memcpy(p, &h, 2); return chk_bf16_to_f32(h);
+    case MMRT_DTYPE_F16: h = mmrt_f32_to_f16(v); memcpy(p, &h, 2); return mmrt_f16_to_f32(h);
+    case MMRT_DTYPE_BF16: h = mmrt_f32_to_bf16(v); memcpy(p, &h, 2); return mmrt_bf16_to_f32(h);
     case MMRT_DTYPE_I32: i = (int32_t)v; memcpy(p, &i, 4); return (float)i;
     case MMRT_DTYPE_I8:
         *(int8_t *)p = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : lrintf(v));

@@ -142,10 +142,7 @@ mmrt_status kase_end(struct kase *k, struct mmrt_error *err);
 /* Number of elements of a view. */
 int64_t kt_numel(const struct kt *t);
 
-/* Round-to-nearest-even conversions the host uses to build inputs. */
-uint16_t chk_f32_to_f16(float f);
-float chk_f16_to_f32(uint16_t h);
-uint16_t chk_f32_to_bf16(float f);
-float chk_bf16_to_f32(uint16_t h);
+/* F16 / BF16 elements are built and read with plugin.h's reference conversions
+ * (mmrt_f32_to_f16 and the rest). */
 
 #endif

@@ -596,6 +596,83 @@ static inline uint8_t mmrt_f32_to_f8e4m3(float f)
     return (uint8_t)(sign | (ax >> 20));
 }
 
+/* The F16 and BF16 storage formats' reference conversions, exact, round to nearest even:
+ * what plugin.h means by an F16 / BF16 element, for hosts, tools and tests (a plugin may use
+ * them or its own faster form, as the CPU plugin does; mmrt-plugin-check holds either to
+ * these). f32 → f16: magnitudes from 65520 up give ±inf, NaN a quiet NaN with its sign;
+ * f16 → f32 is exact, subnormals, infinities and NaN payloads included. */
+static inline uint16_t mmrt_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t exp = (x >> 23) & 0xFFu;
+    uint32_t mant = x & 0x7FFFFFu;
+    if (exp == 0xFFu)
+        return (uint16_t)(sign | 0x7C00u | (mant ? 0x200u : 0u));
+    const int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7C00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000u;
+        const int shift = 14 - e;
+        const uint32_t half = 1u << (shift - 1), rem = mant & ((1u << shift) - 1u);
+        uint32_t r = mant >> shift;
+        if (rem > half || (rem == half && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((uint32_t)e << 10) | (mant >> 13);
+    const uint32_t rem = mant & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
+        r++; /* a carry into the exponent is the right rounding, up to infinity */
+    return (uint16_t)(sign | r);
+}
+
+static inline float mmrt_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu;
+    uint32_t mant = h & 0x3FFu, x;
+    if (exp == 0 && mant == 0) {
+        x = sign;
+    } else if (exp == 0) { /* subnormal: normalise the mantissa */
+        int e = -1;
+        do {
+            mant <<= 1;
+            e++;
+        } while (!(mant & 0x400u));
+        x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3FFu) << 13);
+    } else if (exp == 31) {
+        x = sign | 0x7F800000u | (mant << 13);
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* f32 → bf16, round to nearest even; NaN stays a quiet NaN with its sign. */
+static inline uint16_t mmrt_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu))
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7FFFu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float mmrt_bf16_to_f32(uint16_t h)
+{
+    const uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
 /* An operator's mmrt_attention_params as this header knows them: the caller's bytes up to
  * min(size, sizeof *out), the members past them zero (an ABI 1.4 caller's 12 bytes read as
  * window 0). Returns 0, leaving *out zeroed, when params is NULL or shorter than the ABI 1.0
