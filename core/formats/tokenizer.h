@@ -181,7 +181,8 @@ mmrt_status mmrt_tokenizer_decode(const struct mmrt_tokenizer *tok, const int32_
  * mmrt_tokenizer_decode of the same ids, with one documented exception: in a run of <0xNN>
  * byte-fallback tokens that turns out invalid, HF replaces every byte of the run with
  * U+FFFD, including characters the stream already emitted; the stream cannot take those
- * back, so it replaces only the bytes not yet emitted. (Ids from encode never do this.)
+ * back, so it replaces only the bytes not yet emitted. (Ids from encode do this only where the
+ * unknown token or an added token is itself a <0xNN> piece, which a fuzzer's tokenizer had.)
  *
  * create: `flags` are the decode flags. The stream borrows `tok`, which must outlive it.
  * decode_stream: *text / *len receive this step's chunk (possibly empty), valid until the
