@@ -327,4 +327,32 @@ mmrt_status mmrt_preprocess_qwen2vl(const struct mmrt_image *img,
                                     const struct mmrt_qwen2vl_preprocess_config *cfg, float *out,
                                     size_t n_out, int32_t grid_thw[3], struct mmrt_error *err);
 
+/* ---------------------------------------------------------------------------------------- */
+/* FuyuImageProcessor (models.md §5.4)                                                       */
+
+struct mmrt_fuyu_preprocess_config {
+    bool do_resize;
+    uint32_t target_h, target_w; /* size {height, width} */
+    uint32_t patch;              /* patch_size {height, width}; both equal the model's */
+    enum mmrt_resample filter;
+    uint8_t pad_value;           /* applied to the uint8 image, before rescaling */
+    struct mmrt_preprocess_normalize norm;
+};
+
+/*
+ * Reads the image processor object (preprocessor_config.json itself, or processor_config.json's
+ * "image_processor") with FuyuImageProcessor's class defaults: size 1080×1920, bilinear,
+ * padding value 1, rescale 1/255, mean and std 0.5. Keys: size and patch_size ({height,
+ * width}, each in 1..32768 and 1..1024), do_resize, resample (0..5), do_pad, padding_value
+ * (0..255), do_rescale, rescale_factor, do_normalize, image_mean and image_std (a number or a
+ * list of 3). Refused with MMRT_ERR_FORMAT naming `what` and the key: wrong types or ranges,
+ * a patch_size other than the model's `patch`, a size that is not a multiple of it, a
+ * non-positive std or non-finite mean; MMRT_ERR_UNSUPPORTED: do_pad false, a padding value
+ * that is not a whole number, resample 0 (nearest). *cfg is written only on success.
+ */
+mmrt_status mmrt_fuyu_preprocess_config_from_json(const json_t *obj, const char *what,
+                                                  int64_t patch,
+                                                  struct mmrt_fuyu_preprocess_config *cfg,
+                                                  struct mmrt_error *err);
+
 #endif /* MMRT_PREPROCESS_H */

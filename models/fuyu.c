@@ -47,15 +47,6 @@
 
 #define MAX_EOS 8
 
-struct fuyu_pp {
-    bool do_resize;
-    uint32_t target_h, target_w;   /* size {height, width} */
-    uint32_t patch;                /* patch_size {height, width}; both equal config patch */
-    enum mmrt_resample filter;
-    uint8_t pad_value;             /* applied to the uint8 image, before rescaling */
-    struct mmrt_preprocess_normalize norm;
-};
-
 struct mmrt_model {
     struct mmrt_dev *vision, *language;
     struct mmrt_weights *w;
@@ -67,7 +58,7 @@ struct mmrt_model {
     int32_t eos[MAX_EOS];
     int n_eos;
     struct mmrt_tokenizer *tok;
-    struct fuyu_pp pp;
+    struct mmrt_fuyu_preprocess_config pp;
     struct mmrt_model_options opts;
 };
 
@@ -103,119 +94,8 @@ static mmrt_status read_eos(struct mmrt_model *m, const char *dir, int64_t vocab
     return st;
 }
 
-/* {"height": h, "width": w} with both in [1, max]; *h, *w keep their defaults when absent. */
-static mmrt_status read_hw(const json_t *obj, const char *key, const char *what, long long max,
-                           uint32_t *h, uint32_t *w, struct mmrt_error *err)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v))
-        return MMRT_OK;
-    if (!json_is_object(v))
-        return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: \"%s\" must be an object with height "
-                              "and width", what, key);
-    long long hh, ww;
-    mmrt_status st = mmrt_json_opt_int(v, "height", what, 1, max, *h, &hh, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_int(v, "width", what, 1, max, *w, &ww, err);
-    if (st != MMRT_OK)
-        return st;
-    *h = (uint32_t)hh;
-    *w = (uint32_t)ww;
-    return MMRT_OK;
-}
-
-/* image_mean / image_std: one number for every channel, or a list of 3 (§5.4). */
-static mmrt_status read_per_channel(const json_t *obj, const char *key, const char *what,
-                                    double def, double out[3], struct mmrt_error *err)
-{
-    const json_t *v = json_object_get(obj, key);
-    if (!v || json_is_null(v)) {
-        out[0] = out[1] = out[2] = def;
-        return MMRT_OK;
-    }
-    if (json_is_number(v)) {
-        out[0] = out[1] = out[2] = json_number_value(v);
-        return MMRT_OK;
-    }
-    if (json_is_array(v) && json_array_size(v) == 3) {
-        for (size_t i = 0; i < 3; i++) {
-            if (!json_is_number(json_array_get(v, i)))
-                return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: %s[%zu] is not a number", what,
-                                      key, i);
-            out[i] = json_number_value(json_array_get(v, i));
-        }
-        return MMRT_OK;
-    }
-    return mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: %s must be a number or a list of 3", what,
-                          key);
-}
-
-/* FuyuImageProcessor settings with its class defaults (§5.4). */
-static mmrt_status parse_pp(const json_t *obj, const char *what, int64_t patch,
-                            struct fuyu_pp *pp, struct mmrt_error *err)
-{
-    struct fuyu_pp p = { .do_resize = true, .target_h = 1080, .target_w = 1920 };
-    uint32_t ph = (uint32_t)patch, pw = (uint32_t)patch;
-    long long resample;
-    double pad, rescale;
-    bool do_pad, do_rescale, do_normalize;
-    mmrt_status st = read_hw(obj, "size", what, 1 << 15, &p.target_h, &p.target_w, err);
-    if (st == MMRT_OK)
-        st = read_hw(obj, "patch_size", what, 1 << 10, &ph, &pw, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_bool(obj, "do_resize", what, true, &p.do_resize, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_int(obj, "resample", what, 0, 5, MMRT_RESAMPLE_BILINEAR, &resample,
-                               err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_bool(obj, "do_pad", what, true, &do_pad, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_number(obj, "padding_value", what, 0, 255, 1.0, &pad, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_bool(obj, "do_rescale", what, true, &do_rescale, err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_number(obj, "rescale_factor", what, 1e-12, 1e6, 1.0 / 255.0, &rescale,
-                                  err);
-    if (st == MMRT_OK)
-        st = mmrt_json_opt_bool(obj, "do_normalize", what, true, &do_normalize, err);
-    if (st == MMRT_OK)
-        st = read_per_channel(obj, "image_mean", what, 0.5, p.norm.mean, err);
-    if (st == MMRT_OK)
-        st = read_per_channel(obj, "image_std", what, 0.5, p.norm.std, err);
-    if (st != MMRT_OK)
-        return st;
-    if (ph != patch || pw != patch)
-        return mmrt_error_set(err, MMRT_ERR_FORMAT,
-                              "%s: patch_size %u×%u differs from the model's patch_size %lld",
-                              what, ph, pw, (long long)patch);
-    if (p.target_h % patch != 0 || p.target_w % patch != 0)
-        return mmrt_error_set(err, MMRT_ERR_FORMAT,
-                              "%s: size %u×%u is not a multiple of the patch size %lld", what,
-                              p.target_h, p.target_w, (long long)patch);
-    /* Without padding the processor cannot cut partial edge patches; the model never runs
-     * that way, so it is refused rather than guessed. */
-    if (!do_pad)
-        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "%s: do_pad false is not supported",
-                              what);
-    if (pad != floor(pad))
-        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED,
-                              "%s: padding_value %g is not a whole uint8 value", what, pad);
-    for (int c = 0; c < 3; c++)
-        if (!(p.norm.std[c] > 0) || !isfinite(p.norm.mean[c]))
-            return mmrt_error_set(err, MMRT_ERR_FORMAT,
-                                  "%s: image_std must be positive and image_mean finite", what);
-    p.filter = (enum mmrt_resample)resample;
-    p.pad_value = (uint8_t)pad;
-    p.patch = (uint32_t)patch;
-    p.norm.do_rescale = do_rescale;
-    p.norm.rescale_factor = rescale;
-    p.norm.do_normalize = do_normalize;
-    *pp = p;
-    return MMRT_OK;
-}
-
 /* preprocessor_config.json (hub layout), else processor_config.json's "image_processor". */
-static mmrt_status load_pp(const char *dir, int64_t patch, struct fuyu_pp *pp,
+static mmrt_status load_pp(const char *dir, int64_t patch, struct mmrt_fuyu_preprocess_config *pp,
                            struct mmrt_error *err)
 {
     char path[4200];
@@ -235,7 +115,7 @@ static mmrt_status load_pp(const char *dir, int64_t patch, struct fuyu_pp *pp,
     if (!json_is_object(obj))
         st = mmrt_error_set(err, MMRT_ERR_FORMAT, "%s: no \"image_processor\" object", path);
     else
-        st = parse_pp(obj, path, patch, pp, err);
+        st = mmrt_fuyu_preprocess_config_from_json(obj, path, patch, pp, err);
     json_decref(root);
     return st;
 }
@@ -358,7 +238,7 @@ fail:
 }
 
 /* Resized size of a W×H image and its patch grid (§5.4 steps 1 and 4). */
-static mmrt_status plan_image(const struct fuyu_pp *pp, uint32_t W, uint32_t H, uint32_t *rw,
+static mmrt_status plan_image(const struct mmrt_fuyu_preprocess_config *pp, uint32_t W, uint32_t H, uint32_t *rw,
                               uint32_t *rh, int64_t *rows, int64_t *cols, struct mmrt_error *err)
 {
     uint32_t nw = W, nh = H;
@@ -393,7 +273,7 @@ static mmrt_status plan_image(const struct fuyu_pp *pp, uint32_t W, uint32_t H, 
 /* The image span of a W × H image, −1 when the processor refuses that size. */
 static int64_t image_tokens(const void *ctx, uint32_t W, uint32_t H)
 {
-    const struct fuyu_pp *pp = ctx;
+    const struct mmrt_fuyu_preprocess_config *pp = ctx;
     uint32_t rw, rh;
     int64_t rows = 0, cols = 0; /* set on MMRT_OK; -O3 cannot see that (maybe-uninitialized) */
     if (plan_image(pp, W, H, &rw, &rh, &rows, &cols, NULL) != MMRT_OK)

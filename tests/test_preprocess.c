@@ -698,6 +698,63 @@ static void test_qwen2vl_config_json(void **state)
     }
 }
 
+/* FuyuImageProcessor's settings: class defaults, the hub keys, and each refusal by name with
+ * the output untouched. */
+static void test_fuyu_config_json(void **state)
+{
+    (void)state;
+    struct mmrt_fuyu_preprocess_config cfg;
+    struct mmrt_error err = {0};
+    json_t *j = parse("{}");
+    assert_int_equal(mmrt_fuyu_preprocess_config_from_json(j, "p.json", 30, &cfg, &err),
+                     MMRT_OK);
+    assert_true(cfg.do_resize);
+    assert_int_equal(cfg.target_h, 1080);
+    assert_int_equal(cfg.target_w, 1920);
+    assert_int_equal(cfg.patch, 30);
+    assert_int_equal(cfg.filter, MMRT_RESAMPLE_BILINEAR);
+    assert_int_equal(cfg.pad_value, 1);
+    assert_true(cfg.norm.mean[2] == 0.5 && cfg.norm.std[0] == 0.5);
+    json_decref(j);
+    j = parse("{\"size\": {\"height\": 60, \"width\": 90}, \"patch_size\": {\"height\": 30,"
+              " \"width\": 30}, \"resample\": 3, \"padding_value\": 0, \"image_mean\": [0.1,"
+              " 0.2, 0.3], \"image_std\": 2}");
+    assert_int_equal(mmrt_fuyu_preprocess_config_from_json(j, "p.json", 30, &cfg, &err),
+                     MMRT_OK);
+    assert_int_equal(cfg.target_h, 60);
+    assert_int_equal(cfg.target_w, 90);
+    assert_int_equal(cfg.filter, MMRT_RESAMPLE_BICUBIC);
+    assert_int_equal(cfg.pad_value, 0);
+    assert_true(cfg.norm.mean[1] == 0.2 && cfg.norm.std[2] == 2.0);
+    json_decref(j);
+
+    static const struct {
+        const char *json, *needle;
+        mmrt_status st;
+    } bad[] = {
+        {"{\"resample\": 0}", "nearest", MMRT_ERR_UNSUPPORTED},
+        {"{\"resample\": 6}", "resample", MMRT_ERR_FORMAT},
+        {"{\"size\": {\"height\": 50, \"width\": 90}}", "multiple", MMRT_ERR_FORMAT},
+        {"{\"patch_size\": {\"height\": 15, \"width\": 15}}", "patch_size", MMRT_ERR_FORMAT},
+        {"{\"size\": 1080}", "size", MMRT_ERR_FORMAT},
+        {"{\"do_pad\": false}", "do_pad", MMRT_ERR_UNSUPPORTED},
+        {"{\"padding_value\": 0.5}", "padding_value", MMRT_ERR_UNSUPPORTED},
+        {"{\"image_std\": [0.5, 0, 0.5]}", "image_std", MMRT_ERR_FORMAT},
+        {"{\"image_mean\": [0.5, 0.5]}", "image_mean", MMRT_ERR_FORMAT},
+        {"[]", "object", MMRT_ERR_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        j = parse(bad[i].json);
+        memset(&cfg, 0xAB, sizeof cfg);
+        struct mmrt_fuyu_preprocess_config before = cfg;
+        mmrt_status st = mmrt_fuyu_preprocess_config_from_json(j, "p.json", 30, &cfg, &err);
+        if (st != bad[i].st || !strstr(err.msg, bad[i].needle) || !strstr(err.msg, "p.json"))
+            fail_msg("%s: %s \"%s\"", bad[i].json, mmrt_status_name(st), err.msg);
+        assert_memory_equal(&cfg, &before, sizeof cfg); /* untouched */
+        json_decref(j);
+    }
+}
+
 /* Every allocation of a Qwen2-VL preprocess may fail: clean error, output untouched. */
 static void test_qwen2vl_allocation_failure_sweep(void **state)
 {
@@ -788,6 +845,7 @@ int main(void)
         cmocka_unit_test(test_smart_resize),
         cmocka_unit_test(test_qwen2vl_patches),
         cmocka_unit_test(test_qwen2vl_config_json),
+        cmocka_unit_test(test_fuyu_config_json),
         cmocka_unit_test(test_qwen2vl_allocation_failure_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

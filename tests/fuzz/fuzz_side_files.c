@@ -11,8 +11,8 @@
  * these files runs on that folder, as a model's load does:
  *   mmrt_generation_config_read, mmrt_llava_read_eos, mmrt_llava_load_preprocessor_config
  *   (CLIP / LLaVA), mmrt_llava_choose_template; and on the parsed file itself and on its
- *   "image_processor" object, mmrt_clip_preprocess_config_from_json and
- *   mmrt_qwen2vl_preprocess_config_from_json.
+ *   "image_processor" object, mmrt_clip_preprocess_config_from_json,
+ *   mmrt_qwen2vl_preprocess_config_from_json and mmrt_fuyu_preprocess_config_from_json.
  * Asserted: a refusal leaves the output as it was and writes one printable line; an accepted
  * file gives what the readers' headers promise (sampling values in their ranges, end ids
  * below the vocabulary and at most MMRT_LLAVA_MAX_EOS of them, sizes, resampling filters,
@@ -47,6 +47,7 @@ static const char *const k_names[] = {
 #define N_NAMES (sizeof k_names / sizeof k_names[0])
 #define VOCAB 1000
 #define FALLBACK_EOS 7
+#define FUYU_PATCH 30
 
 static char g_dir[64];
 static bool g_ready;
@@ -162,6 +163,22 @@ static void image_processor(const json_t *obj)
     } else {
         check_refusal(&err, st);
         CHECK(untouched(&q, sizeof q));
+    }
+    mmrt_error_clear(&err);
+    struct mmrt_fuyu_preprocess_config f;
+    fill(&f, sizeof f);
+    st = mmrt_fuyu_preprocess_config_from_json(obj, "fuzz", FUYU_PATCH, &f, &err);
+    if (st == MMRT_OK) {
+        CHECK(f.patch == FUYU_PATCH);
+        CHECK(f.target_h >= 1 && f.target_h <= 32768 && f.target_h % FUYU_PATCH == 0);
+        CHECK(f.target_w >= 1 && f.target_w <= 32768 && f.target_w % FUYU_PATCH == 0);
+        check_resample(f.filter);
+        CHECK(f.norm.rescale_factor > 0 && isfinite(f.norm.rescale_factor));
+        for (int c = 0; c < 3; c++)
+            CHECK(f.norm.std[c] > 0 && isfinite(f.norm.std[c]) && isfinite(f.norm.mean[c]));
+    } else {
+        check_refusal(&err, st);
+        CHECK(untouched(&f, sizeof f));
     }
 }
 
