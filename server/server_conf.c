@@ -33,6 +33,11 @@ static bool(fail)(struct reader *r, int line, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     snprintf(r->err, r->err_size, "%s:%d: [server] %s", r->ini, line, msg);
+    /* Values are echoed from the file, and the INI reader lets a tab through: keep the
+     * message one printable line, as error.h's messages are (found by fuzz_server_conf). */
+    for (char *c = r->err; r->err_size && *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
     return false;
 }
 #ifdef __clang_analyzer__ /* returns false: see MMRT_RETURNS_STATUS in core/error.h */
