@@ -27,17 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_check.h"
 #include "server_conf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                   \
-    do {                                                                           \
-        if (!(c)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            __builtin_trap();                                                      \
-        }                                                                          \
-    } while (0)
 
 static const char SEP[] = "\n#KEYS#\n";
 static char g_dir[64], g_ini[128], g_keys[128];
