@@ -37,6 +37,7 @@
 #include "formats/json.h"
 #include "formats/tokenizer.h"
 #include "image_budget.h"
+#include "llava_common.h" /* mmrt_llava_read_eos: end ids, as Qwen2-VL reads them */
 #include "log.h"
 #include "model.h"
 #include "ops.h"
@@ -45,7 +46,6 @@
 #include "sampler.h"
 #include "weights.h"
 
-#define MAX_EOS 8
 
 struct mmrt_model {
     struct mmrt_dev *vision, *language;
@@ -55,7 +55,7 @@ struct mmrt_model {
     struct mmrt_tensor proj_b;          /* [D] */
     int64_t patch, channels;
     int32_t image_token_id, newline_id, bos_image_id, boa_id;
-    int32_t eos[MAX_EOS];
+    int32_t eos[MMRT_LLAVA_MAX_EOS];
     int n_eos;
     struct mmrt_tokenizer *tok;
     struct mmrt_fuyu_preprocess_config pp;
@@ -70,28 +70,6 @@ static void fuyu_destroy(struct mmrt_model *m)
     mmrt_weights_close(m->w);
     mmrt_tokenizer_destroy(m->tok);
     free(m);
-}
-
-/* eos ids: generation_config.json when present (int or list), else the text config's. */
-static mmrt_status read_eos(struct mmrt_model *m, const char *dir, int64_t vocab,
-                            struct mmrt_error *err)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    m->eos[0] = (int32_t)m->lm.cfg.eos_id;
-    m->n_eos = m->lm.cfg.eos_id >= 0;
-    if (!mmrt_file_exists(path))
-        return MMRT_OK;
-    json_t *root = NULL;
-    mmrt_status st = mmrt_json_load_object(path, 1 << 20, 0, &root, err);
-    if (st != MMRT_OK)
-        return st;
-    const json_t *e = json_object_get(root, "eos_token_id");
-    if (e && !json_is_null(e))
-        st = mmrt_json_opt_id_list(root, "eos_token_id", path, vocab - 1, m->eos, MAX_EOS,
-                                   &m->n_eos, err);
-    json_decref(root);
-    return st;
 }
 
 /* preprocessor_config.json (hub layout), else processor_config.json's "image_processor". */
@@ -227,7 +205,9 @@ static mmrt_status fuyu_load(const char *dir, const json_t *config,
     if (st == MMRT_OK)
         st = mmrt_persimmon_load(&m->lm, m->w, language, &lcfg, &m->opts, err);
     if (st == MMRT_OK)
-        st = read_eos(m, dir, lcfg.vocab, err);
+        st = mmrt_llava_read_eos(dir, lcfg.eos_id, lcfg.vocab, m->tok,
+                                 /* Fuyu has no chat template: generation_config's ids */
+                                 MMRT_CHAT_TEMPLATE_AUTO, m->eos, &m->n_eos, err);
     if (st != MMRT_OK)
         goto fail;
     *out = m;

@@ -55,7 +55,8 @@ mmrt_status mmrt_llava_parse_feature_layers(const json_t *cfg, const char *what,
  * turn-end token of chat's template (ChatML's <|im_end|>, Llama 3's <|eot_id|>) when tok has
  * it as a special token, so an answer ends where the template ends an assistant turn. Each
  * id read must be below vocab; a value beyond that, negative, or not an integer is refused
- * naming the file and key. */
+ * naming the file and key. Qwen2-VL and Fuyu read their end ids through it too (chat AUTO:
+ * the file's ids alone). */
 mmrt_status mmrt_llava_read_eos(const char *dir, int64_t fallback, int64_t vocab,
                                 const struct mmrt_tokenizer *tok, enum mmrt_chat_template chat,
                                 int32_t *eos, int *n_eos, struct mmrt_error *err);
