@@ -102,7 +102,8 @@ void mmrt_prompt_free(struct mmrt_prompt *p);
 mmrt_status mmrt_prompt_add_splice(struct mmrt_prompt *p, int64_t row, int64_t n_rows,
                                    int64_t src_row, struct mmrt_error *err);
 
-/* Appends an image's patch grid (after the previous one); MMRT_ERR_NO_MEMORY on failure. */
+/* Appends an image's patch grid (after the previous one). MMRT_ERR_INVALID_ARG for a side
+ * below 1 or w above stride (nothing appended); MMRT_ERR_NO_MEMORY on failure. */
 mmrt_status mmrt_prompt_add_grid(struct mmrt_prompt *p, int64_t row, int64_t h, int64_t w,
                                  int64_t stride, struct mmrt_error *err);
 

@@ -46,7 +46,6 @@
 #include "sampler.h"
 #include "weights.h"
 
-
 struct mmrt_model {
     struct mmrt_dev *vision, *language;
     struct mmrt_weights *w;

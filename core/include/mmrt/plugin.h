@@ -634,20 +634,16 @@ static inline uint16_t mmrt_f32_to_f16(float f)
 static inline float mmrt_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu;
-    uint32_t mant = h & 0x3FFu, x;
-    if (exp == 0 && mant == 0) {
-        x = sign;
-    } else if (exp == 0) { /* subnormal: normalise the mantissa */
-        int e = -1;
-        do {
-            mant <<= 1;
-            e++;
-        } while (!(mant & 0x400u));
-        x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3FFu) << 13);
+    const uint32_t mant = h & 0x3FFu;
+    uint32_t x;
+    if (exp == 0) { /* zero or subnormal: mant · 2^-24, exact in f32 (no loop to normalise) */
+        const float f = (float)mant * 5.9604644775390625e-08f; /* 2^-24, in decimal for C++ */
+        memcpy(&x, &f, 4);
+        x |= sign;
     } else if (exp == 31) {
-        x = sign | 0x7F800000u | (mant << 13);
+        x = sign | 0x7F800000u | (mant << 13); /* infinity, or NaN with its payload */
     } else {
-        x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+        x = sign | ((exp + 112u) << 23) | (mant << 13); /* re-bias 15 → 127 */
     }
     float f;
     memcpy(&f, &x, 4);
