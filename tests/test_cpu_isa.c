@@ -1081,15 +1081,17 @@ static float *amx_model(int64_t M, int64_t K, int64_t N, bool bias, uint64_t see
 }
 
 /* One bf16 unit (plugin file and bf16_dot value): the MATMUL cases against the reference
- * within BF16_DOT_TOL (f32 paths within 1e-5), thread-count invariance, and with exact_model
- * every blocked-GEMM output bit for bit amx_model's. Returns false when the unit is refused. */
-static bool bf16_unit_checks(const char *path, const char *value, bool exact_model)
+ * within BF16_DOT_TOL (f32 paths within 1e-5) and thread-count invariance. With model_tol 0
+ * every blocked-GEMM output is bit for bit amx_model's; above 0, within model_tol of the
+ * case's largest |output| (the real tiles, see test_bf16_dot); below 0 the model is not asked.
+ * Returns false when the unit is refused. */
+static bool bf16_unit_checks(const char *path, const char *value, double model_tol)
 {
     struct harness h;
     struct mmrt_option opts[3] = { { "isa", "avx512" }, { "threads", "3" }, { "bf16_dot", value } };
     if (harness_open(&h, path, opts, 3) != MMRT_OK)
         return false;
-    double worst = 0;
+    double worst = 0, model_worst = 0;
     for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0] + sizeof bf16_cases /
                                                                      sizeof bf16_cases[0]; c++)
         for (int d = 0; d < 3; d++) {
@@ -1107,14 +1109,22 @@ static bool bf16_unit_checks(const char *path, const char *value, bool exact_mod
                          (long long)M, (long long)K, (long long)N, (int)wdts[d], e);
             if (bf && e > worst)
                 worst = e;
-            if (bf && exact_model) {
+            if (bf && model_tol >= 0) {
                 float *want = amx_model(M, K, N, c % 2, 21 + c);
+                double top = 0;
                 for (int64_t i = 0; i < M * N; i++)
-                    if (memcmp(&y[i], &want[i], sizeof(float)) != 0)
+                    top = fmax(top, fabs((double)want[i]));
+                for (int64_t i = 0; i < M * N; i++) {
+                    double diff = fabs((double)y[i] - (double)want[i]);
+                    if (diff > model_worst * top)
+                        model_worst = diff / top;
+                    if (model_tol == 0 ? memcmp(&y[i], &want[i], sizeof(float)) != 0
+                                       : !(diff <= model_tol * top))
                         fail_msg("bf16_dot=%s M=%lld K=%lld N=%lld: output (%lld, %lld) is %.9g, "
                                  "the tile arithmetic gives %.9g", value, (long long)M,
                                  (long long)K, (long long)N, (long long)(i / N),
                                  (long long)(i % N), y[i], want[i]);
+                }
                 free(want);
             }
             free(y);
@@ -1122,6 +1132,9 @@ static bool bf16_unit_checks(const char *path, const char *value, bool exact_mod
         }
     print_message("bf16_dot=%s (%s): worst MATMUL error %.3g of max |ref| (f32 path: ≤ 1e-5)\n",
                   value, strstr(path, "amxemu") ? "emulated AMX" : "cpu", worst);
+    if (model_tol >= 0)
+        print_message("bf16_dot=%s (%s): worst distance from the tile model %.3g of max |model|\n",
+                      value, strstr(path, "amxemu") ? "emulated AMX" : "cpu", model_worst);
     /* Thread-count invariance holds for the bf16 path too. */
     struct harness one;
     opts[1].value = "1";
@@ -1136,13 +1149,21 @@ static bool bf16_unit_checks(const char *path, const char *value, bool exact_mod
     return true;
 }
 
+/* The tiles' inputs are amx_model's, but real TDPBF16PS does not add its 32 products to the
+ * sum one at a time as the instruction set reference's pseudo-code (and so the emulated twin)
+ * does: on Sapphire Rapids it adds them with more precision first, dropping the bits of terms
+ * far below the largest (docs/BENCHMARKS.md, 2026-12-07). Real tiles are therefore held to the
+ * model within 1e-5 of the largest output, as tight as the f32 paths are held to the exact
+ * product (measured 4.3e-7); a lost or misplaced k term is orders of magnitude above it. */
+#define AMX_MODEL_TOL 1e-5
+
 /* Both units on this CPU where it has them: bf16_dot = avx512 (vdpbf16ps), amx (tiles). */
 static void test_bf16_dot(void **state)
 {
     (void)state;
-    if (!bf16_unit_checks(harness_plugin_path("cpu"), "avx512", false))
+    if (!bf16_unit_checks(harness_plugin_path("cpu"), "avx512", -1))
         print_message("bf16_dot=avx512: this CPU lacks AVX512_BF16; skipped\n");
-    if (!bf16_unit_checks(harness_plugin_path("cpu"), "amx", false))
+    if (!bf16_unit_checks(harness_plugin_path("cpu"), "amx", AMX_MODEL_TOL))
         print_message("bf16_dot=amx: no AMX here (the plugin's refusal is above); skipped\n");
 }
 
@@ -1161,11 +1182,11 @@ static void test_bf16_amx_emulated(void **state)
                       path);
         return;
     }
-    if (!bf16_unit_checks(path, "amx", true)) {
+    if (!bf16_unit_checks(path, "amx", 0)) {
         print_message("emulated AMX: needs the avx512 kernels, which this CPU lacks; skipped\n");
         return;
     }
-    assert_true(bf16_unit_checks(path, "1", true));
+    assert_true(bf16_unit_checks(path, "1", 0));
 }
 
 static void test_option_refusals(void **state)

@@ -93,4 +93,26 @@ static inline void mmrt_x86_amx_config_16x64(struct mmrt_x86_tile_config *cfg)
     }
 }
 
+/* LDTILECFG with the whole 64-byte operand. GCC 12's _tile_loadconfig names only the first 8
+ * bytes as read, so at -O2 and above GCC dropped the stores that fill rows[] and colsb[] and
+ * loaded a garbage palette: #GP, a SIGSEGV on the first tile use (found on the first AMX CPU
+ * these kernels met). Its _tile_loadd names no memory at all, so whoever fills a buffer a tile
+ * is loaded from must put mmrt_x86_amx_fence() between the stores and the loads. */
+static inline void mmrt_x86_amx_load_config(const struct mmrt_x86_tile_config *cfg)
+{
+#if MMRT_X86_AMX_CHECKS
+    __asm__ volatile("ldtilecfg %0" : : "m"(*cfg));
+#else
+    (void)cfg;
+#endif
+}
+
+/* A compiler barrier: every store before it is in memory before a tile load after it. */
+static inline void mmrt_x86_amx_fence(void)
+{
+#if defined(__GNUC__)
+    __asm__ volatile("" : : : "memory");
+#endif
+}
+
 #endif

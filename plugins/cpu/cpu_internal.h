@@ -204,8 +204,11 @@ typedef void (*cpu_micro_fn)(const float *xp, const float *wp, int64_t ldw, int6
                              float *c, int64_t ldc, int accumulate);
 
 /* The bf16 dot-product GEMM (device option bf16_dot): BF16 weights times activations rounded
- * to bf16, products exact, f32 sums, one chain per output in k order (so results do not depend
- * on blocking, threads or M). Two units implement it, each with its own x layout:
+ * to bf16, products exact, f32 sums carried from step to step in k order, with steps fixed by
+ * the K block and not by M or the thread (so results do not depend on threads or M). A step
+ * is one pair on avx512_bf16; on AMX it is one TDPBF16PS, which sums its 32 products among
+ * themselves at a precision of its own before adding them (cpu_kern_amx.c), so the two units
+ * differ in the last bits. Two units implement it, each with its own x layout:
  *   avx512_bf16 (cpu_kern_avx512bf16.c): vdpbf16ps, x as [kp][mr] pairs (one broadcast per row);
  *   amx (cpu_kern_amx.c): AMX-BF16 tiles, x as [mr][kp] pairs (the A tile's rows).
  * Both take W as [kp][nr] pairs (the VNNI layout: element k of column j in the low half of

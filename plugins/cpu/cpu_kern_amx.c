@@ -2,9 +2,19 @@
  * plugins/cpu/cpu_kern_amx.c — the bf16 dot-product GEMM on AMX-BF16 tiles (Sapphire Rapids
  * and later), chosen by the device option bf16_dot = 1 (or amx) on a CPU whose kernel lets
  * this process use the tile state (cpu_isa.c asks Linux for it). Same contract as the
- * AVX512_BF16 unit of cpu_kern_avx512bf16.c: BF16 weights exact, activations rounded to bf16,
- * products exact, f32 sums, each output one chain in k order, so the blocked GEMM's loops
- * (cpu_ops_matmul.c) drive both units and results do not depend on threads or blocking.
+ * AVX512_BF16 unit of cpu_kern_avx512bf16.c (cpu_internal.h, struct cpu_bf16_gemm): BF16
+ * weights exact, activations rounded to bf16, products exact, f32 sums carried in k order, so
+ * the blocked GEMM's loops (cpu_ops_matmul.c) drive both units and results do not depend on
+ * threads or M.
+ *
+ * What one TDPBF16PS does inside is not what the instruction set reference's pseudo-code says
+ * (each product added to the f32 sum in turn). Probed on Sapphire Rapids (2026-12-07), the 32
+ * products of one row and column are summed among themselves, aligned to the largest and with
+ * the low bits of the others cut, and that sum is then added to the tile's value with one
+ * rounding: a sum of 1 with 32 products of 2^-25 is exactly 1 + 2^-20 (in turn it stays 1),
+ * while products 1, 2^-24 and 2^-24 onto 0 give 1, not 1 + 2^-23. The emulated twin follows
+ * the pseudo-code, so it checks the packing and the tile walk exactly; test_cpu_isa holds real
+ * tiles to it within 1e-5 of the largest output.
  *
  * Why tiles: TDPBF16PS multiplies a 16 × 32 bf16 tile by a 32 × 16 one into 16 × 16 f32 sums,
  * 16 384 flop per instruction, several times what the vector FMA ports do on the same core. A
@@ -96,6 +106,7 @@ static void tiles_end(void)
 {
 }
 
+#define FENCE() (void)0
 #define UNIT_NAME "amx-emulated"
 
 #else /* the real instructions */
@@ -114,7 +125,7 @@ static void tiles_begin(void)
 {
     struct mmrt_x86_tile_config cfg;
     mmrt_x86_amx_config_16x64(&cfg);
-    _tile_loadconfig(&cfg);
+    mmrt_x86_amx_load_config(&cfg);
 }
 
 static void tiles_end(void)
@@ -122,6 +133,7 @@ static void tiles_end(void)
     _tile_release();
 }
 
+#define FENCE() mmrt_x86_amx_fence()
 #define UNIT_NAME "amx"
 
 #endif
@@ -153,6 +165,7 @@ static void micro(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c, 
 {
     TILES;
     const int64_t sc = ldc * (int64_t)sizeof(float), sa = kp * 4, sb = NR * 4;
+    FENCE(); /* the packed panels and c are stored before the tile loads read them */
     if (accumulate) {
         T_LOAD(0, c, sc);
         T_LOAD(1, c + 16, sc);

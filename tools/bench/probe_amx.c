@@ -25,7 +25,8 @@ uint64_t bench_amx_bf16(uint64_t iters, float *sink)
         b[i] = 0x3580;
     }
     float c[16 * 16];
-    _tile_loadconfig(&cfg);
+    mmrt_x86_amx_load_config(&cfg);
+    mmrt_x86_amx_fence(); /* a and b are stored before the tile loads read them */
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
