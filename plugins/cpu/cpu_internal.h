@@ -217,6 +217,10 @@ typedef void (*cpu_micro_fn)(const float *xp, const float *wp, int64_t ldw, int6
 struct cpu_bf16_gemm {
     const char *unit; /* "avx512_bf16", "amx" (the device's name says which one runs) */
     int mr, nr, kalign;
+    /* k elements per K block, even and at most 2 · CPU_GEMM_KC (the W scratch holds NC × KC
+     * floats, i.e. NC × 2·KC bf16 values). The unit picks it for its caches: AMX's x and W
+     * micro-panels (32 rows or columns × kc/2 pairs each) should fit L1 together. */
+    int kc;
     /* x rows < rows (zeros up to mr) over kc values into the unit's layout of kp pairs */
     void (*pack_x)(const float *x, int64_t ldx, int64_t rows, int64_t kc, int64_t kp,
                    uint32_t *dst);

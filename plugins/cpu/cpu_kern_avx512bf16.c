@@ -132,6 +132,7 @@ const struct cpu_bf16_gemm cpu_bf16_gemm_avx512 = {
     .mr = MR,
     .nr = NR,
     .kalign = 1,
+    .kc = 2 * CPU_GEMM_KC,
     .pack_x = pack_x,
     .pack_w = cpu_pack_w_bf16_avx512,
     .micro = micro,

@@ -401,7 +401,7 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
     struct blk_ctx c = {
         .dev = dev, .kt = kt, .x = x, .w = w, .b = b, .scale = scale, .y = y,
         .M = M, .K = K, .N = N,
-        .kcb = bf ? 2 * CPU_GEMM_KC : CPU_GEMM_KC,
+        .kcb = bf ? bf->kc : CPU_GEMM_KC,
         .w_dtype = w_dtype, .b_dtype = b_dtype, .mr = bf ? bf->mr : kt->mr,
         .nr = bf ? bf->nr : kt->nr, .w_es = mmrt_dtype_size((enum mmrt_dtype)w_dtype), .bf = bf,
     };
