@@ -38,7 +38,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
                     "[--dtype f32|f16|bf16|i8|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
-                    "[--int8-dot[=1|3]] [--prefetch l1|l2] M…\n");
+                    "[--int8-dot[=1|3]] [--prefetch l1|l2] [--amx-gemv=0|1] M…\n");
     return 2;
 }
 
@@ -57,6 +57,7 @@ int main(int argc, char **argv)
     bool bf16_dot = false;
     const char *int8_dot = NULL; /* the device option's value: "1" or "3" digits */
     const char *prefetch = NULL; /* the device option's value: "l1" or "l2" */
+    const char *amx_gemv = NULL; /* the device option's value: "0" or "1" */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
             int8_dot = a + 11;
         else if (strcmp(a, "--prefetch") == 0 && more)
             prefetch = argv[++i];
+        else if (strncmp(a, "--amx-gemv=", 11) == 0)
+            amx_gemv = a + 11;
         else if (a[0] != '-' && n_m < 32 && atoll(a) > 0)
             Ms[n_m++] = atoll(a);
         else
@@ -107,7 +110,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_m; i++)
         max_m = Ms[i] > max_m ? Ms[i] : max_m;
 
-    struct mmrt_option opts[5];
+    struct mmrt_option opts[6];
     int n_opts = 0;
     opts[n_opts++] = (struct mmrt_option){ "isa", isa };
     if (threads)
@@ -118,6 +121,8 @@ int main(int argc, char **argv)
         opts[n_opts++] = (struct mmrt_option){ "int8_dot", int8_dot };
     if (prefetch)
         opts[n_opts++] = (struct mmrt_option){ "prefetch", prefetch };
+    if (amx_gemv)
+        opts[n_opts++] = (struct mmrt_option){ "amx_gemv", amx_gemv };
     struct harness h;
     mmrt_status st = harness_open(&h, harness_plugin_path("cpu"), opts, n_opts);
     if (st != MMRT_OK) {

@@ -1189,6 +1189,102 @@ static void test_bf16_amx_emulated(void **state)
     assert_true(bf16_unit_checks(path, "1", 0));
 }
 
+/* The BF16 GEMV on AMX tiles (device option amx_gemv = 1) through one plugin file: returns
+ * false when the plugin refuses it. K = 2053 ends in a partial 32-column chunk and N = 45 in
+ * a block of 13 W rows, so both zero-padded stages run; 3 threads split the blocks. Checked:
+ * every row of every M ≤ 32 bit for bit its M = 1 result (the GEMV contract), the same bits
+ * with one thread, and the error against the exact product no worse than the f32 GEMV's (the
+ * same plugin with amx_gemv = 0) — the split of x into three bf16 parts is exact, so only
+ * the sums round. The emulated twin sums each tile column in one f32 chain, as the SDM's
+ * pseudo-code says, which is coarser than the GEMV's 16 lanes (and than real tiles): it is
+ * held to the f32 paths' MATMUL tolerance instead (emulated). */
+static bool amx_gemv_checks(const char *path, const char *label, bool emulated)
+{
+    const int64_t K = 2053, N = 45, MAX_M = 33;
+    struct mmrt_option on[3] = { { "isa", "avx512" }, { "threads", "3" }, { "amx_gemv", "1" } };
+    struct harness h, f32, one;
+    if (harness_open(&h, path, on, 3) != MMRT_OK)
+        return false;
+    on[2].value = "0";
+    assert_int_equal(harness_open(&f32, path, on, 3), MMRT_OK);
+    on[1].value = "1";
+    on[2].value = "1";
+    assert_int_equal(harness_open(&one, path, on, 3), MMRT_OK);
+    g_rng = 4242;
+    float *x = rand_vec(MAX_M * K, -1, 1, MMRT_DTYPE_F32);
+    float *w = rand_vec(N * K, -1, 1, MMRT_DTYPE_BF16), *b = rand_vec(N, -1, 1, MMRT_DTYPE_BF16);
+    /* a row of tiny and huge values too: the parts must stay exact across the range */
+    for (int64_t k = 0; k < K; k++)
+        x[2 * K + k] *= k % 3 == 0 ? 1e-30f : k % 3 == 1 ? 1e30f : 1.0f;
+    struct harness_tensor tw[3], tb[3];
+    struct harness *hs[3] = { &h, &f32, &one };
+    for (int i = 0; i < 3; i++) {
+        tw[i] = put(hs[i], MMRT_DTYPE_BF16, 2, (const int64_t[]){ N, K }, w);
+        tb[i] = put(hs[i], MMRT_DTYPE_BF16, 1, (const int64_t[]){ N }, b);
+    }
+    float *alone = malloc((size_t)(MAX_M * N) * sizeof(float));
+    assert_non_null(alone);
+    double worst = 0, worst_f32 = 0;
+    for (int64_t r = 0; r < MAX_M; r++) {
+        float *y = matmul_rows(&h, x + r * K, 1, K, &tw[0], &tb[0], N);
+        float *yf = matmul_rows(&f32, x + r * K, 1, K, &tw[1], &tb[1], N);
+        memcpy(alone + r * N, y, (size_t)N * sizeof(float));
+        double ref[45];
+        for (int64_t n = 0; n < N; n++) {
+            double acc = b[n];
+            for (int64_t k = 0; k < K; k++)
+                acc += (double)x[r * K + k] * (double)w[n * K + k];
+            ref[n] = acc;
+        }
+        worst = fmax(worst, rel_err(y, ref, N));
+        worst_f32 = fmax(worst_f32, rel_err(yf, ref, N));
+        free(y);
+        free(yf);
+    }
+    print_message("amx_gemv=1 (%s): worst error against the exact product %.3g of max |exact|, "
+                  "the f32 GEMV's %.3g\n", label, worst, worst_f32);
+    if (!(worst <= (emulated ? 1e-5 : 2 * worst_f32 + 1e-7)))
+        fail_msg("amx_gemv (%s): error %.3g against the f32 GEMV's %.3g", label, worst,
+                 worst_f32);
+    for (int64_t M = 2; M <= MAX_M; M++) {
+        float *y = matmul_rows(&h, x, M, K, &tw[0], &tb[0], N);
+        for (int64_t r = 0; M <= ROW_INV_MAX_M && r < M; r++)
+            if (memcmp(y + r * N, alone + r * N, (size_t)N * sizeof(float)) != 0)
+                fail_msg("amx_gemv (%s): row %lld of M = %lld differs from M = 1", label,
+                         (long long)r, (long long)M);
+        if (M == 17 || M == ROW_INV_MAX_M) {
+            float *y1 = matmul_rows(&one, x, M, K, &tw[2], &tb[2], N);
+            assert_memory_equal(y, y1, (size_t)(M * N) * sizeof(float));
+            free(y1);
+        }
+        free(y);
+    }
+    free(alone);
+    for (int i = 0; i < 3; i++) {
+        harness_tensor_free(hs[i], &tw[i]);
+        harness_tensor_free(hs[i], &tb[i]);
+        harness_close(hs[i]);
+    }
+    free(x);
+    free(w);
+    free(b);
+    return true;
+}
+
+static void test_amx_gemv(void **state)
+{
+    (void)state;
+    if (!amx_gemv_checks(harness_plugin_path("cpu"), "cpu", false))
+        print_message("amx_gemv=1: no AMX here (the plugin's refusal is above); skipped\n");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/test-plugins/libmmrt_cpu_amxemu.so",
+             getenv("MMRT_BUILD_DIR") ? getenv("MMRT_BUILD_DIR") : "build");
+    if (access(path, R_OK) != 0)
+        print_message("emulated AMX: %s not built; skipped\n", path);
+    else if (!amx_gemv_checks(path, "emulated AMX", true))
+        print_message("emulated AMX: needs the avx512 kernels, which this CPU lacks; skipped\n");
+}
+
 static void test_option_refusals(void **state)
 {
     (void)state;
@@ -1201,6 +1297,9 @@ static void test_option_refusals(void **state)
         { "bf16_dot", "yes", "expected 0, 1, amx or avx512" },
         { "int8_dot", "2", "int8_dot=\"2\": expected auto, 0, 1 or 3" },
         { "prefetch", "l3", "prefetch=\"l3\": expected auto, l1 or l2" },
+        { "amx_gemv", "2", "amx_gemv=\"2\": expected 0 or 1" },
+        { "amx_gemv", "auto", "amx_gemv=\"auto\": expected 0 or 1" },
+        { "amx_gemv", "", "amx_gemv=\"\": expected 0 or 1" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };
@@ -1221,6 +1320,9 @@ static void test_option_refusals(void **state)
     struct mmrt_option pb[2] = { { "isa", "portable" }, { "bf16_dot", "1" } };
     assert_int_equal(h.plugin->device_open(0, pb, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "bf16_dot=1 needs the avx512 kernels"));
+    pb[1] = (struct mmrt_option){ "amx_gemv", "1" };
+    assert_int_equal(h.plugin->device_open(0, pb, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
+    assert_non_null(strstr(err, "amx_gemv=1: it needs the avx512 kernels (isa: portable)"));
     struct mmrt_option pi[2] = { { "isa", "portable" }, { "int8_dot", "1" } };
     assert_int_equal(h.plugin->device_open(0, pi, 2, &d, err, sizeof err), MMRT_ERR_CONFIG);
     assert_non_null(strstr(err, "int8_dot=1 needs the avx2 or avx512 kernels"));
@@ -1272,6 +1374,7 @@ int main(void)
         cmocka_unit_test(test_row_invariance_all_isas),
         cmocka_unit_test(test_bf16_dot),
         cmocka_unit_test(test_bf16_amx_emulated),
+        cmocka_unit_test(test_amx_gemv),
         cmocka_unit_test(test_option_refusals),
     };
     return cmocka_run_group_tests_name("cpu_isa", tests, NULL, NULL);

@@ -2371,7 +2371,8 @@ static void test_plugin_table(void **state)
     assert_string_equal(p->option_keys[4], "graph");
     assert_string_equal(p->option_keys[5], "weights");
     assert_string_equal(p->option_keys[6], "prefetch");
-    assert_null(p->option_keys[7]);
+    assert_string_equal(p->option_keys[7], "amx_gemv");
+    assert_null(p->option_keys[8]);
     int n = -1;
     char why[64] = "x";
     assert_int_equal(p->probe(&n, why, sizeof why), MMRT_OK);

@@ -203,6 +203,26 @@ void cpu_parallel_for(struct cpu_pool *pool, int64_t n_items, double cost, cpu_t
 typedef void (*cpu_micro_fn)(const float *xp, const float *wp, int64_t ldw, int64_t kc,
                              float *c, int64_t ldc, int accumulate);
 
+/* The BF16 GEMV on AMX tiles (device option amx_gemv; cpu_kern_amx.c): MATMUL with BF16
+ * weights and M ≤ CPU_GEMV_MAX_M rows, decode over a batch. Each x value is split exactly
+ * into three bf16 parts (8 + 8 + 8 significant bits), so every product on the tiles is exact
+ * and nothing is rounded to bf16; each part has its own tile column and its own sums, added
+ * at the end as p0 + (p1 + p2). A row's result depends on its x row alone, never on M, the
+ * other rows or the thread, so the GEMV's bit-identity for every M holds (CPU_GEMV_MAX_M);
+ * the bits differ from the f32 GEMV's (closer to the exact product: docs/BENCHMARKS.md). */
+struct cpu_bf16_gemv {
+    const char *unit; /* "amx", "amx-emulated" */
+    /* bytes of the packed x for M rows of K values */
+    size_t (*xbytes)(int64_t M, int64_t K);
+    /* the parts of x's K values in 32-column chunks [c0, c1) into xp (all chunks: xbytes) */
+    void (*pack_x)(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t c0, int64_t c1,
+                   uint16_t *xp);
+    /* y[m·ldy + n] = Σ_k x[m][k]·w[n·ldw + k] for m < M, n0 ≤ n < n1 (no bias) */
+    void (*rows)(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w, int64_t ldw,
+                 int64_t n0, int64_t n1, float *y, int64_t ldy);
+    void (*begin)(void), (*end)(void); /* around rows on each thread (tile config) */
+};
+
 /* The bf16 dot-product GEMM (device option bf16_dot): BF16 weights times activations rounded
  * to bf16, products exact, f32 sums carried from step to step in k order, with steps fixed by
  * the K block and not by M or the thread (so results do not depend on threads or M). A step
@@ -396,6 +416,8 @@ struct cpu_kernels {
     void (*gelu)(const float *x, float *dst, int64_t n);
     /* The bf16 dot-product GEMM the device option chose (NULL: off, the default). */
     const struct cpu_bf16_gemm *bf16;
+    /* The BF16 GEMV on tiles the device option amx_gemv chose (NULL: the table's gemv). */
+    const struct cpu_bf16_gemv *bf16_gemv;
     /* The int8 dot-product U4 GEMV the device option int8_dot chose (NULL: off — `0`, or the
      * portable table — and the U4 GEMV widens every code to f32). */
     const struct cpu_q4_q8 *q4q8;
@@ -407,6 +429,7 @@ extern const struct cpu_kernels cpu_kernels_avx2;   /* defined only on x86-64 */
 extern const struct cpu_kernels cpu_kernels_avx512; /* defined only on x86-64 */
 extern const struct cpu_bf16_gemm cpu_bf16_gemm_avx512; /* x86-64 only */
 extern const struct cpu_bf16_gemm cpu_bf16_gemm_amx;    /* with CPU_HAVE_AMX only */
+extern const struct cpu_bf16_gemv cpu_bf16_gemv_amx;    /* with CPU_HAVE_AMX only */
 extern const struct cpu_q4_q8 cpu_q4_q8_avx2;           /* x86-64 only; one digit */
 extern const struct cpu_q4_q8 cpu_q4_q8_avx2_3;         /* x86-64 only; three digits */
 extern const struct cpu_q4_q8 cpu_q4_q8_avx512vnni;     /* x86-64 only; one digit */
@@ -420,11 +443,12 @@ void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_
  * int8 U4 GEMV for `int8_dot` ("0": none; "1" or "3", the digits of x; NULL or "auto": 3
  * except with the portable table: AVX512_VNNI with the avx512 table on a CPU that has it,
  * else AVX2), and where that GEMV prefetches (`prefetch`: "l1", "l2"; NULL or "auto": l2 on
- * AMD cores, l1 on others). Refuses an ISA or unit the CPU lacks with a message naming the
- * missing feature. */
+ * AMD cores, l1 on others), and the BF16 GEMV on tiles for `amx_gemv` (NULL or "0": none;
+ * "1": AMX, which needs the avx512 table and a CPU and kernel that allow the tiles). Refuses
+ * an ISA or unit the CPU lacks with a message naming the missing feature. */
 mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
-                               const char *prefetch, struct cpu_kernels *out, char *err,
-                               size_t err_size);
+                               const char *prefetch, const char *amx_gemv,
+                               struct cpu_kernels *out, char *err, size_t err_size);
 /* "avx512 avx512_bf16 avx2 fma f16c" — what this CPU offers, for the device name and logs. */
 void cpu_isa_describe(char *out, size_t size);
 

@@ -35,6 +35,7 @@
  * products added in turn to the f32 sum, results flushed to zero when subnormal), so a machine
  * without AMX tests the packing, the tile walk and the blocked loops around them.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -45,8 +46,6 @@
 #define KP_STEP 16 /* pairs of k per tile step: 64-byte tile rows */
 
 #ifdef CPU_AMX_EMULATE
-
-#include <math.h>
 
 struct emu_tile {
     unsigned char row[16][64];
@@ -192,6 +191,159 @@ static void micro(const uint32_t *xp, const uint32_t *wp, int64_t kp, float *c, 
     T_STORE(2, c + 16 * ldc, sc);
     T_STORE(3, c + 16 * ldc + 16, sc);
 }
+
+/* ---- The BF16 GEMV (struct cpu_bf16_gemv) ----------------------------------------------
+ *
+ * Decode's MATMUL over up to 32 sequences with BF16 weights. The f32 GEMV is bound by its
+ * FMA ports from about 8 rows on (16 rows ran at 47 % of the FMA peak, 2026-12-07), while a
+ * TDPBF16PS does 16 × 16 × 32 multiply-adds. Here the A tile is 16 W rows × 32 columns read
+ * straight from the weights (they are already bf16 pairs in k order, so there is nothing to
+ * convert or pack), and the B tiles hold x: each x value split exactly into three bf16 parts
+ * (p0 = x cut to 8 significant bits, p1 the same cut of the rest, p2 what is left, at most 8
+ * bits), one tile column per (row, part), 16 columns a tile, so M ≤ 5 rows take one tile and
+ * 32 rows six. Every product is then exact, each (row, part) column has its own sums, and the
+ * row's result is p0's sum + (p1's + p2's). No column depends on another, so a row's bits do
+ * not depend on M or on the rows beside it, as the GEMV contract requires (CPU_GEMV_MAX_M).
+ * What the tile unit adds inside one instruction is its own (see the file comment); measured
+ * against the exact product the result is about 5 × closer than the f32 GEMV's
+ * (docs/BENCHMARKS.md, 2026-12-07). Limits of the split: bf16 values below 2^-126 read as zero
+ * on the tiles (parts of |x| < 2^-110, weights below 2^-126), and a non-finite x is one part.
+ *
+ * Packed x: [tile][chunk][16 pairs of k][16 columns][2], zeros past K and past 3·M columns.
+ * A W block of fewer than 16 rows (the end of a thread's range) or the last chunk of a K that
+ * is not a multiple of 32 is copied into a zero-padded 16 × 32 stage, so a tile never reads
+ * past the weights and a padded column multiplies zeros only. */
+#define GV_PARTS 3
+#define GV_MAX_TILES ((GV_PARTS * CPU_GEMV_MAX_M + 15) / 16)
+#define GV_PF 4 /* chunks ahead that the current block's rows are prefetched */
+
+static int64_t gv_tiles(int64_t M)
+{
+    return (GV_PARTS * M + 15) / 16;
+}
+
+static size_t gv_xbytes(int64_t M, int64_t K)
+{
+    return (size_t)gv_tiles(M) * (size_t)((K + 31) / 32) * 1024;
+}
+
+static float cut_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u &= 0xffff0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static void gv_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t c0, int64_t c1,
+                      uint16_t *xp)
+{
+    const int64_t nch = (K + 31) / 32, nt = gv_tiles(M);
+    for (int64_t t = 0; t < nt; t++)
+        memset(xp + ((size_t)t * (size_t)nch + (size_t)c0) * 512, 0,
+               (size_t)(c1 - c0) * 1024);
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = x + m * ldx;
+        for (int64_t k = c0 * 32; k < K && k < c1 * 32; k++) {
+            float v = xr[k], part[GV_PARTS] = { v, 0.0f, 0.0f };
+            if (isfinite(v)) {
+                part[0] = cut_bf16(v);
+                float r = v - part[0]; /* exact: the low 16 bits of v */
+                part[1] = cut_bf16(r);
+                part[2] = r - part[1]; /* exact, at most 8 significant bits */
+            }
+            for (int q = 0; q < GV_PARTS; q++) {
+                int64_t col = m * GV_PARTS + q, t = col / 16;
+                size_t at = (((size_t)t * (size_t)nch + (size_t)(k / 32)) * 16 +
+                             (size_t)(k % 32 / 2)) * 32 + (size_t)(col % 16) * 2 +
+                            (size_t)(k % 2);
+                xp[at] = cpu_f32_to_bf16(part[q]);
+            }
+        }
+    }
+}
+
+/* The B tile of tile column t for chunk c into tmm7 and its products into C tile t. */
+#define GV_STEP(t)                                                                           \
+    do {                                                                                     \
+        T_LOAD(7, xc + (size_t)(t) * (size_t)nch * 512, 64);                                \
+        T_DP(t, 6, 7);                                                                       \
+    } while (0)
+
+static void gv_rows(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w, int64_t ldw,
+                    int64_t n0, int64_t n1, float *y, int64_t ldy)
+{
+    TILES;
+    const int64_t nt = gv_tiles(M), nch = (K + 31) / 32, full = K / 32;
+    const int64_t sw = ldw * (int64_t)sizeof(uint16_t);
+    uint16_t stage[16 * 32] __attribute__((aligned(64)));
+    float cb[GV_MAX_TILES][256] __attribute__((aligned(64)));
+    for (int64_t b0 = n0; b0 < n1; b0 += 16) {
+        const int64_t rows = n1 - b0 < 16 ? n1 - b0 : 16;
+        const uint16_t *wb = w + b0 * ldw;
+        T_ZERO(0);
+        T_ZERO(1);
+        T_ZERO(2);
+        T_ZERO(3);
+        T_ZERO(4);
+        T_ZERO(5);
+        for (int64_t c = 0; c < nch; c++) {
+            const uint16_t *a = wb + c * 32;
+            int64_t sa = sw;
+            if (rows < 16 || c >= full) {
+                const int64_t kk = K - c * 32 < 32 ? K - c * 32 : 32;
+                memset(stage, 0, sizeof stage);
+                for (int64_t r = 0; r < rows; r++)
+                    memcpy(stage + r * 32, wb + r * ldw + c * 32, (size_t)kk * 2);
+                a = stage;
+                sa = 64;
+            } else if (c + GV_PF < full) {
+                for (int64_t r = 0; r < 16; r++)
+                    __builtin_prefetch(wb + r * ldw + (c + GV_PF) * 32, 0, 3);
+            }
+            FENCE(); /* the stage (and the packed x) are stored before the tile loads */
+            T_LOAD(6, a, sa);
+            const uint16_t *xc = xp + (size_t)c * 512;
+            GV_STEP(0);
+            if (nt > 1)
+                GV_STEP(1);
+            if (nt > 2)
+                GV_STEP(2);
+            if (nt > 3)
+                GV_STEP(3);
+            if (nt > 4)
+                GV_STEP(4);
+            if (nt > 5)
+                GV_STEP(5);
+        }
+        T_STORE(0, cb[0], 64);
+        T_STORE(1, cb[1], 64);
+        T_STORE(2, cb[2], 64);
+        T_STORE(3, cb[3], 64);
+        T_STORE(4, cb[4], 64);
+        T_STORE(5, cb[5], 64);
+        FENCE(); /* the C tiles are in cb before it is read */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t m = 0; m < M; m++) {
+                float v[GV_PARTS];
+                for (int q = 0; q < GV_PARTS; q++) {
+                    int64_t col = m * GV_PARTS + q;
+                    v[q] = cb[col / 16][r * 16 + col % 16];
+                }
+                y[m * ldy + b0 + r] = v[0] + (v[1] + v[2]);
+            }
+    }
+}
+
+const struct cpu_bf16_gemv cpu_bf16_gemv_amx = {
+    .unit = UNIT_NAME,
+    .xbytes = gv_xbytes,
+    .pack_x = gv_pack_x,
+    .rows = gv_rows,
+    .begin = tiles_begin,
+    .end = tiles_end,
+};
 
 const struct cpu_bf16_gemm cpu_bf16_gemm_amx = {
     .unit = UNIT_NAME,

@@ -179,6 +179,64 @@ static void gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
                 c->y[m * c->N + n] += cpu_load_weight(c->b, c->b_dtype, n);
 }
 
+/* BF16 weights on AMX tiles (struct cpu_bf16_gemv): x is split into its packed parts once,
+ * chunk ranges in parallel, then threads take blocks of 16 W rows. */
+#define AMX_GEMV_ROWS 16
+
+struct amx_gemv_ctx {
+    const struct cpu_bf16_gemv *u;
+    const float *x;
+    const void *w, *b;
+    const float *scale;
+    float *y;
+    uint16_t *xp;
+    int64_t M, K, N;
+    int b_dtype;
+};
+
+static void amx_gemv_pack_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct amx_gemv_ctx *c = vctx;
+    (void)tid;
+    c->u->pack_x(c->x, c->K, c->M, c->K, begin, end, c->xp);
+}
+
+static void amx_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
+{
+    const struct amx_gemv_ctx *c = vctx;
+    (void)tid;
+    int64_t n0 = begin * AMX_GEMV_ROWS;
+    int64_t n1 = end * AMX_GEMV_ROWS < c->N ? end * AMX_GEMV_ROWS : c->N;
+    c->u->begin();
+    c->u->rows(c->xp, c->M, c->K, c->w, c->K, n0, n1, c->y, c->N);
+    c->u->end();
+    if (c->scale)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                c->y[m * c->N + n] *= c->scale[n];
+    if (c->b)
+        for (int64_t m = 0; m < c->M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                c->y[m * c->N + n] += cpu_load_weight(c->b, c->b_dtype, n);
+}
+
+static mmrt_status amx_gemv(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
+                            const void *w, const float *scale, int64_t N, const void *b,
+                            int b_dtype, float *y)
+{
+    const struct cpu_bf16_gemv *u = dev->kern.bf16_gemv;
+    struct amx_gemv_ctx c = {
+        .u = u, .x = x, .w = w, .b = b, .scale = scale, .y = y, .M = M, .K = K, .N = N,
+        .b_dtype = b_dtype,
+    };
+    if (!(c.xp = cpu_xpack(dev, u->xbytes(M, K), "MATMUL")))
+        return MMRT_ERR_NO_MEMORY;
+    cpu_parallel_for(&dev->pool, (K + 31) / 32, (double)(32 * M * 3), amx_gemv_pack_task, &c);
+    cpu_parallel_for(&dev->pool, (N + AMX_GEMV_ROWS - 1) / AMX_GEMV_ROWS,
+                     (double)AMX_GEMV_ROWS * (double)K * 4.0, amx_gemv_task, &c);
+    return MMRT_OK;
+}
+
 /* ---- blocked path --------------------------------------------------------------------------- */
 
 struct blk_ctx {
@@ -376,6 +434,8 @@ mmrt_status cpu_gemm(struct mmrt_device *dev, const float *x, int64_t M, int64_t
                     y[m * N + n] = b ? cpu_load_weight(b, b_dtype, n) : 0.0f;
             return MMRT_OK;
         }
+        if (w_dtype == MMRT_DTYPE_BF16 && kt->bf16_gemv)
+            return amx_gemv(dev, x, M, K, w, scale, N, b, b_dtype, y);
         struct gemv_ctx c = {
             .kt = kt, .x = x, .w = w, .b = b, .scale = scale, .y = y, .M = M, .K = K, .N = N,
             .w_dtype = w_dtype, .b_dtype = b_dtype,
