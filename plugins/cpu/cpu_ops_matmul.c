@@ -163,20 +163,27 @@ struct gemv_ctx {
     int w_dtype, b_dtype;
 };
 
+/* Columns [n0, n1) of a GEMV's M rows: times the per-row scale (I8), plus the bias. */
+static void gemv_finish(float *y, int64_t M, int64_t N, int64_t n0, int64_t n1,
+                        const float *scale, const void *b, int b_dtype)
+{
+    if (scale)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                y[m * N + n] *= scale[n];
+    if (b)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                y[m * N + n] += cpu_load_weight(b, b_dtype, n);
+}
+
 static void gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
 {
     const struct gemv_ctx *c = vctx;
     (void)tid;
     int64_t n0 = begin * GEMV_ROWS, n1 = end * GEMV_ROWS < c->N ? end * GEMV_ROWS : c->N;
     c->kt->gemv(c->x, c->K, c->M, c->K, c->w, c->w_dtype, c->K, n0, n1, c->y, c->N);
-    if (c->scale)
-        for (int64_t m = 0; m < c->M; m++)
-            for (int64_t n = n0; n < n1; n++)
-                c->y[m * c->N + n] *= c->scale[n];
-    if (c->b)
-        for (int64_t m = 0; m < c->M; m++)
-            for (int64_t n = n0; n < n1; n++)
-                c->y[m * c->N + n] += cpu_load_weight(c->b, c->b_dtype, n);
+    gemv_finish(c->y, c->M, c->N, n0, n1, c->scale, c->b, c->b_dtype);
 }
 
 /* BF16 weights on AMX tiles (struct cpu_bf16_gemv): x is split into its packed parts once,
@@ -210,14 +217,7 @@ static void amx_gemv_task(void *vctx, int tid, int64_t begin, int64_t end)
     c->u->begin();
     c->u->rows(c->xp, c->M, c->K, c->w, c->K, n0, n1, c->y, c->N);
     c->u->end();
-    if (c->scale)
-        for (int64_t m = 0; m < c->M; m++)
-            for (int64_t n = n0; n < n1; n++)
-                c->y[m * c->N + n] *= c->scale[n];
-    if (c->b)
-        for (int64_t m = 0; m < c->M; m++)
-            for (int64_t n = n0; n < n1; n++)
-                c->y[m * c->N + n] += cpu_load_weight(c->b, c->b_dtype, n);
+    gemv_finish(c->y, c->M, c->N, n0, n1, c->scale, c->b, c->b_dtype);
 }
 
 static mmrt_status amx_gemv(struct mmrt_device *dev, const float *x, int64_t M, int64_t K,
