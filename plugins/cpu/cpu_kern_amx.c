@@ -298,9 +298,15 @@ static void gv_rows(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w,
                     memcpy(stage + r * 32, wb + r * ldw + c * 32, (size_t)kk * 2);
                 a = stage;
                 sa = 64;
-            } else if (c + GV_PF < full) {
-                for (int64_t r = 0; r < 16; r++)
-                    __builtin_prefetch(wb + r * ldw + (c + GV_PF) * 32, 0, 3);
+            } else {
+                /* GV_PF chunks ahead: in this block, or at its end the next block's first
+                 * (16 × 64-byte lines a chunk, so a block's start does not wait cold) */
+                const uint16_t *pf = c + GV_PF < full ? wb + (c + GV_PF) * 32
+                                     : b0 + 32 <= n1 ? wb + 16 * ldw + (c + GV_PF - full) * 32
+                                                     : NULL;
+                if (pf)
+                    for (int64_t r = 0; r < 16; r++)
+                        __builtin_prefetch(pf + r * ldw, 0, 3);
             }
             FENCE(); /* the stage (and the packed x) are stored before the tile loads */
             T_LOAD(6, a, sa);
