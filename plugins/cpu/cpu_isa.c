@@ -244,9 +244,9 @@ static mmrt_status prefetch_l2(const char *want, bool *l2, char *err, size_t err
 }
 
 /* The BF16 GEMV on tiles for the option value: NULL or "0" none (the default); "1" AMX, or a
- * refusal saying why not. Not the default although it is as exact as the f32 GEMV: one row
- * alone ran about 6 % slower than the f32 GEMV (2026-12-07), and the choice must hold for
- * every batch size, so it is the device's, for those who decode batches. */
+ * refusal saying why not. Not the default although it is as exact as the f32 GEMV: one
+ * sequence alone decoded up to 3 % slower on the Qwen2-VL shape (2026-12-07), and the choice
+ * must hold for every batch size, so it is the device's, for those who decode batches. */
 static mmrt_status gemv_unit(const char *want, const struct isa_caps *c, const char *table,
                              const struct cpu_bf16_gemv **out, char *err, size_t err_size)
 {

@@ -129,7 +129,7 @@ static void cpu_model_name(char *out, size_t size)
  * prefetches the next block of weight rows (cpu_prefetch_read; the same values either way).
  * amx_gemv: 0 (default) or 1 — BF16 weights in the GEMV (decode, up to 32 rows) run on AMX
  * tiles with x split exactly into three bf16 parts (cpu_internal.h, struct cpu_bf16_gemv):
- * as exact as the f32 GEMV, a batch's rows nearly free, one row alone a little slower.
+ * as exact as the f32 GEMV, a batch's rows nearly free, one row alone 0–3 % slower.
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system
  * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
