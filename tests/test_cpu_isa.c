@@ -1190,8 +1190,9 @@ static void test_bf16_amx_emulated(void **state)
 }
 
 /* The BF16 GEMV on AMX tiles (device option amx_gemv = 1) through one plugin file: returns
- * false when the plugin refuses it. K = 2053 ends in a partial 32-column chunk and N = 45 in
- * a block of 13 W rows, so both zero-padded stages run; 3 threads split the blocks. Checked:
+ * false when the plugin refuses it. K = 3000 ends in a partial 32-column chunk and N = 45 in
+ * a block of 13 W rows, so both zero-padded stages run; from 27 rows on its 94 chunks are
+ * taken in two ranges (cpu_kern_amx.c, GV_RANGE_KIB); 3 threads split the blocks. Checked:
  * every row of every M ≤ 32 bit for bit its M = 1 result (the GEMV contract), the same bits
  * with one thread, and the error against the exact product no worse than the f32 GEMV's (the
  * same plugin with amx_gemv = 0) — the split of x into three bf16 parts is exact, so only
@@ -1200,7 +1201,7 @@ static void test_bf16_amx_emulated(void **state)
  * held to the f32 paths' MATMUL tolerance instead (emulated). */
 static bool amx_gemv_checks(const char *path, const char *label, bool emulated)
 {
-    const int64_t K = 2053, N = 45, MAX_M = 33;
+    const int64_t K = 3000, N = 45, MAX_M = 33;
     struct mmrt_option on[3] = { { "isa", "avx512" }, { "threads", "3" }, { "amx_gemv", "1" } };
     struct harness h, f32, one;
     if (harness_open(&h, path, on, 3) != MMRT_OK)

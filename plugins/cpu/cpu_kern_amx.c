@@ -271,74 +271,109 @@ static void gv_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t
         T_DP(t, 6, 7);                                                                       \
     } while (0)
 
+/* K is taken in ranges whose packed x (tiles × chunks × 1 KiB) is at most GV_RANGE_KIB, so
+ * it stays in L2 while GV_GROUP blocks of W rows go over it; their C tiles wait in memory
+ * between ranges, an exact f32 round trip, so the ranges change no bit and may depend on M.
+ * With the whole K at once, 32 rows over K = 18944 streamed 3.6 MiB of x from L3 for every
+ * block (14.4 ms; 8.7 in ranges). Ranges are no shorter than needed: a block's rows are read
+ * in runs of a range, and runs of 64 chunks made one row 13-40 % slower than whole rows. */
+#define GV_RANGE_KIB 512
+#define GV_GROUP 8
+
 static void gv_rows(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w, int64_t ldw,
                     int64_t n0, int64_t n1, float *y, int64_t ldy)
 {
     TILES;
     const int64_t nt = gv_tiles(M), nch = (K + 31) / 32, full = K / 32;
-    const int64_t sw = ldw * (int64_t)sizeof(uint16_t);
+    const int64_t sw = ldw * (int64_t)sizeof(uint16_t), range = GV_RANGE_KIB / nt;
     uint16_t stage[16 * 32] __attribute__((aligned(64)));
-    float cb[GV_MAX_TILES][256] __attribute__((aligned(64)));
-    for (int64_t b0 = n0; b0 < n1; b0 += 16) {
-        const int64_t rows = n1 - b0 < 16 ? n1 - b0 : 16;
-        const uint16_t *wb = w + b0 * ldw;
-        T_ZERO(0);
-        T_ZERO(1);
-        T_ZERO(2);
-        T_ZERO(3);
-        T_ZERO(4);
-        T_ZERO(5);
-        for (int64_t c = 0; c < nch; c++) {
-            const uint16_t *a = wb + c * 32;
-            int64_t sa = sw;
-            if (rows < 16 || c >= full) {
-                const int64_t kk = K - c * 32 < 32 ? K - c * 32 : 32;
-                memset(stage, 0, sizeof stage);
-                for (int64_t r = 0; r < rows; r++)
-                    memcpy(stage + r * 32, wb + r * ldw + c * 32, (size_t)kk * 2);
-                a = stage;
-                sa = 64;
-            } else {
-                /* GV_PF chunks ahead: in this block, or at its end the next block's first
-                 * (16 × 64-byte lines a chunk, so a block's start does not wait cold) */
-                const uint16_t *pf = c + GV_PF < full ? wb + (c + GV_PF) * 32
-                                     : b0 + 32 <= n1 ? wb + 16 * ldw + (c + GV_PF - full) * 32
-                                                     : NULL;
-                if (pf)
-                    for (int64_t r = 0; r < 16; r++)
-                        __builtin_prefetch(pf + r * ldw, 0, 3);
-            }
-            FENCE(); /* the stage (and the packed x) are stored before the tile loads */
-            T_LOAD(6, a, sa);
-            const uint16_t *xc = xp + (size_t)c * 512;
-            GV_STEP(0);
-            if (nt > 1)
-                GV_STEP(1);
-            if (nt > 2)
-                GV_STEP(2);
-            if (nt > 3)
-                GV_STEP(3);
-            if (nt > 4)
-                GV_STEP(4);
-            if (nt > 5)
-                GV_STEP(5);
-        }
-        T_STORE(0, cb[0], 64);
-        T_STORE(1, cb[1], 64);
-        T_STORE(2, cb[2], 64);
-        T_STORE(3, cb[3], 64);
-        T_STORE(4, cb[4], 64);
-        T_STORE(5, cb[5], 64);
-        FENCE(); /* the C tiles are in cb before it is read */
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t m = 0; m < M; m++) {
-                float v[GV_PARTS];
-                for (int q = 0; q < GV_PARTS; q++) {
-                    int64_t col = m * GV_PARTS + q;
-                    v[q] = cb[col / 16][r * 16 + col % 16];
+    _Static_assert(GV_MAX_TILES == 6, "gv_rows names C tiles 0-5");
+    float cb[GV_GROUP][GV_MAX_TILES][256] __attribute__((aligned(64)));
+    for (int64_t g0 = n0; g0 < n1; g0 += 16 * GV_GROUP) {
+        const int64_t g1 = n1 - g0 < 16 * GV_GROUP ? n1 : g0 + 16 * GV_GROUP;
+        for (int64_t r0 = 0; r0 < nch; r0 += range) {
+            const int64_t r1 = nch - r0 < range ? nch : r0 + range;
+            const int64_t rf = r1 < full ? r1 : full; /* chunks read in place: [r0, rf) */
+            for (int64_t b0 = g0; b0 < g1; b0 += 16) {
+                const int64_t rows = g1 - b0 < 16 ? g1 - b0 : 16;
+                float(*cbb)[256] = cb[(b0 - g0) / 16];
+                const uint16_t *wb = w + b0 * ldw;
+                /* the next block of this group, when whole: where prefetching goes on */
+                const uint16_t *wn = b0 + 32 <= g1 ? wb + 16 * ldw : NULL;
+                if (r0 == 0) {
+                    T_ZERO(0);
+                    T_ZERO(1);
+                    T_ZERO(2);
+                    T_ZERO(3);
+                    T_ZERO(4);
+                    T_ZERO(5);
+                } else {
+                    FENCE();
+                    T_LOAD(0, cbb[0], 64);
+                    T_LOAD(1, cbb[1], 64);
+                    T_LOAD(2, cbb[2], 64);
+                    T_LOAD(3, cbb[3], 64);
+                    T_LOAD(4, cbb[4], 64);
+                    T_LOAD(5, cbb[5], 64);
                 }
-                y[m * ldy + b0 + r] = v[0] + (v[1] + v[2]);
+                for (int64_t c = r0; c < r1; c++) {
+                    const uint16_t *a = wb + c * 32;
+                    int64_t sa = sw;
+                    if (rows < 16 || c >= full) {
+                        const int64_t kk = K - c * 32 < 32 ? K - c * 32 : 32;
+                        memset(stage, 0, sizeof stage);
+                        for (int64_t r = 0; r < rows; r++)
+                            memcpy(stage + r * 32, wb + r * ldw + c * 32, (size_t)kk * 2);
+                        a = stage;
+                        sa = 64;
+                    } else {
+                        /* GV_PF chunks ahead: in this block, or past its end the next
+                         * block's first ones, so no block starts cold */
+                        const int64_t t = c + GV_PF;
+                        const uint16_t *pf = t < rf                  ? wb + t * 32
+                                             : wn && t - rf + r0 < rf ? wn + (t - rf + r0) * 32
+                                                                     : NULL;
+                        if (pf)
+                            for (int64_t r = 0; r < 16; r++)
+                                __builtin_prefetch(pf + r * ldw, 0, 3);
+                    }
+                    FENCE(); /* the stage (and the packed x) are stored before tile loads */
+                    T_LOAD(6, a, sa);
+                    const uint16_t *xc = xp + (size_t)c * 512;
+                    GV_STEP(0);
+                    if (nt > 1)
+                        GV_STEP(1);
+                    if (nt > 2)
+                        GV_STEP(2);
+                    if (nt > 3)
+                        GV_STEP(3);
+                    if (nt > 4)
+                        GV_STEP(4);
+                    if (nt > 5)
+                        GV_STEP(5);
+                }
+                T_STORE(0, cbb[0], 64);
+                T_STORE(1, cbb[1], 64);
+                T_STORE(2, cbb[2], 64);
+                T_STORE(3, cbb[3], 64);
+                T_STORE(4, cbb[4], 64);
+                T_STORE(5, cbb[5], 64);
             }
+        }
+        FENCE(); /* the C tiles are in cb before it is read */
+        for (int64_t b0 = g0; b0 < g1; b0 += 16) {
+            float(*cbb)[256] = cb[(b0 - g0) / 16];
+            const int64_t rows = g1 - b0 < 16 ? g1 - b0 : 16;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t m = 0; m < M; m++) {
+                    float v[GV_PARTS];
+                    for (int q = 0; q < GV_PARTS; q++) {
+                        int64_t col = m * GV_PARTS + q;
+                        v[q] = cbb[col / 16][r * 16 + col % 16];
+                    }
+                    y[m * ldy + b0 + r] = v[0] + (v[1] + v[2]);
+                }
+        }
     }
 }
 
