@@ -280,6 +280,13 @@ static void gv_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t
 #define GV_RANGE_KIB 512
 #define GV_GROUP 8
 
+/* The six C tiles (tile numbers must be constants for the instructions) and what is done to
+ * each: zeroed, or loaded from / stored to the block's place in cb. */
+#define GV_EACH_C(X) X(0); X(1); X(2); X(3); X(4); X(5)
+#define GV_ZERO_C(t) T_ZERO(t)
+#define GV_LOAD_C(t) T_LOAD(t, cbb[t], 64)
+#define GV_STORE_C(t) T_STORE(t, cbb[t], 64)
+
 static void gv_rows(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w, int64_t ldw,
                     int64_t n0, int64_t n1, float *y, int64_t ldy)
 {
@@ -301,20 +308,10 @@ static void gv_rows(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w,
                 /* the next block of this group, when whole: where prefetching goes on */
                 const uint16_t *wn = b0 + 32 <= g1 ? wb + 16 * ldw : NULL;
                 if (r0 == 0) {
-                    T_ZERO(0);
-                    T_ZERO(1);
-                    T_ZERO(2);
-                    T_ZERO(3);
-                    T_ZERO(4);
-                    T_ZERO(5);
+                    GV_EACH_C(GV_ZERO_C);
                 } else {
                     FENCE();
-                    T_LOAD(0, cbb[0], 64);
-                    T_LOAD(1, cbb[1], 64);
-                    T_LOAD(2, cbb[2], 64);
-                    T_LOAD(3, cbb[3], 64);
-                    T_LOAD(4, cbb[4], 64);
-                    T_LOAD(5, cbb[5], 64);
+                    GV_EACH_C(GV_LOAD_C);
                 }
                 for (int64_t c = r0; c < r1; c++) {
                     const uint16_t *a = wb + c * 32;
@@ -352,12 +349,7 @@ static void gv_rows(const uint16_t *xp, int64_t M, int64_t K, const uint16_t *w,
                     if (nt > 5)
                         GV_STEP(5);
                 }
-                T_STORE(0, cbb[0], 64);
-                T_STORE(1, cbb[1], 64);
-                T_STORE(2, cbb[2], 64);
-                T_STORE(3, cbb[3], 64);
-                T_STORE(4, cbb[4], 64);
-                T_STORE(5, cbb[5], 64);
+                GV_EACH_C(GV_STORE_C);
             }
         }
         FENCE(); /* the C tiles are in cb before it is read */
