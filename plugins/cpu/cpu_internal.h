@@ -209,7 +209,8 @@ typedef void (*cpu_micro_fn)(const float *xp, const float *wp, int64_t ldw, int6
  * and nothing is rounded to bf16; each part has its own tile column and its own sums, added
  * at the end as p0 + (p1 + p2). A row's result depends on its x row alone, never on M, the
  * other rows or the thread, so the GEMV's bit-identity for every M holds (CPU_GEMV_MAX_M);
- * the bits differ from the f32 GEMV's (closer to the exact product: docs/BENCHMARKS.md). */
+ * the bits differ from the f32 GEMV's, as close to the exact product or closer (test_cpu_isa
+ * test_amx_gemv; docs/BENCHMARKS.md). */
 struct cpu_bf16_gemv {
     const char *unit; /* "amx", "amx-emulated" */
     /* bytes of the packed x for M rows of K values */
