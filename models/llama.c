@@ -320,6 +320,8 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
                               (int)cfg->sliding_window, dev->name,
                               (unsigned)dev->api->hdr.abi_major,
                               (unsigned)dev->api->hdr.abi_minor);
+    if (cfg->mlp_bias)
+        return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "decoder: mlp_bias is not supported");
     m->cfg = *cfg;
     m->dev = dev;
     const int64_t D = cfg->hidden, V = cfg->vocab, I = cfg->intermediate;
@@ -342,11 +344,12 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
             goto fail;                                                                         \
     } while (0)
     char name[256];
-    LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
+    bool tied;
+    st = mmrt_weights_load_embed_head(w, dev, V, D, cfg->tie_word_embeddings, &m->embed,
+                                      &m->lm_head, &tied, err);
+    if (st != MMRT_OK)
+        goto fail;
     LOAD(m->norm, 1, "language_model.norm.weight", D);
-    const bool tied = !mmrt_weights_find(w, "lm_head.weight") && cfg->tie_word_embeddings;
-    if (!tied)
-        MATRIX(m->lm_head, "lm_head.weight", V, D);
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         struct mmrt_llama_layer *L = &m->layers[i];
 #define LAYER(dst, nd, suffix, ...)                                                            \
@@ -375,23 +378,14 @@ mmrt_status mmrt_llama_load(struct mmrt_llama *m, struct mmrt_weights *w, struct
         LAYER_MATRIX(L->wg, "mlp.gate_proj.weight", I, D);
         LAYER_MATRIX(L->wu, "mlp.up_proj.weight", I, D);
         LAYER_MATRIX(L->wd, "mlp.down_proj.weight", D, I);
-        if (cfg->mlp_bias)
-            return mmrt_error_set(err, MMRT_ERR_UNSUPPORTED, "decoder: mlp_bias is not supported");
 #undef LAYER
 #undef LAYER_MATRIX
     }
 #undef LOAD
 #undef MATRIX
-    /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
-    st = mmrt_weights_commit(w, err);
+    st = mmrt_weights_decoder_done(w, cfg->n_layers, tied, &m->embed, &m->lm_head, err);
     if (st != MMRT_OK)
         goto fail;
-    /* Every model loads its decoder last: the checkpoint is fully read now. */
-    mmrt_weights_check_layers(w, "language_model.layers", cfg->n_layers, "input_layernorm.weight",
-                              "num_hidden_layers");
-    mmrt_weights_report_unused(w);
-    if (tied)
-        m->lm_head.t = m->embed; /* stays in the checkpoint's dtype: GET_ROWS reads it too */
     st = mmrt_decoder_kv_create(dev, cfg->n_layers, cfg->n_kv_heads, cfg->head_dim, cfg->max_positions,
                                 opts, &m->kv, err);
     if (st != MMRT_OK)

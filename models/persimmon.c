@@ -175,12 +175,13 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
         if (st != MMRT_OK)                                                                     \
             goto fail;                                                                         \
     } while (0)
-    LOAD(m->embed, 2, "language_model.embed_tokens.weight", V, D);
+    bool tied;
+    st = mmrt_weights_load_embed_head(w, dev, V, D, cfg->tie_word_embeddings, &m->embed,
+                                      &m->lm_head, &tied, err);
+    if (st != MMRT_OK)
+        goto fail;
     LOAD(m->final_w, 1, "language_model.final_layernorm.weight", D);
     LOAD(m->final_b, 1, "language_model.final_layernorm.bias", D);
-    const bool tied = !mmrt_weights_find(w, "lm_head.weight") && cfg->tie_word_embeddings;
-    if (!tied)
-        MATRIX(m->lm_head, "lm_head.weight", V, D);
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         struct mmrt_persimmon_layer *L = &m->layers[i];
 #define LAYER(dst, nd, suffix, ...)                                                            \
@@ -216,16 +217,9 @@ mmrt_status mmrt_persimmon_load(struct mmrt_persimmon *m, struct mmrt_weights *w
     }
 #undef LOAD
 #undef MATRIX
-    /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
-    st = mmrt_weights_commit(w, err);
+    st = mmrt_weights_decoder_done(w, cfg->n_layers, tied, &m->embed, &m->lm_head, err);
     if (st != MMRT_OK)
         goto fail;
-    /* Every model loads its decoder last: the checkpoint is fully read now. */
-    mmrt_weights_check_layers(w, "language_model.layers", cfg->n_layers, "input_layernorm.weight",
-                              "num_hidden_layers");
-    mmrt_weights_report_unused(w);
-    if (tied)
-        m->lm_head.t = m->embed; /* stays in the checkpoint's dtype: GET_ROWS reads it too */
     st = mmrt_decoder_kv_create(dev, cfg->n_layers, cfg->n_heads, cfg->head_dim, cfg->max_positions,
                                 opts, &m->kv, err);
     if (st != MMRT_OK)

@@ -316,6 +316,37 @@ void mmrt_weights_report_unused(const struct mmrt_weights *w)
              w->path, n_unused, n_unused == 1 ? "" : "s", line);
 }
 
+mmrt_status mmrt_weights_load_embed_head(struct mmrt_weights *w, struct mmrt_dev *dev,
+                                         int64_t vocab, int64_t hidden, bool tie,
+                                         struct mmrt_tensor *embed, struct mmrt_weight *head,
+                                         bool *tied, struct mmrt_error *err)
+{
+    mmrt_status st = mmrt_weights_load(w, dev, 2, (const int64_t[]){ vocab, hidden }, embed,
+                                       err, "language_model.embed_tokens.weight");
+    if (st != MMRT_OK)
+        return st;
+    *tied = !mmrt_weights_find(w, "lm_head.weight") && tie;
+    if (*tied)
+        return MMRT_OK;
+    return mmrt_weights_load_matrix(w, dev, vocab, hidden, head, err, "lm_head.weight");
+}
+
+mmrt_status mmrt_weights_decoder_done(struct mmrt_weights *w, int64_t n_layers, bool tied,
+                                      const struct mmrt_tensor *embed,
+                                      struct mmrt_weight *head, struct mmrt_error *err)
+{
+    /* The tied head is a copy of the embedding's descriptor, which only commit completes. */
+    mmrt_status st = mmrt_weights_commit(w, err);
+    if (st != MMRT_OK)
+        return st;
+    mmrt_weights_check_layers(w, "language_model.layers", n_layers, "input_layernorm.weight",
+                              "num_hidden_layers");
+    mmrt_weights_report_unused(w);
+    if (tied)
+        head->t = *embed; /* stays in the checkpoint's dtype: GET_ROWS reads it too */
+    return MMRT_OK;
+}
+
 void mmrt_weights_check_layers(const struct mmrt_weights *w, const char *prefix,
                                int64_t n_layers, const char *probe, const char *key)
 {

@@ -116,6 +116,21 @@ void mmrt_weights_report_unused(const struct mmrt_weights *w);
 void mmrt_weights_check_layers(const struct mmrt_weights *w, const char *prefix,
                                int64_t n_layers, const char *probe, const char *key);
 
+/* A decoder's token embedding, language_model.embed_tokens.weight [vocab, hidden], and its
+ * head: lm_head.weight [vocab, hidden], or where the checkpoint has none and config.json ties
+ * them (tie), the embedding itself (*tied; mmrt_weights_decoder_done points the head at it). */
+mmrt_status mmrt_weights_load_embed_head(struct mmrt_weights *w, struct mmrt_dev *dev,
+                                         int64_t vocab, int64_t hidden, bool tie,
+                                         struct mmrt_tensor *embed, struct mmrt_weight *head,
+                                         bool *tied, struct mmrt_error *err);
+
+/* Ends a decoder's load, which every model does last: commits, warns of layers
+ * language_model.layers.N beyond num_hidden_layers and of tensors nothing reads, and points
+ * a tied head at the committed embedding. */
+mmrt_status mmrt_weights_decoder_done(struct mmrt_weights *w, int64_t n_layers, bool tied,
+                                      const struct mmrt_tensor *embed,
+                                      struct mmrt_weight *head, struct mmrt_error *err);
+
 /* Canonical spelling of a checkpoint key (models.md §1.7), written into buf. */
 void mmrt_weights_canonical_name(const char *name, bool bare_model_is_lm, char *buf,
                                  size_t size);

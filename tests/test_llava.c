@@ -290,6 +290,10 @@ static void test_bad_configs(void **state)
     golden_expect_load_error(MMRT_ERR_FORMAT, "layers.0.mlp.gate_proj.weight' has shape "
                                               "[64, 32], config.json implies [48, 32]");
     golden_set_config("text_config/intermediate_size", json_integer(64));
+    /* Refused before any tensor is loaded. */
+    golden_set_config("text_config/mlp_bias", json_true());
+    golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "decoder: mlp_bias is not supported");
+    golden_set_config("text_config/mlp_bias", json_false());
     golden_set_config("model_type", json_string("llava_unknown"));
     golden_expect_load_error(MMRT_ERR_UNSUPPORTED, "model_type 'llava_unknown' is not supported");
     golden_set_config("model_type", json_string("llava"));
