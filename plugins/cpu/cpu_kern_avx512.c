@@ -35,6 +35,7 @@
 #include <math.h>
 
 #include "cpu_internal.h"
+#include "cpu_kern_avx512_transpose.h"
 
 #define MR 14
 #define NR 32
@@ -82,35 +83,6 @@ static inline __mmask16 tail_mask(int64_t n)
 }
 
 /* ---- W packing: convert + transpose ----------------------------------------------------- */
-
-/* In-register transpose of a 16 × 16 f32 block: r[i] row i in, r[j] column j out. */
-static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    /* u[4g + c], 128-bit lane L: rows 4g…4g+3 of column 4L + c. */
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
-    }
-}
 
 static void pack_w(const void *w, int dtype, int64_t ldw, int64_t cols, int64_t kc, float *dst)
 {
