@@ -38,7 +38,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: cpu-gemm-bench [--isa auto|avx512|avx2|portable] [--threads N] "
                     "[--dtype f32|f16|bf16|i8|u4] [--k K] [--n N] [--copies C] [--repeat R] [--bf16-dot] "
-                    "[--int8-dot[=1|3]] [--prefetch l1|l2] [--amx-gemv=0|1] M…\n");
+                    "[--int8-dot[=1|3]] [--prefetch l1|l2] [--amx-gemv=0|1] [--option KEY=VALUE]… M…\n");
     return 2;
 }
 
@@ -58,6 +58,10 @@ int main(int argc, char **argv)
     const char *int8_dot = NULL; /* the device option's value: "1" or "3" digits */
     const char *prefetch = NULL; /* the device option's value: "l1" or "l2" */
     const char *amx_gemv = NULL; /* the device option's value: "0" or "1" */
+    /* any other device option, as KEY=VALUE (gemv_widen=registers, ...) */
+    char okey[4][32];
+    const char *oval[4];
+    int n_extra = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -85,6 +89,13 @@ int main(int argc, char **argv)
             prefetch = argv[++i];
         else if (strncmp(a, "--amx-gemv=", 11) == 0)
             amx_gemv = a + 11;
+        else if (strcmp(a, "--option") == 0 && more && n_extra < 4) {
+            const char *kv = argv[++i], *eq = strchr(kv, '=');
+            if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof okey[0])
+                return usage();
+            snprintf(okey[n_extra], sizeof okey[0], "%.*s", (int)(eq - kv), kv);
+            oval[n_extra++] = eq + 1;
+        }
         else if (a[0] != '-' && n_m < 32 && atoll(a) > 0)
             Ms[n_m++] = atoll(a);
         else
@@ -110,7 +121,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_m; i++)
         max_m = Ms[i] > max_m ? Ms[i] : max_m;
 
-    struct mmrt_option opts[6];
+    struct mmrt_option opts[10];
     int n_opts = 0;
     opts[n_opts++] = (struct mmrt_option){ "isa", isa };
     if (threads)
@@ -123,6 +134,8 @@ int main(int argc, char **argv)
         opts[n_opts++] = (struct mmrt_option){ "prefetch", prefetch };
     if (amx_gemv)
         opts[n_opts++] = (struct mmrt_option){ "amx_gemv", amx_gemv };
+    for (int i = 0; i < n_extra; i++)
+        opts[n_opts++] = (struct mmrt_option){ okey[i], oval[i] };
     struct harness h;
     mmrt_status st = harness_open(&h, harness_plugin_path("cpu"), opts, n_opts);
     if (st != MMRT_OK) {
@@ -190,9 +203,14 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("cpu-gemm-bench: isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB) × %d copies, "
-           "best and median of %d calls\n", isa, threads ? threads : "default", (long long)N,
-           (long long)K, dtname, (double)(N * K) * es / 1048576.0, copies, repeat * copies);
+    /* the device's name says which kernels the options chose */
+    struct mmrt_device_info info = { .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_device_info) };
+    if (h.plugin->device_info(h.dev, &info) != MMRT_OK)
+        snprintf(info.name, sizeof info.name, "?");
+    printf("cpu-gemm-bench: %s, isa %s, threads %s, W [%lld, %lld] %s (%.1f MiB) × %d copies, "
+           "best and median of %d calls\n", info.name, isa, threads ? threads : "default",
+           (long long)N, (long long)K, dtname, (double)(N * K) * es / 1048576.0, copies,
+           repeat * copies);
     printf("%6s %10s %10s %10s %10s %12s %8s\n", "M", "ms", "median ms", "W GB/s", "GFLOP/s",
            "ms per row", "vs M=1");
     /* Item -1 is M = 1 over each row of x alone: the reference rows and the M = 1 time. */

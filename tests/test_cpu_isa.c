@@ -143,14 +143,38 @@ static double finite_rel_err(const float *got, const double *ref, int64_t n)
 
 /* Opens the plugin with isa (and bf16_dot); false when this CPU lacks it (the harness prints
  * the plugin's refusal). The portable table must always open. */
-static bool open_isa(struct harness *h, const char *isa, const char *threads, bool bf16_dot)
+/* widen: the device option gemv_widen ("buffer", "registers"), or NULL for its default. A
+ * table with a registers GEMV says so in the device's name. */
+static bool open_isa_widen(struct harness *h, const char *isa, const char *threads,
+                           bool bf16_dot, const char *widen)
 {
-    struct mmrt_option opts[3] = { { "isa", isa }, { "threads", threads }, { "bf16_dot", "1" } };
-    mmrt_status st = harness_open(h, harness_plugin_path("cpu"), opts, bf16_dot ? 3 : 2);
+    struct mmrt_option opts[4] = { { "isa", isa }, { "threads", threads } };
+    int n = 2;
+    if (bf16_dot)
+        opts[n++] = (struct mmrt_option){ "bf16_dot", "1" };
+    if (widen)
+        opts[n++] = (struct mmrt_option){ "gemv_widen", widen };
+    mmrt_status st = harness_open(h, harness_plugin_path("cpu"), opts, n);
     if (strcmp(isa, "portable") == 0 && !bf16_dot)
         assert_int_equal(st, MMRT_OK);
+    if (st == MMRT_OK && widen && strcmp(isa, "portable") != 0) {
+        struct mmrt_device_info info = { .hdr = MMRT_ABI_HEADER_INIT(struct mmrt_device_info) };
+        assert_int_equal(h->plugin->device_info(h->dev, &info), MMRT_OK);
+        if ((strstr(info.name, "+gemv_regs") != NULL) != (widen[0] == 'r'))
+            fail_msg("isa %s gemv_widen=%s: the device name \"%s\" says the other", isa, widen,
+                     info.name);
+    }
     return st == MMRT_OK;
 }
+
+static bool open_isa(struct harness *h, const char *isa, const char *threads, bool bf16_dot)
+{
+    return open_isa_widen(h, isa, threads, bf16_dot, NULL);
+}
+
+/* Both ways the batched GEMV widens its weights (gemv_widen): the same bits are asked of
+ * each, whichever the CPU's default is. */
+static const char *const widens[] = { "buffer", "registers" };
 
 static const char *const isas[] = { "portable", "avx2", "avx512" };
 static const enum mmrt_dtype wdts[3] = { MMRT_DTYPE_F32, MMRT_DTYPE_F16, MMRT_DTYPE_BF16 };
@@ -225,9 +249,12 @@ static void test_matmul_all_isas(void **state)
 static void test_matmul_i8_all_isas(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+    for (size_t iw = 0; iw < 2 * (sizeof isas / sizeof isas[0]); iw++) {
+        const size_t i = iw / 2;
+        const char *widen = widens[iw % 2];
         struct harness h;
-        if (!open_isa(&h, isas[i], "3", false))
+        if ((strcmp(isas[i], "portable") == 0 && iw % 2) ||
+            !open_isa_widen(&h, isas[i], "3", false, widen))
             continue;
         for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++) {
             int64_t M = mm_cases[c][0], K = mm_cases[c][1], N = mm_cases[c][2];
@@ -258,8 +285,8 @@ static void test_matmul_i8_all_isas(void **state)
             ref_matmul(x, deq, NULL, M, K, N, ref);
             double e = rel_err(y, ref, M * N);
             if (!(e <= 1e-5))
-                fail_msg("isa %s MATMUL I8 M=%lld K=%lld N=%lld: error %.3g > 1e-5", isas[i],
-                         (long long)M, (long long)K, (long long)N, e);
+                fail_msg("isa %s gemv_widen=%s MATMUL I8 M=%lld K=%lld N=%lld: error %.3g > "
+                         "1e-5", isas[i], widen, (long long)M, (long long)K, (long long)N, e);
             for (int64_t r = 0; M <= ROW_INV_MAX_M && r < M; r++) {
                 struct harness_tensor t1 = put(&h, MMRT_DTYPE_F32, 2, (const int64_t[]){ 1, K },
                                                x + r * K), y1;
@@ -269,9 +296,9 @@ static void test_matmul_i8_all_isas(void **state)
                 assert_int_equal(harness_run(&h, MMRT_OP_MATMUL, s1, 4, &y1, NULL, 0), MMRT_OK);
                 float *g1 = get(&h, &y1);
                 if (memcmp(g1, y + r * N, (size_t)N * sizeof(float)) != 0)
-                    fail_msg("isa %s MATMUL I8 M=%lld K=%lld N=%lld: row %lld differs from the "
-                             "row alone", isas[i], (long long)M, (long long)K, (long long)N,
-                             (long long)r);
+                    fail_msg("isa %s gemv_widen=%s MATMUL I8 M=%lld K=%lld N=%lld: row %lld "
+                             "differs from the row alone", isas[i], widen, (long long)M,
+                             (long long)K, (long long)N, (long long)r);
                 free(g1);
                 harness_tensor_free(&h, &t1);
                 harness_tensor_free(&h, &y1);
@@ -984,11 +1011,14 @@ static void test_row_invariance_all_isas(void **state)
 {
     (void)state;
     const int64_t K = 2053, N = 45, MAX_M = 48;
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0] + 1; i++) {
+    for (size_t iw = 0; iw < 2 * (sizeof isas / sizeof isas[0] + 1); iw++) {
+        const size_t i = iw / 2;
+        const char *widen = widens[iw % 2];
         bool bf16_dot = i == sizeof isas / sizeof isas[0];
         const char *isa = bf16_dot ? "avx512" : isas[i];
         struct harness h;
-        if (!open_isa(&h, isa, "3", bf16_dot))
+        if ((strcmp(isa, "portable") == 0 && iw % 2) ||
+            !open_isa_widen(&h, isa, "3", bf16_dot, widen))
             continue;
         bool portable = strcmp(isa, "portable") == 0;
         for (int d = 0; d < 3; d++) {
@@ -1011,9 +1041,10 @@ static void test_row_invariance_all_isas(void **state)
                 const float *want = M <= ROW_INV_MAX_M || portable ? alone : big;
                 for (int64_t r = 0; r < M; r++)
                     if (memcmp(y + r * N, want + r * N, (size_t)N * sizeof(float)) != 0)
-                        fail_msg("isa %s%s dtype %d: row %lld of M = %lld differs from %s", isa,
-                                 bf16_dot ? " bf16_dot" : "", (int)wdts[d], (long long)r,
-                                 (long long)M, want == alone ? "M = 1" : "M = 48");
+                        fail_msg("isa %s%s gemv_widen=%s dtype %d: row %lld of M = %lld "
+                                 "differs from %s", isa, bf16_dot ? " bf16_dot" : "", widen,
+                                 (int)wdts[d], (long long)r, (long long)M,
+                                 want == alone ? "M = 1" : "M = 48");
                 free(y);
             }
             /* The two paths agree to the MATMUL tolerance (they differ only in order). */
@@ -1301,6 +1332,8 @@ static void test_option_refusals(void **state)
         { "amx_gemv", "2", "amx_gemv=\"2\": expected 0 or 1" },
         { "amx_gemv", "auto", "amx_gemv=\"auto\": expected 0 or 1" },
         { "amx_gemv", "", "amx_gemv=\"\": expected 0 or 1" },
+        { "gemv_widen", "regs", "gemv_widen=\"regs\": expected auto, buffer or registers" },
+        { "gemv_widen", "", "gemv_widen=\"\": expected auto, buffer or registers" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct mmrt_option o = { bad[i].key, bad[i].value };
@@ -1339,8 +1372,10 @@ static void test_option_refusals(void **state)
     if (h.plugin->device_open(0, pi, 2, &d, err, sizeof err) == MMRT_OK) {
         struct mmrt_device_info info = { .hdr = { .struct_size = sizeof info } };
         assert_int_equal(h.plugin->device_info(d, &info), MMRT_OK);
-        if (!strstr(info.name, "+int8_dot=3:avx2]") &&
-            !strstr(info.name, "+int8_dot=3:avx2/l2]"))
+        /* the unit's name ends there: a prefetch or another choice may follow */
+        const char *u = strstr(info.name, "+int8_dot=3:avx2");
+        const char next = u ? u[strlen("+int8_dot=3:avx2")] : '\0';
+        if (!next || !strchr("]/+", next))
             fail_msg("isa avx2 int8_dot=auto: device name \"%s\"", info.name);
         h.plugin->device_close(d);
         d = NULL;

@@ -2372,7 +2372,8 @@ static void test_plugin_table(void **state)
     assert_string_equal(p->option_keys[5], "weights");
     assert_string_equal(p->option_keys[6], "prefetch");
     assert_string_equal(p->option_keys[7], "amx_gemv");
-    assert_null(p->option_keys[8]);
+    assert_string_equal(p->option_keys[8], "gemv_widen");
+    assert_null(p->option_keys[9]);
     int n = -1;
     char why[64] = "x";
     assert_int_equal(p->probe(&n, why, sizeof why), MMRT_OK);

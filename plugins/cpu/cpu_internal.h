@@ -376,6 +376,11 @@ struct cpu_kernels {
      * n0 ≤ n < n1 (no bias). Lanes along k, fixed reduction: see the ISA file. */
     void (*gemv)(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
                  int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
+    /* gemv with F16, BF16 and I8 weights widened in registers by every pass of x rows
+     * instead of once per K chunk into an L1 buffer (device option gemv_widen): the same
+     * bits. cpu_kernels_select puts it in gemv when chosen; NULL where gemv is. */
+    void (*gemv_regs)(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w,
+                      int dtype, int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy);
     /* U4 MATMUL rows (plugin.h layout, K = G·gs codes; no bias): y[m·ldy + j] = Σ_g
      * scale[j·G + g]·(Σ_{k∈g} code·x − zero[j·G + g]·xsum[m·G + g]) for m < M ≤
      * CPU_GEMV_MAX_M and j < n, W row j's codes at w + j·K/2, xsum the x rows' group sums
@@ -423,6 +428,7 @@ struct cpu_kernels {
      * portable table — and the U4 GEMV widens every code to f32). */
     const struct cpu_q4_q8 *q4q8;
     bool q4q8_l2;      /* run its gemv_l2 (device option prefetch) */
+    bool gemv_in_regs; /* gemv is the table's gemv_regs (device option gemv_widen) */
 };
 
 extern const struct cpu_kernels cpu_kernels_portable;
@@ -438,18 +444,26 @@ extern const struct cpu_q4_q8 cpu_q4_q8_avx512vnni_3;   /* x86-64 only; three di
 void cpu_pack_w_bf16_avx512(const uint16_t *w, int64_t ldw, int64_t cols, int64_t kc,
                             int64_t kp, uint32_t *dst);
 
+/* The kernel choices among the device options (cpu_plugin.c): each the option's value as
+ * given, NULL where it was not. */
+struct cpu_kernel_options {
+    const char *isa, *bf16_dot, *int8_dot, *prefetch, *amx_gemv, *gemv_widen;
+};
+
 /* Picks the kernel table for the `isa` option value (NULL or "auto": the best this CPU runs),
  * the bf16 dot-product GEMM for the `bf16_dot` value (NULL or "0": none; "1": AMX where
  * the CPU and the kernel allow it, else AVX512_BF16; "amx" or "avx512": that unit) and the
  * int8 U4 GEMV for `int8_dot` ("0": none; "1" or "3", the digits of x; NULL or "auto": 3
  * except with the portable table: AVX512_VNNI with the avx512 table on a CPU that has it,
  * else AVX2), and where that GEMV prefetches (`prefetch`: "l1", "l2"; NULL or "auto": l2 on
- * AMD cores, l1 on others), and the BF16 GEMV on tiles for `amx_gemv` (NULL or "0": none;
- * "1": AMX, which needs the avx512 table and a CPU and kernel that allow the tiles). Refuses
- * an ISA or unit the CPU lacks with a message naming the missing feature. */
-mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
-                               const char *prefetch, const char *amx_gemv,
-                               struct cpu_kernels *out, char *err, size_t err_size);
+ * AMD cores, l1 on others), the BF16 GEMV on tiles for `amx_gemv` (NULL or "0": none;
+ * "1": AMX, which needs the avx512 table and a CPU and kernel that allow the tiles), and
+ * where the batched GEMV widens its weights (`gemv_widen`: "buffer", "registers"; NULL or
+ * "auto": registers on AMD cores, buffer on others; the portable table has neither and takes
+ * any value). Refuses an ISA or unit the CPU lacks with a message naming the missing
+ * feature. */
+mmrt_status cpu_kernels_select(const struct cpu_kernel_options *o, struct cpu_kernels *out,
+                               char *err, size_t err_size);
 /* "avx512 avx512_bf16 avx2 fma f16c" — what this CPU offers, for the device name and logs. */
 void cpu_isa_describe(char *out, size_t size);
 

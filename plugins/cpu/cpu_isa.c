@@ -276,10 +276,34 @@ static mmrt_status gemv_unit(const char *want, const struct isa_caps *c, const c
     return MMRT_ERR_CONFIG;
 }
 
-mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char *int8_dot,
-                               const char *prefetch, const char *amx_gemv,
-                               struct cpu_kernels *out, char *err, size_t err_size)
+/* Where the batched GEMV widens F16, BF16 and I8 weights: "buffer", "registers", or NULL /
+ * "auto": registers on AMD cores, whose conversions issue beside the FMAs (Zen 4: the F16
+ * GEMV of 8 rows 4.6–5.3 → 3.4–4.3 ms for 11008 × 4096), the buffer elsewhere (on Intel cores
+ * vcvtph2ps takes the FMA ports: the reason the buffer was built; docs/BENCHMARKS.md). */
+static mmrt_status gemv_widen_regs(const char *want, bool *regs, char *err, size_t err_size)
 {
+    if (!want || strcmp(want, "auto") == 0) {
+#if CPU_X86 && defined(__GNUC__)
+        __builtin_cpu_init();
+        *regs = __builtin_cpu_is("amd");
+#else
+        *regs = false;
+#endif
+        return MMRT_OK;
+    }
+    if (strcmp(want, "buffer") == 0 || strcmp(want, "registers") == 0) {
+        *regs = want[0] == 'r';
+        return MMRT_OK;
+    }
+    snprintf(err, err_size, "cpu: device option gemv_widen=\"%s\": expected auto, buffer or "
+             "registers", want);
+    return MMRT_ERR_CONFIG;
+}
+
+mmrt_status cpu_kernels_select(const struct cpu_kernel_options *o, struct cpu_kernels *out,
+                               char *err, size_t err_size)
+{
+    const char *isa = o->isa;
     struct isa_caps c = isa_caps();
     const struct cpu_kernels *k = &cpu_kernels_portable;
     if (!isa || strcmp(isa, "auto") == 0) {
@@ -304,15 +328,22 @@ mmrt_status cpu_kernels_select(const char *isa, const char *bf16_dot, const char
         return MMRT_ERR_CONFIG;
     }
     struct cpu_kernels t = *k;
-    mmrt_status st = bf16_unit(bf16_dot, &c, k->name, &t.bf16, err, err_size);
+    bool regs = false;
+    mmrt_status st = bf16_unit(o->bf16_dot, &c, k->name, &t.bf16, err, err_size);
     if (st == MMRT_OK)
-        st = q8_unit(int8_dot, &c, k->name, &t.q4q8, err, err_size);
+        st = q8_unit(o->int8_dot, &c, k->name, &t.q4q8, err, err_size);
     if (st == MMRT_OK)
-        st = prefetch_l2(prefetch, &t.q4q8_l2, err, err_size);
+        st = prefetch_l2(o->prefetch, &t.q4q8_l2, err, err_size);
     if (st == MMRT_OK)
-        st = gemv_unit(amx_gemv, &c, k->name, &t.bf16_gemv, err, err_size);
+        st = gemv_unit(o->amx_gemv, &c, k->name, &t.bf16_gemv, err, err_size);
+    if (st == MMRT_OK)
+        st = gemv_widen_regs(o->gemv_widen, &regs, err, err_size);
     if (st != MMRT_OK)
         return st;
+    if (regs && k->gemv_regs) {
+        t.gemv = k->gemv_regs;
+        t.gemv_in_regs = true;
+    }
     *out = t;
     return MMRT_OK;
 }

@@ -372,11 +372,33 @@ gemv_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
     }
 }
 
+/* One block of R W rows against M > GV_G x rows without the buffer (gemv_widen =
+ * registers), as gemv_rows_regs in cpu_kern_avx512.c: passes of at most GV_G rows, the first
+ * streaming the block and prefetching the next. F16 only: with two x rows a pass, each W
+ * vector's widening is shared by two FMAs, and BF16's and I8's take two operations where
+ * F16's takes one vcvtph2ps. On Zen 4 (isa = avx2) F16 gained up to 16 rows (8 rows: 4.9–7.9
+ * → 4.4–5.0 ms for 11008 × 4096) and held even at 32; BF16 and I8 lost from 16 rows on (32
+ * rows: 17–21 → 21–24 ms). */
+static inline __attribute__((always_inline)) void
+gemv_rows_regs(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+               int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+{
+    for (int64_t m0 = 0; m0 < M; m0 += GV_G) {
+        if (M - m0 >= 2)
+            gemv_pass(x + m0 * ldx, ldx, w, dt, rowb, R, 2, K, y + m0 * ldy, ldy,
+                      m0 == 0 ? pf : NULL);
+        else
+            gemv_pass(x + m0 * ldx, ldx, w, dt, rowb, R, 1, K, y + m0 * ldy, ldy, NULL);
+    }
+}
+
 static inline __attribute__((always_inline)) void
 gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
-          int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+          int64_t rowb, const int R, float *y, int64_t ldy, const char *pf, const bool regs)
 {
-    if (M > GV_G)
+    if (M > GV_G && regs && dt == MMRT_DTYPE_F16)
+        gemv_rows_regs(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
+    else if (M > GV_G)
         gemv_rows_wide(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
     else if (M == 2)
         gemv_pass(x, ldx, w, dt, rowb, R, 2, K, y, ldy, pf);
@@ -386,7 +408,7 @@ gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, cons
 
 static inline __attribute__((always_inline)) void
 gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
-        int64_t rowb, int64_t n, float *y, int64_t ldy)
+        int64_t rowb, int64_t n, float *y, int64_t ldy, const bool regs)
 {
     int64_t j = 0;
     for (; M == 1 && j + 8 <= n; j += 8)
@@ -394,49 +416,12 @@ gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const 
                   j + 16 <= n ? w + (j + 8) * rowb : NULL);
     for (; j + GV_R <= n; j += GV_R)
         gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,
-                  j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL);
+                  j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL, regs);
     for (; j < n; j++)
-        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, 1, y + j, ldy, NULL);
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, 1, y + j, ldy, NULL, regs);
 }
 
-static void gemv_f32(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                     int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F32, rowb, n, y, ldy);
-}
-
-static void gemv_f16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                     int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F16, rowb, n, y, ldy);
-}
-
-static void gemv_bf16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                      int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_BF16, rowb, n, y, ldy);
-}
-
-static void gemv_i8(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                    int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_I8, rowb, n, y, ldy);
-}
-
-static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
-                 int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
-{
-    const int64_t rowb = ldw * (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
-    const char *wr = (const char *)w + n0 * rowb;
-    float *yr = y + n0;
-    /* The dtype is decided here, once per call, never in the loops. */
-    switch (dtype) {
-    case MMRT_DTYPE_F16: gemv_f16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    case MMRT_DTYPE_BF16: gemv_bf16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    case MMRT_DTYPE_I8: gemv_i8(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    default: gemv_f32(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    }
-}
+#include "cpu_kern_gemv.h"
 
 /* ---- U4 GEMV ------------------------------------------------------------------------------ */
 
@@ -1021,6 +1006,7 @@ const struct cpu_kernels cpu_kernels_avx2 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
+    .gemv_regs = gemv_regs,
     .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,

@@ -14,15 +14,18 @@
  * one accumulator per (x row, W row). Up to four x rows take one pass over K that reads the W
  * rows from memory, converting F16/BF16/I8 in registers and prefetching the next block's rows
  * into L2. More x rows (a decode step over a batch) would convert every W vector once per
- * group of four, and the conversions take the FMA ports: instead each block is widened to f32
- * once per K chunk of 512 into an L1 buffer, and passes of up to six x rows (24 accumulators)
- * run over it, the partial sums waiting in a stack buffer between chunks; the next block is
- * prefetched a few lines per k step over all of a chunk's passes. Lane l of an accumulator
- * sums the terms k ≡ l (mod 16) in k order (the K tail is read with a mask, so it lands in
- * lanes 0…), then _mm512_reduce_add_ps sums the lanes in its fixed tree order. Widening is
- * exact and none of this depends on M or on which x rows share a pass, so each row's result
- * is bit-identical for every M ≤ 32 (the contract of CPU_GEMV_MAX_M). The dtype is dispatched
- * once per call to one instantiation per dtype; in the loops it is a constant.
+ * group of four, and on Intel cores the conversions take the FMA ports: there each block is
+ * widened to f32 once per K chunk of 512 into an L1 buffer, and passes of up to six x rows (24
+ * accumulators) run over it, the partial sums waiting in a stack buffer between chunks; the
+ * next block is prefetched a few lines per k step over all of a chunk's passes. AMD cores
+ * convert beside the FMAs, and there (device option gemv_widen, auto) the groups of up to
+ * four rows each widen in registers, as one pass does, the block coming from L2 after the
+ * first group (gemv_rows_regs). Lane l of an accumulator sums the terms k ≡ l (mod 16) in k
+ * order (the K tail is read with a mask, so it lands in lanes 0…), then _mm512_reduce_add_ps
+ * sums the lanes in its fixed tree order. Widening is exact and none of this depends on M or
+ * on which x rows share a pass, so each row's result is bit-identical for every M ≤ 32 (the
+ * contract of CPU_GEMV_MAX_M), either way of widening. The dtype is dispatched once per call
+ * to one instantiation per dtype and way (cpu_kern_gemv.h); in the loops both are constants.
  *
  * Elementwise helpers: exp is the Cephes expf scheme (round x·log2 e to n, reduce with a
  * two-part ln 2, degree-6 polynomial, scale by 2^n with vscalefps, which also gives 0 for
@@ -361,16 +364,12 @@ gemv_rows_wide(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
     }
 }
 
-/* One block of R W rows against all M ≤ GV_G x rows in one pass over K, reading W from
- * memory (no chunks, nothing saved). */
+/* One block of R W rows against M ≤ GV_G x rows in one pass over K, reading W from memory
+ * (no chunks, nothing saved). */
 static inline __attribute__((always_inline)) void
-gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
-          int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+gemv_rows_one(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+              int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
 {
-    if (M > GV_G) {
-        gemv_rows_wide(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
-        return;
-    }
 #define GV_PASS(G) gemv_pass(x, ldx, w, dt, rowb, R, G, K, y, ldy, pf)
     switch (M) {
     case 1: GV_PASS(1); break;
@@ -381,10 +380,44 @@ gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, cons
 #undef GV_PASS
 }
 
+/* One block of R W rows against M > GV_G x rows without the buffer (device option
+ * gemv_widen = registers): passes of near-equal size, at most GV_G rows each, every pass
+ * widening the W vectors it reads in registers. The first pass streams the block from memory
+ * and prefetches the next one; the later ones find the block in L2. On cores where
+ * vcvtph2ps issues beside the FMAs (Zen 4: 12 FMAs and 3 conversions a step take the time of
+ * the 12 FMAs) this beats the buffer, whose stores and reloads cost more than the
+ * conversions they save. */
+static inline __attribute__((always_inline)) void
+gemv_rows_regs(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+               int64_t rowb, const int R, float *y, int64_t ldy, const char *pf)
+{
+    const int64_t passes = (M + GV_G - 1) / GV_G;
+    for (int64_t p = 0, m0 = 0; p < passes; p++) {
+        const int64_t g = (M - m0) / (passes - p) + ((M - m0) % (passes - p) != 0);
+        gemv_rows_one(x + m0 * ldx, ldx, g, K, w, dt, rowb, R, y + m0 * ldy, ldy,
+                      p == 0 ? pf : NULL);
+        m0 += g;
+    }
+}
+
+/* One block of R W rows against all M x rows. regs: gemv_widen = registers, for the dtypes
+ * that have something to widen. */
+static inline __attribute__((always_inline)) void
+gemv_rows(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
+          int64_t rowb, const int R, float *y, int64_t ldy, const char *pf, const bool regs)
+{
+    if (M <= GV_G)
+        gemv_rows_one(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
+    else if (regs && dt != MMRT_DTYPE_F32)
+        gemv_rows_regs(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
+    else
+        gemv_rows_wide(x, ldx, M, K, w, dt, rowb, R, y, ldy, pf);
+}
+
 /* W rows [0, n) of w for one dtype. */
 static inline __attribute__((always_inline)) void
 gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const int dt,
-        int64_t rowb, int64_t n, float *y, int64_t ldy)
+        int64_t rowb, int64_t n, float *y, int64_t ldy, const bool regs)
 {
     int64_t j = 0;
     /* One x row (decode): 8 W rows per pass. Measured 22-26 GB/s against 16-18 GB/s with 4
@@ -393,54 +426,17 @@ gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const 
     for (; M == 1 && j + 8 <= n; j += 8)
         gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, K, y + j, ldy,
                   j + 16 <= n ? w + (j + 8) * rowb : NULL);
-    for (; M > GV_G && j + GW_R <= n; j += GW_R)
+    for (; M > GV_G && !(regs && dt != MMRT_DTYPE_F32) && j + GW_R <= n; j += GW_R)
         gemv_rows_wide(x, ldx, M, K, w + j * rowb, dt, rowb, GW_R, y + j, ldy,
                        j + 2 * GW_R <= n ? w + (j + GW_R) * rowb : NULL);
     for (; j + GV_R <= n; j += GV_R)
         gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,
-                  j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL);
+                  j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL, regs);
     for (; j < n; j++)
-        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, 1, y + j, ldy, NULL);
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, 1, y + j, ldy, NULL, regs);
 }
 
-static void gemv_f32(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                     int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F32, rowb, n, y, ldy);
-}
-
-static void gemv_f16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                     int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_F16, rowb, n, y, ldy);
-}
-
-static void gemv_bf16(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                      int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_BF16, rowb, n, y, ldy);
-}
-
-static void gemv_i8(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w,
-                    int64_t rowb, int64_t n, float *y, int64_t ldy)
-{
-    gemv_dt(x, ldx, M, K, w, MMRT_DTYPE_I8, rowb, n, y, ldy);
-}
-
-static void gemv(const float *x, int64_t ldx, int64_t M, int64_t K, const void *w, int dtype,
-                 int64_t ldw, int64_t n0, int64_t n1, float *y, int64_t ldy)
-{
-    const int64_t rowb = ldw * (int64_t)mmrt_dtype_size((enum mmrt_dtype)dtype);
-    const char *wr = (const char *)w + n0 * rowb;
-    float *yr = y + n0;
-    /* The dtype is decided here, once per call, never in the loops. */
-    switch (dtype) {
-    case MMRT_DTYPE_F16: gemv_f16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    case MMRT_DTYPE_BF16: gemv_bf16(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    case MMRT_DTYPE_I8: gemv_i8(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    default: gemv_f32(x, ldx, M, K, wr, rowb, n1 - n0, yr, ldy); break;
-    }
-}
+#include "cpu_kern_gemv.h"
 
 /* ---- U4 GEMV ------------------------------------------------------------------------------ */
 
@@ -858,6 +854,7 @@ const struct cpu_kernels cpu_kernels_avx512 = {
     .pack_x = pack_x,
     .micro = micro,
     .gemv = gemv,
+    .gemv_regs = gemv_regs,
     .q4_gemv = q4_gemv,
     .scale_max = scale_max,
     .scale_d = scale_d,

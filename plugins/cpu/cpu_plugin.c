@@ -130,12 +130,16 @@ static void cpu_model_name(char *out, size_t size)
  * amx_gemv: 0 (default) or 1 — BF16 weights in the GEMV (decode, up to 32 rows) run on AMX
  * tiles with x split exactly into three bf16 parts (cpu_internal.h, struct cpu_bf16_gemv):
  * as exact as the f32 GEMV, a batch's rows nearly free, one row alone 0–3 % slower.
+ * gemv_widen: auto (default: registers on AMD cores, buffer on others), buffer or registers —
+ * how the GEMV over more x rows than one pass takes widens F16, BF16 and I8 weights to f32:
+ * once per K chunk into an L1 buffer, or in registers by every pass (the same bits).
  * weights: map (default) — run on the checkpoint's mapping in place (arena_adopt_host) — or
  * copy — decline, so the core copies them into anonymous memory (huge pages where the system
  * gives them; for a checkpoint on a slow or network file system, and to measure the two). */
-static const char *const cpu_option_keys[] = { "threads", "isa",      "bf16_dot",
-                                               "int8_dot", "graph",   "weights",
-                                               "prefetch", "amx_gemv", NULL };
+static const char *const cpu_option_keys[] = { "threads",  "isa",      "bf16_dot",
+                                               "int8_dot", "graph",    "weights",
+                                               "prefetch", "amx_gemv", "gemv_widen",
+                                               NULL };
 
 static mmrt_status cpu_probe(int *n_devices, char *why, size_t why_size)
 {
@@ -181,8 +185,8 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int n_threads = online < 1 ? 1 : online > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)online;
     bool have_threads = false;
-    const char *isa = NULL, *bf16_value = NULL, *int8_value = NULL, *graph_value = NULL,
-               *weights_value = NULL, *prefetch_value = NULL, *amx_gemv_value = NULL;
+    const char *graph_value = NULL, *weights_value = NULL;
+    struct cpu_kernel_options ko = { 0 };
     struct cpu_kernels kern;
 
     if (!out || n_options < 0 || (n_options > 0 && !options)) {
@@ -199,14 +203,15 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
             set_err(err, err_size, "cpu: device option %d has no key or no value", i);
             return MMRT_ERR_CONFIG;
         }
-        const char **slot = strcmp(key, "isa") == 0        ? &isa
-                            : strcmp(key, "bf16_dot") == 0 ? &bf16_value
-                            : strcmp(key, "int8_dot") == 0 ? &int8_value
-                            : strcmp(key, "graph") == 0    ? &graph_value
-                            : strcmp(key, "weights") == 0  ? &weights_value
-                            : strcmp(key, "prefetch") == 0 ? &prefetch_value
-                            : strcmp(key, "amx_gemv") == 0 ? &amx_gemv_value
-                                                           : NULL;
+        const char **slot = strcmp(key, "isa") == 0          ? &ko.isa
+                            : strcmp(key, "bf16_dot") == 0   ? &ko.bf16_dot
+                            : strcmp(key, "int8_dot") == 0   ? &ko.int8_dot
+                            : strcmp(key, "graph") == 0      ? &graph_value
+                            : strcmp(key, "weights") == 0    ? &weights_value
+                            : strcmp(key, "prefetch") == 0   ? &ko.prefetch
+                            : strcmp(key, "amx_gemv") == 0   ? &ko.amx_gemv
+                            : strcmp(key, "gemv_widen") == 0 ? &ko.gemv_widen
+                                                             : NULL;
         if (slot) {
             if (*slot) {
                 set_err(err, err_size, "cpu: device option %s given twice (second: \"%s\")",
@@ -219,7 +224,8 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
         if (strcmp(key, "threads") != 0) {
             set_err(err, err_size,
                     "cpu: unknown device option %s=\"%s\" (the cpu plugin knows: threads, isa, "
-                    "bf16_dot, int8_dot, graph, weights, prefetch, amx_gemv)", key, value);
+                    "bf16_dot, int8_dot, graph, weights, prefetch, amx_gemv, gemv_widen)",
+                    key, value);
             return MMRT_ERR_CONFIG;
         }
         if (have_threads) {
@@ -243,8 +249,7 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
                 weights_value);
         return MMRT_ERR_CONFIG;
     }
-    st = cpu_kernels_select(isa, bf16_value, int8_value, prefetch_value, amx_gemv_value, &kern,
-                            err, err_size);
+    st = cpu_kernels_select(&ko, &kern, err, err_size);
     if (st != MMRT_OK)
         return st;
 
@@ -279,12 +284,12 @@ static mmrt_status cpu_device_open(int index, const struct mmrt_option *options,
     /* The kernels' part ends the name and must survive plugin.h's 128-byte name (mmrt-bench
      * reads the units from it): a long model name gives way instead. */
     char tail[96];
-    snprintf(tail, sizeof tail, " (%d thread%s) [%s%s%s%s%s%s%s]", n_threads,
+    snprintf(tail, sizeof tail, " (%d thread%s) [%s%s%s%s%s%s%s%s]", n_threads,
              n_threads == 1 ? "" : "s", kern.name,
              !kern.q4q8 ? "" : kern.q4q8->digits == 1 ? "+int8_dot:" : "+int8_dot=3:",
              kern.q4q8 ? kern.q4q8->unit : "", kern.q4q8 && kern.q4q8_l2 ? "/l2" : "",
              kern.bf16 ? "+bf16_dot:" : "", kern.bf16 ? kern.bf16->unit : "",
-             kern.bf16_gemv ? "+amx_gemv" : "");
+             kern.bf16_gemv ? "+amx_gemv" : "", kern.gemv_in_regs ? "+gemv_regs" : "");
     snprintf(dev->name, sizeof dev->name, "%.*s%s", (int)(CPU_DEVICE_NAME_MAX - strlen(tail)),
              model, tail);
     dev->total_bytes = phys_bytes();

@@ -441,18 +441,32 @@ static const char *amx_text(const struct bench_limits *l, bool low)
     return buf;
 }
 
+/* Whether the CPU plugin's device name lists this choice whole: "+bf16_dot:amx" followed by
+ * the end of its kernels' part (']') or the next choice ('+'), never by more of a longer
+ * unit's name (cpu_plugin.c writes the part). */
+static bool names_choice(const char *device_name, const char *choice)
+{
+    for (const char *p = strstr(device_name, choice); p; p = strstr(p + 1, choice)) {
+        const char next = p[strlen(choice)];
+        if (next == ']' || next == '+')
+            return true;
+    }
+    return false;
+}
+
 /* The unit whose peak holds a CPU stage: the one the CPU plugin says it runs BF16 weights on
- * (its device name ends in "+bf16_dot:amx]" or "+bf16_dot:avx512_bf16]", cpu_plugin.c), so
- * the limit follows what ran, not what the option asked for; everything else runs f32 FMAs.
- * A unit this process could not probe falls back to the FMA peak. */
+ * (its device name lists "+bf16_dot:amx" or "+bf16_dot:avx512_bf16"), so the limit follows
+ * what ran, not what the option asked for; everything else runs f32 FMAs. A unit this
+ * process could not probe falls back to the FMA peak. */
 static const char *peak_unit(const char *device_name, int dtype, const struct bench_limits *l,
                              double *peak)
 {
-    if (dtype == BENCH_BF16 && strstr(device_name, "+bf16_dot:amx]") && l->amx_gflops > 0) {
+    if (dtype == BENCH_BF16 && names_choice(device_name, "+bf16_dot:amx") &&
+        l->amx_gflops > 0) {
         *peak = l->amx_gflops;
         return "AMX bf16";
     }
-    if (dtype == BENCH_BF16 && strstr(device_name, "+bf16_dot:avx512_bf16]") &&
+    if (dtype == BENCH_BF16 && names_choice(device_name, "+bf16_dot:avx512_bf16") &&
         l->bf16_gflops > 0) {
         *peak = l->bf16_gflops;
         return "bf16 dot";
