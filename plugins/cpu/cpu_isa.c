@@ -221,25 +221,32 @@ static mmrt_status q8_unit(const char *want, const struct isa_caps *c, const cha
     return MMRT_ERR_CONFIG;
 }
 
-/* Where the int8 U4 GEMV prefetches (cpu_prefetch_read): "l1", "l2", or NULL / "auto": L2
- * on AMD cores (Zen 4: 35 GB/s against 24 with L1), L1 elsewhere (what Ice Lake measured
- * best). */
-static mmrt_status prefetch_l2(const char *want, bool *l2, char *err, size_t err_size)
+/* A device option of two values and auto, where auto takes the second on AMD cores and the
+ * first elsewhere (what each was measured best on): *second says which was chosen.
+ * - prefetch (where the int8 U4 GEMV prefetches, cpu_prefetch_read): l1 or l2. L2 on AMD
+ *   (Zen 4: 35 GB/s against 24 with L1), L1 elsewhere (what Ice Lake measured best).
+ * - gemv_widen (where the batched GEMV widens F16, BF16 and I8 weights): buffer or
+ *   registers. Registers on AMD, whose conversions issue beside the FMAs (Zen 4: the F16
+ *   GEMV of 8 rows 4.6–5.3 → 3.4–4.3 ms for 11008 × 4096), the buffer elsewhere (on Intel
+ *   cores vcvtph2ps takes the FMA ports: the reason the buffer was built; BENCHMARKS.md). */
+static mmrt_status amd_choice(const char *key, const char *want, const char *first,
+                              const char *second, bool *is_second, char *err, size_t err_size)
 {
     if (!want || strcmp(want, "auto") == 0) {
 #if CPU_X86 && defined(__GNUC__)
         __builtin_cpu_init();
-        *l2 = __builtin_cpu_is("amd");
+        *is_second = __builtin_cpu_is("amd");
 #else
-        *l2 = false;
+        *is_second = false;
 #endif
         return MMRT_OK;
     }
-    if (strcmp(want, "l1") == 0 || strcmp(want, "l2") == 0) {
-        *l2 = want[1] == '2';
+    if (strcmp(want, first) == 0 || strcmp(want, second) == 0) {
+        *is_second = strcmp(want, second) == 0;
         return MMRT_OK;
     }
-    snprintf(err, err_size, "cpu: device option prefetch=\"%s\": expected auto, l1 or l2", want);
+    snprintf(err, err_size, "cpu: device option %s=\"%s\": expected auto, %s or %s", key, want,
+             first, second);
     return MMRT_ERR_CONFIG;
 }
 
@@ -276,30 +283,6 @@ static mmrt_status gemv_unit(const char *want, const struct isa_caps *c, const c
     return MMRT_ERR_CONFIG;
 }
 
-/* Where the batched GEMV widens F16, BF16 and I8 weights: "buffer", "registers", or NULL /
- * "auto": registers on AMD cores, whose conversions issue beside the FMAs (Zen 4: the F16
- * GEMV of 8 rows 4.6–5.3 → 3.4–4.3 ms for 11008 × 4096), the buffer elsewhere (on Intel cores
- * vcvtph2ps takes the FMA ports: the reason the buffer was built; docs/BENCHMARKS.md). */
-static mmrt_status gemv_widen_regs(const char *want, bool *regs, char *err, size_t err_size)
-{
-    if (!want || strcmp(want, "auto") == 0) {
-#if CPU_X86 && defined(__GNUC__)
-        __builtin_cpu_init();
-        *regs = __builtin_cpu_is("amd");
-#else
-        *regs = false;
-#endif
-        return MMRT_OK;
-    }
-    if (strcmp(want, "buffer") == 0 || strcmp(want, "registers") == 0) {
-        *regs = want[0] == 'r';
-        return MMRT_OK;
-    }
-    snprintf(err, err_size, "cpu: device option gemv_widen=\"%s\": expected auto, buffer or "
-             "registers", want);
-    return MMRT_ERR_CONFIG;
-}
-
 mmrt_status cpu_kernels_select(const struct cpu_kernel_options *o, struct cpu_kernels *out,
                                char *err, size_t err_size)
 {
@@ -333,11 +316,12 @@ mmrt_status cpu_kernels_select(const struct cpu_kernel_options *o, struct cpu_ke
     if (st == MMRT_OK)
         st = q8_unit(o->int8_dot, &c, k->name, &t.q4q8, err, err_size);
     if (st == MMRT_OK)
-        st = prefetch_l2(o->prefetch, &t.q4q8_l2, err, err_size);
+        st = amd_choice("prefetch", o->prefetch, "l1", "l2", &t.q4q8_l2, err, err_size);
     if (st == MMRT_OK)
         st = gemv_unit(o->amx_gemv, &c, k->name, &t.bf16_gemv, err, err_size);
     if (st == MMRT_OK)
-        st = gemv_widen_regs(o->gemv_widen, &regs, err, err_size);
+        st = amd_choice("gemv_widen", o->gemv_widen, "buffer", "registers", &regs, err,
+                        err_size);
     if (st != MMRT_OK)
         return st;
     if (regs && k->gemv_regs) {
