@@ -426,9 +426,10 @@ gemv_dt(const float *x, int64_t ldx, int64_t M, int64_t K, const char *w, const 
     for (; M == 1 && j + 8 <= n; j += 8)
         gemv_pass(x, ldx, w + j * rowb, dt, rowb, 8, 1, K, y + j, ldy,
                   j + 16 <= n ? w + (j + 8) * rowb : NULL);
-    for (; M > GV_G && !(regs && dt != MMRT_DTYPE_F32) && j + GW_R <= n; j += GW_R)
-        gemv_rows_wide(x, ldx, M, K, w + j * rowb, dt, rowb, GW_R, y + j, ldy,
-                       j + 2 * GW_R <= n ? w + (j + GW_R) * rowb : NULL);
+    /* Blocks of the widened path's GW_R rows; gemv_rows decides buffer or registers. */
+    for (; M > GV_G && j + GW_R <= n; j += GW_R)
+        gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GW_R, y + j, ldy,
+                  j + 2 * GW_R <= n ? w + (j + GW_R) * rowb : NULL, regs);
     for (; j + GV_R <= n; j += GV_R)
         gemv_rows(x, ldx, M, K, w + j * rowb, dt, rowb, GV_R, y + j, ldy,
                   j + 2 * GV_R <= n ? w + (j + GV_R) * rowb : NULL, regs);
