@@ -712,6 +712,36 @@ static mmrt_status check_byte_tokens(const struct mmrt_tokenizer *t, struct mmrt
     return MMRT_OK;
 }
 
+/* ---- Sequence steps --------------------------------------------------------------------- */
+
+/* One step of the normalizer, pre-tokenizer, decoder or post-processor pipeline. */
+typedef mmrt_status (*tk_step_parser)(struct mmrt_tokenizer *t, const json_t *j,
+                                      const char *path, int depth, struct mmrt_error *err);
+
+/* A "Sequence" step: each member of j[key] through parse, one level deeper. A hostile file
+ * may nest Sequences without end, so depth stops at MAX_SEQ_DEPTH. */
+static mmrt_status parse_sequence(struct mmrt_tokenizer *t, const json_t *j, const char *path,
+                                  int depth, const char *key, tk_step_parser parse,
+                                  struct mmrt_error *err)
+{
+    const json_t *list = json_object_get(j, key);
+    if (!json_is_array(list)) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "\"%s\" must be an array", key);
+        return fmt_err(t, MMRT_ERR_FORMAT, err, path, msg);
+    }
+    if (depth >= MAX_SEQ_DEPTH)
+        return fmt_err(t, MMRT_ERR_LIMIT, err, path, "Sequences nested too deep");
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", path, key, i);
+        mmrt_status st = parse(t, json_array_get(list, i), sub, depth + 1, err);
+        if (st != MMRT_OK)
+            return st;
+    }
+    return MMRT_OK;
+}
+
 /* ---- normalizers ----------------------------------------------------------------------- */
 
 static mmrt_status parse_norm(struct mmrt_tokenizer *t, const json_t *j, const char *path,
@@ -723,20 +753,8 @@ static mmrt_status parse_norm(struct mmrt_tokenizer *t, const json_t *j, const c
     mmrt_status st = get_type(t, j, path, &type, err);
     if (st != MMRT_OK)
         return st;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(j, "normalizers");
-        if (!json_is_array(list))
-            return fmt_err(t, MMRT_ERR_FORMAT, err, path, "\"normalizers\" must be an array");
-        if (depth >= MAX_SEQ_DEPTH)
-            return fmt_err(t, MMRT_ERR_LIMIT, err, path, "Sequences nested too deep");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", path, i);
-            if ((st = parse_norm(t, json_array_get(list, i), sub, depth + 1, err)) != MMRT_OK)
-                return st;
-        }
-        return MMRT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, path, depth, "normalizers", parse_norm, err);
     if (t->n_norm == TK_MAX_STEPS)
         return fmt_err(t, MMRT_ERR_LIMIT, err, path, "too many normalizers");
     /* Counted at once, so destroy frees what a failure below leaves allocated. */
@@ -1092,20 +1110,8 @@ static mmrt_status parse_pre(struct mmrt_tokenizer *t, const json_t *j, const ch
     mmrt_status st = get_type(t, j, path, &type, err);
     if (st != MMRT_OK)
         return st;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(j, "pretokenizers");
-        if (!json_is_array(list))
-            return fmt_err(t, MMRT_ERR_FORMAT, err, path, "\"pretokenizers\" must be an array");
-        if (depth >= MAX_SEQ_DEPTH)
-            return fmt_err(t, MMRT_ERR_LIMIT, err, path, "Sequences nested too deep");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", path, i);
-            if ((st = parse_pre(t, json_array_get(list, i), sub, depth + 1, err)) != MMRT_OK)
-                return st;
-        }
-        return MMRT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, path, depth, "pretokenizers", parse_pre, err);
     if (t->n_pre == TK_MAX_STEPS)
         return fmt_err(t, MMRT_ERR_LIMIT, err, path, "too many pre-tokenizers");
     struct tk_pre *p = &t->pre[t->n_pre++]; /* counted at once: destroy frees p->re/str */
@@ -1179,20 +1185,8 @@ static mmrt_status parse_dec(struct mmrt_tokenizer *t, const json_t *j, const ch
     if (st != MMRT_OK)
         return st;
     t->has_decoder = true;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(j, "decoders");
-        if (!json_is_array(list))
-            return fmt_err(t, MMRT_ERR_FORMAT, err, path, "\"decoders\" must be an array");
-        if (depth >= MAX_SEQ_DEPTH)
-            return fmt_err(t, MMRT_ERR_LIMIT, err, path, "Sequences nested too deep");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.decoders[%zu]", path, i);
-            if ((st = parse_dec(t, json_array_get(list, i), sub, depth + 1, err)) != MMRT_OK)
-                return st;
-        }
-        return MMRT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, path, depth, "decoders", parse_dec, err);
     if (t->n_dec == TK_MAX_STEPS)
         return fmt_err(t, MMRT_ERR_LIMIT, err, path, "too many decoders");
     struct tk_dec *d = &t->dec[t->n_dec++]; /* counted at once: destroy frees d->a/b */
@@ -1364,20 +1358,8 @@ static mmrt_status parse_post(struct mmrt_tokenizer *t, const json_t *j, const c
     mmrt_status st = get_type(t, j, path, &type, err);
     if (st != MMRT_OK)
         return st;
-    if (strcmp(type, "Sequence") == 0) {
-        const json_t *list = json_object_get(j, "processors");
-        if (!json_is_array(list))
-            return fmt_err(t, MMRT_ERR_FORMAT, err, path, "\"processors\" must be an array");
-        if (depth >= MAX_SEQ_DEPTH)
-            return fmt_err(t, MMRT_ERR_LIMIT, err, path, "Sequences nested too deep");
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.processors[%zu]", path, i);
-            if ((st = parse_post(t, json_array_get(list, i), sub, depth + 1, err)) != MMRT_OK)
-                return st;
-        }
-        return MMRT_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, path, depth, "processors", parse_post, err);
     if (strcmp(type, "TemplateProcessing") == 0)
         return parse_template(t, j, path, err);
     if (strcmp(type, "ByteLevel") == 0)
