@@ -640,6 +640,38 @@ static void test_tiny_vision_cache(void **state)
     json_decref(rec);
 }
 
+/* --solo: after each round its first request runs again alone; the record gives that
+ * sequence's decode rate and the batched rate over it, and the measured requests (their
+ * "runs") are the rounds' alone. */
+static void test_tiny_solo(void **state)
+{
+    (void)state;
+    json_t *rec = run_json((const char *[]){ "--shape", "tiny", "--repeat", "2", "--gen-tokens",
+                                             "8", "--prompt-tokens", "5", "--probe-mb", "16",
+                                             "--batch", "3", "--warmup", "0", "--solo",
+                                             "--json", "--quiet", "--cache", cache_dir, NULL });
+    const json_t *thr = json_object_get(rec, "throughput");
+    const json_t *solo = json_object_get(thr, "solo");
+    if (!json_is_object(solo))
+        fail_msg("no \"throughput\".\"solo\" in the record");
+    const double one = num_at(solo, "decode_tokens_per_s");
+    const double together = num_at(thr, "decode_window_tokens_per_s");
+    assert_true(one > 0 && together > 0);
+    near(num_at(solo, "decode_window_x"), together / one, "decode_window_x");
+    /* each round's rate, in order; two of them: their median is their mean */
+    const json_t *rounds = json_object_get(solo, "rounds");
+    assert_int_equal(json_array_size(rounds), 2);
+    const double r0 = json_number_value(json_array_get(rounds, 0)),
+                 r1 = json_number_value(json_array_get(rounds, 1));
+    assert_true(r0 > 0 && r1 > 0);
+    near(one, 0.5 * (r0 + r1), "decode_tokens_per_s, the rounds' median");
+    assert_int_equal(json_array_size(json_object_get(rec, "runs")), 6);
+    json_decref(rec);
+    rec = run_json(tiny_args);
+    assert_null(json_object_get(json_object_get(rec, "throughput"), "solo"));
+    json_decref(rec);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -667,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_tiny_qwen2vl_runs_or_is_refused),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_tiny_sampled),
+        cmocka_unit_test(test_tiny_solo),
     };
     return cmocka_run_group_tests_name("bench", tests, setup, teardown);
 }

@@ -77,6 +77,7 @@ struct options {
     int response_format;             /* --response-format (enum mmrt_response_format) */
     int draft_tokens, draft_rows;    /* --draft-tokens, --draft-rows (0: off, the default) */
     bool prediction;                 /* --prediction */
+    bool solo;                       /* --solo */
 };
 
 static void usage(FILE *f)
@@ -125,6 +126,9 @@ static void usage(FILE *f)
             "                      unmeasured run before: an answer asked for again\n"
             "  --mix               vary the requests of a round: image sizes ½, ¾, 1 and 1¼ ×\n"
             "                      --image-size, prompts ½, 1, 2 and 4 × --prompt-tokens\n"
+            "  --solo              after each round its first request again, alone: one\n"
+            "                      sequence's decode rate measured minutes from the batch's,\n"
+            "                      and the batched rate as a multiple of it\n"
             "  --repeat N          measured rounds; figures are medians (default 3)\n"
             "  --vision-cache      then time to first token of a vision-cache miss and of a\n"
             "                      hit: --repeat fresh images, each run twice (1 token)\n"
@@ -625,6 +629,7 @@ int main(int argc, char **argv)
         { "draft-tokens", required_argument, NULL, 'x' },
         { "draft-rows", required_argument, NULL, 'y' },
         { "prediction", no_argument, NULL, 'Z' },
+        { "solo", no_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' },            { NULL, 0, NULL, 0 },
     };
     int opt;
@@ -700,6 +705,7 @@ int main(int argc, char **argv)
         case 'x': bad = parse_int("--draft-tokens", optarg, 0, 31, &o.draft_tokens); break;
         case 'y': bad = parse_int("--draft-rows", optarg, 2, 32, &o.draft_rows); break;
         case 'Z': o.prediction = true; break;
+        case 'A': o.solo = true; break;
         case 'R': {
             char *end;
             o.image_kv_keep = strtod(optarg, &end);
@@ -814,6 +820,7 @@ int main(int argc, char **argv)
     char *prompt = NULL, **images = NULL, *mix_prompts[4] = { NULL };
     struct latency lat = { 0 };
     struct mmrt_result *res = NULL;
+    double *solo_tps = NULL; /* [repeat] --solo: each round's first request alone */
     struct mmrt_request *reqs = NULL;
     struct mmrt_image_input *inputs = NULL;
     struct text_buf *predicted = NULL;
@@ -1046,6 +1053,7 @@ int main(int argc, char **argv)
     inputs = calloc((size_t)n_req, sizeof *inputs);
     res = calloc((size_t)n_req, sizeof *res);
     predicted = calloc((size_t)n_req, sizeof *predicted);
+    solo_tps = calloc((size_t)o.repeat, sizeof *solo_tps);
     prompt = bench_synth_prompt(o.prompt_tokens);
     for (int k = 0; k < 4; k++)
         mix_prompts[k] = bench_synth_prompt(mix_prompt(&o, 4 * k));
@@ -1058,7 +1066,7 @@ int main(int argc, char **argv)
     lat.n_times = calloc((size_t)n_req, sizeof *lat.n_times);
     if (!images || !reqs || !inputs || !res || !prompt || !runs || !mix_prompts[0] ||
         !mix_prompts[1] || !mix_prompts[2] || !mix_prompts[3] || !lat.first || !lat.last ||
-        !lat.gaps || !lat.times || !lat.n_times || !predicted) {
+        !lat.gaps || !lat.times || !lat.n_times || !predicted || !solo_tps) {
         fprintf(stderr, "mmrt-bench: out of memory\n");
         goto out;
     }
@@ -1188,6 +1196,18 @@ int main(int argc, char **argv)
         if (st != MMRT_OK) {
             fprintf(stderr, "mmrt-bench: request failed: %s\n", mmrt_last_error(rt));
             goto out;
+        }
+        if (o.solo) {
+            /* Batched decode is bound by arithmetic and one sequence by memory, so a
+             * neighbour's load moves the two apart: a ratio of runs minutes apart measures
+             * the host as much as the engine. */
+            progress("the round's first request alone");
+            struct mmrt_result sr = { .struct_size = sizeof sr };
+            if (mmrt_run(rt, &reqs[base], NULL, NULL, &sr) != MMRT_OK) {
+                fprintf(stderr, "mmrt-bench: request alone: %s\n", mmrt_last_error(rt));
+                goto out;
+            }
+            solo_tps[r] = sr.decode_tokens_per_s;
         }
     }
     double cpu_share = (cpu_seconds() - cpu0) / ((now_ms() - wall0) / 1e3 * n_threads);
@@ -1395,6 +1415,16 @@ int main(int argc, char **argv)
                                   mmrt_image_kv_policy_name(o.image_kv_policy), "compressions",
                                   (json_int_t)rs.image_kv_compressions, "dropped_tokens",
                                   (json_int_t)rs.image_kv_dropped_tokens));
+    json_t *solo_rounds = json_array(); /* in round order: median() below sorts */
+    for (int r = 0; o.solo && r < o.repeat; r++)
+        json_array_append_new(solo_rounds, num_or_null(solo_tps[r]));
+    const double solo = o.solo ? median(solo_tps, o.repeat) : NAN;
+    if (o.solo)
+        json_object_set_new(json_object_get(rec, "throughput"), "solo",
+                            json_pack("{s:o,s:o,s:O}", "decode_tokens_per_s",
+                                      num_or_null(solo), "decode_window_x",
+                                      num_or_null(dwin / solo), "rounds", solo_rounds));
+    json_decref(solo_rounds);
     /* --prediction: what the measured requests took from their predictions. */
     long long pred_taken = 0, pred_refused = 0, pred_tokens = 0;
     for (int i = o.warmup; o.prediction && i < n_req; i++) {
@@ -1491,6 +1521,9 @@ int main(int argc, char **argv)
                round_ms / o.repeat);
         printf("decode while all %d decode together: %.2f tokens/s (%.0f tokens in %.0f ms)\n",
                o.batch < concurrency ? o.batch : concurrency, dwin, win_tokens, win_ms);
+        if (o.solo)
+            printf("one of them alone (each round's first request again): %.2f tokens/s, so "
+                   "together %.2f × one sequence\n", solo, dwin / solo);
         printf("time to first token from the round's start: p50 %.0f ms, p90 %.0f ms, p99 "
                "%.0f ms; between tokens: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms\n", tq[0], tq[1],
                tq[2], iq[0], iq[1], iq[2]);
@@ -1560,6 +1593,7 @@ out:
     free(reqs);
     free(inputs);
     free(res);
+    free(solo_tps);
     free(prompt);
     for (int k = 0; k < 4; k++)
         free(mix_prompts[k]);
