@@ -671,6 +671,22 @@ static const struct hostile HOSTILE[] = {
      "Sequences nested too deep"},
     {DOC(GOOD_MODEL ",\"post_processor\":{\"type\":\"BertProcessing\"}"), MMRT_ERR_UNSUPPORTED,
      "post_processor: post_processor type \"BertProcessing\" is not supported"},
+    /* A Sequence of each kind: its member list must be an array, and a member's errors name
+     * its place in it. */
+    {DOC(GOOD_MODEL ",\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":{}}"),
+     MMRT_ERR_FORMAT, "normalizer: \"normalizers\" must be an array"},
+    {DOC(GOOD_MODEL ",\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":\"x\"}"),
+     MMRT_ERR_FORMAT, "pre_tokenizer: \"pretokenizers\" must be an array"},
+    {DOC(GOOD_MODEL ",\"decoder\":{\"type\":\"Sequence\"}"), MMRT_ERR_FORMAT,
+     "decoder: \"decoders\" must be an array"},
+    {DOC(GOOD_MODEL ",\"post_processor\":{\"type\":\"Sequence\",\"processors\":null}"),
+     MMRT_ERR_FORMAT, "post_processor: \"processors\" must be an array"},
+    {DOC(GOOD_MODEL ",\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":["
+         "{\"type\":\"Whitespace\"}]}"), MMRT_ERR_UNSUPPORTED,
+     "pre_tokenizer.pretokenizers[0]: pre_tokenizer type \"Whitespace\" is not supported"},
+    {DOC(GOOD_MODEL ",\"post_processor\":{\"type\":\"Sequence\",\"processors\":["
+         "{\"type\":\"ByteLevel\"},{\"type\":\"BertProcessing\"}]}"), MMRT_ERR_UNSUPPORTED,
+     "post_processor.processors[1]: post_processor type \"BertProcessing\" is not supported"},
     {DOC(GOOD_MODEL ",\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":["
          "{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\","
          "\"type_id\":0}}],\"special_tokens\":{}}"), MMRT_ERR_FORMAT,
